@@ -1,0 +1,37 @@
+# The two commands a user needs are `make demo` and `make test`; both set up what they use.
+PYTHON ?= python3
+PIP := tests/infra/pip-install.sh
+
+.PHONY: install demo test lint typecheck rocq pytest bench clean
+
+install:
+	@$(PIP) -e ".[test]"
+
+demo: install
+	$(PYTHON) examples/demo.py
+
+test: install
+	@tests/infra/ensure-postgres.sh
+	@tests/infra/ensure-coq.sh
+	$(MAKE) rocq
+	$(MAKE) lint typecheck
+	$(MAKE) pytest
+
+rocq:
+	$(MAKE) -C rocq check
+
+lint:
+	$(PYTHON) -m ruff check bide govern tests examples benchmarks
+
+typecheck:
+	$(PYTHON) -m mypy
+
+pytest:
+	$(PYTHON) -m pytest -q
+
+bench: install
+	for b in benchmarks/*.py; do $(PYTHON) $$b || exit 1; done
+
+clean:
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	$(MAKE) -C rocq clean

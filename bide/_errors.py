@@ -1,0 +1,207 @@
+"""The root of every error the `bide` package raises.
+
+Each subclass says whose fault it is and what to do next; catch `BideError` to catch them all::
+
+    BideError
+    ├── ConfigError (also ValueError)     your definition or argument is wrong; fix the code
+    │   └── RunMismatch                   the run exists with another input or entry point
+    ├── StoreError                        the store failed or holds something unexpected
+    │   └── JournalFormatError            the run was written in another journal format
+    ├── ModelError                        the model call failed (after retries)
+    ├── RunLimitExceeded                  the run used up max_turns
+    ├── ToolNotStarted                    a side effect provably did not start; run again to retry
+    ├── ToolError                         raised BY a tool: a known failure the model should see
+    ├── NotCalled                         raised BY a tool: the effect was provably not performed
+    ├── ResolveRefused                    resolve_halt refused to record an outcome
+    │   ├── HaltInFlight                  another driver may still be running the call; wait
+    │   ├── HaltAlreadyResolved           a different outcome is already recorded
+    │   └── NoLiveAttempt                 nothing to resolve for that call
+    └── RunHalted                         the run stopped and needs a decision; never a success
+        ├── OutcomeUnknown                a side effect may or may not have happened
+        └── ApprovalPending               a gate has not approved a call yet
+
+Halts are exceptions on purpose: a halted run can never be mistaken for a finished one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "ApprovalPending",
+    "BideError",
+    "ConfigError",
+    "HaltAlreadyResolved",
+    "HaltInFlight",
+    "JournalFormatError",
+    "ModelError",
+    "NoLiveAttempt",
+    "NotCalled",
+    "OutcomeUnknown",
+    "ResolveRefused",
+    "RunHalted",
+    "RunLimitExceeded",
+    "RunMismatch",
+    "StoreError",
+    "ToolError",
+    "ToolNotStarted",
+]
+
+
+class BideError(Exception):
+    """Base class of every error raised by `bide`."""
+
+
+class ConfigError(BideError, ValueError):
+    """A definition or argument is wrong (bad tool, bad store URL, bad run id); fix the calling code."""
+
+
+class RunMismatch(ConfigError):
+    """The run id already holds a run started with a different input or entry point.
+
+    A run id names one run forever: pick a new run id for new work, or pass the original input to resume.
+    """
+
+
+class StoreError(BideError):
+    """The store failed, or returned something the journal cannot trust.
+
+    A write that raised may or may not have committed; the journal treats it that way (see docs/guarantee.md).
+    """
+
+
+class JournalFormatError(StoreError):
+    """The run was written in a journal format this version of bide does not read.
+
+    Finish or resolve runs with the bide version that started them before upgrading.
+    """
+
+
+class ModelError(BideError):
+    """The model could not produce a turn (a 4xx answer, or transient failures that outlasted the retries).
+
+    Nothing is journaled for a failed model call, so running the same run id again retries it.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, body: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
+
+
+class RunLimitExceeded(BideError):
+    """The run reached its max_turns limit without a final answer; raise the limit and run it again."""
+
+
+class ToolNotStarted(BideError):
+    """A side-effect call provably did not start (the tool raised NotCalled, or the store failed before it).
+
+    This is recorded in the journal, so running the same run id again claims a new attempt and calls the tool
+    again; it is not a halt.
+    """
+
+
+class ToolError(BideError):
+    """Raise from a tool for a failure whose outcome is known; the message goes back to the model.
+
+    From a side-effect tool, raising ToolError declares that the failure is certain (for example, the provider
+    answered "card declined"). Any other exception from a side-effect tool leaves the outcome unknown.
+    """
+
+
+class NotCalled(BideError):
+    """Raise from a tool to prove that its effect was not performed (for example, refused before sending).
+
+    bide records the attempt as not started, so the next run of the same run id retries the call.
+    """
+
+
+class ResolveRefused(BideError):
+    """`resolve_halt` refused to record an outcome; the message says why and what to do."""
+
+
+class HaltInFlight(ResolveRefused):
+    """Another driver may still be running the call (its deadline has not passed, or it holds the call now).
+
+    Wait until `retry_after` (Unix seconds) and try again.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class HaltAlreadyResolved(ResolveRefused):
+    """The call already has a recorded outcome that differs from the one offered."""
+
+
+class NoLiveAttempt(ResolveRefused):
+    """The call has no attempt waiting for an outcome (it never started, or it was voided)."""
+
+
+class RunHalted(BideError):
+    """A run stopped and needs a decision before it can go on. Never a success.
+
+    Attributes: `run_id`, `status` (a short machine-readable word), `call_id`, `tool`, `arguments`.
+    """
+
+    status: str = "halted"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str,
+        call_id: str,
+        tool: str,
+        arguments: Any,
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.call_id = call_id
+        self.tool = tool
+        self.arguments = arguments
+
+
+class OutcomeUnknown(RunHalted):
+    """A side-effect call was attempted but its outcome was never recorded: it fired zero times or once.
+
+    bide will not call it again on its own. Look the outcome up in the system of record and call
+    `bide.resolve_halt(store, run_id, call_id, outcome=...)`, or give the tool a reconciler; then run again.
+    `cause` is "crashed" (no result after the attempt) or "contended" (another driver claimed the call).
+    `attempted_at` and `deadline` are Unix seconds taken from the attempt marker.
+    """
+
+    status = "halted"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str,
+        call_id: str,
+        tool: str,
+        arguments: Any,
+        cause: str,
+        attempted_at: float,
+        deadline: float,
+    ) -> None:
+        super().__init__(message, run_id=run_id, call_id=call_id, tool=tool, arguments=arguments)
+        self.cause = cause
+        self.attempted_at = attempted_at
+        self.deadline = deadline
+
+
+class ApprovalPending(RunHalted):
+    """A gated call waits for approval; the run is paused with status "awaiting_approval".
+
+    Running the same run id again consults the gate again; nothing has been called.
+    """
+
+    status = "awaiting_approval"
+
+    def __init__(
+        self, message: str, *, run_id: str, call_id: str, tool: str, arguments: Any, reason: str
+    ) -> None:
+        super().__init__(message, run_id=run_id, call_id=call_id, tool=tool, arguments=arguments)
+        self.reason = reason
