@@ -1,7 +1,161 @@
-"""bide: durable AI agents whose side effects fire at most once, on a verifiable journal."""
+"""bide: durable AI agents whose side effects fire at most once, on an append-only journal.
+
+Layers: a store keeps append-only byte records per run (`open_store`); the journal gives them meaning
+(canonical, salted, versioned records); the agent loop journals every model turn and tool call and resumes
+from the journal after a crash. Everyday API is re-exported here; test doubles live in `bide.testing`.
+"""
 
 from __future__ import annotations
 
-from ._errors import BideError
+import contextlib as _contextlib
 
-__all__ = ["BideError"]
+from ._agent import Agent, RunResult
+from ._canonical import canonical_json
+from ._errors import (
+    ApprovalPending,
+    BideError,
+    ConfigError,
+    HaltAlreadyResolved,
+    HaltInFlight,
+    JournalFormatError,
+    ModelError,
+    NoLiveAttempt,
+    NotCalled,
+    OutcomeUnknown,
+    ResolveRefused,
+    RunHalted,
+    RunLimitExceeded,
+    RunMismatch,
+    StoreError,
+    ToolError,
+    ToolNotStarted,
+)
+from ._gate import Approved, Denied, Gate, GateDecision, GateJournal, GateRequest, Pending
+from ._journal import Journal
+from ._memory import MemoryStore
+from ._messages import (
+    AssistantMessage,
+    Message,
+    Model,
+    ModelRequest,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    ToolSpec,
+    UserMessage,
+)
+from ._open import open_store
+from ._openai import OpenAIModel
+from ._outcome import Outcome
+from ._records import FORMAT as JOURNAL_FORMAT
+from ._records import (
+    Attempt,
+    End,
+    GateRecord,
+    Header,
+    ModelTurn,
+    NotStarted,
+    Pause,
+    Record,
+    Start,
+    ToolResult,
+    decode_record,
+    encode_record,
+)
+from ._resolve import RunStatus, aresolve_halt, resolve_halt, run_status
+from ._sql import SQLStore
+from ._store import Entry, Store
+from ._tools import (
+    AttemptInfo,
+    CallContext,
+    Idempotent,
+    ReadOnly,
+    Safety,
+    SideEffect,
+    Tool,
+    current_call,
+    idempotency_key_for,
+    tool,
+)
+
+__all__ = [
+    "JOURNAL_FORMAT",
+    "Agent",
+    "ApprovalPending",
+    "Approved",
+    "AssistantMessage",
+    "Attempt",
+    "AttemptInfo",
+    "BideError",
+    "CallContext",
+    "ConfigError",
+    "Denied",
+    "End",
+    "Entry",
+    "Gate",
+    "GateDecision",
+    "GateJournal",
+    "GateRecord",
+    "GateRequest",
+    "HaltAlreadyResolved",
+    "HaltInFlight",
+    "Header",
+    "Idempotent",
+    "Journal",
+    "JournalFormatError",
+    "MemoryStore",
+    "Message",
+    "Model",
+    "ModelError",
+    "ModelRequest",
+    "ModelTurn",
+    "NoLiveAttempt",
+    "NotCalled",
+    "NotStarted",
+    "OpenAIModel",
+    "Outcome",
+    "OutcomeUnknown",
+    "Pause",
+    "Pending",
+    "ReadOnly",
+    "Record",
+    "ResolveRefused",
+    "RunHalted",
+    "RunLimitExceeded",
+    "RunMismatch",
+    "RunResult",
+    "RunStatus",
+    "SQLStore",
+    "Safety",
+    "SideEffect",
+    "Start",
+    "Store",
+    "StoreError",
+    "SystemMessage",
+    "Tool",
+    "ToolCall",
+    "ToolError",
+    "ToolMessage",
+    "ToolNotStarted",
+    "ToolResult",
+    "ToolSpec",
+    "UserMessage",
+    "aresolve_halt",
+    "canonical_json",
+    "current_call",
+    "decode_record",
+    "encode_record",
+    "idempotency_key_for",
+    "open_store",
+    "resolve_halt",
+    "run_status",
+    "tool",
+]
+
+# Public objects report their public path (bide.Agent, not bide._agent.Agent) in reprs and tracebacks.
+for _name in __all__:
+    _obj = globals()[_name]
+    if isinstance(_obj, type) and _obj.__module__.startswith("bide._"):
+        with _contextlib.suppress(AttributeError, TypeError):
+            _obj.__module__ = "bide"
+del _name, _obj

@@ -6,7 +6,7 @@ bytes, which is what digests, salts and audit leaves rely on.
 
 from __future__ import annotations
 
-import base64
+import binascii
 import hashlib
 import json
 import os
@@ -15,10 +15,13 @@ from typing import Any
 __all__ = ["canonical_json", "digest", "new_salt"]
 
 
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
 def canonical_json(value: Any) -> bytes:
     """Encode a JSON value canonically (sorted keys, compact separators, UTF-8)."""
     try:
-        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+        text = _ENCODER.encode(value)
     except (TypeError, ValueError) as exc:
         from ._errors import ConfigError
 
@@ -33,4 +36,4 @@ def digest(value: Any) -> str:
 
 def new_salt() -> str:
     """32 fresh random bytes, base64: every record carries one so equal records hash differently."""
-    return base64.b64encode(os.urandom(32)).decode("ascii")
+    return binascii.b2a_base64(os.urandom(32), newline=False).decode("ascii")

@@ -1,0 +1,158 @@
+"""Durable runs per second for a one-tool run (model turn, side-effect tool, final answer).
+
+    python benchmarks/bide_runs.py [--quick]
+
+Prints: the bare durable SQLite commit rate on this machine; sequential ms/run on SQLite (synchronous=FULL,
+WAL) and memory; concurrent runs/s (group commit) against that commit rate; 5,000 concurrent runs whose
+model call sleeps 100 ms; records and transactions per run. The scripted model is offline. The load average
+is printed too: figures from a busy machine are not comparable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+
+def bare_commit_rate(path: Path, n: int) -> float:
+    """Commits/s of one-row INSERT transactions with WAL and synchronous=FULL (the floor we compare to)."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("CREATE TABLE IF NOT EXISTS t (k TEXT PRIMARY KEY, v BLOB)")
+    rates = []
+    for r in range(3):
+        t0 = time.perf_counter()
+        for i in range(n):
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("INSERT INTO t VALUES (?, ?)", (f"{r}-{i}", b"x" * 300))
+            conn.execute("COMMIT")
+        rates.append(n / (time.perf_counter() - t0))
+    conn.close()
+    return statistics.median(rates)
+
+
+async def charge_card(customer: str, cents: int) -> str:
+    """Charge a card (the side effect; here it only answers)."""
+    return f"charged {customer} {cents}"
+
+
+TOOL = bide.Tool.from_function(charge_card)
+
+
+def make_agent(store: bide.Store, delay: float = 0.0) -> bide.Agent:
+    model = ScriptedModel(
+        [call("charge_card", customer="alice", cents=500), reply("done")], delay=delay, record=False
+    )
+    return bide.Agent(model, store=store, tools=[TOOL], system="You charge cards.")
+
+
+async def sequential(store: bide.Store, n: int, tag: str) -> float:
+    """Median ms per run over three rounds of n runs, one at a time."""
+    agent = make_agent(store)
+    await agent.run(f"{tag}-warm", "go")
+    rounds = []
+    for r in range(3):
+        t0 = time.perf_counter()
+        for i in range(n):
+            await agent.run(f"{tag}-{r}-{i}", "go")
+        rounds.append((time.perf_counter() - t0) / n * 1000)
+    return statistics.median(rounds)
+
+
+CPU: dict[str, float] = {}
+
+
+async def concurrent(store: bide.Store, n: int, tag: str, delay: float = 0.0) -> float:
+    """Wall seconds for n runs started at once (CPU seconds of this process kept in CPU[tag])."""
+    agent = make_agent(store, delay)
+    c0 = time.process_time()
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(agent.run(f"{tag}-{i}", "go") for i in range(n)))
+    dt = time.perf_counter() - t0
+    CPU[tag] = time.process_time() - c0
+    assert all(r.answer == "done" for r in results)
+    return dt
+
+
+def commits(store: bide.Store) -> int:
+    return int(getattr(store, "commits", 0))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--quick", action="store_true", help="smaller counts (for a smoke run)")
+    parser.add_argument(
+        "--tune-gc",
+        action="store_true",
+        help="gc.set_threshold(100_000, 20, 20), an application-level setting for many live runs",
+    )
+    args = parser.parse_args()
+    if args.tune_gc:
+        gc.set_threshold(100_000, 20, 20)
+    seq_n, conc_n, big_n = (50, 500, 1000) if args.quick else (300, 5000, 5000)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(
+        f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load:.1f}, "
+        f"gc thresholds {gc.get_threshold()}"
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpdir = Path(tmp)
+        rate = bare_commit_rate(tmpdir / "bare.db", 200 if args.quick else 1000)
+        print(f"bare durable SQLite commit (WAL, synchronous=FULL): {1000 / rate:.3f} ms = {rate:,.0f}/s")
+
+        sql = bide.open_store(f"sqlite:///{tmpdir / 'seq.db'}")
+        ms_sql = asyncio.run(sequential(sql, seq_n, "seq"))
+        ms_mem = asyncio.run(sequential(bide.open_store("memory://"), seq_n, "seq"))
+        records = len(sql.load("seq-0-0"))
+        before = commits(sql)
+        asyncio.run(make_agent(sql).run("count-1", "go"))
+        tx = commits(sql) - before
+        print(
+            f"sequential: SQLite {ms_sql:.2f} ms/run ({1000 / ms_sql:,.0f} runs/s; target < 2 ms; the time "
+            f"of {ms_sql * rate / 1000:.1f} bare commits), memory {ms_mem:.3f} ms/run "
+            f"({1000 / ms_mem:,.0f} runs/s)"
+        )
+        print(
+            f"writes per run: {records} records in {tx} transactions "
+            "(header+start | model turn+attempt marker | tool result | final turn+end)"
+        )
+        sql.close()
+
+        sql = bide.open_store(f"sqlite:///{tmpdir / 'conc.db'}")
+        before = commits(sql)
+        dt_sql = asyncio.run(concurrent(sql, conc_n, "conc-sql"))
+        used = commits(sql) - before
+        dt_mem = asyncio.run(concurrent(bide.open_store("memory://"), conc_n, "conc-mem"))
+        print(
+            f"concurrent, {conc_n:,} runs at once: SQLite {conc_n / dt_sql:,.0f} runs/s = "
+            f"{conc_n / dt_sql / rate:.2f}x the bare commit rate ({used:,} commits for {conc_n * tx:,} run "
+            f"transactions; CPU {CPU['conc-sql'] / conc_n * 1e6:.0f} us/run); memory "
+            f"{conc_n / dt_mem:,.0f} runs/s (CPU {CPU['conc-mem'] / conc_n * 1e6:.0f} us/run)"
+        )
+        sql.close()
+
+        sql = bide.open_store(f"sqlite:///{tmpdir / 'big.db'}")
+        wall_mem = asyncio.run(concurrent(bide.open_store("memory://"), big_n, "big-mem", delay=0.1))
+        wall_sql = asyncio.run(concurrent(sql, big_n, "big-sql", delay=0.1))
+        print(
+            f"{big_n:,} concurrent runs, model sleeps 100 ms per turn (2 turns): wall {wall_mem:.3f} s "
+            f"memory (target < 0.6 s; CPU {CPU['big-mem']:.3f} s), {wall_sql:.3f} s SQLite "
+            f"(target < 1.5 s; CPU {CPU['big-sql']:.3f} s)"
+        )
+        sql.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,599 @@
+"""The agent loop: model turns and tool calls, each journaled, resumed from the journal after a crash.
+
+One drive of `Agent.run(run_id, input)`:
+
+1. Load the run's journal (one read) and pin its start: a new run records its input and entry point; an
+   existing run with another input or entry point is refused (`RunMismatch`).
+2. A finished run returns its journaled answer; the model is not called.
+3. Replay: every journaled model turn and tool result is reused, never redone.
+4. Loop: run the last turn's calls that have no result; then ask the model for the next turn. A new turn
+   is journaled before anything acts on it, in one all-or-nothing write with what depends on it: with the
+   end record for a final answer, with the first side effect's attempt marker, else on its own. If another
+   driver journaled that turn first, nothing of ours is written and the drive goes on with the journal's.
+
+Side effects follow the claim protocol (see docs/guarantee.md): attempt marker with a fresh claim id, call
+only under our own stored claim, record the result. A marker without a result halts with `OutcomeUnknown`
+unless a reconciler decides it, or this process knows the call never started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import secrets
+import time
+import weakref
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ._canonical import canonical_json
+from ._errors import (
+    ApprovalPending,
+    BideError,
+    ConfigError,
+    ModelError,
+    NotCalled,
+    OutcomeUnknown,
+    RunLimitExceeded,
+    RunMismatch,
+    StoreError,
+    ToolError,
+    ToolNotStarted,
+)
+from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
+from ._journal import Journal
+from ._messages import (
+    AssistantMessage,
+    Message,
+    Model,
+    ModelRequest,
+    SystemMessage,
+    ToolCall,
+    ToolMessage,
+    UserMessage,
+)
+from ._outcome import Outcome
+from ._records import (
+    END_KEY,
+    START_KEY,
+    Attempt,
+    End,
+    ModelTurn,
+    NotStarted,
+    Pause,
+    Start,
+    ToolResult,
+    attempt_key,
+    model_key,
+    not_started_key,
+    pause_key,
+    result_key,
+)
+from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
+from ._store import Store
+from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for
+
+__all__ = ["Agent", "RunResult"]
+
+# Claims this process provably never acted on (the marker write raised, so the tool was not called).
+# Keyed by store object; lost on exit, which only costs a halt instead of a retry.
+_UNSTARTED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int], str]] = weakref.WeakKeyDictionary()
+
+
+_MAX_UNSTARTED = 4096
+
+
+def _remember_unstarted(store: Any, run_id: str, call_id: str, gen: int, claim: str) -> None:
+    memo = _UNSTARTED.setdefault(store, {})
+    if len(memo) >= _MAX_UNSTARTED:
+        memo.pop(next(iter(memo)))  # forgetting one only costs a halt instead of a retry
+    memo[(run_id, call_id, gen)] = claim
+
+
+def forget_unstarted_claims() -> None:
+    """Drop this process's memory of claims that never started (tests use it to simulate a restart)."""
+    _UNSTARTED.clear()
+
+
+@dataclass(frozen=True, slots=True)
+class RunResult:
+    """A finished run: its final `answer`. `replayed` is True when the run had already finished before this
+    call and the answer came from the journal without calling the model."""
+
+    run_id: str
+    answer: str
+    turns: int
+    replayed: bool = False
+    status: str = "completed"
+
+
+class Agent:
+    """A durable agent: `model`, `tools` and a `system` prompt over a journal in `store`.
+
+    `name` is the run's entry point: a run started by one agent name cannot be resumed by another.
+    `max_turns` bounds the model turns of a run (journaled turns count). `clock_skew` (seconds) is the margin
+    a reconciler waits past an attempt's deadline before deciding it; `clock` (Unix seconds) stamps attempt
+    markers and judges their age.
+    """
+
+    def __init__(
+        self,
+        model: Model,
+        *,
+        store: Store,
+        tools: Iterable[Tool] = (),
+        system: str = "",
+        name: str = "agent",
+        max_turns: int = 32,
+        clock_skew: float = DEFAULT_CLOCK_SKEW,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not callable(getattr(model, "complete", None)):
+            raise ConfigError("model must have an async complete(request) method (see bide.Model)")
+        for method in ("ainsert_many", "aload", "insert_many", "load"):
+            if not callable(getattr(store, method, None)):
+                raise ConfigError("store must be a bide store (use bide.open_store(url))")
+        self.model = model
+        self.store = store
+        self.system = system
+        self.name = name
+        self.max_turns = max_turns
+        self.clock_skew = clock_skew
+        self.clock = clock
+        self.tools: dict[str, Tool] = {}
+        for t in tools:
+            if not isinstance(t, Tool):
+                raise ConfigError(f"{t!r} is not a bide tool; decorate it with @bide.tool")
+            if t.name in self.tools:
+                raise ConfigError(f"two tools are named {t.name!r}")
+            self.tools[t.name] = t
+        self._specs = [t.spec for t in self.tools.values()]
+
+    @property
+    def entry(self) -> str:
+        return f"agent:{self.name}"
+
+    def run_sync(self, run_id: str, input: str) -> RunResult:
+        """`run` for synchronous code (must not be called from a running event loop)."""
+        return asyncio.run(self.run(run_id, input))
+
+    async def run(self, run_id: str, input: str) -> RunResult:
+        """Drive the run to its answer, resuming from the journal; see the module docstring.
+
+        Returns a `RunResult` only for a completed run. Raises `OutcomeUnknown` (a side effect's outcome
+        was lost) or `ApprovalPending` (a gate has not approved yet): both are `RunHalted`, never success.
+        """
+        if not isinstance(input, str):
+            raise ConfigError("input must be a string")
+        journal = await Journal(self.store, run_id).aload()
+        start = journal.get(START_KEY)
+        if start is None:
+            start, _ = await journal.awrite_one(Start(key=START_KEY, entry=self.entry, input=input))
+        if not isinstance(start, Start):
+            raise StoreError(f"run {run_id!r}: record {START_KEY!r} is not a start record")
+        if start.entry != self.entry:
+            raise RunMismatch(
+                f"run {run_id!r} was started by {start.entry!r}, not {self.entry!r}; use the agent "
+                "that started it, or a new run id"
+            )
+        if start.input != input:
+            raise RunMismatch(
+                f"run {run_id!r} was started with a different input ({start.input[:80]!r}); pass "
+                "the same input to resume it, or use a new run id for new work"
+            )
+        end = journal.get(END_KEY)
+        if isinstance(end, End):
+            return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
+        messages: list[Message] = [UserMessage(content=input)]
+        if self.system:
+            messages.insert(0, SystemMessage(content=self.system))
+        turn = 0
+        restarts = 0
+        while True:
+            end = journal.get(END_KEY)
+            if isinstance(end, End):
+                return RunResult(run_id, end.answer, _count_turns(journal))
+            rec = journal.get(model_key(turn))
+            # A new turn is written together with the first thing that depends on it (its end record, or
+            # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
+            # first, nothing of ours is written and we go on with the turn the journal holds.
+            pending: list[ModelTurn] = []
+            if not isinstance(rec, ModelTurn):
+                if turn >= self.max_turns:
+                    raise RunLimitExceeded(
+                        f"run {run_id!r} reached max_turns={self.max_turns} without an answer; raise "
+                        "max_turns and run it again"
+                    )
+                rec = await self._ask_model(journal, turn, messages)
+                if not rec.message.tool_calls:
+                    answer = End(key=END_KEY, answer=rec.message.content)
+                    if await journal.awrite_exclusive([rec, answer]):
+                        return RunResult(run_id, answer.answer, turn + 1)
+                    restarts = _restart(run_id, turn, restarts)
+                    continue
+                pending = [rec]
+            msg = rec.message
+            if not msg.tool_calls:
+                end, _ = await journal.awrite_one(End(key=END_KEY, answer=msg.content))
+                assert isinstance(end, End)
+                return RunResult(run_id, end.answer, turn + 1)
+            results: list[Message] = []
+            for call in msg.tool_calls:
+                res = journal.get(result_key(call.call_id))
+                if not isinstance(res, ToolResult):
+                    got = await self._call(journal, call, pending)
+                    if got is None:
+                        break
+                    res = got
+                results.append(_tool_message(call, res))
+            else:
+                # Every call of a fresh turn writes the turn first; this only guards that invariant.
+                if not pending or await journal.awrite_exclusive(pending):
+                    messages.append(msg)
+                    messages.extend(results)
+                    turn += 1
+                    restarts = 0
+                    continue
+            restarts = _restart(run_id, turn, restarts)
+
+    # -- model turns ---------------------------------------------------------------------------------------
+
+    async def _ask_model(self, journal: Journal, turn: int, messages: Sequence[Message]) -> ModelTurn:
+        """Ask the model for turn `turn`; returns the record to journal (not written yet)."""
+        request = ModelRequest(run_id=journal.run_id, turn=turn, messages=list(messages), tools=self._specs)
+        try:
+            reply = await self.model.complete(request)
+        except BideError:
+            raise
+        except Exception as exc:
+            raise ModelError(
+                f"model {getattr(self.model, 'name', '?')!r} failed on turn {turn} of run "
+                f"{journal.run_id!r}: {exc}; run again to retry"
+            ) from exc
+        if not isinstance(reply, AssistantMessage):
+            raise ModelError(f"model returned {type(reply).__name__}, not an AssistantMessage")
+        calls = [
+            ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}")
+            for i, c in enumerate(reply.tool_calls)
+        ]
+        message = AssistantMessage(content=reply.content, tool_calls=calls)
+        return ModelTurn(
+            key=model_key(turn), turn=turn, message=message, model=str(getattr(self.model, "name", ""))
+        )
+
+    # -- tool calls ----------------------------------------------------------------------------------------
+
+    async def _record(
+        self,
+        journal: Journal,
+        call: ToolCall,
+        result: Any,
+        *,
+        is_error: bool,
+        safety: str,
+        idem: str | None = None,
+        approval: Any = None,
+    ) -> ToolResult:
+        rec, _ = await journal.awrite_one(
+            ToolResult(
+                key=result_key(call.call_id),
+                call_id=call.call_id,
+                tool=call.name,
+                result=result,
+                is_error=is_error,
+                safety=safety,
+                idempotency_key=idem,
+                approval=approval,
+            )
+        )
+        assert isinstance(rec, ToolResult)
+        return rec
+
+    async def _call(self, journal: Journal, call: ToolCall, pending: list[ModelTurn]) -> ToolResult | None:
+        """Run one call of the current turn and return its recorded result.
+
+        `pending` holds the turn's record while it is not journaled yet; it is written before anything
+        depends on it (with the attempt marker of a side effect, else on its own). Returns None when
+        another driver journaled this turn first (then nothing of ours was written)."""
+        run_id = journal.run_id
+
+        async def flush() -> bool:
+            if not pending:
+                return True
+            written = await journal.awrite_exclusive(pending)
+            pending.clear()
+            return written
+
+        tool = self.tools.get(call.name)
+        # A call that left attempt markers ran as a side effect: the halt rules follow the markers, whatever
+        # the tool is declared as (or whether it still exists) now.
+        markers = [] if pending else attempts_of(journal, call.call_id)
+        gen = len(markers)
+        if markers and tool is None:
+            live = live_attempt(journal, call.call_id)
+            if live is not None:
+                raise self._unknown(journal, live, "crashed; its tool is no longer registered")
+        if tool is None:
+            if not await flush():
+                return None
+            names = ", ".join(sorted(self.tools)) or "none"
+            return await self._record(
+                journal,
+                call,
+                f"unknown tool {call.name!r}; available tools: {names}",
+                is_error=True,
+                safety="none",
+            )
+        if markers:
+            resolved = await self._resume_attempt(journal, tool, call, markers[-1])
+            if resolved is not None:
+                return resolved
+            gen = len(attempts_of(journal, call.call_id))
+        safety = tool.safety.value
+        try:
+            validated = tool.validate(call.arguments)
+        except ToolArgumentsInvalid as exc:
+            if not await flush():
+                return None
+            return await self._record(journal, call, str(exc), is_error=True, safety=safety)
+        arguments: dict[str, Any] = validated.model_dump(mode="json")
+        idem = idempotency_key_for(run_id, call.call_id)
+        if (tool.gate is not None or tool.safety.retry_safe) and not await flush():
+            return None  # a gate or a retry-safe tool only ever sees journaled calls
+        approval: Any = None
+        if tool.gate is not None:
+            decided = await self._consult_gate(journal, tool, call, arguments, idem)
+            if isinstance(decided, ToolResult):
+                return decided
+            approval = decided
+        if tool.safety.retry_safe:
+            ctx = CallContext(run_id, call.call_id, tool.name, idem, 0)
+            try:
+                value = await tool.invoke(validated, ctx)
+            except TimeoutError:
+                return await self._record(
+                    journal,
+                    call,
+                    f"tool {tool.name!r} timed out after {tool.timeout:g}s",
+                    is_error=True,
+                    safety=safety,
+                    idem=idem,
+                    approval=approval,
+                )
+            except Exception as exc:
+                return await self._record(
+                    journal,
+                    call,
+                    _error_text(exc),
+                    is_error=True,
+                    safety=safety,
+                    idem=idem,
+                    approval=approval,
+                )
+            return await self._record(
+                journal, call, value, is_error=False, safety=safety, idem=idem, approval=approval
+            )
+        return await self._side_effect(
+            journal, tool, call, validated, arguments, idem, approval, gen, pending
+        )
+
+    async def _consult_gate(
+        self, journal: Journal, tool: Tool, call: ToolCall, arguments: dict[str, Any], idem: str
+    ) -> ToolResult | Any:
+        args_json, digest = GateRequest.digest_of(arguments)
+        request = GateRequest(
+            journal.run_id, call.call_id, tool.name, arguments, args_json, digest, GateJournal(journal)
+        )
+        decision = tool.gate.check(request)
+        if inspect.isawaitable(decision):
+            decision = await decision
+        if isinstance(decision, Approved):
+            return decision.evidence
+        if isinstance(decision, Denied):
+            return await self._record(
+                journal,
+                call,
+                f"tool call denied: {decision.reason}",
+                is_error=True,
+                safety=tool.safety.value,
+                idem=idem,
+                approval=decision.evidence,
+            )
+        if isinstance(decision, Pending):
+            await journal.awrite_one(
+                Pause(
+                    key=pause_key(call.call_id), call_id=call.call_id, tool=tool.name, reason=decision.reason
+                )
+            )
+            raise ApprovalPending(
+                f"run {journal.run_id!r} is awaiting approval of call {call.call_id!r} ({tool.name} "
+                f"{canonical_json(arguments).decode()}): {decision.reason}. Run it again after the decision",
+                run_id=journal.run_id,
+                call_id=call.call_id,
+                tool=tool.name,
+                arguments=arguments,
+                reason=decision.reason,
+            )
+        raise ConfigError(
+            f"gate of tool {tool.name!r} returned {decision!r}; expected Approved, Denied or Pending"
+        )
+
+    async def _resume_attempt(
+        self, journal: Journal, tool: Tool, call: ToolCall, last: Attempt
+    ) -> ToolResult | None:
+        """A side-effect call with attempt markers and no result: decide whether it may be called again.
+
+        Returns a result if one got recorded (by a reconciler), None if the call may be claimed anew, and
+        raises OutcomeUnknown otherwise."""
+        if live_attempt(journal, call.call_id) is None:
+            return None
+        memo = _UNSTARTED.get(self.store, {})
+        if memo.get((journal.run_id, call.call_id, last.gen)) == last.claim:
+            # This process wrote that marker and knows it never called the tool: void it and go on.
+            await journal.awrite_one(
+                NotStarted(
+                    key=not_started_key(call.call_id, last.gen),
+                    call_id=call.call_id,
+                    gen=last.gen,
+                    claim=last.claim,
+                    reason="marker write failed before the call",
+                )
+            )
+            memo.pop((journal.run_id, call.call_id, last.gen), None)
+            return None
+        cause: BaseException | None = None
+        if tool.reconcile is not None and self.clock() >= last.deadline_ms / 1000 + self.clock_skew:
+            info = AttemptInfo(
+                journal.run_id,
+                call.call_id,
+                tool.name,
+                dict(last.arguments),
+                idempotency_key_for(journal.run_id, call.call_id),
+                last.attempted_at_ms / 1000,
+                last.deadline_ms / 1000,
+                last.gen,
+            )
+            try:
+                outcome = tool.reconcile(info)
+                if inspect.isawaitable(outcome):
+                    outcome = await outcome
+            except Exception as exc:
+                outcome, cause = None, exc
+            if outcome is not None:
+                if not isinstance(outcome, Outcome):
+                    raise ConfigError(
+                        f"reconciler of tool {tool.name!r} returned {outcome!r}; expected a "
+                        "bide.Outcome or None"
+                    )
+                recorded = await resolve_in(
+                    journal, call.call_id, outcome, clock_skew=self.clock_skew, now=self.clock()
+                )
+                return recorded
+        raise self._unknown(journal, last, "crashed") from cause
+
+    def _unknown(self, journal: Journal, marker: Attempt, cause: str) -> OutcomeUnknown:
+        args = canonical_json(marker.arguments).decode()
+        return OutcomeUnknown(
+            f"run {journal.run_id!r} halted: side-effect call {marker.call_id!r} ({marker.tool} {args}) was "
+            f"attempted at {marker.attempted_at_ms / 1000:.3f} but its outcome was not recorded "
+            f"({cause}); it fired zero times or once. Check the system of record, then call "
+            f"bide.resolve_halt(store, "
+            f"{journal.run_id!r}, {marker.call_id!r}, outcome=...) and run again",
+            run_id=journal.run_id,
+            call_id=marker.call_id,
+            tool=marker.tool,
+            arguments=dict(marker.arguments),
+            cause=cause,
+            attempted_at=marker.attempted_at_ms / 1000,
+            deadline=marker.deadline_ms / 1000,
+        )
+
+    async def _side_effect(
+        self,
+        journal: Journal,
+        tool: Tool,
+        call: ToolCall,
+        validated: Any,
+        arguments: dict[str, Any],
+        idem: str,
+        approval: Any,
+        gen: int,
+        pending: list[ModelTurn],
+    ) -> ToolResult | None:
+        run_id = journal.run_id
+        claim = secrets.token_hex(16)
+        now_ms = int(self.clock() * 1000)
+        marker = Attempt(
+            key=attempt_key(call.call_id, gen),
+            call_id=call.call_id,
+            tool=tool.name,
+            arguments=arguments,
+            gen=gen,
+            claim=claim,
+            attempted_at_ms=now_ms,
+            deadline_ms=now_ms + int(tool.timeout * 1000),
+        )
+        try:
+            if pending:
+                written = await journal.awrite_exclusive([*pending, marker])
+                pending.clear()
+                if not written:
+                    return None  # another driver journaled this turn first
+            stored, _ = (
+                (marker, True) if journal.get(marker.key) is marker else await journal.awrite_one(marker)
+            )
+        except StoreError:
+            # The write may have committed; either way the tool was not called. Remember the claim, so a
+            # later drive in this process can void it instead of halting.
+            _remember_unstarted(self.store, run_id, call.call_id, gen, claim)
+            raise
+        if not isinstance(stored, Attempt) or stored.claim != claim:
+            assert isinstance(stored, Attempt)
+            raise self._unknown(journal, stored, "contended: another driver claimed this call")
+        ctx = CallContext(run_id, call.call_id, tool.name, idem, gen)
+        try:
+            value = await tool.invoke(validated, ctx)
+        except NotCalled as exc:
+            try:
+                await journal.awrite_one(
+                    NotStarted(
+                        key=not_started_key(call.call_id, gen),
+                        call_id=call.call_id,
+                        gen=gen,
+                        claim=claim,
+                        reason=_error_text(exc),
+                    )
+                )
+            except StoreError:
+                _remember_unstarted(self.store, run_id, call.call_id, gen, claim)
+                raise
+            raise ToolNotStarted(
+                f"tool {tool.name!r} (call {call.call_id!r} of run {run_id!r}) reported that "
+                f"it did not run: {exc}. Run again to retry the call"
+            ) from exc
+        except ToolError as exc:
+            return await self._record(
+                journal,
+                call,
+                _error_text(exc),
+                is_error=True,
+                safety=tool.safety.value,
+                idem=idem,
+                approval=approval,
+            )
+        except TimeoutError as exc:
+            raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s") from exc
+        except Exception as exc:
+            raise self._unknown(journal, marker, f"the tool raised {type(exc).__name__}: {exc}") from exc
+        return await self._record(
+            journal, call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
+        )
+
+
+def _restart(run_id: str, turn: int, restarts: int) -> int:
+    """Count re-reads of one turn after losing it to another driver; more than a few means the journal
+    does not hold what an exclusive write said it holds."""
+    if restarts >= 3:
+        raise StoreError(
+            f"run {run_id!r}: turn {turn} was lost to another writer {restarts + 1} times but cannot be read "
+            "back; the store does not keep its promises"
+        )
+    return restarts + 1
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text else type(exc).__name__
+
+
+def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:
+    content = res.result if isinstance(res.result, str) else canonical_json(res.result).decode()
+    return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=res.is_error)
+
+
+def _count_turns(journal: Journal) -> int:
+    n = 0
+    while journal.get(model_key(n)) is not None:
+        n += 1
+    return n

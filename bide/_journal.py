@@ -1,0 +1,164 @@
+"""The journal of one run: decoded, format-checked records over a store.
+
+The journal owns all meaning (encoding, salts, header, keys); the store only keeps bytes. Every read checks
+that the run's first record is the header of this journal format, so a run written in another format is
+refused before anything is written to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._errors import ConfigError, JournalFormatError, StoreError
+from ._records import FORMAT, HEADER_KEY, Header, Record, decode_record, encode_record
+from ._store import Entry, Store
+
+__all__ = ["Journal", "check_run_id"]
+
+MAX_RUN_ID = 256
+
+
+def check_run_id(run_id: object) -> str:
+    """Refuse run ids that are empty, too long or contain control characters."""
+    if not isinstance(run_id, str) or not run_id:
+        raise ConfigError("run id must be a non-empty string")
+    if len(run_id) > MAX_RUN_ID:
+        raise ConfigError(f"run id is {len(run_id)} characters long; the limit is {MAX_RUN_ID}")
+    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):
+        raise ConfigError(f"run id {run_id!r} contains control characters")
+    return run_id
+
+
+class Journal:
+    """The records of one run. Load it (`load`/`aload`), read it (`get`, `records`, `entries`), and append
+    to it (`write`/`awrite`: insert-if-absent, the header is added to a new run's first write).
+
+    Reads are from what this object has loaded or written; call `aload` again to see other writers.
+    """
+
+    def __init__(self, store: Store, run_id: str) -> None:
+        self.store = store
+        self.run_id = check_run_id(run_id)
+        self._by_key: dict[str, tuple[Entry, Record]] = {}
+        self._last_seq = 0
+        self._has_header = False
+
+    # -- reading -------------------------------------------------------------------------------------------
+
+    def load(self) -> Journal:
+        """Read records this object has not seen yet (blocking)."""
+        self._absorb(self.store.load(self.run_id, self._last_seq))
+        return self
+
+    async def aload(self) -> Journal:
+        """Read records this object has not seen yet."""
+        self._absorb(await self.store.aload(self.run_id, self._last_seq))
+        return self
+
+    @property
+    def exists(self) -> bool:
+        """True once the run has any record."""
+        return bool(self._by_key)
+
+    def get(self, key: str) -> Record | None:
+        """The decoded record under `key`, or None."""
+        hit = self._by_key.get(key)
+        return None if hit is None else hit[1]
+
+    def entry(self, key: str) -> Entry | None:
+        """The stored entry (seq, key, exact bytes) under `key`, or None."""
+        hit = self._by_key.get(key)
+        return None if hit is None else hit[0]
+
+    def records(self) -> list[Record]:
+        """Every loaded record, in seq (commit) order."""
+        return [rec for _, rec in sorted(self._by_key.values(), key=lambda er: er[0].seq)]
+
+    def entries(self) -> list[Entry]:
+        """Every loaded entry with its exact stored bytes, in seq order."""
+        return sorted((e for e, _ in self._by_key.values()), key=lambda e: e.seq)
+
+    def _absorb(self, entries: Sequence[Entry]) -> None:
+        for entry in entries:
+            if not self._has_header:
+                self._check_header(entry)
+            if entry.key not in self._by_key:
+                self._by_key[entry.key] = (entry, decode_record(entry.key, entry.data))
+            self._last_seq = max(self._last_seq, entry.seq)
+
+    def _check_header(self, entry: Entry) -> None:
+        if entry.key != HEADER_KEY:
+            raise JournalFormatError(
+                f"run {self.run_id!r} does not start with a {HEADER_KEY!r} header (its first record is "
+                f"{entry.key!r}); it was not written by this version of bide and is refused"
+            )
+        try:
+            rec = decode_record(entry.key, entry.data)
+        except StoreError as exc:
+            raise JournalFormatError(f"run {self.run_id!r} has an unreadable header: {exc}") from exc
+        if not isinstance(rec, Header) or rec.format != FORMAT:
+            fmt = rec.format if isinstance(rec, Header) else "?"
+            raise JournalFormatError(
+                f"run {self.run_id!r} is in journal format {fmt!r}; this bide reads {FORMAT!r}. "
+                "Finish or resolve it with the bide version that started it"
+            )
+        self._has_header = True
+
+    # -- writing -------------------------------------------------------------------------------------------
+
+    def _items(self, records: Sequence[Record]) -> tuple[list[Record], list[tuple[str, bytes]]]:
+        """The records to send (with the header first for a new run) and their canonical bytes."""
+        mine = list(records)
+        if not self._has_header and HEADER_KEY not in self._by_key:
+            mine.insert(0, Header(key=HEADER_KEY))
+        return mine, [(r.key, encode_record(r)) for r in mine]
+
+    def _winners(self, n: int, mine: list[Record], entries: list[Entry]) -> list[tuple[Record, bool]]:
+        out: list[tuple[Record, bool]] = []
+        for entry, written in zip(entries, mine, strict=True):
+            if entry.key == HEADER_KEY and not self._has_header:
+                if entry.inserted:
+                    self._has_header = True  # we just wrote this format's header
+                else:
+                    self._check_header(entry)
+            hit = self._by_key.get(entry.key)
+            if hit is None:
+                # Bytes we wrote decode to the record we encoded; only another writer's need decoding.
+                rec = written if entry.inserted else decode_record(entry.key, entry.data)
+                # Not advancing _last_seq: records other writers committed before ours are not loaded yet.
+                self._by_key[entry.key] = (entry, rec)
+            else:
+                rec = hit[1]
+            out.append((rec, entry.inserted))
+        return out[len(out) - n :]
+
+    def write(self, records: Sequence[Record]) -> list[tuple[Record, bool]]:
+        """Append records in one transaction (blocking); returns (stored record, inserted) per record."""
+        mine, items = self._items(records)
+        return self._winners(len(records), mine, self.store.insert_many(self.run_id, items))
+
+    async def awrite(self, records: Sequence[Record]) -> list[tuple[Record, bool]]:
+        """Append records in one transaction; returns (stored record, inserted) per record. A record whose
+        key exists is not written, and the stored one is returned with inserted=False."""
+        mine, items = self._items(records)
+        return self._winners(len(records), mine, await self.store.ainsert_many(self.run_id, items))
+
+    async def awrite_exclusive(self, records: Sequence[Record]) -> bool:
+        """Append all `records` in one transaction, or none of them if any key exists already (the stored
+        records of those keys are loaded instead). Returns True when all were written."""
+        if not self._has_header:
+            raise StoreError("awrite_exclusive needs a run that has its header; write the start first")
+        items = [(r.key, encode_record(r)) for r in records]
+        entries = await self.store.ainsert_many(self.run_id, items, exclusive=True)
+        if len(entries) == len(records) and all(e.inserted for e in entries):
+            for entry, rec in zip(entries, records, strict=True):
+                self._by_key.setdefault(entry.key, (entry, rec))
+            return True
+        for entry in entries:
+            if entry.key not in self._by_key:
+                self._by_key[entry.key] = (entry, decode_record(entry.key, entry.data))
+        return False
+
+    async def awrite_one(self, record: Record) -> tuple[Record, bool]:
+        """`awrite` for one record."""
+        return (await self.awrite([record]))[0]

@@ -1,0 +1,224 @@
+"""Deciding lost outcomes: `resolve_halt`, the shared resolution step, and run status.
+
+Liveness rule (why resolution is safe): every attempt marker records a deadline (attempt time + the tool's
+timeout). A driver never keeps a call running past its deadline (async tools are cancelled at the timeout;
+sync tools must not outlive it: declare a timeout that bounds them). So once the deadline plus a clock-skew
+margin has passed, no driver can still be running the call, and an outcome may be recorded. Before that,
+resolution is refused with `HaltInFlight`. A resolution first claims the next attempt number as "resolver";
+if another driver or resolver holds it, resolution is refused too, so two deciders never both act.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ._canonical import canonical_json
+from ._errors import ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
+from ._journal import Journal
+from ._outcome import Outcome
+from ._records import (
+    END_KEY,
+    START_KEY,
+    Attempt,
+    End,
+    ModelTurn,
+    NotStarted,
+    Pause,
+    Start,
+    ToolResult,
+    attempt_key,
+    model_key,
+    not_started_key,
+    pause_key,
+    result_key,
+)
+from ._store import Store
+
+__all__ = ["DEFAULT_CLOCK_SKEW", "RunStatus", "aresolve_halt", "attempts_of", "resolve_halt", "run_status"]
+
+DEFAULT_CLOCK_SKEW = 1.0
+
+
+def attempts_of(journal: Journal, call_id: str) -> list[Attempt]:
+    """The attempt markers of a call, gen 0, 1, ... (stops at the first missing gen)."""
+    out: list[Attempt] = []
+    while True:
+        rec = journal.get(attempt_key(call_id, len(out)))
+        if not isinstance(rec, Attempt):
+            return out
+        out.append(rec)
+
+
+def live_attempt(journal: Journal, call_id: str) -> Attempt | None:
+    """The call's newest attempt if it has not been voided by a not-started record."""
+    markers = attempts_of(journal, call_id)
+    if not markers:
+        return None
+    last = markers[-1]
+    voided = journal.get(not_started_key(call_id, last.gen))
+    return None if isinstance(voided, NotStarted) and voided.claim == last.claim else last
+
+
+def _same(result: ToolResult, outcome: Outcome) -> bool:
+    want_error = outcome.kind == "failed"
+    return result.is_error == want_error and canonical_json(result.result) == canonical_json(outcome.result)
+
+
+async def resolve_in(
+    journal: Journal, call_id: str, outcome: Outcome, *, clock_skew: float, now: float | None = None
+) -> ToolResult | None:
+    """Record `outcome` for the call's live attempt. Returns the recorded result (None for not_started)."""
+    existing = journal.get(result_key(call_id))
+    if isinstance(existing, ToolResult):
+        if outcome.kind != "not_started" and _same(existing, outcome):
+            return existing
+        raise HaltAlreadyResolved(
+            f"call {call_id!r} of run {journal.run_id!r} already has an outcome "
+            f"(is_error={existing.is_error}, result={existing.result!r}); it cannot be changed"
+        )
+    live = live_attempt(journal, call_id)
+    if live is None:
+        raise NoLiveAttempt(
+            f"call {call_id!r} of run {journal.run_id!r} has no attempt waiting for an outcome; "
+            "nothing to resolve (run the agent to go on)"
+        )
+    now = time.time() if now is None else now
+    ready_at = live.deadline_ms / 1000 + clock_skew
+    if now < ready_at:
+        raise HaltInFlight(
+            f"call {call_id!r} of run {journal.run_id!r} may still be running (its deadline is "
+            f"{live.deadline_ms / 1000:.3f}, plus {clock_skew:g}s clock skew); retry after {ready_at:.3f}",
+            retry_after=ready_at,
+        )
+    claim = secrets.token_hex(16)
+    now_ms = int(now * 1000)
+    marker = Attempt(
+        key=attempt_key(call_id, live.gen + 1),
+        call_id=call_id,
+        tool=live.tool,
+        arguments=live.arguments,
+        gen=live.gen + 1,
+        claim=claim,
+        attempted_at_ms=now_ms,
+        deadline_ms=now_ms,
+        by="resolver",
+    )
+    stored, _ = await journal.awrite_one(marker)
+    if not isinstance(stored, Attempt) or stored.claim != claim:
+        raise HaltInFlight(
+            f"call {call_id!r} of run {journal.run_id!r} was claimed by another driver or "
+            "resolver while resolving; load the run again and see what it recorded"
+        )
+    if outcome.kind == "not_started":
+        await journal.awrite_one(
+            NotStarted(
+                key=not_started_key(call_id, marker.gen),
+                call_id=call_id,
+                gen=marker.gen,
+                claim=claim,
+                reason="resolved as not started",
+            )
+        )
+        return None
+    # Only side effects write attempt markers, so a resolved call is always a side effect.
+    rec, _ = await journal.awrite_one(
+        ToolResult(
+            key=result_key(call_id),
+            call_id=call_id,
+            tool=live.tool,
+            result=outcome.result,
+            is_error=outcome.kind == "failed",
+            safety="side_effect",
+            reconciled=True,
+            evidence=outcome.evidence,
+        )
+    )
+    assert isinstance(rec, ToolResult)
+    if not _same(rec, outcome):
+        raise HaltAlreadyResolved(f"call {call_id!r} of run {journal.run_id!r} got another outcome meanwhile")
+    return rec
+
+
+async def aresolve_halt(
+    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+) -> None:
+    """Async `resolve_halt`."""
+    if not isinstance(outcome, Outcome):
+        raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
+    journal = await Journal(store, run_id).aload()
+    if not journal.exists:
+        raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
+    await resolve_in(journal, call_id, outcome, clock_skew=clock_skew)
+
+
+def resolve_halt(
+    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+) -> None:
+    """Record what really happened to a call that halted a run with `OutcomeUnknown`; the next `run` goes on.
+
+    Refused (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds has passed, and when another
+    driver or resolver claims the call concurrently; refused (`HaltAlreadyResolved`) when a different
+    outcome is recorded already (the same outcome again is accepted); refused (`NoLiveAttempt`) when the
+    call has no attempt waiting. Must not be called from inside a running event loop (use `aresolve_halt`).
+    """
+    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew))
+
+
+@dataclass(frozen=True, slots=True)
+class RunStatus:
+    """Where a run stands, derived from its journal.
+
+    `status` is one of: "not_started", "running" (started, not finished, nothing blocking: run it again to go
+    on), "halted" (a side-effect call has an attempt and no outcome: the next drive halts; before the call's
+    deadline it may also still be in flight), "awaiting_approval", "completed".
+    `call_id`, `tool`, `arguments` name the blocking call for halted and awaiting_approval runs.
+    """
+
+    run_id: str
+    status: str
+    input: str | None = None
+    answer: str | None = None
+    call_id: str | None = None
+    tool: str | None = None
+    arguments: Any = None
+    records: int = 0
+
+
+def status_of(journal: Journal) -> RunStatus:
+    """Derive a `RunStatus` from a loaded journal."""
+    rid = journal.run_id
+    n = len(journal.records())
+    if not journal.exists:
+        return RunStatus(rid, "not_started")
+    start = journal.get(START_KEY)
+    inp = start.input if isinstance(start, Start) else None
+    end = journal.get(END_KEY)
+    if isinstance(end, End):
+        return RunStatus(rid, "completed", inp, end.answer, records=n)
+    turn = 0
+    last: ModelTurn | None = None
+    while isinstance(rec := journal.get(model_key(turn)), ModelTurn):
+        last = rec
+        turn += 1
+    if last is not None:
+        for call in last.message.tool_calls:
+            if journal.get(result_key(call.call_id)) is not None:
+                continue
+            live = live_attempt(journal, call.call_id)
+            if live is not None:
+                return RunStatus(rid, "halted", inp, None, call.call_id, call.name, live.arguments, n)
+            if isinstance(journal.get(pause_key(call.call_id)), Pause):
+                return RunStatus(
+                    rid, "awaiting_approval", inp, None, call.call_id, call.name, call.arguments, n
+                )
+            break
+    return RunStatus(rid, "running", inp, records=n)
+
+
+def run_status(store: Store, run_id: str) -> RunStatus:
+    """Where the run `run_id` stands (blocking; reads the journal once)."""
+    return status_of(Journal(store, run_id).load())

@@ -1,0 +1,547 @@
+"""SQL stores (SQLite and PostgreSQL) over SQLAlchemy, with group commit.
+
+Every request (read or write) joins a batch, and a batch is one transaction; each caller is answered only
+after that transaction has committed. Concurrent runs therefore share commits (group commit) without
+weakening durability, and a lone caller is served at once. Batches are formed in two places:
+
+- Async callers of a SQLite store: inside the event loop. All requests made before the loop gets back to
+  its callbacks run as one transaction, synchronously (no thread hand-offs). The loop never waits for a
+  lock: if another process holds SQLite's write lock, the batch moves to the store's thread.
+- Everyone else (blocking callers, PostgreSQL): one thread per store object owns a connection and answers
+  whatever is queued when it becomes free, in one transaction.
+
+Tables (names carry the store's `table_prefix`, default ``bide_``):
+
+- ``<prefix>records(run_id, key, seq, data)``: unique (run_id, key); unique seq per run. SQLite uses the
+  rowid as seq (writers are serialized by the database lock, so rowid order is commit order). PostgreSQL
+  takes seq numbers from ``<prefix>runs.next_seq`` under that row's lock, which it holds until commit, so
+  each run's seq order is its commit order.
+- ``<prefix>runs(run_id, next_seq)``: one row per run (listing, and the per-run seq counter on PostgreSQL).
+
+Extension point: `SQLStore.engine`, `SQLStore.metadata` and `SQLStore.table_prefix` are public, so another
+component (the audit log) can add its own tables beside these with the same prefix and engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import queue
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import make_url
+
+from ._errors import ConfigError, StoreError
+from ._memory import _check
+from ._store import Entry
+
+__all__ = ["SQLStore"]
+
+_STOP = object()
+
+
+class _Slot:
+    """One connection, opened lazily and replaced after an error."""
+
+    def __init__(self, store: SQLStore, *, in_loop: bool = False) -> None:
+        self.store = store
+        self.in_loop = in_loop
+        self.raw: Any = None
+
+    def get(self) -> Any:
+        if self.raw is None:
+            raw = self.store.engine.raw_connection()
+            if self.store.dialect == "sqlite":
+                driver: Any = raw.driver_connection
+                driver.isolation_level = None
+                if self.in_loop:
+                    # Never wait for a lock inside the event loop: a busy database hands the batch to the
+                    # store's thread, which waits with the full busy timeout.
+                    driver.execute("PRAGMA busy_timeout=0")
+            self.raw = raw
+        return self.raw
+
+    def drop(self) -> None:
+        raw, self.raw = self.raw, None
+        if raw is not None:
+            # The connection may be dead; it is discarded either way.
+            with contextlib.suppress(Exception):
+                raw.rollback()
+            with contextlib.suppress(Exception):
+                raw.invalidate()
+
+    def close(self) -> None:
+        raw, self.raw = self.raw, None
+        if raw is not None:
+            with contextlib.suppress(Exception):
+                raw.close()
+
+
+class _LoopBatch(threading.local):
+    """Per-thread state of the in-loop group commit used by async callers of SQLite stores."""
+
+    def __init__(self) -> None:
+        self.pending: list[_Request] = []
+        self.scheduled = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.slot: _Slot | None = None
+_IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+
+
+@dataclass
+class _Request:
+    """One queued operation. Blocking callers wait on `future`; async callers get their answer through
+    `afuture`, delivered on their event loop once per batch (one wake-up per loop, not one per request)."""
+
+    run_id: str
+    op: str  # "insert" | "get" | "load" | "runs"
+    args: Any
+    future: Future[Any] | None = None
+    loop: asyncio.AbstractEventLoop | None = None
+    afuture: asyncio.Future[Any] | None = None
+
+    def settle(self, result: Any = None, error: BaseException | None = None) -> None:
+        if self.future is not None:
+            if error is not None:
+                self.future.set_exception(error)
+            else:
+                self.future.set_result(result)
+
+
+_Answer = tuple[asyncio.Future[Any], Any, BaseException | None]
+
+
+def _deliver(answers: list[_Answer]) -> None:
+    for fut, result, error in answers:
+        if fut.cancelled():
+            continue
+        if error is not None:
+            fut.set_exception(error)
+        else:
+            fut.set_result(result)
+
+
+class SQLStore:
+    """A durable `Store` in SQLite (one machine) or PostgreSQL (many processes and machines).
+
+    SQLite runs in WAL mode with ``synchronous=FULL`` (a committed record survives power loss) and a busy
+    timeout; it is for processes on one machine and one local disk (not NFS).
+    """
+
+    durable = True
+
+    def __init__(self, url: str, *, table_prefix: str = "bide_", busy_timeout: float = 30.0) -> None:
+        if not table_prefix or not set(table_prefix) <= _IDENT_OK:
+            raise ConfigError(f"table_prefix must be letters, digits and underscores, got {table_prefix!r}")
+        self.url = url
+        self.table_prefix = table_prefix
+        sa_url = make_url(url)
+        if sa_url.drivername in ("postgresql", "postgres", "postgresql+psycopg"):
+            sa_url = sa_url.set(drivername="postgresql+psycopg")
+            self.dialect = "postgresql"
+        elif sa_url.drivername in ("sqlite", "sqlite+pysqlite"):
+            self.dialect = "sqlite"
+            if not sa_url.database or sa_url.database == ":memory:":
+                raise ConfigError(
+                    "a SQLite store needs a file path (sqlite:///path/to/bide.db); use memory:// "
+                    "for a throwaway store"
+                )
+        else:
+            raise ConfigError(
+                f"unsupported store URL {url!r}: use memory://, sqlite:///path or postgresql://..."
+            )
+        self._busy_ms = int(busy_timeout * 1000)
+        if self.dialect == "sqlite":
+            # Connections are per thread; check_same_thread=False only so close() can close them all.
+            self.engine = sa.create_engine(
+                sa_url, poolclass=sa.pool.NullPool, connect_args={"check_same_thread": False}
+            )
+            sa.event.listen(self.engine, "connect", self._sqlite_pragmas)
+        else:
+            self.engine = sa.create_engine(sa_url, pool_pre_ping=True, pool_size=2)
+        self.metadata = sa.MetaData()
+        self.records_table, self.runs_table = self._tables()
+        self._create_schema()
+        p = table_prefix
+        if self.dialect == "sqlite":
+            self._sql_run = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
+            self._sql_ins = f"INSERT OR IGNORE INTO {p}records(run_id, key, data) VALUES (?, ?, ?)"
+            self._sql_get = f"SELECT seq, data FROM {p}records WHERE run_id = ? AND key = ?"
+            self._sql_load = (
+                f"SELECT seq, key, data FROM {p}records WHERE run_id = ? AND seq > ? ORDER BY seq"
+            )
+            self._sql_runs = (
+                f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? "
+                "ORDER BY run_id LIMIT ?"
+            )
+        else:
+            self._sql_run = (
+                f"INSERT INTO {p}runs(run_id, next_seq) VALUES (%s, %s) ON CONFLICT (run_id) DO UPDATE "
+                f"SET next_seq = {p}runs.next_seq + EXCLUDED.next_seq RETURNING next_seq"
+            )
+            self._sql_ins = (
+                f"INSERT INTO {p}records(run_id, key, seq, data) VALUES (%s, %s, %s, %s) "
+                "ON CONFLICT (run_id, key) DO NOTHING RETURNING seq"
+            )
+            self._sql_get = f"SELECT seq, data FROM {p}records WHERE run_id = %s AND key = %s"
+            self._sql_load = (
+                f"SELECT seq, key, data FROM {p}records WHERE run_id = %s AND seq > %s ORDER BY seq"
+            )
+            self._sql_runs = (
+                f"SELECT run_id FROM {p}runs WHERE run_id > %s AND left(run_id, %s) = %s "
+                "ORDER BY run_id LIMIT %s"
+            )
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._worker_slot = _Slot(self)
+        self._local = _LoopBatch()
+        self._slots: list[_Slot] = []
+        self._closed = False
+        self.commits = 0  # transactions committed by this store object (for benchmarks)
+        self._known_runs: set[str] = set()  # SQLite: runs whose runs row is committed
+
+    # -- schema -------------------------------------------------------------------------------------------
+
+    def _sqlite_pragmas(self, dbapi_conn: Any, _record: Any) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute(f"PRAGMA busy_timeout={self._busy_ms}")
+        cur.close()
+
+    def _tables(self) -> tuple[sa.Table, sa.Table]:
+        p = self.table_prefix
+        text = sa.String(collation="C") if self.dialect == "postgresql" else sa.String()
+        if self.dialect == "sqlite":
+            records = sa.Table(
+                f"{p}records",
+                self.metadata,
+                sa.Column("seq", sa.Integer, primary_key=True),
+                sa.Column("run_id", text, nullable=False),
+                sa.Column("key", text, nullable=False),
+                sa.Column("data", sa.LargeBinary, nullable=False),
+                sa.UniqueConstraint("run_id", "key", name=f"{p}records_run_key"),
+                sa.Index(f"{p}records_run_seq", "run_id", "seq"),
+            )
+        else:
+            records = sa.Table(
+                f"{p}records",
+                self.metadata,
+                sa.Column("run_id", text, nullable=False),
+                sa.Column("key", text, nullable=False),
+                sa.Column("seq", sa.BigInteger, nullable=False),
+                sa.Column("data", sa.LargeBinary, nullable=False),
+                sa.PrimaryKeyConstraint("run_id", "key", name=f"{p}records_pk"),
+                sa.UniqueConstraint("run_id", "seq", name=f"{p}records_run_seq"),
+            )
+        runs = sa.Table(
+            f"{p}runs",
+            self.metadata,
+            sa.Column("run_id", text, primary_key=True),
+            sa.Column("next_seq", sa.BigInteger, nullable=False, server_default="0"),
+        )
+        return records, runs
+
+    def _create_schema(self) -> None:
+        # Several processes may open a new database at once; losing the CREATE race is fine.
+        for attempt in range(5):
+            try:
+                self.metadata.create_all(self.engine, checkfirst=True)
+                return
+            except sa.exc.DBAPIError as exc:
+                if attempt == 4:
+                    raise StoreError(f"cannot create bide tables in {self.url}: {exc}") from exc
+
+    # -- public blocking API --------------------------------------------------------------------------------
+
+    def insert_many(
+        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+    ) -> list[Entry]:
+        _check(run_id, items)
+        args = ([(k, bytes(d)) for k, d in items], exclusive)
+        result: list[Entry] = self._submit(run_id, "insert", args).result()
+        return result
+
+    def get(self, run_id: str, key: str) -> Entry | None:
+        result: Entry | None = self._submit(run_id, "get", key).result()
+        return result
+
+    def load(self, run_id: str, after: int = 0) -> list[Entry]:
+        result: list[Entry] = self._submit(run_id, "load", after).result()
+        return result
+
+    def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
+        result: list[str] = self._submit("", "runs", (prefix, after, limit)).result()
+        return result
+
+    # -- public async API ----------------------------------------------------------------------------------
+
+    async def ainsert_many(
+        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+    ) -> list[Entry]:
+        _check(run_id, items)
+        args = ([(k, bytes(d)) for k, d in items], exclusive)
+        result: list[Entry] = await self._asubmit(run_id, "insert", args)
+        return result
+
+    async def aget(self, run_id: str, key: str) -> Entry | None:
+        result: Entry | None = await self._asubmit(run_id, "get", key)
+        return result
+
+    async def aload(self, run_id: str, after: int = 0) -> list[Entry]:
+        result: list[Entry] = await self._asubmit(run_id, "load", after)
+        return result
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread = self._thread
+        if thread is not None:
+            self._queue.put(_STOP)
+            thread.join()
+        for slot in self._slots:
+            slot.close()
+        self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"SQLStore({self.url!r}, table_prefix={self.table_prefix!r})"
+
+    # -- the writer thread ---------------------------------------------------------------------------------
+
+    def _enqueue(self, req: _Request) -> None:
+        with self._lock:
+            if self._closed:
+                raise StoreError(f"store {self.url} is closed")
+            if self._thread is None:
+                name = f"bide-store:{self.url}"
+                self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+                self._thread.start()
+        self._queue.put(req)
+
+    def _submit(self, run_id: str, op: str, args: Any) -> Future[Any]:
+        req = _Request(run_id, op, args, future=Future())
+        self._enqueue(req)
+        assert req.future is not None
+        return req.future
+
+    def _asubmit(self, run_id: str, op: str, args: Any) -> asyncio.Future[Any]:
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
+        req = _Request(run_id, op, args, loop=loop, afuture=fut)
+        if self.dialect != "sqlite":
+            self._enqueue(req)
+            return fut
+        # SQLite, async caller: group commit inside the event loop. Every request made before the loop
+        # gets back to its callbacks joins one transaction, run synchronously (no thread hand-offs; the loop
+        # is blocked for the commit, a fraction of a millisecond per batch).
+        if self._closed:
+            raise StoreError(f"store {self.url} is closed")
+        state = self._local
+        if state.loop is not loop:
+            # A new event loop on this thread: whatever the old one left queued has no caller any more.
+            state.loop, state.pending, state.scheduled = loop, [], False
+        state.pending.append(req)
+        if not state.scheduled:
+            state.scheduled = True
+            loop.call_soon(self._flush_local, state)
+        return fut
+
+    def _flush_local(self, state: _LoopBatch) -> None:
+        batch, state.pending = state.pending, []
+        state.scheduled = False
+        try:
+            if state.slot is None:
+                state.slot = _Slot(self, in_loop=True)
+                with self._lock:
+                    self._slots.append(state.slot)
+            self._run_batch(batch, state.slot)
+        except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
+            self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
+                          if r.afuture is not None and not r.afuture.done()])
+            if not isinstance(exc, Exception):
+                raise
+
+    def _answer(self, answers: list[tuple[_Request, Any, BaseException | None]]) -> None:
+        by_loop: dict[asyncio.AbstractEventLoop, list[_Answer]] = {}
+        try:
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        for req, result, error in answers:
+            if req.afuture is not None and req.loop is not None and req.loop is here:
+                _deliver([(req.afuture, result, error)])
+            elif req.afuture is not None and req.loop is not None:
+                by_loop.setdefault(req.loop, []).append((req.afuture, result, error))
+            else:
+                req.settle(result, error)
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is waiting
+                loop.call_soon_threadsafe(_deliver, items)
+
+    def _serve(self) -> None:
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                break
+            batch: list[_Request] = [first]
+            stop = False
+            while len(batch) < 4096:
+                try:
+                    nxt = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    stop = True
+                    break
+                batch.append(nxt)
+            try:
+                self._run_batch(batch, self._worker_slot)
+            except BaseException as exc:  # never leave a caller waiting on a dead thread
+                self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
+                              if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())])
+            if stop:
+                break
+        self._worker_slot.close()
+
+    def _run_batch(self, batch: list[_Request], slot: _Slot) -> None:
+        # Sorting by run id gives every transaction the same lock order on PostgreSQL (no deadlocks);
+        # requests in one batch are concurrent, so their relative order is free.
+        batch.sort(key=lambda r: r.run_id)
+        for attempt in range(8):
+            try:
+                results = self._transaction(batch, slot.get())
+            except Exception as exc:
+                slot.drop()
+                if slot.in_loop and _retryable(exc):
+                    for req in batch:  # another process holds the write lock: wait for it off the loop
+                        self._enqueue(req)
+                    return
+                if _retryable(exc) and attempt < 7:
+                    continue
+                if len(batch) > 1:
+                    # Isolate the failing request: answer the others in their own transactions.
+                    for req in batch:
+                        self._run_batch([req], slot)
+                    return
+                error = StoreError(
+                    f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} failed; "
+                    f"a write may or may not have committed: {exc}"
+                )
+                self._answer([(batch[0], None, error)])
+                return
+            self._answer([(req, res, None) for req, res in zip(batch, results, strict=True)])
+            return
+
+    def _transaction(self, batch: list[_Request], raw: Any) -> list[Any]:
+        writes = any(r.op == "insert" for r in batch)
+        cur = raw.cursor()
+        try:
+            if self.dialect == "sqlite":
+                cur.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
+            new_runs: set[str] = set()
+            if self.dialect == "sqlite":
+                # One runs row per run (for listing): written once, outside any savepoint, and remembered
+                # only after the commit.
+                with self._lock:
+                    missing = {r.run_id for r in batch if r.op == "insert"} - self._known_runs
+                for rid in sorted(missing):
+                    cur.execute(self._sql_run, (rid,))
+                    new_runs.add(rid)
+            results = [self._apply(cur, req) for req in batch]
+            if self.dialect == "sqlite":
+                cur.execute("COMMIT")
+            else:
+                raw.commit()
+        except BaseException:
+            try:
+                if self.dialect == "sqlite":
+                    cur.execute("ROLLBACK")
+                else:
+                    raw.rollback()
+            except Exception:
+                pass
+            raise
+        finally:
+            cur.close()
+        if writes:
+            self.commits += 1
+        if new_runs:
+            with self._lock:
+                if len(self._known_runs) > 100_000:
+                    self._known_runs.clear()
+                self._known_runs |= new_runs
+        return results
+
+    def _apply(self, cur: Any, req: _Request) -> Any:
+        if req.op == "insert":
+            items, exclusive = req.args
+            if not exclusive:
+                return self._insert(cur, req.run_id, items)
+            # All or nothing: a savepoint undoes this request's inserts (and seq numbers) on any conflict.
+            cur.execute("SAVEPOINT bide_exclusive")
+            out = self._insert(cur, req.run_id, items)
+            if all(e.inserted for e in out):
+                cur.execute("RELEASE SAVEPOINT bide_exclusive")
+                return out
+            cur.execute("ROLLBACK TO SAVEPOINT bide_exclusive")
+            cur.execute("RELEASE SAVEPOINT bide_exclusive")
+            stored = [self._read(cur, req.run_id, k) for k, _ in items]
+            return [e for e in stored if e is not None]
+        if req.op == "get":
+            cur.execute(self._sql_get, (req.run_id, req.args))
+            row = cur.fetchone()
+            return None if row is None else Entry(int(row[0]), req.args, bytes(row[1]))
+        if req.op == "load":
+            cur.execute(self._sql_load, (req.run_id, req.args))
+            return [Entry(int(s), k, bytes(d)) for s, k, d in cur.fetchall()]
+        prefix, after, limit = req.args
+        cur.execute(self._sql_runs, (after, len(prefix), prefix, limit))
+        return [r[0] for r in cur.fetchall()]
+
+    def _insert(self, cur: Any, run_id: str, items: list[tuple[str, bytes]]) -> list[Entry]:
+        out: list[Entry] = []
+        if self.dialect == "sqlite":
+            for key, data in items:
+                cur.execute(self._sql_ins, (run_id, key, data))
+                if cur.rowcount == 1:
+                    out.append(Entry(int(cur.lastrowid), key, data, True))
+                else:
+                    out.append(self._existing(cur, run_id, key, data))
+            return out
+        cur.execute(self._sql_run, (run_id, len(items)))
+        top = int(cur.fetchone()[0])
+        base = top - len(items)
+        for i, (key, data) in enumerate(items):
+            cur.execute(self._sql_ins, (run_id, key, base + i + 1, data))
+            row = cur.fetchone()
+            if row is not None:
+                out.append(Entry(int(row[0]), key, data, True))
+            else:
+                out.append(self._existing(cur, run_id, key, data))
+        return out
+
+    def _read(self, cur: Any, run_id: str, key: str) -> Entry | None:
+        cur.execute(self._sql_get, (run_id, key))
+        row = cur.fetchone()
+        return None if row is None else Entry(int(row[0]), key, bytes(row[1]))
+
+    def _existing(self, cur: Any, run_id: str, key: str, data: bytes) -> Entry:
+        cur.execute(self._sql_get, (run_id, key))
+        row = cur.fetchone()
+        if row is None:
+            raise StoreError(f"record {key!r} of run {run_id!r} conflicted but cannot be read back")
+        return Entry(int(row[0]), key, bytes(row[1]), False)
+
+
+def _retryable(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    sqlstate = getattr(exc, "sqlstate", None)
+    return sqlstate in ("40001", "40P01") or "database is locked" in text or "deadlock" in text

@@ -1,0 +1,349 @@
+"""Tools: typed Python functions the model may call, with a declared safety.
+
+Safety decides what a crash can do to a call:
+
+- `SideEffect` (the default): at most once. An attempt marker is journaled before the call; a marker without
+  a result on resume halts the run with `OutcomeUnknown`.
+- `Idempotent`: retried freely after a crash; the tool receives a stable idempotency key per call to pass to
+  its provider, so the provider deduplicates.
+- `ReadOnly`: changes nothing; re-runs freely.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import hashlib
+import inspect
+import threading
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, TypeVar, overload
+
+import pydantic
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic_core import to_jsonable_python
+
+from ._errors import ConfigError, NotCalled
+from ._messages import ToolSpec
+
+__all__ = [
+    "AttemptInfo",
+    "CallContext",
+    "Idempotent",
+    "ReadOnly",
+    "Safety",
+    "SideEffect",
+    "Tool",
+    "current_call",
+    "idempotency_key_for",
+    "tool",
+]
+
+DEFAULT_TIMEOUT = 60.0
+_RESERVED_NAMES = {"final_answer"}
+_INJECTED = "idempotency_key"
+
+
+class Safety(enum.Enum):
+    """How a tool may be retried after a crash. Declare it honestly: the guarantee depends on it."""
+
+    SIDE_EFFECT = "side_effect"
+    IDEMPOTENT = "idempotent"
+    READ_ONLY = "read_only"
+
+    @property
+    def retry_safe(self) -> bool:
+        """True for ReadOnly and Idempotent: no attempt marker, re-run after a crash."""
+        return self is not Safety.SIDE_EFFECT
+
+
+SideEffect = Safety.SIDE_EFFECT
+Idempotent = Safety.IDEMPOTENT
+ReadOnly = Safety.READ_ONLY
+
+
+@dataclass(frozen=True, slots=True)
+class CallContext:
+    """The call a tool is running for. `idempotency_key` is stable across every retry of this call
+    (same run id and call id), and is journaled with the result. `attempt` counts side-effect attempts."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    idempotency_key: str
+    attempt: int
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptInfo:
+    """What a reconciler is told about a call whose outcome is unknown. Times are Unix seconds."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    arguments: dict[str, Any]
+    idempotency_key: str
+    attempted_at: float
+    deadline: float
+    attempt: int
+
+
+_CURRENT: ContextVar[CallContext | None] = ContextVar("bide_current_call", default=None)
+
+
+def current_call() -> CallContext:
+    """The `CallContext` of the tool call running in this task; ConfigError outside a tool call."""
+    ctx = _CURRENT.get()
+    if ctx is None:
+        raise ConfigError("bide.current_call() is only available inside a tool called by a bide agent")
+    return ctx
+
+
+def idempotency_key_for(run_id: str, call_id: str) -> str:
+    """The stable idempotency key of a call: ``bide-`` + SHA-256 hex of the run id and call id."""
+    h = hashlib.sha256(f"bide.idem.v1\0{run_id}\0{call_id}".encode()).hexdigest()
+    return f"bide-{h[:40]}"
+
+
+Reconciler = Callable[[AttemptInfo], Any]
+
+
+class Tool:
+    """A tool the model can call. Build one with `@bide.tool`, or directly from an argument model::
+
+        Tool(name="charge", description="Charge a card", args=ChargeArgs, fn=charge, safety=bide.SideEffect)
+
+    With `args=`, `fn` receives the validated model instance (`fn(args)`); with `Tool.from_function` (what
+    `@bide.tool` uses) it receives the fields as keyword arguments. `fn` may be sync (run in a worker thread)
+    or async (cancelled at `timeout`). `timeout` (seconds) also bounds how long a call may run, which is how
+    long `resolve_halt` waits before it may decide a lost call (see docs/guarantee.md).
+
+    `gate` (a `bide.Gate`) is consulted before every call; `reconcile(AttemptInfo)` may return a
+    `bide.Outcome` for a side-effect call whose outcome was lost, or None when it cannot tell.
+    """
+
+    def __init__(
+        self,
+        *,
+        name: str,
+        description: str,
+        args: type[BaseModel],
+        fn: Callable[..., Any],
+        safety: Safety = SideEffect,
+        gate: Any = None,
+        reconcile: Reconciler | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        _unpack: bool = False,
+        _inject_key: bool = False,
+    ) -> None:
+        if (
+            not isinstance(name, str)
+            or not name
+            or len(name) > 64
+            or not all(c.isalnum() or c in "_-" for c in name)
+        ):
+            raise ConfigError(f"tool name must be 1-64 letters, digits, '_' or '-', got {name!r}")
+        if name in _RESERVED_NAMES:
+            raise ConfigError(f"tool name {name!r} is reserved")
+        if not (isinstance(args, type) and issubclass(args, BaseModel)):
+            raise ConfigError(f"tool {name!r}: args must be a pydantic model class")
+        if not isinstance(safety, Safety):
+            raise ConfigError(
+                f"tool {name!r}: safety must be bide.SideEffect, bide.Idempotent or bide.ReadOnly"
+            )
+        if not callable(fn):
+            raise ConfigError(f"tool {name!r}: fn must be callable")
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ConfigError(f"tool {name!r}: timeout must be a positive number of seconds")
+        if gate is not None and not callable(getattr(gate, "check", None)):
+            raise ConfigError(f"tool {name!r}: gate must have a check(request) method (see bide.Gate)")
+        if reconcile is not None and not callable(reconcile):
+            raise ConfigError(f"tool {name!r}: reconcile must be callable")
+        self.name = name
+        self.description = description
+        self.args = args
+        self.fn = fn
+        self.safety = safety
+        self.gate = gate
+        self.reconcile = reconcile
+        self.timeout = float(timeout)
+        self._unpack = _unpack
+        self._inject_key = _inject_key
+        self._is_async = inspect.iscoroutinefunction(fn)
+        try:
+            schema = args.model_json_schema()
+        except Exception as exc:
+            raise ConfigError(f"tool {name!r}: cannot derive a JSON schema for its arguments: {exc}") from exc
+        self.spec = ToolSpec(name=name, description=description, parameters=schema)
+
+    @classmethod
+    def from_function(
+        cls,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        safety: Safety = SideEffect,
+        gate: Any = None,
+        reconcile: Reconciler | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> Tool:
+        """Build a tool from a typed function: its parameters become the argument schema, its docstring the
+        description. A parameter named ``idempotency_key`` is not shown to the model; bide passes the call's
+        stable key in it."""
+        tool_name = name or fn.__name__
+        sig = inspect.signature(fn)
+        try:
+            hints = inspect.get_annotations(fn, eval_str=True)
+        except Exception as exc:
+            raise ConfigError(f"tool {tool_name!r}: cannot resolve its type annotations: {exc}") from exc
+        fields: dict[str, Any] = {}
+        inject = False
+        for pname, param in sig.parameters.items():
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+                raise ConfigError(f"tool {tool_name!r}: *args/**kwargs cannot be described to a model")
+            if pname == _INJECTED:
+                inject = True
+                continue
+            if pname not in hints:
+                raise ConfigError(f"tool {tool_name!r}: parameter {pname!r} needs a type annotation")
+            default = ... if param.default is param.empty else param.default
+            fields[pname] = (hints[pname], default)
+        model = pydantic.create_model(
+            f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
+        )
+        doc = inspect.getdoc(fn) or ""
+        desc = description if description is not None else doc.split("\n\n")[0].strip() or tool_name
+        return cls(
+            name=tool_name,
+            description=desc,
+            args=model,
+            fn=fn,
+            safety=safety,
+            gate=gate,
+            reconcile=reconcile,
+            timeout=timeout,
+            _unpack=True,
+            _inject_key=inject,
+        )
+
+    def validate(self, arguments: dict[str, Any] | str) -> BaseModel:
+        """Validate the model's arguments; raises ToolArgumentsInvalid with a message for the model."""
+        if isinstance(arguments, str):
+            raise ToolArgumentsInvalid(f"arguments must be a JSON object, got {arguments[:200]!r}")
+        try:
+            return self.args.model_validate(arguments)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ToolArgumentsInvalid(f"invalid arguments for tool {self.name!r}: {problems}") from None
+
+    async def invoke(self, validated: BaseModel, ctx: CallContext) -> Any:
+        """Call the tool for one call (under its timeout) and return its JSON-ready result."""
+        token = _CURRENT.set(ctx)
+        try:
+            if self._unpack:
+                kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
+                if self._inject_key:
+                    kwargs[_INJECTED] = ctx.idempotency_key
+                call: Callable[[], Any] = lambda: self.fn(**kwargs)  # noqa: E731
+            else:
+                call = lambda: self.fn(validated)  # noqa: E731
+            if self._is_async:
+                async with asyncio.timeout(self.timeout):
+                    value = await call()
+            else:
+                value = await self._in_thread(call)
+                if inspect.isawaitable(value):
+                    value = await asyncio.wait_for(_await(value), self.timeout)
+        finally:
+            _CURRENT.reset(token)
+        return to_jsonable_python(value, fallback=str)
+
+    async def _in_thread(self, call: Callable[[], Any]) -> Any:
+        """Run a sync tool in a worker thread under the timeout. If the timeout passes while the call is
+        still queued for a thread, it is abandoned before it starts and that is proven with NotCalled
+        (so a busy thread pool never turns into an unknown outcome)."""
+        lock = threading.Lock()
+        state = {"started": False, "abandoned": False}
+
+        def runner() -> Any:
+            with lock:
+                if state["abandoned"]:
+                    raise NotCalled(f"tool {self.name!r} timed out before a worker thread could start it")
+                state["started"] = True
+            return call()
+
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(runner), self.timeout)
+        except TimeoutError:
+            with lock:
+                if not state["started"]:
+                    state["abandoned"] = True
+                    raise NotCalled(
+                        f"tool {self.name!r} waited {self.timeout:g}s for a worker thread and never started"
+                    ) from None
+            raise
+
+    def __repr__(self) -> str:
+        return f"<bide.Tool {self.name} safety={self.safety.value}>"
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+class ToolArgumentsInvalid(Exception):
+    """Internal: the model's arguments failed validation; the message goes back to the model."""
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@overload
+def tool(
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    safety: Safety = SideEffect,
+    gate: Any = None,
+    reconcile: Reconciler | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    safety: Safety = SideEffect,
+    gate: Any = None,
+    reconcile: Reconciler | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Turn a typed function into a `Tool`: ``@bide.tool`` (a side effect) or
+    ``@bide.tool(safety=bide.ReadOnly)``; see `Tool` for the other options."""
+
+    def wrap(f: Callable[..., Any]) -> Tool:
+        return Tool.from_function(
+            f,
+            name=name,
+            description=description,
+            safety=safety,
+            gate=gate,
+            reconcile=reconcile,
+            timeout=timeout,
+        )
+
+    if fn is not None:
+        return wrap(fn)
+    return wrap

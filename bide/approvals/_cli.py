@@ -1,0 +1,131 @@
+"""The approver's commands of the `bide` CLI: `bide approve`, `bide deny`, `bide pending`.
+
+Exit codes follow `bide`'s: 0 done; 2 usage (or an unreadable key file); 3 no such store, run or waiting
+call; 4 refused (gate closed, key holds no seat, already decided); 5 the store failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from .._store import Store
+
+__all__ = ["register"]
+
+EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 2, 3, 4
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"bide: {message}", file=sys.stderr)
+    return code
+
+
+def _open(args: argparse.Namespace) -> Store | int:
+    # bide's CLI signals its own failures with an exception carrying the exit code; answer with it here
+    # (its class exists twice when bide._cli runs as __main__, so it cannot be caught by class).
+    from .._cli import open_cli_store
+
+    try:
+        return open_cli_store(args)
+    except Exception as exc:
+        code = getattr(exc, "code", None)
+        if not isinstance(code, int):
+            raise
+        return _fail(str(exc), code)
+
+
+def _decide(args: argparse.Namespace, approve: bool) -> int:
+    from ..audit._errors import UnreadableInput
+    from ..audit._keys import load_signing_key
+    from ._submit import ApprovalRefused, NoWaitingCall, pending_approvals, submit_decision
+
+    try:
+        key = load_signing_key(args.key)
+    except UnreadableInput as exc:
+        return _fail(str(exc), EXIT_USAGE)
+    store = _open(args)
+    if isinstance(store, int):
+        return store
+    try:
+        record = submit_decision(store, args.run, args.call, key, approve=approve)
+        left = [
+            p
+            for p in pending_approvals(store, prefix=args.run)
+            if p.run_id == args.run and p.call_id == args.call
+        ]
+    except NoWaitingCall as exc:
+        return _fail(str(exc), EXIT_NOT_FOUND)
+    except ApprovalRefused as exc:
+        return _fail(f"refused: {exc}", EXIT_REFUSED)
+    finally:
+        store.close()
+    verb = "approval" if approve else "denial"
+    print(f"Recorded the signed {verb} as {record!r} in run {args.run!r}.")
+    if left:
+        p = left[0]
+        print(
+            f"Call {p.call_id} needs {p.need} of {len(p.approvers)}: approved by "
+            f"{', '.join(p.approved_by) or 'nobody'}, denied by {', '.join(p.denied_by) or 'nobody'}; "
+            f"waiting for {', '.join(p.waiting_for) or 'nobody'}."
+        )
+    print("Run the agent again (same run id and input) so its gate counts the decisions and the run goes on.")
+    return 0
+
+
+def _approve(args: argparse.Namespace) -> int:
+    return _decide(args, True)
+
+
+def _deny(args: argparse.Namespace) -> int:
+    return _decide(args, False)
+
+
+def _pending(args: argparse.Namespace) -> int:
+    from ._submit import pending_approvals
+
+    store = _open(args)
+    if isinstance(store, int):
+        return store
+    try:
+        waiting = pending_approvals(store, prefix=args.prefix)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([asdict(p) for p in waiting], indent=2))
+        return 0
+    if not waiting:
+        print("No call is waiting for approval.")
+        return 0
+    for p in waiting:
+        shown = json.dumps(p.arguments, sort_keys=True, ensure_ascii=False)
+        print(
+            f"{p.run_id}  {p.call_id}  {p.tool}({shown})  "
+            f"{len(p.approved_by)}/{p.need} approvals of {len(p.approvers)}; "
+            f"denied by {', '.join(p.denied_by) or 'nobody'}; waiting for {', '.join(p.waiting_for)}"
+        )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Add `approve`, `deny` and `pending` to `bide`'s subparsers; each sets `handler(args) -> int`."""
+    from .._cli import add_store_argument
+
+    for name, fn, what in (
+        ("approve", _approve, "sign and record an approval"),
+        ("deny", _deny, "sign and record a denial"),
+    ):
+        s = subparsers.add_parser(name, help=f"{what} of a call waiting at an approval gate")
+        add_store_argument(s)
+        s.add_argument("run", help="run id")
+        s.add_argument("call", help="call id (see `bide pending`)")
+        s.add_argument("--key", required=True, help="your Ed25519 signing key file (bide-audit keygen)")
+        s.set_defaults(handler=fn)
+    s = subparsers.add_parser("pending", help="list calls waiting for approvers, and for whom")
+    add_store_argument(s)
+    s.add_argument("--prefix", default="", help="only runs whose id starts with this")
+    s.add_argument("--json", action="store_true", help="print JSON")
+    s.set_defaults(handler=_pending)

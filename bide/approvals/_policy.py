@@ -1,0 +1,206 @@
+"""Approval policies (k of n named approvers, each seat one Ed25519 key) and the bytes approvers sign.
+
+u64 is unsigned 64-bit big-endian, field(x) = u64(len(x)) || x, text is UTF-8:
+
+    approvers_digest = SHA-256("bide.approval.approvers.v1\\x00" || u64(n)
+                               || for each approver, sorted by the UTF-8 bytes of its name:
+                                  field(name) || field(raw 32-byte public key))
+    policy_digest    = SHA-256("bide.approval.policy.v1\\x00" || u64(need) || approvers_digest)
+    decision bytes   = "bide.approval.decision.v1\\x00" || field(run_id) || field(call_id) || field(tool)
+                       || arguments_digest (32 bytes) || field(approver) || (0x01 approve | 0x00 deny)
+                       || u64(need) || approvers_digest (32 bytes)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ConfigError
+from ..audit._errors import UnreadableInput
+from ..audit._formats import field, u64
+from ..audit._keys import PublicKey, load_public_key
+
+__all__ = ["ApprovalPolicy", "Approver", "decision_bytes"]
+
+APPROVERS_TAG = b"bide.approval.approvers.v1\x00"
+POLICY_TAG = b"bide.approval.policy.v1\x00"
+DECISION_TAG = b"bide.approval.decision.v1\x00"
+
+
+@dataclass(frozen=True)
+class Approver:
+    """One seat of a policy: a name and the Ed25519 public key that speaks for it."""
+
+    name: str
+    key: PublicKey
+
+
+def _fold(name: str) -> str:
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+@dataclass(frozen=True)
+class ApprovalPolicy:
+    """`need` approvals out of a fixed, named set of approvers.
+
+    Refused at construction: no approvers, an empty or control-character name, two names equal under NFKC
+    case folding (``alice``/``Alice``), two names sharing one key (a seat is a key), need outside 1..n.
+    """
+
+    need: int
+    approvers: tuple[Approver, ...]
+
+    def __post_init__(self) -> None:
+        if not self.approvers:
+            raise ConfigError("an approval policy needs at least one approver")
+        folded: set[str] = set()
+        keys: dict[bytes, str] = {}
+        for a in self.approvers:
+            if not isinstance(a.name, str) or not a.name or any(ord(c) < 32 or ord(c) == 127 for c in a.name):
+                raise ConfigError(
+                    f"approver name {a.name!r} must be non-empty text without control characters"
+                )
+            if _fold(a.name) in folded:
+                raise ConfigError(
+                    f"approver name {a.name!r} collides with another (names are compared under "
+                    "NFKC case folding)"
+                )
+            folded.add(_fold(a.name))
+            if a.key.raw in keys:
+                raise ConfigError(
+                    f"approvers {keys[a.key.raw]!r} and {a.name!r} share one key; each seat needs "
+                    "its own key, or one person could fill two seats"
+                )
+            keys[a.key.raw] = a.name
+        if (
+            isinstance(self.need, bool)
+            or not isinstance(self.need, int)
+            or not 1 <= self.need <= len(self.approvers)
+        ):
+            raise ConfigError(f"need must be between 1 and {len(self.approvers)}, got {self.need!r}")
+        ordered = tuple(sorted(self.approvers, key=lambda a: a.name.encode()))
+        object.__setattr__(self, "approvers", ordered)
+
+    @classmethod
+    def of(cls, need: int, approvers: Mapping[str, PublicKey | str | bytes]) -> ApprovalPolicy:
+        """A policy from {name: public key}: a `PublicKey`, a PEM file path, or 64 hex characters."""
+        seats = []
+        for name, key in approvers.items():
+            if isinstance(key, PublicKey):
+                pk = key
+            elif isinstance(key, bytes):
+                pk = PublicKey.from_raw(key)
+            else:
+                pk = load_public_key(key)
+            seats.append(Approver(name, pk))
+        return cls(need, tuple(seats))
+
+    @property
+    def names(self) -> list[str]:
+        """Approver names, sorted by their UTF-8 bytes."""
+        return [a.name for a in self.approvers]
+
+    def seat(self, name: str) -> Approver | None:
+        """The seat named `name` (exact match), or None."""
+        for a in self.approvers:
+            if a.name == name:
+                return a
+        return None
+
+    def seat_of_key(self, key: PublicKey) -> Approver | None:
+        """The seat whose key is `key`, or None."""
+        for a in self.approvers:
+            if a.key.raw == key.raw:
+                return a
+        return None
+
+    @property
+    def approvers_digest(self) -> bytes:
+        """SHA-256 over the sorted (name, key) seats (see the module docstring)."""
+        h = hashlib.sha256(APPROVERS_TAG + u64(len(self.approvers)))
+        for a in self.approvers:
+            h.update(field(a.name.encode()) + field(a.key.raw))
+        return h.digest()
+
+    @property
+    def digest(self) -> bytes:
+        """SHA-256 binding `need` and the approver set."""
+        return hashlib.sha256(POLICY_TAG + u64(self.need) + self.approvers_digest).digest()
+
+    def to_json(self) -> dict[str, Any]:
+        """{"need": k, "approvers": [{"name", "public_key" (64 hex)}] sorted by name bytes}."""
+        return {
+            "need": self.need,
+            "approvers": [{"name": a.name, "public_key": a.key.hex} for a in self.approvers],
+        }
+
+    @classmethod
+    def from_json(cls, value: Any) -> ApprovalPolicy:
+        """Parse `to_json` output; raises ConfigError when it is not a valid policy."""
+        if (
+            not isinstance(value, dict)
+            or set(value) != {"need", "approvers"}
+            or not isinstance(value["approvers"], list)
+        ):
+            raise ConfigError('a policy is {"need": k, "approvers": [{"name", "public_key"}]}')
+        seats = []
+        for a in value["approvers"]:
+            if (
+                not isinstance(a, dict)
+                or set(a) != {"name", "public_key"}
+                or not isinstance(a["name"], str)
+                or not isinstance(a["public_key"], str)
+                or len(a["public_key"]) != 64
+            ):
+                raise ConfigError(f"malformed approver entry {a!r}")
+            try:
+                raw = bytes.fromhex(a["public_key"])
+            except ValueError as exc:
+                raise ConfigError(f"approver {a['name']!r} has a malformed key") from exc
+            if raw.hex() != a["public_key"]:
+                raise ConfigError(f"approver {a['name']!r}: keys are lower-case hex")
+            try:
+                seats.append(Approver(a["name"], PublicKey.from_raw(raw)))
+            except UnreadableInput as exc:
+                raise ConfigError(f"approver {a['name']!r}: {exc}") from exc
+        need = value["need"]
+        if isinstance(need, bool) or not isinstance(need, int):
+            raise ConfigError("need must be an integer")
+        policy = cls(need, tuple(seats))
+        if policy.names != [a["name"] for a in value["approvers"]]:
+            raise ConfigError("policy approvers must be sorted by name")
+        return policy
+
+
+def decision_bytes(
+    run_id: str,
+    call_id: str,
+    tool: str,
+    arguments_digest: bytes,
+    approver: str,
+    approve: bool,
+    need: int,
+    approvers_digest: bytes,
+) -> bytes:
+    """The exact bytes an approver signs for one decision (see the module docstring)."""
+    if len(arguments_digest) != 32 or len(approvers_digest) != 32:
+        raise ValueError("digests are 32 bytes")
+    return (
+        DECISION_TAG
+        + field(run_id.encode())
+        + field(call_id.encode())
+        + field(tool.encode())
+        + arguments_digest
+        + field(approver.encode())
+        + (b"\x01" if approve else b"\x00")
+        + u64(need)
+        + approvers_digest
+    )
+
+
+def names_of(values: Iterable[Approver]) -> list[str]:
+    return [a.name for a in values]

@@ -1,0 +1,164 @@
+"""The approver's side: sign and record a decision, and list what waits for whom."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any
+
+from .._errors import ConfigError
+from .._journal import Journal
+from .._records import GateRecord
+from .._store import Store
+from ..audit._keys import SigningKey
+from ._policy import ApprovalPolicy, decision_bytes
+from ._tally import arguments_match, count, decision_key, decision_prefix, tally_key
+
+__all__ = ["ApprovalRefused", "NoWaitingCall", "PendingApproval", "pending_approvals", "submit_decision"]
+
+
+class ApprovalRefused(ConfigError):
+    """A decision was not recorded: the gate is closed, the key holds no seat, or the approver already
+    decided. The message says which."""
+
+
+class NoWaitingCall(ApprovalRefused):
+    """The run does not exist, or has no call waiting for approval under that id (see `bide pending`)."""
+
+
+@dataclass(frozen=True)
+class PendingApproval:
+    """A call waiting for approvers: who approved and denied so far, who has not spoken."""
+
+    run_id: str
+    call_id: str
+    tool: str
+    arguments: Any
+    arguments_digest: str
+    need: int
+    approvers: list[str]
+    approved_by: list[str]
+    denied_by: list[str]
+    waiting_for: list[str]
+
+
+def _open_requests(journal: Journal) -> list[tuple[str, dict[str, Any], ApprovalPolicy]]:
+    """(request key, data, policy) of requests whose call has no tally yet, latest per call last."""
+    out = []
+    for rec in journal.records():
+        if isinstance(rec, GateRecord) and rec.key.startswith("approval:request:"):
+            data = rec.data
+            if not isinstance(data, dict) or journal.get(tally_key(str(data.get("call_id")))) is not None:
+                continue
+            try:
+                policy = ApprovalPolicy.from_json(data.get("policy"))
+            except ConfigError:
+                continue
+            out.append((rec.key, data, policy))
+    return out
+
+
+def _state(journal: Journal, data: dict[str, Any], policy: ApprovalPolicy) -> PendingApproval:
+    call = data["call_id"]
+    decisions = [
+        (r.key, r.data)
+        for r in journal.records()
+        if isinstance(r, GateRecord) and r.key.startswith(decision_prefix(call))
+    ]
+    c = count(journal.run_id, call, data["tool"], data["arguments_digest"], policy, decisions)
+    waiting = [n for n in policy.names if n not in c.approved_by and n not in c.denied_by]
+    return PendingApproval(
+        journal.run_id,
+        call,
+        data["tool"],
+        data.get("arguments"),
+        data["arguments_digest"],
+        policy.need,
+        policy.names,
+        c.approved_by,
+        c.denied_by,
+        waiting,
+    )
+
+
+def submit_decision(store: Store, run_id: str, call_id: str, key: SigningKey, *, approve: bool) -> str:
+    """Sign and journal one decision on a waiting call; returns the record key.
+
+    Refused (ConfigError) when the call has no open approval request, the gate already closed (a tally
+    exists), the key fills no seat of the policy, or this approver already decided. The run itself
+    continues on its next drive (`agent.run(run_id, ...)` again).
+    """
+    journal = Journal(store, run_id).load()
+    if not journal.exists:
+        raise NoWaitingCall(f"run {run_id!r} does not exist in {store.url}")
+    if journal.get(tally_key(call_id)) is not None:
+        raise ApprovalRefused(
+            f"the approval gate of call {call_id!r} in run {run_id!r} is closed (its tally is "
+            "recorded); a decision now would not count"
+        )
+    candidates = [(k, d, p) for k, d, p in _open_requests(journal) if d.get("call_id") == call_id]
+    if not candidates:
+        raise NoWaitingCall(
+            f"run {run_id!r} has no call {call_id!r} waiting for approval (see `bide pending`)"
+        )
+    _, data, policy = candidates[-1]
+    if not arguments_match(data):
+        raise ApprovalRefused(
+            f"the request of call {call_id!r} shows arguments that do not hash to the digest "
+            "it asks approvers to sign; the journal is damaged or forged: do not sign"
+        )
+    seat = policy.seat_of_key(key.public)
+    if seat is None:
+        raise ApprovalRefused(
+            f"key {key.key_id} is not the key of any approver of call {call_id!r} "
+            f"(approvers: {', '.join(policy.names)})"
+        )
+    state = _state(journal, data, policy)
+    if seat.name in state.approved_by or seat.name in state.denied_by:
+        raise ApprovalRefused(
+            f"{seat.name!r} has already decided on call {call_id!r}; one decision per approver"
+        )
+    msg = decision_bytes(
+        run_id,
+        call_id,
+        data["tool"],
+        bytes.fromhex(data["arguments_digest"]),
+        seat.name,
+        approve,
+        policy.need,
+        policy.approvers_digest,
+    )
+    sig = key.sign(msg)
+    dkey = decision_key(call_id, seat.name, sig)
+    record = GateRecord(
+        key=dkey,
+        data={
+            "type": "decision",
+            "call_id": call_id,
+            "tool": data["tool"],
+            "arguments_digest": data["arguments_digest"],
+            "approver": seat.name,
+            "decision": "approve" if approve else "deny",
+            "need": policy.need,
+            "approvers_digest": policy.approvers_digest.hex(),
+            "key_id": key.key_id,
+            "signature": base64.b64encode(sig).decode("ascii"),
+        },
+    )
+    journal.write([record])
+    return dkey
+
+
+def pending_approvals(store: Store, *, prefix: str = "") -> list[PendingApproval]:
+    """Every call, in every run of `store` (whose id starts with `prefix`), waiting for approvers."""
+    out: list[PendingApproval] = []
+    after = ""
+    while True:
+        runs = store.runs(prefix=prefix, after=after, limit=500)
+        if not runs:
+            return out
+        for run_id in runs:
+            journal = Journal(store, run_id).load()
+            latest = {data["call_id"]: (data, policy) for _, data, policy in _open_requests(journal)}
+            out.extend(_state(journal, data, policy) for data, policy in latest.values())
+        after = runs[-1]

@@ -1,0 +1,89 @@
+"""Anchoring: send every signed tree head somewhere the store's operator cannot rewrite.
+
+Hashes alone detect accidental corruption. They detect tampering by whoever controls the store and the
+signing key only once heads have left their reach: an auditor compares a head obtained from the anchor
+with the journal (consistency proof) and the operator cannot produce a different history for an anchored
+size without the mismatch showing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+import httpx
+
+from ._errors import AuditError
+from ._formats import SignedTreeHead
+
+__all__ = ["AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"]
+
+
+class AnchorError(AuditError):
+    """A signed head could not be published; the head is valid, but not anchored: publish it again."""
+
+
+@runtime_checkable
+class Publisher(Protocol):
+    """Receives each signed tree head; must raise (never return) when the head was not durably accepted."""
+
+    def publish(self, sth: SignedTreeHead) -> None:
+        """Anchor one head."""
+        ...
+
+
+class DirectoryPublisher:
+    """Writes each head to ``<directory>/<sha256(log_id) hex>/<size, 20 digits>-<timestamp_ns>.json``.
+
+    Point it at a directory the operator cannot rewrite (another machine's mount, an append-only bucket
+    synced elsewhere, a WORM volume): a directory on the same disk only guards against accidents.
+    Files are written whole (temporary file, fsync, rename) and never overwritten.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def path_for(self, sth: SignedTreeHead) -> Path:
+        """Where `sth` is (or will be) written."""
+        log = hashlib.sha256(sth.log_id.encode()).hexdigest()
+        return self.directory / log / f"{sth.size:020d}-{sth.timestamp_ns}.json"
+
+    def publish(self, sth: SignedTreeHead) -> None:
+        target = self.path_for(sth)
+        data = sth.to_json()
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if target.exists():
+                if target.read_bytes() == data:
+                    return
+                raise AnchorError(
+                    f"{target} exists with other contents; refusing to overwrite an anchored head"
+                )
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(tmp, target)
+        except OSError as exc:
+            raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
+
+
+class HttpPublisher:
+    """POSTs each head as JSON (``Content-Type: application/json``) to `url`; any answer but 2xx, or no
+    answer within `timeout` seconds, raises AnchorError."""
+
+    def __init__(self, url: str, *, timeout: float = 10.0, headers: dict[str, str] | None = None) -> None:
+        self.url = url
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json", **(headers or {})}
+
+    def publish(self, sth: SignedTreeHead) -> None:
+        try:
+            resp = httpx.post(self.url, content=sth.to_json(), headers=self.headers, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise AnchorError(f"cannot publish the tree head to {self.url}: {exc}") from exc
+        if not 200 <= resp.status_code < 300:
+            raise AnchorError(f"{self.url} refused the tree head: HTTP {resp.status_code} {resp.text[:200]}")

@@ -1,0 +1,93 @@
+"""`AuditedStore`: a store wrapper that keeps the audit tree (and the anchor) up to date on every append."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .._store import Entry, Store
+from ._log import AuditLog
+
+__all__ = ["AuditedStore"]
+
+
+class AuditedStore:
+    """Wraps a store: after every committed append the run's audit tree absorbs the new records
+    (O(log n) each) and, when `anchor` is true and the log has a key and a publisher, a signed head of the
+    new size is published.
+
+    Anchoring happens after the journal commit and never undoes it: a failure to sync or publish does not
+    fail the append (the journal is the truth; the next append or `AuditLog.sign_head` catches up). Each
+    failure is passed to `on_error` (default: kept in `errors`, the latest 100). Give the wrapper to
+    `bide.Agent(store=...)` like any store; everything else is passed through to the wrapped store.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        log: AuditLog | None = None,
+        *,
+        anchor: bool = True,
+        on_error: Callable[[Exception], None] | None = None,
+    ) -> None:
+        self.inner = store
+        self.url: str = store.url
+        self.durable: bool = store.durable
+        self.log = log if log is not None else AuditLog(store)
+        self.anchor = anchor
+        self.errors: list[Exception] = []
+        self._on_error = on_error
+        self._locks: dict[str, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        # engine, table_prefix, and anything else a caller knows about the wrapped store
+        return getattr(self.inner, name)
+
+    def _after(self, run_id: str) -> None:
+        with self._guard:
+            lock = self._locks.setdefault(run_id, threading.Lock())
+        with lock:  # one anchoring per run at a time, so heads are published in size order
+            try:
+                self.log.sync(run_id)
+                if self.anchor and self.log.key is not None and self.log.publisher is not None:
+                    self.log.sign_head(run_id)
+            except Exception as exc:
+                if self._on_error is not None:
+                    self._on_error(exc)
+                else:
+                    self.errors = [*self.errors[-99:], exc]
+
+    def insert_many(self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any) -> list[Entry]:
+        out = self.inner.insert_many(run_id, items, **options)
+        if any(e.inserted for e in out):
+            self._after(run_id)
+        return out
+
+    async def ainsert_many(
+        self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any
+    ) -> list[Entry]:
+        out = await self.inner.ainsert_many(run_id, items, **options)
+        if any(e.inserted for e in out):
+            await asyncio.to_thread(self._after, run_id)
+        return out
+
+    def get(self, run_id: str, key: str) -> Entry | None:
+        return self.inner.get(run_id, key)
+
+    def load(self, run_id: str, after: int = 0) -> list[Entry]:
+        return self.inner.load(run_id, after)
+
+    def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
+        return self.inner.runs(prefix=prefix, after=after, limit=limit)
+
+    async def aget(self, run_id: str, key: str) -> Entry | None:
+        return await self.inner.aget(run_id, key)
+
+    async def aload(self, run_id: str, after: int = 0) -> list[Entry]:
+        return await self.inner.aload(run_id, after)
+
+    def close(self) -> None:
+        self.inner.close()

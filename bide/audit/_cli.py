@@ -1,0 +1,252 @@
+"""`bide-audit`: verify bide's audit artifacts offline; `export` is the one command that reads a store.
+
+Exit codes: 0 verified (or artifact written); 1 read and NOT verified; 2 usage error; 3 internal error;
+4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from ._errors import NotVerified, UnreadableInput
+from ._formats import ConsistencyProof, EvidencePackage, ProofBundle, SignedTreeHead, check_head
+from ._keys import PublicKey, generate_key, load_public_key
+from ._strict import MAX_INPUT_BYTES, parse_artifact
+from ._verify import Verified, verify_bundle, verify_consistency_proof, verify_evidence
+
+__all__ = ["main"]
+
+VERIFIED, NOT_VERIFIED, USAGE, INTERNAL, UNREADABLE = 0, 1, 2, 3, 4
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(USAGE, f"{self.prog}: usage error: {message}\n")
+
+
+def _read(path: str, limit: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise UnreadableInput(f"cannot read {path}: {exc.strerror or exc}") from exc
+    if len(data) > limit:
+        raise UnreadableInput(f"{path} is over the {limit}-byte limit (--max-input-bytes)")
+    return data
+
+
+def _key(args: argparse.Namespace) -> PublicKey:
+    return load_public_key(args.pubkey)
+
+
+def _cmd_verify(args: argparse.Namespace) -> Verified:
+    bundle = parse_artifact(ProofBundle, _read(args.bundle, args.max_input_bytes), what=args.bundle)
+    return verify_bundle(bundle, _key(args), max_skew_ns=args.max_clock_skew * 10**9)
+
+
+def _cmd_verify_evidence(args: argparse.Namespace) -> Verified:
+    pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
+    return verify_evidence(pkg, _key(args), max_skew_ns=args.max_clock_skew * 10**9)
+
+
+def _cmd_verify_consistency(args: argparse.Namespace) -> Verified:
+    key = _key(args) if args.pubkey else None
+    skew = args.max_clock_skew * 10**9
+    heads: list[SignedTreeHead] = []
+    unreadable: list[UnreadableInput] = []
+    for path in (args.old_head, args.new_head):
+        try:
+            heads.append(parse_artifact(SignedTreeHead, _read(path, args.max_input_bytes), what=path))
+        except UnreadableInput as exc:
+            unreadable.append(exc)
+    try:
+        proof = parse_artifact(ConsistencyProof, _read(args.proof, args.max_input_bytes), what=args.proof)
+    except UnreadableInput as exc:
+        unreadable.append(exc)
+    if unreadable:
+        # A forged head beside an unreadable file is reported as forged (exit 1 before exit 4).
+        if key is not None:
+            for head in heads:
+                check_head(head, key, max_skew_ns=skew)
+        raise unreadable[0]
+    return verify_consistency_proof(heads[0], heads[1], proof, key, max_skew_ns=skew)
+
+
+def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
+    from ..approvals._verify import verify_approvals
+
+    pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
+    key = _key(args) if args.pubkey else None
+    return verify_approvals(pkg, key, call_id=args.call, max_skew_ns=args.max_clock_skew * 10**9)
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _cmd_export(args: argparse.Namespace) -> Verified:
+    from .._open import open_store
+    from ._anchor import DirectoryPublisher
+    from ._keys import load_signing_key
+    from ._log import AuditLog
+
+    key = load_signing_key(args.key)
+    publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
+    store = open_store(args.store)
+    try:
+        log = AuditLog(store, key, publisher)
+        if not store.load(args.run):
+            raise UnreadableInput(f"the store {args.store} has no run {args.run!r}")
+        artifact: Any
+        if args.consistency_from is not None:
+            artifact = log.consistency(args.run, args.consistency_from)
+            what = f"a consistency proof {artifact.old_size} -> {artifact.new_size} for run {args.run!r}"
+        elif args.head:
+            artifact = log.sign_head(args.run)
+            what = f"a signed head of run {args.run!r} at {artifact.size} records"
+        elif args.record:
+            artifact = log.prove(args.run, args.record)
+            what = f"a proof bundle for record {args.record!r} of run {args.run!r}"
+        else:
+            artifact = log.evidence(args.run)
+            what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
+        _write_atomic(args.output, artifact.to_json())
+    finally:
+        store.close()
+    return Verified(
+        proven=f"Wrote {what} to {args.output}.",
+        not_proven="Nothing was verified; run a verify command on the file.",
+    )
+
+
+def _cmd_keygen(args: argparse.Namespace) -> Verified:
+    key = generate_key(args.path)
+    return Verified(
+        proven=f"Wrote signing key {key.key_id} to {args.path} (mode 0600) and its public key to "
+        f"{args.path}.pub.",
+        not_proven="Keep the private key away from the store's operator "
+        "if heads are to prove anything against them.",
+    )
+
+
+def _parser() -> _Parser:
+    p = _Parser(
+        prog="bide-audit",
+        description="Verify bide audit artifacts offline (exit 0 verified, 1 not "
+        "verified, 2 usage, 4 unreadable input).",
+    )
+    common = _Parser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    common.add_argument("--max-input-bytes", type=int, default=MAX_INPUT_BYTES, help="refuse larger inputs")
+    common.add_argument(
+        "--max-clock-skew",
+        type=int,
+        default=300,
+        help="seconds a head may be dated in the future (default 300)",
+    )
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def add(name: str, **kw: Any) -> argparse.ArgumentParser:
+        parser: argparse.ArgumentParser = sub.add_parser(name, parents=[common], **kw)
+        return parser
+
+    s = add("verify", help="verify a proof bundle for one record")
+    s.add_argument("bundle")
+    s.add_argument("--pubkey", required=True, help="the log's public key: PEM file or 64 hex characters")
+    s.set_defaults(fn=_cmd_verify)
+
+    s = add("verify-evidence", help="verify an evidence package for a run")
+    s.add_argument("package")
+    s.add_argument("--pubkey", required=True, help="the log's public key: PEM file or 64 hex characters")
+    s.set_defaults(fn=_cmd_verify_evidence)
+
+    s = add("verify-consistency", help="verify that one signed head extends another")
+    s.add_argument("old_head")
+    s.add_argument("new_head")
+    s.add_argument("proof")
+    s.add_argument("--pubkey", help="also check both heads' signatures under this key")
+    s.set_defaults(fn=_cmd_verify_consistency)
+
+    s = add("verify-approvals", help="recount every approval gate in an evidence package")
+    s.add_argument("package")
+    s.add_argument("--pubkey", help="also check the package's signed head under this key")
+    s.add_argument("--call", help="check only this call id's gate")
+    s.set_defaults(fn=_cmd_verify_approvals)
+
+    s = add("export", help="write an evidence package (or bundle, head, consistency proof) from a store")
+    s.add_argument("--store", required=True, help="store URL, e.g. sqlite:///bide.db")
+    s.add_argument("--run", required=True)
+    s.add_argument("-o", "--output", required=True)
+    s.add_argument("--key", required=True, help="the log's signing key file (bide-audit keygen)")
+    s.add_argument("--anchor-dir", help="also publish the signed head to this directory")
+    kind = s.add_mutually_exclusive_group()
+    kind.add_argument("--record", help="a proof bundle for the record under this key")
+    kind.add_argument("--head", action="store_true", help="only a signed tree head")
+    kind.add_argument(
+        "--consistency-from", type=int, metavar="SIZE", help="a consistency proof from SIZE records to now"
+    )
+    s.set_defaults(fn=_cmd_export)
+
+    s = add("keygen", help="create an Ed25519 signing key file (and PATH.pub)")
+    s.add_argument("path")
+    s.set_defaults(fn=_cmd_keygen)
+    return p
+
+
+def _emit(args: argparse.Namespace, code: int, result: str, text: str, extra: str = "") -> int:
+    if args.json:
+        print(json.dumps({"result": result, "exit_code": code, "message": text, "not_proven": extra}))
+    else:
+        out = sys.stdout if code == VERIFIED else sys.stderr
+        print(text, file=out)
+        if extra:
+            print(extra, file=out)
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run `bide-audit`; returns (and exits with) the exit code."""
+    from .._errors import BideError
+
+    args = _parser().parse_args(argv)
+    fn: Callable[[argparse.Namespace], Verified] = args.fn
+    try:
+        done = fn(args)
+    except NotVerified as exc:
+        code = _emit(args, NOT_VERIFIED, "not_verified", f"NOT VERIFIED: {exc}")
+    except UnreadableInput as exc:
+        code = _emit(args, UNREADABLE, "unusable_input", f"UNREADABLE INPUT: {exc}")
+    except BideError as exc:
+        code = _emit(args, USAGE if isinstance(exc, ValueError) else UNREADABLE, "error", f"ERROR: {exc}")
+    except Exception as exc:  # a bug must never look like "verified" or "not verified"
+        code = _emit(args, INTERNAL, "internal_error", f"INTERNAL ERROR: {type(exc).__name__}: {exc}")
+    else:
+        result = "verified" if args.command.startswith("verify") else "produced"
+        code = _emit(args, VERIFIED, result, done.proven, done.not_proven)
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+if __name__ == "__main__":
+    main()

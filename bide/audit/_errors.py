@@ -1,0 +1,23 @@
+"""Errors of `bide.audit`: every verification failure is exactly one of these two."""
+
+from __future__ import annotations
+
+from .._errors import BideError
+
+__all__ = ["AuditError", "NotVerified", "UnreadableInput"]
+
+
+class AuditError(BideError):
+    """Base class of `bide.audit` errors."""
+
+
+class NotVerified(AuditError):
+    """The artifact was read and understood, and what it claims does not hold (a wrong signature, a proof
+    that does not lead to the signed root, a recount that differs). Treat the artifact as forged or
+    corrupt."""
+
+
+class UnreadableInput(AuditError):
+    """The input is not a well-formed artifact of the expected kind (not JSON, duplicate or unknown keys,
+    bad base64, wrong types, too large, wrong format tag, unreadable key file). Nothing was verified; ask the
+    sender for the artifact `bide-audit export` produced."""

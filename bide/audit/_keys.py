@@ -1,0 +1,174 @@
+"""Ed25519 key files and key ids.
+
+A signing key file is PKCS#8 PEM, created with mode 0600; its public half is written beside it as
+`<file>.pub` (SubjectPublicKeyInfo PEM). A key id is `"ed25519:" + hex(SHA-256(raw 32-byte public key))`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from .._errors import ConfigError
+from ._ed25519 import is_strong_public_key
+from ._errors import UnreadableInput
+
+__all__ = ["PublicKey", "SigningKey", "generate_key", "key_id", "load_public_key", "load_signing_key"]
+
+ALG = "ed25519"
+_HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
+
+
+def key_id(public_key: bytes) -> str:
+    """`"ed25519:" + hex(SHA-256(public_key))` for a raw 32-byte Ed25519 public key."""
+    return f"{ALG}:{hashlib.sha256(public_key).hexdigest()}"
+
+
+@dataclass(frozen=True)
+class PublicKey:
+    """An Ed25519 public key: verifies signatures; `raw` is the 32-byte encoding, `key_id` its id."""
+
+    raw: bytes
+    _key: Ed25519PublicKey = field(repr=False, compare=False)
+
+    @classmethod
+    def from_raw(cls, raw: bytes) -> PublicKey:
+        """The key with this 32-byte encoding; raises UnreadableInput when it is not one, or is weak (see
+        `_ed25519`: only canonical keys of the prime-order subgroup name a single signer)."""
+        if len(raw) != 32:
+            raise UnreadableInput(f"an Ed25519 public key is 32 bytes, got {len(raw)}")
+        if not is_strong_public_key(bytes(raw)):
+            raise UnreadableInput(
+                "refusing a weak Ed25519 public key (small-order, mixed-order or non-canonical): signatures "
+                "under it do not identify one signer"
+            )
+        try:
+            return cls(raw, Ed25519PublicKey.from_public_bytes(raw))
+        except ValueError as exc:
+            raise UnreadableInput(f"not an Ed25519 public key: {exc}") from exc
+
+    @property
+    def key_id(self) -> str:
+        """This key's id."""
+        return key_id(self.raw)
+
+    @property
+    def hex(self) -> str:
+        """The raw key in lower-case hex (64 characters)."""
+        return self.raw.hex()
+
+    def verify(self, signature: bytes, message: bytes) -> bool:
+        """True when `signature` is this key's Ed25519 signature over `message`."""
+        if len(signature) != 64:
+            return False
+        try:
+            self._key.verify(signature, message)
+        except InvalidSignature:
+            return False
+        return True
+
+    def pem(self) -> bytes:
+        """SubjectPublicKeyInfo PEM."""
+        return self._key.public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+
+
+@dataclass(frozen=True)
+class SigningKey:
+    """An Ed25519 private key: signs; `public` is its public half."""
+
+    _key: Ed25519PrivateKey = field(repr=False)
+
+    @classmethod
+    def generate(cls) -> SigningKey:
+        """A fresh random key (not saved; see `generate_key`)."""
+        return cls(Ed25519PrivateKey.generate())
+
+    @property
+    def public(self) -> PublicKey:
+        """The public half."""
+        raw = self._key.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+        return PublicKey.from_raw(raw)
+
+    @property
+    def key_id(self) -> str:
+        """The public key's id."""
+        return self.public.key_id
+
+    def sign(self, message: bytes) -> bytes:
+        """The 64-byte Ed25519 signature over `message`."""
+        return self._key.sign(message)
+
+    def pem(self) -> bytes:
+        """Unencrypted PKCS#8 PEM."""
+        return self._key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+
+
+def generate_key(path: str | os.PathLike[str]) -> SigningKey:
+    """Create a new key file at `path` (mode 0600, never overwriting) and its public key at `path.pub`."""
+    target = Path(path)
+    key = SigningKey.generate()
+    try:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError as exc:
+        raise ConfigError(f"{target} already exists; refusing to overwrite a key file") from exc
+    with os.fdopen(fd, "wb") as out:
+        out.write(key.pem())
+        out.flush()
+        os.fsync(out.fileno())
+    pub = target.with_name(target.name + ".pub")
+    tmp = pub.with_name(pub.name + ".tmp")
+    tmp.write_bytes(key.public.pem())
+    os.replace(tmp, pub)
+    return key
+
+
+def _read(path: str | os.PathLike[str]) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UnreadableInput(f"cannot read key file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
+
+
+def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
+    """Load a signing key file written by `generate_key` (PKCS#8 PEM, Ed25519, unencrypted)."""
+    data = _read(path)
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise UnreadableInput(f"{os.fspath(path)!r} is not an unencrypted PEM private key") from exc
+    if not isinstance(key, Ed25519PrivateKey):
+        raise UnreadableInput(f"{os.fspath(path)!r} holds a {type(key).__name__}, not an Ed25519 key")
+    return SigningKey(key)
+
+
+def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:
+    """A public key from 64 hex characters (never opened as a file), or a PEM file holding an Ed25519
+    public key (or a private key, whose public half is used)."""
+    text = os.fspath(spec)
+    if _HEX_KEY.match(text):
+        return PublicKey.from_raw(bytes.fromhex(text))
+    data = _read(text)
+    try:
+        pub = serialization.load_pem_public_key(data)
+    except (ValueError, TypeError):
+        try:
+            priv = serialization.load_pem_private_key(data, password=None)
+        except (ValueError, TypeError) as exc:
+            raise UnreadableInput(f"{text!r} is neither a PEM public key nor 64 hex characters") from exc
+        if not isinstance(priv, Ed25519PrivateKey):
+            raise UnreadableInput(f"{text!r} is not an Ed25519 key") from None
+        return SigningKey(priv).public
+    if not isinstance(pub, Ed25519PublicKey):
+        raise UnreadableInput(f"{text!r} holds a {type(pub).__name__}, not an Ed25519 public key")
+    return PublicKey.from_raw(pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))

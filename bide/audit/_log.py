@@ -1,0 +1,163 @@
+"""`AuditLog`: the RFC 6962 tree over each run's journal, signed heads, proofs and exports."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+
+from .._errors import ConfigError, StoreError
+from .._store import Entry, Store
+from ._anchor import Publisher
+from ._errors import NotVerified
+from ._formats import (
+    ConsistencyProof,
+    EvidencePackage,
+    EvidenceRecord,
+    Inclusion,
+    ProofBundle,
+    SignedTreeHead,
+    check_head,
+    journal_leaf,
+    sign_head,
+)
+from ._hashes import HashBackend, backend_for
+from ._keys import SigningKey
+from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root
+
+__all__ = ["AuditLog"]
+
+_sha256 = hashlib.sha256
+
+
+def _leaf_hash(record_bytes: bytes) -> bytes:
+    return _sha256(b"\x00" + journal_leaf(record_bytes)).digest()
+
+
+class AuditLog:
+    """The audit log of a store: one RFC 6962 tree per run over its journal records, in commit order.
+
+    Leaf i of run R is ``"bide.audit.journal-leaf.v1\\x00" || bytes of R's i-th record`` (exactly as stored).
+    The tree's hashes are kept beside the journal (SQL tables for SQL stores, memory for the memory store)
+    and brought up to date by `sync` (called by every method here): each new record costs O(log n).
+
+    `key` signs tree heads; `publisher` (optional) receives every head signed, to anchor it somewhere the
+    operator of the store cannot rewrite.
+    """
+
+    def __init__(
+        self, store: Store, key: SigningKey | None = None, publisher: Publisher | None = None
+    ) -> None:
+        inner = getattr(store, "inner", None)  # an AuditedStore: keep the hashes beside the real store
+        self.store = store if inner is None else inner
+        self.key = key
+        self.publisher = publisher
+        self._hashes: HashBackend = backend_for(self.store)
+
+    # -- the tree -----------------------------------------------------------------------------------------
+
+    def sync(self, run_id: str) -> int:
+        """Absorb the run's records committed since the last sync; returns the tree size."""
+        for _ in range(100):
+            size, last_seq = self._hashes.state(run_id)
+            entries = self.store.load(run_id, last_seq)
+            if not entries:
+                return size
+            leaves = [_leaf_hash(e.data) for e in entries]
+            if self._hashes.extend(run_id, size, last_seq, leaves, entries[-1].seq):
+                return size + len(leaves)
+        raise StoreError(f"audit tree of run {run_id!r} keeps changing under this process; try again")
+
+    def size(self, run_id: str) -> int:
+        """The number of records in the run's tree (after a sync)."""
+        return self.sync(run_id)
+
+    def _read(self, run_id: str) -> Any:
+        return lambda coords: self._hashes.read(run_id, coords)
+
+    def root(self, run_id: str, size: int | None = None) -> bytes:
+        """The Merkle root of the run's first `size` records (default: all)."""
+        n = self.sync(run_id)
+        size = n if size is None else size
+        if not 0 <= size <= n:
+            raise ConfigError(f"run {run_id!r} has {n} records; there is no tree of size {size}")
+        return EMPTY_ROOT if size == 0 else subtree_root(0, size, self._read(run_id))
+
+    def inclusion(self, run_id: str, index: int, size: int) -> list[bytes]:
+        """The audit path of record `index` in the run's tree of `size` records."""
+        return inclusion_proof(index, size, self._read(run_id))
+
+    def consistency(self, run_id: str, old_size: int, new_size: int | None = None) -> ConsistencyProof:
+        """The proof that the run's journal at `old_size` records is a prefix of it at `new_size`."""
+        n = self.sync(run_id)
+        new = n if new_size is None else new_size
+        if not 0 <= old_size <= new <= n:
+            raise ConfigError(f"run {run_id!r} has {n} records; cannot prove {old_size} -> {new}")
+        path = consistency_proof(old_size, new, self._read(run_id))
+        return ConsistencyProof(log_id=run_id, old_size=old_size, new_size=new, path=path)
+
+    # -- heads --------------------------------------------------------------------------------------------
+
+    def _signing_key(self) -> SigningKey:
+        if self.key is None:
+            raise ConfigError("this AuditLog has no signing key; pass key=bide.audit.load_signing_key(path)")
+        return self.key
+
+    def sign_head(self, run_id: str, *, publish: bool = True) -> SignedTreeHead:
+        """Sync, sign the run's current head, and hand it to the publisher (if any)."""
+        key = self._signing_key()
+        size = self.sync(run_id)
+        sth = sign_head(key, run_id, size, self.root(run_id, size))
+        if publish and self.publisher is not None:
+            self.publisher.publish(sth)
+        return sth
+
+    # -- exports ------------------------------------------------------------------------------------------
+
+    def _entries(self, run_id: str, sth: SignedTreeHead | None) -> tuple[SignedTreeHead, list[Entry]]:
+        if sth is None:
+            sth = self.sign_head(run_id)
+        if sth.log_id != run_id:
+            raise ConfigError(f"the head is for run {sth.log_id!r}, not {run_id!r}")
+        if self.key is not None:
+            check_head(sth, self.key.public)
+        n = self.sync(run_id)
+        if sth.size > n:
+            raise ConfigError(f"the head covers {sth.size} records; the store has {n} for run {run_id!r}")
+        # Bind proofs to the head given: the stored tree must reproduce its root.
+        if self.root(run_id, sth.size) != sth.root:
+            raise NotVerified(f"the store's journal of run {run_id!r} does not hash to the given head's root")
+        entries = self.store.load(run_id)[: sth.size]
+        leaves = self._hashes.read(run_id, [(0, i) for i in range(len(entries))]) if entries else []
+        for i, (e, leaf) in enumerate(zip(entries, leaves, strict=True)):
+            if _leaf_hash(e.data) != leaf:
+                raise StoreError(f"record {i} ({e.key!r}) of run {run_id!r} no longer matches its audit hash")
+        return sth, entries
+
+    def prove(self, run_id: str, key: str, sth: SignedTreeHead | None = None) -> ProofBundle:
+        """A proof bundle for the record stored under `key`: its bytes, audit path, and the signed head
+        (signed now when `sth` is None)."""
+        sth, entries = self._entries(run_id, sth)
+        for i, e in enumerate(entries):
+            if e.key == key:
+                path = self.inclusion(run_id, i, sth.size)
+                return ProofBundle(
+                    record=e.data, inclusion=Inclusion(index=i, size=sth.size, path=path), sth=sth
+                )
+        raise ConfigError(f"run {run_id!r} has no record {key!r} under a head of {sth.size} records")
+
+    def evidence(
+        self, run_id: str, sth: SignedTreeHead | None = None, keys: Sequence[str] | None = None
+    ) -> EvidencePackage:
+        """An evidence package: every record of the run under one signed head (or only `keys`), each with
+        its audit path."""
+        sth, entries = self._entries(run_id, sth)
+        if not entries:
+            raise ConfigError(f"run {run_id!r} has no records to export")
+        wanted = None if keys is None else set(keys)
+        out = [
+            EvidenceRecord(index=i, record=e.data, path=self.inclusion(run_id, i, sth.size))
+            for i, e in enumerate(entries)
+            if wanted is None or e.key in wanted
+        ]
+        return EvidencePackage(sth=sth, records=out)

@@ -1,0 +1,180 @@
+"""Offline verification of bundles, evidence packages and consistency proofs: a key and a file, no store."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._errors import NotVerified
+from ._formats import (
+    MAX_SKEW_NS,
+    ConsistencyProof,
+    EvidencePackage,
+    ProofBundle,
+    SignedTreeHead,
+    check_head,
+    decode_record_bytes,
+    journal_leaf,
+)
+from ._keys import PublicKey
+from ._merkle import leaf_hash, verify_consistency, verify_inclusion
+
+__all__ = ["Verified", "verify_bundle", "verify_consistency_proof", "verify_evidence"]
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What a successful verification proved (`proven`, one sentence) and what it did not (`not_proven`)."""
+
+    proven: str
+    not_proven: str
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _when(ns: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(ns // 10**9))
+
+
+def _head_text(sth: SignedTreeHead) -> str:
+    return (
+        f"the head of run {sth.log_id!r} at {sth.size} records signed by {sth.key_id} "
+        f"at {_when(sth.timestamp_ns)}"
+    )
+
+
+def verify_bundle(
+    bundle: ProofBundle, key: PublicKey, *, now_ns: int | None = None, max_skew_ns: int = MAX_SKEW_NS
+) -> Verified:
+    """Check a proof bundle: the head is signed by `key`, the record's bytes are the leaf at the stated
+    position of that head's tree, and they are a salted journal record. Raises NotVerified otherwise."""
+    sth = bundle.sth
+    check_head(sth, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
+    inc = bundle.inclusion
+    if inc.size != sth.size:
+        raise NotVerified(f"the inclusion proof is for a tree of {inc.size} records, the head for {sth.size}")
+    if not verify_inclusion(inc.index, inc.size, leaf_hash(journal_leaf(bundle.record)), inc.path, sth.root):
+        raise NotVerified(
+            f"the record is not entry {inc.index} of the signed tree: the proof does not "
+            "lead to the signed root"
+        )
+    rec = decode_record_bytes(bundle.record)
+    return Verified(
+        proven=(
+            f"Record {rec['key']!r} (kind {rec['kind']}) is entry {inc.index} of the journal committed by "
+            f"{_head_text(sth)}."
+        ),
+        not_proven=(
+            "Not proven: that this head is the latest or was anchored (compare it with your anchor), "
+            "that the record's claims are true, or anything about records not shown."
+        ),
+        records=[{"index": inc.index, **rec}],
+    )
+
+
+def _material(kinds: Counter[str]) -> str:
+    parts = [f"{n} {k}" for k, n in sorted(kinds.items())]
+    return ", ".join(parts)
+
+
+def verify_evidence(
+    pkg: EvidencePackage, key: PublicKey, *, now_ns: int | None = None, max_skew_ns: int = MAX_SKEW_NS
+) -> Verified:
+    """Check an evidence package: the head is signed by `key`; every record is, at its stated position,
+    a leaf of that head's tree and a salted journal record; positions strictly increase. When positions
+    0..size-1 are all present the package is complete (nothing of the journal omitted)."""
+    sth = pkg.sth
+    check_head(sth, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
+    if not pkg.records:
+        raise NotVerified("the evidence package holds no records; an empty package proves nothing")
+    last = -1
+    decoded: list[dict[str, Any]] = []
+    kinds: Counter[str] = Counter()
+    for item in pkg.records:
+        if item.index <= last:
+            raise NotVerified(f"record positions must strictly increase; {item.index} follows {last}")
+        last = item.index
+        if item.index >= sth.size:
+            raise NotVerified(
+                f"record position {item.index} is outside the signed tree of {sth.size} records"
+            )
+        if not verify_inclusion(
+            item.index, sth.size, leaf_hash(journal_leaf(item.record)), item.path, sth.root
+        ):
+            raise NotVerified(f"record at position {item.index} is not in the signed tree")
+        rec = decode_record_bytes(item.record)
+        decoded.append({"index": item.index, **rec})
+        kinds[rec["kind"]] += 1
+    complete = len(pkg.records) == sth.size
+    if complete:
+        first = decoded[0]
+        if first.get("kind") != "header":
+            raise NotVerified("a complete journal must start with its header record")
+    scope = (
+        "all of its records"
+        if complete
+        else f"{len(pkg.records)} of its {sth.size} records (the others are not disclosed)"
+    )
+    not_proven = (
+        "Not proven: that this head is the latest or was anchored (compare it with your anchor), "
+        "or that the recorded results are true outside the journal."
+    )
+    if not complete:
+        not_proven = "Not proven: anything about the omitted records. " + not_proven[len("Not proven: ") :]
+    return Verified(
+        proven=(
+            f"The package holds {scope}, each proven at its position in the journal committed by "
+            f"{_head_text(sth)} ({_material(kinds)})."
+        ),
+        not_proven=not_proven,
+        records=decoded,
+    )
+
+
+def verify_consistency_proof(
+    old: SignedTreeHead,
+    new: SignedTreeHead,
+    proof: ConsistencyProof,
+    key: PublicKey | None = None,
+    *,
+    now_ns: int | None = None,
+    max_skew_ns: int = MAX_SKEW_NS,
+) -> Verified:
+    """Check that the journal under `old` is a prefix of the journal under `new` (append-only between
+    them). With `key`, both heads' signatures are checked too; without, only the hashes."""
+    if key is not None:
+        check_head(old, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
+        check_head(new, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
+    if not (old.log_id == new.log_id == proof.log_id):
+        raise NotVerified(
+            f"the heads and proof name different runs: {old.log_id!r}, {new.log_id!r}, {proof.log_id!r}"
+        )
+    if proof.old_size != old.size or proof.new_size != new.size:
+        raise NotVerified(
+            f"the proof is for sizes {proof.old_size} -> {proof.new_size}, the heads are "
+            f"{old.size} -> {new.size}"
+        )
+    if new.timestamp_ns < old.timestamp_ns:
+        raise NotVerified("the larger head is dated before the smaller one")
+    if not verify_consistency(old.size, new.size, old.root, new.root, proof.path):
+        raise NotVerified(
+            f"the journal at {new.size} records does not extend the journal at {old.size} "
+            "records: something committed was changed, removed or reordered"
+        )
+    signed = (
+        ("both heads are signed by " + key.key_id)
+        if key is not None
+        else "the heads' signatures were not checked"
+    )
+    return Verified(
+        proven=(
+            f"The journal of run {old.log_id!r} at {new.size} records extends, unchanged, the journal at "
+            f"{old.size} records ({signed})."
+        ),
+        not_proven=(
+            "Not proven: "
+            + ("" if key is not None else "who signed the heads (pass --pubkey); ")
+            + "that either head was anchored, or what the records say."
+        ),
+    )

@@ -1,0 +1,39 @@
+"""Test doubles and crash tooling for bide: a scripted model and a crash-point harness.
+
+- `ScriptedModel`: an offline model that plays scripted turns (text, tool calls, errors). It picks the turn
+  by counting the assistant messages it is shown, so a resumed run stays aligned with the script.
+- `run_crash_schedules`: drives any `CrashSystem` through a crash at every store write, one by one, and
+  through random multi-crash schedules, and reports per schedule how often the side effect fired.
+- `BideCrashSystem`: bide's adapter for that harness (a one-tool run over a store that crashes on cue).
+"""
+
+from __future__ import annotations
+
+from ._harness import (
+    BideCrashSystem,
+    CrashingStore,
+    CrashReport,
+    CrashRun,
+    CrashSystem,
+    ScheduleResult,
+    SimulatedCrash,
+    run_crash_schedules,
+)
+from ._scripted import Call, Fail, ScriptedModel, Turn, call, reply
+
+__all__ = [
+    "BideCrashSystem",
+    "Call",
+    "CrashReport",
+    "CrashRun",
+    "CrashSystem",
+    "CrashingStore",
+    "Fail",
+    "ScheduleResult",
+    "ScriptedModel",
+    "SimulatedCrash",
+    "Turn",
+    "call",
+    "reply",
+    "run_crash_schedules",
+]

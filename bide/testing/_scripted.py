@@ -1,0 +1,97 @@
+"""`ScriptedModel`: an offline model that plays a script of turns."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._errors import ConfigError, ModelError
+from .._messages import AssistantMessage, ModelRequest, ToolCall
+
+__all__ = ["Call", "Fail", "ScriptedModel", "Turn", "call", "reply"]
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """One scripted tool call. `arguments` may be a dict or raw text (to script malformed arguments)."""
+
+    name: str
+    arguments: dict[str, Any] | str = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One scripted assistant turn: text and tool calls (no calls means a final answer)."""
+
+    text: str = ""
+    calls: tuple[Call, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """A scripted model failure: raised once, the first time the following turn is asked for."""
+
+    error: BaseException
+
+
+def reply(text: str) -> Turn:
+    """A final-answer turn."""
+    return Turn(text=text)
+
+
+def call(name: str, /, **arguments: Any) -> Turn:
+    """A turn with one tool call."""
+    return Turn(calls=(Call(name, arguments),))
+
+
+Script = Turn | Fail | Callable[[ModelRequest], Turn]
+
+
+class ScriptedModel:
+    """A model that answers turn n with the n-th `Turn` of its script (n = assistant messages seen so far).
+
+    A `Fail` entry raises its error once, the first time this object is asked for the turn after it. A
+    callable entry builds its turn from the request. `requests` lists every request received, so tests can
+    count model calls (`record=False` keeps none, for long benchmarks). `delay` (seconds) makes each call
+    sleep, to model a slow model.
+    """
+
+    def __init__(
+        self, script: Sequence[Script], *, name: str = "scripted", delay: float = 0.0, record: bool = True
+    ) -> None:
+        self.name = name
+        self.delay = delay
+        self.record = record
+        self.requests: list[ModelRequest] = []
+        self._turns: list[Turn | Callable[[ModelRequest], Turn]] = []
+        self._fails: dict[int, list[BaseException]] = {}
+        for item in script:
+            if isinstance(item, Fail):
+                self._fails.setdefault(len(self._turns), []).append(item.error)
+            elif isinstance(item, Turn) or callable(item):
+                self._turns.append(item)
+            else:
+                raise ConfigError(f"script entries must be Turn, Fail or a callable, got {item!r}")
+
+    async def complete(self, request: ModelRequest) -> AssistantMessage:
+        if self.record:
+            self.requests.append(request)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        index = sum(1 for m in request.messages if m.role == "assistant")
+        pending = self._fails.get(index)
+        if pending:
+            raise pending.pop(0)
+        if index >= len(self._turns):
+            raise ModelError(
+                f"scripted model has {len(self._turns)} turns and was asked for turn {index + 1}"
+            )
+        item = self._turns[index]
+        turn = item if isinstance(item, Turn) else item(request)
+        calls = [
+            ToolCall(id=f"call_{index}_{i}", name=c.name, arguments=c.arguments)
+            for i, c in enumerate(turn.calls)
+        ]
+        return AssistantMessage(content=turn.text, tool_calls=calls)

@@ -1,0 +1,572 @@
+"""A team of agents on shared order records, through a certified machine: `make demo`.
+
+    python examples/demo.py [--workdir DIR] [--keep]
+
+Offline and self-contained: everything lives in a temporary directory (SQLite files). What happens:
+
+1. The order machine below (`orders`) is certified (`govern certify examples/demo.py:orders`) and the
+   certificate is checked offline (`govern check`).
+2. Three agents run as separate processes (payments, warehouse, support), each a durable bide agent
+   whose tools append governed events to one shared event log. The models are scripted, unless
+   OPENAI_API_KEY and OPENAI_BASE_URL are set (then OPENAI_MODEL, default gpt-4o-mini, drives them).
+3. Mid-run, the warehouse agent's process is killed with SIGKILL and started again: it resumes from its
+   journal, and its retried call appends nothing new.
+4. Three replica processes follow the log live, each with a different delivery order (log order,
+   shuffled windows with duplicates, reversed windows), applying the certificate's delivery rules.
+5. At the end: every replica's final state (identical), the event accounting (no event twice, none lost),
+   the certificate check, and an offline audit verification of every agent's journal (bide-audit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+import bide
+import govern
+from bide import audit
+from bide.testing import Call, ScriptedModel, Turn, reply
+
+MACHINE_FILE = Path(__file__).resolve()
+
+# The shared record: one order. Cancelling a paid order is compensated by a refund (the invariant's repair);
+# restock is not idempotent (a redelivery would add stock twice), and ship/cancel, pay/ship, ... do not
+# commute, so the certificate lists them as causal-order obligations: replicas keep their log order.
+orders = govern.Registry("orders")
+status = orders.enum("status", ["pending", "paid", "shipped", "cancelled"])
+charged = orders.bool("charged")
+stock = orders.int("stock", 0, 3)
+orders.invariant(
+    "shipped_orders_are_charged", holds=(status != "shipped") | charged, repair={status: "pending"}
+)
+orders.invariant(
+    "cancelled_orders_are_refunded", holds=(status != "cancelled") | ~charged, repair={charged: False}
+)
+orders.event("pay", guard=status == "pending", effect={status: "paid", charged: True})
+orders.event("restock", guard=stock < 3, effect={stock: stock + 1})
+orders.event("ship", guard=(status == "paid") & (stock > 0), effect={status: "shipped", stock: stock - 1})
+orders.event("cancel", guard=(status == "pending") | (status == "paid"), effect={status: "cancelled"})
+orders.independent("pay", "restock")
+orders.independent("cancel", "restock")
+ORDERS = ["order-1", "order-2", "order-3", "order-4"]
+MODEL_DELAY = 0.2  # seconds per scripted model turn, so the run is visible and the kill lands mid-run
+KILL_AFTER = 3  # events appended by the warehouse before its process is killed
+
+ROLES: dict[str, dict[str, Any]] = {
+    "payments": {
+        "events": ["pay"],
+        "task": "You run payments. Take payment for order-1, order-2, order-3 and order-4. Report what "
+        "happened to each order.",
+        "script": [("pay", "order-1"), ("pay", "order-2"), ("pay", "order-3"), ("pay", "order-4")],
+    },
+    "warehouse": {
+        "events": ["restock", "ship"],
+        "task": "You run the warehouse. Restock order-1, order-2, order-3 and order-4 and ship each one. An "
+        "order ships only once it is paid and in stock; try again later if it is not paid yet.",
+        "script": [
+            ("restock", "order-1"),
+            ("restock", "order-2"),
+            ("ship", "order-1"),
+            ("restock", "order-3"),
+            ("ship", "order-2"),
+            ("restock", "order-4"),
+            ("ship", "order-3"),
+            ("ship", "order-4"),
+            ("ship", "order-1"),
+        ],
+    },
+    "support": {
+        "events": ["cancel"],
+        "task": "You are customer support. The customers of order-3 and order-4 asked to cancel their "
+        "orders. "
+        "Cancel them and report the outcome (a paid order that is cancelled is refunded).",
+        "script": [("cancel", "order-3"), ("cancel", "order-4")],
+        "pace": 3,  # support answers slowly: its cancellations race the payments
+    },
+}
+REPLICA_MODES = {
+    "replica-a": "log order",
+    "replica-b": "shuffled + duplicates",
+    "replica-c": "reversed windows",
+}
+
+
+# -- shared helpers ---------------------------------------------------------------------------------------
+
+
+def load_machine(workdir: Path) -> govern.Machine:
+    return govern.Machine.load(workdir / "orders.machine")
+
+
+def python_tool(module: str, *args: str) -> list[str]:
+    """The command line of a console script (`govern`, `bide-audit`), run with this interpreter so it works
+    whether or not the scripts are on PATH."""
+    return [sys.executable, "-c", f"import sys; from {module} import main; sys.exit(main())", *args]
+
+
+def compact(state: dict[str, Any]) -> str:
+    """A state in a few words: labels as they are, booleans by name, integers with their name."""
+    words = []
+    for name, value in state.items():
+        if isinstance(value, bool):
+            words.append(name if value else f"not {name}")
+        elif isinstance(value, int):
+            words.append(f"{name} {value}")
+        else:
+            words.append(str(value))
+    return ", ".join(words)
+
+
+def write_json(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(value, sort_keys=True))
+    os.replace(tmp, path)
+
+
+# -- agent process ----------------------------------------------------------------------------------------
+
+
+def scripted(role: str) -> ScriptedModel:
+    turns: list[Turn] = [
+        Turn(calls=(Call(event, {"record": record}),)) for event, record in ROLES[role]["script"]
+    ]
+    turns.append(reply(f"{role}: done, {len(turns)} events recorded."))
+    return ScriptedModel(turns, name=f"scripted-{role}", delay=MODEL_DELAY * ROLES[role].get("pace", 1))
+
+
+def run_agent(role: str, workdir: Path) -> int:
+    machine = load_machine(workdir)
+    log = govern.EventLog(str(workdir / "events.db"))
+    store = bide.open_store(f"sqlite:///{workdir / 'journal.db'}")
+
+    def order_state(record: str) -> dict[str, Any]:
+        """The current state of a shared order record, as a replica of the event log sees it."""
+        replica = govern.Replica(machine, log)
+        replica.sync()
+        return replica.state(record)
+
+    tools = [govern.event_tool(machine, log, event) for event in ROLES[role]["events"]]
+    tools.append(bide.Tool.from_function(order_state, safety=bide.ReadOnly))
+    model: Any
+    if os.environ.get("OPENAI_API_KEY") and os.environ.get("OPENAI_BASE_URL"):
+        model = bide.OpenAIModel(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
+    else:
+        model = scripted(role)
+    system = (
+        f"You are the {role} agent of a small shop. Orders are shared records (order-1 ... order-4) that "
+        "other agents change too. Every change goes through your tools; each tool result tells you the "
+        "order's state right after your event, and whether it applied, changed nothing, or was compensated."
+    )
+    agent = bide.Agent(model, store=store, tools=tools, system=system, name=role, max_turns=40)
+    result = agent.run_sync(f"demo-{role}", ROLES[role]["task"])
+    print(result.answer, flush=True)
+    store.close()
+    return 0
+
+
+# -- replica process --------------------------------------------------------------------------------------
+
+
+def run_replica(name: str, workdir: Path) -> int:
+    machine = load_machine(workdir)
+    log = govern.EventLog(str(workdir / "events.db"))
+    replica = govern.Replica(machine, log, track_root=True)
+    rng = random.Random(name)
+    mode = REPLICA_MODES[name]
+    status = workdir / f"{name}.json"
+    while True:
+        window = log.read(replica.position, rng.randint(2, 10))
+        if window:
+            if mode == "shuffled + duplicates":
+                window = window + rng.sample(window, k=rng.randint(0, len(window)))
+                rng.shuffle(window)
+            elif mode == "reversed windows":
+                window.reverse()
+            replica.deliver(window)
+            write_json(
+                status, {"position": replica.position, "duplicates": replica.duplicates, "done": False}
+            )
+        elif (workdir / "agents-done").exists() and replica.position == log.length():
+            break
+        else:
+            time.sleep(0.02)
+    valid = all(machine.is_valid(replica.state_id(k)) for k in replica.records())
+    write_json(
+        status,
+        {
+            "position": replica.position,
+            "duplicates": replica.duplicates,
+            "done": True,
+            "digest": replica.digest(),
+            "root": replica.root(),
+            "states": replica.states(),
+            "valid": valid,
+        },
+    )
+    return 0
+
+
+# -- the conductor ----------------------------------------------------------------------------------------
+
+
+class Demo:
+    def __init__(self, workdir: Path, console: Console) -> None:
+        self.workdir = workdir
+        self.console = console
+        self.agents: dict[str, subprocess.Popen[str]] = {}
+        self.agent_status: dict[str, str] = dict.fromkeys(ROLES, "starting")
+        self.replicas: dict[str, subprocess.Popen[str]] = {}
+        self.failures: list[str] = []
+        self.results: list[str] = []
+
+    def spawn(self, *args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, str(Path(__file__).resolve()), "--workdir", str(self.workdir), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def certify(self) -> govern.Machine:
+        cert = self.workdir / "orders.govern-cert.json"
+        made = subprocess.run(
+            python_tool("govern._cli", "certify", f"{MACHINE_FILE}:orders", "-o", str(cert)),
+            capture_output=True,
+            text=True,
+        )
+        if made.returncode != 0:
+            raise SystemExit(f"govern certify failed (exit {made.returncode}):\n{made.stdout}{made.stderr}")
+        checked = subprocess.run(
+            python_tool("govern._cli", "check", str(cert)), capture_output=True, text=True
+        )
+        self.check_output = checked.stdout.strip() or checked.stderr.strip()
+        self.check_code = checked.returncode
+        machine = orders.build()
+        document = json.loads(cert.read_text())
+        self.cert_matches = document["machine"] == machine.rules()
+        self.cert_digest = document["digest"]
+        machine.save(self.workdir / "orders.machine")
+        govern.EventLog(str(self.workdir / "events.db")).bind(machine.digest)
+        return machine
+
+    def progress(self, log: govern.EventLog) -> Group:
+        events = log.read()
+        table = Table(title=f"shared event log: {len(events)} events", expand=False)
+        for column in ("process", "status", "events", "last event"):
+            table.add_column(column)
+        for role in ROLES:
+            mine = [e for e in events if e.producer == f"demo-{role}"]
+            last = f"{mine[-1].event} {mine[-1].record} @{mine[-1].position}" if mine else ""
+            table.add_row(f"agent {role}", self.agent_status[role], str(len(mine)), last)
+        for name, mode in REPLICA_MODES.items():
+            status = self.replica_status(name)
+            shown = "done" if status.get("done") else "following"
+            table.add_row(f"{name} ({mode})", shown, f"{status.get('position', 0)} applied", "")
+        return Group(table)
+
+    def replica_status(self, name: str) -> dict[str, Any]:
+        try:
+            value: dict[str, Any] = json.loads((self.workdir / f"{name}.json").read_text())
+            return value
+        except (OSError, ValueError):
+            return {}
+
+    def run(self) -> int:
+        started = time.monotonic()
+        console = self.console
+        console.rule("[bold]bide + govern: a team of agents on shared order records")
+        console.print(f"work directory: {self.workdir}")
+        machine = self.certify()
+        cert = self.workdir / "orders.govern-cert.json"
+        console.print(f"$ govern certify examples/demo.py:orders -o {cert}")
+        console.print(f"$ govern check {cert}   (exit {self.check_code})")
+        report = machine.report
+        obligations = ", ".join("/".join(w.events) for w in report.obligations) or "none"
+        dedupe = ", ".join(w.events[0] for w in report.not_idempotent) or "none"
+        console.print(
+            f"machine [bold]{machine.name}[/]: events {', '.join(machine.events)}; "
+            f"certificate {self.cert_digest[:23]}..."
+        )
+        console.print(f"delivery rules: causal order for {obligations}; deduplicate {dedupe}")
+        log = govern.EventLog(str(self.workdir / "events.db"))
+        for role in ROLES:
+            self.agents[role] = self.spawn("--agent", role)
+            self.agent_status[role] = "running"
+        for name in REPLICA_MODES:
+            self.replicas[name] = self.spawn("--replica", name)
+        killed = False
+        kill_note = "the warehouse finished before it could be killed"
+        with Live(self.progress(log), console=console, refresh_per_second=8, transient=False) as live:
+            while any(p is not None for p in self.agents.values()):
+                for role, proc in list(self.agents.items()):
+                    if proc is None or proc.poll() is None:
+                        continue
+                    out, err = proc.communicate()
+                    if proc.returncode == 0:
+                        self.agent_status[role] = "done"
+                        self.results.append(out.strip())
+                    else:
+                        self.agent_status[role] = f"failed ({proc.returncode})"
+                        self.failures.append(f"agent {role} exited {proc.returncode}: {err.strip()[-2000:]}")
+                    self.agents[role] = None  # type: ignore[assignment]
+                warehouse = self.agents.get("warehouse")
+                if not killed and warehouse is not None and warehouse.poll() is None:
+                    appended = sum(1 for e in log.read() if e.producer == "demo-warehouse")
+                    if appended >= KILL_AFTER:
+                        os.kill(warehouse.pid, signal.SIGKILL)
+                        warehouse.wait()
+                        killed = True
+                        kill_note = (
+                            f"killed the warehouse agent with SIGKILL after {appended} events; restarted "
+                            "it, and it resumed from its journal"
+                        )
+                        live.console.print(
+                            f"[bold red]SIGKILL[/] warehouse agent (pid {warehouse.pid}) after "
+                            f"{appended} events; restarting it"
+                        )
+                        self.agent_status["warehouse"] = "restarted"
+                        self.agents["warehouse"] = self.spawn("--agent", "warehouse")
+                live.update(self.progress(log))
+                time.sleep(0.1)
+            (self.workdir / "agents-done").touch()
+            for name, proc in self.replicas.items():
+                try:
+                    _, err = proc.communicate(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    _, err = proc.communicate()
+                if proc.returncode != 0:
+                    self.failures.append(f"{name} exited {proc.returncode}: {err.strip()[-2000:]}")
+            live.update(self.progress(log))
+        console.print()
+        console.print(kill_note)
+        for line in self.results:
+            console.print(f"  {line}")
+        self.report_consequences()
+        self.report_replicas(machine, log)
+        self.report_events(log)
+        self.report_certificate()
+        self.report_audit()
+        elapsed = time.monotonic() - started
+        console.rule()
+        if self.failures:
+            for failure in self.failures:
+                console.print(f"[bold red]FAILED[/] {failure}")
+            console.print(f"demo FAILED in {elapsed:.1f}s")
+            return 1
+        console.print(f"[bold green]demo passed[/] in {elapsed:.1f}s")
+        return 0
+
+    def report_consequences(self) -> None:
+        """What each model was told: the consequence of each of its events (from the agents' journals)."""
+        store = bide.open_store(f"sqlite:///{self.workdir / 'journal.db'}")
+        table = Table(title="what the agents saw (tool results in their journals)")
+        for column in ("agent", "event", "log position", "outcome", "order state right after"):
+            table.add_column(column)
+        for role in ROLES:
+            for r in bide.Journal(store, f"demo-{role}").load().records():
+                if isinstance(r, bide.ToolResult) and isinstance(r.result, dict) and "outcome" in r.result:
+                    res = r.result
+                    style = {"applied": "green", "no-op": "yellow", "compensated": "magenta"}[res["outcome"]]
+                    table.add_row(
+                        role,
+                        f"{res['event']} {res['record']}",
+                        str(res["position"]),
+                        f"[{style}]{res['outcome']}[/]",
+                        compact(res["state"]),
+                    )
+        store.close()
+        self.console.print(table)
+
+    def report_replicas(self, machine: govern.Machine, log: govern.EventLog) -> None:
+        statuses = {name: self.replica_status(name) for name in REPLICA_MODES}
+        reference = govern.Replica(machine, log)
+        reference.sync()
+        records = sorted(
+            {k for s in statuses.values() for k in s.get("states", {})} | set(reference.records())
+        )
+        table = Table(title="final state of every order, per replica")
+        table.add_column("order")
+        for name, mode in REPLICA_MODES.items():
+            table.add_column(f"{name}\n({mode})")
+        for record in records:
+            cells = []
+            for name in REPLICA_MODES:
+                state = statuses[name].get("states", {}).get(record)
+                cells.append("?" if state is None else compact(state))
+            table.add_row(record, *cells)
+        self.console.print(table)
+        digests = {name: s.get("digest") for name, s in statuses.items()}
+        for name, s in statuses.items():
+            self.console.print(
+                f"  {name}: {s.get('position', 0)} events applied, {s.get('duplicates', 0)} "
+                f"duplicates dropped, digest {str(s.get('digest'))[:16]}..., "
+                f"every state valid: {s.get('valid')}"
+            )
+        identical = len(set(digests.values())) == 1 and reference.digest() in digests.values()
+        valid = all(s.get("valid") for s in statuses.values())
+        if identical and valid:
+            self.console.print(
+                f"[bold green]result: replicas identical[/] ({len(digests)} replicas, digest "
+                f"{reference.digest()[:16]}..., equal to a fresh fold of the log)"
+            )
+        else:
+            self.failures.append(f"replicas differ or hold invalid states: {digests}")
+
+    def report_events(self, log: govern.EventLog) -> None:
+        events = log.read()
+        store = bide.open_store(f"sqlite:///{self.workdir / 'journal.db'}")
+        lost, extra = [], []
+        calls = 0
+        for role in ROLES:
+            run = f"demo-{role}"
+            results = [
+                r
+                for r in bide.Journal(store, run).load().records()
+                if isinstance(r, bide.ToolResult) and r.tool in ROLES[role]["events"] and not r.is_error
+            ]
+            calls += len(results)
+            expected = {r.result["event_id"] for r in results}
+            if len(expected) != len(results):
+                extra.append(f"{run}: two tool calls report the same event")
+            stored = {e.id for e in events if e.producer == run}
+            lost += sorted(expected - stored)
+            extra += sorted(stored - expected)
+        store.close()
+        dense = [e.position for e in events] == list(range(len(events)))
+        unique = len({e.id for e in events}) == len(events)
+        if dense and unique and not lost and not extra and calls == len(events):
+            self.console.print(
+                f"[bold green]result: events exact[/]: {len(events)} events for {calls} tool calls, "
+                "positions dense, none appended twice, none lost"
+            )
+        else:
+            self.failures.append(f"event accounting: dense={dense} unique={unique} lost={lost} extra={extra}")
+
+    def report_certificate(self) -> None:
+        first = self.check_output.splitlines()[0] if self.check_output else ""
+        if self.check_code == 0 and self.cert_matches:
+            self.console.print(
+                f"[bold green]result: certificate valid[/] ({first}; govern check exit 0; its "
+                "machine is the one the agents ran)"
+            )
+        else:
+            self.failures.append(
+                f"govern check exit {self.check_code} (machine matches: {self.cert_matches}): "
+                f"{self.check_output}"
+            )
+
+    def report_audit(self) -> None:
+        key = self.workdir / "audit-key"
+        made = subprocess.run(
+            python_tool("bide.audit._cli", "keygen", str(key)), capture_output=True, text=True
+        )
+        if made.returncode != 0:
+            self.failures.append(f"bide-audit keygen failed: {made.stderr.strip()}")
+            return
+        journal = f"sqlite:///{self.workdir / 'journal.db'}"
+        packages = {role: self.workdir / f"{role}.evidence.json" for role in ROLES}
+        exports = {
+            role: subprocess.Popen(
+                python_tool(
+                    "bide.audit._cli",
+                    "export",
+                    "--store",
+                    journal,
+                    "--run",
+                    f"demo-{role}",
+                    "-o",
+                    str(package),
+                    "--key",
+                    str(key),
+                ),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for role, package in packages.items()
+        }
+        for role, proc in exports.items():
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                self.failures.append(f"bide-audit export {role} failed: {err.strip()}")
+        checks = {
+            role: subprocess.Popen(
+                python_tool("bide.audit._cli", "verify-evidence", str(package), "--pubkey", f"{key}.pub"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for role, package in packages.items()
+        }
+        verified = 0
+        for role, proc in checks.items():
+            out, err = proc.communicate()
+            if proc.returncode == 0:
+                verified += 1
+            else:
+                self.failures.append(
+                    f"bide-audit verify-evidence {role}: exit {proc.returncode} {out.strip()} {err.strip()}"
+                )
+        if verified == len(ROLES):
+            self.console.print(
+                f"[bold green]result: audit verified[/]: every agent's journal ({verified} runs) "
+                "exported as a signed evidence package and verified offline by bide-audit"
+            )
+        self.commit_log(key)
+
+    def commit_log(self, key: Path) -> None:
+        """Sign the event log's Merkle tree head and check it, and each replica's root against it."""
+        log = govern.EventLog(str(self.workdir / "events.db"))
+        size, root = log.length(), log.root()
+        head = audit.sign_head(audit.load_signing_key(key), "govern-log:main", size, bytes.fromhex(root))
+        audit.check_head(head, audit.load_public_key(f"{key}.pub"))
+        roots = {name: self.replica_status(name).get("root") for name in REPLICA_MODES}
+        if set(roots.values()) == {root}:
+            self.console.print(
+                f"[bold green]result: log committed[/]: signed tree head over {size} events (root "
+                f"{root[:16]}...) verified; every replica recomputed that root from the events it applied"
+            )
+        else:
+            self.failures.append(f"log root {root} but replicas computed {roots}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--workdir", help="where to keep the SQLite files (default: a fresh temporary directory)"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--agent", choices=sorted(ROLES), help=argparse.SUPPRESS)
+    parser.add_argument("--replica", choices=sorted(REPLICA_MODES), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.agent:
+        return run_agent(args.agent, Path(args.workdir))
+    if args.replica:
+        return run_replica(args.replica, Path(args.workdir))
+    own = args.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="bide-demo-")) if own else Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        return Demo(workdir, Console()).run()
+    finally:
+        if own and not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,448 @@
+"""The convergence oracle extracted from our Rocq proof (rocq/), run in-process.
+
+`check_tables` re-checks a machine from its tables: the validity flags, the ONE-STEP repair table and the
+raw event tables.  It establishes termination of repair itself, computes the normal forms, the checked
+domain, CC1 on the domain for the checked pairs and CC2 on every state.  Its verdict is computed by
+`_generated.py`, Python translated mechanically from Coq's extraction of `TableCheck.check_tables`, whose
+soundness is the theorem named in the verdict (see rocq/README.md).  `check_rules` recomputes the tables
+from the machine's rules (the expression AST of docs/semantics.md) with the extracted `Rules.check_rules`
+and says whether the given tables are exactly those.  This front end only validates and
+converts inputs; malformed input raises `OracleInputError`, and any failure inside the extracted code
+raises `OracleNoVerdict`: neither is ever turned into a True or False.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from .._errors import OracleError
+from . import _prims
+
+__all__ = [
+    "ORACLE_IDENTITY",
+    "OracleError",
+    "OracleIdentity",
+    "OracleInputError",
+    "OracleNoVerdict",
+    "RulesVerdict",
+    "TableVerdict",
+    "check_rules",
+    "check_tables",
+]
+
+# Coq names of the theorems a verdict rests on (rocq/theories/*.v, listed in rocq/README.md).
+THEOREM_TABLES = "Govern.TableCheck.check_tables_sound"
+THEOREM_TRACE = "Govern.TableCheck.check_tables_trace"
+THEOREM_CC2 = "Govern.TableCheck.check_tables_cc2"
+THEOREM_CONVERGENCE = "Govern.Bridge.check_tables_convergence"
+THEOREM_WITNESS = "Govern.TableCheck.check_tables_witness"
+THEOREM_NO_WFC = "Govern.TableCheck.check_tables_wfc_complete"
+THEOREM_RULES = "Govern.Rules.check_rules_sound"
+
+_MAX_STATES = 2**31 - 1
+
+
+# OracleError is govern's one oracle error class (govern.OracleError): the two below are the oracle's own
+# "no verdict" cases, so a caller catching govern.OracleError sees every way the oracle did not certify.
+
+
+class OracleInputError(OracleError):
+    """The tables handed to the oracle are malformed (types, shapes, ranges); fix the caller. No verdict."""
+
+
+class OracleNoVerdict(OracleError):
+    """The extracted checker raised or returned something outside its type: no verdict, report a bug."""
+
+
+@dataclass(frozen=True)
+class OracleIdentity:
+    """What the verdicts come from: the pinned proof, its extraction and the generated module."""
+
+    coq_version: str
+    proof_sha256: str
+    json_sha256: str
+    generated_sha256: str
+    generator_sha256: str
+    theorems: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TableVerdict:
+    """The oracle's verdict on a machine given by tables.
+
+    `certified` is True exactly when the inputs are well formed, repair terminates from every state
+    (`wfc`), the initial state is valid, the checked domain was computed and checked closed, and every
+    checked pair commutes on it (`cc1`).  `cc1_witness` is `(a, b, s)`: events a, b disagree from domain
+    state s.  `cc2` is computed whenever `wfc` holds.  `nf` is the normal-form table (meaningful only when
+    `wfc`), `max_depth` the largest number of repair steps.  `theorem` names the Coq theorem a True
+    verdict rests on: `Govern.Bridge.check_tables_convergence` (CC2 holds, domain "valid": the full
+    rewrite system converges under any interleaving), else `Govern.TableCheck.check_tables_trace`
+    (trace equivalence of normalized runs from the domain). A False verdict with a `cc1_witness` rests on
+    `Govern.TableCheck.check_tables_witness` (the witness is a real disagreement), one with `wfc` False on
+    `Govern.TableCheck.check_tables_wfc_complete` (some state never reaches a valid state); the other False
+    verdicts (invalid initial state) name `Govern.TableCheck.check_tables_sound`.
+    """
+
+    certified: bool
+    wfc: bool
+    max_depth: int
+    initial_valid: bool
+    cc1: bool
+    cc1_witness: tuple[int, int, int] | None
+    cc2: bool
+    nf: npt.NDArray[np.int64]
+    domain_size: int
+    theorem: str
+
+
+def _read_identity() -> OracleIdentity:
+    text = resources.files(__package__).joinpath("PROVENANCE").read_text(encoding="utf-8")
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            fields[key.strip()] = value.strip()
+    try:
+        return OracleIdentity(
+            coq_version=fields["coq_version"],
+            proof_sha256=fields["proof_sha256"],
+            json_sha256=fields["json_sha256"],
+            generated_sha256=fields["generated_sha256"],
+            generator_sha256=fields["generator_sha256"],
+            theorems=tuple(t for t in fields["theorems"].split(",") if t),
+        )
+    except KeyError as err:  # pragma: no cover - PROVENANCE is generated by `make -C rocq check`
+        raise OracleNoVerdict(
+            f"govern/oracle/PROVENANCE lacks {err}; regenerate with `make -C rocq regen`"
+        ) from err
+
+
+ORACLE_IDENTITY = _read_identity()
+
+
+def _generated_matches() -> bool:
+    data = resources.files(__package__).joinpath("_generated.py").read_bytes()
+    return hashlib.sha256(data).hexdigest() == ORACLE_IDENTITY.generated_sha256
+
+
+_GENERATED_OK = _generated_matches()
+
+
+def _generated_entry(name: str) -> Callable[..., Any]:
+    from . import _generated
+
+    entry: Callable[..., Any] = getattr(_generated, name)
+    return entry
+
+# Coq lists and options as the generated module represents them (constructor index first).
+_NIL: tuple[Any, ...] = (0,)
+_NONE: tuple[Any, ...] = (1,)
+
+
+def _cons_list(items: list[Any]) -> tuple[Any, ...]:
+    out: tuple[Any, ...] = _NIL
+    for item in reversed(items):
+        out = (1, item, out)
+    return out
+
+
+def _is_int(x: object) -> bool:
+    return type(x) is int
+
+
+def _as_vec(a: npt.NDArray[Any], n: int, what: str) -> npt.NDArray[np.int64]:
+    if a.dtype.kind not in "iu":
+        raise OracleInputError(f"{what} must hold integers, got dtype {a.dtype}")
+    if a.shape != (n,):
+        raise OracleInputError(f"{what} must have shape ({n},), got {a.shape}")
+    # Entries must be naturals; the extracted checker itself checks that they are below n.
+    if n and int(a.min()) < 0:
+        raise OracleInputError(f"{what} has negative entries")
+    out = a.astype(np.int64, copy=a.dtype != np.int64)
+    if out is a:
+        out = a.view()
+    out.flags.writeable = False
+    return out
+
+
+def check_tables(
+    *,
+    valid: npt.NDArray[Any],
+    repair: npt.NDArray[Any],
+    apply: npt.NDArray[Any],
+    pairs: list[tuple[int, int]] | None,
+    domain: Literal["valid", "reachable"],
+    initial: int,
+) -> TableVerdict:
+    """Re-check a machine from its tables with the extracted checker; see `TableVerdict`.
+
+    valid: (N,) bool; repair: (N,) one-step repair table (repair[s] == s for valid s); apply: (E, N) raw
+    event table before normalization; pairs: the checked pairs (None = every unordered pair); domain:
+    "valid" or "reachable" (from `initial`).  Raises OracleInputError on malformed input and
+    OracleNoVerdict when the extracted code fails; never returns a verdict in either case.
+    """
+    if not isinstance(valid, np.ndarray) or valid.dtype != np.bool_ or valid.ndim != 1:
+        raise OracleInputError("valid must be a 1-D numpy bool array")
+    n = int(valid.shape[0])
+    if n < 1 or n > _MAX_STATES:
+        raise OracleInputError(f"the machine must have 1..{_MAX_STATES} states, got {n}")
+    if not isinstance(repair, np.ndarray):
+        raise OracleInputError("repair must be a numpy array")
+    if not isinstance(apply, np.ndarray) or apply.ndim != 2 or apply.shape[1] != n:
+        raise OracleInputError(f"apply must be a numpy array of shape (E, {n})")
+    e = int(apply.shape[0])
+    if domain not in ("valid", "reachable"):
+        raise OracleInputError(f'domain must be "valid" or "reachable", got {domain!r}')
+    if not _is_int(initial) or not 0 <= initial < n:
+        raise OracleInputError(f"initial must be an int in 0..{n - 1}, got {initial!r}")
+    vrow = valid.view()
+    vrow.flags.writeable = False
+    rep = _as_vec(repair, n, "repair")
+    rows = [_as_vec(apply[i], n, f"apply[{i}]") for i in range(e)]
+    if pairs is None:
+        cpairs: tuple[Any, ...] = _NONE
+    else:
+        if not isinstance(pairs, list):
+            raise OracleInputError("pairs must be a list of (a, b) tuples or None")
+        items = []
+        for p in pairs:
+            if not isinstance(p, tuple) or len(p) != 2 or not all(_is_int(x) for x in p):
+                raise OracleInputError(f"pair {p!r} is not a tuple of two ints")
+            a, b = p
+            if not (0 <= a < e and 0 <= b < e) or a == b:
+                raise OracleInputError(f"pair {p!r} must name two distinct events in 0..{e - 1}")
+            items.append((0, a, b))
+        cpairs = (0, _cons_list(items))
+    if not _GENERATED_OK:
+        raise OracleNoVerdict(
+            "govern/oracle/_generated.py does not match PROVENANCE; regenerate with `make -C rocq regen`"
+        )
+    entry: Callable[..., Any] = _generated_entry("c_check_tables")
+    try:
+        raw = entry(vrow, rep, _cons_list(rows), cpairs, domain == "reachable", initial)
+    except Exception as err:
+        raise OracleNoVerdict(f"the extracted checker failed: {type(err).__name__}: {err}") from err
+    finally:
+        _prims.reset()
+    return _decode(raw, n, domain == "valid")
+
+
+def _decode(raw: Any, n: int, valid_domain: bool) -> TableVerdict:
+    def bad(why: str) -> OracleNoVerdict:
+        return OracleNoVerdict(f"the extracted checker returned a malformed verdict ({why})")
+
+    if not isinstance(raw, tuple) or len(raw) != 12 or raw[0] != 0:
+        raise bad("shape")
+    _, wf, certified, wfc, depth, init_ok, dom_ok, cc1, witness, cc2, nf, dsize = raw
+    for flag in (wf, certified, wfc, init_ok, dom_ok, cc1, cc2):
+        if type(flag) is not bool:
+            raise bad("flag type")
+    if not _is_int(depth) or not _is_int(dsize):
+        raise bad("number type")
+    if not wf:
+        raise OracleInputError("the extracted checker found the tables malformed (shapes or ranges)")
+    wit: tuple[int, int, int] | None
+    if witness == _NONE:
+        wit = None
+    elif isinstance(witness, tuple) and len(witness) == 2 and witness[0] == 0:
+        try:
+            (_, (_, a, b), s) = witness[1]
+        except (TypeError, ValueError) as err:
+            raise bad("witness") from err
+        if not all(_is_int(x) for x in (a, b, s)):
+            raise bad("witness type")
+        wit = (a, b, s)
+    else:
+        raise bad("witness")
+    if not isinstance(nf, np.ndarray) or nf.shape != (n,):
+        raise bad("nf")
+    if certified != (wfc and init_ok and dom_ok and cc1):
+        raise bad("certified is not the conjunction of its parts")
+    # What a certified verdict rests on: with CC2 on the "valid" domain, the full convergence theorem
+    # (any interleaving of compensation); otherwise trace equivalence of normalized runs from D.
+    if not certified:
+        theorem = THEOREM_WITNESS if wit is not None else (THEOREM_NO_WFC if not wfc else THEOREM_TABLES)
+    elif cc2 and valid_domain:
+        theorem = THEOREM_CONVERGENCE
+    else:
+        theorem = THEOREM_TRACE
+    return TableVerdict(
+        certified=certified,
+        wfc=wfc,
+        max_depth=depth,
+        initial_valid=init_ok,
+        cc1=cc1,
+        cc1_witness=wit,
+        cc2=cc2,
+        nf=nf,
+        domain_size=dsize,
+        theorem=theorem,
+    )
+
+
+# ---- the rules checker --------------------------------------------------------------------------------
+
+_OPS: dict[str, tuple[int, int]] = {  # op -> (constructor index in Rules.expr, number of sub-expressions)
+    "add": (2, 2), "sub": (3, 2), "min": (4, 2), "max": (5, 2), "ite": (6, 3), "eq": (7, 2), "lt": (8, 2),
+    "le": (9, 2), "and": (10, 2), "or": (11, 2), "not": (12, 1),
+}
+_MAX_DEPTH = 120
+_MAX_VARS = 400
+
+
+@dataclass(frozen=True)
+class RulesVerdict:
+    """Whether the given tables are exactly the tables the rules define (with no domain violation).
+
+    `matches` True rests on `theorem`; otherwise `detail` says which table differs first.
+    """
+
+    matches: bool
+    detail: str
+    theorem: str
+
+
+def _expr(node: Any, k: int, depth: int, where: str) -> tuple[Any, ...]:
+    if depth > _MAX_DEPTH:
+        raise OracleInputError(f"{where}: expression nested deeper than {_MAX_DEPTH}")
+    if not isinstance(node, list) or not node or not isinstance(node[0], str):
+        raise OracleInputError(f"{where}: expected an expression [op, args...], got {node!r}")
+    op, args = node[0], node[1:]
+    if op == "var":
+        if len(args) != 1 or not _is_int(args[0]) or not 0 <= args[0] < k:
+            raise OracleInputError(f"{where}: ['var', i] needs a variable position in 0..{k - 1}")
+        return (0, args[0])
+    if op == "lit":
+        if len(args) != 1 or not _is_int(args[0]):
+            raise OracleInputError(f"{where}: ['lit', n] needs an int")
+        return (1, args[0])
+    if op not in _OPS:
+        raise OracleInputError(f"{where}: unknown expression node {op!r}")
+    tag, arity = _OPS[op]
+    if len(args) != arity:
+        raise OracleInputError(f"{where}: {op!r} takes {arity} operands, got {len(args)}")
+    return (tag, *(_expr(a, k, depth + 1, where) for a in args))
+
+
+def _assignment(node: Any, k: int, where: str) -> tuple[Any, ...]:
+    if not isinstance(node, list):
+        raise OracleInputError(f"{where}: expected an assignment [[i, expr], ...], got {node!r}")
+    items, last = [], -1
+    for pair in node:
+        if not isinstance(pair, list) or len(pair) != 2 or not _is_int(pair[0]):
+            raise OracleInputError(f"{where}: expected [i, expr], got {pair!r}")
+        i = pair[0]
+        if not last < i < k:
+            raise OracleInputError(f"{where}: assigned positions must be increasing, distinct, in 0..{k - 1}")
+        last = i
+        items.append((0, i, _expr(pair[1], k, 0, where)))
+    return _cons_list(items)
+
+
+def _rule(node: Any, cond: str, body: str, k: int, where: str) -> tuple[Any, ...]:
+    if not isinstance(node, dict):
+        raise OracleInputError(f"{where}: expected an object")
+    if node.get(cond) is None or node.get(body) is None:
+        raise OracleInputError(f"{where} is a Python callable (no expression): the rules checker cannot "
+                               "read it; such a machine is checked through its tables only")
+    return (0, _expr(node[cond], k, 0, f"{where}.{cond}"), _assignment(node[body], k, f"{where}.{body}"))
+
+
+def _variables(rules: dict[str, Any]) -> list[tuple[int, int]]:
+    variables = rules.get("variables")
+    if not isinstance(variables, list) or not 1 <= len(variables) <= _MAX_VARS:
+        raise OracleInputError(f"rules.variables must list 1..{_MAX_VARS} variables")
+    out = []
+    for i, v in enumerate(variables):
+        kind = v.get("kind") if isinstance(v, dict) else None
+        if kind == "bool":
+            out.append((0, 2))
+        elif kind == "enum":
+            labels = v.get("labels")
+            if not isinstance(labels, list) or len(labels) < 2:
+                raise OracleInputError(f"variable {i}: an enum needs at least 2 labels")
+            out.append((0, len(labels)))
+        elif kind == "int":
+            lo, hi = v.get("min"), v.get("max")
+            if not _is_int(lo) or not _is_int(hi) or lo > hi:
+                raise OracleInputError(f"variable {i}: an int needs integer min <= max")
+            out.append((lo, hi - lo + 1))
+        else:
+            raise OracleInputError(f"variable {i}: unknown kind {kind!r}")
+    return out
+
+
+def _rules_detail(code: int, events: list[str]) -> str:
+    if code == 0:
+        return "the tables do not have the number of states the variables define"
+    if code == 1:
+        return "the validity flags differ from the invariants"
+    if code == 2:
+        return "the repair table differs from the invariants' repairs"
+    if code == 3:
+        return "a repair assigns a value outside its variable's domain, or the number of event tables differs"
+    k, kind = divmod(code - 4, 2)
+    name = events[k] if 0 <= k < len(events) else f"#{k}"
+    if kind == 0:
+        return f"the table of event {name!r} differs from its guard and effect"
+    return f"event {name!r} assigns a value outside its variable's domain"
+
+
+def check_rules(
+    *,
+    rules: dict[str, Any],
+    valid: npt.NDArray[Any],
+    repair: npt.NDArray[Any],
+    apply: npt.NDArray[Any],
+) -> RulesVerdict:
+    """Recompute the tables from the machine's rules (docs/semantics.md, "The machine as data") with the
+    extracted rules checker and compare them with the given ones.
+
+    Raises OracleInputError when the rules or tables are malformed (or a rule has no expression) and
+    OracleNoVerdict when the extracted code fails.
+    """
+    if not isinstance(rules, dict):
+        raise OracleInputError("rules must be the machine JSON object")
+    variables = _variables(rules)
+    k = len(variables)
+    invs, events = rules.get("invariants"), rules.get("events")
+    if not isinstance(invs, list) or not isinstance(events, list):
+        raise OracleInputError("rules.invariants and rules.events must be lists")
+    cinvs = _cons_list([_rule(r, "holds", "repair", k, f"invariant {i}") for i, r in enumerate(invs)])
+    cevs = _cons_list([_rule(r, "guard", "effect", k, f"event {i}") for i, r in enumerate(events)])
+    if not isinstance(valid, np.ndarray) or valid.dtype != np.bool_ or valid.ndim != 1:
+        raise OracleInputError("valid must be a 1-D numpy bool array")
+    n = int(valid.shape[0])
+    if not isinstance(apply, np.ndarray) or apply.ndim != 2 or apply.shape[1] != n:
+        raise OracleInputError(f"apply must be a numpy array of shape (E, {n})")
+    if not isinstance(repair, np.ndarray):
+        raise OracleInputError("repair must be a numpy array")
+    vrow = valid.view()
+    vrow.flags.writeable = False
+    rep = _as_vec(repair, n, "repair")
+    rows = [_as_vec(apply[i], n, f"apply[{i}]") for i in range(int(apply.shape[0]))]
+    if not _GENERATED_OK:
+        raise OracleNoVerdict(
+            "govern/oracle/_generated.py does not match PROVENANCE; regenerate with `make -C rocq regen`"
+        )
+    entry = _generated_entry("c_check_rules")
+    cvars = _cons_list([(0, lo, size) for lo, size in variables])
+    try:
+        raw = entry(cvars, cinvs, cevs, vrow, rep, _cons_list(rows))
+    except Exception as err:
+        raise OracleNoVerdict(f"the extracted rules checker failed: {type(err).__name__}: {err}") from err
+    finally:
+        _prims.reset()
+    if raw == _NONE:
+        return RulesVerdict(True, "", THEOREM_RULES)
+    if isinstance(raw, tuple) and len(raw) == 2 and raw[0] == 0 and _is_int(raw[1]):
+        names = [str(e.get("name", f"#{i}")) for i, e in enumerate(events)]
+        return RulesVerdict(False, _rules_detail(raw[1], names), THEOREM_RULES)
+    raise OracleNoVerdict("the extracted rules checker returned a malformed answer")

@@ -1,0 +1,457 @@
+"""The mapped primitives of the extracted oracle: numpy meanings of the constants of rocq/theories/Vec.v.
+
+Each function here is the run-time meaning of exactly one Gallina definition (named in its docstring);
+tests/oracle/test_prims.py compares every one with that definition, extracted without this mapping, on
+many inputs.  A ``vec`` is a read-only 1-D int64 array of naturals, a ``mask`` a read-only 1-D bool array,
+a ``zvec`` a read-only 1-D int64 array of integers, a ``nat`` a Python int >= 0, a ``Z`` a Python int.
+Where the exact meaning cannot be computed in int64 (an overflow that a cheap bound cannot exclude) a
+primitive raises: the oracle then gives no verdict, never a wrong one.
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "andb",
+    "mall",
+    "mand",
+    "mandn",
+    "mcount",
+    "mfirst_false",
+    "mgather",
+    "mlen",
+    "mmark",
+    "mnth",
+    "mor",
+    "mwhere",
+    "nat_add",
+    "nat_eqb",
+    "nat_leb",
+    "nat_log2",
+    "nat_ltb",
+    "nat_mul",
+    "reset",
+    "vadd",
+    "veq",
+    "vequals",
+    "vgather",
+    "viota",
+    "vlen",
+    "vmax",
+    "vnotbit",
+    "vnth",
+    "vselect",
+    "z_add",
+    "z_of_nat",
+    "zadd",
+    "zand",
+    "zcol",
+    "zconst",
+    "zeq",
+    "zinrange",
+    "zite",
+    "zle",
+    "zlen",
+    "zlt",
+    "zmax",
+    "zmin",
+    "zmulc",
+    "znot",
+    "znz",
+    "zor",
+    "zsub",
+    "ztonat",
+]
+
+Vec = npt.NDArray[np.int64]
+Mask = npt.NDArray[np.bool_]
+_INT64_MAX = int(np.iinfo(np.int64).max)
+
+
+def _frozen(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
+    a.flags.writeable = False
+    return a
+
+
+def vlen(a: Vec) -> int:
+    """Vec.vlen: the length."""
+    return int(a.shape[0])
+
+
+def mlen(m: Mask) -> int:
+    """Vec.mlen: the length."""
+    return int(m.shape[0])
+
+
+def viota(n: int) -> Vec:
+    """Vec.viota: [0, 1, ..., n-1]."""
+    return _frozen(np.arange(n, dtype=np.int64))  # type: ignore[return-value]
+
+
+def _gather(a: npt.NDArray[np.generic], idx: Vec, default: object) -> npt.NDArray[np.generic]:
+    n = a.shape[0]
+    try:
+        return _frozen(a[idx])  # numpy bounds-checks every index (they are never negative)
+    except IndexError:
+        pass
+    if n == 0:
+        return _frozen(np.full(idx.shape[0], default, dtype=a.dtype))
+    inside = idx < n
+    return _frozen(np.where(inside, a[np.where(inside, idx, 0)], np.asarray(default, dtype=a.dtype)))
+
+
+def vgather(a: Vec, idx: Vec) -> Vec:
+    """Vec.vgather: a[idx[j]] for each j; 0 where idx[j] is out of range."""
+    return _gather(a, idx, 0)  # type: ignore[return-value]
+
+
+def mgather(m: Mask, idx: Vec) -> Mask:
+    """Vec.mgather: m[idx[j]] for each j; False where idx[j] is out of range."""
+    return _gather(m, idx, False)  # type: ignore[return-value]
+
+
+def vselect(m: Mask, a: Vec, b: Vec) -> Vec:
+    """Vec.vselect: a[i] where m[i] else b[i], truncated to the shortest operand."""
+    k = min(m.shape[0], a.shape[0], b.shape[0])
+    return _frozen(np.where(m[:k], a[:k], b[:k]))  # type: ignore[return-value]
+
+
+def vadd(a: Vec, b: Vec) -> Vec:
+    """Vec.vadd: a[i] + b[i], truncated to the shorter operand (raises on int64 overflow)."""
+    k = min(a.shape[0], b.shape[0])
+    r = a[:k] + b[:k]
+    if k and bool((r < 0).any()):
+        raise OverflowError("vadd: sum exceeds int64")
+    return _frozen(r)  # type: ignore[return-value]
+
+
+def veq(a: Vec, b: Vec) -> Mask:
+    """Vec.veq: a[i] == b[i], truncated to the shorter operand."""
+    k = min(a.shape[0], b.shape[0])
+    return _frozen(a[:k] == b[:k])  # type: ignore[return-value]
+
+
+def vequals(a: Vec, x: int) -> Mask:
+    """Vec.vequals: a[i] == x."""
+    if x > _INT64_MAX:
+        return _frozen(np.zeros(a.shape[0], dtype=np.bool_))  # type: ignore[return-value]
+    return _frozen(a == x)  # type: ignore[return-value]
+
+
+def vnotbit(m: Mask) -> Vec:
+    """Vec.vnotbit: 1 where m is False, 0 where it is True."""
+    return _frozen((~m).astype(np.int64))  # type: ignore[return-value]
+
+
+def vmax(a: Vec) -> int:
+    """Vec.vmax: the largest entry, 0 for the empty vector."""
+    return int(a.max()) if a.shape[0] else 0
+
+
+def vnth(a: Vec, i: int) -> int:
+    """Vec.vnth: a[i], 0 out of range."""
+    return int(a[i]) if i < a.shape[0] else 0
+
+
+def mnth(m: Mask, i: int) -> bool:
+    """Vec.mnth: m[i], False out of range."""
+    return bool(m[i]) if i < m.shape[0] else False
+
+
+def mall(m: Mask) -> bool:
+    """Vec.mall: every entry is True."""
+    return bool(m.all())
+
+
+def mor(a: Mask, b: Mask) -> Mask:
+    """Vec.mor: a[i] or b[i], truncated to the shorter operand."""
+    k = min(a.shape[0], b.shape[0])
+    return _frozen(a[:k] | b[:k])  # type: ignore[return-value]
+
+
+def mcount(m: Mask) -> int:
+    """Vec.mcount: the number of True entries."""
+    return int(np.count_nonzero(m))
+
+
+def mwhere(m: Mask) -> Vec:
+    """Vec.mwhere: the positions of the True entries, increasing."""
+    return _frozen(np.flatnonzero(m).astype(np.int64))  # type: ignore[return-value]
+
+
+def mmark(n: int, idx: Vec) -> Mask:
+    """Vec.mmark: the length-n mask that is True exactly at the entries of idx (entries >= n ignored)."""
+    z = np.zeros(n, dtype=np.bool_)
+    z[idx[idx < n]] = True
+    return _frozen(z)  # type: ignore[return-value]
+
+
+def mfirst_false(m: Mask) -> int:
+    """Vec.mfirst_false: the first position holding False, or the length if there is none."""
+    if bool(m.all()):
+        return int(m.shape[0])
+    return int(np.argmin(m))
+
+
+def nat_eqb(a: int, b: int) -> bool:
+    """Nat.eqb."""
+    return a == b
+
+
+def nat_ltb(a: int, b: int) -> bool:
+    """Nat.ltb."""
+    return a < b
+
+
+def nat_leb(a: int, b: int) -> bool:
+    """Nat.leb."""
+    return a <= b
+
+
+def nat_add(a: int, b: int) -> int:
+    """Nat.add."""
+    return a + b
+
+
+def nat_log2(n: int) -> int:
+    """Nat.log2: floor of the base-2 logarithm, 0 for 0."""
+    return n.bit_length() - 1 if n > 0 else 0
+
+
+def andb(a: bool, b: bool) -> bool:
+    """andb (the generator emits a short-circuit ``and`` wherever both operands are given)."""
+    return a and b
+
+
+# ---- integer vectors (rocq/theories/ZVec.v) -----------------------------------------------------------
+
+_INT64_MIN = int(np.iinfo(np.int64).min)
+
+
+# An upper bound of |entry| for every integer vector a primitive made, so the int64 overflow checks need no
+# pass over the data. Keyed by id() and dropped when the array dies (before its id can be reused); the
+# arrays are read-only, so a recorded bound stays true.
+_BOUNDS: dict[int, int] = {}
+
+
+def _forget(key: int) -> None:
+    _BOUNDS.pop(key, None)
+
+
+def _checked(r: npt.NDArray[np.int64], bound: int | None = None) -> Vec:
+    r.flags.writeable = False
+    if bound is not None and id(r) not in _BOUNDS:
+        _BOUNDS[id(r)] = bound
+        weakref.finalize(r, _forget, id(r))
+    return r
+
+
+def _bound(a: Vec) -> int:
+    """An upper bound of |a[i]|: recorded when a primitive made a, else computed."""
+    known = _BOUNDS.get(id(a))
+    if known is not None:
+        return known
+    return max(abs(int(a.max())), abs(int(a.min()))) if a.shape[0] else 0
+
+
+def _exact_bound(a: Vec) -> int:
+    return max(abs(int(a.max())), abs(int(a.min()))) if a.shape[0] else 0
+
+
+def zlen(a: Vec) -> int:
+    """ZVec.zlen: the length."""
+    return int(a.shape[0])
+
+
+def zconst(n: int, z: int) -> Vec:
+    """ZVec.zconst: n copies of z (the same read-only array for the same (n, z) within one check)."""
+    if not _INT64_MIN <= z <= _INT64_MAX:
+        raise OverflowError("zconst: literal beyond int64")
+    return _zconst_cached(n, z)
+
+
+@functools.lru_cache(maxsize=4)
+def _zconst_cached(n: int, z: int) -> Vec:
+    return _checked(np.full(n, z, dtype=np.int64), abs(z))
+
+
+def reset() -> None:
+    """Drop the memoized constant vectors (the front end calls this after every check)."""
+    _zconst_cached.cache_clear()
+
+
+def _pow2(k: int) -> bool:
+    return k > 0 and k & (k - 1) == 0
+
+
+def zcol(n: int, stride: int, size: int, lo: int) -> Vec:
+    """ZVec.zcol: entry s is lo + (s / stride) mod size (nat division: x / 0 = 0, x mod 0 = x)."""
+    s = np.arange(n, dtype=np.int64)
+    if stride == 0:
+        q = np.zeros(n, dtype=np.int64)
+    elif stride == 1:
+        q = s
+    elif _pow2(stride):
+        q = s >> (stride.bit_length() - 1)
+    else:
+        q = s // stride
+    if size == 0 or (n and size > int(q[-1])):
+        m = q  # every quotient is below size (they increase with s): mod changes nothing
+    elif _pow2(size):
+        m = q & (size - 1)
+    else:
+        m = q % size
+    top = int(q[-1]) if n else 0  # the largest quotient; m never exceeds it (nor size - 1)
+    if size:
+        top = min(top, size - 1)
+    if n and not (_INT64_MIN <= lo <= _INT64_MAX and lo + top <= _INT64_MAX):
+        raise OverflowError("zcol: values beyond int64")
+    return _checked(m + lo if lo else m, max(abs(lo), abs(lo + top)))
+
+
+def _two(a: Vec, b: Vec) -> tuple[Vec, Vec]:
+    k = min(a.shape[0], b.shape[0])
+    return a[:k], b[:k]
+
+
+def _sum_bound(a: Vec, b: Vec, what: str) -> int:
+    bound = _bound(a) + _bound(b)
+    if bound > _INT64_MAX:
+        bound = _exact_bound(a) + _exact_bound(b)
+        if bound > _INT64_MAX:
+            raise OverflowError(f"{what} may leave int64")
+    return bound
+
+
+def zadd(a: Vec, b: Vec) -> Vec:
+    """ZVec.zadd: a[i] + b[i] (raises if the exact sum may leave int64)."""
+    bound = _sum_bound(a, b, "zadd: sum")
+    x, y = _two(a, b)
+    return _checked(x + y, bound)
+
+
+def zsub(a: Vec, b: Vec) -> Vec:
+    """ZVec.zsub: a[i] - b[i] (raises if the exact difference may leave int64)."""
+    bound = _sum_bound(a, b, "zsub: difference")
+    x, y = _two(a, b)
+    return _checked(x - y, bound)
+
+
+def zmin(a: Vec, b: Vec) -> Vec:
+    """ZVec.zmin: min(a[i], b[i])."""
+    bound = max(_bound(a), _bound(b))
+    x, y = _two(a, b)
+    return _checked(np.minimum(x, y), bound)
+
+
+def zmax(a: Vec, b: Vec) -> Vec:
+    """ZVec.zmax: max(a[i], b[i])."""
+    bound = max(_bound(a), _bound(b))
+    x, y = _two(a, b)
+    return _checked(np.maximum(x, y), bound)
+
+
+def zeq(a: Vec, b: Vec) -> Vec:
+    """ZVec.zeq: 1 where a[i] = b[i], else 0."""
+    x, y = _two(a, b)
+    return _checked((x == y).astype(np.int64), 1)
+
+
+def zlt(a: Vec, b: Vec) -> Vec:
+    """ZVec.zlt: 1 where a[i] < b[i], else 0."""
+    x, y = _two(a, b)
+    return _checked((x < y).astype(np.int64), 1)
+
+
+def zle(a: Vec, b: Vec) -> Vec:
+    """ZVec.zle: 1 where a[i] <= b[i], else 0."""
+    x, y = _two(a, b)
+    return _checked((x <= y).astype(np.int64), 1)
+
+
+def zand(a: Vec, b: Vec) -> Vec:
+    """ZVec.zand: 1 where a[i] and b[i] are both non-zero, else 0."""
+    x, y = _two(a, b)
+    return _checked(((x != 0) & (y != 0)).astype(np.int64), 1)
+
+
+def zor(a: Vec, b: Vec) -> Vec:
+    """ZVec.zor: 1 where a[i] or b[i] is non-zero, else 0."""
+    x, y = _two(a, b)
+    return _checked(((x != 0) | (y != 0)).astype(np.int64), 1)
+
+
+def znot(a: Vec) -> Vec:
+    """ZVec.znot: 1 where a[i] is zero, else 0."""
+    return _checked((a == 0).astype(np.int64), 1)
+
+
+def zmulc(a: Vec, c: int) -> Vec:
+    """ZVec.zmulc: a[i] * c (raises if an exact product may leave int64)."""
+    big = _bound(a)
+    if big and abs(c) > _INT64_MAX // big:
+        big = _exact_bound(a)
+        if big and abs(c) > _INT64_MAX // big:
+            raise OverflowError("zmulc: product may leave int64")
+    if c == 1:
+        return _checked(a.copy(), big)
+    return _checked(a * np.int64(c), big * abs(c))
+
+
+def zite(c: Vec, a: Vec, b: Vec) -> Vec:
+    """ZVec.zite: a[i] where c[i] is non-zero else b[i], truncated to the shortest operand."""
+    k = min(c.shape[0], a.shape[0], b.shape[0])
+    return _checked(np.where(c[:k] != 0, a[:k], b[:k]), max(_bound(a), _bound(b)))
+
+
+def znz(a: Vec) -> Mask:
+    """ZVec.znz: a[i] is non-zero."""
+    return _frozen(a != 0)  # type: ignore[return-value]
+
+
+def zinrange(a: Vec, lo: int, hi: int) -> Mask:
+    """ZVec.zinrange: lo <= a[i] < hi."""
+    lo_c = max(lo, _INT64_MIN)
+    if lo > _INT64_MAX or hi <= _INT64_MIN:
+        return _frozen(np.zeros(a.shape[0], dtype=np.bool_))  # type: ignore[return-value]
+    r = a >= lo_c
+    if hi <= _INT64_MAX:
+        r &= a < hi
+    return _frozen(r)  # type: ignore[return-value]
+
+
+def ztonat(a: Vec) -> Vec:
+    """ZVec.ztonat: Z.to_nat elementwise (negative entries become 0)."""
+    return _checked(np.maximum(a, 0))
+
+
+def mand(a: Mask, b: Mask) -> Mask:
+    """ZVec.mand: a[i] and b[i], truncated to the shorter operand."""
+    k = min(a.shape[0], b.shape[0])
+    return _frozen(a[:k] & b[:k])  # type: ignore[return-value]
+
+
+def mandn(a: Mask, b: Mask) -> Mask:
+    """ZVec.mandn: a[i] and not b[i], truncated to the shorter operand."""
+    k = min(a.shape[0], b.shape[0])
+    return _frozen(a[:k] & ~b[:k])  # type: ignore[return-value]
+
+
+def nat_mul(a: int, b: int) -> int:
+    """Nat.mul."""
+    return a * b
+
+
+def z_add(a: int, b: int) -> int:
+    """Z.add."""
+    return a + b
+
+
+def z_of_nat(n: int) -> int:
+    """Z.of_nat."""
+    return n

@@ -1,0 +1,867 @@
+(** * The table checker.
+
+    Input: the validity flags and the ONE-STEP repair table of a machine with [n] states,
+    its raw event tables [apply e s] (before normalization), the checked pairs, the domain
+    mode and the initial state.  The checker establishes termination of repair itself
+    (by pointer doubling with a bounded number of rounds), computes the normal-form table,
+    the normalized steps, the checked domain, CC1 on the domain for the checked pairs and
+    CC2 on every state.  [check_tables_sound] says what a [true] verdict means. *)
+
+From Coq Require Import List Arith Bool Lia Relations.
+From Govern Require Import Vec.
+Import ListNotations.
+
+(** ** Tail-recursive list helpers (the extracted code runs them as loops) *)
+
+Fixpoint tlen_aux {A} (l : list A) (acc : nat) : nat :=
+  match l with [] => acc | _ :: t => tlen_aux t (S acc) end.
+Definition tlen {A} (l : list A) : nat := tlen_aux l 0.
+
+Fixpoint rmap {A B} (f : A -> B) (l : list A) (acc : list B) : list B :=
+  match l with [] => acc | x :: t => rmap f t (f x :: acc) end.
+Definition tmap {A B} (f : A -> B) (l : list A) : list B := rmap (fun x => x) (rmap f l []) [].
+
+Fixpoint tall {A} (p : A -> bool) (l : list A) : bool :=
+  match l with [] => true | x :: t => if p x then tall p t else false end.
+
+Fixpoint desc_aux (i fuel : nat) (acc : list nat) : list nat :=
+  match fuel with O => acc | S f => desc_aux (S i) f (i :: acc) end.
+(** [n-1; ...; 1; 0] *)
+Definition desc (n : nat) : list nat := desc_aux 0 n [].
+
+Fixpoint prow (a : nat) (bs : list nat) (acc : list (nat * nat)) : list (nat * nat) :=
+  match bs with [] => acc | b :: t => prow a t (if Nat.ltb a b then (a, b) :: acc else acc) end.
+Fixpoint pall (as_ bs : list nat) (acc : list (nat * nat)) : list (nat * nat) :=
+  match as_ with [] => acc | a :: t => pall t bs (prow a bs acc) end.
+(** Every unordered pair [(a, b)], [a < b < e], in lexicographic order. *)
+Definition all_pairs (e : nat) : list (nat * nat) := let l := desc e in pall l l [].
+
+(** ** The checker *)
+
+Definition row_ok (n : nat) (a : vec) : bool := Nat.eqb (vlen a) n && Nat.ltb (vmax a) n.
+
+Definition pair_ok (ne : nat) (p : nat * nat) : bool :=
+  Nat.ltb (fst p) ne && Nat.ltb (snd p) ne && negb (Nat.eqb (fst p) (snd p)).
+
+(** Shapes and ranges; and repair leaves every valid state where it is. *)
+Definition well_formed (valid : mask) (repair : vec) (apply : list vec)
+    (pairs : option (list (nat * nat))) (init : nat) : bool :=
+  let n := mlen valid in
+  Nat.ltb init n && row_ok n repair && mall (veq (vselect valid (viota n) repair) repair)
+  && tall (row_ok n) apply
+  && match pairs with None => true | Some ps => tall (pair_ok (tlen apply)) ps end.
+
+(** Pointer doubling: [F] is repair iterated [m] times, [D] counts the invalid states met on
+    the way; each round doubles [m].  Stops as soon as every [F s] is valid. *)
+Fixpoint nf_loop (fuel : nat) (valid : mask) (F D : vec) : bool * vec * vec :=
+  if mall (mgather valid F) then (true, F, D) else
+  match fuel with
+  | O => (false, F, D)
+  | S k => nf_loop k valid (vgather F F) (vadd D (vgather D F))
+  end.
+
+Definition nf_result (valid : mask) (repair : vec) : bool * vec * vec :=
+  nf_loop (S (Nat.log2 (mlen valid))) valid repair (vnotbit valid).
+
+(** Adds every one-step successor of the marked states. *)
+Fixpoint grow (steps : list vec) (idx : vec) (n : nat) (m : mask) : mask :=
+  match steps with [] => m | st :: t => grow t idx n (mor m (mmark n (vgather st idx))) end.
+
+Fixpoint reach_loop (fuel : nat) (steps : list vec) (n : nat) (m : mask) : mask :=
+  match fuel with
+  | O => m
+  | S k => let m' := grow steps (mwhere m) n m in
+           if Nat.eqb (mcount m') (mcount m) then m else reach_loop k steps n m'
+  end.
+
+Definition domain_mask (valid : mask) (steps : list vec) (reach : bool) (init : nat) : mask :=
+  let n := mlen valid in
+  if reach then reach_loop n steps n (vequals (viota n) init) else valid.
+
+Definition dom_ok (valid : mask) (steps : list vec) (dm : mask) (init : nat) : bool :=
+  let didx := mwhere dm in
+  Nat.eqb (mlen dm) (mlen valid) && mnth dm init && mall (mgather valid didx)
+  && tall (fun st => mall (mgather dm (vgather st didx))) steps.
+
+Definition dflt : vec := viota 0.
+
+(** The first failing pair and a domain state where it fails, if any. *)
+Fixpoint cc1_loop (steps stepsD : list vec) (didx : vec) (ps : list (nat * nat)) : option (nat * nat * nat) :=
+  match ps with
+  | [] => None
+  | p :: t =>
+      let a := fst p in let b := snd p in
+      let ok := veq (vgather (nth b steps dflt) (nth a stepsD dflt))
+                    (vgather (nth a steps dflt) (nth b stepsD dflt)) in
+      if mall ok then cc1_loop steps stepsD didx t else Some (a, b, vnth didx (mfirst_false ok))
+  end.
+
+Definition cc2_ok (F : vec) (steps : list vec) : bool := tall (fun st => mall (veq st (vgather st F))) steps.
+
+Record verdict := Verdict {
+  v_wellformed : bool;  (** inputs have the right shapes and ranges *)
+  v_certified : bool;   (** WFC, initial state valid, domain checked, CC1 on the domain *)
+  v_wfc : bool;
+  v_max_depth : nat;
+  v_initial_valid : bool;
+  v_domain_ok : bool;
+  v_cc1 : bool;
+  v_witness : option (nat * nat * nat);
+  v_cc2 : bool;
+  v_nf : vec;
+  v_domain_size : nat }.
+
+Definition check_tables (valid : mask) (repair : vec) (apply : list vec)
+    (pairs : option (list (nat * nat))) (reach : bool) (init : nat) : verdict :=
+  if negb (well_formed valid repair apply pairs init)
+  then Verdict false false false 0 false false false None false repair 0 else
+  match nf_result valid repair with
+  | (wfc, F, D) =>
+    let depth := vmax D in
+    if negb wfc then Verdict true false false depth false false false None false F 0 else
+    let steps := tmap (fun a => vgather F a) apply in
+    let cc2 := cc2_ok F steps in
+    if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 else
+    let dm := domain_mask valid steps reach init in
+    if negb (dom_ok valid steps dm init) then Verdict true false true depth true false false None cc2 F 0 else
+    let didx := mwhere dm in
+    let ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end in
+    let w := cc1_loop steps (tmap (fun st => vgather st didx) steps) didx ps in
+    let cc1 := match w with None => true | Some _ => false end in
+    Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx)
+  end.
+
+(** ** Facts about the helpers *)
+
+Lemma tlen_aux_length {A} (l : list A) acc : tlen_aux l acc = length l + acc.
+Proof. revert acc; induction l; intros acc; simpl; [auto|rewrite IHl; lia]. Qed.
+Lemma tlen_length {A} (l : list A) : tlen l = length l.
+Proof. unfold tlen. rewrite tlen_aux_length. lia. Qed.
+
+Lemma rmap_spec {A B} (f : A -> B) l acc : rmap f l acc = rev (map f l) ++ acc.
+Proof.
+  revert acc; induction l as [|x l IH]; intros acc; simpl; auto.
+  rewrite IH, <- app_assoc. reflexivity.
+Qed.
+Lemma tmap_map {A B} (f : A -> B) l : tmap f l = map f l.
+Proof. unfold tmap. rewrite !rmap_spec, !app_nil_r, map_id, rev_involutive. reflexivity. Qed.
+
+Lemma tall_forall {A} (p : A -> bool) l : tall p l = true <-> forall x, In x l -> p x = true.
+Proof.
+  induction l as [|x l IH]; simpl; [tauto|].
+  destruct (p x) eqn:E; rewrite ?IH; split; intros H.
+  - intros y [<-|Hy]; auto.
+  - intros y Hy; auto.
+  - discriminate.
+  - specialize (H x (or_introl eq_refl)). congruence.
+Qed.
+
+Lemma in_desc_aux i f acc x : In x (desc_aux i f acc) <-> (i <= x < i + f) \/ In x acc.
+Proof.
+  revert i acc; induction f as [|f IH]; intros i acc; simpl.
+  - split; [auto|intros [H|H]; [lia|auto]].
+  - rewrite IH. simpl. split.
+    + intros [H|[H|H]]; [left; lia|left; lia|right; auto].
+    + intros [H|H]; [destruct (Nat.eq_dec i x); [right; left; auto|left; lia]|right; right; auto].
+Qed.
+Lemma in_desc n x : In x (desc n) <-> x < n.
+Proof. unfold desc. rewrite in_desc_aux. simpl. split; [intros [H|[]]; lia|intros H; left; lia]. Qed.
+
+Lemma in_prow a bs acc p : In p (prow a bs acc) <-> (exists b, In b bs /\ a < b /\ p = (a, b)) \/ In p acc.
+Proof.
+  revert acc; induction bs as [|b bs IH]; intros acc; simpl.
+  - split; [auto|intros [[b [[] _]]|H]; auto].
+  - rewrite IH. destruct (Nat.ltb a b) eqn:E; [apply Nat.ltb_lt in E|apply Nat.ltb_ge in E]; simpl; split.
+    + intros [[c [Hc [Hl ->]]]|[<-|H]]; [left; exists c; auto|left; exists b; auto|auto].
+    + intros [[c [[<-|Hc] [Hl ->]]]|H]; auto. left; exists c; auto.
+    + intros [[c [Hc [Hl ->]]]|H]; auto. left; exists c; auto.
+    + intros [[c [[<-|Hc] [Hl ->]]]|H]; [lia| |auto]. left; exists c; auto.
+Qed.
+
+Lemma in_pall as_ bs acc p :
+  In p (pall as_ bs acc) <-> (exists a b, In a as_ /\ In b bs /\ a < b /\ p = (a, b)) \/ In p acc.
+Proof.
+  revert acc; induction as_ as [|a as_ IH]; intros acc; simpl.
+  - split; [auto|intros [[a [b [[] _]]]|H]; auto].
+  - rewrite IH, in_prow. split.
+    + intros [[x [y (H1 & H2 & H3 & H4)]]|[[y (H1 & H2 & H3)]|H]]; [left; exists x, y; auto|left; exists a, y; auto|auto].
+    + intros [[x [y ([<-|H1] & H2 & H3 & H4)]]|H]; [right; left; exists y; auto|left; exists x, y; auto|auto].
+Qed.
+
+Lemma in_all_pairs e a b : In (a, b) (all_pairs e) <-> a < b /\ b < e.
+Proof.
+  unfold all_pairs. rewrite in_pall. split.
+  - intros [[x [y (H1 & H2 & H3 & H4)]]|[]]. injection H4 as -> ->. rewrite in_desc in *. lia.
+  - intros [H1 H2]. left. exists a, b. rewrite !in_desc. repeat split; auto; lia.
+Qed.
+
+(** ** The meaning of the tables *)
+
+Section Meaning.
+Variables (valid : mask) (repair : vec) (apply : list vec).
+
+Definition nstates : nat := mlen valid.
+Definition nevents : nat := length apply.
+Definition is_valid (s : nat) : Prop := mnth valid s = true.
+(** One repair step, as the table says. *)
+Definition rep (s : nat) : nat := vnth repair s.
+(** The raw effect of event [e] on state [s] (before normalization). *)
+Definition app (e s : nat) : nat := vnth (nth e apply dflt) s.
+
+Fixpoint iter (k s : nat) : nat := match k with O => s | S j => iter j (rep s) end.
+
+(** The number of invalid states among [s, rep s, ..., rep^(k-1) s]. *)
+Fixpoint cnt (k s : nat) : nat :=
+  match k with O => 0 | S j => (if mnth valid s then 0 else 1) + cnt j (rep s) end.
+
+Lemma iter_add a b s : iter (a + b) s = iter b (iter a s).
+Proof. revert s; induction a; intros s; simpl; auto. Qed.
+
+Lemma cnt_add a b s : cnt (a + b) s = cnt a s + cnt b (iter a s).
+Proof. revert s; induction a; intros s; simpl; auto. rewrite IHa. lia. Qed.
+
+Lemma iter_S k s : iter (S k) s = rep (iter k s).
+Proof. replace (S k) with (k + 1) by lia. rewrite iter_add. reflexivity. Qed.
+
+End Meaning.
+
+(** ** Well-formedness facts *)
+
+Section WF.
+Variables (valid : mask) (repair : vec) (apply : list vec) (pairs : option (list (nat * nat))) (init : nat).
+Hypothesis WF : well_formed valid repair apply pairs init = true.
+Let n := mlen valid.
+
+Lemma wf_parts :
+  init < n /\ vlen repair = n /\ vmax repair < n
+  /\ (forall s, s < n -> mnth valid s = true -> vnth repair s = s)
+  /\ (forall e, e < nevents apply -> vlen (nth e apply dflt) = n /\ vmax (nth e apply dflt) < n)
+  /\ (forall ps, pairs = Some ps -> forall a b, In (a, b) ps -> a < nevents apply /\ b < nevents apply /\ a <> b).
+Proof.
+  unfold well_formed in WF. fold n in WF.
+  apply andb_prop in WF as [WF Hp]. apply andb_prop in WF as [WF Hap].
+  apply andb_prop in WF as [WF Hfix]. apply andb_prop in WF as [Hi Hr].
+  apply Nat.ltb_lt in Hi. unfold row_ok in Hr. apply andb_prop in Hr as [Hr1 Hr2].
+  apply Nat.eqb_eq in Hr1. apply Nat.ltb_lt in Hr2.
+  rewrite tall_forall in Hap.
+  split; [exact Hi|]. split; [exact Hr1|]. split; [exact Hr2|]. split; [|split].
+  - intros s Hs Hv. rewrite mall_spec in Hfix.
+    assert (Hl : vlen (viota n) = vlen repair) by (rewrite vlen_viota; auto).
+    assert (Hs' : s < mlen (veq (vselect valid (viota n) repair) repair)).
+    { rewrite mlen_veq; rewrite vlen_vselect; rewrite ?vlen_viota; auto; lia. }
+    specialize (Hfix s Hs'). rewrite mnth_veq in Hfix; rewrite ?vlen_vselect, ?vlen_viota; auto; try lia.
+    rewrite vnth_vselect in Hfix; rewrite ?vlen_viota; auto; try lia.
+    rewrite Hv, vnth_viota in Hfix by auto. apply Nat.eqb_eq in Hfix. auto.
+  - intros e He. assert (Hin : In (nth e apply dflt) apply) by (apply nth_In; auto).
+    specialize (Hap _ Hin). unfold row_ok in Hap. apply andb_prop in Hap as [H1 H2].
+    apply Nat.eqb_eq in H1. apply Nat.ltb_lt in H2. auto.
+  - intros ps -> a b Hab. rewrite tall_forall in Hp. specialize (Hp _ Hab).
+    unfold pair_ok in Hp. simpl in Hp. rewrite tlen_length in Hp.
+    apply andb_prop in Hp as [Hp H3]. apply andb_prop in Hp as [H1 H2].
+    apply Nat.ltb_lt in H1. apply Nat.ltb_lt in H2. apply negb_true_iff, Nat.eqb_neq in H3. auto.
+Qed.
+
+Lemma rep_lt s : s < n -> rep repair s < n.
+Proof.
+  destruct wf_parts as (_ & Hl & Hm & _). intros Hs. unfold rep. apply vmax_lt with (a := repair); auto. lia.
+Qed.
+
+Lemma iter_lt k s : s < n -> iter repair k s < n.
+Proof. revert s; induction k; intros s Hs; simpl; auto. apply IHk, rep_lt; auto. Qed.
+
+Lemma rep_valid s : s < n -> mnth valid s = true -> rep repair s = s.
+Proof. destruct wf_parts as (_ & _ & _ & H & _). apply H. Qed.
+
+Lemma iter_valid k s : s < n -> mnth valid s = true -> iter repair k s = s.
+Proof. induction k; intros Hs Hv; simpl; auto. rewrite rep_valid; auto. Qed.
+
+Lemma cnt_valid k s : s < n -> mnth valid s = true -> cnt valid repair k s = 0.
+Proof. induction k; intros Hs Hv; simpl; auto. rewrite Hv, rep_valid; auto. Qed.
+
+Lemma app_lt e s : e < nevents apply -> s < n -> app apply e s < n.
+Proof.
+  destruct wf_parts as (_ & _ & _ & _ & H & _). intros He Hs. unfold app.
+  destruct (H e He) as [H1 H2]. apply vmax_lt with (a := nth e apply dflt); auto. lia.
+Qed.
+
+(** The invariant of the doubling loop. *)
+Definition inv (m : nat) (F D : vec) : Prop :=
+  vlen F = n /\ vlen D = n /\
+  forall s, s < n -> vnth F s = iter repair m s /\ vnth D s = cnt valid repair m s.
+
+Lemma inv_init : inv 1 repair (vnotbit valid).
+Proof.
+  destruct wf_parts as (_ & Hl & _). unfold inv. rewrite vlen_vnotbit. split; [auto|split; [auto|]].
+  intros s Hs. simpl. split; auto. rewrite vnth_vnotbit by auto. destruct (mnth valid s); auto.
+Qed.
+
+Lemma inv_double m F D : inv m F D -> inv (m + m) (vgather F F) (vadd D (vgather D F)).
+Proof.
+  intros (HF & HD & H). unfold inv.
+  assert (Hg : vlen (vgather D F) = n) by (rewrite vlen_vgather; auto).
+  split; [|split].
+  - rewrite vlen_vgather; auto.
+  - rewrite vlen_vadd; auto. rewrite Hg; auto.
+  - intros s Hs. split.
+   + rewrite vnth_vgather by lia. destruct (H s Hs) as [E1 _]. rewrite E1.
+    destruct (H (iter repair m s)) as [E2 _]; [apply iter_lt; auto|]. rewrite E2, iter_add. reflexivity.
+   + rewrite vnth_vadd by (rewrite ?Hg; lia). rewrite vnth_vgather by lia.
+    destruct (H s Hs) as [E1 E3]. rewrite E1, E3.
+    destruct (H (iter repair m s)) as [_ E4]; [apply iter_lt; auto|]. rewrite E4, cnt_add. reflexivity.
+Qed.
+
+Lemma all_valid_F F : vlen F = n -> mall (mgather valid F) = true -> forall s, s < n -> mnth valid (vnth F s) = true.
+Proof.
+  intros HF Ha s Hs. rewrite mall_spec in Ha. rewrite mlen_mgather in Ha.
+  specialize (Ha s ltac:(lia)). rewrite mnth_mgather in Ha by lia. auto.
+Qed.
+
+Lemma nf_loop_spec fuel m F D b F' D' :
+  inv m F D -> nf_loop fuel valid F D = (b, F', D') ->
+  exists m', inv m' F' D' /\ (b = true -> forall s, s < n -> mnth valid (vnth F' s) = true).
+Proof.
+  revert m F D. induction fuel as [|k IH]; intros m F D Hinv Hl; simpl in Hl.
+  - destruct (mall (mgather valid F)) eqn:Ha; injection Hl as <- <- <-; exists m; split; auto.
+    + intros _. apply all_valid_F; auto. apply Hinv.
+    + discriminate.
+  - destruct (mall (mgather valid F)) eqn:Ha.
+    + injection Hl as <- <- <-. exists m. split; auto. intros _. apply all_valid_F; auto. apply Hinv.
+    + apply (IH (m + m)) in Hl; auto. apply inv_double; auto.
+Qed.
+
+End WF.
+
+(** ** Soundness *)
+
+(** The normalized step, read from the normal-form table [nf]. *)
+Definition nstep (apply : list vec) (nf : vec) (e s : nat) : nat := vnth nf (app apply e s).
+
+Fixpoint run (apply : list vec) (nf : vec) (es : list nat) (s : nat) : nat :=
+  match es with [] => s | e :: t => run apply nf t (nstep apply nf e s) end.
+
+(** Well-founded compensation on the states [0 .. n-1]: a potential that every repair step
+    of an invalid state decreases; and [nf] is the normal form: a valid state reached by
+    iterating repair, the only one. *)
+Definition WFC (valid : mask) (repair : vec) : Prop :=
+  exists phi : nat -> nat, forall s, s < mlen valid -> mnth valid s = false -> phi (rep repair s) < phi s.
+
+Definition IsNF (valid : mask) (repair : vec) (nf : vec) : Prop :=
+  vlen nf = mlen valid /\
+  forall s, s < mlen valid ->
+    vnth nf s < mlen valid /\ mnth valid (vnth nf s) = true
+    /\ (exists k, vnth nf s = iter repair k s)
+    /\ (forall k, mnth valid (iter repair k s) = true -> iter repair k s = vnth nf s).
+
+Definition CC2 (valid : mask) (apply : list vec) (nf : vec) : Prop :=
+  forall e s, e < nevents apply -> s < mlen valid ->
+    vnth nf (app apply e s) = vnth nf (app apply e (vnth nf s)).
+
+Definition checked (pairs : option (list (nat * nat))) (ne a b : nat) : Prop :=
+  match pairs with None => a < b /\ b < ne | Some ps => In (a, b) ps end.
+
+Section Sound.
+Variables (valid : mask) (repair : vec) (apply : list vec) (pairs : option (list (nat * nat)))
+  (reach : bool) (init : nat).
+Let n := mlen valid.
+Let v := check_tables valid repair apply pairs reach init.
+
+Lemma wellformed_true : v_wellformed v = true -> well_formed valid repair apply pairs init = true.
+Proof.
+  subst v. unfold check_tables. destruct (well_formed valid repair apply pairs init); auto.
+Qed.
+
+Lemma nf_facts (WF : well_formed valid repair apply pairs init = true) b F D :
+  nf_result valid repair = (b, F, D) -> b = true ->
+  WFC valid repair /\ IsNF valid repair F.
+Proof.
+  intros HN Hb. unfold nf_result in HN.
+  destruct (nf_loop_spec valid repair apply pairs init WF _ _ _ _ _ _ _ (inv_init valid repair apply pairs init WF) HN)
+    as [m [(HF & HD & Hinv) Hall]].
+  specialize (Hall Hb). fold n in HF, HD, Hinv, Hall.
+  pose proof (iter_valid valid repair apply pairs init WF) as IV.
+  pose proof (iter_lt valid repair apply pairs init WF) as IL.
+  assert (Hstay : forall k s, s < n -> mnth valid (iter repair k s) = true -> iter repair k s = iter repair m s).
+  { intros k s Hs Hk. specialize (Hall s Hs). destruct (Hinv s Hs) as [E _]. rewrite E in Hall.
+    destruct (Nat.le_ge_cases k m) as [Hle|Hle].
+    - replace m with (k + (m - k)) by lia. rewrite iter_add. symmetry. apply IV; auto.
+    - replace k with (m + (k - m)) by lia. rewrite iter_add. apply IV; auto. }
+  split.
+  - exists (cnt valid repair m). intros s Hs Hv.
+    destruct m as [|m].
+    + specialize (Hall s Hs). destruct (Hinv s Hs) as [E _]. rewrite E in Hall. simpl in Hall. congruence.
+    + assert (Hv' : mnth valid (iter repair (S m) s) = true).
+      { specialize (Hall s Hs). destruct (Hinv s Hs) as [E _]. rewrite E in Hall. auto. }
+      assert (A : cnt valid repair (S m) s = 1 + cnt valid repair m (rep repair s)).
+      { simpl. rewrite Hv. reflexivity. }
+      assert (B : cnt valid repair (S m) (rep repair s) = cnt valid repair m (rep repair s)).
+      { replace (S m) with (m + 1) by lia. rewrite cnt_add.
+        change (iter repair m (rep repair s)) with (iter repair (S m) s).
+        cbn [cnt]. rewrite Hv'. lia. }
+      lia.
+  - split; auto. intros s Hs. destruct (Hinv s Hs) as [E _]. rewrite E. repeat split.
+    + apply IL; auto.
+    + specialize (Hall s Hs). rewrite E in Hall. auto.
+    + exists m; auto.
+    + intros k Hk. apply Hstay; auto.
+Qed.
+
+
+Let steps F := tmap (fun a => vgather F a) apply.
+
+Lemma steps_nth F e : e < nevents apply -> nth e (steps F) dflt = vgather F (nth e apply dflt).
+Proof. intros He. unfold steps. rewrite tmap_map. apply nth_map_lt. auto. Qed.
+
+Lemma in_steps F st : In st (steps F) <-> exists e, e < nevents apply /\ st = nth e (steps F) dflt.
+Proof.
+  split.
+  - intros H. apply In_nth with (d := dflt) in H. destruct H as [e [He E]].
+    unfold steps in He. rewrite tmap_map, map_length in He. exists e; auto.
+  - intros [e [He ->]]. apply nth_In. unfold steps. rewrite tmap_map, map_length. auto.
+Qed.
+
+Section Facts.
+Hypothesis WF : well_formed valid repair apply pairs init = true.
+Variable F : vec.
+Hypothesis HF : IsNF valid repair F.
+
+Lemma wfp : init < n /\ vlen repair = n /\ vmax repair < n
+  /\ (forall s, s < n -> mnth valid s = true -> vnth repair s = s)
+  /\ (forall e, e < nevents apply -> vlen (nth e apply dflt) = n /\ vmax (nth e apply dflt) < n)
+  /\ (forall ps, pairs = Some ps -> forall a b, In (a, b) ps -> a < nevents apply /\ b < nevents apply /\ a <> b).
+Proof. exact (wf_parts valid repair apply pairs init WF). Qed.
+
+Lemma row_len e : e < nevents apply -> vlen (nth e apply dflt) = n.
+Proof. intros He. destruct wfp as (_ & _ & _ & _ & H & _). apply H; auto. Qed.
+
+Lemma app_in e s : e < nevents apply -> s < n -> app apply e s < n.
+Proof. apply (app_lt valid repair apply pairs init WF). Qed.
+
+Lemma nf_len : vlen F = n.
+Proof. apply HF. Qed.
+
+Lemma nf_lt s : s < n -> vnth F s < n.
+Proof. intros Hs. apply HF; auto. Qed.
+
+Lemma step_len e : e < nevents apply -> vlen (nth e (steps F) dflt) = n.
+Proof. intros He. rewrite steps_nth, vlen_vgather by auto. apply row_len; auto. Qed.
+
+Lemma step_val e s : e < nevents apply -> s < n -> vnth (nth e (steps F) dflt) s = nstep apply F e s.
+Proof.
+  intros He Hs. rewrite steps_nth by auto. rewrite vnth_vgather by (rewrite row_len; auto). reflexivity.
+Qed.
+
+Lemma step_lt e s : e < nevents apply -> s < n -> nstep apply F e s < n.
+Proof. intros He Hs. unfold nstep. apply nf_lt, app_in; auto. Qed.
+
+Lemma cc2_ok_spec : cc2_ok F (steps F) = true <-> CC2 valid apply F.
+Proof.
+  unfold cc2_ok, CC2. rewrite tall_forall. split.
+  - intros H e s He Hs. specialize (H _ (proj2 (in_steps F _) (ex_intro _ e (conj He eq_refl)))).
+    rewrite mall_spec in H. rewrite mlen_veq in H by (rewrite vlen_vgather, nf_len, step_len; auto).
+    rewrite step_len in H by auto. specialize (H s Hs).
+    rewrite mnth_veq in H by (rewrite ?vlen_vgather, ?nf_len, ?step_len; auto).
+    apply Nat.eqb_eq in H. rewrite vnth_vgather in H by (rewrite nf_len; auto).
+    rewrite !step_val in H by (auto; apply nf_lt; auto). exact H.
+  - intros H st Hst. apply in_steps in Hst. destruct Hst as [e [He ->]].
+    apply mall_spec. intros s Hs. rewrite mlen_veq in Hs by (rewrite vlen_vgather, nf_len, step_len; auto).
+    rewrite step_len in Hs by auto.
+    rewrite mnth_veq by (rewrite ?vlen_vgather, ?nf_len, ?step_len; auto).
+    apply Nat.eqb_eq. rewrite vnth_vgather by (rewrite nf_len; auto).
+    rewrite !step_val by (auto; apply nf_lt; auto). apply H; auto.
+Qed.
+
+Lemma dom_ok_spec dm : dom_ok valid (steps F) dm init = true ->
+  mlen dm = n /\ mnth dm init = true
+  /\ (forall s, s < n -> mnth dm s = true -> mnth valid s = true)
+  /\ (forall e s, e < nevents apply -> s < n -> mnth dm s = true -> mnth dm (nstep apply F e s) = true).
+Proof.
+  unfold dom_ok. intros H. apply andb_prop in H as [H Hcl]. apply andb_prop in H as [H Hsub].
+  apply andb_prop in H as [Hl Hi]. apply Nat.eqb_eq in Hl.
+  split; [exact Hl|]. split; [exact Hi|]. split.
+  - intros s Hs Hd. destruct (mwhere_cover dm s) as [j [Hj E]]; [lia|auto|].
+    rewrite mall_spec, mlen_mgather in Hsub. specialize (Hsub j Hj).
+    rewrite mnth_mgather, E in Hsub by auto. exact Hsub.
+  - intros e s He Hs Hd. destruct (mwhere_cover dm s) as [j [Hj E]]; [lia|auto|].
+    rewrite tall_forall in Hcl.
+    specialize (Hcl _ (proj2 (in_steps F _) (ex_intro _ e (conj He eq_refl)))).
+    rewrite mall_spec, mlen_mgather, vlen_vgather in Hcl. specialize (Hcl j Hj).
+    rewrite mnth_mgather, vnth_vgather, E, step_val in Hcl by (rewrite ?vlen_vgather, ?step_len; auto).
+    exact Hcl.
+Qed.
+
+Lemma cc1_loop_spec dm ps :
+  mlen dm = n ->
+  (forall a b, In (a, b) ps -> a < nevents apply /\ b < nevents apply) ->
+  cc1_loop (steps F) (tmap (fun st => vgather st (mwhere dm)) (steps F)) (mwhere dm) ps = None ->
+  forall a b s, In (a, b) ps -> s < n -> mnth dm s = true ->
+    nstep apply F b (nstep apply F a s) = nstep apply F a (nstep apply F b s).
+Proof.
+  intros Hl Hr Hloop a b s Hin Hs Hd.
+  set (didx := mwhere dm) in *.
+  set (stepsD := tmap (fun st => vgather st didx) (steps F)) in *.
+  assert (HD : forall e, e < nevents apply -> nth e stepsD dflt = vgather (nth e (steps F) dflt) didx).
+  { intros e He. unfold stepsD. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt); [reflexivity|].
+    unfold steps. rewrite tmap_map, map_length. auto. }
+  induction ps as [|p ps IH]; [destruct Hin|].
+  simpl in Hloop.
+  destruct (mall (veq (vgather (nth (snd p) (steps F) dflt) (nth (fst p) stepsD dflt))
+                      (vgather (nth (fst p) (steps F) dflt) (nth (snd p) stepsD dflt)))) eqn:Hok;
+    [|discriminate].
+  destruct Hin as [->|Hin]; [|apply IH; auto; intros; apply Hr; simpl; auto].
+  simpl in Hok. destruct (Hr a b (or_introl eq_refl)) as [Ha Hb].
+  destruct (mwhere_cover dm s) as [j [Hj E]]; [lia|auto|].
+  fold didx in Hj, E.
+  rewrite mall_spec in Hok.
+  assert (Hlen : forall e, e < nevents apply -> vlen (nth e stepsD dflt) = vlen didx).
+  { intros e He. rewrite HD, vlen_vgather; auto. }
+  rewrite mlen_veq in Hok by (rewrite !vlen_vgather, !Hlen; auto).
+  rewrite vlen_vgather, Hlen in Hok by auto.
+  specialize (Hok j Hj).
+  rewrite mnth_veq in Hok by (rewrite ?vlen_vgather, ?Hlen; auto).
+  apply Nat.eqb_eq in Hok.
+  rewrite !vnth_vgather in Hok by (rewrite ?Hlen; auto).
+  rewrite !HD in Hok by auto.
+  rewrite !vnth_vgather in Hok by (rewrite ?step_len; auto; lia).
+  rewrite E in Hok.
+  rewrite (step_val a s), (step_val b s) in Hok by auto.
+  rewrite (step_val b), (step_val a) in Hok by (auto; apply step_lt; auto).
+  exact Hok.
+Qed.
+
+End Facts.
+
+End Sound.
+
+(** ** The headline theorems about the checker *)
+
+Theorem check_tables_wfc valid repair apply pairs reach init :
+  let v := check_tables valid repair apply pairs reach init in
+  v_wfc v = true -> WFC valid repair /\ IsNF valid repair (v_nf v).
+Proof.
+  simpl. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
+  destruct wfc; simpl; [|discriminate].
+  intros _.
+  assert (Hnf := nf_facts valid repair apply pairs init WF true F D HN eq_refl).
+  repeat match goal with |- context [if ?c then _ else _] => destruct c end; simpl; exact Hnf.
+Qed.
+
+Theorem check_tables_cc2 valid repair apply pairs reach init :
+  let v := check_tables valid repair apply pairs reach init in
+  v_wfc v = true -> (v_cc2 v = true <-> CC2 valid apply (v_nf v)).
+Proof.
+  simpl. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
+  destruct wfc; simpl; [|discriminate].
+  intros _.
+  assert (Hnf := nf_facts valid repair apply pairs init WF true F D HN eq_refl).
+  assert (H := cc2_ok_spec valid repair apply pairs init WF F (proj2 Hnf)).
+  repeat match goal with |- context [if ?c then _ else _] => destruct c end; simpl; exact H.
+Qed.
+
+Theorem check_tables_sound valid repair apply pairs reach init :
+  let v := check_tables valid repair apply pairs reach init in
+  v_certified v = true ->
+  let n := mlen valid in
+  let nf := v_nf v in
+  WFC valid repair /\ IsNF valid repair nf /\ mnth valid init = true /\
+  exists dom : nat -> Prop,
+    dom init
+    /\ (forall s, dom s -> s < n /\ mnth valid s = true)
+    /\ (reach = false -> forall s, s < n -> mnth valid s = true -> dom s)
+    /\ (forall e s, e < nevents apply -> dom s -> dom (nstep apply nf e s))
+    /\ (forall a b, checked pairs (nevents apply) a b -> a < nevents apply /\ b < nevents apply)
+    /\ (forall a b s, checked pairs (nevents apply) a b -> dom s ->
+          nstep apply nf b (nstep apply nf a s) = nstep apply nf a (nstep apply nf b s)).
+Proof.
+  simpl. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
+  destruct wfc; simpl; [|discriminate].
+  destruct (mnth valid init) eqn:Hinit; simpl; [|discriminate].
+  set (steps := tmap (fun a => vgather F a) apply).
+  set (dm := domain_mask valid steps reach init).
+  destruct (dom_ok valid steps dm init) eqn:Hdom; simpl; [|discriminate].
+  set (ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end).
+  destruct (cc1_loop steps (tmap (fun st => vgather st (mwhere dm)) steps) (mwhere dm) ps) eqn:Hloop;
+    simpl; [discriminate|].
+  intros _.
+  destruct (nf_facts valid repair apply pairs init WF true F D HN eq_refl) as [Hwfc Hnf].
+  destruct (dom_ok_spec valid repair apply pairs init WF F dm Hdom) as (Hl & Hi & Hsub & Hcl).
+  pose proof (wf_parts valid repair apply pairs init WF) as (Hin & _ & _ & _ & _ & Hps).
+  assert (Hchk : forall a b, checked pairs (nevents apply) a b -> In (a, b) ps /\ a < nevents apply /\ b < nevents apply).
+  { intros a b. unfold checked, ps. destruct pairs as [l|].
+    - intros H. destruct (Hps l eq_refl a b H) as (H1 & H2 & _). auto.
+    - rewrite in_all_pairs, tlen_length. intros H. unfold nevents in *. repeat split; lia. }
+  split; [exact Hwfc|]. split; [exact Hnf|]. split; [reflexivity|].
+  exists (fun s => s < mlen valid /\ mnth dm s = true).
+  split; [split; auto|].
+  split; [intros s [Hs Hd]; split; auto; apply Hsub; auto|].
+  split; [intros Hr s Hs Hv; subst dm; unfold domain_mask; rewrite Hr; auto|].
+  split.
+  { intros e s He [Hs Hd]. split.
+    - apply (step_lt valid repair apply pairs init WF F Hnf); auto.
+    - apply Hcl; auto. }
+  split; [intros a b H; apply Hchk; auto|].
+  intros a b s H [Hs Hd]. destruct (Hchk a b H) as (Hab & _).
+  apply (cc1_loop_spec valid repair apply pairs init WF F Hnf dm ps Hl); auto.
+  intros x y Hxy. unfold ps in Hxy. destruct pairs as [l|].
+  - destruct (Hps l eq_refl x y Hxy) as (H1 & H2 & _). auto.
+  - rewrite in_all_pairs, tlen_length in Hxy. unfold nevents. lia.
+Qed.
+
+(** ** Trace equivalence (eager compensation) *)
+
+(** Two event sequences are trace-equivalent when one is obtained from the other by swapping
+    adjacent events of checked pairs, any number of times. *)
+Inductive swap (chk : nat -> nat -> Prop) : list nat -> list nat -> Prop :=
+| swap_at u w a b : chk a b -> swap chk (u ++ a :: b :: w) (u ++ b :: a :: w).
+
+Definition tequiv (chk : nat -> nat -> Prop) : list nat -> list nat -> Prop :=
+  clos_refl_sym_trans (list nat) (swap chk).
+
+Lemma run_app apply nf u w s : run apply nf (u ++ w) s = run apply nf w (run apply nf u s).
+Proof. revert s; induction u; intros s; simpl; auto. Qed.
+
+Lemma swap_forall chk (P : nat -> Prop) l1 l2 : swap chk l1 l2 -> (Forall P l1 <-> Forall P l2).
+Proof.
+  intros [u w a b _]. rewrite !Forall_app, !Forall_cons_iff. tauto.
+Qed.
+
+Lemma tequiv_forall chk (P : nat -> Prop) l1 l2 : tequiv chk l1 l2 -> (Forall P l1 <-> Forall P l2).
+Proof.
+  induction 1 as [x y H| | | x y z _ IH1 _ IH2]; try tauto.
+  apply swap_forall with (chk := chk); auto.
+Qed.
+
+(** Generic form: on a set of states closed under the steps of the listed events, where
+    every checked pair commutes, trace-equivalent sequences reach the same state. *)
+Lemma tequiv_run (step : nat -> nat -> nat) (dom : nat -> Prop) (ok : nat -> Prop) (chk : nat -> nat -> Prop) :
+  (forall e s, ok e -> dom s -> dom (step e s)) ->
+  (forall a b s, chk a b -> dom s -> step b (step a s) = step a (step b s)) ->
+  forall l1 l2, tequiv chk l1 l2 -> Forall ok l1 ->
+  forall s, dom s -> fold_left (fun s e => step e s) l1 s = fold_left (fun s e => step e s) l2 s.
+Proof.
+  intros Hcl Hcc l1 l2 H.
+  assert (Hrun : forall u s, Forall ok u -> dom s -> dom (fold_left (fun s e => step e s) u s)).
+  { induction u as [|e u IH]; intros s Hu Hs; simpl; auto. inversion Hu; subst. apply IH; auto. }
+  induction H as [x y Hs| x | x y Hxy IH | x y z Hxy IH1 Hyz IH2]; intros Hok s Hd.
+  - destruct Hs as [u w a b Hab]. rewrite !fold_left_app. simpl.
+    rewrite Forall_app in Hok. f_equal. apply Hcc; auto. apply Hrun; tauto.
+  - reflexivity.
+  - symmetry. apply IH; auto. apply (proj2 (tequiv_forall chk ok x y Hxy)); auto.
+  - rewrite IH1 by auto. apply IH2; auto. apply (proj1 (tequiv_forall chk ok x y Hxy)); auto.
+Qed.
+
+Lemma run_fold apply nf es s : run apply nf es s = fold_left (fun s e => nstep apply nf e s) es s.
+Proof. revert s; induction es; intros s; simpl; auto. Qed.
+
+(** A certified verdict gives trace equivalence of normalized runs: from the initial state,
+    from every state reachable from it, and (domain "valid") from every valid state. *)
+Theorem check_tables_trace valid repair apply pairs reach init :
+  let v := check_tables valid repair apply pairs reach init in
+  v_certified v = true ->
+  forall s, (exists u, Forall (fun e => e < nevents apply) u /\ s = run apply (v_nf v) u init)
+            \/ (reach = false /\ s < mlen valid /\ mnth valid s = true) ->
+  forall es1 es2, tequiv (checked pairs (nevents apply)) es1 es2 ->
+  Forall (fun e => e < nevents apply) es1 ->
+  run apply (v_nf v) es1 s = run apply (v_nf v) es2 s.
+Proof.
+  intros v Hc s Hs es1 es2 Heq Hok.
+  destruct (check_tables_sound valid repair apply pairs reach init Hc)
+    as (_ & _ & _ & dom & Hi & Hsub & Hval & Hcl & Hrange & Hcc).
+  assert (Hd : dom s).
+  { destruct Hs as [[u [Hu ->]]|(Hr & Hs & Hv)]; [|apply Hval; auto].
+    rewrite run_fold. clear Heq Hok. revert Hu. generalize init Hi. induction u as [|e u IH]; intros x Hx Hu; simpl; auto.
+    inversion Hu; subst. apply IH; auto. }
+  rewrite !run_fold.
+  apply tequiv_run with (dom := dom) (ok := fun e => e < nevents apply) (chk := checked pairs (nevents apply)); auto.
+Qed.
+
+(** ** Rejections for CC1 come with a proven witness *)
+
+Lemma first_false_lt l : forallb (fun b : bool => b) l = false -> first_false l < length l.
+Proof. induction l as [|b l IH]; simpl; [discriminate|]. destruct b; simpl; [intros H; specialize (IH H); lia|lia]. Qed.
+
+Lemma mfirst_false_spec m : mall m = false -> mfirst_false m < mlen m /\ mnth m (mfirst_false m) = false.
+Proof.
+  unfold mall, mfirst_false, mlen, mnth. intros H. apply first_false_lt in H. split; auto.
+  rewrite nth_indep with (d' := true) by auto. apply first_false_spec. auto.
+Qed.
+
+Section Witness.
+Variables (valid : mask) (repair : vec) (apply : list vec) (pairs : option (list (nat * nat))) (init : nat).
+Hypothesis WF : well_formed valid repair apply pairs init = true.
+Variable F : vec.
+Hypothesis HF : IsNF valid repair F.
+Let steps := tmap (fun a => vgather F a) apply.
+
+Lemma cc1_loop_witness dm ps a b s :
+  mlen dm = mlen valid ->
+  (forall x y, In (x, y) ps -> x < nevents apply /\ y < nevents apply) ->
+  cc1_loop steps (tmap (fun st => vgather st (mwhere dm)) steps) (mwhere dm) ps = Some (a, b, s) ->
+  In (a, b) ps /\ s < mlen valid /\ mnth dm s = true
+  /\ nstep apply F b (nstep apply F a s) <> nstep apply F a (nstep apply F b s).
+Proof.
+  intros Hl Hr Hloop.
+  set (didx := mwhere dm) in *.
+  set (stepsD := tmap (fun st => vgather st didx) steps) in *.
+  assert (HD : forall e, e < nevents apply -> nth e stepsD dflt = vgather (nth e steps dflt) didx).
+  { intros e He. unfold stepsD. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt); [reflexivity|].
+    unfold steps. rewrite tmap_map, map_length. auto. }
+  assert (Hlen : forall e, e < nevents apply -> vlen (nth e stepsD dflt) = vlen didx).
+  { intros e He. rewrite HD, vlen_vgather; auto. }
+  induction ps as [|[x y] ps IH]; simpl in Hloop; [discriminate|].
+  destruct (Hr x y (or_introl eq_refl)) as [Hx Hy].
+  set (ok := veq (vgather (nth y steps dflt) (nth x stepsD dflt)) (vgather (nth x steps dflt) (nth y stepsD dflt))) in *.
+  destruct (mall ok) eqn:Hok.
+  - destruct IH as (H1 & H2); auto.
+    + intros u w H. apply Hr. simpl. auto.
+    + split; [simpl; auto|exact H2].
+  - injection Hloop as <- <- <-.
+    assert (Hokl : mlen ok = vlen didx).
+    { unfold ok. rewrite mlen_veq; rewrite !vlen_vgather, ?Hlen; auto. }
+    destruct (mfirst_false_spec ok Hok) as [Hj Hv]. rewrite Hokl in Hj.
+    set (j := mfirst_false ok) in *.
+    destruct (vnth_mwhere dm j Hj) as [Hs Hd]. fold didx in Hs, Hd.
+    split; [simpl; auto|]. rewrite <- Hl. split; [exact Hs|split; [exact Hd|]].
+    unfold ok in Hv. rewrite mnth_veq in Hv by (rewrite ?vlen_vgather, ?Hlen; auto).
+    apply Nat.eqb_neq in Hv.
+    rewrite !vnth_vgather in Hv by (rewrite ?Hlen; auto).
+    rewrite !HD in Hv by auto.
+    assert (Hsn : vnth didx j < mlen valid) by congruence.
+    rewrite !vnth_vgather in Hv by auto.
+    unfold steps in Hv.
+    rewrite (step_val valid repair apply pairs init WF F x (vnth didx j)),
+            (step_val valid repair apply pairs init WF F y (vnth didx j)) in Hv by auto.
+    rewrite (step_val valid repair apply pairs init WF F y (nstep apply F x (vnth didx j))),
+            (step_val valid repair apply pairs init WF F x (nstep apply F y (vnth didx j))) in Hv
+      by (auto; apply (step_lt valid repair apply pairs init WF F HF); auto).
+    exact Hv.
+Qed.
+
+End Witness.
+
+(** A rejection for CC1 names a checked pair and a valid state of the checked domain from which the
+    two orders of that pair reach different states. *)
+Theorem check_tables_witness valid repair apply pairs reach init a b s :
+  let v := check_tables valid repair apply pairs reach init in
+  v_witness v = Some (a, b, s) ->
+  checked pairs (nevents apply) a b /\ s < mlen valid /\ mnth valid s = true
+  /\ nstep apply (v_nf v) b (nstep apply (v_nf v) a s) <> nstep apply (v_nf v) a (nstep apply (v_nf v) b s).
+Proof.
+  simpl. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
+  destruct wfc; simpl; [|discriminate].
+  destruct (mnth valid init) eqn:Hinit; simpl; [|discriminate].
+  set (steps := tmap (fun a => vgather F a) apply).
+  set (dm := domain_mask valid steps reach init).
+  destruct (dom_ok valid steps dm init) eqn:Hdom; simpl; [|discriminate].
+  set (ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end).
+  intros Hw.
+  destruct (nf_facts valid repair apply pairs init WF true F D HN eq_refl) as [_ Hnf].
+  destruct (dom_ok_spec valid repair apply pairs init WF F dm Hdom) as (Hl & _ & Hsub & _).
+  pose proof (wf_parts valid repair apply pairs init WF) as (_ & _ & _ & _ & _ & Hps).
+  assert (Hr : forall x y, In (x, y) ps -> x < nevents apply /\ y < nevents apply).
+  { intros x y Hxy. unfold ps in Hxy. destruct pairs as [l|].
+    - destruct (Hps l eq_refl x y Hxy) as (H1 & H2 & _). auto.
+    - rewrite in_all_pairs, tlen_length in Hxy. unfold nevents. lia. }
+  destruct (cc1_loop_witness valid repair apply pairs init WF F Hnf dm ps a b s Hl Hr Hw) as (Hin & Hs & Hd & Hne).
+  split; [|split; [exact Hs|split; [apply Hsub; auto|exact Hne]]].
+  unfold checked. unfold ps in Hin. destruct pairs as [l|]; auto.
+  rewrite in_all_pairs, tlen_length in Hin. exact Hin.
+Qed.
+
+(** ** Rejections for WFC are proven: a repair cycle exists *)
+
+Lemma bounded_dec (P : nat -> Prop) (Pd : forall i, {P i} + {~ P i}) m :
+  (exists i, i < m /\ P i) \/ (forall i, i < m -> ~ P i).
+Proof.
+  induction m as [|m IH]; [right; intros; lia|].
+  destruct IH as [[i [Hi Pi]]|H]; [left; exists i; split; [lia|auto]|].
+  destruct (Pd m) as [Pm|Pm]; [left; exists m; split; [lia|auto]|].
+  right. intros i Hi. destruct (Nat.eq_dec i m) as [->|Hne]; auto. apply H; lia.
+Qed.
+
+(** Pigeonhole: m > n values below n contain a repeat. *)
+Lemma pigeon n : forall m (f : nat -> nat), (forall k, k < m -> f k < n) -> n < m ->
+  exists i j, i < j < m /\ f i = f j.
+Proof.
+  induction n as [|n IH]; intros m f Hf Hm.
+  - specialize (Hf 0 ltac:(lia)). lia.
+  - destruct m as [|m]; [lia|].
+    destruct (bounded_dec (fun i => f i = f m) (fun i => Nat.eq_dec (f i) (f m)) m) as [[i [Hi Ei]]|Hno].
+    { exists i, m. split; [lia|auto]. }
+    set (g := fun k => if Nat.ltb (f k) (f m) then f k else f k - 1).
+    destruct (IH m g) as [i [j [Hij Eg]]].
+    + intros k Hk. unfold g. cbv beta. specialize (Hf k ltac:(lia)) as Hfk. specialize (Hno k Hk).
+      assert (Hfm : f m < S n) by (apply Hf; lia).
+      destruct (Nat.ltb_spec (f k) (f m)); lia.
+    + lia.
+    + exists i, j. split; [lia|]. unfold g in Eg. cbv beta in Eg.
+      assert (Ni := Hno i ltac:(lia)). assert (Nj := Hno j ltac:(lia)). simpl in Ni, Nj.
+      revert Eg. destruct (Nat.ltb_spec (f i) (f m)); destruct (Nat.ltb_spec (f j) (f m)); intros Eg; lia.
+Qed.
+
+Section WfcComplete.
+Variables (valid : mask) (repair : vec) (apply : list vec) (pairs : option (list (nat * nat))) (init : nat).
+Hypothesis WF : well_formed valid repair apply pairs init = true.
+Let n := mlen valid.
+
+Lemma nf_loop_false fuel : forall m F D F' D', inv valid repair m F D ->
+  nf_loop fuel valid F D = (false, F', D') ->
+  inv valid repair (m * 2 ^ fuel) F' D' /\ exists s, s < n /\ mnth valid (vnth F' s) = false.
+Proof.
+  induction fuel as [|k IH]; intros m F D F' D' Hinv Hl; simpl in Hl.
+  - destruct (mall (mgather valid F)) eqn:Ha; [discriminate|]. injection Hl as <- <-.
+    rewrite Nat.mul_1_r. split; [exact Hinv|].
+    destruct Hinv as (HF & _ & _).
+    destruct (mfirst_false_spec _ Ha) as [Hj Hv]. rewrite mlen_mgather in Hj.
+    exists (mfirst_false (mgather valid F)). split; [fold n in HF; congruence|].
+    rewrite mnth_mgather in Hv by auto. exact Hv.
+  - destruct (mall (mgather valid F)) eqn:Ha; [discriminate|].
+    destruct (IH (m + m) _ _ _ _ (inv_double valid repair apply pairs init WF m F D Hinv) Hl) as [H1 H2].
+    split; [|exact H2]. replace (m * 2 ^ S k) with ((m + m) * 2 ^ k) by (simpl; lia). exact H1.
+Qed.
+
+Lemma cycle_of_invalid M s : n < M -> s < n -> mnth valid (iter repair M s) = false ->
+  forall k, mnth valid (iter repair k s) = false.
+Proof.
+  intros HM Hs HMv.
+  assert (Hle : forall k, k <= M -> mnth valid (iter repair k s) = false).
+  { intros k Hk. destruct (mnth valid (iter repair k s)) eqn:E; auto.
+    replace M with (k + (M - k)) in HMv by lia. rewrite iter_add in HMv.
+    rewrite (iter_valid valid repair apply pairs init WF) in HMv; auto; [congruence|].
+    apply (iter_lt valid repair apply pairs init WF); auto. }
+  destruct (pigeon n (S n) (fun k => iter repair k s)) as [i [j [Hij Eij]]].
+  { intros k Hk. apply (iter_lt valid repair apply pairs init WF); auto. }
+  { lia. }
+  intros k. induction k as [k IHk] using lt_wf_ind.
+  destruct (Nat.le_gt_cases k M) as [Hk|Hk]; [apply Hle; auto|].
+  replace k with (j + (k - j)) by lia. rewrite iter_add, <- Eij, <- iter_add. apply IHk. lia.
+Qed.
+
+End WfcComplete.
+
+(** A rejection for WFC is evidence: some state never reaches a valid state by repair. *)
+Theorem check_tables_wfc_complete valid repair apply pairs reach init :
+  let v := check_tables valid repair apply pairs reach init in
+  v_wellformed v = true -> v_wfc v = false ->
+  exists s, s < mlen valid /\ forall k, mnth valid (iter repair k s) = false.
+Proof.
+  simpl. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate]. intros _.
+  destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
+  destruct wfc; simpl.
+  { repeat match goal with |- context [if ?c then _ else _] => destruct c end; simpl; discriminate. }
+  intros _. unfold nf_result in HN.
+  destruct (nf_loop_false valid repair apply pairs init WF _ 1 _ _ _ _
+              (inv_init valid repair apply pairs init WF) HN) as [(HF & _ & Hinv) [s [Hs Hv]]].
+  exists s. split; [exact Hs|].
+  destruct (Hinv s Hs) as [E _]. rewrite E in Hv.
+  apply (cycle_of_invalid valid repair apply pairs init WF (1 * 2 ^ S (Nat.log2 (mlen valid)))); auto.
+  destruct (Nat.log2_spec (mlen valid)) as [_ Hlt]; [lia|]. simpl in *. lia.
+Qed.

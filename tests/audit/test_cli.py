@@ -1,0 +1,72 @@
+"""`bide-audit` as installed (the console script), end to end through subprocesses."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bide
+
+from .conftest import write_run
+
+pytestmark = pytest.mark.slow
+
+
+def _audit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    exe = shutil.which("bide-audit")
+    cmd = [exe] if exe else [sys.executable, "-m", "bide.audit._cli"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, cwd=cwd, timeout=120)
+
+
+def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = bide.open_store(url)
+    try:
+        write_run(store, "run-1", 3)
+    finally:
+        store.close()
+    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "log.key.pub").exists()
+    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 2  # never overwrites a key
+    base = ["--store", url, "--run", "run-1", "--key", "log.key"]
+    assert _audit("export", *base, "--head", "-o", "old.json", cwd=tmp_path).returncode == 0
+    store = bide.open_store(url)
+    try:
+        bide.Journal(store, "run-1").load().write([bide.GateRecord(key="approval:later", data="x")])
+    finally:
+        store.close()
+    assert _audit("export", *base, "--head", "-o", "new.json", cwd=tmp_path).returncode == 0
+    assert (
+        _audit("export", *base, "--consistency-from", "5", "-o", "proof.json", cwd=tmp_path).returncode == 0
+    )
+    assert _audit("export", *base, "--record", "run:start", "-o", "bundle.json", cwd=tmp_path).returncode == 0
+    assert (
+        _audit("export", *base, "-o", "evidence.json", "--anchor-dir", "anchor", cwd=tmp_path).returncode == 0
+    )
+    assert list((tmp_path / "anchor").rglob("*.json"))
+
+    ok = _audit("verify", "bundle.json", "--pubkey", "log.key.pub", cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr
+    assert "Record 'run:start' (kind start) is entry 1" in ok.stdout and "Not proven" in ok.stdout
+    ok = _audit(
+        "verify-consistency", "old.json", "new.json", "proof.json", "--pubkey", "log.key.pub", cwd=tmp_path
+    )
+    assert ok.returncode == 0 and "extends, unchanged" in ok.stdout
+    nokey = _audit("verify-consistency", "old.json", "new.json", "proof.json", cwd=tmp_path)
+    assert nokey.returncode == 0 and "not checked" in nokey.stdout
+    backwards = _audit("verify-consistency", "new.json", "old.json", "proof.json", cwd=tmp_path)
+    assert backwards.returncode == 1
+    out = _audit("verify-evidence", "evidence.json", "--pubkey", "log.key.pub", "--json", cwd=tmp_path)
+    assert out.returncode == 0 and json.loads(out.stdout)["result"] == "verified"
+    assert _audit("verify-approvals", "evidence.json", cwd=tmp_path).returncode == 1  # no gate in this run
+    assert _audit("export", *base[:4], "-o", "x.json", cwd=tmp_path).returncode == 2  # --key missing
+    missing = _audit(
+        "export", "--store", url, "--run", "nope", "--key", "log.key", "-o", "x.json", cwd=tmp_path
+    )
+    assert missing.returncode == 4 and not (tmp_path / "x.json").exists()
+    assert _audit("frobnicate", cwd=tmp_path).returncode == 2

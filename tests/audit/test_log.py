@@ -1,0 +1,238 @@
+"""The store-backed tree: incremental, equal to the reference tree, proofs bound to signed heads."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import bide
+from bide.audit import (
+    AnchorError,
+    AuditLog,
+    DirectoryPublisher,
+    EvidencePackage,
+    HttpPublisher,
+    MerkleTree,
+    NotVerified,
+    ProofBundle,
+    SignedTreeHead,
+    SigningKey,
+    journal_leaf,
+    parse_artifact,
+    verify_bundle,
+    verify_consistency_proof,
+    verify_evidence,
+)
+
+from .conftest import write_run
+
+
+def _reference_root(store: bide.Store, run_id: str, size: int | None = None) -> bytes:
+    entries = store.load(run_id)
+    tree = MerkleTree(journal_leaf(e.data) for e in entries)
+    return tree.root(size)
+
+
+def test_tree_follows_the_journal_incrementally(store: bide.Store, log_key: SigningKey) -> None:
+    log = AuditLog(store, log_key)
+    write_run(store, "r1", 3)
+    assert log.sync("r1") == 5
+    assert log.root("r1") == _reference_root(store, "r1")
+    first = log.sign_head("r1")
+    for step in range(4):
+        journal = bide.Journal(store, "r1").load()
+        journal.write([bide.GateRecord(key=f"approval:more:{step}:{i}", data=i) for i in range(step + 1)])
+        n = log.sync("r1")
+        assert n == len(store.load("r1"))
+        assert log.root("r1") == _reference_root(store, "r1")
+        for old in range(n + 1):
+            assert log.root("r1", old) == _reference_root(store, "r1", old)
+    second = log.sign_head("r1")
+    proof = log.consistency("r1", first.size)
+    assert verify_consistency_proof(first, second, proof, log_key.public).proven
+    # another AuditLog object on the same store sees the same tree
+    assert AuditLog(store, log_key).root("r1") == second.root
+
+
+def test_bundles_and_evidence_verify_for_every_record(store: bide.Store, log_key: SigningKey) -> None:
+    write_run(store, "r2", 6)
+    log = AuditLog(store, log_key)
+    sth = log.sign_head("r2")
+    for e in store.load("r2"):
+        bundle = parse_artifact(ProofBundle, log.prove("r2", e.key, sth).to_json())
+        v = verify_bundle(bundle, log_key.public)
+        assert e.key in v.proven
+    pkg = parse_artifact(EvidencePackage, log.evidence("r2", sth).to_json())
+    v = verify_evidence(pkg, log_key.public)
+    assert "all of its records" in v.proven
+    part = log.evidence("r2", sth, keys=["run:start"])
+    assert "1 of its 8 records" in verify_evidence(part, log_key.public).proven
+
+
+def test_wrong_key_and_other_run_fail(store: bide.Store, log_key: SigningKey) -> None:
+    write_run(store, "a", 2)
+    write_run(store, "b", 2)
+    log = AuditLog(store, log_key)
+    bundle = log.prove("a", "run:start")
+    with pytest.raises(NotVerified):
+        verify_bundle(bundle, SigningKey.generate().public)
+    head_b = log.sign_head("b")
+    # a head of run b does not prove run a's record even though the runs look alike
+    swapped = bundle.model_copy(update={"sth": head_b})
+    with pytest.raises(NotVerified):
+        verify_bundle(swapped, log_key.public)
+
+
+def test_rewritten_record_in_sql_store_is_detected(tmp_path: Path, log_key: SigningKey) -> None:
+    store = bide.open_store(f"sqlite:///{tmp_path / 'x.db'}")
+    try:
+        write_run(store, "r", 3)
+        log = AuditLog(store, log_key)
+        sth = log.sign_head("r")
+        engine = store.engine  # type: ignore[attr-defined]
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE bide_records SET data = :d WHERE key = 'run:start'"),
+                {"d": b'{"entry":"agent:evil","input":"go","key":"run:start","kind":"start"}'},
+            )
+        with pytest.raises(bide.StoreError, match="no longer matches"):
+            log.evidence("r", sth)
+    finally:
+        store.close()
+
+
+def test_concurrent_syncs_agree(tmp_path: Path, log_key: SigningKey) -> None:
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store = bide.open_store(url)
+    try:
+        write_run(store, "r", 40)
+        logs = [AuditLog(bide.open_store(url)) for _ in range(4)]
+        threads = [threading.Thread(target=lg.sync, args=("r",)) for lg in logs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        roots = {lg.root("r") for lg in logs}
+        assert roots == {_reference_root(store, "r")}
+        for lg in logs:
+            lg.store.close()
+    finally:
+        store.close()
+
+
+def test_directory_publisher_anchors_every_head(tmp_path: Path, log_key: SigningKey) -> None:
+    store = bide.MemoryStore()
+    anchor = DirectoryPublisher(tmp_path / "anchor")
+    log = AuditLog(store, log_key, anchor)
+    write_run(store, "r", 1)
+    h1 = log.sign_head("r")
+    write_run(store, "r", 2)  # adds records with new keys only where absent
+    bide.Journal(store, "r").load().write([bide.GateRecord(key="approval:late", data=None)])
+    h2 = log.sign_head("r")
+    files = sorted((tmp_path / "anchor").rglob("*.json"))
+    assert len(files) == 2
+    read = [parse_artifact(SignedTreeHead, f.read_bytes()) for f in files]
+    assert read == [h1, h2]
+    # an anchored file is never overwritten with other contents
+    forged = h2.model_copy(update={"root": bytes(32)})
+    with pytest.raises(AnchorError):
+        anchor.publish(forged)
+
+
+def test_http_publisher_posts_heads_and_reports_refusals(log_key: SigningKey) -> None:
+    received: list[bytes] = []
+    status = [200]
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+            received.append(body)
+            self.send_response(status[0])
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return None
+
+    server = HTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/heads"
+        store = bide.MemoryStore()
+        write_run(store, "r", 1)
+        log = AuditLog(store, log_key, HttpPublisher(url))
+        sth = log.sign_head("r")
+        assert parse_artifact(SignedTreeHead, received[0]) == sth
+        assert json.loads(received[0])["log_id"] == "r"
+        status[0] = 503
+        with pytest.raises(AnchorError, match="503"):
+            log.sign_head("r")
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(AnchorError):
+        HttpPublisher(url, timeout=0.5).publish(sth)
+
+
+def test_audited_store_anchors_every_growth_of_an_agent_run(tmp_path: Path, log_key: SigningKey) -> None:
+    from bide.audit import AuditedStore
+    from bide.testing import ScriptedModel, call, reply
+
+    @bide.tool(safety=bide.ReadOnly)
+    def look(q: str) -> str:
+        """Look something up."""
+        return q.upper()
+
+    inner = bide.open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    anchor = DirectoryPublisher(tmp_path / "anchor")
+    store = AuditedStore(inner, AuditLog(inner, log_key, anchor))
+    try:
+        agent = bide.Agent(ScriptedModel([call("look", q="x"), reply("ok")]), store=store, tools=[look])
+        assert agent.run_sync("r", "go").answer == "ok"
+        assert store.errors == []
+        heads = [
+            parse_artifact(SignedTreeHead, f.read_bytes())
+            for f in sorted((tmp_path / "anchor").rglob("*.json"))
+        ]
+        sizes = [h.size for h in heads]
+        assert sizes == sorted(sizes) and sizes[-1] == len(inner.load("r")) and len(heads) >= 3
+        log = AuditLog(store, log_key)
+        # every anchored head is a prefix of the final journal
+        for h in heads[:-1]:
+            assert verify_consistency_proof(
+                h, heads[-1], log.consistency("r", h.size, heads[-1].size), log_key.public
+            )
+    finally:
+        store.close()
+
+
+def test_sql_tree_matches_reference_across_many_small_and_large_appends(tmp_path: Path) -> None:
+    # exercises strip boundaries (64 nodes per strip) at every level, with the per-object cache and with
+    # a second object that must read the edge from the tables
+    store = bide.open_store(f"sqlite:///{tmp_path / 's.db'}")
+    try:
+        write_run(store, "r", 0)
+        a, b = AuditLog(store), AuditLog(bide.open_store(f"sqlite:///{tmp_path / 's.db'}"))
+        sizes = [1, 1, 2, 61, 1, 64, 130, 3, 200, 1, 1, 700]
+        written = 0
+        for step, k in enumerate(sizes):
+            bide.Journal(store, "r").load().write(
+                [bide.GateRecord(key=f"approval:{step}:{i}", data=i) for i in range(k)]
+            )
+            written += k
+            lg = a if step % 3 else b
+            n = lg.sync("r")
+            assert n == written + 2
+            ref = MerkleTree(journal_leaf(e.data) for e in store.load("r"))
+            for other in (a, b):
+                assert other.root("r") == ref.root()
+            for i in (0, n // 3, n - 1):
+                assert a.inclusion("r", i, n) == ref.inclusion_proof(i, n)
+        b.store.close()
+    finally:
+        store.close()

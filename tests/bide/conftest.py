@@ -1,0 +1,56 @@
+"""Fixtures for the bide runtime tests: one `store_url` per store kind (memory, SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import bide
+
+PG_URL = os.environ.get("BIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+
+def drop_prefix(url: str, prefix: str) -> None:
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for table in ("records", "runs"):
+            conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prefix}{table}")
+    engine.dispose()
+
+
+@pytest.fixture(params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(url, table_prefix) of a fresh, empty store of each kind."""
+    kind = request.param
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    if kind == "memory":
+        yield "memory://", prefix
+    elif kind == "sqlite":
+        yield f"sqlite:///{tmp_path / 'bide.db'}", prefix
+    else:
+        yield PG_URL, prefix
+        drop_prefix(PG_URL, prefix)
+
+
+@pytest.fixture
+def store(store_spec: tuple[str, str]) -> Iterator[bide.Store]:
+    url, prefix = store_spec
+    s = bide.open_store(url, table_prefix=prefix)
+    yield s
+    s.close()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def durable_store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
+    """(url, table_prefix) of a fresh durable store shared by several processes."""
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'shared.db'}", prefix
+    else:
+        yield PG_URL, prefix
+        drop_prefix(PG_URL, prefix)

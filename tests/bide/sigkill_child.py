@@ -1,0 +1,106 @@
+"""Child process for the SIGKILL tests: one agent run with a side effect that appends a line to a file.
+
+    python sigkill_child.py STORE_URL RUN_ID EFFECT_FILE
+
+BIDE_TEST_PREFIX sets the SQL table prefix; with BIDE_TEST_GO=<file> the child waits for that file to exist
+before it runs (a start barrier). With BIDE_TEST_PAUSE_AT=<point> and BIDE_TEST_SIGNAL=<file>, the child
+writes <point> to the signal file when it reaches the point and then sleeps until the parent kills it with
+SIGKILL. Points:
+before_marker, before_call, inside_call, after_call, after_result, before_answer, after_end.
+Prints the outcome of the run as one JSON line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+POINT = os.environ.get("BIDE_TEST_PAUSE_AT", "")
+SIGNAL = os.environ.get("BIDE_TEST_SIGNAL", "")
+
+
+def pause(point: str) -> None:
+    if point != POINT:
+        return
+    tmp = SIGNAL + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(point)
+    os.replace(tmp, SIGNAL)
+    while True:  # wait for SIGKILL
+        time.sleep(1)
+
+
+class PausingStore:
+    """Passes every call to the real store, pausing around the writes named by the kill points."""
+
+    def __init__(self, inner: bide.Store) -> None:
+        self.inner = inner
+        self.url = inner.url
+        self.durable = inner.durable
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    async def ainsert_many(
+        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+    ) -> list[bide.Entry]:
+        keys = [k for k, _ in items]
+        if any(k.startswith("attempt:") for k in keys):
+            pause("before_marker")
+        if keys[0].startswith("result:"):
+            pause("after_call")
+        if "model:1" in keys:
+            pause("before_answer")
+        out = await self.inner.ainsert_many(run_id, items, exclusive=exclusive)
+        if keys[0].startswith("result:"):
+            pause("after_result")
+        if any(k == "run:end" for k, _ in items):
+            pause("after_end")
+        return out
+
+
+def main() -> None:
+    url, run_id, effect = sys.argv[1], sys.argv[2], sys.argv[3]
+
+    # Async on purpose: the pauses block the event loop, so no tool timeout can fire while the parent
+    # gets ready to kill the process.
+    async def append_line(text: str) -> str:
+        """Append a line to the effect file (the side effect)."""
+        pause("before_call")
+        with open(effect, "a") as f:
+            f.write(text + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        pause("inside_call")
+        return "appended"
+
+    tool = bide.Tool.from_function(append_line, timeout=1.0)
+    store = bide.open_store(url, table_prefix=os.environ.get("BIDE_TEST_PREFIX", "bide_"))
+    go = os.environ.get("BIDE_TEST_GO")
+    if go:
+        with open(f"{go}.ready.{os.getpid()}", "w"):
+            pass
+    while go and not os.path.exists(go):  # start barrier for the multi-process race
+        time.sleep(0.001)
+    model = ScriptedModel([call("append_line", text="charged alice 500"), reply("done")])
+    agent = bide.Agent(model, store=PausingStore(store), tools=[tool])  # type: ignore[arg-type]
+    try:
+        result = asyncio.run(agent.run(run_id, "charge alice"))
+        out: dict[str, Any] = {"outcome": "completed", "answer": result.answer}
+    except bide.OutcomeUnknown as halt:
+        out = {"outcome": "halted", "call_id": halt.call_id, "tool": halt.tool, "arguments": halt.arguments}
+    finally:
+        store.close()
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""Real crash evidence: an agent process is killed with SIGKILL at many points and restarted.
+
+The side effect appends a line to a file. Whatever the kill point, the file never gets two lines; the
+restarted run completes, or halts with OutcomeUnknown exactly when the kill landed between the attempt
+marker and the journaled result. A halted run is then resolved through the `bide` CLI and completes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+CHILD = Path(__file__).with_name("sigkill_child.py")
+# kill point -> (halts on restart?, lines in the effect file after the kill)
+POINTS = {
+    "before_marker": (False, 0),
+    "before_call": (True, 0),  # marker committed, tool not yet called: the documented price of safety
+    "inside_call": (True, 1),
+    "after_call": (True, 1),  # effect fired, result not journaled: the dangerous window
+    "after_result": (False, 1),
+    "before_answer": (False, 1),
+    "after_end": (False, 1),
+}
+
+
+def lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def run_child(url: str, effect: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), url, "run-1", str(effect)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def finish(proc: subprocess.Popen[str]) -> dict[str, object]:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def bide_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "bide._cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", list(POINTS))
+def test_sigkill_at_point(point: str, tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    effect = tmp_path / "effect.txt"
+    signal_file = tmp_path / "signal"
+    proc = run_child(url, effect, {"BIDE_TEST_PAUSE_AT": point, "BIDE_TEST_SIGNAL": str(signal_file)})
+    deadline = time.monotonic() + 30
+    while not signal_file.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "child never reached the kill point"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    halts, fired = POINTS[point]
+    assert lines(effect) == fired
+
+    outcome = finish(run_child(url, effect))
+    # The restart never fires an effect that fired already; it fires it once if it never fired.
+    assert lines(effect) == (fired if halts else 1)
+    if not halts:
+        assert outcome == {"outcome": "completed", "answer": "done"}
+        assert lines(effect) == 1
+        return
+    assert outcome["outcome"] == "halted"
+    assert outcome["call_id"] == "c0.0" and outcome["tool"] == "append_line"
+    assert outcome["arguments"] == {"text": "charged alice 500"}
+    shown = bide_cli("show", "--store", url, "run-1", "--json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["run"]["status"] == "halted"
+
+    # Resolve from the system of record (the file), through the CLI, once the call's deadline passed.
+    what = ["--succeeded", '"appended"'] if lines(effect) == 1 else ["--not-started"]
+    for _ in range(100):
+        res = bide_cli("resolve", "--store", url, "run-1", "c0.0", *what, "--clock-skew", "0.1")
+        if res.returncode != 4:
+            break
+        assert "may still be running" in res.stderr
+        time.sleep(0.1)
+    assert res.returncode == 0, res.stderr
+    assert finish(run_child(url, effect)) == {"outcome": "completed", "answer": "done"}
+    assert lines(effect) == 1
+
+
+@pytest.mark.slow
+def test_processes_racing_on_one_run_fire_once(durable_store_spec: tuple[str, str], tmp_path: Path) -> None:
+    """Five processes drive the same run at the same moment: the effect file gets exactly one line; every
+    process either finishes or halts (it saw another process's claim), and at least one finishes."""
+    url, prefix = durable_store_spec
+    effect = tmp_path / "effect.txt"
+    go = tmp_path / "go"
+    env = {"BIDE_TEST_PREFIX": prefix, "BIDE_TEST_GO": str(go)}
+    procs = [run_child(url, effect, env) for _ in range(5)]
+    deadline = time.monotonic() + 60
+    while len(list(tmp_path.glob("go.ready.*"))) < len(procs):
+        assert time.monotonic() < deadline, "children did not start"
+        time.sleep(0.01)
+    go.write_text("go")
+    outcomes = [finish(p) for p in procs]
+    assert lines(effect) == 1
+    assert {o["outcome"] for o in outcomes} <= {"completed", "halted"}
+    assert any(o["outcome"] == "completed" for o in outcomes)
+    again = finish(run_child(url, effect, {"BIDE_TEST_PREFIX": prefix}))
+    assert again == {"outcome": "completed", "answer": "done"} and lines(effect) == 1

@@ -1,0 +1,269 @@
+"""The `govern` command end to end, through a subprocess: real exit codes, files and output."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from govern._cli import main
+from govern._errors import OracleDisagreement
+from govern._make_certificate import certify
+
+from .conftest import govern, lamp_registry, orders_registry
+from .test_certificate import forge, forged_divergent_certificate
+
+
+def test_help_documents_every_exit_code(tmp_path: Path) -> None:
+    result = govern("--help", cwd=tmp_path)
+    assert result.returncode == 0
+    for line in ("0  success", "1  certify: a machine is not convergent", "2  usage or input error",
+                 "3  engine/oracle disagreement", "4  check/show: the certificate is unreadable"):
+        assert line in result.stdout
+    for command in ("certify", "check", "show", "keygen", "graph"):
+        assert command in result.stdout
+    assert "exit codes" in govern("check", "--help", cwd=tmp_path).stdout
+
+
+def test_certify_writes_a_certificate_per_registry_that_checks(machine_dir: Path) -> None:
+    result = govern("certify", "shop.py", cwd=machine_dir)
+    assert result.returncode == 0, result.stderr
+    assert "certified orders" in result.stdout and "certified lamp" in result.stdout
+    for name in ("orders", "lamp"):
+        path = machine_dir / f"{name}.govern-cert.json"
+        assert path.is_file()
+        checked = govern("check", path.name, cwd=machine_dir)
+        assert checked.returncode == 0, checked.stderr
+        assert "valid" in checked.stdout and "Verified" in checked.stdout
+    assert "not checked offline" in govern("check", "lamp.govern-cert.json", cwd=machine_dir).stdout
+
+
+def test_certify_is_reproducible_byte_for_byte(machine_dir: Path) -> None:
+    assert govern("certify", "shop.py:orders", "-o", "a.json", cwd=machine_dir).returncode == 0
+    assert govern("certify", "shop.py:orders", "-o", "b.json", cwd=machine_dir).returncode == 0
+    assert (machine_dir / "a.json").read_bytes() == (machine_dir / "b.json").read_bytes()
+
+
+def test_certify_json_report(machine_dir: Path) -> None:
+    result = govern("certify", "shop.py:orders", "--json", "--no-write", cwd=machine_dir)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["exit_code"] == 0
+    [entry] = report["results"]
+    assert entry["status"] == "certified" and entry["rules_checked"] is True
+    assert entry["verdict"]["states"] == 48 and entry["digest"].startswith("sha256:")
+    assert not (machine_dir / "orders.govern-cert.json").exists()
+
+
+def test_not_convergent_exits_1_with_a_counterexample(machine_dir: Path) -> None:
+    result = govern("certify", "divergent.py", cwd=machine_dir)
+    assert result.returncode == 1
+    assert "not convergent" in result.stdout
+    assert "turn_on" in result.stdout and "turn_off" in result.stdout and "order 1" in result.stdout
+    assert not (machine_dir / "switch.govern-cert.json").exists()
+    as_json = json.loads(govern("certify", "divergent.py", "--json", cwd=machine_dir).stdout)
+    assert as_json["exit_code"] == 1 and as_json["results"][0]["counterexample"]["condition"] == "CC1"
+
+
+def test_input_errors_exit_2_without_traceback(machine_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (machine_dir / "broken.py").write_text("from govern._declare import Registry\nr = Registry('x'\n")
+    (machine_dir / "empty.py").write_text("x = 1\n")
+    (machine_dir / "raises.py").write_text("raise RuntimeError('boom')\n")
+    cases = {
+        ("certify", "missing.py"): "no such file",
+        ("certify", "broken.py"): "syntax error",
+        ("certify", "empty.py"): "no Registry",
+        ("certify", "raises.py"): "RuntimeError: boom",
+        ("certify", "shop.py:nosuch"): "no registry named 'nosuch'",
+        ("certify", "shop.py", "-o", "one.json"): "defines 2 registries",
+        ("certify", "shop.py:orders", "-o", "nodir/one.json"): "does not exist",
+        ("certify", "shop.py:orders", "--sign", "nokey"): "cannot read the signing key",
+        ("check", "missing.json"): "No such file",
+        ("frobnicate",): "invalid choice",
+    }
+    through_subprocess = {("certify", "missing.py"), ("certify", "broken.py"), ("check", "missing.json")}
+    here = os.getcwd()
+    os.chdir(machine_dir)
+    try:
+        for args, message in cases.items():
+            if args in through_subprocess:
+                result = govern(*args, cwd=machine_dir)
+                code, stderr = result.returncode, result.stderr
+            else:  # the same main(), in-process: faster, and the exit code is its return value
+                try:
+                    code = main(list(args))
+                except SystemExit as exc:  # argparse usage errors
+                    code = int(str(exc.code))
+                stderr = capsys.readouterr().err
+            assert code == 2, (args, stderr)
+            assert message in stderr, (args, stderr)
+            assert "Traceback" not in stderr
+    finally:
+        os.chdir(here)
+    debug = govern("--debug", "certify", "raises.py", cwd=machine_dir)
+    assert debug.returncode == 2 and "Traceback" in debug.stderr
+
+
+def test_keygen_sign_and_check_with_a_public_key(machine_dir: Path) -> None:
+    result = govern("keygen", "-o", "ci-key", cwd=machine_dir)
+    assert result.returncode == 0, result.stderr
+    private, public = machine_dir / "ci-key", machine_dir / "ci-key.pub"
+    assert stat.S_IMODE(private.stat().st_mode) == 0o600
+    assert b"PRIVATE KEY" in private.read_bytes() and b"PUBLIC KEY" in public.read_bytes()
+    assert not [p for p in machine_dir.iterdir() if p.name.endswith(".tmp")]
+    before = private.read_bytes()
+    again = govern("keygen", "-o", "ci-key", cwd=machine_dir)
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert private.read_bytes() == before
+    assert govern("keygen", "-o", "other", cwd=machine_dir).returncode == 0
+
+    assert govern("certify", "shop.py:orders", "--sign", "ci-key", cwd=machine_dir).returncode == 0
+    cert = "orders.govern-cert.json"
+    document = json.loads((machine_dir / cert).read_text())
+    assert document["signature"]["key_id"].startswith("ed25519:")
+    ok = govern("check", cert, "--pubkey", "ci-key.pub", cwd=machine_dir)
+    assert ok.returncode == 0 and "signed by ed25519:" in ok.stdout
+    wrong = govern("check", cert, "--pubkey", "other.pub", cwd=machine_dir)
+    assert wrong.returncode == 1 and "not by the key given" in wrong.stderr
+
+    assert govern("certify", "shop.py:orders", "-o", "unsigned.json", cwd=machine_dir).returncode == 0
+    required = govern("check", "unsigned.json", "--require-signature", cwd=machine_dir)
+    assert required.returncode == 1 and "not signed" in required.stderr
+    assert govern("check", "unsigned.json", cwd=machine_dir).returncode == 0
+
+    os.chmod(private, 0o644)
+    loose = govern("certify", "shop.py:orders", "--sign", "ci-key", cwd=machine_dir)
+    assert loose.returncode == 2 and "chmod 600" in loose.stderr
+
+
+def test_check_distinguishes_unreadable_from_invalid(machine_dir: Path) -> None:
+    assert govern("certify", "shop.py:orders", "-o", "good.json", cwd=machine_dir).returncode == 0
+    good = (machine_dir / "good.json").read_bytes()
+    document = json.loads(good)
+
+    def write(name: str, data: bytes) -> str:
+        (machine_dir / name).write_bytes(data)
+        return name
+
+    unreadable = {
+        "truncated": good[: len(good) // 2],
+        "pretty": json.dumps(document, indent=2).encode() + b"\n",
+        "unknown-field": good.replace(b'{"digest"', b'{"comment":"hi","digest"', 1),
+        "duplicate": good.replace(b'{"digest"', b'{"format":"x","digest"', 1),
+        "wrong-type": good.replace(b'"cc1":true', b'"cc1":1', 1),
+        "bad-base64": good.replace(b'"apply":"', b'"apply":"!', 1),
+    }
+    for name, data in unreadable.items():
+        result = govern("check", write(name + ".json", data), cwd=machine_dir)
+        assert result.returncode == 4, (name, result.stdout, result.stderr)
+        assert "unreadable" in result.stderr
+    oversized = govern("check", "good.json", "--max-size", "100", cwd=machine_dir)
+    assert oversized.returncode == 4 and "limit" in oversized.stderr
+
+    invalid = {
+        "digest": good.replace(document["digest"][-6:].encode(), b"000000", 1),
+        "verdict": good.replace(b'"max_repair_depth":1', b'"max_repair_depth":2', 1),
+    }
+    for name, data in invalid.items():
+        result = govern("check", write(name + ".json", data), "--json", cwd=machine_dir)
+        assert result.returncode == 1, (name, result.stdout, result.stderr)
+        assert json.loads(result.stdout)["valid"] is False
+
+
+def test_show_renders_rules_for_people(machine_dir: Path) -> None:
+    assert govern("certify", "shop.py", cwd=machine_dir).returncode == 0
+    result = govern("show", "orders.govern-cert.json", cwd=machine_dir)
+    assert result.returncode == 0, result.stderr
+    for text in ("status != 'shipped' or paid", "status = 'pending'", "status == 'pending'",
+                 "status = 'paid', paid = True", "stock = stock + 1", "pay/restock", "ship/restock",
+                 "0 .. 5", "pending, paid, shipped, cancelled", "coq_version"):
+        assert text in result.stdout, text
+    lamp = govern("show", "lamp.govern-cert.json", cwd=machine_dir)
+    assert "Python callable" in lamp.stdout and "no: Python callables" in lamp.stdout
+    (machine_dir / "junk.json").write_text("{}")
+    assert govern("show", "junk.json", cwd=machine_dir).returncode == 4
+
+
+def test_graph_writes_dot_and_mermaid_or_svg(machine_dir: Path) -> None:
+    out = machine_dir / "pictures"
+    out.mkdir()
+    result = govern("graph", "shop.py:orders", "-o", "pictures", cwd=machine_dir)
+    assert result.returncode == 0, result.stderr
+    events = (out / "orders.events.dot").read_text()
+    assert 'graph "orders events"' in events and "e0 -- e2;" in events and "style=dashed" in events
+    states = (out / "orders.states.dot").read_text()
+    assert "digraph" in states and "status='pending'" in states and "pay" in states
+    if (out / "orders.events.svg").exists():
+        assert (out / "orders.events.svg").read_text().lstrip().startswith("<?xml")
+    else:
+        assert (out / "orders.events.mmd").read_text().startswith("flowchart LR")
+        assert "-->" in (out / "orders.states.mmd").read_text()
+    # From a certificate, and with the state graph left out for size.
+    assert govern("certify", "shop.py:orders", cwd=machine_dir).returncode == 0
+    small = govern("graph", "orders.govern-cert.json", "-o", "pictures", "--state-limit", "3",
+                   cwd=machine_dir)
+    assert small.returncode == 0 and "state graph left out" in small.stdout
+    assert govern("certify", "shop.py:lamp", "--graph", cwd=machine_dir).returncode == 0
+    assert (machine_dir / "lamp.events.dot").exists()
+
+
+def test_check_imports_nothing_from_the_certificate(machine_dir: Path) -> None:
+    """A certificate naming a module that exists next to it must not get that module imported."""
+    assert govern("certify", "shop.py:orders", cwd=machine_dir).returncode == 0
+    (machine_dir / "orders.py").write_text("open('IMPORTED', 'w').write('yes')\n")
+    probe = (
+        "import sys\n"
+        "from govern._cli import main\n"
+        "code = main(['check', 'orders.govern-cert.json'])\n"
+        "here = [name for name, m in list(sys.modules.items())\n"
+        "        if (getattr(m, '__file__', None) or '').startswith(sys.argv[1])]\n"
+        "print(sorted(here), 'orders' in sys.modules)\n"
+        "sys.exit(code)\n"
+    )
+    path = os.pathsep.join(p for p in (str(machine_dir), os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run([sys.executable, "-c", probe, str(machine_dir)], cwd=machine_dir,
+                          capture_output=True, text=True, timeout=120, env={**os.environ, "PYTHONPATH": path})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[] False"
+    assert not (machine_dir / "IMPORTED").exists()
+
+
+def test_forgeries_are_rejected_by_the_command(machine_dir: Path) -> None:
+    """The in-process forgeries of test_certificate.py, checked through the real command."""
+    orders = certify(orders_registry())
+    lamp = certify(lamp_registry())
+    files = {
+        "divergent-claims-certified.json": forged_divergent_certificate(),
+        "swapped-tables.json": forge(orders, lambda d: d.update(tables=lamp.document()["tables"])),
+        "claims-cc2.json": forge(orders, lambda d: d["verdict"].update(cc2=True)),
+    }
+    for name, data in files.items():
+        (machine_dir / name).write_bytes(data)
+        result = govern("check", name, cwd=machine_dir)
+        assert result.returncode in (1, 4), (name, result.stdout, result.stderr)
+        assert result.returncode == (4 if name == "swapped-tables.json" else 1), (name, result.stderr)
+
+
+def test_an_engine_that_disagrees_with_the_checker_exits_3(
+    machine_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Simulate an engine bug (a wrong verdict): the re-check catches it, nothing is written, exit 3."""
+    import govern._make_certificate as making
+
+    honest = making._verdict
+
+    def buggy(machine: object) -> dict[str, object]:
+        return honest(machine) | {"not_idempotent": []}  # type: ignore[arg-type]
+
+    monkeypatch.setattr(making, "_verdict", buggy)
+    monkeypatch.chdir(machine_dir)
+    assert main(["certify", "shop.py:orders"]) == 3
+    assert "re-checking its certificate failed" in capsys.readouterr().out
+    assert not (machine_dir / "orders.govern-cert.json").exists()
+    with pytest.raises(OracleDisagreement):
+        making.certify(orders_registry())

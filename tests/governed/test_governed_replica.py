@@ -1,0 +1,230 @@
+"""Replicas: incremental folds, rebuilds, checkpoints, and convergence under any delivery the rules allow."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from govern._eventlog import Event, EventLog, LogCorrupted, LoggedEvent, MachineMismatch
+from govern._replica import Replica, ReplicaError, fold
+
+from .machines import order_machine
+
+RECORDS = ["o1", "o2", "o3"]
+
+
+def fill(log: EventLog, ops: list[tuple[str, str, bool]]) -> list[LoggedEvent]:
+    """Append (record, event, depends_on_previous) operations; return the stored log."""
+    digest = order_machine().digest
+    previous: str | None = None
+    for i, (record, name, chained) in enumerate(ops):
+        deps = (previous,) if chained and previous is not None else ()
+        log.append(
+            Event(id=f"e{i}", machine=digest, record=record, event=name, producer=f"p{i % 3}", deps=deps)
+        )
+        previous = f"e{i}"
+    return log.read()
+
+
+ops_strategy = st.lists(
+    st.tuples(st.sampled_from(RECORDS), st.sampled_from(order_machine().events), st.booleans()),
+    max_size=40,
+)
+
+
+def test_sync_folds_the_log_in_order_and_incrementally() -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    fill(log, [("o1", "pay", False), ("o1", "restock", False), ("o2", "cancel", False)])
+    replica = Replica(machine, log)
+    assert replica.sync() == 3 and replica.position == 3
+    fill_more = Event(id="x", machine=machine.digest, record="o1", event="ship", producer="q")
+    log.append(fill_more)
+    assert replica.sync() == 1 and replica.sync() == 0
+    assert replica.state("o1") == {"status": "shipped", "paid": True, "stock": 0}
+    assert replica.state("o2")["status"] == "cancelled"
+    assert replica.state("never-seen") == dict(machine.initial)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops_strategy, st.randoms(use_true_random=False))
+def test_any_arrival_order_converges_to_the_log_order_state(
+    ops: list[tuple[str, str, bool]], rnd: random.Random
+) -> None:
+    """Events arrive shuffled and duplicated; the replica applies them within the rules and ends where the
+    log order ends. A rebuild from scratch reproduces the same state."""
+    machine = order_machine()
+    log = EventLog("memory://")
+    stored = fill(log, ops)
+    reference = fold(machine, stored)
+    arrivals = stored + rnd.sample(stored, k=len(stored) // 2)
+    rnd.shuffle(arrivals)
+    replica = Replica(machine, log)
+    replica.deliver(arrivals)
+    assert replica.pending == 0 and replica.position == len(stored)
+    assert replica.duplicates == len(arrivals) - len(stored)
+    assert {k: replica.state_id(k) for k in replica.records()} == dict(reference)
+    rebuilt = Replica(machine, log)
+    rebuilt.sync()
+    assert rebuilt.digest() == replica.digest()
+    for key in replica.records():
+        assert machine.is_valid(replica.state_id(key))
+
+
+def test_obligations_are_enforced_where_a_naive_replica_diverges() -> None:
+    """pay and cancel do not commute (an obligation): arriving reversed, the replica waits for pay."""
+    machine = order_machine()
+    assert ("pay", "cancel") in {
+        tuple(sorted(p, key=machine.events.index)) for p in (w.events for w in machine.report.obligations)
+    }
+    log = EventLog("memory://")
+    stored = fill(log, [("o1", "pay", False), ("o1", "cancel", False)])
+    naive = fold(machine, reversed(stored))
+    replica = Replica(machine, log)
+    assert replica.deliver([stored[1]]) == 0 and replica.pending == 1
+    assert replica.deliver([stored[0]]) == 2
+    assert replica.state("o1")["status"] == "paid"
+    assert machine.state_of(naive["o1"])["status"] == "cancelled"
+
+
+def test_a_non_idempotent_event_delivered_twice_is_applied_once() -> None:
+    machine = order_machine()
+    assert "restock" in {w.events[0] for w in machine.report.not_idempotent}
+    log = EventLog("memory://")
+    stored = fill(log, [("o1", "restock", False)])
+    replica = Replica(machine, log)
+    replica.deliver(stored + stored + stored)
+    assert replica.state("o1")["stock"] == 1 and replica.duplicates == 2
+
+
+def test_events_of_other_records_apply_without_waiting() -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    stored = fill(log, [("o1", "pay", False), ("o1", "restock", False), ("o2", "pay", False)])
+    replica = Replica(machine, log)
+    # o2's pay is first on its record: it applies although positions 0 and 1 have not arrived. restock
+    # has an obligation with ship, so it waits until it knows o1's earlier event.
+    assert replica.deliver([stored[1], stored[2]]) == 1
+    assert replica.pending == 1 and replica.position == 0
+    assert replica.deliver([stored[0]]) == 2
+    assert replica.position == 3
+
+
+def test_declared_dependencies_are_waited_for() -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    stored = fill(log, [("o1", "restock", False), ("o2", "restock", True)])
+    replica = Replica(machine, log)
+    assert replica.deliver([stored[1]]) == 0 and replica.pending == 1
+    assert replica.deliver([stored[0]]) == 2
+
+
+def test_checkpoints_resume_and_refuse_tampering() -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    fill(log, [("o1", "pay", False), ("o2", "restock", False), ("o1", "ship", False)])
+    first = Replica(machine, log)
+    first.sync()
+    checkpoint = first.checkpoint()
+    log.append(Event(id="late", machine=machine.digest, record="o2", event="pay", producer="z"))
+    resumed = Replica(machine, log, checkpoint=checkpoint)
+    assert resumed.position == 3 and resumed.sync() == 1
+    scratch = Replica(machine, log)
+    scratch.sync()
+    assert resumed.digest() == scratch.digest()
+    forged = checkpoint.model_copy(update={"states": {**checkpoint.states, "o1": machine.initial.id}})
+    with pytest.raises(ReplicaError, match="altered"):
+        Replica(machine, log, checkpoint=forged)
+    ahead = Replica(machine, log)
+    ahead.deliver(log.read(1, 1))
+    with pytest.raises(ReplicaError, match="sync"):
+        ahead.checkpoint()
+
+
+def test_a_replica_refuses_another_machine_and_unknown_events() -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    log.bind("f" * 64)
+    with pytest.raises(MachineMismatch, match="migration"):
+        Replica(machine, log)
+    other = EventLog("memory://")
+    replica = Replica(machine, other)
+    bogus = LoggedEvent(
+        log=other.name,
+        id="b",
+        machine=machine.digest,
+        record="o",
+        event="teleport",
+        producer="p",
+        producer_seq=0,
+        position=0,
+        record_seq=0,
+    )
+    with pytest.raises(ReplicaError, match="teleport"):
+        replica.deliver([bogus])
+
+
+def test_a_batch_with_a_hole_in_a_record_is_refused_and_changes_nothing() -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    stored = fill(log, [(RECORDS[i % 2], "restock", False) for i in range(20)])
+    forged = [*stored[:10], stored[10].model_copy(update={"record_seq": 99}), *stored[11:]]
+    replica = Replica(machine, log)
+    with pytest.raises(LogCorrupted, match="number 99"):
+        replica.deliver(forged)
+    assert replica.position == 0 and replica.records() == []
+    bogus = [*stored[:19], stored[19].model_copy(update={"event": "teleport"})]
+    with pytest.raises(ReplicaError, match="teleport"):
+        replica.deliver(bogus)
+    replica.deliver(stored)
+    assert replica.position == 20 and replica.state("o1")["stock"] == 3
+
+
+def test_events_of_another_log_are_refused() -> None:
+    machine = order_machine()
+    mine, theirs = EventLog("memory://"), EventLog("memory://", name="other")
+    fill(theirs, [("o1", "pay", False)])
+    with pytest.raises(ReplicaError, match="from log 'other'"):
+        Replica(machine, mine).deliver(theirs.read())
+
+
+@settings(max_examples=25, deadline=None)
+@given(ops_strategy, st.randoms(use_true_random=False))
+def test_a_replica_recomputes_the_logs_merkle_root_whatever_the_arrival_order(
+    ops: list[tuple[str, str, bool]], rnd: random.Random
+) -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    stored = fill(log, ops)
+    arrivals = stored + rnd.sample(stored, k=len(stored) // 3)
+    rnd.shuffle(arrivals)
+    replica = Replica(machine, log, track_root=True)
+    replica.deliver(arrivals)
+    assert replica.root() == log.root()
+    half = len(stored) // 2
+    prefix = Replica(machine, log, track_root=True)
+    prefix.deliver(stored[:half])
+    assert prefix.root() == log.root(half)
+
+
+def test_the_root_commits_to_every_field_of_every_event() -> None:
+    machine = order_machine()
+    log = EventLog("memory://")
+    stored = fill(log, [("o1", "pay", False), ("o2", "restock", False)])
+    honest = log.root()
+    assert len(honest) == 64 and log.root(0) != honest
+    forged = [stored[0], stored[1].model_copy(update={"producer": "mallory"})]
+    replica = Replica(machine, log, track_root=True)
+    replica.deliver(forged)
+    assert replica.root() != honest
+    with pytest.raises(ValueError, match="fewer than size=3"):
+        log.root(3)
+    with pytest.raises(ReplicaError, match="track_root=True"):
+        Replica(machine, log).root()
+    with pytest.raises(ReplicaError, match="checkpoint"):
+        synced = Replica(machine, log)
+        synced.sync()
+        Replica(machine, log, checkpoint=synced.checkpoint(), track_root=True)
