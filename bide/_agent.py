@@ -149,6 +149,7 @@ class Agent:
                 raise ConfigError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
         self._specs = [t.spec for t in self.tools.values()]
+        self._system_message: SystemMessage | None = None
 
     @property
     def entry(self) -> str:
@@ -187,7 +188,10 @@ class Agent:
             return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
         messages: list[Message] = [UserMessage(content=input)]
         if self.system:
-            messages.insert(0, SystemMessage(content=self.system))
+            system = self._system_message
+            if system is None or system.content != self.system:  # messages are frozen: one serves all runs
+                system = self._system_message = SystemMessage(content=self.system)
+            messages.insert(0, system)
         turn = 0
         restarts = 0
         while True:
@@ -241,7 +245,10 @@ class Agent:
 
     async def _ask_model(self, journal: Journal, turn: int, messages: Sequence[Message]) -> ModelTurn:
         """Ask the model for turn `turn`; returns the record to journal (not written yet)."""
-        request = ModelRequest(run_id=journal.run_id, turn=turn, messages=list(messages), tools=self._specs)
+        # Built from already validated messages and specs: nothing to validate again.
+        request = ModelRequest.model_construct(
+            run_id=journal.run_id, turn=turn, messages=list(messages), tools=list(self._specs)
+        )
         try:
             reply = await self.model.complete(request)
         except BideError:
@@ -253,10 +260,11 @@ class Agent:
             ) from exc
         if not isinstance(reply, AssistantMessage):
             raise ModelError(f"model returned {type(reply).__name__}, not an AssistantMessage")
-        calls = [
-            ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}")
-            for i, c in enumerate(reply.tool_calls)
-        ]
+        # A plain loop, not a comprehension: a comprehension would keep `turn` in a cell for as long as the
+        # model call is awaited, one more object per live run for the garbage collector.
+        calls: list[ToolCall] = []
+        for i, c in enumerate(reply.tool_calls):
+            calls.append(ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}"))
         message = AssistantMessage(content=reply.content, tool_calls=calls)
         return ModelTurn(
             key=model_key(turn), turn=turn, message=message, model=str(getattr(self.model, "name", ""))

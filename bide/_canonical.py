@@ -10,6 +10,7 @@ import binascii
 import hashlib
 import json
 import os
+import threading
 from typing import Any
 
 __all__ = ["canonical_json", "digest", "new_salt"]
@@ -34,6 +35,31 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
+class _Entropy(threading.local):
+    """Bytes from os.urandom, read in blocks and handed out once each (per thread, so never twice)."""
+
+    block = b""
+    pos = 0
+
+
+_ENTROPY = _Entropy()
+_BLOCK = 4096
+
+
+def _forget_entropy() -> None:
+    # A forked child must not hand out the bytes its parent will hand out too.
+    global _ENTROPY
+    _ENTROPY = _Entropy()
+
+
+os.register_at_fork(after_in_child=_forget_entropy)
+
+
 def new_salt() -> str:
     """32 fresh random bytes, base64: every record carries one so equal records hash differently."""
-    return binascii.b2a_base64(os.urandom(32), newline=False).decode("ascii")
+    pool = _ENTROPY
+    pos = pool.pos
+    if pos + 32 > len(pool.block):
+        pool.block, pos = os.urandom(_BLOCK), 0
+    pool.pos = pos + 32
+    return binascii.b2a_base64(pool.block[pos : pos + 32], newline=False).decode("ascii")

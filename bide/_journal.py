@@ -7,6 +7,7 @@ refused before anything is written to it.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from ._errors import ConfigError, JournalFormatError, StoreError
@@ -16,6 +17,7 @@ from ._store import Entry, Store
 __all__ = ["Journal", "check_run_id"]
 
 MAX_RUN_ID = 256
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 def check_run_id(run_id: object) -> str:
@@ -24,7 +26,7 @@ def check_run_id(run_id: object) -> str:
         raise ConfigError("run id must be a non-empty string")
     if len(run_id) > MAX_RUN_ID:
         raise ConfigError(f"run id is {len(run_id)} characters long; the limit is {MAX_RUN_ID}")
-    if any(ord(c) < 32 or ord(c) == 127 for c in run_id):
+    if _CONTROL.search(run_id):
         raise ConfigError(f"run id {run_id!r} contains control characters")
     return run_id
 
@@ -36,10 +38,15 @@ class Journal:
     Reads are from what this object has loaded or written; call `aload` again to see other writers.
     """
 
+    __slots__ = ("_has_header", "_last_seq", "_recs", "_rows", "run_id", "store")
+
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = check_run_id(run_id)
-        self._by_key: dict[str, tuple[Entry, Record]] = {}
+        # Decoded records and their stored (seq, bytes) rows, apart: the rows are tuples of atomic values,
+        # which the garbage collector stops tracking, so thousands of live runs cost collections little.
+        self._recs: dict[str, Record] = {}
+        self._rows: dict[str, tuple[int, bytes]] = {}
         self._last_seq = 0
         self._has_header = False
 
@@ -58,32 +65,36 @@ class Journal:
     @property
     def exists(self) -> bool:
         """True once the run has any record."""
-        return bool(self._by_key)
+        return bool(self._recs)
 
     def get(self, key: str) -> Record | None:
         """The decoded record under `key`, or None."""
-        hit = self._by_key.get(key)
-        return None if hit is None else hit[1]
+        return self._recs.get(key)
 
     def entry(self, key: str) -> Entry | None:
         """The stored entry (seq, key, exact bytes) under `key`, or None."""
-        hit = self._by_key.get(key)
-        return None if hit is None else hit[0]
+        row = self._rows.get(key)
+        return None if row is None else Entry(row[0], key, row[1])
 
     def records(self) -> list[Record]:
         """Every loaded record, in seq (commit) order."""
-        return [rec for _, rec in sorted(self._by_key.values(), key=lambda er: er[0].seq)]
+        rows = self._rows
+        return [self._recs[k] for k in sorted(rows, key=lambda k: rows[k][0])]
 
     def entries(self) -> list[Entry]:
         """Every loaded entry with its exact stored bytes, in seq order."""
-        return sorted((e for e, _ in self._by_key.values()), key=lambda e: e.seq)
+        return sorted((Entry(s, k, d) for k, (s, d) in self._rows.items()), key=lambda e: e.seq)
+
+    def _keep(self, entry: Entry, rec: Record) -> None:
+        self._recs[entry.key] = rec
+        self._rows[entry.key] = (entry.seq, entry.data)
 
     def _absorb(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
             if not self._has_header:
                 self._check_header(entry)
-            if entry.key not in self._by_key:
-                self._by_key[entry.key] = (entry, decode_record(entry.key, entry.data))
+            if entry.key not in self._recs:
+                self._keep(entry, decode_record(entry.key, entry.data))
             self._last_seq = max(self._last_seq, entry.seq)
 
     def _check_header(self, entry: Entry) -> None:
@@ -109,7 +120,7 @@ class Journal:
     def _items(self, records: Sequence[Record]) -> tuple[list[Record], list[tuple[str, bytes]]]:
         """The records to send (with the header first for a new run) and their canonical bytes."""
         mine = list(records)
-        if not self._has_header and HEADER_KEY not in self._by_key:
+        if not self._has_header and HEADER_KEY not in self._recs:
             mine.insert(0, Header(key=HEADER_KEY))
         return mine, [(r.key, encode_record(r)) for r in mine]
 
@@ -121,14 +132,14 @@ class Journal:
                     self._has_header = True  # we just wrote this format's header
                 else:
                     self._check_header(entry)
-            hit = self._by_key.get(entry.key)
+            hit = self._recs.get(entry.key)
             if hit is None:
                 # Bytes we wrote decode to the record we encoded; only another writer's need decoding.
                 rec = written if entry.inserted else decode_record(entry.key, entry.data)
                 # Not advancing _last_seq: records other writers committed before ours are not loaded yet.
-                self._by_key[entry.key] = (entry, rec)
+                self._keep(entry, rec)
             else:
-                rec = hit[1]
+                rec = hit
             out.append((rec, entry.inserted))
         return out[len(out) - n :]
 
@@ -152,11 +163,12 @@ class Journal:
         entries = await self.store.ainsert_many(self.run_id, items, exclusive=True)
         if len(entries) == len(records) and all(e.inserted for e in entries):
             for entry, rec in zip(entries, records, strict=True):
-                self._by_key.setdefault(entry.key, (entry, rec))
+                if entry.key not in self._recs:
+                    self._keep(entry, rec)
             return True
         for entry in entries:
-            if entry.key not in self._by_key:
-                self._by_key[entry.key] = (entry, decode_record(entry.key, entry.data))
+            if entry.key not in self._recs:
+                self._keep(entry, decode_record(entry.key, entry.data))
         return False
 
     async def awrite_one(self, record: Record) -> tuple[Record, bool]:

@@ -82,7 +82,7 @@ class MemoryStore:
 def _check(run_id: str, items: Sequence[tuple[str, bytes]]) -> None:
     if not run_id:
         raise ConfigError("run id must be a non-empty string")
-    if len({key for key, _ in items}) != len(items):
+    if len(items) > 1 and len({key for key, _ in items}) != len(items):
         raise ConfigError("the keys of one insert_many call must be distinct")
     for key, data in items:
         if not key:

@@ -93,7 +93,7 @@ class _LoopBatch(threading.local):
 _IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
-@dataclass
+@dataclass(slots=True)
 class _Request:
     """One queued operation. Blocking callers wait on `future`; async callers get their answer through
     `afuture`, delivered on their event loop once per batch (one wake-up per loop, not one per request)."""
@@ -264,7 +264,7 @@ class SQLStore:
         self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
     ) -> list[Entry]:
         _check(run_id, items)
-        args = ([(k, bytes(d)) for k, d in items], exclusive)
+        args = (_private_copy(items), exclusive)
         result: list[Entry] = self._submit(run_id, "insert", args).result()
         return result
 
@@ -286,7 +286,7 @@ class SQLStore:
         self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
     ) -> list[Entry]:
         _check(run_id, items)
-        args = ([(k, bytes(d)) for k, d in items], exclusive)
+        args = (_private_copy(items), exclusive)
         result: list[Entry] = await self._asubmit(run_id, "insert", args)
         return result
 
@@ -376,8 +376,14 @@ class SQLStore:
         except RuntimeError:
             here = None
         for req, result, error in answers:
-            if req.afuture is not None and req.loop is not None and req.loop is here:
-                _deliver([(req.afuture, result, error)])
+            fut = req.afuture
+            if fut is not None and req.loop is not None and req.loop is here:
+                if fut.cancelled():
+                    continue
+                if error is not None:
+                    fut.set_exception(error)
+                else:
+                    fut.set_result(result)
             elif req.afuture is not None and req.loop is not None:
                 by_loop.setdefault(req.loop, []).append((req.afuture, result, error))
             else:
@@ -539,6 +545,12 @@ class SQLStore:
         if row is None:
             raise StoreError(f"record {key!r} of run {run_id!r} conflicted but cannot be read back")
         return Entry(int(row[0]), key, bytes(row[1]), False)
+
+
+def _private_copy(items: Sequence[tuple[str, bytes]]) -> list[tuple[str, bytes]]:
+    """The items as the store keeps them until committed: (str, bytes) tuples are immutable and kept as they
+    are (fewer objects per queued request); anything else is copied into one."""
+    return [it if type(it) is tuple and type(it[1]) is bytes else (it[0], bytes(it[1])) for it in items]
 
 
 def _retryable(exc: BaseException) -> bool:

@@ -243,24 +243,30 @@ class Tool:
 
     async def invoke(self, validated: BaseModel, ctx: CallContext) -> Any:
         """Call the tool for one call (under its timeout) and return its JSON-ready result."""
-        token = _CURRENT.set(ctx)
-        try:
-            if self._unpack:
-                kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-                if self._inject_key:
-                    kwargs[_INJECTED] = ctx.idempotency_key
-                call: Callable[[], Any] = lambda: self.fn(**kwargs)  # noqa: E731
-            else:
-                call = lambda: self.fn(validated)  # noqa: E731
-            if self._is_async:
-                async with asyncio.timeout(self.timeout):
+        if self._unpack:
+            kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
+            if self._inject_key:
+                kwargs[_INJECTED] = ctx.idempotency_key
+            call: Callable[[], Any] = lambda: self.fn(**kwargs)  # noqa: E731
+        else:
+            call = lambda: self.fn(validated)  # noqa: E731
+        if self._is_async:
+            # The timeout is entered before the call context is set: its timer (which asyncio keeps until it
+            # would have fired, even when cancelled) then holds no reference to this call.
+            async with asyncio.timeout(self.timeout):
+                token = _CURRENT.set(ctx)
+                try:
                     value = await call()
-            else:
+                finally:
+                    _CURRENT.reset(token)
+        else:
+            token = _CURRENT.set(ctx)
+            try:
                 value = await self._in_thread(call)
                 if inspect.isawaitable(value):
                     value = await asyncio.wait_for(_await(value), self.timeout)
-        finally:
-            _CURRENT.reset(token)
+            finally:
+                _CURRENT.reset(token)
         return to_jsonable_python(value, fallback=str)
 
     async def _in_thread(self, call: Callable[[], Any]) -> Any:

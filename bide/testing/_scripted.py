@@ -90,8 +90,7 @@ class ScriptedModel:
             )
         item = self._turns[index]
         turn = item if isinstance(item, Turn) else item(request)
-        calls = [
-            ToolCall(id=f"call_{index}_{i}", name=c.name, arguments=c.arguments)
-            for i, c in enumerate(turn.calls)
-        ]
+        calls: list[ToolCall] = []
+        for i, c in enumerate(turn.calls):  # a loop, not a comprehension: no cell kept alive by the sleep
+            calls.append(ToolCall(id=f"call_{index}_{i}", name=c.name, arguments=c.arguments))
         return AssistantMessage(content=turn.text, tool_calls=calls)

@@ -1,0 +1,172 @@
+"""The direct record encoders write exactly the bytes of the generic pydantic path.
+
+`encode_record` builds the bytes of the hot record kinds directly; the generic definition is
+`canonical_json(record.model_dump(mode="json"))`. Any difference would change stored bytes, digests and audit
+leaves, so every field, including free-form JSON values and awkward strings, is checked against it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bide._canonical import canonical_json
+from bide._messages import AssistantMessage, ToolCall
+from bide._records import (
+    Attempt,
+    End,
+    GateRecord,
+    Header,
+    ModelTurn,
+    NotStarted,
+    Pause,
+    Start,
+    ToolResult,
+    decode_record,
+    encode_record,
+)
+
+text = st.text(alphabet=st.characters(exclude_categories=("Cs",)), max_size=12)
+ints = st.integers(min_value=-(2**70), max_value=2**70)
+scalars = st.none() | st.booleans() | ints | st.floats() | text
+keys = text | st.integers(min_value=-5, max_value=5)
+values: st.SearchStrategy[Any] = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=3)
+    | st.tuples(inner, inner)
+    | st.dictionaries(keys, inner, max_size=3),
+    max_leaves=8,
+)
+arguments = st.dictionaries(text, values, max_size=4)
+
+
+def generic(record: Any) -> bytes:
+    return canonical_json(record.model_dump(mode="json"))
+
+
+def calls() -> st.SearchStrategy[list[ToolCall]]:
+    call = st.builds(ToolCall, id=text, name=text, arguments=arguments | text, call_id=text)
+    return st.lists(call, max_size=3)
+
+
+records = st.one_of(
+    st.builds(Header, key=text, format=text),
+    st.builds(Start, key=text, entry=text, input=text),
+    st.builds(
+        ModelTurn,
+        key=text,
+        turn=ints,
+        model=text,
+        message=st.builds(AssistantMessage, content=text, tool_calls=calls()),
+    ),
+    st.builds(
+        Attempt,
+        key=text,
+        call_id=text,
+        tool=text,
+        arguments=arguments,
+        gen=ints,
+        claim=text,
+        attempted_at_ms=ints,
+        deadline_ms=ints,
+        by=st.sampled_from(["driver", "resolver"]),
+    ),
+    st.builds(
+        ToolResult,
+        key=text,
+        call_id=text,
+        tool=text,
+        result=values,
+        is_error=st.booleans(),
+        safety=text,
+        idempotency_key=st.none() | text,
+        approval=values,
+        reconciled=st.booleans(),
+        evidence=values,
+    ),
+    st.builds(End, key=text, answer=text),
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(records)
+def test_direct_encoding_is_byte_identical_to_the_generic_path(record: Any) -> None:
+    assert encode_record(record) == generic(record)
+
+
+@settings(max_examples=100, deadline=None)
+@given(records)
+def test_directly_encoded_records_decode_to_themselves(record: Any) -> None:
+    data = encode_record(record)
+    back = decode_record(record.key, data)
+    assert encode_record(back) == data
+    assert json.loads(data)["kind"] == record.kind
+
+
+def test_odd_values_take_the_same_path() -> None:
+    odd = [float("nan"), float("inf"), {1, 2}, (1, "é"), {3: "x", "a\u2028": ["\x00", '"\\']}, b"bytes"]
+    for value in odd:
+        rec = ToolResult(key="result:c0.0", call_id="c0.0", tool="t", safety="side_effect", result=value)
+        assert encode_record(rec) == generic(rec)
+        att = Attempt(
+            key="attempt:c0.0:0", call_id="c0.0", tool="t", arguments={"v": value}, gen=0, claim="x",
+            attempted_at_ms=1, deadline_ms=2,
+        )
+        assert encode_record(att) == generic(att)
+
+
+def test_subclassed_messages_and_other_kinds_use_the_generic_path() -> None:
+    class Loud(AssistantMessage):
+        volume: int = 11
+
+    class Tagged(ToolCall):
+        tag: str = "x"
+
+    rec = ModelTurn(key="model:0", turn=0, message=Loud(content="hi"))
+    assert encode_record(rec) == generic(rec)
+    call = Tagged(id="1", name="n", arguments={"a": 1}, call_id="c0.0")
+    rec = ModelTurn(key="model:0", turn=0, message=AssistantMessage(tool_calls=[call]))
+    assert encode_record(rec) == generic(rec)
+    for other in (
+        NotStarted(key="not-started:c:0", call_id="c", gen=0, claim="x", reason="r"),
+        Pause(key="pause:c", call_id="c", tool="t", reason="r"),
+        GateRecord(key="approval:x", data={"a": [1, 2.5, None]}),
+    ):
+        assert encode_record(other) == generic(other)
+
+
+def test_salts_are_never_handed_out_twice_across_threads_and_forks() -> None:
+    import os
+    import threading
+
+    from bide._canonical import new_salt
+
+    new_salt()  # the parent holds a block of random bytes now
+    seen: list[str] = [new_salt() for _ in range(300)]
+    lock = threading.Lock()
+
+    def draw() -> None:
+        mine = [new_salt() for _ in range(300)]
+        with lock:
+            seen.extend(mine)
+
+    threads = [threading.Thread(target=draw) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report the salts it would use
+        os.write(write, "\n".join(new_salt() for _ in range(10)).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as f:
+        child = f.read().split("\n")
+    seen.extend(new_salt() for _ in range(10))
+    seen.extend(child)
+    assert len(seen) == len(set(seen)) == 300 + 4 * 300 + 20
