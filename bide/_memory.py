@@ -6,12 +6,12 @@ import threading
 from collections.abc import Sequence
 
 from ._errors import ConfigError
-from ._store import Entry
+from ._store import BlockingStore, Entry
 
 __all__ = ["MemoryStore"]
 
 
-class MemoryStore:
+class MemoryStore(BlockingStore):
     """A `Store` kept in a dict, shared by every thread of one process. Not durable; never use it for work
     whose side effects matter across a crash."""
 
@@ -63,20 +63,6 @@ class MemoryStore:
         with self._lock:
             ids = sorted(r for r in self._runs if r.startswith(prefix) and r > after and self._runs[r])
         return ids[:limit]
-
-    async def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
-    ) -> list[Entry]:
-        return self.insert_many(run_id, items, exclusive=exclusive)
-
-    async def aget(self, run_id: str, key: str) -> Entry | None:
-        return self.get(run_id, key)
-
-    async def aload(self, run_id: str, after: int = 0) -> list[Entry]:
-        return self.load(run_id, after)
-
-    def close(self) -> None:
-        return None
 
 
 def _check(run_id: str, items: Sequence[tuple[str, bytes]]) -> None:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Entry", "Store"]
+__all__ = ["BlockingStore", "Entry", "Store"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +85,33 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections and threads. Idempotent."""
         ...
+
+
+class BlockingStore:
+    """Base for stores whose every operation is fast and in-process: the async forms call the blocking
+    ones directly (no thread hop), so subclasses write only `insert_many`, `get`, `load`, `runs`."""
+
+    def insert_many(
+        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+    ) -> list[Entry]:
+        raise NotImplementedError
+
+    def get(self, run_id: str, key: str) -> Entry | None:
+        raise NotImplementedError
+
+    def load(self, run_id: str, after: int = 0) -> list[Entry]:
+        raise NotImplementedError
+
+    async def ainsert_many(
+        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+    ) -> list[Entry]:
+        return self.insert_many(run_id, items, exclusive=exclusive)
+
+    async def aget(self, run_id: str, key: str) -> Entry | None:
+        return self.get(run_id, key)
+
+    async def aload(self, run_id: str, after: int = 0) -> list[Entry]:
+        return self.load(run_id, after)
+
+    def close(self) -> None:
+        return None

@@ -25,7 +25,7 @@ from .._agent import Agent, forget_unstarted_claims
 from .._errors import OutcomeUnknown, RunHalted
 from .._memory import MemoryStore
 from .._outcome import Outcome
-from .._store import Entry
+from .._store import BlockingStore, Entry
 from .._tools import AttemptInfo, Safety, SideEffect, Tool
 from ._scripted import ScriptedModel, call, reply
 
@@ -155,7 +155,7 @@ def run_crash_schedules(
     return report
 
 
-class CrashingStore:
+class CrashingStore(BlockingStore):
     """Wraps a store and kills the "process" at crash point k of this store object; every store call after
     that dies too. Write n has three crash points: 3n-2 just before it is sent (it is lost), 3n-1 just after
     it committed (the caller never hears back), and 3n at whatever the process does next after the write
@@ -208,20 +208,6 @@ class CrashingStore:
         self._alive()
         result: list[str] = self.inner.runs(prefix=prefix, after=after, limit=limit)
         return result
-
-    async def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
-    ) -> list[Entry]:
-        return self.insert_many(run_id, items, exclusive=exclusive)
-
-    async def aget(self, run_id: str, key: str) -> Entry | None:
-        return self.get(run_id, key)
-
-    async def aload(self, run_id: str, after: int = 0) -> list[Entry]:
-        return self.load(run_id, after)
-
-    def close(self) -> None:
-        return None
 
 
 class _BideRun:
