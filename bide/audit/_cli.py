@@ -112,6 +112,13 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
 
     key = load_signing_key(args.key)
     publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
+    if args.store.startswith("sqlite:"):
+        # Opening a SQLite URL creates the file; a mistyped path must not leave an empty database behind.
+        path = args.store.split("sqlite:///", 1)[1] if "sqlite:///" in args.store else ""
+        if not path or not os.path.exists(path):
+            raise UnreadableInput(
+                f"no SQLite store at {path or args.store!r}; pass --store sqlite:///path/to/bide.db"
+            )
     store = open_store(args.store)
     try:
         log = AuditLog(store, key, publisher)

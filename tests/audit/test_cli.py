@@ -69,4 +69,10 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
         "export", "--store", url, "--run", "nope", "--key", "log.key", "-o", "x.json", cwd=tmp_path
     )
     assert missing.returncode == 4 and not (tmp_path / "x.json").exists()
+    typo = f"sqlite:///{tmp_path / 'runz.db'}"
+    nostore = _audit(
+        "export", "--store", typo, "--run", "run-1", "--key", "log.key", "-o", "x.json", cwd=tmp_path
+    )
+    assert nostore.returncode == 4 and "no SQLite store" in nostore.stderr
+    assert not (tmp_path / "runz.db").exists()  # a mistyped path leaves no empty database behind
     assert _audit("frobnicate", cwd=tmp_path).returncode == 2
