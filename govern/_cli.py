@@ -61,7 +61,7 @@ exit codes:
   2  usage or input error: bad arguments, missing file, machine file does not import,
      no registry found, unusable key file
   3  engine/oracle disagreement or internal error (a bug: please report it)
-  4  check/show: the certificate is unreadable (truncated, oversized, malformed, not canonical)
+  4  check/show/graph: the certificate is unreadable (truncated, oversized, malformed, not canonical)
 """
 
 T = TypeVar("T")
@@ -524,7 +524,7 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
             err.print(f"[bold red]unreadable[/]: {escape(source)}: {escape(str(exc))}")
             return EXIT_UNREADABLE
     else:
-        from ._errors import NotConvergent
+        from ._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
         from ._make_certificate import certificate_for
 
         for target in load_targets(source):
@@ -534,6 +534,9 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
                 err.print(f"[bold red]not convergent[/] {escape(target.registry.name)}: nothing to draw\n"
                           f"{escape(str(exc))}")
                 return EXIT_NOT_CONVERGENT
+            except (DeclarationError, StateSpaceTooLarge, CertificateTooLarge) as exc:
+                # The machine's own fault, as in `certify`: an input error, not a bug in govern.
+                raise UsageError(f"{target.registry.name}: {exc}") from exc
     directory = Path(args.output) if args.output else Path(source.rpartition(":")[0] or source).parent
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such directory")

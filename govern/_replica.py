@@ -381,6 +381,12 @@ class Replica:
             raise ReplicaError(f"checkpoint is of log {checkpoint.log!r}, not {self.log.name!r}")
         for key, state in checkpoint.states.items():
             self._rules.decode(state)  # refuses a state id the machine does not have
+            if not self.machine.in_domain(state):
+                # The guarantees start from D only, and a replica only ever holds normal forms.
+                raise ReplicaError(
+                    f"checkpoint puts record {key!r} in state {state}, which is not in the machine's "
+                    f"checked domain ({self.machine.domain} states): the checkpoint was altered"
+                )
             self._records[key] = _Record(state, checkpoint.record_lengths.get(key, 0))
         self._position = checkpoint.position
         if self.digest() != checkpoint.digest:

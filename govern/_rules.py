@@ -63,7 +63,11 @@ class DeliveryRules:
         raw = int(tables.apply[event, state])
         after = self.step(state, event)
         if raw == state:
-            why = f"{name} changed nothing: its guard does not hold in {_fmt(self.decode(state))}"
+            # The tables cannot tell a false guard from an effect that rewrites the same values.
+            why = (
+                f"{name} changed nothing: its guard does not hold in {_fmt(self.decode(state))}, "
+                "or its effect leaves that state as it is"
+            )
             return Outcome("no-op", why, after)
         if after != raw:
             effect, repaired = self.decode(raw), self.decode(after)

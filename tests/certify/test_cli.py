@@ -23,7 +23,7 @@ def test_help_documents_every_exit_code(tmp_path: Path) -> None:
     result = govern("--help", cwd=tmp_path)
     assert result.returncode == 0
     for line in ("0  success", "1  certify: a machine is not convergent", "2  usage or input error",
-                 "3  engine/oracle disagreement", "4  check/show: the certificate is unreadable"):
+                 "3  engine/oracle disagreement", "4  check/show/graph: the certificate is unreadable"):
         assert line in result.stdout
     for command in ("certify", "check", "show", "keygen", "graph"):
         assert command in result.stdout
@@ -210,6 +210,20 @@ def test_graph_writes_dot_and_mermaid_or_svg(machine_dir: Path) -> None:
     assert small.returncode == 0 and "state graph left out" in small.stdout
     assert govern("certify", "shop.py:lamp", "--graph", cwd=machine_dir).returncode == 0
     assert (machine_dir / "lamp.events.dot").exists()
+
+
+def test_graph_of_a_bad_machine_is_an_input_error_not_a_bug(tmp_path: Path) -> None:
+    (tmp_path / "counter.py").write_text(
+        "from govern import Registry\n"
+        "r = Registry('counter')\n"
+        "n = r.int('n', 0, 3)\n"
+        "r.event('inc', effect={n: n + 1})\n"
+    )
+    for command in ("certify", "graph"):
+        result = govern(command, "counter.py", cwd=tmp_path)
+        assert result.returncode == 2, (command, result.stdout, result.stderr)
+        assert "domain violation" in result.stdout + result.stderr
+        assert "bug in govern" not in result.stdout + result.stderr
 
 
 def test_check_imports_nothing_from_the_certificate(machine_dir: Path) -> None:

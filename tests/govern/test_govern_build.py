@@ -268,6 +268,10 @@ def test_cc2_holds_and_is_stated_when_it_holds() -> None:
     assert m.report.cc2 and m.report.cc2_witness is None
     assert any("Newman" in t for t in m.report.theorems)
     assert "CC2 holds too" in m.report.guarantee
+    # The Rocq confluence theorem needs CC1 on every valid state: a "reachable" build does not claim it.
+    reachable = r.build("reachable")
+    assert reachable.report.cc2 and not any("Newman" in t for t in reachable.report.theorems)
+    assert reachable.report.oracle["theorem"] == "Govern.TableCheck.check_tables_trace"
 
 
 def test_report_roundtrips_through_json() -> None:

@@ -113,3 +113,16 @@ def test_a_crash_at_every_store_write_never_duplicates_or_loses_an_event() -> No
         replica = Replica(order_machine(), log)
         replica.sync()
         assert replica.state("o1") == {"status": "shipped", "paid": True, "stock": 0}
+
+
+def test_a_no_op_without_a_false_guard_is_not_blamed_on_the_guard() -> None:
+    from govern._rules import delivery_rules
+
+    r = govern.Registry("lamp")
+    on = r.bool("on")
+    r.event("switch_off", effect={on: False})  # no guard: at "off" it writes the value already there
+    machine = r.build()
+    rules = delivery_rules(machine)
+    outcome = rules.explain(machine.initial.id, rules.index["switch_off"])
+    assert outcome.kind == "no-op"
+    assert "or its effect leaves that state as it is" in outcome.why

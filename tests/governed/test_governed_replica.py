@@ -138,6 +138,15 @@ def test_checkpoints_resume_and_refuse_tampering() -> None:
     forged = checkpoint.model_copy(update={"states": {**checkpoint.states, "o1": machine.initial.id}})
     with pytest.raises(ReplicaError, match="altered"):
         Replica(machine, log, checkpoint=forged)
+    invalid = next(s for s in range(machine.n_states) if not machine.is_valid(s))
+    outside = Replica(machine, EventLog("memory://"))
+    for key, state in {**checkpoint.states, "o1": invalid}.items():
+        outside._record(key).state = state  # forged states that still match their (unkeyed) digest
+    forged_state = checkpoint.model_copy(
+        update={"states": {**checkpoint.states, "o1": invalid}, "digest": outside.digest()}
+    )
+    with pytest.raises(ReplicaError, match="checked domain"):
+        Replica(machine, log, checkpoint=forged_state)
     ahead = Replica(machine, log)
     ahead.deliver(log.read(1, 1))
     with pytest.raises(ReplicaError, match="sync"):
