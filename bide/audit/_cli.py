@@ -105,6 +105,7 @@ def _write_atomic(path: str, data: bytes) -> None:
 
 
 def _cmd_export(args: argparse.Namespace) -> Verified:
+    from .._errors import ConfigError
     from .._open import open_store
     from ._anchor import DirectoryPublisher
     from ._keys import load_signing_key
@@ -132,6 +133,8 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             artifact = log.sign_head(args.run)
             what = f"a signed head of run {args.run!r} at {artifact.size} records"
         elif args.record:
+            if store.get(args.run, args.record) is None:  # refuse before a head is signed and published
+                raise ConfigError(f"run {args.run!r} has no record {args.record!r}")
             artifact = log.prove(args.run, args.record)
             what = f"a proof bundle for record {args.record!r} of run {args.run!r}"
         else:

@@ -45,6 +45,11 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
         _audit("export", *base, "--consistency-from", "5", "-o", "proof.json", cwd=tmp_path).returncode == 0
     )
     assert _audit("export", *base, "--record", "run:start", "-o", "bundle.json", cwd=tmp_path).returncode == 0
+    missing = _audit(
+        "export", *base, "--record", "no-such-key", "-o", "x.json", "--anchor-dir", "unused", cwd=tmp_path
+    )
+    assert missing.returncode == 2 and "no record 'no-such-key'" in missing.stdout + missing.stderr
+    assert not (tmp_path / "x.json").exists() and not list((tmp_path / "unused").rglob("*.json"))
     assert (
         _audit("export", *base, "-o", "evidence.json", "--anchor-dir", "anchor", cwd=tmp_path).returncode == 0
     )
