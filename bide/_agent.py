@@ -62,6 +62,7 @@ from ._records import (
     ModelTurn,
     NotStarted,
     Pause,
+    Record,
     Start,
     ToolResult,
     attempt_key,
@@ -148,7 +149,7 @@ class Agent:
             if t.name in self.tools:
                 raise ConfigError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
-        self._specs = [t.spec for t in self.tools.values()]
+        self._specs = tuple(t.spec for t in self.tools.values())
         self._system_message: SystemMessage | None = None
 
     @property
@@ -168,21 +169,7 @@ class Agent:
         if not isinstance(input, str):
             raise ConfigError("input must be a string")
         journal = await Journal(self.store, run_id).aload()
-        start = journal.get(START_KEY)
-        if start is None:
-            start, _ = await journal.awrite_one(Start(key=START_KEY, entry=self.entry, input=input))
-        if not isinstance(start, Start):
-            raise StoreError(f"run {run_id!r}: record {START_KEY!r} is not a start record")
-        if start.entry != self.entry:
-            raise RunMismatch(
-                f"run {run_id!r} was started by {start.entry!r}, not {self.entry!r}; use the agent "
-                "that started it, or a new run id"
-            )
-        if start.input != input:
-            raise RunMismatch(
-                f"run {run_id!r} was started with a different input ({start.input[:80]!r}); pass "
-                "the same input to resume it, or use a new run id for new work"
-            )
+        await self._pin_start(journal, input)
         end = journal.get(END_KEY)
         if isinstance(end, End):
             return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
@@ -218,37 +205,61 @@ class Agent:
                     continue
                 pending = [rec]
             msg = rec.message
+            rec = None  # live runs keep only what they need while they wait (fewer objects for the GC)
             if not msg.tool_calls:
                 end, _ = await journal.awrite_one(End(key=END_KEY, answer=msg.content))
                 assert isinstance(end, End)
                 return RunResult(run_id, end.answer, turn + 1)
-            results: list[Message] = []
-            for call in msg.tool_calls:
-                res = journal.get(result_key(call.call_id))
-                if not isinstance(res, ToolResult):
-                    got = await self._call(journal, call, pending)
-                    if got is None:
-                        break
-                    res = got
-                results.append(_tool_message(call, res))
-            else:
-                # Every call of a fresh turn writes the turn first; this only guards that invariant.
-                if not pending or await journal.awrite_exclusive(pending):
-                    messages.append(msg)
-                    messages.extend(results)
-                    turn += 1
-                    restarts = 0
-                    continue
+            results = await self._run_calls(journal, msg, pending)
+            # Every call of a fresh turn writes the turn first; this only guards that invariant.
+            if results is not None and (not pending or await journal.awrite_exclusive(pending)):
+                messages.append(msg)
+                messages.extend(results)
+                turn += 1
+                restarts = 0
+                continue
             restarts = _restart(run_id, turn, restarts)
+
+    async def _pin_start(self, journal: Journal, input: str) -> None:
+        """Record the run's input and entry point, or check them against the recorded ones."""
+        run_id = journal.run_id
+        start = journal.get(START_KEY)
+        if start is None:
+            start, _ = await journal.awrite_one(Start(key=START_KEY, entry=self.entry, input=input))
+        if not isinstance(start, Start):
+            raise StoreError(f"run {run_id!r}: record {START_KEY!r} is not a start record")
+        if start.entry != self.entry:
+            raise RunMismatch(
+                f"run {run_id!r} was started by {start.entry!r}, not {self.entry!r}; use the agent "
+                "that started it, or a new run id"
+            )
+        if start.input != input:
+            raise RunMismatch(
+                f"run {run_id!r} was started with a different input ({start.input[:80]!r}); pass "
+                "the same input to resume it, or use a new run id for new work"
+            )
+
+    async def _run_calls(
+        self, journal: Journal, msg: AssistantMessage, pending: list[ModelTurn]
+    ) -> list[Message] | None:
+        """The tool messages of a turn's calls, running those without a recorded result; None when another
+        driver journaled this turn first."""
+        results: list[Message] = []
+        for call in msg.tool_calls:
+            res = journal.get(result_key(call.call_id))
+            if not isinstance(res, ToolResult):
+                got = await self._call(journal, call, pending)
+                if got is None:
+                    return None
+                res = got
+            results.append(_tool_message(call, res))
+        return results
 
     # -- model turns ---------------------------------------------------------------------------------------
 
     async def _ask_model(self, journal: Journal, turn: int, messages: Sequence[Message]) -> ModelTurn:
         """Ask the model for turn `turn`; returns the record to journal (not written yet)."""
-        # Built from already validated messages and specs: nothing to validate again.
-        request = ModelRequest.model_construct(
-            run_id=journal.run_id, turn=turn, messages=list(messages), tools=list(self._specs)
-        )
+        request = ModelRequest(run_id=journal.run_id, turn=turn, messages=list(messages), tools=self._specs)
         try:
             reply = await self.model.complete(request)
         except BideError:
@@ -258,8 +269,7 @@ class Agent:
                 f"model {getattr(self.model, 'name', '?')!r} failed on turn {turn} of run "
                 f"{journal.run_id!r}: {exc}; run again to retry"
             ) from exc
-        if not isinstance(reply, AssistantMessage):
-            raise ModelError(f"model returned {type(reply).__name__}, not an AssistantMessage")
+        _check_reply(reply)
         # A plain loop, not a comprehension: a comprehension would keep `turn` in a cell for as long as the
         # model call is awaited, one more object per live run for the garbage collector.
         calls: list[ToolCall] = []
@@ -528,9 +538,9 @@ class Agent:
                 pending.clear()
                 if not written:
                     return None  # another driver journaled this turn first
-            stored, _ = (
-                (marker, True) if journal.get(marker.key) is marker else await journal.awrite_one(marker)
-            )
+                stored: Record = marker
+            else:
+                stored, _ = await journal.awrite_one(marker)
         except StoreError:
             # The write may have committed; either way the tool was not called. Remember the claim, so a
             # later drive in this process can void it instead of halting.
@@ -579,6 +589,25 @@ class Agent:
         )
 
 
+def _check_reply(reply: object) -> None:
+    """The model port is a boundary: refuse a reply that is not a well-formed AssistantMessage before any
+    of it is journaled."""
+    if not isinstance(reply, AssistantMessage):
+        raise ModelError(f"model returned {type(reply).__name__}, not an AssistantMessage")
+    if not isinstance(reply.content, str) or not isinstance(reply.tool_calls, list):
+        raise ModelError("model returned an AssistantMessage whose content is not a string or whose "
+                         "tool_calls is not a list")
+    for c in reply.tool_calls:
+        if not (
+            isinstance(c, ToolCall)
+            and isinstance(c.id, str)
+            and isinstance(c.name, str)
+            and isinstance(c.arguments, (dict, str))
+        ):
+            raise ModelError(f"model returned a malformed tool call {c!r}: expected ToolCall(id=str, "
+                             "name=str, arguments=dict or str)")
+
+
 def _restart(run_id: str, turn: int, restarts: int) -> int:
     """Count re-reads of one turn after losing it to another driver; more than a few means the journal
     does not hold what an exclusive write said it holds."""
@@ -602,6 +631,6 @@ def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:
 
 def _count_turns(journal: Journal) -> int:
     n = 0
-    while journal.get(model_key(n)) is not None:
+    while journal.has(model_key(n)):
         n += 1
     return n

@@ -43,8 +43,9 @@ class Journal:
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
         self.run_id = check_run_id(run_id)
-        # Decoded records and their stored (seq, bytes) rows, apart: the rows are tuples of atomic values,
-        # which the garbage collector stops tracking, so thousands of live runs cost collections little.
+        # The stored (seq, bytes) rows are the truth; decoded records are a cache. Rows are tuples of atomic
+        # values, which the garbage collector stops tracking, and records this object wrote itself are not
+        # cached (they are decoded again if asked for), so thousands of live runs cost collections little.
         self._recs: dict[str, Record] = {}
         self._rows: dict[str, tuple[int, bytes]] = {}
         self._last_seq = 0
@@ -65,11 +66,21 @@ class Journal:
     @property
     def exists(self) -> bool:
         """True once the run has any record."""
-        return bool(self._recs)
+        return bool(self._rows)
+
+    def has(self, key: str) -> bool:
+        """True when a record is stored under `key` (as far as this object has loaded or written)."""
+        return key in self._rows
 
     def get(self, key: str) -> Record | None:
         """The decoded record under `key`, or None."""
-        return self._recs.get(key)
+        rec = self._recs.get(key)
+        if rec is None:
+            row = self._rows.get(key)
+            if row is None:
+                return None
+            rec = self._recs[key] = decode_record(key, row[1])
+        return rec
 
     def entry(self, key: str) -> Entry | None:
         """The stored entry (seq, key, exact bytes) under `key`, or None."""
@@ -79,21 +90,28 @@ class Journal:
     def records(self) -> list[Record]:
         """Every loaded record, in seq (commit) order."""
         rows = self._rows
-        return [self._recs[k] for k in sorted(rows, key=lambda k: rows[k][0])]
+        return [self._decoded(k) for k in sorted(rows, key=lambda k: rows[k][0])]
+
+    def _decoded(self, key: str) -> Record:
+        rec = self.get(key)
+        assert rec is not None
+        return rec
 
     def entries(self) -> list[Entry]:
         """Every loaded entry with its exact stored bytes, in seq order."""
         return sorted((Entry(s, k, d) for k, (s, d) in self._rows.items()), key=lambda e: e.seq)
 
-    def _keep(self, entry: Entry, rec: Record) -> None:
-        self._recs[entry.key] = rec
+    def _keep(self, entry: Entry, rec: Record | None) -> None:
+        """Remember a stored entry, and its decoded record when given one to cache."""
+        if rec is not None:
+            self._recs[entry.key] = rec
         self._rows[entry.key] = (entry.seq, entry.data)
 
     def _absorb(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
             if not self._has_header:
                 self._check_header(entry)
-            if entry.key not in self._recs:
+            if entry.key not in self._rows:
                 self._keep(entry, decode_record(entry.key, entry.data))
             self._last_seq = max(self._last_seq, entry.seq)
 
@@ -120,7 +138,7 @@ class Journal:
     def _items(self, records: Sequence[Record]) -> tuple[list[Record], list[tuple[str, bytes]]]:
         """The records to send (with the header first for a new run) and their canonical bytes."""
         mine = list(records)
-        if not self._has_header and HEADER_KEY not in self._recs:
+        if not self._has_header and HEADER_KEY not in self._rows:
             mine.insert(0, Header(key=HEADER_KEY))
         return mine, [(r.key, encode_record(r)) for r in mine]
 
@@ -132,14 +150,16 @@ class Journal:
                     self._has_header = True  # we just wrote this format's header
                 else:
                     self._check_header(entry)
-            hit = self._recs.get(entry.key)
-            if hit is None:
-                # Bytes we wrote decode to the record we encoded; only another writer's need decoding.
-                rec = written if entry.inserted else decode_record(entry.key, entry.data)
+            if entry.key in self._rows:
+                rec = self._decoded(entry.key)
+            elif entry.inserted:
+                # Bytes we wrote decode to the record we encoded: the caller has it, nothing to cache.
                 # Not advancing _last_seq: records other writers committed before ours are not loaded yet.
-                self._keep(entry, rec)
+                rec = written
+                self._keep(entry, None)
             else:
-                rec = hit
+                rec = decode_record(entry.key, entry.data)
+                self._keep(entry, rec)
             out.append((rec, entry.inserted))
         return out[len(out) - n :]
 
@@ -162,12 +182,12 @@ class Journal:
         items = [(r.key, encode_record(r)) for r in records]
         entries = await self.store.ainsert_many(self.run_id, items, exclusive=True)
         if len(entries) == len(records) and all(e.inserted for e in entries):
-            for entry, rec in zip(entries, records, strict=True):
-                if entry.key not in self._recs:
-                    self._keep(entry, rec)
+            for entry in entries:
+                if entry.key not in self._rows:
+                    self._keep(entry, None)
             return True
         for entry in entries:
-            if entry.key not in self._recs:
+            if entry.key not in self._rows:
                 self._keep(entry, decode_record(entry.key, entry.data))
         return False
 

@@ -1,14 +1,18 @@
 """Conversation messages and the model port.
 
-A model sees a list of messages and the tool specs and answers with one assistant turn. Messages are pydantic
-models because assistant turns are journaled verbatim and rebuilt on resume.
+A model sees a list of messages and the tool specs and answers with one assistant turn.
+
+Messages are frozen slotted dataclasses, not pydantic models: every live run holds its conversation while the
+model thinks, and a dataclass with slots is one object for the garbage collector where a pydantic model is
+three. They cross the process boundary only inside journal records, which pydantic validates when they are
+read back (bide._records), and a model's reply is checked when the agent receives it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
-
-from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "AssistantMessage",
@@ -23,7 +27,8 @@ __all__ = [
 ]
 
 
-class ToolCall(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolCall:
     """One tool call the model asked for.
 
     `id` is the provider's identifier (echoed back with the result); `call_id` is bide's own id for the call
@@ -31,43 +36,41 @@ class ToolCall(BaseModel):
     decoded JSON object, or the raw text when the model sent something that is not a JSON object.
     """
 
-    model_config = ConfigDict(frozen=True)
-
     id: str
     name: str
     arguments: dict[str, Any] | str
     call_id: str = ""
 
 
-class SystemMessage(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemMessage:
     """The system prompt (taken from the live Agent on every drive, never journaled as input)."""
 
-    model_config = ConfigDict(frozen=True)
     role: Literal["system"] = "system"
     content: str
 
 
-class UserMessage(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserMessage:
     """The run's input."""
 
-    model_config = ConfigDict(frozen=True)
     role: Literal["user"] = "user"
     content: str
 
 
-class AssistantMessage(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AssistantMessage:
     """One model turn: optional text and zero or more tool calls. No tool calls means a final answer."""
 
-    model_config = ConfigDict(frozen=True)
     role: Literal["assistant"] = "assistant"
     content: str = ""
-    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_calls: list[ToolCall] = field(default_factory=list)
 
 
-class ToolMessage(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolMessage:
     """The result of one tool call as the model sees it."""
 
-    model_config = ConfigDict(frozen=True)
     role: Literal["tool"] = "tool"
     tool_call_id: str
     name: str
@@ -78,23 +81,24 @@ class ToolMessage(BaseModel):
 Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
 
 
-class ToolSpec(BaseModel):
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSpec:
     """What the model is told about a tool: name, description and JSON schema of its arguments."""
 
-    model_config = ConfigDict(frozen=True)
     name: str
     description: str
     parameters: dict[str, Any]
 
 
-class ModelRequest(BaseModel):
-    """Everything a model needs for one turn. `turn` counts from 0; `run_id` is for logging and scripting."""
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRequest:
+    """Everything a model needs for one turn. `turn` counts from 0; `run_id` is for logging and scripting.
+    `messages` is this request's own list; `tools` is shared by every request of the agent (a tuple)."""
 
-    model_config = ConfigDict(frozen=True)
     run_id: str
     turn: int
     messages: list[Message]
-    tools: list[ToolSpec]
+    tools: Sequence[ToolSpec]
 
 
 @runtime_checkable

@@ -1,4 +1,4 @@
-"""Journal records: pydantic models, their keys, and their canonical bytes.
+"""Journal records: their types, keys and canonical bytes.
 
 Every record is a JSON object with `kind`, `key` (equal to its storage key) and `salt` (32 random bytes,
 base64), encoded with `canonical_json`. The stored bytes are exactly those bytes and are never rewritten,
@@ -13,16 +13,22 @@ so an audit log can commit to them. Keys of one run::
     pause:<call>                 the call is waiting for a gate's approval
     approval:...                 reserved for approval gates (free-form `gate` records)
     run:end                      the final answer; the first end record is the run's end
+
+Records are frozen slotted dataclasses, validated by pydantic at the boundary: `decode_record` checks every
+stored record against its type (unknown fields ignored), and `encode_record` writes canonical bytes.
+Inside the process they are plain dataclasses because thousands of live runs each hold several of them, and
+a slotted dataclass is one object for the garbage collector where a pydantic model is three.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _s
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from ._canonical import canonical_json, new_salt
@@ -79,12 +85,13 @@ def pause_key(call_id: str) -> str:
     return f"pause:{call_id}"
 
 
-class _Record(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Record:
     key: str
-    salt: str = Field(default_factory=new_salt)
+    salt: str = field(default_factory=new_salt)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Header(_Record):
     """First record of every run: the journal format it is written in."""
 
@@ -92,6 +99,7 @@ class Header(_Record):
     format: str = FORMAT
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Start(_Record):
     """The run's input and entry point; a later drive with other values is refused."""
 
@@ -100,6 +108,7 @@ class Start(_Record):
     input: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ModelTurn(_Record):
     """One assistant turn as the model produced it (with bide's call ids filled in)."""
 
@@ -109,6 +118,7 @@ class ModelTurn(_Record):
     model: str = ""
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Attempt(_Record):
     """Written before a side effect is called. Only the driver whose claim is stored may call the tool.
 
@@ -127,6 +137,7 @@ class Attempt(_Record):
     by: Literal["driver", "resolver"] = "driver"
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NotStarted(_Record):
     """Proof that attempt `gen` (holding `claim`) never called the tool; the next drive may claim gen+1."""
 
@@ -137,6 +148,7 @@ class NotStarted(_Record):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResult(_Record):
     """The outcome of a call, as the model will see it.
 
@@ -156,6 +168,7 @@ class ToolResult(_Record):
     evidence: Any = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Pause(_Record):
     """The call waits for approval; the run's status is awaiting_approval until a drive gets past it."""
 
@@ -165,6 +178,7 @@ class Pause(_Record):
     reason: str
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class GateRecord(_Record):
     """A free-form record written by an approval gate under the reserved `approval:` prefix."""
 
@@ -172,6 +186,7 @@ class GateRecord(_Record):
     data: Any = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
 class End(_Record):
     """The run's end: its final answer."""
 
@@ -189,13 +204,18 @@ def encode_record(record: Record) -> bytes:
     fast = _FAST.get(type(record))
     if fast is not None:
         return fast(record).encode("utf-8")
-    return canonical_json(record.model_dump(mode="json"))
+    return canonical_json(as_json(record))
+
+
+def as_json(record: Record) -> Any:
+    """The record as a JSON value (what `encode_record` encodes canonically)."""
+    return _ADAPTER.dump_python(record, mode="json")
 
 
 # Direct encoders for the record kinds every run writes. They produce exactly the bytes of the generic path
-# above (canonical_json of model_dump(mode="json"): keys sorted, compact, UTF-8; proven by
+# above (canonical_json of as_json: keys sorted, compact, UTF-8; proven by
 # tests/bide/test_bide_encoding.py) without building the intermediate dicts. Fields declared `Any` go
-# through pydantic's serializer with model_dump's settings; strings through the encoder canonical_json uses
+# through pydantic's serializer with as_json's settings; strings through the encoder canonical_json uses
 # (`_s`: json's own, no ASCII escaping).
 
 
@@ -240,7 +260,7 @@ def _model_turn(r: Any) -> str:
     m = r.message
     if type(m) is not AssistantMessage or any(type(c) is not ToolCall for c in m.tool_calls):
         # Subclasses serialize as the declared types in the generic path; leave those to it.
-        return canonical_json(r.model_dump(mode="json")).decode("utf-8")
+        return canonical_json(as_json(r)).decode("utf-8")
     calls = ",".join([_tool_call(c) for c in m.tool_calls])
     return (
         f'{{"key":{_s(r.key)},"kind":"model_turn","message":{{"content":{_s(m.content)},'

@@ -206,7 +206,7 @@ def status_of(journal: Journal) -> RunStatus:
         turn += 1
     if last is not None:
         for call in last.message.tool_calls:
-            if journal.get(result_key(call.call_id)) is not None:
+            if journal.has(result_key(call.call_id)):
                 continue
             live = live_attempt(journal, call.call_id)
             if live is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from typing import Any
@@ -124,9 +125,9 @@ def _halt_by_losing_result(
             bide.ModelRequest(run_id="r", turn=0, messages=[bide.UserMessage(content=RUN_INPUT)], tools=[])
         )
     )
-    calls = [c.model_copy(update={"call_id": "c0.0"}) for c in model_turn.tool_calls]
+    calls = [dataclasses.replace(c, call_id="c0.0") for c in model_turn.tool_calls]
     journal.write(
-        [bide.ModelTurn(key="model:0", turn=0, message=model_turn.model_copy(update={"tool_calls": calls}))]
+        [bide.ModelTurn(key="model:0", turn=0, message=dataclasses.replace(model_turn, tool_calls=calls))]
     )
     now = int(time.time() * 1000)
     journal.write(

@@ -1,8 +1,9 @@
 """The direct record encoders write exactly the bytes of the generic pydantic path.
 
 `encode_record` builds the bytes of the hot record kinds directly; the generic definition is
-`canonical_json(record.model_dump(mode="json"))`. Any difference would change stored bytes, digests and audit
-leaves, so every field, including free-form JSON values and awkward strings, is checked against it.
+`canonical_json(as_json(record))`, pydantic's JSON serialization of the record. Any difference would change
+stored bytes, digests and audit leaves, so every field, including free-form JSON values and awkward strings,
+is checked against it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from bide._records import (
     Pause,
     Start,
     ToolResult,
+    as_json,
     decode_record,
     encode_record,
 )
@@ -44,7 +46,7 @@ arguments = st.dictionaries(text, values, max_size=4)
 
 
 def generic(record: Any) -> bytes:
-    return canonical_json(record.model_dump(mode="json"))
+    return canonical_json(as_json(record))
 
 
 def calls() -> st.SearchStrategy[list[ToolCall]]:
