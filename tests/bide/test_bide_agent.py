@@ -541,6 +541,28 @@ def test_model_errors_are_wrapped_and_retried_on_next_drive() -> None:
     assert agent.run_sync("r", "hi").answer == "hello"
 
 
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "just text",
+        bide.AssistantMessage(content=3),  # type: ignore[arg-type]
+        bide.AssistantMessage(tool_calls=[{"id": "1", "name": "ping", "arguments": {}}]),  # type: ignore[list-item]
+        bide.AssistantMessage(tool_calls=[bide.ToolCall(id="1", name="ping", arguments=[1])]),  # type: ignore[arg-type]
+    ],
+)
+def test_malformed_model_replies_are_refused_before_anything_is_journaled(bad: Any) -> None:
+    class Broken:
+        name = "broken"
+
+        async def complete(self, request: bide.ModelRequest) -> Any:
+            return bad
+
+    store = bide.open_store("memory://")
+    with pytest.raises(bide.ModelError, match=r"AssistantMessage|tool call"):
+        bide.Agent(Broken(), store=store).run_sync("r", "hi")
+    assert [e.key for e in store.load("r")] == ["@journal", "run:start"]
+
+
 class AllowList:
     """A trivial gate: approves calls whose customer is allow-listed in the journal."""
 
