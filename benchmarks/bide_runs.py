@@ -79,12 +79,21 @@ async def sequential(store: bide.Store, n: int, tag: str) -> float:
 CPU: dict[str, float] = {}
 
 
-async def concurrent(store: bide.Store, n: int, tag: str, delay: float = 0.0) -> float:
-    """Wall seconds for n runs started at once (CPU seconds of this process kept in CPU[tag])."""
+async def concurrent(
+    store: bide.Store, n: int, tag: str, delay: float = 0.0, width: int | None = None
+) -> float:
+    """Wall seconds for n runs, all started at once or, with `width`, at most `width` in flight (CPU
+    seconds of this process kept in CPU[tag])."""
     agent = make_agent(store, delay)
+    gate = asyncio.Semaphore(width or n)
+
+    async def one(i: int) -> bide.RunResult:
+        async with gate:
+            return await agent.run(f"{tag}-{i}", "go")
+
     c0 = time.process_time()
     t0 = time.perf_counter()
-    results = await asyncio.gather(*(agent.run(f"{tag}-{i}", "go") for i in range(n)))
+    results = await asyncio.gather(*(one(i) for i in range(n)))
     dt = time.perf_counter() - t0
     CPU[tag] = time.process_time() - c0
     assert all(r.answer == "done" for r in results)
@@ -148,6 +157,17 @@ def main() -> None:
             f"transactions; CPU {CPU['conc-sql'] / conc_n * 1e6:.0f} us/run); memory "
             f"{conc_n / dt_mem:,.0f} runs/s (CPU {CPU['conc-mem'] / conc_n * 1e6:.0f} us/run)"
         )
+        sql.close()
+
+        # How throughput depends on how many runs are in flight: every live run holds objects the garbage
+        # collector scans, so full collections grow with concurrency.
+        sweep = (50, 200, 1000) if args.quick else (100, 500, 2000, 5000)
+        sql = bide.open_store(f"sqlite:///{tmpdir / 'sweep.db'}")
+        figures = []
+        for k in sweep:
+            dt = asyncio.run(concurrent(sql, k * 2, f"sweep-{k}", width=k))
+            figures.append(f"{k:,}: {k * 2 / dt:,.0f}/s ({k * 2 / dt / rate:.2f}x)")
+        print("  SQLite runs/s by runs in flight (x bare commit rate): " + ", ".join(figures))
         sql.close()
 
         sql = bide.open_store(f"sqlite:///{tmpdir / 'big.db'}")
