@@ -172,6 +172,7 @@ class SQLStore:
             self._sql_run = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
             self._sql_ins = f"INSERT OR IGNORE INTO {p}records(run_id, key, data) VALUES (?, ?, ?)"
             self._sql_get = f"SELECT seq, data FROM {p}records WHERE run_id = ? AND key = ?"
+            self._sql_delete = f"DELETE FROM {p}records WHERE seq = ?"
             self._sql_load = (
                 f"SELECT seq, key, data FROM {p}records WHERE run_id = ? AND seq > ? ORDER BY seq"
             )
@@ -491,6 +492,8 @@ class SQLStore:
             items, exclusive = req.args
             if not exclusive:
                 return self._insert(cur, req.run_id, items)
+            if self.dialect == "sqlite":
+                return self._insert_all_or_none_sqlite(cur, req.run_id, items)
             # All or nothing: a savepoint undoes this request's inserts (and seq numbers) on any conflict.
             cur.execute("SAVEPOINT bide_exclusive")
             out = self._insert(cur, req.run_id, items)
@@ -533,6 +536,20 @@ class SQLStore:
             else:
                 out.append(self._existing(cur, run_id, key, data))
         return out
+
+    def _insert_all_or_none_sqlite(
+        self, cur: Any, run_id: str, items: list[tuple[str, bytes]]
+    ) -> list[Entry]:
+        # The transaction holds SQLite's write lock (BEGIN IMMEDIATE), so nobody else can insert meanwhile:
+        # insert, and on a conflict delete what this request inserted. Same effect as a savepoint rolled
+        # back, without two extra statements on the common path; the deleted seq numbers were never seen.
+        out = self._insert(cur, run_id, items)
+        if all(e.inserted for e in out):
+            return out
+        mine = [(e.seq,) for e in out if e.inserted]
+        if mine:
+            cur.executemany(self._sql_delete, mine)
+        return [e for e in out if not e.inserted]
 
     def _read(self, cur: Any, run_id: str, key: str) -> Entry | None:
         cur.execute(self._sql_get, (run_id, key))
