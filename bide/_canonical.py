@@ -6,11 +6,10 @@ bytes, which is what digests, salts and audit leaves rely on.
 
 from __future__ import annotations
 
-import binascii
 import hashlib
 import json
 import os
-import threading
+from binascii import b2a_base64 as _b64
 from typing import Any
 
 __all__ = ["canonical_json", "digest", "new_salt"]
@@ -35,31 +34,25 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-class _Entropy(threading.local):
-    """Bytes from os.urandom, read in blocks and handed out once each (per thread, so never twice)."""
-
-    block = b""
-    pos = 0
-
-
-_ENTROPY = _Entropy()
-_BLOCK = 4096
+# Salts are made 128 at a time from one os.urandom read and handed out by list.pop(), which is atomic:
+# every salt is handed out once, to one caller, whatever the threads.
+_SALTS: list[str] = []
+_BATCH = 128
 
 
-def _forget_entropy() -> None:
-    # A forked child must not hand out the bytes its parent will hand out too.
-    global _ENTROPY
-    _ENTROPY = _Entropy()
+def _forget_salts() -> None:
+    # A forked child must not hand out the salts its parent will hand out too.
+    _SALTS.clear()
 
 
-os.register_at_fork(after_in_child=_forget_entropy)
+os.register_at_fork(after_in_child=_forget_salts)
 
 
 def new_salt() -> str:
     """32 fresh random bytes, base64: every record carries one so equal records hash differently."""
-    pool = _ENTROPY
-    pos = pool.pos
-    if pos + 32 > len(pool.block):
-        pool.block, pos = os.urandom(_BLOCK), 0
-    pool.pos = pos + 32
-    return binascii.b2a_base64(pool.block[pos : pos + 32], newline=False).decode("ascii")
+    while True:
+        try:
+            return _SALTS.pop()
+        except IndexError:
+            block = os.urandom(32 * _BATCH)
+            _SALTS.extend([_b64(block[i : i + 32], newline=False).decode() for i in range(0, len(block), 32)])
