@@ -189,8 +189,9 @@ class Agent:
             # A new turn is written together with the first thing that depends on it (its end record, or
             # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
             # first, nothing of ours is written and we go on with the turn the journal holds.
-            pending: list[ModelTurn] = []
-            if not isinstance(rec, ModelTurn):
+            if isinstance(rec, ModelTurn):
+                pending: list[ModelTurn] = []
+            else:
                 if turn >= self.max_turns:
                     raise RunLimitExceeded(
                         f"run {run_id!r} reached max_turns={self.max_turns} without an answer; raise "
@@ -215,6 +216,7 @@ class Agent:
             if results is not None and (not pending or await journal.awrite_exclusive(pending)):
                 messages.append(msg)
                 messages.extend(results)
+                results = None  # the next model call may be long: hold nothing it does not need
                 turn += 1
                 restarts = 0
                 continue
