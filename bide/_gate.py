@@ -82,13 +82,25 @@ class GateJournal:
 
     async def put(self, key: str, data: Any) -> tuple[Any, bool]:
         """Write `data` under `key` (which must start with ``approval:``) unless the key exists."""
-        if not key.startswith(RESERVED_GATE_PREFIX):
-            raise ConfigError(
-                f"a gate may only write keys starting with {RESERVED_GATE_PREFIX!r}, got {key!r}"
-            )
+        _check_key(key)
         canonical_json(data)
         stored, inserted = await self._journal.awrite_one(GateRecord(key=key, data=data))
         return (stored.data if isinstance(stored, GateRecord) else None), inserted
+
+    async def put_all(self, items: list[tuple[str, Any]]) -> bool:
+        """Write every (key, data) in one transaction, or none of them if any key exists already (then the
+        stored records of the existing keys can be read with `get`; `refresh` reads everything else).
+        True when all were written. This is how a gate writes conditionally: include a key whose presence
+        means the state it read is stale."""
+        for key, data in items:
+            _check_key(key)
+            canonical_json(data)
+        return await self._journal.awrite_exclusive([GateRecord(key=k, data=d) for k, d in items])
+
+
+def _check_key(key: str) -> None:
+    if not key.startswith(RESERVED_GATE_PREFIX):
+        raise ConfigError(f"a gate may only write keys starting with {RESERVED_GATE_PREFIX!r}, got {key!r}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@
   give it to a tool (`@bide.tool(gate=...)`); the run pauses (`awaiting_approval`) until decided.
 - `ApprovalPolicy`, `Approver`: the fixed, named seats; one key per seat.
 - `submit_decision(store, run_id, call_id, key, approve=...)`, `pending_approvals(store)`: the approver's side
-  (also the `bide approve`, `bide deny` and `bide pending` commands).
+  (also the `bide approve`, `bide deny` and `bide pending` commands); refusals raise `ApprovalRefused`
+  (`NoWaitingCall` when there is no such waiting call).
 - `count`: the counting rule, shared by the gate and the offline recount `verify_approvals`
   (`bide-audit verify-approvals`).
 
@@ -15,15 +16,17 @@ from __future__ import annotations
 
 from ._gate import ApprovalGate
 from ._policy import ApprovalPolicy, Approver, decision_bytes
-from ._submit import PendingApproval, pending_approvals, submit_decision
+from ._submit import ApprovalRefused, NoWaitingCall, PendingApproval, pending_approvals, submit_decision
 from ._tally import Count, count
 from ._verify import verify_approvals
 
 __all__ = [
     "ApprovalGate",
     "ApprovalPolicy",
+    "ApprovalRefused",
     "Approver",
     "Count",
+    "NoWaitingCall",
     "PendingApproval",
     "count",
     "decision_bytes",

@@ -5,10 +5,21 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .._errors import StoreError
 from .._gate import Approved, Denied, GateDecision, GateRequest, Pending
 from ..audit._keys import PublicKey
 from ._policy import ApprovalPolicy
-from ._tally import Count, count, decision_prefix, request_data, request_key, tally_data, tally_key
+from ._tally import (
+    Count,
+    count,
+    decision_prefix,
+    request_data,
+    request_key,
+    tally_data,
+    tally_key,
+    turn_data,
+    turn_key,
+)
 
 __all__ = ["ApprovalGate"]
 
@@ -22,7 +33,8 @@ class ApprovalGate:
     keys) and pauses the run (``awaiting_approval``); approvers sign with `bide approve` / `bide deny` or
     `bide.approvals.submit_decision`. When the count is decided it journals the tally, naming every
     decision record it read, before the tool runs; from then on the gate is closed and the tally is final,
-    even if the policy in code changes later.
+    even if the policy in code changes later. The tally and each decision take numbered turns (see
+    `bide.approvals._tally`), so a decision is either named by the tally or refused as too late.
     """
 
     def __init__(self, policy: ApprovalPolicy) -> None:
@@ -76,24 +88,32 @@ class ApprovalGate:
                     request.call_id, request.tool, request.arguments, request.arguments_digest, policy
                 ),
             )
-        # Count, then re-read: a decision that landed meanwhile must be named by the tally (the offline
-        # recount treats an unnamed earlier decision as omitted), so count again until nothing new arrives.
-        c = self._count(request)
-        while c.outcome != "pending":
-            await journal.refresh()
-            again = self._count(request)
-            if again.records == c.records:
-                break
-            c = again
-        if c.outcome == "pending":
-            waiting = [n for n in policy.names if n not in c.approved_by and n not in c.denied_by]
-            return Pending(
-                f"needs {policy.need} of {len(policy.approvers)} approvals, has {len(c.approved_by)}; "
-                f"waiting for {', '.join(waiting)}"
+        # The tally is written together with the next turn (one past the decision records it counts), all
+        # or nothing. A decision that lands after our read takes that turn first; then the tally is not
+        # written, and we read again and recount, so a tally always names every decision before it.
+        for _ in range(100):
+            c = self._count(request)
+            if c.outcome == "pending":
+                waiting = [n for n in policy.names if n not in c.approved_by and n not in c.denied_by]
+                return Pending(
+                    f"needs {policy.need} of {len(policy.approvers)} approvals, has {len(c.approved_by)}; "
+                    f"waiting for {', '.join(waiting)}"
+                )
+            data = tally_data(request.call_id, request.tool, request.arguments_digest, policy, c)
+            turn = len(c.records) + 1
+            written = await journal.put_all(
+                [(tkey, data), (turn_key(request.call_id, turn), turn_data(request.call_id, turn, tkey))]
             )
-        data = tally_data(request.call_id, request.tool, request.arguments_digest, policy, c)
-        stored, _ = await journal.put(tkey, data)
-        return self._closed(request, stored)
+            if written:
+                return self._closed(request, data)
+            await journal.refresh()
+            stored = journal.get(tkey)
+            if stored is not None:  # another process closed the gate first: its tally is final
+                return self._closed(request, stored)
+        raise StoreError(
+            f"the approval gate of call {request.call_id!r} kept losing its turn to new decisions; "
+            "run it again"
+        )
 
     def _count(self, request: GateRequest) -> Count:
         journal = request.journal

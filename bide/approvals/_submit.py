@@ -6,13 +6,21 @@ import base64
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, StoreError
 from .._journal import Journal
-from .._records import GateRecord
+from .._records import GateRecord, encode_record
 from .._store import Store
 from ..audit._keys import SigningKey
 from ._policy import ApprovalPolicy, decision_bytes
-from ._tally import arguments_match, count, decision_key, decision_prefix, tally_key
+from ._tally import (
+    arguments_match,
+    count,
+    decision_key,
+    decision_prefix,
+    tally_key,
+    turn_data,
+    turn_key,
+)
 
 __all__ = ["ApprovalRefused", "NoWaitingCall", "PendingApproval", "pending_approvals", "submit_decision"]
 
@@ -85,9 +93,27 @@ def submit_decision(store: Store, run_id: str, call_id: str, key: SigningKey, *,
     """Sign and journal one decision on a waiting call; returns the record key.
 
     Refused (ConfigError) when the call has no open approval request, the gate already closed (a tally
-    exists), the key fills no seat of the policy, or this approver already decided. The run itself
-    continues on its next drive (`agent.run(run_id, ...)` again).
+    exists), the key fills no seat of the policy, or this approver already decided. The decision is
+    written with the call's next turn, all or nothing: if the gate's tally (or another decision) takes
+    that turn first, the journal is read again and the checks are made again, so a decision is never
+    recorded unseen by a tally that precedes it. The run itself continues on its next drive
+    (`agent.run(run_id, ...)` again).
     """
+    for _ in range(100):
+        dkey, items = _decision(store, run_id, call_id, key, approve)
+        written = store.insert_many(run_id, items, exclusive=True)
+        if len(written) == len(items) and all(e.inserted for e in written):
+            return dkey
+    raise StoreError(
+        f"call {call_id!r} in run {run_id!r} kept changing while this decision was being recorded; "
+        "try again"
+    )
+
+
+def _decision(
+    store: Store, run_id: str, call_id: str, key: SigningKey, approve: bool
+) -> tuple[str, list[tuple[str, bytes]]]:
+    """Check the call as the journal stands now; the decision record and its turn record, encoded."""
     journal = Journal(store, run_id).load()
     if not journal.exists:
         raise NoWaitingCall(f"run {run_id!r} does not exist in {store.url}")
@@ -145,8 +171,10 @@ def submit_decision(store: Store, run_id: str, call_id: str, key: SigningKey, *,
             "signature": base64.b64encode(sig).decode("ascii"),
         },
     )
-    journal.write([record])
-    return dkey
+    # The turn after every decision record on the call so far (the gate counts the same records).
+    turn = sum(1 for r in journal.records() if r.key.startswith(decision_prefix(call_id))) + 1
+    marker = GateRecord(key=turn_key(call_id, turn), data=turn_data(call_id, turn, dkey))
+    return dkey, [(dkey, encode_record(record)), (marker.key, encode_record(marker))]
 
 
 def pending_approvals(store: Store, *, prefix: str = "") -> list[PendingApproval]:

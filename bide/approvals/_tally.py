@@ -5,7 +5,11 @@ Gate records (kind "gate", under the reserved ``approval:`` keys) for a call `C`
 - ``approval:request:C:<policy digest hex>``: the call put to the approvers and the policy that governs it;
 - ``approval:decision:C:<approver>:<hex SHA-256 of the signature>``: one signed decision;
 - ``approval:tally:C``: the gate's final count, journaled before the tool runs (or before the model is
-  told of a denial); once it exists the gate is closed and nothing later counts.
+  told of a denial); once it exists the gate is closed and nothing later counts;
+- ``approval:turn:C:<n>``: written in one all-or-nothing batch with the n-th decision record on C, or with
+  the tally (n = the number of decision records it counted, plus one). Whoever takes turn n first wins:
+  a tally cannot be written past a decision it has not read, nor a decision past a tally; the loser
+  re-reads and tries again (the gate recounts, the approver sees the gate closed).
 
 Counting, over the decision records in journal order: a record counts only if it is well formed, names a
 seat of the policy, is for this call (tool, argument digest) and policy, is signed by that seat's key, and
@@ -24,7 +28,16 @@ from typing import Any, Literal
 
 from ._policy import ApprovalPolicy, decision_bytes
 
-__all__ = ["Count", "count", "decision_key", "decision_prefix", "request_key", "tally_key"]
+__all__ = [
+    "Count",
+    "count",
+    "decision_key",
+    "decision_prefix",
+    "request_key",
+    "tally_key",
+    "turn_data",
+    "turn_key",
+]
 
 
 def request_key(call_id: str, policy: ApprovalPolicy) -> str:
@@ -43,6 +56,15 @@ def decision_key(call_id: str, approver: str, signature: bytes) -> str:
 
 def tally_key(call_id: str) -> str:
     return f"approval:tally:{call_id}"
+
+
+def turn_key(call_id: str, turn: int) -> str:
+    return f"approval:turn:{call_id}:{turn}"
+
+
+def turn_data(call_id: str, turn: int, record: str) -> dict[str, Any]:
+    """The data of a turn record: which record (a decision, or the tally) took turn `turn` on the call."""
+    return {"type": "turn", "call_id": call_id, "turn": turn, "record": record}
 
 
 @dataclass(frozen=True)

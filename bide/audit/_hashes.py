@@ -1,23 +1,34 @@
 """Where a run's Merkle hashes live: beside the journal, in the same store.
 
-For SQL stores, two tables next to the journal's (same engine, same table prefix):
+For SQL stores, two tables next to the journal's (same engine, same table prefix), in *tiles* (the idea
+of Go's tlog tiles): only every TILE_HEIGHT-th level of the tree is stored, and every other node is
+recomputed from the stored level below it when read.
 
-- ``<prefix>audit_strips(run_id, level, strip, hashes)``: the complete-subtree hashes of one level, 64 per
-  row: node (level, idx), covering leaves [idx * 2^level, (idx + 1) * 2^level), is the 32 bytes at offset
-  32 * (idx mod 64) of strip idx div 64. About 2n/64 rows for n records; a strip only ever grows.
-- ``<prefix>audit_trees(run_id, size, last_seq)``: how many records the tree holds, and the store seq of
-  the last one.
+- ``<prefix>audit_tiles(run_id, level, tile, hashes)``: level is 0, 7, 14, ... (a multiple of
+  TILE_HEIGHT = 7); node (level, idx), covering leaves [idx * 2^level, (idx + 1) * 2^level), is the 32
+  bytes at offset 32 * (idx mod 128) of tile idx div 128 of that level. A full tile holds 128 hashes
+  (4 KiB): the bottom row of one subtree of height 7. A tile only grows. About n/128 rows and n * 32 bytes
+  for n records: half the bytes of storing every level, in rows that fill database pages.
+- ``<prefix>audit_tile_trees(run_id, size, last_seq)``: how many records the tree holds, and the store seq
+  of the last one.
+
+A node at level 7g + r (0 < r < 7) is the root of 2^r consecutive stored hashes of level 7g, all in one
+tile: reading it costs 2^r - 1 node hashes. A proof reads one tile per 7 levels (3 rows at a million
+records) in one query and hashes at most 120 nodes per tile; an append hashes at most 2k + log n nodes for k
+records and writes one row per stored level it touches, in one transaction.
 
 The tables are a cache of the journal: their commits do not wait for the disk (a crash may lose the
-latest ones; the next sync recomputes exactly the same hashes from the immutable journal).
+latest ones; the next sync recomputes exactly the same hashes from the immutable journal). Databases
+written by earlier versions also hold ``<prefix>audit_strips`` and ``<prefix>audit_trees`` (every level
+stored, 64 hashes per row): they are no longer read (the tree is rebuilt from the journal on first use)
+and can be dropped.
 
 For the memory store, a `MerkleTree` per run in memory (shared by every `AuditLog` on that store object).
-Appending k records hashes at most 2k + log n nodes, reads O(log n) strips and writes O(k/64 + log n)
-strips in one transaction; a proof reads O(log n) strips in one query.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import threading
 import weakref
@@ -37,7 +48,8 @@ class HashBackend(Protocol):
     """Stores the complete-subtree hashes of each run's tree."""
 
     def state(self, run_id: str) -> tuple[int, int]:
-        """(size, last absorbed store seq) of the run's tree; (0, 0) when it has none."""
+        """(size, last absorbed store seq) of the run's tree; (0, 0) when it has none. May be this object's
+        last known state when another writer has advanced the tree since: `extend` from it is then refused."""
         ...
 
     def read(self, run_id: str, coords: Sequence[Coord]) -> list[bytes]:
@@ -104,13 +116,40 @@ def new_levels(
     return out
 
 
-STRIP = 64
-"""Nodes per stored strip: (level, idx) is bytes [32 * (idx % STRIP), +32) of strip idx // STRIP."""
+TILE_HEIGHT = 7
+"""Levels per tile: levels 0, 7, 14, ... are stored; the levels in between are recomputed when read."""
+TILE_WIDTH = 1 << TILE_HEIGHT
+"""Hashes per full tile: stored node (level, idx) is bytes [32 * (idx % TILE_WIDTH), +32) of tile
+idx // TILE_WIDTH of its level."""
+
+
+def _stored(level: int) -> bool:
+    return level % TILE_HEIGHT == 0
 
 
 def _tail_keys(size: int) -> list[tuple[int, int]]:
-    """The (level, strip) of each level's partially filled last strip in a tree of `size` leaves."""
-    return [(lv, (size >> lv) // STRIP) for lv in range(size.bit_length()) if (size >> lv) % STRIP]
+    """The (level, tile) of each stored level's partially filled last tile in a tree of `size` leaves."""
+    return [
+        (lv, (size >> lv) // TILE_WIDTH)
+        for lv in range(0, size.bit_length(), TILE_HEIGHT)
+        if (size >> lv) % TILE_WIDTH
+    ]
+
+
+def _source(level: int, index: int) -> tuple[int, int, int, int]:
+    """Where node (level, index) comes from: (stored level, tile, byte offset, byte length) of the 2^r
+    stored hashes whose subtree it is (r = level mod TILE_HEIGHT; one hash when r is 0)."""
+    r = level % TILE_HEIGHT
+    first = index << r
+    return level - r, first // TILE_WIDTH, (first % TILE_WIDTH) * 32, 32 << r
+
+
+def _fold_row(blob: bytes) -> bytes:
+    """The root of the complete subtree whose bottom row is `blob` (2^r hashes, concatenated)."""
+    sha = hashlib.sha256
+    while len(blob) > 32:
+        blob = b"".join([sha(b"\x01" + blob[k : k + 64]).digest() for k in range(0, len(blob), 64)])
+    return blob
 
 
 class SQLHashes:
@@ -122,18 +161,18 @@ class SQLHashes:
         md = sa.MetaData()
         p = table_prefix
         text = sa.String(collation="C") if self.dialect == "postgresql" else sa.String()
-        self.hashes = sa.Table(
-            f"{p}audit_strips",
+        self.tiles = sa.Table(
+            f"{p}audit_tiles",
             md,
             sa.Column("run_id", text, nullable=False),
             sa.Column("level", sa.SmallInteger, nullable=False),
-            sa.Column("strip", sa.BigInteger, nullable=False),
+            sa.Column("tile", sa.BigInteger, nullable=False),
             sa.Column("hashes", sa.LargeBinary, nullable=False),
-            sa.PrimaryKeyConstraint("run_id", "level", "strip", name=f"{p}audit_strips_pk"),
+            sa.PrimaryKeyConstraint("run_id", "level", "tile", name=f"{p}audit_tiles_pk"),
             sqlite_with_rowid=False,
         )
         self.trees = sa.Table(
-            f"{p}audit_trees",
+            f"{p}audit_tile_trees",
             md,
             sa.Column("run_id", text, primary_key=True),
             sa.Column("size", sa.BigInteger, nullable=False),
@@ -147,23 +186,24 @@ class SQLHashes:
                 if attempt == 4:
                     raise
         self._lock = threading.Lock()
-        self._conn: sa.engine.Connection | None = None
+        self._conn: Any = None  # a DBAPI connection (through the engine's pool)
         self._edges: dict[str, tuple[tuple[int, int], dict[int, bytes], dict[tuple[int, int], bytes]]] = {}
         # Raw SQL through the driver: SQLAlchemy's per-row parameter processing costs more than the
         # database itself on the hot paths (a proof's one read, a sync's bulk write).
         q = "?" if engine.dialect.paramstyle == "qmark" else "%s"
         self._q, self._p = q, p
-        self._sql_state = f"SELECT size, last_seq FROM {p}audit_trees WHERE run_id = {q}"
-        # A strip only grows: rewriting it keeps every byte already stored (checked before the write).
+        self._sql_state = f"SELECT size, last_seq FROM {p}audit_tile_trees WHERE run_id = {q}"
+        # A tile only grows: rewriting it keeps every byte already stored (checked before the write).
         self._sql_put = (
-            f"INSERT INTO {p}audit_strips (run_id, level, strip, hashes) VALUES ({q}, {q}, {q}, {q}) "
-            "ON CONFLICT (run_id, level, strip) DO UPDATE SET hashes = excluded.hashes"
+            f"INSERT INTO {p}audit_tiles (run_id, level, tile, hashes) VALUES ({q}, {q}, {q}, {q}) "
+            "ON CONFLICT (run_id, level, tile) DO UPDATE SET hashes = excluded.hashes"
         )
         self._sql_new_tree = (
-            f"INSERT INTO {p}audit_trees (run_id, size, last_seq) VALUES ({q}, 0, 0) ON CONFLICT DO NOTHING"
+            f"INSERT INTO {p}audit_tile_trees (run_id, size, last_seq) VALUES ({q}, 0, 0) "
+            "ON CONFLICT DO NOTHING"
         )
         self._sql_advance = (
-            f"UPDATE {p}audit_trees SET size = {q}, last_seq = {q} "
+            f"UPDATE {p}audit_tile_trees SET size = {q}, last_seq = {q} "
             f"WHERE run_id = {q} AND size = {q} AND last_seq = {q}"
         )
 
@@ -171,24 +211,49 @@ class SQLHashes:
         q = self._q
         values = ", ".join([f"({q}, {q})"] * n)
         return (
-            f"WITH wanted(level, strip) AS (VALUES {values}) SELECT h.level, h.strip, h.hashes "
-            f"FROM wanted JOIN {self._p}audit_strips h ON h.run_id = {q} AND h.level = wanted.level "
-            "AND h.strip = wanted.strip"
+            f"WITH wanted(level, tile) AS (VALUES {values}) SELECT h.level, h.tile, h.hashes "
+            f"FROM wanted JOIN {self._p}audit_tiles h ON h.run_id = {q} AND h.level = wanted.level "
+            "AND h.tile = wanted.tile"
         )
 
-    def _connection(self) -> sa.engine.Connection:
-        # One connection reused for reads: opening a SQLite connection per proof would dominate its cost.
-        if self._conn is None or self._conn.closed:
-            conn = self.engine.connect()
-            # The tree is derived from the journal: a crash that loses its last commits loses nothing
-            # (the next sync recomputes the same hashes), so its commits need not wait for the disk.
-            if self.dialect == "sqlite":
-                conn.exec_driver_sql("PRAGMA synchronous=NORMAL")
-            elif self.dialect == "postgresql":
-                conn.exec_driver_sql("SET synchronous_commit = off")
-            conn.commit()
-            self._conn = conn
+    def _connection(self) -> Any:
+        # One DBAPI connection, reused: opening a SQLite connection per proof would dominate its cost, and
+        # the driver's own cursor costs a fraction of SQLAlchemy's per-statement overhead on the hot paths.
+        if self._conn is None:
+            raw = self.engine.raw_connection()
+            try:
+                if self.dialect == "sqlite":  # see `extend`; per connection, closed with it (no pooling)
+                    cur = raw.cursor()
+                    cur.execute("PRAGMA synchronous=NORMAL")
+                    cur.close()
+                    raw.commit()
+            except BaseException:
+                raw.invalidate()
+                raise
+            self._conn = raw
         return self._conn
+
+    def _drop(self) -> None:
+        """Discard the connection after an error (it may be broken); the next call opens another."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            with contextlib.suppress(Exception):  # a broken connection is discarded either way
+                conn.rollback()
+            conn.invalidate()
+
+    def _query(self, sql: str, params: Sequence[Any]) -> list[Any]:
+        """Rows of one read, outside any transaction left open. Called with the lock held."""
+        conn = self._connection()
+        try:
+            cur = conn.cursor()
+            cur.execute(sql, params)
+            rows = cur.fetchall()
+            cur.close()
+            conn.rollback()
+        except BaseException:
+            self._drop()
+            raise
+        return list(rows)
 
     def close(self) -> None:
         with self._lock:
@@ -198,104 +263,104 @@ class SQLHashes:
 
     def state(self, run_id: str) -> tuple[int, int]:
         with self._lock:
-            conn = self._connection()
-            try:
-                row = conn.exec_driver_sql(self._sql_state, (run_id,)).first()
-            finally:
-                conn.rollback()
-        return (0, 0) if row is None else (int(row[0]), int(row[1]))
+            # This object's last append is the state unless another writer advanced the tree since; then
+            # the next `extend` from it is refused (the size check), the cache dropped, and this re-read.
+            cached = self._edges.get(run_id)
+            if cached is not None:
+                return cached[0]
+            rows = self._query(self._sql_state, (run_id,))
+        return (0, 0) if not rows else (int(rows[0][0]), int(rows[0][1]))
 
-    def _strips(self, run_id: str, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+    def _fetch_tiles(self, run_id: str, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         wanted = list(dict.fromkeys(keys))
         got: dict[tuple[int, int], bytes] = {}
-        if not wanted:
-            return got
         with self._lock:
-            conn = self._connection()
-            try:
-                for start in range(0, len(wanted), 400):
-                    chunk = wanted[start : start + 400]
-                    params: list[Any] = [x for c in chunk for x in c]
-                    params.append(run_id)
-                    for lv, st, v in conn.exec_driver_sql(self._sql_read(len(chunk)), tuple(params)):
-                        got[(int(lv), int(st))] = bytes(v)
-            finally:
-                conn.rollback()
+            for start in range(0, len(wanted), 400):
+                chunk = wanted[start : start + 400]
+                params: list[Any] = [x for c in chunk for x in c]
+                params.append(run_id)
+                for lv, t, v in self._query(self._sql_read(len(chunk)), params):
+                    got[(int(lv), int(t))] = bytes(v)
         return got
 
     def read(self, run_id: str, coords: Sequence[Coord]) -> list[bytes]:
         if not coords:
             return []
-        strips = self._strips(run_id, [(lv, i // STRIP) for lv, i in coords])
+        sources = [_source(lv, i) for lv, i in coords]
+        tiles = self._fetch_tiles(run_id, [(lv, t) for lv, t, _, _ in sources])
         out = []
-        for lv, i in coords:
-            at = (i % STRIP) * 32
-            h = strips.get((lv, i // STRIP), b"")[at : at + 32]
-            if len(h) != 32:
+        for (lv, t, at, length), coord in zip(sources, coords, strict=True):
+            row = tiles.get((lv, t), b"")[at : at + length]
+            if len(row) != length:
                 raise StoreError(
-                    f"audit hashes of run {run_id!r} are missing node {(lv, i)}; the audit tables are damaged"
+                    f"audit hashes of run {run_id!r} are missing node {coord}; the audit tables are damaged"
                 )
-            out.append(h)
+            out.append(_fold_row(row))
         return out
 
     def extend(
         self, run_id: str, size: int, last_seq: int, leaves: Sequence[bytes], new_last_seq: int
     ) -> bool:
-        # The right edge and each level's partial last strip are all an append needs. This object keeps
-        # them from its previous append of this run; a tree that grew elsewhere meanwhile is read afresh
-        # (and if it grows elsewhere during this append, the size check in the transaction refuses it).
+        # The right edge and each stored level's partial last tile are all an append needs. This object
+        # keeps them from its previous append of this run; a tree that grew elsewhere meanwhile is read
+        # afresh (and if it grows elsewhere during this append, the size check in the transaction refuses it).
         cached = self._edges.get(run_id)
         if cached is not None and cached[0] == (size, last_seq):
             edge, tails = cached[1], cached[2]
         else:
             tiles = _tiles(0, size)
             edge = {lv: h for (lv, _), h in zip(tiles, self.read(run_id, tiles), strict=True)}
-            tails = self._strips(run_id, _tail_keys(size))
+            tails = self._fetch_tiles(run_id, _tail_keys(size))
         frontier = [edge[lv] for lv, _ in _tiles(0, size)]
         levels = new_levels(frontier, size, leaves)
         rows: list[tuple[str, int, int, bytes]] = []
         for lv, (first, hashes) in levels.items():
+            if not _stored(lv):
+                continue
             idx, at = first, 0
             while at < len(hashes):
-                strip, offset = divmod(idx, STRIP)
-                take = min(STRIP - offset, len(hashes) - at)
-                keep = tails.get((lv, strip), b"")[: offset * 32] if offset else b""
+                tile, offset = divmod(idx, TILE_WIDTH)
+                take = min(TILE_WIDTH - offset, len(hashes) - at)
+                keep = tails.get((lv, tile), b"")[: offset * 32] if offset else b""
                 if len(keep) != offset * 32:
-                    raise StoreError(f"audit strip {(lv, strip)} of run {run_id!r} is damaged")
-                rows.append((run_id, lv, strip, keep + b"".join(hashes[at : at + take])))
+                    raise StoreError(f"audit tile {(lv, tile)} of run {run_id!r} is damaged")
+                rows.append((run_id, lv, tile, keep + b"".join(hashes[at : at + take])))
                 idx, at = idx + take, at + take
         with self._lock:
             conn = self._connection()
             try:
+                cur = conn.cursor()
+                # The tree is derived from the journal: a crash that loses its last commits loses nothing
+                # (the next sync recomputes the same hashes), so its commits need not wait for the disk.
+                # PostgreSQL: only for this transaction (the pooled connection may later serve the journal).
+                if self.dialect == "postgresql":
+                    cur.execute("SET LOCAL synchronous_commit = off")
                 if size == 0:
-                    conn.exec_driver_sql(self._sql_new_tree, (run_id,))
-                done = conn.exec_driver_sql(
-                    self._sql_advance, (size + len(leaves), new_last_seq, run_id, size, last_seq)
-                )
-                if done.rowcount != 1:
+                    cur.execute(self._sql_new_tree, (run_id,))
+                cur.execute(self._sql_advance, (size + len(leaves), new_last_seq, run_id, size, last_seq))
+                if cur.rowcount != 1:
+                    cur.close()
                     conn.rollback()
                     self._edges.pop(run_id, None)
                     return False
                 if rows:
-                    conn.exec_driver_sql(self._sql_put, rows)
+                    cur.executemany(self._sql_put, rows)
+                cur.close()
                 conn.commit()
             except BaseException:
                 self._edges.pop(run_id, None)
-                conn.rollback()
+                self._drop()
                 raise
             new_size = size + len(leaves)
             new_edge = {
                 lv: (levels[lv][1][-1] if lv in levels else edge[lv]) for lv, _ in _tiles(0, new_size)
             }
-            new_tails = dict(tails)
-            for _, lv, strip, blob in rows:
-                new_tails[(lv, strip)] = blob
             live = set(_tail_keys(new_size))
-            self._edges[run_id] = (
-                (new_size, new_last_seq),
-                new_edge,
-                {k: v for k, v in new_tails.items() if k in live},
-            )
+            new_tails = {k: v for k, v in tails.items() if k in live}
+            for _, lv, tile, blob in rows:
+                if (lv, tile) in live:
+                    new_tails[(lv, tile)] = blob
+            self._edges[run_id] = ((new_size, new_last_seq), new_edge, new_tails)
         return True
 
 

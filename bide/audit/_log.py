@@ -24,14 +24,19 @@ from ._formats import (
 from ._hashes import HashBackend, backend_for
 from ._keys import SigningKey
 from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root
+from ._tree import MerkleTree
 
 __all__ = ["AuditLog"]
 
 _sha256 = hashlib.sha256
 
 
+_LEAF_PREFIX = b"\x00" + journal_leaf(b"")  # RFC 6962: a leaf hash is SHA-256(0x00 || leaf data)
+
+
 def _leaf_hash(record_bytes: bytes) -> bytes:
-    return _sha256(b"\x00" + journal_leaf(record_bytes)).digest()
+    """The leaf hash of one stored journal record (the tree's leaf for it)."""
+    return _sha256(_LEAF_PREFIX + record_bytes).digest()
 
 
 class AuditLog:
@@ -114,7 +119,9 @@ class AuditLog:
 
     # -- exports ------------------------------------------------------------------------------------------
 
-    def _entries(self, run_id: str, sth: SignedTreeHead | None) -> tuple[SignedTreeHead, list[Entry]]:
+    def _entries(
+        self, run_id: str, sth: SignedTreeHead | None
+    ) -> tuple[SignedTreeHead, list[Entry], list[bytes]]:
         if sth is None:
             sth = self.sign_head(run_id)
         if sth.log_id != run_id:
@@ -132,12 +139,12 @@ class AuditLog:
         for i, (e, leaf) in enumerate(zip(entries, leaves, strict=True)):
             if _leaf_hash(e.data) != leaf:
                 raise StoreError(f"record {i} ({e.key!r}) of run {run_id!r} no longer matches its audit hash")
-        return sth, entries
+        return sth, entries, list(leaves)
 
     def prove(self, run_id: str, key: str, sth: SignedTreeHead | None = None) -> ProofBundle:
         """A proof bundle for the record stored under `key`: its bytes, audit path, and the signed head
         (signed now when `sth` is None)."""
-        sth, entries = self._entries(run_id, sth)
+        sth, entries, _ = self._entries(run_id, sth)
         for i, e in enumerate(entries):
             if e.key == key:
                 path = self.inclusion(run_id, i, sth.size)
@@ -151,12 +158,19 @@ class AuditLog:
     ) -> EvidencePackage:
         """An evidence package: every record of the run under one signed head (or only `keys`), each with
         its audit path."""
-        sth, entries = self._entries(run_id, sth)
+        sth, entries, leaves = self._entries(run_id, sth)
         if not entries:
             raise ConfigError(f"run {run_id!r} has no records to export")
+        # Every path from one in-memory tree over the leaves just checked (n hashes, instead of one store
+        # read per record); it must reproduce the head's root like the stored tree did.
+        tree = MerkleTree()
+        for leaf in leaves:
+            tree.append_hash(leaf)
+        if tree.root() != sth.root:
+            raise StoreError(f"the audit tables of run {run_id!r} disagree with its leaf hashes (damaged)")
         wanted = None if keys is None else set(keys)
         out = [
-            EvidenceRecord(index=i, record=e.data, path=self.inclusion(run_id, i, sth.size))
+            EvidenceRecord(index=i, record=e.data, path=tree.inclusion_proof(i))
             for i, e in enumerate(entries)
             if wanted is None or e.key in wanted
         ]

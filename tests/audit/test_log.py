@@ -212,8 +212,8 @@ def test_audited_store_anchors_every_growth_of_an_agent_run(tmp_path: Path, log_
 
 
 def test_sql_tree_matches_reference_across_many_small_and_large_appends(tmp_path: Path) -> None:
-    # exercises strip boundaries (64 nodes per strip) at every level, with the per-object cache and with
-    # a second object that must read the edge from the tables
+    # exercises level-0 tile boundaries (128 hashes per tile) and the recomputed levels 1..6 and 7..13,
+    # with the per-object cache and with a second object that must read the edge from the tables
     store = bide.open_store(f"sqlite:///{tmp_path / 's.db'}")
     try:
         write_run(store, "r", 0)
@@ -234,5 +234,71 @@ def test_sql_tree_matches_reference_across_many_small_and_large_appends(tmp_path
             for i in (0, n // 3, n - 1):
                 assert a.inclusion("r", i, n) == ref.inclusion_proof(i, n)
         b.store.close()
+    finally:
+        store.close()
+
+
+def _raw(i: int) -> tuple[str, bytes]:
+    return f"k{i}", b'{"key":"k%d","kind":"gate","salt":"%s"}' % (i, b"A" * 43 + b"=")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_sql_tree_across_upper_tile_boundaries(tmp_path: Path, backend: str) -> None:
+    # 128 * 128 leaves fill the first tile of level 7 and start level 14: cross that point in small steps,
+    # each absorbed by a fresh object (edge and partial tiles read back from the tables) or the cached one
+    import uuid
+
+    from .conftest import POSTGRES_URL
+
+    if backend == "sqlite":
+        url, prefix = f"sqlite:///{tmp_path / 't.db'}", "bide_"
+    else:
+        url, prefix = POSTGRES_URL, f"t{uuid.uuid4().hex[:10]}_"
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        edge = 128 * 128
+        store.insert_many("r", [_raw(i) for i in range(edge - 3)])
+        warm = AuditLog(store)
+        assert warm.sync("r") == edge - 3
+        written = edge - 3
+        for step, k in enumerate([1, 1, 1, 1, 2, 130, 1]):
+            store.insert_many("r", [_raw(i) for i in range(written, written + k)])
+            written += k
+            lg = warm if step % 2 else AuditLog(bide.open_store(url, table_prefix=prefix))
+            assert lg.sync("r") == written
+            ref = MerkleTree(journal_leaf(e.data) for e in store.load("r"))
+            assert lg.root("r") == ref.root() and warm.root("r") == ref.root()
+            for i in [i for i in (0, edge - 1, edge, written // 2, written - 1) if i < written]:
+                assert lg.inclusion("r", i, written) == ref.inclusion_proof(i, written)
+            for m in [m for m in (1, edge - 1, edge, written - 1) if m <= written]:
+                assert lg.consistency("r", m).path == ref.consistency_proof(m, written)
+            if lg is not warm:
+                lg.store.close()
+    finally:
+        if backend == "postgres":
+            with store.engine.begin() as conn:  # type: ignore[attr-defined]
+                for name in sa.inspect(conn).get_table_names():
+                    if name.startswith(prefix):
+                        conn.exec_driver_sql(f'DROP TABLE "{name}"')
+        store.close()
+
+
+def test_tables_of_the_earlier_layout_are_not_read(tmp_path: Path) -> None:
+    # Databases written before the tiled layout hold bide_audit_strips / bide_audit_trees: they are
+    # ignored, and the tree is rebuilt from the journal.
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    store = bide.open_store(url)
+    try:
+        store.insert_many("r", [_raw(i) for i in range(300)])
+        with store.engine.begin() as conn:  # type: ignore[attr-defined]
+            conn.exec_driver_sql(
+                "CREATE TABLE bide_audit_strips (run_id TEXT, level INTEGER, strip INTEGER, hashes BLOB)"
+            )
+            conn.exec_driver_sql("CREATE TABLE bide_audit_trees (run_id TEXT, size INT, last_seq INT)")
+            conn.exec_driver_sql("INSERT INTO bide_audit_trees VALUES ('r', 999, 999)")
+            conn.exec_driver_sql("INSERT INTO bide_audit_strips VALUES ('r', 0, 0, x'00')")
+        log = AuditLog(store)
+        assert log.sync("r") == 300
+        assert log.root("r") == _reference_root(store, "r")
     finally:
         store.close()

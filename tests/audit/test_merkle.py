@@ -155,6 +155,14 @@ def test_verifiers_refuse_bad_positions_and_shapes() -> None:
     assert not verify_inclusion(5, 8, leaf, [*proof, proof[0]], root)
     assert not verify_inclusion(5, 8, leaf, proof[:-1], root)
     assert not verify_inclusion(5, 8, leaf, [p[:31] for p in proof], root)
+    # the same bytes cut at other places: every hash must be 32 bytes, in the inner part and on the edge
+    shifted = [proof[0] + proof[1][:1], proof[1][1:], proof[2]]
+    assert b"".join(shifted) == b"".join(proof)
+    assert not verify_inclusion(5, 8, leaf, shifted, root)
+    assert not verify_inclusion(5, 8, leaf, [proof[0], proof[1] + proof[2][:1], proof[2][1:]], root)
+    assert not verify_inclusion(5, 8, leaf[:31], proof, root)
+    assert not verify_inclusion(5, 8, leaf, proof, root[:31])
+    assert verify_inclusion(5, 8, leaf, tuple(proof), root)
     old = tree.root(6)
     cproof = tree.consistency_proof(6)
     assert not verify_consistency(6, 8, old, root, cproof[:-1])
