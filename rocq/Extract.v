@@ -25,6 +25,10 @@ Extract Constant Vec.mcount => "prim_mcount".
 Extract Constant Vec.mwhere => "prim_mwhere".
 Extract Constant Vec.mmark => "prim_mmark".
 Extract Constant Vec.mfirst_false => "prim_mfirst_false".
+Extract Constant Vec.vrank => "prim_vrank".
+Extract Constant Vec.vgeq => "prim_vgeq".
+Extract Constant Vec.mallat => "prim_mallat".
+Extract Constant Vec.vjump => "prim_vjump".
 
 Extract Constant ZVec.zlen => "prim_zlen".
 Extract Constant ZVec.zconst => "prim_zconst".

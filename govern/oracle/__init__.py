@@ -47,6 +47,7 @@ THEOREM_NO_WFC = "Govern.TableCheck.check_tables_wfc_complete"
 THEOREM_RULES = "Govern.Rules.check_rules_sound"
 
 _MAX_STATES = 2**31 - 1
+_INT64_MAX = 2**63 - 1
 
 
 # OracleError is govern's one oracle error class (govern.OracleError): the two below are the oracle's own
@@ -97,7 +98,7 @@ class TableVerdict:
     cc1: bool
     cc1_witness: tuple[int, int, int] | None
     cc2: bool
-    nf: npt.NDArray[np.int64]
+    nf: npt.NDArray[np.integer[Any]]
     domain_size: int
     theorem: str
 
@@ -133,6 +134,8 @@ def _generated_matches() -> bool:
 
 
 _GENERATED_OK = _generated_matches()
+if _GENERATED_OK:  # load it now, with the package, not inside the first check (never when tampered with)
+    from . import _generated  # noqa: F401
 
 
 def _generated_entry(name: str) -> Callable[..., Any]:
@@ -158,6 +161,8 @@ def _is_int(x: object) -> bool:
 
 
 def _as_vec(a: npt.NDArray[Any], n: int, what: str) -> npt.NDArray[np.int64]:
+    """A read-only vec: int32 and int64 tables are used as they are (no copy); other integer dtypes are
+    converted to int64, refusing entries beyond it."""
     if a.dtype.kind not in "iu":
         raise OracleInputError(f"{what} must hold integers, got dtype {a.dtype}")
     if a.shape != (n,):
@@ -165,9 +170,12 @@ def _as_vec(a: npt.NDArray[Any], n: int, what: str) -> npt.NDArray[np.int64]:
     # Entries must be naturals; the extracted checker itself checks that they are below n.
     if n and int(a.min()) < 0:
         raise OracleInputError(f"{what} has negative entries")
-    out = a.astype(np.int64, copy=a.dtype != np.int64)
-    if out is a:
+    if a.dtype in (np.dtype(np.int32), np.dtype(np.int64)):
         out = a.view()
+    else:
+        if n and int(a.max()) > _INT64_MAX:
+            raise OracleInputError(f"{what} has entries beyond int64")
+        out = a.astype(np.int64)
     out.flags.writeable = False
     return out
 
@@ -247,7 +255,10 @@ def _decode(raw: Any, n: int, valid_domain: bool) -> TableVerdict:
     if not _is_int(depth) or not _is_int(dsize):
         raise bad("number type")
     if not wf:
-        raise OracleInputError("the extracted checker found the tables malformed (shapes or ranges)")
+        raise OracleInputError(
+            "the extracted checker found the tables malformed (shapes or ranges), or could not number "
+            "the valid states (a primitive failed its own check)"
+        )
     wit: tuple[int, int, int] | None
     if witness == _NONE:
         wit = None

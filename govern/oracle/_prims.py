@@ -2,16 +2,27 @@
 
 Each function here is the run-time meaning of exactly one Gallina definition (named in its docstring);
 tests/oracle/test_prims.py compares every one with that definition, extracted without this mapping, on
-many inputs.  A ``vec`` is a read-only 1-D int64 array of naturals, a ``mask`` a read-only 1-D bool array,
-a ``zvec`` a read-only 1-D int64 array of integers, a ``nat`` a Python int >= 0, a ``Z`` a Python int.
-Where the exact meaning cannot be computed in int64 (an overflow that a cheap bound cannot exclude) a
-primitive raises: the oracle then gives no verdict, never a wrong one.
+many inputs.  A ``vec`` is a read-only 1-D int32 or int64 array of naturals (the engine's tables are int32
+and are used as they are; a primitive's result has the dtype of the vector it reads values from, and an
+int32 result is only made where every value provably fits), a ``mask`` a read-only 1-D bool array, a
+``zvec`` a read-only 1-D int64 array of integers, a ``nat`` a Python int >= 0, a ``Z`` a Python int.
+Where the exact meaning cannot be computed in the array's dtype (an overflow that a cheap bound cannot
+exclude) a primitive raises: the oracle then gives no verdict, never a wrong one.
+
+`vjump` runs a pointer-doubling round in one chunked pass; `vgeq` and `mallat` decide chunk by chunk
+(stopping at the first chunk that fails), on two threads for large inputs (numpy releases the GIL in
+`take`). Neither changes a result or which inputs raise.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import threading
 import weakref
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -19,6 +30,7 @@ import numpy.typing as npt
 __all__ = [
     "andb",
     "mall",
+    "mallat",
     "mand",
     "mandn",
     "mcount",
@@ -40,11 +52,14 @@ __all__ = [
     "veq",
     "vequals",
     "vgather",
+    "vgeq",
     "viota",
+    "vjump",
     "vlen",
     "vmax",
     "vnotbit",
     "vnth",
+    "vrank",
     "vselect",
     "z_add",
     "z_of_nat",
@@ -68,9 +83,58 @@ __all__ = [
     "ztonat",
 ]
 
-Vec = npt.NDArray[np.int64]
+Vec = npt.NDArray[np.int64]  # int32 or int64 at run time (see the module docstring)
 Mask = npt.NDArray[np.bool_]
 _INT64_MAX = int(np.iinfo(np.int64).max)
+_INT32_MAX = int(np.iinfo(np.int32).max)
+
+# ---- running big array loops on two threads ------------------------------------------------------------
+
+_T = TypeVar("_T")
+_PAR_MIN = 1 << 18  # below this many entries one thread is faster than a hand-off
+_CHUNK = 1 << 15  # entries per comparison chunk (two chunks of int64 fit in L2)
+_pool: ThreadPoolExecutor | None = None
+_pool_lock = threading.Lock()
+
+
+def _forget_pool() -> None:  # a forked child has the pool object but not its threads
+    global _pool, _pool_lock
+    _pool = None
+    _pool_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool)
+
+
+def _two_cores() -> bool:
+    try:
+        return len(os.sched_getaffinity(0)) >= 2
+    except (AttributeError, OSError):  # pragma: no cover - platforms without affinity
+        return (os.cpu_count() or 1) >= 2
+
+
+_PARALLEL = _two_cores()
+
+
+def _halves(n: int, task: Callable[[int, int], _T]) -> list[_T]:
+    """task(lo, hi) over [0, n) in two halves, on two threads when n is large; results in order."""
+    global _pool
+    if n < _PAR_MIN or not _PARALLEL:
+        return [task(0, n)]
+    with _pool_lock:
+        if _pool is None:
+            _pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="govern-oracle")
+        pool = _pool
+    mid = n // 2
+    first = pool.submit(task, 0, mid)
+    second = task(mid, n)
+    return [first.result(), second]
+
+
+def _dtype_for(top: int) -> type[np.signedinteger[npt.NBitBase]]:
+    """int32 when every value is at most top and top fits int32, else int64."""
+    return np.int32 if top <= _INT32_MAX else np.int64  # type: ignore[return-value]
 
 
 def _frozen(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
@@ -90,17 +154,20 @@ def mlen(m: Mask) -> int:
 
 def viota(n: int) -> Vec:
     """Vec.viota: [0, 1, ..., n-1]."""
-    return _frozen(np.arange(n, dtype=np.int64))  # type: ignore[return-value]
+    return _frozen(np.arange(n, dtype=_dtype_for(n)))  # type: ignore[return-value]
 
 
 def _gather(a: npt.NDArray[np.generic], idx: Vec, default: object) -> npt.NDArray[np.generic]:
     n = a.shape[0]
+    k = idx.shape[0]
     try:
-        return _frozen(a[idx])  # numpy bounds-checks every index (they are never negative)
+        # numpy bounds-checks every index as it gathers (they are never negative). One thread: a fresh
+        # output is faulted in page by page, and two threads faulting pages of one process mostly wait.
+        return _frozen(np.take(a, idx))
     except IndexError:
         pass
     if n == 0:
-        return _frozen(np.full(idx.shape[0], default, dtype=a.dtype))
+        return _frozen(np.full(k, default, dtype=a.dtype))
     inside = idx < n
     return _frozen(np.where(inside, a[np.where(inside, idx, 0)], np.asarray(default, dtype=a.dtype)))
 
@@ -122,11 +189,13 @@ def vselect(m: Mask, a: Vec, b: Vec) -> Vec:
 
 
 def vadd(a: Vec, b: Vec) -> Vec:
-    """Vec.vadd: a[i] + b[i], truncated to the shorter operand (raises on int64 overflow)."""
+    """Vec.vadd: a[i] + b[i], truncated to the shorter operand (raises on overflow of the result dtype)."""
     k = min(a.shape[0], b.shape[0])
     r = a[:k] + b[:k]
+    # Both operands are naturals below 2**(w-1), so their true sum is below 2**w: it wrapped exactly
+    # when the stored w-bit result is negative.
     if k and bool((r < 0).any()):
-        raise OverflowError("vadd: sum exceeds int64")
+        raise OverflowError(f"vadd: sum exceeds {r.dtype}")
     return _frozen(r)  # type: ignore[return-value]
 
 
@@ -138,14 +207,18 @@ def veq(a: Vec, b: Vec) -> Mask:
 
 def vequals(a: Vec, x: int) -> Mask:
     """Vec.vequals: a[i] == x."""
-    if x > _INT64_MAX:
+    if x > int(np.iinfo(a.dtype).max):
         return _frozen(np.zeros(a.shape[0], dtype=np.bool_))  # type: ignore[return-value]
     return _frozen(a == x)  # type: ignore[return-value]
 
 
 def vnotbit(m: Mask) -> Vec:
-    """Vec.vnotbit: 1 where m is False, 0 where it is True."""
-    return _frozen((~m).astype(np.int64))  # type: ignore[return-value]
+    """Vec.vnotbit: 1 where m is False, 0 where it is True.
+
+    int32 below 2**30 entries: the checker only adds such vectors along pointer doubling, where a sum
+    stays at most twice the length (and vadd raises rather than wrap)."""
+    dt = np.int32 if m.shape[0] < 1 << 30 else np.int64
+    return _frozen((~m).astype(dt))  # type: ignore[return-value]
 
 
 def vmax(a: Vec) -> int:
@@ -181,7 +254,7 @@ def mcount(m: Mask) -> int:
 
 def mwhere(m: Mask) -> Vec:
     """Vec.mwhere: the positions of the True entries, increasing."""
-    return _frozen(np.flatnonzero(m).astype(np.int64))  # type: ignore[return-value]
+    return _frozen(np.flatnonzero(m).astype(_dtype_for(m.shape[0])))  # type: ignore[return-value]
 
 
 def mmark(n: int, idx: Vec) -> Mask:
@@ -196,6 +269,83 @@ def mfirst_false(m: Mask) -> int:
     if bool(m.all()):
         return int(m.shape[0])
     return int(np.argmin(m))
+
+
+def vrank(m: Mask) -> Vec:
+    """Vec.vrank: entry i is the number of True entries of m before position i."""
+    r = np.cumsum(m, dtype=_dtype_for(m.shape[0]))
+    r -= m
+    return _frozen(r)  # type: ignore[return-value]
+
+
+def vjump(f: Vec, d: Vec) -> tuple[int, Vec, Vec]:
+    """Vec.vjump: the pair (f[f[i]] for each i, d[i] + d[f[i]] truncated to the shorter) as the Coq pair
+    (0, first, second); out of range reads 0, and the sum raises on overflow of its dtype (as vadd)."""
+    n = f.shape[0]
+    if d.shape[0] != n:
+        return (0, vgather(f, f), vadd(d, vgather(d, f)))
+    f2 = np.empty(n, dtype=f.dtype)
+    d2 = np.empty(n, dtype=np.result_type(d, d))
+    tmp = np.empty(min(_CHUNK, n), dtype=d.dtype)
+    for s in range(0, n, _CHUNK):
+        e = min(n, s + _CHUNK)
+        ci, t = f[s:e], tmp[: e - s]
+        if int(ci.max()) < n:
+            ip = ci.astype(np.intp)  # one index conversion for both gathers
+            np.take(f, ip, out=f2[s:e], mode="clip")  # every index is in range: "clip" never clips
+            np.take(d, ip, out=t, mode="clip")
+        else:  # some index out of range: that entry reads 0
+            f2[s:e] = _gather(f, ci, 0)
+            t[...] = _gather(d, ci, 0)
+        np.add(d[s:e], t, out=d2[s:e])
+    # naturals below 2**(w-1) sum below 2**w: a wrapped sum is exactly a negative stored one
+    if n and bool((d2 < 0).any()):
+        raise OverflowError(f"vjump: sum exceeds {d2.dtype}")
+    return (0, _frozen(f2), _frozen(d2))  # type: ignore[return-value]
+
+
+def mallat(m: Mask, idx: Vec) -> bool:
+    """Vec.mallat: m[idx[i]] for every i (False where idx[i] is out of range)."""
+    n = m.shape[0]
+
+    def part(lo: int, hi: int) -> bool:
+        buf = np.empty(min(_CHUNK, hi - lo), dtype=np.bool_)
+        for s in range(lo, hi, _CHUNK):
+            e = min(hi, s + _CHUNK)
+            ci, c = idx[s:e], buf[: e - s]
+            if int(ci.max()) >= n:
+                return False  # an index out of range: that entry reads False
+            np.take(m, ci, out=c, mode="clip")  # every index is in range: "clip" never clips
+            if not c.all():
+                return False
+        return True
+
+    return all(_halves(idx.shape[0], part))
+
+
+def vgeq(x: Vec, u: Vec, y: Vec, w: Vec) -> bool:
+    """Vec.vgeq: x[u[i]] == y[w[i]] for every i below min(len u, len w) (out of range reads 0)."""
+    k = min(u.shape[0], w.shape[0])
+    nx, ny = x.shape[0], y.shape[0]
+
+    def part(lo: int, hi: int) -> bool:
+        bx = np.empty(min(_CHUNK, hi - lo), dtype=x.dtype)
+        by = np.empty(min(_CHUNK, hi - lo), dtype=y.dtype)
+        for s in range(lo, hi, _CHUNK):
+            e = min(hi, s + _CHUNK)
+            cu, cw, cx, cy = u[s:e], w[s:e], bx[: e - s], by[: e - s]
+            if int(cu.max()) < nx and int(cw.max()) < ny:
+                # every index is in range: mode="clip" writes straight into the buffer, never clips
+                np.take(x, cu, out=cx, mode="clip")
+                np.take(y, cw, out=cy, mode="clip")
+                same = np.array_equal(cx, cy)
+            else:  # some index out of range: that entry reads 0
+                same = np.array_equal(vgather(x, cu), vgather(y, cw))
+            if not same:
+                return False
+        return True
+
+    return all(_halves(k, part))
 
 
 def nat_eqb(a: int, b: int) -> bool:

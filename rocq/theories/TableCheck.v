@@ -24,6 +24,12 @@ Definition tmap {A B} (f : A -> B) (l : list A) : list B := rmap (fun x => x) (r
 Fixpoint tall {A} (p : A -> bool) (l : list A) : bool :=
   match l with [] => true | x :: t => if p x then tall p t else false end.
 
+Fixpoint tall2 {A B} (p : A -> B -> bool) (l1 : list A) (l2 : list B) : bool :=
+  match l1 with
+  | [] => true
+  | x :: t => match l2 with [] => true | y :: u => if p x y then tall2 p t u else false end
+  end.
+
 Fixpoint desc_aux (i fuel : nat) (acc : list nat) : list nat :=
   match fuel with O => acc | S f => desc_aux (S i) f (i :: acc) end.
 (** [n-1; ...; 1; 0] *)
@@ -54,10 +60,10 @@ Definition well_formed (valid : mask) (repair : vec) (apply : list vec)
 (** Pointer doubling: [F] is repair iterated [m] times, [D] counts the invalid states met on
     the way; each round doubles [m].  Stops as soon as every [F s] is valid. *)
 Fixpoint nf_loop (fuel : nat) (valid : mask) (F D : vec) : bool * vec * vec :=
-  if mall (mgather valid F) then (true, F, D) else
+  if mallat valid F then (true, F, D) else
   match fuel with
   | O => (false, F, D)
-  | S k => nf_loop k valid (vgather F F) (vadd D (vgather D F))
+  | S k => let FD := vjump F D in nf_loop k valid (fst FD) (snd FD)
   end.
 
 Definition nf_result (valid : mask) (repair : vec) : bool * vec * vec :=
@@ -74,29 +80,40 @@ Fixpoint reach_loop (fuel : nat) (steps : list vec) (n : nat) (m : mask) : mask 
            if Nat.eqb (mcount m') (mcount m) then m else reach_loop k steps n m'
   end.
 
-Definition domain_mask (valid : mask) (steps : list vec) (reach : bool) (init : nat) : mask :=
-  let n := mlen valid in
-  if reach then reach_loop n steps n (vequals (viota n) init) else valid.
+(** The checked domain, in positions of the valid states (see [check_tables]): every valid
+    state, or the states reachable from [pinit] by the position step tables. *)
+Definition domain_mask (m : nat) (psteps : list vec) (reach : bool) (pinit : nat) : mask :=
+  if reach then reach_loop m psteps m (vequals (viota m) pinit) else veq (viota m) (viota m).
 
-Definition dom_ok (valid : mask) (steps : list vec) (dm : mask) (init : nat) : bool :=
+(** The domain mask has the right length, holds the initial position and is closed under
+    every position step. *)
+Definition dom_ok (m : nat) (psteps : list vec) (dm : mask) (pinit : nat) : bool :=
   let didx := mwhere dm in
-  Nat.eqb (mlen dm) (mlen valid) && mnth dm init && mall (mgather valid didx)
-  && tall (fun st => mall (mgather dm (vgather st didx))) steps.
+  Nat.eqb (mlen dm) m && mnth dm pinit
+  && tall (fun st => mall (mgather dm (vgather st didx))) psteps.
 
 Definition dflt : vec := viota 0.
 
-(** The first failing pair and a domain state where it fails, if any. *)
-Fixpoint cc1_loop (steps stepsD : list vec) (didx : vec) (ps : list (nat * nat)) : option (nat * nat * nat) :=
+(** The first failing pair and a domain state where it fails, if any ([ids] names the
+    domain's states). *)
+Fixpoint cc1_loop (steps stepsD : list vec) (ids : vec) (ps : list (nat * nat)) : option (nat * nat * nat) :=
   match ps with
   | [] => None
   | p :: t =>
       let a := fst p in let b := snd p in
-      let ok := veq (vgather (nth b steps dflt) (nth a stepsD dflt))
-                    (vgather (nth a steps dflt) (nth b stepsD dflt)) in
-      if mall ok then cc1_loop steps stepsD didx t else Some (a, b, vnth didx (mfirst_false ok))
+      let x := nth b steps dflt in let u := nth a stepsD dflt in
+      let y := nth a steps dflt in let w := nth b stepsD dflt in
+      if vgeq x u y w then cc1_loop steps stepsD ids t
+      else Some (a, b, vnth ids (mfirst_false (veq (vgather x u) (vgather y w))))
   end.
 
-Definition cc2_ok (F : vec) (steps : list vec) : bool := tall (fun st => mall (veq st (vgather st F))) steps.
+(** CC2 for every event: [F (apply e s)] equals the normalized step of [F s], read from the
+    event's step table on the valid states [xv] at the position [PF s] of [F s]. *)
+Definition cc2_ok (F PF : vec) (apply XV : list vec) : bool :=
+  tall2 (fun a xv => vgeq F a xv PF) apply XV.
+
+(** [P] numbers the valid states: it inverts [V = mwhere valid] on [V]'s positions. *)
+Definition pos_ok (P V : vec) : bool := mall (veq (vgather P V) (viota (vlen V))).
 
 Record verdict := Verdict {
   v_wellformed : bool;  (** inputs have the right shapes and ranges *)
@@ -111,6 +128,11 @@ Record verdict := Verdict {
   v_nf : vec;
   v_domain_size : nat }.
 
+(** After termination is established, the checker works in positions of the valid states:
+    [V] lists them, [P] maps a valid state to its position (checked by [pos_ok]), [XV] holds
+    every event's normalized step from each valid state, [PV] the same as positions.  CC2 is
+    checked on every state, the domain and CC1 on positions (small tables when few states
+    are valid). *)
 Definition check_tables (valid : mask) (repair : vec) (apply : list vec)
     (pairs : option (list (nat * nat))) (reach : bool) (init : nat) : verdict :=
   if negb (well_formed valid repair apply pairs init)
@@ -119,14 +141,20 @@ Definition check_tables (valid : mask) (repair : vec) (apply : list vec)
   | (wfc, F, D) =>
     let depth := vmax D in
     if negb wfc then Verdict true false false depth false false false None false F 0 else
-    let steps := tmap (fun a => vgather F a) apply in
-    let cc2 := cc2_ok F steps in
+    let V := mwhere valid in
+    let P := vrank valid in
+    if negb (pos_ok P V) then Verdict false false false depth false false false None false F 0 else
+    let XV := tmap (fun a => vgather F (vgather a V)) apply in
+    let cc2 := cc2_ok F (vgather P F) apply XV in
     if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 else
-    let dm := domain_mask valid steps reach init in
-    if negb (dom_ok valid steps dm init) then Verdict true false true depth true false false None cc2 F 0 else
+    let m := vlen V in
+    let PV := tmap (fun xv => vgather P xv) XV in
+    let pinit := vnth P init in
+    let dm := domain_mask m PV reach pinit in
+    if negb (dom_ok m PV dm pinit) then Verdict true false true depth true false false None cc2 F 0 else
     let didx := mwhere dm in
     let ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end in
-    let w := cc1_loop steps (tmap (fun st => vgather st didx) steps) didx ps in
+    let w := cc1_loop PV (tmap (fun st => vgather st didx) PV) (vgather V didx) ps in
     let cc1 := match w with None => true | Some _ => false end in
     Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx)
   end.
@@ -154,6 +182,18 @@ Proof.
   - intros y Hy; auto.
   - discriminate.
   - specialize (H x (or_introl eq_refl)). congruence.
+Qed.
+
+Lemma tall2_nth {A B} (p : A -> B -> bool) l1 l2 da db : length l1 = length l2 ->
+  (tall2 p l1 l2 = true <-> forall i, i < length l1 -> p (nth i l1 da) (nth i l2 db) = true).
+Proof.
+  revert l2; induction l1 as [|x t IH]; intros [|y u] Hl; simpl in *; try discriminate.
+  - split; [intros _ i Hi; lia|auto].
+  - injection Hl as Hl. destruct (p x y) eqn:E; [rewrite (IH u Hl)|]; split.
+    + intros H [|i] Hi; auto. apply H. lia.
+    + intros H i Hi. apply (H (S i)). lia.
+    + discriminate.
+    + intros H. specialize (H 0 ltac:(lia)). simpl in H. congruence.
 Qed.
 
 Lemma in_desc_aux i f acc x : In x (desc_aux i f acc) <-> (i <= x < i + f) \/ In x acc.
@@ -321,10 +361,10 @@ Lemma nf_loop_spec fuel m F D b F' D' :
   exists m', inv m' F' D' /\ (b = true -> forall s, s < n -> mnth valid (vnth F' s) = true).
 Proof.
   revert m F D. induction fuel as [|k IH]; intros m F D Hinv Hl; simpl in Hl.
-  - destruct (mall (mgather valid F)) eqn:Ha; injection Hl as <- <- <-; exists m; split; auto.
+  - destruct (mallat valid F) eqn:Ha; unfold mallat in Ha; injection Hl as <- <- <-; exists m; split; auto.
     + intros _. apply all_valid_F; auto. apply Hinv.
     + discriminate.
-  - destruct (mall (mgather valid F)) eqn:Ha.
+  - destruct (mallat valid F) eqn:Ha; unfold mallat in Ha.
     + injection Hl as <- <- <-. exists m. split; auto. intros _. apply all_valid_F; auto. apply Hinv.
     + apply (IH (m + m)) in Hl; auto. apply inv_double; auto.
 Qed.
@@ -406,126 +446,179 @@ Proof.
 Qed.
 
 
-Let steps F := tmap (fun a => vgather F a) apply.
-
-Lemma steps_nth F e : e < nevents apply -> nth e (steps F) dflt = vgather F (nth e apply dflt).
-Proof. intros He. unfold steps. rewrite tmap_map. apply nth_map_lt. auto. Qed.
-
-Lemma in_steps F st : In st (steps F) <-> exists e, e < nevents apply /\ st = nth e (steps F) dflt.
-Proof.
-  split.
-  - intros H. apply In_nth with (d := dflt) in H. destruct H as [e [He E]].
-    unfold steps in He. rewrite tmap_map, map_length in He. exists e; auto.
-  - intros [e [He ->]]. apply nth_In. unfold steps. rewrite tmap_map, map_length. auto.
-Qed.
-
 Section Facts.
 Hypothesis WF : well_formed valid repair apply pairs init = true.
 Variable F : vec.
 Hypothesis HF : IsNF valid repair F.
+Variable P : vec.
+Hypothesis HP : pos_ok P (mwhere valid) = true.
 
 Lemma wfp : init < n /\ vlen repair = n /\ vmax repair < n
   /\ (forall s, s < n -> mnth valid s = true -> vnth repair s = s)
   /\ (forall e, e < nevents apply -> vlen (nth e apply dflt) = n /\ vmax (nth e apply dflt) < n)
   /\ (forall ps, pairs = Some ps -> forall a b, In (a, b) ps -> a < nevents apply /\ b < nevents apply /\ a <> b).
-Proof. exact (wf_parts valid repair apply pairs init WF). Qed.
+Proof using WF HF HP. exact (wf_parts valid repair apply pairs init WF). Qed.
 
 Lemma row_len e : e < nevents apply -> vlen (nth e apply dflt) = n.
-Proof. intros He. destruct wfp as (_ & _ & _ & _ & H & _). apply H; auto. Qed.
+Proof using WF HF HP. intros He. destruct wfp as (_ & _ & _ & _ & H & _). apply H; auto. Qed.
 
 Lemma app_in e s : e < nevents apply -> s < n -> app apply e s < n.
-Proof. apply (app_lt valid repair apply pairs init WF). Qed.
+Proof using WF HF HP. apply (app_lt valid repair apply pairs init WF). Qed.
 
 Lemma nf_len : vlen F = n.
-Proof. apply HF. Qed.
+Proof using WF HF HP. apply HF. Qed.
 
 Lemma nf_lt s : s < n -> vnth F s < n.
-Proof. intros Hs. apply HF; auto. Qed.
+Proof using WF HF HP. intros Hs. apply HF; auto. Qed.
 
-Lemma step_len e : e < nevents apply -> vlen (nth e (steps F) dflt) = n.
-Proof. intros He. rewrite steps_nth, vlen_vgather by auto. apply row_len; auto. Qed.
-
-Lemma step_val e s : e < nevents apply -> s < n -> vnth (nth e (steps F) dflt) s = nstep apply F e s.
-Proof.
-  intros He Hs. rewrite steps_nth by auto. rewrite vnth_vgather by (rewrite row_len; auto). reflexivity.
-Qed.
+Lemma nf_valid s : s < n -> mnth valid (vnth F s) = true.
+Proof using WF HF HP. intros Hs. apply HF; auto. Qed.
 
 Lemma step_lt e s : e < nevents apply -> s < n -> nstep apply F e s < n.
-Proof. intros He Hs. unfold nstep. apply nf_lt, app_in; auto. Qed.
+Proof using WF HF HP. intros He Hs. unfold nstep. apply nf_lt, app_in; auto. Qed.
 
-Lemma cc2_ok_spec : cc2_ok F (steps F) = true <-> CC2 valid apply F.
-Proof.
-  unfold cc2_ok, CC2. rewrite tall_forall. split.
-  - intros H e s He Hs. specialize (H _ (proj2 (in_steps F _) (ex_intro _ e (conj He eq_refl)))).
-    rewrite mall_spec in H. rewrite mlen_veq in H by (rewrite vlen_vgather, nf_len, step_len; auto).
-    rewrite step_len in H by auto. specialize (H s Hs).
-    rewrite mnth_veq in H by (rewrite ?vlen_vgather, ?nf_len, ?step_len; auto).
-    apply Nat.eqb_eq in H. rewrite vnth_vgather in H by (rewrite nf_len; auto).
-    rewrite !step_val in H by (auto; apply nf_lt; auto). exact H.
-  - intros H st Hst. apply in_steps in Hst. destruct Hst as [e [He ->]].
-    apply mall_spec. intros s Hs. rewrite mlen_veq in Hs by (rewrite vlen_vgather, nf_len, step_len; auto).
-    rewrite step_len in Hs by auto.
-    rewrite mnth_veq by (rewrite ?vlen_vgather, ?nf_len, ?step_len; auto).
-    apply Nat.eqb_eq. rewrite vnth_vgather by (rewrite nf_len; auto).
-    rewrite !step_val by (auto; apply nf_lt; auto). apply H; auto.
+Lemma step_valid e s : e < nevents apply -> s < n -> mnth valid (nstep apply F e s) = true.
+Proof using WF HF HP. intros He Hs. unfold nstep. apply nf_valid, app_in; auto. Qed.
+
+(** Positions of the valid states. *)
+Lemma V_facts j : j < vlen (mwhere valid) -> vnth (mwhere valid) j < n /\ mnth valid (vnth (mwhere valid) j) = true.
+Proof using WF HF HP. intros Hj. apply vnth_mwhere. exact Hj. Qed.
+
+Lemma P_V j : j < vlen (mwhere valid) -> vnth P (vnth (mwhere valid) j) = j.
+Proof using WF HF HP.
+  intros Hj. pose proof HP as H. unfold pos_ok in H. rewrite mall_spec in H.
+  assert (Hl : mlen (veq (vgather P (mwhere valid)) (viota (vlen (mwhere valid)))) = vlen (mwhere valid)).
+  { rewrite mlen_veq; rewrite ?vlen_vgather, ?vlen_viota; reflexivity. }
+  rewrite Hl in H. specialize (H j Hj).
+  rewrite mnth_veq in H by (rewrite ?vlen_vgather, ?vlen_viota; auto).
+  apply Nat.eqb_eq in H. rewrite vnth_vgather, vnth_viota in H by auto. exact H.
 Qed.
 
-Lemma dom_ok_spec dm : dom_ok valid (steps F) dm init = true ->
-  mlen dm = n /\ mnth dm init = true
-  /\ (forall s, s < n -> mnth dm s = true -> mnth valid s = true)
-  /\ (forall e s, e < nevents apply -> s < n -> mnth dm s = true -> mnth dm (nstep apply F e s) = true).
-Proof.
-  unfold dom_ok. intros H. apply andb_prop in H as [H Hcl]. apply andb_prop in H as [H Hsub].
+Lemma P_lt s : s < n -> mnth valid s = true -> vnth P s < vlen (mwhere valid) /\ vnth (mwhere valid) (vnth P s) = s.
+Proof using WF HF HP.
+  intros Hs Hv. destruct (mwhere_cover valid s Hs Hv) as [j [Hj E]].
+  rewrite <- E, P_V by exact Hj. auto.
+Qed.
+
+Lemma V_inj i j : i < vlen (mwhere valid) -> j < vlen (mwhere valid) ->
+  vnth (mwhere valid) i = vnth (mwhere valid) j -> i = j.
+Proof using WF HF HP. intros Hi Hj E. rewrite <- (P_V i Hi), <- (P_V j Hj), E. reflexivity. Qed.
+
+Let XV := tmap (fun a => vgather F (vgather a (mwhere valid))) apply.
+Let PV := tmap (fun xv => vgather P xv) XV.
+
+Lemma XV_len : length XV = nevents apply.
+Proof using WF HF HP. unfold XV. rewrite tmap_map, map_length. reflexivity. Qed.
+
+Lemma PV_len : length PV = nevents apply.
+Proof using WF HF HP. unfold PV. rewrite tmap_map, map_length, XV_len. reflexivity. Qed.
+
+Lemma XV_nth e : e < nevents apply -> nth e XV dflt = vgather F (vgather (nth e apply dflt) (mwhere valid)).
+Proof using WF HF HP. intros He. unfold XV. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt) by auto. reflexivity. Qed.
+
+Lemma XV_vlen e : e < nevents apply -> vlen (nth e XV dflt) = vlen (mwhere valid).
+Proof using WF HF HP. intros He. rewrite XV_nth by auto. rewrite !vlen_vgather. reflexivity. Qed.
+
+Lemma XV_val e j : e < nevents apply -> j < vlen (mwhere valid) ->
+  vnth (nth e XV dflt) j = nstep apply F e (vnth (mwhere valid) j).
+Proof using WF HF HP.
+  intros He Hj. rewrite XV_nth by auto.
+  rewrite vnth_vgather by (rewrite vlen_vgather; auto).
+  rewrite vnth_vgather by auto. reflexivity.
+Qed.
+
+Lemma PV_nth e : e < nevents apply -> nth e PV dflt = vgather P (nth e XV dflt).
+Proof using WF HF HP.
+  intros He. unfold PV. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt) by (rewrite XV_len; auto). reflexivity.
+Qed.
+
+Lemma PV_val e j : e < nevents apply -> j < vlen (mwhere valid) ->
+  vnth (nth e PV dflt) j < vlen (mwhere valid)
+  /\ vnth (mwhere valid) (vnth (nth e PV dflt) j) = nstep apply F e (vnth (mwhere valid) j).
+Proof using WF HF HP.
+  intros He Hj. rewrite PV_nth by auto. rewrite vnth_vgather by (rewrite XV_vlen; auto).
+  rewrite XV_val by auto. destruct (V_facts j Hj) as [H1 _].
+  apply P_lt; [apply step_lt|apply step_valid]; auto.
+Qed.
+
+(** Two normalized steps from a valid state, read in positions. *)
+Lemma PV_two a b j : a < nevents apply -> b < nevents apply -> j < vlen (mwhere valid) ->
+  vnth (nth b PV dflt) (vnth (nth a PV dflt) j) < vlen (mwhere valid)
+  /\ nstep apply F b (nstep apply F a (vnth (mwhere valid) j))
+     = vnth (mwhere valid) (vnth (nth b PV dflt) (vnth (nth a PV dflt) j)).
+Proof using WF HF HP.
+  intros Ha Hb Hj. destruct (PV_val a j Ha Hj) as [H1 E1].
+  destruct (PV_val b _ Hb H1) as [H2 E2]. split; [exact H2|]. rewrite <- E1, E2. reflexivity.
+Qed.
+
+Lemma cc2_ok_spec : cc2_ok F (vgather P F) apply XV = true <-> CC2 valid apply F.
+Proof using WF HF HP.
+  unfold cc2_ok. rewrite (tall2_nth _ _ _ dflt dflt) by (rewrite XV_len; reflexivity).
+  unfold CC2. split.
+  - intros H e s He Hs. specialize (H e He).
+    rewrite vgeq_spec in H by (rewrite vlen_vgather, nf_len, row_len; auto).
+    rewrite row_len in H by auto. specialize (H s Hs).
+    rewrite vnth_vgather in H by (rewrite nf_len; auto).
+    destruct (P_lt (vnth F s) (nf_lt s Hs) (nf_valid s Hs)) as [Hp Ep].
+    rewrite XV_val in H by auto. rewrite Ep in H. exact H.
+  - intros H e He. rewrite vgeq_spec by (rewrite vlen_vgather, nf_len, row_len; auto).
+    rewrite row_len by auto. intros s Hs.
+    rewrite vnth_vgather by (rewrite nf_len; auto).
+    destruct (P_lt (vnth F s) (nf_lt s Hs) (nf_valid s Hs)) as [Hp Ep].
+    rewrite XV_val by auto. rewrite Ep. apply H; auto.
+Qed.
+
+Lemma in_PV st : In st PV <-> exists e, e < nevents apply /\ st = nth e PV dflt.
+Proof using WF HF HP.
+  split.
+  - intros H. apply In_nth with (d := dflt) in H. destruct H as [e [He E]].
+    rewrite PV_len in He. exists e; auto.
+  - intros [e [He ->]]. apply nth_In. rewrite PV_len. auto.
+Qed.
+
+Lemma dom_ok_spec dm pinit : dom_ok (vlen (mwhere valid)) PV dm pinit = true ->
+  mlen dm = vlen (mwhere valid) /\ mnth dm pinit = true
+  /\ (forall e j, e < nevents apply -> mnth dm j = true -> mnth dm (vnth (nth e PV dflt) j) = true).
+Proof using WF HF HP.
+  unfold dom_ok. cbv zeta. intros H. apply andb_prop in H as [H Hcl].
   apply andb_prop in H as [Hl Hi]. apply Nat.eqb_eq in Hl.
-  split; [exact Hl|]. split; [exact Hi|]. split.
-  - intros s Hs Hd. destruct (mwhere_cover dm s) as [j [Hj E]]; [lia|auto|].
-    rewrite mall_spec, mlen_mgather in Hsub. specialize (Hsub j Hj).
-    rewrite mnth_mgather, E in Hsub by auto. exact Hsub.
-  - intros e s He Hs Hd. destruct (mwhere_cover dm s) as [j [Hj E]]; [lia|auto|].
-    rewrite tall_forall in Hcl.
-    specialize (Hcl _ (proj2 (in_steps F _) (ex_intro _ e (conj He eq_refl)))).
-    rewrite mall_spec, mlen_mgather, vlen_vgather in Hcl. specialize (Hcl j Hj).
-    rewrite mnth_mgather, vnth_vgather, E, step_val in Hcl by (rewrite ?vlen_vgather, ?step_len; auto).
-    exact Hcl.
+  split; [exact Hl|]. split; [exact Hi|].
+  intros e j He Hd. destruct (mwhere_cover dm j) as [k [Hk E]]; [apply mnth_lt; auto|auto|].
+  rewrite tall_forall in Hcl.
+  specialize (Hcl _ (proj2 (in_PV _) (ex_intro _ e (conj He eq_refl)))).
+  rewrite mall_spec, mlen_mgather, vlen_vgather in Hcl. specialize (Hcl k Hk).
+  rewrite mnth_mgather, vnth_vgather, E in Hcl by (rewrite ?vlen_vgather; auto).
+  exact Hcl.
 Qed.
 
-Lemma cc1_loop_spec dm ps :
-  mlen dm = n ->
+Lemma cc1_loop_spec dm ids ps :
   (forall a b, In (a, b) ps -> a < nevents apply /\ b < nevents apply) ->
-  cc1_loop (steps F) (tmap (fun st => vgather st (mwhere dm)) (steps F)) (mwhere dm) ps = None ->
-  forall a b s, In (a, b) ps -> s < n -> mnth dm s = true ->
-    nstep apply F b (nstep apply F a s) = nstep apply F a (nstep apply F b s).
-Proof.
-  intros Hl Hr Hloop a b s Hin Hs Hd.
+  cc1_loop PV (tmap (fun st => vgather st (mwhere dm)) PV) ids ps = None ->
+  forall a b j, In (a, b) ps -> mnth dm j = true ->
+    vnth (nth b PV dflt) (vnth (nth a PV dflt) j) = vnth (nth a PV dflt) (vnth (nth b PV dflt) j).
+Proof using WF HF HP.
+  intros Hr Hloop a b j Hin Hd.
   set (didx := mwhere dm) in *.
-  set (stepsD := tmap (fun st => vgather st didx) (steps F)) in *.
-  assert (HD : forall e, e < nevents apply -> nth e stepsD dflt = vgather (nth e (steps F) dflt) didx).
-  { intros e He. unfold stepsD. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt); [reflexivity|].
-    unfold steps. rewrite tmap_map, map_length. auto. }
+  set (PVD := tmap (fun st => vgather st didx) PV) in *.
+  assert (HD : forall e, e < nevents apply -> nth e PVD dflt = vgather (nth e PV dflt) didx).
+  { intros e He. unfold PVD. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt); [reflexivity|].
+    rewrite PV_len. auto. }
+  assert (Hlen : forall e, e < nevents apply -> vlen (nth e PVD dflt) = vlen didx).
+  { intros e He. rewrite HD, vlen_vgather; auto. }
   induction ps as [|p ps IH]; [destruct Hin|].
   simpl in Hloop.
-  destruct (mall (veq (vgather (nth (snd p) (steps F) dflt) (nth (fst p) stepsD dflt))
-                      (vgather (nth (fst p) (steps F) dflt) (nth (snd p) stepsD dflt)))) eqn:Hok;
+  destruct (vgeq (nth (snd p) PV dflt) (nth (fst p) PVD dflt) (nth (fst p) PV dflt) (nth (snd p) PVD dflt)) eqn:Hok;
     [|discriminate].
   destruct Hin as [->|Hin]; [|apply IH; auto; intros; apply Hr; simpl; auto].
   simpl in Hok. destruct (Hr a b (or_introl eq_refl)) as [Ha Hb].
-  destruct (mwhere_cover dm s) as [j [Hj E]]; [lia|auto|].
-  fold didx in Hj, E.
-  rewrite mall_spec in Hok.
-  assert (Hlen : forall e, e < nevents apply -> vlen (nth e stepsD dflt) = vlen didx).
-  { intros e He. rewrite HD, vlen_vgather; auto. }
-  rewrite mlen_veq in Hok by (rewrite !vlen_vgather, !Hlen; auto).
-  rewrite vlen_vgather, Hlen in Hok by auto.
-  specialize (Hok j Hj).
-  rewrite mnth_veq in Hok by (rewrite ?vlen_vgather, ?Hlen; auto).
-  apply Nat.eqb_eq in Hok.
-  rewrite !vnth_vgather in Hok by (rewrite ?Hlen; auto).
+  destruct (mwhere_cover dm j) as [k [Hk E]]; [apply mnth_lt; auto|auto|].
+  fold didx in Hk, E.
+  rewrite vgeq_spec in Hok by (rewrite !Hlen; auto).
+  rewrite Hlen in Hok by auto.
+  specialize (Hok k Hk).
   rewrite !HD in Hok by auto.
-  rewrite !vnth_vgather in Hok by (rewrite ?step_len; auto; lia).
-  rewrite E in Hok.
-  rewrite (step_val a s), (step_val b s) in Hok by auto.
-  rewrite (step_val b), (step_val a) in Hok by (auto; apply step_lt; auto).
-  exact Hok.
+  rewrite !vnth_vgather in Hok by auto.
+  rewrite E in Hok. exact Hok.
 Qed.
 
 End Facts.
@@ -538,27 +631,28 @@ Theorem check_tables_wfc valid repair apply pairs reach init :
   let v := check_tables valid repair apply pairs reach init in
   v_wfc v = true -> WFC valid repair /\ IsNF valid repair (v_nf v).
 Proof.
-  simpl. unfold check_tables.
-  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  cbv zeta. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_wfc]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
-  destruct wfc; simpl; [|discriminate].
+  destruct wfc; cbn [negb v_wfc]; [|discriminate].
   intros _.
   assert (Hnf := nf_facts valid repair apply pairs init WF true F D HN eq_refl).
-  repeat match goal with |- context [if ?c then _ else _] => destruct c end; simpl; exact Hnf.
+  repeat match goal with |- context [if ?c then _ else _] => destruct c end; cbn [v_nf]; exact Hnf.
 Qed.
 
 Theorem check_tables_cc2 valid repair apply pairs reach init :
   let v := check_tables valid repair apply pairs reach init in
   v_wfc v = true -> (v_cc2 v = true <-> CC2 valid apply (v_nf v)).
 Proof.
-  simpl. unfold check_tables.
-  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  cbv zeta. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_wfc]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
-  destruct wfc; simpl; [|discriminate].
+  destruct wfc; cbn [negb v_wfc]; [|discriminate].
+  destruct (pos_ok (vrank valid) (mwhere valid)) eqn:HP; cbn [negb v_wfc]; [|discriminate].
   intros _.
   assert (Hnf := nf_facts valid repair apply pairs init WF true F D HN eq_refl).
-  assert (H := cc2_ok_spec valid repair apply pairs init WF F (proj2 Hnf)).
-  repeat match goal with |- context [if ?c then _ else _] => destruct c end; simpl; exact H.
+  assert (H := cc2_ok_spec valid repair apply pairs init WF F (proj2 Hnf) (vrank valid) HP).
+  repeat match goal with |- context [if ?c then _ else _] => destruct c end; cbn [v_nf v_cc2]; exact H.
 Qed.
 
 Theorem check_tables_sound valid repair apply pairs reach init :
@@ -576,37 +670,51 @@ Theorem check_tables_sound valid repair apply pairs reach init :
     /\ (forall a b s, checked pairs (nevents apply) a b -> dom s ->
           nstep apply nf b (nstep apply nf a s) = nstep apply nf a (nstep apply nf b s)).
 Proof.
-  simpl. unfold check_tables.
-  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  cbv zeta. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_certified]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
-  destruct wfc; simpl; [|discriminate].
-  destruct (mnth valid init) eqn:Hinit; simpl; [|discriminate].
-  set (steps := tmap (fun a => vgather F a) apply).
-  set (dm := domain_mask valid steps reach init).
-  destruct (dom_ok valid steps dm init) eqn:Hdom; simpl; [|discriminate].
-  set (ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end).
-  destruct (cc1_loop steps (tmap (fun st => vgather st (mwhere dm)) steps) (mwhere dm) ps) eqn:Hloop;
-    simpl; [discriminate|].
+  destruct wfc; cbn [negb v_certified]; [|discriminate].
+  destruct (pos_ok (vrank valid) (mwhere valid)) eqn:HP; cbn [negb v_certified]; [|discriminate].
+  destruct (mnth valid init) eqn:Hinit; cbn [negb v_certified]; [|discriminate].
+  set (V := mwhere valid) in *.
+  set (P := vrank valid) in *.
+  set (XV := tmap (fun a => vgather F (vgather a V)) apply) in *.
+  set (PV := tmap (fun xv => vgather P xv) XV) in *.
+  set (dm := domain_mask (vlen V) PV reach (vnth P init)) in *.
+  destruct (dom_ok (vlen V) PV dm (vnth P init)) eqn:Hdom; cbn [negb v_certified]; [|discriminate].
+  set (ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end) in *.
+  destruct (cc1_loop PV (tmap (fun st => vgather st (mwhere dm)) PV) (vgather V (mwhere dm)) ps) eqn:Hloop;
+    cbn [v_certified v_nf]; [discriminate|].
   intros _.
   destruct (nf_facts valid repair apply pairs init WF true F D HN eq_refl) as [Hwfc Hnf].
-  destruct (dom_ok_spec valid repair apply pairs init WF F dm Hdom) as (Hl & Hi & Hsub & Hcl).
+  destruct (dom_ok_spec valid repair apply pairs init WF F Hnf P HP dm (vnth P init) Hdom) as (Hl & Hi & Hcl).
   pose proof (wf_parts valid repair apply pairs init WF) as (Hin & _ & _ & _ & _ & Hps).
+  pose proof (P_lt valid repair apply pairs init WF F Hnf P HP) as HPl.
+  pose proof (PV_val valid repair apply pairs init WF F Hnf P HP) as HPV.
+  pose proof (PV_two valid repair apply pairs init WF F Hnf P HP) as HP2.
+  pose proof (V_facts valid repair apply pairs init WF F Hnf P HP) as HVf.
   assert (Hchk : forall a b, checked pairs (nevents apply) a b -> In (a, b) ps /\ a < nevents apply /\ b < nevents apply).
   { intros a b. unfold checked, ps. destruct pairs as [l|].
     - intros H. destruct (Hps l eq_refl a b H) as (H1 & H2 & _). auto.
     - rewrite in_all_pairs, tlen_length. intros H. unfold nevents in *. repeat split; lia. }
   split; [exact Hwfc|]. split; [exact Hnf|]. split; [reflexivity|].
-  exists (fun s => s < mlen valid /\ mnth dm s = true).
-  split; [split; auto|].
-  split; [intros s [Hs Hd]; split; auto; apply Hsub; auto|].
-  split; [intros Hr s Hs Hv; subst dm; unfold domain_mask; rewrite Hr; auto|].
+  exists (fun s => exists j, j < vlen V /\ mnth dm j = true /\ s = vnth V j).
+  destruct (HPl init Hin Hinit) as [Hpi Epi].
+  split; [exists (vnth P init); auto|].
+  split; [intros s [j (Hj & Hd & ->)]; apply HVf; auto|].
   split.
-  { intros e s He [Hs Hd]. split.
-    - apply (step_lt valid repair apply pairs init WF F Hnf); auto.
-    - apply Hcl; auto. }
+  { intros Hr s Hs Hv. destruct (HPl s Hs Hv) as [Hp Ep]. exists (vnth P s).
+    split; [exact Hp|]. split; [|symmetry; exact Ep].
+    subst dm. unfold domain_mask. rewrite Hr.
+    rewrite mnth_veq by (rewrite ?vlen_viota; auto). apply Nat.eqb_refl. }
+  split.
+  { intros e s He [j (Hj & Hd & ->)]. destruct (HPV e j He Hj) as [Hlt Ev].
+    exists (vnth (nth e PV dflt) j). split; [exact Hlt|]. split; [apply Hcl; auto|symmetry; exact Ev]. }
   split; [intros a b H; apply Hchk; auto|].
-  intros a b s H [Hs Hd]. destruct (Hchk a b H) as (Hab & _).
-  apply (cc1_loop_spec valid repair apply pairs init WF F Hnf dm ps Hl); auto.
+  intros a b s H [j (Hj & Hd & ->)]. destruct (Hchk a b H) as (Hab & Ha & Hb).
+  destruct (HP2 a b j Ha Hb Hj) as [_ E1]. destruct (HP2 b a j Hb Ha Hj) as [_ E2].
+  etransitivity; [exact E1|]. etransitivity; [|symmetry; exact E2]. f_equal.
+  apply (cc1_loop_spec valid repair apply pairs init WF F Hnf P HP dm (vgather V (mwhere dm)) ps); auto.
   intros x y Hxy. unfold ps in Hxy. destruct pairs as [l|].
   - destruct (Hps l eq_refl x y Hxy) as (H1 & H2 & _). auto.
   - rewrite in_all_pairs, tlen_length in Hxy. unfold nevents. lia.
@@ -696,50 +804,47 @@ Variables (valid : mask) (repair : vec) (apply : list vec) (pairs : option (list
 Hypothesis WF : well_formed valid repair apply pairs init = true.
 Variable F : vec.
 Hypothesis HF : IsNF valid repair F.
-Let steps := tmap (fun a => vgather F a) apply.
+Variable P : vec.
+Hypothesis HP : pos_ok P (mwhere valid) = true.
+Let PV := tmap (fun xv => vgather P xv) (tmap (fun a => vgather F (vgather a (mwhere valid))) apply).
 
 Lemma cc1_loop_witness dm ps a b s :
-  mlen dm = mlen valid ->
+  mlen dm = vlen (mwhere valid) ->
   (forall x y, In (x, y) ps -> x < nevents apply /\ y < nevents apply) ->
-  cc1_loop steps (tmap (fun st => vgather st (mwhere dm)) steps) (mwhere dm) ps = Some (a, b, s) ->
-  In (a, b) ps /\ s < mlen valid /\ mnth dm s = true
-  /\ nstep apply F b (nstep apply F a s) <> nstep apply F a (nstep apply F b s).
-Proof.
+  cc1_loop PV (tmap (fun st => vgather st (mwhere dm)) PV) (vgather (mwhere valid) (mwhere dm)) ps = Some (a, b, s) ->
+  In (a, b) ps /\ exists j, j < vlen (mwhere valid) /\ mnth dm j = true /\ s = vnth (mwhere valid) j
+  /\ vnth (nth b PV dflt) (vnth (nth a PV dflt) j) <> vnth (nth a PV dflt) (vnth (nth b PV dflt) j).
+Proof using WF HF HP.
   intros Hl Hr Hloop.
   set (didx := mwhere dm) in *.
-  set (stepsD := tmap (fun st => vgather st didx) steps) in *.
-  assert (HD : forall e, e < nevents apply -> nth e stepsD dflt = vgather (nth e steps dflt) didx).
-  { intros e He. unfold stepsD. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt); [reflexivity|].
-    unfold steps. rewrite tmap_map, map_length. auto. }
-  assert (Hlen : forall e, e < nevents apply -> vlen (nth e stepsD dflt) = vlen didx).
+  set (PVD := tmap (fun st => vgather st didx) PV) in *.
+  assert (HPVl : length PV = nevents apply).
+  { unfold PV. rewrite !tmap_map, !map_length. reflexivity. }
+  assert (HD : forall e, e < nevents apply -> nth e PVD dflt = vgather (nth e PV dflt) didx).
+  { intros e He. unfold PVD. rewrite tmap_map. rewrite (nth_map_lt _ _ _ _ dflt); [reflexivity|].
+    rewrite HPVl. auto. }
+  assert (Hlen : forall e, e < nevents apply -> vlen (nth e PVD dflt) = vlen didx).
   { intros e He. rewrite HD, vlen_vgather; auto. }
   induction ps as [|[x y] ps IH]; simpl in Hloop; [discriminate|].
   destruct (Hr x y (or_introl eq_refl)) as [Hx Hy].
-  set (ok := veq (vgather (nth y steps dflt) (nth x stepsD dflt)) (vgather (nth x steps dflt) (nth y stepsD dflt))) in *.
-  destruct (mall ok) eqn:Hok.
+  destruct (vgeq (nth y PV dflt) (nth x PVD dflt) (nth x PV dflt) (nth y PVD dflt)) eqn:Hok.
   - destruct IH as (H1 & H2); auto.
     + intros u w H. apply Hr. simpl. auto.
     + split; [simpl; auto|exact H2].
   - injection Hloop as <- <- <-.
+    set (ok := veq (vgather (nth y PV dflt) (nth x PVD dflt)) (vgather (nth x PV dflt) (nth y PVD dflt))) in *.
     assert (Hokl : mlen ok = vlen didx).
     { unfold ok. rewrite mlen_veq; rewrite !vlen_vgather, ?Hlen; auto. }
-    destruct (mfirst_false_spec ok Hok) as [Hj Hv]. rewrite Hokl in Hj.
-    set (j := mfirst_false ok) in *.
-    destruct (vnth_mwhere dm j Hj) as [Hs Hd]. fold didx in Hs, Hd.
-    split; [simpl; auto|]. rewrite <- Hl. split; [exact Hs|split; [exact Hd|]].
-    unfold ok in Hv. rewrite mnth_veq in Hv by (rewrite ?vlen_vgather, ?Hlen; auto).
-    apply Nat.eqb_neq in Hv.
-    rewrite !vnth_vgather in Hv by (rewrite ?Hlen; auto).
-    rewrite !HD in Hv by auto.
-    assert (Hsn : vnth didx j < mlen valid) by congruence.
-    rewrite !vnth_vgather in Hv by auto.
-    unfold steps in Hv.
-    rewrite (step_val valid repair apply pairs init WF F x (vnth didx j)),
-            (step_val valid repair apply pairs init WF F y (vnth didx j)) in Hv by auto.
-    rewrite (step_val valid repair apply pairs init WF F y (nstep apply F x (vnth didx j))),
-            (step_val valid repair apply pairs init WF F x (nstep apply F y (vnth didx j))) in Hv
-      by (auto; apply (step_lt valid repair apply pairs init WF F HF); auto).
-    exact Hv.
+    assert (Hall : mall ok = false) by exact Hok.
+    destruct (mfirst_false_spec ok Hall) as [Hk Hv]. rewrite Hokl in Hk.
+    set (k := mfirst_false ok) in *.
+    destruct (vnth_mwhere dm k Hk) as [Hj Hd]. fold didx in Hj, Hd.
+    split; [simpl; auto|].
+    exists (vnth didx k). split; [rewrite <- Hl; exact Hj|]. split; [exact Hd|]. split.
+    + rewrite vnth_vgather by auto. reflexivity.
+    + unfold ok in Hv. rewrite mnth_veq in Hv by (rewrite ?vlen_vgather, ?Hlen; auto).
+      apply Nat.eqb_neq in Hv. rewrite !vnth_vgather in Hv by (rewrite ?Hlen; auto).
+      rewrite !HD in Hv by auto. rewrite !vnth_vgather in Hv by auto. exact Hv.
 Qed.
 
 End Witness.
@@ -752,27 +857,39 @@ Theorem check_tables_witness valid repair apply pairs reach init a b s :
   checked pairs (nevents apply) a b /\ s < mlen valid /\ mnth valid s = true
   /\ nstep apply (v_nf v) b (nstep apply (v_nf v) a s) <> nstep apply (v_nf v) a (nstep apply (v_nf v) b s).
 Proof.
-  simpl. unfold check_tables.
-  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
+  cbv zeta. unfold check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_witness]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
-  destruct wfc; simpl; [|discriminate].
-  destruct (mnth valid init) eqn:Hinit; simpl; [|discriminate].
-  set (steps := tmap (fun a => vgather F a) apply).
-  set (dm := domain_mask valid steps reach init).
-  destruct (dom_ok valid steps dm init) eqn:Hdom; simpl; [|discriminate].
-  set (ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end).
+  destruct wfc; cbn [negb v_witness]; [|discriminate].
+  destruct (pos_ok (vrank valid) (mwhere valid)) eqn:HP; cbn [negb v_witness]; [|discriminate].
+  destruct (mnth valid init) eqn:Hinit; cbn [negb v_witness]; [|discriminate].
+  set (V := mwhere valid) in *.
+  set (P := vrank valid) in *.
+  set (XV := tmap (fun a => vgather F (vgather a V)) apply) in *.
+  set (PV := tmap (fun xv => vgather P xv) XV) in *.
+  set (dm := domain_mask (vlen V) PV reach (vnth P init)) in *.
+  destruct (dom_ok (vlen V) PV dm (vnth P init)) eqn:Hdom; cbn [negb v_witness v_nf]; [|discriminate].
+  set (ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end) in *.
   intros Hw.
   destruct (nf_facts valid repair apply pairs init WF true F D HN eq_refl) as [_ Hnf].
-  destruct (dom_ok_spec valid repair apply pairs init WF F dm Hdom) as (Hl & _ & Hsub & _).
+  destruct (dom_ok_spec valid repair apply pairs init WF F Hnf P HP dm (vnth P init) Hdom) as (Hl & _ & _).
   pose proof (wf_parts valid repair apply pairs init WF) as (_ & _ & _ & _ & _ & Hps).
   assert (Hr : forall x y, In (x, y) ps -> x < nevents apply /\ y < nevents apply).
   { intros x y Hxy. unfold ps in Hxy. destruct pairs as [l|].
     - destruct (Hps l eq_refl x y Hxy) as (H1 & H2 & _). auto.
     - rewrite in_all_pairs, tlen_length in Hxy. unfold nevents. lia. }
-  destruct (cc1_loop_witness valid repair apply pairs init WF F Hnf dm ps a b s Hl Hr Hw) as (Hin & Hs & Hd & Hne).
-  split; [|split; [exact Hs|split; [apply Hsub; auto|exact Hne]]].
-  unfold checked. unfold ps in Hin. destruct pairs as [l|]; auto.
-  rewrite in_all_pairs, tlen_length in Hin. exact Hin.
+  destruct (cc1_loop_witness valid repair apply pairs init WF F Hnf P HP dm ps a b s Hl Hr Hw)
+    as (Hin & j & Hj & Hd & -> & Hne).
+  assert (Hab : a < nevents apply /\ b < nevents apply) by (apply Hr; auto).
+  destruct Hab as [Ha Hb].
+  destruct (V_facts valid repair apply pairs init WF F Hnf P HP j Hj) as [Hs Hv].
+  split; [|split; [exact Hs|split; [exact Hv|]]].
+  - unfold checked. unfold ps in Hin. destruct pairs as [l|]; auto.
+    rewrite in_all_pairs, tlen_length in Hin. exact Hin.
+  - destruct (PV_two valid repair apply pairs init WF F Hnf P HP a b j Ha Hb Hj) as [H1 E1].
+    destruct (PV_two valid repair apply pairs init WF F Hnf P HP b a j Hb Ha Hj) as [H2 E2].
+    rewrite E1, E2. intros E. apply Hne.
+    apply (V_inj valid repair apply pairs init WF F Hnf P HP); auto.
 Qed.
 
 (** ** Rejections for WFC are proven: a repair cycle exists *)
@@ -816,13 +933,13 @@ Lemma nf_loop_false fuel : forall m F D F' D', inv valid repair m F D ->
   inv valid repair (m * 2 ^ fuel) F' D' /\ exists s, s < n /\ mnth valid (vnth F' s) = false.
 Proof.
   induction fuel as [|k IH]; intros m F D F' D' Hinv Hl; simpl in Hl.
-  - destruct (mall (mgather valid F)) eqn:Ha; [discriminate|]. injection Hl as <- <-.
+  - destruct (mallat valid F) eqn:Ha; [discriminate|]. unfold mallat in Ha. injection Hl as <- <-.
     rewrite Nat.mul_1_r. split; [exact Hinv|].
     destruct Hinv as (HF & _ & _).
     destruct (mfirst_false_spec _ Ha) as [Hj Hv]. rewrite mlen_mgather in Hj.
     exists (mfirst_false (mgather valid F)). split; [fold n in HF; congruence|].
     rewrite mnth_mgather in Hv by auto. exact Hv.
-  - destruct (mall (mgather valid F)) eqn:Ha; [discriminate|].
+  - destruct (mallat valid F) eqn:Ha; [discriminate|]. unfold mallat in Ha.
     destruct (IH (m + m) _ _ _ _ (inv_double valid repair apply pairs init WF m F D Hinv) Hl) as [H1 H2].
     split; [|exact H2]. replace (m * 2 ^ S k) with ((m + m) * 2 ^ k) by (simpl; lia). exact H1.
 Qed.
@@ -853,11 +970,12 @@ Theorem check_tables_wfc_complete valid repair apply pairs reach init :
   exists s, s < mlen valid /\ forall k, mnth valid (iter repair k s) = false.
 Proof.
   simpl. unfold check_tables.
-  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate]. intros _.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
-  destruct wfc; simpl.
-  { repeat match goal with |- context [if ?c then _ else _] => destruct c end; simpl; discriminate. }
-  intros _. unfold nf_result in HN.
+  destruct wfc; cbn [negb v_wellformed v_wfc].
+  { repeat match goal with |- context [if ?c then _ else _] => destruct c end;
+      cbn [v_wellformed v_wfc]; intros H1 H2; discriminate. }
+  intros _ _. unfold nf_result in HN.
   destruct (nf_loop_false valid repair apply pairs init WF _ 1 _ _ _ _
               (inv_init valid repair apply pairs init WF) HN) as [(HF & _ & Hinv) [s [Hs Hv]]].
   exists s. split; [exact Hs|].

@@ -263,3 +263,44 @@ Proof.
   induction l as [|b l IH]; simpl; [lia|]. destruct b; simpl; [|lia].
   intros H [|i] Hi; auto. apply IH; lia.
 Qed.
+
+(** ** Two more primitives for the table checker's speed
+
+    [vrank] numbers the true entries of a mask; the checker never relies on how it is
+    computed: it checks at run time that [vrank] inverts [mwhere] (see [pos_ok] in
+    TableCheck.v).  [vjump] fuses the two gathers and the sum of a pointer-doubling round;
+    [mallat] and [vgeq] fuse gathers with a comparison and a conjunction, so
+    the mapped implementation can decide without building the gathered vectors (and stop at
+    the first chunk that fails). *)
+
+(** For each position, the number of true entries before it. *)
+Definition vrank (m : mask) : vec :=
+  Vec (map (fun i => length (filter (fun b : bool => b) (firstn i (ml m)))) (seq 0 (length (ml m)))).
+
+(** One round of pointer doubling: [F] read through itself, and [D] plus [D] read through [F]. *)
+Definition vjump (F D : vec) : vec * vec := (vgather F F, vadd D (vgather D F)).
+
+(** Every entry of [m] read at the positions [idx] is true (out of range reads false). *)
+Definition mallat (m : mask) (idx : vec) : bool := mall (mgather m idx).
+
+(** [x[u[i]] = y[w[i]]] at every position of the shorter of [u] and [w]. *)
+Definition vgeq (x u y w : vec) : bool := mall (veq (vgather x u) (vgather y w)).
+
+Lemma vgeq_spec x u y w : vlen u = vlen w ->
+  (vgeq x u y w = true <-> forall i, i < vlen u -> vnth x (vnth u i) = vnth y (vnth w i)).
+Proof.
+  intros Hl. unfold vgeq. rewrite mall_spec.
+  assert (Hm : mlen (veq (vgather x u) (vgather y w)) = vlen u).
+  { rewrite mlen_veq; rewrite !vlen_vgather; auto. }
+  rewrite Hm. split.
+  - intros H i Hi. specialize (H i Hi). rewrite mnth_veq in H by (rewrite ?vlen_vgather; auto).
+    apply Nat.eqb_eq in H. rewrite !vnth_vgather in H by lia. exact H.
+  - intros H i Hi. rewrite mnth_veq by (rewrite ?vlen_vgather; auto).
+    apply Nat.eqb_eq. rewrite !vnth_vgather by lia. apply H; auto.
+Qed.
+
+Lemma mnth_lt m i : mnth m i = true -> i < mlen m.
+Proof.
+  unfold mnth, mlen. intros H. destruct (Nat.lt_ge_cases i (length (ml m))) as [Hl|Hl]; auto.
+  rewrite nth_overflow in H by lia. discriminate.
+Qed.

@@ -89,15 +89,25 @@ def brute(valid: list[bool], repair: list[int], apply: list[list[int]],
     return Brute(True, nf, max(depth), True, cc1, witness, cc2, len(dom), cc1)
 
 
-def run(m: dict[str, Any]) -> TableVerdict:
+def run(m: dict[str, Any], dtype: type[np.integer[Any]] = np.int64) -> TableVerdict:
     n = len(m["valid"])
-    apply = np.array(m["apply"], dtype=np.int64).reshape(len(m["apply"]), n)
-    return check_tables(valid=np.array(m["valid"], dtype=bool), repair=np.array(m["repair"]), apply=apply,
-                        pairs=m["pairs"], domain=m["domain"], initial=m["initial"])
+    apply = np.array(m["apply"], dtype=dtype).reshape(len(m["apply"]), n)
+    return check_tables(valid=np.array(m["valid"], dtype=bool), repair=np.array(m["repair"], dtype=dtype),
+                        apply=apply, pairs=m["pairs"], domain=m["domain"], initial=m["initial"])
+
+
+def same(a: TableVerdict, b: TableVerdict) -> None:
+    assert (a.certified, a.wfc, a.max_depth, a.initial_valid, a.cc1, a.cc1_witness, a.cc2, a.domain_size,
+            a.theorem) == (b.certified, b.wfc, b.max_depth, b.initial_valid, b.cc1, b.cc1_witness, b.cc2,
+                           b.domain_size, b.theorem)
+    assert [int(x) for x in a.nf] == [int(x) for x in b.nf]
 
 
 def agree(m: dict[str, Any]) -> TableVerdict:
     got = run(m)
+    # the engine hands int32 tables, used as they are; other integer dtypes are converted
+    same(run(m, np.int32), got)
+    same(run(m, np.uint16), got)
     want = brute(m["valid"], m["repair"], m["apply"], m["pairs"], m["domain"], m["initial"])
     assert got.certified == want.certified
     assert got.wfc == want.wfc
@@ -203,6 +213,8 @@ GOOD: dict[str, Any] = {
         {"initial": 2},
         {"initial": True},
         {"repair": np.array([1, 0])},  # repair moves a valid state: rejected by the checker itself
+        {"repair": np.array([0, 2**63], dtype=np.uint64)},  # beyond int64: never wrapped to negative
+        {"apply": np.array([[1, 2**64 - 1]], dtype=np.uint64)},
     ],
 )
 def test_malformed_input_gives_no_verdict(change: dict[str, Any]) -> None:
@@ -220,6 +232,28 @@ def test_an_exception_inside_the_extracted_code_is_no_verdict(monkeypatch: pytes
     monkeypatch.setattr(_prims, "vgather", boom)
     with pytest.raises(OracleNoVerdict):
         check_tables(**GOOD)
+
+
+def test_int32_tables_are_used_without_a_copy() -> None:
+    valid = np.array([True, False, True])
+    repair = np.array([0, 2, 2], dtype=np.int32)
+    apply = np.array([[1, 1, 2], [0, 0, 0]], dtype=np.int32)
+    v = check_tables(valid=valid, repair=repair, apply=apply, pairs=None, domain="valid", initial=0)
+    assert v.certified is False and v.cc1_witness is not None  # set-to-1 then reset differs from 2
+    assert repair.flags.writeable and apply.flags.writeable  # the caller's arrays are untouched
+    assert [int(x) for x in v.nf] == [0, 2, 2]
+
+
+def test_a_wrong_numbering_of_the_valid_states_gives_no_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    # vrank is not trusted: the checker verifies that it numbers the valid states (pos_ok)
+    from govern.oracle import _prims
+
+    tables: dict[str, Any] = {**GOOD, "valid": np.array([False, True]), "repair": np.array([1, 1]),
+                              "initial": 1}
+    assert check_tables(**tables).certified
+    monkeypatch.setattr(_prims, "vrank", lambda m: _prims.viota(m.shape[0]))  # wrong: 1 is the 0th valid
+    with pytest.raises(OracleInputError, match="number"):
+        check_tables(**tables)
 
 
 def test_a_tampered_generated_module_gives_no_verdict(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import pytest
 
 from govern.oracle import _prims
@@ -149,7 +150,7 @@ def py(x: Any) -> Any:
     """A prim result as plain Python (lists for vectors)."""
     if isinstance(x, np.ndarray):
         assert not x.flags.writeable, "primitives return read-only arrays"
-        assert x.dtype in (np.int64, np.bool_)
+        assert x.dtype in (np.int32, np.int64, np.bool_)
         return [bool(v) if x.dtype == np.bool_ else int(v) for v in x]
     assert type(x) in (int, bool), f"scalar results are Python ints/bools, got {type(x)}"
     return x
@@ -168,13 +169,20 @@ M = "m"
 N = "n"
 
 
+def vec32(xs: list[int]) -> npt.NDArray[np.int32]:
+    a = np.array(xs, dtype=np.int32)
+    a.flags.writeable = False
+    return a
+
+
 def args_of(kinds: str) -> tuple[list[Any], list[Any]]:
+    """Random arguments; a vector is int64 or int32 (the engine's tables are int32), at random."""
     ours: list[Any] = []
     theirs: list[Any] = []
     for k in kinds:
         if k == V:
             xs = rvec()
-            ours.append(vec(xs))
+            ours.append(vec(xs) if RNG.random() < 0.5 else vec32(xs))
             theirs.append(cons(xs))
         elif k == M:
             bs = rmask()
@@ -207,6 +215,9 @@ VECTOR_PRIMS: dict[str, tuple[Callable[..., Any], Callable[..., Any], str]] = {
     "mwhere": (_prims.mwhere, ref.c_mwhere, M),
     "mmark": (_prims.mmark, ref.c_mmark, N + V),
     "mfirst_false": (_prims.mfirst_false, ref.c_mfirst_false, M),
+    "vrank": (_prims.vrank, ref.c_vrank, M),
+    "vgeq": (_prims.vgeq, ref.c_vgeq, V + V + V + V),
+    "mallat": (_prims.mallat, ref.c_mallat, M + V),
 }
 
 
@@ -216,6 +227,109 @@ def test_vector_primitive_matches_its_gallina_definition(name: str) -> None:
     for _ in range(400):
         a, b = args_of(kinds)
         assert py(ours(*a)) == rf(theirs(*b)), (name, b)
+
+
+def test_vjump_matches_its_gallina_definition() -> None:
+    # a Coq pair of vectors: (0, first, second)
+    for _ in range(400):
+        (f, d), (cf, cd) = args_of(V + V)
+        if RNG.random() < 0.6:  # mostly the fused path: f maps into itself, d as long as f
+            xs = [RNG.randrange(len(f) + (RNG.random() < 0.2)) for _ in range(len(f))]  # some out of range
+            ds = [RNG.randrange(6) for _ in xs]
+            f, cf, d, cd = vec32(xs), cons(xs), vec(ds), cons(ds)
+        tag, got_f, got_d = _prims.vjump(f, d)
+        want = ref.c_vjump(cf, cd)
+        assert tag == want[0] == 0
+        assert (py(got_f), py(got_d)) == (rf(want[1]), rf(want[2])), (cf, cd)
+
+
+def test_vjump_refuses_to_wrap() -> None:
+    with pytest.raises(OverflowError):
+        _prims.vjump(vec32([1, 0]), vec32([2**30, 2**30]))
+    with pytest.raises(OverflowError):  # the unfused path (d shorter than f) too
+        _prims.vjump(vec32([1, 0, 0]), vec32([2**30, 2**30]))
+
+
+def test_mallat_when_every_entry_is_true() -> None:
+    for _ in range(300):
+        bs = rmask()
+        idx = [i for i, b in enumerate(bs) if b and RNG.random() < 0.8]
+        want = ref.c_mallat(cons(bs), cons(idx))
+        assert _prims.mallat(mask(bs), vec32(idx)) is want
+        assert want is True
+
+
+def test_vgeq_when_the_gathers_agree() -> None:
+    # random arguments rarely agree: build ones that do, and then break one entry
+    for _ in range(300):
+        x, u = rvec(max_val=6), rvec(max_val=8)  # some of u out of range of x: those read 0
+        y = [x[i] if i < len(x) else 0 for i in u] + [RNG.randrange(5) for _ in range(3)]
+        w = list(range(len(u)))
+        for xs, us, ys, ws in ((x, u, y, w), (x, u, [v + 1 for v in y], w)):
+            want = ref.c_vgeq(cons(xs), cons(us), cons(ys), cons(ws))
+            assert _prims.vgeq(vec(xs), vec32(us), vec32(ys), vec(ws)) is want
+
+
+BIG = 1 << 19  # above the size where gathers and vgeq run in chunks on two threads
+
+
+def test_big_gathers_and_comparisons_equal_their_small_meaning() -> None:
+    rng = np.random.default_rng(7)
+    for dt in (np.int32, np.int64):
+        a = rng.integers(0, BIG, BIG).astype(dt)
+        idx = rng.integers(0, BIG, BIG + 5).astype(dt)
+        a.flags.writeable = idx.flags.writeable = False
+        got = _prims.vgather(a, idx)
+        assert got.dtype == a.dtype and not got.flags.writeable
+        assert np.array_equal(got, a[idx.astype(np.intp)])
+        out = idx.copy()
+        out[-1] = BIG  # one index out of range reads 0
+        out.flags.writeable = False
+        want = a[np.minimum(out, BIG - 1).astype(np.intp)]
+        want[-1] = 0
+        assert np.array_equal(_prims.vgather(a, out), want)
+        # vgeq over every chunk boundary: equal, then one entry changed at each end and in the middle
+        y = np.asarray(a[idx.astype(np.intp)], dtype=np.int64)
+        w = np.arange(idx.shape[0], dtype=np.int64)
+        assert _prims.vgeq(a, idx, y, w) is True
+        for pos in (0, BIG // 2 - 1, BIG // 2, idx.shape[0] - 1):
+            y2 = y.copy()
+            y2[pos] += 1
+            assert _prims.vgeq(a, idx, y2, w) is False
+        assert _prims.vgeq(a, out, y, w) is False  # out of range reads 0, a[...] was read instead
+    m = rng.random(BIG) < 0.3
+    where = np.flatnonzero(m)
+    assert _prims.mallat(m, where) is True
+    for pos in (0, where.shape[0] // 2, where.shape[0] - 1):
+        bad = where.copy()
+        bad[pos] = np.flatnonzero(~m)[0]
+        assert _prims.mallat(m, bad) is False
+        bad[pos] = BIG  # out of range reads False
+        assert _prims.mallat(m, bad) is False
+    f = rng.integers(0, BIG, BIG).astype(np.int32)
+    d = rng.integers(0, 9, BIG).astype(np.int32)
+    f.flags.writeable = d.flags.writeable = False
+    _, f2, d2 = _prims.vjump(f, d)
+    assert np.array_equal(f2, f[f]) and np.array_equal(d2, d + d[f])
+    g = f.copy()
+    g[BIG // 2] = BIG  # out of range, in one chunk only: reads 0 there
+    g.flags.writeable = False
+    _, g2, e2 = _prims.vjump(g, d)
+    safe = np.minimum(g, BIG - 1)
+    want_g, want_e = g[safe], d + d[safe]
+    want_g[BIG // 2], want_e[BIG // 2] = 0, d[BIG // 2]
+    assert np.array_equal(g2, want_g) and np.array_equal(e2, want_e)
+    r = _prims.vrank(m)
+    assert np.array_equal(r, np.concatenate([[0], np.cumsum(m)[:-1]]))
+
+
+def test_int32_vectors_never_wrap() -> None:
+    big = vec32([2**30, 2**30, 5])
+    with pytest.raises(OverflowError):
+        _prims.vadd(big, big)
+    assert py(_prims.vadd(vec32([2**30, 1]), vec([2**30, 2]))) == [2**31, 3]  # int64 operand: int64 sum
+    assert py(_prims.vequals(vec32([1, 2]), 2**40)) == [False, False]
+    assert py(_prims.vequals(vec32([1, 2**31 - 1]), 2**31 - 1)) == [False, True]
 
 
 def test_gather_of_the_empty_vector_and_all_out_of_range() -> None:
@@ -232,7 +346,7 @@ def test_every_mapped_primitive_is_tested() -> None:
     sys.modules["jsonpy_for_test"] = mod
     spec.loader.exec_module(mod)
     mapped = {impl.removeprefix("_P.") for _, impl in mod.PRIMS.values()}
-    scalars = {"andb", "nat_log2", "nat_mul", "z_add", "z_of_nat"}
+    scalars = {"andb", "nat_log2", "nat_mul", "z_add", "z_of_nat", "vjump"}  # vjump: its own test
     tested = set(VECTOR_PRIMS) | set(NAT_PRIMS) | set(Z_PRIMS) | scalars
     assert mapped == tested
 
