@@ -140,7 +140,7 @@ def main() -> None:
         )
         print(
             f"writes per run: {records} records in {tx} transactions "
-            "(header+start | model turn+attempt marker | tool result | final turn+end)"
+            "(header+start+first model turn+attempt marker | tool result | final turn+end)"
         )
         sql.close()
 

@@ -2,8 +2,9 @@
 
 One drive of `Agent.run(run_id, input)`:
 
-1. Load the run's journal (one read) and pin its start: a new run records its input and entry point; an
-   existing run with another input or entry point is refused (`RunMismatch`).
+1. Load the run's journal (one read) and check its start: an existing run with another input or entry
+   point is refused (`RunMismatch`). A new run's start (input and entry point) is journaled together with
+   its first turn, so a run exists in the journal from its first turn on.
 2. A finished run returns its journaled answer; the model is not called.
 3. Replay: every journaled model turn and tool result is reused, never redone.
 4. Loop: run the last turn's calls that have no result; then ask the model for the next turn. A new turn
@@ -169,7 +170,13 @@ class Agent:
         if not isinstance(input, str):
             raise ConfigError("input must be a string")
         journal = await Journal(self.store, run_id).aload()
-        await self._pin_start(journal, input)
+        # A new run's start record is written with its first turn, in the same all-or-nothing write: a run
+        # exists once it has a turn. An existing run's start is checked against this drive.
+        opening: list[Record] = []
+        if journal.has(START_KEY):
+            self._check_start(journal, input)
+        else:
+            opening = [Start(key=START_KEY, entry=self.entry, input=input)]
         end = journal.get(END_KEY)
         if isinstance(end, End):
             return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
@@ -182,6 +189,10 @@ class Agent:
         turn = 0
         restarts = 0
         while True:
+            if opening and journal.has(START_KEY):
+                # Another driver started this run first (our opening write lost): is it the same run?
+                self._check_start(journal, input)
+                opening = []
             end = journal.get(END_KEY)
             if isinstance(end, End):
                 return RunResult(run_id, end.answer, _count_turns(journal))
@@ -190,7 +201,7 @@ class Agent:
             # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
             # first, nothing of ours is written and we go on with the turn the journal holds.
             if isinstance(rec, ModelTurn):
-                pending: list[ModelTurn] = []
+                pending: list[Record] = []
             else:
                 if turn >= self.max_turns:
                     raise RunLimitExceeded(
@@ -200,11 +211,11 @@ class Agent:
                 rec = await self._ask_model(journal, turn, messages)
                 if not rec.message.tool_calls:
                     answer = End(key=END_KEY, answer=rec.message.content)
-                    if await journal.awrite_exclusive([rec, answer]):
+                    if await journal.awrite_exclusive([*opening, rec, answer]):
                         return RunResult(run_id, answer.answer, turn + 1)
                     restarts = _restart(run_id, turn, restarts)
                     continue
-                pending = [rec]
+                pending = [*opening, rec]  # `opening` stays until the journal shows a start
             msg = rec.message
             rec = None  # live runs keep only what they need while they wait (fewer objects for the GC)
             if not msg.tool_calls:
@@ -222,12 +233,10 @@ class Agent:
                 continue
             restarts = _restart(run_id, turn, restarts)
 
-    async def _pin_start(self, journal: Journal, input: str) -> None:
-        """Record the run's input and entry point, or check them against the recorded ones."""
+    def _check_start(self, journal: Journal, input: str) -> None:
+        """Refuse a drive whose input or entry point differs from the run's recorded start."""
         run_id = journal.run_id
         start = journal.get(START_KEY)
-        if start is None:
-            start, _ = await journal.awrite_one(Start(key=START_KEY, entry=self.entry, input=input))
         if not isinstance(start, Start):
             raise StoreError(f"run {run_id!r}: record {START_KEY!r} is not a start record")
         if start.entry != self.entry:
@@ -242,7 +251,7 @@ class Agent:
             )
 
     async def _run_calls(
-        self, journal: Journal, msg: AssistantMessage, pending: list[ModelTurn]
+        self, journal: Journal, msg: AssistantMessage, pending: list[Record]
     ) -> list[Message] | None:
         """The tool messages of a turn's calls, running those without a recorded result; None when another
         driver journaled this turn first."""
@@ -310,7 +319,7 @@ class Agent:
         assert isinstance(rec, ToolResult)
         return rec
 
-    async def _call(self, journal: Journal, call: ToolCall, pending: list[ModelTurn]) -> ToolResult | None:
+    async def _call(self, journal: Journal, call: ToolCall, pending: list[Record]) -> ToolResult | None:
         """Run one call of the current turn and return its recorded result.
 
         `pending` holds the turn's record while it is not journaled yet; it is written before anything
@@ -519,7 +528,7 @@ class Agent:
         idem: str,
         approval: Any,
         gen: int,
-        pending: list[ModelTurn],
+        pending: list[Record],
     ) -> ToolResult | None:
         run_id = journal.run_id
         claim = secrets.token_hex(16)

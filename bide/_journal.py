@@ -175,18 +175,20 @@ class Journal:
         return self._winners(len(records), mine, await self.store.ainsert_many(self.run_id, items))
 
     async def awrite_exclusive(self, records: Sequence[Record]) -> bool:
-        """Append all `records` in one transaction, or none of them if any key exists already (the stored
-        records of those keys are loaded instead). Returns True when all were written."""
-        if not self._has_header:
-            raise StoreError("awrite_exclusive needs a run that has its header; write the start first")
-        items = [(r.key, encode_record(r)) for r in records]
+        """Append all `records` in one transaction (with the header first for a new run), or none of them if
+        any key exists already (the stored records of those keys are loaded instead). Returns True when all
+        were written."""
+        mine, items = self._items(records)
         entries = await self.store.ainsert_many(self.run_id, items, exclusive=True)
-        if len(entries) == len(records) and all(e.inserted for e in entries):
+        if len(entries) == len(mine) and all(e.inserted for e in entries):
             for entry in entries:
                 if entry.key not in self._rows:
                     self._keep(entry, None)
+            self._has_header = True
             return True
         for entry in entries:
+            if entry.key == HEADER_KEY and not self._has_header:
+                self._check_header(entry)  # another writer created the run: in this format?
             if entry.key not in self._rows:
                 self._keep(entry, decode_record(entry.key, entry.data))
         return False

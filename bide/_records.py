@@ -5,7 +5,7 @@ base64), encoded with `canonical_json`. The stored bytes are exactly those bytes
 so an audit log can commit to them. Keys of one run::
 
     @journal                     header: {"kind":"header","format":"bide.journal/1"}; always first
-    run:start                    input and entry point, pinned by the first drive
+    run:start                    input and entry point, written with the first turn
     model:<n>                    the n-th assistant turn (n from 0)
     attempt:<call>:<gen>         side-effect attempt marker with a random claim id (gen 0, 1, ...)
     not-started:<call>:<gen>     proof that attempt <gen> never called the tool (voids it)

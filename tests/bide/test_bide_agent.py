@@ -541,6 +541,34 @@ def test_model_errors_are_wrapped_and_retried_on_next_drive() -> None:
     assert agent.run_sync("r", "hi").answer == "hello"
 
 
+def test_two_first_drives_with_different_inputs_one_run_one_effect() -> None:
+    """A new run's start is written with its first turn, all or nothing: two first drives racing with
+    different inputs both ask the model, one journals its turn, the other is refused, the tool fires once."""
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+
+    async def race() -> list[Any]:
+        agents = [
+            bide.Agent(
+                ScriptedModel([call("charge_card", customer=c, cents=5), reply("ok")], delay=0.01),
+                store=store,
+                tools=[ledger.tool()],
+            )
+            for c in ("alice", "bob")
+        ]
+        return list(
+            await asyncio.gather(
+                agents[0].run("r", "charge alice"), agents[1].run("r", "charge bob"), return_exceptions=True
+            )
+        )
+
+    outcomes = asyncio.run(race())
+    assert sorted(type(o).__name__ for o in outcomes) == ["RunMismatch", "RunResult"]
+    assert len(ledger.charges) == 1
+    stored = keys(store, "r")
+    assert stored[:3] == ["@journal", "run:start", "model:0"] and stored[-1] == "run:end"
+
+
 @pytest.mark.parametrize(
     "bad",
     [
@@ -560,7 +588,7 @@ def test_malformed_model_replies_are_refused_before_anything_is_journaled(bad: A
     store = bide.open_store("memory://")
     with pytest.raises(bide.ModelError, match=r"AssistantMessage|tool call"):
         bide.Agent(Broken(), store=store).run_sync("r", "hi")
-    assert [e.key for e in store.load("r")] == ["@journal", "run:start"]
+    assert store.load("r") == []  # a run exists from its first journaled turn on
 
 
 class AllowList:
@@ -743,12 +771,12 @@ class CountingStore:
 
 
 def test_store_call_budget_of_a_run() -> None:
-    """A one-tool run: one read and four transactions (header+start, turn+marker, result, final turn+end);
+    """A one-tool run: one read and three transactions (header+start+turn+marker, result, final turn+end);
     replaying it afterwards: one read, no writes; a read-only tool call: one write."""
     counting = CountingStore(bide.open_store("memory://"))
     agent = bide.Agent(charge_script(), store=counting, tools=[Ledger().tool()])  # type: ignore[arg-type]
     agent.run_sync("r", RUN_INPUT)
-    assert counting.counts == {"aload": 1, "ainsert_many": 4}
+    assert counting.counts == {"aload": 1, "ainsert_many": 3}
     counting.counts.clear()
     agent.run_sync("r", RUN_INPUT)
     assert counting.counts == {"aload": 1}
@@ -761,7 +789,7 @@ def test_store_call_budget_of_a_run() -> None:
     counting.counts.clear()
     model = ScriptedModel([call("look", q="x"), reply("ok")])
     bide.Agent(model, store=counting, tools=[look]).run_sync("ro", "x")  # type: ignore[arg-type]
-    assert counting.counts == {"aload": 1, "ainsert_many": 4}  # header+start, turn, result, final turn+end
+    assert counting.counts == {"aload": 1, "ainsert_many": 3}  # header+start+turn, result, final turn+end
 
 
 def test_halt_follows_the_marker_not_the_current_declaration() -> None:

@@ -17,12 +17,12 @@ def test_every_single_crash_point_and_random_schedules() -> None:
         if r.completed:
             assert r.fired == 1
     singles = {r.schedule[0]: r for r in report.results[:points]}
-    # A clean run makes 4 writes: header+start, first model turn+attempt marker, result, final turn+end.
-    # Crash points 5 (marker committed, reply lost), 6 (inside the call, after the effect) and 7 (before
-    # the result is sent) are the window; only they halt, and only 5 halts without the effect.
-    assert system.writes() == 3 * 4
-    assert sorted(k for k, r in singles.items() if r.halted) == [5, 6, 7]
-    assert singles[5].false_halt and not singles[6].false_halt and not singles[7].false_halt
+    # A clean run makes 3 writes: header+start+first model turn+attempt marker, result, final turn+end.
+    # Crash points 2 (marker committed, reply lost), 3 (inside the call, after the effect) and 4 (before
+    # the result is sent) are the window; only they halt, and only 2 halts without the effect.
+    assert system.writes() == 3 * 3
+    assert sorted(k for k, r in singles.items() if r.halted) == [2, 3, 4]
+    assert singles[2].false_halt and not singles[3].false_halt and not singles[4].false_halt
     assert report.false_halts == sum(r.false_halt for r in report.results) > 0
     assert "max_fired=1" in report.summary()
 
