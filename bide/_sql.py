@@ -283,21 +283,20 @@ class SQLStore:
 
     # -- public async API ----------------------------------------------------------------------------------
 
-    async def ainsert_many(
+    # Plain functions returning the request's future (no coroutine per call); they must be called from
+    # a running event loop, like any coroutine would be awaited in one.
+
+    def ainsert_many(
         self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
-    ) -> list[Entry]:
+    ) -> asyncio.Future[list[Entry]]:
         _check(run_id, items)
-        args = (_private_copy(items), exclusive)
-        result: list[Entry] = await self._asubmit(run_id, "insert", args)
-        return result
+        return self._asubmit(run_id, "insert", (_private_copy(items), exclusive))
 
-    async def aget(self, run_id: str, key: str) -> Entry | None:
-        result: Entry | None = await self._asubmit(run_id, "get", key)
-        return result
+    def aget(self, run_id: str, key: str) -> asyncio.Future[Entry | None]:
+        return self._asubmit(run_id, "get", key)
 
-    async def aload(self, run_id: str, after: int = 0) -> list[Entry]:
-        result: list[Entry] = await self._asubmit(run_id, "load", after)
-        return result
+    def aload(self, run_id: str, after: int = 0) -> asyncio.Future[list[Entry]]:
+        return self._asubmit(run_id, "load", after)
 
     def close(self) -> None:
         with self._lock:

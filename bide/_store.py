@@ -16,12 +16,14 @@ suite in tests/bide/test_store_conformance.py, run against every store):
 - **S7 exclusive batches.** `insert_many(..., exclusive=True)` inserts all its records or none (when any
   key exists), so a record can be written only together with the record it depends on.
 
-Every method has a blocking form (safe to call from any thread) and an async form (for the agent loop).
+Every method has a blocking form (safe to call from any thread) and an async form (for the agent loop). The
+async forms return awaitables, not necessarily coroutines: `await` them, or schedule them with
+`asyncio.ensure_future` (not `create_task`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -68,17 +70,20 @@ class Store(Protocol):
         """Run ids with at least one record, in byte order, starting after `after`, at most `limit`."""
         ...
 
-    async def ainsert_many(
+    # The async forms return awaitables: a coroutine (`async def`) or, as SQLStore does, a future, which
+    # spares every waiting run one coroutine object.
+
+    def ainsert_many(
         self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
-    ) -> list[Entry]:
+    ) -> Awaitable[list[Entry]]:
         """Async `insert_many`; concurrent callers may be committed together in one transaction."""
         ...
 
-    async def aget(self, run_id: str, key: str) -> Entry | None:
+    def aget(self, run_id: str, key: str) -> Awaitable[Entry | None]:
         """Async `get`."""
         ...
 
-    async def aload(self, run_id: str, after: int = 0) -> list[Entry]:
+    def aload(self, run_id: str, after: int = 0) -> Awaitable[list[Entry]]:
         """Async `load`."""
         ...
 

@@ -271,7 +271,7 @@ def test_sqlite_lock_held_by_another_process_does_not_block_the_event_loop(tmp_p
                 await asyncio.sleep(0.001)
 
         t = asyncio.create_task(ticker())
-        write = asyncio.create_task(store.ainsert_many("r", [("a", b"1")]))
+        write = asyncio.ensure_future(store.ainsert_many("r", [("a", b"1")]))
         while len(ticks) < 20:  # the loop keeps running while the write waits for the lock
             await asyncio.sleep(0.001)
         assert not write.done()
