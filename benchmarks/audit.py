@@ -1,7 +1,10 @@
 """Audit log speed: appends with proofs maintained, proof generation and verification, in memory at 10^6
 leaves and store-backed (SQLite), against a pure-Python hashing-alone baseline and pymerkle 7.0's figures.
 
-    python benchmarks/audit.py [--leaves 1000000] [--sql-leaves 100000]
+    python benchmarks/audit.py [--leaves 1000000] [--sql-leaves 100000] [--pymerkle-sizes 100000,1000000]
+
+When pymerkle 7.0 is importable (it is not a dependency), a last section measures it side by side with ours
+on this machine; otherwise ratios use the issue's reference figures.
 
 Prints figures and ratios; asserts nothing (speed is measured here, never in tests). Short measurements
 are the best of 5 runs, so other load on the machine disturbs them less.
@@ -16,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import bide
 from bide.audit import AuditLog, MerkleTree, journal_leaf, leaf_hash, verify_consistency, verify_inclusion
@@ -242,16 +246,67 @@ def store_backed(n: int, samples: int, appends: int) -> None:
             store.close()
 
 
+def pymerkle_side_by_side(sizes: list[int], samples: int) -> None:
+    """pymerkle 7.0's in-memory tree measured here, beside ours, when it is installed (it is not a
+    dependency: `pip install pymerkle==7.0.0` in the benchmark's environment to get this section)."""
+    try:
+        import pymerkle  # type: ignore[import-not-found]
+    except ImportError:
+        print("\npymerkle is not installed: ratios above use the issue's reference figures")
+        return
+    print(f"\nSide by side here: pymerkle {pymerkle.__version__} vs bide.audit.MerkleTree, in memory")
+    for n in sizes:
+        _side_by_side_at(pymerkle, n, samples)
+
+
+def _side_by_side_at(pymerkle: Any, n: int, samples: int) -> None:
+    data = [i.to_bytes(8, "big") * 8 for i in range(n)]
+    theirs = pymerkle.InmemoryTree(algorithm="sha256")
+    t0 = time.perf_counter()
+    for d in data:
+        theirs.append_entry(d)
+    their_build = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ours = MerkleTree(data)
+    our_build = time.perf_counter() - t0
+    idx = [random.randrange(n) for _ in range(samples)]
+    their_root, our_root = theirs.get_root(), ours.root(n)
+    their_gen = timed(lambda: [theirs.prove_inclusion(i + 1) for i in idx], repeat=2)
+    our_gen = timed(lambda: [ours.inclusion_proof(i, n) for i in idx], repeat=2)
+    their_pairs = [(theirs.get_leaf(i + 1), theirs.prove_inclusion(i + 1)) for i in idx]
+    our_cases = [(i, ours.leaf(i), ours.inclusion_proof(i, n)) for i in idx]
+    their_ok = timed(lambda: [pymerkle.verify_inclusion(lf, their_root, p) for lf, p in their_pairs])
+    our_ok = timed(lambda: [verify_inclusion(i, n, lf, p, our_root) for i, lf, p in our_cases])
+    olds = [random.randrange(1, n) for _ in range(samples)]
+    their_cons = timed(lambda: [theirs.prove_consistency(m) for m in olds], repeat=2)
+    our_cons = timed(lambda: [ours.consistency_proof(m, n) for m in olds], repeat=2)
+    print(f"  -- {n:,} leaves (ours, then pymerkle's, per operation)")
+    for what, mine, other, per in (
+        ("build", our_build, their_build, 1),
+        ("inclusion proof", our_gen, their_gen, samples),
+        ("inclusion verification", our_ok, their_ok, samples),
+        ("consistency proof", our_cons, their_cons, samples),
+    ):
+        unit, scale = ("s", 1.0) if per == 1 else ("ms", 1e3 / per)
+        line(what, f"{mine * scale:.4f} {unit}", f"pymerkle {other * scale:.4f} {unit}: {other / mine:.1f}x")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--leaves", type=int, default=1_000_000)
     ap.add_argument("--sql-leaves", type=int, default=100_000)
     ap.add_argument("--samples", type=int, default=5_000)
     ap.add_argument("--appends", type=int, default=300)
+    ap.add_argument(
+        "--pymerkle-sizes",
+        default="100000",
+        help="comma-separated tree sizes for the side-by-side pymerkle section (when pymerkle is installed)",
+    )
     args = ap.parse_args()
     random.seed(1)
     memory(args.leaves, args.samples)
     store_backed(args.sql_leaves, min(args.samples, 2000), args.appends)
+    pymerkle_side_by_side([int(x) for x in args.pymerkle_sizes.split(",") if x], min(args.samples, 2000))
 
 
 if __name__ == "__main__":
