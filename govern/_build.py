@@ -51,6 +51,7 @@ def build_machine(
             cc2=verdict.cc2,
             domain_size=len(verdict.domain_ids),
             rules_check=rules_check,
+            depth=verdict.depth,
         )
     ev_names = [e.name for e in snap.events]
     guarantee, theorems = guarantee_text(

@@ -1,9 +1,11 @@
 """The oracle gate: no machine unless the checker extracted from our Rocq proof agrees (fail closed).
 
 On every build the engine's tables (validity, one-step repair, raw apply over all states) go to
-`govern.oracle.check_tables`. The engine's own results (normal forms, WFC, repair depth, CC1 on D,
-CC2, domain size) must equal the oracle's, and the oracle must certify; anything else raises and the
-build produces nothing. There is no switch to skip this.
+`govern.oracle.check_tables`, with the engine's normal forms and repair depths as a witness that the
+oracle checks (in one pass, instead of iterating repair itself) and never trusts. The engine's own
+results (normal forms, WFC, repair depth, CC1 on D, CC2, domain size) must equal the oracle's, and the
+oracle must certify; anything else raises and the build produces nothing. There is no switch to skip
+this.
 
 When every rule is an expression, the rules checker (`check_rules`) also confirms that the tables are
 exactly what the rules mean. It costs more than the engine's whole build on large machines, so a
@@ -67,18 +69,36 @@ def run_gate(
     cc2: bool,
     domain_size: int,
     rules_check: RulesCheck = "auto",
+    depth: npt.NDArray[np.int32] | None = None,
 ) -> dict[str, Any]:
     """Have the oracle re-check the tables (and rules); returns its identity and verdict for the
-    report, or raises `OracleUnavailable`, `OracleRejected` or `OracleDisagreement`."""
+    report, or raises `OracleUnavailable`, `OracleRejected` or `OracleDisagreement`.
+
+    `depth` (the engine's repair depth of every state), when given, goes with `nf` to the oracle as a
+    witness it checks instead of iterating repair itself. A witness the oracle rejects is a
+    disagreement; the oracle then re-checks without it, so the error says where the engine erred."""
     oracle = _load()
     pairs = None if independent is None else [(int(a), int(b)) for a, b in independent]
+    tables: dict[str, Any] = {
+        "valid": valid, "repair": repair, "apply": apply, "pairs": pairs, "domain": domain,
+        "initial": int(initial),
+    }
+    problems = []
     try:
-        v = oracle.check_tables(
-            valid=valid, repair=repair, apply=apply, pairs=pairs, domain=domain, initial=int(initial)
-        )
+        try:
+            v = oracle.check_tables(**tables, **({} if depth is None else {"nf": nf, "depth": depth}))
+        except oracle.OracleInputError:
+            if depth is None:
+                raise
+            # The engine's normal forms or depths failed the oracle's check. Re-check without them:
+            # the oracle's own results then say where the engine went wrong.
+            v = oracle.check_tables(**tables)
+            problems.append(
+                "the engine's normal forms and repair depths failed the oracle's check of them as a "
+                "termination witness"
+            )
     except oracle.OracleError as exc:
         raise OracleUnavailable(f"the oracle gave no verdict on the engine's tables: {exc}") from exc
-    problems = []
     if not v.wfc:
         problems.append("WFC: the engine found repair terminating from every state, the oracle did not")
     else:

@@ -49,6 +49,7 @@ class Verdict:
     cc2_failing_events: list[str]
     cc2_witness: Divergence | None
     closures: list[frozenset[int]] = field(default_factory=list)
+    depth: IntArray | None = None  # repair depth of every state: the oracle's termination witness
 
 
 def event_closures(inv_fps: list[Footprint], ev_fps: list[Footprint]) -> list[frozenset[int]]:
@@ -86,7 +87,6 @@ def verify(snap: Snapshot, space: Space, tables: Tables, domain: Domain, timer: 
         if stuck is not None:
             raise NotConvergent(_cycle(snap.name, space, inv_names, tables, stuck))
         depth_max = int(depth.max()) if len(depth) else 0
-        del depth
         if snap.initial is not None:
             initial = space.id_of(snap.initial)
             if not tables.valid[initial]:
@@ -243,6 +243,7 @@ def verify(snap: Snapshot, space: Space, tables: Tables, domain: Domain, timer: 
         cc2_failing,
         cc2_witness,
         closures,
+        depth,
     )
 
 

@@ -29,6 +29,7 @@ Extract Constant Vec.vrank => "prim_vrank".
 Extract Constant Vec.vgeq => "prim_vgeq".
 Extract Constant Vec.mallat => "prim_mallat".
 Extract Constant Vec.vjump => "prim_vjump".
+Extract Constant Vec.vstepok => "prim_vstepok".
 
 Extract Constant ZVec.zlen => "prim_zlen".
 Extract Constant ZVec.zconst => "prim_zconst".
@@ -66,4 +67,4 @@ Extract Constant PeanoNat.Nat.add => "prim_nat_add".
 Extract Constant PeanoNat.Nat.log2 => "prim_nat_log2".
 Extract Constant Coq.Init.Datatypes.andb => "prim_andb".
 
-Extraction "_build/oracle.json" check_tables check_rules.
+Extraction "_build/oracle.json" check_tables check_tables_w check_rules.

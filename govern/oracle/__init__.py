@@ -4,11 +4,13 @@
 raw event tables.  It establishes termination of repair itself, computes the normal forms, the checked
 domain, CC1 on the domain for the checked pairs and CC2 on every state.  Its verdict is computed by
 `_generated.py`, Python translated mechanically from Coq's extraction of `TableCheck.check_tables`, whose
-soundness is the theorem named in the verdict (see rocq/README.md).  `check_rules` recomputes the tables
-from the machine's rules (the expression AST of docs/semantics.md) with the extracted `Rules.check_rules`
-and says whether the given tables are exactly those.  This front end only validates and
-converts inputs; malformed input raises `OracleInputError`, and any failure inside the extracted code
-raises `OracleNoVerdict`: neither is ever turned into a True or False.
+soundness is the theorem named in the verdict (see rocq/README.md).  Handed the normal forms and repair
+depths as a witness, it runs `TableCheck.check_tables_w`, which checks the witness (a ranking and the
+normal form) instead of iterating repair and then gives the same verdict (`check_tables_w_eq`).
+`check_rules` recomputes the tables from the machine's rules (the expression AST of docs/semantics.md)
+with the extracted `Rules.check_rules` and says whether the given tables are exactly those.  This front
+end only validates and converts inputs; malformed input raises `OracleInputError`, and any failure
+inside the extracted code raises `OracleNoVerdict`: neither is ever turned into a True or False.
 """
 
 from __future__ import annotations
@@ -88,7 +90,8 @@ class TableVerdict:
     (trace equivalence of normalized runs from the domain). A False verdict with a `cc1_witness` rests on
     `Govern.TableCheck.check_tables_witness` (the witness is a real disagreement), one with `wfc` False on
     `Govern.TableCheck.check_tables_wfc_complete` (some state never reaches a valid state); the other False
-    verdicts (invalid initial state) name `Govern.TableCheck.check_tables_sound`.
+    verdicts (invalid initial state) name `Govern.TableCheck.check_tables_sound`.  A verdict computed with
+    a witness (see `check_tables`) is that same verdict, by `Govern.TableCheck.check_tables_w_eq`.
     """
 
     certified: bool
@@ -188,13 +191,19 @@ def check_tables(
     pairs: list[tuple[int, int]] | None,
     domain: Literal["valid", "reachable"],
     initial: int,
+    nf: npt.NDArray[Any] | None = None,
+    depth: npt.NDArray[Any] | None = None,
 ) -> TableVerdict:
     """Re-check a machine from its tables with the extracted checker; see `TableVerdict`.
 
     valid: (N,) bool; repair: (N,) one-step repair table (repair[s] == s for valid s); apply: (E, N) raw
     event table before normalization; pairs: the checked pairs (None = every unordered pair); domain:
-    "valid" or "reachable" (from `initial`).  Raises OracleInputError on malformed input and
-    OracleNoVerdict when the extracted code fails; never returns a verdict in either case.
+    "valid" or "reachable" (from `initial`).  Optionally a witness, both or neither: nf, the (N,)
+    normal form of every state, and depth, the (N,) number of repair steps from every state.  The
+    witness is not trusted: the extracted `check_tables_w` checks it (instead of pointer doubling) and
+    then gives exactly the verdict it gives without one (`Govern.TableCheck.check_tables_w_eq`); a wrong
+    witness is malformed input.  Raises OracleInputError on malformed input and OracleNoVerdict when the
+    extracted code fails; never returns a verdict in either case.
     """
     if not isinstance(valid, np.ndarray) or valid.dtype != np.bool_ or valid.ndim != 1:
         raise OracleInputError("valid must be a 1-D numpy bool array")
@@ -228,21 +237,28 @@ def check_tables(
                 raise OracleInputError(f"pair {p!r} must name two distinct events in 0..{e - 1}")
             items.append((0, a, b))
         cpairs = (0, _cons_list(items))
+    witness: tuple[Any, ...] = ()
+    if (nf is None) != (depth is None):
+        raise OracleInputError("give both nf and depth (the witness) or neither")
+    if nf is not None and depth is not None:
+        if not isinstance(nf, np.ndarray) or not isinstance(depth, np.ndarray):
+            raise OracleInputError("nf and depth must be numpy arrays")
+        witness = (_as_vec(nf, n, "nf"), _as_vec(depth, n, "depth"))
     if not _GENERATED_OK:
         raise OracleNoVerdict(
             "govern/oracle/_generated.py does not match PROVENANCE; regenerate with `make -C rocq regen`"
         )
-    entry: Callable[..., Any] = _generated_entry("c_check_tables")
+    entry: Callable[..., Any] = _generated_entry("c_check_tables_w" if witness else "c_check_tables")
     try:
-        raw = entry(vrow, rep, _cons_list(rows), cpairs, domain == "reachable", initial)
+        raw = entry(vrow, rep, _cons_list(rows), cpairs, domain == "reachable", initial, *witness)
     except Exception as err:
         raise OracleNoVerdict(f"the extracted checker failed: {type(err).__name__}: {err}") from err
     finally:
         _prims.reset()
-    return _decode(raw, n, domain == "valid")
+    return _decode(raw, n, domain == "valid", bool(witness))
 
 
-def _decode(raw: Any, n: int, valid_domain: bool) -> TableVerdict:
+def _decode(raw: Any, n: int, valid_domain: bool, witnessed: bool = False) -> TableVerdict:
     def bad(why: str) -> OracleNoVerdict:
         return OracleNoVerdict(f"the extracted checker returned a malformed verdict ({why})")
 
@@ -256,8 +272,10 @@ def _decode(raw: Any, n: int, valid_domain: bool) -> TableVerdict:
         raise bad("number type")
     if not wf:
         raise OracleInputError(
-            "the extracted checker found the tables malformed (shapes or ranges), or could not number "
-            "the valid states (a primitive failed its own check)"
+            "the extracted checker found the tables malformed (shapes or ranges), "
+            + ("or the witness wrong (nf is not the normal form or depth not the repair depth of every "
+               "state), " if witnessed else "")
+            + "or could not number the valid states (a primitive failed its own check)"
         )
     wit: tuple[int, int, int] | None
     if witness == _NONE:

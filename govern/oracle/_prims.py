@@ -9,7 +9,8 @@ int32 result is only made where every value provably fits), a ``mask`` a read-on
 Where the exact meaning cannot be computed in the array's dtype (an overflow that a cheap bound cannot
 exclude) a primitive raises: the oracle then gives no verdict, never a wrong one.
 
-`vjump` runs a pointer-doubling round in one chunked pass; `vgeq` and `mallat` decide chunk by chunk
+`vjump` runs a pointer-doubling round in one chunked pass, `vstepok` checks a normal-form and depth
+witness in one; `vgeq` and `mallat` decide chunk by chunk
 (stopping at the first chunk that fails), on two threads for large inputs (numpy releases the GIL in
 `take`). Neither changes a result or which inputs raise.
 """
@@ -22,7 +23,7 @@ import threading
 import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -61,6 +62,7 @@ __all__ = [
     "vnth",
     "vrank",
     "vselect",
+    "vstepok",
     "z_add",
     "z_of_nat",
     "zadd",
@@ -93,6 +95,9 @@ _INT32_MAX = int(np.iinfo(np.int32).max)
 _T = TypeVar("_T")
 _PAR_MIN = 1 << 18  # below this many entries one thread is faster than a hand-off
 _CHUNK = 1 << 15  # entries per comparison chunk (two chunks of int64 fit in L2)
+# vgeq's chunk: larger, so that its two threads (numpy's take releases the GIL) meet at the GIL seldom
+# enough to overlap (with 2**15 they mostly took turns); measured 2**15..2**18 on chain(20)
+_GEQ_CHUNK = 1 << 18
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
 
@@ -323,29 +328,73 @@ def mallat(m: Mask, idx: Vec) -> bool:
     return all(_halves(idx.shape[0], part))
 
 
+# Index vectors that vgeq reads again and again within one check (the position of every normal form,
+# once per event in CC2; each event's position table, once per pair in CC1) are converted to numpy's
+# index type once, not at every gather. Only read-only arrays (they cannot change); keyed by id() with
+# the array itself kept, so an id is never reused while cached; reset() drops them after every check.
+_INDEX: dict[int, tuple[Vec, npt.NDArray[np.intp]]] = {}
+_INDEX_MAX_U = 1 << 18  # vgeq's second argument is cached only up to this length (CC2 reads each once)
+
+
+def _index(a: Vec) -> npt.NDArray[np.integer[Any]]:
+    if a.dtype == np.intp or a.flags.writeable:
+        return a
+    hit = _INDEX.get(id(a))
+    if hit is not None and hit[0] is a:
+        return hit[1]
+    ip = a.astype(np.intp)
+    _INDEX[id(a)] = (a, ip)
+    return ip
+
+
 def vgeq(x: Vec, u: Vec, y: Vec, w: Vec) -> bool:
     """Vec.vgeq: x[u[i]] == y[w[i]] for every i below min(len u, len w) (out of range reads 0)."""
     k = min(u.shape[0], w.shape[0])
-    nx, ny = x.shape[0], y.shape[0]
+    iu = _index(u) if u.shape[0] <= _INDEX_MAX_U else u
+    iw = _index(w)
 
     def part(lo: int, hi: int) -> bool:
-        bx = np.empty(min(_CHUNK, hi - lo), dtype=x.dtype)
-        by = np.empty(min(_CHUNK, hi - lo), dtype=y.dtype)
-        for s in range(lo, hi, _CHUNK):
-            e = min(hi, s + _CHUNK)
-            cu, cw, cx, cy = u[s:e], w[s:e], bx[: e - s], by[: e - s]
-            if int(cu.max()) < nx and int(cw.max()) < ny:
-                # every index is in range: mode="clip" writes straight into the buffer, never clips
-                np.take(x, cu, out=cx, mode="clip")
-                np.take(y, cw, out=cy, mode="clip")
-                same = np.array_equal(cx, cy)
-            else:  # some index out of range: that entry reads 0
-                same = np.array_equal(vgather(x, cu), vgather(y, cw))
+        for s in range(lo, hi, _GEQ_CHUNK):
+            e = min(hi, s + _GEQ_CHUNK)
+            try:
+                # numpy bounds-checks every index as it gathers (they are never negative); no range
+                # pass of our own, no "clip" (which clamps every index)
+                same = bool(np.equal(np.take(x, iu[s:e]), np.take(y, iw[s:e])).all())
+            except IndexError:  # some index out of range: that entry reads 0
+                same = bool(np.equal(vgather(x, u[s:e]), vgather(y, w[s:e])).all())
             if not same:
                 return False
         return True
 
     return all(_halves(k, part))
+
+
+def _take_or_zero(a: Vec, idx: npt.NDArray[np.intp]) -> npt.NDArray[np.generic]:
+    try:
+        return np.take(a, idx)  # bounds-checked; indices are never negative
+    except IndexError:  # some index out of range: that entry reads 0
+        return _gather(a, idx, 0)
+
+
+def vstepok(m: Mask, r: Vec, f: Vec, d: Vec) -> bool:
+    """Vec.vstepok: f[i] == f[r[i]] for i below min(len f, len r), and d[i] == d[r[i]] + (0 if m[i]
+    else 1) for i below min(len d, len r, len m) (out of range reads 0).
+
+    One chunked pass converting each index chunk once for both gathers; d[i] - (1 - m[i]) is compared
+    with d[r[i]] (the same equation over the integers, and it cannot overflow: entries are naturals)."""
+    k1 = min(f.shape[0], r.shape[0])
+    k2 = min(d.shape[0], r.shape[0], m.shape[0])
+    for s in range(0, max(k1, k2), _GEQ_CHUNK):
+        e = min(max(k1, k2), s + _GEQ_CHUNK)
+        ip = r[s:e].astype(np.intp)
+        e1, e2 = min(k1, e), min(k2, e)
+        if s < e1 and not bool(np.equal(f[s:e1], _take_or_zero(f, ip[: e1 - s])).all()):
+            return False
+        if s < e2:
+            lhs = np.subtract(d[s:e2], ~m[s:e2], dtype=np.result_type(d.dtype, np.int32))
+            if not bool(np.equal(lhs, _take_or_zero(d, ip[: e2 - s])).all()):
+                return False
+    return True
 
 
 def nat_eqb(a: int, b: int) -> bool:
@@ -431,8 +480,10 @@ def _zconst_cached(n: int, z: int) -> Vec:
 
 
 def reset() -> None:
-    """Drop the memoized constant vectors (the front end calls this after every check)."""
+    """Drop the memoized constant vectors and index conversions (the front end calls this after every
+    check)."""
     _zconst_cached.cache_clear()
+    _INDEX.clear()
 
 
 def _pow2(k: int) -> bool:

@@ -55,6 +55,7 @@ PRIMS: dict[str, tuple[int, str]] = {
     "prim_vgeq": (4, "_P.vgeq"),
     "prim_mallat": (2, "_P.mallat"),
     "prim_vjump": (2, "_P.vjump"),
+    "prim_vstepok": (4, "_P.vstepok"),
     "prim_nat_eqb": (2, "_P.nat_eqb"),
     "prim_nat_ltb": (2, "_P.nat_ltb"),
     "prim_nat_leb": (2, "_P.nat_leb"),

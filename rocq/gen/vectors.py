@@ -2,7 +2,8 @@
 """Compute vectors: run the table checker INSIDE Coq (vm_compute) on fixed inputs and record the results.
 
 Usage: vectors.py COQC BUILD_DIR OUTPUT.json   (run from rocq/)
-Writes BUILD_DIR/Vectors.v, runs it, and writes OUTPUT.json: a list of {"case": inputs, "coq": summary}.
+Writes BUILD_DIR/Vectors.v, runs it, and writes OUTPUT.json: a list of {"case": inputs, "coq": summary}
+(a case with a "witness" runs check_tables_w with that normal-form and depth witness).
 tests/oracle/test_vectors.py runs the generated Python on the same inputs and requires the same summary.
 The cases are deterministic (seeded): small machines with repair cycles, non-commuting pairs, CC2
 failures, reachable domains, declared pairs, invalid initial states and malformed tables.
@@ -80,6 +81,50 @@ def cases() -> list[dict[str, Any]]:
             s = valid_ids[0]
             case["repair"] = [(x if i != s else (s + 1) % n) for i, x in enumerate(repair)]
         out.append(case)
+    return out
+
+
+def _true_witness(c: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """The normal forms and repair depths of a case whose repair table is in range and terminates."""
+    n, valid, repair = len(c["valid"]), c["valid"], c["repair"]
+    if any(not 0 <= r < n for r in repair):
+        return None
+    nf, depth = [], []
+    for s in range(n):
+        x, k = s, 0
+        while not valid[x] and k <= n:
+            x, k = repair[x], k + 1
+        if not valid[x]:
+            return None
+        nf.append(x)
+        depth.append(k)
+    return nf, depth
+
+
+def witness_cases(base: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The same cases handed to check_tables_w with a witness: the true one, and wrong ones (a depth or a
+    normal form changed at one state, all depths 0, a short vector, a repair cycle) that must give the
+    malformed verdict."""
+    rng = random.Random(4)
+    out: list[dict[str, Any]] = []
+    for k, c in enumerate(base):
+        n = len(c["valid"])
+        true = _true_witness(c)
+        nf, depth = true if true is not None else (list(range(n)), [0] * n)
+        kind = k % 6
+        if true is None or kind in (0, 1, 2):
+            pass  # the true witness (or, with a cycle or an out-of-range entry, any witness)
+        elif kind == 3:
+            s = rng.randrange(n)
+            depth = [d + (1 if i == s else 0) for i, d in enumerate(depth)]
+        elif kind == 4:
+            s = rng.randrange(n)
+            nf = [(x + 1) % n if i == s else x for i, x in enumerate(nf)]
+        elif k % 12 == 5:
+            depth = [0] * n
+        else:
+            depth = depth[:-1]
+        out.append({**c, "witness": {"nf": nf, "depth": depth}})
     return out
 
 
@@ -197,12 +242,17 @@ def coq_term(c: dict[str, Any]) -> str:
     apply = "[" + "; ".join(f"Vec {nat_list(r)}" for r in c["apply"]) + "]"
     pairs = "None" if c["pairs"] is None else "Some [" + "; ".join(f"({a}, {b})" for a, b in c["pairs"]) + "]"
     reach = "true" if c["reach"] else "false"
+    if "witness" in c:
+        w = c["witness"]
+        return (f"summary (check_tables_w ({valid}) ({repair}) {apply} ({pairs}) {reach} {c['init']} "
+                f"(Vec {nat_list(w['nf'])}) (Vec {nat_list(w['depth'])}))")
     return f"summary (check_tables ({valid}) ({repair}) {apply} ({pairs}) {reach} {c['init']})"
 
 
 def main(argv: list[str]) -> int:
     coqc, build, output = argv
     cs = cases()
+    cs += witness_cases(cs)
     rcs = rules_cases()
     src = os.path.join(build, "Vectors.v")
     with open(src, "w", encoding="utf-8") as fh:
@@ -230,7 +280,8 @@ def main(argv: list[str]) -> int:
     os.replace(tmp, output)
     tables = [r for r in records if "case" in r]
     rules = [r for r in records if "rules" in r]
-    print(f"vectors: {len(tables)} table-checker vectors ({sum(r['coq'][1] for r in tables)} certified), "
+    print(f"vectors: {len(tables)} table-checker vectors ({sum(r['coq'][1] for r in tables)} certified, "
+          f"{sum(1 for r in tables if 'witness' in r['case'])} with a witness), "
           f"{len(rules)} rules-checker vectors ({sum(1 - r['coq'][0] for r in rules)} match)")
     return 0
 

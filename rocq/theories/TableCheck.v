@@ -53,7 +53,7 @@ Definition pair_ok (ne : nat) (p : nat * nat) : bool :=
 Definition well_formed (valid : mask) (repair : vec) (apply : list vec)
     (pairs : option (list (nat * nat))) (init : nat) : bool :=
   let n := mlen valid in
-  Nat.ltb init n && row_ok n repair && mall (veq (vselect valid (viota n) repair) repair)
+  Nat.ltb init n && row_ok n repair && mall (veq (vgather repair (mwhere valid)) (mwhere valid))
   && tall (row_ok n) apply
   && match pairs with None => true | Some ps => tall (pair_ok (tlen apply)) ps end.
 
@@ -285,13 +285,12 @@ Proof.
   apply Nat.eqb_eq in Hr1. apply Nat.ltb_lt in Hr2.
   rewrite tall_forall in Hap.
   split; [exact Hi|]. split; [exact Hr1|]. split; [exact Hr2|]. split; [|split].
-  - intros s Hs Hv. rewrite mall_spec in Hfix.
-    assert (Hl : vlen (viota n) = vlen repair) by (rewrite vlen_viota; auto).
-    assert (Hs' : s < mlen (veq (vselect valid (viota n) repair) repair)).
-    { rewrite mlen_veq; rewrite vlen_vselect; rewrite ?vlen_viota; auto; lia. }
-    specialize (Hfix s Hs'). rewrite mnth_veq in Hfix; rewrite ?vlen_vselect, ?vlen_viota; auto; try lia.
-    rewrite vnth_vselect in Hfix; rewrite ?vlen_viota; auto; try lia.
-    rewrite Hv, vnth_viota in Hfix by auto. apply Nat.eqb_eq in Hfix. auto.
+  - intros s Hs Hv. destruct (mwhere_cover valid s Hs Hv) as [j [Hj Ej]].
+    rewrite mall_spec in Hfix.
+    assert (Hj' : j < mlen (veq (vgather repair (mwhere valid)) (mwhere valid)))
+      by (rewrite mlen_veq; rewrite ?vlen_vgather; auto).
+    specialize (Hfix j Hj'). rewrite mnth_veq in Hfix by (rewrite ?vlen_vgather; auto).
+    rewrite vnth_vgather, Ej in Hfix by auto. apply Nat.eqb_eq in Hfix. auto.
   - intros e He. assert (Hin : In (nth e apply dflt) apply) by (apply nth_In; auto).
     specialize (Hap _ Hin). unfold row_ok in Hap. apply andb_prop in Hap as [H1 H2].
     apply Nat.eqb_eq in H1. apply Nat.ltb_lt in H2. auto.
@@ -982,4 +981,246 @@ Proof.
   destruct (Hinv s Hs) as [E _]. rewrite E in Hv.
   apply (cycle_of_invalid valid repair apply pairs init WF (1 * 2 ^ S (Nat.log2 (mlen valid)))); auto.
   destruct (Nat.log2_spec (mlen valid)) as [_ Hlt]; [lia|]. simpl in *. lia.
+Qed.
+
+(** ** The checker with a witness
+
+    The engine computes, with the tables, the repair depth of every state and the normal
+    forms.  [check_tables_w] takes both as an UNTRUSTED witness and checks them in one pass
+    each, instead of pointer doubling: [Dw] is 0 exactly on valid states, [Dw s] is
+    [Dw (repair s) + 1] on invalid ones, and below [n] (so repair terminates: a ranking);
+    [Fw] is constant along repair and the identity on valid states.  The two checks over
+    every state are one fused primitive, [vstepok].  A witness that fails the
+    check gives the malformed verdict (no verdict); one that passes gives exactly the verdict
+    of [check_tables] ([check_tables_w_eq]), so every theorem about [check_tables] holds for
+    [check_tables_w]'s verdict. *)
+Definition witness_ok (valid : mask) (repair Fw Dw : vec) : bool :=
+  let n := mlen valid in
+  let V := mwhere valid in
+  Nat.eqb (vlen Fw) n && Nat.eqb (vlen Dw) n && Nat.ltb (vmax Dw) n
+  && Nat.eqb (vmax (vgather Dw V)) 0
+  && vstepok valid repair Fw Dw
+  && mall (veq (vgather Fw V) V).
+
+Definition check_tables_w (valid : mask) (repair : vec) (apply : list vec)
+    (pairs : option (list (nat * nat))) (reach : bool) (init : nat) (Fw Dw : vec) : verdict :=
+  if negb (well_formed valid repair apply pairs init && witness_ok valid repair Fw Dw)
+  then Verdict false false false 0 false false false None false repair 0 else
+  match (true, Fw, Dw) with
+  | (wfc, F, D) =>
+    let depth := vmax D in
+    if negb wfc then Verdict true false false depth false false false None false F 0 else
+    let V := mwhere valid in
+    let P := vrank valid in
+    if negb (pos_ok P V) then Verdict false false false depth false false false None false F 0 else
+    let XV := tmap (fun a => vgather F (vgather a V)) apply in
+    let cc2 := cc2_ok F (vgather P F) apply XV in
+    if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 else
+    let m := vlen V in
+    let PV := tmap (fun xv => vgather P xv) XV in
+    let pinit := vnth P init in
+    let dm := domain_mask m PV reach pinit in
+    if negb (dom_ok m PV dm pinit) then Verdict true false true depth true false false None cc2 F 0 else
+    let didx := mwhere dm in
+    let ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end in
+    let w := cc1_loop PV (tmap (fun st => vgather st didx) PV) (vgather V didx) ps in
+    let cc1 := match w with None => true | Some _ => false end in
+    Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx)
+  end.
+
+Lemma vec_ext a b : vlen a = vlen b -> (forall i, i < vlen a -> vnth a i = vnth b i) -> a = b.
+Proof.
+  destruct a as [a], b as [b]. unfold vlen, vnth; simpl. intros Hl H. f_equal.
+  apply nth_ext with (d := 0) (d' := 0); auto.
+Qed.
+
+Section Witness.
+Variables (valid : mask) (repair : vec) (apply : list vec) (pairs : option (list (nat * nat))) (init : nat).
+Hypothesis WF : well_formed valid repair apply pairs init = true.
+Variables (Fw Dw : vec).
+Hypothesis WOK : witness_ok valid repair Fw Dw = true.
+Let n := mlen valid.
+
+Lemma mall_veq_nth a b i : mall (veq a b) = true -> vlen a = vlen b -> i < vlen a -> vnth a i = vnth b i.
+Proof.
+  intros H Hl Hi. rewrite mall_spec in H. rewrite mlen_veq in H by auto.
+  specialize (H i Hi). rewrite mnth_veq in H by auto. apply Nat.eqb_eq. exact H.
+Qed.
+
+Lemma w_parts :
+  vlen Fw = n /\ vlen Dw = n /\ vmax Dw < n
+  /\ (forall s, s < n -> mnth valid s = true -> vnth Dw s = 0)
+  /\ (forall s, s < n -> vnth Dw s = vnth Dw (rep repair s) + (if mnth valid s then 0 else 1))
+  /\ (forall s, s < n -> vnth Fw s = vnth Fw (rep repair s))
+  /\ (forall s, s < n -> mnth valid s = true -> vnth Fw s = s).
+Proof using WF WOK.
+  destruct (wf_parts valid repair apply pairs init WF) as (_ & Hrl & Hrm & _).
+  fold n in Hrl, Hrm.
+  unfold witness_ok, vstepok in WOK. fold n in WOK.
+  repeat match goal with H : (_ && _) = true |- _ => apply andb_prop in H as [? ?] end.
+
+  repeat match goal with
+  | H : Nat.eqb _ _ = true |- _ => apply Nat.eqb_eq in H
+  | H : Nat.ltb _ _ = true |- _ => apply Nat.ltb_lt in H
+  end.
+  match goal with H : vlen Fw = n |- _ => rename H into HFl end.
+  match goal with H : vlen Dw = n |- _ => rename H into HDl end.
+  match goal with H : vmax Dw < n |- _ => rename H into HDm end.
+  match goal with H : vmax (vgather Dw _) = 0 |- _ => rename H into HD0 end.
+  match goal with H : mall (veq Dw _) = true |- _ => rename H into HDs end.
+  match goal with H : mall (veq Fw _) = true |- _ => rename H into HFs end.
+  match goal with H : mall (veq (vgather Fw _) _) = true |- _ => rename H into HFv end.
+  split; [auto|]. split; [auto|]. split; [auto|]. split; [|split; [|split]].
+  - intros s Hs Hv. destruct (mwhere_cover valid s Hs Hv) as [j [Hj Ej]].
+    pose proof (vmax_ge (vgather Dw (mwhere valid)) j) as G.
+    rewrite vlen_vgather, vnth_vgather, Ej in G by auto. specialize (G Hj). lia.
+  - intros s Hs.
+    assert (Hg : vlen (vgather Dw repair) = n) by (rewrite vlen_vgather; auto).
+    assert (Hn : vlen (vnotbit valid) = n) by (rewrite vlen_vnotbit; auto).
+    assert (Ha : vlen (vadd (vgather Dw repair) (vnotbit valid)) = n) by (rewrite vlen_vadd; lia).
+    rewrite (mall_veq_nth _ _ s HDs) by lia.
+    rewrite vnth_vadd by lia. rewrite vnth_vgather, vnth_vnotbit by lia. reflexivity.
+  - intros s Hs. rewrite (mall_veq_nth _ _ s HFs) by (rewrite ?vlen_vgather; lia).
+    rewrite vnth_vgather by lia. reflexivity.
+  - intros s Hs Hv. destruct (mwhere_cover valid s Hs Hv) as [j [Hj Ej]].
+    pose proof (mall_veq_nth _ _ j HFv) as G. rewrite vlen_vgather in G.
+    specialize (G eq_refl Hj). rewrite vnth_vgather, Ej in G by auto. exact G.
+Qed.
+
+Let d s := vnth Dw s.
+
+Lemma d_zero s : s < n -> d s = 0 -> mnth valid s = true.
+Proof using WF WOK.
+  intros Hs H. destruct w_parts as (_ & _ & _ & _ & HD & _). specialize (HD s Hs).
+  unfold d in H. destruct (mnth valid s); auto. lia.
+Qed.
+
+Lemma d_iter k s : s < n -> k <= d s -> d (iter repair k s) = d s - k.
+Proof using WF WOK.
+  revert s; induction k as [|k IH]; intros s Hs Hk; simpl; [lia|].
+  destruct w_parts as (_ & _ & _ & HV & HD & _).
+  destruct (mnth valid s) eqn:Hv.
+  - unfold d in Hk. rewrite HV in Hk by auto. lia.
+  - pose proof (HD s Hs) as E. rewrite Hv in E. unfold d in *.
+    rewrite IH; [lia|apply (rep_lt valid repair apply pairs init WF); auto|lia].
+Qed.
+
+Lemma iter_d_valid s : s < n -> mnth valid (iter repair (d s) s) = true.
+Proof using WF WOK.
+  intros Hs. apply d_zero; [apply (iter_lt valid repair apply pairs init WF); auto|].
+  rewrite d_iter; auto. lia.
+Qed.
+
+Lemma iter_ge_valid k s : s < n -> d s <= k -> mnth valid (iter repair k s) = true.
+Proof using WF WOK.
+  intros Hs Hk. replace k with (d s + (k - d s)) by lia. rewrite iter_add.
+  rewrite (iter_valid valid repair apply pairs init WF); [apply iter_d_valid; auto| |apply iter_d_valid; auto].
+  apply (iter_lt valid repair apply pairs init WF); auto.
+Qed.
+
+Lemma iter_lt_d_invalid k s : s < n -> k < d s -> mnth valid (iter repair k s) = false.
+Proof using WF WOK.
+  intros Hs Hk. destruct (mnth valid (iter repair k s)) eqn:Hv; auto.
+  destruct w_parts as (_ & _ & _ & HV & _).
+  pose proof (d_iter k s Hs ltac:(lia)) as E. unfold d in E, Hk.
+  rewrite HV in E by (auto; apply (iter_lt valid repair apply pairs init WF); auto). lia.
+Qed.
+
+Lemma Fw_iter k s : s < n -> vnth Fw (iter repair k s) = vnth Fw s.
+Proof using WF WOK.
+  revert s; induction k as [|k IH]; intros s Hs; simpl; auto.
+  destruct w_parts as (_ & _ & _ & _ & _ & HF & _).
+  rewrite IH by (apply (rep_lt valid repair apply pairs init WF); auto). symmetry. apply HF; auto.
+Qed.
+
+Lemma Fw_is s : s < n -> vnth Fw s = iter repair (d s) s.
+Proof using WF WOK.
+  intros Hs. destruct w_parts as (_ & _ & _ & _ & _ & _ & HFv).
+  rewrite <- (Fw_iter (d s) s Hs). apply HFv; [apply (iter_lt valid repair apply pairs init WF); auto|].
+  apply iter_d_valid; auto.
+Qed.
+
+Lemma cnt_d k s : s < n -> k <= d s -> cnt valid repair k s = k.
+Proof using WF WOK.
+  revert s; induction k as [|k IH]; intros s Hs Hk; simpl; auto.
+  destruct w_parts as (_ & _ & _ & HV & HD & _).
+  destruct (mnth valid s) eqn:Hv.
+  - unfold d in Hk. rewrite HV in Hk by auto. lia.
+  - pose proof (HD s Hs) as E. rewrite Hv in E. unfold d in *.
+    rewrite IH; [lia|apply (rep_lt valid repair apply pairs init WF); auto|lia].
+Qed.
+
+Lemma at_m m s : s < n -> mnth valid (iter repair m s) = true ->
+  iter repair m s = vnth Fw s /\ cnt valid repair m s = vnth Dw s.
+Proof using WF WOK.
+  intros Hs Hv.
+  assert (Hm : d s <= m).
+  { destruct (Nat.le_gt_cases (d s) m) as [H|H]; auto.
+    rewrite iter_lt_d_invalid in Hv by auto. discriminate. }
+  assert (Hvd := iter_d_valid s Hs).
+  assert (Hl := iter_lt valid repair apply pairs init WF (d s) s Hs).
+  replace m with (d s + (m - d s)) by lia.
+  rewrite iter_add, cnt_add.
+  rewrite (iter_valid valid repair apply pairs init WF _ (iter repair (d s) s)) by auto.
+  rewrite (cnt_valid valid repair apply pairs init WF _ (iter repair (d s) s)) by auto.
+  rewrite (Fw_is s Hs), (cnt_d (d s) s Hs (le_n _)). unfold d. split; [reflexivity|lia].
+Qed.
+
+Lemma nf_loop_w fuel : forall m F D, inv valid repair m F D ->
+  (forall s, s < n -> d s <= m * 2 ^ fuel) -> nf_loop fuel valid F D = (true, Fw, Dw).
+Proof using WF WOK.
+  induction fuel as [|k IH]; intros m F D Hinv Hb; simpl.
+  all: destruct Hinv as (HF & HD & Hi); fold n in HF, HD, Hi.
+  all: destruct w_parts as (HFl & HDl & _).
+  all: destruct (mallat valid F) eqn:Ha.
+  - assert (Hv : forall s, s < n -> mnth valid (iter repair m s) = true).
+    { intros s Hs. apply iter_ge_valid; auto. specialize (Hb s Hs). rewrite Nat.pow_0_r in Hb. lia. }
+    assert (E : F = Fw /\ D = Dw).
+    { split; apply vec_ext; try lia; intros s Hs; [rewrite HF in Hs|rewrite HD in Hs];
+        destruct (Hi s Hs) as [E1 E2]; destruct (at_m m s Hs (Hv s Hs)); congruence. }
+    destruct E as [-> ->]. reflexivity.
+  - exfalso. unfold mallat in Ha. apply Bool.not_true_iff_false in Ha. apply Ha.
+    apply mall_spec. rewrite mlen_mgather. intros s Hs. rewrite mnth_mgather by auto.
+    rewrite HF in Hs. destruct (Hi s Hs) as [E1 _]. rewrite E1.
+    apply iter_ge_valid; auto. specialize (Hb s Hs). rewrite Nat.pow_0_r in Hb. lia.
+  - assert (Hv : forall s, s < n -> mnth valid (iter repair m s) = true).
+    { intros s Hs. destruct (Hi s Hs) as [E1 _]. rewrite <- E1.
+      unfold mallat in Ha; rewrite mall_spec, mlen_mgather in Ha; specialize (Ha s ltac:(lia)).
+      rewrite mnth_mgather in Ha by lia; exact Ha. }
+    assert (E : F = Fw /\ D = Dw).
+    { split; apply vec_ext; try lia; intros s Hs; [rewrite HF in Hs|rewrite HD in Hs];
+        destruct (Hi s Hs) as [E1 E2]; destruct (at_m m s Hs (Hv s Hs)); congruence. }
+    destruct E as [-> ->]. reflexivity.
+  - apply (IH (m + m)).
+    + apply (inv_double valid repair apply pairs init WF). split; auto.
+    + intros s Hs. specialize (Hb s Hs). rewrite Nat.pow_succ_r' in Hb. lia.
+Qed.
+
+Lemma nf_result_w : nf_result valid repair = (true, Fw, Dw).
+Proof using WF WOK.
+  unfold nf_result. apply (nf_loop_w _ 1); [apply (inv_init valid repair apply pairs init WF)|].
+  intros s Hs. destruct w_parts as (_ & HDl & HDm & _).
+  pose proof (vmax_ge Dw s ltac:(lia)) as G.
+  destruct (Nat.log2_spec n) as [_ Hlt]; [lia|]. fold n. unfold d. lia.
+Qed.
+
+End Witness.
+
+(** A witness that passes the check changes nothing: the verdict is [check_tables]'s. *)
+Theorem check_tables_w_eq valid repair apply pairs reach init Fw Dw :
+  witness_ok valid repair Fw Dw = true ->
+  check_tables_w valid repair apply pairs reach init Fw Dw = check_tables valid repair apply pairs reach init.
+Proof.
+  intros WOK. unfold check_tables_w, check_tables.
+  destruct (well_formed valid repair apply pairs init) eqn:WF; [|reflexivity].
+  rewrite WOK. cbn [andb negb].
+  rewrite (nf_result_w valid repair apply pairs init WF Fw Dw WOK). reflexivity.
+Qed.
+
+(** A witness that fails the check gives no verdict. *)
+Theorem check_tables_w_malformed valid repair apply pairs reach init Fw Dw :
+  witness_ok valid repair Fw Dw = false ->
+  v_wellformed (check_tables_w valid repair apply pairs reach init Fw Dw) = false.
+Proof.
+  intros H. unfold check_tables_w. rewrite H, andb_false_r. reflexivity.
 Qed.

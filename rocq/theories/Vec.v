@@ -269,7 +269,7 @@ Qed.
     [vrank] numbers the true entries of a mask; the checker never relies on how it is
     computed: it checks at run time that [vrank] inverts [mwhere] (see [pos_ok] in
     TableCheck.v).  [vjump] fuses the two gathers and the sum of a pointer-doubling round;
-    [mallat] and [vgeq] fuse gathers with a comparison and a conjunction, so
+    [mallat], [vgeq] and [vstepok] fuse gathers with a comparison and a conjunction, so
     the mapped implementation can decide without building the gathered vectors (and stop at
     the first chunk that fails). *)
 
@@ -285,6 +285,12 @@ Definition mallat (m : mask) (idx : vec) : bool := mall (mgather m idx).
 
 (** [x[u[i]] = y[w[i]]] at every position of the shorter of [u] and [w]. *)
 Definition vgeq (x u y w : vec) : bool := mall (veq (vgather x u) (vgather y w)).
+
+(** The steps of a normal-form and depth witness along [r]: [F] is constant along [r], and
+    [D] grows by one along [r] exactly where [m] is false ([D s = D (r s) + 1], else
+    [D s = D (r s)]). *)
+Definition vstepok (m : mask) (r F D : vec) : bool :=
+  mall (veq F (vgather F r)) && mall (veq D (vadd (vgather D r) (vnotbit m))).
 
 Lemma vgeq_spec x u y w : vlen u = vlen w ->
   (vgeq x u y w = true <-> forall i, i < vlen u -> vnth x (vnth u i) = vnth y (vnth w i)).

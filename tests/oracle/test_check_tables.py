@@ -2,7 +2,8 @@
 
 Random small machines given by tables, including the ones that must be rejected (repair cycles,
 non-commuting pairs, CC2 failures, invalid initial states), with both domain modes and declared pairs;
-plus input validation (malformed input never yields a verdict) and the fail-closed paths.
+plus input validation (malformed input never yields a verdict) and the fail-closed paths, and the
+untrusted witness (normal forms and repair depths): it gives the verdict given without it, or none.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import govern.oracle as oracle
 from govern import GovernError
@@ -89,11 +91,29 @@ def brute(valid: list[bool], repair: list[int], apply: list[list[int]],
     return Brute(True, nf, max(depth), True, cc1, witness, cc2, len(dom), cc1)
 
 
-def run(m: dict[str, Any], dtype: type[np.integer[Any]] = np.int64) -> TableVerdict:
+def run(m: dict[str, Any], dtype: type[np.integer[Any]] = np.int64,
+        witness: tuple[list[int], list[int]] | None = None) -> TableVerdict:
     n = len(m["valid"])
     apply = np.array(m["apply"], dtype=dtype).reshape(len(m["apply"]), n)
+    extra: dict[str, Any] = {}
+    if witness is not None:
+        extra = {"nf": np.array(witness[0], dtype=dtype), "depth": np.array(witness[1], dtype=dtype)}
     return check_tables(valid=np.array(m["valid"], dtype=bool), repair=np.array(m["repair"], dtype=dtype),
-                        apply=apply, pairs=m["pairs"], domain=m["domain"], initial=m["initial"])
+                        apply=apply, pairs=m["pairs"], domain=m["domain"], initial=m["initial"], **extra)
+
+
+def true_witness(m: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    """The normal form and the number of repair steps of every state, or None on a repair cycle."""
+    nf, depth = [], []
+    for s in range(len(m["valid"])):
+        cur, k = s, 0
+        while not m["valid"][cur]:
+            if k > len(m["valid"]):
+                return None
+            cur, k = m["repair"][cur], k + 1
+        nf.append(cur)
+        depth.append(k)
+    return nf, depth
 
 
 def same(a: TableVerdict, b: TableVerdict) -> None:
@@ -108,6 +128,9 @@ def agree(m: dict[str, Any]) -> TableVerdict:
     # the engine hands int32 tables, used as they are; other integer dtypes are converted
     same(run(m, np.int32), got)
     same(run(m, np.uint16), got)
+    w = true_witness(m)
+    if w is not None:  # the true witness changes nothing (check_tables_w_eq)
+        same(run(m, np.int32, w), got)
     want = brute(m["valid"], m["repair"], m["apply"], m["pairs"], m["domain"], m["initial"])
     assert got.certified == want.certified
     assert got.wfc == want.wfc
@@ -181,6 +204,55 @@ def test_invalid_initial_state_is_not_certified() -> None:
          "initial": 0}
     v = agree(m)
     assert not v.certified and not v.initial_valid
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(machines(), st.data())
+def test_any_witness_gives_the_plain_verdict_or_none(m: dict[str, Any], data: st.DataObject) -> None:
+    """A witness is untrusted input: whatever it says, the verdict is the one without it, or no verdict."""
+    n = len(m["valid"])
+    true = true_witness(m)
+    nf = data.draw(st.lists(st.integers(0, n), min_size=n, max_size=n))
+    depth = data.draw(st.lists(st.integers(0, n + 1), min_size=n, max_size=n))
+    if true is not None and data.draw(st.booleans()):  # near misses: the true witness, one entry changed
+        nf, depth = list(true[0]), list(true[1])
+        s = data.draw(st.integers(0, n - 1))
+        if data.draw(st.booleans()):
+            nf[s] = data.draw(st.integers(0, n - 1))
+        else:
+            depth[s] = data.draw(st.integers(0, n))
+    try:
+        plain: TableVerdict | None = run(m)
+    except OracleInputError:
+        plain = None
+    try:
+        got = run(m, np.int32, (nf, depth))
+    except OracleInputError:
+        return
+    assert plain is not None and true is not None
+    assert (nf, depth) == true  # only the true witness passes the check
+    same(got, plain)
+
+
+def test_a_wrong_witness_gives_no_verdict() -> None:
+    m = {"valid": [True, False, False], "repair": [0, 0, 1], "apply": [[1, 2, 2]], "pairs": None,
+         "domain": "valid", "initial": 0}
+    assert true_witness(m) == ([0, 0, 0], [0, 1, 2])
+    assert run(m, np.int32, ([0, 0, 0], [0, 1, 2])).wfc
+    for nf, depth in [([0, 0, 0], [0, 1, 3]), ([0, 0, 0], [0, 0, 0]), ([0, 0, 1], [0, 1, 2]),
+                      ([0, 1, 2], [0, 1, 2]), ([0, 0, 0], [1, 2, 3])]:
+        with pytest.raises(OracleInputError, match="witness"):
+            run(m, np.int32, (nf, depth))
+    # a repair cycle has no witness: depth would have to decrease forever
+    cyc = {**m, "repair": [0, 2, 1]}
+    for depth in ([0, 1, 2], [0, 2, 1], [0, 1, 1]):
+        with pytest.raises(OracleInputError):
+            run(cyc, np.int32, ([0, 0, 0], depth))
+    with pytest.raises(OracleInputError, match="both"):
+        check_tables(valid=np.array(m["valid"]), repair=np.array(m["repair"]), apply=np.array(m["apply"]),
+                     pairs=None, domain="valid", initial=0, nf=np.array([0, 0, 0]))
+    with pytest.raises(OracleInputError, match="nf must have shape"):
+        run(m, np.int32, ([0, 0, 0, 0], [0, 1, 2]))
 
 
 GOOD: dict[str, Any] = {

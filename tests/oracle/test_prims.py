@@ -218,6 +218,7 @@ VECTOR_PRIMS: dict[str, tuple[Callable[..., Any], Callable[..., Any], str]] = {
     "vrank": (_prims.vrank, ref.c_vrank, M),
     "vgeq": (_prims.vgeq, ref.c_vgeq, V + V + V + V),
     "mallat": (_prims.mallat, ref.c_mallat, M + V),
+    "vstepok": (_prims.vstepok, ref.c_vstepok, M + V + V + V),
 }
 
 
@@ -268,6 +269,49 @@ def test_vgeq_when_the_gathers_agree() -> None:
         for xs, us, ys, ws in ((x, u, y, w), (x, u, [v + 1 for v in y], w)):
             want = ref.c_vgeq(cons(xs), cons(us), cons(ys), cons(ws))
             assert _prims.vgeq(vec(xs), vec32(us), vec32(ys), vec(ws)) is want
+
+
+def witness(bs: list[bool], rs: list[int]) -> tuple[list[int], list[int]]:
+    """The normal form and depth of every state under repair table rs (cycles: any values)."""
+    n = len(bs)
+    fs, ds = [], []
+    for s in range(n):
+        cur, k = s, 0
+        while k <= n and not (0 <= cur < n and bs[cur]):
+            cur = rs[cur] if 0 <= cur < n else 0
+            k += 1
+        fs.append(cur)
+        ds.append(k)
+    return fs, ds
+
+
+def test_vstepok_on_witnesses_and_near_misses() -> None:
+    seen = {True: 0, False: 0}
+    for _ in range(600):
+        n = RNG.randrange(1, 10)
+        bs = [RNG.random() < 0.5 for _ in range(n)]
+        rs = [s if bs[s] else RNG.randrange(n + (RNG.random() < 0.1)) for s in range(n)]  # some out of range
+        fs, ds = witness(bs, rs)
+        change = RNG.randrange(6)
+        if change == 1:
+            ds[RNG.randrange(n)] += RNG.choice([1, -1]) if ds[0] else 1
+            ds = [max(0, x) for x in ds]
+        elif change == 2:
+            fs[RNG.randrange(n)] = RNG.randrange(n + 1)
+        elif change == 3:  # lengths differ: every operand is truncated as the definition says
+            fs, ds, bs = fs[: RNG.randrange(n + 1)], ds[: RNG.randrange(n + 1)], bs[: RNG.randrange(n + 1)]
+        want = ref.c_vstepok(cons(bs), cons(rs), cons(fs), cons(ds))
+        for mk in (vec, vec32):
+            assert _prims.vstepok(mask(bs), mk(rs), mk(fs), vec(ds)) is want, (bs, rs, fs, ds)
+        seen[want] += 1
+    assert seen[True] > 100 and seen[False] > 100
+
+
+def test_vstepok_never_wraps() -> None:
+    # d[0] = d[r 0] + 1 with d[r 0] the largest int32: false over the naturals, never a wrapped true
+    top = 2**31 - 1
+    assert _prims.vstepok(mask([False, True]), vec32([1, 1]), vec32([1, 1]), vec32([0, top])) is False
+    assert _prims.vstepok(mask([False, True]), vec32([1, 1]), vec32([1, 1]), vec([top + 1, top])) is True
 
 
 BIG = 1 << 19  # above the size where gathers and vgeq run in chunks on two threads
@@ -321,6 +365,27 @@ def test_big_gathers_and_comparisons_equal_their_small_meaning() -> None:
     assert np.array_equal(g2, want_g) and np.array_equal(e2, want_e)
     r = _prims.vrank(m)
     assert np.array_equal(r, np.concatenate([[0], np.cumsum(m)[:-1]]))
+    # vstepok over every chunk boundary: repair one step towards the next valid state
+    ids = np.arange(BIG + 3)
+    valid = rng.random(BIG + 3) < 0.5
+    valid[-1] = True
+    nxt = np.flatnonzero(valid)[np.searchsorted(np.flatnonzero(valid), ids)]  # next valid at or after
+    rep = np.where(valid, ids, np.minimum(ids + 1, nxt)).astype(np.int32)
+    depth = (nxt - ids).astype(np.int32)
+    nf = nxt.astype(np.int32)
+    for a in (rep, depth, nf):
+        a.flags.writeable = False
+    assert _prims.vstepok(valid, rep, nf, depth) is True
+    for anchor in (0, BIG // 2, BIG - 9):
+        pos = anchor + int(np.flatnonzero(~valid[anchor:])[0])  # an invalid state: its own step is checked
+        for which in ("nf", "depth"):
+            bad = (nf if which == "nf" else depth).copy()
+            bad[pos] += 1
+            args = (bad, depth) if which == "nf" else (nf, bad)
+            assert _prims.vstepok(valid, rep, *args) is False
+    out = rep.copy()
+    out[BIG // 2] = BIG + 3  # out of range reads 0
+    assert _prims.vstepok(valid, out, nf, depth) is False
 
 
 def test_int32_vectors_never_wrap() -> None:
@@ -405,3 +470,23 @@ def test_recorded_bounds_never_hide_an_overflow_nor_invent_one() -> None:
     assert py(y) == [a + (c if c < a else a) for a, c in zip(want_x, py(col), strict=True)]
     _prims.reset()
     assert py(_prims.zconst(3, 9)) == [9, 9, 9]
+
+
+def test_vgeq_index_conversions_follow_the_arrays() -> None:
+    """vgeq converts a read-only index vector once per check; the answers never depend on that."""
+    _prims.reset()
+    idx = vec32([2, 0, 1])
+    for _ in range(3):  # the same index object with different data: converted once, read each time
+        xs, ys = rvec(3, 5), rvec(3, 5)
+        xs, ys = xs + [0] * (3 - len(xs)), ys + [0] * (3 - len(ys))
+        want = ref.c_vgeq(cons(xs), cons([2, 0, 1]), cons(ys), cons([2, 0, 1]))
+        assert _prims.vgeq(vec32(xs), idx, vec32(ys), idx) is want
+    assert id(idx) in _prims._INDEX
+    writable = np.array([0, 1, 2], dtype=np.int32)  # writable arrays are never cached
+    a = vec32([5, 6, 7])
+    assert _prims.vgeq(a, writable, a, vec32([0, 1, 2])) is True
+    writable[0] = 1
+    assert _prims.vgeq(a, writable, a, vec32([0, 1, 2])) is False
+    assert id(writable) not in _prims._INDEX
+    _prims.reset()
+    assert not _prims._INDEX

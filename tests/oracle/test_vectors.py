@@ -2,7 +2,8 @@
 
 rocq/extracted/vectors.json is produced by `make -C rocq check` (rocq/gen/vectors.py), which runs the
 table checker inside Coq on 155 fixed cases (repair cycles, non-commuting pairs, CC2 failures,
-reachable domains, declared pairs, invalid initial states and malformed tables) and the rules checker
+reachable domains, declared pairs, invalid initial states and malformed tables), the witness checker
+(check_tables_w) on the same 155 cases with right and wrong witnesses, and the rules checker
 on 60 small machines (tables right, altered, or using assignments that leave a domain).
 """
 
@@ -25,7 +26,7 @@ RULES = [r for r in ALL if "rules" in r]
 
 
 def run(case: dict[str, Any]) -> list[int]:
-    raw = _generated.c_check_tables(
+    args = (
         mask([bool(v) for v in case["valid"]]),
         vec(case["repair"]),
         cons([vec(r) for r in case["apply"]]),
@@ -33,7 +34,10 @@ def run(case: dict[str, Any]) -> list[int]:
         case["reach"],
         case["init"],
     )
-    return summary(raw)
+    if "witness" in case:
+        w = case["witness"]
+        return summary(_generated.c_check_tables_w(*args, vec(w["nf"]), vec(w["depth"])))
+    return summary(_generated.c_check_tables(*args))
 
 
 def test_vectors_cover_every_outcome() -> None:
@@ -45,6 +49,37 @@ def test_vectors_cover_every_outcome() -> None:
     assert any(r["coq"][2] == 1 and r["coq"][7] == 0 for r in VECTORS)  # CC2 failure
     assert any(r["coq"][4] == 0 and r["coq"][2] == 1 for r in VECTORS)  # invalid initial state
     assert any(r["case"]["reach"] and r["coq"][1] == 1 for r in VECTORS)  # reachable domain certified
+    witnessed = [r for r in VECTORS if "witness" in r["case"]]
+    assert any(r["coq"][1] == 1 for r in witnessed)  # certified with a witness
+    assert any(r["coq"][0] == 0 and _true_nf(r["case"]) is not None for r in witnessed)  # a wrong witness
+
+
+def _true_nf(case: dict[str, Any]) -> list[int] | None:
+    """The normal forms when repair is in range and terminates (so a malformed verdict blames the witness)."""
+    n, valid, repair = len(case["valid"]), case["valid"], case["repair"]
+    if any(not 0 <= r < n for r in repair):
+        return None
+    out = []
+    for s in range(n):
+        x = s
+        for _ in range(n):
+            x = repair[x] if not valid[x] else x
+        if not valid[x]:
+            return None
+        out.append(x)
+    return out
+
+
+def test_witness_vectors_agree_with_the_plain_checker() -> None:
+    """check_tables_w_eq, on the vectors: a well-formed verdict with a witness is the verdict without one."""
+    plain = {json.dumps(r["case"]): r["coq"] for r in VECTORS if "witness" not in r["case"]}
+    checked = 0
+    for r in VECTORS:
+        if "witness" in r["case"] and r["coq"][0] == 1:
+            key = json.dumps({k: v for k, v in r["case"].items() if k != "witness"})
+            assert r["coq"] == plain[key]
+            checked += 1
+    assert checked > 0
 
 
 @pytest.mark.parametrize("index", range(len(VECTORS)))
