@@ -64,7 +64,7 @@ from ._records import (
 )
 from ._resolve import RunStatus, aresolve_halt, resolve_halt, run_status
 from ._sql import SQLStore
-from ._store import Entry, Store
+from ._store import Entry, HookedStore, Store, WriteHook, WriteTransaction
 from ._tools import (
     AttemptInfo,
     CallContext,
@@ -100,6 +100,7 @@ __all__ = [
     "HaltAlreadyResolved",
     "HaltInFlight",
     "Header",
+    "HookedStore",
     "Idempotent",
     "Journal",
     "JournalFormatError",
@@ -140,6 +141,8 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "UserMessage",
+    "WriteHook",
+    "WriteTransaction",
     "aresolve_halt",
     "canonical_json",
     "current_call",

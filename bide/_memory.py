@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import bisect
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ._errors import ConfigError
-from ._store import BlockingStore, Entry
+from ._store import BlockingStore, Entry, WriteHook, WriteHooks, WriteTransaction
 
 __all__ = ["MemoryStore"]
 
@@ -25,6 +26,19 @@ class MemoryStore(BlockingStore):
         self._runs: dict[str, dict[str, tuple[int, str, bytes]]] = {}
         self._order: dict[str, list[tuple[int, str, bytes]]] = {}
         self._seq = 0
+        self._hooks = WriteHooks()
+        self.hook_errors = self._hooks.errors
+
+    def add_write_hook(self, hook: WriteHook, *, on_error: Callable[[Exception], None] | None = None) -> None:
+        """Call `hook` after every insert that wrote records, under the store's lock (see `HookedStore` in
+        bide/_store.py). The memory store cannot undo a hook's writes: a hook must leave its own state
+        unchanged when it raises."""
+        with self._lock:
+            self._hooks.add(hook, on_error)
+
+    def remove_write_hook(self, hook: WriteHook) -> None:
+        with self._lock:
+            self._hooks.remove(hook)
 
     def insert_many(
         self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
@@ -46,7 +60,26 @@ class MemoryStore(BlockingStore):
                 records[key] = row
                 order.append(row)
                 out.append(Entry(self._seq, key, row[2], True))
+            if self._hooks.hooks and any(e.inserted for e in out):
+                self._run_hooks({run_id: [e for e in out if e.inserted]})
         return out
+
+    def _run_hooks(self, written: dict[str, list[Entry]]) -> None:
+        # Called with the lock held, right after the records were added (they are visible to nobody yet).
+        for hook, on_error in self._hooks.hooks:
+            txn = WriteTransaction(None, "memory", self._load_locked)
+            try:
+                hook(txn, written)
+            except Exception as exc:
+                txn._finish(committed=False)
+                self._hooks.failed(on_error, exc)
+                continue
+            txn._finish(committed=True)
+
+    def _load_locked(self, run_id: str, after: int = 0) -> list[Entry]:
+        order = self._order.get(run_id, [])
+        start = bisect.bisect_right(order, after, key=_row_seq) if after > 0 else 0
+        return [Entry(*r) for r in order[start:]]
 
     def get(self, run_id: str, key: str) -> Entry | None:
         with self._lock:
@@ -63,6 +96,10 @@ class MemoryStore(BlockingStore):
         with self._lock:
             ids = sorted(r for r in self._runs if r.startswith(prefix) and r > after and self._runs[r])
         return ids[:limit]
+
+
+def _row_seq(row: tuple[int, str, bytes]) -> int:
+    return row[0]
 
 
 def _check(run_id: str, items: Sequence[tuple[str, bytes]]) -> None:

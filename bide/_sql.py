@@ -18,6 +18,12 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   each run's seq order is its commit order.
 - ``<prefix>runs(run_id, next_seq)``: one row per run (listing, and the per-run seq counter on PostgreSQL).
 
+Write hooks (`SQLStore.add_write_hook`, see `HookedStore` in bide/_store.py): in a transaction that
+inserted records, after the inserts and before COMMIT, each hook is called with the transaction's cursor
+inside its own SAVEPOINT. A hook that raises has its savepoint rolled back and its error reported; the
+batch commits anyway. If even the savepoint cannot be rolled back (a broken connection), the batch is
+retried without hooks: a hook never costs a write.
+
 Extension point: `SQLStore.engine`, `SQLStore.metadata` and `SQLStore.table_prefix` are public, so another
 component (the audit log) can add its own tables beside these with the same prefix and engine.
 """
@@ -28,7 +34,7 @@ import asyncio
 import contextlib
 import queue
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -38,11 +44,16 @@ from sqlalchemy.engine import make_url
 
 from ._errors import ConfigError, StoreError
 from ._memory import _check
-from ._store import Entry
+from ._store import Entry, WriteHook, WriteHooks, WriteTransaction, written_by
 
 __all__ = ["SQLStore"]
 
 _STOP = object()
+
+
+class _HooksBroken(Exception):
+    """A hook's savepoint could not be rolled back or released: the transaction is lost; retry without
+    hooks."""
 
 
 class _Slot:
@@ -206,6 +217,8 @@ class SQLStore:
         self._closed = False
         self.commits = 0  # transactions committed by this store object (for benchmarks)
         self._known_runs: set[str] = set()  # SQLite: runs whose runs row is committed
+        self._hooks = WriteHooks()
+        self.hook_errors = self._hooks.errors
 
     # -- schema -------------------------------------------------------------------------------------------
 
@@ -310,6 +323,16 @@ class SQLStore:
         for slot in self._slots:
             slot.close()
         self.engine.dispose()
+
+    def add_write_hook(self, hook: WriteHook, *, on_error: Callable[[Exception], None] | None = None) -> None:
+        """Call `hook` in every transaction that inserts records, before its COMMIT, in a savepoint (see
+        `HookedStore` in bide/_store.py)."""
+        with self._lock:
+            self._hooks.add(hook, on_error)
+
+    def remove_write_hook(self, hook: WriteHook) -> None:
+        with self._lock:
+            self._hooks.remove(hook)
 
     def __repr__(self) -> str:
         return f"SQLStore({self.url!r}, table_prefix={self.table_prefix!r})"
@@ -421,9 +444,14 @@ class SQLStore:
         # Sorting by run id gives every transaction the same lock order on PostgreSQL (no deadlocks);
         # requests in one batch are concurrent, so their relative order is free.
         batch.sort(key=lambda r: r.run_id)
+        hooks = True
         for attempt in range(8):
             try:
-                results = self._transaction(batch, slot.get())
+                results = self._transaction(batch, slot.get(), hooks=hooks)
+            except _HooksBroken:
+                slot.drop()
+                hooks = False  # the journal write goes ahead without them; derived data catches up later
+                continue
             except Exception as exc:
                 slot.drop()
                 if slot.in_loop and _retryable(exc):
@@ -446,9 +474,10 @@ class SQLStore:
             self._answer([(req, res, None) for req, res in zip(batch, results, strict=True)])
             return
 
-    def _transaction(self, batch: list[_Request], raw: Any) -> list[Any]:
+    def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
         writes = any(r.op == "insert" for r in batch)
         cur = raw.cursor()
+        hooked: list[WriteTransaction] = []
         try:
             if self.dialect == "sqlite":
                 cur.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
@@ -462,11 +491,15 @@ class SQLStore:
                     cur.execute(self._sql_run, (rid,))
                     new_runs.add(rid)
             results = [self._apply(cur, req) for req in batch]
+            if writes and hooks and self._hooks.hooks:
+                hooked = self._run_hooks(cur, batch, results)
             if self.dialect == "sqlite":
                 cur.execute("COMMIT")
             else:
                 raw.commit()
         except BaseException:
+            for txn in hooked:
+                txn._finish(committed=False)
             try:
                 if self.dialect == "sqlite":
                     cur.execute("ROLLBACK")
@@ -477,6 +510,8 @@ class SQLStore:
             raise
         finally:
             cur.close()
+        for txn in hooked:
+            txn._finish(committed=True)
         if writes:
             self.commits += 1
         if new_runs:
@@ -485,6 +520,48 @@ class SQLStore:
                     self._known_runs.clear()
                 self._known_runs |= new_runs
         return results
+
+    def _run_hooks(self, cur: Any, batch: list[_Request], results: list[Any]) -> list[WriteTransaction]:
+        pairs = zip(batch, results, strict=True)
+        written = written_by([(r.run_id, res) for r, res in pairs if r.op == "insert"])
+        if not written:
+            return []
+
+        def load(run_id: str, after: int = 0) -> list[Entry]:
+            cur.execute(self._sql_load, (run_id, after))
+            return [Entry(int(s), k, bytes(d)) for s, k, d in cur.fetchall()]
+
+        done: list[WriteTransaction] = []
+        for hook, on_error in self._hooks.hooks:
+            txn = WriteTransaction(cur, self.dialect, load)
+            try:
+                cur.execute("SAVEPOINT bide_hook")
+            except Exception as exc:
+                raise _HooksBroken(str(exc)) from exc
+            try:
+                hook(txn, written)
+            except Exception as exc:
+                try:
+                    cur.execute("ROLLBACK TO SAVEPOINT bide_hook")
+                    cur.execute("RELEASE SAVEPOINT bide_hook")
+                except Exception as broken:
+                    txn._finish(committed=False)
+                    for earlier in done:
+                        earlier._finish(committed=False)
+                    self._hooks.failed(on_error, exc)
+                    raise _HooksBroken(str(broken)) from broken
+                txn._finish(committed=False)
+                self._hooks.failed(on_error, exc)
+                continue
+            try:
+                cur.execute("RELEASE SAVEPOINT bide_hook")
+            except Exception as broken:
+                for t in (*done, txn):
+                    t._finish(committed=False)
+                self._hooks.failed(on_error, broken)
+                raise _HooksBroken(str(broken)) from broken
+            done.append(txn)
+        return done
 
     def _apply(self, cur: Any, req: _Request) -> Any:
         if req.op == "insert":

@@ -16,6 +16,11 @@ suite in tests/bide/test_store_conformance.py, run against every store):
 - **S7 exclusive batches.** `insert_many(..., exclusive=True)` inserts all its records or none (when any
   key exists), so a record can be written only together with the record it depends on.
 
+Write hooks (optional; `SQLStore` and `MemoryStore` have them, see `HookedStore`): a store may call
+functions inside each write transaction, after its inserts and before its commit, so that data derived from
+the records (the audit tree) commits together with them. A hook never fails or undoes a write: its own
+writes are rolled back (a savepoint) and its error is reported, and the journal write commits anyway.
+
 Every method has a blocking form (safe to call from any thread) and an async form (for the agent loop). The
 async forms return awaitables, not necessarily coroutines: `await` them, or schedule them with
 `asyncio.ensure_future` (not `create_task`).
@@ -23,11 +28,11 @@ async forms return awaitables, not necessarily coroutines: `await` them, or sche
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["BlockingStore", "Entry", "Store"]
+__all__ = ["BlockingStore", "Entry", "HookedStore", "Store", "WriteHook", "WriteTransaction"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +95,120 @@ class Store(Protocol):
     def close(self) -> None:
         """Release connections and threads. Idempotent."""
         ...
+
+
+class WriteTransaction:
+    """What a write hook sees of the transaction it runs in.
+
+    - `cursor`: the transaction's DBAPI cursor (SQL stores; None for the memory store). Statements run on it
+      commit or roll back with the records. The hook must not commit, roll back or close it.
+    - `dialect`: "sqlite", "postgresql" or "memory".
+    - `load(run_id, after)`: the run's records with seq > after as this transaction sees them (its own
+      inserts included), in seq order.
+    - `on_commit(fn)`: call `fn()` once the transaction has committed (never if it rolls back, or if this
+      hook's writes are undone). Keep in-memory caches of what the hook wrote up to date here, not before.
+    - `on_rollback(fn)`: call `fn()` if the hook's writes are undone (its savepoint or the transaction rolled
+      back).
+    """
+
+    __slots__ = ("_load", "_on_commit", "_on_rollback", "cursor", "dialect")
+
+    def __init__(self, cursor: Any, dialect: str, load: Callable[[str, int], list[Entry]]) -> None:
+        self.cursor = cursor
+        self.dialect = dialect
+        self._load = load
+        self._on_commit: list[Callable[[], None]] = []
+        self._on_rollback: list[Callable[[], None]] = []
+
+    def load(self, run_id: str, after: int = 0) -> list[Entry]:
+        return self._load(run_id, after)
+
+    def on_commit(self, fn: Callable[[], None]) -> None:
+        self._on_commit.append(fn)
+
+    def on_rollback(self, fn: Callable[[], None]) -> None:
+        self._on_rollback.append(fn)
+
+    def _finish(self, committed: bool) -> None:
+        """Run the callbacks for the outcome (called by the store, once); their errors are not the
+        writer's."""
+        fns = self._on_commit if committed else self._on_rollback
+        self._on_commit, self._on_rollback = [], []
+        for fn in fns:
+            try:
+                fn()
+            except Exception:  # a cache callback must never fail a committed write
+                continue
+
+
+class WriteHook(Protocol):
+    """`hook(txn, written)`: called inside each write transaction that inserted records, after the inserts
+    and before the commit, with `{run_id: [the entries this transaction inserted, in seq order]}` (do not
+    mutate it). Its writes on `txn.cursor` commit with the records or not at all; if it raises, they are
+    undone and the error is reported, and the records commit anyway. Runs with the store's write lock held
+    (SQLite's database lock; each written run's seq lock on PostgreSQL; the memory store's lock): per run,
+    hooks see the records in commit order. Keep it short; it delays every writer."""
+
+    def __call__(self, txn: WriteTransaction, written: Mapping[str, Sequence[Entry]], /) -> None: ...
+
+
+@runtime_checkable
+class HookedStore(Store, Protocol):
+    """A store that runs write hooks (see `WriteHook`)."""
+
+    hook_errors: list[Exception]
+    """The latest errors of hooks registered without `on_error` (at most 100)."""
+
+    def add_write_hook(self, hook: WriteHook, *, on_error: Callable[[Exception], None] | None = None) -> None:
+        """Call `hook` in every write transaction from now on. A hook that raises has its writes undone and
+        its error passed to `on_error` (default: appended to `hook_errors`); the write itself commits."""
+        ...
+
+    def remove_write_hook(self, hook: WriteHook) -> None:
+        """Stop calling `hook` (no effect if it is not registered)."""
+        ...
+
+
+class WriteHooks:
+    """The registered hooks of one store and what befalls their errors (shared by the store classes)."""
+
+    __slots__ = ("errors", "hooks")
+
+    def __init__(self) -> None:
+        # A tuple, replaced on change: writers iterate it without a lock.
+        self.hooks: tuple[tuple[WriteHook, Callable[[Exception], None] | None], ...] = ()
+        self.errors: list[Exception] = []
+
+    def add(self, hook: WriteHook, on_error: Callable[[Exception], None] | None) -> None:
+        self.hooks = (*self.hooks, (hook, on_error))
+
+    def remove(self, hook: WriteHook) -> None:
+        self.hooks = tuple(h for h in self.hooks if h[0] != hook)
+
+    def failed(self, on_error: Callable[[Exception], None] | None, exc: Exception) -> None:
+        if on_error is None:
+            self.errors[:] = [*self.errors[-99:], exc]
+            return
+        try:
+            on_error(exc)
+        except Exception as again:  # the callback's own failure is kept rather than failing the write
+            self.errors[:] = [*self.errors[-99:], again]
+
+
+def written_by(runs: Sequence[tuple[str, Sequence[Entry]]]) -> dict[str, list[Entry]]:
+    """`{run_id: inserted entries in seq order}` from (run id, entries returned) pairs of one transaction."""
+    out: dict[str, list[Entry]] = {}
+    for run_id, entries in runs:
+        new = [e for e in entries if e.inserted]
+        if new:
+            out.setdefault(run_id, []).extend(new)
+    for new in out.values():
+        new.sort(key=_seq)
+    return out
+
+
+def _seq(e: Entry) -> int:
+    return e.seq
 
 
 class BlockingStore:

@@ -7,21 +7,26 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .._store import Entry, Store
+from .._store import Entry, HookedStore, Store
 from ._log import AuditLog
 
 __all__ = ["AuditedStore"]
 
 
 class AuditedStore:
-    """Wraps a store: after every committed append the run's audit tree absorbs the new records
-    (O(log n) each) and, when `anchor` is true and the log has a key and a publisher, a signed head of the
-    new size is published.
+    """Wraps a store so that every append advances the run's audit tree (O(log n) per record) and, when
+    `anchor` is true and the log has a key and a publisher, publishes a signed head of the new size.
 
-    Anchoring happens after the journal commit and never undoes it: a failure to sync or publish does not
-    fail the append (the journal is the truth; the next append or `AuditLog.sign_head` catches up). Each
-    failure is passed to `on_error` (default: kept in `errors`, the latest 100). Give the wrapper to
-    `bide.Agent(store=...)` like any store; everything else is passed through to the wrapped store.
+    When the wrapped store has write hooks (`HookedStore` in bide/_store.py: SQLStore, MemoryStore) and
+    the log keeps its hashes beside it, the tree advances inside the append's own transaction: tree and
+    journal commit together, in one commit. Otherwise the tree is synced after the append commits.
+
+    Anchoring (signing and publishing a head) happens only after the journal commit and never undoes it:
+    a failure to advance the tree or to publish does not fail the append (the journal is the truth; the
+    next append, `AuditLog.sync` or `AuditLog.sign_head` catches up). Each failure is passed to `on_error`
+    (default: kept in `errors`, the latest 100). Give the wrapper to `bide.Agent(store=...)` like any store;
+    everything else is passed through to the wrapped store. `close` unregisters the hook and closes the
+    wrapped store.
     """
 
     def __init__(
@@ -41,6 +46,25 @@ class AuditedStore:
         self._on_error = on_error
         self._locks: dict[str, threading.Lock] = {}
         self._guard = threading.Lock()
+        # In the same transaction when the store can and the tree lives beside it (not another store's).
+        self.in_transaction = isinstance(store, HookedStore) and self.log.store is store
+        if self.in_transaction:
+            store.add_write_hook(self.log.absorb, on_error=self._error)  # type: ignore[attr-defined]
+
+    def _error(self, exc: Exception) -> None:
+        if self._on_error is not None:
+            self._on_error(exc)
+        else:
+            self.errors = [*self.errors[-99:], exc]
+
+    @property
+    def _anchors(self) -> bool:
+        return self.anchor and self.log.key is not None and self.log.publisher is not None
+
+    def _syncs(self, run_id: str) -> bool:
+        """Whether an append of the run needs work after its commit: anchoring, or a tree the hook did not
+        advance (no hook, or too far behind to catch up inside the write)."""
+        return not self.in_transaction or self._anchors or run_id in self.log._behind
 
     def __getattr__(self, name: str) -> Any:
         # engine, table_prefix, and anything else a caller knows about the wrapped store
@@ -51,18 +75,15 @@ class AuditedStore:
             lock = self._locks.setdefault(run_id, threading.Lock())
         with lock:  # one anchoring per run at a time, so heads are published in size order
             try:
-                self.log.sync(run_id)
-                if self.anchor and self.log.key is not None and self.log.publisher is not None:
+                self.log.sync(run_id)  # a no-op read when the hook already advanced the tree
+                if self._anchors:
                     self.log.sign_head(run_id)
             except Exception as exc:
-                if self._on_error is not None:
-                    self._on_error(exc)
-                else:
-                    self.errors = [*self.errors[-99:], exc]
+                self._error(exc)
 
     def insert_many(self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any) -> list[Entry]:
         out = self.inner.insert_many(run_id, items, **options)
-        if any(e.inserted for e in out):
+        if self._syncs(run_id) and any(e.inserted for e in out):
             self._after(run_id)
         return out
 
@@ -70,7 +91,7 @@ class AuditedStore:
         self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any
     ) -> list[Entry]:
         out = await self.inner.ainsert_many(run_id, items, **options)
-        if any(e.inserted for e in out):
+        if self._syncs(run_id) and any(e.inserted for e in out):
             await asyncio.to_thread(self._after, run_id)
         return out
 
@@ -90,4 +111,7 @@ class AuditedStore:
         return await self.inner.aload(run_id, after)
 
     def close(self) -> None:
+        if self.in_transaction:
+            self.inner.remove_write_hook(self.log.absorb)  # type: ignore[attr-defined]
+            self.in_transaction = False
         self.inner.close()

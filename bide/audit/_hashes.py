@@ -17,8 +17,10 @@ tile: reading it costs 2^r - 1 node hashes. A proof reads one tile per 7 levels 
 records) in one query and hashes at most 120 nodes per tile; an append hashes at most 2k + log n nodes for k
 records and writes one row per stored level it touches, in one transaction.
 
-The tables are a cache of the journal: their commits do not wait for the disk (a crash may lose the
-latest ones; the next sync recomputes exactly the same hashes from the immutable journal). Databases
+The tables are a cache of the journal. `AuditLog.sync` writes them in transactions of its own that do not
+wait for the disk (a crash may lose the latest ones; the next sync recomputes exactly the same hashes from
+the immutable journal); `AuditLog.absorb`, a store write hook, writes them inside the journal's own
+transaction (see `absorb`), so they commit with the records they cover. Databases
 written by earlier versions also hold ``<prefix>audit_strips`` and ``<prefix>audit_trees`` (every level
 stored, 64 hashes per row): they are no longer read (the tree is rebuilt from the journal on first use)
 and can be dropped.
@@ -32,16 +34,32 @@ import contextlib
 import hashlib
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
 
 from .._errors import StoreError
+from .._store import Entry, WriteTransaction
+from ._formats import journal_leaf
 from ._merkle import Coord, _tiles
 from ._tree import MerkleTree
 
 __all__ = ["HashBackend", "MemoryHashes", "SQLHashes", "backend_for"]
+
+
+_LEAF_PREFIX = b"\x00" + journal_leaf(b"")  # RFC 6962: a leaf hash is SHA-256(0x00 || leaf data)
+
+
+def _leaf_hash(record_bytes: bytes) -> bytes:
+    """The leaf hash of one stored journal record (the tree's leaf for it)."""
+    return hashlib.sha256(_LEAF_PREFIX + record_bytes).digest()
+
+
+def _leaf_hashes(records: Iterable[bytes]) -> list[bytes]:
+    """`_leaf_hash` of each record (one comprehension: no function call per record on bulk syncs)."""
+    sha, prefix = hashlib.sha256, _LEAF_PREFIX
+    return [sha(prefix + data).digest() for data in records]
 
 
 class HashBackend(Protocol):
@@ -61,6 +79,13 @@ class HashBackend(Protocol):
     ) -> bool:
         """Append leaf hashes to a tree of `size` leaves; False (nothing written) if the tree is no longer
         of that size (another writer got there first)."""
+        ...
+
+    def absorb(self, txn: WriteTransaction, run_id: str, entries: Sequence[Entry]) -> bool:
+        """Inside the store's write transaction `txn`: advance the run's tree over `entries` (the records
+        `txn` inserted, in seq order), first catching up from the journal if the tree is behind. False
+        (nothing written) when it is more than CATCH_UP records behind: that is left to `sync`, so a write
+        transaction never hashes a whole backlog."""
         ...
 
 
@@ -97,6 +122,22 @@ class MemoryHashes:
             self._trees[run_id] = (tree, new_last_seq)
             return True
 
+    def absorb(self, txn: WriteTransaction, run_id: str, entries: Sequence[Entry]) -> bool:
+        """Advance the run's tree over the records `txn` inserted (catching up on any before them)."""
+        with self._lock:
+            tree, seq = self._trees.get(run_id, (MerkleTree(), 0))
+            if seq >= entries[-1].seq:
+                return True
+            todo = txn.load(run_id, seq)
+            if len(todo) > CATCH_UP + len(entries):
+                return False
+            # Hashed before any change: a failure leaves the tree as it was.
+            leaves = _leaf_hashes([e.data for e in todo])
+            for leaf in leaves:
+                tree.append_hash(leaf)
+            self._trees[run_id] = (tree, todo[-1].seq)
+            return True
+
 
 def new_levels(
     frontier: Sequence[bytes], size: int, leaves: Sequence[bytes]
@@ -115,6 +156,10 @@ def new_levels(
         first, level = start >> 1, level + 1
     return out
 
+
+CATCH_UP = 10_000
+"""At most this many records behind, a tree catches up inside a write transaction (`absorb`); further
+behind, it is left to `AuditLog.sync` (a few milliseconds of hashing per thousand records)."""
 
 TILE_HEIGHT = 7
 """Levels per tile: levels 0, 7, 14, ... are stored; the levels in between are recomputed when read."""
@@ -187,7 +232,9 @@ class SQLHashes:
                     raise
         self._lock = threading.Lock()
         self._conn: Any = None  # a DBAPI connection (through the engine's pool)
-        self._edges: dict[str, tuple[tuple[int, int], dict[int, bytes], dict[tuple[int, int], bytes]]] = {}
+        # Per run: (size, last_seq) -> the right edge and partial tiles of that tree, as last committed by
+        # this object. Keyed by the state, so an entry that is not the tree's current state is never used.
+        self._edges: dict[str, _Edges] = {}
         # Raw SQL through the driver: SQLAlchemy's per-row parameter processing costs more than the
         # database itself on the hot paths (a proof's one read, a sync's bulk write).
         q = "?" if engine.dialect.paramstyle == "qmark" else "%s"
@@ -202,6 +249,15 @@ class SQLHashes:
             f"INSERT INTO {p}audit_tile_trees (run_id, size, last_seq) VALUES ({q}, 0, 0) "
             "ON CONFLICT DO NOTHING"
         )
+        # The tree's state and whether the journal holds records it has not absorbed below seq `first`.
+        self._sql_state_gap = (
+            f"SELECT t.size, t.last_seq, EXISTS (SELECT 1 FROM {p}records r WHERE r.run_id = t.run_id "
+            f"AND r.seq > t.last_seq AND r.seq < {q}) FROM {p}audit_tile_trees t WHERE t.run_id = {q}"
+        )
+        self._sql_far_behind = (
+            f"SELECT 1 FROM {p}records WHERE run_id = {q} AND seq > {q} ORDER BY seq LIMIT 1 OFFSET {q}"
+        )
+        self._sql_before = f"SELECT 1 FROM {p}records WHERE run_id = {q} AND seq < {q} LIMIT 1"
         self._sql_advance = (
             f"UPDATE {p}audit_tile_trees SET size = {q}, last_seq = {q} "
             f"WHERE run_id = {q} AND size = {q} AND last_seq = {q}"
@@ -284,10 +340,18 @@ class SQLHashes:
         return got
 
     def read(self, run_id: str, coords: Sequence[Coord]) -> list[bytes]:
+        return self._read_from(self._fetch_tiles, run_id, coords)
+
+    @staticmethod
+    def _read_from(
+        fetch: Callable[[str, Sequence[tuple[int, int]]], dict[tuple[int, int], bytes]],
+        run_id: str,
+        coords: Sequence[Coord],
+    ) -> list[bytes]:
         if not coords:
             return []
         sources = [_source(lv, i) for lv, i in coords]
-        tiles = self._fetch_tiles(run_id, [(lv, t) for lv, t, _, _ in sources])
+        tiles = fetch(run_id, [(lv, t) for lv, t, _, _ in sources])
         out = []
         for (lv, t, at, length), coord in zip(sources, coords, strict=True):
             row = tiles.get((lv, t), b"")[at : at + length]
@@ -298,9 +362,17 @@ class SQLHashes:
             out.append(_fold_row(row))
         return out
 
-    def extend(
-        self, run_id: str, size: int, last_seq: int, leaves: Sequence[bytes], new_last_seq: int
-    ) -> bool:
+    def _plan(
+        self,
+        run_id: str,
+        size: int,
+        last_seq: int,
+        leaves: Sequence[bytes],
+        new_last_seq: int,
+        fetch: Callable[[str, Sequence[tuple[int, int]]], dict[tuple[int, int], bytes]],
+    ) -> tuple[list[tuple[str, int, int, bytes]], _Edges]:
+        """The tile rows to write to append `leaves` to the tree of `size` leaves, and the cache entry of the
+        tree after it (to be kept only once those rows have committed)."""
         # The right edge and each stored level's partial last tile are all an append needs. This object
         # keeps them from its previous append of this run; a tree that grew elsewhere meanwhile is read
         # afresh (and if it grows elsewhere during this append, the size check in the transaction refuses it).
@@ -309,8 +381,8 @@ class SQLHashes:
             edge, tails = cached[1], cached[2]
         else:
             tiles = _tiles(0, size)
-            edge = {lv: h for (lv, _), h in zip(tiles, self.read(run_id, tiles), strict=True)}
-            tails = self._fetch_tiles(run_id, _tail_keys(size))
+            edge = {lv: h for (lv, _), h in zip(tiles, self._read_from(fetch, run_id, tiles), strict=True)}
+            tails = fetch(run_id, _tail_keys(size))
         frontier = [edge[lv] for lv, _ in _tiles(0, size)]
         levels = new_levels(frontier, size, leaves)
         rows: list[tuple[str, int, int, bytes]] = []
@@ -326,6 +398,19 @@ class SQLHashes:
                     raise StoreError(f"audit tile {(lv, tile)} of run {run_id!r} is damaged")
                 rows.append((run_id, lv, tile, keep + b"".join(hashes[at : at + take])))
                 idx, at = idx + take, at + take
+        new_size = size + len(leaves)
+        new_edge = {lv: (levels[lv][1][-1] if lv in levels else edge[lv]) for lv, _ in _tiles(0, new_size)}
+        live = set(_tail_keys(new_size))
+        new_tails = {k: v for k, v in tails.items() if k in live}
+        for _, lv, tile, blob in rows:
+            if (lv, tile) in live:
+                new_tails[(lv, tile)] = blob
+        return rows, ((new_size, new_last_seq), new_edge, new_tails)
+
+    def extend(
+        self, run_id: str, size: int, last_seq: int, leaves: Sequence[bytes], new_last_seq: int
+    ) -> bool:
+        rows, after = self._plan(run_id, size, last_seq, leaves, new_last_seq, self._fetch_tiles)
         with self._lock:
             conn = self._connection()
             try:
@@ -351,17 +436,70 @@ class SQLHashes:
                 self._edges.pop(run_id, None)
                 self._drop()
                 raise
-            new_size = size + len(leaves)
-            new_edge = {
-                lv: (levels[lv][1][-1] if lv in levels else edge[lv]) for lv, _ in _tiles(0, new_size)
-            }
-            live = set(_tail_keys(new_size))
-            new_tails = {k: v for k, v in tails.items() if k in live}
-            for _, lv, tile, blob in rows:
-                if (lv, tile) in live:
-                    new_tails[(lv, tile)] = blob
-            self._edges[run_id] = ((new_size, new_last_seq), new_edge, new_tails)
+            self._edges[run_id] = after
         return True
+
+    def absorb(self, txn: WriteTransaction, run_id: str, entries: Sequence[Entry]) -> bool:
+        """Advance the run's tree over `entries` (just inserted by `txn`) in that same transaction, first
+        catching up from the journal if the tree is behind (see `HashBackend.absorb`). The cache follows
+        only once `txn` has committed."""
+        cur = txn.cursor
+        first = entries[0].seq
+
+        def fetch(rid: str, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
+            return _fetch_with(cur, self._sql_read, rid, keys)
+
+        for _ in range(5):
+            cur.execute(self._sql_state_gap, (first, run_id))
+            row = cur.fetchone()
+            if row is None:
+                size, last_seq = 0, 0
+                cur.execute(self._sql_before, (run_id, first))
+                behind = cur.fetchone() is not None
+            else:
+                size, last_seq, behind = int(row[0]), int(row[1]), bool(row[2])
+            if last_seq >= entries[-1].seq:
+                return True  # absorbed already (another hook on the same tables)
+            if behind:
+                cur.execute(self._sql_far_behind, (run_id, last_seq, CATCH_UP + len(entries)))
+                if cur.fetchone() is not None:
+                    return False
+            todo = txn.load(run_id, last_seq) if behind else entries
+            rows, after = self._plan(
+                run_id, size, last_seq, _leaf_hashes([e.data for e in todo]), todo[-1].seq, fetch
+            )
+            if size == 0:
+                cur.execute(self._sql_new_tree, (run_id,))
+            cur.execute(self._sql_advance, (after[0][0], after[0][1], run_id, size, last_seq))
+            if cur.rowcount == 1:
+                break
+            # PostgreSQL: a sync on another connection advanced the tree since the read; read it again.
+        else:
+            raise StoreError(f"audit tree of run {run_id!r} keeps changing under this transaction")
+        if rows:
+            cur.executemany(self._sql_put, rows)
+        edges = self._edges
+        txn.on_commit(lambda: edges.__setitem__(run_id, after))
+        return True
+
+
+_Edges = tuple[tuple[int, int], dict[int, bytes], dict[tuple[int, int], bytes]]
+
+
+def _fetch_with(
+    cur: Any, sql_read: Callable[[int], str], run_id: str, keys: Sequence[tuple[int, int]]
+) -> dict[tuple[int, int], bytes]:
+    """Tiles by (level, tile), read on the cursor of an open transaction."""
+    wanted = list(dict.fromkeys(keys))
+    got: dict[tuple[int, int], bytes] = {}
+    for start in range(0, len(wanted), 400):
+        chunk = wanted[start : start + 400]
+        params: list[Any] = [x for c in chunk for x in c]
+        params.append(run_id)
+        cur.execute(sql_read(len(chunk)), params)
+        for lv, t, v in cur.fetchall():
+            got[(int(lv), int(t))] = bytes(v)
+    return got
 
 
 _memory_backends: weakref.WeakKeyDictionary[Any, MemoryHashes] = weakref.WeakKeyDictionary()

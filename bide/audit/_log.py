@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .._errors import ConfigError, StoreError
-from .._store import Entry, Store
+from .._store import Entry, Store, WriteTransaction
 from ._anchor import Publisher
 from ._errors import NotVerified
 from ._formats import (
@@ -18,31 +17,15 @@ from ._formats import (
     ProofBundle,
     SignedTreeHead,
     check_head,
-    journal_leaf,
     sign_head,
 )
-from ._hashes import HashBackend, backend_for
+from ._hashes import HashBackend, _leaf_hash, _leaf_hashes, backend_for
 from ._keys import SigningKey
 from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root
 from ._tree import MerkleTree
 
 __all__ = ["AuditLog"]
 
-_sha256 = hashlib.sha256
-
-
-_LEAF_PREFIX = b"\x00" + journal_leaf(b"")  # RFC 6962: a leaf hash is SHA-256(0x00 || leaf data)
-
-
-def _leaf_hash(record_bytes: bytes) -> bytes:
-    """The leaf hash of one stored journal record (the tree's leaf for it)."""
-    return _sha256(_LEAF_PREFIX + record_bytes).digest()
-
-
-def _leaf_hashes(records: Iterable[bytes]) -> list[bytes]:
-    """`_leaf_hash` of each record (one comprehension: no function call per record on bulk syncs)."""
-    sha, prefix = _sha256, _LEAF_PREFIX
-    return [sha(prefix + data).digest() for data in records]
 
 
 class AuditLog:
@@ -64,11 +47,13 @@ class AuditLog:
         self.key = key
         self.publisher = publisher
         self._hashes: HashBackend = backend_for(self.store)
+        self._behind: set[str] = set()  # runs whose tree `absorb` left to `sync`
 
     # -- the tree -----------------------------------------------------------------------------------------
 
     def sync(self, run_id: str) -> int:
         """Absorb the run's records committed since the last sync; returns the tree size."""
+        self._behind.discard(run_id)
         for _ in range(100):
             size, last_seq = self._hashes.state(run_id)
             entries = self.store.load(run_id, last_seq)
@@ -78,6 +63,19 @@ class AuditLog:
             if self._hashes.extend(run_id, size, last_seq, leaves, entries[-1].seq):
                 return size + len(leaves)
         raise StoreError(f"audit tree of run {run_id!r} keeps changing under this process; try again")
+
+    def absorb(self, txn: WriteTransaction, written: Mapping[str, Sequence[Entry]]) -> None:
+        """A store write hook (`store.add_write_hook(log.absorb)`; see `HookedStore` in bide/_store.py):
+        advance each written run's tree in the transaction that wrote its records, so tree and journal
+        commit together. A tree found behind (records written before auditing, or a hook that failed)
+        catches up from the journal first, unless it is far behind (more than 10,000 records): then it is
+        left to `sync`, which `AuditedStore` calls after the commit."""
+        # Undone (this hook failed, or the whole write did): the runs' trees are left to `sync`.
+        txn.on_rollback(lambda: self._behind.update(written))
+        absorb = self._hashes.absorb
+        behind = [run_id for run_id, entries in written.items() if not absorb(txn, run_id, entries)]
+        if behind:
+            txn.on_commit(lambda: self._behind.update(behind))
 
     def size(self, run_id: str) -> int:
         """The number of records in the run's tree (after a sync)."""
