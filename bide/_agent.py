@@ -172,11 +172,11 @@ class Agent:
         journal = await Journal(self.store, run_id).aload()
         # A new run's start record is written with its first turn, in the same all-or-nothing write: a run
         # exists once it has a turn. An existing run's start is checked against this drive.
-        opening: list[Record] = []
+        opening: tuple[Record, ...] = ()
         if journal.has(START_KEY):
             self._check_start(journal, input)
         else:
-            opening = [Start(key=START_KEY, entry=self.entry, input=input)]
+            opening = (Start(key=START_KEY, entry=self.entry, input=input),)
         end = journal.get(END_KEY)
         if isinstance(end, End):
             return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
@@ -192,7 +192,7 @@ class Agent:
             if opening and journal.has(START_KEY):
                 # Another driver started this run first (our opening write lost): is it the same run?
                 self._check_start(journal, input)
-                opening = []
+                opening = ()
             end = journal.get(END_KEY)
             if isinstance(end, End):
                 return RunResult(run_id, end.answer, _count_turns(journal))
@@ -236,7 +236,7 @@ class Agent:
     def _check_start(self, journal: Journal, input: str) -> None:
         """Refuse a drive whose input or entry point differs from the run's recorded start."""
         run_id = journal.run_id
-        start = journal.get(START_KEY)
+        start = journal.peek(START_KEY)
         if not isinstance(start, Start):
             raise StoreError(f"run {run_id!r}: record {START_KEY!r} is not a start record")
         if start.entry != self.entry:

@@ -82,6 +82,15 @@ class Journal:
             rec = self._recs[key] = decode_record(key, row[1])
         return rec
 
+    def peek(self, key: str) -> Record | None:
+        """The decoded record under `key`, or None, without keeping the decoded copy (for a record read once,
+        so a long-lived journal does not hold it)."""
+        rec = self._recs.get(key)
+        if rec is None:
+            row = self._rows.get(key)
+            return None if row is None else decode_record(key, row[1])
+        return rec
+
     def entry(self, key: str) -> Entry | None:
         """The stored entry (seq, key, exact bytes) under `key`, or None."""
         row = self._rows.get(key)
