@@ -35,11 +35,11 @@ while True:
 """
 
 
-@pytest.mark.parametrize("delay", [0.3, 0.8, 1.5])
-def test_kill_during_sync_then_recover(tmp_path: Path, delay: float) -> None:
+def kill_writer_after(tmp_path: Path, writer: str, delay: float) -> str:
+    """Start `writer` on a fresh SQLite store, SIGKILL it `delay` seconds after it is ready; the store URL."""
     url = f"sqlite:///{tmp_path / 'crash.db'}"
     script = tmp_path / "writer.py"
-    script.write_text(WRITER)
+    script.write_text(writer)
     proc = subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
@@ -47,17 +47,26 @@ def test_kill_during_sync_then_recover(tmp_path: Path, delay: float) -> None:
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-    store = bide.open_store(url)
+    return url
+
+
+def assert_sync_reaches_the_reference(store: bide.Store, entries: list[bide.Entry]) -> None:
+    log = AuditLog(store)
+    assert log.sync("run") == len(entries)
+    reference = MerkleTree(journal_leaf(e.data) for e in entries)
+    assert log.root("run") == reference.root()
+    n = len(entries)
+    for i in (0, n // 2, n - 1):
+        assert log.inclusion("run", i, n) == reference.inclusion_proof(i)
+
+
+@pytest.mark.parametrize("delay", [0.3, 0.8, 1.5])
+def test_kill_during_sync_then_recover(tmp_path: Path, delay: float) -> None:
+    store = bide.open_store(kill_writer_after(tmp_path, WRITER, delay))
     try:
         entries = store.load("run")
         assert entries, "the writer wrote nothing before it was killed"
-        log = AuditLog(store)
-        assert log.sync("run") == len(entries)
-        reference = MerkleTree(journal_leaf(e.data) for e in entries)
-        assert log.root("run") == reference.root()
-        n = len(entries)
-        for i in (0, n // 2, n - 1):
-            assert log.inclusion("run", i, n) == reference.inclusion_proof(i)
+        assert_sync_reaches_the_reference(store, entries)
     finally:
         store.close()
 
@@ -81,17 +90,7 @@ while True:
 
 @pytest.mark.parametrize("delay", [0.3, 0.8])
 def test_kill_while_the_tree_advances_in_the_journal_transaction(tmp_path: Path, delay: float) -> None:
-    url = f"sqlite:///{tmp_path / 'crash.db'}"
-    script = tmp_path / "writer.py"
-    script.write_text(AUDITED_WRITER)
-    proc = subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-        time.sleep(delay)
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-    store = bide.open_store(url)
+    store = bide.open_store(kill_writer_after(tmp_path, AUDITED_WRITER, delay))
     try:
         entries = store.load("run")
         assert entries, "the writer wrote nothing before it was killed"
@@ -102,12 +101,6 @@ def test_kill_while_the_tree_advances_in_the_journal_transaction(tmp_path: Path,
                 "SELECT size, last_seq FROM bide_audit_tile_trees WHERE run_id = 'run'"
             ).one()
         assert (size, last_seq) == (len(entries), entries[-1].seq)
-        log = AuditLog(store)
-        assert log.sync("run") == len(entries)
-        reference = MerkleTree(journal_leaf(e.data) for e in entries)
-        assert log.root("run") == reference.root()
-        n = len(entries)
-        for i in (0, n // 2, n - 1):
-            assert log.inclusion("run", i, n) == reference.inclusion_proof(i)
+        assert_sync_reaches_the_reference(store, entries)
     finally:
         store.close()
