@@ -190,7 +190,8 @@ class Agent:
         restarts = 0
         while True:
             if opening and journal.has(START_KEY):
-                # Another driver started this run first (our opening write lost): is it the same run?
+                # The journal shows a start now: ours (our first turn was journaled) or another driver's
+                # (its first turn won the race): either way it must be this drive's run.
                 self._check_start(journal, input)
                 opening = ()
             end = journal.get(END_KEY)
