@@ -42,14 +42,14 @@ Proof.
   assert (Hin : init < mlen valid) by (apply Hsub; auto).
   assert (Hc2 : CC2 valid apply (v_nf bv)).
   { apply (check_tables_cc2 valid repair apply pairs false init).
-    - revert Hcert. unfold bv, check_tables.
+    - revert Hcert. unfold bv, check_tables, check_from_nf.
       destruct (well_formed _ _ _ _ _); simpl; [|discriminate].
       destruct (nf_result valid repair) as [[[|] F] D]; simpl; [|discriminate].
       repeat match goal with |- context [if ?c then _ else _] => destruct c end; simpl; auto.
     - exact Hcc2. }
   refine (conj Hw (conj Hnf (conj Hi (conj Hin (conj Hr (conj _ (conj Hc2 _))))))).
   - intros a b s H Hs Hv. apply Hcc; [auto|apply Hval; auto].
-  - intros e s He Hs. unfold bv in Hcert. revert Hcert. unfold check_tables.
+  - intros e s He Hs. unfold bv in Hcert. revert Hcert. unfold check_tables, check_from_nf.
     destruct (well_formed _ _ _ _ _) eqn:WF; simpl; [|discriminate]. intros _.
     apply (app_lt valid repair apply pairs init WF); auto.
 Qed.
@@ -71,7 +71,7 @@ Proof.
   destruct (Nat.ltb s (mlen valid)) eqn:Hs; simpl in Hv.
   - apply Nat.ltb_lt in Hs.
     assert (Hr : rep repair s < mlen valid).
-    { unfold bv in Hcert. revert Hcert. unfold check_tables.
+    { unfold bv in Hcert. revert Hcert. unfold check_tables, check_from_nf.
       destruct (well_formed _ _ _ _ _) eqn:WF; simpl; [|discriminate]. intros _.
       apply (rep_lt valid repair apply pairs init WF); auto. }
     apply Nat.ltb_lt in Hr. rewrite Hr. specialize (Hphi s Hs Hv). lia.
@@ -81,7 +81,7 @@ Qed.
 Lemma iter_path k s : s < mlen valid -> mnth valid (iter repair k s) = true ->
   comp_path nat t_valid t_rho s (iter repair k s).
 Proof.
-  unfold bv in Hcert. revert Hcert. unfold check_tables.
+  unfold bv in Hcert. revert Hcert. unfold check_tables, check_from_nf.
   destruct (well_formed _ _ _ _ _) eqn:WF; simpl; [|discriminate]. intros _.
   revert s. induction k as [|k IH]; intros s Hs Hv; simpl in *.
   - apply cp_done. unfold t_valid. apply Nat.ltb_lt in Hs. rewrite Hs, Hv. reflexivity.

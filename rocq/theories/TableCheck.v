@@ -128,35 +128,42 @@ Record verdict := Verdict {
   v_nf : vec;
   v_domain_size : nat }.
 
-(** After termination is established, the checker works in positions of the valid states:
+(** The rest of the checker, given whether repair terminates ([wfc]), the normal forms [F] and
+    the repair depths [D]: shared by [check_tables] and [check_tables_w].  After termination is
+    established, it works in positions of the valid states:
     [V] lists them, [P] maps a valid state to its position (checked by [pos_ok]), [XV] holds
     every event's normalized step from each valid state, [PV] the same as positions.  CC2 is
     checked on every state, the domain and CC1 on positions (small tables when few states
     are valid). *)
+Definition check_from_nf (valid : mask) (apply : list vec) (pairs : option (list (nat * nat)))
+    (reach : bool) (init : nat) (wfc : bool) (F D : vec) : verdict :=
+  let depth := vmax D in
+  if negb wfc then Verdict true false false depth false false false None false F 0 else
+  let V := mwhere valid in
+  let P := vrank valid in
+  if negb (pos_ok P V) then Verdict false false false depth false false false None false F 0 else
+  let XV := tmap (fun a => vgather F (vgather a V)) apply in
+  let cc2 := cc2_ok F (vgather P F) apply XV in
+  if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 else
+  let m := vlen V in
+  let PV := tmap (fun xv => vgather P xv) XV in
+  let pinit := vnth P init in
+  let dm := domain_mask m PV reach pinit in
+  if negb (dom_ok m PV dm pinit) then Verdict true false true depth true false false None cc2 F 0 else
+  let didx := mwhere dm in
+  let ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end in
+  let w := cc1_loop PV (tmap (fun st => vgather st didx) PV) (vgather V didx) ps in
+  let cc1 := match w with None => true | Some _ => false end in
+  Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx).
+
+(** [check_tables] runs [check_from_nf] on the normal forms and depths it computes itself by pointer
+    doubling ([nf_result]); [check_tables_w] below runs it on a checked witness. *)
 Definition check_tables (valid : mask) (repair : vec) (apply : list vec)
     (pairs : option (list (nat * nat))) (reach : bool) (init : nat) : verdict :=
   if negb (well_formed valid repair apply pairs init)
   then Verdict false false false 0 false false false None false repair 0 else
   match nf_result valid repair with
-  | (wfc, F, D) =>
-    let depth := vmax D in
-    if negb wfc then Verdict true false false depth false false false None false F 0 else
-    let V := mwhere valid in
-    let P := vrank valid in
-    if negb (pos_ok P V) then Verdict false false false depth false false false None false F 0 else
-    let XV := tmap (fun a => vgather F (vgather a V)) apply in
-    let cc2 := cc2_ok F (vgather P F) apply XV in
-    if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 else
-    let m := vlen V in
-    let PV := tmap (fun xv => vgather P xv) XV in
-    let pinit := vnth P init in
-    let dm := domain_mask m PV reach pinit in
-    if negb (dom_ok m PV dm pinit) then Verdict true false true depth true false false None cc2 F 0 else
-    let didx := mwhere dm in
-    let ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end in
-    let w := cc1_loop PV (tmap (fun st => vgather st didx) PV) (vgather V didx) ps in
-    let cc1 := match w with None => true | Some _ => false end in
-    Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx)
+  | (wfc, F, D) => check_from_nf valid apply pairs reach init wfc F D
   end.
 
 (** ** Facts about the helpers *)
@@ -406,7 +413,7 @@ Let v := check_tables valid repair apply pairs reach init.
 
 Lemma wellformed_true : v_wellformed v = true -> well_formed valid repair apply pairs init = true.
 Proof.
-  subst v. unfold check_tables. destruct (well_formed valid repair apply pairs init); auto.
+  subst v. unfold check_tables, check_from_nf. destruct (well_formed valid repair apply pairs init); auto.
 Qed.
 
 Lemma nf_facts (WF : well_formed valid repair apply pairs init = true) b F D :
@@ -630,7 +637,7 @@ Theorem check_tables_wfc valid repair apply pairs reach init :
   let v := check_tables valid repair apply pairs reach init in
   v_wfc v = true -> WFC valid repair /\ IsNF valid repair (v_nf v).
 Proof.
-  cbv zeta. unfold check_tables.
+  cbv zeta. unfold check_tables, check_from_nf.
   destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_wfc]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
   destruct wfc; cbn [negb v_wfc]; [|discriminate].
@@ -643,7 +650,7 @@ Theorem check_tables_cc2 valid repair apply pairs reach init :
   let v := check_tables valid repair apply pairs reach init in
   v_wfc v = true -> (v_cc2 v = true <-> CC2 valid apply (v_nf v)).
 Proof.
-  cbv zeta. unfold check_tables.
+  cbv zeta. unfold check_tables, check_from_nf.
   destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_wfc]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
   destruct wfc; cbn [negb v_wfc]; [|discriminate].
@@ -669,7 +676,7 @@ Theorem check_tables_sound valid repair apply pairs reach init :
     /\ (forall a b s, checked pairs (nevents apply) a b -> dom s ->
           nstep apply nf b (nstep apply nf a s) = nstep apply nf a (nstep apply nf b s)).
 Proof.
-  cbv zeta. unfold check_tables.
+  cbv zeta. unfold check_tables, check_from_nf.
   destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_certified]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
   destruct wfc; cbn [negb v_certified]; [|discriminate].
@@ -856,7 +863,7 @@ Theorem check_tables_witness valid repair apply pairs reach init a b s :
   checked pairs (nevents apply) a b /\ s < mlen valid /\ mnth valid s = true
   /\ nstep apply (v_nf v) b (nstep apply (v_nf v) a s) <> nstep apply (v_nf v) a (nstep apply (v_nf v) b s).
 Proof.
-  cbv zeta. unfold check_tables.
+  cbv zeta. unfold check_tables, check_from_nf.
   destruct (well_formed valid repair apply pairs init) eqn:WF; cbn [negb v_witness]; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
   destruct wfc; cbn [negb v_witness]; [|discriminate].
@@ -968,7 +975,7 @@ Theorem check_tables_wfc_complete valid repair apply pairs reach init :
   v_wellformed v = true -> v_wfc v = false ->
   exists s, s < mlen valid /\ forall k, mnth valid (iter repair k s) = false.
 Proof.
-  simpl. unfold check_tables.
+  simpl. unfold check_tables, check_from_nf.
   destruct (well_formed valid repair apply pairs init) eqn:WF; simpl; [|discriminate].
   destruct (nf_result valid repair) as [[wfc F] D] eqn:HN.
   destruct wfc; cbn [negb v_wellformed v_wfc].
@@ -1006,27 +1013,7 @@ Definition check_tables_w (valid : mask) (repair : vec) (apply : list vec)
     (pairs : option (list (nat * nat))) (reach : bool) (init : nat) (Fw Dw : vec) : verdict :=
   if negb (well_formed valid repair apply pairs init && witness_ok valid repair Fw Dw)
   then Verdict false false false 0 false false false None false repair 0 else
-  match (true, Fw, Dw) with
-  | (wfc, F, D) =>
-    let depth := vmax D in
-    if negb wfc then Verdict true false false depth false false false None false F 0 else
-    let V := mwhere valid in
-    let P := vrank valid in
-    if negb (pos_ok P V) then Verdict false false false depth false false false None false F 0 else
-    let XV := tmap (fun a => vgather F (vgather a V)) apply in
-    let cc2 := cc2_ok F (vgather P F) apply XV in
-    if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 else
-    let m := vlen V in
-    let PV := tmap (fun xv => vgather P xv) XV in
-    let pinit := vnth P init in
-    let dm := domain_mask m PV reach pinit in
-    if negb (dom_ok m PV dm pinit) then Verdict true false true depth true false false None cc2 F 0 else
-    let didx := mwhere dm in
-    let ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end in
-    let w := cc1_loop PV (tmap (fun st => vgather st didx) PV) (vgather V didx) ps in
-    let cc1 := match w with None => true | Some _ => false end in
-    Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx)
-  end.
+  check_from_nf valid apply pairs reach init true Fw Dw.
 
 Lemma vec_ext a b : vlen a = vlen b -> (forall i, i < vlen a -> vnth a i = vnth b i) -> a = b.
 Proof.
