@@ -20,9 +20,11 @@ pytestmark = pytest.mark.slow
 WRITER = r"""
 import sys
 import bide
-from bide.audit import AuditLog
-store = bide.open_store(sys.argv[1])
-log = AuditLog(store)
+from bide.audit import AuditedStore, AuditLog
+audited = sys.argv[2] == "audited"
+store = AuditedStore(bide.open_store(sys.argv[1])) if audited else bide.open_store(sys.argv[1])
+assert not audited or store.in_transaction
+log = None if audited else AuditLog(store)
 salt = b"A" * 43 + b"="
 i = 0
 print("ready", flush=True)
@@ -31,16 +33,18 @@ while True:
     batch = [(f"k{k}", b'{"key":"k%d","kind":"gate","salt":"%s"}' % (k, salt)) for k in keys]
     store.insert_many("run", batch)
     i += len(batch)
-    log.sync("run")
+    if log is not None:  # not audited: the tree is synced after each commit
+        log.sync("run")
 """
 
 
-def kill_writer_after(tmp_path: Path, writer: str, delay: float) -> str:
-    """Start `writer` on a fresh SQLite store, SIGKILL it `delay` seconds after it is ready; the store URL."""
+def kill_writer_after(tmp_path: Path, mode: str, delay: float) -> str:
+    """Start the writer ("synced" or "audited") on a fresh SQLite store, SIGKILL it `delay` seconds after it
+    is ready; returns the store URL."""
     url = f"sqlite:///{tmp_path / 'crash.db'}"
     script = tmp_path / "writer.py"
-    script.write_text(writer)
-    proc = subprocess.Popen([sys.executable, str(script), url], stdout=subprocess.PIPE, text=True)
+    script.write_text(WRITER)
+    proc = subprocess.Popen([sys.executable, str(script), url, mode], stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(delay)
@@ -62,7 +66,7 @@ def assert_sync_reaches_the_reference(store: bide.Store, entries: list[bide.Entr
 
 @pytest.mark.parametrize("delay", [0.3, 0.8, 1.5])
 def test_kill_during_sync_then_recover(tmp_path: Path, delay: float) -> None:
-    store = bide.open_store(kill_writer_after(tmp_path, WRITER, delay))
+    store = bide.open_store(kill_writer_after(tmp_path, "synced", delay))
     try:
         entries = store.load("run")
         assert entries, "the writer wrote nothing before it was killed"
@@ -71,26 +75,9 @@ def test_kill_during_sync_then_recover(tmp_path: Path, delay: float) -> None:
         store.close()
 
 
-AUDITED_WRITER = r"""
-import sys
-import bide
-from bide.audit import AuditedStore
-store = AuditedStore(bide.open_store(sys.argv[1]))
-assert store.in_transaction
-salt = b"A" * 43 + b"="
-i = 0
-print("ready", flush=True)
-while True:
-    keys = range(i, i + 1 + i % 97)
-    batch = [(f"k{k}", b'{"key":"k%d","kind":"gate","salt":"%s"}' % (k, salt)) for k in keys]
-    store.insert_many("run", batch)
-    i += len(batch)
-"""
-
-
 @pytest.mark.parametrize("delay", [0.3, 0.8])
 def test_kill_while_the_tree_advances_in_the_journal_transaction(tmp_path: Path, delay: float) -> None:
-    store = bide.open_store(kill_writer_after(tmp_path, AUDITED_WRITER, delay))
+    store = bide.open_store(kill_writer_after(tmp_path, "audited", delay))
     try:
         entries = store.load("run")
         assert entries, "the writer wrote nothing before it was killed"
