@@ -46,20 +46,27 @@ class MemoryStore(BlockingStore):
         _check(run_id, items)
         out: list[Entry] = []
         with self._lock:
-            records = self._runs.setdefault(run_id, {})
-            order = self._order.setdefault(run_id, [])
+            records = self._runs.get(run_id)
+            if records is None:
+                records = self._runs[run_id] = {}
+                self._order[run_id] = []
+            order = self._order[run_id]
             if exclusive and any(key in records for key, _ in items):
                 return [Entry(*records[key]) for key, _ in items if key in records]
-            for key, data in items:
-                existing = records.get(key)
-                if existing is not None:
-                    out.append(Entry(*existing))
-                    continue
-                self._seq += 1
-                row = (self._seq, key, bytes(data))
-                records[key] = row
-                order.append(row)
-                out.append(Entry(self._seq, key, row[2], True))
+            seq = self._seq
+            try:
+                for key, data in items:
+                    existing = records.get(key)
+                    if existing is not None:
+                        out.append(Entry(*existing))
+                        continue
+                    seq += 1
+                    row = (seq, key, bytes(data))
+                    records[key] = row
+                    order.append(row)
+                    out.append(Entry(seq, key, row[2], True))
+            finally:
+                self._seq = seq  # every seq handed out stays used, whatever happens
             if self._hooks.hooks and any(e.inserted for e in out):
                 self._run_hooks({run_id: [e for e in out if e.inserted]})
         return out
