@@ -398,19 +398,16 @@ class SQLStore:
             here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             here = None
+        mine: list[_Answer] = []
         for req, result, error in answers:
             fut = req.afuture
-            if fut is not None and req.loop is not None and req.loop is here:
-                if fut.cancelled():
-                    continue
-                if error is not None:
-                    fut.set_exception(error)
-                else:
-                    fut.set_result(result)
-            elif req.afuture is not None and req.loop is not None:
-                by_loop.setdefault(req.loop, []).append((req.afuture, result, error))
+            if fut is not None and req.loop is here:
+                mine.append((fut, result, error))
+            elif fut is not None and req.loop is not None:
+                by_loop.setdefault(req.loop, []).append((fut, result, error))
             else:
                 req.settle(result, error)
+        _deliver(mine)
         for loop, items in by_loop.items():
             with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is waiting
                 loop.call_soon_threadsafe(_deliver, items)

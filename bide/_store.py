@@ -1,7 +1,7 @@
 """The store port: append-only named byte records per run.
 
 A store keeps, for each run id, records `(seq, key, data)`. Its whole contract (checked by the conformance
-suite in tests/bide/test_store_conformance.py, run against every store):
+suite in tests/bide/test_bide_store.py, run against every store):
 
 - **S1 insert-if-absent, one winner.** At most one record per (run id, key). Concurrent inserts from any
   threads or processes have exactly one winner, and every inserter gets the winner's record back.

@@ -162,18 +162,10 @@ def trace(
     event: int,
     start: int,
 ) -> tuple[Step, int]:
-    """Replay `event` from state `start` through the tables; returns the step and the resulting id.
-    Stops after N repairs (only reached when WFC fails, which is reported before any trace)."""
+    """Replay `event` from state `start` through the tables; returns the step and the resulting id."""
     raw = int(apply[event, start])
-    repairs: list[tuple[str, StateDict]] = []
-    s = raw
-    for _ in range(space.n):
-        inv = int(first_violated[s])
-        if inv < 0:
-            break
-        s = int(repair[s])
-        repairs.append((invariant_names[inv], space.as_dict(s)))
-    step = Step(event_names[event], raw != start, space.as_dict(raw), tuple(repairs), space.as_dict(s))
+    repairs, s = _repair_chain(space, invariant_names, repair, first_violated, raw)
+    step = Step(event_names[event], raw != start, space.as_dict(raw), repairs, space.as_dict(s))
     return step, s
 
 
@@ -185,6 +177,19 @@ def trace_normalize(
     start: int,
 ) -> tuple[Step, int]:
     """Normalize state `start` through the repair table, as a step named "(normalize)"."""
+    repairs, s = _repair_chain(space, invariant_names, repair, first_violated, start)
+    return Step("(normalize)", False, space.as_dict(start), repairs, space.as_dict(s)), s
+
+
+def _repair_chain(
+    space: Space,
+    invariant_names: list[str],
+    repair: npt.NDArray[np.int32],
+    first_violated: npt.NDArray[np.int16],
+    start: int,
+) -> tuple[tuple[tuple[str, StateDict], ...], int]:
+    """The repairs that fire from `start` (invariant repaired, state after) and the state they end in.
+    Stops after N repairs (only reached when WFC fails, which is reported before any trace)."""
     repairs: list[tuple[str, StateDict]] = []
     s = start
     for _ in range(space.n):
@@ -193,7 +198,7 @@ def trace_normalize(
             break
         s = int(repair[s])
         repairs.append((invariant_names[inv], space.as_dict(s)))
-    return Step("(normalize)", False, space.as_dict(start), tuple(repairs), space.as_dict(s)), s
+    return tuple(repairs), s
 
 
 def divergence_from_dict(d: Mapping[str, Any]) -> Divergence:

@@ -62,7 +62,9 @@ def _build_in_child(queue: Any) -> None:
     queue.put(_machine().build().n_states)
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method needs os.fork")
+@pytest.mark.skipif(
+    not hasattr(os, "fork"), reason="no os.fork on this platform (Windows): there is no forked child to test"
+)
 def test_a_forked_child_can_still_build_large_machines() -> None:
     _machine().build()  # the parent's thread pool now exists
     ctx = multiprocessing.get_context("fork")
