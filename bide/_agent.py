@@ -21,14 +21,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import secrets
 import time
 import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._canonical import canonical_json
+from ._canonical import canonical_json, new_claim
 from ._errors import (
     ApprovalPending,
     BideError,
@@ -98,7 +97,7 @@ def forget_unstarted_claims() -> None:
     _UNSTARTED.clear()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RunResult:
     """A finished run: its final `answer`. `replayed` is True when the run had already finished before this
     call and the answer came from the journal without calling the model."""
@@ -183,15 +182,16 @@ class Agent:
         messages: list[Message] = [UserMessage(content=input)]
         if self.system:
             system = self._system_message
-            if system is None or system.content != self.system:  # messages are frozen: one serves all runs
+            if system is None or system.content != self.system:  # one message serves all runs
                 system = self._system_message = SystemMessage(content=self.system)
             messages.insert(0, system)
         turn = 0
         restarts = 0
         while True:
             if opening and journal.has(START_KEY):
-                # The journal shows a start now: ours (our first turn was journaled) or another driver's
-                # (its first turn won the race): either way it must be this drive's run.
+                # The journal shows a start now: ours was written with our first turn (then `opening` is
+                # already cleared), so this one is another driver's, whose first turn won the race. It must
+                # be this drive's run.
                 self._check_start(journal, input)
                 opening = ()
             end = journal.get(END_KEY)
@@ -216,16 +216,19 @@ class Agent:
                         return RunResult(run_id, answer.answer, turn + 1)
                     restarts = _restart(run_id, turn, restarts)
                     continue
-                pending = [*opening, rec]  # `opening` stays until the journal shows a start
+                pending = [*opening, rec]  # `opening` stays until our turn or another driver's is journaled
             msg = rec.message
             rec = None  # live runs keep only what they need while they wait (fewer objects for the GC)
             if not msg.tool_calls:
                 end, _ = await journal.awrite_one(End(key=END_KEY, answer=msg.content))
                 assert isinstance(end, End)
                 return RunResult(run_id, end.answer, turn + 1)
+            fresh = bool(pending)
             results = await self._run_calls(journal, msg, pending)
             # Every call of a fresh turn writes the turn first; this only guards that invariant.
             if results is not None and (not pending or await journal.awrite_exclusive(pending)):
+                if fresh:
+                    opening = ()  # our turn, and with it our start, is journaled: nothing to check
                 messages.append(msg)
                 messages.extend(results)
                 results = None  # the next model call may be long: hold nothing it does not need
@@ -327,25 +330,17 @@ class Agent:
         depends on it (with the attempt marker of a side effect, else on its own). Returns None when
         another driver journaled this turn first (then nothing of ours was written)."""
         run_id = journal.run_id
-
-        async def flush() -> bool:
-            if not pending:
-                return True
-            written = await journal.awrite_exclusive(pending)
-            pending.clear()
-            return written
-
         tool = self.tools.get(call.name)
         # A call that left attempt markers ran as a side effect: the halt rules follow the markers, whatever
         # the tool is declared as (or whether it still exists) now.
-        markers = [] if pending else attempts_of(journal, call.call_id)
+        markers = () if pending else attempts_of(journal, call.call_id)
         gen = len(markers)
         if markers and tool is None:
             live = live_attempt(journal, call.call_id)
             if live is not None:
                 raise self._unknown(journal, live, "crashed; its tool is no longer registered")
         if tool is None:
-            if not await flush():
+            if not await _flush(journal, pending):
                 return None
             names = ", ".join(sorted(self.tools)) or "none"
             return await self._record(
@@ -364,12 +359,12 @@ class Agent:
         try:
             validated = tool.validate(call.arguments)
         except ToolArgumentsInvalid as exc:
-            if not await flush():
+            if not await _flush(journal, pending):
                 return None
             return await self._record(journal, call, str(exc), is_error=True, safety=safety)
         arguments: dict[str, Any] = validated.model_dump(mode="json")
         idem = idempotency_key_for(run_id, call.call_id)
-        if (tool.gate is not None or tool.safety.retry_safe) and not await flush():
+        if (tool.gate is not None or tool.safety.retry_safe) and not await _flush(journal, pending):
             return None  # a gate or a retry-safe tool only ever sees journaled calls
         approval: Any = None
         if tool.gate is not None:
@@ -532,7 +527,7 @@ class Agent:
         pending: list[Record],
     ) -> ToolResult | None:
         run_id = journal.run_id
-        claim = secrets.token_hex(16)
+        claim = new_claim()
         now_ms = int(self.clock() * 1000)
         marker = Attempt(
             key=attempt_key(call.call_id, gen),
@@ -599,6 +594,16 @@ class Agent:
         return await self._record(
             journal, call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
         )
+
+
+async def _flush(journal: Journal, pending: list[Record]) -> bool:
+    """Journal a fresh turn's pending records (all or nothing) before something depends on them; False when
+    another driver journaled that turn first."""
+    if not pending:
+        return True
+    written = await journal.awrite_exclusive(pending)
+    pending.clear()
+    return written
 
 
 def _check_reply(reply: object) -> None:

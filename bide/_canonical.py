@@ -12,17 +12,40 @@ import os
 from binascii import b2a_base64 as _b64
 from typing import Any
 
-__all__ = ["canonical_json", "digest", "new_salt"]
+__all__ = ["canonical_json", "digest", "json_text", "new_claim", "new_salt"]
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
+def _not_json(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+# The same encoding as _ENCODER, made once: JSONEncoder.encode builds a new C encoder on every call. Without
+# a markers dict (which one encoder shared by threads could not keep consistent), a cyclic value ends in
+# RecursionError instead of ValueError.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODER = (
+    None
+    if _c_make_encoder is None
+    else _c_make_encoder(None, _not_json, json.encoder.encode_basestring, None, ":", ",", True, False, False)
+)
+
+
+def json_text(value: Any) -> str:
+    """The canonical JSON text of a JSON value; raises TypeError, ValueError (NaN, infinities) or
+    RecursionError (a cycle) for anything else."""
+    if _C_ENCODER is not None:
+        return "".join(_C_ENCODER(value, 0))
+    return _ENCODER.encode(value)
+
+
 def canonical_json(value: Any) -> bytes:
     """Encode a JSON value canonically (sorted keys, compact separators, UTF-8)."""
     try:
-        text = _ENCODER.encode(value)
-    except (TypeError, ValueError) as exc:
+        text = json_text(value)
+    except (TypeError, ValueError, RecursionError) as exc:
         from ._errors import ConfigError
 
         raise ConfigError(f"value is not JSON-encodable: {exc}") from exc
@@ -34,18 +57,20 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical_json(value)).hexdigest()
 
 
-# Salts are made 128 at a time from one os.urandom read and handed out by list.pop(), which is atomic:
-# every salt is handed out once, to one caller, whatever the threads.
+# Salts and claims are made 128 at a time from one os.urandom read and handed out by list.pop(), which is
+# atomic: each is handed out once, to one caller, whatever the threads.
 _SALTS: list[str] = []
+_CLAIMS: list[str] = []
 _BATCH = 128
 
 
-def _forget_salts() -> None:
-    # A forked child must not hand out the salts its parent will hand out too.
+def _forget_pools() -> None:
+    # A forked child must not hand out the values its parent will hand out too.
     _SALTS.clear()
+    _CLAIMS.clear()
 
 
-os.register_at_fork(after_in_child=_forget_salts)
+os.register_at_fork(after_in_child=_forget_pools)
 
 
 def new_salt() -> str:
@@ -56,3 +81,13 @@ def new_salt() -> str:
         except IndexError:
             block = os.urandom(32 * _BATCH)
             _SALTS.extend([_b64(block[i : i + 32], newline=False).decode() for i in range(0, len(block), 32)])
+
+
+def new_claim() -> str:
+    """16 fresh random bytes, hex: the claim id of one side-effect attempt."""
+    while True:
+        try:
+            return _CLAIMS.pop()
+        except IndexError:
+            text = os.urandom(16 * _BATCH).hex()
+            _CLAIMS.extend([text[i : i + 32] for i in range(0, len(text), 32)])

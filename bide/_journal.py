@@ -144,52 +144,59 @@ class Journal:
 
     # -- writing -------------------------------------------------------------------------------------------
 
-    def _items(self, records: Sequence[Record]) -> tuple[list[Record], list[tuple[str, bytes]]]:
-        """The records to send (with the header first for a new run) and their canonical bytes."""
-        mine = list(records)
+    def _items(self, records: Sequence[Record]) -> tuple[tuple[str, bytes], ...]:
+        """The canonical (key, bytes) of `records`, after the header's for a new run. A tuple: the store keeps
+        it as it is instead of copying it."""
+        items = [(r.key, encode_record(r)) for r in records]
         if not self._has_header and HEADER_KEY not in self._rows:
-            mine.insert(0, Header(key=HEADER_KEY))
-        return mine, [(r.key, encode_record(r)) for r in mine]
+            items.insert(0, (HEADER_KEY, encode_record(Header(key=HEADER_KEY))))
+        return tuple(items)
 
-    def _winners(self, n: int, mine: list[Record], entries: list[Entry]) -> list[tuple[Record, bool]]:
+    def _winners(self, records: Sequence[Record], entries: list[Entry]) -> list[tuple[Record, bool]]:
         out: list[tuple[Record, bool]] = []
-        for entry, written in zip(entries, mine, strict=True):
+        skip = len(entries) - len(records)  # the header's entry comes first when we sent one
+        for i, entry in enumerate(entries):
             if entry.key == HEADER_KEY and not self._has_header:
                 if entry.inserted:
                     self._has_header = True  # we just wrote this format's header
                 else:
                     self._check_header(entry)
+            if i < skip:  # the header: remembered, not returned
+                if entry.key not in self._rows:
+                    self._keep(entry, None if entry.inserted else decode_record(entry.key, entry.data))
+                continue
             if entry.key in self._rows:
                 rec = self._decoded(entry.key)
             elif entry.inserted:
                 # Bytes we wrote decode to the record we encoded: the caller has it, nothing to cache.
                 # Not advancing _last_seq: records other writers committed before ours are not loaded yet.
-                rec = written
+                rec = records[i - skip]
                 self._keep(entry, None)
             else:
                 rec = decode_record(entry.key, entry.data)
                 self._keep(entry, rec)
             out.append((rec, entry.inserted))
-        return out[len(out) - n :]
+        return out
 
     def write(self, records: Sequence[Record]) -> list[tuple[Record, bool]]:
         """Append records in one transaction (blocking); returns (stored record, inserted) per record."""
-        mine, items = self._items(records)
-        return self._winners(len(records), mine, self.store.insert_many(self.run_id, items))
+        return self._winners(records, self.store.insert_many(self.run_id, self._items(records)))
 
     async def awrite(self, records: Sequence[Record]) -> list[tuple[Record, bool]]:
         """Append records in one transaction; returns (stored record, inserted) per record. A record whose
         key exists is not written, and the stored one is returned with inserted=False."""
-        mine, items = self._items(records)
-        return self._winners(len(records), mine, await self.store.ainsert_many(self.run_id, items))
+        return self._winners(records, await self.store.ainsert_many(self.run_id, self._items(records)))
 
     async def awrite_exclusive(self, records: Sequence[Record]) -> bool:
         """Append all `records` in one transaction (with the header first for a new run), or none of them if
         any key exists already (the stored records of those keys are loaded instead). Returns True when all
         were written."""
-        mine, items = self._items(records)
-        entries = await self.store.ainsert_many(self.run_id, items, exclusive=True)
-        if len(entries) == len(mine) and all(e.inserted for e in entries):
+        items = self._items(records)
+        count = len(items)
+        answer = self.store.ainsert_many(self.run_id, items, exclusive=True)
+        del items, records  # what the store has is its own: a waiting run holds nothing more
+        entries = await answer
+        if len(entries) == count and all(e.inserted for e in entries):
             for entry in entries:
                 if entry.key not in self._rows:
                     self._keep(entry, None)
@@ -205,5 +212,4 @@ class Journal:
     async def awrite_one(self, record: Record) -> tuple[Record, bool]:
         """`awrite` for one record."""
         # awrite's body, not a call to it: one coroutine fewer held by every run waiting on a write.
-        mine, items = self._items((record,))
-        return self._winners(1, mine, await self.store.ainsert_many(self.run_id, items))[0]
+        return self._winners((record,), await self.store.ainsert_many(self.run_id, self._items((record,))))[0]

@@ -2,10 +2,12 @@
 
 A model sees a list of messages and the tool specs and answers with one assistant turn.
 
-Messages are frozen slotted dataclasses, not pydantic models: every live run holds its conversation while the
-model thinks, and a dataclass with slots is one object for the garbage collector where a pydantic model is
-three. They cross the process boundary only inside journal records, which pydantic validates when they are
-read back (bide._records), and a model's reply is checked when the agent receives it.
+Messages are slotted dataclasses, not pydantic models: every live run holds its conversation while the model
+thinks, and a dataclass with slots is one object for the garbage collector where a pydantic model is three.
+They are values: never change a message after it is made (one system message serves every run of an agent;
+use `dataclasses.replace`). They are not declared frozen only because that makes each one about four times
+slower to build. They cross the process boundary only inside journal records, which pydantic validates when
+they are read back (bide._records), and a model's reply is checked when the agent receives it.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolCall:
     """One tool call the model asked for.
 
@@ -42,7 +44,7 @@ class ToolCall:
     call_id: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class SystemMessage:
     """The system prompt (taken from the live Agent on every drive, never journaled as input)."""
 
@@ -50,7 +52,7 @@ class SystemMessage:
     content: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class UserMessage:
     """The run's input."""
 
@@ -58,7 +60,7 @@ class UserMessage:
     content: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class AssistantMessage:
     """One model turn: optional text and zero or more tool calls. No tool calls means a final answer."""
 
@@ -67,7 +69,7 @@ class AssistantMessage:
     tool_calls: list[ToolCall] = field(default_factory=list)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolMessage:
     """The result of one tool call as the model sees it."""
 
@@ -81,7 +83,7 @@ class ToolMessage:
 Message = SystemMessage | UserMessage | AssistantMessage | ToolMessage
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolSpec:
     """What the model is told about a tool: name, description and JSON schema of its arguments."""
 
@@ -90,7 +92,7 @@ class ToolSpec:
     parameters: dict[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelRequest:
     """Everything a model needs for one turn. `turn` counts from 0; `run_id` is for logging and scripting.
     `messages` is this request's own list; `tools` is shared by every request of the agent (a tuple)."""

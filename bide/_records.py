@@ -14,10 +14,12 @@ so an audit log can commit to them. Keys of one run::
     approval:...                 reserved for approval gates (free-form `gate` records)
     run:end                      the final answer; the first end record is the run's end
 
-Records are frozen slotted dataclasses, validated by pydantic at the boundary: `decode_record` checks every
+Records are slotted dataclasses, validated by pydantic at the boundary: `decode_record` checks every
 stored record against its type (unknown fields ignored), and `encode_record` writes canonical bytes.
 Inside the process they are plain dataclasses because thousands of live runs each hold several of them, and
-a slotted dataclass is one object for the garbage collector where a pydantic model is three.
+a slotted dataclass is one object for the garbage collector where a pydantic model is three. They are values:
+never change one after it is made (records are cached and shared; use `dataclasses.replace`). They are not
+declared frozen only because a frozen dataclass is built about four times slower, on every journal write.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
-from ._canonical import canonical_json, new_salt
+from ._canonical import canonical_json, json_text, new_salt
 from ._errors import StoreError
 from ._messages import AssistantMessage, ToolCall
 
@@ -85,13 +87,13 @@ def pause_key(call_id: str) -> str:
     return f"pause:{call_id}"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class _Record:
     key: str
     salt: str = field(default_factory=new_salt)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Header(_Record):
     """First record of every run: the journal format it is written in."""
 
@@ -99,7 +101,7 @@ class Header(_Record):
     format: str = FORMAT
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Start(_Record):
     """The run's input and entry point; a later drive with other values is refused."""
 
@@ -108,7 +110,7 @@ class Start(_Record):
     input: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ModelTurn(_Record):
     """One assistant turn as the model produced it (with bide's call ids filled in)."""
 
@@ -118,7 +120,7 @@ class ModelTurn(_Record):
     model: str = ""
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Attempt(_Record):
     """Written before a side effect is called. Only the driver whose claim is stored may call the tool.
 
@@ -137,7 +139,7 @@ class Attempt(_Record):
     by: Literal["driver", "resolver"] = "driver"
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class NotStarted(_Record):
     """Proof that attempt `gen` (holding `claim`) never called the tool; the next drive may claim gen+1."""
 
@@ -148,7 +150,7 @@ class NotStarted(_Record):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class ToolResult(_Record):
     """The outcome of a call, as the model will see it.
 
@@ -168,7 +170,7 @@ class ToolResult(_Record):
     evidence: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class Pause(_Record):
     """The call waits for approval; the run's status is awaiting_approval until a drive gets past it."""
 
@@ -178,7 +180,7 @@ class Pause(_Record):
     reason: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class GateRecord(_Record):
     """A free-form record written by an approval gate under the reserved `approval:` prefix."""
 
@@ -186,7 +188,7 @@ class GateRecord(_Record):
     data: Any = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(slots=True, kw_only=True)
 class End(_Record):
     """The run's end: its final answer."""
 
@@ -220,7 +222,8 @@ def as_json(record: Record) -> Any:
 
 
 def _any(value: Any) -> str:
-    if type(value) is str:
+    t = type(value)
+    if t is str:
         return _s(value)
     if value is None:
         return "null"
@@ -228,7 +231,25 @@ def _any(value: Any) -> str:
         return "true"
     if value is False:
         return "false"
+    if t is dict and _flat(value):
+        # A flat object of string keys and JSON scalars (what tool arguments usually are) is encoded as is.
+        # Anything else goes through pydantic first: it converts other types (models, dates, bytes, NaN),
+        # and turns non-string keys into strings before they are sorted.
+        try:
+            return json_text(value)
+        except ValueError:  # NaN or an infinity: pydantic makes it null
+            pass
     return canonical_json(to_jsonable_python(value, inf_nan_mode="null")).decode("utf-8")
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _flat(value: dict[Any, Any]) -> bool:
+    for k, v in value.items():  # noqa: SIM110 (a loop is cheaper than all() over a generator here)
+        if type(k) is not str or type(v) not in _SCALARS:
+            return False
+    return True
 
 
 def _opt(value: str | None) -> str:

@@ -11,12 +11,11 @@ if another driver or resolver holds it, resolution is refused too, so two decide
 from __future__ import annotations
 
 import asyncio
-import secrets
 import time
 from dataclasses import dataclass
 from typing import Any
 
-from ._canonical import canonical_json
+from ._canonical import canonical_json, new_claim
 from ._errors import ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
 from ._journal import Journal
 from ._outcome import Outcome
@@ -94,7 +93,7 @@ async def resolve_in(
             f"{live.deadline_ms / 1000:.3f}, plus {clock_skew:g}s clock skew); retry after {ready_at:.3f}",
             retry_after=ready_at,
         )
-    claim = secrets.token_hex(16)
+    claim = new_claim()
     now_ms = int(now * 1000)
     marker = Attempt(
         key=attempt_key(call_id, live.gen + 1),

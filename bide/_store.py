@@ -35,7 +35,7 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["BlockingStore", "Entry", "HookedStore", "Store", "WriteHook", "WriteTransaction"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Entry:
     """A stored record. `inserted` is True when this very call wrote it (False when the key existed, even
     with the same bytes)."""

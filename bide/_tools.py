@@ -25,6 +25,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import to_jsonable_python
 
+from ._deadline import run_with_deadline
 from ._errors import ConfigError, NotCalled
 from ._messages import ToolSpec
 
@@ -64,7 +65,7 @@ Idempotent = Safety.IDEMPOTENT
 ReadOnly = Safety.READ_ONLY
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class CallContext:
     """The call a tool is running for. `idempotency_key` is stable across every retry of this call
     (same run id and call id), and is journaled with the result. `attempt` counts side-effect attempts."""
@@ -247,26 +248,26 @@ class Tool:
             kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
             if self._inject_key:
                 kwargs[_INJECTED] = ctx.idempotency_key
+        if self._is_async:
+            token = _CURRENT.set(ctx)
+            try:
+                # Nothing of the tool runs until the coroutine is awaited, under the deadline.
+                started = self.fn(**kwargs) if self._unpack else self.fn(validated)
+                value = await run_with_deadline(started, self.timeout)
+            finally:
+                _CURRENT.reset(token)
+            return value if type(value) is str else to_jsonable_python(value, fallback=str)
+        if self._unpack:
             call: Callable[[], Any] = lambda: self.fn(**kwargs)  # noqa: E731
         else:
             call = lambda: self.fn(validated)  # noqa: E731
-        if self._is_async:
-            # The timeout is entered before the call context is set: its timer (which asyncio keeps until it
-            # would have fired, even when cancelled) then holds no reference to this call.
-            async with asyncio.timeout(self.timeout):
-                token = _CURRENT.set(ctx)
-                try:
-                    value = await call()
-                finally:
-                    _CURRENT.reset(token)
-        else:
-            token = _CURRENT.set(ctx)
-            try:
-                value = await self._in_thread(call)
-                if inspect.isawaitable(value):
-                    value = await asyncio.wait_for(_await(value), self.timeout)
-            finally:
-                _CURRENT.reset(token)
+        token = _CURRENT.set(ctx)
+        try:
+            value = await self._in_thread(call)
+            if inspect.isawaitable(value):
+                value = await asyncio.wait_for(_await(value), self.timeout)
+        finally:
+            _CURRENT.reset(token)
         return to_jsonable_python(value, fallback=str)
 
     async def _in_thread(self, call: Callable[[], Any]) -> Any:

@@ -80,7 +80,10 @@ class ScriptedModel:
             self.requests.append(request)
         if self.delay:
             await asyncio.sleep(self.delay)
-        index = sum(1 for m in request.messages if m.role == "assistant")
+        index = 0
+        for m in request.messages:
+            if m.role == "assistant":
+                index += 1
         pending = self._fails.get(index)
         if pending:
             raise pending.pop(0)

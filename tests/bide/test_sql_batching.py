@@ -1,0 +1,238 @@
+"""SQLStore's in-loop group commit on SQLite: requests made before the loop gets back to its callbacks run as
+one transaction, with multi-row statements. These tests form such batches on purpose and check that each
+request gets exactly what it would get alone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bide._sql import _CHUNK, SQLStore, _chunks
+from bide._store import Entry, WriteTransaction
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SQLStore]:
+    s = SQLStore(f"sqlite:///{tmp_path / 'batch.db'}")
+    yield s
+    s.close()
+
+
+def run_batch(store: SQLStore, make: Any) -> tuple[list[Any], int]:
+    """Issue the requests `make()` returns inside a running loop, await them together; return their results
+    and how many transactions committed meanwhile."""
+
+    async def go() -> list[Any]:
+        futures = make()  # issued back to back: nothing awaited in between
+        return list(await asyncio.gather(*futures))
+
+    before = store.commits
+    results = asyncio.run(go())
+    return results, store.commits - before
+
+
+def test_chunks_cover_every_row_in_powers_of_two() -> None:
+    for n in (0, 1, 2, 3, 255, 256, 257, 1000, 3 * _CHUNK + 5):
+        pieces = _chunks(n)
+        assert sum(size for _, size in pieces) == n
+        assert all(size & (size - 1) == 0 and size <= _CHUNK for _, size in pieces)
+        assert [start for start, _ in pieces] == [sum(s for _, s in pieces[:i]) for i in range(len(pieces))]
+
+
+def test_exclusive_conflict_in_a_mixed_batch_leaves_no_rows(store: SQLStore) -> None:
+    old_b = store.insert_many("r1", [("b", b"old-b")])[0]
+    old_x = store.insert_many("r3", [("x", b"old-x")])[0]
+    (a, b, c, d), commits = run_batch(
+        store,
+        lambda: [
+            store.ainsert_many("r1", [("a", b"new-a"), ("b", b"new-b"), ("c", b"new-c")], exclusive=True),
+            store.ainsert_many("r2", [("p", b"p"), ("q", b"q")], exclusive=True),
+            store.ainsert_many("r3", [("x", b"new-x"), ("y", b"y")]),
+            store.ainsert_many("r4", [("z", b"z")]),
+        ],
+    )
+    assert commits == 1
+    # The conflicting exclusive request: only the stored entry of the existing key, nothing inserted.
+    assert a == [Entry(old_b.seq, "b", b"old-b", False)]
+    assert [e.key for e in store.load("r1")] == ["b"]
+    assert store.get("r1", "a") is None and store.get("r1", "c") is None
+    # Everyone else is unaffected.
+    assert [(e.key, e.data, e.inserted) for e in b] == [("p", b"p", True), ("q", b"q", True)]
+    assert b[0].seq < b[1].seq
+    assert c[0] == Entry(old_x.seq, "x", b"old-x", False)
+    assert (c[1].key, c[1].data, c[1].inserted) == ("y", b"y", True)
+    assert [(e.key, e.inserted) for e in d] == [("z", True)]
+    assert store.load("r2") == [Entry(e.seq, e.key, e.data) for e in b]
+    assert store.load("r3") == [Entry(old_x.seq, "x", b"old-x"), Entry(c[1].seq, "y", b"y")]
+    assert store.runs() == ["r1", "r2", "r3", "r4"]
+
+
+def test_two_requests_of_one_batch_insert_the_same_key(store: SQLStore) -> None:
+    (first, second, other, excl), commits = run_batch(
+        store,
+        lambda: [
+            store.ainsert_many("r", [("k", b"first"), ("only-1", b"1")]),
+            store.ainsert_many("r", [("k", b"second"), ("only-2", b"2")]),
+            store.ainsert_many("s", [("k", b"s")]),
+            store.ainsert_many("r", [("only-1", b"late"), ("never", b"n")], exclusive=True),
+        ],
+    )
+    assert commits == 1
+    # One winner per key, and every inserter gets the winner's record back.
+    assert first[0] == Entry(first[0].seq, "k", b"first", True)
+    assert second[0] == Entry(first[0].seq, "k", b"first", False)
+    assert second[1].inserted and first[1].inserted
+    assert other == [Entry(other[0].seq, "k", b"s", True)]
+    assert excl == [Entry(first[1].seq, "only-1", b"1", False)]
+    loaded = store.load("r")
+    assert [(e.key, e.data) for e in loaded] == [("k", b"first"), ("only-1", b"1"), ("only-2", b"2")]
+    assert [e.seq for e in loaded] == sorted(e.seq for e in loaded)
+
+
+def test_loads_with_after_and_repeated_runs_in_one_batch(
+    store: SQLStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r = store.insert_many("r", [(f"k{i}", bytes([i])) for i in range(6)])
+    s = store.insert_many("s", [("only", b"s")])
+    seen: list[int] = []
+    real = store._transaction
+
+    def spy(reqs: list[Any], raw: Any, *, hooks: bool = True) -> list[Any]:
+        seen.append(len(reqs))
+        return real(reqs, raw, hooks=hooks)
+
+    monkeypatch.setattr(store, "_transaction", spy)
+    results, commits = run_batch(
+        store,
+        lambda: [
+            store.aload("r"),
+            store.aload("r", r[2].seq),
+            store.aload("s"),
+            store.aload("r", r[5].seq),
+            store.aload("absent"),
+            store.aload("r", r[2].seq),
+            store.aget("r", "k3"),
+            store.aload("s", s[0].seq),
+        ],
+    )
+    assert seen == [8] and commits == 0  # one transaction, and it wrote nothing
+    full = [Entry(e.seq, e.key, e.data) for e in r]
+    assert results[0] == full
+    assert results[1] == full[3:]
+    assert results[2] == [Entry(s[0].seq, "only", b"s")]
+    assert results[3] == []
+    assert results[4] == []
+    assert results[5] == full[3:] and results[5] is not results[1]
+    assert results[6] == full[3]
+    assert results[7] == []
+
+
+def test_loads_in_a_batch_see_the_inserts_requested_before_them(store: SQLStore) -> None:
+    (ins, loaded), commits = run_batch(
+        store, lambda: [store.ainsert_many("r", [("a", b"1"), ("b", b"2")]), store.aload("r")]
+    )
+    assert commits == 1
+    assert loaded == [Entry(e.seq, e.key, e.data) for e in ins]
+
+
+def test_a_batch_larger_than_one_chunk(store: SQLStore) -> None:
+    n = _CHUNK + 57  # requests; three records each, so the rows span several chunks
+    # Existing keys spread over the chunks: every 7th run has its second key already.
+    old = {i: store.insert_many(f"run-{i:04d}", [("b", b"old")])[0] for i in range(0, n, 7)}
+    results, commits = run_batch(
+        store,
+        lambda: [
+            store.ainsert_many(
+                f"run-{i:04d}",
+                [("a", b"a%d" % i), ("b", b"b%d" % i), ("c", b"c%d" % i)],
+                exclusive=i % 2 == 0,
+            )
+            for i in range(n)
+        ],
+    )
+    assert commits == 1
+    for i, out in enumerate(results):
+        rid = f"run-{i:04d}"
+        stored = store.load(rid)
+        if i in old and i % 2 == 0:  # exclusive and conflicting: nothing new
+            assert out == [Entry(old[i].seq, "b", b"old", False)]
+            assert stored == [Entry(old[i].seq, "b", b"old")]
+        elif i in old:  # the two absent keys inserted, the existing one returned
+            assert [(e.key, e.inserted) for e in out] == [("a", True), ("b", False), ("c", True)]
+            assert out[1] == Entry(old[i].seq, "b", b"old", False)
+            assert out[0].data == b"a%d" % i and out[2].data == b"c%d" % i
+            assert stored == sorted((Entry(e.seq, e.key, e.data) for e in out), key=lambda e: e.seq)
+        else:
+            assert [(e.key, e.data, e.inserted) for e in out] == [
+                ("a", b"a%d" % i, True),
+                ("b", b"b%d" % i, True),
+                ("c", b"c%d" % i, True),
+            ]
+            assert out[0].seq < out[1].seq < out[2].seq  # the items' order is their seq order
+            assert stored == [Entry(e.seq, e.key, e.data) for e in out]
+    assert len(store.runs(limit=10_000)) == n
+    # As many loads in one batch (every other one after its run's first record), against one-by-one loads.
+    firsts = {i: store.load(f"run-{i:04d}")[0].seq for i in range(n)}
+    loaded, commits = run_batch(
+        store, lambda: [store.aload(f"run-{i:04d}", firsts[i] if i % 2 else 0) for i in range(n)]
+    )
+    assert commits == 0
+    for i, got in enumerate(loaded):
+        assert got == store.load(f"run-{i:04d}", firsts[i] if i % 2 else 0)
+        assert len(got) == (3 if i not in old or i % 2 == 1 else 1) - (i % 2)
+
+
+def test_hooks_see_only_what_a_batch_kept(store: SQLStore) -> None:
+    store.insert_many("r1", [("b", b"old")])
+    calls: list[dict[str, list[Entry]]] = []
+
+    def hook(txn: WriteTransaction, written: Mapping[str, Sequence[Entry]]) -> None:
+        calls.append({rid: list(es) for rid, es in written.items()})
+        # The transaction's own view: the batch's inserts, without the undone exclusive ones.
+        assert [e.key for e in txn.load("r1")] == ["b"]
+
+    store.add_write_hook(hook)
+    (a, b), commits = run_batch(
+        store,
+        lambda: [
+            store.ainsert_many("r1", [("a", b"a"), ("b", b"b")], exclusive=True),
+            store.ainsert_many("r2", [("x", b"x"), ("y", b"y")]),
+        ],
+    )
+    assert commits == 1 and store.hook_errors == []
+    assert [e.inserted for e in a] == [False]
+    assert calls == [{"r2": b}]
+
+
+def test_every_request_of_a_batch_is_answered_in_order_of_issue(store: SQLStore) -> None:
+    async def go() -> list[list[Entry]]:
+        futures = [store.ainsert_many(f"r{i % 5}", [(f"k{i}", b"%d" % i)]) for i in range(40)]
+        return list(await asyncio.gather(*futures))
+
+    before = store.commits
+    results = asyncio.run(go())
+    assert store.commits == before + 1
+    assert [out[0].key for out in results] == [f"k{i}" for i in range(40)]
+    for i in range(5):
+        loaded = store.load(f"r{i}")
+        assert sorted(e.key for e in loaded) == sorted(f"k{j}" for j in range(i, 40, 5))
+
+
+def test_a_batch_of_only_existing_keys_returns_the_stored_entries(store: SQLStore) -> None:
+    def requests() -> list[Any]:
+        return [
+            store.ainsert_many("r", [("a", b"a"), ("b", b"b")], exclusive=True),
+            store.ainsert_many("s", [("c", b"c")]),
+        ]
+
+    first, commits = run_batch(store, requests)
+    assert commits == 1 and all(e.inserted for out in first for e in out)
+    again, commits = run_batch(store, requests)
+    assert commits == 1
+    assert again == [[Entry(e.seq, e.key, e.data, False) for e in out] for out in first]
+    assert [len(store.load(r)) for r in ("r", "s")] == [2, 1]
+
