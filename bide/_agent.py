@@ -23,7 +23,7 @@ import asyncio
 import inspect
 import time
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -209,7 +209,17 @@ class Agent:
                         f"run {run_id!r} reached max_turns={self.max_turns} without an answer; raise "
                         "max_turns and run it again"
                     )
-                rec = await self._ask_model(journal, turn, messages)
+                # The model call is awaited here, not in a helper coroutine: one object fewer held by every
+                # run while its model thinks.
+                request = ModelRequest(run_id=run_id, turn=turn, messages=list(messages), tools=self._specs)
+                try:
+                    reply = await self.model.complete(request)
+                except BideError:
+                    raise
+                except Exception as exc:
+                    raise self._model_failed(run_id, turn, exc) from exc
+                rec = self._model_turn(turn, reply)
+                del request, reply  # nothing of the call is held while the turn is journaled
                 if not rec.message.tool_calls:
                     answer = End(key=END_KEY, answer=rec.message.content)
                     if await journal.awrite_exclusive([*opening, rec, answer]):
@@ -272,21 +282,16 @@ class Agent:
 
     # -- model turns ---------------------------------------------------------------------------------------
 
-    async def _ask_model(self, journal: Journal, turn: int, messages: Sequence[Message]) -> ModelTurn:
-        """Ask the model for turn `turn`; returns the record to journal (not written yet)."""
-        request = ModelRequest(run_id=journal.run_id, turn=turn, messages=list(messages), tools=self._specs)
-        try:
-            reply = await self.model.complete(request)
-        except BideError:
-            raise
-        except Exception as exc:
-            raise ModelError(
-                f"model {getattr(self.model, 'name', '?')!r} failed on turn {turn} of run "
-                f"{journal.run_id!r}: {exc}; run again to retry"
-            ) from exc
+    def _model_failed(self, run_id: str, turn: int, exc: Exception) -> ModelError:
+        return ModelError(
+            f"model {getattr(self.model, 'name', '?')!r} failed on turn {turn} of run {run_id!r}: {exc}; "
+            "run again to retry"
+        )
+
+    def _model_turn(self, turn: int, reply: object) -> ModelTurn:
+        """The record of the model's reply for turn `turn` (not written yet), with bide's call ids."""
         _check_reply(reply)
-        # A plain loop, not a comprehension: a comprehension would keep `turn` in a cell for as long as the
-        # model call is awaited, one more object per live run for the garbage collector.
+        assert isinstance(reply, AssistantMessage)
         calls: list[ToolCall] = []
         for i, c in enumerate(reply.tool_calls):
             calls.append(ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}"))

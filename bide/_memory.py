@@ -49,11 +49,15 @@ class MemoryStore(BlockingStore):
             records = self._runs.get(run_id)
             if records is None:
                 records = self._runs[run_id] = {}
-                self._order[run_id] = []
-            order = self._order[run_id]
-            if exclusive and any(key in records for key, _ in items):
-                return [Entry(*records[key]) for key, _ in items if key in records]
+                order = self._order[run_id] = []
+            else:
+                order = self._order[run_id]
+            if exclusive and records:
+                clash = [Entry(*records[key]) for key, _ in items if key in records]
+                if clash:
+                    return clash
             seq = self._seq
+            wrote = False
             try:
                 for key, data in items:
                     existing = records.get(key)
@@ -65,9 +69,10 @@ class MemoryStore(BlockingStore):
                     records[key] = row
                     order.append(row)
                     out.append(Entry(seq, key, row[2], True))
+                    wrote = True
             finally:
                 self._seq = seq  # every seq handed out stays used, whatever happens
-            if self._hooks.hooks and any(e.inserted for e in out):
+            if wrote and self._hooks.hooks:
                 self._run_hooks({run_id: [e for e in out if e.inserted]})
         return out
 
