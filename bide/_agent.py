@@ -171,11 +171,9 @@ class Agent:
         journal = await Journal(self.store, run_id).aload()
         # A new run's start record is written with its first turn, in the same all-or-nothing write: a run
         # exists once it has a turn. An existing run's start is checked against this drive.
-        opening: tuple[Record, ...] = ()
-        if journal.has(START_KEY):
+        needs_start = not journal.has(START_KEY)
+        if not needs_start:
             self._check_start(journal, input)
-        else:
-            opening = (Start(key=START_KEY, entry=self.entry, input=input),)
         end = journal.get(END_KEY)
         if isinstance(end, End):
             return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
@@ -188,12 +186,12 @@ class Agent:
         turn = 0
         restarts = 0
         while True:
-            if opening and journal.has(START_KEY):
-                # The journal shows a start now: ours was written with our first turn (then `opening` is
-                # already cleared), so this one is another driver's, whose first turn won the race. It must
-                # be this drive's run.
+            if needs_start and journal.has(START_KEY):
+                # The journal shows a start now: ours was written with our first turn (then `needs_start` is
+                # already False), so this one is another driver's, whose first turn won the race. It must be
+                # this drive's run.
                 self._check_start(journal, input)
-                opening = ()
+                needs_start = False
             end = journal.get(END_KEY)
             if isinstance(end, End):
                 return RunResult(run_id, end.answer, _count_turns(journal))
@@ -222,11 +220,11 @@ class Agent:
                 del request, reply  # nothing of the call is held while the turn is journaled
                 if not rec.message.tool_calls:
                     answer = End(key=END_KEY, answer=rec.message.content)
-                    if await journal.awrite_exclusive([*opening, rec, answer]):
+                    if await journal.awrite_exclusive([*self._opening(needs_start, input), rec, answer]):
                         return RunResult(run_id, answer.answer, turn + 1)
                     restarts = _restart(run_id, turn, restarts)
                     continue
-                pending = [*opening, rec]  # `opening` stays until our turn or another driver's is journaled
+                pending = [*self._opening(needs_start, input), rec]
             msg = rec.message
             rec = None  # live runs keep only what they need while they wait (fewer objects for the GC)
             if not msg.tool_calls:
@@ -238,7 +236,7 @@ class Agent:
             # Every call of a fresh turn writes the turn first; this only guards that invariant.
             if results is not None and (not pending or await journal.awrite_exclusive(pending)):
                 if fresh:
-                    opening = ()  # our turn, and with it our start, is journaled: nothing to check
+                    needs_start = False  # our turn, and with it our start, is journaled: nothing to check
                 messages.append(msg)
                 messages.extend(results)
                 results = None  # the next model call may be long: hold nothing it does not need
@@ -246,6 +244,11 @@ class Agent:
                 restarts = 0
                 continue
             restarts = _restart(run_id, turn, restarts)
+
+    def _opening(self, needs_start: bool, input: str) -> tuple[Record, ...]:
+        """What a fresh turn is journaled after: the run's start record, for a run that has none yet. Made
+        when needed, so no run holds one while it waits."""
+        return (Start(key=START_KEY, entry=self.entry, input=input),) if needs_start else ()
 
     def _check_start(self, journal: Journal, input: str) -> None:
         """Refuse a drive whose input or entry point differs from the run's recorded start."""
@@ -596,6 +599,7 @@ class Agent:
             raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s") from exc
         except Exception as exc:
             raise self._unknown(journal, marker, f"the tool raised {type(exc).__name__}: {exc}") from exc
+        del marker, stored, ctx, validated  # the result's write is awaited holding only what it needs
         return await self._record(
             journal, call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
         )
