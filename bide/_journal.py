@@ -155,6 +155,11 @@ class Journal:
     def _winners(self, records: Sequence[Record], entries: list[Entry]) -> list[tuple[Record, bool]]:
         out: list[tuple[Record, bool]] = []
         skip = len(entries) - len(records)  # the header's entry comes first when we sent one
+        if skip not in (0, 1):
+            raise StoreError(
+                f"run {self.run_id!r}: the store answered {len(entries)} entries for {len(records)} records; "
+                "it does not keep the Store protocol"
+            )
         for i, entry in enumerate(entries):
             if entry.key == HEADER_KEY and not self._has_header:
                 if entry.inserted:

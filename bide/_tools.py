@@ -251,9 +251,9 @@ class Tool:
         if self._is_async:
             token = _CURRENT.set(ctx)
             try:
-                # Nothing of the tool runs until the coroutine is awaited, under the deadline.
-                started = self.fn(**kwargs) if self._unpack else self.fn(validated)
-                value = await run_with_deadline(started, self.timeout)
+                # Nothing of the tool runs until its coroutine is awaited, under the deadline.
+                coroutine = self.fn(**kwargs) if self._unpack else self.fn(validated)
+                value = await run_with_deadline(coroutine, self.timeout)
             finally:
                 _CURRENT.reset(token)
             return value if type(value) is str else to_jsonable_python(value, fallback=str)
