@@ -219,9 +219,13 @@ class Agent:
                 rec = self._model_turn(turn, reply)
                 del request, reply  # nothing of the call is held while the turn is journaled
                 if not rec.message.tool_calls:
-                    answer = End(key=END_KEY, answer=rec.message.content)
-                    if await journal.awrite_exclusive([*self._opening(needs_start, input), rec, answer]):
-                        return RunResult(run_id, answer.answer, turn + 1)
+                    text = rec.message.content
+                    write = journal.awrite_exclusive(
+                        [*self._opening(needs_start, input), rec, End(key=END_KEY, answer=text)]
+                    )
+                    rec = None  # the records are the write's alone while it is awaited
+                    if await write:
+                        return RunResult(run_id, text, turn + 1)
                     restarts = _restart(run_id, turn, restarts)
                     continue
                 pending = [*self._opening(needs_start, input), rec]
@@ -234,7 +238,7 @@ class Agent:
             fresh = bool(pending)
             results = await self._run_calls(journal, msg, pending)
             # Every call of a fresh turn writes the turn first; this only guards that invariant.
-            if results is not None and (not pending or await journal.awrite_exclusive(pending)):
+            if results is not None and (not pending or await journal.awrite_exclusive(_drain(pending))):
                 if fresh:
                     needs_start = False  # our turn, and with it our start, is journaled: nothing to check
                 messages.append(msg)
@@ -407,9 +411,9 @@ class Agent:
             return await self._record(
                 journal, call, value, is_error=False, safety=safety, idem=idem, approval=approval
             )
-        return await self._side_effect(
-            journal, tool, call, validated, arguments, idem, approval, gen, pending
-        )
+        effect = self._side_effect(journal, tool, call, validated, arguments, idem, approval, gen, pending)
+        del validated  # held by the side effect's own frame only, which lets go of it once the tool returned
+        return await effect
 
     async def _consult_gate(
         self, journal: Journal, tool: Tool, call: ToolCall, arguments: dict[str, Any], idem: str
@@ -549,8 +553,7 @@ class Agent:
         )
         try:
             if pending:
-                written = await journal.awrite_exclusive([*pending, marker])
-                pending.clear()
+                written = await journal.awrite_exclusive(_drain(pending, marker))
                 if not written:
                     return None  # another driver journaled this turn first
                 stored: Record = marker
@@ -610,9 +613,15 @@ async def _flush(journal: Journal, pending: list[Record]) -> bool:
     another driver journaled that turn first."""
     if not pending:
         return True
-    written = await journal.awrite_exclusive(pending)
+    return await journal.awrite_exclusive(_drain(pending))
+
+
+def _drain(pending: list[Record], *more: Record) -> list[Record]:
+    """`pending` and `more` in a new list, emptying `pending`: records on their way to the store are held by
+    nobody else while the write is awaited (the journal keeps their bytes, not them)."""
+    out = [*pending, *more]
     pending.clear()
-    return written
+    return out
 
 
 def _check_reply(reply: object) -> None:

@@ -217,4 +217,5 @@ class Journal:
     async def awrite_one(self, record: Record) -> tuple[Record, bool]:
         """`awrite` for one record."""
         # awrite's body, not a call to it: one coroutine fewer held by every run waiting on a write.
-        return self._winners((record,), await self.store.ainsert_many(self.run_id, self._items((record,))))[0]
+        answer = self.store.ainsert_many(self.run_id, self._items((record,)))
+        return self._winners((record,), await answer)[0]
