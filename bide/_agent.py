@@ -387,7 +387,7 @@ class Agent:
         if tool.safety.retry_safe:
             ctx = CallContext(run_id, call.call_id, tool.name, idem, 0)
             try:
-                value = await tool.invoke(validated, ctx)
+                value = await tool._invoke(tool._call_args(validated), ctx)
             except TimeoutError:
                 return await self._record(
                     journal,
@@ -411,9 +411,13 @@ class Agent:
             return await self._record(
                 journal, call, value, is_error=False, safety=safety, idem=idem, approval=approval
             )
-        effect = self._side_effect(journal, tool, call, validated, arguments, idem, approval, gen, pending)
-        del validated  # held by the side effect's own frame only, which lets go of it once the tool returned
-        return await effect
+        # The function's arguments (a plain dict for a function tool) travel on instead of the model: a
+        # waiting run holds fewer objects.
+        call_args = tool._call_args(validated)
+        del validated
+        return await self._side_effect(
+            journal, tool, call, call_args, arguments, idem, approval, gen, pending
+        )
 
     async def _consult_gate(
         self, journal: Journal, tool: Tool, call: ToolCall, arguments: dict[str, Any], idem: str
@@ -531,7 +535,7 @@ class Agent:
         journal: Journal,
         tool: Tool,
         call: ToolCall,
-        validated: Any,
+        call_args: Any,
         arguments: dict[str, Any],
         idem: str,
         approval: Any,
@@ -569,7 +573,7 @@ class Agent:
             raise self._unknown(journal, stored, "contended: another driver claimed this call")
         ctx = CallContext(run_id, call.call_id, tool.name, idem, gen)
         try:
-            value = await tool.invoke(validated, ctx)
+            value = await tool._invoke(call_args, ctx)
         except NotCalled as exc:
             try:
                 await journal.awrite_one(
@@ -602,7 +606,7 @@ class Agent:
             raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s") from exc
         except Exception as exc:
             raise self._unknown(journal, marker, f"the tool raised {type(exc).__name__}: {exc}") from exc
-        del marker, stored, ctx, validated  # the result's write is awaited holding only what it needs
+        del marker, stored, ctx, call_args  # the result's write is awaited holding only what it needs
         return await self._record(
             journal, call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
         )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import functools
 import hashlib
 import inspect
 import threading
@@ -244,25 +245,30 @@ class Tool:
 
     async def invoke(self, validated: BaseModel, ctx: CallContext) -> Any:
         """Call the tool for one call (under its timeout) and return its JSON-ready result."""
+        return await self._invoke(self._call_args(validated), ctx)
+
+    def _call_args(self, validated: BaseModel) -> BaseModel | dict[str, Any]:
+        """What the function is called with: its keyword arguments for a function tool (a plain dict, which
+        the garbage collector does not track while it holds plain values), else the model itself."""
         if self._unpack:
-            kwargs = {name: getattr(validated, name) for name in type(validated).model_fields}
-            if self._inject_key:
-                kwargs[_INJECTED] = ctx.idempotency_key
-        if self._is_async:
-            token = _CURRENT.set(ctx)
-            try:
-                # Nothing of the tool runs until its coroutine is awaited, under the deadline.
-                coroutine = self.fn(**kwargs) if self._unpack else self.fn(validated)
-                value = await run_with_deadline(coroutine, self.timeout)
-            finally:
-                _CURRENT.reset(token)
-            return value if type(value) is str else to_jsonable_python(value, fallback=str)
-        if self._unpack:
-            call: Callable[[], Any] = lambda: self.fn(**kwargs)  # noqa: E731
-        else:
-            call = lambda: self.fn(validated)  # noqa: E731
+            return {name: getattr(validated, name) for name in type(validated).model_fields}
+        return validated
+
+    async def _invoke(self, args: BaseModel | dict[str, Any], ctx: CallContext) -> Any:
+        """`invoke` with the arguments `_call_args` made."""
+        if isinstance(args, dict) and self._inject_key:
+            args = {**args, _INJECTED: ctx.idempotency_key}
         token = _CURRENT.set(ctx)
         try:
+            if self._is_async:
+                # Nothing of the tool runs until its coroutine is awaited, under the deadline.
+                coroutine = self.fn(**args) if isinstance(args, dict) else self.fn(args)
+                value = await run_with_deadline(coroutine, self.timeout)
+                return value if type(value) is str else to_jsonable_python(value, fallback=str)
+            if isinstance(args, dict):
+                call: Callable[[], Any] = functools.partial(self.fn, **args)
+            else:
+                call = functools.partial(self.fn, args)
             value = await self._in_thread(call)
             if inspect.isawaitable(value):
                 value = await asyncio.wait_for(_await(value), self.timeout)
