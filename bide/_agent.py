@@ -283,6 +283,12 @@ class Agent:
                 got = await self._call(journal, call, pending)
                 if got is None:
                     return None
+                if not journal.has(got.key):
+                    # A fresh result: journaled here, once the call's own frames are gone (a run waiting
+                    # on this write holds only what it needs).
+                    stored, _ = await journal.awrite_one(got)
+                    assert isinstance(stored, ToolResult)
+                    got = stored
                 res = got
             results.append(_tool_message(call, res))
         return results
@@ -309,9 +315,8 @@ class Agent:
 
     # -- tool calls ----------------------------------------------------------------------------------------
 
-    async def _record(
-        self,
-        journal: Journal,
+    @staticmethod
+    def _result(
         call: ToolCall,
         result: Any,
         *,
@@ -320,23 +325,21 @@ class Agent:
         idem: str | None = None,
         approval: Any = None,
     ) -> ToolResult:
-        rec, _ = await journal.awrite_one(
-            ToolResult(
-                key=result_key(call.call_id),
-                call_id=call.call_id,
-                tool=call.name,
-                result=result,
-                is_error=is_error,
-                safety=safety,
-                idempotency_key=idem,
-                approval=approval,
-            )
+        """A call's result record, not journaled yet (`_run_calls` journals it)."""
+        return ToolResult(
+            key=result_key(call.call_id),
+            call_id=call.call_id,
+            tool=call.name,
+            result=result,
+            is_error=is_error,
+            safety=safety,
+            idempotency_key=idem,
+            approval=approval,
         )
-        assert isinstance(rec, ToolResult)
-        return rec
 
     async def _call(self, journal: Journal, call: ToolCall, pending: list[Record]) -> ToolResult | None:
-        """Run one call of the current turn and return its recorded result.
+        """Run one call of the current turn and return its result: one the journal has already (a
+        reconciler's), or a fresh one, which the caller journals before anything depends on it.
 
         `pending` holds the turn's record while it is not journaled yet; it is written before anything
         depends on it (with the attempt marker of a side effect, else on its own). Returns None when
@@ -355,8 +358,7 @@ class Agent:
             if not await _flush(journal, pending):
                 return None
             names = ", ".join(sorted(self.tools)) or "none"
-            return await self._record(
-                journal,
+            return self._result(
                 call,
                 f"unknown tool {call.name!r}; available tools: {names}",
                 is_error=True,
@@ -373,7 +375,7 @@ class Agent:
         except ToolArgumentsInvalid as exc:
             if not await _flush(journal, pending):
                 return None
-            return await self._record(journal, call, str(exc), is_error=True, safety=safety)
+            return self._result(call, str(exc), is_error=True, safety=safety)
         arguments: dict[str, Any] = validated.model_dump(mode="json")
         idem = idempotency_key_for(run_id, call.call_id)
         if (tool.gate is not None or tool.safety.retry_safe) and not await _flush(journal, pending):
@@ -389,8 +391,7 @@ class Agent:
             try:
                 value = await tool._invoke(tool._call_args(validated), ctx)
             except TimeoutError:
-                return await self._record(
-                    journal,
+                return self._result(
                     call,
                     f"tool {tool.name!r} timed out after {tool.timeout:g}s",
                     is_error=True,
@@ -399,8 +400,7 @@ class Agent:
                     approval=approval,
                 )
             except Exception as exc:
-                return await self._record(
-                    journal,
+                return self._result(
                     call,
                     _error_text(exc),
                     is_error=True,
@@ -408,9 +408,7 @@ class Agent:
                     idem=idem,
                     approval=approval,
                 )
-            return await self._record(
-                journal, call, value, is_error=False, safety=safety, idem=idem, approval=approval
-            )
+            return self._result(call, value, is_error=False, safety=safety, idem=idem, approval=approval)
         # The function's arguments (a plain dict for a function tool) travel on instead of the model: a
         # waiting run holds fewer objects.
         call_args = tool._call_args(validated)
@@ -432,8 +430,7 @@ class Agent:
         if isinstance(decision, Approved):
             return decision.evidence
         if isinstance(decision, Denied):
-            return await self._record(
-                journal,
+            return self._result(
                 call,
                 f"tool call denied: {decision.reason}",
                 is_error=True,
@@ -593,8 +590,7 @@ class Agent:
                 f"it did not run: {exc}. Run again to retry the call"
             ) from exc
         except ToolError as exc:
-            return await self._record(
-                journal,
+            return self._result(
                 call,
                 _error_text(exc),
                 is_error=True,
@@ -606,9 +602,8 @@ class Agent:
             raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s") from exc
         except Exception as exc:
             raise self._unknown(journal, marker, f"the tool raised {type(exc).__name__}: {exc}") from exc
-        del marker, stored, ctx, call_args  # the result's write is awaited holding only what it needs
-        return await self._record(
-            journal, call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
+        return self._result(
+            call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
         )
 
 
