@@ -88,7 +88,8 @@ _LOCAL = threading.local()
 
 
 def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
-    # One thread runs one event loop at a time: remember the last one's deadlines.
+    # One thread runs one event loop at a time: remember the last one's deadlines (a finished loop's are
+    # dropped when the thread runs its next loop).
     current: _Deadlines | None = getattr(_LOCAL, "deadlines", None)
     if current is None or current.loop is not loop:
         current = _LOCAL.deadlines = _Deadlines(loop)
