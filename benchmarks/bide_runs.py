@@ -3,9 +3,11 @@
     python benchmarks/bide_runs.py [--quick]
 
 Prints: the bare durable SQLite commit rate on this machine; sequential ms/run on SQLite (synchronous=FULL,
-WAL) and memory; concurrent runs/s (group commit) against that commit rate; 5,000 concurrent runs whose
-model call sleeps 100 ms; records and transactions per run. The scripted model is offline. The load average
-is printed too: figures from a busy machine are not comparable.
+WAL) and memory; concurrent runs/s (group commit) against that commit rate, for 5,000 runs started at once
+and by runs in flight (with CPython's default garbage collector setting, then with the one docs/bide.md
+suggests for services); 5,000 concurrent runs whose model call sleeps 100 ms; records and transactions per
+run. The scripted model is offline. The load average is printed too: figures from a busy machine are not
+comparable.
 """
 
 from __future__ import annotations
