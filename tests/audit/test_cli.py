@@ -81,3 +81,17 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
     assert nostore.returncode == 4 and "no SQLite store" in nostore.stderr
     assert not (tmp_path / "runz.db").exists()  # a mistyped path leaves no empty database behind
     assert _audit("frobnicate", cwd=tmp_path).returncode == 2
+
+
+def test_export_from_a_store_that_cannot_be_read_exits_4_and_writes_nothing(tmp_path: Path) -> None:
+    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    (tmp_path / "bad.db").write_text("this is not a database\n")
+    url = f"sqlite:///{tmp_path / 'bad.db'}"
+    args = ["export", "--store", url, "--run", "r", "--key", "log.key", "--head", "-o", "h.json"]
+    out = _audit(*args, cwd=tmp_path)
+    assert out.returncode == 4
+    assert out.stderr.startswith("ERROR:") and "not a database" in out.stderr
+    assert not (tmp_path / "h.json").exists()
+    assert (tmp_path / "bad.db").read_text() == "this is not a database\n"  # the file is left as it was
+    as_json = _audit(*args, "--json", cwd=tmp_path)
+    assert as_json.returncode == 4 and json.loads(as_json.stdout)["result"] == "error"
