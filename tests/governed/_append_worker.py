@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from govern._eventlog import Event, EventLog
+from govern.runtime._eventlog import Event, EventLog
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from functools import cache
 
 import govern
-from govern._machine import Machine
+from govern.machine._machine import Machine
 
 
 @cache

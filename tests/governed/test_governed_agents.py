@@ -9,9 +9,9 @@ import pytest
 import bide
 import govern
 from bide.testing import Call, CrashingStore, ScriptedModel, SimulatedCrash, Turn, reply
-from govern._agents import event_id_for, event_tool
-from govern._eventlog import EventLog
-from govern._replica import Replica
+from govern.runtime._agents import event_id_for, event_tool
+from govern.runtime._eventlog import EventLog
+from govern.runtime._replica import Replica
 
 from .machines import order_machine
 
@@ -116,7 +116,7 @@ def test_a_crash_at_every_store_write_never_duplicates_or_loses_an_event() -> No
 
 
 def test_a_no_op_without_a_false_guard_is_not_blamed_on_the_guard() -> None:
-    from govern._rules import delivery_rules
+    from govern.runtime._rules import delivery_rules
 
     r = govern.Registry("lamp")
     on = r.bool("on")

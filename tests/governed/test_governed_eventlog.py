@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from govern._eventlog import (
+from govern.runtime._eventlog import (
     Event,
     EventConflict,
     EventLog,

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import bide
-from govern._agents import event_id_for
-from govern._eventlog import EventLog
-from govern._replica import Replica
+from govern.runtime._agents import event_id_for
+from govern.runtime._eventlog import EventLog
+from govern.runtime._replica import Replica
 
 from .conftest import POSTGRES_URL
 from .machines import order_machine

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from govern._eventlog import Event, EventLog, LogCorrupted, LoggedEvent, MachineMismatch
-from govern._replica import Replica, ReplicaError, fold
+from govern.runtime._eventlog import Event, EventLog, LogCorrupted, LoggedEvent, MachineMismatch
+from govern.runtime._replica import Replica, ReplicaError, fold
 
 from .machines import order_machine
 

@@ -17,12 +17,12 @@ import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from ._cert_analysis import TableAnalysis, analyse_tables
-from ._cert_encoding import DEFAULT_MAX_BYTES, canonical_json, decode_table, encode_table, parse_strict_json
-from ._cert_errors import CertificateInvalid, CertificateUnreadable
-from ._cert_model import FORMAT, CertificateModel, domain_sizes, has_rules, initial_state, parse_document
-from ._cert_oracle import OracleVerdict, local_oracle_identity, run_rules_oracle, run_tables_oracle
-from ._cert_signing import Signer, key_id, public_key_from_raw, verify_signature
+from ._analysis import TableAnalysis, analyse_tables
+from ._encoding import DEFAULT_MAX_BYTES, canonical_json, decode_table, encode_table, parse_strict_json
+from ._errors import CertificateInvalid, CertificateUnreadable
+from ._model import FORMAT, CertificateModel, domain_sizes, has_rules, initial_state, parse_document
+from ._oracle import OracleVerdict, local_oracle_identity, run_rules_oracle, run_tables_oracle
+from ._signing import Signer, key_id, public_key_from_raw, verify_signature
 
 __all__ = [
     "DIGEST_DOMAIN",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._machine import Machine
+from ..machine._machine import Machine
 
 __all__ = ["DeliveryRules", "Outcome", "delivery_rules"]
 

@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from ._errors import GovernError
+from .._errors import GovernError
 
 __all__ = [
     "CertificateError",

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._cert_model import BoolVariable, EnumVariable, MachineRules, domain_sizes
+from ._model import BoolVariable, EnumVariable, MachineRules, domain_sizes
 
 __all__ = ["render_assignment", "render_expression", "render_state", "render_value", "state_values"]
 

@@ -13,8 +13,8 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ._cert_errors import CertificateUnreadable
-from ._cert_signing import is_signing_time
+from ._errors import CertificateUnreadable
+from ._signing import is_signing_time
 
 __all__ = [
     "ARITY",

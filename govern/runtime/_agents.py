@@ -16,9 +16,9 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from ._errors import UnknownEvent
+from .._errors import UnknownEvent
+from ..machine._machine import Machine
 from ._eventlog import Event, EventConflict, EventLog, LoggedEvent
-from ._machine import Machine
 from ._rules import DeliveryRules, delivery_rules
 
 if TYPE_CHECKING:

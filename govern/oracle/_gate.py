@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import OracleDisagreement, OracleRejected, OracleUnavailable
+from .._errors import OracleDisagreement, OracleRejected, OracleUnavailable
 
 __all__ = ["RULES_CHECK_MAX_ENTRIES", "RulesCheck", "oracle_identity", "run_gate"]
 
@@ -32,7 +32,7 @@ RULES_CHECK_MAX_ENTRIES = 1 << 22
 
 def _load() -> Any:
     try:
-        from . import oracle
+        from .. import oracle
     except Exception as exc:  # any import failure leaves us without an oracle: fail closed
         raise OracleUnavailable(
             f"the proof-derived oracle (govern.oracle) cannot be loaded: {exc}; "

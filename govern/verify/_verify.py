@@ -17,12 +17,12 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from .._errors import DeclarationError, NotConvergent
+from ..model._declarations import Domain, Snapshot
+from ..model._space import Space
 from ._counterexample import Divergence, RepairCycle, Step, trace, trace_normalize
-from ._declare import Domain, Snapshot
-from ._errors import DeclarationError, NotConvergent
 from ._parallel import PARALLEL_MIN_STATES, run_all
 from ._report import PrunedPair
-from ._space import Space
 from ._tables import Footprint, Tables, normal_forms
 from ._timing import PhaseTimer
 

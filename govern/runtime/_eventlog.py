@@ -38,7 +38,7 @@ from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
-from ._errors import GovernError
+from .._errors import GovernError
 
 __all__ = [
     "Appended",

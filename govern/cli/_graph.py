@@ -16,10 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ._cert_analysis import analyse_tables
-from ._cert_model import initial_state
-from ._cert_render import render_state, state_values
-from ._certificate import Certificate
+from ..certificate._analysis import analyse_tables
+from ..certificate._certificate import Certificate
+from ..certificate._model import initial_state
+from ..certificate._render import render_state, state_values
 
 __all__ = [
     "GraphFiles",

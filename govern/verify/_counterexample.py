@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from ._space import Space, Value
+from ..model._space import Space, Value
 
 __all__ = [
     "Counterexample",

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._declare import Domain, Snapshot
-from ._gate import RulesCheck, run_gate
+from ..model._declarations import Domain, Snapshot
+from ..model._space import Space
+from ..oracle._gate import RulesCheck, run_gate
+from ..verify._report import Report, guarantee_text
+from ..verify._tables import build_tables
+from ..verify._timing import PhaseTimer
+from ..verify._verify import verify
 from ._machine import Machine, RawTables
-from ._report import Report, guarantee_text
-from ._space import Space
-from ._tables import build_tables
-from ._timing import PhaseTimer
-from ._verify import verify
 
 __all__ = ["build_machine"]
 

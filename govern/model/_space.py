@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import DeclarationError, StateSpaceTooLarge
+from .._errors import DeclarationError, StateSpaceTooLarge
 from ._expr import Kind, dtype_for
 
 __all__ = ["Space", "VarSpec", "available_memory", "build_bytes_per_state"]

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from ._cert_model import MachineRules, initial_state
+from ._model import MachineRules, initial_state
 
 __all__ = ["OracleVerdict", "local_oracle_identity", "run_rules_oracle", "run_tables_oracle"]
 
@@ -34,7 +34,7 @@ class OracleVerdict:
 
 def local_oracle_identity() -> dict[str, str]:
     """The identity of the oracle installed here (what `govern check` runs), as strings."""
-    from .oracle import ORACLE_IDENTITY
+    from ..oracle import ORACLE_IDENTITY
 
     fields = dataclasses.asdict(ORACLE_IDENTITY)
     return {
@@ -51,7 +51,7 @@ def run_tables_oracle(
     Malformed tables (as the oracle's front end sees them) are a rejection, not an error; an oracle
     that gives no verdict raises `OracleNoVerdict` (an internal error, never a pass).
     """
-    from .oracle import OracleInputError, check_tables
+    from ..oracle import OracleInputError, check_tables
 
     events = len(machine.events)
     pairs = None if machine.independent is None else [(int(a), int(b)) for a, b in machine.independent]
@@ -92,7 +92,7 @@ def run_rules_oracle(
     """Run the extracted rules checker: it recomputes the tables from the machine JSON and compares
     them with the certificate's. Returns (None, theorem) when they are identical, else (what differs,
     theorem)."""
-    from . import oracle
+    from .. import oracle
 
     events = len(machine.events)
     try:

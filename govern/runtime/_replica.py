@@ -33,8 +33,8 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..machine._machine import Machine
 from ._eventlog import EventLog, EventLogError, LogCorrupted, LoggedEvent, MachineMismatch
-from ._machine import Machine
 from ._rules import DeliveryRules, delivery_rules
 
 __all__ = ["Checkpoint", "Replica", "ReplicaError"]

@@ -16,7 +16,7 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
-from ._cert_errors import CertificateUnreadable
+from ._errors import CertificateUnreadable
 
 __all__ = [
     "DEFAULT_MAX_BYTES",

@@ -12,16 +12,16 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._cert_errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
-from ._cert_model import MAX_STATES, MAX_TABLE_ENTRIES
-from ._cert_oracle import local_oracle_identity
-from ._cert_signing import load_private_key
+from .._errors import OracleDisagreement
 from ._certificate import Certificate, CheckResult, assemble, check_certificate
-from ._errors import OracleDisagreement
+from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
+from ._model import MAX_STATES, MAX_TABLE_ENTRIES
+from ._oracle import local_oracle_identity
+from ._signing import load_private_key
 
 if TYPE_CHECKING:
-    from ._declare import Registry
-    from ._machine import Machine
+    from ..machine._machine import Machine
+    from ..machine._registry import Registry
 
 __all__ = ["certificate_for", "certify", "self_check", "tool_version"]
 
@@ -97,7 +97,7 @@ def certify(
     (`govern keygen`). Raises `NotConvergent` (from the build) for a machine that does not converge,
     and `OracleDisagreement` when the re-check disagrees with the engine (a bug: please report it).
     """
-    from ._declare import Registry
+    from ..machine._registry import Registry
 
     built = machine.build() if isinstance(machine, Registry) else machine
     certificate = certificate_for(built)

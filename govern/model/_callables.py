@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import DomainViolation, RuleError
+from .._errors import DomainViolation, RuleError
 from ._expr import Var
 from ._space import Space, Value
 

@@ -17,7 +17,7 @@ from typing import Any, Literal, TypeAlias
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import DeclarationError
+from .._errors import DeclarationError
 
 __all__ = [
     "Expr",

@@ -26,7 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ._cert_errors import SigningKeyError
+from ._errors import SigningKeyError
 
 __all__ = [
     "SIGNATURE_DOMAIN",

@@ -23,10 +23,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
-from ._expr import canonical_json
-from ._report import Report
-from ._space import Space, Value, VarSpec
+from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
+from ..model._expr import canonical_json
+from ..model._space import Space, Value, VarSpec
+from ..verify._report import Report
 
 __all__ = ["FILE_FORMAT", "Machine", "MachineTables", "RawTables", "State"]
 

@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._callables import run_assignment, run_condition
-from ._declare import Assignment, Snapshot
-from ._errors import DomainViolation
-from ._expr import Expr, evaluate
+from .._errors import DomainViolation
+from ..model._callables import run_assignment, run_condition
+from ..model._declarations import Assignment, Snapshot
+from ..model._expr import Expr, evaluate
+from ..model._space import Space
 from ._parallel import PARALLEL_MIN_STATES, run_all
-from ._space import Space
 
 __all__ = ["Footprint", "Tables", "build_tables", "normal_forms"]
 

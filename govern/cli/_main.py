@@ -34,15 +34,20 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ._cert_encoding import DEFAULT_MAX_BYTES
-from ._cert_errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable, SigningKeyError
-from ._cert_render import render_assignment, render_expression, render_value
-from ._cert_signing import generate_key_pair, load_private_key, load_public_key
-from ._certificate import Certificate, CheckResult, check_certificate, read_certificate
-from ._errors import GovernError
+from .._errors import GovernError
+from ..certificate._certificate import Certificate, CheckResult, check_certificate, read_certificate
+from ..certificate._encoding import DEFAULT_MAX_BYTES
+from ..certificate._errors import (
+    CertificateInvalid,
+    CertificateTooLarge,
+    CertificateUnreadable,
+    SigningKeyError,
+)
+from ..certificate._render import render_assignment, render_expression, render_value
+from ..certificate._signing import generate_key_pair, load_private_key, load_public_key
 
 if TYPE_CHECKING:
-    from ._declare import Registry
+    from ..machine._registry import Registry
 
 __all__ = ["main"]
 
@@ -72,7 +77,7 @@ class UsageError(Exception):
 
 
 def _version() -> str:
-    from ._make_certificate import tool_version
+    from ..certificate._make import tool_version
 
     return tool_version()
 
@@ -101,7 +106,7 @@ def load_targets(spec: str) -> list[Target]:
     NAME matches the attribute name or the registry's own name. Raises UsageError with a clear
     message when the file is missing, does not import, or holds no (matching) registry.
     """
-    from ._declare import Registry
+    from ..machine._registry import Registry
 
     path, name = _split_spec(spec)
     if not path.is_file():
@@ -242,8 +247,8 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 
 def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signer: Any) -> Outcome:
-    from ._errors import DeclarationError, NotConvergent, OracleError, StateSpaceTooLarge
-    from ._make_certificate import certificate_for, self_check
+    from .._errors import DeclarationError, NotConvergent, OracleError, StateSpaceTooLarge
+    from ..certificate._make import certificate_for, self_check
 
     name = target.registry.name
     outcome = Outcome(name, EXIT_OK)
@@ -524,8 +529,8 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
             err.print(f"[bold red]unreadable[/]: {escape(source)}: {escape(str(exc))}")
             return EXIT_UNREADABLE
     else:
-        from ._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
-        from ._make_certificate import certificate_for
+        from .._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
+        from ..certificate._make import certificate_for
 
         for target in load_targets(source):
             try:
