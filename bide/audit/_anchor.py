@@ -8,8 +8,10 @@ size without the mismatch showing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import tempfile
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -39,7 +41,8 @@ class DirectoryPublisher:
 
     Point it at a directory the operator cannot rewrite (another machine's mount, an append-only bucket
     synced elsewhere, a WORM volume): a directory on the same disk only guards against accidents.
-    Files are written whole (temporary file, fsync, rename) and never overwritten.
+    Files are written whole (temporary file, fsync, then an exclusive link into place) and never
+    overwritten.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -55,20 +58,39 @@ class DirectoryPublisher:
         data = sth.to_json()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
-                if target.read_bytes() == data:
-                    return
-                raise AnchorError(
-                    f"{target} exists with other contents; refusing to overwrite an anchored head"
-                )
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
+            # Written whole under a private name, then linked into place: the link is created exclusively
+            # (it fails if the name exists, with no window between a check and the write), so an anchored
+            # head is never overwritten and never seen half-written.
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            try:
+                with os.fdopen(fd, "wb") as out:
+                    out.write(data)
+                    out.flush()
+                    os.fsync(out.fileno())
+                os.chmod(tmp, 0o644)
+                try:
+                    os.link(tmp, target)
+                except FileExistsError:
+                    if target.read_bytes() == data:
+                        return
+                    raise AnchorError(
+                        f"{target} exists with other contents; refusing to overwrite an anchored head"
+                    ) from None
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
+            _fsync_directory(target.parent)
         except OSError as exc:
             raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
+
+
+def _fsync_directory(path: Path) -> None:
+    """Make a new directory entry durable (POSIX: fsync the directory)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class HttpPublisher:

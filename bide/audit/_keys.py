@@ -6,9 +6,12 @@ A signing key file is PKCS#8 PEM, created with mode 0600; its public half is wri
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
+import stat
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -127,9 +130,20 @@ def generate_key(path: str | os.PathLike[str]) -> SigningKey:
         out.flush()
         os.fsync(out.fileno())
     pub = target.with_name(target.name + ".pub")
-    tmp = pub.with_name(pub.name + ".tmp")
-    tmp.write_bytes(key.public.pem())
-    os.replace(tmp, pub)
+    # A fresh, unpredictable temporary name created exclusively (mkstemp: O_EXCL, mode 0600), so a symlink
+    # planted beside the key cannot redirect the write; the rename then replaces whatever `pub` was.
+    fd, tmp = tempfile.mkstemp(prefix=f".{pub.name}.", suffix=".tmp", dir=pub.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(key.public.pem())
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, pub)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return key
 
 
@@ -141,7 +155,17 @@ def _read(path: str | os.PathLike[str]) -> bytes:
 
 
 def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
-    """Load a signing key file written by `generate_key` (PKCS#8 PEM, Ed25519, unencrypted)."""
+    """Load a signing key file written by `generate_key` (PKCS#8 PEM, Ed25519, unencrypted); refuses a
+    file that other users may read or write (as `govern` does): such a key may already be someone else's."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UnreadableInput(f"cannot read key file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UnreadableInput(
+            f"the private key {os.fspath(path)!r} is accessible to other users (mode "
+            f"{stat.S_IMODE(mode):o}); run `chmod 600 {os.fspath(path)}`"
+        )
     data = _read(path)
     try:
         key = serialization.load_pem_private_key(data, password=None)
@@ -154,21 +178,18 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
 
 def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:
     """A public key from 64 hex characters (never opened as a file), or a PEM file holding an Ed25519
-    public key (or a private key, whose public half is used)."""
+    public key. A private key file is refused: a verifier never needs one, and passing it is a mistake
+    that spreads the secret (give the `.pub` file)."""
     text = os.fspath(spec)
     if _HEX_KEY.match(text):
         return PublicKey.from_raw(bytes.fromhex(text))
     data = _read(text)
+    if b"PRIVATE KEY-----" in data:
+        raise UnreadableInput(f"{text!r} is a private key file; pass its public key ({text}.pub) instead")
     try:
         pub = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError):
-        try:
-            priv = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise UnreadableInput(f"{text!r} is neither a PEM public key nor 64 hex characters") from exc
-        if not isinstance(priv, Ed25519PrivateKey):
-            raise UnreadableInput(f"{text!r} is not an Ed25519 key") from None
-        return SigningKey(priv).public
+    except (ValueError, TypeError) as exc:
+        raise UnreadableInput(f"{text!r} is neither a PEM public key nor 64 hex characters") from exc
     if not isinstance(pub, Ed25519PublicKey):
         raise UnreadableInput(f"{text!r} holds a {type(pub).__name__}, not an Ed25519 public key")
     return PublicKey.from_raw(pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))
