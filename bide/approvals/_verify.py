@@ -28,6 +28,7 @@ from ._trust import ApprovalTrust, UntrustedPolicy
 
 __all__ = ["verify_approvals"]
 
+_REQUEST_FIELDS = {"type", "call_id", "tool", "arguments", "arguments_digest", "policy", "policy_digest"}
 _TALLY_FIELDS = {
     "type",
     "call_id",
@@ -88,7 +89,12 @@ def _check_gate(
     if req["index"] >= ti:
         raise NotVerified(f"the request of call {call!r} is recorded after its tally")
     rd = req.get("data")
-    if not isinstance(rd, dict):
+    if (
+        req.get("kind") != "gate"
+        or not isinstance(rd, dict)
+        or set(rd) != _REQUEST_FIELDS
+        or rd.get("type") != "request"
+    ):
         raise NotVerified(f"record {rkey!r} is not a well-formed request")
     try:
         policy = ApprovalPolicy.from_json(rd.get("policy"))
@@ -128,6 +134,8 @@ def _check_gate(
                 f"decision {k!r} counted by the tally of call {call!r} is not in the package "
                 "(an omitted decision)"
             )
+        if rec.get("kind") != "gate":
+            raise NotVerified(f"decision {k!r} named by the tally of call {call!r} is not a gate record")
         if not k.startswith(decision_prefix(call)) or rec["index"] >= ti or rec["index"] <= last:
             raise NotVerified(
                 f"decision {k!r} named by the tally of call {call!r} is not a decision on this call "
@@ -325,14 +333,16 @@ def _check_executed(
                 raise NotVerified(f"call {call!r} was denied but its result is not an error")
             evidence = r.get("approval")
             # A result the gate's decision led to carries its evidence; one a resolver recorded may not.
-            if (evidence is not None or r.get("reconciled") is not True) and (
-                not isinstance(evidence, dict)
-                or (evidence.get("tally"), evidence.get("policy_digest"))
-                != (tally_key_, gate.policy.digest.hex())
-            ):
+            expected_evidence = {
+                "tally": tally_key_,
+                "policy_digest": gate.policy.digest.hex(),
+                "approved_by": gate.count.approved_by,
+                "denied_by": gate.count.denied_by,
+            }
+            if (evidence is not None or r.get("reconciled") is not True) and evidence != expected_evidence:
                 raise NotVerified(
-                    f"the result of call {call!r} at position {idx} does not name its approval tally "
-                    "and policy"
+                    f"the result of call {call!r} at position {idx} does not carry its gate's decision "
+                    "(tally, policy and approvers)"
                 )
             safeties.add(r.get("safety"))
             gate.results.append(idx)
