@@ -8,16 +8,15 @@ size without the mismatch showing.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
-import tempfile
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import httpx
 
 from ._errors import AuditError
+from ._files import write_whole
 from ._formats import SignedTreeHead
 
 __all__ = ["AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"]
@@ -58,39 +57,18 @@ class DirectoryPublisher:
         data = sth.to_json()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            # Written whole under a private name, then linked into place: the link is created exclusively
-            # (it fails if the name exists, with no window between a check and the write), so an anchored
-            # head is never overwritten and never seen half-written.
-            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            # Linked into place exclusively: no window between a check and the write, so an anchored head
+            # is never overwritten (not even by a racing publisher) and never seen half-written.
             try:
-                with os.fdopen(fd, "wb") as out:
-                    out.write(data)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.chmod(tmp, 0o644)
-                try:
-                    os.link(tmp, target)
-                except FileExistsError:
-                    if target.read_bytes() == data:
-                        return
-                    raise AnchorError(
-                        f"{target} exists with other contents; refusing to overwrite an anchored head"
-                    ) from None
-            finally:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-            _fsync_directory(target.parent)
+                write_whole(target, data, overwrite=False)
+            except FileExistsError:
+                if target.read_bytes() == data:
+                    return
+                raise AnchorError(
+                    f"{target} exists with other contents; refusing to overwrite an anchored head"
+                ) from None
         except OSError as exc:
             raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
-
-
-def _fsync_directory(path: Path) -> None:
-    """Make a new directory entry durable (POSIX: fsync the directory)."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class HttpPublisher:

@@ -9,17 +9,16 @@ gates check out but under a policy other than the one pinned with --policy-diges
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
+from ._files import write_whole
 from ._formats import ConsistencyProof, EvidencePackage, ProofBundle, SignedTreeHead, check_head
 from ._keys import PublicKey, generate_key, load_public_key
 from ._strict import MAX_INPUT_BYTES, parse_artifact
@@ -102,18 +101,7 @@ def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_whole(Path(path), data, mode=0o600)
 
 
 def _cmd_export(args: argparse.Namespace) -> Verified:

@@ -6,12 +6,10 @@ A signing key file is PKCS#8 PEM, created with mode 0600; its public half is wri
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from .._errors import ConfigError
 from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
+from ._files import write_whole
 
 __all__ = ["PublicKey", "SigningKey", "generate_key", "key_id", "load_public_key", "load_signing_key"]
 
@@ -130,20 +129,7 @@ def generate_key(path: str | os.PathLike[str]) -> SigningKey:
         out.flush()
         os.fsync(out.fileno())
     pub = target.with_name(target.name + ".pub")
-    # A fresh, unpredictable temporary name created exclusively (mkstemp: O_EXCL, mode 0600), so a symlink
-    # planted beside the key cannot redirect the write; the rename then replaces whatever `pub` was.
-    fd, tmp = tempfile.mkstemp(prefix=f".{pub.name}.", suffix=".tmp", dir=pub.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(key.public.pem())
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, pub)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_whole(pub, key.public.pem())  # through a fresh temporary file: a planted symlink is not followed
     return key
 
 
