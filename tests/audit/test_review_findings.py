@@ -15,6 +15,7 @@ import pytest
 
 import bide
 from bide.audit import (
+    AnchorError,
     AuditLog,
     DirectoryPublisher,
     SignedTreeHead,
@@ -160,3 +161,25 @@ def test_concurrent_publishers_never_overwrite_an_anchored_head(tmp_path: Path) 
         assert sorted(what for _, what in got).count("AnchorError") == n - 1, got
         [written] = list(Path(directory).rglob("*.json"))
         assert f'"root":"{base64.b64encode(published[0]).decode()}"' in written.read_text()
+
+
+def test_publishing_without_hard_links_still_never_overwrites(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mount that refuses hard links (EPERM): the head is created exclusively in place instead."""
+    import errno
+
+    def no_links(src: object, dst: object) -> None:
+        raise PermissionError(errno.EPERM, "hard links not supported here")
+
+    monkeypatch.setattr(os, "link", no_links)
+    key = SigningKey.generate()
+    first = sign_head(key, "run", 5, b"\x01" * 32, timestamp_ns=1_700_000_000_000_000_000)
+    other = sign_head(key, "run", 5, b"\x02" * 32, timestamp_ns=1_700_000_000_000_000_000)
+    publisher = DirectoryPublisher(tmp_path)
+    publisher.publish(first)
+    publisher.publish(first)  # the same bytes again: accepted
+    with pytest.raises(AnchorError, match="other contents"):
+        publisher.publish(other)
+    assert publisher.path_for(first).read_bytes() == first.to_json()
+    assert [p.name for p in publisher.path_for(first).parent.iterdir()] == [publisher.path_for(first).name]
