@@ -65,6 +65,10 @@ def _records(
     return out, "whose signature was NOT checked (pass --pubkey)"
 
 
+def _hex64(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 def _check_gate(
     run_id: str,
     tally: dict[str, Any],
@@ -79,6 +83,8 @@ def _check_gate(
     call = td["call_id"]
     if not isinstance(call, str) or tally["key"] != tally_key(call):
         raise NotVerified(f"tally {tally['key']!r} is stored under the wrong key")
+    if not (isinstance(td["tool"], str) and _hex64(td["arguments_digest"]) and _hex64(td["policy_digest"])):
+        raise NotVerified(f"the tally of call {call!r} has a malformed tool or digest")
     rkey = f"approval:request:{call}:{td['policy_digest']}"
     req = by_key.get(rkey)
     if req is None:
@@ -275,7 +281,7 @@ def _check_executed(
     call, tool, digest, ti = gate.call, gate.tool, gate.digest, gate.tally_index
     approved = gate.count.outcome == "approved"
     own_keys = (f"attempt:{call}:", f"not-started:{call}:", f"pause:{call}")
-    safeties: set[Any] = set()
+    side_effect_result = False
     for r in records:
         key, kind, idx = r["key"], r.get("kind"), r["index"]
         if kind == "model_turn":
@@ -344,7 +350,7 @@ def _check_executed(
                     f"the result of call {call!r} at position {idx} does not carry its gate's decision "
                     "(tally, policy and approvers)"
                 )
-            safeties.add(r.get("safety"))
+            side_effect_result = side_effect_result or r.get("safety") == "side_effect"
             gate.results.append(idx)
     if not complete:
         gate.gaps.append(
@@ -355,7 +361,7 @@ def _check_executed(
         gate.executed_proven = True
     elif gate.results:
         # Tools safe to retry run without an attempt marker: what they ran with is the model's call.
-        if "side_effect" in safeties:
+        if side_effect_result:
             gate.gaps.append(f"what call {call!r} ran with: its result has no attempt marker before it")
         elif not gate.model_calls or not gate.model_arguments_match:
             gate.gaps.append(

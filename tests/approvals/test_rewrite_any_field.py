@@ -4,6 +4,7 @@ pass in silence are of fields its claim does not cover, listed here one by one."
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Any
 
@@ -139,3 +140,30 @@ def test_any_rewritten_field_fails_or_is_not_proven_or_is_not_covered(
         ), result.not_proven
         return
     assert _free(key, path), f"rewriting {key} {path} to {new!r} passed: {result.proven}"
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_rewrites(), min_size=2, max_size=4))
+def test_several_rewritten_fields_never_crash_the_check(rewrites: list[tuple[str, Path, Any]]) -> None:
+    """A forger may change fields together (a tool name in the tally, the request and the decisions):
+    whatever the package holds, the check answers (verified or NotVerified, exit 0 or 1), never with
+    another exception (which the command would report as an internal error, exit 3)."""
+
+    def change(k: str, rec: dict[str, Any]) -> dict[str, Any]:
+        for key, path, new in rewrites:
+            if k == key and _fits(rec, path):  # an earlier rewrite may have replaced the container
+                _set(rec, path, new)
+        return rec
+
+    with contextlib.suppress(NotVerified):
+        verify_approvals(evidence(rewrite(STORE, change)), LOG_KEY.public)
+
+
+def _fits(value: Any, path: Path) -> bool:
+    for p in path:
+        in_dict = isinstance(value, dict) and isinstance(p, str) and p in value
+        in_list = isinstance(value, list) and isinstance(p, int) and 0 <= p < len(value)
+        if not (in_dict or in_list):
+            return False
+        value = value[p]
+    return True
