@@ -11,6 +11,7 @@ import base64
 import binascii
 import hashlib
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import numpy as np
@@ -22,7 +23,13 @@ from ._encoding import DEFAULT_MAX_BYTES, canonical_json, decode_table, encode_t
 from ._errors import CertificateInvalid, CertificateUnreadable
 from ._model import FORMAT, CertificateModel, domain_sizes, has_rules, initial_state, parse_document
 from ._oracle import OracleVerdict, local_oracle_identity, run_rules_oracle, run_tables_oracle
-from ._signing import Signer, key_id, public_key_from_raw, verify_signature
+from ._signing import (
+    Signer,
+    is_strong_key,
+    key_id,
+    public_key_from_raw,
+    verify_signature,
+)
 
 __all__ = [
     "DIGEST_DOMAIN",
@@ -36,6 +43,8 @@ __all__ = [
 ]
 
 DIGEST_DOMAIN: Final = b"govern-certificate-digest-v1\n"
+MAX_CLOCK_SKEW: Final = 300
+"""Seconds a signature's `signed_at` may lie beyond the checker's clock (clocks drift; no more)."""
 
 IntArray = npt.NDArray[np.int64]
 
@@ -161,6 +170,13 @@ def read_certificate(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Cert
     # (1 read as true, say), or the digest of the model would not be the digest of the file.
     if canonical_json(_document_of(model)) != canonical_json(value):
         raise CertificateUnreadable("a field has a value of the wrong JSON type")
+    if model.signature is not None:
+        # Base64 with non-zero padding bits decodes to the same bytes as the canonical spelling: refused,
+        # so no byte of a certificate can change without changing what is checked.
+        for name in ("public_key", "value"):
+            text = getattr(model.signature, name)
+            if base64.b64encode(base64.b64decode(text)).decode("ascii") != text:
+                raise CertificateUnreadable(f"signature.{name} is not canonical base64")
     sizes = domain_sizes(model.machine)
     states = 1
     for _, size in sizes:
@@ -211,7 +227,11 @@ def _verdict_from_analysis(analysis: TableAnalysis, model: CertificateModel) -> 
 
 
 def _verify_signature(
-    certificate: Certificate, public_key: Ed25519PublicKey | None, require_signature: bool
+    certificate: Certificate,
+    public_key: Ed25519PublicKey | None,
+    require_signature: bool,
+    now: datetime,
+    max_clock_skew: float,
 ) -> Signature | None:
     block = certificate.model.signature
     if block is None:
@@ -222,6 +242,11 @@ def _verify_signature(
         embedded = public_key_from_raw(base64.b64decode(block.public_key, validate=True))
     except (binascii.Error, ValueError):
         raise CertificateInvalid("signature.public_key is not an Ed25519 public key") from None
+    if not is_strong_key(embedded):
+        raise CertificateInvalid(
+            "signature.public_key is a weak Ed25519 key (small-order, mixed-order or non-canonical): "
+            "anyone can make signatures that verify under it, so it identifies no signer"
+        )
     if key_id(embedded) != block.key_id:
         raise CertificateInvalid("signature.key_id is not the id of signature.public_key")
     if public_key is not None and key_id(public_key) != block.key_id:
@@ -231,6 +256,12 @@ def _verify_signature(
     if not verify_signature(embedded, certificate.digest, block.key_id, block.signed_at, block.value):
         raise CertificateInvalid(f"the signature by {block.key_id} does not verify: the certificate "
                                  "or its signature block was altered")
+    signed_at = datetime.strptime(block.signed_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    if signed_at > now + timedelta(seconds=max_clock_skew):
+        raise CertificateInvalid(
+            f"signed at {block.signed_at}, in the future (this clock says "
+            f"{now.strftime('%Y-%m-%dT%H:%M:%SZ')}, {max_clock_skew:g} s of skew allowed)"
+        )
     return Signature(block.key_id, block.signed_at)
 
 
@@ -240,13 +271,17 @@ def check_certificate(
     public_key: Ed25519PublicKey | None = None,
     require_signature: bool = False,
     max_bytes: int = DEFAULT_MAX_BYTES,
+    now: datetime | None = None,
+    max_clock_skew: float = MAX_CLOCK_SKEW,
 ) -> CheckResult:
     """Verify a certificate's bytes offline; returns what was verified or raises.
 
     `CertificateUnreadable`: the bytes are not a well-formed certificate. `CertificateInvalid`: a claim
     does not hold (digest, signature, oracle verdict, tables vs rules, verdict vs tables). With
     `public_key` (an Ed25519 public key) the certificate must be signed by that key; with
-    `require_signature` it must be signed by the key it names. Runs only code from this package.
+    `require_signature` it must be signed by the key it names. A signature is refused under a weak key
+    (one anyone can sign for) or dated beyond `now` (default: this clock) plus `max_clock_skew` seconds.
+    Runs no code from the certificate.
     """
     certificate = read_certificate(data, max_bytes=max_bytes)
     model = certificate.model
@@ -258,7 +293,9 @@ def check_certificate(
             "it was altered after it was made"
         )
     steps.append(f"digest recomputed: {model.digest}")
-    signature = _verify_signature(certificate, public_key, require_signature)
+    signature = _verify_signature(
+        certificate, public_key, require_signature, now or datetime.now(UTC), max_clock_skew
+    )
     if signature is not None:
         steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
     initial = initial_state(model.machine)

@@ -104,6 +104,18 @@ def run_rules_oracle(
         )
     except oracle.OracleInputError as exc:
         return f"the rules checker refuses the rules: {exc}", ""
+    except oracle.OracleNoVerdict as exc:
+        # The checker evaluates in signed 64-bit integers and stops when a sum or product could leave
+        # them. govern's own build runs the same checker, so it never certifies such rules: a certificate
+        # whose rules overflow was not made by govern, and its tables cannot be confirmed. Any other
+        # missing verdict is a bug and stays one (exit 3).
+        if isinstance(exc.__cause__, OverflowError):
+            return (
+                f"the rules' integer arithmetic leaves the signed 64-bit range ({exc.__cause__}); "
+                "govern never certifies such rules, so the tables cannot be confirmed",
+                "",
+            )
+        raise
     if not result.matches:
         return str(result.detail), str(result.theorem)
     return None, str(result.theorem)

@@ -33,6 +33,7 @@ __all__ = [
     "Signer",
     "generate_key_pair",
     "is_signing_time",
+    "is_strong_key",
     "key_id",
     "load_private_key",
     "load_public_key",
@@ -56,6 +57,16 @@ def public_key_from_raw(raw: bytes) -> Ed25519PublicKey:
     if len(raw) != 32:
         raise ValueError(f"an Ed25519 public key is 32 bytes, not {len(raw)}")
     return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def is_strong_key(key: Ed25519PublicKey) -> bool:
+    """True when the key encodes, canonically, a point of the prime-order subgroup (not the identity).
+
+    A small-order key (8 points) lets anyone make signatures that verify under it, and OpenSSL does not
+    refuse them; bide's audit log refuses the same keys with the same check (shared, not copied)."""
+    from bide.audit._ed25519 import is_strong_public_key
+
+    return is_strong_public_key(raw_public_key(key))
 
 
 def key_id(key: Ed25519PublicKey) -> str:
@@ -194,10 +205,16 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
             raise SigningKeyError(f"{path}: not a PEM public key ({exc})") from None
         if not isinstance(key, Ed25519PublicKey):
             raise SigningKeyError(f"{path}: not an Ed25519 public key")
-        return key
-    try:
-        return public_key_from_raw(base64.b64decode(data.strip(), validate=True))
-    except (binascii.Error, ValueError):
+    else:
+        try:
+            key = public_key_from_raw(base64.b64decode(data.strip(), validate=True))
+        except (binascii.Error, ValueError):
+            raise SigningKeyError(
+                f"{path}: neither a PEM public key nor 32 base64-encoded bytes "
+                "(use the .pub file from keygen)"
+            ) from None
+    if not is_strong_key(key):
         raise SigningKeyError(
-            f"{path}: neither a PEM public key nor 32 base64-encoded bytes (use the .pub file from keygen)"
-        ) from None
+            f"{path}: a weak Ed25519 key (small-order or mixed-order): it identifies no signer"
+        )
+    return key

@@ -8,6 +8,9 @@ Exit codes (the same for every command, and in `govern --help`):
        no registry found, an unusable key
     3  engine/oracle disagreement or internal error (a bug: please report it)
     4  unreadable certificate: truncated, oversized, malformed, not canonical (check, show)
+
+Every string taken from a certificate, a machine or an error is printed through `_safe` (the shared
+sanitizer `bide._terminal.printable`, then rich markup escaping); --json output is ASCII-escaped JSON.
 """
 
 from __future__ import annotations
@@ -34,8 +37,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bide._terminal import printable
+
 from .._errors import GovernError
-from ..certificate._certificate import Certificate, CheckResult, check_certificate, read_certificate
+from ..certificate._certificate import (
+    MAX_CLOCK_SKEW,
+    Certificate,
+    CheckResult,
+    check_certificate,
+    read_certificate,
+)
 from ..certificate._encoding import DEFAULT_MAX_BYTES
 from ..certificate._errors import (
     CertificateInvalid,
@@ -70,6 +81,12 @@ exit codes:
 """
 
 T = TypeVar("T")
+
+
+def _safe(text: str, *, keep_newlines: bool = False) -> str:
+    """Text from a certificate, a machine or an error message, ready for rich: control characters shown as
+    visible escapes (the shared sanitizer, `bide._terminal.printable`), then rich markup escaped."""
+    return escape(printable(text, keep_newlines=keep_newlines))
 
 
 class UsageError(Exception):
@@ -320,7 +337,7 @@ def _verdict_table(certificate: Certificate) -> Table:
     table.add_column(overflow="fold")
 
     def pairs(items: list[list[int]]) -> str:
-        return ", ".join(f"{events[a].name}/{events[b].name}" for a, b in items) or "none"
+        return _safe(", ".join(f"{events[a].name}/{events[b].name}" for a, b in items) or "none")
 
     table.add_row("states", f"{verdict.states:,} ({verdict.valid_states:,} valid)")
     table.add_row("checked domain", f"{verdict.domain} ({verdict.domain_states:,} states)")
@@ -333,11 +350,13 @@ def _verdict_table(certificate: Certificate) -> Table:
                   else "does not hold: apply events to repaired states only (Machine.apply does)")
     if verdict.pairs == "declared":
         table.add_row("causal order needed", pairs(verdict.causal_order_obligations))
-    table.add_row("not idempotent", ", ".join(events[e].name for e in verdict.not_idempotent) or "none")
+    not_idempotent = ", ".join(events[e].name for e in verdict.not_idempotent) or "none"
+    table.add_row("not idempotent", _safe(not_idempotent))
     table.add_row("rules re-checked", "yes (AST)" if certificate.has_rules else "no: Python callables")
-    table.add_row("digest", certificate.digest)
+    table.add_row("digest", _safe(certificate.digest))
     signature = certificate.signature
-    table.add_row("signed", "no" if signature is None else f"{signature.key_id} at {signature.signed_at}")
+    signer = "no" if signature is None else f"{signature.key_id} at {signature.signed_at}"
+    table.add_row("signed", _safe(signer))
     return table
 
 
@@ -346,15 +365,15 @@ def _print_outcome(console: Console, outcome: Outcome) -> None:
         where = f" -> {outcome.path}" if outcome.path else ""
         total = sum(outcome.seconds.values())
         console.print(
-            f"[bold green]certified[/] {escape(outcome.name)}{escape(where)} [dim]({total:.2f}s)[/]"
+            f"[bold green]certified[/] {_safe(outcome.name)}{_safe(where)} [dim]({total:.2f}s)[/]"
         )
         console.print(_verdict_table(outcome.certificate))
     elif outcome.exit_code == EXIT_NOT_CONVERGENT:
-        console.print(f"[bold red]not convergent[/] {escape(outcome.name)}")
-        console.print(escape(outcome.message), soft_wrap=True)
+        console.print(f"[bold red]not convergent[/] {_safe(outcome.name)}")
+        console.print(_safe(outcome.message, keep_newlines=True), soft_wrap=True)
     else:
         label = "input error" if outcome.exit_code == EXIT_USAGE else "internal error"
-        console.print(f"[bold red]{label}[/] {escape(outcome.name)}: {escape(outcome.message)}")
+        console.print(f"[bold red]{label}[/] {_safe(outcome.name)}: {_safe(outcome.message)}")
 
 
 def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -423,7 +442,7 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         data = _read_input(args.certificate, args.max_size)
         result = check_certificate(data, public_key=public_key, require_signature=args.require_signature,
-                                   max_bytes=args.max_size)
+                                   max_bytes=args.max_size, max_clock_skew=args.max_clock_skew)
     except CertificateUnreadable as exc:
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
     except CertificateInvalid as exc:
@@ -431,14 +450,14 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print(json.dumps(_check_json(result), indent=2))
         return EXIT_OK
-    out.print(f"[bold green]valid[/] {escape(args.certificate)}")
+    out.print(f"[bold green]valid[/] {_safe(args.certificate)}")
     for step in result.steps:
-        out.print(f"  [green]✓[/] {escape(step)}", soft_wrap=True)
+        out.print(f"  [green]✓[/] {_safe(step)}", soft_wrap=True)
     if result.oracle != dict(result.certificate.model.oracle):
         out.print("  [yellow]note[/]: the certificate was made with a different oracle build than the one "
                   "that checked it here (both identities are in --json)", soft_wrap=True)
     out.print()
-    out.print(escape(result.statement()), soft_wrap=True)
+    out.print(_safe(result.statement()), soft_wrap=True)
     return EXIT_OK
 
 
@@ -446,7 +465,7 @@ def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, lab
     if getattr(args, "json", False):
         print(json.dumps({"valid": False, "exit_code": code, "reason": label, "message": message}, indent=2))
     else:
-        err.print(f"[bold red]{label}[/]: {escape(args.certificate)}: {escape(message)}")
+        err.print(f"[bold red]{label}[/]: {_safe(args.certificate)}: {_safe(message)}")
     return code
 
 
@@ -459,8 +478,8 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
     model = certificate.model
     machine = model.machine
-    out.print(f"[bold]machine {escape(machine.name)}[/]  [dim]{escape(model.format)}, "
-              f"made by govern {escape(model.tool.version)}[/]")
+    out.print(f"[bold]machine {_safe(machine.name)}[/]  [dim]{_safe(model.format)}, "
+              f"made by govern {_safe(model.tool.version)}[/]")
     out.print("[dim]shown as written; `govern check` verifies it[/]")
     variables = Table(title="variables", title_justify="left")
     for column in ("name", "kind", "values", "initial"):
@@ -473,22 +492,22 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         else:
             values = f"{variable.min} .. {variable.max}"
         initial = render_value(machine, index, machine.initial[index])
-        variables.add_row(escape(variable.name), variable.kind, escape(values), escape(initial))
+        variables.add_row(_safe(variable.name), variable.kind, _safe(values), _safe(initial))
     out.print(variables)
     invariants = Table(title="invariants (repair order)", title_justify="left")
     for column in ("#", "name", "must hold", "repair"):
         invariants.add_column(column)
     for index, invariant in enumerate(machine.invariants):
-        invariants.add_row(str(index + 1), escape(invariant.name),
-                           escape(render_expression(machine, invariant.holds)),
-                           escape(render_assignment(machine, invariant.repair)))
+        invariants.add_row(str(index + 1), _safe(invariant.name),
+                           _safe(render_expression(machine, invariant.holds)),
+                           _safe(render_assignment(machine, invariant.repair)))
     out.print(invariants if machine.invariants else "[dim]no invariants[/]")
     events = Table(title="events", title_justify="left")
     for column in ("name", "when", "effect", "idempotent"):
         events.add_column(column)
     for index, event in enumerate(machine.events):
-        events.add_row(escape(event.name), escape(render_expression(machine, event.guard)),
-                       escape(render_assignment(machine, event.effect)),
+        events.add_row(_safe(event.name), _safe(render_expression(machine, event.guard)),
+                       _safe(render_assignment(machine, event.effect)),
                        "no" if index in model.verdict.not_idempotent else "yes")
     out.print(events)
     if machine.independent is None:
@@ -496,11 +515,11 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     else:
         names = [e.name for e in machine.events]
         pairs = ", ".join(f"{names[a]}/{names[b]}" for a, b in machine.independent) or "none"
-        out.print(f"[bold]declared independent[/]: {escape(pairs)}")
+        out.print(f"[bold]declared independent[/]: {_safe(pairs)}")
     out.print(_verdict_table(certificate))
     out.print("[bold]oracle that gated the build[/]:")
     for key, value in sorted(model.oracle.items()):
-        out.print(f"  {escape(key)}: {escape(value)}", soft_wrap=True)
+        out.print(f"  {_safe(key)}: {_safe(value)}", soft_wrap=True)
     return EXIT_OK
 
 
@@ -509,9 +528,9 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
 def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
     private = Path(args.output)
     public, identifier = generate_key_pair(private, overwrite=args.force)
-    out.print(f"private key: {escape(str(private))} (mode 0600; keep it secret, never commit it)")
-    out.print(f"public key:  {escape(str(public))} (give this to whoever runs `govern check --pubkey`)")
-    out.print(f"key id:      {identifier}")
+    out.print(f"private key: {_safe(str(private))} (mode 0600; keep it secret, never commit it)")
+    out.print(f"public key:  {_safe(str(public))} (give this to whoever runs `govern check --pubkey`)")
+    out.print(f"key id:      {_safe(identifier)}")
     return EXIT_OK
 
 
@@ -526,7 +545,7 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
         try:
             certificates.append(read_certificate(_read_input(source, DEFAULT_MAX_BYTES)))
         except CertificateUnreadable as exc:
-            err.print(f"[bold red]unreadable[/]: {escape(source)}: {escape(str(exc))}")
+            err.print(f"[bold red]unreadable[/]: {_safe(source)}: {_safe(str(exc))}")
             return EXIT_UNREADABLE
     else:
         from .._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
@@ -536,8 +555,8 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
             try:
                 certificates.append(certificate_for(target.registry.build(args.domain), version=_version()))
             except NotConvergent as exc:
-                err.print(f"[bold red]not convergent[/] {escape(target.registry.name)}: nothing to draw\n"
-                          f"{escape(str(exc))}")
+                err.print(f"[bold red]not convergent[/] {_safe(target.registry.name)}: nothing to draw\n"
+                          f"{_safe(str(exc), keep_newlines=True)}")
                 return EXIT_NOT_CONVERGENT
             except (DeclarationError, StateSpaceTooLarge, CertificateTooLarge) as exc:
                 # The machine's own fault, as in `certify`: an input error, not a bug in govern.
@@ -548,10 +567,10 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
     for certificate in certificates:
         files = render_files(certificate, directory, state_limit=args.state_limit, png=args.png)
         for path in files.written:
-            out.print(f"wrote {escape(str(path))}")
+            out.print(f"wrote {_safe(str(path))}")
         if files.state_graph_skipped:
             size = certificate.model.verdict.domain_states
-            out.print(f"[dim]{escape(certificate.name)}: {size} states in the "
+            out.print(f"[dim]{_safe(certificate.name)}: {size} states in the "
                       f"domain, over --state-limit {args.state_limit}: state graph left out[/]")
         if not files.graphviz:
             out.print("[dim]Graphviz `dot` is not installed: wrote Mermaid text instead of SVG[/]")
@@ -573,6 +592,16 @@ def _size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
     if value <= 0:
         raise argparse.ArgumentTypeError("the size limit must be positive")
+    return value
+
+
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("the clock skew cannot be negative")
     return value
 
 
@@ -623,6 +652,9 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--require-signature", action="store_true",
                        help="require a valid signature by the key the certificate names")
     check.add_argument("--json", action="store_true", help="print the result as JSON")
+    check.add_argument("--max-clock-skew", type=_seconds, default=MAX_CLOCK_SKEW, metavar="SECONDS",
+                       help=f"refuse a signature dated more than this beyond this clock "
+                            f"(default {MAX_CLOCK_SKEW})")
     check.add_argument("--max-size", type=_size, default=DEFAULT_MAX_BYTES, metavar="BYTES",
                        help=f"refuse larger files (default {DEFAULT_MAX_BYTES})")
     check.set_defaults(run=cmd_check)
@@ -667,12 +699,12 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         if args.debug:
             traceback.print_exc()
-        err.print(f"[bold red]error[/]: {escape(str(exc))}")
+        err.print(f"[bold red]error[/]: {_safe(str(exc))}")
         code = EXIT_USAGE
     except SigningKeyError as exc:
         if args.debug:
             traceback.print_exc()
-        err.print(f"[bold red]key error[/]: {escape(str(exc))}")
+        err.print(f"[bold red]key error[/]: {_safe(str(exc))}")
         code = EXIT_USAGE
     except KeyboardInterrupt:
         err.print("interrupted")
@@ -680,7 +712,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if args.debug:
             traceback.print_exc()
-        err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {escape(str(exc))} "
+        err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {_safe(str(exc))} "
                   "(this is a bug in govern; rerun with --debug and report the traceback)")
         code = EXIT_INTERNAL
     sys.stdout.flush()
