@@ -13,7 +13,7 @@ def main() -> None:
     for seq in range(count):
         event = Event(
             id=f"{writer}-{seq}",
-            machine="m" * 64,
+            machine="a" * 64,
             record=f"order-{seq % 3}",
             event="pay",
             producer=writer,
