@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from ._errors import UnknownEvent
 from ._eventlog import (
     Event,
+    EventConflict,
     EventLog,
     EventLogError,
     InvalidInput,
@@ -117,7 +118,10 @@ def event_tool(
             except EventLogError as exc:
                 # EventConflict: a concurrent retry of this very call won the append. Any other failure
                 # may have come after the commit landed. Either way the log knows: read the id back.
+                # The id is this call's own and was not in the log before, so unless a concurrent retry
+                # of the call won, this call wrote it.
                 stored = _read_back(log, event_id, exc)
+                created = not isinstance(exc, EventConflict)
             else:
                 stored, created = appended.event, appended.created
         # The event is in the log: from here on the call has succeeded, whatever a read does.

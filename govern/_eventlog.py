@@ -28,7 +28,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -507,11 +507,10 @@ class EventLog:
         for i, e in enumerate(events):
             if isinstance(e, Event):
                 items.append(e)
-                continue
-            try:
-                items.append(Event.model_validate(e))
-            except ValidationError as exc:
-                raise _invalid(exc, f"events[{i}]") from None
+            elif isinstance(e, Mapping):
+                items.append(Event(**e))  # raises InvalidInput naming the field
+            else:
+                raise InvalidInput(f"events[{i}]", f"must be an Event or a mapping of its fields, not {e!r}")
         if not items:
             return []
         machines = {e.machine for e in items}

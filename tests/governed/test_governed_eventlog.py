@@ -172,7 +172,6 @@ def test_positions_are_dense_whatever_is_retried(ops: list[tuple[int, str]]) -> 
 @pytest.mark.slow
 def test_concurrent_writer_processes_never_gap_or_duplicate(log_url: str, log_name: str) -> None:
     writers, count = 5, 20
-    bound(log_url, log_name)
     procs = [
         subprocess.Popen([sys.executable, str(WORKER), log_url, log_name, f"w{i}", str(count)])
         for i in range(writers)
