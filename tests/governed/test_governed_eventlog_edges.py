@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import socket
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -16,8 +18,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+import bide
 import govern
-from govern._agents import event_tool
+from govern._agents import event_id_for, event_tool
 from govern._eventlog import (
     Event,
     EventLog,
@@ -468,3 +471,40 @@ def test_a_lost_commit_acknowledgement_is_resolved_by_reading_the_writer_back(lo
         assert tool_log.length() == 1
     finally:
         proxy.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_agents_are_told_the_truth_while_their_backends_are_killed(log_name: str, tmp_path: Path) -> None:
+    """Agent processes record events while their log connections are killed: every call is journaled
+    as a success, and the log holds exactly one event per call (a call told "failed" would be retried
+    by its model, recording a non-idempotent event twice)."""
+    app = f"govern-test-{uuid.uuid4().hex[:8]}"
+    log_url = _application_url(app)
+    EventLog(log_url, name=log_name).bind(order_machine())
+    store_url = f"sqlite:///{tmp_path}/journal.db"  # the journals stay up: only the log's backends die
+    runs = [f"{log_name}-agent{i}" for i in range(3)]
+    worker = Path(__file__).with_name("_agent_worker.py")
+    with backends_killed(app, every=0.02) as kills:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(worker), store_url, log_url, log_name, run, str(i), "20"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i, run in enumerate(runs)
+        ]
+        outputs = [proc.communicate(timeout=300) for proc in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0 and out.strip() == "done", err[-2000:]
+    assert kills[0] >= 5, "the killer must actually have dropped connections"
+    stored = EventLog(POSTGRES_URL, name=log_name).read()
+    store = bide.open_store(store_url)
+    for run in runs:
+        calls = [r for r in bide.Journal(store, run).load().records() if isinstance(r, bide.ToolResult)]
+        assert len(calls) == 20 and [r.result for r in calls if r.is_error] == []
+        expected = {event_id_for(run, r.call_id, r.tool, r.result["record"]) for r in calls}
+        assert expected == {e.id for e in stored if e.producer == run}
+    store.close()
+    assert len(stored) == 60 and [e.position for e in stored] == list(range(60))

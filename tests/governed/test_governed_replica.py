@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import random
+import sqlite3
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -259,3 +261,63 @@ def test_the_root_commits_to_every_field_of_every_event() -> None:
         synced = Replica(machine, log)
         synced.sync()
         Replica(machine, log, checkpoint=synced.checkpoint(), track_root=True)
+
+
+def test_a_late_first_event_is_handled_in_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event of one busy record waits for its first event; when it finally arrives, each buffered
+    event is checked a bounded number of times (the buffer is indexed by what each event waits for),
+    not once per arrival (which made the replica quadratic)."""
+    machine = order_machine()
+    log = order_log()
+    n = 2000
+    log.append_many(
+        [
+            Event(
+                id=f"e{i}",
+                machine=machine.digest,
+                record="busy",
+                event=("pay", "cancel")[i % 2],
+                producer="p",
+            )
+            for i in range(n)
+        ]
+    )
+    stored = log.read()
+    checks = 0
+    ready = Replica._ready
+
+    def counted(self: Replica, event: LoggedEvent) -> bool:
+        nonlocal checks
+        checks += 1
+        return ready(self, event)
+
+    monkeypatch.setattr(Replica, "_ready", counted)
+    replica = Replica(machine, log)
+    for event in stored[1:]:
+        replica.deliver([event])
+    assert replica.pending == n - 1 and replica.position == 0
+    replica.deliver([stored[0]])
+    assert replica.pending == 0 and replica.position == n
+    assert checks <= 3 * n, f"{checks} readiness checks for {n} events"
+    reference = Replica(machine, log)
+    reference.sync()
+    assert replica.digest() == reference.digest()
+
+
+def test_sync_stops_exactly_after_the_last_event_it_could_apply(tmp_path: Path) -> None:
+    """A log written by an older govern may hold a name the machine lacks: sync (a vectorized page)
+    applies everything before it, then stops there every time, naming the event."""
+    machine = order_machine()
+    path = tmp_path / "events.db"
+    log = order_log(str(path))
+    stored = fill(log, [(RECORDS[i % 3], "restock", False) for i in range(40)])
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE govern_events SET event = 'shipp' WHERE position = 30")
+    replica = Replica(machine, log)
+    for _ in range(2):
+        with pytest.raises(ReplicaError, match="position 30 names 'shipp'"):
+            replica.sync()
+        assert replica.position == 30
+    reference = Replica(machine, log)
+    reference.deliver(stored[:30])
+    assert replica.digest() == reference.digest()
