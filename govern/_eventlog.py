@@ -13,8 +13,14 @@ A log holds events for exactly one machine (by digest). Its promises:
   log, so the log order respects every declared dependency. Each event also gets `record_seq`, its dense
   position among the events of the same record, which lets a replica receiving events out of order know
   exactly which earlier events of a record it has not seen yet.
-- **One machine.** The first event (or `bind`) fixes the log's machine digest; an event for any other
-  digest raises `MachineMismatch`: changing the machine is a migration to a new log, never an accident.
+- **One machine, and only its events.** `bind` (or the first append of a handle opened with `machine=`)
+  records the machine's digest and event names; an event for any other digest raises `MachineMismatch`
+  (changing the machine is a migration to a new log, never an accident), and an event name the machine
+  does not have raises `InvalidInput`: once in the append-only log it would stop every replica forever.
+- **Exact outcomes.** Each append stores a token of the call with its events, so a retry after a commit
+  whose acknowledgement was lost reports `created=True` for what the call wrote.
+- **Bounded waits.** Every call finishes or raises within `timeout`; transient failures are retried
+  until then (`_logretry`), and readers never take the write lock.
 
 URLs: a plain path or ``sqlite:///path`` (SQLite file, WAL, fsync on commit), ``postgresql://...``
 (psycopg driver), ``memory://`` (held in this process only, not durable: for tests and benchmarks;
