@@ -909,9 +909,9 @@ class _SqlBackend:
                 kind, reason, _ = classify(exc)
                 if kind == "retry" and backoff.wait():
                     continue
-                raise self._error(exc, kind, reason, what, backoff.attempts) from exc
+                raise self._error(kind, reason, what, backoff.attempts) from exc
 
-    def _error(self, exc: Exception, kind: str, reason: str, what: str, attempts: int) -> EventLogError:
+    def _error(self, kind: str, reason: str, what: str, attempts: int) -> EventLogError:
         where = f"{what} on event log {self.log!r} at {self.where}"
         safe = (
             "; appending the same events again is safe (the log is idempotent by id)"

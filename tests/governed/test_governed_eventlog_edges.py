@@ -323,6 +323,47 @@ def test_more_threads_than_connections_wait_their_turn(log_url: str, log_name: s
     assert [e.position for e in log.read()] == list(range(50))
 
 
+def _wrapped(orig: BaseException) -> sa.exc.DBAPIError:
+    """A driver error as SQLAlchemy hands it over: its `connection_invalidated` flag left False, as it was
+    for the failures the flag missed."""
+    return sa.exc.OperationalError("SELECT 1", {}, orig, connection_invalidated=False)
+
+
+def test_failures_are_classified_by_what_the_driver_reports() -> None:
+    import psycopg
+    import psycopg.errors
+
+    from govern._logretry import classify
+
+    admin = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+    assert classify(_wrapped(admin))[::2] == ("retry", True)
+    assert classify(_wrapped(psycopg.OperationalError("cannot exit pipeline mode while busy")))[::2] == (
+        "retry",
+        True,
+    )
+    assert classify(_wrapped(psycopg.errors.SerializationFailure("could not serialize")))[::2] == (
+        "retry",
+        False,
+    )
+    assert classify(_wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))[::2] == ("retry", False)
+    assert classify(_wrapped(psycopg.errors.ConnectionFailure("connection failure")))[::2] == ("retry", True)
+    assert classify(_wrapped(psycopg.errors.LockNotAvailable("lock timeout")))[0] == "timeout"
+    assert classify(_wrapped(psycopg.errors.QueryCanceled("statement timeout")))[0] == "timeout"
+    assert classify(_wrapped(psycopg.errors.UniqueViolation("duplicate key")))[0] == "fail"
+    assert classify(_wrapped(sqlite3.OperationalError("database is locked")))[::2] == ("retry", False)
+    assert classify(_wrapped(sqlite3.OperationalError("no such table: govern_events")))[0] == "fail"
+    assert classify(sa.exc.TimeoutError("QueuePool limit of size 1 overflow 0 reached"))[0] == "timeout"
+    # A rollback that fails after a dropped connection carries the drop in its chain.
+    try:
+        try:
+            raise _wrapped(admin)
+        except sa.exc.DBAPIError:
+            raise sa.exc.ResourceClosedError("This Connection is closed") from None
+    except sa.exc.ResourceClosedError as chained:
+        chained.__context__ = _wrapped(admin)
+        assert classify(chained)[0] == "retry"
+
+
 def _application_url(app: str, port: int | None = None) -> str:
     base = POSTGRES_URL if port is None else f"postgresql+psycopg://postgres@127.0.0.1:{port}/test"
     return f"{base}?application_name={app}&sslmode=disable"
@@ -330,15 +371,18 @@ def _application_url(app: str, port: int | None = None) -> str:
 
 @contextmanager
 def backends_killed(app: str, every: float) -> Iterator[list[int]]:
-    """Terminate every PostgreSQL backend of application `app`, every `every` seconds, in a thread; the
-    yielded list holds the number of backends killed (filled when the block ends)."""
+    """Terminate a PostgreSQL backend of application `app` every `every` seconds, in a thread; the yielded
+    list holds the number of backends killed (filled when the block ends)."""
     stop = threading.Event()
     kills = [0]
 
     def killer() -> None:
         engine = sa.create_engine(POSTGRES_URL)
+        # One backend per round, at random: every connection gets killed sooner or later, and retries still
+        # make progress on a loaded machine (killing all of them every few ms would starve every attempt).
         query = sa.text(
-            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :app"
+            "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity "
+            "WHERE application_name = :app ORDER BY random() LIMIT 1) AS victim"
         )
         with engine.connect() as conn:
             while not stop.is_set():
@@ -377,7 +421,7 @@ def test_appends_and_reads_survive_killed_backends(log_name: str) -> None:
         except BaseException as exc:
             failures.append(exc)
 
-    with backends_killed(app, every=0.01) as kills:
+    with backends_killed(app, every=0.03) as kills:
         threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
         for t in threads:
             t.start()
@@ -485,7 +529,7 @@ def test_agents_are_told_the_truth_while_their_backends_are_killed(log_name: str
     store_url = f"sqlite:///{tmp_path}/journal.db"  # the journals stay up: only the log's backends die
     runs = [f"{log_name}-agent{i}" for i in range(3)]
     worker = Path(__file__).with_name("_agent_worker.py")
-    with backends_killed(app, every=0.02) as kills:
+    with backends_killed(app, every=0.03) as kills:
         procs = [
             subprocess.Popen(
                 [sys.executable, str(worker), store_url, log_url, log_name, run, str(i), "20"],
