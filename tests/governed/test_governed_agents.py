@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -115,6 +117,18 @@ def test_once_the_event_is_in_the_log_the_call_succeeds_even_if_reading_the_reco
         result["why"]
     )
     assert [e.event for e in log.read()] == ["pay"]
+
+
+def test_a_history_holding_a_name_the_machine_lacks_does_not_fail_the_call(tmp_path: Path) -> None:
+    """A log written before names were checked may hold one: the tool still reports its own event as
+    recorded (it is in the log) instead of failing with a KeyError after appending."""
+    log = order_log(str(tmp_path / "events.db"))
+    invoke_tool(log, "pay", "run-h", "c0.0")
+    with sqlite3.connect(tmp_path / "events.db") as raw:
+        raw.execute("UPDATE govern_events SET event = 'shipp' WHERE position = 0")
+    result = invoke_tool(log, "restock", "run-h", "c1.0")
+    assert result["outcome"] == "recorded" and result["newly_recorded"] is True and result["position"] == 1
+    assert "names 'shipp'" in str(result["why"])
 
 
 def test_an_append_that_failed_after_its_commit_is_reported_as_done(monkeypatch: pytest.MonkeyPatch) -> None:
