@@ -260,7 +260,7 @@ class Demo:
         self.cert_matches = document["machine"] == machine.rules()
         self.cert_digest = document["digest"]
         machine.save(self.workdir / "orders.machine")
-        govern.EventLog(str(self.workdir / "events.db")).bind(machine.digest)
+        govern.EventLog(str(self.workdir / "events.db")).bind(machine)
         return machine
 
     def progress(self, log: govern.EventLog) -> Group:

@@ -6,6 +6,12 @@ call after a crash (bide re-runs Idempotent tools) appends nothing new: the tool
 construction and never needs to halt. It answers the model with the consequence: the record's state right
 after the event in the log order, and whether the event applied, was a no-op (its guard did not hold), or
 was compensated (an invariant's repair changed the outcome).
+
+Once the append has committed, the call succeeds: the model is never told "failed" about an event that is
+in the log (it would retry, and a non-idempotent event would be recorded twice). If the record's history
+cannot be read afterwards, the result says the event is recorded and that its consequence is not known.
+An append whose outcome is uncertain (the connection dropped at commit and stayed down) is resolved by
+reading the event id back.
 """
 
 from __future__ import annotations
@@ -18,7 +24,17 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .._errors import UnknownEvent
 from ..machine._machine import Machine
-from ._eventlog import Event, EventConflict, EventLog, LoggedEvent
+from ._eventlog import (
+    Event,
+    EventConflict,
+    EventLog,
+    EventLogError,
+    InvalidInput,
+    LogCorrupted,
+    LoggedEvent,
+    MachineMismatch,
+    MissingDependency,
+)
 from ._rules import DeliveryRules, delivery_rules
 
 if TYPE_CHECKING:
@@ -69,7 +85,7 @@ def event_tool(
     if event not in rules.index:
         known = ", ".join(rules.names)
         raise UnknownEvent(f"machine {rules.name!r} has no event {event!r}; its events are {known}")
-    log.bind(rules.digest)
+    log.bind(machine)
     tool_name = name or event
     what = description or (
         f"Record the event {event!r} on a shared {rules.name} record. The result is the record's state "
@@ -97,13 +113,18 @@ def event_tool(
                         deps=() if previous is None else (previous.id,),
                     )
                 )
-            except EventConflict:
-                # A concurrent retry of this very call won the append; report what it stored.
-                stored = log.get(event_id)
-                if stored is None:
-                    raise
+            except (InvalidInput, MachineMismatch, MissingDependency, LogCorrupted):
+                raise  # refused: nothing was appended
+            except EventLogError as exc:
+                # EventConflict: a concurrent retry of this very call won the append. Any other failure
+                # may have come after the commit landed. Either way the log knows: read the id back.
+                # The id is this call's own and was not in the log before, so unless a concurrent retry
+                # of the call won, this call wrote it.
+                stored = _read_back(log, event_id, exc)
+                created = not isinstance(exc, EventConflict)
             else:
                 stored, created = appended.event, appended.created
+        # The event is in the log: from here on the call has succeeded, whatever a read does.
         return _consequence(rules, log, stored, created)
 
     async def effect_async(validated: BaseModel) -> dict[str, Any]:
@@ -118,19 +139,47 @@ def event_tool(
     )
 
 
+def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEvent:
+    """The event with `event_id` after an append that raised `failure`: stored, or `failure` re-raised."""
+    try:
+        stored = log.get(event_id)
+    except EventLogError as exc:
+        raise EventLogError(
+            f"{failure}; reading event {event_id!r} back failed too ({exc}), so it may or may not be in "
+            "the log: the same call, retried, appends it at most once"
+        ) from failure
+    if stored is None:
+        raise failure
+    return stored
+
+
 def _consequence(rules: DeliveryRules, log: EventLog, event: LoggedEvent, created: bool) -> dict[str, Any]:
-    history = log.read_record(event.record, through=event.position)
-    state = rules.initial
-    for earlier in history[:-1]:
-        state = rules.step(state, rules.index[earlier.event])
-    outcome = rules.explain(state, rules.index[event.event])
-    return {
+    result: dict[str, Any] = {
         "event": event.event,
         "event_id": event.id,
         "record": event.record,
         "position": event.position,
+    }
+    try:
+        history = log.read_record(event.record, through=event.position)
+        state = rules.initial
+        for earlier in history[:-1]:
+            if earlier.event not in rules.index:
+                raise LogCorrupted(
+                    f"event {earlier.id!r} at position {earlier.position} names {earlier.event!r}"
+                )
+            state = rules.step(state, rules.index[earlier.event])
+    except EventLogError as exc:
+        why = (
+            f"{event.event} is recorded at log position {event.position}, but the record's history could not "
+            f"be read to tell its effect ({exc}); read the record again later instead of repeating the event"
+        )
+        return result | {"outcome": "recorded", "why": why, "state": None, "newly_recorded": created}
+    outcome = rules.explain(state, rules.index[event.event])
+    state_after = rules.decode(outcome.after)
+    return result | {
         "outcome": outcome.kind,
         "why": outcome.why,
-        "state": rules.decode(outcome.after),
+        "state": state_after,
         "newly_recorded": created,
     }

@@ -13,8 +13,14 @@ A log holds events for exactly one machine (by digest). Its promises:
   log, so the log order respects every declared dependency. Each event also gets `record_seq`, its dense
   position among the events of the same record, which lets a replica receiving events out of order know
   exactly which earlier events of a record it has not seen yet.
-- **One machine.** The first event (or `bind`) fixes the log's machine digest; an event for any other
-  digest raises `MachineMismatch`: changing the machine is a migration to a new log, never an accident.
+- **One machine, and only its events.** `bind` (or the first append of a handle opened with `machine=`)
+  records the machine's digest and event names; an event for any other digest raises `MachineMismatch`
+  (changing the machine is a migration to a new log, never an accident), and an event name the machine
+  does not have raises `InvalidInput`: once in the append-only log it would stop every replica forever.
+- **Exact outcomes.** Each append stores a token of the call with its events, so a retry after a commit
+  whose acknowledgement was lost reports `created=True` for what the call wrote.
+- **Bounded waits.** Every call finishes or raises within `timeout`; transient failures are retried
+  until then (`_logretry`), and readers never take the write lock.
 
 URLs: a plain path or ``sqlite:///path`` (SQLite file, WAL, fsync on commit), ``postgresql://...``
 (psycopg driver), ``memory://`` (held in this process only, not durable: for tests and benchmarks;
@@ -25,20 +31,27 @@ that space and log name in the process). Every backend runs the same append algo
 from __future__ import annotations
 
 import json
-import random
+import re
+import secrets
 import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from sqlalchemy.dialects import postgresql as pg_dialect
 from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from .._errors import GovernError
+from . import _logschema as schema
+from ._logretry import Backoff, classify
+from ._logschema import LogFormatError
+
+if TYPE_CHECKING:
+    from ..certificate._certificate import Certificate
+    from ..machine._machine import Machine
 
 __all__ = [
     "Appended",
@@ -46,20 +59,34 @@ __all__ = [
     "EventConflict",
     "EventLog",
     "EventLogError",
+    "InvalidInput",
     "LogCorrupted",
+    "LogFormatError",
+    "LogTimeout",
     "LoggedEvent",
     "MachineMismatch",
     "MissingDependency",
 ]
 
-_NAME_MAX = 200
-_RETRIES = 60
+_NAME_MAX = schema.NAME_MAX
+_SEQ_MAX = 2**63 - 2  # a producer_seq + 1 must still fit the signed 64-bit counter
+_DIGEST = re.compile(r"[0-9a-f]{64}")
 _LEAF_TAG = b"govern.event.v1\n"
 _T = TypeVar("_T")
 
 
 class EventLogError(GovernError):
     """The event log refused a request or could not complete it; the message says what to do."""
+
+
+class InvalidInput(EventLogError, ValueError):
+    """A field of an event, or an argument of a log call, is not acceptable: wrong type, empty, too long,
+    a NUL character, not Unicode text, out of range, or an event name the log's machine does not have.
+    `.field` names it; nothing was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
 
 
 class EventConflict(EventLogError, ValueError):
@@ -87,10 +114,49 @@ class LogCorrupted(EventLogError):
     """
 
 
-def _check_name(kind: str, value: str) -> str:
-    if not isinstance(value, str) or not value or len(value) > _NAME_MAX:
-        raise ValueError(f"{kind} must be a non-empty string of at most {_NAME_MAX} characters: {value!r}")
+class LogTimeout(EventLogError):
+    """An operation could not finish within the log's `timeout`: another session held the log's lock,
+    every pooled connection was busy, a statement ran too long, or the database stayed unreachable.
+    Nothing partial was written; appending the same events again is safe (the log is idempotent by id)."""
+
+
+def _name_problem(value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value or len(value) > _NAME_MAX:
+        return f"must be a non-empty string of at most {_NAME_MAX} characters, got {len(value)} characters"
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be Unicode text, but holds a lone surrogate"
+    return None
+
+
+def _check_name(field: str, value: object) -> str:
+    problem = _name_problem(value)
+    if problem is not None:
+        raise InvalidInput(field, f"{problem}: {value!r}")
+    assert isinstance(value, str)
     return value
+
+
+def _check_digest(field: str, value: object) -> str:
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise InvalidInput(
+            field, f"must be a machine digest (64 lowercase hex digits, machine.digest): {value!r}"
+        )
+    return value
+
+
+def _invalid(exc: ValidationError, what: str) -> InvalidInput:
+    """The first problem pydantic found, as an `InvalidInput` naming the field."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or what
+    message = str(error["msg"]).removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+    return InvalidInput(where, f"{message}{more}")
 
 
 class Event(BaseModel):
@@ -98,7 +164,8 @@ class Event(BaseModel):
 
     `id` names the event forever (appending it again is a no-op); `producer_seq` numbers the producer's own
     events (None: the log numbers them, in log order); `deps` are ids of events this one causally
-    depends on (they must already be in the log).
+    depends on (they must already be in the log). Names are 1 to 200 characters of Unicode text without
+    NUL; `machine` is a machine digest. Any other value raises `InvalidInput` naming the field.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -111,19 +178,45 @@ class Event(BaseModel):
     producer_seq: int | None = Field(default=None, ge=0)
     deps: tuple[str, ...] = ()
 
-    @field_validator("id", "machine", "record", "event", "producer")
-    @classmethod
-    def _names(cls, value: str, info: ValidationInfo) -> str:
-        return _check_name(str(info.field_name), value)
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _invalid(exc, type(self).__name__) from None
 
-    @field_validator("deps")
+    @field_validator("id", "machine", "record", "event", "producer", mode="before")
     @classmethod
-    def _deps(cls, value: tuple[str, ...]) -> tuple[str, ...]:
-        for dep in value:
-            _check_name("a dependency id", dep)
-        if len(set(value)) != len(value):
-            raise ValueError(f"deps lists an id twice: {list(value)}")
+    def _names(cls, value: object, info: ValidationInfo) -> str:
+        problem = _name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        if info.field_name == "machine" and not _DIGEST.fullmatch(str(value)):
+            raise ValueError(f"must be a machine digest (64 lowercase hex digits, machine.digest): {value!r}")
+        return str(value)
+
+    @field_validator("producer_seq", mode="before")
+    @classmethod
+    def _seq(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, not {type(value).__name__}")
+        if not 0 <= value <= _SEQ_MAX:
+            raise ValueError(f"must be between 0 and {_SEQ_MAX} (2**63 - 2), got {value}")
         return value
+
+    @field_validator("deps", mode="before")
+    @classmethod
+    def _deps(cls, value: object) -> tuple[str, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ValueError(f"must be a list of event ids, not {type(value).__name__}")
+        for dep in value:
+            problem = _name_problem(dep)
+            if problem is not None:
+                raise ValueError(f"a dependency id {problem}: {dep!r}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists an id twice: {list(value)}")
+        return tuple(value)
 
     def same_content(self, other: Event) -> bool:
         """True when `other` is the same event: every field equal (dependency order is irrelevant, and a
@@ -164,55 +257,36 @@ class LoggedEvent(Event):
 
 @dataclass(frozen=True, slots=True)
 class Appended:
-    """The outcome of an append: the stored event and whether this call wrote it (False: already there)."""
+    """The outcome of an append: the stored event and whether this call wrote it (False: it was already
+    there before the call). A commit whose acknowledgement was lost is retried and resolved by reading
+    the event's writer back, so `created` is exact even then."""
 
     event: LoggedEvent
     created: bool
 
 
-_metadata = sa.MetaData()
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What a log handle knows of its machine: the digest, and the names of the machine's events (None
+    when it was given a bare digest)."""
 
-_logs = sa.Table(
-    "govern_logs",
-    _metadata,
-    sa.Column("name", sa.String(_NAME_MAX), primary_key=True),
-    sa.Column("machine", sa.String(_NAME_MAX), nullable=False),
-    sa.Column("length", sa.BigInteger, nullable=False),
-)
+    digest: str
+    events: tuple[str, ...] | None
 
-_events = sa.Table(
-    "govern_events",
-    _metadata,
-    sa.Column("log", sa.String(_NAME_MAX), primary_key=True),
-    sa.Column("position", sa.BigInteger, primary_key=True, autoincrement=False),
-    sa.Column("event_id", sa.String(_NAME_MAX), nullable=False),
-    sa.Column("machine", sa.String(_NAME_MAX), nullable=False),
-    sa.Column("record", sa.String(_NAME_MAX), nullable=False),
-    sa.Column("record_seq", sa.BigInteger, nullable=False),
-    sa.Column("event", sa.String(_NAME_MAX), nullable=False),
-    sa.Column("producer", sa.String(_NAME_MAX), nullable=False),
-    sa.Column("producer_seq", sa.BigInteger, nullable=False),
-    sa.Column("deps", sa.Text, nullable=False),
-    sa.Column("after", sa.Text, nullable=False),
-    sa.UniqueConstraint("log", "event_id", name="govern_events_id"),
-    sa.UniqueConstraint("log", "record", "record_seq", name="govern_events_record"),
-    sa.UniqueConstraint("log", "producer", "producer_seq", name="govern_events_producer"),
-)
 
-# The next producer_seq / record_seq per key, kept with the events in the same transaction: reading
-# MAX(...) per key would scan every earlier event of the key on some planners.
-_counters = sa.Table(
-    "govern_counters",
-    _metadata,
-    sa.Column("log", sa.String(_NAME_MAX), primary_key=True),
-    sa.Column("kind", sa.String(1), primary_key=True),
-    sa.Column("key", sa.String(_NAME_MAX), primary_key=True),
-    sa.Column("next", sa.BigInteger, nullable=False),
-)
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """The log's row: its machine, length, and event names (None: bound by layout 1, names unknown)."""
 
-# Statements are built once: building SQLAlchemy expressions per call costs more than running them.
+    machine: str
+    length: int
+    events: tuple[str, ...] | None
+
+
 _P = sa.bindparam
-_Q_LOG = sa.select(_logs.c.machine, _logs.c.length).where(_logs.c.name == _P("log"))
+_logs, _events, _counters = schema.logs, schema.events, schema.counters
+# Statements are built once: building SQLAlchemy expressions per call costs more than running them.
+_Q_LOG = sa.select(_logs.c.machine, _logs.c.length, _logs.c.events).where(_logs.c.name == _P("log"))
 _Q_LOG_LOCK = _Q_LOG.with_for_update()
 _Q_READ = (
     sa.select(_events)
@@ -222,6 +296,11 @@ _Q_READ = (
 )
 _Q_IDS = sa.select(_events).where(
     _events.c.log == _P("log"), _events.c.event_id.in_(_P("ids", expanding=True))
+)
+_Q_WRITTEN = sa.select(_events.c.event_id).where(
+    _events.c.log == _P("log"),
+    _events.c.writer == _P("writer"),
+    _events.c.event_id.in_(_P("ids", expanding=True)),
 )
 _Q_RECORD = (
     sa.select(_events)
@@ -242,24 +321,39 @@ _Q_COUNTERS = sa.select(_counters.c.key, _counters.c.next).where(
     _counters.c.kind == _P("kind"),
     _counters.c.key.in_(_P("keys", expanding=True)),
 )
+# The fallback for a key without a counter row (a new key, or a row lost): the highest number stored,
+# read through the unique index on (log, key, number).
+_Q_HIGHEST = {
+    kind: sa.select(column, sa.func.max(number))
+    .where(_events.c.log == _P("log"), column.in_(_P("keys", expanding=True)))
+    .group_by(column)
+    for kind, column, number in (
+        ("p", _events.c.producer, _events.c.producer_seq),
+        ("r", _events.c.record, _events.c.record_seq),
+    )
+}
 _S_INSERT = sa.insert(_events)
 _S_LENGTH = sa.update(_logs).where(_logs.c.name == _P("log")).values(length=_P("length"))
+_S_EVENTS = sa.update(_logs).where(_logs.c.name == _P("log")).values(events=_P("events"))
 
 
 class _Tx(Protocol):
     """What the append algorithm needs from a backend, inside one exclusive transaction on the log."""
 
-    def lock(self, machine: str) -> tuple[str, int]: ...
+    def lock(self) -> _Head | None: ...
+    def create(self, machine: str, names: tuple[str, ...]) -> _Head: ...
+    def set_events(self, names: tuple[str, ...]) -> None: ...
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
+    def written_by(self, writer: str, ids: list[str]) -> set[str]: ...
     def producer_next(self, producers: list[str]) -> dict[str, int]: ...
     def record_next(self, records: list[str]) -> dict[str, int]: ...
     def holder(self, producer: str, seq: int) -> LoggedEvent | None: ...
-    def write(self, events: list[LoggedEvent], length: int) -> None: ...
+    def write(self, events: list[LoggedEvent], length: int, writer: str) -> None: ...
 
 
 class _Backend(Protocol):
     def transaction(self, body: Callable[[_Tx], _T]) -> _T: ...
-    def head(self) -> tuple[str, int] | None: ...
+    def head(self) -> _Head | None: ...
     def read(self, start: int, limit: int) -> list[LoggedEvent]: ...
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
     def read_record(self, record: str, through: int) -> list[LoggedEvent]: ...
@@ -268,23 +362,45 @@ class _Backend(Protocol):
 
 
 _NO_LIMIT = 2**62
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_POOL_SIZE = 8
 
 
 class EventLog:
     """A named, append-only log of governed events (see the module docstring for every promise). The
     default URL is the SQLite file ``govern-events.db`` in the working directory.
 
-    Thread-safe; open one `EventLog` per process (or share one between threads).
+    `machine` (a `Machine` or its `Certificate`) tells this handle the log's machine, so its first append
+    binds an empty log; `bind()` does the same explicitly. `timeout` (seconds) bounds every wait of one
+    call: a lock held by another session, a free pooled connection, a statement, and the retries of a
+    dropped connection; past it the call raises `LogTimeout`. At most `pool_size` connections are open
+    at once (SQLite and PostgreSQL).
+
+    Thread-safe; open one `EventLog` per process (or share one between up to `pool_size` threads).
     """
 
-    def __init__(self, url: str = "sqlite:///govern-events.db", *, name: str = "main") -> None:
+    def __init__(
+        self,
+        url: str = "sqlite:///govern-events.db",
+        *,
+        name: str = "main",
+        machine: Machine | Certificate | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        pool_size: int = DEFAULT_POOL_SIZE,
+    ) -> None:
         self.url = url
-        self.name = _check_name("the log name", name)
+        self.name = _check_name("name", name)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86_400:
+            raise InvalidInput("timeout", f"must be a number of seconds in (0, 86400], got {timeout!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or not 1 <= pool_size <= 1000:
+            raise InvalidInput("pool_size", f"must be an integer from 1 to 1000, got {pool_size!r}")
+        self.timeout = float(timeout)
+        self._identity = None if machine is None else _identity_of(machine, None)
         self._backend: _Backend
         if isinstance(url, str) and url.startswith("memory://"):
             self._backend = _memory_backend(url[len("memory://") :], self.name)
         else:
-            self._backend = _SqlBackend(url, self.name)
+            self._backend = _SqlBackend(url, self.name, self.timeout, pool_size)
 
     def __repr__(self) -> str:
         return f"EventLog({self.url!r}, name={self.name!r})"
@@ -303,20 +419,27 @@ class EventLog:
     def machine(self) -> str | None:
         """The digest of the machine this log is bound to, or None before the first event."""
         head = self._backend.head()
-        return None if head is None else head[0]
+        return None if head is None else head.machine
+
+    def events(self) -> tuple[str, ...] | None:
+        """The names of the events of the log's machine (the only names an append accepts), or None
+        for a log not bound yet or bound by an older govern that did not record them."""
+        head = self._backend.head()
+        return None if head is None else head.events
 
     def length(self) -> int:
         """How many events the log holds (the next position)."""
         head = self._backend.head()
-        return 0 if head is None else head[1]
+        return 0 if head is None else head.length
 
     def read(self, start: int = 0, limit: int | None = None) -> list[LoggedEvent]:
         """The events at positions `start, start+1, …` (at most `limit`), in log order, with no gaps.
 
         Raises `LogCorrupted` if a position is missing: a reader never gets a shorter list silently.
         """
-        if start < 0 or (limit is not None and limit < 0):
-            raise ValueError(f"start and limit must be >= 0, got {start}, {limit}")
+        _check_count("start", start)
+        if limit is not None:
+            _check_count("limit", limit)
         out = self._backend.read(start, _NO_LIMIT if limit is None else limit)
         for offset, event in enumerate(out):
             if event.position != start + offset:
@@ -336,11 +459,15 @@ class EventLog:
 
     def get(self, event_id: str) -> LoggedEvent | None:
         """The stored event with this id, or None."""
+        _check_name("event_id", event_id)
         return self._backend.by_ids([event_id]).get(event_id)
 
     def read_record(self, record: str, *, through: int | None = None) -> list[LoggedEvent]:
         """The events of one record in log order (those at positions <= `through`, when given), with no
         gaps in their `record_seq`."""
+        _check_name("record", record)
+        if through is not None:
+            _check_count("through", through)
         out = self._backend.read_record(record, _NO_LIMIT if through is None else through)
         for seq, event in enumerate(out):
             if event.record_seq != seq:
@@ -349,6 +476,7 @@ class EventLog:
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
         """The producer's latest event (highest producer_seq), or None."""
+        _check_name("producer", producer)
         return self._backend.last_by_producer(producer)
 
     def root(self, size: int | None = None) -> str:
@@ -359,17 +487,21 @@ class EventLog:
 
         events = self.read(0, size)
         if size is not None and len(events) != size:
-            raise ValueError(f"log {self.name!r} holds {len(events)} events, fewer than size={size}")
+            raise InvalidInput(
+                "size", f"log {self.name!r} holds {len(events)} events, fewer than size={size}"
+            )
         return MerkleTree(e.leaf() for e in events).root().hex()
 
     # -- writing -----------------------------------------------------------------------------------------
 
-    def bind(self, machine_digest: str) -> None:
-        """Bind an empty log to a machine digest (no-op if bound to it already; else `MachineMismatch`)."""
-        _check_name("the machine digest", machine_digest)
-        self._backend.transaction(
-            lambda tx: _check_machine(self.name, tx.lock(machine_digest), machine_digest)
-        )
+    def bind(self, machine: Machine | Certificate | str, events: Iterable[str] | None = None) -> None:
+        """Bind the log to a machine: a `Machine`, its `Certificate`, or a machine digest with the
+        machine's event names in `events`. An empty log records the digest and the names; a log bound to
+        the same machine is left as it is (one bound by an older govern records the names now); a log
+        bound to another machine raises `MachineMismatch`. Later appends on this handle use it too."""
+        identity = _identity_of(machine, events)
+        self._backend.transaction(lambda tx: _bind(self.name, tx, identity))
+        self._identity = identity
 
     def append(self, event: Event) -> Appended:
         """Append one event (idempotent by id); see the module docstring for every rule it enforces."""
@@ -377,31 +509,157 @@ class EventLog:
 
     def append_many(self, events: Sequence[Event]) -> list[Appended]:
         """Append several events in order, in one transaction: all of them are stored or none is."""
-        items = [e if isinstance(e, Event) else Event.model_validate(e) for e in events]
+        items: list[Event] = []
+        for i, e in enumerate(events):
+            if isinstance(e, Event):
+                items.append(e)
+            elif isinstance(e, Mapping):
+                items.append(Event(**e))  # raises InvalidInput naming the field
+            else:
+                raise InvalidInput(f"events[{i}]", f"must be an Event or a mapping of its fields, not {e!r}")
         if not items:
             return []
         machines = {e.machine for e in items}
         if len(machines) != 1:
             raise MachineMismatch(f"one append mixes events of machines {sorted(machines)}")
-        return self._backend.transaction(lambda tx: _append(self.name, tx, items))
+        identity = self._identity
+        if identity is not None and identity.events is not None and identity.digest == items[0].machine:
+            _check_events(self.name, identity.events, items)  # refused before touching the database
+        writer = secrets.token_hex(16)
+        return self._backend.transaction(lambda tx: _append(self.name, tx, items, writer, identity))
 
 
-def _check_machine(log: str, head: tuple[str, int], machine: str) -> int:
-    if head[0] != machine:
-        raise MachineMismatch(
-            f"log {log!r} holds events of machine {head[0]}, not {machine}: a machine change is a migration; "
-            "open a new log for the new machine"
+def _check_count(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _NO_LIMIT:
+        raise InvalidInput(field, f"must be an integer >= 0, got {value!r}")
+
+
+def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
+    """The digest and event names of `machine`: a Machine, a Certificate, or a digest with `events`."""
+    from ..certificate._certificate import Certificate
+    from ..machine._machine import Machine
+
+    if isinstance(machine, Machine):
+        if events is not None:
+            raise InvalidInput("events", "give events only with a digest: a Machine knows its own events")
+        return _Identity(machine.digest, tuple(machine.events))
+    if isinstance(machine, Certificate):
+        if events is not None:
+            raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
+        return _Identity(_certified_digest(machine), tuple(e.name for e in machine.model.machine.events))
+    if isinstance(machine, str):
+        digest = _check_digest("machine", machine)
+        if events is None:
+            return _Identity(digest, None)  # enough to confirm a binding; not to make one
+        if isinstance(events, (str, bytes)):
+            raise InvalidInput("events", f"must be a list of event names, not one string: {events!r}")
+        names = tuple(_check_name("events", e) for e in events)
+        if not names or len(set(names)) != len(names):
+            raise InvalidInput("events", f"must name each event of the machine once: {list(names)}")
+        return _Identity(digest, names)
+    raise InvalidInput(
+        "machine", f"must be a govern.Machine, a govern.Certificate or a digest, not {type(machine).__name__}"
+    )
+
+
+def _certified_digest(certificate: Certificate) -> str:
+    """The digest of the machine a certificate certifies (what `Machine.digest` gives for that machine),
+    recomputed from the certificate's rules and tables."""
+    import hashlib
+
+    import numpy as np
+
+    from ..certificate._encoding import canonical_json
+    from ..machine._machine import _MACHINE_DOMAIN, _RULES_DOMAIN, RawTables, _tables_digest
+
+    rules = certificate.document()["machine"]
+    n, e = len(certificate.valid), len(rules["events"])
+    repair = certificate.repair.astype(np.int32)
+    raw = RawTables(
+        certificate.valid.astype(bool), repair, certificate.apply.reshape(e, n).astype(np.int32), repair
+    )
+    rules_digest = hashlib.sha256(_RULES_DOMAIN + canonical_json(rules)).digest()
+    return hashlib.sha256(_MACHINE_DOMAIN + rules_digest + bytes.fromhex(_tables_digest(raw))).hexdigest()
+
+
+def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
+    head = tx.lock()
+    if head is not None:
+        _check_machine(log, head, identity.digest)
+    if identity.events is None:
+        if head is None or head.events is None:
+            raise InvalidInput(
+                "events",
+                f"log {log!r} does not know its machine's event names yet, and a digest alone does not "
+                "tell them: bind(machine) with the Machine or its Certificate, or bind(digest, events=...)",
+            )
+        return
+    if head is None:
+        tx.create(identity.digest, identity.events)
+    elif head.events is None:
+        tx.set_events(identity.events)
+    elif set(head.events) != set(identity.events):
+        raise InvalidInput(
+            "events",
+            f"log {log!r} records the events {list(head.events)} for machine {head.machine}, not "
+            f"{list(identity.events)}: the digest and the event names given do not belong together",
         )
-    return head[1]
 
 
-def _append(log: str, tx: _Tx, items: list[Event]) -> list[Appended]:
-    """The append algorithm, the same on every backend; runs inside the backend's exclusive transaction."""
-    length = _check_machine(log, tx.lock(items[0].machine), items[0].machine)
+def _check_machine(log: str, head: _Head, machine: str) -> None:
+    if head.machine != machine:
+        raise MachineMismatch(
+            f"log {log!r} holds events of machine {head.machine}, not {machine}: a machine change is a "
+            "migration; open a new log for the new machine"
+        )
+
+
+def _check_events(log: str, names: Sequence[str], items: list[Event]) -> None:
+    allowed = set(names)
+    for event in items:
+        if event.event not in allowed:
+            raise InvalidInput(
+                "event",
+                f"event {event.id!r} names {event.event!r}, which the machine of log {log!r} does not have "
+                f"(its events: {', '.join(names)}); nothing was appended",
+            )
+
+
+def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Identity | None) -> list[Appended]:
+    """The append algorithm, the same on every backend; runs inside the backend's exclusive transaction.
+
+    `writer` is a token unique to this append call, stored with every event it writes: when a commit's
+    acknowledgement is lost and the call runs again, the events it finds under its own token are the ones
+    it wrote, so `created` stays exact."""
+    machine = items[0].machine
+    head = tx.lock()
+    if head is None:
+        if identity is None or identity.events is None or identity.digest != machine:
+            raise EventLogError(
+                f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
+                f"{machine}: bind it first with log.bind(machine) (the Machine or its Certificate), or "
+                "open it with EventLog(url, machine=machine)"
+            )
+        head = tx.create(identity.digest, identity.events)
+    _check_machine(log, head, machine)
+    names = head.events
+    if names is None:
+        if identity is None or identity.events is None or identity.digest != head.machine:
+            raise EventLogError(
+                f"log {log!r} was bound by an older govern that did not record its machine's event names, "
+                "so it cannot check them: call log.bind(machine) once with the Machine or its Certificate "
+                "(or open it with EventLog(url, machine=machine)) and append again"
+            )
+        tx.set_events(identity.events)
+        names = identity.events
+    _check_events(log, names, items)
     known = tx.by_ids(sorted({e.id for e in items} | {d for e in items for d in e.deps}))
+    again = sorted(e.id for e in items if e.id in known)
+    mine = tx.written_by(writer, again) if again else set()
     producer_next = tx.producer_next(sorted({e.producer for e in items}))
     producer_stored = dict(producer_next)
     record_next = tx.record_next(sorted({e.record for e in items}))
+    length = head.length
     fresh: dict[str, LoggedEvent] = {}
     out: list[Appended] = []
     for event in items:
@@ -413,7 +671,8 @@ def _append(log: str, tx: _Tx, items: list[Event]) -> list[Appended]:
                     f"content ({existing.event!r} on {existing.record!r} by {existing.producer!r}); "
                     "an event id names one event forever"
                 )
-            out.append(Appended(existing, False))
+            out.append(Appended(existing, event.id in mine))
+            mine.discard(event.id)  # a second copy in the same batch was not written by it
             continue
         seq = producer_next[event.producer] if event.producer_seq is None else event.producer_seq
         holder = None
@@ -459,58 +718,55 @@ def _append(log: str, tx: _Tx, items: list[Event]) -> list[Appended]:
         fresh[event.id] = logged
         out.append(Appended(logged, True))
     if fresh:
-        tx.write(list(fresh.values()), length)
+        tx.write(list(fresh.values()), length, writer)
     return out
 
 
 # -- SQL backend (SQLite file, PostgreSQL) -------------------------------------------------------------------
 
 
-def _engine(url: str) -> tuple[Engine, str]:
-    """An engine for `url`, and its dialect ("sqlite" or "postgresql")."""
+def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
+    """An engine for `url`, and its dialect ("sqlite" or "postgresql"). Every wait is bounded by `timeout`:
+    the pool checkout, PostgreSQL's lock_timeout and statement_timeout, SQLite's busy timeout."""
     if not isinstance(url, str) or not url:
-        raise EventLogError(
-            "an event log URL is required (a file path, sqlite:///..., postgresql://..., memory://)"
+        raise InvalidInput(
+            "url", "an event log URL is required (a file path, sqlite:///..., postgresql://..., memory://)"
         )
+    pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": timeout}
+    ms = int(timeout * 1000)
     if url.startswith(("postgresql://", "postgres://")):
         url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("postgresql"):
-        return sa.create_engine(url, pool_pre_ping=True, pool_size=2, max_overflow=4), "postgresql"
+        options = f"-c lock_timeout={ms} -c statement_timeout={ms}"
+        connect = {"connect_timeout": max(1, round(timeout)), "options": options}
+        return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
     if "://" not in url:
         url = "sqlite:///" + url
     if not url.startswith("sqlite"):
-        raise EventLogError(
-            f"unsupported event log URL {url!r}: use a file path, sqlite:///, postgresql://, memory://"
+        raise InvalidInput(
+            "url", f"unsupported event log URL {url!r}: use a file path, sqlite:///, postgresql://, memory://"
         )
-    engine = sa.create_engine(url, connect_args={"timeout": 30, "check_same_thread": False})
+    engine = sa.create_engine(url, connect_args={"timeout": timeout, "check_same_thread": False}, **pool)
 
-    # The driver's own transaction handling would start a write transaction lazily, which lets two appenders
-    # both read the old length; BEGIN IMMEDIATE takes the write lock before the first read instead.
     @sa.event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={ms}")
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute("PRAGMA synchronous=FULL")
-        cursor.execute("PRAGMA busy_timeout=30000")
         cursor.close()
 
+    # The driver's own transaction handling would start a write transaction lazily, which lets two appenders
+    # both read the old length: a writer takes the write lock with BEGIN IMMEDIATE before its first read. A
+    # reader begins a deferred transaction instead: a WAL snapshot that never waits for writers.
     @sa.event.listens_for(engine, "begin")
     def _begin(conn: Connection) -> None:
-        conn.exec_driver_sql("BEGIN IMMEDIATE")
+        conn.exec_driver_sql(
+            "BEGIN" if conn.get_execution_options().get("govern_read") else "BEGIN IMMEDIATE"
+        )
 
     return engine, "sqlite"
-
-
-def _transient(exc: sa.exc.DBAPIError) -> bool:
-    text = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
-    code = getattr(exc.orig, "sqlstate", None)
-    return (
-        "database is locked" in text
-        or "database table is locked" in text
-        or code in {"40001", "40P01", "23505"}
-        or exc.connection_invalidated
-    )
 
 
 class _SqlTx:
@@ -519,19 +775,28 @@ class _SqlTx:
         self.log = log
         self.dialect = dialect
 
-    def lock(self, machine: str) -> tuple[str, int]:
+    def lock(self) -> _Head | None:
         query = _Q_LOG_LOCK if self.dialect == "postgresql" else _Q_LOG
         row = self.conn.execute(query, {"log": self.log}).first()
-        if row is None:
-            insert = (pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert)(_logs)
-            insert = insert.values(name=self.log, machine=machine, length=0).on_conflict_do_nothing()
-            self.conn.execute(insert)
-            row = self.conn.execute(query, {"log": self.log}).first()
-            assert row is not None
-        return str(row.machine), int(row.length)
+        return None if row is None else _head(row)
+
+    def create(self, machine: str, names: tuple[str, ...]) -> _Head:
+        insert = (pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert)(_logs)
+        values = {"name": self.log, "machine": machine, "length": 0, "events": json.dumps(list(names))}
+        self.conn.execute(insert.values(**values).on_conflict_do_nothing())
+        head = self.lock()  # a concurrent creator may have won: its row is the one that counts
+        assert head is not None
+        return head
+
+    def set_events(self, names: tuple[str, ...]) -> None:
+        self.conn.execute(_S_EVENTS, {"log": self.log, "events": json.dumps(list(names))})
 
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
         return _by_ids(self.conn, self.log, ids)
+
+    def written_by(self, writer: str, ids: list[str]) -> set[str]:
+        params = {"log": self.log, "writer": writer, "ids": ids}
+        return {str(i) for (i,) in self.conn.execute(_Q_WRITTEN, params)}
 
     def producer_next(self, producers: list[str]) -> dict[str, int]:
         return self._next("p", producers)
@@ -540,24 +805,29 @@ class _SqlTx:
         return self._next("r", records)
 
     def _next(self, kind: str, keys: list[str]) -> dict[str, int]:
-        """For each key, the next number to give (0 for a key never seen)."""
+        """For each key, the next number to give (0 for a key never seen). A key without a counter row
+        (new, or its row lost) is numbered after the highest number stored for it."""
         found: dict[str, int] = {}
         for i in range(0, len(keys), 500):
             params = {"log": self.log, "kind": kind, "keys": keys[i : i + 500]}
             for key, nxt in self.conn.execute(_Q_COUNTERS, params):
                 found[str(key)] = int(nxt)
+        missing = [k for k in keys if k not in found]
+        for i in range(0, len(missing), 500):
+            params = {"log": self.log, "keys": missing[i : i + 500]}
+            for key, highest in self.conn.execute(_Q_HIGHEST[kind], params):
+                found[str(key)] = int(highest) + 1
         return {k: found.get(k, 0) for k in keys}
 
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
         row = self.conn.execute(_Q_HOLDER, {"log": self.log, "producer": producer, "seq": seq}).first()
         return None if row is None else _from_row(row)
 
-    def write(self, events: list[LoggedEvent], length: int) -> None:
-        self.conn.execute(_S_INSERT, [_to_row(self.log, e) for e in events])
+    def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
+        self.conn.execute(_S_INSERT, [_to_row(self.log, e) | {"writer": writer} for e in events])
         self.conn.execute(_S_LENGTH, {"log": self.log, "length": length})
         nexts: dict[tuple[str, str], int] = {}
         for e in events:
-            assert e.producer_seq is not None
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
         insert = (pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert)(_counters)
@@ -570,6 +840,28 @@ class _SqlTx:
         self.conn.execute(upsert, rows)
 
 
+def _head(row: Any) -> _Head:
+    try:
+        events = None if row.events is None else _parse_names(str(row.events))
+        return _Head(str(row.machine), int(row.length), events)
+    except (ValueError, TypeError) as exc:
+        raise LogCorrupted(f"the log's row is unreadable: {exc}") from exc
+
+
+_names_cache: dict[str, tuple[str, ...]] = {}
+
+
+def _parse_names(text: str) -> tuple[str, ...]:
+    """The event names stored with a log (parsed once per distinct text: every append reads them)."""
+    names = _names_cache.get(text)
+    if names is None:
+        value = json.loads(text)
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise ValueError(f"the machine's event names are not a list of strings: {text[:100]!r}")
+        names = _names_cache[text] = tuple(value)
+    return names
+
+
 def _by_ids(conn: Connection, log: str, ids: list[str]) -> dict[str, LoggedEvent]:
     out: dict[str, LoggedEvent] = {}
     for i in range(0, len(ids), 500):
@@ -580,60 +872,93 @@ def _by_ids(conn: Connection, log: str, ids: list[str]) -> dict[str, LoggedEvent
 
 
 class _SqlBackend:
-    def __init__(self, url: str, log: str) -> None:
-        self.url = url
+    """A log in a SQL database. Every call runs in one transaction and is retried, until the log's
+    timeout, on the failures `_logretry.classify` calls retryable; writers take the log's lock
+    (BEGIN IMMEDIATE, SELECT ... FOR UPDATE), readers take none."""
+
+    def __init__(self, url: str, log: str, timeout: float, pool_size: int) -> None:
         self.log = log
-        self.engine, self.dialect = _engine(url)
-        for attempt in range(3):
+        self.timeout = timeout
+        self.pool_size = pool_size
+        self.engine, self.dialect = _engine(url, timeout, pool_size)
+        self.where = self.engine.url.render_as_string(hide_password=True)
+        try:
+            ready = self._run(lambda c: schema.check_marker(schema.read_marker(c), self.where), "open", True)
+            if not ready:
+                self._run(lambda c: schema.prepare(c, self.dialect, self.where), "open", False)
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def _run(self, body: Callable[[Connection], _T], what: str, read_only: bool) -> _T:
+        backoff = Backoff(self.timeout)
+        while True:
             try:
-                _metadata.create_all(self.engine, checkfirst=True)
-                break
-            except sa.exc.DBAPIError as exc:
-                # Another process may have created the tables between the check and the create.
-                if attempt == 2:
-                    raise EventLogError(f"cannot open the event log at {url!r}: {exc.orig}") from exc
-                time.sleep(0.05 * (attempt + 1))
+                with self.engine.connect() as conn:
+                    if read_only:
+                        conn.execution_options(govern_read=True)
+                    try:
+                        with conn.begin():
+                            return body(conn)
+                    except sa.exc.SQLAlchemyError as exc:
+                        if classify(exc)[2]:
+                            # The connection broke under the driver: never hand it out again.
+                            conn.invalidate()
+                        raise
+            except sa.exc.SQLAlchemyError as exc:
+                kind, reason, _ = classify(exc)
+                if kind == "retry" and backoff.wait():
+                    continue
+                raise self._error(kind, reason, what, backoff.attempts) from exc
+
+    def _error(self, kind: str, reason: str, what: str, attempts: int) -> EventLogError:
+        where = f"{what} on event log {self.log!r} at {self.where}"
+        safe = (
+            "; appending the same events again is safe (the log is idempotent by id)"
+            if what == "append"
+            else ""
+        )
+        if kind == "timeout" and "pool" in reason:
+            return LogTimeout(
+                f"{where}: all {self.pool_size} connections of this EventLog stayed busy for "
+                f"{self.timeout:g} s; open it with a larger pool_size, share it among fewer threads, or "
+                f"raise timeout{safe}"
+            )
+        if kind == "timeout":
+            return LogTimeout(
+                f"{where} waited longer than the log's timeout ({self.timeout:g} s): {reason}; another "
+                "session holds the log's lock (look for one 'idle in transaction' in pg_stat_activity) or "
+                f"the database is overloaded{safe}"
+            )
+        if kind == "retry":
+            return LogTimeout(
+                f"{where} kept failing for {self.timeout:g} s ({attempts + 1} attempts): {reason}; the "
+                f"database is unreachable, overloaded, or another session holds its write lock{safe}"
+            )
+        return EventLogError(f"{where} failed: {reason}{safe}")
 
     def transaction(self, body: Callable[[_Tx], _T]) -> _T:
-        delay = 0.001
-        for attempt in range(_RETRIES):
-            try:
-                with self.engine.begin() as conn:
-                    return body(_SqlTx(conn, self.log, self.dialect))
-            except sa.exc.DBAPIError as exc:
-                if not _transient(exc) or attempt == _RETRIES - 1:
-                    raise EventLogError(
-                        f"event log {self.log!r} at {self.url!r} failed: {exc.orig}; nothing was appended "
-                        "by the failed transaction, so retrying the same events is safe"
-                    ) from exc
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.1)
-        raise AssertionError("unreachable")
+        return self._run(lambda conn: body(_SqlTx(conn, self.log, self.dialect)), "append", False)
 
-    def _query(self, statement: Any, params: dict[str, Any]) -> list[Any]:
-        try:
-            with self.engine.connect() as conn:
-                return list(conn.execute(statement, params))
-        except sa.exc.DBAPIError as exc:
-            raise EventLogError(f"event log {self.log!r} at {self.url!r}: read failed: {exc.orig}") from exc
+    def _rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
+        return self._run(lambda conn: list(conn.execute(statement, params)), "read", True)
 
-    def head(self) -> tuple[str, int] | None:
-        rows = self._query(_Q_LOG, {"log": self.log})
-        return None if not rows else (str(rows[0].machine), int(rows[0].length))
+    def head(self) -> _Head | None:
+        rows = self._rows(_Q_LOG, {"log": self.log})
+        return _head(rows[0]) if rows else None
 
     def read(self, start: int, limit: int) -> list[LoggedEvent]:
-        return [_from_row(r) for r in self._query(_Q_READ, {"log": self.log, "start": start, "limit": limit})]
+        return [_from_row(r) for r in self._rows(_Q_READ, {"log": self.log, "start": start, "limit": limit})]
 
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
-        with self.engine.connect() as conn:
-            return _by_ids(conn, self.log, ids)
+        return self._run(lambda conn: _by_ids(conn, self.log, ids), "read", True)
 
     def read_record(self, record: str, through: int) -> list[LoggedEvent]:
-        rows = self._query(_Q_RECORD, {"log": self.log, "record": record, "through": through})
+        rows = self._rows(_Q_RECORD, {"log": self.log, "record": record, "through": through})
         return [_from_row(r) for r in rows]
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
-        rows = self._query(_Q_LAST_BY_PRODUCER, {"log": self.log, "producer": producer})
+        rows = self._rows(_Q_LAST_BY_PRODUCER, {"log": self.log, "producer": producer})
         return _from_row(rows[0]) if rows else None
 
     def close(self) -> None:
@@ -648,9 +973,10 @@ class _MemoryLog:
     """One log held in process memory: the same contract, no durability."""
 
     lock: threading.RLock = field(default_factory=threading.RLock)
-    machine: str | None = None
+    head: _Head | None = None
     events: list[LoggedEvent] = field(default_factory=list)
     by_id: dict[str, LoggedEvent] = field(default_factory=dict)
+    writers: dict[str, str] = field(default_factory=dict)
     by_record: dict[str, list[LoggedEvent]] = field(default_factory=dict)
     by_producer_seq: dict[tuple[str, int], LoggedEvent] = field(default_factory=dict)
     producer_max: dict[str, int] = field(default_factory=dict)
@@ -671,13 +997,23 @@ class _MemoryTx:
     def __init__(self, mem: _MemoryLog) -> None:
         self.mem = mem
 
-    def lock(self, machine: str) -> tuple[str, int]:
-        if self.mem.machine is None:
-            self.mem.machine = machine
-        return self.mem.machine, len(self.mem.events)
+    def lock(self) -> _Head | None:
+        head = self.mem.head
+        return None if head is None else _Head(head.machine, len(self.mem.events), head.events)
+
+    def create(self, machine: str, names: tuple[str, ...]) -> _Head:
+        self.mem.head = _Head(machine, 0, names)
+        return self.mem.head
+
+    def set_events(self, names: tuple[str, ...]) -> None:
+        assert self.mem.head is not None
+        self.mem.head = _Head(self.mem.head.machine, 0, names)
 
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
         return {i: self.mem.by_id[i] for i in ids if i in self.mem.by_id}
+
+    def written_by(self, writer: str, ids: list[str]) -> set[str]:
+        return {i for i in ids if self.mem.writers.get(i) == writer}
 
     def producer_next(self, producers: list[str]) -> dict[str, int]:
         return {p: self.mem.producer_max.get(p, -1) + 1 for p in producers}
@@ -688,12 +1024,13 @@ class _MemoryTx:
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
         return self.mem.by_producer_seq.get((producer, seq))
 
-    def write(self, events: list[LoggedEvent], length: int) -> None:
+    def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
         mem = self.mem
         for e in events:
-            assert e.producer_seq is not None and e.position == len(mem.events)
+            assert e.position == len(mem.events)
             mem.events.append(e)
             mem.by_id[e.id] = e
+            mem.writers[e.id] = writer
             mem.by_record.setdefault(e.record, []).append(e)
             mem.by_producer_seq[e.producer, e.producer_seq] = e
             mem.producer_max[e.producer] = max(mem.producer_max.get(e.producer, -1), e.producer_seq)
@@ -707,18 +1044,19 @@ class _MemoryBackend:
     def transaction(self, body: Callable[[_Tx], _T]) -> _T:
         mem = self.mem
         with mem.lock:
-            # A refused append leaves nothing behind: write() is its last step, and the binding made by
-            # lock() is undone here.
-            machine = mem.machine
+            # A refused append leaves nothing behind: write() is its last step, and a binding made by
+            # create() or set_events() before a refusal is undone here.
+            head = mem.head
             try:
                 return body(_MemoryTx(mem))
             except BaseException:
-                mem.machine = machine
+                mem.head = head
                 raise
 
-    def head(self) -> tuple[str, int] | None:
+    def head(self) -> _Head | None:
         with self.mem.lock:
-            return None if self.mem.machine is None else (self.mem.machine, len(self.mem.events))
+            head = self.mem.head
+            return None if head is None else _Head(head.machine, len(self.mem.events), head.events)
 
     def read(self, start: int, limit: int) -> list[LoggedEvent]:
         with self.mem.lock:

@@ -25,6 +25,7 @@ equal `digest()`s.
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -43,8 +44,13 @@ _BATCH_MIN = 16  # shorter in-order runs fold faster one lookup at a time
 
 
 class ReplicaError(EventLogError):
-    """A replica cannot apply what it was given (an event unknown to its machine, or a conflicting event
-    at a known position). Nothing was skipped: the replica stops at the last event it could apply."""
+    """A replica cannot apply what it was given (an event unknown to its machine, or an event of another
+    log). Nothing was skipped: the replica stops exactly after the last event it applied, and `.event`
+    is the event it could not apply (None when the error is not about one event)."""
+
+    def __init__(self, message: str, event: LoggedEvent | None = None) -> None:
+        super().__init__(message)
+        self.event = event
 
 
 class Checkpoint(BaseModel):
@@ -64,10 +70,27 @@ class Checkpoint(BaseModel):
 
 @dataclass(slots=True)
 class _Record:
+    """One record's state, and the index of its buffered events by what each one waits for."""
+
     state: int
     applied_prefix: int = 0  # every record_seq below this is applied
     ahead: set[int] = field(default_factory=set)  # applied record_seqs at or above applied_prefix
     known: dict[int, int] = field(default_factory=dict)  # record_seq -> event index, for unapplied arrivals
+    frontier: int = 0  # a lower bound of the first record_seq that has not arrived
+    # Buffered events with an obligation that wait for an earlier record_seq to arrive: (record_seq, pos).
+    gap_waiters: list[tuple[int, int]] = field(default_factory=list)
+    # Buffered events that wait for the unapplied event at a record_seq to be applied: seq -> positions.
+    seq_waiters: dict[int, list[int]] = field(default_factory=dict)
+    # Unapplied arrived record_seqs by event index (min-heaps; applied seqs are dropped lazily).
+    unapplied: dict[int, list[int]] = field(default_factory=dict)
+
+    def arrived(self, seq: int) -> bool:
+        return seq < self.applied_prefix or seq in self.ahead or seq in self.known
+
+    def advance_frontier(self) -> None:
+        self.frontier = max(self.frontier, self.applied_prefix)
+        while self.arrived(self.frontier):
+            self.frontier += 1
 
 
 class Replica:
@@ -97,8 +120,7 @@ class Replica:
         self._position = 0  # every log position below this is applied
         self._ahead: set[int] = set()  # applied positions at or above _position
         self._buffer: dict[int, LoggedEvent] = {}
-        self._by_record: dict[str, set[int]] = defaultdict(set)  # record -> buffered positions
-        self._dep_waiters: dict[int, set[int]] = defaultdict(set)  # position -> buffered positions waiting
+        self._dep_waiters: dict[int, list[int]] = defaultdict(list)  # position -> buffered positions waiting
         self.applied = 0
         self.duplicates = 0
         self._tree: Any = None
@@ -215,9 +237,19 @@ class Replica:
         rules = self._rules
         n = len(events)
         name = self.log.name
-        if any(e.machine != rules.digest or e.event not in rules.index or e.log != name for e in events):
-            for event in events:
-                self._check(event)  # raises for the first bad event
+        bad = next(
+            (
+                i
+                for i, e in enumerate(events)
+                if e.machine != rules.digest or e.event not in rules.index or e.log != name
+            ),
+            None,
+        )
+        if bad is not None:
+            # Apply every event before the first bad one, then stop there and say why.
+            self.deliver(events[:bad])
+            self._check(events[bad])
+            raise AssertionError(f"event at position {events[bad].position} passed the check it failed")
         keys: dict[str, int] = {}
         rec = np.fromiter((keys.setdefault(e.record, len(keys)) for e in events), dtype=np.int64, count=n)
         codes_flat = np.fromiter((rules.index[e.event] for e in events), dtype=np.int32, count=n)
@@ -232,11 +264,15 @@ class Replica:
         column = np.arange(n, dtype=np.int64) - (np.cumsum(counts) - counts)[grouped]
         wrong = np.flatnonzero(seqs[order] != first_seq[grouped] + column)
         if wrong.size:
-            event = events[int(order[wrong[0]])]
-            before = int(first_seq[grouped[wrong[0]]] + column[wrong[0]])
+            first = int(order[wrong].min())  # the first wrong event in log order
+            self.deliver(events[:first])
+            event = events[first]
+            entry = self._records.get(event.record)
+            before = 0 if entry is None else entry.applied_prefix
             raise LogCorrupted(
                 f"event {event.id!r} at position {event.position} is number {event.record_seq} of record "
-                f"{event.record!r}, but the log before it holds {before} events of that record"
+                f"{event.record!r}, but the log before it holds {before} events of that record; the replica "
+                f"stopped after the events before it (position {self._position})"
             )
         codes = np.full((len(names), int(counts.max())), -1, dtype=np.int32)
         codes[grouped, column] = codes_flat[order]
@@ -256,17 +292,25 @@ class Replica:
 
     def _check(self, event: LoggedEvent) -> None:
         rules = self._rules
+        stop = (
+            f"; the replica applied what came before it and stops here (position {self._position}, "
+            f"{self.pending} buffered): nothing after it is applied until it is resolved"
+        )
         if event.log != self.log.name:
             raise ReplicaError(
-                f"event {event.id!r} is from log {event.log!r}; this replica folds log {self.log.name!r}"
+                f"event {event.id!r} is from log {event.log!r}, but this replica folds log "
+                f"{self.log.name!r}{stop}",
+                event,
             )
         if event.machine != rules.digest:
             raise MachineMismatch(
-                f"event {event.id!r} is for machine {event.machine}, this replica runs {rules.digest}"
+                f"event {event.id!r} is for machine {event.machine}, this replica runs {rules.digest}{stop}"
             )
         if event.event not in rules.index:
             raise ReplicaError(
-                f"event {event.id!r} names {event.event!r}, which machine {rules.name!r} does not have"
+                f"event {event.id!r} at log position {event.position} names {event.event!r}, which machine "
+                f"{rules.name!r} does not have (its events: {', '.join(rules.names)}){stop}",
+                event,
             )
 
     def _accept(self, event: LoggedEvent) -> None:
@@ -289,10 +333,16 @@ class Replica:
             self._apply(event)
             return
         self._buffer[pos] = event
-        self._by_record[event.record].add(pos)
         rec = self._record(event.record)
-        rec.known[event.record_seq] = rules.index[event.event]
-        self._drain({event.record}, {pos})
+        code = rules.index[event.event]
+        rec.known[event.record_seq] = code
+        heapq.heappush(rec.unapplied.setdefault(code, []), event.record_seq)
+        work = [pos]
+        # The arrival may close the record's first gap: events waiting for it get checked again.
+        rec.advance_frontier()
+        while rec.gap_waiters and rec.gap_waiters[0][0] < rec.frontier:
+            work.append(heapq.heappop(rec.gap_waiters)[1])
+        self._drain(work)
 
     def _in_record_order(self, event: LoggedEvent) -> bool:
         rec = self._records.get(event.record)
@@ -310,45 +360,56 @@ class Replica:
         return pos < self._position or pos in self._ahead
 
     def _ready(self, event: LoggedEvent) -> bool:
+        """True when the rules let `event` apply now; otherwise it is filed under the one thing it waits
+        for (a dependency, the arrival of an earlier event of its record, or the application of one), so
+        that only that thing's arrival or application checks it again."""
+        pos = event.position
         for dep in event.after:
             if not self._is_applied(dep):
-                self._dep_waiters[dep].add(event.position)
+                self._dep_waiters[dep].append(pos)
                 return False
         partners = self._rules.partners[self._rules.index[event.event]]
         if not partners:
             return True
         rec = self._record(event.record)
-        for seq in range(rec.applied_prefix, event.record_seq):
-            if seq in rec.ahead:
-                continue
-            earlier = rec.known.get(seq)
-            if earlier is None or earlier in partners:
-                return False  # an earlier event of the record is unseen, or must go first and has not
+        seq = event.record_seq
+        rec.advance_frontier()
+        if rec.frontier < seq:
+            heapq.heappush(rec.gap_waiters, (seq, pos))  # an earlier event of the record is unseen
+            return False
+        for partner in partners:
+            heap = rec.unapplied.get(partner)
+            while heap and rec.known.get(heap[0]) != partner:
+                heapq.heappop(heap)  # applied since it was filed
+            if heap and heap[0] < seq:
+                rec.seq_waiters.setdefault(heap[0], []).append(pos)  # an earlier partner must go first
+                return False
         return True
 
-    def _drain(self, records: set[str], positions: set[int]) -> None:
-        work_records = set(records)
-        work_positions = set(positions)
-        while work_records or work_positions:
-            candidates = set(work_positions)
-            work_positions.clear()
-            for key in work_records:
-                candidates |= self._by_record.get(key, set())
-            work_records.clear()
-            for pos in sorted(candidates):
-                event = self._buffer.get(pos)
-                if event is None or not self._ready(event):
-                    continue
-                del self._buffer[pos]
-                self._by_record[event.record].discard(pos)
-                self._apply(event)
-                work_records.add(event.record)
-                work_positions |= self._dep_waiters.pop(pos, set())
+    def _drain(self, work: list[int]) -> None:
+        """Check the buffered events at `work` (positions), applying each that is ready and checking
+        again, in log order, whatever its application wakes."""
+        heapq.heapify(work)
+        while work:
+            pos = heapq.heappop(work)
+            event = self._buffer.get(pos)
+            if event is None or not self._ready(event):
+                continue
+            del self._buffer[pos]
+            self._apply(event)
+            for waiter in self._dep_waiters.pop(pos, ()):
+                heapq.heappush(work, waiter)
+            for waiter in self._records[event.record].seq_waiters.pop(event.record_seq, ()):
+                heapq.heappush(work, waiter)
 
     def _apply(self, event: LoggedEvent) -> None:
         rec = self._record(event.record)
-        rec.state = self._rules.step(rec.state, self._rules.index[event.event])
-        rec.known.pop(event.record_seq, None)
+        code = self._rules.index[event.event]
+        rec.state = self._rules.step(rec.state, code)
+        if rec.known.pop(event.record_seq, None) is not None:
+            heap = rec.unapplied[code]
+            while heap and rec.known.get(heap[0]) != code:
+                heapq.heappop(heap)  # keep the heaps as small as what is still buffered
         if event.record_seq == rec.applied_prefix:
             rec.applied_prefix += 1
             while rec.applied_prefix in rec.ahead:

@@ -41,7 +41,7 @@ def test_killed_and_restarted_processes_converge(log_url: str, log_name: str, tm
     print(f"seed {seed}")
     rng = random.Random(seed)
     store_url = f"sqlite:///{tmp_path}/journal.db" if log_url.startswith("sqlite") else POSTGRES_URL
-    EventLog(log_url, name=log_name).bind(order_machine().digest)
+    EventLog(log_url, name=log_name).bind(order_machine())
     done = tmp_path / "done"
     runs = [f"{log_name}-agent{i}" for i in range(AGENTS)]
     agent_args = {
