@@ -332,6 +332,7 @@ def _wrapped(orig: BaseException) -> sa.exc.DBAPIError:
 def test_failures_are_classified_by_what_the_driver_reports() -> None:
     import psycopg
     import psycopg.errors
+
     from govern.runtime._logretry import classify
 
     admin = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
