@@ -36,6 +36,7 @@ def build_machine(
     if rules["initial"] is None:
         rules["initial"] = list(space.values(verdict.initial))
     data_rules = snap.is_data()
+    position = {e.name: i for i, e in enumerate(snap.events)}
     with timer.phase("oracle"):
         oracle = run_gate(
             rules=rules,
@@ -52,10 +53,16 @@ def build_machine(
             domain_size=len(verdict.domain_ids),
             rules_check=rules_check,
             depth=verdict.depth,
+            obligations=[(position[d.events[0]], position[d.events[1]]) for d in verdict.obligations],
+            not_idempotent=[position[d.events[0]] for d in verdict.not_idempotent],
         )
     ev_names = [e.name for e in snap.events]
     guarantee, theorems = guarantee_text(
-        cc2=verdict.cc2, pair_mode=verdict.pair_mode, obligations=len(verdict.obligations), domain=domain
+        cc2=verdict.cc2,
+        pair_mode=verdict.pair_mode,
+        obligations=len(verdict.obligations),
+        not_idempotent=len(verdict.not_idempotent),
+        domain=domain,
     )
     if oracle.get("theorem"):
         theorems = (*theorems, f"oracle: {oracle['theorem']}")

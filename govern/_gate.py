@@ -5,7 +5,8 @@ On every build the engine's tables (validity, one-step repair, raw apply over al
 oracle checks (in one pass, instead of iterating repair itself) and never trusts. The engine's own
 results (normal forms, WFC, repair depth, CC1 on D, CC2, domain size) must equal the oracle's, and the
 oracle must certify; anything else raises and the build produces nothing. There is no switch to skip
-this.
+this. The delivery rules replicas run by (the causal-order obligations and the events that are not
+idempotent) must also equal the oracle's, which it computes over every pair and every event.
 
 When every rule is an expression, the rules checker (`check_rules`) also confirms that the tables are
 exactly what the rules mean. It costs more than the engine's whole build on large machines, so a
@@ -70,13 +71,19 @@ def run_gate(
     domain_size: int,
     rules_check: RulesCheck = "auto",
     depth: npt.NDArray[np.int32] | None = None,
+    obligations: list[tuple[int, int]] | None = None,
+    not_idempotent: list[int] | None = None,
 ) -> dict[str, Any]:
     """Have the oracle re-check the tables (and rules); returns its identity and verdict for the
     report, or raises `OracleUnavailable`, `OracleRejected` or `OracleDisagreement`.
 
     `depth` (the engine's repair depth of every state), when given, goes with `nf` to the oracle as a
     witness it checks instead of iterating repair itself. A witness the oracle rejects is a
-    disagreement; the oracle then re-checks without it, so the error says where the engine erred."""
+    disagreement; the oracle then re-checks without it, so the error says where the engine erred.
+
+    `obligations` (pairs of event indices, a < b) and `not_idempotent` (event indices) are the
+    engine's delivery rules; the oracle computes both over every pair and every event, and they must
+    be equal (`Govern.Delivery.check_tables_delivery` proves the oracle's lists exactly right)."""
     oracle = _load()
     pairs = None if independent is None else [(int(a), int(b)) for a, b in independent]
     tables: dict[str, Any] = {
@@ -116,6 +123,8 @@ def run_gate(
             problems.append(f"CC2: engine {cc2}, oracle {bool(v.cc2)}")
         if int(v.domain_size) != domain_size:
             problems.append(f"checked domain size: engine {domain_size}, oracle {v.domain_size}")
+        if v.certified:
+            problems += _delivery_problems(v, obligations or [], not_idempotent or [])
     if problems:
         raise OracleDisagreement(
             f"ENGINE AND PROOF-DERIVED ORACLE DISAGREE on machine {rules['name']!r}; no "
@@ -153,10 +162,32 @@ def run_gate(
     return {
         "verdict": "certified",
         "theorem": str(v.theorem),
+        "delivery": {
+            "obligations": [list(p) for p in v.obligations],
+            "not_idempotent": list(v.not_idempotent),
+            "theorem": oracle.THEOREM_DELIVERY,
+        },
         "rules_checked": rules_checked,
         "identity": identity,
         "module_sha256": identity["generated_sha256"],
     }
+
+
+def _delivery_problems(v: Any, obligations: list[tuple[int, int]], not_idempotent: list[int]) -> list[str]:
+    """Where the engine's delivery rules differ from the oracle's (computed over every pair and event)."""
+    problems = []
+    engine_pairs = sorted((min(a, b), max(a, b)) for a, b in obligations)
+    oracle_pairs = sorted(tuple(p) for p in v.obligations)
+    if engine_pairs != oracle_pairs:
+        problems.append(
+            f"causal-order obligations: engine {engine_pairs}, oracle {oracle_pairs} (the oracle checks "
+            "every pair; a pair the engine pruned by footprint does not commute)"
+        )
+    if sorted(not_idempotent) != sorted(v.not_idempotent):
+        problems.append(
+            f"not-idempotent events: engine {sorted(not_idempotent)}, oracle {sorted(v.not_idempotent)}"
+        )
+    return problems
 
 
 def _first_difference(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> int | str:

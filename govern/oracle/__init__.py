@@ -47,6 +47,9 @@ THEOREM_CONVERGENCE = "Govern.Bridge.check_tables_convergence"
 THEOREM_WITNESS = "Govern.TableCheck.check_tables_witness"
 THEOREM_NO_WFC = "Govern.TableCheck.check_tables_wfc_complete"
 THEOREM_RULES = "Govern.Rules.check_rules_sound"
+THEOREM_DELIVERY = "Govern.Delivery.check_tables_delivery"
+THEOREM_REPLICA = "Govern.Delivery.check_tables_replica"
+THEOREM_DUPLICATE = "Govern.Delivery.check_tables_duplicate"
 
 _MAX_STATES = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -92,6 +95,11 @@ class TableVerdict:
     `Govern.TableCheck.check_tables_wfc_complete` (some state never reaches a valid state); the other False
     verdicts (invalid initial state) name `Govern.TableCheck.check_tables_sound`.  A verdict computed with
     a witness (see `check_tables`) is that same verdict, by `Govern.TableCheck.check_tables_w_eq`.
+
+    When certified, `obligations` lists (sorted) every pair `(a, b)`, `a < b`, of events that do not
+    commute at some state of the checked domain D (always empty when every pair is checked), and
+    `not_idempotent` every event whose second application changes some state of D; both are exactly
+    right on D (`Govern.Delivery.check_tables_delivery`). Empty when not certified.
     """
 
     certified: bool
@@ -104,6 +112,8 @@ class TableVerdict:
     nf: npt.NDArray[np.integer[Any]]
     domain_size: int
     theorem: str
+    obligations: tuple[tuple[int, int], ...] = ()
+    not_idempotent: tuple[int, ...] = ()
 
 
 def _read_identity() -> OracleIdentity:
@@ -262,9 +272,9 @@ def _decode(raw: Any, n: int, valid_domain: bool, witnessed: bool = False) -> Ta
     def bad(why: str) -> OracleNoVerdict:
         return OracleNoVerdict(f"the extracted checker returned a malformed verdict ({why})")
 
-    if not isinstance(raw, tuple) or len(raw) != 12 or raw[0] != 0:
+    if not isinstance(raw, tuple) or len(raw) != 14 or raw[0] != 0:
         raise bad("shape")
-    _, wf, certified, wfc, depth, init_ok, dom_ok, cc1, witness, cc2, nf, dsize = raw
+    _, wf, certified, wfc, depth, init_ok, dom_ok, cc1, witness, cc2, nf, dsize, obl, nid = raw
     for flag in (wf, certified, wfc, init_ok, dom_ok, cc1, cc2):
         if type(flag) is not bool:
             raise bad("flag type")
@@ -294,6 +304,12 @@ def _decode(raw: Any, n: int, valid_domain: bool, witnessed: bool = False) -> Ta
         raise bad("nf")
     if certified != (wfc and init_ok and dom_ok and cc1):
         raise bad("certified is not the conjunction of its parts")
+    obligations = tuple(sorted(_decode_pairs(_uncons(obl, bad), bad)))
+    not_idempotent = tuple(sorted(_uncons(nid, bad)))
+    if not all(_is_int(e) for e in not_idempotent) or len(set(not_idempotent)) != len(not_idempotent):
+        raise bad("not-idempotent events")
+    if len(set(obligations)) != len(obligations):
+        raise bad("obligations repeat")
     # What a certified verdict rests on: with CC2 on the "valid" domain, the full convergence theorem
     # (any interleaving of compensation); otherwise trace equivalence of normalized runs from D.
     if not certified:
@@ -313,7 +329,29 @@ def _decode(raw: Any, n: int, valid_domain: bool, witnessed: bool = False) -> Ta
         nf=nf,
         domain_size=dsize,
         theorem=theorem,
+        obligations=obligations,
+        not_idempotent=not_idempotent,
     )
+
+
+def _uncons(lst: Any, bad: Callable[[str], OracleNoVerdict]) -> list[Any]:
+    out = []
+    while isinstance(lst, tuple) and len(lst) == 3 and lst[0] == 1:
+        out.append(lst[1])
+        lst = lst[2]
+    if lst != _NIL:
+        raise bad("list")
+    return out
+
+
+def _decode_pairs(items: list[Any], bad: Callable[[str], OracleNoVerdict]) -> list[tuple[int, int]]:
+    out = []
+    for item in items:
+        if not (isinstance(item, tuple) and len(item) == 3 and item[0] == 0
+                and _is_int(item[1]) and _is_int(item[2])):
+            raise bad("obligation pair")
+        out.append((item[1], item[2]))
+    return out
 
 
 # ---- the rules checker --------------------------------------------------------------------------------
