@@ -289,7 +289,8 @@ def check_certificate(
         )
     steps.append(
         f"proof-derived table checker accepted the tables ({tables_verdict.theorem}); its causal-order "
-        "obligations and not-idempotent events equal the certificate's (Govern.Delivery.check_tables_delivery)"
+        "obligations and not-idempotent events equal the certificate's "
+        "(Govern.Delivery.check_tables_delivery)"
     )
     claims = model.verdict
     oracle_checks: list[tuple[str, object, object]] = [

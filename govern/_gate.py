@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from ._errors import OracleDisagreement, OracleRejected, OracleUnavailable
 
-__all__ = ["RULES_CHECK_MAX_ENTRIES", "RulesCheck", "oracle_identity", "run_gate"]
+__all__ = ["RULES_CHECK_MAX_ENTRIES", "RulesCheck", "oracle_identity", "oracle_module", "run_gate"]
 
 RulesCheck = Literal["auto", "always"]
 
@@ -31,7 +31,8 @@ RulesCheck = Literal["auto", "always"]
 RULES_CHECK_MAX_ENTRIES = 1 << 22
 
 
-def _load() -> Any:
+def oracle_module() -> Any:
+    """The proof-derived oracle (`govern.oracle`), or `OracleUnavailable` when it cannot be loaded."""
     try:
         from . import oracle
     except Exception as exc:  # any import failure leaves us without an oracle: fail closed
@@ -44,7 +45,7 @@ def _load() -> Any:
 
 def oracle_identity() -> dict[str, Any]:
     """The oracle's identity (module and proof hashes, Coq version, theorem names), JSON-ready."""
-    ident = _load().ORACLE_IDENTITY
+    ident = oracle_module().ORACLE_IDENTITY
     return {
         "coq_version": ident.coq_version,
         "proof_sha256": ident.proof_sha256,
@@ -84,7 +85,7 @@ def run_gate(
     `obligations` (pairs of event indices, a < b) and `not_idempotent` (event indices) are the
     engine's delivery rules; the oracle computes both over every pair and every event, and they must
     be equal (`Govern.Delivery.check_tables_delivery` proves the oracle's lists exactly right)."""
-    oracle = _load()
+    oracle = oracle_module()
     pairs = None if independent is None else [(int(a), int(b)) for a, b in independent]
     tables: dict[str, Any] = {
         "valid": valid, "repair": repair, "apply": apply, "pairs": pairs, "domain": domain,
