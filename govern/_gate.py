@@ -52,6 +52,9 @@ def oracle_identity() -> dict[str, Any]:
         "json_sha256": ident.json_sha256,
         "generated_sha256": ident.generated_sha256,
         "generator_sha256": ident.generator_sha256,
+        "prims_sha256": ident.prims_sha256,
+        "frontend_sha256": ident.frontend_sha256,
+        "axiom_gate_sha256": ident.axiom_gate_sha256,
         "theorems": list(ident.theorems),
     }
 
