@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ._declare import Domain, Snapshot
-from ._gate import RulesCheck, run_gate
+from ._gate import run_gate
 from ._machine import Machine, RawTables
 from ._report import Report, guarantee_text
 from ._space import Space
@@ -21,7 +21,7 @@ __all__ = ["build_machine"]
 
 
 def build_machine(
-    snap: Snapshot, domain: Domain, *, max_states: int | None = None, rules_check: RulesCheck = "auto"
+    snap: Snapshot, domain: Domain, *, max_states: int | None = None
 ) -> Machine:
     """Build and verify `snap`; returns the machine or raises (see `Registry.build`)."""
     timer = PhaseTimer()
@@ -51,7 +51,6 @@ def build_machine(
             max_depth=verdict.depth_max,
             cc2=verdict.cc2,
             domain_size=len(verdict.domain_ids),
-            rules_check=rules_check,
             depth=verdict.depth,
             obligations=[(position[d.events[0]], position[d.events[1]]) for d in verdict.obligations],
             not_idempotent=[position[d.events[0]] for d in verdict.not_idempotent],

@@ -8,27 +8,21 @@ oracle must certify; anything else raises and the build produces nothing. There 
 this. The delivery rules replicas run by (the causal-order obligations and the events that are not
 idempotent) must also equal the oracle's, which it computes over every pair and every event.
 
-When every rule is an expression, the rules checker (`check_rules`) also confirms that the tables are
-exactly what the rules mean. It costs more than the engine's whole build on large machines, so a
-build runs it up to `RULES_CHECK_MAX_ENTRIES` table entries (or always, when asked); past that the
-report says it was deferred, and `govern certify` / `govern check` run it on every certificate.
+When every rule is an expression, the rules checker (`check_rules`) also confirms, on every build
+whatever its size, that the tables are exactly what the rules mean (rules as Python callables have no
+expression to check: the report says so).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ._errors import OracleDisagreement, OracleRejected, OracleUnavailable
 
-__all__ = ["RULES_CHECK_MAX_ENTRIES", "RulesCheck", "oracle_identity", "oracle_module", "run_gate"]
-
-RulesCheck = Literal["auto", "always"]
-
-# States x (events + 1) above which a build defers the rules check (about 0.1 s of CPU here).
-RULES_CHECK_MAX_ENTRIES = 1 << 22
+__all__ = ["oracle_identity", "oracle_module", "run_gate"]
 
 
 def oracle_module() -> Any:
@@ -73,7 +67,6 @@ def run_gate(
     max_depth: int,
     cc2: bool,
     domain_size: int,
-    rules_check: RulesCheck = "auto",
     depth: npt.NDArray[np.int32] | None = None,
     obligations: list[tuple[int, int]] | None = None,
     not_idempotent: list[int] | None = None,
@@ -140,14 +133,8 @@ def run_gate(
             f"the proof-derived oracle did not certify machine {rules['name']!r} "
             f"(theorem {v.theorem}); no machine is built"
         )
-    entries = int(valid.size) * (int(apply.shape[0]) + 1)
     if not data_rules:
         rules_checked = "not applicable: some rules are Python callables (only the tables were checked)"
-    elif rules_check == "auto" and entries > RULES_CHECK_MAX_ENTRIES:
-        rules_checked = (
-            f"deferred: {entries:,} table entries is above the build-time limit of "
-            f"{RULES_CHECK_MAX_ENTRIES:,}; govern certify and govern check run it"
-        )
     else:
         try:
             r = oracle.check_rules(rules=rules, valid=valid, repair=repair, apply=apply)
