@@ -67,9 +67,9 @@ def run_gate(
     max_depth: int,
     cc2: bool,
     domain_size: int,
+    obligations: list[tuple[int, int]],
+    not_idempotent: list[int],
     depth: npt.NDArray[np.int32] | None = None,
-    obligations: list[tuple[int, int]] | None = None,
-    not_idempotent: list[int] | None = None,
 ) -> dict[str, Any]:
     """Have the oracle re-check the tables (and rules); returns its identity and verdict for the
     report, or raises `OracleUnavailable`, `OracleRejected` or `OracleDisagreement`.
@@ -121,7 +121,7 @@ def run_gate(
         if int(v.domain_size) != domain_size:
             problems.append(f"checked domain size: engine {domain_size}, oracle {v.domain_size}")
         if v.certified:
-            problems += _delivery_problems(v, obligations or [], not_idempotent or [])
+            problems += _delivery_problems(v, obligations, not_idempotent)
     if problems:
         raise OracleDisagreement(
             f"ENGINE AND PROOF-DERIVED ORACLE DISAGREE on machine {rules['name']!r}; no "
@@ -172,7 +172,7 @@ def _delivery_problems(v: Any, obligations: list[tuple[int, int]], not_idempoten
     if engine_pairs != oracle_pairs:
         problems.append(
             f"causal-order obligations: engine {engine_pairs}, oracle {oracle_pairs} (the oracle checks "
-            "every pair; a pair the engine pruned by footprint does not commute)"
+            "every pair; the engine skips pairs whose footprints are disjoint)"
         )
     if sorted(not_idempotent) != sorted(v.not_idempotent):
         problems.append(
