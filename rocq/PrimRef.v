@@ -19,5 +19,5 @@ Definition ref_z_of_nat := Z.of_nat.
 Extraction "_build/primref.json"
   vlen mlen viota vgather mgather vselect vadd veq vequals vnotbit vmax vnth mnth mall mor mcount
   mwhere mmark mfirst_false vrank vgeq mallat vjump vstepok ref_nat_eqb ref_nat_ltb ref_nat_leb ref_nat_add ref_nat_log2 ref_andb
-  zlen zconst zcol zadd zsub zmin zmax zeq zlt zle zand zor znot zmulc zite znz zinrange ztonat mand mandn
+  zlen zconst zcol zadd zsub zmin zmax zeq zlt zle zand zor znot zmulc zite znz zinrange ztonat mand mandn zaxpy zinand mnone vseleq
   ref_nat_mul ref_z_add ref_z_of_nat.

@@ -324,12 +324,19 @@ def check_certificate(
         raise CertificateInvalid(
             f"the proof-derived table checker rejects the tables: {tables_verdict.reason}"
         )
-    steps.append(f"proof-derived table checker accepted the tables ({tables_verdict.theorem})")
+    steps.append(
+        f"proof-derived table checker accepted the tables ({tables_verdict.theorem}); its causal-order "
+        "obligations and not-idempotent events equal the certificate's "
+        "(Govern.Delivery.check_tables_delivery)"
+    )
     claims = model.verdict
     oracle_checks: list[tuple[str, object, object]] = [
         ("CC2", tables_verdict.cc2, claims.cc2),
         ("max repair depth", tables_verdict.max_depth, claims.max_repair_depth),
         ("checked domain size", tables_verdict.domain_size, claims.domain_states),
+        # Exactly right on the checked domain: Govern.Delivery.check_tables_delivery.
+        ("causal-order obligations", tables_verdict.obligations, claims.causal_order_obligations),
+        ("not-idempotent events", tables_verdict.not_idempotent, claims.not_idempotent),
     ]
     for label, found, claim in oracle_checks:
         if found is not None and found != claim:
@@ -404,13 +411,18 @@ def render_statement(result: CheckResult) -> str:
         )
     if verdict.causal_order_obligations:
         listed = ", ".join(f"{events[a].name}/{events[b].name}" for a, b in verdict.causal_order_obligations)
-        meaning += f" These pairs do not commute and must be delivered in causal order: {listed}."
+        meaning += (
+            f" These pairs do not commute and must be delivered in causal order: {listed}; every other "
+            "pair commutes on that domain (Govern.Delivery.check_tables_delivery), and any delivery order "
+            "keeping these pairs in log order reaches the log-order state "
+            "(Govern.Delivery.check_tables_replica)."
+        )
     elif verdict.pairs == "declared":
-        meaning += " The undeclared pairs were found to commute too (govern's own check, outside the proof)."
+        meaning += " The undeclared pairs commute too (Govern.Delivery.check_tables_delivery)."
     if verdict.not_idempotent:
         meaning += (
             f" Delivering {_names(model, verdict.not_idempotent)} twice changes the state, "
-            "so duplicates must be filtered out."
+            "so duplicates must be filtered out (Govern.Delivery.check_tables_duplicate)."
         )
     basis = (
         "the proof-derived rules checker recomputed the tables from the rules, so the claim is about "

@@ -30,6 +30,8 @@ class OracleVerdict:
     cc2: bool | None
     max_depth: int | None
     domain_size: int | None
+    obligations: list[list[int]] | None = None
+    not_idempotent: list[int] | None = None
 
 
 def local_oracle_identity() -> dict[str, str]:
@@ -83,6 +85,8 @@ def run_tables_oracle(
         cc2=bool(result.cc2),
         max_depth=int(result.max_depth),
         domain_size=int(result.domain_size),
+        obligations=[list(p) for p in result.obligations] if result.certified else None,
+        not_idempotent=list(result.not_idempotent) if result.certified else None,
     )
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from ..model._declarations import Domain, Snapshot
 from ..model._space import Space
-from ..oracle._gate import RulesCheck, run_gate
+from ..oracle._gate import run_gate
 from ..verify._report import Report, guarantee_text
 from ..verify._tables import build_tables
 from ..verify._timing import PhaseTimer
@@ -21,7 +21,7 @@ __all__ = ["build_machine"]
 
 
 def build_machine(
-    snap: Snapshot, domain: Domain, *, max_states: int | None = None, rules_check: RulesCheck = "auto"
+    snap: Snapshot, domain: Domain, *, max_states: int | None = None
 ) -> Machine:
     """Build and verify `snap`; returns the machine or raises (see `Registry.build`)."""
     timer = PhaseTimer()
@@ -36,6 +36,7 @@ def build_machine(
     if rules["initial"] is None:
         rules["initial"] = list(space.values(verdict.initial))
     data_rules = snap.is_data()
+    position = {e.name: i for i, e in enumerate(snap.events)}
     with timer.phase("oracle"):
         oracle = run_gate(
             rules=rules,
@@ -50,12 +51,17 @@ def build_machine(
             max_depth=verdict.depth_max,
             cc2=verdict.cc2,
             domain_size=len(verdict.domain_ids),
-            rules_check=rules_check,
             depth=verdict.depth,
+            obligations=[(position[d.events[0]], position[d.events[1]]) for d in verdict.obligations],
+            not_idempotent=[position[d.events[0]] for d in verdict.not_idempotent],
         )
     ev_names = [e.name for e in snap.events]
     guarantee, theorems = guarantee_text(
-        cc2=verdict.cc2, pair_mode=verdict.pair_mode, obligations=len(verdict.obligations), domain=domain
+        cc2=verdict.cc2,
+        pair_mode=verdict.pair_mode,
+        obligations=len(verdict.obligations),
+        not_idempotent=len(verdict.not_idempotent),
+        domain=domain,
     )
     if oracle.get("theorem"):
         theorems = (*theorems, f"oracle: {oracle['theorem']}")

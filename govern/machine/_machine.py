@@ -3,7 +3,7 @@
 The runtime contract of docs/semantics.md is built in: the step table holds `step(e, NF(s))` for
 every state s, so `apply` normalizes any input first and a running machine only hands out normal
 forms. Machines save to a compact binary file (numpy .npz with a SHA-256 content hash) and load
-without rebuilding.
+without rebuilding, re-checked by the proof-derived oracle (`_load_check`).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownE
 from ..model._expr import canonical_json
 from ..model._space import Space, Value, VarSpec
 from ..verify._report import Report
+from ._load_check import recheck
 
 __all__ = ["FILE_FORMAT", "Machine", "MachineTables", "RawTables", "State"]
 
@@ -374,9 +375,18 @@ class Machine:
             raise
 
     @classmethod
-    def load(cls, path: str | os.PathLike[str]) -> Machine:
-        """Load a machine saved by `save`, without rebuilding; raises `MachineFileError` when the file
-        is unreadable, truncated, of another format, or its content hash does not match."""
+    def load(cls, path: str | os.PathLike[str], *, digest: str | None = None) -> Machine:
+        """Load a machine saved by `save`, without rebuilding it, but re-checked: the table checker
+        extracted from the proof re-checks the stored tables, and the stored normal forms, repair
+        depth, CC2, checked domain, causal-order obligations and not-idempotent events must be what it
+        finds; when every rule is an expression, the rules checker confirms the tables are what the
+        rules mean. (The file's content hash is unkeyed, so it only catches accidents.) With `digest`,
+        the loaded machine must also be that machine (`Machine.digest`): pin it to refuse a different,
+        equally consistent machine.
+
+        Raises `MachineFileError` when the file is unreadable, truncated, of another format, its
+        content hash does not match, or it fails the re-check (it says what differs), and
+        `OracleUnavailable` when the oracle cannot be loaded."""
         try:
             data = Path(path).read_bytes()
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
@@ -413,9 +423,23 @@ class Machine:
             initial = int(arrays["initial"][0])
             if not 0 <= initial < n or not valid[initial]:
                 raise ValueError("the initial state is not a valid state")
-            return cls(rules, space, raw, initial, domain_ids, report)
-        except (KeyError, ValueError, IndexError, TypeError, DeclarationError) as exc:
+            problems = recheck(
+                rules, space, valid, raw.repair, raw.apply, raw.nf, initial, domain_ids, report
+            )
+        except (KeyError, ValueError, IndexError, TypeError, AttributeError, DeclarationError) as exc:
             raise MachineFileError(f"machine file {os.fspath(path)!r} is inconsistent: {exc}") from exc
+        if problems:
+            raise MachineFileError(
+                f"machine file {os.fspath(path)!r} fails the re-check by the proof-derived oracle, so it "
+                "was altered (or damaged) after it was saved; rebuild the machine from its registry:\n  - "
+                + "\n  - ".join(problems)
+            )
+        machine = cls(rules, space, raw, initial, domain_ids, report)
+        if digest is not None and machine.digest != digest:
+            raise MachineFileError(
+                f"machine file {os.fspath(path)!r} holds machine {machine.digest}, not the expected {digest}"
+            )
+        return machine
 
     def __repr__(self) -> str:
         return f"<Machine {self.name!r}: {self._space.n:,} states, {len(self._events)} events>"

@@ -25,7 +25,6 @@ from ..model._space import VarSpec
 from ._build import build_machine
 
 if TYPE_CHECKING:
-    from ..oracle._gate import RulesCheck
     from ._machine import Machine
 
 __all__ = ["Registry"]
@@ -152,7 +151,6 @@ class Registry:
         domain: Domain = "valid",
         *,
         max_states: builtins.int | None = None,
-        rules_check: RulesCheck = "auto",
     ) -> Machine:
         """Enumerate the state space, verify WFC, CC1 (and report CC2, obligations, not-idempotent
         events), have the proof-derived oracle re-check the tables, and return the `Machine`.
@@ -162,16 +160,14 @@ class Registry:
         `DomainViolation`/`RuleError` naming a state, `StateSpaceTooLarge` before allocating, or an
         `OracleError` when the oracle does not certify the same result.
 
-        The oracle's table checker runs on every build. Its rules checker (the tables are what the
-        rules mean) runs too, except that with `rules_check="auto"` a machine above
-        `RULES_CHECK_MAX_ENTRIES` table entries defers it to `govern certify`/`govern check` and its
-        report says so; `rules_check="always"` runs it whatever the size.
+        The oracle's table checker runs on every build, and so does its rules checker (the tables
+        are what the rules mean) whenever every rule is an expression, whatever the size.
         """
         if domain not in ("valid", "reachable"):
             raise DeclarationError(f"domain must be 'valid' or 'reachable', got {domain!r}")
         snapshot = self.snapshot()
         version = self._version
-        machine = build_machine(snapshot, domain, max_states=max_states, rules_check=rules_check)
+        machine = build_machine(snapshot, domain, max_states=max_states)
         if self._version != version:
             raise DeclarationError(
                 f"registry {self.name!r} was changed while it was being built "

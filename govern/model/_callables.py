@@ -1,10 +1,12 @@
 """The escape hatch: rules written as plain Python callables, run on every enumerated state.
 
 A callable's footprint is never trusted: every read it makes through the state it is given is
-traced, on every state it runs on, and the union is its read set; the variables it ever assigns are
-its write set. Each call is made twice and the results compared, so non-determinism is caught; a
-callable that raises or returns the wrong type is reported with the state. Purity beyond that
-(no hidden inputs such as clocks or globals) is trusted, and the report says so.
+traced, on every state it runs on, and the union is its read set (reading a variable by name
+reads that variable; any other use of the state reads every variable, see `StateView`); the
+variables it ever assigns are its write set. Each call is made twice and the results compared, so
+non-determinism is caught; a callable that raises or returns the wrong type is reported with the
+state. Purity beyond that (no hidden inputs such as clocks or globals) is trusted, and the report
+says so.
 """
 
 from __future__ import annotations
@@ -22,9 +24,21 @@ from ._space import Space, Value
 __all__ = ["StateView", "run_assignment", "run_condition"]
 
 
+_get = object.__getattribute__
+# Attributes a callable may use to read one variable by name; any other attribute it looks up on the
+# view (keys, items, values, _values, __reduce_ex__, __class__, ...) counts as reading every variable.
+_BY_NAME = frozenset({"get", "__getitem__"})
+
+
 class StateView(Mapping[str, Value]):
-    """The read-only state a rule callable receives: `s["status"]` (or `s[status_var]`) gives the
-    label, bool or int. Every read is recorded for footprint tracing."""
+    """The read-only state a rule callable receives: `s["status"]`, `s[status_var]` or `s.get("status")`
+    gives the label, bool or int, and records a read of that variable.
+
+    Every other way of looking at the state counts as reading EVERY variable, so a footprint can
+    never miss a dependency: its text form (repr, str, format), iteration, length, membership,
+    equality, keys/items/values, conversion to a dict, copying, pickling, or any attribute of the
+    view. (Deliberately going around Python's attribute protocol, e.g. with
+    `object.__getattribute__` or `gc`, is not a rule; purity is trusted.)"""
 
     __slots__ = ("_index", "_reads", "_space", "_values")
 
@@ -34,28 +48,90 @@ class StateView(Mapping[str, Value]):
         self._values = values
         self._reads = reads
 
+    def __getattribute__(self, name: str) -> Any:
+        if name not in _BY_NAME:
+            _read_all(self)
+        return _get(self, name)
+
     def __getitem__(self, key: object) -> Value:
         name = key.name if isinstance(key, Var) else key
-        if not isinstance(name, str) or name not in self._index:
+        index: dict[str, int] = _get(self, "_index")
+        if not isinstance(name, str) or name not in index:
             raise KeyError(key)
-        i = self._index[name]
-        self._reads.add(i)
-        return self._space.vars[i].decode(self._values[i])
+        i = index[name]
+        _get(self, "_reads").add(i)
+        space: Space = _get(self, "_space")
+        return space.vars[i].decode(_get(self, "_values")[i])
 
+    # Everything below reads the whole state.
     def __iter__(self) -> Iterator[str]:
-        return iter(self._index)
+        _read_all(self)
+        return iter(list(_get(self, "_index")))
 
     def __len__(self) -> int:
-        return len(self._index)
+        _read_all(self)
+        return len(_get(self, "_index"))
+
+    def __contains__(self, key: object) -> bool:
+        _read_all(self)
+        name = key.name if isinstance(key, Var) else key
+        return isinstance(name, str) and name in _get(self, "_index")
+
+    def __eq__(self, other: object) -> bool:
+        _read_all(self)
+        if isinstance(other, Mapping):
+            return _as_dict(self) == dict(other.items())
+        return NotImplemented
+
+    def __ne__(self, other: object) -> bool:
+        _read_all(self)
+        if isinstance(other, Mapping):
+            return _as_dict(self) != dict(other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __repr__(self) -> str:
-        return (
-            "{"
-            + ", ".join(
-                f"{v.name}: {v.decode(x)!r}" for v, x in zip(self._space.vars, self._values, strict=True)
-            )
-            + "}"
-        )
+        _read_all(self)
+        return "{" + ", ".join(f"{k}: {v!r}" for k, v in _as_dict(self).items()) + "}"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+    def __format__(self, spec: str) -> str:
+        return format(repr(self), spec)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        _read_all(self)  # a copy or a pickle is a plain dict of every value
+        return (dict, (_as_dict(self),))
+
+    def __reduce_ex__(self, protocol: Any) -> tuple[Any, ...]:
+        return self.__reduce__()
+
+    def __copy__(self) -> dict[str, Value]:
+        _read_all(self)
+        return _as_dict(self)
+
+    def __deepcopy__(self, memo: Any) -> dict[str, Value]:
+        _read_all(self)
+        return _as_dict(self)
+
+    def __sizeof__(self) -> int:
+        _read_all(self)
+        return object.__sizeof__(self)
+
+    def __dir__(self) -> list[str]:
+        _read_all(self)
+        return sorted(_BY_NAME)
+
+
+def _read_all(view: StateView) -> None:
+    _get(view, "_reads").update(range(len(_get(view, "_values"))))
+
+
+def _as_dict(view: StateView) -> dict[str, Value]:
+    space: Space = _get(view, "_space")
+    return {v.name: v.decode(x) for v, x in zip(space.vars, _get(view, "_values"), strict=True)}
 
 
 def _call(

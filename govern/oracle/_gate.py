@@ -5,32 +5,28 @@ On every build the engine's tables (validity, one-step repair, raw apply over al
 oracle checks (in one pass, instead of iterating repair itself) and never trusts. The engine's own
 results (normal forms, WFC, repair depth, CC1 on D, CC2, domain size) must equal the oracle's, and the
 oracle must certify; anything else raises and the build produces nothing. There is no switch to skip
-this.
+this. The delivery rules replicas run by (the causal-order obligations and the events that are not
+idempotent) must also equal the oracle's, which it computes over every pair and every event.
 
-When every rule is an expression, the rules checker (`check_rules`) also confirms that the tables are
-exactly what the rules mean. It costs more than the engine's whole build on large machines, so a
-build runs it up to `RULES_CHECK_MAX_ENTRIES` table entries (or always, when asked); past that the
-report says it was deferred, and `govern certify` / `govern check` run it on every certificate.
+When every rule is an expression, the rules checker (`check_rules`) also confirms, on every build
+whatever its size, that the tables are exactly what the rules mean (rules as Python callables have no
+expression to check: the report says so).
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from .._errors import OracleDisagreement, OracleRejected, OracleUnavailable
 
-__all__ = ["RULES_CHECK_MAX_ENTRIES", "RulesCheck", "oracle_identity", "run_gate"]
-
-RulesCheck = Literal["auto", "always"]
-
-# States x (events + 1) above which a build defers the rules check (about 0.1 s of CPU here).
-RULES_CHECK_MAX_ENTRIES = 1 << 22
+__all__ = ["oracle_identity", "oracle_module", "run_gate"]
 
 
-def _load() -> Any:
+def oracle_module() -> Any:
+    """The proof-derived oracle (`govern.oracle`), or `OracleUnavailable` when it cannot be loaded."""
     try:
         from .. import oracle
     except Exception as exc:  # any import failure leaves us without an oracle: fail closed
@@ -43,13 +39,16 @@ def _load() -> Any:
 
 def oracle_identity() -> dict[str, Any]:
     """The oracle's identity (module and proof hashes, Coq version, theorem names), JSON-ready."""
-    ident = _load().ORACLE_IDENTITY
+    ident = oracle_module().ORACLE_IDENTITY
     return {
         "coq_version": ident.coq_version,
         "proof_sha256": ident.proof_sha256,
         "json_sha256": ident.json_sha256,
         "generated_sha256": ident.generated_sha256,
         "generator_sha256": ident.generator_sha256,
+        "prims_sha256": ident.prims_sha256,
+        "frontend_sha256": ident.frontend_sha256,
+        "axiom_gate_sha256": ident.axiom_gate_sha256,
         "theorems": list(ident.theorems),
     }
 
@@ -68,7 +67,8 @@ def run_gate(
     max_depth: int,
     cc2: bool,
     domain_size: int,
-    rules_check: RulesCheck = "auto",
+    obligations: list[tuple[int, int]],
+    not_idempotent: list[int],
     depth: npt.NDArray[np.int32] | None = None,
 ) -> dict[str, Any]:
     """Have the oracle re-check the tables (and rules); returns its identity and verdict for the
@@ -76,8 +76,12 @@ def run_gate(
 
     `depth` (the engine's repair depth of every state), when given, goes with `nf` to the oracle as a
     witness it checks instead of iterating repair itself. A witness the oracle rejects is a
-    disagreement; the oracle then re-checks without it, so the error says where the engine erred."""
-    oracle = _load()
+    disagreement; the oracle then re-checks without it, so the error says where the engine erred.
+
+    `obligations` (pairs of event indices, a < b) and `not_idempotent` (event indices) are the
+    engine's delivery rules; the oracle computes both over every pair and every event, and they must
+    be equal (`Govern.Delivery.check_tables_delivery` proves the oracle's lists exactly right)."""
+    oracle = oracle_module()
     pairs = None if independent is None else [(int(a), int(b)) for a, b in independent]
     tables: dict[str, Any] = {
         "valid": valid, "repair": repair, "apply": apply, "pairs": pairs, "domain": domain,
@@ -116,6 +120,8 @@ def run_gate(
             problems.append(f"CC2: engine {cc2}, oracle {bool(v.cc2)}")
         if int(v.domain_size) != domain_size:
             problems.append(f"checked domain size: engine {domain_size}, oracle {v.domain_size}")
+        if v.certified:
+            problems += _delivery_problems(v, obligations, not_idempotent)
     if problems:
         raise OracleDisagreement(
             f"ENGINE AND PROOF-DERIVED ORACLE DISAGREE on machine {rules['name']!r}; no "
@@ -127,14 +133,8 @@ def run_gate(
             f"the proof-derived oracle did not certify machine {rules['name']!r} "
             f"(theorem {v.theorem}); no machine is built"
         )
-    entries = int(valid.size) * (int(apply.shape[0]) + 1)
     if not data_rules:
         rules_checked = "not applicable: some rules are Python callables (only the tables were checked)"
-    elif rules_check == "auto" and entries > RULES_CHECK_MAX_ENTRIES:
-        rules_checked = (
-            f"deferred: {entries:,} table entries is above the build-time limit of "
-            f"{RULES_CHECK_MAX_ENTRIES:,}; govern certify and govern check run it"
-        )
     else:
         try:
             r = oracle.check_rules(rules=rules, valid=valid, repair=repair, apply=apply)
@@ -153,10 +153,32 @@ def run_gate(
     return {
         "verdict": "certified",
         "theorem": str(v.theorem),
+        "delivery": {
+            "obligations": [list(p) for p in v.obligations],
+            "not_idempotent": list(v.not_idempotent),
+            "theorem": oracle.THEOREM_DELIVERY,
+        },
         "rules_checked": rules_checked,
         "identity": identity,
         "module_sha256": identity["generated_sha256"],
     }
+
+
+def _delivery_problems(v: Any, obligations: list[tuple[int, int]], not_idempotent: list[int]) -> list[str]:
+    """Where the engine's delivery rules differ from the oracle's (computed over every pair and event)."""
+    problems = []
+    engine_pairs = sorted((min(a, b), max(a, b)) for a, b in obligations)
+    oracle_pairs = sorted(tuple(p) for p in v.obligations)
+    if engine_pairs != oracle_pairs:
+        problems.append(
+            f"causal-order obligations: engine {engine_pairs}, oracle {oracle_pairs} (the oracle checks "
+            "every pair; the engine skips pairs whose footprints are disjoint)"
+        )
+    if sorted(not_idempotent) != sorted(v.not_idempotent):
+        problems.append(
+            f"not-idempotent events: engine {sorted(not_idempotent)}, oracle {sorted(v.not_idempotent)}"
+        )
+    return problems
 
 
 def _first_difference(a: npt.NDArray[Any], b: npt.NDArray[Any]) -> int | str:

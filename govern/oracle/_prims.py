@@ -5,7 +5,10 @@ tests/oracle/test_prims.py compares every one with that definition, extracted wi
 many inputs.  A ``vec`` is a read-only 1-D int32 or int64 array of naturals (the engine's tables are int32
 and are used as they are; a primitive's result has the dtype of the vector it reads values from, and an
 int32 result is only made where every value provably fits), a ``mask`` a read-only 1-D bool array, a
-``zvec`` a read-only 1-D int64 array of integers, a ``nat`` a Python int >= 0, a ``Z`` a Python int.
+``zvec`` a read-only 1-D int32 or int64 array of integers (int32 exactly when a bound the primitive
+tracks, on the absolute value of every entry, fits int32: half the memory traffic; the 0/1 results of
+comparisons and connectives are int8, a view of numpy's bool result), a ``nat`` a Python int >= 0, a
+``Z`` a Python int.
 Where the exact meaning cannot be computed in the array's dtype (an overflow that a cheap bound cannot
 exclude) a primitive raises: the oracle then gives no verdict, never a wrong one.
 
@@ -39,6 +42,7 @@ __all__ = [
     "mgather",
     "mlen",
     "mmark",
+    "mnone",
     "mnth",
     "mor",
     "mwhere",
@@ -62,14 +66,17 @@ __all__ = [
     "vnth",
     "vrank",
     "vselect",
+    "vseleq",
     "vstepok",
     "z_add",
     "z_of_nat",
     "zadd",
     "zand",
+    "zaxpy",
     "zcol",
     "zconst",
     "zeq",
+    "zinand",
     "zinrange",
     "zite",
     "zle",
@@ -158,7 +165,12 @@ def mlen(m: Mask) -> int:
 
 
 def viota(n: int) -> Vec:
-    """Vec.viota: [0, 1, ..., n-1]."""
+    """Vec.viota: [0, 1, ..., n-1] (the same read-only array for the same n within one check)."""
+    return _viota_cached(n)
+
+
+@functools.lru_cache(maxsize=2)
+def _viota_cached(n: int) -> Vec:
     return _frozen(np.arange(n, dtype=_dtype_for(n)))  # type: ignore[return-value]
 
 
@@ -476,13 +488,24 @@ def zconst(n: int, z: int) -> Vec:
 
 @functools.lru_cache(maxsize=4)
 def _zconst_cached(n: int, z: int) -> Vec:
-    return _checked(np.full(n, z, dtype=np.int64), abs(z))
+    return _checked(np.full(n, z, dtype=_zdt(abs(z))), abs(z))
+
+
+def _zdt(bound: int) -> Any:
+    """The dtype of a zvec whose entries are at most bound in absolute value: int32 when it fits."""
+    return np.int32 if bound <= _INT32_MAX else np.int64
+
+
+def _as(a: Vec, dt: Any) -> Vec:
+    """a in dtype dt; only called with dt wide enough for every entry of a (its bound fits dt)."""
+    return a if a.dtype == dt else a.astype(dt)
 
 
 def reset() -> None:
     """Drop the memoized constant vectors and index conversions (the front end calls this after every
     check)."""
     _zconst_cached.cache_clear()
+    _viota_cached.cache_clear()
     _INDEX.clear()
 
 
@@ -492,27 +515,39 @@ def _pow2(k: int) -> bool:
 
 def zcol(n: int, stride: int, size: int, lo: int) -> Vec:
     """ZVec.zcol: entry s is lo + (s / stride) mod size (nat division: x / 0 = 0, x mod 0 = x)."""
-    s = np.arange(n, dtype=np.int64)
+    narrow = max(n, stride, size) <= _INT32_MAX
+    s = viota(n) if narrow else np.arange(n, dtype=np.int64)  # read-only: never written below
     if stride == 0:
-        q = np.zeros(n, dtype=np.int64)
+        q = np.zeros(n, dtype=s.dtype)
     elif stride == 1:
         q = s
     elif _pow2(stride):
         q = s >> (stride.bit_length() - 1)
     else:
         q = s // stride
-    if size == 0 or (n and size > int(q[-1])):
+    fresh = q is not s  # a new array this call owns: the steps below may write it in place
+    top = int(q[-1]) if n else 0  # the largest quotient (they increase with s); m never exceeds it
+    if size == 0 or (n and size > top):
         m = q  # every quotient is below size (they increase with s): mod changes nothing
     elif _pow2(size):
-        m = q & (size - 1)
+        m = np.bitwise_and(q, size - 1, out=q if fresh else None)
     else:
-        m = q % size
-    top = int(q[-1]) if n else 0  # the largest quotient; m never exceeds it (nor size - 1)
+        m = np.remainder(q, size, out=q if fresh else None)
+    fresh = fresh or m is not s
     if size:
         top = min(top, size - 1)
     if n and not (_INT64_MIN <= lo <= _INT64_MAX and lo + top <= _INT64_MAX):
         raise OverflowError("zcol: values beyond int64")
-    return _checked(m + lo if lo else m, max(abs(lo), abs(lo + top)))
+    bound = max(abs(lo), abs(lo + top))
+    dt = _zdt(bound)
+    if lo:
+        if fresh and m.dtype == dt:
+            np.add(m, dt(lo), out=m)
+        else:
+            m = _as(m, dt) + dt(lo)
+    else:
+        m = _as(m, dt)
+    return _checked(m, bound)
 
 
 def _two(a: Vec, b: Vec) -> tuple[Vec, Vec]:
@@ -533,63 +568,67 @@ def zadd(a: Vec, b: Vec) -> Vec:
     """ZVec.zadd: a[i] + b[i] (raises if the exact sum may leave int64)."""
     bound = _sum_bound(a, b, "zadd: sum")
     x, y = _two(a, b)
-    return _checked(x + y, bound)
+    dt = _zdt(bound)
+    return _checked(_as(x, dt) + _as(y, dt), bound)
 
 
 def zsub(a: Vec, b: Vec) -> Vec:
     """ZVec.zsub: a[i] - b[i] (raises if the exact difference may leave int64)."""
     bound = _sum_bound(a, b, "zsub: difference")
     x, y = _two(a, b)
-    return _checked(x - y, bound)
+    dt = _zdt(bound)
+    return _checked(_as(x, dt) - _as(y, dt), bound)
 
 
 def zmin(a: Vec, b: Vec) -> Vec:
     """ZVec.zmin: min(a[i], b[i])."""
     bound = max(_bound(a), _bound(b))
     x, y = _two(a, b)
-    return _checked(np.minimum(x, y), bound)
+    dt = _zdt(bound)
+    return _checked(np.minimum(_as(x, dt), _as(y, dt)), bound)
 
 
 def zmax(a: Vec, b: Vec) -> Vec:
     """ZVec.zmax: max(a[i], b[i])."""
     bound = max(_bound(a), _bound(b))
     x, y = _two(a, b)
-    return _checked(np.maximum(x, y), bound)
+    dt = _zdt(bound)
+    return _checked(np.maximum(_as(x, dt), _as(y, dt)), bound)
 
 
 def zeq(a: Vec, b: Vec) -> Vec:
     """ZVec.zeq: 1 where a[i] = b[i], else 0."""
     x, y = _two(a, b)
-    return _checked((x == y).astype(np.int64), 1)
+    return _checked((x == y).view(np.int8), 1)
 
 
 def zlt(a: Vec, b: Vec) -> Vec:
     """ZVec.zlt: 1 where a[i] < b[i], else 0."""
     x, y = _two(a, b)
-    return _checked((x < y).astype(np.int64), 1)
+    return _checked((x < y).view(np.int8), 1)
 
 
 def zle(a: Vec, b: Vec) -> Vec:
     """ZVec.zle: 1 where a[i] <= b[i], else 0."""
     x, y = _two(a, b)
-    return _checked((x <= y).astype(np.int64), 1)
+    return _checked((x <= y).view(np.int8), 1)
 
 
 def zand(a: Vec, b: Vec) -> Vec:
     """ZVec.zand: 1 where a[i] and b[i] are both non-zero, else 0."""
     x, y = _two(a, b)
-    return _checked(((x != 0) & (y != 0)).astype(np.int64), 1)
+    return _checked(((x != 0) & (y != 0)).view(np.int8), 1)
 
 
 def zor(a: Vec, b: Vec) -> Vec:
     """ZVec.zor: 1 where a[i] or b[i] is non-zero, else 0."""
     x, y = _two(a, b)
-    return _checked(((x != 0) | (y != 0)).astype(np.int64), 1)
+    return _checked(((x != 0) | (y != 0)).view(np.int8), 1)
 
 
 def znot(a: Vec) -> Vec:
     """ZVec.znot: 1 where a[i] is zero, else 0."""
-    return _checked((a == 0).astype(np.int64), 1)
+    return _checked((a == 0).view(np.int8), 1)
 
 
 def zmulc(a: Vec, c: int) -> Vec:
@@ -600,14 +639,21 @@ def zmulc(a: Vec, c: int) -> Vec:
         if big and abs(c) > _INT64_MAX // big:
             raise OverflowError("zmulc: product may leave int64")
     if c == 1:
-        return _checked(a.copy(), big)
-    return _checked(a * np.int64(c), big * abs(c))
+        return _checked(a, big)  # read-only: the same array is the same vector
+    if big == 0 or c == 0:
+        return _checked(np.zeros(a.shape[0], dtype=np.int32), 0)
+    dt = _zdt(big * abs(c))
+    if dt is np.int32:
+        a = _as(a, dt)  # every entry is at most big <= big * |c| in absolute value
+    return _checked(a * dt(c) if dt is np.int32 else a.astype(np.int64) * np.int64(c), big * abs(c))
 
 
 def zite(c: Vec, a: Vec, b: Vec) -> Vec:
     """ZVec.zite: a[i] where c[i] is non-zero else b[i], truncated to the shortest operand."""
     k = min(c.shape[0], a.shape[0], b.shape[0])
-    return _checked(np.where(c[:k] != 0, a[:k], b[:k]), max(_bound(a), _bound(b)))
+    bound = max(_bound(a), _bound(b))
+    dt = _zdt(bound)
+    return _checked(np.where(c[:k] != 0, _as(a[:k], dt), _as(b[:k], dt)), bound)
 
 
 def znz(a: Vec) -> Mask:
@@ -627,8 +673,8 @@ def zinrange(a: Vec, lo: int, hi: int) -> Mask:
 
 
 def ztonat(a: Vec) -> Vec:
-    """ZVec.ztonat: Z.to_nat elementwise (negative entries become 0)."""
-    return _checked(np.maximum(a, 0))
+    """ZVec.ztonat: Z.to_nat elementwise (negative entries become 0); a vec, so int32 or int64."""
+    return _checked(np.maximum(a if a.dtype != np.int8 else a.astype(np.int32), 0))
 
 
 def mand(a: Mask, b: Mask) -> Mask:
@@ -641,6 +687,62 @@ def mandn(a: Mask, b: Mask) -> Mask:
     """ZVec.mandn: a[i] and not b[i], truncated to the shorter operand."""
     k = min(a.shape[0], b.shape[0])
     return _frozen(a[:k] & ~b[:k])  # type: ignore[return-value]
+
+
+# ---- fused for the rules checker: each is the composition its Gallina definition names ----------------
+
+
+def zaxpy(acc: Vec, v: Vec, col: Vec, c: int) -> Vec:
+    """ZVec.zaxpy: zadd acc (zmulc (zsub v col) c), acc[i] + (v[i] - col[i]) * c, in one fresh array
+    (raises where the composition would)."""
+    k = min(acc.shape[0], v.shape[0], col.shape[0])
+    diff = _bound(v) + _bound(col)
+    final = _bound(acc) + diff * abs(c)
+    if final > _INT64_MAX:
+        return zadd(acc, zmulc(zsub(v, col), c))  # exact bounds, or the same OverflowError
+    dt = _zdt(final)
+    out = np.subtract(_as(v[:k], dt), _as(col[:k], dt))  # every intermediate is at most final
+    if c != 1:
+        np.multiply(out, dt(c), out=out)
+    np.add(out, _as(acc[:k], dt), out=out)
+    return _checked(out, final)
+
+
+def zinand(ok: Mask, v: Vec, lo: int, hi: int) -> Mask:
+    """ZVec.zinand: mand ok (zinrange v lo hi), ok[i] and lo <= v[i] < hi."""
+    k = min(ok.shape[0], v.shape[0])
+    if lo > _INT64_MAX or hi <= _INT64_MIN:
+        return _frozen(np.zeros(k, dtype=np.bool_))  # type: ignore[return-value]
+    x = v[:k]
+    r = np.greater_equal(x, max(lo, _INT64_MIN))
+    if hi <= _INT64_MAX:
+        r &= x < hi
+    r &= ok[:k]
+    return _frozen(r)  # type: ignore[return-value]
+
+
+_FUSED_CHUNK = 1 << 18
+
+
+def mnone(a: Mask, b: Mask) -> bool:
+    """ZVec.mnone: Nat.eqb (mcount (mandn a b)) 0, no i with a[i] and not b[i] (chunk by chunk)."""
+    k = min(a.shape[0], b.shape[0])
+    for lo in range(0, k, _FUSED_CHUNK):
+        hi = min(k, lo + _FUSED_CHUNK)
+        if bool((a[lo:hi] & ~b[lo:hi]).any()):
+            return False
+    return True
+
+
+def vseleq(m: Mask, a: Vec, b: Vec, row: Vec) -> bool:
+    """ZVec.vseleq: mall (veq (vselect m a b) row), (a[i] if m[i] else b[i]) == row[i] over the common
+    length (chunk by chunk, stopping at the first chunk that differs)."""
+    k = min(m.shape[0], a.shape[0], b.shape[0], row.shape[0])
+    for lo in range(0, k, _FUSED_CHUNK):
+        hi = min(k, lo + _FUSED_CHUNK)
+        if not np.array_equal(np.where(m[lo:hi], a[lo:hi], b[lo:hi]), row[lo:hi]):
+            return False
+    return True
 
 
 def nat_mul(a: int, b: int) -> int:

@@ -2,9 +2,12 @@
 
 From `Machine.report`: the causal-order obligations (undeclared pairs that do not commute on the
 checked domain; two events of one record forming such a pair must be applied in log order) and the
-events that are not idempotent (a redelivery would change the state; replicas deduplicate). Every other
-pair of events commutes on the checked domain. The rules also carry the machine's step table, so a replica
-folds an event with one array lookup.
+events that are not idempotent (a redelivery would change the state; replicas deduplicate). Both lists
+are the proof-derived oracle's: a build fails unless the engine's equal the ones the oracle computes
+over every pair and event, and `Machine.load` re-checks them. Every other pair of events commutes on
+the checked domain (`Govern.Delivery.check_tables_delivery`), so any delivery keeping the obligation
+pairs in log order reaches the log-order state (`Govern.Delivery.check_tables_replica`). The rules
+also carry the machine's step table, so a replica folds an event with one array lookup.
 """
 
 from __future__ import annotations

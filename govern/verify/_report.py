@@ -213,9 +213,10 @@ class Report:
 
 
 def guarantee_text(
-    *, cc2: bool, pair_mode: str, obligations: int, domain: str
+    *, cc2: bool, pair_mode: str, obligations: int, not_idempotent: int = 0, domain: str
 ) -> tuple[str, tuple[str, ...]]:
-    """The guarantee a verdict supports, and the results it rests on."""
+    """The guarantee a verdict supports, one sentence per claim, each naming in brackets the Rocq theorem
+    it rests on (rocq/README.md); and those theorems, with what each says in words."""
     where = (
         "From every valid state"
         if domain == "valid"
@@ -228,29 +229,65 @@ def guarantee_text(
             "event sequences that differ only by swapping adjacent declared-independent events reach "
             "the same state"
         )
-    text = f"{where}, {scope}, with the state normalized after each event (Machine.apply does this)."
+    sentences = [
+        f"{where}, {scope}, with the state normalized after each event (Machine.apply does this) "
+        f"[{_TRACE}]."
+    ]
+    theorems = [f"{_TRACE} (trace equivalence from D under eager compensation: WFC + CC1 on D)"]
     if pair_mode == "declared":
-        text += (
-            f" {obligations} undeclared pair(s) do not commute and must be delivered in one fixed causal "
-            "order (see obligations)."
+        sentences.append(
+            f"{obligations} undeclared pair(s) do not commute and must be delivered in one fixed causal "
+            f"order (see obligations); every other pair commutes on D [{_DELIVERY}]."
             if obligations
-            else " Every undeclared pair commutes as well."
+            else f"Every undeclared pair commutes as well [{_DELIVERY}]."
         )
-    theorems = ["trace equivalence from D under eager compensation (WFC + CC1 on D; docs/semantics.md)"]
+    else:
+        sentences.append(f"No pair needs a causal order: every pair commutes on D [{_DELIVERY}].")
+    theorems.append(f"{_DELIVERY} (the obligations and not-idempotent events are exactly right on D)")
+    sentences.append(
+        "A replica that applies every logged event once, keeping each obligation pair in log order, "
+        f"reaches the state the log order reaches [{_REPLICA}]."
+    )
+    theorems.append(
+        f"{_REPLICA} (any delivery order keeping the obligation pairs reaches the log-order state)"
+    )
+    sentences.append(
+        f"Delivering {not_idempotent} event(s) twice can change the state (see not_idempotent): deduplicate "
+        "them; a redelivery of any other event is absorbed unless an obligation partner of it arrives "
+        f"between the two copies [{_DUPLICATE}]."
+        if not_idempotent
+        else "Every event is idempotent on D: a redelivery is absorbed unless an obligation partner of it "
+        f"arrives between the two copies [{_DUPLICATE}]."
+    )
+    theorems.append(
+        f"{_DUPLICATE} (when a duplicate delivery is absorbed, and that both conditions are needed)"
+    )
     if cc2:
         if domain == "valid":
-            theorems.append("confluence of the full rewrite system (WFC + CC1 + CC2, Newman's lemma)")
+            sentences.append(
+                "CC2 holds too, so compensation may interleave with delivery in any way and the result "
+                f"is still the same valid state [{_CONVERGENCE}]."
+            )
+            theorems.append(
+                f"{_CONVERGENCE} (confluence of the full rewrite system: WFC + CC1 + CC2, Newman's lemma)"
+            )
         else:
             # Governance.v needs CC1 on every valid state; a "reachable" build checked fewer states.
-            theorems.append(
-                "interleaved compensation from D (CC2 reduces it to trace equivalence from D; the Rocq "
-                "confluence theorem covers only the domain of every valid state)"
+            sentences.append(
+                "CC2 holds too (NF(apply(e, s)) = NF(apply(e, NF(s))) at every state), so repairing "
+                "before or after an event gives the same normal form; the Rocq confluence theorem covers "
+                f"only the domain of every valid state [{_CC2}]."
             )
-        text += (
-            " CC2 holds too, so compensation may interleave with delivery in any way and the result "
-            "is still the same valid state."
-        )
-    return text, tuple(theorems)
+            theorems.append(f"{_CC2} (the CC2 flag is exactly CC2 on every state)")
+    return " ".join(sentences), tuple(theorems)
+
+
+_TRACE = "Govern.TableCheck.check_tables_trace"
+_CC2 = "Govern.TableCheck.check_tables_cc2"
+_CONVERGENCE = "Govern.Bridge.check_tables_convergence"
+_DELIVERY = "Govern.Delivery.check_tables_delivery"
+_REPLICA = "Govern.Delivery.check_tables_replica"
+_DUPLICATE = "Govern.Delivery.check_tables_duplicate"
 
 
 def _fmt(s: Mapping[str, Any]) -> str:

@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
-"""Write govern/oracle/PROVENANCE: the Coq version and SHA-256 of the proof sources, the JSON
-extraction, the generated module and the generator.  Deterministic (sorted, no timestamps).
+"""Write govern/oracle/PROVENANCE: the Coq version and SHA-256 of every file a verdict trusts: the
+proof sources, the JSON extraction, the generated module, the generator, the numpy primitives, the
+front end and the axiom gate.  Deterministic (sorted, no timestamps).
 
-Usage: provenance.py OUTPUT COQ_VERSION THEOREMS JSON GENERATED GENERATOR SOURCE...
+Usage: provenance.py OUTPUT COQ_VERSION THEOREMS JSON GENERATED GENERATOR PRIMS FRONTEND GATE SOURCE...
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ def sha(path: str) -> str:
 
 
 def main(argv: list[str]) -> int:
-    out, coq, theorems, js, gen, generator, *sources = argv
+    out, coq, theorems, js, gen, generator, prims, frontend, gate, *sources = argv
     proof = hashlib.sha256()
     for src in sorted(sources):
         proof.update(os.path.basename(src).encode() + b"\0" + sha(src).encode() + b"\n")
@@ -31,6 +32,9 @@ def main(argv: list[str]) -> int:
         f"json_sha256={sha(js)}",
         f"generated_sha256={sha(gen)}",
         f"generator_sha256={sha(generator)}",
+        f"prims_sha256={sha(prims)}",
+        f"frontend_sha256={sha(frontend)}",
+        f"axiom_gate_sha256={sha(gate)}",
     ]
     tmp = out + ".tmp"
     with open(tmp, "w", encoding="utf-8", newline="\n") as fh:

@@ -27,6 +27,8 @@ Definition summary (v : verdict) : list nat :=
   [b2n (v_wellformed v); b2n (v_certified v); b2n (v_wfc v); v_max_depth v; b2n (v_initial_valid v);
    b2n (v_domain_ok v); b2n (v_cc1 v); b2n (v_cc2 v); v_domain_size v]
   ++ match v_witness v with None => [0] | Some (a, b, s) => [1; a; b; s] end
+  ++ [length (v_obligations v)] ++ flat_map (fun p => [fst p; snd p]) (v_obligations v)
+  ++ [length (v_not_idem v)] ++ v_not_idem v
   ++ (if v_wfc v then vl (v_nf v) else []).
 Definition rsummary (r : option nat) : list nat := match r with None => [0] | Some c => [1; c] end.
 """
@@ -45,6 +47,9 @@ def cases() -> list[dict[str, Any]]:
     out.append({"valid": [1], "repair": [0], "apply": [], "pairs": None, "reach": False, "init": 0})
     out.append({"valid": [1, 1], "repair": [0, 1], "apply": [[1, 1], [0, 0]], "pairs": [[0, 1]],
                 "reach": True, "init": 0})
+    # no pair declared: every pair is an obligation, the rotation is not idempotent
+    out.append({"valid": [1, 1, 1], "repair": [0, 1, 2], "apply": [[1, 1, 1], [2, 2, 2], [1, 2, 0]],
+                "pairs": [], "reach": False, "init": 0})
     for k in range(150):
         n = rng.randint(1, 7)
         valid = [rng.random() < 0.55 for _ in range(n)]

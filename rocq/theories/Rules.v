@@ -120,8 +120,8 @@ Fixpoint enc_loop (n : nat) (cols : list zvec) (lay : list (Z * nat * nat)) (asg
       match nth_error lay i with
       | Some (lo, size, stride) =>
           let v := veval n cols e in
-          enc_loop n cols lay t (zadd acc (zmulc (zsub v (nth i cols (zconst n 0))) (Z.of_nat stride)))
-                   (mand ok (zinrange v lo (lo + Z.of_nat size)%Z))
+          enc_loop n cols lay t (zaxpy acc v (nth i cols (zconst n 0)) (Z.of_nat stride))
+                   (zinand ok v lo (lo + Z.of_nat size)%Z)
       | None => enc_loop n cols lay t acc (all_false n)
       end
   end.
@@ -139,7 +139,7 @@ Fixpoint rep_loop (n : nat) (cols : list zvec) (lay : list (Z * nat * nat)) (ids
       let applied := mandn viol done in
       let r := encode n cols lay ids asg in
       rep_loop n cols lay ids t (mor done viol) (vselect applied (ztonat (fst r)) acc)
-               (ok && Nat.eqb (mcount (mandn applied (snd r))) 0)
+               (ok && mnone applied (snd r))
   end.
 
 (** [None]: every event table is what the rules define; otherwise the first bad event's code. *)
@@ -150,8 +150,8 @@ Fixpoint ev_loop (n : nat) (cols : list zvec) (lay : list (Z * nat * nat)) (ids 
   | (g, asg) :: t, row :: rt =>
       let gm := znz (veval n cols g) in
       let r := encode n cols lay ids asg in
-      if Nat.eqb (vlen row) n && mall (veq (vselect gm (ztonat (fst r)) (viota n)) row)
-      then if Nat.eqb (mcount (mandn gm (snd r))) 0 then ev_loop n cols lay ids t rt (S k) else Some (S (S (k + k)))
+      if Nat.eqb (vlen row) n && vseleq gm (ztonat (fst r)) (viota n) row
+      then if mnone gm (snd r) then ev_loop n cols lay ids t rt (S k) else Some (S (S (k + k)))
       else Some (S (k + k))
   | _, _ => Some 0
   end.
@@ -228,7 +228,7 @@ Lemma enc_loop_spec lay asg : forall acc ok, zlen acc = n -> mlen ok = n ->
 Proof.
   induction asg as [|[i e] t IH]; intros acc ok Ha Ho; simpl; [auto|].
   destruct (nth_error lay i) as [[[lo size] stride]|].
-  - destruct (veval_spec e) as [Hl Hv].
+  - unfold zaxpy, zinand. destruct (veval_spec e) as [Hl Hv].
     assert (Hsub : zlen (zsub (veval n cols e) (nth i cols (zconst n 0))) = n).
     { unfold zsub. rewrite zlen_zmap2; rewrite ?Hcols; auto. }
     assert (Hmul : zlen (zmulc (zsub (veval n cols e) (nth i cols (zconst n 0))) (Z.of_nat stride)) = n).
@@ -312,7 +312,7 @@ Proof.
     { intros s Hs. unfold applied. rewrite mnth_mandn, Hvv by congruence. reflexivity. }
     set (r := encode n cols lay ids asg) in *.
     edestruct (IH (mor done viol) (vselect applied (ztonat (fst r)) acc)
-                  (ok && Nat.eqb (mcount (mandn applied (snd r))) 0)) as (I1 & I2 & I3 & I4).
+                  (ok && mnone applied (snd r))) as (I1 & I2 & I3 & I4).
     + rewrite mlen_mor; congruence.
     + rewrite vlen_vselect; rewrite ?vlen_ztonat; congruence.
     + split; [exact I1|split; [exact I2|split]].
@@ -324,7 +324,7 @@ Proof.
         rewrite (rep_sc_ok (xs s) lay t s _ _ (negb _)). simpl.
         destruct (rep_sc (xs s) lay t s _ _ true) as [[? ?] ?]; reflexivity.
       * intros Hok. destruct (I4 Hok) as [Hok' Hall].
-        apply andb_prop in Hok' as [Hok1 Hc]. apply Nat.eqb_eq in Hc.
+        apply andb_prop in Hok' as [Hok1 Hc]. unfold mnone in Hc. apply Nat.eqb_eq in Hc.
         split; [exact Hok1|]. intros s Hs.
         assert (Hb := mcount_zero _ Hc s). rewrite mlen_mandn in Hb by congruence.
         specialize (Hb ltac:(congruence)). rewrite mnth_mandn in Hb by congruence.
@@ -352,10 +352,11 @@ Proof.
     destruct (encode_spec lay asg) as (He1 & He2 & He3).
     set (gm := znz (veval n cols g)) in *.
     set (r := encode n cols lay ids asg) in *.
-    destruct (Nat.eqb (vlen row) n && mall (veq (vselect gm (ztonat (fst r)) (viota n)) row)) eqn:Hrow;
+    destruct (Nat.eqb (vlen row) n && vseleq gm (ztonat (fst r)) (viota n) row) eqn:Hrow;
       [|discriminate].
-    destruct (Nat.eqb (mcount (mandn gm (snd r))) 0) eqn:Hdom; [|discriminate].
-    apply andb_prop in Hrow as [Hrl Hrv]. apply Nat.eqb_eq in Hrl. apply Nat.eqb_eq in Hdom.
+    destruct (mnone gm (snd r)) eqn:Hdom; [|discriminate].
+    apply andb_prop in Hrow as [Hrl Hrv]. unfold vseleq in Hrv. unfold mnone in Hdom.
+    apply Nat.eqb_eq in Hrl. apply Nat.eqb_eq in Hdom.
     destruct (IH rt (S k) H) as [IHl IHv].
     split; [simpl; congruence|].
     intros [|e] s He Hs; simpl; [|apply IHv; simpl in He; lia].

@@ -107,6 +107,27 @@ Fixpoint cc1_loop (steps stepsD : list vec) (ids : vec) (ps : list (nat * nat)) 
       else Some (a, b, vnth ids (mfirst_false (veq (vgather x u) (vgather y w))))
   end.
 
+(** The delivery rules, over positions of the domain ([stepsD] holds every step table read at the
+    domain's positions [didx]): the pairs of [ps] that do not commute somewhere on the domain, and
+    the events [es] whose second application changes some domain state. *)
+Fixpoint obl_loop (steps stepsD : list vec) (ps : list (nat * nat)) (acc : list (nat * nat)) : list (nat * nat) :=
+  match ps with
+  | [] => acc
+  | p :: t =>
+      let a := fst p in let b := snd p in
+      obl_loop steps stepsD t
+        (if vgeq (nth b steps dflt) (nth a stepsD dflt) (nth a steps dflt) (nth b stepsD dflt) then acc
+         else p :: acc)
+  end.
+
+Fixpoint idem_loop (steps stepsD : list vec) (didx : vec) (es : list nat) (acc : list nat) : list nat :=
+  match es with
+  | [] => acc
+  | e :: t =>
+      let st := nth e steps dflt in
+      idem_loop steps stepsD didx t (if vgeq st (nth e stepsD dflt) st didx then acc else e :: acc)
+  end.
+
 (** CC2 for every event: [F (apply e s)] equals the normalized step of [F s], read from the
     event's step table on the valid states [xv] at the position [PF s] of [F s]. *)
 Definition cc2_ok (F PF : vec) (apply XV : list vec) : bool :=
@@ -126,7 +147,9 @@ Record verdict := Verdict {
   v_witness : option (nat * nat * nat);
   v_cc2 : bool;
   v_nf : vec;
-  v_domain_size : nat }.
+  v_domain_size : nat;
+  v_obligations : list (nat * nat);  (** when certified: the pairs a < b that do not commute on the domain *)
+  v_not_idem : list nat }.           (** when certified: the events whose second application changes a domain state *)
 
 (** The rest of the checker, given whether repair terminates ([wfc]), the normal forms [F] and
     the repair depths [D]: shared by [check_tables] and [check_tables_w].  After termination is
@@ -138,30 +161,34 @@ Record verdict := Verdict {
 Definition check_from_nf (valid : mask) (apply : list vec) (pairs : option (list (nat * nat)))
     (reach : bool) (init : nat) (wfc : bool) (F D : vec) : verdict :=
   let depth := vmax D in
-  if negb wfc then Verdict true false false depth false false false None false F 0 else
+  if negb wfc then Verdict true false false depth false false false None false F 0 [] [] else
   let V := mwhere valid in
   let P := vrank valid in
-  if negb (pos_ok P V) then Verdict false false false depth false false false None false F 0 else
+  if negb (pos_ok P V) then Verdict false false false depth false false false None false F 0 [] [] else
   let XV := tmap (fun a => vgather F (vgather a V)) apply in
   let cc2 := cc2_ok F (vgather P F) apply XV in
-  if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 else
+  if negb (mnth valid init) then Verdict true false true depth false false false None cc2 F 0 [] [] else
   let m := vlen V in
   let PV := tmap (fun xv => vgather P xv) XV in
   let pinit := vnth P init in
   let dm := domain_mask m PV reach pinit in
-  if negb (dom_ok m PV dm pinit) then Verdict true false true depth true false false None cc2 F 0 else
+  if negb (dom_ok m PV dm pinit) then Verdict true false true depth true false false None cc2 F 0 [] [] else
   let didx := mwhere dm in
   let ps := match pairs with None => all_pairs (tlen apply) | Some ps => ps end in
-  let w := cc1_loop PV (tmap (fun st => vgather st didx) PV) (vgather V didx) ps in
+  let PVD := tmap (fun st => vgather st didx) PV in
+  let w := cc1_loop PV PVD (vgather V didx) ps in
   let cc1 := match w with None => true | Some _ => false end in
-  Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx).
+  let obl := if cc1 then match pairs with None => [] | Some _ => obl_loop PV PVD (all_pairs (tlen apply)) [] end
+             else [] in
+  let nid := if cc1 then idem_loop PV PVD didx (desc (tlen apply)) [] else [] in
+  Verdict true cc1 true depth true true cc1 w cc2 F (vlen didx) obl nid.
 
 (** [check_tables] runs [check_from_nf] on the normal forms and depths it computes itself by pointer
     doubling ([nf_result]); [check_tables_w] below runs it on a checked witness. *)
 Definition check_tables (valid : mask) (repair : vec) (apply : list vec)
     (pairs : option (list (nat * nat))) (reach : bool) (init : nat) : verdict :=
   if negb (well_formed valid repair apply pairs init)
-  then Verdict false false false 0 false false false None false repair 0 else
+  then Verdict false false false 0 false false false None false repair 0 [] [] else
   match nf_result valid repair with
   | (wfc, F, D) => check_from_nf valid apply pairs reach init wfc F D
   end.
@@ -1012,7 +1039,7 @@ Definition witness_ok (valid : mask) (repair Fw Dw : vec) : bool :=
 Definition check_tables_w (valid : mask) (repair : vec) (apply : list vec)
     (pairs : option (list (nat * nat))) (reach : bool) (init : nat) (Fw Dw : vec) : verdict :=
   if negb (well_formed valid repair apply pairs init && witness_ok valid repair Fw Dw)
-  then Verdict false false false 0 false false false None false repair 0 else
+  then Verdict false false false 0 false false false None false repair 0 [] [] else
   check_from_nf valid apply pairs reach init true Fw Dw.
 
 Lemma vec_ext a b : vlen a = vlen b -> (forall i, i < vlen a -> vnth a i = vnth b i) -> a = b.

@@ -52,6 +52,13 @@ Definition ztonat (a : zvec) : vec := Vec (map Z.to_nat (zl a)).
 Definition mand (a b : mask) : mask := Mask (map (fun p : bool * bool => fst p && snd p) (combine (ml a) (ml b))).
 Definition mandn (a b : mask) : mask := Mask (map (fun p : bool * bool => fst p && negb (snd p)) (combine (ml a) (ml b))).
 
+(** Fused for speed, each defined as the composition it stands for (the primitive test compares the
+    mapped primitive with exactly this definition): one pass, no intermediate vectors. *)
+Definition zaxpy (acc v col : zvec) (c : Z) : zvec := zadd acc (zmulc (zsub v col) c).
+Definition zinand (ok : mask) (v : zvec) (lo hi : Z) : mask := mand ok (zinrange v lo hi).
+Definition mnone (a b : mask) : bool := Nat.eqb (mcount (mandn a b)) 0.
+Definition vseleq (m : mask) (a b row : vec) : bool := mall (veq (vselect m a b) row).
+
 (** ** Facts *)
 
 Lemma zlen_zconst n z : zlen (zconst n z) = n.

@@ -45,6 +45,8 @@ def test_the_real_oracle_certifies_and_is_named_in_the_report() -> None:
         {"domain_size": 1},
         {"cc1": False, "certified": False, "cc1_witness": (0, 2, 0)},
         {"wfc": False, "certified": False},
+        {"obligations": ((0, 1),)},  # the oracle's delivery rules differ from the engine's
+        {"not_idempotent": ()},
     ],
 )
 def test_any_disagreement_raises_and_builds_nothing(

@@ -46,13 +46,19 @@ def option_pairs(pairs: list[list[int]] | None) -> tuple[Any, ...]:
 
 def summary(raw: tuple[Any, ...]) -> list[int]:
     """The same summary as rocq/gen/vectors.py computes inside Coq."""
-    _, wf, cert, wfc, depth, init_ok, dom_ok, cc1, witness, cc2, nf, dsize = raw
+    _, wf, cert, wfc, depth, init_ok, dom_ok, cc1, witness, cc2, nf, dsize, obl, nid = raw
     out = [int(wf), int(cert), int(wfc), depth, int(init_ok), int(dom_ok), int(cc1), int(cc2), dsize]
     if witness == (1,):
         out.append(0)
     else:
         (_, (_, a, b), s) = witness[1]
         out += [1, a, b, s]
+    pairs = uncons(obl)
+    out.append(len(pairs))
+    for _, a, b in pairs:
+        out += [a, b]
+    events = uncons(nid)
+    out += [len(events), *events]
     if wfc:
         out += [int(x) for x in nf]
     return out

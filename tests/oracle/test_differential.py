@@ -5,7 +5,8 @@ initial states included) and declared through the public API with one integer va
 written as callables reading those tables, so the engine enumerates exactly these tables. The build
 itself runs the oracle gate; this test also runs the oracle directly and requires: a machine is
 returned exactly when the oracle certifies, a rejection is a `NotConvergent` the oracle agrees with,
-and the engine and the oracle never disagree.
+the engine and the oracle never disagree, and the built machine's obligations and not-idempotent events
+are the oracle's.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def test_engine_and_oracle_agree(m: dict[str, Any]) -> None:
     initial = m["initial"] if m["valid"][m["initial"]] else default_initial(m)
     registry = declare(m)
     try:
-        registry.build(m["domain"])
+        machine = registry.build(m["domain"])
         built = True
     except NotConvergent:
         built = False
@@ -82,3 +83,12 @@ def test_engine_and_oracle_agree(m: dict[str, Any]) -> None:
         initial=initial,
     )
     assert built == verdict.certified
+    if built:  # the delivery rules replicas run by are the oracle's
+        index = {name: i for i, name in enumerate(machine.events)}
+        engine_obligations = sorted(
+            tuple(sorted((index[d.events[0]], index[d.events[1]]))) for d in machine.report.obligations
+        )
+        assert engine_obligations == list(verdict.obligations)
+        assert sorted(index[d.events[0]] for d in machine.report.not_idempotent) == list(
+            verdict.not_idempotent
+        )

@@ -109,6 +109,9 @@ Z_PRIMS: dict[str, tuple[Callable[..., Any], Callable[..., Any], str]] = {
     "ztonat": (_prims.ztonat, ref.c_ztonat, "Z"),
     "mand": (_prims.mand, ref.c_mand, "MM"),
     "mandn": (_prims.mandn, ref.c_mandn, "MM"),
+    "zaxpy": (_prims.zaxpy, ref.c_zaxpy, "ZZZz"),
+    "zinand": (_prims.zinand, ref.c_zinand, "MZzz"),
+    "mnone": (_prims.mnone, ref.c_mnone, "MM"),
 }
 
 
@@ -117,7 +120,7 @@ def test_integer_primitive_matches_its_gallina_definition(name: str) -> None:
     ours, theirs, kinds = Z_PRIMS[name]
     for _ in range(250):
         # unary nat results (Z.to_nat, nat division) keep the reference's numbers small there
-        a, b = zargs(kinds, big=name not in ("zmulc", "ztonat", "zcol"))
+        a, b = zargs(kinds, big=name not in ("zmulc", "ztonat", "zcol", "zaxpy"))
         got = py(ours(*a))
         want = theirs(*b)
         want = zres(want) if isinstance(want, tuple) else want
@@ -150,7 +153,7 @@ def py(x: Any) -> Any:
     """A prim result as plain Python (lists for vectors)."""
     if isinstance(x, np.ndarray):
         assert not x.flags.writeable, "primitives return read-only arrays"
-        assert x.dtype in (np.int32, np.int64, np.bool_)
+        assert x.dtype in (np.int8, np.int32, np.int64, np.bool_)
         return [bool(v) if x.dtype == np.bool_ else int(v) for v in x]
     assert type(x) in (int, bool), f"scalar results are Python ints/bools, got {type(x)}"
     return x
@@ -219,6 +222,7 @@ VECTOR_PRIMS: dict[str, tuple[Callable[..., Any], Callable[..., Any], str]] = {
     "vgeq": (_prims.vgeq, ref.c_vgeq, V + V + V + V),
     "mallat": (_prims.mallat, ref.c_mallat, M + V),
     "vstepok": (_prims.vstepok, ref.c_vstepok, M + V + V + V),
+    "vseleq": (_prims.vseleq, ref.c_vseleq, M + V + V + V),
 }
 
 
@@ -490,3 +494,43 @@ def test_vgeq_index_conversions_follow_the_arrays() -> None:
     assert id(writable) not in _prims._INDEX
     _prims.reset()
     assert not _prims._INDEX
+
+
+RNG_NP = np.random.default_rng(20261201)
+
+
+def test_the_fused_rules_primitives_when_they_hold_and_on_large_inputs() -> None:
+    """vseleq and mnone are mostly False on random inputs: here the row is the selection (or one entry
+    off) and b covers a (or misses one entry), on short and on multi-chunk inputs; zaxpy and zinand on
+    int32 and int64 columns, including sums that leave int32 (they must widen, not wrap)."""
+    for n in (0, 1, 7, 3 * (1 << 18) + 5):
+        m = RNG_NP.random(n) < 0.5
+        a = RNG_NP.integers(0, 1000, n).astype(np.int32)
+        b = RNG_NP.integers(0, 1000, n).astype(np.int64)
+        row = np.where(m, a, b)
+        assert _prims.vseleq(m, a, b, row) is True
+        if n:
+            off = row.copy()
+            off[-1] += 1
+            assert _prims.vseleq(m, a, b, off) is False
+        cover = m | (RNG_NP.random(n) < 0.5)
+        assert _prims.mnone(m, cover) is True
+        if n and m.any():
+            hole = cover.copy()
+            hole[int(np.flatnonzero(m)[-1])] = False
+            assert _prims.mnone(m, hole) is False
+    cases = [([2**30], [-(2**30)], [2**30], 1), ([5, -3], [2, 2], [1, 1], -7), ([2**31 - 1], [0], [1], 1),
+             ([2**31 - 1], [1], [0], 1), ([2**30], [2**30], [0], 2)]
+    for xs, ys, zs, c in cases:
+        for dt in (np.int32, np.int64):
+            acc, v, col = (np.array(t, dtype=dt) for t in (xs, ys, zs))
+            want = [x + (y - z) * c for x, y, z in zip(xs, ys, zs, strict=True)]
+            assert py(_prims.zaxpy(acc, v, col, c)) == want
+    with pytest.raises(OverflowError):
+        big = np.array([2**62], dtype=np.int64)
+        _prims.zaxpy(big, big, -big, 4)
+    v32 = np.array([-5, 0, 3, 2**31 - 1], dtype=np.int32)
+    ok = np.array([True, True, False, True])
+    for lo, hi in ((-(2**40), 2**40), (0, 4), (2**31, 2**33), (-5, -4)):
+        want = [bool(k) and lo <= x < hi for k, x in zip(ok, v32.tolist(), strict=True)]
+        assert py(_prims.zinand(ok, v32, lo, hi)) == want

@@ -1,9 +1,10 @@
 """Compute vectors: the generated Python gives exactly the verdict Coq computes (vm_compute) on each case.
 
 rocq/extracted/vectors.json is produced by `make -C rocq check` (rocq/gen/vectors.py), which runs the
-table checker inside Coq on 155 fixed cases (repair cycles, non-commuting pairs, CC2 failures,
-reachable domains, declared pairs, invalid initial states and malformed tables), the witness checker
-(check_tables_w) on the same 155 cases with right and wrong witnesses, and the rules checker
+table checker inside Coq on 156 fixed cases (repair cycles, non-commuting pairs, CC2 failures,
+reachable domains, declared pairs, causal-order obligations, invalid initial states and malformed
+tables; each summary includes the obligations and not-idempotent events), the witness checker
+(check_tables_w) on the same 156 cases with right and wrong witnesses, and the rules checker
 on 60 small machines (tables right, altered, or using assignments that leave a domain).
 """
 
@@ -52,6 +53,16 @@ def test_vectors_cover_every_outcome() -> None:
     witnessed = [r for r in VECTORS if "witness" in r["case"]]
     assert any(r["coq"][1] == 1 for r in witnessed)  # certified with a witness
     assert any(r["coq"][0] == 0 and _true_nf(r["case"]) is not None for r in witnessed)  # a wrong witness
+    certified = [_delivery_counts(r["coq"]) for r in VECTORS if r["coq"][1] == 1]
+    assert any(obligations > 0 for obligations, _ in certified)  # certified with causal-order obligations
+    assert any(not_idem > 0 for _, not_idem in certified)  # certified with a not-idempotent event
+
+
+def _delivery_counts(coq: list[int]) -> tuple[int, int]:
+    """The numbers of obligations and not-idempotent events in a summary (see _conv.summary)."""
+    i = 10 if coq[9] == 0 else 13
+    obligations = coq[i]
+    return obligations, coq[i + 1 + 2 * obligations]
 
 
 def _true_nf(case: dict[str, Any]) -> list[int] | None:
