@@ -1,7 +1,7 @@
 """Crash benchmark: one workflow (a read, two side effects, an answer) in bide, DBOS and LangGraph, killed
 with SIGKILL on the same schedule and recovered by each framework's own recovery.
 
-    python benchmarks/crash/run.py [--trials 50] [--overhead-runs 100] [--jobs 2] [--json out.json]
+    python benchmarks/crash/run.py [--trials 50] [--overhead-runs 150] [--jobs 2] [--json out.json]
 
 The peers are an optional extra (`pip install -e '.[peers]'`); a peer that is not installed is reported as
 "not installed". Every figure printed is measured in this run.
@@ -190,10 +190,11 @@ def overheads(frameworks: list[Framework], runs: int, root: Path, rounds: int = 
     return {key: statistics.median(d) * 1e3 for key, d in durations.items()}
 
 
-def window(fw: Framework, root: Path) -> float:
-    """How long a clean first run takes in a fresh process (the longest of 3): random kills land in it."""
+def window(fw: Framework, root: Path, runs: int) -> float:
+    """How long a clean first run takes in a fresh process (the longest of `runs`): random kills land in
+    it."""
     longest = 0.0
-    for i in range(3):
+    for i in range(runs):
         state = root / f"{fw.key}-window-{i}"
         state.mkdir()
         common.write_order(state, "w")
@@ -264,7 +265,7 @@ def print_tables(rows: list[Row], missing: list[Framework], schedules: list[str]
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--trials", type=int, default=50, help="trials per framework per schedule")
-    ap.add_argument("--overhead-runs", type=int, default=100, help="clean workflows timed per framework")
+    ap.add_argument("--overhead-runs", type=int, default=150, help="clean workflows timed per framework")
     ap.add_argument("--jobs", type=int, default=2, help="crash trials run at once (overhead runs alone)")
     ap.add_argument(
         "--schedules",
@@ -274,12 +275,21 @@ def main() -> None:
     ap.add_argument("--frameworks", default=",".join(f.key for f in FRAMEWORKS))
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--quick", action="store_true", help="smoke mode: one overhead process and one calibration run each"
+    )
     args = ap.parse_args()
+    if args.trials < 1 or args.overhead_runs < 1 or args.jobs < 1:
+        ap.error("--trials, --overhead-runs and --jobs must be at least 1")
     schedules = [s for s in args.schedules.split(",") if s]
     for s in schedules:
         if s not in (*common.CRASH_POINTS, "random"):
             ap.error(f"unknown schedule {s!r}")
-    chosen = [f for f in FRAMEWORKS if f.key in args.frameworks.split(",")]
+    keys = [k for k in args.frameworks.split(",") if k]
+    for k in keys:
+        if k not in {f.key for f in FRAMEWORKS}:
+            ap.error(f"unknown framework {k!r}; known: {', '.join(f.key for f in FRAMEWORKS)}")
+    chosen = [f for f in FRAMEWORKS if f.key in keys]
     present = [f for f in chosen if f.installed()]
     missing = [f for f in chosen if not f.installed()]
     rng = random.Random(args.seed)
@@ -290,12 +300,12 @@ def main() -> None:
         root = Path(tmp)
         commit, append = floor(root)
         print(f"Machine floor: bare durable SQLite commit {commit:.2f} ms, fsynced append {append:.2f} ms")
-        medians = overheads(present, args.overhead_runs, root)
+        medians = overheads(present, args.overhead_runs, root, rounds=1 if args.quick else 3)
         rows = []
         for fw in present:
             row = Row(fw, medians[fw.key])
             if "random" in schedules:
-                row.window_s = window(fw, root)
+                row.window_s = window(fw, root, runs=1 if args.quick else 3)
             print(
                 f"{fw.title()}: {row.overhead_ms:.2f} ms per clean workflow "
                 f"(median of {args.overhead_runs}); a first run in a fresh process takes up to "
