@@ -135,5 +135,6 @@ def report(status: str, started: float, **extra: Any) -> None:
     print(json.dumps({"status": status, "elapsed": time.perf_counter() - started, **extra}), flush=True)
 
 
-def report_bench(durations: list[float]) -> None:
-    print(json.dumps({"durations": durations}), flush=True)
+def report_bench(durations: list[float], **extra: Any) -> None:
+    """Print the clean workflows' durations (seconds) for the driver, with any framework-specific figure."""
+    print(json.dumps({"durations": durations, **extra}), flush=True)

@@ -55,6 +55,8 @@ CHILD_TIMEOUT = 180.0
 
 @dataclass(frozen=True)
 class Framework:
+    """One row of the table: the workflow script that runs it, and what must be installed for it."""
+
     key: str
     label: str
     script: str
@@ -90,6 +92,8 @@ FRAMEWORKS = (
 
 @dataclass
 class Trial:
+    """One crash trial after recovery: times each effect fired, and how the run ended."""
+
     schedule: str
     fired: Counter[str]
     status: str  # completed | halted | failed
@@ -100,6 +104,8 @@ class Trial:
 
 @dataclass
 class Row:
+    """A framework's measured figures: its clean-run overhead and every crash trial."""
+
     framework: Framework
     overhead_ms: float = 0.0
     window_s: float = 0.0
@@ -169,15 +175,16 @@ def trial(fw: Framework, schedule: str, kill_after: float | None, root: Path, in
     return Trial(schedule, common.fired(state, workflow), out["status"], killed, halted)
 
 
-def clean_durations(fw: Framework, runs: int, root: Path, tag: str) -> list[float]:
-    """Seconds per clean workflow, `runs` of them one after another in one fresh process."""
+def clean_runs(fw: Framework, runs: int, root: Path, tag: str) -> dict[str, Any]:
+    """`runs` clean workflows one after another in one fresh process: their durations (seconds), and for
+    bide the journal's durable commits per workflow."""
     state = root / f"{fw.key}-bench-{tag}"
     state.mkdir()
     common.write_order(state, "bench")
     code, out, err = run_child(fw, state, "--bench", str(runs))
     if out is None:
         raise SystemExit(f"{fw.title()}: the overhead run failed (exit {code}): {err}")
-    return [float(d) for d in out["durations"]]
+    return out
 
 
 def overheads(frameworks: list[Framework], runs: int, root: Path, rounds: int = 3) -> dict[str, float]:
@@ -186,7 +193,10 @@ def overheads(frameworks: list[Framework], runs: int, root: Path, rounds: int = 
     durations: dict[str, list[float]] = {fw.key: [] for fw in frameworks}
     for r in range(rounds):
         for fw in frameworks:
-            durations[fw.key] += clean_durations(fw, max(1, runs // rounds), root, str(r))
+            out = clean_runs(fw, max(1, runs // rounds), root, str(r))
+            durations[fw.key] += out["durations"]
+            if r == 0 and "commits_per_workflow" in out:
+                print(f"{fw.title()}: {out['commits_per_workflow']:g} durable journal commits per workflow")
     return {key: statistics.median(d) * 1e3 for key, d in durations.items()}
 
 
@@ -229,7 +239,8 @@ def floor(root: Path, n: int = 200) -> tuple[float, float]:
 
 
 def print_tables(rows: list[Row], missing: list[Framework], schedules: list[str], trials: int) -> None:
-    print(f"\nPer schedule ({trials} trials each; fired = times a side effect ran, counted in the ledger)")
+    print(f"\nPer schedule ({trials} trials each; fired = times a side effect ran, counted in the ledger;")
+    print("  killed = the first process died of the SIGKILL, a random kill possibly after its work was done)")
     head = f"  {'framework':<36} {'schedule':<20} {'killed':>6} {'max fired':>9} {'fired 2x':>8} "
     print(head + f"{'completed':>9} {'halts (never started)':>22}")
     for row in rows:
@@ -306,10 +317,10 @@ def main() -> None:
             row = Row(fw, medians[fw.key])
             if "random" in schedules:
                 row.window_s = window(fw, root, runs=1 if args.quick else 3)
+            first = f"; a first run in a fresh process takes up to {row.window_s * 1e3:.0f} ms"
             print(
-                f"{fw.title()}: {row.overhead_ms:.2f} ms per clean workflow "
-                f"(median of {args.overhead_runs}); a first run in a fresh process takes up to "
-                f"{row.window_s * 1e3:.0f} ms"
+                f"{fw.title()}: {row.overhead_ms:.2f} ms per clean workflow (median of {args.overhead_runs})"
+                + (first if row.window_s else "")
             )
             t0 = time.perf_counter()
             jobs = []
