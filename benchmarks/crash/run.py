@@ -67,7 +67,7 @@ class Framework:
     def installed(self) -> bool:
         try:
             return all(importlib.util.find_spec(m) is not None for m in self.needs)
-        except ModuleNotFoundError:
+        except (ImportError, ValueError):  # a parent package missing, or a module without a spec
             return False
 
     def title(self) -> str:
