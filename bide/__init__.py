@@ -18,17 +18,21 @@ from ._errors import (
     HaltAlreadyResolved,
     HaltInFlight,
     JournalFormatError,
+    LeaseLost,
     ModelError,
     NoLiveAttempt,
     NotCalled,
     OutcomeUnknown,
     ResolveRefused,
+    RunEnded,
     RunHalted,
+    RunInFlight,
     RunLimitExceeded,
     RunMismatch,
     StoreError,
     ToolError,
     ToolNotStarted,
+    WriteRefused,
 )
 from ._gate import Approved, Denied, Gate, GateDecision, GateJournal, GateRequest, Pending
 from ._journal import Journal
@@ -64,7 +68,7 @@ from ._records import (
 )
 from ._resolve import RunStatus, aresolve_halt, resolve_halt, run_status
 from ._sql import SQLStore
-from ._store import Entry, HookedStore, Store, WriteHook, WriteTransaction
+from ._store import Entry, HookedStore, Lease, Store, WriteHook, WriteTransaction
 from ._tools import (
     AttemptInfo,
     CallContext,
@@ -104,6 +108,8 @@ __all__ = [
     "Idempotent",
     "Journal",
     "JournalFormatError",
+    "Lease",
+    "LeaseLost",
     "MemoryStore",
     "Message",
     "Model",
@@ -121,7 +127,9 @@ __all__ = [
     "ReadOnly",
     "Record",
     "ResolveRefused",
+    "RunEnded",
     "RunHalted",
+    "RunInFlight",
     "RunLimitExceeded",
     "RunMismatch",
     "RunResult",
@@ -142,6 +150,7 @@ __all__ = [
     "ToolSpec",
     "UserMessage",
     "WriteHook",
+    "WriteRefused",
     "WriteTransaction",
     "aresolve_halt",
     "canonical_json",

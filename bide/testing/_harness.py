@@ -25,7 +25,7 @@ from .._agent import Agent, forget_unstarted_claims
 from .._errors import OutcomeUnknown, RunHalted
 from .._memory import MemoryStore
 from .._outcome import Outcome
-from .._store import BlockingStore, Entry
+from .._store import BlockingStore, Entry, Fence, Lease
 from .._tools import AttemptInfo, Safety, SideEffect, Tool
 from ._scripted import ScriptedModel, call, reply
 
@@ -181,18 +181,38 @@ class CrashingStore(BlockingStore):
             raise SimulatedCrash("process is dead")
 
     def insert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> list[Entry]:
         self._alive()
         self.writes += 1
         if self.crash_at is not None and self.crash_at == 3 * self.writes - 2:
             self.dead = True
             raise SimulatedCrash(f"crash before write {self.writes}")
-        out: list[Entry] = self.inner.insert_many(run_id, items, exclusive=exclusive)
+        out: list[Entry] = self.inner.insert_many(run_id, items, exclusive=exclusive, fence=fence)
         if self.crash_at is not None and self.crash_at == 3 * self.writes - 1:
             self.dead = True
             raise SimulatedCrash(f"crash after write {self.writes}")
         return out
+
+    def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
+        self._alive()
+        result: Lease = self.inner.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms, token=token)
+        return result
+
+    def release(self, run_id: str, holder: str, token: int) -> bool:
+        self._alive()
+        result: bool = self.inner.release(run_id, holder, token)
+        return result
+
+    def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
+        self._alive()
+        result: list[Lease] = self.inner.expired_leases(now_ms=now_ms, after=after, limit=limit)
+        return result
 
     def get(self, run_id: str, key: str) -> Entry | None:
         self._alive()
