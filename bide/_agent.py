@@ -20,14 +20,15 @@ unless a reconciler decides it, or this process knows the call never started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import threading
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ._canonical import canonical_json, new_claim
+from ._canonical import canonical_json, json_text, new_claim
 from ._errors import (
     ApprovalPending,
     BideError,
@@ -35,13 +36,16 @@ from ._errors import (
     ModelError,
     NotCalled,
     OutcomeUnknown,
+    RunInFlight,
     RunLimitExceeded,
     RunMismatch,
     StoreError,
     ToolError,
     ToolNotStarted,
+    WriteRefused,
 )
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
+from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
 from ._journal import Journal
 from ._messages import (
     AssistantMessage,
@@ -72,29 +76,13 @@ from ._records import (
     result_key,
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
-from ._store import Store
-from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for
+from ._store import Fence, Lease, Store
+from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
+from ._when import iso, when
 
 __all__ = ["Agent", "RunResult"]
 
-# Claims this process provably never acted on (the marker write raised, so the tool was not called).
-# Keyed by store object; lost on exit, which only costs a halt instead of a retry.
-_UNSTARTED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int], str]] = weakref.WeakKeyDictionary()
-
-
-_MAX_UNSTARTED = 4096
-
-
-def _remember_unstarted(store: Any, run_id: str, call_id: str, gen: int, claim: str) -> None:
-    memo = _UNSTARTED.setdefault(store, {})
-    if len(memo) >= _MAX_UNSTARTED:
-        memo.pop(next(iter(memo)))  # forgetting one only costs a halt instead of a retry
-    memo[(run_id, call_id, gen)] = claim
-
-
-def forget_unstarted_claims() -> None:
-    """Drop this process's memory of claims that never started (tests use it to simulate a restart)."""
-    _UNSTARTED.clear()
+DEFAULT_LEASE_TTL = 30.0
 
 
 @dataclass(slots=True)
@@ -115,7 +103,12 @@ class Agent:
     `name` is the run's entry point: a run started by one agent name cannot be resumed by another.
     `max_turns` bounds the model turns of a run (journaled turns count). `clock_skew` (seconds) is the margin
     a reconciler waits past an attempt's deadline before deciding it; `clock` (Unix seconds) stamps attempt
-    markers and judges their age.
+    markers, leases, and judges their age.
+
+    A drive holds the run's lease (see docs/guarantee.md) for `lease_ttl` seconds, renewed every third of
+    it while it drives. A drive that finds the lease held by another live driver waits up to `lease_wait`
+    seconds for it (returning the run's answer if that driver finishes it meanwhile), then raises
+    `RunInFlight`.
     """
 
     def __init__(
@@ -129,10 +122,16 @@ class Agent:
         max_turns: int = 32,
         clock_skew: float = DEFAULT_CLOCK_SKEW,
         clock: Callable[[], float] = time.time,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        lease_wait: float = 0.0,
     ) -> None:
         if not callable(getattr(model, "complete", None)):
             raise ConfigError("model must have an async complete(request) method (see bide.Model)")
-        for method in ("ainsert_many", "aload", "insert_many", "load"):
+        if not (isinstance(lease_ttl, (int, float)) and lease_ttl > 0):
+            raise ConfigError("lease_ttl must be a positive number of seconds")
+        if not (isinstance(lease_wait, (int, float)) and lease_wait >= 0):
+            raise ConfigError("lease_wait must be a number of seconds, 0 or more")
+        for method in ("ainsert_many", "aload", "alease", "arelease", "insert_many", "load", "lease"):
             if not callable(getattr(store, method, None)):
                 raise ConfigError("store must be a bide store (use bide.open_store(url))")
         self.model = model
@@ -142,6 +141,10 @@ class Agent:
         self.max_turns = max_turns
         self.clock_skew = clock_skew
         self.clock = clock
+        self.lease_ttl = float(lease_ttl)
+        self.lease_wait = float(lease_wait)
+        # Synchronous calls running past their deadline, by (run id, fence) of the drive that started them.
+        self._overruns: dict[tuple[str, Fence | None], tuple[CallWindow, Callable[[bool, Any], Any]]] = {}
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if not isinstance(t, Tool):
@@ -168,7 +171,78 @@ class Agent:
         """
         if not isinstance(input, str):
             raise ConfigError("input must be a string")
-        journal = await Journal(self.store, run_id).aload()
+        journal = Journal(self.store, run_id)
+        lease = await self._take_lease(journal)
+        if lease is None:  # the run had ended: its answer, from the journal
+            self._check_start(journal, input)
+            return self._finished(journal, replayed=True)
+        keeper = _LeaseKeeper(self, journal, lease)
+        try:
+            result = await self._drive(journal, input)
+            keeper.ended = True
+            return result
+        except WriteRefused as refused:
+            # Another driver took the lease over, or ended the run: see what the journal says now.
+            await journal.aload()
+            if journal.has(END_KEY):
+                keeper.ended = True
+                self._check_start(journal, input)
+                return self._finished(journal, replayed=True)
+            now = self.clock()
+            raise RunInFlight(
+                f"run {run_id!r} is being driven by another driver, which took over this drive's lease "
+                f"({refused}); nothing more was written by this drive. Run it again after "
+                f"{when(now + self.lease_ttl, now)}",
+                run_id=run_id,
+                holder=None,
+                expires_at=None,
+                retry_after=now + self.lease_ttl,
+            ) from refused
+        finally:
+            await keeper.stop()
+
+    def _finished(self, journal: Journal, *, replayed: bool) -> RunResult:
+        end = journal.get(END_KEY)
+        assert isinstance(end, End)
+        return RunResult(journal.run_id, end.answer, _count_turns(journal), replayed=replayed)
+
+    async def _take_lease(self, journal: Journal) -> Lease | None:
+        """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
+        `lease_wait` for a live lease of another driver, then raises RunInFlight."""
+        run_id = journal.run_id
+        ttl_ms = int(self.lease_ttl * 1000)
+        holder = new_claim()
+        give_up = self.clock() + self.lease_wait
+        pause = 0.01
+        while True:
+            # Both requests go out together; the store answers the load as of the grant or later.
+            granted = self.store.alease(run_id, holder, now_ms=int(self.clock() * 1000), ttl_ms=ttl_ms)
+            loaded = self.store.aload(run_id, journal.last_seq)
+            lease = await granted
+            journal.absorb(await loaded)
+            if journal.has(END_KEY):
+                return None
+            if lease.held:
+                journal.fence = (holder, lease.token)
+                return lease
+            now = self.clock()
+            if now >= give_up:
+                expires = lease.expires_ms / 1000
+                raise RunInFlight(
+                    f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
+                    f"{lease.token}, expires {when(expires, now)} unless renewed); nothing was done. Run "
+                    "it again later, or give the agent a lease_wait to wait for it",
+                    run_id=run_id,
+                    holder=lease.holder,
+                    expires_at=expires,
+                    retry_after=min(expires, now + self.lease_ttl / 3),
+                )
+            await asyncio.sleep(min(pause, give_up - now))
+            pause = min(pause * 2, 1.0)
+
+    async def _drive(self, journal: Journal, input: str) -> RunResult:
+        """The drive proper, under the run's lease, from the journal loaded with it."""
+        run_id = journal.run_id
         # A new run's start record is written with its first turn, in the same all-or-nothing write: a run
         # exists once it has a turn. An existing run's start is checked against this drive.
         needs_start = not journal.has(START_KEY)
@@ -227,6 +301,7 @@ class Agent:
                     if await write:
                         return RunResult(run_id, text, turn + 1)
                     restarts = _restart(run_id, turn, restarts)
+                    await journal.aload()  # lost a race: decide nothing from a stale journal
                     continue
                 pending = [*self._opening(needs_start, input), rec]
             msg = rec.message
@@ -248,6 +323,7 @@ class Agent:
                 restarts = 0
                 continue
             restarts = _restart(run_id, turn, restarts)
+            await journal.aload()  # lost a race: decide nothing from a stale journal
 
     def _opening(self, needs_start: bool, input: str) -> tuple[Record, ...]:
         """What a fresh turn is journaled after: the run's start record, for a run that has none yet. Made
@@ -463,11 +539,28 @@ class Agent:
         """A side-effect call with attempt markers and no result: decide whether it may be called again.
 
         Returns a result if one got recorded (by a reconciler), None if the call may be claimed anew, and
-        raises OutcomeUnknown otherwise."""
-        if live_attempt(journal, call.call_id) is None:
+        raises OutcomeUnknown otherwise (or RunInFlight while the call runs in this process)."""
+        # Decide nothing from a stale journal: what another writer recorded meanwhile counts.
+        await journal.aload()
+        recorded = journal.get(result_key(call.call_id))
+        if isinstance(recorded, ToolResult):
+            return recorded
+        live = live_attempt(journal, call.call_id)
+        if live is None:
             return None
-        memo = _UNSTARTED.get(self.store, {})
-        if memo.get((journal.run_id, call.call_id, last.gen)) == last.claim:
+        last = live
+        if running(last.claim) is not None:
+            now = self.clock()
+            raise RunInFlight(
+                f"run {journal.run_id!r}: call {call.call_id!r} ({tool.name}) is still running in this "
+                "process, past its deadline (a synchronous tool cannot be stopped); its outcome is recorded "
+                "when it returns. Run again after that",
+                run_id=journal.run_id,
+                holder=None,
+                expires_at=None,
+                retry_after=now + 1.0,
+            )
+        if never_started(last.claim):
             # This process wrote that marker and knows it never called the tool: void it and go on.
             await journal.awrite_one(
                 NotStarted(
@@ -475,13 +568,14 @@ class Agent:
                     call_id=call.call_id,
                     gen=last.gen,
                     claim=last.claim,
-                    reason="marker write failed before the call",
+                    reason="this process wrote the marker and never called the tool",
                 )
             )
-            memo.pop((journal.run_id, call.call_id, last.gen), None)
+            forget_started(last.claim)
             return None
         cause: BaseException | None = None
-        if tool.reconcile is not None and self.clock() >= last.deadline_ms / 1000 + self.clock_skew:
+        ready_at = last.deadline_ms / 1000 + self.clock_skew
+        if tool.reconcile is not None and self.clock() >= ready_at:
             info = AttemptInfo(
                 journal.run_id,
                 call.call_id,
@@ -508,13 +602,16 @@ class Agent:
                     journal, call.call_id, outcome, clock_skew=self.clock_skew, now=self.clock()
                 )
                 return recorded
-        raise self._unknown(journal, last, "crashed") from cause
+        why = "crashed"
+        if tool.reconcile is not None and cause is None and self.clock() < ready_at:
+            why = f"crashed; its reconciler may decide it from {when(ready_at, self.clock())} on"
+        raise self._unknown(journal, last, why) from cause
 
     def _unknown(self, journal: Journal, marker: Attempt, cause: str) -> OutcomeUnknown:
         args = canonical_json(marker.arguments).decode()
         return OutcomeUnknown(
             f"run {journal.run_id!r} halted: side-effect call {marker.call_id!r} ({marker.tool} {args}) was "
-            f"attempted at {marker.attempted_at_ms / 1000:.3f} but its outcome was not recorded "
+            f"attempted at {iso(marker.attempted_at_ms / 1000)} but its outcome was not recorded "
             f"({cause}); it fired zero times or once. Check the system of record, then call "
             f"bide.resolve_halt(store, "
             f"{journal.run_id!r}, {marker.call_id!r}, outcome=...) and run again",
@@ -560,17 +657,18 @@ class Agent:
                 stored: Record = marker
             else:
                 stored, _ = await journal.awrite_one(marker)
-        except StoreError:
-            # The write may have committed; either way the tool was not called. Remember the claim, so a
-            # later drive in this process can void it instead of halting.
-            _remember_unstarted(self.store, run_id, call.call_id, gen, claim)
+        except BaseException:
+            # The write may have committed (or was cancelled after it did); either way the tool was not
+            # called. Remember the claim, so a later drive in this process can void it instead of halting.
+            remember_unstarted(claim)
             raise
         if not isinstance(stored, Attempt) or stored.claim != claim:
-            assert isinstance(stored, Attempt)
-            raise self._unknown(journal, stored, "contended: another driver claimed this call")
+            return None  # another writer claimed this attempt first: reload and decide again
+        # The window the marker recorded: the tool starts only before its deadline, with the time left.
+        window = CallWindow(tool.name, claim, marker.deadline_ms / 1000, self.clock)
         ctx = CallContext(run_id, call.call_id, tool.name, idem, gen)
         try:
-            value = await tool._invoke(call_args, ctx)
+            value = await tool._invoke(call_args, ctx, window)
         except NotCalled as exc:
             try:
                 await journal.awrite_one(
@@ -582,12 +680,12 @@ class Agent:
                         reason=_error_text(exc),
                     )
                 )
-            except StoreError:
-                _remember_unstarted(self.store, run_id, call.call_id, gen, claim)
+            except BaseException:
+                remember_unstarted(claim)
                 raise
             raise ToolNotStarted(
-                f"tool {tool.name!r} (call {call.call_id!r} of run {run_id!r}) reported that "
-                f"it did not run: {exc}. Run again to retry the call"
+                f"tool {tool.name!r} (call {call.call_id!r} of run {run_id!r}) did not run: {exc}. "
+                "Run again to retry the call"
             ) from exc
         except ToolError as exc:
             return self._result(
@@ -599,12 +697,129 @@ class Agent:
                 approval=approval,
             )
         except TimeoutError as exc:
+            if window.state == "started" and not window.done.is_set():
+                # A synchronous tool cannot be stopped: it runs on past its deadline, as a live call of this
+                # process, whose lease the drive hands to a keeper that records what it returns.
+                late = self._late_result(call, tool, idem, approval)
+                self._overruns[(run_id, journal.fence)] = (window, late)
+                cause = (
+                    f"still running past its {tool.timeout:g}s timeout in this process (a synchronous tool "
+                    "cannot be stopped); this process keeps the run's lease and records its outcome when "
+                    "it returns"
+                )
+                raise self._unknown(journal, marker, cause) from exc
             raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s") from exc
-        except Exception as exc:
+        except BaseException as exc:
+            if window.state != "started":
+                remember_unstarted(claim)  # cancelled before it started: provably not called
+            if not isinstance(exc, Exception):
+                raise
             raise self._unknown(journal, marker, f"the tool raised {type(exc).__name__}: {exc}") from exc
         return self._result(
             call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
         )
+
+    def _late_result(
+        self, call: ToolCall, tool: Tool, idem: str, approval: Any
+    ) -> Callable[[bool, Any], ToolResult | None]:
+        """How the outcome of a call that outlived its drive becomes its result record (None: unknown)."""
+
+        def build(returned: bool, value: Any) -> ToolResult | None:
+            safety = tool.safety.value
+            if returned:
+                value = journal_safe(tool.name, value)
+                return self._result(call, value, is_error=False, safety=safety, idem=idem, approval=approval)
+            if isinstance(value, ToolError):
+                text = _error_text(value)
+                return self._result(call, text, is_error=True, safety=safety, idem=idem, approval=approval)
+            return None
+
+        return build
+
+
+class _LeaseKeeper:
+    """Keeps a drive's lease: renews it every third of its ttl while the drive runs, and frees it when the
+    drive stops, unless the run ended (nothing more can be written to it) or a synchronous tool of the drive
+    runs on past its deadline (`overrun`): then a thread keeps renewing it until the tool returns, records
+    its outcome under the lease, and frees it."""
+
+    __slots__ = ("agent", "ended", "handle", "journal", "lease", "loop", "task")
+
+    def __init__(self, agent: Agent, journal: Journal, lease: Lease) -> None:
+        self.agent = agent
+        self.journal = journal
+        self.lease = lease
+        self.ended = False
+        self.task: asyncio.Future[None] | None = None
+        self.loop = asyncio.get_running_loop()
+        self.handle: asyncio.TimerHandle | None = self.loop.call_later(agent.lease_ttl / 3, self._due)
+
+    def _due(self) -> None:
+        self.handle = None
+        self.task = asyncio.ensure_future(self._renew())
+
+    async def _renew(self) -> None:
+        agent, lease = self.agent, self.lease
+        try:
+            now_ms = int(agent.clock() * 1000)
+            ttl_ms = int(agent.lease_ttl * 1000)
+            renewed = await agent.store.alease(
+                lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=ttl_ms, token=lease.token
+            )
+        except Exception:
+            renewed = None  # the store hiccuped: try again sooner; the lease has two thirds left
+        if renewed is not None and not renewed.held:
+            return  # taken over: every further write of this drive is refused by the store
+        delay = agent.lease_ttl / (3 if renewed is not None else 9)
+        self.handle = self.loop.call_later(delay, self._due)
+
+    async def stop(self) -> None:
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+        task, self.task = self.task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        lease = self.lease
+        overrun = self.agent._overruns.pop((lease.run_id, self.journal.fence), None)
+        if self.ended:
+            return
+        if overrun is not None:
+            window, build = overrun
+            threading.Thread(
+                target=_keep_overrun,
+                args=(self.agent, lease, window, build),
+                name=f"bide-overrun:{lease.run_id}",
+                daemon=True,
+            ).start()
+            return
+        with contextlib.suppress(Exception):  # a lease not freed only expires
+            await self.agent.store.arelease(lease.run_id, lease.holder, lease.token)
+
+
+def _keep_overrun(
+    agent: Agent, lease: Lease, window: CallWindow, build: Callable[[bool, Any], ToolResult | None]
+) -> None:
+    """Hold the run's lease while a synchronous tool runs on past its deadline, then journal what it
+    returned (under the lease) and free the lease."""
+    store, ttl_ms = agent.store, int(agent.lease_ttl * 1000)
+    try:
+        while not window.done.wait(agent.lease_ttl / 3):
+            now_ms = int(agent.clock() * 1000)
+            renewed = store.lease(lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=ttl_ms, token=lease.token)
+            if not renewed.held:
+                return
+        assert window.outcome is not None
+        record = build(*window.outcome)
+        if record is not None:
+            journal = Journal(store, lease.run_id).load()
+            journal.fence = (lease.holder, lease.token)
+            journal.write([record])
+        store.release(lease.run_id, lease.holder, lease.token)
+    except Exception:  # the store failed: the lease expires and the call stays halted for a decision
+        return
 
 
 async def _flush(journal: Journal, pending: list[Record]) -> bool:
@@ -631,6 +846,7 @@ def _check_reply(reply: object) -> None:
     if not isinstance(reply.content, str) or not isinstance(reply.tool_calls, list):
         raise ModelError("model returned an AssistantMessage whose content is not a string or whose "
                          "tool_calls is not a list")
+    ids: set[str] = set()
     for c in reply.tool_calls:
         if not (
             isinstance(c, ToolCall)
@@ -640,6 +856,29 @@ def _check_reply(reply: object) -> None:
         ):
             raise ModelError(f"model returned a malformed tool call {c!r}: expected ToolCall(id=str, "
                              "name=str, arguments=dict or str)")
+        if c.id in ids:
+            # Two calls under one provider id cannot both be answered; nothing of the turn is journaled.
+            raise ModelError(f"model returned two tool calls with the id {c.id!r} in one turn; run again "
+                             "to ask the model again")
+        ids.add(c.id)
+    _check_journalable(reply)
+
+
+def _check_journalable(reply: AssistantMessage) -> None:
+    """Refuse a reply whose text or arguments the journal cannot hold (a lone surrogate, NaN or an infinity,
+    values that are not JSON) before any of it is journaled."""
+    try:
+        reply.content.encode("utf-8")
+        for c in reply.tool_calls:
+            c.id.encode("utf-8")
+            c.name.encode("utf-8")
+            args = c.arguments
+            (args if isinstance(args, str) else json_text(args)).encode("utf-8")
+    except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
+        raise ModelError(
+            f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
+            "model again"
+        ) from exc
 
 
 def _restart(run_id: str, turn: int, restarts: int) -> int:

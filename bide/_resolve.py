@@ -17,6 +17,7 @@ from typing import Any
 
 from ._canonical import canonical_json, new_claim
 from ._errors import ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
+from ._inflight import running
 from ._journal import Journal
 from ._outcome import Outcome
 from ._records import (
@@ -36,10 +37,12 @@ from ._records import (
     result_key,
 )
 from ._store import Store
+from ._when import when
 
 __all__ = ["DEFAULT_CLOCK_SKEW", "RunStatus", "aresolve_halt", "attempts_of", "resolve_halt", "run_status"]
 
 DEFAULT_CLOCK_SKEW = 1.0
+RESOLVE_LEASE_MS = 30_000
 
 
 def attempts_of(journal: Journal, call_id: str) -> list[Attempt]:
@@ -86,11 +89,18 @@ async def resolve_in(
             "nothing to resolve (run the agent to go on)"
         )
     now = time.time() if now is None else now
+    if running(live.claim) is not None:
+        raise HaltInFlight(
+            f"call {call_id!r} of run {journal.run_id!r} is still running in this process, past its deadline "
+            "(a synchronous tool cannot be stopped); its outcome is recorded when it returns",
+            retry_after=now + 1.0,
+        )
     ready_at = live.deadline_ms / 1000 + clock_skew
     if now < ready_at:
         raise HaltInFlight(
             f"call {call_id!r} of run {journal.run_id!r} may still be running (its deadline is "
-            f"{live.deadline_ms / 1000:.3f}, plus {clock_skew:g}s clock skew); retry after {ready_at:.3f}",
+            f"{when(live.deadline_ms / 1000, now)}, plus {clock_skew:g} s clock skew); retry after "
+            f"{when(ready_at, now)}",
             retry_after=ready_at,
         )
     claim = new_claim()
@@ -148,10 +158,31 @@ async def aresolve_halt(
     """Async `resolve_halt`."""
     if not isinstance(outcome, Outcome):
         raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
-    journal = await Journal(store, run_id).aload()
-    if not journal.exists:
-        raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
-    await resolve_in(journal, call_id, outcome, clock_skew=clock_skew)
+    # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are
+    # fenced, so a driver that wakes up afterwards cannot write over the decision.
+    holder = new_claim()
+    now = time.time()
+    lease = await store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=RESOLVE_LEASE_MS)
+    journal = Journal(store, run_id)
+    try:
+        await journal.aload()
+        if not journal.exists:
+            raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
+        if not lease.held:
+            if journal.has(END_KEY):
+                raise NoLiveAttempt(f"run {run_id!r} has ended; call {call_id!r} has nothing to resolve")
+            expires = lease.expires_ms / 1000
+            raise HaltInFlight(
+                f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
+                f"{lease.token}, expires {when(expires, now)} unless renewed); nobody decides a call "
+                "while a live driver holds the run. Retry after that",
+                retry_after=expires,
+            )
+        journal.fence = (holder, lease.token)
+        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew)
+    finally:
+        if lease.held:
+            await store.arelease(run_id, holder, lease.token)
 
 
 def resolve_halt(

@@ -21,8 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._agent import Agent, forget_unstarted_claims
+from .._agent import Agent
 from .._errors import OutcomeUnknown, RunHalted
+from .._inflight import forget_unstarted_claims
 from .._memory import MemoryStore
 from .._outcome import Outcome
 from .._store import BlockingStore, Entry, Fence, Lease

@@ -35,7 +35,7 @@ def test_cli_runs_show_resolve_and_errors(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     store = bide.open_store(url)
 
-    @bide.tool(timeout=0.01)
+    @bide.tool(timeout=0.3)  # room for the marker's commit: the call starts only inside its window
     def send(to: str) -> str:
         """Send."""
         raise OSError("network unreachable after the request went out")
