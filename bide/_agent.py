@@ -20,9 +20,7 @@ unless a reconciler decides it, or this process knows the call never started.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import inspect
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -47,6 +45,7 @@ from ._errors import (
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
 from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
 from ._journal import Journal
+from ._lease import LeaseKeeper
 from ._messages import (
     AssistantMessage,
     Message,
@@ -176,7 +175,7 @@ class Agent:
         if lease is None:  # the run had ended: its answer, from the journal
             self._check_start(journal, input)
             return self._finished(journal, replayed=True)
-        keeper = _LeaseKeeper(self, journal, lease)
+        keeper = LeaseKeeper(self.store, lease, self.lease_ttl, self.clock)
         try:
             result = await self._drive(journal, input)
             keeper.ended = True
@@ -199,7 +198,9 @@ class Agent:
                 retry_after=now + self.lease_ttl,
             ) from refused
         finally:
-            await keeper.stop()
+            release = keeper.stop(self._overruns.pop((run_id, journal.fence), None))
+            if release is not None:
+                await release
 
     def _finished(self, journal: Journal, *, replayed: bool) -> RunResult:
         end = journal.get(END_KEY)
@@ -697,7 +698,7 @@ class Agent:
                 approval=approval,
             )
         except TimeoutError as exc:
-            if window.state == "started" and not window.done.is_set():
+            if window.running():
                 # A synchronous tool cannot be stopped: it runs on past its deadline, as a live call of this
                 # process, whose lease the drive hands to a keeper that records what it returns.
                 late = self._late_result(call, tool, idem, approval)
@@ -735,91 +736,6 @@ class Agent:
             return None
 
         return build
-
-
-class _LeaseKeeper:
-    """Keeps a drive's lease: renews it every third of its ttl while the drive runs, and frees it when the
-    drive stops, unless the run ended (nothing more can be written to it) or a synchronous tool of the drive
-    runs on past its deadline (`overrun`): then a thread keeps renewing it until the tool returns, records
-    its outcome under the lease, and frees it."""
-
-    __slots__ = ("agent", "ended", "handle", "journal", "lease", "loop", "task")
-
-    def __init__(self, agent: Agent, journal: Journal, lease: Lease) -> None:
-        self.agent = agent
-        self.journal = journal
-        self.lease = lease
-        self.ended = False
-        self.task: asyncio.Future[None] | None = None
-        self.loop = asyncio.get_running_loop()
-        self.handle: asyncio.TimerHandle | None = self.loop.call_later(agent.lease_ttl / 3, self._due)
-
-    def _due(self) -> None:
-        self.handle = None
-        self.task = asyncio.ensure_future(self._renew())
-
-    async def _renew(self) -> None:
-        agent, lease = self.agent, self.lease
-        try:
-            now_ms = int(agent.clock() * 1000)
-            ttl_ms = int(agent.lease_ttl * 1000)
-            renewed = await agent.store.alease(
-                lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=ttl_ms, token=lease.token
-            )
-        except Exception:
-            renewed = None  # the store hiccuped: try again sooner; the lease has two thirds left
-        if renewed is not None and not renewed.held:
-            return  # taken over: every further write of this drive is refused by the store
-        delay = agent.lease_ttl / (3 if renewed is not None else 9)
-        self.handle = self.loop.call_later(delay, self._due)
-
-    async def stop(self) -> None:
-        if self.handle is not None:
-            self.handle.cancel()
-            self.handle = None
-        task, self.task = self.task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        lease = self.lease
-        overrun = self.agent._overruns.pop((lease.run_id, self.journal.fence), None)
-        if self.ended:
-            return
-        if overrun is not None:
-            window, build = overrun
-            threading.Thread(
-                target=_keep_overrun,
-                args=(self.agent, lease, window, build),
-                name=f"bide-overrun:{lease.run_id}",
-                daemon=True,
-            ).start()
-            return
-        with contextlib.suppress(Exception):  # a lease not freed only expires
-            await self.agent.store.arelease(lease.run_id, lease.holder, lease.token)
-
-
-def _keep_overrun(
-    agent: Agent, lease: Lease, window: CallWindow, build: Callable[[bool, Any], ToolResult | None]
-) -> None:
-    """Hold the run's lease while a synchronous tool runs on past its deadline, then journal what it
-    returned (under the lease) and free the lease."""
-    store, ttl_ms = agent.store, int(agent.lease_ttl * 1000)
-    try:
-        while not window.done.wait(agent.lease_ttl / 3):
-            now_ms = int(agent.clock() * 1000)
-            renewed = store.lease(lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=ttl_ms, token=lease.token)
-            if not renewed.held:
-                return
-        assert window.outcome is not None
-        record = build(*window.outcome)
-        if record is not None:
-            journal = Journal(store, lease.run_id).load()
-            journal.fence = (lease.holder, lease.token)
-            journal.write([record])
-        store.release(lease.run_id, lease.holder, lease.token)
-    except Exception:  # the store failed: the lease expires and the call stays halted for a decision
-        return
 
 
 async def _flush(journal: Journal, pending: list[Record]) -> bool:

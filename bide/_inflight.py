@@ -63,8 +63,10 @@ class CallWindow:
     """The window of one claimed call: it may start only before `deadline` (Unix seconds on `clock`).
 
     `start()` is called where the tool really starts and answers the seconds left, or raises `NotCalled`
-    (the window closed, or the caller gave up on it with `abandon()` first). Once started, the call counts
-    as running in this process until `finish()`; `outcome` then holds what it returned or raised.
+    (the window closed, or the caller gave up on it with `abandon()` first). A call started in a worker
+    thread (`threaded()` first) counts as running in this process until `finish()`, which keeps what it
+    returned or raised in `outcome` and sets `done`. An async call needs none of that: it is cancelled at
+    the deadline.
     """
 
     __slots__ = ("claim", "clock", "deadline", "done", "outcome", "state", "tool")
@@ -75,27 +77,41 @@ class CallWindow:
         self.deadline = deadline
         self.clock = clock
         self.state = "waiting"  # -> "started" | "abandoned"
-        self.done = threading.Event()
+        self.done: threading.Event | None = None
         self.outcome: tuple[bool, Any] | None = None  # (returned normally, value or exception)
 
     def remaining(self) -> float:
         return self.deadline - self.clock()
 
+    def threaded(self) -> None:
+        """The call will run in a worker thread: track it as running while it runs."""
+        self.done = threading.Event()
+
     def start(self) -> float:
+        if self.done is None:  # an async call, started in the event loop's own thread
+            left = self.deadline - self.clock()
+            if left <= 0:
+                self.state = "abandoned"
+                raise self._closed(left)
+            self.state = "started"
+            return left
         with _LOCK:
             if self.state == "abandoned":
                 raise NotCalled(f"tool {self.tool!r} was given up on before it started")
             left = self.deadline - self.clock()
             if left <= 0:
                 self.state = "abandoned"
-                raise NotCalled(
-                    f"tool {self.tool!r} could not start inside its window: the deadline its attempt marker "
-                    f"recorded passed {-left:.3f}s before it could start"
-                )
+                raise self._closed(left)
             self.state = "started"
-            _RUNNING[self.claim] = self
-            _UNSTARTED.pop(self.claim, None)
+            if self.claim:
+                _RUNNING[self.claim] = self
         return left
+
+    def _closed(self, left: float) -> NotCalled:
+        return NotCalled(
+            f"tool {self.tool!r} could not start inside its window: the deadline its attempt marker "
+            f"recorded passed {-left:.3f} s before it could start"
+        )
 
     def abandon(self) -> bool:
         """Make sure the call never starts if it has not yet; True when it never started."""
@@ -104,8 +120,13 @@ class CallWindow:
                 self.state = "abandoned"
             return self.state == "abandoned"
 
+    def running(self) -> bool:
+        """True while a started threaded call has not returned."""
+        return self.state == "started" and self.done is not None and not self.done.is_set()
+
     def finish(self, returned: bool, value: Any) -> None:
         with _LOCK:
             self.outcome = (returned, value)
             _RUNNING.pop(self.claim, None)
-        self.done.set()
+        if self.done is not None:
+            self.done.set()

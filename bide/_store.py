@@ -40,7 +40,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from ._errors import LeaseLost, RunEnded
 
@@ -72,8 +72,7 @@ class Entry:
     inserted: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class Lease:
+class Lease(NamedTuple):
     """A run's lease as the store answered it. `held` is True when the caller holds it after the call
     (granted or renewed); otherwise `holder`, `token` and `expires_ms` describe the live lease of someone
     else. `expires_ms` is Unix milliseconds on the clock of the caller that granted or renewed it."""

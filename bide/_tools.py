@@ -272,12 +272,7 @@ class Tool:
                 left = window.start()
                 # Nothing of the tool runs until its coroutine is awaited, under the deadline.
                 coroutine = self.fn(**args) if isinstance(args, dict) else self.fn(args)
-                try:
-                    value = await run_with_deadline(coroutine, left)
-                except BaseException as exc:
-                    window.finish(False, exc)
-                    raise
-                window.finish(True, None)
+                value = await run_with_deadline(coroutine, left)
                 return journal_safe(self.name, value)
             if isinstance(args, dict):
                 call: Callable[[], Any] = functools.partial(self.fn, **args)
@@ -307,6 +302,7 @@ class Tool:
             window.finish(True, value)
             return value
 
+        window.threaded()
         left = window.remaining()
         if left <= 0:
             window.abandon()
