@@ -265,7 +265,7 @@ def test_cancelled_after_the_marker_commit_is_retried_in_the_same_process(
 
         agent = bide.Agent(
             ScriptedModel([call("charge", to="x"), reply("done")]),
-            store=SlowMarkerStore(store),  # type: ignore[arg-type]
+            store=SlowMarkerStore(store),
             tools=[charge],
         )
         task = asyncio.create_task(agent.run("r", "go"))
@@ -377,3 +377,61 @@ def test_a_turn_the_journal_cannot_hold_is_refused_as_a_model_error(
     with pytest.raises(bide.ModelError, match="cannot hold"):
         bide.Agent(Odd(), store=store, tools=[charge]).run_sync("r", "go")
     assert [e.key for e in store.load("r")] == []
+
+
+@pytest.mark.slow
+def test_sigkill_among_concurrent_drivers(shared: Any, tmp_path: Path) -> None:
+    """Two or three processes drive the same runs at once and are killed with SIGKILL at random moments;
+    then one process drives every run to its end. No call fires twice; every run completes, or halts on a
+    marker whose outcome no surviving process can know. Prints how many halts were calls that never
+    started (the documented price of never guessing)."""
+    import random
+    import signal
+
+    url, prefix, effects, store = shared
+    rng = random.Random(12)
+    runs_all: list[str] = []
+    kills = 0
+    for round_ in range(4):
+        runs = [f"k{round_}-{i}" for i in range(10)]
+        runs_all += runs
+        go = tmp_path / f"go{round_}"
+        opts = {"model_delay": 0.2, "work": 0.2, "lease_ttl": 1.0, "lease_wait": 20.0, "go": str(go)}
+        drivers = rng.choice([2, 3])
+        procs = [spawn(url, prefix, effects, runs, **opts) for _ in range(drivers)]
+        pattern = f"{go.name}.ready.*"
+        wait_for(lambda p=pattern, n=drivers: len(list(tmp_path.glob(p))) == n, "no start")
+        go.touch()
+        victims = rng.sample(procs, rng.randint(1, drivers))
+        started = time.monotonic()
+        for proc in sorted(victims, key=lambda _: rng.random()):
+            time.sleep(max(0.0, started + rng.uniform(0.05, 1.0) - time.monotonic()))
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        for proc in procs:
+            if proc in victims:
+                proc.wait()
+            else:
+                assert set(outcome(proc).values()) <= {"completed", "halted", "not_started"}
+    finals: dict[str, str] = {}
+    todo = runs_all
+    for _ in range(3):
+        got = outcome(spawn(url, prefix, effects, todo, lease_ttl=1.0, lease_wait=30.0))
+        finals.update(got)
+        todo = [r for r, o in got.items() if o == "not_started"]
+        if not todo:
+            break
+    assert not todo
+    halts = [r for r in runs_all if finals[r] == "halted"]
+    never_started = [r for r in halts if not fires(effects, r)]
+    for r in runs_all:
+        assert_sound(store, r, effects)
+        if finals[r] == "completed":
+            assert len(fires(effects, r)) == 1
+        else:
+            assert finals[r] == "halted" and bide.run_status(store, r).status == "halted"
+    print(
+        f"\n{url.split(':')[0]}: {len(runs_all)} runs, {kills} drivers killed, max fired "
+        f"{max(len(fires(effects, r)) for r in runs_all)}, completed {len(runs_all) - len(halts)}, halted "
+        f"{len(halts)} (of which the call never started: {len(never_started)})"
+    )
