@@ -81,6 +81,7 @@ from ._tools import (
     idempotency_key_for,
     tool,
 )
+from ._worker import PassReport, Worker
 
 __all__ = [
     "JOURNAL_FORMAT",
@@ -122,6 +123,7 @@ __all__ = [
     "OpenAIModel",
     "Outcome",
     "OutcomeUnknown",
+    "PassReport",
     "Pause",
     "Pending",
     "ReadOnly",
@@ -149,6 +151,7 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "UserMessage",
+    "Worker",
     "WriteHook",
     "WriteRefused",
     "WriteTransaction",

@@ -4,6 +4,7 @@
     bide show    [--store URL] RUN [--json]
     bide resolve [--store URL] RUN CALL (--succeeded JSON | --failed MESSAGE | --not-started)
                  [--evidence JSON]
+    bide worker  [--store URL] --app module:attribute [--concurrency N] [--poll S] [--once [--json]]
 
 `--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes: 0 done; 2 bad usage; 3 no such store,
 run or call; 4 refused (the message says why and what to do); 5 the store failed.
@@ -44,7 +45,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_REFUSED = 4
 EXIT_STORE = 5
-EXTENSIONS = ("bide.approvals._cli",)
+EXTENSIONS = ("bide.approvals._cli", "bide._worker_cli")
 
 
 class CLIError(Exception):

@@ -1,0 +1,118 @@
+"""`bide worker`: resume crashed runs from the command line (a `bide.Worker` over a store).
+
+    bide worker --store URL --app module:attribute [--concurrency N] [--poll SECONDS] [--once [--json]]
+
+`module:attribute` names your agents: an `Agent`, a list of agents, or a function that takes the opened
+store and returns either (so the agents use the worker's store). The current directory is importable.
+Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. Exit codes follow `bide`'s:
+0 done; 2 bad usage (the app cannot be imported or is not agents); 3 no such store; 5 the store failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from ._agent import Agent
+from ._errors import ConfigError
+from ._store import Store
+from ._worker import Worker
+
+__all__ = ["register"]
+
+EXIT_OK, EXIT_USAGE = 0, 2
+
+
+class _AppError(Exception):
+    pass
+
+
+def load_agents(spec: str, store: Store) -> list[Agent]:
+    """The agents `module:attribute` names (a function is called with the store)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise _AppError(f"--app must be module:attribute (for example myapp.agents:build), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _AppError(f"cannot import {module_name!r} for --app: {exc}") from exc
+    try:
+        value: Any = getattr(module, attribute)
+    except AttributeError:
+        raise _AppError(f"module {module_name!r} has no attribute {attribute!r} (--app {spec})") from None
+    if callable(value) and not isinstance(value, Agent):
+        value = value(store)
+    agents = [value] if isinstance(value, Agent) else list(value) if isinstance(value, list | tuple) else None
+    if not agents or not all(isinstance(a, Agent) for a in agents):
+        raise _AppError(f"--app {spec} must give a bide.Agent or a list of them, got {type(value).__name__}")
+    return agents
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    from ._cli import open_cli_store
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        store = open_cli_store(args)
+    except Exception as exc:
+        # bide's CLI error carries its exit code (its class exists twice when bide._cli runs as __main__).
+        code = getattr(exc, "code", None)
+        if not isinstance(code, int):
+            raise
+        print(f"bide: {exc}", file=sys.stderr)
+        return code
+    try:
+        try:
+            agents = load_agents(args.app, store)
+            worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll)
+        except (_AppError, ConfigError) as exc:
+            print(f"bide: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.once:
+            report = asyncio.run(worker.run_once())
+            if args.json:
+                print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True))
+            else:
+                print(
+                    f"resumed {report.driven} runs: {report.completed} completed, {report.halted} halted "
+                    f"(need a person), {report.waiting} waiting, {report.failed} failed; "
+                    f"{report.skipped} skipped"
+                )
+            return EXIT_OK
+        asyncio.run(_forever(worker))
+        return EXIT_OK
+    finally:
+        store.close()
+
+
+async def _forever(worker: Worker) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, worker.stop)
+    await worker.run_forever()
+
+
+def register(sub: Any) -> None:
+    """Add `bide worker` to the `bide` command."""
+    from ._cli import add_store_argument
+
+    p = sub.add_parser("worker", help="resume runs whose driver died (their lease expired)")
+    add_store_argument(p)
+    p.add_argument("--app", required=True, help="module:attribute naming the agents (see bide worker -h)")
+    p.add_argument("--concurrency", type=int, default=16, help="drives at once (default 16)")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks for runs (default 1)")
+    p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+    p.add_argument("--json", action="store_true", help="with --once: print the pass as JSON")
+    p.set_defaults(handler=_cmd_worker)
