@@ -13,6 +13,7 @@ demo: install
 test: install
 	@tests/infra/ensure-postgres.sh
 	@tests/infra/ensure-coq.sh
+	@tests/infra/ensure-spin.sh
 	$(MAKE) rocq
 	$(MAKE) lint typecheck
 	$(MAKE) pytest

@@ -20,9 +20,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from govern._certificate import check_certificate
-from govern._declare import Registry
-from govern._make_certificate import certificate_for
+from govern import Registry
+from govern.certificate._certificate import check_certificate
+from govern.certificate._make import certificate_for
 
 
 def chain(n: int) -> Registry:

@@ -73,7 +73,7 @@ def events_for(machine: govern.Machine, n: int, records: int, seed: int) -> list
 
 
 def bench_append(machine: govern.Machine, url: str, label: str, single: int, batched: int) -> None:
-    log = govern.EventLog(url, name=f"bench-{uuid.uuid4().hex[:8]}")
+    log = govern.EventLog(url, name=f"bench-{uuid.uuid4().hex[:8]}", machine=machine)
     events = events_for(machine, single, 1000, 1)
     t = time.perf_counter()
     for e in events:
@@ -92,7 +92,7 @@ def bench_append(machine: govern.Machine, url: str, label: str, single: int, bat
 
 
 def bench_fold(machine: govern.Machine, n: int) -> None:
-    log = govern.EventLog("memory://")
+    log = govern.EventLog("memory://", machine=machine)
     for i in range(0, n, 5000):
         log.append_many(events_for(machine, min(5000, n - i), 10_000, 10 + i))
     stored = log.read()
@@ -162,7 +162,7 @@ async def run_agents(machine: govern.Machine, log: govern.EventLog, total: int, 
 
 
 def bench_agents(machine: govern.Machine, total: int) -> None:
-    log = govern.EventLog("memory://")
+    log = govern.EventLog("memory://", machine=machine)
     print(
         f"governed agents end to end ({total:,} agents, stub model, one memory store each, "
         "shared memory log):"

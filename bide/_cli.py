@@ -9,6 +9,9 @@
 `--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes: 0 done; 2 bad usage; 3 no such store,
 run or call; 4 refused (the message says why and what to do); 5 the store failed.
 
+Run ids, inputs, answers, record keys and every other string from the store are printed through
+`printable` (control characters shown as escapes); `--json` output is ASCII-escaped JSON.
+
 Extending: a module may add subcommands with `register(subparsers)`; each subcommand sets
 `handler=fn(args) -> int` with `set_defaults`. `bide.approvals._cli.register` is picked up when present.
 """
@@ -29,6 +32,7 @@ from ._open import open_store
 from ._outcome import Outcome
 from ._resolve import resolve_halt, status_of
 from ._store import Store
+from ._terminal import printable
 
 __all__ = [
     "EXIT_NOT_FOUND",
@@ -38,6 +42,7 @@ __all__ = [
     "build_parser",
     "main",
     "open_cli_store",
+    "say",
 ]
 
 EXIT_OK = 0
@@ -87,7 +92,13 @@ def open_cli_store(args: argparse.Namespace) -> Store:
 
 
 def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+    # ASCII-escaped: a control character (C1, bidi override) from the store reaches no terminal.
+    print(json.dumps(value, indent=2, sort_keys=True))
+
+
+def say(text: str, *, file: Any = None) -> None:
+    """Print one line built from store data, with control characters shown as escapes."""
+    print(printable(text), file=file)
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
@@ -118,7 +129,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     else:
         for row in rows:
             extra = f"  call {row['call_id']} ({row['tool']})" if row["call_id"] else ""
-            print(f"{row['run_id']}\t{row['status']}\t{row['records']} records{extra}")
+            fields = (row["run_id"], row["status"], f"{row['records']} records{extra}")
+            print("\t".join(printable(str(f)) for f in fields))
     return EXIT_OK
 
 
@@ -144,17 +156,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"run": info, "records": records})
         return EXIT_OK
-    print(f"run {st.run_id}: {st.status}")
+    say(f"run {st.run_id}: {st.status}")
     if st.input is not None:
-        print(f"  input:  {st.input}")
+        say(f"  input:  {st.input}")
     if st.answer is not None:
-        print(f"  answer: {st.answer}")
+        say(f"  answer: {st.answer}")
     if st.call_id:
-        print(f"  blocked on call {st.call_id}: {st.tool} {json.dumps(st.arguments, sort_keys=True)}")
+        say(f"  blocked on call {st.call_id}: {st.tool} {json.dumps(st.arguments, sort_keys=True)}")
     for r in records:
         rec = r["record"]
         detail = {k: v for k, v in rec.items() if k not in ("key", "kind", "salt")}
-        print(
+        say(
             f"  {r['seq']:>6}  {r['key']:<28} {rec.get('kind')}  {json.dumps(detail, sort_keys=True)[:160]}"
         )
     return EXIT_OK
@@ -180,7 +192,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         resolve_halt(store, args.run, args.call, outcome=outcome, clock_skew=args.clock_skew)
     finally:
         store.close()
-    print(f"resolved call {args.call} of run {args.run} as {outcome.kind}; run the agent again to go on")
+    say(f"resolved call {args.call} of run {args.run} as {outcome.kind}; run the agent again to go on")
     return EXIT_OK
 
 
@@ -235,22 +247,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         code: int = args.handler(args)
         return code
     except CLIError as exc:
-        print(f"bide: {exc}", file=sys.stderr)
+        say(f"bide: {exc}", file=sys.stderr)
         return exc.code
     except NoLiveAttempt as exc:
-        print(f"bide: {exc}", file=sys.stderr)
+        say(f"bide: {exc}", file=sys.stderr)
         return EXIT_NOT_FOUND
     except ResolveRefused as exc:
-        print(f"bide: refused: {exc}", file=sys.stderr)
+        say(f"bide: refused: {exc}", file=sys.stderr)
         return EXIT_REFUSED
     except ConfigError as exc:
-        print(f"bide: {exc}", file=sys.stderr)
+        say(f"bide: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except StoreError as exc:
-        print(f"bide: store error: {exc}", file=sys.stderr)
+        say(f"bide: store error: {exc}", file=sys.stderr)
         return EXIT_STORE
     except BideError as exc:
-        print(f"bide: {exc}", file=sys.stderr)
+        say(f"bide: {exc}", file=sys.stderr)
         return EXIT_REFUSED
 
 

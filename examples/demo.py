@@ -254,14 +254,14 @@ class Demo:
     def certify(self) -> govern.Machine:
         cert = self.workdir / "orders.govern-cert.json"
         made = subprocess.run(
-            python_tool("govern._cli", "certify", f"{MACHINE_FILE}:orders", "-o", str(cert)),
+            python_tool("govern.cli", "certify", f"{MACHINE_FILE}:orders", "-o", str(cert)),
             capture_output=True,
             text=True,
         )
         if made.returncode != 0:
             raise SystemExit(f"govern certify failed (exit {made.returncode}):\n{made.stdout}{made.stderr}")
         checked = subprocess.run(
-            python_tool("govern._cli", "check", str(cert)), capture_output=True, text=True
+            python_tool("govern.cli", "check", str(cert)), capture_output=True, text=True
         )
         self.check_output = checked.stdout.strip() or checked.stderr.strip()
         self.check_code = checked.returncode
@@ -270,7 +270,7 @@ class Demo:
         self.cert_matches = document["machine"] == machine.rules()
         self.cert_digest = document["digest"]
         machine.save(self.workdir / "orders.machine")
-        govern.EventLog(str(self.workdir / "events.db")).bind(machine.digest)
+        govern.EventLog(str(self.workdir / "events.db")).bind(machine)
         return machine
 
     def progress(self, log: govern.EventLog) -> Group:

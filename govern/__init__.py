@@ -4,23 +4,23 @@ Declare variables, ordered invariants with repairs, and guarded events on a `Reg
 enumerates the state space, verifies that every delivery order converges (WFC, CC1; CC2 reported),
 has the checker extracted from our Rocq proof re-check the tables, and returns a `Machine` whose
 every transition is one table lookup. See docs/govern.md and docs/semantics.md.
+
+Data flows one way, and so do imports: each layer imports only layers below it (each subpackage's
+docstring names what it may import; tests/govern/test_layout.py checks it from the source).
+
+    6  cli/                the `govern` command and its pictures
+    5  runtime/            the event log, replicas, delivery rules, agents as producers
+    4  certificate/        the certificate format, encodings, signing, making and checking
+    3  machine/            `Registry`, the build pipeline, the built `Machine`
+    2  verify/, oracle/    the engine's verification; the checker extracted from Rocq and its gate
+    1  model/              expressions, variables and the state space, declarations as data
+    0  _errors.py          every exception type (certificate errors: certificate/_errors.py)
 """
 
 from __future__ import annotations
 
 from contextlib import suppress as _suppress
 
-from ._agents import event_tool
-from ._cert_errors import (
-    CertificateError,
-    CertificateInvalid,
-    CertificateTooLarge,
-    CertificateUnreadable,
-    SigningKeyError,
-)
-from ._certificate import Certificate, CheckResult, check_certificate, read_certificate
-from ._counterexample import Counterexample, Divergence, RepairCycle, Step
-from ._declare import Registry
 from ._errors import (
     DeclarationError,
     DomainViolation,
@@ -36,22 +36,36 @@ from ._errors import (
     StateSpaceTooLarge,
     UnknownEvent,
 )
-from ._eventlog import (
+from .certificate._certificate import Certificate, CheckResult, check_certificate, read_certificate
+from .certificate._errors import (
+    CertificateError,
+    CertificateInvalid,
+    CertificateTooLarge,
+    CertificateUnreadable,
+    SigningKeyError,
+)
+from .certificate._make import certify
+from .machine._machine import Machine, MachineTables, State
+from .machine._registry import Registry
+from .model._expr import Expr, Var, if_, implies, max_, min_
+from .runtime._agents import event_tool
+from .runtime._eventlog import (
     Appended,
     Event,
     EventConflict,
     EventLog,
     EventLogError,
+    InvalidInput,
     LogCorrupted,
+    LogFormatError,
     LoggedEvent,
+    LogTimeout,
     MachineMismatch,
     MissingDependency,
 )
-from ._expr import Expr, Var, if_, implies, max_, min_
-from ._machine import Machine, MachineTables, State
-from ._make_certificate import certify
-from ._replica import Checkpoint, Replica, ReplicaError
-from ._report import PrunedPair, Report
+from .runtime._replica import Checkpoint, Replica, ReplicaError
+from .verify._counterexample import Counterexample, Divergence, RepairCycle, Step
+from .verify._report import PrunedPair, Report
 
 __all__ = [
     "Appended",
@@ -73,7 +87,10 @@ __all__ = [
     "Expr",
     "ForeignState",
     "GovernError",
+    "InvalidInput",
     "LogCorrupted",
+    "LogFormatError",
+    "LogTimeout",
     "LoggedEvent",
     "Machine",
     "MachineFileError",
@@ -108,10 +125,10 @@ __all__ = [
     "read_certificate",
 ]
 
-# Public names report their public path (govern.Registry, not govern._declare.Registry).
+# Public names report their public path (govern.Registry, not govern.machine._registry.Registry).
 for _name in __all__:
     _obj = globals()[_name]
-    if getattr(_obj, "__module__", "").startswith("govern._"):
+    if any(part.startswith("_") for part in getattr(_obj, "__module__", "").split(".")[1:]):
         with _suppress(AttributeError, TypeError):
             _obj.__module__ = "govern"
 del _name, _obj

@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._counterexample import Counterexample
+    from .verify._counterexample import Counterexample
 
 __all__ = [
     "DeclarationError",

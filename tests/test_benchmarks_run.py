@@ -17,6 +17,7 @@ BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
 SMOKE_RUNS = {
     "bide_runs.py": ["--quick"],
     "governed.py": ["--quick"],
+    "eventlog.py": ["--quick"],
     "audit.py": ["--leaves", "2000", "--sql-leaves", "1000", "--samples", "100", "--appends", "20"],
     "govern_build.py": ["--quick"],
     "oracle.py": [],

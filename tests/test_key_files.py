@@ -10,7 +10,7 @@ from pathlib import Path
 
 from bide.audit import generate_key, load_signing_key
 from bide.audit import load_public_key as load_audit_public_key
-from govern._cert_signing import load_private_key, load_public_key, verify_signature
+from govern.certificate._signing import load_private_key, load_public_key, verify_signature
 
 
 def test_a_govern_key_signs_and_verifies_for_bide_audit(tmp_path: Path) -> None:

@@ -7,7 +7,9 @@
   (also the `bide approve`, `bide deny` and `bide pending` commands); refusals raise `ApprovalRefused`
   (`NoWaitingCall` when there is no such waiting call).
 - `count`: the counting rule, shared by the gate and the offline recount `verify_approvals`
-  (`bide-audit verify-approvals`).
+  (`bide-audit verify-approvals`), which also binds the call that ran to the approval.
+- `ApprovalTrust`: the policy an auditor pins (digest, approvers, k); a gate under another raises
+  `UntrustedPolicy`.
 
 Signed bytes and record layouts are documented in docs/audit.md.
 """
@@ -18,16 +20,19 @@ from ._gate import ApprovalGate
 from ._policy import ApprovalPolicy, Approver, decision_bytes
 from ._submit import ApprovalRefused, NoWaitingCall, PendingApproval, pending_approvals, submit_decision
 from ._tally import Count, count
+from ._trust import ApprovalTrust, UntrustedPolicy
 from ._verify import verify_approvals
 
 __all__ = [
     "ApprovalGate",
     "ApprovalPolicy",
     "ApprovalRefused",
+    "ApprovalTrust",
     "Approver",
     "Count",
     "NoWaitingCall",
     "PendingApproval",
+    "UntrustedPolicy",
     "count",
     "decision_bytes",
     "pending_approvals",

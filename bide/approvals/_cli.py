@@ -20,8 +20,14 @@ EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 2, 3, 4
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"bide: {message}", file=sys.stderr)
+    _say(f"bide: {message}", file=sys.stderr)
     return code
+
+
+def _say(text: str, file: Any = None) -> None:
+    from .._terminal import printable
+
+    print(printable(text), file=file)
 
 
 def _open(args: argparse.Namespace) -> Store | int:
@@ -64,10 +70,10 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     finally:
         store.close()
     verb = "approval" if approve else "denial"
-    print(f"Recorded the signed {verb} as {record!r} in run {args.run!r}.")
+    _say(f"Recorded the signed {verb} as {record!r} in run {args.run!r}.")
     if left:
         p = left[0]
-        print(
+        _say(
             f"Call {p.call_id} needs {p.need} of {len(p.approvers)}: approved by "
             f"{', '.join(p.approved_by) or 'nobody'}, denied by {', '.join(p.denied_by) or 'nobody'}; "
             f"waiting for {', '.join(p.waiting_for) or 'nobody'}."
@@ -95,14 +101,14 @@ def _pending(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        print(json.dumps([asdict(p) for p in waiting], indent=2))
+        print(json.dumps([asdict(p) for p in waiting], indent=2))  # ASCII-escaped: safe for a terminal
         return 0
     if not waiting:
         print("No call is waiting for approval.")
         return 0
     for p in waiting:
         shown = json.dumps(p.arguments, sort_keys=True, ensure_ascii=False)
-        print(
+        _say(
             f"{p.run_id}  {p.call_id}  {p.tool}({shown})  "
             f"{len(p.approved_by)}/{p.need} approvals of {len(p.approvers)}; "
             f"denied by {', '.join(p.denied_by) or 'nobody'}; waiting for {', '.join(p.waiting_for)}"

@@ -21,7 +21,6 @@ reach `need`, denied when the approvers left (n minus denials) can no longer rea
 from __future__ import annotations
 
 import base64
-import binascii
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -114,7 +113,7 @@ def _why_invalid(
     sig_text = data["signature"]
     try:
         sig = base64.b64decode(sig_text, validate=True) if isinstance(sig_text, str) else b""
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or text that is not ASCII
         sig = b""
     try:
         digest = bytes.fromhex(arguments_digest)

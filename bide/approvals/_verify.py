@@ -1,9 +1,21 @@
-"""`verify_approvals`: recount every approval gate of an evidence package offline."""
+"""`verify_approvals`: recount every approval gate of an evidence package offline, and check that the call
+which ran is the call the approvers signed.
+
+For each decided gate (a tally record): the request, the policy, the decisions and the recount (see
+docs/audit.md), then the executed call. Every record of the call (its model tool call, attempt markers,
+result, pause) must name the approved tool, and every attempt marker (what the tool was called with) must
+carry arguments whose canonical JSON hashes to the approved arguments digest; none may come before the
+tally. A package that leaves records out cannot show that no other attempt exists: it proves less, and says
+so (`executed_call_proven` is false in the facts).
+"""
 
 from __future__ import annotations
 
+import hashlib
+from dataclasses import dataclass, field
 from typing import Any
 
+from .._canonical import canonical_json
 from .._errors import ConfigError
 from ..audit._errors import NotVerified
 from ..audit._formats import MAX_SKEW_NS, EvidencePackage, decode_record_bytes, journal_leaf
@@ -11,10 +23,12 @@ from ..audit._keys import PublicKey
 from ..audit._merkle import leaf_hash, verify_inclusion
 from ..audit._verify import Verified, verify_evidence
 from ._policy import ApprovalPolicy
-from ._tally import arguments_match, count, decision_prefix, tally_key
+from ._tally import Count, arguments_match, count, decision_prefix, tally_key
+from ._trust import ApprovalTrust, UntrustedPolicy
 
 __all__ = ["verify_approvals"]
 
+_REQUEST_FIELDS = {"type", "call_id", "tool", "arguments", "arguments_digest", "policy", "policy_digest"}
 _TALLY_FIELDS = {
     "type",
     "call_id",
@@ -51,13 +65,17 @@ def _records(
     return out, "whose signature was NOT checked (pass --pubkey)"
 
 
+def _hex64(value: Any) -> bool:
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 def _check_gate(
     run_id: str,
     tally: dict[str, Any],
     by_key: dict[str, dict[str, Any]],
     records: list[dict[str, Any]],
     complete: bool,
-) -> tuple[str, list[str]]:
+) -> _Gate:
     td = tally.get("data")
     ti = tally["index"]
     if not isinstance(td, dict) or set(td) != _TALLY_FIELDS or td.get("type") != "tally":
@@ -65,6 +83,8 @@ def _check_gate(
     call = td["call_id"]
     if not isinstance(call, str) or tally["key"] != tally_key(call):
         raise NotVerified(f"tally {tally['key']!r} is stored under the wrong key")
+    if not (isinstance(td["tool"], str) and _hex64(td["arguments_digest"]) and _hex64(td["policy_digest"])):
+        raise NotVerified(f"the tally of call {call!r} has a malformed tool or digest")
     rkey = f"approval:request:{call}:{td['policy_digest']}"
     req = by_key.get(rkey)
     if req is None:
@@ -75,7 +95,12 @@ def _check_gate(
     if req["index"] >= ti:
         raise NotVerified(f"the request of call {call!r} is recorded after its tally")
     rd = req.get("data")
-    if not isinstance(rd, dict):
+    if (
+        req.get("kind") != "gate"
+        or not isinstance(rd, dict)
+        or set(rd) != _REQUEST_FIELDS
+        or rd.get("type") != "request"
+    ):
         raise NotVerified(f"record {rkey!r} is not a well-formed request")
     try:
         policy = ApprovalPolicy.from_json(rd.get("policy"))
@@ -115,6 +140,8 @@ def _check_gate(
                 f"decision {k!r} counted by the tally of call {call!r} is not in the package "
                 "(an omitted decision)"
             )
+        if rec.get("kind") != "gate":
+            raise NotVerified(f"decision {k!r} named by the tally of call {call!r} is not a gate record")
         if not k.startswith(decision_prefix(call)) or rec["index"] >= ti or rec["index"] <= last:
             raise NotVerified(
                 f"decision {k!r} named by the tally of call {call!r} is not a decision on this call "
@@ -132,7 +159,6 @@ def _check_gate(
         )
     if c.outcome == "pending":
         raise NotVerified(f"the tally of call {call!r} records an undecided gate")
-    notes: list[str] = []
     before = [r for r in records if r["key"].startswith(decision_prefix(call)) and r["index"] < ti]
     unnamed = [r for r in before if r["key"] not in set(named)]
     if unnamed:
@@ -140,30 +166,219 @@ def _check_gate(
             f"decision(s) {[r['key'] for r in unnamed]} recorded before the tally of call {call!r} "
             "are not named by it (an omitted decision)"
         )
+    gate = _Gate(call, td["tool"], td["arguments_digest"], policy, c, ti, len(named))
     after = [r for r in records if r["key"].startswith(decision_prefix(call)) and r["index"] > ti]
     if after:
-        notes.append(f"{len(after)} decision(s) on call {call!r} came after its gate closed and do not count")
+        gate.notes.append(
+            f"{len(after)} decision(s) on call {call!r} came after its gate closed and do not count"
+        )
+    _check_executed(gate, req["index"], tally["key"], records, complete)
+    return gate
+
+
+@dataclass
+class _Gate:
+    """One verified gate: the call, the policy it counted under, the recount, and what the package shows
+    of the call that ran."""
+
+    call: str
+    tool: str
+    digest: str
+    policy: ApprovalPolicy
+    count: Count
+    tally_index: int
+    decisions: int
+    attempts: list[int] = field(default_factory=list)
+    results: list[int] = field(default_factory=list)
+    model_calls: list[int] = field(default_factory=list)
+    model_arguments_match: bool = True
+    executed_proven: bool = False
+    notes: list[str] = field(default_factory=list)
+    gaps: list[str] = field(default_factory=list)
+
+    def key_of(self, name: str) -> str:
+        seat = self.policy.seat(name)
+        return seat.key.key_id if seat is not None else "?"
+
+    def counted(self) -> list[str]:
+        return self.count.approved_by if self.count.outcome == "approved" else self.count.denied_by
+
+    def text(self) -> str:
+        verb = "approved" if self.count.outcome == "approved" else "denied"
+        who = ", ".join(f"{n} ({self.key_of(n)})" for n in self.counted()) or "nobody"
+        p = self.policy
+        out = (
+            f"call {self.call!r} ({self.tool}) was {verb} by {who} under the {p.need}-of-"
+            f"{len(p.approvers)} policy {p.digest.hex()}; the recount of {self.decisions} decision "
+            f"record(s) matches the tally journaled at position {self.tally_index}"
+        )
+        ran = len(self.attempts) + len(self.results)
+        if self.count.outcome == "denied":
+            return out + (
+                ", and the call did not run (no attempt; its result is the denial)"
+                if self.executed_proven
+                else ", and no attempt of it is in the package"
+            )
+        if self.attempts:
+            first = min(self.attempts + self.results)
+            return out + (
+                f", before the tool ran: its {len(self.attempts)} attempt(s) (from position {first}) "
+                f"and {len(self.results)} result(s) carry exactly the approved tool and arguments "
+                f"(digest {self.digest})"
+            )
+        if self.results and self.executed_proven:
+            return out + (
+                f", before the tool ran (at position {min(self.results)}, without an attempt marker, as "
+                "tools safe to retry do) on the model's call, whose arguments hash to the approved digest"
+            )
+        if not ran and self.executed_proven:
+            return out + "; the tool has not run (the journal holds no attempt or result of the call)"
+        return out + "; the package shows no attempt of the call, so what ran is not proven"
+
+    def facts(self) -> dict[str, Any]:
+        p = self.policy
+        return {
+            "call_id": self.call,
+            "tool": self.tool,
+            "arguments_digest": self.digest,
+            "outcome": self.count.outcome,
+            "policy_digest": p.digest.hex(),
+            "need": p.need,
+            "approvers": [{"name": a.name, "key_id": a.key.key_id} for a in p.approvers],
+            "counted": [{"name": n, "key_id": self.key_of(n)} for n in self.counted()],
+            "approved_by": self.count.approved_by,
+            "denied_by": self.count.denied_by,
+            "tally_index": self.tally_index,
+            "attempts": self.attempts,
+            "results": self.results,
+            "model_calls": self.model_calls,
+            "model_arguments_match": self.model_arguments_match,
+            "executed_call_proven": self.executed_proven,
+            "not_proven": self.gaps,
+        }
+
+
+def _digest_of(arguments: Any) -> str | None:
+    try:
+        return hashlib.sha256(canonical_json(arguments)).hexdigest()
+    except ConfigError:
+        return None
+
+
+def _model_calls(record: dict[str, Any]) -> list[Any]:
+    message = record.get("message")
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    if not isinstance(calls, list):
+        raise NotVerified(f"model turn {record['key']!r} is not a well-formed model turn")
+    return calls
+
+
+def _check_executed(
+    gate: _Gate, request_index: int, tally_key_: str, records: list[dict[str, Any]], complete: bool
+) -> None:
+    """Bind every record of the call that the package holds to the approved tool and arguments; raise
+    NotVerified on any that differs, and decide whether the package proves what ran (`executed_proven`)."""
+    call, tool, digest, ti = gate.call, gate.tool, gate.digest, gate.tally_index
+    approved = gate.count.outcome == "approved"
+    own_keys = (f"attempt:{call}:", f"not-started:{call}:", f"pause:{call}")
+    side_effect_result = False
     for r in records:
-        if r.get("call_id") == call and r.get("kind") in ("attempt", "tool_result") and r["index"] < ti:
+        key, kind, idx = r["key"], r.get("kind"), r["index"]
+        if kind == "model_turn":
+            for c in _model_calls(r):
+                if not isinstance(c, dict) or c.get("call_id") != call:
+                    continue
+                if c.get("name") != tool:
+                    raise NotVerified(
+                        f"the model's call {call!r} at position {idx} names tool {c.get('name')!r}, but "
+                        f"the approvers signed a call of {tool!r}"
+                    )
+                if idx > request_index:
+                    raise NotVerified(f"the model's call {call!r} is recorded after its approval request")
+                gate.model_calls.append(idx)
+                if _digest_of(c.get("arguments")) != digest:
+                    gate.model_arguments_match = False
+            continue
+        ours = key.startswith(own_keys) or key == f"result:{call}" or r.get("call_id") == call
+        if not ours:
+            continue
+        expected = (
+            "attempt" if key.startswith(f"attempt:{call}:")
+            else "not_started" if key.startswith(f"not-started:{call}:")
+            else "pause" if key.startswith(f"pause:{call}")
+            else "tool_result" if key == f"result:{call}"
+            else kind
+        )
+        if kind != expected or r.get("call_id") != call:
             raise NotVerified(
-                f"call {call!r} has a {r['kind']} record before its approval tally: the tool ran "
+                f"record {key!r} at position {idx} is not a well-formed {expected} record of call {call!r}"
+            )
+        if kind == "gate":
+            continue
+        if kind in ("attempt", "tool_result", "pause") and r.get("tool") != tool:
+            raise NotVerified(
+                f"the {kind} record of call {call!r} at position {idx} names tool {r.get('tool')!r}, but "
+                f"the approvers signed a call of {tool!r}"
+            )
+        if kind in ("attempt", "tool_result") and idx < ti:
+            raise NotVerified(
+                f"call {call!r} has a {kind} record before its approval tally: the tool ran "
                 "(or was recorded) before the gate decided"
             )
-        if c.outcome == "denied" and r.get("call_id") == call:
-            if r.get("kind") == "attempt":
+        if kind == "attempt":
+            if not approved:
                 raise NotVerified(f"call {call!r} was denied but an attempt to run it is recorded")
-            if r.get("kind") == "tool_result" and r.get("is_error") is not True:
+            if _digest_of(r.get("arguments")) != digest:
+                raise NotVerified(
+                    f"the attempt of call {call!r} at position {idx} ran the tool with arguments that do "
+                    f"not hash to the approved digest {digest}: the approvers did not sign this call"
+                )
+            gate.attempts.append(idx)
+        elif kind == "tool_result":
+            if not approved and r.get("is_error") is not True:
                 raise NotVerified(f"call {call!r} was denied but its result is not an error")
+            evidence = r.get("approval")
+            # A result the gate's decision led to carries its evidence; one a resolver recorded may not.
+            expected_evidence = {
+                "tally": tally_key_,
+                "policy_digest": gate.policy.digest.hex(),
+                "approved_by": gate.count.approved_by,
+                "denied_by": gate.count.denied_by,
+            }
+            if (evidence is not None or r.get("reconciled") is not True) and evidence != expected_evidence:
+                raise NotVerified(
+                    f"the result of call {call!r} at position {idx} does not carry its gate's decision "
+                    "(tally, policy and approvers)"
+                )
+            side_effect_result = side_effect_result or r.get("safety") == "side_effect"
+            gate.results.append(idx)
     if not complete:
-        notes.append("the package is partial: decisions it does not disclose could not be checked")
-    who = c.approved_by if c.outcome == "approved" else c.denied_by
-    verb = "approved" if c.outcome == "approved" else "denied"
-    text = (
-        f"call {call!r} ({td['tool']}) was {verb} by {', '.join(who) or 'nobody'} under a {policy.need}-of-"
-        f"{len(policy.approvers)} policy; the recount of {len(named)} decision record(s) matches the tally "
-        f"journaled at position {ti}, before the tool ran"
-    )
-    return text, notes
+        gate.gaps.append(
+            f"what call {call!r} ran with: the package is partial, and records of the call it leaves out "
+            "(another attempt, the model's call) could not be checked"
+        )
+    elif not approved or gate.attempts:
+        gate.executed_proven = True
+    elif gate.results:
+        # Tools safe to retry run without an attempt marker: what they ran with is the model's call.
+        if side_effect_result:
+            gate.gaps.append(f"what call {call!r} ran with: its result has no attempt marker before it")
+        elif not gate.model_calls or not gate.model_arguments_match:
+            gate.gaps.append(
+                f"what call {call!r} ran with: it has no attempt marker, and the model's call does not "
+                "carry the approved arguments verbatim"
+            )
+        else:
+            gate.executed_proven = True
+    else:
+        gate.executed_proven = True  # a complete journal with no attempt or result: it has not run
+    if gate.model_calls and not gate.model_arguments_match:
+        gate.gaps.append(
+            f"that the model asked for exactly the approved arguments of call {call!r}: its own arguments "
+            "differ (validation converted or completed them; the package does not hold the tool's schema)"
+        )
+    if complete and not gate.model_calls:
+        gate.gaps.append(f"which model turn made call {call!r}: no model turn in the journal holds it")
 
 
 def verify_approvals(
@@ -171,14 +386,23 @@ def verify_approvals(
     key: PublicKey | None = None,
     *,
     call_id: str | None = None,
+    trust: ApprovalTrust | None = None,
     max_skew_ns: int = MAX_SKEW_NS,
 ) -> Verified:
-    """Recount every decided approval gate (or only `call_id`'s) in an evidence package.
+    """Recount every decided approval gate (or only `call_id`'s) in an evidence package, and bind the call
+    that ran to the approval.
 
-    Detected: a decision the tally names but the package omits; a decision recorded before the tally but
-    left out of it; a recount that differs from the recorded tally; a policy changed between the
-    request, the decisions and the tally; a tool attempt or result recorded before the tally; a denied call
-    that ran. With `key` the package's signed head is checked too (`verify_evidence`).
+    Detected (`NotVerified`): a decision the tally names but the package omits; a decision recorded before
+    the tally but left out of it; a recount that differs from the recorded tally; a policy changed between
+    the request, the decisions and the tally; a tool attempt or result recorded before the tally; a denied
+    call that ran; an attempt whose arguments do not hash to the approved digest; an attempt, result,
+    pause or model call of the call naming another tool. With `key` the package's signed head is checked
+    too (`verify_evidence`). With `trust`, a gate under a policy it does not pin raises `UntrustedPolicy`
+    (after every gate was checked, so a forgery is reported as such).
+
+    `facts` holds, for machines: `complete` (the package holds every record), `pinned`,
+    `executed_calls_proven` (every checked call's executed call is proven) and `calls` (per gate: outcome,
+    policy digest, approvers and counted approvers with key ids, positions, `executed_call_proven`).
     """
     records, signed = _records(pkg, key, max_skew_ns)
     by_key = {r["key"]: r for r in records}
@@ -190,18 +414,51 @@ def verify_approvals(
         what = f"call {call_id!r}" if call_id is not None else "any call"
         raise NotVerified(f"the package holds no decided approval gate for {what}")
     complete = len(records) == pkg.sth.size
-    texts: list[str] = []
-    notes: list[str] = []
-    for t in tallies:
-        text, more = _check_gate(run_id, t, by_key, records, complete)
-        texts.append(text)
-        notes.extend(more)
-    proven = f"In run {run_id!r} (journal of {pkg.sth.size} records {signed}): " + "; ".join(texts) + "."
+    gates = [_check_gate(run_id, t, by_key, records, complete) for t in tallies]
+    trust = trust or ApprovalTrust()
+    untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
+    if untrusted:
+        raise UntrustedPolicy(
+            "; ".join(
+                f"the gate of call {g.call!r} counted under policy {g.policy.digest.hex()}, not one you "
+                f"trust: {why}"
+                for g, why in untrusted
+            )
+        )
+    gaps = [gap for g in gates for gap in g.gaps]
+    notes = [note for g in gates for note in g.notes]
+    if not complete:
+        notes.append("the package is partial: decisions it does not disclose could not be checked")
+    proven = (
+        f"In run {run_id!r} (journal of {pkg.sth.size} records {signed}): "
+        + "; ".join(g.text() for g in gates)
+        + "."
+    )
+    if trust.pinned:
+        proven += " Every gate counted under a policy you pinned."
+    else:
+        gaps.append(
+            "that these approvers are the ones you trust: the policy comes from the package itself "
+            "(pin it with --policy-digest, --approver NAME=KEY or --policy FILE)"
+        )
     not_proven = (
-        "Not proven: who holds the approvers' keys (the policy names them), that the tool's effect "
-        "happened as recorded"
-        + ("" if key is not None else ", or who signed the journal head")
+        "Not proven: "
+        + "; ".join(
+            [
+                *gaps,
+                "who holds the approvers' keys (the policy names them), or that the tool's effect "
+                "happened as recorded"
+                + ("" if key is not None else ", or who signed the journal head"),
+            ]
+        )
         + (". Notes: " + "; ".join(notes) if notes else "")
         + "."
     )
-    return Verified(proven=proven, not_proven=not_proven, records=records)
+    facts = {
+        "complete": complete,
+        "pinned": trust.pinned,
+        "head_signature_checked": key is not None,
+        "executed_calls_proven": all(g.executed_proven for g in gates),
+        "calls": [g.facts() for g in gates],
+    }
+    return Verified(proven=proven, not_proven=not_proven, records=records, facts=facts)

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 import httpx
 
 from ._errors import AuditError
+from ._files import write_whole
 from ._formats import SignedTreeHead
 
 __all__ = ["AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"]
@@ -39,7 +40,8 @@ class DirectoryPublisher:
 
     Point it at a directory the operator cannot rewrite (another machine's mount, an append-only bucket
     synced elsewhere, a WORM volume): a directory on the same disk only guards against accidents.
-    Files are written whole (temporary file, fsync, rename) and never overwritten.
+    Files are written whole (temporary file, fsync, then an exclusive link into place) and never
+    overwritten.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -55,18 +57,16 @@ class DirectoryPublisher:
         data = sth.to_json()
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            if target.exists():
+            # Linked into place exclusively: no window between a check and the write, so an anchored head
+            # is never overwritten (not even by a racing publisher) and never seen half-written.
+            try:
+                write_whole(target, data, overwrite=False)
+            except FileExistsError:
                 if target.read_bytes() == data:
                     return
                 raise AnchorError(
                     f"{target} exists with other contents; refusing to overwrite an anchored head"
-                )
-            tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-            with open(tmp, "wb") as out:
-                out.write(data)
-                out.flush()
-                os.fsync(out.fileno())
-            os.replace(tmp, target)
+                ) from None
         except OSError as exc:
             raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
 

@@ -1,22 +1,24 @@
 """`bide-audit`: verify bide's audit artifacts offline; `export` is the one command that reads a store.
 
 Exit codes: 0 verified (or artifact written); 1 read and NOT verified; 2 usage error; 3 internal error;
-4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file).
+4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file); 5 (verify-approvals) the
+gates check out but under a policy other than the one pinned with --policy-digest, --approver, --need or
+--policy. Every string taken from an input is printed through `bide._terminal.printable`.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
+from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
+from ._files import write_whole
 from ._formats import ConsistencyProof, EvidencePackage, ProofBundle, SignedTreeHead, check_head
 from ._keys import PublicKey, generate_key, load_public_key
 from ._strict import MAX_INPUT_BYTES, parse_artifact
@@ -24,7 +26,7 @@ from ._verify import Verified, verify_bundle, verify_consistency_proof, verify_e
 
 __all__ = ["main"]
 
-VERIFIED, NOT_VERIFIED, USAGE, INTERNAL, UNREADABLE = 0, 1, 2, 3, 4
+VERIFIED, NOT_VERIFIED, USAGE, INTERNAL, UNREADABLE, UNTRUSTED = 0, 1, 2, 3, 4, 5
 
 
 class _Parser(argparse.ArgumentParser):
@@ -82,26 +84,24 @@ def _cmd_verify_consistency(args: argparse.Namespace) -> Verified:
 
 
 def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
+    from ..approvals._trust import ApprovalTrust
     from ..approvals._verify import verify_approvals
 
+    trust = ApprovalTrust.of(
+        policy_digests=args.policy_digest,
+        approvers=args.approver or None,
+        need=args.need,
+        policy_files=args.policy,
+    )
     pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
     key = _key(args) if args.pubkey else None
-    return verify_approvals(pkg, key, call_id=args.call, max_skew_ns=args.max_clock_skew * 10**9)
+    return verify_approvals(
+        pkg, key, call_id=args.call, trust=trust, max_skew_ns=args.max_clock_skew * 10**9
+    )
 
 
 def _write_atomic(path: str, data: bytes) -> None:
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent or Path("."))
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_whole(Path(path), data, mode=0o600)
 
 
 def _cmd_export(args: argparse.Namespace) -> Verified:
@@ -163,7 +163,8 @@ def _parser() -> _Parser:
     p = _Parser(
         prog="bide-audit",
         description="Verify bide audit artifacts offline (exit 0 verified, 1 not "
-        "verified, 2 usage, 4 unreadable input).",
+        "verified, 2 usage, 3 internal error, 4 unreadable input, 5 approvals under a policy you did "
+        "not pin).",
     )
     common = _Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON object instead of text")
@@ -201,6 +202,28 @@ def _parser() -> _Parser:
     s.add_argument("package")
     s.add_argument("--pubkey", help="also check the package's signed head under this key")
     s.add_argument("--call", help="check only this call id's gate")
+    s.add_argument(
+        "--policy-digest",
+        action="append",
+        default=[],
+        metavar="HEX",
+        help="trust only gates under this policy digest (repeatable: any of them)",
+    )
+    s.add_argument(
+        "--approver",
+        action="append",
+        default=[],
+        metavar="NAME=KEY",
+        help="trust only gates whose approvers are exactly these (repeatable; KEY: 64 hex or a .pub file)",
+    )
+    s.add_argument("--need", type=int, metavar="K", help="trust only gates that need exactly K approvals")
+    s.add_argument(
+        "--policy",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help='trust only gates under the policy in FILE ({"need": k, "approvers": [{"name", "public_key"}]})',
+    )
     s.set_defaults(fn=_cmd_verify_approvals)
 
     s = add("export", help="write an evidence package (or bundle, head, consistency proof) from a store")
@@ -223,25 +246,37 @@ def _parser() -> _Parser:
     return p
 
 
-def _emit(args: argparse.Namespace, code: int, result: str, text: str, extra: str = "") -> int:
+def _emit(
+    args: argparse.Namespace,
+    code: int,
+    result: str,
+    text: str,
+    extra: str = "",
+    facts: dict[str, Any] | None = None,
+) -> int:
     if args.json:
-        print(json.dumps({"result": result, "exit_code": code, "message": text, "not_proven": extra}))
+        # json.dumps escapes every control and non-ASCII character: nothing from an input acts on a terminal.
+        doc = {"result": result, "exit_code": code, "message": text, "not_proven": extra, **(facts or {})}
+        print(json.dumps(doc))
     else:
         out = sys.stdout if code == VERIFIED else sys.stderr
-        print(text, file=out)
+        print(printable(text), file=out)
         if extra:
-            print(extra, file=out)
+            print(printable(extra), file=out)
     return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `bide-audit`; returns (and exits with) the exit code."""
     from .._errors import BideError
+    from ..approvals._trust import UntrustedPolicy
 
     args = _parser().parse_args(argv)
     fn: Callable[[argparse.Namespace], Verified] = args.fn
     try:
         done = fn(args)
+    except UntrustedPolicy as exc:
+        code = _emit(args, UNTRUSTED, "untrusted_policy", f"NOT TRUSTED: {exc}")
     except NotVerified as exc:
         code = _emit(args, NOT_VERIFIED, "not_verified", f"NOT VERIFIED: {exc}")
     except UnreadableInput as exc:
@@ -252,7 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _emit(args, INTERNAL, "internal_error", f"INTERNAL ERROR: {type(exc).__name__}: {exc}")
     else:
         result = "verified" if args.command.startswith("verify") else "produced"
-        code = _emit(args, VERIFIED, result, done.proven, done.not_proven)
+        code = _emit(args, VERIFIED, result, done.proven, done.not_proven, done.facts)
     if argv is None:
         sys.exit(code)
     return code

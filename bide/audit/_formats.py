@@ -11,7 +11,6 @@ Integers in signed bytes are unsigned 64-bit big-endian (`u64`); a variable-leng
 from __future__ import annotations
 
 import base64
-import binascii
 import struct
 import time
 from typing import Annotated, Any, Final, Literal
@@ -187,7 +186,7 @@ def decode_record_bytes(data: bytes) -> dict[str, Any]:
     salt = value.get("salt")
     try:
         raw = base64.b64decode(salt, validate=True) if isinstance(salt, str) else b""
-    except binascii.Error:
+    except ValueError:  # binascii.Error, or text that is not ASCII
         raw = b""
     if len(raw) != 32:
         raise NotVerified(f"record {value['key']!r} has no 32-byte salt; unsalted records are not proven")

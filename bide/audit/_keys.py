@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from .._errors import ConfigError
 from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
+from ._files import write_whole
 
 __all__ = ["PublicKey", "SigningKey", "generate_key", "key_id", "load_public_key", "load_signing_key"]
 
@@ -127,9 +129,7 @@ def generate_key(path: str | os.PathLike[str]) -> SigningKey:
         out.flush()
         os.fsync(out.fileno())
     pub = target.with_name(target.name + ".pub")
-    tmp = pub.with_name(pub.name + ".tmp")
-    tmp.write_bytes(key.public.pem())
-    os.replace(tmp, pub)
+    write_whole(pub, key.public.pem())  # through a fresh temporary file: a planted symlink is not followed
     return key
 
 
@@ -141,7 +141,17 @@ def _read(path: str | os.PathLike[str]) -> bytes:
 
 
 def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
-    """Load a signing key file written by `generate_key` (PKCS#8 PEM, Ed25519, unencrypted)."""
+    """Load a signing key file written by `generate_key` (PKCS#8 PEM, Ed25519, unencrypted); refuses a
+    file that other users may read or write (as `govern` does): such a key may already be someone else's."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as exc:
+        raise UnreadableInput(f"cannot read key file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UnreadableInput(
+            f"the private key {os.fspath(path)!r} is accessible to other users (mode "
+            f"{stat.S_IMODE(mode):o}); run `chmod 600 {os.fspath(path)}`"
+        )
     data = _read(path)
     try:
         key = serialization.load_pem_private_key(data, password=None)
@@ -154,21 +164,18 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
 
 def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:
     """A public key from 64 hex characters (never opened as a file), or a PEM file holding an Ed25519
-    public key (or a private key, whose public half is used)."""
+    public key. A private key file is refused: a verifier never needs one, and passing it is a mistake
+    that spreads the secret (give the `.pub` file)."""
     text = os.fspath(spec)
     if _HEX_KEY.match(text):
         return PublicKey.from_raw(bytes.fromhex(text))
     data = _read(text)
+    if b"PRIVATE KEY-----" in data:
+        raise UnreadableInput(f"{text!r} is a private key file; pass its public key ({text}.pub) instead")
     try:
         pub = serialization.load_pem_public_key(data)
-    except (ValueError, TypeError):
-        try:
-            priv = serialization.load_pem_private_key(data, password=None)
-        except (ValueError, TypeError) as exc:
-            raise UnreadableInput(f"{text!r} is neither a PEM public key nor 64 hex characters") from exc
-        if not isinstance(priv, Ed25519PrivateKey):
-            raise UnreadableInput(f"{text!r} is not an Ed25519 key") from None
-        return SigningKey(priv).public
+    except (ValueError, TypeError) as exc:
+        raise UnreadableInput(f"{text!r} is neither a PEM public key nor 64 hex characters") from exc
     if not isinstance(pub, Ed25519PublicKey):
         raise UnreadableInput(f"{text!r} holds a {type(pub).__name__}, not an Ed25519 public key")
     return PublicKey.from_raw(pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw))

@@ -98,6 +98,8 @@ def strict_json(data: bytes, *, what: str = "input", max_bytes: int = MAX_INPUT_
         value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
     except json.JSONDecodeError as exc:
         raise UnreadableInput(f"{what} is not JSON: {exc}") from exc
+    except ValueError as exc:  # an integer longer than Python converts (4,300 digits by default)
+        raise UnreadableInput(f"{what} holds a number too long to read: {exc}") from exc
     except RecursionError as exc:
         raise UnreadableInput(f"{what} is nested too deeply") from exc
     _check_text(value)

@@ -26,11 +26,13 @@ __all__ = ["Verified", "verify_bundle", "verify_consistency_proof", "verify_evid
 
 @dataclass(frozen=True)
 class Verified:
-    """What a successful verification proved (`proven`, one sentence) and what it did not (`not_proven`)."""
+    """What a successful verification proved (`proven`, one sentence) and what it did not (`not_proven`);
+    `facts` says the same for machines (`bide-audit --json` prints its members, e.g. `complete`)."""
 
     proven: str
     not_proven: str
     records: list[dict[str, Any]] = field(default_factory=list)
+    facts: dict[str, Any] = field(default_factory=dict)
 
 
 def _when(ns: int) -> str:
@@ -129,6 +131,13 @@ def verify_evidence(
         ),
         not_proven=not_proven,
         records=decoded,
+        facts={
+            "complete": complete,
+            "records": len(pkg.records),
+            "size": sth.size,
+            "log_id": sth.log_id,
+            "key_id": sth.key_id,
+        },
     )
 
 

@@ -11,6 +11,9 @@ normal form) instead of iterating repair and then gives the same verdict (`check
 with the extracted `Rules.check_rules` and says whether the given tables are exactly those.  This front
 end only validates and converts inputs; malformed input raises `OracleInputError`, and any failure
 inside the extracted code raises `OracleNoVerdict`: neither is ever turned into a True or False.
+
+Layer 2, beside verification and independent of it; `_gate.py` holds a build to the oracle's verdict.
+May import: govern._errors.
 """
 
 from __future__ import annotations

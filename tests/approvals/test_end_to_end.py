@@ -14,7 +14,7 @@ import pytest
 import bide
 from bide.approvals import ApprovalGate, submit_decision, verify_approvals
 from bide.approvals._tally import tally_key
-from bide.audit import AuditLog, NotVerified, SigningKey, generate_key
+from bide.audit import AuditLog, NotVerified, SigningKey, generate_key, load_public_key
 
 pytestmark = pytest.mark.slow
 
@@ -147,7 +147,9 @@ def test_two_of_three_with_a_deny_resumes_after_restart_and_verifies(world: dict
     assert "all of its records" in ev.stdout and "Not proven" in ev.stdout
     ap = _audit(w, "verify-approvals", "evidence.json", "--pubkey", pub)
     assert ap.returncode == 0, ap.stderr
-    assert "approved by alice, carol under a 2-of-3 policy" in ap.stdout
+    alice, carol = (load_public_key(str(w["keys"] / f"{n}.key.pub")).key_id for n in ("alice", "carol"))
+    assert f"approved by alice ({alice}), carol ({carol}) under the 2-of-3 policy" in ap.stdout
+    assert "before the tool ran" in ap.stdout and "pin it with --policy-digest" in ap.stdout
     assert _audit(w, "verify-approvals", "evidence.json").returncode == 0  # hashes only, says so
     wrong = _audit(w, "verify-approvals", "evidence.json", "--pubkey", str(w["keys"] / "bob.key.pub"))
     assert wrong.returncode == 1
@@ -168,7 +170,8 @@ def test_denial_is_final_and_the_model_is_told(world: dict[str, Any]) -> None:
         key = SigningKey.generate()
         pkg = AuditLog(store, key).evidence("order-2")
         v = verify_approvals(pkg, key.public)
-        assert "was denied by alice, carol" in v.proven
+        assert "was denied by alice (" in v.proven and "carol (" in v.proven
+        assert v.facts["calls"][0]["outcome"] == "denied" and v.facts["executed_calls_proven"]
     finally:
         store.close()
 
@@ -317,4 +320,4 @@ def test_one_of_one_gate_denial_and_a_policy_change_after_the_fact() -> None:
     assert agent(lax, store).run_sync("r", "go").answer == "ok" and fired == []
     log_key = SigningKey.generate()
     v = verify_approvals(AuditLog(store, log_key).evidence("r"), log_key.public)
-    assert "was denied by boss under a 1-of-1 policy" in v.proven
+    assert f"was denied by boss ({boss.key_id}) under the 1-of-1 policy" in v.proven

@@ -122,7 +122,8 @@ def test_two_decisions_racing_for_one_turn_are_both_recorded_in_turn_order() -> 
     assert _agent(store, fired).run_sync("r", "go").answer == "ok" and fired == [3]
     log_key = SigningKey.generate()
     v = verify_approvals(AuditLog(store, log_key).evidence("r"), log_key.public)
-    assert "approved by alice, carol" in v.proven
+    assert [c["name"] for c in v.facts["calls"][0]["counted"]] == ["alice", "carol"]
+    assert "was approved by alice (ed25519:" in v.proven
 
 
 def test_a_gates_all_or_nothing_write() -> None:

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from govern._certificate import Certificate
-from govern._declare import Registry
-from govern._make_certificate import certify
+from govern import Registry
+from govern.certificate._certificate import Certificate
+from govern.certificate._make import certify
 
 # A machine file with two registries: one with every rule an expression, one with a Python callable.
 MACHINES = '''\
-from govern._declare import Registry
+from govern import Registry
 
 orders = Registry("orders")
 status = orders.enum("status", ["pending", "paid", "shipped", "cancelled"])
@@ -37,7 +37,7 @@ lamp.event("brighten", guard=level < 3, effect={level: level + 1})
 
 # Two events that do not commute, checked as independent: not convergent.
 DIVERGENT = '''\
-from govern._declare import Registry
+from govern import Registry
 
 switch = Registry("switch")
 on = switch.bool("on")

@@ -26,9 +26,9 @@ BENCHMARKS: list[tuple[str, str]] = [("benchmarks/certificate.py", "chain20")]
 def expected_certificates() -> tuple[dict[str, bytes], list[str]]:
     """The certificate bytes every certified machine should have in certs/, by file name, and the
     names of example machines that do not converge (and so have no certificate)."""
-    from govern._cli import Target, load_targets
     from govern._errors import NotConvergent
-    from govern._make_certificate import certify
+    from govern.certificate._make import certify
+    from govern.cli._main import Target, load_targets
 
     targets: list[tuple[str, Target]] = []
     for source in sorted(EXAMPLES.glob("*.py")):
@@ -71,7 +71,7 @@ def main(argv: list[str]) -> int:
         for name in orphans:
             print(f"no machine for: certs/{name}")
         return 1 if stale or orphans else 0
-    from govern._cli import write_atomically
+    from govern.cli._main import write_atomically
 
     for name in stale:
         write_atomically(CERTS / name, expected[name])

@@ -15,14 +15,14 @@ from typing import Any
 import numpy as np
 import pytest
 
-from govern._cert_encoding import canonical_json, encode_table
-from govern._cert_errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
-from govern._cert_signing import generate_key_pair, load_private_key, load_public_key
-from govern._certificate import Certificate, assemble, check_certificate, compute_digest
-from govern._declare import Registry
-from govern._make_certificate import certificate_for, certify, tool_version
-from govern._space import Space
-from govern._tables import build_tables
+from govern import Registry
+from govern.certificate._certificate import Certificate, assemble, check_certificate, compute_digest
+from govern.certificate._encoding import canonical_json, encode_table
+from govern.certificate._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
+from govern.certificate._make import certificate_for, certify, tool_version
+from govern.certificate._signing import generate_key_pair, load_private_key, load_public_key
+from govern.model._space import Space
+from govern.verify._tables import build_tables
 
 from .conftest import DIVERGENT, lamp_registry, orders_registry
 
@@ -268,7 +268,7 @@ def test_a_non_convergent_machine_edited_to_say_certified_is_rejected() -> None:
 def test_a_repair_cycle_is_rejected() -> None:
     # Two invalid states repairing into each other: WFC fails, whatever the verdict says.
     source = '''
-from govern._declare import Registry
+from govern import Registry
 loop = Registry("loop")
 x = loop.int("x", 0, 2)
 loop.event("noop", guard=x == 0, effect={x: 0})
@@ -333,7 +333,7 @@ def test_document_json_is_the_file(orders_cert: Certificate) -> None:
 
 
 def test_a_machine_too_large_for_a_certificate_is_refused_up_front(monkeypatch: pytest.MonkeyPatch) -> None:
-    import govern._make_certificate as making
+    import govern.certificate._make as making
 
     monkeypatch.setattr(making, "MAX_STATES", 47)
     with pytest.raises(CertificateTooLarge, match="48 states"):

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from govern._cert_model import (
+from govern.certificate._model import (
     BoolVariable,
     CertificateModel,
     EnumVariable,
@@ -82,7 +82,7 @@ def test_schema_describes_the_same_fields_as_the_reader() -> None:
     ops = set()
     for alternative in defs["expression"]["oneOf"]:
         ops |= set(alternative["prefixItems"][0]["enum"])
-    from govern._cert_model import ARITY
+    from govern.certificate._model import ARITY
 
     assert ops == set(ARITY)
 

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from govern._cli import main
 from govern._errors import OracleDisagreement
-from govern._make_certificate import certify
+from govern.certificate._make import certify
+from govern.cli._main import main
 
 from .conftest import govern, lamp_registry, orders_registry
 from .test_certificate import forge, forged_divergent_certificate
@@ -71,7 +71,7 @@ def test_not_convergent_exits_1_with_a_counterexample(machine_dir: Path) -> None
 
 
 def test_input_errors_exit_2_without_traceback(machine_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    (machine_dir / "broken.py").write_text("from govern._declare import Registry\nr = Registry('x'\n")
+    (machine_dir / "broken.py").write_text("from govern import Registry\nr = Registry('x'\n")
     (machine_dir / "empty.py").write_text("x = 1\n")
     (machine_dir / "raises.py").write_text("raise RuntimeError('boom')\n")
     cases = {
@@ -232,7 +232,7 @@ def test_check_imports_nothing_from_the_certificate(machine_dir: Path) -> None:
     (machine_dir / "orders.py").write_text("open('IMPORTED', 'w').write('yes')\n")
     probe = (
         "import sys\n"
-        "from govern._cli import main\n"
+        "from govern.cli._main import main\n"
         "code = main(['check', 'orders.govern-cert.json'])\n"
         "here = [name for name, m in list(sys.modules.items())\n"
         "        if (getattr(m, '__file__', None) or '').startswith(sys.argv[1])]\n"
@@ -267,7 +267,7 @@ def test_an_engine_that_disagrees_with_the_checker_exits_3(
     machine_dir: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Simulate an engine bug (a wrong verdict): the re-check catches it, nothing is written, exit 3."""
-    import govern._make_certificate as making
+    import govern.certificate._make as making
 
     honest = making._verdict
 

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from govern._cert_encoding import canonical_json, decode_table, encode_table, parse_strict_json
-from govern._cert_errors import CertificateUnreadable
+from govern.certificate._encoding import canonical_json, decode_table, encode_table, parse_strict_json
+from govern.certificate._errors import CertificateUnreadable
 
 json_values = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=8),

@@ -14,11 +14,11 @@ from typing import Any
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from govern._certificate import check_certificate, read_certificate
-from govern._declare import Registry
+from govern import Registry
 from govern._errors import NotConvergent
-from govern._expr import max_, min_
-from govern._make_certificate import certify
+from govern.certificate._certificate import check_certificate, read_certificate
+from govern.certificate._make import certify
+from govern.model._expr import max_, min_
 
 variable = st.tuples(st.integers(1, 3))  # (hi,)
 guard = st.tuples(st.sampled_from(["lt", "ge", "eq", "true"]), st.integers(0, 3))

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from govern._cert_errors import SigningKeyError
-from govern._cert_signing import (
+from govern.certificate._errors import SigningKeyError
+from govern.certificate._signing import (
     SIGNATURE_DOMAIN,
     generate_key_pair,
     is_signing_time,

@@ -14,10 +14,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from govern._cert_errors import CertificateInvalid, CertificateUnreadable
-from govern._cert_signing import generate_key_pair, load_private_key
-from govern._certificate import Certificate, check_certificate
-from govern._make_certificate import certify
+from govern.certificate._certificate import Certificate, check_certificate
+from govern.certificate._errors import CertificateInvalid, CertificateUnreadable
+from govern.certificate._make import certify
+from govern.certificate._signing import generate_key_pair, load_private_key
 
 from .conftest import lamp_registry, orders_registry
 

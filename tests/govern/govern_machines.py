@@ -16,7 +16,7 @@ from govern_brute import ev
 from hypothesis import strategies as st
 
 from govern import Expr, Registry, Var, if_, max_, min_
-from govern._expr import coerce
+from govern.model._expr import coerce
 
 
 @dataclass

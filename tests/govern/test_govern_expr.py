@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from govern import DeclarationError, Registry, if_, implies, max_, min_
-from govern._expr import evaluate, evaluate_one, expr_digest
+from govern.model._expr import evaluate, evaluate_one, expr_digest
 
 
 def _orders() -> tuple[Registry, object, object, object]:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-import govern._parallel as parallel
-import govern._tables as tables
-import govern._verify as verify
+import govern.verify._parallel as parallel
+import govern.verify._tables as tables
+import govern.verify._verify as verify
 from govern import DomainViolation, Registry, min_
 
 

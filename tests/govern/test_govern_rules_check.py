@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import govern
-from govern._gate import RULES_CHECK_MAX_ENTRIES
+from govern.oracle._gate import RULES_CHECK_MAX_ENTRIES
 
 
 def _chain(n: int) -> govern.Registry:

@@ -13,8 +13,8 @@ from machines import order_machine
 
 import bide
 from bide.testing import Call, ScriptedModel, Turn, reply
-from govern._agents import event_tool
-from govern._eventlog import EventLog
+from govern.runtime._agents import event_tool
+from govern.runtime._eventlog import EventLog
 
 
 def script(seed: int, calls: int) -> list[Turn]:

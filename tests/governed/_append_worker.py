@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sys
 
-from govern._eventlog import Event, EventLog
+from govern.runtime._eventlog import Event, EventLog
 
 
 def main() -> None:
     url, name, writer, count = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     log = EventLog(url, name=name)
+    log.bind("a" * 64, events=["pay", "ship", "cancel"])  # the processes race to create and bind the log
     for seq in range(count):
         event = Event(
             id=f"{writer}-{seq}",
-            machine="m" * 64,
+            machine="a" * 64,
             record=f"order-{seq % 3}",
             event="pay",
             producer=writer,

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from machines import order_machine
 
-from govern._eventlog import EventLog
-from govern._replica import Checkpoint, Replica
+from govern.runtime._eventlog import EventLog
+from govern.runtime._replica import Checkpoint, Replica
 
 
 def main() -> None:

@@ -4,9 +4,11 @@ non-idempotent event, so every delivery rule is exercised."""
 from __future__ import annotations
 
 from functools import cache
+from typing import Any
 
 import govern
-from govern._machine import Machine
+from govern.machine._machine import Machine
+from govern.runtime._eventlog import EventLog
 
 
 @cache
@@ -27,3 +29,8 @@ def order_machine() -> Machine:
     r.independent("cancel", "restock")
     r.independent("refund", "restock")
     return r.build()
+
+
+def order_log(url: str = "memory://", **options: Any) -> EventLog:
+    """An event log for `order_machine`: its first append binds it."""
+    return EventLog(url, machine=order_machine(), **options)

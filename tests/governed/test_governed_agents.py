@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 
 import bide
 import govern
 from bide.testing import Call, CrashingStore, ScriptedModel, SimulatedCrash, Turn, reply
-from govern._agents import event_id_for, event_tool
-from govern._eventlog import EventLog
-from govern._replica import Replica
+from govern.runtime._agents import event_id_for, event_tool
+from govern.runtime._eventlog import Appended, Event, EventLog, EventLogError, LogTimeout
+from govern.runtime._replica import Replica
 
-from .machines import order_machine
+from .machines import order_log, order_machine
 
 SCRIPT = [
     Turn(calls=(Call("pay", {"record": "o1"}),)),
@@ -92,6 +95,86 @@ def test_a_retried_call_appends_nothing_new() -> None:
     assert log.read()[0].id == event_id_for("run-7", "c0.0", "pay", "o1")
 
 
+def call_tool(tool: bide.Tool, run_id: str, call_id: str, record: str = "o1") -> dict[str, Any]:
+    """One call of an event tool, as bide makes it."""
+    ctx = bide.CallContext(run_id, call_id, tool.name, "key", 0)
+    result: dict[str, Any] = asyncio.run(tool.invoke(tool.validate({"record": record}), ctx))
+    return result
+
+
+def invoke_tool(log: EventLog, event: str, run_id: str, call_id: str) -> dict[str, Any]:
+    """One call of a fresh event tool for `event` on record o1."""
+    return call_tool(event_tool(order_machine(), log, event), run_id, call_id)
+
+
+def test_once_the_event_is_in_the_log_the_call_succeeds_even_if_reading_the_record_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    log = order_log()
+
+    def unreadable(*args: object, **kwargs: object) -> list[object]:
+        raise LogTimeout("read on event log 'main' kept failing for 30 s: the connection broke")
+
+    monkeypatch.setattr(log, "read_record", unreadable)
+    result = invoke_tool(log, "pay", "run-r", "c0.0")
+    assert result["outcome"] == "recorded" and result["state"] is None and result["newly_recorded"] is True
+    assert "is recorded at log position 0" in str(result["why"]) and "instead of repeating" in str(
+        result["why"]
+    )
+    assert [e.event for e in log.read()] == ["pay"]
+
+
+def test_a_history_holding_a_name_the_machine_lacks_does_not_fail_the_call(tmp_path: Path) -> None:
+    """A log written before names were checked may hold one: the tool still reports its own event as
+    recorded (it is in the log) instead of failing with a KeyError after appending."""
+    log = order_log(str(tmp_path / "events.db"))
+    invoke_tool(log, "pay", "run-h", "c0.0")
+    with sqlite3.connect(tmp_path / "events.db") as raw:
+        raw.execute("UPDATE govern_events SET event = 'shipp' WHERE position = 0")
+    result = invoke_tool(log, "restock", "run-h", "c1.0")
+    assert result["outcome"] == "recorded" and result["newly_recorded"] is True and result["position"] == 1
+    assert "names 'shipp'" in str(result["why"])
+
+
+def test_an_append_that_failed_after_its_commit_is_reported_as_done(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = order_log()
+    append = log.append
+
+    def committed_then_lost(event: Event) -> Appended:
+        append(event)
+        raise LogTimeout("append kept failing: the connection broke at commit")
+
+    monkeypatch.setattr(log, "append", committed_then_lost)
+    result = invoke_tool(log, "pay", "run-a", "c0.0")
+    assert result["outcome"] == "applied" and result["newly_recorded"] is True
+    assert log.length() == 1
+
+
+def test_an_append_that_failed_before_its_commit_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    log = order_log()
+
+    def refused(event: Event) -> Appended:
+        raise LogTimeout("append gave up: another session holds the log's lock")
+
+    monkeypatch.setattr(log, "append", refused)
+    with pytest.raises(LogTimeout, match="holds the log's lock"):
+        invoke_tool(log, "pay", "run-b", "c0.0")
+    get = log.get
+
+    def unreadable(event_id: str) -> object:
+        if log.length() == 0 and event_id.startswith("ev-"):
+            calls.append(event_id)
+            if len(calls) > 1:  # the first read is the tool's check before appending
+                raise LogTimeout("read kept failing")
+        return get(event_id)
+
+    calls: list[str] = []
+    monkeypatch.setattr(log, "get", unreadable)
+    with pytest.raises(EventLogError, match="may or may not be in the log"):
+        invoke_tool(log, "pay", "run-b", "c1.0")
+    assert log.length() == 0
+
+
 def test_unknown_event_is_refused() -> None:
     with pytest.raises(govern.UnknownEvent, match="no event 'teleport'"):
         event_tool(order_machine(), EventLog("memory://"), "teleport")
@@ -121,7 +204,7 @@ def test_a_crash_at_every_store_write_never_duplicates_or_loses_an_event() -> No
 
 
 def test_a_no_op_without_a_false_guard_is_not_blamed_on_the_guard() -> None:
-    from govern._rules import delivery_rules
+    from govern.runtime._rules import delivery_rules
 
     r = govern.Registry("lamp")
     on = r.bool("on")

@@ -6,13 +6,14 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from govern._eventlog import (
+from govern.runtime._eventlog import (
     Event,
     EventConflict,
     EventLog,
@@ -23,7 +24,15 @@ from govern._eventlog import (
 )
 
 DIGEST = "a" * 64
+EVENTS = ("pay", "ship", "cancel")
 WORKER = Path(__file__).with_name("_append_worker.py")
+
+
+def bound(url: str, name: str = "main", **options: Any) -> EventLog:
+    """A log bound to the test machine (digest DIGEST, events EVENTS)."""
+    log = EventLog(url, name=name, **options)
+    log.bind(DIGEST, events=EVENTS)
+    return log
 
 
 def ev(
@@ -48,7 +57,7 @@ def ev(
 
 
 def test_append_assigns_dense_positions_and_record_seqs(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
+    log = bound(any_log_url, log_name)
     a = log.append(ev("a", record="o1", seq=0))
     b = log.append(ev("b", record="o2", seq=1))
     c = log.append(ev("c", record="o1", seq=2))
@@ -61,7 +70,7 @@ def test_append_assigns_dense_positions_and_record_seqs(any_log_url: str, log_na
 
 
 def test_same_id_same_content_is_a_noop_returning_the_position(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
+    log = bound(any_log_url, log_name)
     first = log.append(ev("a", deps=()))
     log.append(ev("b", seq=1, deps=("a",)))
     again = log.append(ev("a"))
@@ -70,7 +79,7 @@ def test_same_id_same_content_is_a_noop_returning_the_position(any_log_url: str,
 
 
 def test_same_id_different_content_is_refused(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
+    log = bound(any_log_url, log_name)
     log.append(ev("a", name="pay"))
     with pytest.raises(EventConflict, match="names one event forever"):
         log.append(ev("a", name="ship"))
@@ -80,7 +89,7 @@ def test_same_id_different_content_is_refused(any_log_url: str, log_name: str) -
 
 
 def test_dependencies_must_already_be_in_the_log(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
+    log = bound(any_log_url, log_name)
     with pytest.raises(MissingDependency, match="append dependencies first"):
         log.append(ev("b", deps=("a",)))
     assert log.length() == 0
@@ -90,8 +99,7 @@ def test_dependencies_must_already_be_in_the_log(any_log_url: str, log_name: str
 
 
 def test_a_log_holds_one_machine(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
-    log.bind(DIGEST)
+    log = bound(any_log_url, log_name)
     log.bind(DIGEST)
     with pytest.raises(MachineMismatch, match="migration"):
         log.append(ev("a", machine="b" * 64))
@@ -101,7 +109,7 @@ def test_a_log_holds_one_machine(any_log_url: str, log_name: str) -> None:
 
 
 def test_a_batch_is_all_or_nothing(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
+    log = bound(any_log_url, log_name)
     log.append(ev("a"))
     with pytest.raises(EventConflict):
         log.append_many([ev("b", seq=1), ev("a", name="ship")])
@@ -110,7 +118,7 @@ def test_a_batch_is_all_or_nothing(any_log_url: str, log_name: str) -> None:
 
 def test_events_survive_reopening(tmp_path: Path) -> None:
     url = str(tmp_path / "events.db")
-    log = EventLog(url)
+    log = bound(url)
     log.append(ev("a"))
     log.close()
     again = EventLog(url)
@@ -120,7 +128,7 @@ def test_events_survive_reopening(tmp_path: Path) -> None:
 
 def test_a_gap_is_an_error_not_a_shorter_list(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/events.db"
-    log = EventLog(url)
+    log = bound(url)
     log.append_many([ev("a"), ev("b", seq=1), ev("c", seq=2)])
     engine = sa.create_engine(url)
     with engine.begin() as conn:
@@ -144,7 +152,7 @@ def test_bad_input_is_refused_with_a_clear_message() -> None:
 @given(st.lists(st.tuples(st.integers(0, 9), st.sampled_from(["r1", "r2", "r3"])), max_size=30))
 def test_positions_are_dense_whatever_is_retried(ops: list[tuple[int, str]]) -> None:
     """Appending with repeats: each distinct id gets exactly one position, 0..n-1 in first-seen order."""
-    log = EventLog("memory://")
+    log = bound("memory://")
     record_of: dict[int, str] = {}
     first_seen: list[int] = []
     for number, record in ops:
@@ -164,7 +172,6 @@ def test_positions_are_dense_whatever_is_retried(ops: list[tuple[int, str]]) -> 
 @pytest.mark.slow
 def test_concurrent_writer_processes_never_gap_or_duplicate(log_url: str, log_name: str) -> None:
     writers, count = 5, 20
-    EventLog(log_url, name=log_name).bind("m" * 64)
     procs = [
         subprocess.Popen([sys.executable, str(WORKER), log_url, log_name, f"w{i}", str(count)])
         for i in range(writers)
@@ -183,7 +190,7 @@ def test_concurrent_writer_processes_never_gap_or_duplicate(log_url: str, log_na
 
 
 def test_producer_numbers_are_assigned_by_the_log_when_left_out(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
+    log = bound(any_log_url, log_name)
     a = log.append(Event(id="a", machine=DIGEST, record="r", event="pay", producer="agent"))
     b = log.append(Event(id="b", machine=DIGEST, record="r", event="pay", producer="agent", deps=("a",)))
     log.append(ev("c", producer="other", seq=5))
@@ -201,7 +208,7 @@ def test_producer_numbers_are_assigned_by_the_log_when_left_out(any_log_url: str
 
 
 def test_memory_logs_are_shared_by_name_and_private_otherwise() -> None:
-    shared_a = EventLog("memory://team", name="orders")
+    shared_a = bound("memory://team", "orders")
     shared_b = EventLog("memory://team", name="orders")
     shared_a.append(ev("x"))
     assert [e.id for e in shared_b.read()] == ["x"]
@@ -210,15 +217,14 @@ def test_memory_logs_are_shared_by_name_and_private_otherwise() -> None:
 
 
 def test_iterating_a_log_pages_through_every_event(tmp_path: Path) -> None:
-    for log in (EventLog("memory://"), EventLog(str(tmp_path / "pages.db"))):
+    for log in (bound("memory://"), bound(str(tmp_path / "pages.db"))):
         log.append_many([ev(f"e{i}", record=f"r{i % 7}", seq=i) for i in range(2345)])
         assert [e.position for e in log] == list(range(2345))
         assert log.in_memory is log.url.startswith("memory://")
 
 
 def test_concurrent_threads_share_one_log_without_gaps(any_log_url: str, log_name: str) -> None:
-    log = EventLog(any_log_url, name=log_name)
-    log.bind(DIGEST)
+    log = bound(any_log_url, log_name)
 
     def writer(w: int) -> None:
         for i in range(15):

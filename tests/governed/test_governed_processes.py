@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 import bide
-from govern._agents import event_id_for
-from govern._eventlog import EventLog
-from govern._replica import Replica
+from govern.runtime._agents import event_id_for
+from govern.runtime._eventlog import EventLog
+from govern.runtime._replica import Replica
 
 from .conftest import POSTGRES_URL
 from .machines import order_machine
@@ -41,7 +41,7 @@ def test_killed_and_restarted_processes_converge(log_url: str, log_name: str, tm
     print(f"seed {seed}")
     rng = random.Random(seed)
     store_url = f"sqlite:///{tmp_path}/journal.db" if log_url.startswith("sqlite") else POSTGRES_URL
-    EventLog(log_url, name=log_name).bind(order_machine().digest)
+    EventLog(log_url, name=log_name).bind(order_machine())
     done = tmp_path / "done"
     runs = [f"{log_name}-agent{i}" for i in range(AGENTS)]
     agent_args = {

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import random
+import sqlite3
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from govern._eventlog import Event, EventLog, LogCorrupted, LoggedEvent, MachineMismatch
-from govern._replica import Replica, ReplicaError, fold
+from govern.runtime._eventlog import Event, EventLog, LogCorrupted, LoggedEvent, MachineMismatch
+from govern.runtime._replica import Replica, ReplicaError, fold
 
-from .machines import order_machine
+from .machines import order_log, order_machine
 
 RECORDS = ["o1", "o2", "o3"]
 
@@ -37,7 +39,7 @@ ops_strategy = st.lists(
 
 def test_sync_folds_the_log_in_order_and_incrementally() -> None:
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     fill(log, [("o1", "pay", False), ("o1", "restock", False), ("o2", "cancel", False)])
     replica = Replica(machine, log)
     assert replica.sync() == 3 and replica.position == 3
@@ -57,7 +59,7 @@ def test_any_arrival_order_converges_to_the_log_order_state(
     """Events arrive shuffled and duplicated; the replica applies them within the rules and ends where the
     log order ends. A rebuild from scratch reproduces the same state."""
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, ops)
     reference = fold(machine, stored)
     arrivals = stored + rnd.sample(stored, k=len(stored) // 2)
@@ -80,7 +82,7 @@ def test_obligations_are_enforced_where_a_naive_replica_diverges() -> None:
     assert ("pay", "cancel") in {
         tuple(sorted(p, key=machine.events.index)) for p in (w.events for w in machine.report.obligations)
     }
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, [("o1", "pay", False), ("o1", "cancel", False)])
     naive = fold(machine, reversed(stored))
     replica = Replica(machine, log)
@@ -93,7 +95,7 @@ def test_obligations_are_enforced_where_a_naive_replica_diverges() -> None:
 def test_a_non_idempotent_event_delivered_twice_is_applied_once() -> None:
     machine = order_machine()
     assert "restock" in {w.events[0] for w in machine.report.not_idempotent}
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, [("o1", "restock", False)])
     replica = Replica(machine, log)
     replica.deliver(stored + stored + stored)
@@ -102,7 +104,7 @@ def test_a_non_idempotent_event_delivered_twice_is_applied_once() -> None:
 
 def test_events_of_other_records_apply_without_waiting() -> None:
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, [("o1", "pay", False), ("o1", "restock", False), ("o2", "pay", False)])
     replica = Replica(machine, log)
     # o2's pay is first on its record: it applies although positions 0 and 1 have not arrived. restock
@@ -115,7 +117,7 @@ def test_events_of_other_records_apply_without_waiting() -> None:
 
 def test_declared_dependencies_are_waited_for() -> None:
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, [("o1", "restock", False), ("o2", "restock", True)])
     replica = Replica(machine, log)
     assert replica.deliver([stored[1]]) == 0 and replica.pending == 1
@@ -124,7 +126,7 @@ def test_declared_dependencies_are_waited_for() -> None:
 
 def test_checkpoints_resume_and_refuse_tampering() -> None:
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     fill(log, [("o1", "pay", False), ("o2", "restock", False), ("o1", "ship", False)])
     first = Replica(machine, log)
     first.sync()
@@ -139,7 +141,7 @@ def test_checkpoints_resume_and_refuse_tampering() -> None:
     with pytest.raises(ReplicaError, match="altered"):
         Replica(machine, log, checkpoint=forged)
     invalid = next(s for s in range(machine.n_states) if not machine.is_valid(s))
-    outside = Replica(machine, EventLog("memory://"))
+    outside = Replica(machine, order_log())
     for key, state in {**checkpoint.states, "o1": invalid}.items():
         outside._record(key).state = state  # forged states that still match their (unkeyed) digest
     forged_state = checkpoint.model_copy(
@@ -155,11 +157,11 @@ def test_checkpoints_resume_and_refuse_tampering() -> None:
 
 def test_a_replica_refuses_another_machine_and_unknown_events() -> None:
     machine = order_machine()
-    log = EventLog("memory://")
-    log.bind("f" * 64)
+    log = order_log()
+    log.bind("f" * 64, events=["pay"])
     with pytest.raises(MachineMismatch, match="migration"):
         Replica(machine, log)
-    other = EventLog("memory://")
+    other = order_log()
     replica = Replica(machine, other)
     bogus = LoggedEvent(
         log=other.name,
@@ -176,25 +178,47 @@ def test_a_replica_refuses_another_machine_and_unknown_events() -> None:
         replica.deliver([bogus])
 
 
-def test_a_batch_with_a_hole_in_a_record_is_refused_and_changes_nothing() -> None:
+@pytest.mark.parametrize("batched", [True, False])
+def test_a_bad_event_stops_the_replica_exactly_after_the_last_event_it_applied(batched: bool) -> None:
+    """A forged record number or an event name the machine lacks: everything before it is applied (in
+    the vectorized fold too), nothing after it, and the error names the event and the reason."""
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, [(RECORDS[i % 2], "restock", False) for i in range(20)])
-    forged = [*stored[:10], stored[10].model_copy(update={"record_seq": 99}), *stored[11:]]
-    replica = Replica(machine, log)
-    with pytest.raises(LogCorrupted, match="number 99"):
-        replica.deliver(forged)
-    assert replica.position == 0 and replica.records() == []
+
+    def feed(replica: Replica, events: list[LoggedEvent]) -> None:
+        if batched:
+            replica.deliver(events)
+        else:
+            for event in events:
+                replica.deliver([event])
+
+    def prefix_digest(n: int) -> str:
+        reference = Replica(machine, log)
+        reference.deliver(stored[:n])
+        return reference.digest()
+
+    if batched:  # one at a time, a record number from the future is simply buffered until it is due
+        forged = [*stored[:10], stored[10].model_copy(update={"record_seq": 99}), *stored[11:]]
+        replica = Replica(machine, log)
+        with pytest.raises(LogCorrupted, match="number 99"):
+            feed(replica, forged)
+        assert replica.position == 10 and replica.pending == 0 and replica.digest() == prefix_digest(10)
+
     bogus = [*stored[:19], stored[19].model_copy(update={"event": "teleport"})]
-    with pytest.raises(ReplicaError, match="teleport"):
-        replica.deliver(bogus)
-    replica.deliver(stored)
+    replica = Replica(machine, log)
+    with pytest.raises(ReplicaError, match="position 19 names 'teleport'") as refused:
+        feed(replica, bogus)
+    assert refused.value.event is not None and refused.value.event.position == 19
+    assert "stops here (position 19" in str(refused.value)
+    assert replica.position == 19 and replica.digest() == prefix_digest(19)
+    replica.deliver(stored[19:])
     assert replica.position == 20 and replica.state("o1")["stock"] == 3
 
 
 def test_events_of_another_log_are_refused() -> None:
     machine = order_machine()
-    mine, theirs = EventLog("memory://"), EventLog("memory://", name="other")
+    mine, theirs = order_log(), order_log(name="other")
     fill(theirs, [("o1", "pay", False)])
     with pytest.raises(ReplicaError, match="from log 'other'"):
         Replica(machine, mine).deliver(theirs.read())
@@ -206,7 +230,7 @@ def test_a_replica_recomputes_the_logs_merkle_root_whatever_the_arrival_order(
     ops: list[tuple[str, str, bool]], rnd: random.Random
 ) -> None:
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, ops)
     arrivals = stored + rnd.sample(stored, k=len(stored) // 3)
     rnd.shuffle(arrivals)
@@ -221,7 +245,7 @@ def test_a_replica_recomputes_the_logs_merkle_root_whatever_the_arrival_order(
 
 def test_the_root_commits_to_every_field_of_every_event() -> None:
     machine = order_machine()
-    log = EventLog("memory://")
+    log = order_log()
     stored = fill(log, [("o1", "pay", False), ("o2", "restock", False)])
     honest = log.root()
     assert len(honest) == 64 and log.root(0) != honest
@@ -237,3 +261,63 @@ def test_the_root_commits_to_every_field_of_every_event() -> None:
         synced = Replica(machine, log)
         synced.sync()
         Replica(machine, log, checkpoint=synced.checkpoint(), track_root=True)
+
+
+def test_a_late_first_event_is_handled_in_linear_work(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every event of one busy record waits for its first event; when it finally arrives, each buffered
+    event is checked a bounded number of times (the buffer is indexed by what each event waits for),
+    not once per arrival (which made the replica quadratic)."""
+    machine = order_machine()
+    log = order_log()
+    n = 2000
+    log.append_many(
+        [
+            Event(
+                id=f"e{i}",
+                machine=machine.digest,
+                record="busy",
+                event=("pay", "cancel")[i % 2],
+                producer="p",
+            )
+            for i in range(n)
+        ]
+    )
+    stored = log.read()
+    checks = 0
+    ready = Replica._ready
+
+    def counted(self: Replica, event: LoggedEvent) -> bool:
+        nonlocal checks
+        checks += 1
+        return ready(self, event)
+
+    monkeypatch.setattr(Replica, "_ready", counted)
+    replica = Replica(machine, log)
+    for event in stored[1:]:
+        replica.deliver([event])
+    assert replica.pending == n - 1 and replica.position == 0
+    replica.deliver([stored[0]])
+    assert replica.pending == 0 and replica.position == n
+    assert checks <= 3 * n, f"{checks} readiness checks for {n} events"
+    reference = Replica(machine, log)
+    reference.sync()
+    assert replica.digest() == reference.digest()
+
+
+def test_sync_stops_exactly_after_the_last_event_it_could_apply(tmp_path: Path) -> None:
+    """A log written by an older govern may hold a name the machine lacks: sync (a vectorized page)
+    applies everything before it, then stops there every time, naming the event."""
+    machine = order_machine()
+    path = tmp_path / "events.db"
+    log = order_log(str(path))
+    stored = fill(log, [(RECORDS[i % 3], "restock", False) for i in range(40)])
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE govern_events SET event = 'shipp' WHERE position = 30")
+    replica = Replica(machine, log)
+    for _ in range(2):
+        with pytest.raises(ReplicaError, match="position 30 names 'shipp'"):
+            replica.sync()
+        assert replica.position == 30
+    reference = Replica(machine, log)
+    reference.deliver(stored[:30])
+    assert replica.digest() == reference.digest()

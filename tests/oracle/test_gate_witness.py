@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-import govern._verify as verify_module
 import govern.oracle as oracle
+import govern.verify._verify as verify_module
 from govern import OracleDisagreement, Registry
 
 

@@ -1,0 +1,429 @@
+"""Certificates: a machine, its verdict and its tables as one canonical, digested, optionally signed document.
+
+`certify` turns a built machine into a `Certificate` (and re-checks it before returning it);
+`check_certificate` verifies a certificate's bytes offline. Checking never imports or runs anything
+but this package: a certificate is data. docs/certificate.md specifies the format.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from ._analysis import TableAnalysis, analyse_tables
+from ._encoding import DEFAULT_MAX_BYTES, canonical_json, decode_table, encode_table, parse_strict_json
+from ._errors import CertificateInvalid, CertificateUnreadable
+from ._model import FORMAT, CertificateModel, domain_sizes, has_rules, initial_state, parse_document
+from ._oracle import OracleVerdict, local_oracle_identity, run_rules_oracle, run_tables_oracle
+from ._signing import (
+    Signer,
+    is_strong_key,
+    key_id,
+    public_key_from_raw,
+    verify_signature,
+)
+
+__all__ = [
+    "DIGEST_DOMAIN",
+    "Certificate",
+    "CheckResult",
+    "Signature",
+    "assemble",
+    "check_certificate",
+    "compute_digest",
+    "read_certificate",
+]
+
+DIGEST_DOMAIN: Final = b"govern-certificate-digest-v1\n"
+MAX_CLOCK_SKEW: Final = 300
+"""Seconds a signature's `signed_at` may lie beyond the checker's clock (clocks drift; no more)."""
+
+IntArray = npt.NDArray[np.int64]
+
+
+def compute_digest(document: dict[str, Any]) -> str:
+    """`sha256:` + hex SHA-256 of the domain tag and the canonical JSON of every member except
+    `digest` and `signature`."""
+    body = {k: v for k, v in document.items() if k not in ("digest", "signature")}
+    return "sha256:" + hashlib.sha256(DIGEST_DOMAIN + canonical_json(body)).hexdigest()
+
+
+@dataclass(frozen=True)
+class Signature:
+    """Who signed a certificate and when (the signature itself was verified when this exists)."""
+
+    key_id: str
+    signed_at: str
+
+
+@dataclass(frozen=True, eq=False)
+class Certificate:
+    """A certificate document and its decoded tables. `to_bytes()` is the exact file content."""
+
+    model: CertificateModel
+    valid: IntArray = field(repr=False)
+    repair: IntArray = field(repr=False)
+    apply: IntArray = field(repr=False)
+
+    @property
+    def name(self) -> str:
+        """The certified machine's name."""
+        return self.model.machine.name
+
+    @property
+    def digest(self) -> str:
+        """`sha256:` and the hex digest over everything but the signature block."""
+        return self.model.digest
+
+    @property
+    def has_rules(self) -> bool:
+        """True when every rule is an AST, so `govern check` re-derives the tables from the rules."""
+        return has_rules(self.model.machine)
+
+    @property
+    def signature(self) -> Signature | None:
+        """Who signed and when, as written (verified only by `check_certificate`); None if unsigned."""
+        block = self.model.signature
+        return None if block is None else Signature(block.key_id, block.signed_at)
+
+    def document(self) -> dict[str, Any]:
+        """The certificate as a JSON value (the signature member only when signed)."""
+        return _document_of(self.model)
+
+    def to_bytes(self) -> bytes:
+        """The canonical file content: canonical JSON and one newline."""
+        return canonical_json(self.document()) + b"\n"
+
+    def signed(self, signer: Signer) -> Certificate:
+        """A copy signed by `signer` now (replacing any earlier signature; the digest is unchanged)."""
+        signed_at, value = signer.sign(self.digest)
+        raw = signer.public_key.public_bytes_raw()
+        block = {
+            "algorithm": "ed25519",
+            "key_id": signer.key_id,
+            "public_key": base64.b64encode(raw).decode("ascii"),
+            "signed_at": signed_at,
+            "value": value,
+        }
+        document = self.document() | {"signature": block}
+        return Certificate(parse_document(document), self.valid, self.repair, self.apply)
+
+
+def _document_of(model: CertificateModel) -> dict[str, Any]:
+    document = model.model_dump(mode="json", exclude={"signature"})
+    if model.signature is not None:
+        document["signature"] = model.signature.model_dump(mode="json")
+    return document
+
+
+def assemble(
+    *,
+    machine: dict[str, Any],
+    verdict: dict[str, Any],
+    valid: npt.ArrayLike,
+    repair: npt.ArrayLike,
+    apply: npt.ArrayLike,
+    oracle: dict[str, str],
+    version: str,
+) -> Certificate:
+    """Build a certificate document from its parts and compute its digest; nothing is checked here
+    beyond the format (use `check_certificate` on `to_bytes()` to verify the claims)."""
+    # repair and apply are stored as differences from the state id: most entries are 0 (no change) or
+    # one stride, so they compress about a hundred times better than the ids themselves.
+    valid_flags = np.asarray(valid).astype(np.uint8)
+    states = len(valid_flags)
+    ids = np.arange(states, dtype=np.int64)
+    repair_ids = np.asarray(repair, dtype=np.int64)
+    apply_ids = np.asarray(apply, dtype=np.int64)
+    document: dict[str, Any] = {
+        "format": FORMAT,
+        "tool": {"name": "govern", "version": version},
+        "machine": machine,
+        "verdict": verdict,
+        "tables": {
+            "valid": encode_table(valid_flags, "u8"),
+            "repair": encode_table(repair_ids - ids, "i32le"),
+            "apply": encode_table((apply_ids.reshape(-1, states) - ids).reshape(-1), "i32le"),
+        },
+        "oracle": dict(oracle),
+    }
+    document["digest"] = compute_digest(document)
+    return read_certificate(canonical_json(document) + b"\n")
+
+
+def read_certificate(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Certificate:
+    """Parse and decode a certificate strictly, without judging its claims.
+
+    Raises `CertificateUnreadable` for anything that is not a well-formed certificate.
+    """
+    value = parse_strict_json(data, max_bytes=max_bytes)
+    model = parse_document(value)
+    # The model must say exactly what the bytes say: no value may have been coerced on the way in
+    # (1 read as true, say), or the digest of the model would not be the digest of the file.
+    if canonical_json(_document_of(model)) != canonical_json(value):
+        raise CertificateUnreadable("a field has a value of the wrong JSON type")
+    if model.signature is not None:
+        # Base64 with non-zero padding bits decodes to the same bytes as the canonical spelling: refused,
+        # so no byte of a certificate can change without changing what is checked.
+        for name in ("public_key", "value"):
+            text = getattr(model.signature, name)
+            if base64.b64encode(base64.b64decode(text)).decode("ascii") != text:
+                raise CertificateUnreadable(f"signature.{name} is not canonical base64")
+    sizes = domain_sizes(model.machine)
+    states = 1
+    for _, size in sizes:
+        states *= size
+    events = len(model.machine.events)
+    valid = decode_table(model.tables.valid, "u8", states, what="tables.valid")
+    ids = np.arange(states, dtype=np.int64)
+    repair = decode_table(model.tables.repair, "i32le", states, what="tables.repair") + ids
+    apply = decode_table(model.tables.apply, "i32le", states * events, what="tables.apply")
+    apply = (apply.reshape(events, states) + ids).reshape(-1)
+    return Certificate(model, valid, repair, apply)
+
+
+@dataclass(frozen=True, eq=False)
+class CheckResult:
+    """What `check_certificate` verified. It exists only when every check passed."""
+
+    certificate: Certificate
+    signature: Signature | None
+    rules_checked: bool
+    oracle: dict[str, str]
+    tables_verdict: OracleVerdict
+    analysis: TableAnalysis
+    steps: list[str]
+
+    def statement(self) -> str:
+        """One paragraph: what was verified and what it means, and no more."""
+        return render_statement(self)
+
+
+def _verdict_from_analysis(analysis: TableAnalysis, model: CertificateModel) -> dict[str, Any]:
+    machine = model.machine
+    return {
+        "wfc": True,
+        "cc1": True,
+        "max_repair_depth": analysis.max_repair_depth,
+        "states": analysis.states,
+        "valid_states": analysis.valid_states,
+        "domain": machine.domain,
+        "domain_states": analysis.domain_states,
+        "pairs": "all" if machine.independent is None else "declared",
+        "pairs_checked": analysis.pairs_checked,
+        "cc2": analysis.cc2,
+        "causal_order_obligations": analysis.causal_order_obligations,
+        "not_idempotent": analysis.not_idempotent,
+        "guarantee": "interleaved-repair" if analysis.cc2 else "repair-before-apply",
+    }
+
+
+def _verify_signature(
+    certificate: Certificate,
+    public_key: Ed25519PublicKey | None,
+    require_signature: bool,
+    now: datetime,
+    max_clock_skew: float,
+) -> Signature | None:
+    block = certificate.model.signature
+    if block is None:
+        if public_key is not None or require_signature:
+            raise CertificateInvalid("the certificate is not signed, and a signature was required")
+        return None
+    try:
+        embedded = public_key_from_raw(base64.b64decode(block.public_key, validate=True))
+    except (binascii.Error, ValueError):
+        raise CertificateInvalid("signature.public_key is not an Ed25519 public key") from None
+    if not is_strong_key(embedded):
+        raise CertificateInvalid(
+            "signature.public_key is a weak Ed25519 key (small-order, mixed-order or non-canonical): "
+            "anyone can make signatures that verify under it, so it identifies no signer"
+        )
+    if key_id(embedded) != block.key_id:
+        raise CertificateInvalid("signature.key_id is not the id of signature.public_key")
+    if public_key is not None and key_id(public_key) != block.key_id:
+        raise CertificateInvalid(
+            f"signed by {block.key_id}, not by the key given ({key_id(public_key)})"
+        )
+    if not verify_signature(embedded, certificate.digest, block.key_id, block.signed_at, block.value):
+        raise CertificateInvalid(f"the signature by {block.key_id} does not verify: the certificate "
+                                 "or its signature block was altered")
+    signed_at = datetime.strptime(block.signed_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    if signed_at > now + timedelta(seconds=max_clock_skew):
+        raise CertificateInvalid(
+            f"signed at {block.signed_at}, in the future (this clock says "
+            f"{now.strftime('%Y-%m-%dT%H:%M:%SZ')}, {max_clock_skew:g} s of skew allowed)"
+        )
+    return Signature(block.key_id, block.signed_at)
+
+
+def check_certificate(
+    data: bytes,
+    *,
+    public_key: Ed25519PublicKey | None = None,
+    require_signature: bool = False,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    now: datetime | None = None,
+    max_clock_skew: float = MAX_CLOCK_SKEW,
+) -> CheckResult:
+    """Verify a certificate's bytes offline; returns what was verified or raises.
+
+    `CertificateUnreadable`: the bytes are not a well-formed certificate. `CertificateInvalid`: a claim
+    does not hold (digest, signature, oracle verdict, tables vs rules, verdict vs tables). With
+    `public_key` (an Ed25519 public key) the certificate must be signed by that key; with
+    `require_signature` it must be signed by the key it names. A signature is refused under a weak key
+    (one anyone can sign for) or dated beyond `now` (default: this clock) plus `max_clock_skew` seconds.
+    Runs no code from the certificate.
+    """
+    certificate = read_certificate(data, max_bytes=max_bytes)
+    model = certificate.model
+    steps = ["parsed strictly: canonical JSON, known fields only, well-formed tables"]
+    expected = compute_digest(certificate.document())
+    if expected != model.digest:
+        raise CertificateInvalid(
+            f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
+            "it was altered after it was made"
+        )
+    steps.append(f"digest recomputed: {model.digest}")
+    signature = _verify_signature(
+        certificate, public_key, require_signature, now or datetime.now(UTC), max_clock_skew
+    )
+    if signature is not None:
+        steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
+    initial = initial_state(model.machine)
+    analysis = analyse_tables(
+        certificate.valid,
+        certificate.repair,
+        certificate.apply,
+        events=len(model.machine.events),
+        initial=initial,
+        independent=model.machine.independent,
+        domain=model.machine.domain,
+    )
+    if analysis.problem is not None:
+        raise CertificateInvalid(f"the tables do not converge: {analysis.problem}")
+    recomputed = _verdict_from_analysis(analysis, model)
+    stated = model.verdict.model_dump(mode="json")
+    wrong = sorted(k for k in recomputed if recomputed[k] != stated[k])
+    if wrong:
+        details = "; ".join(f"{k}: claims {stated[k]!r}, tables give {recomputed[k]!r}" for k in wrong)
+        raise CertificateInvalid(f"the verdict does not match the tables: {details}")
+    steps.append("verdict recomputed from the tables: every field matches")
+    tables_verdict = run_tables_oracle(
+        model.machine, certificate.valid, certificate.repair, certificate.apply
+    )
+    if not tables_verdict.certified:
+        raise CertificateInvalid(
+            f"the proof-derived table checker rejects the tables: {tables_verdict.reason}"
+        )
+    steps.append(f"proof-derived table checker accepted the tables ({tables_verdict.theorem})")
+    claims = model.verdict
+    oracle_checks: list[tuple[str, object, object]] = [
+        ("CC2", tables_verdict.cc2, claims.cc2),
+        ("max repair depth", tables_verdict.max_depth, claims.max_repair_depth),
+        ("checked domain size", tables_verdict.domain_size, claims.domain_states),
+    ]
+    for label, found, claim in oracle_checks:
+        if found is not None and found != claim:
+            raise CertificateInvalid(
+                f"{label}: the certificate claims {claim!r}, the table checker finds {found!r}"
+            )
+    rules_checked = certificate.has_rules
+    if rules_checked:
+        reason, theorem = run_rules_oracle(
+            model.machine, certificate.valid, certificate.repair, certificate.apply
+        )
+        if reason is not None:
+            raise CertificateInvalid(f"the rules checker does not confirm the tables: {reason}")
+        steps.append(
+            f"proof-derived rules checker recomputed the tables from the rules: identical ({theorem})"
+        )
+    else:
+        steps.append("some rules are Python callables: the tables could not be re-derived from the rules")
+    return CheckResult(
+        certificate=certificate,
+        signature=signature,
+        rules_checked=rules_checked,
+        oracle=local_oracle_identity(),
+        tables_verdict=tables_verdict,
+        analysis=analysis,
+        steps=steps,
+    )
+
+
+def _names(model: CertificateModel, indices: list[int]) -> str:
+    names = [model.machine.events[i].name for i in indices]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def render_statement(result: CheckResult) -> str:
+    """The one-paragraph statement `govern check` prints."""
+    model = result.certificate.model
+    verdict = model.verdict
+    events = model.machine.events
+    who = (
+        f" and signed by {result.signature.key_id} at {result.signature.signed_at}"
+        if result.signature is not None
+        else " (unsigned, so anyone could have produced it; this says nothing about who)"
+    )
+    domain = (
+        f"every valid state ({verdict.domain_states:,} of {verdict.states:,})"
+        if verdict.domain == "valid"
+        else f"every state reachable from the initial state ({verdict.domain_states:,} of {verdict.states:,})"
+    )
+    if verdict.pairs == "all":
+        pairs = "every pair of distinct events commutes"
+    elif verdict.pairs_checked:
+        listed = ", ".join(f"{events[a].name}/{events[b].name}" for a, b in verdict.pairs_checked)
+        pairs = f"the declared independent pairs ({listed}) commute"
+    else:
+        pairs = "no pair was declared independent, so none was checked to commute"
+    if verdict.pairs == "all":
+        meaning = (
+            "from any state of that domain, every delivery order of the same events reaches the same state"
+        )
+    else:
+        meaning = (
+            "from any state of that domain, two delivery orders of the same events that differ only by "
+            "swapping adjacent declared-independent events reach the same state"
+        )
+    if verdict.cc2:
+        meaning += ", however compensation (repair) interleaves with delivery."
+    else:
+        meaning += (
+            ", provided each event is applied to a fully repaired state, as Machine.apply does "
+            "(CC2 does not hold)."
+        )
+    if verdict.causal_order_obligations:
+        listed = ", ".join(f"{events[a].name}/{events[b].name}" for a, b in verdict.causal_order_obligations)
+        meaning += f" These pairs do not commute and must be delivered in causal order: {listed}."
+    elif verdict.pairs == "declared":
+        meaning += " The undeclared pairs were found to commute too (govern's own check, outside the proof)."
+    if verdict.not_idempotent:
+        meaning += (
+            f" Delivering {_names(model, verdict.not_idempotent)} twice changes the state, "
+            "so duplicates must be filtered out."
+        )
+    basis = (
+        "the proof-derived rules checker recomputed the tables from the rules, so the claim is about "
+        "the rules as written"
+        if result.rules_checked
+        else "some of the machine's rules are Python callables, so only the tables were checked: they "
+        "converge, but that they are what the code computes was not checked offline"
+    )
+    return (
+        f"Verified: certificate for machine {model.machine.name!r} is intact (digest {model.digest}){who}. "
+        f"The proof-derived table checker accepted its tables: repair terminates from every state "
+        f"(at most {verdict.max_repair_depth} step{'s' if verdict.max_repair_depth != 1 else ''}) and "
+        f"{pairs} on {domain}; {basis}. "
+        f"Meaning: {meaning} Nothing more is claimed: not that the rules express your intent, not "
+        "that events are ever delivered, and nothing about code or state outside this machine."
+    )

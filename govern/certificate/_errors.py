@@ -1,0 +1,44 @@
+"""Errors about certificates and signing keys, split by what the reader should conclude.
+
+    GovernError
+    └── CertificateError
+        ├── CertificateUnreadable   the bytes are not a well-formed certificate (`govern check` exit 4)
+        ├── CertificateInvalid      well-formed, but a claim in it does not hold (exit 1)
+        ├── CertificateTooLarge     the machine's tables exceed what a certificate may hold
+        └── SigningKeyError         a key file is missing, malformed, or too widely readable
+"""
+
+from __future__ import annotations
+
+from .._errors import GovernError
+
+__all__ = [
+    "CertificateError",
+    "CertificateInvalid",
+    "CertificateTooLarge",
+    "CertificateUnreadable",
+    "SigningKeyError",
+]
+
+
+class CertificateError(GovernError):
+    """A certificate or a key used with one could not be produced, read or verified."""
+
+
+class CertificateUnreadable(CertificateError):
+    """The input is not a well-formed certificate: truncated, oversized, unknown or duplicate fields,
+    wrong types, bad base64 or compression, or not in canonical form. Nothing in it was trusted."""
+
+
+class CertificateInvalid(CertificateError):
+    """The certificate was read, and one of its claims is false: digest mismatch, bad or missing
+    signature, tables the oracle rejects, tables that are not what the rules define, or a verdict
+    that does not match the tables. Do not rely on the machine it describes."""
+
+
+class CertificateTooLarge(CertificateError):
+    """The machine has more states or apply entries than a certificate may hold (2^24 and 2^26)."""
+
+
+class SigningKeyError(CertificateError):
+    """A signing or verification key cannot be used; the message says which file and why."""

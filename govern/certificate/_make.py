@@ -1,0 +1,113 @@
+"""Turning a built `Machine` into a `Certificate`: its rules, the engine's verdict, its tables.
+
+The verdict written into a certificate is the engine's (from `Machine.report`), translated to event
+positions; `certify` then checks the certificate exactly as `govern check` would, so a certificate
+is only handed out when the independent recomputation and the proof-derived oracle agree with the
+engine.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._errors import OracleDisagreement
+from ._certificate import Certificate, CheckResult, assemble, check_certificate
+from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
+from ._model import MAX_STATES, MAX_TABLE_ENTRIES
+from ._oracle import local_oracle_identity
+from ._signing import load_private_key
+
+if TYPE_CHECKING:
+    from ..machine._machine import Machine
+    from ..machine._registry import Registry
+
+__all__ = ["certificate_for", "certify", "self_check", "tool_version"]
+
+
+def tool_version() -> str:
+    """The installed version of govern (the `bide` distribution)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("bide")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def _verdict(machine: Machine) -> dict[str, Any]:
+    report = machine.report
+    position = {name: i for i, name in enumerate(machine.events)}
+
+    def pair(a: str, b: str) -> list[int]:
+        return sorted((position[a], position[b]))
+
+    return {
+        "wfc": bool(report.wfc),
+        "cc1": bool(report.cc1),
+        "max_repair_depth": int(report.max_repair_depth),
+        "states": int(report.states),
+        "valid_states": int(report.valid_states),
+        "domain": str(report.domain),
+        "domain_states": int(report.domain_states),
+        "pairs": str(report.pair_mode),
+        "pairs_checked": sorted(pair(a, b) for a, b in report.pairs_checked),
+        "cc2": bool(report.cc2),
+        "causal_order_obligations": sorted(pair(d.events[0], d.events[1]) for d in report.obligations),
+        "not_idempotent": sorted(position[d.events[0]] for d in report.not_idempotent),
+        "guarantee": "interleaved-repair" if report.cc2 else "repair-before-apply",
+    }
+
+
+def certificate_for(machine: Machine, *, version: str | None = None) -> Certificate:
+    """The certificate of a built machine (unsigned, not yet re-checked: see `certify`)."""
+    states, events = machine.n_states, len(machine.events)
+    if states > MAX_STATES or states * events > MAX_TABLE_ENTRIES:
+        raise CertificateTooLarge(
+            f"machine {machine.name!r} has {states:,} states and {events} events; a certificate holds at "
+            f"most {MAX_STATES:,} states and {MAX_TABLE_ENTRIES:,} apply entries (checkers refuse larger "
+            "tables); split the machine or narrow its variables' ranges"
+        )
+    tables = machine.tables()
+    return assemble(
+        machine=machine.rules(),
+        verdict=_verdict(machine),
+        valid=tables.valid,
+        repair=tables.repair,
+        apply=tables.apply.reshape(-1),
+        oracle=local_oracle_identity(),
+        version=version or tool_version(),
+    )
+
+
+def self_check(certificate: Certificate) -> CheckResult:
+    """Check a freshly made certificate as `govern check` would; raises if it does not pass."""
+    return check_certificate(certificate.to_bytes())
+
+
+def certify(
+    machine: Machine | Registry, *, sign_with: str | os.PathLike[str] | None = None
+) -> Certificate:
+    """Certify a machine (a `Registry` is built first, over the valid domain).
+
+    The certificate is checked before it is returned, exactly as `govern check` checks it: strictly
+    re-read, digest, the verdict recomputed from the tables, the proof-derived table checker and,
+    for rules given as expressions, the rules checker. `sign_with` names an Ed25519 private key file
+    (`govern keygen`). Raises `NotConvergent` (from the build) for a machine that does not converge,
+    and `OracleDisagreement` when the re-check disagrees with the engine (a bug: please report it).
+    """
+    from ..machine._registry import Registry
+
+    built = machine.build() if isinstance(machine, Registry) else machine
+    certificate = certificate_for(built)
+    try:
+        self_check(certificate)
+    except (CertificateInvalid, CertificateUnreadable) as exc:
+        raise OracleDisagreement(
+            f"the engine certified {built.name!r} but its certificate does not check: {exc}; "
+            "this is a bug in govern, please report it with the machine"
+        ) from exc
+    if sign_with is not None:
+        certificate = certificate.signed(load_private_key(Path(sign_with)))
+    return certificate

@@ -1,0 +1,220 @@
+"""Ed25519 keys and the domain-separated signature that binds a certificate digest to a signer.
+
+A signature covers exactly these bytes (UTF-8):
+
+    govern-certificate-signature-v1\\n<digest>\\n<key_id>\\n<signed_at>
+
+so it cannot be replayed onto another certificate, another key id, or another time, and it can never
+be confused with a signature made for any other purpose with the same key.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import os
+import re
+import stat
+import tempfile
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from ._errors import SigningKeyError
+
+__all__ = [
+    "SIGNATURE_DOMAIN",
+    "Signer",
+    "generate_key_pair",
+    "is_signing_time",
+    "is_strong_key",
+    "key_id",
+    "load_private_key",
+    "load_public_key",
+    "public_key_from_raw",
+    "raw_public_key",
+    "signed_bytes",
+    "verify_signature",
+]
+
+SIGNATURE_DOMAIN: Final = "govern-certificate-signature-v1"
+_TIME: Final = re.compile(r"\A\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z\Z")
+
+
+def raw_public_key(key: Ed25519PublicKey) -> bytes:
+    """The 32 raw bytes of an Ed25519 public key (RFC 8032)."""
+    return key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+def public_key_from_raw(raw: bytes) -> Ed25519PublicKey:
+    """An Ed25519 public key from its 32 raw bytes; `ValueError` if they are not one."""
+    if len(raw) != 32:
+        raise ValueError(f"an Ed25519 public key is 32 bytes, not {len(raw)}")
+    return Ed25519PublicKey.from_public_bytes(raw)
+
+
+def is_strong_key(key: Ed25519PublicKey) -> bool:
+    """True when the key encodes, canonically, a point of the prime-order subgroup (not the identity).
+
+    A small-order key (8 points) lets anyone make signatures that verify under it, and OpenSSL does not
+    refuse them; bide's audit log refuses the same keys with the same check (shared, not copied)."""
+    from bide.audit._ed25519 import is_strong_public_key
+
+    return is_strong_public_key(raw_public_key(key))
+
+
+def key_id(key: Ed25519PublicKey) -> str:
+    """The key id: `ed25519:` and the lowercase hex SHA-256 of the raw public key."""
+    return "ed25519:" + hashlib.sha256(raw_public_key(key)).hexdigest()
+
+
+def signed_bytes(digest: str, key: str, signed_at: str) -> bytes:
+    """The exact bytes an Ed25519 certificate signature is computed over."""
+    return f"{SIGNATURE_DOMAIN}\n{digest}\n{key}\n{signed_at}".encode()
+
+
+def is_signing_time(text: str) -> bool:
+    """True when `text` is a UTC time written `YYYY-MM-DDTHH:MM:SSZ` that exists on the calendar."""
+    if not _TIME.match(text):
+        return False
+    try:
+        datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class Signer:
+    """A private key ready to sign certificate digests."""
+
+    private_key: Ed25519PrivateKey
+
+    @property
+    def public_key(self) -> Ed25519PublicKey:
+        """The matching public key."""
+        return self.private_key.public_key()
+
+    @property
+    def key_id(self) -> str:
+        """`ed25519:` and the hex SHA-256 of the raw public key."""
+        return key_id(self.public_key)
+
+    def sign(self, digest: str, *, now: datetime | None = None) -> tuple[str, str]:
+        """Sign `digest` now; returns (signed_at, base64 signature)."""
+        moment = (now or datetime.now(UTC)).astimezone(UTC).replace(microsecond=0)
+        signed_at = moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+        value = self.private_key.sign(signed_bytes(digest, self.key_id, signed_at))
+        return signed_at, base64.b64encode(value).decode("ascii")
+
+
+def verify_signature(public: Ed25519PublicKey, digest: str, key: str, signed_at: str, value: str) -> bool:
+    """True when `value` (base64) is `public`'s signature over `signed_bytes(digest, key, signed_at)`."""
+    try:
+        signature = base64.b64decode(value.encode("ascii"), validate=True)
+    except (binascii.Error, UnicodeEncodeError, ValueError):
+        return False
+    if len(signature) != 64 or base64.b64encode(signature).decode("ascii") != value:
+        return False
+    try:
+        public.verify(signature, signed_bytes(digest, key, signed_at))
+    except InvalidSignature:
+        return False
+    return True
+
+
+def _write_atomically(path: Path, data: bytes, mode: int) -> None:
+    # The temporary file is created with the final mode from the start, so the private key is never
+    # readable by others, not even for a moment; os.replace makes the write all-or-nothing.
+    directory = path.parent
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[Path, str]:
+    """Write a new Ed25519 key pair: `private_path` (PKCS#8 PEM, mode 0600) and `private_path.pub`.
+
+    Returns the public key path and the key id. Refuses to replace an existing file unless
+    `overwrite`; each file is written to a temporary file and renamed into place.
+    """
+    public_path = private_path.with_name(private_path.name + ".pub")
+    if not private_path.parent.is_dir():
+        raise SigningKeyError(f"{private_path.parent}: no such directory")
+    if not overwrite:
+        for existing in (private_path, public_path):
+            if existing.exists():
+                raise SigningKeyError(f"{existing} already exists; pass --force to replace it")
+    key = Ed25519PrivateKey.generate()
+    private_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public_pem = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    _write_atomically(private_path, private_pem, 0o600)
+    _write_atomically(public_path, public_pem, 0o644)
+    return public_path, key_id(key.public_key())
+
+
+def load_private_key(path: Path) -> Signer:
+    """Read a private key written by `govern keygen`; refuses one that others can read."""
+    try:
+        info = path.stat()
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SigningKeyError(f"{path}: cannot read the signing key ({exc.strerror})") from None
+    if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise SigningKeyError(
+            f"{path}: the private key is accessible to other users (mode {stat.S_IMODE(info.st_mode):o}); "
+            f"run `chmod 600 {path}`"
+        )
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise SigningKeyError(f"{path}: not an unencrypted PEM private key ({exc})") from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise SigningKeyError(f"{path}: not an Ed25519 key (create one with `govern keygen`)")
+    return Signer(key)
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    """Read a public key: the `.pub` PEM file `govern keygen` writes, or 32 raw bytes in base64."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SigningKeyError(f"{path}: cannot read the public key ({exc.strerror})") from None
+    if data.lstrip().startswith(b"-----BEGIN"):
+        try:
+            key = serialization.load_pem_public_key(data)
+        except ValueError as exc:
+            raise SigningKeyError(f"{path}: not a PEM public key ({exc})") from None
+        if not isinstance(key, Ed25519PublicKey):
+            raise SigningKeyError(f"{path}: not an Ed25519 public key")
+    else:
+        try:
+            key = public_key_from_raw(base64.b64decode(data.strip(), validate=True))
+        except (binascii.Error, ValueError):
+            raise SigningKeyError(
+                f"{path}: neither a PEM public key nor 32 base64-encoded bytes "
+                "(use the .pub file from keygen)"
+            ) from None
+    if not is_strong_key(key):
+        raise SigningKeyError(
+            f"{path}: a weak Ed25519 key (small-order or mixed-order): it identifies no signer"
+        )
+    return key

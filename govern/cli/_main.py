@@ -1,0 +1,719 @@
+"""The `govern` command: certify machines in CI, check certificates offline, show, graph, keygen.
+
+Exit codes (the same for every command, and in `govern --help`):
+
+    0  success: certified / the certificate is valid
+    1  not convergent (certify: a counterexample is printed) / read, and not valid (check)
+    2  usage or input error: bad arguments, a missing file, a machine file that does not import,
+       no registry found, an unusable key
+    3  engine/oracle disagreement or internal error (a bug: please report it)
+    4  unreadable certificate: truncated, oversized, malformed, not canonical (check, show)
+
+Every string taken from a certificate, a machine or an error is printed through `_safe` (the shared
+sanitizer `bide._terminal.printable`, then rich markup escaping); --json output is ASCII-escaped JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import textwrap
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from bide._terminal import printable
+
+from .._errors import GovernError
+from ..certificate._certificate import (
+    MAX_CLOCK_SKEW,
+    Certificate,
+    CheckResult,
+    check_certificate,
+    read_certificate,
+)
+from ..certificate._encoding import DEFAULT_MAX_BYTES
+from ..certificate._errors import (
+    CertificateInvalid,
+    CertificateTooLarge,
+    CertificateUnreadable,
+    SigningKeyError,
+)
+from ..certificate._render import render_assignment, render_expression, render_value
+from ..certificate._signing import generate_key_pair, load_private_key, load_public_key
+
+if TYPE_CHECKING:
+    from ..machine._registry import Registry
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_NOT_CONVERGENT = 1
+EXIT_INVALID = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_UNREADABLE = 4
+
+_EXIT_CODES = """\
+exit codes:
+  0  success: every machine certified / the certificate is valid
+  1  certify: a machine is not convergent (the counterexample is printed);
+     check: the certificate was read and is not valid (digest, signature, oracle, tables)
+  2  usage or input error: bad arguments, missing file, machine file does not import,
+     no registry found, unusable key file
+  3  engine/oracle disagreement or internal error (a bug: please report it)
+  4  check/show/graph: the certificate is unreadable (truncated, oversized, malformed, not canonical)
+"""
+
+T = TypeVar("T")
+
+
+def _safe(text: str, *, keep_newlines: bool = False) -> str:
+    """Text from a certificate, a machine or an error message, ready for rich: control characters shown as
+    visible escapes (the shared sanitizer, `bide._terminal.printable`), then rich markup escaped."""
+    return escape(printable(text, keep_newlines=keep_newlines))
+
+
+class UsageError(Exception):
+    """Bad input from the person running the command (exit 2)."""
+
+
+def _version() -> str:
+    from ..certificate._make import tool_version
+
+    return tool_version()
+
+
+# -- loading machine files -----------------------------------------------------------------------
+
+@dataclass
+class Target:
+    """One registry found in a machine file."""
+
+    attribute: str
+    registry: Registry
+    source: Path
+
+
+def _split_spec(spec: str) -> tuple[Path, str | None]:
+    path_text, _, name = spec.rpartition(":") if ":" in spec and not Path(spec).exists() else (spec, "", "")
+    if not path_text:
+        path_text, name = spec, ""
+    return Path(path_text), (name or None)
+
+
+def load_targets(spec: str) -> list[Target]:
+    """Import the machine file in `spec` (`PATH[:NAME]`) and return its top-level registries.
+
+    NAME matches the attribute name or the registry's own name. Raises UsageError with a clear
+    message when the file is missing, does not import, or holds no (matching) registry.
+    """
+    from ..machine._registry import Registry
+
+    path, name = _split_spec(spec)
+    if not path.is_file():
+        raise UsageError(f"{path}: no such file")
+    module_name = "_govern_machine_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    loader_spec = importlib.util.spec_from_file_location(module_name, path)
+    if loader_spec is None or loader_spec.loader is None:
+        raise UsageError(f"{path}: cannot be imported as a Python file")
+    module = importlib.util.module_from_spec(loader_spec)
+    directory = str(path.resolve().parent)
+    sys.path.insert(0, directory)
+    sys.modules[module_name] = module
+    try:
+        loader_spec.loader.exec_module(module)
+    except SyntaxError as exc:
+        raise UsageError(f"{exc.filename or path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+    except GovernError as exc:
+        raise UsageError(f"{path}: the machine declaration is invalid: {exc}") from exc
+    except SystemExit as exc:
+        raise UsageError(f"{path}: the file called sys.exit({exc.code!r}) while being imported") from exc
+    except Exception as exc:
+        raise UsageError(f"{path}: importing the file raised {type(exc).__name__}: {exc}") from exc
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(directory)
+    found: list[Target] = []
+    seen: set[int] = set()
+    for attribute, value in vars(module).items():
+        if isinstance(value, Registry) and id(value) not in seen:
+            seen.add(id(value))
+            found.append(Target(attribute, value, path))
+    if not found:
+        raise UsageError(f"{path}: no Registry is defined at the top level of the file")
+    if name is not None:
+        chosen = [t for t in found if name in (t.attribute, t.registry.name)]
+        if not chosen:
+            names = ", ".join(t.attribute for t in found)
+            raise UsageError(f"{path}: no registry named {name!r} (found: {names})")
+        return chosen
+    return found
+
+
+# -- progress ------------------------------------------------------------------------------------
+
+class Phases:
+    """A progress bar over named phases, shown only once a run has lasted more than a second."""
+
+    def __init__(self, console: Console, total: int, enabled: bool) -> None:
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+            console=console, transient=True,
+        )
+        self._task = self._progress.add_task("", total=total)
+        self._timer: threading.Timer | None = None
+        self._started = False
+        self._lock = threading.Lock()
+        self._enabled = enabled
+
+    def _start(self) -> None:
+        with self._lock:
+            if not self._started and self._timer is not None:
+                self._progress.start()
+                self._started = True
+
+    def __enter__(self) -> Phases:
+        if self._enabled:
+            self._timer = threading.Timer(1.0, self._start)
+            self._timer.daemon = True
+            self._timer.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            if self._started:
+                self._progress.stop()
+                self._started = False
+
+    def phase(self, description: str, run: Callable[[], T]) -> T:
+        self._progress.update(self._task, description=description)
+        try:
+            return run()
+        finally:
+            self._progress.advance(self._task)
+
+
+# -- certify -------------------------------------------------------------------------------------
+
+@dataclass
+class Outcome:
+    """What happened to one registry in `govern certify`."""
+
+    name: str
+    exit_code: int
+    certificate: Certificate | None = None
+    path: Path | None = None
+    message: str = ""
+    counterexample: dict[str, Any] | None = None
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        status = {0: "certified", 1: "not-convergent", 2: "input-error", 3: "internal-error"}[self.exit_code]
+        out: dict[str, Any] = {"name": self.name, "status": status, "exit_code": self.exit_code,
+                               "seconds": {k: round(v, 4) for k, v in self.seconds.items()}}
+        if self.certificate is not None:
+            out["certificate"] = str(self.path) if self.path else None
+            out["digest"] = self.certificate.digest
+            out["verdict"] = self.certificate.model.verdict.model_dump(mode="json")
+            out["rules_checked"] = self.certificate.has_rules
+            signature = self.certificate.signature
+            out["signed_by"] = None if signature is None else signature.key_id
+        if self.message:
+            out["message"] = self.message
+        if self.counterexample is not None:
+            out["counterexample"] = self.counterexample
+        return out
+
+
+def _safe_stem(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "machine"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file and a rename: all of it or nothing."""
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, 0o644)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signer: Any) -> Outcome:
+    from .._errors import DeclarationError, NotConvergent, OracleError, StateSpaceTooLarge
+    from ..certificate._make import certificate_for, self_check
+
+    name = target.registry.name
+    outcome = Outcome(name, EXIT_OK)
+
+    def timed(label: str, run: Callable[[], T]) -> T:
+        start = time.perf_counter()
+        try:
+            return phases.phase(f"{name}: {label}", run)
+        finally:
+            outcome.seconds[label] = time.perf_counter() - start
+
+    try:
+        machine = timed("build", lambda: target.registry.build(args.domain))
+    except NotConvergent as exc:
+        outcome.exit_code = EXIT_NOT_CONVERGENT
+        outcome.message = str(exc)
+        counterexample = getattr(exc, "counterexample", None)
+        to_dict = getattr(counterexample, "to_dict", None)
+        outcome.counterexample = to_dict() if callable(to_dict) else None
+        return outcome
+    except (DeclarationError, StateSpaceTooLarge) as exc:
+        outcome.exit_code = EXIT_USAGE
+        outcome.message = str(exc)
+        return outcome
+    except OracleError as exc:
+        outcome.exit_code = EXIT_INTERNAL
+        outcome.message = f"{type(exc).__name__}: {exc}"
+        return outcome
+    try:
+        certificate = timed("encode", lambda: certificate_for(machine, version=_version()))
+    except CertificateTooLarge as exc:
+        outcome.exit_code = EXIT_USAGE
+        outcome.message = str(exc)
+        return outcome
+    try:
+        timed("re-check", lambda: self_check(certificate))
+    except (CertificateInvalid, CertificateUnreadable) as exc:
+        outcome.exit_code = EXIT_INTERNAL
+        outcome.message = (f"the engine certified {name!r} but re-checking its certificate failed: {exc}; "
+                           "this is a bug in govern, please report it with the machine")
+        return outcome
+    if signer is not None:
+        certificate = certificate.signed(signer)
+    outcome.certificate = certificate
+    if not args.no_write:
+        default = target.source.parent / f"{_safe_stem(name)}.govern-cert.json"
+        path = Path(args.output) if args.output else default
+        try:
+            timed("write", lambda: write_atomically(path, certificate.to_bytes()))
+        except OSError as exc:
+            outcome.exit_code = EXIT_USAGE
+            outcome.message = f"cannot write {path}: {exc.strerror}"
+            return outcome
+        outcome.path = path
+    if args.graph:
+        from ._graph import render_files
+
+        directory = outcome.path.parent if outcome.path else target.source.parent
+        render_files(certificate, directory)
+    return outcome
+
+
+def _verdict_table(certificate: Certificate) -> Table:
+    model = certificate.model
+    verdict = model.verdict
+    events = model.machine.events
+    table = Table(show_header=False, box=None, pad_edge=False)
+    table.add_column(style="bold", no_wrap=True)
+    table.add_column(overflow="fold")
+
+    def pairs(items: list[list[int]]) -> str:
+        return _safe(", ".join(f"{events[a].name}/{events[b].name}" for a, b in items) or "none")
+
+    table.add_row("states", f"{verdict.states:,} ({verdict.valid_states:,} valid)")
+    table.add_row("checked domain", f"{verdict.domain} ({verdict.domain_states:,} states)")
+    depth = verdict.max_repair_depth
+    table.add_row("WFC", "yes: every state is valid, no repair needed" if depth == 0
+                  else f"yes: every state is repaired in at most {depth} step{'s' if depth > 1 else ''}")
+    table.add_row("pairs checked (CC1)",
+                  f"{len(verdict.pairs_checked)} ({'all pairs' if verdict.pairs == 'all' else 'declared'})")
+    table.add_row("CC2", "holds: compensation may interleave with delivery" if verdict.cc2
+                  else "does not hold: apply events to repaired states only (Machine.apply does)")
+    if verdict.pairs == "declared":
+        table.add_row("causal order needed", pairs(verdict.causal_order_obligations))
+    not_idempotent = ", ".join(events[e].name for e in verdict.not_idempotent) or "none"
+    table.add_row("not idempotent", _safe(not_idempotent))
+    table.add_row("rules re-checked", "yes (AST)" if certificate.has_rules else "no: Python callables")
+    table.add_row("digest", _safe(certificate.digest))
+    signature = certificate.signature
+    signer = "no" if signature is None else f"{signature.key_id} at {signature.signed_at}"
+    table.add_row("signed", _safe(signer))
+    return table
+
+
+def _print_outcome(console: Console, outcome: Outcome) -> None:
+    if outcome.exit_code == EXIT_OK and outcome.certificate is not None:
+        where = f" -> {outcome.path}" if outcome.path else ""
+        total = sum(outcome.seconds.values())
+        console.print(
+            f"[bold green]certified[/] {_safe(outcome.name)}{_safe(where)} [dim]({total:.2f}s)[/]"
+        )
+        console.print(_verdict_table(outcome.certificate))
+    elif outcome.exit_code == EXIT_NOT_CONVERGENT:
+        console.print(f"[bold red]not convergent[/] {_safe(outcome.name)}")
+        console.print(_safe(outcome.message, keep_newlines=True), soft_wrap=True)
+    else:
+        label = "input error" if outcome.exit_code == EXIT_USAGE else "internal error"
+        console.print(f"[bold red]{label}[/] {_safe(outcome.name)}: {_safe(outcome.message)}")
+
+
+def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
+    targets = load_targets(args.machine)
+    if args.output and len(targets) > 1:
+        raise UsageError(
+            f"{args.machine} defines {len(targets)} registries; -o needs one (write PATH:NAME to pick it)"
+        )
+    if args.output and not Path(args.output).parent.is_dir():
+        raise UsageError(f"-o {args.output}: the directory {Path(args.output).parent} does not exist")
+    signer = load_private_key(Path(args.sign)) if args.sign else None
+    outcomes = []
+    with Phases(err, total=4 * len(targets), enabled=err.is_terminal and not args.json) as phases:
+        for target in targets:
+            outcomes.append(_certify_one(target, args, phases, signer))
+    code = max((o.exit_code for o in outcomes), key=lambda c: (c == EXIT_INTERNAL, c == EXIT_USAGE, c))
+    if args.json:
+        print(json.dumps({"exit_code": code, "results": [o.to_json() for o in outcomes]}, indent=2))
+    else:
+        for outcome in outcomes:
+            _print_outcome(out, outcome)
+    return code
+
+
+# -- check ---------------------------------------------------------------------------------------
+
+def _read_input(path_text: str, max_bytes: int) -> bytes:
+    path = Path(path_text)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}") from None
+    if not path.is_file():
+        raise UsageError(f"{path}: not a file")
+    if size > max_bytes:
+        raise CertificateUnreadable(
+            f"{path} is {size} bytes, over the {max_bytes}-byte limit (raise it with --max-size)"
+        )
+    try:
+        with path.open("rb") as handle:
+            return handle.read(max_bytes + 1)
+    except OSError as exc:
+        raise UsageError(f"{path}: {exc.strerror}") from None
+
+
+def _check_json(result: CheckResult) -> dict[str, Any]:
+    model = result.certificate.model
+    return {
+        "valid": True,
+        "exit_code": EXIT_OK,
+        "machine": model.machine.name,
+        "digest": model.digest,
+        "signature": None if result.signature is None else {
+            "key_id": result.signature.key_id, "signed_at": result.signature.signed_at},
+        "rules_checked": result.rules_checked,
+        "verdict": model.verdict.model_dump(mode="json"),
+        "checked_with_oracle": result.oracle,
+        "certified_with_oracle": dict(model.oracle),
+        "steps": result.steps,
+        "statement": result.statement(),
+    }
+
+
+def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
+    public_key = load_public_key(Path(args.pubkey)) if args.pubkey else None
+    try:
+        data = _read_input(args.certificate, args.max_size)
+        result = check_certificate(data, public_key=public_key, require_signature=args.require_signature,
+                                   max_bytes=args.max_size, max_clock_skew=args.max_clock_skew)
+    except CertificateUnreadable as exc:
+        return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
+    except CertificateInvalid as exc:
+        return _refuse(args, out, err, EXIT_INVALID, "not valid", str(exc))
+    if args.json:
+        print(json.dumps(_check_json(result), indent=2))
+        return EXIT_OK
+    out.print(f"[bold green]valid[/] {_safe(args.certificate)}")
+    for step in result.steps:
+        out.print(f"  [green]✓[/] {_safe(step)}", soft_wrap=True)
+    if result.oracle != dict(result.certificate.model.oracle):
+        out.print("  [yellow]note[/]: the certificate was made with a different oracle build than the one "
+                  "that checked it here (both identities are in --json)", soft_wrap=True)
+    out.print()
+    out.print(_safe(result.statement()), soft_wrap=True)
+    return EXIT_OK
+
+
+def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, label: str, message: str) -> int:
+    if getattr(args, "json", False):
+        print(json.dumps({"valid": False, "exit_code": code, "reason": label, "message": message}, indent=2))
+    else:
+        err.print(f"[bold red]{label}[/]: {_safe(args.certificate)}: {_safe(message)}")
+    return code
+
+
+# -- show ----------------------------------------------------------------------------------------
+
+def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
+    try:
+        certificate = read_certificate(_read_input(args.certificate, args.max_size), max_bytes=args.max_size)
+    except CertificateUnreadable as exc:
+        return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
+    model = certificate.model
+    machine = model.machine
+    out.print(f"[bold]machine {_safe(machine.name)}[/]  [dim]{_safe(model.format)}, "
+              f"made by govern {_safe(model.tool.version)}[/]")
+    out.print("[dim]shown as written; `govern check` verifies it[/]")
+    variables = Table(title="variables", title_justify="left")
+    for column in ("name", "kind", "values", "initial"):
+        variables.add_column(column)
+    for index, variable in enumerate(machine.variables):
+        if variable.kind == "bool":
+            values = "False, True"
+        elif variable.kind == "enum":
+            values = ", ".join(variable.labels)
+        else:
+            values = f"{variable.min} .. {variable.max}"
+        initial = render_value(machine, index, machine.initial[index])
+        variables.add_row(_safe(variable.name), variable.kind, _safe(values), _safe(initial))
+    out.print(variables)
+    invariants = Table(title="invariants (repair order)", title_justify="left")
+    for column in ("#", "name", "must hold", "repair"):
+        invariants.add_column(column)
+    for index, invariant in enumerate(machine.invariants):
+        invariants.add_row(str(index + 1), _safe(invariant.name),
+                           _safe(render_expression(machine, invariant.holds)),
+                           _safe(render_assignment(machine, invariant.repair)))
+    out.print(invariants if machine.invariants else "[dim]no invariants[/]")
+    events = Table(title="events", title_justify="left")
+    for column in ("name", "when", "effect", "idempotent"):
+        events.add_column(column)
+    for index, event in enumerate(machine.events):
+        events.add_row(_safe(event.name), _safe(render_expression(machine, event.guard)),
+                       _safe(render_assignment(machine, event.effect)),
+                       "no" if index in model.verdict.not_idempotent else "yes")
+    out.print(events)
+    if machine.independent is None:
+        out.print("[bold]independence[/]: none declared, so every pair of events was checked")
+    else:
+        names = [e.name for e in machine.events]
+        pairs = ", ".join(f"{names[a]}/{names[b]}" for a, b in machine.independent) or "none"
+        out.print(f"[bold]declared independent[/]: {_safe(pairs)}")
+    out.print(_verdict_table(certificate))
+    out.print("[bold]oracle that gated the build[/]:")
+    for key, value in sorted(model.oracle.items()):
+        out.print(f"  {_safe(key)}: {_safe(value)}", soft_wrap=True)
+    return EXIT_OK
+
+
+# -- keygen --------------------------------------------------------------------------------------
+
+def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
+    private = Path(args.output)
+    public, identifier = generate_key_pair(private, overwrite=args.force)
+    out.print(f"private key: {_safe(str(private))} (mode 0600; keep it secret, never commit it)")
+    out.print(f"public key:  {_safe(str(public))} (give this to whoever runs `govern check --pubkey`)")
+    out.print(f"key id:      {_safe(identifier)}")
+    return EXIT_OK
+
+
+# -- graph ---------------------------------------------------------------------------------------
+
+def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from ._graph import render_files
+
+    source = args.source
+    certificates: list[Certificate] = []
+    if source.endswith(".json"):
+        try:
+            certificates.append(read_certificate(_read_input(source, DEFAULT_MAX_BYTES)))
+        except CertificateUnreadable as exc:
+            err.print(f"[bold red]unreadable[/]: {_safe(source)}: {_safe(str(exc))}")
+            return EXIT_UNREADABLE
+    else:
+        from .._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
+        from ..certificate._make import certificate_for
+
+        for target in load_targets(source):
+            try:
+                certificates.append(certificate_for(target.registry.build(args.domain), version=_version()))
+            except NotConvergent as exc:
+                err.print(f"[bold red]not convergent[/] {_safe(target.registry.name)}: nothing to draw\n"
+                          f"{_safe(str(exc), keep_newlines=True)}")
+                return EXIT_NOT_CONVERGENT
+            except (DeclarationError, StateSpaceTooLarge, CertificateTooLarge) as exc:
+                # The machine's own fault, as in `certify`: an input error, not a bug in govern.
+                raise UsageError(f"{target.registry.name}: {exc}") from exc
+    directory = Path(args.output) if args.output else Path(source.rpartition(":")[0] or source).parent
+    if not directory.is_dir():
+        raise UsageError(f"{directory}: no such directory")
+    for certificate in certificates:
+        files = render_files(certificate, directory, state_limit=args.state_limit, png=args.png)
+        for path in files.written:
+            out.print(f"wrote {_safe(str(path))}")
+        if files.state_graph_skipped:
+            size = certificate.model.verdict.domain_states
+            out.print(f"[dim]{_safe(certificate.name)}: {size} states in the "
+                      f"domain, over --state-limit {args.state_limit}: state graph left out[/]")
+        if not files.graphviz:
+            out.print("[dim]Graphviz `dot` is not installed: wrote Mermaid text instead of SVG[/]")
+    return EXIT_OK
+
+
+# -- entry point ---------------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("the size limit must be positive")
+    return value
+
+
+def _seconds(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("the clock skew cannot be negative")
+    return value
+
+
+def _wrap(text: str) -> str:
+    return textwrap.fill(text, width=88)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the `govern` command."""
+    parser = _Parser(
+        prog="govern",
+        description="Certify governed state machines, and check their certificates offline.",
+        epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+    parser.add_argument("--version", action="version", version=f"govern {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+
+    certify = commands.add_parser(
+        "certify", help="build, verify and certify every Registry in a machine file",
+        description=_wrap("Import PATH, build every Registry defined at its top level (or the one named by "
+                          ":NAME), verify convergence with the engine and the proof-derived oracle, and "
+                          "write a certificate for each."), epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    certify.add_argument("machine", metavar="PATH[:NAME]", help="a Python file defining Registry objects")
+    certify.add_argument("-o", "--output", metavar="FILE",
+                         help="where to write the certificate (default: NAME.govern-cert.json next to PATH)")
+    certify.add_argument("--sign", metavar="KEYFILE",
+                         help="sign with this Ed25519 private key (govern keygen)")
+    certify.add_argument("--json", action="store_true", help="print a JSON report instead of tables")
+    certify.add_argument("--graph", action="store_true", help="also draw the machine (see `govern graph`)")
+    certify.add_argument("--domain", choices=("valid", "reachable"), default="valid",
+                         help="checked domain: every valid state (default) or those reachable from the "
+                              "initial state")
+    certify.add_argument("--no-write", action="store_true", help="verify and report, but write no file")
+    certify.set_defaults(run=cmd_certify)
+
+    check = commands.add_parser(
+        "check", help="verify a certificate offline (runs no code from the certificate)",
+        description=_wrap("Verify a certificate: strict parsing, digest, signature, the proof-derived table "
+                          "checker over its tables, and the rules checker over its rules. Imports and runs "
+                          "nothing but this package."), epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    check.add_argument("certificate", metavar="CERT")
+    check.add_argument("--pubkey", metavar="KEY",
+                       help="require a valid signature by this public key (.pub file)")
+    check.add_argument("--require-signature", action="store_true",
+                       help="require a valid signature by the key the certificate names")
+    check.add_argument("--json", action="store_true", help="print the result as JSON")
+    check.add_argument("--max-clock-skew", type=_seconds, default=MAX_CLOCK_SKEW, metavar="SECONDS",
+                       help=f"refuse a signature dated more than this beyond this clock "
+                            f"(default {MAX_CLOCK_SKEW})")
+    check.add_argument("--max-size", type=_size, default=DEFAULT_MAX_BYTES, metavar="BYTES",
+                       help=f"refuse larger files (default {DEFAULT_MAX_BYTES})")
+    check.set_defaults(run=cmd_check)
+
+    show = commands.add_parser("show", help="render a certificate for people (does not verify it)",
+                               epilog=_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    show.add_argument("certificate", metavar="CERT")
+    show.add_argument("--max-size", type=_size, default=DEFAULT_MAX_BYTES, metavar="BYTES")
+    show.set_defaults(run=cmd_show)
+
+    keygen = commands.add_parser("keygen", help="create an Ed25519 signing key pair",
+                                 epilog=_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    keygen.add_argument("-o", "--output", metavar="KEYFILE", default="govern-signing-key",
+                        help="private key path (default govern-signing-key); the public key is KEYFILE.pub")
+    keygen.add_argument("--force", action="store_true", help="replace existing key files")
+    keygen.set_defaults(run=cmd_keygen)
+
+    graph = commands.add_parser(
+        "graph", help="draw the event/independence graph and the state graph",
+        description=_wrap("Write DOT files (and SVG with Graphviz installed, Mermaid text otherwise) for a "
+                          "machine file or a certificate."), epilog=_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    graph.add_argument("source", metavar="PATH[:NAME]|CERT")
+    graph.add_argument("-o", "--output", metavar="DIR",
+                       help="directory for the files (default: next to PATH)")
+    graph.add_argument("--state-limit", type=int, default=64, metavar="N",
+                       help="draw the state graph only for domains of at most N states (default 64)")
+    graph.add_argument("--png", action="store_true", help="also write PNG (needs Graphviz)")
+    graph.add_argument("--domain", choices=("valid", "reachable"), default="valid")
+    graph.set_defaults(run=cmd_graph)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the `govern` command; returns (and, as a console script, exits with) the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    out = Console(highlight=False, soft_wrap=True)
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    try:
+        code: int = args.run(args, out, err)
+    except UsageError as exc:
+        if args.debug:
+            traceback.print_exc()
+        err.print(f"[bold red]error[/]: {_safe(str(exc))}")
+        code = EXIT_USAGE
+    except SigningKeyError as exc:
+        if args.debug:
+            traceback.print_exc()
+        err.print(f"[bold red]key error[/]: {_safe(str(exc))}")
+        code = EXIT_USAGE
+    except KeyboardInterrupt:
+        err.print("interrupted")
+        code = 130
+    except Exception as exc:
+        if args.debug:
+            traceback.print_exc()
+        err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {_safe(str(exc))} "
+                  "(this is a bug in govern; rerun with --debug and report the traceback)")
+        code = EXIT_INTERNAL
+    sys.stdout.flush()
+    return code

@@ -1,0 +1,97 @@
+"""`Registry.build()` end to end: size check, tables, verification, the oracle gate, the machine.
+
+Peak memory is dominated by the raw apply table (4 bytes per state per event), which the machine
+keeps: certificates and foreign checkers need it, and the runtime step table is derived from it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..model._declarations import Domain, Snapshot
+from ..model._space import Space
+from ..oracle._gate import RulesCheck, run_gate
+from ..verify._report import Report, guarantee_text
+from ..verify._tables import build_tables
+from ..verify._timing import PhaseTimer
+from ..verify._verify import verify
+from ._machine import Machine, RawTables
+
+__all__ = ["build_machine"]
+
+
+def build_machine(
+    snap: Snapshot, domain: Domain, *, max_states: int | None = None, rules_check: RulesCheck = "auto"
+) -> Machine:
+    """Build and verify `snap`; returns the machine or raises (see `Registry.build`)."""
+    timer = PhaseTimer()
+    space = Space(snap.vars)
+    space.check_size(len(snap.events), max_states)
+    with timer.phase("tables"):
+        tables = build_tables(snap, space)
+    verdict = verify(snap, space, tables, domain, timer)
+    space.drop_columns()
+    assert tables.apply is not None
+    rules = snap.rules_json(domain)
+    if rules["initial"] is None:
+        rules["initial"] = list(space.values(verdict.initial))
+    data_rules = snap.is_data()
+    with timer.phase("oracle"):
+        oracle = run_gate(
+            rules=rules,
+            data_rules=data_rules,
+            valid=tables.valid,
+            repair=tables.repair,
+            apply=tables.apply,
+            nf=verdict.nf,
+            independent=snap.independent,
+            domain=domain,
+            initial=verdict.initial,
+            max_depth=verdict.depth_max,
+            cc2=verdict.cc2,
+            domain_size=len(verdict.domain_ids),
+            rules_check=rules_check,
+            depth=verdict.depth,
+        )
+    ev_names = [e.name for e in snap.events]
+    guarantee, theorems = guarantee_text(
+        cc2=verdict.cc2, pair_mode=verdict.pair_mode, obligations=len(verdict.obligations), domain=domain
+    )
+    if oracle.get("theorem"):
+        theorems = (*theorems, f"oracle: {oracle['theorem']}")
+    trusted = [
+        f"invariant {i.name}" for i in snap.invariants if callable(i.holds) or not isinstance(i.repair, tuple)
+    ]
+    trusted += [
+        f"event {e.name}" for e in snap.events if callable(e.guard) or not isinstance(e.effect, tuple)
+    ]
+    report = Report(
+        machine=snap.name,
+        domain=domain,
+        states=space.n,
+        valid_states=int(np.count_nonzero(tables.valid)),
+        domain_states=len(verdict.domain_ids),
+        initial=space.as_dict(verdict.initial),
+        events=tuple(ev_names),
+        invariants=tuple(i.name for i in snap.invariants),
+        pair_mode=verdict.pair_mode,
+        pairs_checked=tuple((ev_names[a], ev_names[b]) for a, b in verdict.pairs_checked),
+        pairs_pruned=tuple(verdict.pairs_pruned),
+        undeclared_pairs=verdict.undeclared_checked,
+        max_repair_depth=verdict.depth_max,
+        cc2=verdict.cc2,
+        cc2_failing_events=tuple(verdict.cc2_failing_events),
+        cc2_witness=verdict.cc2_witness,
+        obligations=tuple(verdict.obligations),
+        not_idempotent=tuple(verdict.not_idempotent),
+        guarantee=guarantee,
+        theorems=theorems,
+        trusted_callables=tuple(trusted),
+        footprints={
+            ev_names[k]: tuple(space.names[i] for i in sorted(c)) for k, c in enumerate(verdict.closures)
+        },
+        oracle=oracle,
+        timings=dict(timer.seconds),
+    )
+    raw = RawTables(tables.valid, tables.repair, tables.apply, verdict.nf)
+    return Machine(rules, space, raw, verdict.initial, verdict.domain_ids, report)

@@ -1,0 +1,465 @@
+"""A built machine at run time: every transition is one lookup in a precomputed table.
+
+The runtime contract of docs/semantics.md is built in: the step table holds `step(e, NF(s))` for
+every state s, so `apply` normalizes any input first and a running machine only hands out normal
+forms. Machines save to a compact binary file (numpy .npz with a SHA-256 content hash) and load
+without rebuilding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import tempfile
+import threading
+import zipfile
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
+from ..model._expr import canonical_json
+from ..model._space import Space, Value, VarSpec
+from ..verify._report import Report
+
+__all__ = ["FILE_FORMAT", "Machine", "MachineTables", "RawTables", "State"]
+
+IntArray = npt.NDArray[np.int32]
+BoolArray = npt.NDArray[np.bool_]
+
+#: The format tag stored in (and required of) every saved machine file.
+FILE_FORMAT = "govern.machine.v1"
+_RULES_DOMAIN = b"govern.rules.v1\x00"
+_TABLES_DOMAIN = b"govern.tables.v1\x00"
+_MACHINE_DOMAIN = b"govern.machine.v1\x00"
+_FILE_DOMAIN = b"govern.machine-file.v1\x00"
+
+
+class MachineTables:
+    """The machine's tables over all N states (read-only arrays, state ids are int32).
+
+    - `valid[s]`: every invariant holds at s.
+    - `repair[s]`: one repair step (s itself when valid).
+    - `apply[e, s]`: the raw effect of event e at s, before normalization (s when the guard is false).
+    - `nf[s]`: the normal form of s.
+    - `step[e, s]`: `NF(apply(e, NF(s)))`, what `Machine.apply` returns (derived on first access).
+    """
+
+    __slots__ = ("_machine", "apply", "nf", "repair", "valid")
+
+    def __init__(self, machine: Machine) -> None:
+        raw = machine._raw
+        self._machine = machine
+        self.valid = raw.valid
+        self.repair = raw.repair
+        self.apply = raw.apply
+        self.nf = raw.nf
+
+    @property
+    def step(self) -> IntArray:
+        """The runtime table, (events, N)."""
+        return self._machine._step_table()
+
+
+@dataclass(frozen=True)
+class RawTables:
+    """What a build hands the machine: validity, one-step repair, raw apply, normal forms."""
+
+    valid: BoolArray
+    repair: IntArray
+    apply: IntArray
+    nf: IntArray
+
+
+class State(Mapping[str, Value]):
+    """An immutable state of one machine: a mapping of variable names to labels, bools and ints.
+
+    `state.id` is its compact integer id (docs/semantics.md numbering). States of the same machine
+    compare equal when their ids are equal; they hash and pickle-free serialize as that id."""
+
+    __slots__ = ("_id", "_machine", "_values")
+
+    def __init__(self, machine: Machine, sid: int) -> None:
+        self._machine = machine
+        self._id = sid
+        self._values: dict[str, Value] | None = None
+
+    @property
+    def id(self) -> int:
+        """The state's integer id."""
+        return self._id
+
+    @property
+    def machine(self) -> Machine:
+        """The machine this state belongs to."""
+        return self._machine
+
+    def _dict(self) -> dict[str, Value]:
+        if self._values is None:
+            self._values = self._machine._space.as_dict(self._id)
+        return self._values
+
+    def __getitem__(self, key: str) -> Value:
+        return self._dict()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._dict())
+
+    def __len__(self) -> int:
+        return len(self._machine._space.vars)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, State):
+            return self._id == other._id and (
+                other._machine is self._machine or other._machine.rules_digest == self._machine.rules_digest
+            )
+        if isinstance(other, Mapping):
+            return self._dict() == dict(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash((self._machine.name, self._id))
+
+    def __repr__(self) -> str:
+        return "State(" + ", ".join(f"{k}={v!r}" for k, v in self._dict().items()) + ")"
+
+
+class Machine:
+    """A verified machine. Build one with `Registry.build()` or load one with `Machine.load(path)`.
+
+    Every transition is one table lookup; `apply` accepts any state of this machine (it normalizes
+    first, as the runtime contract requires) and returns a normal form."""
+
+    def __init__(
+        self,
+        rules: dict[str, Any],
+        space: Space,
+        raw: RawTables,
+        initial: int,
+        domain_ids: IntArray,
+        report: Report,
+    ) -> None:
+        self._rules = rules
+        self._space = space
+        self._raw = raw
+        for arr in (raw.valid, raw.repair, raw.apply, raw.nf, domain_ids):
+            arr.flags.writeable = False
+        self._step: IntArray | None = None
+        self._step_lock = threading.Lock()
+        self._domain_ids = domain_ids
+        self._events = tuple(e["name"] for e in rules["events"])
+        self._event_index = {name: i for i, name in enumerate(self._events)}
+        self._initial = State(self, initial)
+        self._report = report
+        self._rules_digest = hashlib.sha256(_RULES_DOMAIN + canonical_json(rules)).hexdigest()
+        self._digest: str | None = None
+        self._in_domain: BoolArray | None = None
+
+    def _step_table(self) -> IntArray:
+        """The runtime table step[e, s] = NF(apply(e, NF(s))), derived from the raw tables on first use
+        (two gathers per event) so that a build does not pay for it twice."""
+        step = self._step
+        if step is None:
+            with self._step_lock:
+                step = self._step
+                if step is None:
+                    raw = self._raw
+                    nf_index = raw.nf.astype(np.intp)
+                    step = np.empty(raw.apply.shape, dtype=np.int32)
+                    for e in range(raw.apply.shape[0]):
+                        np.take(np.take(raw.nf, raw.apply[e]), nf_index, out=step[e])
+                    step.flags.writeable = False
+                    self._step = step
+        return step
+
+    # -- identity ------------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        """The registry's name."""
+        return str(self._rules["name"])
+
+    @property
+    def report(self) -> Report:
+        """The verification report of this machine's build."""
+        return self._report
+
+    def rules(self) -> dict[str, Any]:
+        """The machine as data: the canonical JSON object of docs/semantics.md (a fresh copy)."""
+        copy: dict[str, Any] = json.loads(json.dumps(self._rules))
+        return copy
+
+    @property
+    def rules_digest(self) -> str:
+        """SHA-256 (hex) of the canonical rules JSON, domain "govern.rules.v1"."""
+        return self._rules_digest
+
+    @property
+    def tables_digest(self) -> str:
+        """SHA-256 (hex) of the raw tables that determine the machine: N and E as int64, then valid
+        (one byte per state), repair and apply (int32 little-endian), domain "govern.tables.v1".
+        Distinguishes machines whose callables differ."""
+        return _tables_digest(self._raw)
+
+    @property
+    def digest(self) -> str:
+        """The machine's identity: SHA-256 over its rules digest and tables digest (domain
+        "govern.machine.v1"). Two machines with equal digests behave identically."""
+        if self._digest is None:
+            h = hashlib.sha256(
+                _MACHINE_DOMAIN + bytes.fromhex(self._rules_digest) + bytes.fromhex(self.tables_digest)
+            )
+            self._digest = h.hexdigest()
+        return self._digest
+
+    # -- shape ---------------------------------------------------------------------------------
+    @property
+    def events(self) -> tuple[str, ...]:
+        """Event names in declaration order (an event's position is its index in the tables)."""
+        return self._events
+
+    @property
+    def variables(self) -> tuple[VarSpec, ...]:
+        """The declared variables, in order."""
+        return self._space.vars
+
+    @property
+    def n_states(self) -> int:
+        """N, the number of states (valid or not)."""
+        return self._space.n
+
+    @property
+    def domain(self) -> str:
+        """The checked domain: "valid" or "reachable"."""
+        return str(self._rules["domain"])
+
+    @property
+    def initial(self) -> State:
+        """The initial state (valid, hence a normal form)."""
+        return self._initial
+
+    def tables(self) -> MachineTables:
+        """The machine's read-only tables (for certificates and foreign runtimes)."""
+        return MachineTables(self)
+
+    def event_index(self, event: str) -> int:
+        """The position of an event; raises `UnknownEvent`."""
+        try:
+            return self._event_index[event]
+        except (KeyError, TypeError):
+            raise UnknownEvent(
+                f"machine {self.name!r} has no event {event!r}; events are {list(self._events)}"
+            ) from None
+
+    # -- states --------------------------------------------------------------------------------
+    def state(self, values: Mapping[str, object] | None = None, /, **named: object) -> State:
+        """The state with the given values (labels, bools, ints); unnamed variables keep their value
+        in the initial state. The result may be invalid: `apply` and `normalize` repair it."""
+        merged = dict(values or {})
+        merged.update(named)
+        return State(self, self._space.id_from_mapping(merged, self._initial.id))
+
+    def state_of(self, sid: int) -> State:
+        """The state with integer id `sid`."""
+        if (
+            isinstance(sid, bool)
+            or not isinstance(sid, int | np.integer)
+            or not 0 <= int(sid) < self._space.n
+        ):
+            raise ForeignState(f"{sid!r} is not a state id of machine {self.name!r} (0..{self._space.n - 1})")
+        return State(self, int(sid))
+
+    def _sid(self, state: State | int) -> int:
+        if isinstance(state, State):
+            if state._machine is not self and state._machine.rules_digest != self._rules_digest:
+                raise ForeignState(
+                    f"that state belongs to machine {state._machine.name!r}, not to {self.name!r}"
+                )
+            return state._id
+        return self.state_of(state)._id
+
+    def normalize(self, state: State | int) -> State:
+        """The normal form of `state` (repairs applied until every invariant holds)."""
+        return State(self, int(self._raw.nf[self._sid(state)]))
+
+    def is_valid(self, state: State | int) -> bool:
+        """True when every invariant holds at `state`."""
+        return bool(self._raw.valid[self._sid(state)])
+
+    def in_domain(self, state: State | int) -> bool:
+        """True when `state` is in the checked domain D, where the guarantees start."""
+        if self._in_domain is None:
+            mask = np.zeros(self._space.n, dtype=np.bool_)
+            mask[self._domain_ids] = True
+            self._in_domain = mask
+        return bool(self._in_domain[self._sid(state)])
+
+    # -- transitions ---------------------------------------------------------------------------
+    def apply(self, state: State | int, event: str) -> State:
+        """`step(event, NF(state))`: one table lookup; returns a normal form."""
+        return State(self, int(self._step_table()[self.event_index(event), self._sid(state)]))
+
+    def replay(self, events: Iterable[str], start: State | int | None = None) -> State:
+        """Apply `events` in order from `start` (default: the initial state)."""
+        s = self._initial._id if start is None else self._sid(start)
+        step = self._step_table()
+        for e in events:
+            s = int(step[self.event_index(e), s])
+        return State(self, s)
+
+    def replay_many(self, streams: Sequence[Sequence[str]], start: State | int | None = None) -> list[State]:
+        """Replay many independent event streams at once (vectorized); one final state per stream."""
+        width = max((len(s) for s in streams), default=0)
+        codes = np.full((len(streams), width), -1, dtype=np.int32)
+        for i, stream in enumerate(streams):
+            codes[i, : len(stream)] = [self.event_index(e) for e in stream]
+        first = self._initial._id if start is None else self._sid(start)
+        ids = self.replay_ids(codes, np.full(len(streams), first, dtype=np.int32))
+        return [State(self, int(x)) for x in ids]
+
+    def replay_ids(
+        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]]
+    ) -> IntArray:
+        """Vectorized core of `replay_many`: `codes[i, t]` is the t-th event index of stream i (-1 =
+        no event), `starts[i]` its start id; returns the final ids."""
+        ids = np.asarray(starts, dtype=np.int32).copy()
+        if ids.size and (ids.min() < 0 or ids.max() >= self._space.n):
+            raise ForeignState(f"start ids must lie in 0..{self._space.n - 1}")
+        codes = np.asarray(codes)
+        if codes.size and codes.max() >= len(self._events):
+            raise UnknownEvent(
+                f"event index {int(codes.max())} out of range (machine has {len(self._events)})"
+            )
+        step = self._step_table()
+        for t in range(codes.shape[1] if codes.ndim == 2 else 0):
+            col = codes[:, t]
+            live = col >= 0
+            ids[live] = step[col[live], ids[live]]
+        return ids
+
+    # -- persistence ---------------------------------------------------------------------------
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the machine to `path` atomically: rules, report, and the tables (binary, with a
+        SHA-256 content hash checked on load)."""
+        t = self._raw
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "rules": np.frombuffer(canonical_json(self._rules), dtype=np.uint8),
+            "report": np.frombuffer(canonical_json(self._report.to_dict()), dtype=np.uint8),
+            "valid_bits": np.packbits(t.valid),
+            "repair": t.repair,
+            "apply": t.apply,
+            "nf": t.nf,
+            "initial": np.array([self._initial._id], dtype=np.int64),
+            "domain_ids": self._domain_ids,
+        }
+        content = _content_hash(arrays)
+        arrays["format"] = np.frombuffer(FILE_FORMAT.encode(), dtype=np.uint8)
+        arrays["content_sha256"] = np.frombuffer(bytes.fromhex(content), dtype=np.uint8)
+        target = Path(path)
+        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".govern-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)  # type: ignore[arg-type]
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with _suppress():
+                os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Machine:
+        """Load a machine saved by `save`, without rebuilding; raises `MachineFileError` when the file
+        is unreadable, truncated, of another format, or its content hash does not match."""
+        try:
+            data = Path(path).read_bytes()
+            with np.load(io.BytesIO(data), allow_pickle=False) as z:
+                arrays = {k: z[k] for k in z.files}
+        except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
+            raise MachineFileError(f"cannot read machine file {os.fspath(path)!r}: {exc}") from exc
+        try:
+            fmt = bytes(arrays.pop("format")).decode()
+            stored = bytes(arrays.pop("content_sha256")).hex()
+        except (KeyError, UnicodeDecodeError) as exc:
+            raise MachineFileError(f"{os.fspath(path)!r} is not a govern machine file") from exc
+        if fmt != FILE_FORMAT:
+            raise MachineFileError(
+                f"{os.fspath(path)!r} has format {fmt!r}; this version reads {FILE_FORMAT!r}"
+            )
+        if _content_hash(arrays) != stored:
+            raise MachineFileError(f"{os.fspath(path)!r} is corrupted or was altered: content hash mismatch")
+        try:
+            rules = json.loads(bytes(arrays["rules"]).decode())
+            report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
+            space = Space(tuple(_spec(v) for v in rules["variables"]))
+            n = space.n
+            n_ev = len(rules["events"])
+            valid = np.unpackbits(arrays["valid_bits"], count=n).astype(np.bool_)
+            raw = RawTables(
+                valid,
+                _ids(arrays["repair"], (n,), n, "repair"),
+                _ids(arrays["apply"], (n_ev, n), n, "apply"),
+                _ids(arrays["nf"], (n,), n, "nf"),
+            )
+            if not (raw.valid[raw.nf].all() and np.array_equal(raw.nf[raw.nf], raw.nf)):
+                raise ValueError("nf does not map every state to a valid fixed point")
+            domain_ids = _ids(arrays["domain_ids"], (len(arrays["domain_ids"]),), n, "domain_ids")
+            initial = int(arrays["initial"][0])
+            if not 0 <= initial < n or not valid[initial]:
+                raise ValueError("the initial state is not a valid state")
+            return cls(rules, space, raw, initial, domain_ids, report)
+        except (KeyError, ValueError, IndexError, TypeError, DeclarationError) as exc:
+            raise MachineFileError(f"machine file {os.fspath(path)!r} is inconsistent: {exc}") from exc
+
+    def __repr__(self) -> str:
+        return f"<Machine {self.name!r}: {self._space.n:,} states, {len(self._events)} events>"
+
+
+def _spec(v: dict[str, Any]) -> VarSpec:
+    if v["kind"] == "bool":
+        return VarSpec(v["name"], "bool", 0, 1)
+    if v["kind"] == "enum":
+        return VarSpec(v["name"], "enum", 0, len(v["labels"]) - 1, tuple(v["labels"]))
+    return VarSpec(v["name"], "int", int(v["min"]), int(v["max"]))
+
+
+def _tables_digest(t: RawTables) -> str:
+    h = hashlib.sha256(_TABLES_DOMAIN)
+    h.update(np.array([t.apply.shape[1], t.apply.shape[0]], dtype="<i8").tobytes())
+    h.update(np.ascontiguousarray(t.valid, dtype=np.uint8).data)
+    h.update(np.ascontiguousarray(t.repair, dtype="<i4").data)
+    h.update(np.ascontiguousarray(t.apply, dtype="<i4").data)
+    return h.hexdigest()
+
+
+def _ids(a: npt.NDArray[Any], shape: tuple[int, ...], n: int, what: str) -> IntArray:
+    if a.dtype.kind not in "iu" or a.shape != shape:
+        raise ValueError(
+            f"{what} has dtype {a.dtype} and shape {a.shape}, expected integers of shape {shape}"
+        )
+    if a.size and (int(a.min()) < 0 or int(a.max()) >= n):
+        raise ValueError(f"{what} holds ids outside 0..{n - 1}")
+    return a.astype(np.int32, copy=False)
+
+
+def _content_hash(arrays: Mapping[str, npt.NDArray[Any]]) -> str:
+    h = hashlib.sha256(_FILE_DOMAIN)
+    for key in sorted(arrays):
+        a = np.ascontiguousarray(arrays[key])
+        h.update(f"{key}:{a.dtype.str}:{a.shape}\n".encode())
+        h.update(a.data)
+    return h.hexdigest()
+
+
+class _suppress:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True

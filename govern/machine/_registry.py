@@ -1,0 +1,276 @@
+"""Declaring a machine: variables, ordered invariants with repairs, guarded events, independence.
+
+A `Registry` collects declarations and checks each one as it is made (types, names, labels, ranges);
+`build()` snapshots them, so later changes to the registry never affect a built machine.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Literal
+
+from .._errors import DeclarationError
+from ..model._declarations import (
+    Assignment,
+    AssignmentFn,
+    ConditionFn,
+    Domain,
+    EventRule,
+    InvariantRule,
+    Snapshot,
+)
+from ..model._expr import BOOL, Expr, ExprLike, Var, coerce
+from ..model._space import VarSpec
+from ._build import build_machine
+
+if TYPE_CHECKING:
+    from ..oracle._gate import RulesCheck
+    from ._machine import Machine
+
+__all__ = ["Registry"]
+
+
+class Registry:
+    """A machine under construction: declare variables, invariants, events, then `build()`.
+
+    Declarations are checked as they are made: names are unique, expressions are well typed and
+    read only this registry's variables, enum labels exist, literals fit their variable's range.
+    """
+
+    def __init__(self, name: str) -> None:
+        if not isinstance(name, str) or not name:
+            raise DeclarationError("a registry needs a non-empty name")
+        self.name = name
+        self._vars: list[Var] = []
+        self._invariants: list[InvariantRule] = []
+        self._events: list[EventRule] = []
+        self._independent: list[tuple[str, str]] = []
+        self._initial: dict[builtins.int, builtins.int] | None = None
+        self._version = 0
+
+    # -- variables -----------------------------------------------------------------------------
+    def bool(self, name: str) -> Var:
+        """Declare a boolean variable (values False, True)."""
+        return self._add_var(name, "bool", 0, 1, ())
+
+    def enum(self, name: str, labels: list[str] | tuple[str, ...]) -> Var:
+        """Declare an enum variable over at least two distinct string labels (compared by name)."""
+        labels = tuple(labels)
+        if len(labels) < 2 or len(set(labels)) != len(labels) or not all(isinstance(x, str) for x in labels):
+            raise DeclarationError(f"enum {name!r} needs at least two distinct string labels, got {labels!r}")
+        return self._add_var(name, "enum", 0, len(labels) - 1, labels)
+
+    def int(self, name: str, lo: int, hi: int) -> Var:
+        """Declare a bounded integer variable over the inclusive range lo..hi."""
+        for bound in (lo, hi):
+            if isinstance(bound, bool) or not isinstance(bound, int):
+                raise DeclarationError(f"int {name!r}: bounds must be integers, got {lo!r}..{hi!r}")
+        if lo > hi:
+            raise DeclarationError(f"int {name!r}: empty range {lo}..{hi} (need lo <= hi)")
+        return self._add_var(name, "int", lo, hi, ())
+
+    def _add_var(
+        self,
+        name: str,
+        kind: Literal["bool", "int", "enum"],
+        lo: builtins.int,
+        hi: builtins.int,
+        labels: tuple[str, ...],
+    ) -> Var:
+        self._check_name(name, "variable", [v.name for v in self._vars])
+        v = Var(self, len(self._vars), name, kind, lo, hi, labels)
+        self._vars.append(v)
+        self._version += 1
+        return v
+
+    # -- rules ---------------------------------------------------------------------------------
+    def invariant(
+        self, name: str, *, holds: ExprLike | ConditionFn, repair: Mapping[Var | str, ExprLike] | AssignmentFn
+    ) -> None:
+        """Declare an invariant. Invariants are ordered by declaration: when several are violated, the
+        repair of the first one is applied, then the state is checked again.
+
+        `holds` is a condition (an expression, or a callable taking a state and returning a bool);
+        `repair` maps variables to new values (expressions or literals), or is a callable taking a
+        state and returning such a mapping of names to values.
+        """
+        self._check_name(name, "invariant", [i.name for i in self._invariants])
+        rule = f"invariant {name!r}"
+        self._invariants.append(
+            InvariantRule(
+                name, self._condition(holds, f"{rule} holds"), self._assignment(repair, f"{rule} repair")
+            )
+        )
+        self._version += 1
+
+    def event(
+        self,
+        name: str,
+        *,
+        guard: ExprLike | ConditionFn = True,
+        effect: Mapping[Var | str, ExprLike] | AssignmentFn,
+    ) -> None:
+        """Declare an event: where `guard` holds, `effect` is applied (simultaneously, every value
+        computed from the state before); elsewhere the event changes nothing."""
+        self._check_name(name, "event", [e.name for e in self._events])
+        rule = f"event {name!r}"
+        self._events.append(
+            EventRule(
+                name, self._condition(guard, f"{rule} guard"), self._assignment(effect, f"{rule} effect")
+            )
+        )
+        self._version += 1
+
+    def independent(self, a: str, b: str) -> None:
+        """Declare that events `a` and `b` may be delivered in either order (build checks they commute).
+
+        With no declaration at all every pair of events is checked; after the first declaration only
+        declared pairs must commute, and undeclared pairs that do not are reported as obligations."""
+        if a == b:
+            raise DeclarationError(f"independent({a!r}, {b!r}): an event is not independent of itself")
+        self._independent.append((a, b))
+        self._version += 1
+
+    def initial(self, values: Mapping[Var | str, object] | None = None, /, **named: object) -> None:
+        """Declare the initial state (unnamed variables take their lowest value). It must be valid.
+
+        Without a declaration the initial state is the normal form of the all-lowest state."""
+        merged: dict[Var | str, object] = dict(values or {})
+        merged.update(named)
+        out: dict[builtins.int, builtins.int] = {}
+        for key, value in merged.items():
+            var = self._resolve(key, "initial")
+            spec = _spec(var)
+            out[var.index] = spec.encode(value)
+        self._initial = out
+        self._version += 1
+
+    # -- build ---------------------------------------------------------------------------------
+    def build(
+        self,
+        domain: Domain = "valid",
+        *,
+        max_states: builtins.int | None = None,
+        rules_check: RulesCheck = "auto",
+    ) -> Machine:
+        """Enumerate the state space, verify WFC, CC1 (and report CC2, obligations, not-idempotent
+        events), have the proof-derived oracle re-check the tables, and return the `Machine`.
+
+        `domain` is the checked domain: "valid" (every valid state, the default) or "reachable" (the
+        valid states reachable from the initial state). Raises `NotConvergent` with a counterexample,
+        `DomainViolation`/`RuleError` naming a state, `StateSpaceTooLarge` before allocating, or an
+        `OracleError` when the oracle does not certify the same result.
+
+        The oracle's table checker runs on every build. Its rules checker (the tables are what the
+        rules mean) runs too, except that with `rules_check="auto"` a machine above
+        `RULES_CHECK_MAX_ENTRIES` table entries defers it to `govern certify`/`govern check` and its
+        report says so; `rules_check="always"` runs it whatever the size.
+        """
+        if domain not in ("valid", "reachable"):
+            raise DeclarationError(f"domain must be 'valid' or 'reachable', got {domain!r}")
+        snapshot = self.snapshot()
+        version = self._version
+        machine = build_machine(snapshot, domain, max_states=max_states, rules_check=rules_check)
+        if self._version != version:
+            raise DeclarationError(
+                f"registry {self.name!r} was changed while it was being built "
+                "(by a rule callable?); rules must not declare anything"
+            )
+        return machine
+
+    def snapshot(self) -> Snapshot:
+        """An immutable copy of the declarations as they are now."""
+        if not self._vars:
+            raise DeclarationError(f"registry {self.name!r} declares no variables; declare at least one")
+        if not self._events:
+            raise DeclarationError(f"registry {self.name!r} declares no events; declare at least one")
+        names = [e.name for e in self._events]
+        pairs: set[tuple[int, int]] = set()
+        for a, b in self._independent:
+            for x in (a, b):
+                if x not in names:
+                    raise DeclarationError(
+                        f"independent({a!r}, {b!r}): no event named {x!r}; events are {names}"
+                    )
+            i, j = sorted((names.index(a), names.index(b)))
+            pairs.add((i, j))
+        specs = tuple(_spec(v) for v in self._vars)
+        initial: tuple[int, ...] | None = None
+        if self._initial is not None:
+            initial = tuple(self._initial.get(i, s.lo) for i, s in enumerate(specs))
+        return Snapshot(
+            self.name,
+            specs,
+            tuple(self._invariants),
+            tuple(self._events),
+            tuple(sorted(pairs)) if self._independent else None,
+            initial,
+        )
+
+    # -- helpers -------------------------------------------------------------------------------
+    def _check_name(self, name: str, what: str, taken: list[str]) -> None:
+        if not isinstance(name, str) or not name:
+            raise DeclarationError(f"a {what} needs a non-empty string name, got {name!r}")
+        if name in taken:
+            raise DeclarationError(f"{what} {name!r} is declared twice in registry {self.name!r}")
+
+    def _resolve(self, key: Var | str, where: str) -> Var:
+        if isinstance(key, Var):
+            if key.owner is not self:
+                raise DeclarationError(f"{where}: variable {key.name!r} belongs to another registry")
+            return key
+        if isinstance(key, str):
+            for v in self._vars:
+                if v.name == key:
+                    return v
+            raise DeclarationError(
+                f"{where}: no variable named {key!r}; variables are {[v.name for v in self._vars]}"
+            )
+        raise DeclarationError(f"{where}: expected a variable or its name, got {key!r}")
+
+    def _own(self, e: Expr, where: str) -> Expr:
+        stack = [e]
+        while stack:
+            x = stack.pop()
+            if isinstance(x, Var) and x.owner is not self:
+                raise DeclarationError(f"{where}: reads variable {x.name!r} of another registry")
+            stack.extend(x._args)
+        return e
+
+    def _condition(self, c: object, where: str) -> Expr | ConditionFn:
+        if callable(c) and not isinstance(c, Expr):
+            return c
+        e = coerce(c, BOOL, where)
+        return self._own(e, where)
+
+    def _assignment(self, a: object, where: str) -> Assignment | AssignmentFn:
+        if callable(a) and not isinstance(a, Mapping):
+            return a
+        if not isinstance(a, Mapping):
+            raise DeclarationError(
+                f"{where}: expected a mapping {{variable: value}} or a callable, got {a!r}"
+            )
+        out: dict[int, Expr] = {}
+        for key, value in a.items():
+            var = self._resolve(key, where)
+            if var.index in out:
+                raise DeclarationError(f"{where}: variable {var.name!r} is assigned twice")
+            if callable(value) and not isinstance(value, Expr):
+                raise DeclarationError(
+                    f"{where}: {var.name!r} is given a callable; make the whole "
+                    "effect/repair a callable returning a mapping instead"
+                )
+            e = self._own(coerce(value, var.type, f"{where} {var.name}"), where)
+            lo = e.bounds[0]
+            if e._op == "lit" and not var._lo <= lo <= var._hi:
+                raise DeclarationError(
+                    f"{where}: {var.name} = {lo} is outside its range {var._lo}..{var._hi}"
+                )
+            out[var.index] = e
+        return tuple(sorted(out.items()))
+
+
+def _spec(v: Var) -> VarSpec:
+    lo, hi = v.bounds
+    return VarSpec(v.name, v.kind, lo, hi, v.labels)

@@ -1,0 +1,185 @@
+"""Agents as producers: a governed event as a bide tool.
+
+`event_tool(machine, log, "ship")` is a tool whose only effect is to append the event `ship` for one
+record to the shared log. Its event id is derived from the run id and the call id, so a retry of the same
+call after a crash (bide re-runs Idempotent tools) appends nothing new: the tool is idempotent by
+construction and never needs to halt. It answers the model with the consequence: the record's state right
+after the event in the log order, and whether the event applied, was a no-op (its guard did not hold), or
+was compensated (an invariant's repair changed the outcome).
+
+Once the append has committed, the call succeeds: the model is never told "failed" about an event that is
+in the log (it would retry, and a non-idempotent event would be recorded twice). If the record's history
+cannot be read afterwards, the result says the event is recorded and that its consequence is not known.
+An append whose outcome is uncertain (the connection dropped at commit and stayed down) is resolved by
+reading the event id back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from .._errors import UnknownEvent
+from ..machine._machine import Machine
+from ._eventlog import (
+    Event,
+    EventConflict,
+    EventLog,
+    EventLogError,
+    InvalidInput,
+    LogCorrupted,
+    LoggedEvent,
+    MachineMismatch,
+    MissingDependency,
+)
+from ._rules import DeliveryRules, delivery_rules
+
+if TYPE_CHECKING:
+    import bide
+
+__all__ = ["event_id_for", "event_tool"]
+
+
+def event_id_for(run_id: str, call_id: str, event: str, record: str) -> str:
+    """The id of the event a tool call appends: stable across every retry of that call."""
+    text = "\0".join(("govern.event.v1", run_id, call_id, event, record))
+    return "ev-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+class _FixedRecord(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def _record_arguments(tool_name: str) -> type[BaseModel]:
+    model: type[BaseModel] = create_model(
+        f"{tool_name}_arguments",
+        __config__=ConfigDict(extra="forbid"),
+        record=(str, Field(min_length=1, max_length=200, description="the key of the shared record")),
+    )
+    return model
+
+
+def event_tool(
+    machine: Machine,
+    log: EventLog,
+    event: str,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    record: str | None = None,
+    producer: str | None = None,
+) -> bide.Tool:
+    """A bide tool (safety Idempotent) that appends `event` to `log` and tells the model what it did.
+
+    With `record=None` (the default) the model passes the record key as the argument ``record`` (for
+    example an order id); with `record="order-7"` the tool always acts on that record and takes no
+    arguments. `producer` names the producer in the log (default: the run id). Each event depends
+    causally on the producer's previous event, so replicas apply one agent's events in its own order.
+    """
+    import bide  # here, not at the top: `import govern` must not pull in the agent runtime
+
+    rules = delivery_rules(machine)
+    if event not in rules.index:
+        known = ", ".join(rules.names)
+        raise UnknownEvent(f"machine {rules.name!r} has no event {event!r}; its events are {known}")
+    log.bind(machine)
+    tool_name = name or event
+    what = description or (
+        f"Record the event {event!r} on a shared {rules.name} record. The result is the record's state "
+        "right after the event, and whether the event applied, was a no-op or was compensated."
+    )
+    arguments = _FixedRecord if record is not None else _record_arguments(tool_name)
+
+    def effect(validated: BaseModel) -> dict[str, Any]:
+        ctx = bide.current_call()
+        key = record if record is not None else str(validated.record)  # type: ignore[attr-defined]
+        who = producer or ctx.run_id
+        event_id = event_id_for(ctx.run_id, ctx.call_id, event, key)
+        stored = log.get(event_id)
+        created = False
+        if stored is None:
+            previous = log.last_by_producer(who)
+            try:
+                appended = log.append(
+                    Event(
+                        id=event_id,
+                        machine=rules.digest,
+                        record=key,
+                        event=event,
+                        producer=who,
+                        deps=() if previous is None else (previous.id,),
+                    )
+                )
+            except (InvalidInput, MachineMismatch, MissingDependency, LogCorrupted):
+                raise  # refused: nothing was appended
+            except EventLogError as exc:
+                # EventConflict: a concurrent retry of this very call won the append. Any other failure
+                # may have come after the commit landed. Either way the log knows: read the id back.
+                # The id is this call's own and was not in the log before, so unless a concurrent retry
+                # of the call won, this call wrote it.
+                stored = _read_back(log, event_id, exc)
+                created = not isinstance(exc, EventConflict)
+            else:
+                stored, created = appended.event, appended.created
+        # The event is in the log: from here on the call has succeeded, whatever a read does.
+        return _consequence(rules, log, stored, created)
+
+    async def effect_async(validated: BaseModel) -> dict[str, Any]:
+        # A database log blocks on I/O: run it in a worker thread (the call context travels with it). A
+        # memory log answers in microseconds, so the thread hop would cost more than the work.
+        if log.in_memory:
+            return effect(validated)
+        return await asyncio.to_thread(effect, validated)
+
+    return bide.Tool(
+        name=tool_name, description=what, args=arguments, fn=effect_async, safety=bide.Idempotent
+    )
+
+
+def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEvent:
+    """The event with `event_id` after an append that raised `failure`: stored, or `failure` re-raised."""
+    try:
+        stored = log.get(event_id)
+    except EventLogError as exc:
+        raise EventLogError(
+            f"{failure}; reading event {event_id!r} back failed too ({exc}), so it may or may not be in "
+            "the log: the same call, retried, appends it at most once"
+        ) from failure
+    if stored is None:
+        raise failure
+    return stored
+
+
+def _consequence(rules: DeliveryRules, log: EventLog, event: LoggedEvent, created: bool) -> dict[str, Any]:
+    result: dict[str, Any] = {
+        "event": event.event,
+        "event_id": event.id,
+        "record": event.record,
+        "position": event.position,
+    }
+    try:
+        history = log.read_record(event.record, through=event.position)
+        state = rules.initial
+        for earlier in history[:-1]:
+            if earlier.event not in rules.index:
+                raise LogCorrupted(
+                    f"event {earlier.id!r} at position {earlier.position} names {earlier.event!r}"
+                )
+            state = rules.step(state, rules.index[earlier.event])
+    except EventLogError as exc:
+        why = (
+            f"{event.event} is recorded at log position {event.position}, but the record's history could not "
+            f"be read to tell its effect ({exc}); read the record again later instead of repeating the event"
+        )
+        return result | {"outcome": "recorded", "why": why, "state": None, "newly_recorded": created}
+    outcome = rules.explain(state, rules.index[event.event])
+    state_after = rules.decode(outcome.after)
+    return result | {
+        "outcome": outcome.kind,
+        "why": outcome.why,
+        "state": state_after,
+        "newly_recorded": created,
+    }

@@ -1,0 +1,1115 @@
+"""The shared event log: one total, dense, append-only order of governed events.
+
+A log holds events for exactly one machine (by digest). Its promises:
+
+- **Dense, stable positions.** The n-th event appended to a log gets position n (from 0), assigned in the
+  same transaction that writes it; positions never change and never skip. Concurrent appenders in any
+  number of processes (SQLite file or PostgreSQL) serialize on the log, so there are no gaps and no
+  duplicates. A reader that ever sees a gap raises `LogCorrupted` instead of returning a shorter list.
+- **Idempotent by event id.** Appending an id that is already in the log with the same content is a no-op
+  that returns the existing position; the same id with different content raises `EventConflict`. So is
+  a second event claiming a producer sequence number that another event already holds.
+- **Causality is recorded.** An event names the ids it causally depends on; each must already be in the
+  log, so the log order respects every declared dependency. Each event also gets `record_seq`, its dense
+  position among the events of the same record, which lets a replica receiving events out of order know
+  exactly which earlier events of a record it has not seen yet.
+- **One machine, and only its events.** `bind` (or the first append of a handle opened with `machine=`)
+  records the machine's digest and event names; an event for any other digest raises `MachineMismatch`
+  (changing the machine is a migration to a new log, never an accident), and an event name the machine
+  does not have raises `InvalidInput`: once in the append-only log it would stop every replica forever.
+- **Exact outcomes.** Each append stores a token of the call with its events, so a retry after a commit
+  whose acknowledgement was lost reports `created=True` for what the call wrote.
+- **Bounded waits.** Every call finishes or raises within `timeout`; transient failures are retried
+  until then (`_logretry`), and readers never take the write lock.
+
+URLs: a plain path or ``sqlite:///path`` (SQLite file, WAL, fsync on commit), ``postgresql://...``
+(psycopg driver), ``memory://`` (held in this process only, not durable: for tests and benchmarks;
+``memory://`` alone is private to the handle, ``memory://space`` is shared by every handle opened with
+that space and log name in the process). Every backend runs the same append algorithm (`_append`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+import sqlalchemy as sa
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from sqlalchemy.dialects import postgresql as pg_dialect
+from sqlalchemy.dialects import sqlite as sqlite_dialect
+from sqlalchemy.engine import Connection, Engine
+
+from .._errors import GovernError
+from . import _logschema as schema
+from ._logretry import Backoff, classify
+from ._logschema import LogFormatError
+
+if TYPE_CHECKING:
+    from ..certificate._certificate import Certificate
+    from ..machine._machine import Machine
+
+__all__ = [
+    "Appended",
+    "Event",
+    "EventConflict",
+    "EventLog",
+    "EventLogError",
+    "InvalidInput",
+    "LogCorrupted",
+    "LogFormatError",
+    "LogTimeout",
+    "LoggedEvent",
+    "MachineMismatch",
+    "MissingDependency",
+]
+
+_NAME_MAX = schema.NAME_MAX
+_SEQ_MAX = 2**63 - 2  # a producer_seq + 1 must still fit the signed 64-bit counter
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_LEAF_TAG = b"govern.event.v1\n"
+_T = TypeVar("_T")
+
+
+class EventLogError(GovernError):
+    """The event log refused a request or could not complete it; the message says what to do."""
+
+
+class InvalidInput(EventLogError, ValueError):
+    """A field of an event, or an argument of a log call, is not acceptable: wrong type, empty, too long,
+    a NUL character, not Unicode text, out of range, or an event name the log's machine does not have.
+    `.field` names it; nothing was written."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+
+
+class EventConflict(EventLogError, ValueError):
+    """An event id (or a producer's sequence number) is already in the log with different content.
+
+    Event ids name one event forever: derive a fresh id for a new event.
+    """
+
+
+class MachineMismatch(EventLogError, ValueError):
+    """The event (or replica) is for a machine other than the one the log is bound to.
+
+    A log holds events of one machine; changing the machine is a migration: open a new log.
+    """
+
+
+class MissingDependency(EventLogError, ValueError):
+    """An event depends on an event id that is not in the log yet; append the dependency first."""
+
+
+class LogCorrupted(EventLogError):
+    """The stored log breaks its own contract (a gap in positions, an unreadable row).
+
+    Nothing was skipped: stop, and restore the store from a backup or investigate the writer.
+    """
+
+
+class LogTimeout(EventLogError):
+    """An operation could not finish within the log's `timeout`: another session held the log's lock,
+    every pooled connection was busy, a statement ran too long, or the database stayed unreachable.
+    Nothing partial was written; appending the same events again is safe (the log is idempotent by id)."""
+
+
+def _name_problem(value: object) -> str | None:
+    if not isinstance(value, str):
+        return f"must be a string, not {type(value).__name__}"
+    if not value or len(value) > _NAME_MAX:
+        return f"must be a non-empty string of at most {_NAME_MAX} characters, got {len(value)} characters"
+    if "\x00" in value:
+        return "must not contain a NUL character"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "must be Unicode text, but holds a lone surrogate"
+    return None
+
+
+def _check_name(field: str, value: object) -> str:
+    problem = _name_problem(value)
+    if problem is not None:
+        raise InvalidInput(field, f"{problem}: {value!r}")
+    assert isinstance(value, str)
+    return value
+
+
+def _check_digest(field: str, value: object) -> str:
+    if not isinstance(value, str) or not _DIGEST.fullmatch(value):
+        raise InvalidInput(
+            field, f"must be a machine digest (64 lowercase hex digits, machine.digest): {value!r}"
+        )
+    return value
+
+
+def _invalid(exc: ValidationError, what: str) -> InvalidInput:
+    """The first problem pydantic found, as an `InvalidInput` naming the field."""
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or what
+    message = str(error["msg"]).removeprefix("Value error, ")
+    more = f" (and {exc.error_count() - 1} more problems)" if exc.error_count() > 1 else ""
+    return InvalidInput(where, f"{message}{more}")
+
+
+class Event(BaseModel):
+    """One governed event as a producer submits it: which machine, which record, which event, by whom.
+
+    `id` names the event forever (appending it again is a no-op); `producer_seq` numbers the producer's own
+    events (None: the log numbers them, in log order); `deps` are ids of events this one causally
+    depends on (they must already be in the log). Names are 1 to 200 characters of Unicode text without
+    NUL; `machine` is a machine digest. Any other value raises `InvalidInput` naming the field.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    machine: str
+    record: str
+    event: str
+    producer: str
+    producer_seq: int | None = Field(default=None, ge=0)
+    deps: tuple[str, ...] = ()
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _invalid(exc, type(self).__name__) from None
+
+    @field_validator("id", "machine", "record", "event", "producer", mode="before")
+    @classmethod
+    def _names(cls, value: object, info: ValidationInfo) -> str:
+        problem = _name_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        if info.field_name == "machine" and not _DIGEST.fullmatch(str(value)):
+            raise ValueError(f"must be a machine digest (64 lowercase hex digits, machine.digest): {value!r}")
+        return str(value)
+
+    @field_validator("producer_seq", mode="before")
+    @classmethod
+    def _seq(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"must be an integer, not {type(value).__name__}")
+        if not 0 <= value <= _SEQ_MAX:
+            raise ValueError(f"must be between 0 and {_SEQ_MAX} (2**63 - 2), got {value}")
+        return value
+
+    @field_validator("deps", mode="before")
+    @classmethod
+    def _deps(cls, value: object) -> tuple[str, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ValueError(f"must be a list of event ids, not {type(value).__name__}")
+        for dep in value:
+            problem = _name_problem(dep)
+            if problem is not None:
+                raise ValueError(f"a dependency id {problem}: {dep!r}")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists an id twice: {list(value)}")
+        return tuple(value)
+
+    def same_content(self, other: Event) -> bool:
+        """True when `other` is the same event: every field equal (dependency order is irrelevant, and a
+        producer_seq left to the log matches whatever number the log gave)."""
+        return (
+            self.id == other.id
+            and self.machine == other.machine
+            and self.record == other.record
+            and self.event == other.event
+            and self.producer == other.producer
+            and (
+                self.producer_seq is None
+                or other.producer_seq is None
+                or self.producer_seq == other.producer_seq
+            )
+            and sorted(self.deps) == sorted(other.deps)
+        )
+
+
+class LoggedEvent(Event):
+    """An event as the log holds it: the `log` it is in, its `position` there, `record_seq` within its
+    record, and `after`, the positions of its dependencies (each lower than `position`)."""
+
+    log: str
+    producer_seq: int = Field(ge=0)
+    position: int = Field(ge=0)
+    record_seq: int = Field(ge=0)
+    after: tuple[int, ...] = ()
+
+    def leaf(self) -> bytes:
+        """The event's leaf in the log's RFC 6962 Merkle tree: a domain tag and the canonical JSON of every
+        field (sorted keys, no whitespace, UTF-8)."""
+        body = json.dumps(
+            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+        return _LEAF_TAG + body.encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The outcome of an append: the stored event and whether this call wrote it (False: it was already
+    there before the call). A commit whose acknowledgement was lost is retried and resolved by reading
+    the event's writer back, so `created` is exact even then."""
+
+    event: LoggedEvent
+    created: bool
+
+
+@dataclass(frozen=True, slots=True)
+class _Identity:
+    """What a log handle knows of its machine: the digest, and the names of the machine's events (None
+    when it was given a bare digest)."""
+
+    digest: str
+    events: tuple[str, ...] | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Head:
+    """The log's row: its machine, length, and event names (None: bound by layout 1, names unknown)."""
+
+    machine: str
+    length: int
+    events: tuple[str, ...] | None
+
+
+_P = sa.bindparam
+_logs, _events, _counters = schema.logs, schema.events, schema.counters
+# Statements are built once: building SQLAlchemy expressions per call costs more than running them.
+_Q_LOG = sa.select(_logs.c.machine, _logs.c.length, _logs.c.events).where(_logs.c.name == _P("log"))
+_Q_LOG_LOCK = _Q_LOG.with_for_update()
+_Q_READ = (
+    sa.select(_events)
+    .where(_events.c.log == _P("log"), _events.c.position >= _P("start"))
+    .order_by(_events.c.position)
+    .limit(_P("limit"))
+)
+_Q_IDS = sa.select(_events).where(
+    _events.c.log == _P("log"), _events.c.event_id.in_(_P("ids", expanding=True))
+)
+_Q_WRITTEN = sa.select(_events.c.event_id).where(
+    _events.c.log == _P("log"),
+    _events.c.writer == _P("writer"),
+    _events.c.event_id.in_(_P("ids", expanding=True)),
+)
+_Q_RECORD = (
+    sa.select(_events)
+    .where(_events.c.log == _P("log"), _events.c.record == _P("record"), _events.c.position <= _P("through"))
+    .order_by(_events.c.record_seq)
+)
+_Q_LAST_BY_PRODUCER = (
+    sa.select(_events)
+    .where(_events.c.log == _P("log"), _events.c.producer == _P("producer"))
+    .order_by(_events.c.producer_seq.desc())
+    .limit(1)
+)
+_Q_HOLDER = sa.select(_events).where(
+    _events.c.log == _P("log"), _events.c.producer == _P("producer"), _events.c.producer_seq == _P("seq")
+)
+_Q_COUNTERS = sa.select(_counters.c.key, _counters.c.next).where(
+    _counters.c.log == _P("log"),
+    _counters.c.kind == _P("kind"),
+    _counters.c.key.in_(_P("keys", expanding=True)),
+)
+# The fallback for a key without a counter row (a new key, or a row lost): the highest number stored,
+# read through the unique index on (log, key, number).
+_Q_HIGHEST = {
+    kind: sa.select(column, sa.func.max(number))
+    .where(_events.c.log == _P("log"), column.in_(_P("keys", expanding=True)))
+    .group_by(column)
+    for kind, column, number in (
+        ("p", _events.c.producer, _events.c.producer_seq),
+        ("r", _events.c.record, _events.c.record_seq),
+    )
+}
+_S_INSERT = sa.insert(_events)
+_S_LENGTH = sa.update(_logs).where(_logs.c.name == _P("log")).values(length=_P("length"))
+_S_EVENTS = sa.update(_logs).where(_logs.c.name == _P("log")).values(events=_P("events"))
+
+
+class _Tx(Protocol):
+    """What the append algorithm needs from a backend, inside one exclusive transaction on the log."""
+
+    def lock(self) -> _Head | None: ...
+    def create(self, machine: str, names: tuple[str, ...]) -> _Head: ...
+    def set_events(self, names: tuple[str, ...]) -> None: ...
+    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
+    def written_by(self, writer: str, ids: list[str]) -> set[str]: ...
+    def producer_next(self, producers: list[str]) -> dict[str, int]: ...
+    def record_next(self, records: list[str]) -> dict[str, int]: ...
+    def holder(self, producer: str, seq: int) -> LoggedEvent | None: ...
+    def write(self, events: list[LoggedEvent], length: int, writer: str) -> None: ...
+
+
+class _Backend(Protocol):
+    def transaction(self, body: Callable[[_Tx], _T]) -> _T: ...
+    def head(self) -> _Head | None: ...
+    def read(self, start: int, limit: int) -> list[LoggedEvent]: ...
+    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
+    def read_record(self, record: str, through: int) -> list[LoggedEvent]: ...
+    def last_by_producer(self, producer: str) -> LoggedEvent | None: ...
+    def close(self) -> None: ...
+
+
+_NO_LIMIT = 2**62
+DEFAULT_TIMEOUT = 30.0
+DEFAULT_POOL_SIZE = 8
+
+
+class EventLog:
+    """A named, append-only log of governed events (see the module docstring for every promise). The
+    default URL is the SQLite file ``govern-events.db`` in the working directory.
+
+    `machine` (a `Machine` or its `Certificate`) tells this handle the log's machine, so its first append
+    binds an empty log; `bind()` does the same explicitly. `timeout` (seconds) bounds every wait of one
+    call: a lock held by another session, a free pooled connection, a statement, and the retries of a
+    dropped connection; past it the call raises `LogTimeout`. At most `pool_size` connections are open
+    at once (SQLite and PostgreSQL).
+
+    Thread-safe; open one `EventLog` per process (or share one between up to `pool_size` threads).
+    """
+
+    def __init__(
+        self,
+        url: str = "sqlite:///govern-events.db",
+        *,
+        name: str = "main",
+        machine: Machine | Certificate | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        pool_size: int = DEFAULT_POOL_SIZE,
+    ) -> None:
+        self.url = url
+        self.name = _check_name("name", name)
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= 86_400:
+            raise InvalidInput("timeout", f"must be a number of seconds in (0, 86400], got {timeout!r}")
+        if isinstance(pool_size, bool) or not isinstance(pool_size, int) or not 1 <= pool_size <= 1000:
+            raise InvalidInput("pool_size", f"must be an integer from 1 to 1000, got {pool_size!r}")
+        self.timeout = float(timeout)
+        self._identity = None if machine is None else _identity_of(machine, None)
+        self._backend: _Backend
+        if isinstance(url, str) and url.startswith("memory://"):
+            self._backend = _memory_backend(url[len("memory://") :], self.name)
+        else:
+            self._backend = _SqlBackend(url, self.name, self.timeout, pool_size)
+
+    def __repr__(self) -> str:
+        return f"EventLog({self.url!r}, name={self.name!r})"
+
+    @property
+    def in_memory(self) -> bool:
+        """True for a ``memory://`` log: held by this process only, gone when it exits."""
+        return isinstance(self._backend, _MemoryBackend)
+
+    def close(self) -> None:
+        """Release the database connections (a memory log stays available to other handles)."""
+        self._backend.close()
+
+    # -- reading -----------------------------------------------------------------------------------------
+
+    def machine(self) -> str | None:
+        """The digest of the machine this log is bound to, or None before the first event."""
+        head = self._backend.head()
+        return None if head is None else head.machine
+
+    def events(self) -> tuple[str, ...] | None:
+        """The names of the events of the log's machine (the only names an append accepts), or None
+        for a log not bound yet or bound by an older govern that did not record them."""
+        head = self._backend.head()
+        return None if head is None else head.events
+
+    def length(self) -> int:
+        """How many events the log holds (the next position)."""
+        head = self._backend.head()
+        return 0 if head is None else head.length
+
+    def read(self, start: int = 0, limit: int | None = None) -> list[LoggedEvent]:
+        """The events at positions `start, start+1, …` (at most `limit`), in log order, with no gaps.
+
+        Raises `LogCorrupted` if a position is missing: a reader never gets a shorter list silently.
+        """
+        _check_count("start", start)
+        if limit is not None:
+            _check_count("limit", limit)
+        out = self._backend.read(start, _NO_LIMIT if limit is None else limit)
+        for offset, event in enumerate(out):
+            if event.position != start + offset:
+                raise LogCorrupted(
+                    f"log {self.name!r} has a gap: expected position {start + offset}, found {event.position}"
+                )
+        return out
+
+    def __iter__(self) -> Iterator[LoggedEvent]:
+        start = 0
+        while True:
+            page = self.read(start, 1000)
+            yield from page
+            if len(page) < 1000:
+                return
+            start += len(page)
+
+    def get(self, event_id: str) -> LoggedEvent | None:
+        """The stored event with this id, or None."""
+        _check_name("event_id", event_id)
+        return self._backend.by_ids([event_id]).get(event_id)
+
+    def read_record(self, record: str, *, through: int | None = None) -> list[LoggedEvent]:
+        """The events of one record in log order (those at positions <= `through`, when given), with no
+        gaps in their `record_seq`."""
+        _check_name("record", record)
+        if through is not None:
+            _check_count("through", through)
+        out = self._backend.read_record(record, _NO_LIMIT if through is None else through)
+        for seq, event in enumerate(out):
+            if event.record_seq != seq:
+                raise LogCorrupted(f"record {record!r} of log {self.name!r} lacks its event number {seq}")
+        return out
+
+    def last_by_producer(self, producer: str) -> LoggedEvent | None:
+        """The producer's latest event (highest producer_seq), or None."""
+        _check_name("producer", producer)
+        return self._backend.last_by_producer(producer)
+
+    def root(self, size: int | None = None) -> str:
+        """The RFC 6962 Merkle root (hex) over the leaves (`LoggedEvent.leaf`) of the first `size` events
+        (default: all). Sign it (`bide.audit.sign_head`) to commit to the log; a replica built with
+        `track_root=True` recomputes it from the events it applied."""
+        from bide.audit import MerkleTree  # here: only auditing needs bide
+
+        events = self.read(0, size)
+        if size is not None and len(events) != size:
+            raise InvalidInput(
+                "size", f"log {self.name!r} holds {len(events)} events, fewer than size={size}"
+            )
+        return MerkleTree(e.leaf() for e in events).root().hex()
+
+    # -- writing -----------------------------------------------------------------------------------------
+
+    def bind(self, machine: Machine | Certificate | str, events: Iterable[str] | None = None) -> None:
+        """Bind the log to a machine: a `Machine`, its `Certificate`, or a machine digest with the
+        machine's event names in `events`. An empty log records the digest and the names; a log bound to
+        the same machine is left as it is (one bound by an older govern records the names now); a log
+        bound to another machine raises `MachineMismatch`. Later appends on this handle use it too."""
+        identity = _identity_of(machine, events)
+        self._backend.transaction(lambda tx: _bind(self.name, tx, identity))
+        self._identity = identity
+
+    def append(self, event: Event) -> Appended:
+        """Append one event (idempotent by id); see the module docstring for every rule it enforces."""
+        return self.append_many([event])[0]
+
+    def append_many(self, events: Sequence[Event]) -> list[Appended]:
+        """Append several events in order, in one transaction: all of them are stored or none is."""
+        items: list[Event] = []
+        for i, e in enumerate(events):
+            if isinstance(e, Event):
+                items.append(e)
+            elif isinstance(e, Mapping):
+                items.append(Event(**e))  # raises InvalidInput naming the field
+            else:
+                raise InvalidInput(f"events[{i}]", f"must be an Event or a mapping of its fields, not {e!r}")
+        if not items:
+            return []
+        machines = {e.machine for e in items}
+        if len(machines) != 1:
+            raise MachineMismatch(f"one append mixes events of machines {sorted(machines)}")
+        identity = self._identity
+        if identity is not None and identity.events is not None and identity.digest == items[0].machine:
+            _check_events(self.name, identity.events, items)  # refused before touching the database
+        writer = secrets.token_hex(16)
+        return self._backend.transaction(lambda tx: _append(self.name, tx, items, writer, identity))
+
+
+def _check_count(field: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _NO_LIMIT:
+        raise InvalidInput(field, f"must be an integer >= 0, got {value!r}")
+
+
+def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
+    """The digest and event names of `machine`: a Machine, a Certificate, or a digest with `events`."""
+    from ..certificate._certificate import Certificate
+    from ..machine._machine import Machine
+
+    if isinstance(machine, Machine):
+        if events is not None:
+            raise InvalidInput("events", "give events only with a digest: a Machine knows its own events")
+        return _Identity(machine.digest, tuple(machine.events))
+    if isinstance(machine, Certificate):
+        if events is not None:
+            raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
+        return _Identity(_certified_digest(machine), tuple(e.name for e in machine.model.machine.events))
+    if isinstance(machine, str):
+        digest = _check_digest("machine", machine)
+        if events is None:
+            return _Identity(digest, None)  # enough to confirm a binding; not to make one
+        if isinstance(events, (str, bytes)):
+            raise InvalidInput("events", f"must be a list of event names, not one string: {events!r}")
+        names = tuple(_check_name("events", e) for e in events)
+        if not names or len(set(names)) != len(names):
+            raise InvalidInput("events", f"must name each event of the machine once: {list(names)}")
+        return _Identity(digest, names)
+    raise InvalidInput(
+        "machine", f"must be a govern.Machine, a govern.Certificate or a digest, not {type(machine).__name__}"
+    )
+
+
+def _certified_digest(certificate: Certificate) -> str:
+    """The digest of the machine a certificate certifies (what `Machine.digest` gives for that machine),
+    recomputed from the certificate's rules and tables."""
+    import hashlib
+
+    import numpy as np
+
+    from ..certificate._encoding import canonical_json
+    from ..machine._machine import _MACHINE_DOMAIN, _RULES_DOMAIN, RawTables, _tables_digest
+
+    rules = certificate.document()["machine"]
+    n, e = len(certificate.valid), len(rules["events"])
+    repair = certificate.repair.astype(np.int32)
+    raw = RawTables(
+        certificate.valid.astype(bool), repair, certificate.apply.reshape(e, n).astype(np.int32), repair
+    )
+    rules_digest = hashlib.sha256(_RULES_DOMAIN + canonical_json(rules)).digest()
+    return hashlib.sha256(_MACHINE_DOMAIN + rules_digest + bytes.fromhex(_tables_digest(raw))).hexdigest()
+
+
+def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
+    head = tx.lock()
+    if head is not None:
+        _check_machine(log, head, identity.digest)
+    if identity.events is None:
+        if head is None or head.events is None:
+            raise InvalidInput(
+                "events",
+                f"log {log!r} does not know its machine's event names yet, and a digest alone does not "
+                "tell them: bind(machine) with the Machine or its Certificate, or bind(digest, events=...)",
+            )
+        return
+    if head is None:
+        tx.create(identity.digest, identity.events)
+    elif head.events is None:
+        tx.set_events(identity.events)
+    elif set(head.events) != set(identity.events):
+        raise InvalidInput(
+            "events",
+            f"log {log!r} records the events {list(head.events)} for machine {head.machine}, not "
+            f"{list(identity.events)}: the digest and the event names given do not belong together",
+        )
+
+
+def _check_machine(log: str, head: _Head, machine: str) -> None:
+    if head.machine != machine:
+        raise MachineMismatch(
+            f"log {log!r} holds events of machine {head.machine}, not {machine}: a machine change is a "
+            "migration; open a new log for the new machine"
+        )
+
+
+def _check_events(log: str, names: Sequence[str], items: list[Event]) -> None:
+    allowed = set(names)
+    for event in items:
+        if event.event not in allowed:
+            raise InvalidInput(
+                "event",
+                f"event {event.id!r} names {event.event!r}, which the machine of log {log!r} does not have "
+                f"(its events: {', '.join(names)}); nothing was appended",
+            )
+
+
+def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Identity | None) -> list[Appended]:
+    """The append algorithm, the same on every backend; runs inside the backend's exclusive transaction.
+
+    `writer` is a token unique to this append call, stored with every event it writes: when a commit's
+    acknowledgement is lost and the call runs again, the events it finds under its own token are the ones
+    it wrote, so `created` stays exact."""
+    machine = items[0].machine
+    head = tx.lock()
+    if head is None:
+        if identity is None or identity.events is None or identity.digest != machine:
+            raise EventLogError(
+                f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
+                f"{machine}: bind it first with log.bind(machine) (the Machine or its Certificate), or "
+                "open it with EventLog(url, machine=machine)"
+            )
+        head = tx.create(identity.digest, identity.events)
+    _check_machine(log, head, machine)
+    names = head.events
+    if names is None:
+        if identity is None or identity.events is None or identity.digest != head.machine:
+            raise EventLogError(
+                f"log {log!r} was bound by an older govern that did not record its machine's event names, "
+                "so it cannot check them: call log.bind(machine) once with the Machine or its Certificate "
+                "(or open it with EventLog(url, machine=machine)) and append again"
+            )
+        tx.set_events(identity.events)
+        names = identity.events
+    _check_events(log, names, items)
+    known = tx.by_ids(sorted({e.id for e in items} | {d for e in items for d in e.deps}))
+    again = sorted(e.id for e in items if e.id in known)
+    mine = tx.written_by(writer, again) if again else set()
+    producer_next = tx.producer_next(sorted({e.producer for e in items}))
+    producer_stored = dict(producer_next)
+    record_next = tx.record_next(sorted({e.record for e in items}))
+    length = head.length
+    fresh: dict[str, LoggedEvent] = {}
+    out: list[Appended] = []
+    for event in items:
+        existing = fresh.get(event.id) or known.get(event.id)
+        if existing is not None:
+            if not existing.same_content(event):
+                raise EventConflict(
+                    f"event id {event.id!r} is already at position {existing.position} with different "
+                    f"content ({existing.event!r} on {existing.record!r} by {existing.producer!r}); "
+                    "an event id names one event forever"
+                )
+            out.append(Appended(existing, event.id in mine))
+            mine.discard(event.id)  # a second copy in the same batch was not written by it
+            continue
+        seq = producer_next[event.producer] if event.producer_seq is None else event.producer_seq
+        holder = None
+        if seq < producer_stored[event.producer]:
+            holder = tx.holder(event.producer, seq)
+        holder = holder or next(
+            (f for f in fresh.values() if f.producer == event.producer and f.producer_seq == seq), None
+        )
+        if holder is not None:
+            raise EventConflict(
+                f"producer {event.producer!r} already used sequence number {seq} for event {holder.id!r}; "
+                "each producer numbers its events uniquely"
+            )
+        producer_next[event.producer] = max(producer_next[event.producer], seq + 1)
+        after: list[int] = []
+        missing: list[str] = []
+        for dep in event.deps:
+            found = fresh.get(dep) or known.get(dep)
+            if found is None:
+                missing.append(dep)
+            else:
+                after.append(found.position)
+        if missing:
+            raise MissingDependency(
+                f"event {event.id!r} depends on {missing}, which are not in log {log!r}; "
+                "append dependencies first"
+            )
+        logged = LoggedEvent(
+            log=log,
+            id=event.id,
+            machine=event.machine,
+            record=event.record,
+            event=event.event,
+            producer=event.producer,
+            producer_seq=seq,
+            deps=event.deps,
+            position=length,
+            record_seq=record_next[event.record],
+            after=tuple(sorted(after)),
+        )
+        record_next[event.record] += 1
+        length += 1
+        fresh[event.id] = logged
+        out.append(Appended(logged, True))
+    if fresh:
+        tx.write(list(fresh.values()), length, writer)
+    return out
+
+
+# -- SQL backend (SQLite file, PostgreSQL) -------------------------------------------------------------------
+
+
+def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
+    """An engine for `url`, and its dialect ("sqlite" or "postgresql"). Every wait is bounded by `timeout`:
+    the pool checkout, PostgreSQL's lock_timeout and statement_timeout, SQLite's busy timeout."""
+    if not isinstance(url, str) or not url:
+        raise InvalidInput(
+            "url", "an event log URL is required (a file path, sqlite:///..., postgresql://..., memory://)"
+        )
+    pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": timeout}
+    ms = int(timeout * 1000)
+    if url.startswith(("postgresql://", "postgres://")):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("postgresql"):
+        options = f"-c lock_timeout={ms} -c statement_timeout={ms}"
+        connect = {"connect_timeout": max(1, round(timeout)), "options": options}
+        return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
+    if "://" not in url:
+        url = "sqlite:///" + url
+    if not url.startswith("sqlite"):
+        raise InvalidInput(
+            "url", f"unsupported event log URL {url!r}: use a file path, sqlite:///, postgresql://, memory://"
+        )
+    engine = sa.create_engine(url, connect_args={"timeout": timeout, "check_same_thread": False}, **pool)
+
+    @sa.event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout={ms}")
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.close()
+
+    # The driver's own transaction handling would start a write transaction lazily, which lets two appenders
+    # both read the old length: a writer takes the write lock with BEGIN IMMEDIATE before its first read. A
+    # reader begins a deferred transaction instead: a WAL snapshot that never waits for writers.
+    @sa.event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        conn.exec_driver_sql(
+            "BEGIN" if conn.get_execution_options().get("govern_read") else "BEGIN IMMEDIATE"
+        )
+
+    return engine, "sqlite"
+
+
+class _SqlTx:
+    def __init__(self, conn: Connection, log: str, dialect: str) -> None:
+        self.conn = conn
+        self.log = log
+        self.dialect = dialect
+
+    def lock(self) -> _Head | None:
+        query = _Q_LOG_LOCK if self.dialect == "postgresql" else _Q_LOG
+        row = self.conn.execute(query, {"log": self.log}).first()
+        return None if row is None else _head(row)
+
+    def create(self, machine: str, names: tuple[str, ...]) -> _Head:
+        insert = (pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert)(_logs)
+        values = {"name": self.log, "machine": machine, "length": 0, "events": json.dumps(list(names))}
+        self.conn.execute(insert.values(**values).on_conflict_do_nothing())
+        head = self.lock()  # a concurrent creator may have won: its row is the one that counts
+        assert head is not None
+        return head
+
+    def set_events(self, names: tuple[str, ...]) -> None:
+        self.conn.execute(_S_EVENTS, {"log": self.log, "events": json.dumps(list(names))})
+
+    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
+        return _by_ids(self.conn, self.log, ids)
+
+    def written_by(self, writer: str, ids: list[str]) -> set[str]:
+        params = {"log": self.log, "writer": writer, "ids": ids}
+        return {str(i) for (i,) in self.conn.execute(_Q_WRITTEN, params)}
+
+    def producer_next(self, producers: list[str]) -> dict[str, int]:
+        return self._next("p", producers)
+
+    def record_next(self, records: list[str]) -> dict[str, int]:
+        return self._next("r", records)
+
+    def _next(self, kind: str, keys: list[str]) -> dict[str, int]:
+        """For each key, the next number to give (0 for a key never seen). A key without a counter row
+        (new, or its row lost) is numbered after the highest number stored for it."""
+        found: dict[str, int] = {}
+        for i in range(0, len(keys), 500):
+            params = {"log": self.log, "kind": kind, "keys": keys[i : i + 500]}
+            for key, nxt in self.conn.execute(_Q_COUNTERS, params):
+                found[str(key)] = int(nxt)
+        missing = [k for k in keys if k not in found]
+        for i in range(0, len(missing), 500):
+            params = {"log": self.log, "keys": missing[i : i + 500]}
+            for key, highest in self.conn.execute(_Q_HIGHEST[kind], params):
+                found[str(key)] = int(highest) + 1
+        return {k: found.get(k, 0) for k in keys}
+
+    def holder(self, producer: str, seq: int) -> LoggedEvent | None:
+        row = self.conn.execute(_Q_HOLDER, {"log": self.log, "producer": producer, "seq": seq}).first()
+        return None if row is None else _from_row(row)
+
+    def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
+        self.conn.execute(_S_INSERT, [_to_row(self.log, e) | {"writer": writer} for e in events])
+        self.conn.execute(_S_LENGTH, {"log": self.log, "length": length})
+        nexts: dict[tuple[str, str], int] = {}
+        for e in events:
+            nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
+            nexts["r", e.record] = e.record_seq + 1
+        insert = (pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert)(_counters)
+        # A producer number given explicitly may be lower than the counter: never move a counter back.
+        keep = sa.func.greatest if self.dialect == "postgresql" else sa.func.max
+        upsert = insert.on_conflict_do_update(
+            index_elements=["log", "kind", "key"], set_={"next": keep(_counters.c.next, insert.excluded.next)}
+        )
+        rows = [{"log": self.log, "kind": k, "key": key, "next": n} for (k, key), n in nexts.items()]
+        self.conn.execute(upsert, rows)
+
+
+def _head(row: Any) -> _Head:
+    try:
+        events = None if row.events is None else _parse_names(str(row.events))
+        return _Head(str(row.machine), int(row.length), events)
+    except (ValueError, TypeError) as exc:
+        raise LogCorrupted(f"the log's row is unreadable: {exc}") from exc
+
+
+_names_cache: dict[str, tuple[str, ...]] = {}
+
+
+def _parse_names(text: str) -> tuple[str, ...]:
+    """The event names stored with a log (parsed once per distinct text: every append reads them)."""
+    names = _names_cache.get(text)
+    if names is None:
+        value = json.loads(text)
+        if not isinstance(value, list) or not all(isinstance(n, str) for n in value):
+            raise ValueError(f"the machine's event names are not a list of strings: {text[:100]!r}")
+        names = _names_cache[text] = tuple(value)
+    return names
+
+
+def _by_ids(conn: Connection, log: str, ids: list[str]) -> dict[str, LoggedEvent]:
+    out: dict[str, LoggedEvent] = {}
+    for i in range(0, len(ids), 500):
+        for row in conn.execute(_Q_IDS, {"log": log, "ids": ids[i : i + 500]}):
+            event = _from_row(row)
+            out[event.id] = event
+    return out
+
+
+class _SqlBackend:
+    """A log in a SQL database. Every call runs in one transaction and is retried, until the log's
+    timeout, on the failures `_logretry.classify` calls retryable; writers take the log's lock
+    (BEGIN IMMEDIATE, SELECT ... FOR UPDATE), readers take none."""
+
+    def __init__(self, url: str, log: str, timeout: float, pool_size: int) -> None:
+        self.log = log
+        self.timeout = timeout
+        self.pool_size = pool_size
+        self.engine, self.dialect = _engine(url, timeout, pool_size)
+        self.where = self.engine.url.render_as_string(hide_password=True)
+        try:
+            ready = self._run(lambda c: schema.check_marker(schema.read_marker(c), self.where), "open", True)
+            if not ready:
+                self._run(lambda c: schema.prepare(c, self.dialect, self.where), "open", False)
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def _run(self, body: Callable[[Connection], _T], what: str, read_only: bool) -> _T:
+        backoff = Backoff(self.timeout)
+        while True:
+            try:
+                with self.engine.connect() as conn:
+                    if read_only:
+                        conn.execution_options(govern_read=True)
+                    try:
+                        with conn.begin():
+                            return body(conn)
+                    except sa.exc.SQLAlchemyError as exc:
+                        if classify(exc)[2]:
+                            # The connection broke under the driver: never hand it out again.
+                            conn.invalidate()
+                        raise
+            except sa.exc.SQLAlchemyError as exc:
+                kind, reason, _ = classify(exc)
+                if kind == "retry" and backoff.wait():
+                    continue
+                raise self._error(kind, reason, what, backoff.attempts) from exc
+
+    def _error(self, kind: str, reason: str, what: str, attempts: int) -> EventLogError:
+        where = f"{what} on event log {self.log!r} at {self.where}"
+        safe = (
+            "; appending the same events again is safe (the log is idempotent by id)"
+            if what == "append"
+            else ""
+        )
+        if kind == "timeout" and "pool" in reason:
+            return LogTimeout(
+                f"{where}: all {self.pool_size} connections of this EventLog stayed busy for "
+                f"{self.timeout:g} s; open it with a larger pool_size, share it among fewer threads, or "
+                f"raise timeout{safe}"
+            )
+        if kind == "timeout":
+            return LogTimeout(
+                f"{where} waited longer than the log's timeout ({self.timeout:g} s): {reason}; another "
+                "session holds the log's lock (look for one 'idle in transaction' in pg_stat_activity) or "
+                f"the database is overloaded{safe}"
+            )
+        if kind == "retry":
+            return LogTimeout(
+                f"{where} kept failing for {self.timeout:g} s ({attempts + 1} attempts): {reason}; the "
+                f"database is unreachable, overloaded, or another session holds its write lock{safe}"
+            )
+        return EventLogError(f"{where} failed: {reason}{safe}")
+
+    def transaction(self, body: Callable[[_Tx], _T]) -> _T:
+        return self._run(lambda conn: body(_SqlTx(conn, self.log, self.dialect)), "append", False)
+
+    def _rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
+        return self._run(lambda conn: list(conn.execute(statement, params)), "read", True)
+
+    def head(self) -> _Head | None:
+        rows = self._rows(_Q_LOG, {"log": self.log})
+        return _head(rows[0]) if rows else None
+
+    def read(self, start: int, limit: int) -> list[LoggedEvent]:
+        return [_from_row(r) for r in self._rows(_Q_READ, {"log": self.log, "start": start, "limit": limit})]
+
+    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
+        return self._run(lambda conn: _by_ids(conn, self.log, ids), "read", True)
+
+    def read_record(self, record: str, through: int) -> list[LoggedEvent]:
+        rows = self._rows(_Q_RECORD, {"log": self.log, "record": record, "through": through})
+        return [_from_row(r) for r in rows]
+
+    def last_by_producer(self, producer: str) -> LoggedEvent | None:
+        rows = self._rows(_Q_LAST_BY_PRODUCER, {"log": self.log, "producer": producer})
+        return _from_row(rows[0]) if rows else None
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+# -- memory backend (tests, benchmarks) ---------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class _MemoryLog:
+    """One log held in process memory: the same contract, no durability."""
+
+    lock: threading.RLock = field(default_factory=threading.RLock)
+    head: _Head | None = None
+    events: list[LoggedEvent] = field(default_factory=list)
+    by_id: dict[str, LoggedEvent] = field(default_factory=dict)
+    writers: dict[str, str] = field(default_factory=dict)
+    by_record: dict[str, list[LoggedEvent]] = field(default_factory=dict)
+    by_producer_seq: dict[tuple[str, int], LoggedEvent] = field(default_factory=dict)
+    producer_max: dict[str, int] = field(default_factory=dict)
+
+
+_memory_logs: dict[tuple[str, str], _MemoryLog] = {}
+_memory_lock = threading.Lock()
+
+
+def _memory_backend(space: str, log: str) -> _MemoryBackend:
+    if not space:
+        return _MemoryBackend(_MemoryLog())
+    with _memory_lock:
+        return _MemoryBackend(_memory_logs.setdefault((space, log), _MemoryLog()))
+
+
+class _MemoryTx:
+    def __init__(self, mem: _MemoryLog) -> None:
+        self.mem = mem
+
+    def lock(self) -> _Head | None:
+        head = self.mem.head
+        return None if head is None else _Head(head.machine, len(self.mem.events), head.events)
+
+    def create(self, machine: str, names: tuple[str, ...]) -> _Head:
+        self.mem.head = _Head(machine, 0, names)
+        return self.mem.head
+
+    def set_events(self, names: tuple[str, ...]) -> None:
+        assert self.mem.head is not None
+        self.mem.head = _Head(self.mem.head.machine, 0, names)
+
+    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
+        return {i: self.mem.by_id[i] for i in ids if i in self.mem.by_id}
+
+    def written_by(self, writer: str, ids: list[str]) -> set[str]:
+        return {i for i in ids if self.mem.writers.get(i) == writer}
+
+    def producer_next(self, producers: list[str]) -> dict[str, int]:
+        return {p: self.mem.producer_max.get(p, -1) + 1 for p in producers}
+
+    def record_next(self, records: list[str]) -> dict[str, int]:
+        return {r: len(self.mem.by_record.get(r, ())) for r in records}
+
+    def holder(self, producer: str, seq: int) -> LoggedEvent | None:
+        return self.mem.by_producer_seq.get((producer, seq))
+
+    def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
+        mem = self.mem
+        for e in events:
+            assert e.position == len(mem.events)
+            mem.events.append(e)
+            mem.by_id[e.id] = e
+            mem.writers[e.id] = writer
+            mem.by_record.setdefault(e.record, []).append(e)
+            mem.by_producer_seq[e.producer, e.producer_seq] = e
+            mem.producer_max[e.producer] = max(mem.producer_max.get(e.producer, -1), e.producer_seq)
+        assert len(mem.events) == length
+
+
+class _MemoryBackend:
+    def __init__(self, mem: _MemoryLog) -> None:
+        self.mem = mem
+
+    def transaction(self, body: Callable[[_Tx], _T]) -> _T:
+        mem = self.mem
+        with mem.lock:
+            # A refused append leaves nothing behind: write() is its last step, and a binding made by
+            # create() or set_events() before a refusal is undone here.
+            head = mem.head
+            try:
+                return body(_MemoryTx(mem))
+            except BaseException:
+                mem.head = head
+                raise
+
+    def head(self) -> _Head | None:
+        with self.mem.lock:
+            head = self.mem.head
+            return None if head is None else _Head(head.machine, len(self.mem.events), head.events)
+
+    def read(self, start: int, limit: int) -> list[LoggedEvent]:
+        with self.mem.lock:
+            return self.mem.events[start : start + min(limit, len(self.mem.events))]
+
+    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
+        with self.mem.lock:
+            return {i: self.mem.by_id[i] for i in ids if i in self.mem.by_id}
+
+    def read_record(self, record: str, through: int) -> list[LoggedEvent]:
+        with self.mem.lock:
+            return [e for e in self.mem.by_record.get(record, ()) if e.position <= through]
+
+    def last_by_producer(self, producer: str) -> LoggedEvent | None:
+        with self.mem.lock:
+            top = self.mem.producer_max.get(producer)
+            return None if top is None else self.mem.by_producer_seq[producer, top]
+
+    def close(self) -> None:
+        return None
+
+
+def _to_row(log: str, e: LoggedEvent) -> dict[str, Any]:
+    return {
+        "log": log,
+        "position": e.position,
+        "event_id": e.id,
+        "machine": e.machine,
+        "record": e.record,
+        "record_seq": e.record_seq,
+        "event": e.event,
+        "producer": e.producer,
+        "producer_seq": e.producer_seq,
+        "deps": json.dumps(list(e.deps), separators=(",", ":")),
+        "after": json.dumps(list(e.after), separators=(",", ":")),
+    }
+
+
+def _from_row(row: Any) -> LoggedEvent:
+    try:
+        deps = json.loads(row.deps)
+        return LoggedEvent(
+            log=row.log,
+            id=row.event_id,
+            machine=row.machine,
+            record=row.record,
+            event=row.event,
+            producer=row.producer,
+            producer_seq=int(row.producer_seq),
+            deps=tuple(deps),
+            after=tuple(json.loads(row.after)),
+            position=int(row.position),
+            record_seq=int(row.record_seq),
+        )
+    except (ValueError, TypeError) as exc:
+        raise LogCorrupted(f"unreadable event row at position {row.position}: {exc}") from exc

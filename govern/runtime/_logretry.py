@@ -1,0 +1,101 @@
+"""Which database failures an event log operation retries, and for how long.
+
+A failure is classified from the driver's own error, never from a flag SQLAlchemy sets on the side
+(`connection_invalidated` is racy: it was False for an admin shutdown during a query and for
+"cannot exit pipeline mode while busy" on rollback):
+
+- **retry**: the operation can run again and will most likely succeed: a lost or refused connection
+  (SQLSTATE class 08, admin/crash shutdown 57P01/57P02/57P03, or a psycopg `OperationalError` /
+  `InterfaceError` without SQLSTATE: the connection broke under the driver), a serialization failure
+  (40001), a deadlock (40P01), and SQLite's busy/locked (its lock wait ran out or was refused at once);
+- **timeout**: a bounded wait ran out: PostgreSQL's `lock_timeout` (55P03) or `statement_timeout`
+  (57014), or no free connection in the pool. Retrying would only wait again: the caller is told;
+- **fail**: everything else (a constraint the log's own checks should have prevented, a damaged file).
+
+Every retry loop runs until the operation's deadline (the log's `timeout` after it began), with jittered
+exponential backoff from 1 ms to 100 ms.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import sys
+import time
+from typing import Literal
+
+import sqlalchemy as sa
+
+Kind = Literal["retry", "timeout", "fail"]
+
+_RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03"}
+_TIMEOUT_STATES = {"55P03": "lock_timeout", "57014": "statement_timeout"}
+_SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary codes; extended codes keep them in the low byte)
+
+
+def classify(exc: BaseException) -> tuple[Kind, str, bool]:
+    """How to treat `exc` (a SQLAlchemy error, possibly with a chain of causes), a short reason, and
+    whether the connection it happened on is broken (it must be discarded, not returned to the pool)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        kind = _classify_one(current)
+        if kind is not None:
+            return kind
+        current = current.__cause__ or current.__context__
+    return "fail", _describe(exc), False
+
+
+def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
+    if isinstance(exc, sa.exc.TimeoutError):
+        return "timeout", "no free connection in the pool", False
+    orig: BaseException = exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc
+    if isinstance(orig, sqlite3.Error):
+        code = getattr(orig, "sqlite_errorcode", None)
+        text = str(orig).lower()
+        if (code is not None and code & 0xFF in _SQLITE_BUSY) or "database is locked" in text:
+            return "retry", "the SQLite database is locked by another writer", False
+        return None
+    state = getattr(orig, "sqlstate", None)
+    if isinstance(state, str):
+        if state in _TIMEOUT_STATES:
+            return "timeout", f"PostgreSQL {_TIMEOUT_STATES[state]} ({state}): {_first_line(orig)}", False
+        if state in _RETRY_STATES or state.startswith("08"):
+            broken = state.startswith(("08", "57P"))
+            return "retry", f"SQLSTATE {state}: {_first_line(orig)}", broken
+        return None
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return "retry", f"the connection broke: {_first_line(orig)}", True
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    return _first_line(exc.orig if isinstance(exc, sa.exc.DBAPIError) and exc.orig is not None else exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Backoff:
+    """Jittered exponential backoff until a deadline: `wait()` sleeps and returns True while time is left."""
+
+    def __init__(self, timeout: float) -> None:
+        self.deadline = time.monotonic() + timeout
+        self.attempts = 0
+        self._delay = 0.001
+
+    def remaining(self) -> float:
+        return max(0.0, self.deadline - time.monotonic())
+
+    def wait(self) -> bool:
+        self.attempts += 1
+        pause = self._delay * (0.5 + random.random())
+        if time.monotonic() + pause >= self.deadline:
+            return False
+        time.sleep(pause)
+        self._delay = min(self._delay * 2, 0.1)
+        return True

@@ -1,0 +1,153 @@
+"""The event log's tables and its format marker: which database layout a log is, checked on every open.
+
+A database holding event logs carries one row in ``govern_format``: the format name
+(``govern-event-log``) and the layout version. Opening a log checks it:
+
+- no govern tables yet: the tables and the marker are created (a SQLite file must also hold no other
+  application's tables: an event log does not move into someone else's database);
+- the marker names this layout: nothing to do (one indexed read);
+- an older layout: upgraded in place, in one transaction, under a lock that serializes every opener;
+  layout 1 (the unmarked tables of earlier versions) gains the columns for the machine's event names and
+  the writer of each event;
+- a newer layout, or another format name: refused with `LogFormatError`, nothing touched.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .._errors import GovernError
+
+FORMAT_NAME = "govern-event-log"
+LAYOUT = 2
+NAME_MAX = 200
+
+metadata = sa.MetaData()
+
+format_table = sa.Table(
+    "govern_format",
+    metadata,
+    sa.Column("format", sa.String(NAME_MAX), primary_key=True),
+    sa.Column("version", sa.Integer, nullable=False),
+)
+
+logs = sa.Table(
+    "govern_logs",
+    metadata,
+    sa.Column("name", sa.String(NAME_MAX), primary_key=True),
+    sa.Column("machine", sa.String(NAME_MAX), nullable=False),
+    sa.Column("length", sa.BigInteger, nullable=False),
+    # The machine's event names, JSON; NULL for a log bound by layout 1, which did not record them.
+    sa.Column("events", sa.Text, nullable=True),
+)
+
+events = sa.Table(
+    "govern_events",
+    metadata,
+    sa.Column("log", sa.String(NAME_MAX), primary_key=True),
+    sa.Column("position", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("event_id", sa.String(NAME_MAX), nullable=False),
+    sa.Column("machine", sa.String(NAME_MAX), nullable=False),
+    sa.Column("record", sa.String(NAME_MAX), nullable=False),
+    sa.Column("record_seq", sa.BigInteger, nullable=False),
+    sa.Column("event", sa.String(NAME_MAX), nullable=False),
+    sa.Column("producer", sa.String(NAME_MAX), nullable=False),
+    sa.Column("producer_seq", sa.BigInteger, nullable=False),
+    sa.Column("deps", sa.Text, nullable=False),
+    sa.Column("after", sa.Text, nullable=False),
+    # A random token of the append call that wrote the event: a retry after an unacknowledged commit
+    # reads it back to tell "my commit landed" from "someone else's". NULL for layout 1 rows.
+    sa.Column("writer", sa.String(32), nullable=True),
+    sa.UniqueConstraint("log", "event_id", name="govern_events_id"),
+    sa.UniqueConstraint("log", "record", "record_seq", name="govern_events_record"),
+    sa.UniqueConstraint("log", "producer", "producer_seq", name="govern_events_producer"),
+)
+
+# The next producer_seq / record_seq per key, kept with the events in the same transaction: reading
+# MAX(...) per key would scan every earlier event of the key on some planners.
+counters = sa.Table(
+    "govern_counters",
+    metadata,
+    sa.Column("log", sa.String(NAME_MAX), primary_key=True),
+    sa.Column("kind", sa.String(1), primary_key=True),
+    sa.Column("key", sa.String(NAME_MAX), primary_key=True),
+    sa.Column("next", sa.BigInteger, nullable=False),
+)
+
+_GOVERN_TABLES = {t.name for t in metadata.sorted_tables}
+_LAYOUT_1_TABLES = {"govern_logs", "govern_events"}
+# Any constant: every opener of a PostgreSQL database takes this transaction-scoped advisory lock
+# while it creates or upgrades the tables, so two processes never race on DDL.
+_PG_SCHEMA_LOCK = 0x676F7665726E  # "govern"
+
+
+class LogFormatError(GovernError):
+    """The database is not an event log this version can use: another application's database, another
+    format, or a layout written by a newer govern. Nothing was changed; point the log at its own
+    database, or upgrade govern."""
+
+
+def read_marker(conn: Connection) -> tuple[str, int] | None:
+    """The format marker, or None when the database has no marker table."""
+    if "govern_format" not in set(sa.inspect(conn).get_table_names()):
+        return None
+    row = conn.execute(sa.select(format_table.c.format, format_table.c.version)).first()
+    return None if row is None else (str(row.format), int(row.version))
+
+
+def check_marker(marker: tuple[str, int] | None, where: str) -> bool:
+    """True when the marker names this layout; False when the schema needs creating or upgrading;
+    raises `LogFormatError` for another format or a newer layout."""
+    if marker is None:
+        return False
+    name, version = marker
+    if name != FORMAT_NAME:
+        raise LogFormatError(
+            f"{where} holds a govern_format table for format {name!r}, not {FORMAT_NAME!r}: it is not an "
+            "event log; open the log in a database of its own"
+        )
+    if version > LAYOUT:
+        raise LogFormatError(
+            f"{where} holds an event log of layout {version}, written by a newer govern; this version "
+            f"reads layouts up to {LAYOUT}: upgrade govern (nothing was changed)"
+        )
+    return version == LAYOUT
+
+
+def prepare(conn: Connection, dialect: str, where: str) -> None:
+    """Create or upgrade the schema inside the caller's transaction (see the module docstring). On
+    SQLite the caller's BEGIN IMMEDIATE serializes openers; on PostgreSQL an advisory lock does."""
+    if dialect == "postgresql":
+        conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_SCHEMA_LOCK)))
+    if check_marker(read_marker(conn), where):
+        return  # another opener prepared it while this one waited for the lock
+    tables = set(sa.inspect(conn).get_table_names())
+    ours = tables & _GOVERN_TABLES
+    if dialect == "sqlite":
+        foreign = sorted(t for t in tables - _GOVERN_TABLES if not t.startswith("sqlite_"))
+        if foreign and not ours:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise LogFormatError(
+                f"{where} is another application's database (it holds the tables {shown}) and no event "
+                "log: give the event log a file of its own (nothing was changed)"
+            )
+    if ours and not ours >= _LAYOUT_1_TABLES:
+        raise LogFormatError(
+            f"{where} holds only some of the event log's tables ({', '.join(sorted(ours))}): it is damaged "
+            "or another program's; restore it from a backup or use a new database (nothing was changed)"
+        )
+    if ours:
+        _upgrade_from_layout_1(conn)
+    metadata.create_all(conn, checkfirst=True)
+    conn.execute(sa.delete(format_table))
+    conn.execute(sa.insert(format_table).values(format=FORMAT_NAME, version=LAYOUT))
+
+
+def _upgrade_from_layout_1(conn: Connection) -> None:
+    """Layout 1 → 2: add the columns layout 2 reads (existing rows keep NULL: unknown)."""
+    columns = {table: {c["name"] for c in sa.inspect(conn).get_columns(table)} for table in _LAYOUT_1_TABLES}
+    if "events" not in columns["govern_logs"]:
+        conn.exec_driver_sql("ALTER TABLE govern_logs ADD COLUMN events TEXT")
+    if "writer" not in columns["govern_events"]:
+        conn.exec_driver_sql("ALTER TABLE govern_events ADD COLUMN writer VARCHAR(32)")

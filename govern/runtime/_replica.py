@@ -1,0 +1,463 @@
+"""Replicas: fold a shared event log into one machine state per record, in any delivery order the rules allow.
+
+A replica holds, for every record key it has seen, one state of the machine (records it has not seen are
+at the machine's initial state). It can be fed two ways:
+
+- `sync()` pulls the log from where the replica stands and applies it in log order;
+- `deliver(events)` takes events in whatever order a transport brings them (duplicates included) and
+  applies each one as soon as the delivery rules allow, buffering the rest.
+
+The delivery rules (docs/governed-agents.md) come from the machine's build report:
+
+1. An event is applied at most once: duplicates are dropped by log position (the log gives every event id
+   exactly one position). The report's not-idempotent events are the ones for which this is essential.
+2. An event is applied after every event it declares as a causal dependency.
+3. For every causal-order obligation `{a, b}` of the report, two events of the same record named `a` and
+   `b` are applied in log order. To know which earlier events of a record exist, an event with an
+   obligation waits until every earlier event of its record (by `record_seq`) has arrived.
+
+Every other pair commutes on the checked domain (events on different records touch different states), so
+any order obeying these rules reaches the state the log order reaches: that is the convergence guarantee,
+under these delivery conditions. Replicas built from the same log with different delivery orders end with
+equal `digest()`s.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..machine._machine import Machine
+from ._eventlog import EventLog, EventLogError, LogCorrupted, LoggedEvent, MachineMismatch
+from ._rules import DeliveryRules, delivery_rules
+
+__all__ = ["Checkpoint", "Replica", "ReplicaError"]
+
+_BATCH_MIN = 16  # shorter in-order runs fold faster one lookup at a time
+
+
+class ReplicaError(EventLogError):
+    """A replica cannot apply what it was given (an event unknown to its machine, or an event of another
+    log). Nothing was skipped: the replica stops exactly after the last event it applied, and `.event`
+    is the event it could not apply (None when the error is not about one event)."""
+
+    def __init__(self, message: str, event: LoggedEvent | None = None) -> None:
+        super().__init__(message)
+        self.event = event
+
+
+class Checkpoint(BaseModel):
+    """A replica's state after folding the log prefix `[0, position)`: restart a replica from it with
+    `Replica(machine, log, checkpoint=...)`. `states` maps record keys to machine state ids."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: str = "govern-replica-checkpoint/1"
+    machine: str
+    log: str
+    position: int = Field(ge=0)
+    states: dict[str, int]
+    record_lengths: dict[str, int]
+    digest: str
+
+
+@dataclass(slots=True)
+class _Record:
+    """One record's state, and the index of its buffered events by what each one waits for."""
+
+    state: int
+    applied_prefix: int = 0  # every record_seq below this is applied
+    ahead: set[int] = field(default_factory=set)  # applied record_seqs at or above applied_prefix
+    known: dict[int, int] = field(default_factory=dict)  # record_seq -> event index, for unapplied arrivals
+    frontier: int = 0  # a lower bound of the first record_seq that has not arrived
+    # Buffered events with an obligation that wait for an earlier record_seq to arrive: (record_seq, pos).
+    gap_waiters: list[tuple[int, int]] = field(default_factory=list)
+    # Buffered events that wait for the unapplied event at a record_seq to be applied: seq -> positions.
+    seq_waiters: dict[int, list[int]] = field(default_factory=dict)
+    # Unapplied arrived record_seqs by event index (min-heaps; applied seqs are dropped lazily).
+    unapplied: dict[int, list[int]] = field(default_factory=dict)
+
+    def arrived(self, seq: int) -> bool:
+        return seq < self.applied_prefix or seq in self.ahead or seq in self.known
+
+    def advance_frontier(self) -> None:
+        self.frontier = max(self.frontier, self.applied_prefix)
+        while self.arrived(self.frontier):
+            self.frontier += 1
+
+
+class Replica:
+    """One replica of a machine's records, fed from an `EventLog` (see the module docstring).
+
+    `machine` is a built `govern.Machine`; the log must be bound to the same machine digest.
+    """
+
+    def __init__(
+        self,
+        machine: Machine,
+        log: EventLog,
+        *,
+        checkpoint: Checkpoint | None = None,
+        track_root: bool = False,
+    ) -> None:
+        self.machine = machine
+        self.log = log
+        self._rules: DeliveryRules = delivery_rules(machine)
+        bound = log.machine()
+        if bound is not None and bound != self._rules.digest:
+            raise MachineMismatch(
+                f"log {log.name!r} holds events of machine {bound}, but this replica runs "
+                f"{self._rules.digest}; a machine change is a migration: replay that log with its machine"
+            )
+        self._records: dict[str, _Record] = {}
+        self._position = 0  # every log position below this is applied
+        self._ahead: set[int] = set()  # applied positions at or above _position
+        self._buffer: dict[int, LoggedEvent] = {}
+        self._dep_waiters: dict[int, list[int]] = defaultdict(list)  # position -> buffered positions waiting
+        self.applied = 0
+        self.duplicates = 0
+        self._tree: Any = None
+        self._leaves: dict[int, bytes] = {}  # leaves of events applied ahead of the prefix
+        if track_root:
+            if checkpoint is not None:
+                raise ReplicaError("track_root needs every event from position 0: do not pass a checkpoint")
+            from bide.audit import MerkleTree  # here: only auditing needs bide
+
+            self._tree = MerkleTree()
+        if checkpoint is not None:
+            self._restore(checkpoint)
+
+    # -- reading the state --------------------------------------------------------------------------------
+
+    @property
+    def position(self) -> int:
+        """Every log position below this has been applied (the folded prefix)."""
+        return self._position
+
+    @property
+    def pending(self) -> int:
+        """How many delivered events wait in the buffer for their turn under the delivery rules."""
+        return len(self._buffer)
+
+    def records(self) -> list[str]:
+        """The record keys this replica has received events for, sorted."""
+        return sorted(self._records)
+
+    def state_id(self, record: str) -> int:
+        """The machine state id of `record` (the initial state for a record without events)."""
+        entry = self._records.get(record)
+        return self._rules.initial if entry is None else entry.state
+
+    def state(self, record: str) -> dict[str, Any]:
+        """The state of `record` as `{variable: value}` (bools, enum labels, ints)."""
+        return self._rules.decode(self.state_id(record))
+
+    def states(self) -> dict[str, dict[str, Any]]:
+        """Every record's state, by record key (sorted)."""
+        return {key: self.state(key) for key in self.records()}
+
+    def digest(self) -> str:
+        """SHA-256 over the machine digest and every (record, state id), sorted: equal iff equal states."""
+        h = hashlib.sha256(f"govern.replica.v1\n{self._rules.digest}\n".encode())
+        for key in sorted(self._records):
+            state = self._records[key].state
+            if state != self._rules.initial:
+                h.update(f"{len(key)}:{key}={state}\n".encode())
+        return h.hexdigest()
+
+    def root(self) -> str:
+        """The RFC 6962 Merkle root (hex) of the log prefix this replica applied, computed from the events
+        themselves; equal to `log.root(replica.position)` when the replica folded the log's own events.
+        Needs `track_root=True`."""
+        if self._tree is None:
+            raise ReplicaError(
+                "this replica does not track the log's Merkle root; create it with track_root=True"
+            )
+        return str(self._tree.root().hex())
+
+    def checkpoint(self) -> Checkpoint:
+        """The replica's state as a `Checkpoint`; only at a clean prefix (nothing buffered or ahead)."""
+        if self._buffer or self._ahead:
+            raise ReplicaError(
+                "a checkpoint needs a clean log prefix: call sync() first so nothing is buffered or ahead"
+            )
+        return Checkpoint(
+            machine=self._rules.digest,
+            log=self.log.name,
+            position=self._position,
+            states={k: r.state for k, r in self._records.items()},
+            record_lengths={k: r.applied_prefix for k, r in self._records.items()},
+            digest=self.digest(),
+        )
+
+    # -- feeding ------------------------------------------------------------------------------------------
+
+    def sync(self, *, page: int = 5000) -> int:
+        """Apply every event of the log not applied yet, in log order; return how many were applied."""
+        before = self.applied
+        while True:
+            events = self.log.read(self._position, page)
+            if not events:
+                break
+            self.deliver(events)
+            if len(events) < page:
+                break
+        return self.applied - before
+
+    def deliver(self, events: Iterable[LoggedEvent]) -> int:
+        """Accept events in any order (duplicates allowed); apply each once the rules allow; return how many
+        were applied by this call (including earlier buffered events this delivery unblocked).
+
+        A run of consecutive log positions starting exactly at `position`, with nothing buffered, is log
+        order: every rule holds by construction, and it is folded in one vectorized replay."""
+        before = self.applied
+        batch = events if isinstance(events, list) else list(events)
+        if (
+            len(batch) >= _BATCH_MIN
+            and not self._buffer
+            and not self._ahead
+            and all(e.position == self._position + i for i, e in enumerate(batch))
+        ):
+            self._fold_in_order(batch)
+        else:
+            for event in batch:
+                self._accept(event)
+        return self.applied - before
+
+    def _fold_in_order(self, events: list[LoggedEvent]) -> None:
+        """Fold consecutive log events from `position`: group them by record with numpy and run one
+        vectorized replay (`Machine.replay_ids`) over every record's stream at once."""
+        rules = self._rules
+        n = len(events)
+        name = self.log.name
+        bad = next(
+            (
+                i
+                for i, e in enumerate(events)
+                if e.machine != rules.digest or e.event not in rules.index or e.log != name
+            ),
+            None,
+        )
+        if bad is not None:
+            # Apply every event before the first bad one, then stop there and say why.
+            self.deliver(events[:bad])
+            self._check(events[bad])
+            raise AssertionError(f"event at position {events[bad].position} passed the check it failed")
+        keys: dict[str, int] = {}
+        rec = np.fromiter((keys.setdefault(e.record, len(keys)) for e in events), dtype=np.int64, count=n)
+        codes_flat = np.fromiter((rules.index[e.event] for e in events), dtype=np.int32, count=n)
+        seqs = np.fromiter((e.record_seq for e in events), dtype=np.int64, count=n)
+        names = list(keys)
+        known = [self._records.get(k) for k in names]
+        first_seq = np.array([0 if r is None else r.applied_prefix for r in known], dtype=np.int64)
+        starts = np.array([rules.initial if r is None else r.state for r in known], dtype=np.int32)
+        order = np.argsort(rec, kind="stable")
+        counts = np.bincount(rec, minlength=len(names))
+        grouped = rec[order]
+        column = np.arange(n, dtype=np.int64) - (np.cumsum(counts) - counts)[grouped]
+        wrong = np.flatnonzero(seqs[order] != first_seq[grouped] + column)
+        if wrong.size:
+            first = int(order[wrong].min())  # the first wrong event in log order
+            self.deliver(events[:first])
+            event = events[first]
+            entry = self._records.get(event.record)
+            before = 0 if entry is None else entry.applied_prefix
+            raise LogCorrupted(
+                f"event {event.id!r} at position {event.position} is number {event.record_seq} of record "
+                f"{event.record!r}, but the log before it holds {before} events of that record; the replica "
+                f"stopped after the events before it (position {self._position})"
+            )
+        codes = np.full((len(names), int(counts.max())), -1, dtype=np.int32)
+        codes[grouped, column] = codes_flat[order]
+        finals = self.machine.replay_ids(codes, starts).tolist()
+        for i, key in enumerate(names):
+            entry = known[i]
+            if entry is None:
+                self._records[key] = _Record(finals[i], int(counts[i]))
+            else:
+                entry.state = finals[i]
+                entry.applied_prefix += int(counts[i])
+        if self._tree is not None:
+            for event in events:
+                self._tree.append(event.leaf())
+        self._position += n
+        self.applied += n
+
+    def _check(self, event: LoggedEvent) -> None:
+        rules = self._rules
+        stop = (
+            f"; the replica applied what came before it and stops here (position {self._position}, "
+            f"{self.pending} buffered): nothing after it is applied until it is resolved"
+        )
+        if event.log != self.log.name:
+            raise ReplicaError(
+                f"event {event.id!r} is from log {event.log!r}, but this replica folds log "
+                f"{self.log.name!r}{stop}",
+                event,
+            )
+        if event.machine != rules.digest:
+            raise MachineMismatch(
+                f"event {event.id!r} is for machine {event.machine}, this replica runs {rules.digest}{stop}"
+            )
+        if event.event not in rules.index:
+            raise ReplicaError(
+                f"event {event.id!r} at log position {event.position} names {event.event!r}, which machine "
+                f"{rules.name!r} does not have (its events: {', '.join(rules.names)}){stop}",
+                event,
+            )
+
+    def _accept(self, event: LoggedEvent) -> None:
+        rules = self._rules
+        self._check(event)
+        pos = event.position
+        if pos < self._position or pos in self._ahead:
+            self.duplicates += 1
+            return
+        held = self._buffer.get(pos)
+        if held is not None:
+            if held != event:
+                raise LogCorrupted(
+                    f"two different events claim log position {pos}: {held.id!r} and {event.id!r}"
+                )
+            self.duplicates += 1
+            return
+        if not self._buffer and pos == self._position and self._in_record_order(event):
+            # The common case (log order): nothing can be waiting, so apply directly.
+            self._apply(event)
+            return
+        self._buffer[pos] = event
+        rec = self._record(event.record)
+        code = rules.index[event.event]
+        rec.known[event.record_seq] = code
+        heapq.heappush(rec.unapplied.setdefault(code, []), event.record_seq)
+        work = [pos]
+        # The arrival may close the record's first gap: events waiting for it get checked again.
+        rec.advance_frontier()
+        while rec.gap_waiters and rec.gap_waiters[0][0] < rec.frontier:
+            work.append(heapq.heappop(rec.gap_waiters)[1])
+        self._drain(work)
+
+    def _in_record_order(self, event: LoggedEvent) -> bool:
+        rec = self._records.get(event.record)
+        return event.record_seq == (0 if rec is None else rec.applied_prefix) and all(
+            self._is_applied(p) for p in event.after
+        )
+
+    def _record(self, key: str) -> _Record:
+        rec = self._records.get(key)
+        if rec is None:
+            rec = self._records[key] = _Record(self._rules.initial)
+        return rec
+
+    def _is_applied(self, pos: int) -> bool:
+        return pos < self._position or pos in self._ahead
+
+    def _ready(self, event: LoggedEvent) -> bool:
+        """True when the rules let `event` apply now; otherwise it is filed under the one thing it waits
+        for (a dependency, the arrival of an earlier event of its record, or the application of one), so
+        that only that thing's arrival or application checks it again."""
+        pos = event.position
+        for dep in event.after:
+            if not self._is_applied(dep):
+                self._dep_waiters[dep].append(pos)
+                return False
+        partners = self._rules.partners[self._rules.index[event.event]]
+        if not partners:
+            return True
+        rec = self._record(event.record)
+        seq = event.record_seq
+        rec.advance_frontier()
+        if rec.frontier < seq:
+            heapq.heappush(rec.gap_waiters, (seq, pos))  # an earlier event of the record is unseen
+            return False
+        for partner in partners:
+            heap = rec.unapplied.get(partner)
+            while heap and rec.known.get(heap[0]) != partner:
+                heapq.heappop(heap)  # applied since it was filed
+            if heap and heap[0] < seq:
+                rec.seq_waiters.setdefault(heap[0], []).append(pos)  # an earlier partner must go first
+                return False
+        return True
+
+    def _drain(self, work: list[int]) -> None:
+        """Check the buffered events at `work` (positions), applying each that is ready and checking
+        again, in log order, whatever its application wakes."""
+        heapq.heapify(work)
+        while work:
+            pos = heapq.heappop(work)
+            event = self._buffer.get(pos)
+            if event is None or not self._ready(event):
+                continue
+            del self._buffer[pos]
+            self._apply(event)
+            for waiter in self._dep_waiters.pop(pos, ()):
+                heapq.heappush(work, waiter)
+            for waiter in self._records[event.record].seq_waiters.pop(event.record_seq, ()):
+                heapq.heappush(work, waiter)
+
+    def _apply(self, event: LoggedEvent) -> None:
+        rec = self._record(event.record)
+        code = self._rules.index[event.event]
+        rec.state = self._rules.step(rec.state, code)
+        if rec.known.pop(event.record_seq, None) is not None:
+            heap = rec.unapplied[code]
+            while heap and rec.known.get(heap[0]) != code:
+                heapq.heappop(heap)  # keep the heaps as small as what is still buffered
+        if event.record_seq == rec.applied_prefix:
+            rec.applied_prefix += 1
+            while rec.applied_prefix in rec.ahead:
+                rec.ahead.discard(rec.applied_prefix)
+                rec.applied_prefix += 1
+        else:
+            rec.ahead.add(event.record_seq)
+        tree = self._tree
+        if event.position == self._position:
+            if tree is not None:
+                tree.append(event.leaf())
+            self._position += 1
+            while self._position in self._ahead:
+                self._ahead.discard(self._position)
+                if tree is not None:
+                    tree.append(self._leaves.pop(self._position))
+                self._position += 1
+        else:
+            self._ahead.add(event.position)
+            if tree is not None:
+                self._leaves[event.position] = event.leaf()
+        self.applied += 1
+
+    def _restore(self, checkpoint: Checkpoint) -> None:
+        if checkpoint.machine != self._rules.digest:
+            raise MachineMismatch(
+                f"checkpoint is for machine {checkpoint.machine}, this replica runs {self._rules.digest}"
+            )
+        if checkpoint.log != self.log.name:
+            raise ReplicaError(f"checkpoint is of log {checkpoint.log!r}, not {self.log.name!r}")
+        for key, state in checkpoint.states.items():
+            self._rules.decode(state)  # refuses a state id the machine does not have
+            if not self.machine.in_domain(state):
+                # The guarantees start from D only, and a replica only ever holds normal forms.
+                raise ReplicaError(
+                    f"checkpoint puts record {key!r} in state {state}, which is not in the machine's "
+                    f"checked domain ({self.machine.domain} states): the checkpoint was altered"
+                )
+            self._records[key] = _Record(state, checkpoint.record_lengths.get(key, 0))
+        self._position = checkpoint.position
+        if self.digest() != checkpoint.digest:
+            raise ReplicaError("checkpoint digest does not match its states: the checkpoint was altered")
+
+
+def fold(machine: Machine, events: Iterable[LoggedEvent]) -> Mapping[str, int]:
+    """Fold events strictly in the given order (no rules, no buffering): what a replica must match."""
+    rules = delivery_rules(machine)
+    states: dict[str, int] = {}
+    for event in events:
+        states[event.record] = rules.step(states.get(event.record, rules.initial), rules.index[event.event])
+    return states

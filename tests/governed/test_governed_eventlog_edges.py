@@ -1,0 +1,554 @@
+"""The event log at its edges: names the machine does not have, bad input, dropped connections, lost commit
+acknowledgements, held locks, an exhausted pool, foreign or newer databases, and lost counter rows."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+import bide
+import govern
+from govern.runtime._agents import event_id_for, event_tool
+from govern.runtime._eventlog import (
+    Event,
+    EventLog,
+    EventLogError,
+    InvalidInput,
+    LogFormatError,
+    LogTimeout,
+    MachineMismatch,
+)
+
+from .conftest import POSTGRES_URL
+from .machines import order_machine
+from .test_governed_agents import call_tool
+from .test_governed_eventlog import DIGEST, EVENTS, bound, ev
+
+
+def test_an_event_name_the_machine_lacks_is_refused_on_every_store(any_log_url: str, log_name: str) -> None:
+    log = bound(any_log_url, log_name)
+    log.append(ev("a"))
+    with pytest.raises(InvalidInput, match="names 'shipp', which the machine") as refused:
+        log.append(ev("b", name="shipp", seq=1))
+    assert refused.value.field == "event" and isinstance(refused.value, govern.GovernError)
+    # A batch holding one such event stores none of it.
+    with pytest.raises(InvalidInput, match="shipp"):
+        log.append_many([ev("c", seq=2), ev("d", name="shipp", seq=3)])
+    if not any_log_url.startswith("memory"):
+        # Another handle that was told nothing about the machine refuses it too: the log knows its events.
+        other = EventLog(any_log_url, name=log_name)
+        assert other.events() == EVENTS
+        with pytest.raises(InvalidInput, match="shipp"):
+            other.append(ev("e", name="shipp", seq=4))
+        assert other.append(ev("f", name="ship", seq=5)).created
+    assert [e.id for e in log.read()] == ["a"] + (["f"] if not any_log_url.startswith("memory") else [])
+
+
+def test_a_log_learns_its_events_from_a_machine_or_its_certificate() -> None:
+    machine = order_machine()
+    certified = EventLog("memory://")
+    certified.bind(govern.certify(machine))
+    assert certified.machine() == machine.digest and certified.events() == machine.events
+    certified.bind(machine)  # the same machine: nothing changes
+    pay = Event(id="p", machine=machine.digest, record="o1", event="pay", producer="clerk")
+    assert certified.append(pay).created
+    with pytest.raises(MachineMismatch):
+        certified.bind(DIGEST, events=EVENTS)
+    with pytest.raises(InvalidInput, match="do not belong together"):
+        certified.bind(machine.digest, events=["pay"])
+
+    unbound = EventLog("memory://")
+    with pytest.raises(EventLogError, match="not bound to a machine yet"):
+        unbound.append(pay)
+    with pytest.raises(InvalidInput, match="event names") as refused:
+        unbound.bind(machine.digest)  # a bare digest cannot say which events exist
+    assert refused.value.field == "events"
+    assert unbound.length() == 0 and unbound.machine() is None
+    assert EventLog("memory://", machine=machine).append(pay).created  # the handle knows: it binds
+
+
+BAD_EVENTS: list[tuple[str, dict[str, Any]]] = [
+    ("id", {"id": b"bytes-id"}),
+    ("id", {"id": ""}),
+    ("id", {"id": "x" * 201}),
+    ("record", {"record": "o\x00rder"}),
+    ("record", {"record": "order-\ud800"}),
+    ("producer", {"producer": 7}),
+    ("machine", {"machine": "x"}),
+    ("machine", {"machine": "A" * 64}),
+    ("producer_seq", {"producer_seq": 2**63 - 1}),
+    ("producer_seq", {"producer_seq": -1}),
+    ("producer_seq", {"producer_seq": "5"}),
+    ("deps", {"deps": ["a", "a"]}),
+    ("deps", {"deps": [b"a"]}),
+    ("deps", {"deps": "a"}),
+    ("extra", {"extra": 1}),
+]
+
+
+@pytest.mark.parametrize(
+    ("field", "change"), BAD_EVENTS, ids=[f"{f}-{i}" for i, (f, _) in enumerate(BAD_EVENTS)]
+)
+def test_bad_event_fields_are_refused_naming_the_field(
+    any_log_url: str, log_name: str, field: str, change: dict[str, Any]
+) -> None:
+    fields: dict[str, Any] = {"id": "e1", "machine": DIGEST, "record": "o1", "event": "pay", "producer": "p"}
+    fields |= change
+    with pytest.raises(InvalidInput) as refused:
+        Event(**fields)
+    assert refused.value.field == field and str(refused.value).startswith(f"{field}:")
+    log = bound(any_log_url, log_name)
+    with pytest.raises(InvalidInput) as refused:
+        log.append_many([fields])  # type: ignore[list-item]  # a plain mapping is validated the same way
+    assert refused.value.field == field
+    assert log.length() == 0
+
+
+def test_the_largest_producer_number_and_any_unicode_round_trip(any_log_url: str, log_name: str) -> None:
+    log = bound(any_log_url, log_name)
+    top = log.append(ev("top", record="日本-🚀", producer="ç", seq=2**63 - 2)).event
+    assert log.read() == [top] and top.producer_seq == 2**63 - 2 and top.record == "日本-🚀"
+    assert log.last_by_producer("ç") == top
+
+
+def test_bad_read_arguments_are_refused_naming_the_argument(any_log_url: str, log_name: str) -> None:
+    log = bound(any_log_url, log_name)
+    for call, field in (
+        (lambda: log.get(b"a"), "event_id"),  # type: ignore[arg-type]
+        (lambda: log.get("a\x00"), "event_id"),
+        (lambda: log.read(-1), "start"),
+        (lambda: log.read(0, -5), "limit"),
+        (lambda: log.read_record("o1", through=-1), "through"),
+        (lambda: log.read_record(""), "record"),
+        (lambda: log.last_by_producer("\ud800"), "producer"),
+        (lambda: log.root(3), "size"),
+    ):
+        with pytest.raises(InvalidInput) as refused:
+            call()
+        assert refused.value.field == field
+    with pytest.raises(InvalidInput) as refused:
+        EventLog(any_log_url, name=log_name, timeout=0)
+    assert refused.value.field == "timeout"
+    with pytest.raises(InvalidInput) as refused:
+        EventLog(any_log_url, name=log_name, pool_size=0)
+    assert refused.value.field == "pool_size"
+
+
+def test_a_failing_read_is_an_event_log_error_not_a_driver_error(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/events.db"
+    log = bound(url)
+    log.append(ev("a"))
+    with sqlite3.connect(tmp_path / "events.db") as raw:
+        raw.execute("DROP TABLE govern_events")
+    for call in (
+        lambda: log.get("a"),
+        log.read,
+        lambda: log.read_record("o1"),
+        lambda: log.append(ev("b", seq=1)),
+    ):
+        with pytest.raises(EventLogError, match="no such table: govern_events"):
+            call()
+
+
+# -- the format marker ------------------------------------------------------------------------------------
+
+LAYOUT_1 = """
+CREATE TABLE govern_logs (
+    name VARCHAR(200) PRIMARY KEY, machine VARCHAR(200) NOT NULL, length BIGINT NOT NULL);
+CREATE TABLE govern_events (
+    log VARCHAR(200) NOT NULL, position BIGINT NOT NULL, event_id VARCHAR(200) NOT NULL,
+    machine VARCHAR(200) NOT NULL, record VARCHAR(200) NOT NULL, record_seq BIGINT NOT NULL,
+    event VARCHAR(200) NOT NULL, producer VARCHAR(200) NOT NULL, producer_seq BIGINT NOT NULL,
+    deps TEXT NOT NULL, after TEXT NOT NULL, PRIMARY KEY (log, position),
+    CONSTRAINT govern_events_id UNIQUE (log, event_id),
+    CONSTRAINT govern_events_record UNIQUE (log, record, record_seq),
+    CONSTRAINT govern_events_producer UNIQUE (log, producer, producer_seq));
+CREATE TABLE govern_counters (
+    log VARCHAR(200) NOT NULL, kind VARCHAR(1) NOT NULL, key VARCHAR(200) NOT NULL, next BIGINT NOT NULL,
+    PRIMARY KEY (log, kind, key));
+"""
+
+
+def test_a_layout_1_log_is_upgraded_and_asks_for_its_events_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    with sqlite3.connect(path) as raw:
+        raw.executescript(LAYOUT_1)
+        raw.execute("INSERT INTO govern_logs VALUES ('main', ?, 1)", (DIGEST,))
+        raw.execute(
+            "INSERT INTO govern_events VALUES ('main', 0, 'a', ?, 'o1', 0, 'pay', 'p', 0, '[]', '[]')",
+            (DIGEST,),
+        )
+        raw.execute("INSERT INTO govern_counters VALUES ('main', 'p', 'p', 1), ('main', 'r', 'o1', 1)")
+    log = EventLog(str(path))
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT format, version FROM govern_format").fetchall() == [
+            ("govern-event-log", 2)
+        ]
+    assert [e.id for e in log.read()] == ["a"] and log.events() is None
+    with pytest.raises(EventLogError, match="older govern"):
+        log.append(ev("b", seq=1))
+    log.bind(DIGEST, events=EVENTS)
+    b = log.append(ev("b", seq=1)).event
+    assert (b.position, b.record_seq) == (1, 1)
+    assert EventLog(str(path)).events() == EVENTS  # recorded for every later handle
+
+
+def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> None:
+    path = tmp_path / "crm.db"
+    with sqlite3.connect(path) as raw:
+        raw.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY, name TEXT)")
+    with pytest.raises(
+        LogFormatError, match=r"another application's database \(it holds the tables customers\)"
+    ):
+        EventLog(str(path))
+    with sqlite3.connect(path) as raw:
+        tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert tables == {"customers"}
+    not_a_database = tmp_path / "notes.db"
+    not_a_database.write_text("shopping list: milk, eggs\n" * 100)
+    with pytest.raises(EventLogError, match="not a database"):
+        EventLog(str(not_a_database))
+
+
+@pytest.mark.parametrize(
+    ("update", "message"),
+    [
+        ("UPDATE govern_format SET version = 3", "layout 3, written by a newer govern"),
+        ("UPDATE govern_format SET format = 'someone-else'", "format 'someone-else'"),
+        ("DROP TABLE govern_events", "only some of the event log's tables"),
+    ],
+)
+def test_a_newer_or_foreign_layout_is_refused(tmp_path: Path, update: str, message: str) -> None:
+    path = tmp_path / "events.db"
+    bound(str(path)).append(ev("a"))
+    with sqlite3.connect(path) as raw:
+        raw.execute(update)
+        if update.startswith("DROP"):
+            raw.execute("DROP TABLE govern_format")
+    with pytest.raises(LogFormatError, match=message):
+        EventLog(str(path))
+
+
+def test_lost_counter_rows_are_rebuilt_from_the_events(log_url: str, log_name: str) -> None:
+    log = bound(log_url, log_name)
+    log.append_many([Event(id=i, machine=DIGEST, record="o1", event="pay", producer="p") for i in "ab"])
+    engine = sa.create_engine(log_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM govern_counters WHERE log = :log"), {"log": log_name})
+    engine.dispose()
+    c = log.append(Event(id="c", machine=DIGEST, record="o1", event="pay", producer="p")).event
+    assert (c.position, c.record_seq, c.producer_seq) == (2, 2, 2)
+
+
+# -- waits, pools, dropped connections ----------------------------------------------------------------
+
+
+@contextmanager
+def log_lock_held(url: str, log_name: str) -> Iterator[None]:
+    """Another session holds the log's write lock in an open transaction (and does nothing)."""
+    if url.startswith("sqlite"):
+        raw = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        raw.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        finally:
+            raw.rollback()
+            raw.close()
+        return
+    engine = sa.create_engine(url)
+    with engine.connect() as conn:
+        conn.execute(sa.text("SELECT 1 FROM govern_logs WHERE name = :n FOR UPDATE"), {"n": log_name})
+        try:
+            yield
+        finally:
+            conn.rollback()
+    engine.dispose()
+
+
+def test_a_held_lock_bounds_writers_and_never_blocks_readers(log_url: str, log_name: str) -> None:
+    log = bound(log_url, log_name, timeout=1)
+    log.append(ev("a"))
+    with log_lock_held(log_url, log_name):
+        with pytest.raises(LogTimeout, match="appending the same events again is safe"):
+            log.append(ev("b", seq=1))
+        # Readers take no lock: a WAL snapshot on SQLite, a plain read on PostgreSQL.
+        assert log.length() == 1 and [e.id for e in log.read()] == ["a"]
+        assert log.get("a") is not None and log.read_record("o1")[0].id == "a"
+    assert log.append(ev("b", seq=1)).created
+
+
+def test_an_exhausted_pool_is_a_clear_timeout(log_url: str, log_name: str) -> None:
+    log = bound(log_url, log_name, timeout=0.5, pool_size=1)
+    taken = log._backend.engine.connect()  # type: ignore[attr-defined]  # hold the only connection
+    try:
+        with pytest.raises(LogTimeout, match="all 1 connections of this EventLog stayed busy"):
+            log.length()
+    finally:
+        taken.close()
+    assert log.length() == 0
+
+
+def test_more_threads_than_connections_wait_their_turn(log_url: str, log_name: str) -> None:
+    log = bound(log_url, log_name, pool_size=2)
+    failures: list[BaseException] = []
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(5):
+                log.append(
+                    Event(id=f"t{w}-{i}", machine=DIGEST, record=f"r{i}", event="pay", producer=f"t{w}")
+                )
+                log.length()
+        except BaseException as exc:
+            failures.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(10)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert [e.position for e in log.read()] == list(range(50))
+
+
+def _wrapped(orig: BaseException) -> sa.exc.DBAPIError:
+    """A driver error as SQLAlchemy hands it over: its `connection_invalidated` flag left False, as it was
+    for the failures the flag missed."""
+    return sa.exc.OperationalError("SELECT 1", {}, orig, connection_invalidated=False)
+
+
+def test_failures_are_classified_by_what_the_driver_reports() -> None:
+    import psycopg
+    import psycopg.errors
+
+    from govern.runtime._logretry import classify
+
+    admin = psycopg.errors.AdminShutdown("terminating connection due to administrator command")
+    assert classify(_wrapped(admin))[::2] == ("retry", True)
+    assert classify(_wrapped(psycopg.OperationalError("cannot exit pipeline mode while busy")))[::2] == (
+        "retry",
+        True,
+    )
+    assert classify(_wrapped(psycopg.errors.SerializationFailure("could not serialize")))[::2] == (
+        "retry",
+        False,
+    )
+    assert classify(_wrapped(psycopg.errors.DeadlockDetected("deadlock detected")))[::2] == ("retry", False)
+    assert classify(_wrapped(psycopg.errors.ConnectionFailure("connection failure")))[::2] == ("retry", True)
+    assert classify(_wrapped(psycopg.errors.LockNotAvailable("lock timeout")))[0] == "timeout"
+    assert classify(_wrapped(psycopg.errors.QueryCanceled("statement timeout")))[0] == "timeout"
+    assert classify(_wrapped(psycopg.errors.UniqueViolation("duplicate key")))[0] == "fail"
+    assert classify(_wrapped(sqlite3.OperationalError("database is locked")))[::2] == ("retry", False)
+    assert classify(_wrapped(sqlite3.OperationalError("no such table: govern_events")))[0] == "fail"
+    assert classify(sa.exc.TimeoutError("QueuePool limit of size 1 overflow 0 reached"))[0] == "timeout"
+    # A rollback that fails after a dropped connection carries the drop in its chain.
+    try:
+        try:
+            raise _wrapped(admin)
+        except sa.exc.DBAPIError:
+            raise sa.exc.ResourceClosedError("This Connection is closed") from None
+    except sa.exc.ResourceClosedError as chained:
+        chained.__context__ = _wrapped(admin)
+        assert classify(chained)[0] == "retry"
+
+
+def _application_url(app: str, port: int | None = None) -> str:
+    base = POSTGRES_URL if port is None else f"postgresql+psycopg://postgres@127.0.0.1:{port}/test"
+    return f"{base}?application_name={app}&sslmode=disable"
+
+
+@contextmanager
+def backends_killed(app: str, every: float) -> Iterator[list[int]]:
+    """Terminate a PostgreSQL backend of application `app` every `every` seconds, in a thread; the yielded
+    list holds the number of backends killed (filled when the block ends)."""
+    stop = threading.Event()
+    kills = [0]
+
+    def killer() -> None:
+        engine = sa.create_engine(POSTGRES_URL)
+        # One backend per round, at random: every connection gets killed sooner or later, and retries still
+        # make progress on a loaded machine (killing all of them every few ms would starve every attempt).
+        query = sa.text(
+            "SELECT count(pg_terminate_backend(pid)) FROM (SELECT pid FROM pg_stat_activity "
+            "WHERE application_name = :app ORDER BY random() LIMIT 1) AS victim"
+        )
+        with engine.connect() as conn:
+            while not stop.is_set():
+                kills[0] += int(conn.execute(query, {"app": app}).scalar() or 0)
+                conn.commit()
+                time.sleep(every)
+        engine.dispose()
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        yield kills
+    finally:
+        stop.set()
+        thread.join()
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_appends_and_reads_survive_killed_backends(log_name: str) -> None:
+    app = f"govern-test-{uuid.uuid4().hex[:8]}"
+    log = bound(_application_url(app), log_name)
+    failures: list[BaseException] = []
+    created: list[bool] = []
+
+    def writer(w: int) -> None:
+        try:
+            for i in range(0, 60, 3):
+                batch = [
+                    Event(id=f"w{w}-{j}", machine=DIGEST, record=f"r{j % 4}", event="pay", producer=f"w{w}")
+                    for j in range(i, i + 3)
+                ]
+                created.extend(a.created for a in log.append_many(batch))
+                assert log.get(f"w{w}-{i}") is not None
+                log.read_record(f"r{i % 4}")
+        except BaseException as exc:
+            failures.append(exc)
+
+    with backends_killed(app, every=0.03) as kills:
+        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == [], failures[0]
+    assert kills[0] >= 10, "the killer must actually have dropped connections"
+    stored = log.read()
+    assert [e.position for e in stored] == list(range(240)) and len({e.id for e in stored}) == 240
+    assert created.count(True) == 240, "each event is reported created by exactly the call that wrote it"
+
+
+class CommitDropper:
+    """A TCP proxy to PostgreSQL that, when armed, forwards the COMMIT of a transaction that wrote events
+    and then cuts the connection before the acknowledgement comes back: the commit lands, the client
+    sees a dropped connection."""
+
+    COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # the simple-query message psycopg sends to commit
+    WRITE = b"INSERT INTO govern_events"
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.armed = 0
+        self.dropped = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", 5432))
+            cut = threading.Event()  # set: nothing more reaches the client
+            threading.Thread(target=self._upstream, args=(client, server, cut), daemon=True).start()
+            threading.Thread(target=self._downstream, args=(server, client, cut), daemon=True).start()
+
+    def _upstream(self, client: socket.socket, server: socket.socket, cut: threading.Event) -> None:
+        wrote = False
+        try:
+            while data := client.recv(65536):
+                wrote = wrote or self.WRITE in data
+                if self.armed and wrote and self.COMMIT in data:
+                    self.armed -= 1
+                    cut.set()
+                    self.dropped += 1
+                    server.sendall(data)
+                    time.sleep(0.3)  # the server commits; its answer is never relayed
+                    break
+                server.sendall(data)
+                if self.COMMIT in data:
+                    wrote = False
+        except OSError:
+            pass
+        for s in (client, server):
+            s.close()
+
+    def _downstream(self, server: socket.socket, client: socket.socket, cut: threading.Event) -> None:
+        try:
+            while (data := server.recv(65536)) and not cut.is_set():
+                client.sendall(data)
+        except OSError:
+            pass
+        if cut.is_set():
+            client.close()
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.mark.postgres
+def test_a_lost_commit_acknowledgement_is_resolved_by_reading_the_writer_back(log_name: str) -> None:
+    proxy = CommitDropper()
+    try:
+        log = bound(_application_url("govern-proxy", proxy.port), log_name)
+        log.append(ev("a"))
+        proxy.armed = 1
+        b = log.append(ev("b", seq=1))
+        assert proxy.dropped == 1
+        assert b.created and b.event.position == 1  # this call's commit landed: it wrote b
+        assert not log.append(ev("b", seq=1)).created
+        assert [e.id for e in log.read()] == ["a", "b"]
+
+        tool_log = EventLog(_application_url("govern-proxy", proxy.port), name=f"{log_name}-tool")
+        tool = event_tool(order_machine(), tool_log, "pay")
+        proxy.armed = 1
+        result = call_tool(tool, "run-1", "c0.0")
+        assert proxy.dropped == 2
+        assert result["newly_recorded"] is True and result["outcome"] == "applied"
+        assert tool_log.length() == 1
+    finally:
+        proxy.close()
+
+
+@pytest.mark.postgres
+@pytest.mark.slow
+def test_agents_are_told_the_truth_while_their_backends_are_killed(log_name: str, tmp_path: Path) -> None:
+    """Agent processes record events while their log connections are killed: every call is journaled
+    as a success, and the log holds exactly one event per call (a call told "failed" would be retried
+    by its model, recording a non-idempotent event twice)."""
+    app = f"govern-test-{uuid.uuid4().hex[:8]}"
+    log_url = _application_url(app)
+    EventLog(log_url, name=log_name).bind(order_machine())
+    store_url = f"sqlite:///{tmp_path}/journal.db"  # the journals stay up: only the log's backends die
+    runs = [f"{log_name}-agent{i}" for i in range(3)]
+    worker = Path(__file__).with_name("_agent_worker.py")
+    with backends_killed(app, every=0.03) as kills:
+        procs = [
+            subprocess.Popen(
+                [sys.executable, str(worker), store_url, log_url, log_name, run, str(i), "20"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for i, run in enumerate(runs)
+        ]
+        outputs = [proc.communicate(timeout=300) for proc in procs]
+    for proc, (out, err) in zip(procs, outputs, strict=True):
+        assert proc.returncode == 0 and out.strip() == "done", err[-2000:]
+    assert kills[0] >= 5, "the killer must actually have dropped connections"
+    stored = EventLog(POSTGRES_URL, name=log_name).read()
+    store = bide.open_store(store_url)
+    for run in runs:
+        calls = [r for r in bide.Journal(store, run).load().records() if isinstance(r, bide.ToolResult)]
+        assert len(calls) == 20 and [r.result for r in calls if r.is_error] == []
+        expected = {event_id_for(run, r.call_id, r.tool, r.result["record"]) for r in calls}
+        assert expected == {e.id for e in stored if e.producer == run}
+    store.close()
+    assert len(stored) == 60 and [e.position for e in stored] == list(range(60))
