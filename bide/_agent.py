@@ -219,7 +219,12 @@ class Agent:
             # Both requests go out together; the store answers the load as of the grant or later.
             granted = self.store.alease(run_id, holder, now_ms=int(self.clock() * 1000), ttl_ms=ttl_ms)
             loaded = self.store.aload(run_id, journal.last_seq)
-            lease = await granted
+            try:
+                lease = await granted
+            except BaseException:
+                if inspect.iscoroutine(loaded):
+                    loaded.close()  # never sent: nothing to wait for
+                raise
             journal.absorb(await loaded)
             if journal.has(END_KEY):
                 return None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,7 +154,13 @@ async def resolve_in(
 
 
 async def aresolve_halt(
-    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Async `resolve_halt`."""
     if not isinstance(outcome, Outcome):
@@ -161,7 +168,7 @@ async def aresolve_halt(
     # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are
     # fenced, so a driver that wakes up afterwards cannot write over the decision.
     holder = new_claim()
-    now = time.time()
+    now = clock()
     lease = await store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=RESOLVE_LEASE_MS)
     journal = Journal(store, run_id)
     try:
@@ -179,23 +186,31 @@ async def aresolve_halt(
                 retry_after=expires,
             )
         journal.fence = (holder, lease.token)
-        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew)
+        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew, now=clock())
     finally:
         if lease.held:
             await store.arelease(run_id, holder, lease.token)
 
 
 def resolve_halt(
-    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Record what really happened to a call that halted a run with `OutcomeUnknown`; the next `run` goes on.
 
     Refused (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds has passed, and when another
     driver or resolver claims the call concurrently; refused (`HaltAlreadyResolved`) when a different
     outcome is recorded already (the same outcome again is accepted); refused (`NoLiveAttempt`) when the
-    call has no attempt waiting. Must not be called from inside a running event loop (use `aresolve_halt`).
+    call has no attempt waiting, and (`HaltInFlight`) while a live driver holds the run's lease. `clock` (Unix
+    seconds) judges deadlines and stamps the resolver's lease. Must not be called from inside a running
+    event loop (use `aresolve_halt`).
     """
-    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew))
+    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock))
 
 
 @dataclass(frozen=True, slots=True)
