@@ -2,9 +2,11 @@
 
 One drive of `Agent.run(run_id, input)`:
 
-1. Load the run's journal (one read) and check its start: an existing run with another input or entry
-   point is refused (`RunMismatch`). A new run's start (input and entry point) is journaled together with
-   its first turn, so a run exists in the journal from its first turn on.
+0. Take the run's lease (docs/guarantee.md): another live driver's lease means `RunInFlight` (after
+   waiting up to `lease_wait`). Every write of the drive is fenced by the lease's token.
+1. Load the run's journal (in the same round trip as the lease) and check its start: an existing run with
+   another input or entry point is refused (`RunMismatch`). A new run's start (input and entry point) is
+   journaled together with its first turn, so a run exists in the journal from its first turn on.
 2. A finished run returns its journaled answer; the model is not called.
 3. Replay: every journaled model turn and tool result is reused, never redone.
 4. Loop: run the last turn's calls that have no result; then ask the model for the next turn. A new turn
@@ -13,8 +15,9 @@ One drive of `Agent.run(run_id, input)`:
    driver journaled that turn first, nothing of ours is written and the drive goes on with the journal's.
 
 Side effects follow the claim protocol (see docs/guarantee.md): attempt marker with a fresh claim id, call
-only under our own stored claim, record the result. A marker without a result halts with `OutcomeUnknown`
-unless a reconciler decides it, or this process knows the call never started.
+only under our own stored claim and only inside the marker's window, record the result. A marker without a
+result halts with `OutcomeUnknown` unless a reconciler decides it, or this process knows the call never
+started. A lost write race reloads the journal before anything is decided.
 """
 
 from __future__ import annotations

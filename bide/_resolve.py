@@ -1,9 +1,10 @@
 """Deciding lost outcomes: `resolve_halt`, the shared resolution step, and run status.
 
-Liveness rule (why resolution is safe): every attempt marker records a deadline (attempt time + the tool's
-timeout). A driver never keeps a call running past its deadline (async tools are cancelled at the timeout;
-sync tools must not outlive it: declare a timeout that bounds them). So once the deadline plus a clock-skew
-margin has passed, no driver can still be running the call, and an outcome may be recorded. Before that,
+Why resolution is safe: every attempt marker records a deadline (attempt time + the tool's timeout), and a
+call starts only before it (see bide/_inflight.py) and never runs past it (async tools are cancelled; a sync
+tool that overruns stays a live call of its process, which keeps the run's lease until it returns). So an
+outcome may be recorded only when all hold: the deadline plus a clock-skew margin has passed, no live driver
+holds the run's lease (the resolver takes it), and the call is not running in this process. Otherwise
 resolution is refused with `HaltInFlight`. A resolution first claims the next attempt number as "resolver";
 if another driver or resolver holds it, resolution is refused too, so two deciders never both act.
 """

@@ -6,7 +6,8 @@ The protocol is small so other frameworks can be driven through the same schedul
   `CrashSystem.writes()` says how many crash points a clean run passes.
 - `CrashRun.step(crash_at)` starts or resumes the run in a fresh "process"; with `crash_at=k` the process
   dies at crash point k (counted from 1 within this step). It returns "completed", "halted" (the run stopped
-  and asks for a decision), "crashed", or "in_flight" (nothing happened: another driver's lease is live). `CrashRun.fired()` counts how often the side effect really fired.
+  and asks for a decision), "crashed", or "in_flight" (nothing happened: another driver's lease is live).
+  `CrashRun.fired()` counts how often the side effect really fired.
 
 For each schedule the harness reports `max_fired` (must be 1 at most), whether the run completed, whether it
 halted, and whether a halt was false (the effect had not fired) or an answer was missed (completed without
