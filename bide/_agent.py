@@ -201,7 +201,8 @@ class Agent:
                 retry_after=now + self.lease_ttl,
             ) from refused
         finally:
-            release = keeper.stop(self._overruns.pop((run_id, journal.fence), None))
+            overrun = self._overruns.pop((run_id, journal.fence), None) if self._overruns else None
+            release = keeper.stop(overrun)
             if release is not None:
                 await release
 

@@ -65,7 +65,9 @@ class MemoryStore(BlockingStore):
         out: list[Entry] = []
         with self._lock:
             if fence is not None:
-                refuse_fence(run_id, self._leases.get(run_id), fence)
+                lease = self._leases.get(run_id)
+                if lease is None or lease.token != fence[1] or lease.holder != fence[0]:
+                    refuse_fence(run_id, lease, fence)
             records = self._runs.get(run_id)
             if records is None:
                 records = self._runs[run_id] = {}
