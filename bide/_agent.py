@@ -818,8 +818,13 @@ def _restart(run_id: str, turn: int, restarts: int) -> int:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return text if text else type(exc).__name__
+    """An error's message as journal text: a lone surrogate in it (a file name, say) is escaped."""
+    text = str(exc) or type(exc).__name__
+    try:
+        text.encode("utf-8")
+    except UnicodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:

@@ -338,6 +338,21 @@ def test_results_bide_cannot_encode_are_recorded_not_raised(
         assert ascii(make()) in result.result
 
 
+def test_a_tool_error_naming_a_lone_surrogate_is_recorded(store: bide.Store) -> None:
+    from bide.testing import ScriptedModel, call, reply
+
+    @bide.tool
+    def remove(name: str) -> str:
+        """Remove a file."""
+        raise bide.ToolError("cannot remove report-\udcff.txt: permission denied")
+
+    agent = bide.Agent(ScriptedModel([call("remove", name="x"), reply("done")]), store=store, tools=[remove])
+    assert agent.run_sync("r", "go").answer == "done"
+    result = Journal(store, "r").load().get("result:c0.0")
+    assert isinstance(result, bide.ToolResult) and result.is_error
+    assert result.result == "cannot remove report-\\udcff.txt: permission denied"
+
+
 def test_a_turn_with_duplicate_call_ids_is_refused_before_anything_is_journaled(store: bide.Store) -> None:
     class Twice:
         name = "twice"
