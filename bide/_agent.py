@@ -793,12 +793,8 @@ def _check_journalable(reply: AssistantMessage) -> None:
     """Refuse a reply whose text or arguments the journal cannot hold (a lone surrogate, NaN or an infinity,
     values that are not JSON) before any of it is journaled."""
     try:
-        reply.content.encode("utf-8")
-        for c in reply.tool_calls:
-            c.id.encode("utf-8")
-            c.name.encode("utf-8")
-            args = c.arguments
-            (args if isinstance(args, str) else json_text(args)).encode("utf-8")
+        # One encoding of everything the turn record will hold that came from the model.
+        json_text([reply.content, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]).encode("utf-8")
     except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
         raise ModelError(
             f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
