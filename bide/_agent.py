@@ -2,9 +2,11 @@
 
 One drive of `Agent.run(run_id, input)`:
 
-1. Load the run's journal (one read) and check its start: an existing run with another input or entry
-   point is refused (`RunMismatch`). A new run's start (input and entry point) is journaled together with
-   its first turn, so a run exists in the journal from its first turn on.
+0. Take the run's lease (docs/guarantee.md): another live driver's lease means `RunInFlight` (after
+   waiting up to `lease_wait`). Every write of the drive is fenced by the lease's token.
+1. Load the run's journal (in the same round trip as the lease) and check its start: an existing run with
+   another input or entry point is refused (`RunMismatch`). A new run's start (input and entry point) is
+   journaled together with its first turn, so a run exists in the journal from its first turn on.
 2. A finished run returns its journaled answer; the model is not called.
 3. Replay: every journaled model turn and tool result is reused, never redone.
 4. Loop: run the last turn's calls that have no result; then ask the model for the next turn. A new turn
@@ -13,8 +15,9 @@ One drive of `Agent.run(run_id, input)`:
    driver journaled that turn first, nothing of ours is written and the drive goes on with the journal's.
 
 Side effects follow the claim protocol (see docs/guarantee.md): attempt marker with a fresh claim id, call
-only under our own stored claim, record the result. A marker without a result halts with `OutcomeUnknown`
-unless a reconciler decides it, or this process knows the call never started.
+only under our own stored claim and only inside the marker's window, record the result. A marker without a
+result halts with `OutcomeUnknown` unless a reconciler decides it, or this process knows the call never
+started. A lost write race reloads the journal before anything is decided.
 """
 
 from __future__ import annotations
@@ -198,7 +201,8 @@ class Agent:
                 retry_after=now + self.lease_ttl,
             ) from refused
         finally:
-            release = keeper.stop(self._overruns.pop((run_id, journal.fence), None))
+            overrun = self._overruns.pop((run_id, journal.fence), None) if self._overruns else None
+            release = keeper.stop(overrun)
             if release is not None:
                 await release
 
@@ -219,7 +223,12 @@ class Agent:
             # Both requests go out together; the store answers the load as of the grant or later.
             granted = self.store.alease(run_id, holder, now_ms=int(self.clock() * 1000), ttl_ms=ttl_ms)
             loaded = self.store.aload(run_id, journal.last_seq)
-            lease = await granted
+            try:
+                lease = await granted
+            except BaseException:
+                if inspect.iscoroutine(loaded):
+                    loaded.close()  # never sent: nothing to wait for
+                raise
             journal.absorb(await loaded)
             if journal.has(END_KEY):
                 return None
@@ -784,12 +793,8 @@ def _check_journalable(reply: AssistantMessage) -> None:
     """Refuse a reply whose text or arguments the journal cannot hold (a lone surrogate, NaN or an infinity,
     values that are not JSON) before any of it is journaled."""
     try:
-        reply.content.encode("utf-8")
-        for c in reply.tool_calls:
-            c.id.encode("utf-8")
-            c.name.encode("utf-8")
-            args = c.arguments
-            (args if isinstance(args, str) else json_text(args)).encode("utf-8")
+        # One encoding of everything the turn record will hold that came from the model.
+        json_text([reply.content, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]).encode("utf-8")
     except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
         raise ModelError(
             f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
@@ -809,8 +814,13 @@ def _restart(run_id: str, turn: int, restarts: int) -> int:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return text if text else type(exc).__name__
+    """An error's message as journal text: a lone surrogate in it (a file name, say) is escaped."""
+    text = str(exc) or type(exc).__name__
+    try:
+        text.encode("utf-8")
+    except UnicodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:

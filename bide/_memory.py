@@ -65,7 +65,9 @@ class MemoryStore(BlockingStore):
         out: list[Entry] = []
         with self._lock:
             if fence is not None:
-                refuse_fence(run_id, self._leases.get(run_id), fence)
+                lease = self._leases.get(run_id)
+                if lease is None or lease.token != fence[1] or lease.holder != fence[0]:
+                    refuse_fence(run_id, lease, fence)
             records = self._runs.get(run_id)
             if records is None:
                 records = self._runs[run_id] = {}
@@ -135,10 +137,15 @@ class MemoryStore(BlockingStore):
             out = [
                 Lease(r, lease.holder, lease.token, lease.expires_ms)
                 for r, lease in self._leases.items()
-                if r > after and lease.expires_ms <= now_ms and END_KEY not in self._runs.get(r, {})
+                if r > after and lease.expires_ms <= now_ms and self._open(r)
             ]
         out.sort(key=_lease_run)
         return out[:limit]
+
+    def _open(self, run_id: str) -> bool:
+        """The run has records and no end (called with the lock held)."""
+        records = self._runs.get(run_id)
+        return records is not None and len(records) > 0 and END_KEY not in records
 
     def get(self, run_id: str, key: str) -> Entry | None:
         with self._lock:

@@ -1,9 +1,10 @@
 """Deciding lost outcomes: `resolve_halt`, the shared resolution step, and run status.
 
-Liveness rule (why resolution is safe): every attempt marker records a deadline (attempt time + the tool's
-timeout). A driver never keeps a call running past its deadline (async tools are cancelled at the timeout;
-sync tools must not outlive it: declare a timeout that bounds them). So once the deadline plus a clock-skew
-margin has passed, no driver can still be running the call, and an outcome may be recorded. Before that,
+Why resolution is safe: every attempt marker records a deadline (attempt time + the tool's timeout), and a
+call starts only before it (see bide/_inflight.py) and never runs past it (async tools are cancelled; a sync
+tool that overruns stays a live call of its process, which keeps the run's lease until it returns). So an
+outcome may be recorded only when all hold: the deadline plus a clock-skew margin has passed, no live driver
+holds the run's lease (the resolver takes it), and the call is not running in this process. Otherwise
 resolution is refused with `HaltInFlight`. A resolution first claims the next attempt number as "resolver";
 if another driver or resolver holds it, resolution is refused too, so two deciders never both act.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,7 +155,13 @@ async def resolve_in(
 
 
 async def aresolve_halt(
-    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Async `resolve_halt`."""
     if not isinstance(outcome, Outcome):
@@ -161,7 +169,7 @@ async def aresolve_halt(
     # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are
     # fenced, so a driver that wakes up afterwards cannot write over the decision.
     holder = new_claim()
-    now = time.time()
+    now = clock()
     lease = await store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=RESOLVE_LEASE_MS)
     journal = Journal(store, run_id)
     try:
@@ -179,23 +187,31 @@ async def aresolve_halt(
                 retry_after=expires,
             )
         journal.fence = (holder, lease.token)
-        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew)
+        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew, now=clock())
     finally:
         if lease.held:
             await store.arelease(run_id, holder, lease.token)
 
 
 def resolve_halt(
-    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Record what really happened to a call that halted a run with `OutcomeUnknown`; the next `run` goes on.
 
     Refused (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds has passed, and when another
     driver or resolver claims the call concurrently; refused (`HaltAlreadyResolved`) when a different
     outcome is recorded already (the same outcome again is accepted); refused (`NoLiveAttempt`) when the
-    call has no attempt waiting. Must not be called from inside a running event loop (use `aresolve_halt`).
+    call has no attempt waiting, and (`HaltInFlight`) while a live driver holds the run's lease. `clock` (Unix
+    seconds) judges deadlines and stamps the resolver's lease. Must not be called from inside a running
+    event loop (use `aresolve_halt`).
     """
-    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew))
+    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock))
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,6 +222,8 @@ class SQLStore:
         self.records_table, self.runs_table = self._tables()
         self._create_schema()
         p = table_prefix
+        # A lease alone makes a runs row; a run exists (is listed) from its first record on.
+        has_records = f"EXISTS (SELECT 1 FROM {p}records AS r WHERE r.run_id = {p}runs.run_id)"
         if self.dialect == "sqlite":
             self._sql_run = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
             self._sql_ins = f"INSERT OR IGNORE INTO {p}records(run_id, key, data) VALUES (?, ?, ?)"
@@ -231,7 +233,7 @@ class SQLStore:
                 f"SELECT seq, key, data FROM {p}records WHERE run_id = ? AND seq > ? ORDER BY seq"
             )
             self._sql_runs = (
-                f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? "
+                f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? AND {has_records} "
                 "ORDER BY run_id LIMIT ?"
             )
             # Multi-row forms for a batch, by row count (powers of two, see _CHUNK).
@@ -279,7 +281,7 @@ class SQLStore:
                 f"SELECT seq, key, data FROM {p}records WHERE run_id = %s AND seq > %s ORDER BY seq"
             )
             self._sql_runs = (
-                f"SELECT run_id FROM {p}runs WHERE run_id > %s AND left(run_id, %s) = %s "
+                f"SELECT run_id FROM {p}runs WHERE run_id > %s AND left(run_id, %s) = %s AND {has_records} "
                 "ORDER BY run_id LIMIT %s"
             )
         ph = "?" if self.dialect == "sqlite" else "%s"
@@ -291,7 +293,7 @@ class SQLStore:
         )
         self._sql_expired = (
             f"SELECT run_id, holder, token, expires_ms FROM {p}runs WHERE run_id > {ph} AND ended = 0 AND "
-            f"holder IS NOT NULL AND expires_ms <= {ph} ORDER BY run_id LIMIT {ph}"
+            f"holder IS NOT NULL AND expires_ms <= {ph} AND {has_records} ORDER BY run_id LIMIT {ph}"
         )
         self._sql_end = f"UPDATE {p}runs SET ended = 1 WHERE run_id = {ph}"
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()

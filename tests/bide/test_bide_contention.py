@@ -338,6 +338,21 @@ def test_results_bide_cannot_encode_are_recorded_not_raised(
         assert ascii(make()) in result.result
 
 
+def test_a_tool_error_naming_a_lone_surrogate_is_recorded(store: bide.Store) -> None:
+    from bide.testing import ScriptedModel, call, reply
+
+    @bide.tool
+    def remove(name: str) -> str:
+        """Remove a file."""
+        raise bide.ToolError("cannot remove report-\udcff.txt: permission denied")
+
+    agent = bide.Agent(ScriptedModel([call("remove", name="x"), reply("done")]), store=store, tools=[remove])
+    assert agent.run_sync("r", "go").answer == "done"
+    result = Journal(store, "r").load().get("result:c0.0")
+    assert isinstance(result, bide.ToolResult) and result.is_error
+    assert result.result == "cannot remove report-\\udcff.txt: permission denied"
+
+
 def test_a_turn_with_duplicate_call_ids_is_refused_before_anything_is_journaled(store: bide.Store) -> None:
     class Twice:
         name = "twice"
@@ -435,3 +450,45 @@ def test_sigkill_among_concurrent_drivers(shared: Any, tmp_path: Path) -> None:
         f"{max(len(fires(effects, r)) for r in runs_all)}, completed {len(runs_all) - len(halts)}, halted "
         f"{len(halts)} (of which the call never started: {len(never_started)})"
     )
+
+
+def test_a_sync_call_past_its_deadline_stays_live_until_it_returns(store: bide.Store) -> None:
+    """A synchronous tool runs on past its timeout: the drive halts, but until the call returns the run is
+    in flight (its lease is kept) and no resolution is accepted; then its real result is journaled and the
+    next drive finishes the run without calling it again."""
+    import asyncio
+    import threading
+
+    from bide.testing import ScriptedModel, call, reply
+
+    fired: list[str] = []
+    release = threading.Event()
+
+    @bide.tool(timeout=0.3)
+    def slow_charge(to: str) -> str:
+        """Charge, slowly."""
+        fired.append(to)
+        release.wait(10)
+        return "charged late"
+
+    def agent(**lease: float) -> bide.Agent:
+        model = ScriptedModel([call("slow_charge", to="x"), reply("done")])
+        return bide.Agent(model, store=store, tools=[slow_charge], lease_ttl=0.6, **lease)
+
+    async def scenario() -> bide.RunResult:
+        # Async drives, as in a service: the halt comes at the deadline while the thread runs on.
+        # (run_sync returns only once the thread is done: asyncio.run waits for its worker threads.)
+        with pytest.raises(bide.OutcomeUnknown, match=r"still running past its 0\.3s timeout"):
+            await agent().run("r", "go")
+        await asyncio.sleep(1.0)  # past the deadline, the skew margin and the first lease: the keeper renews
+        with pytest.raises(bide.RunInFlight):
+            await agent().run("r", "go")
+        with pytest.raises(bide.HaltInFlight):
+            await bide.aresolve_halt(store, "r", "c0.0", outcome=bide.Outcome.not_started(), clock_skew=0)
+        release.set()
+        return await agent(lease_wait=10).run("r", "go")
+
+    result = asyncio.run(scenario())
+    assert result.answer == "done" and fired == ["x"]
+    late = Journal(store, "r").load().get("result:c0.0")
+    assert isinstance(late, bide.ToolResult) and late.result == "charged late" and not late.is_error

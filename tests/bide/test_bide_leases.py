@@ -113,6 +113,9 @@ async def _ainsert(store: bide.Store, run_id: str, items: list[tuple[str, bytes]
 def test_expired_leases_lists_runs_to_recover(store: bide.Store) -> None:
     for i, ttl in enumerate([100, 5_000, 100, 100]):
         store.lease(f"run-{i}", f"H{i}", now_ms=T0, ttl_ms=ttl)
+        store.insert_many(f"run-{i}", [("a", b"1")])
+    store.insert_many("run-4", [("a", b"1")])
+    store.lease("no-records", "H", now_ms=T0, ttl_ms=1)  # a drive that never wrote: not a run
     store.insert_many("run-3", [("run:end", b"end")])
     released = store.lease("run-4", "H4", now_ms=T0, ttl_ms=60_000)
     store.release("run-4", "H4", released.token)
@@ -120,6 +123,7 @@ def test_expired_leases_lists_runs_to_recover(store: bide.Store) -> None:
     assert [x.run_id for x in got] == ["run-0", "run-2", "run-4"]
     assert all(not x.held for x in got) and got[0].holder == "H0"
     assert [x.run_id for x in store.expired_leases(now_ms=T0 + 1000, after="run-0", limit=1)] == ["run-2"]
+    assert "no-records" not in store.runs()
 
 
 def test_async_lease_then_load_sees_the_journal_as_of_the_grant(store: bide.Store) -> None:
