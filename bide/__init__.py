@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib as _contextlib
 
 from ._agent import Agent, RunResult
+from ._cancel import acancel_run, cancel_run
 from ._canonical import canonical_json
 from ._errors import (
     ApprovalPending,
@@ -29,6 +30,7 @@ from ._errors import (
     RunInFlight,
     RunLimitExceeded,
     RunMismatch,
+    RunNotFound,
     StoreError,
     ToolError,
     ToolNotStarted,
@@ -54,6 +56,7 @@ from ._outcome import Outcome
 from ._records import FORMAT as JOURNAL_FORMAT
 from ._records import (
     Attempt,
+    Cancel,
     End,
     GateRecord,
     Header,
@@ -93,6 +96,7 @@ __all__ = [
     "AttemptInfo",
     "BideError",
     "CallContext",
+    "Cancel",
     "ConfigError",
     "Denied",
     "End",
@@ -134,6 +138,7 @@ __all__ = [
     "RunInFlight",
     "RunLimitExceeded",
     "RunMismatch",
+    "RunNotFound",
     "RunResult",
     "RunStatus",
     "SQLStore",
@@ -155,7 +160,9 @@ __all__ = [
     "WriteHook",
     "WriteRefused",
     "WriteTransaction",
+    "acancel_run",
     "aresolve_halt",
+    "cancel_run",
     "canonical_json",
     "current_call",
     "decode_record",

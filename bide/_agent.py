@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from ._cancel import cancelled_answer
 from ._canonical import canonical_json, json_text, new_claim
 from ._errors import (
     ApprovalPending,
@@ -61,9 +62,11 @@ from ._messages import (
 )
 from ._outcome import Outcome
 from ._records import (
+    CANCEL_KEY,
     END_KEY,
     START_KEY,
     Attempt,
+    Cancel,
     End,
     ModelTurn,
     NotStarted,
@@ -72,6 +75,7 @@ from ._records import (
     Start,
     ToolResult,
     attempt_key,
+    decode_record,
     model_key,
     not_started_key,
     pause_key,
@@ -90,7 +94,8 @@ DEFAULT_LEASE_TTL = 30.0
 @dataclass(slots=True)
 class RunResult:
     """A finished run: its final `answer`. `replayed` is True when the run had already finished before this
-    call and the answer came from the journal without calling the model."""
+    call and the answer came from the journal without calling the model. `status` is "completed", or
+    "cancelled" for a run ended by a cancel request (`bide.cancel_run`; its answer says so)."""
 
     run_id: str
     answer: str
@@ -111,6 +116,10 @@ class Agent:
     it while it drives. A drive that finds the lease held by another live driver waits up to `lease_wait`
     seconds for it (returning the run's answer if that driver finishes it meanwhile), then raises
     `RunInFlight`.
+
+    A drive honours a cancel request (`bide.cancel_run`) at a turn boundary: it looks for one when it
+    starts and then, at each boundary, once `cancel_check` seconds have passed since it last looked (0:
+    at every boundary; a drive that finishes sooner never pays for the look).
     """
 
     def __init__(
@@ -126,6 +135,7 @@ class Agent:
         clock: Callable[[], float] = time.time,
         lease_ttl: float = DEFAULT_LEASE_TTL,
         lease_wait: float = 0.0,
+        cancel_check: float = 0.5,
     ) -> None:
         if not callable(getattr(model, "complete", None)):
             raise ConfigError("model must have an async complete(request) method (see bide.Model)")
@@ -145,6 +155,7 @@ class Agent:
         self.clock = clock
         self.lease_ttl = float(lease_ttl)
         self.lease_wait = float(lease_wait)
+        self.cancel_check = float(cancel_check)
         # Synchronous calls running past their deadline, by (run id, fence) of the drive that started them.
         self._overruns: dict[tuple[str, Fence | None], tuple[CallWindow, Callable[[bool, Any], Any]]] = {}
         self.tools: dict[str, Tool] = {}
@@ -209,7 +220,8 @@ class Agent:
     def _finished(self, journal: Journal, *, replayed: bool) -> RunResult:
         end = journal.get(END_KEY)
         assert isinstance(end, End)
-        return RunResult(journal.run_id, end.answer, _count_turns(journal), replayed=replayed)
+        turns = _count_turns(journal)
+        return RunResult(journal.run_id, end.answer, turns, replayed=replayed, status=end.status)
 
     async def _take_lease(self, journal: Journal) -> Lease | None:
         """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
@@ -260,7 +272,7 @@ class Agent:
             self._check_start(journal, input)
         end = journal.get(END_KEY)
         if isinstance(end, End):
-            return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
+            return RunResult(run_id, end.answer, _count_turns(journal), replayed=True, status=end.status)
         messages: list[Message] = [UserMessage(content=input)]
         if self.system:
             system = self._system_message
@@ -269,6 +281,8 @@ class Agent:
             messages.insert(0, system)
         turn = 0
         restarts = 0
+        first = True
+        looked = time.monotonic()
         while True:
             if needs_start and journal.has(START_KEY):
                 # The journal shows a start now: ours was written with our first turn (then `needs_start` is
@@ -278,7 +292,17 @@ class Agent:
                 needs_start = False
             end = journal.get(END_KEY)
             if isinstance(end, End):
-                return RunResult(run_id, end.answer, _count_turns(journal))
+                return RunResult(run_id, end.answer, _count_turns(journal), status=end.status)
+            # A cancel request is honoured at a turn boundary: from the journal loaded with the lease on the
+            # drive's first, then from the store (another process may have written it) once `cancel_check`
+            # seconds have passed since the drive last looked.
+            cancel = journal.get(CANCEL_KEY)
+            if not first and cancel is None and time.monotonic() - looked >= self.cancel_check:
+                cancel = await self._cancel_request(run_id)
+                looked = time.monotonic()
+            first = False
+            if isinstance(cancel, Cancel):
+                return await self._end_cancelled(journal, cancel)
             rec = journal.get(model_key(turn))
             # A new turn is written together with the first thing that depends on it (its end record, or
             # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
@@ -334,6 +358,21 @@ class Agent:
                 continue
             restarts = _restart(run_id, turn, restarts)
             await journal.aload()  # lost a race: decide nothing from a stale journal
+
+    async def _cancel_request(self, run_id: str) -> Cancel | None:
+        entry = await self.store.aget(run_id, CANCEL_KEY)
+        if entry is None:
+            return None
+        record = decode_record(entry.key, entry.data)
+        return record if isinstance(record, Cancel) else None
+
+    async def _end_cancelled(self, journal: Journal, cancel: Cancel) -> RunResult:
+        """End the run as cancelled (or, if another driver ended it first, as that driver did)."""
+        stored, _ = await journal.awrite_one(
+            End(key=END_KEY, status="cancelled", answer=cancelled_answer(cancel))
+        )
+        assert isinstance(stored, End)
+        return RunResult(journal.run_id, stored.answer, _count_turns(journal), status=stored.status)
 
     def _opening(self, needs_start: bool, input: str) -> tuple[Record, ...]:
         """What a fresh turn is journaled after: the run's start record, for a run that has none yet. Made

@@ -5,6 +5,7 @@
     bide resolve [--store URL] RUN CALL (--succeeded JSON | --failed MESSAGE | --not-started)
                  [--evidence JSON]
     bide worker  [--store URL] --app module:attribute [--concurrency N] [--poll S] [--once [--json]]
+    bide cancel  [--store URL] RUN [--reason TEXT]
 
 `--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes: 0 done; 2 bad usage; 3 no such store,
 run or call; 4 refused (the message says why and what to do); 5 the store failed.

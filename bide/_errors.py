@@ -16,6 +16,7 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     │   └── RunEnded                      the run has ended: nothing is appended after run:end
     ├── ToolError                         raised BY a tool: a known failure the model should see
     ├── NotCalled                         raised BY a tool: the effect was provably not performed
+    ├── RunNotFound                       no run with that id in the store
     ├── ResolveRefused                    resolve_halt refused to record an outcome
     │   ├── HaltInFlight                  another driver may still be running the call; wait
     │   ├── HaltAlreadyResolved           a different outcome is already recorded
@@ -49,6 +50,7 @@ __all__ = [
     "RunInFlight",
     "RunLimitExceeded",
     "RunMismatch",
+    "RunNotFound",
     "StoreError",
     "ToolError",
     "ToolNotStarted",
@@ -173,6 +175,10 @@ class HaltInFlight(ResolveRefused):
 
 class HaltAlreadyResolved(ResolveRefused):
     """The call already has a recorded outcome that differs from the one offered."""
+
+
+class RunNotFound(BideError):
+    """No run with that id exists in the store (it has no records): check the run id and the store."""
 
 
 class NoLiveAttempt(ResolveRefused):

@@ -220,7 +220,7 @@ class RunStatus:
 
     `status` is one of: "not_started", "running" (started, not finished, nothing blocking: run it again to go
     on), "halted" (a side-effect call has an attempt and no outcome: the next drive halts; before the call's
-    deadline it may also still be in flight), "awaiting_approval", "completed".
+    deadline it may also still be in flight), "awaiting_approval", "completed", "cancelled".
     `call_id`, `tool`, `arguments` name the blocking call for halted and awaiting_approval runs.
     """
 
@@ -244,7 +244,7 @@ def status_of(journal: Journal) -> RunStatus:
     inp = start.input if isinstance(start, Start) else None
     end = journal.get(END_KEY)
     if isinstance(end, End):
-        return RunStatus(rid, "completed", inp, end.answer, records=n)
+        return RunStatus(rid, end.status, inp, end.answer, records=n)
     turn = 0
     last: ModelTurn | None = None
     while isinstance(rec := journal.get(model_key(turn)), ModelTurn):

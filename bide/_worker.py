@@ -12,7 +12,8 @@ Rules:
   racing for a run, or a worker and a live driver, never drive it together (the loser sees `RunInFlight`).
 - **A halted run waits for someone who can know.** A run halted on a side effect (`OutcomeUnknown`) is
   driven again only when its tool has a reconciler; otherwise it is left to a person (`bide resolve`), and
-  picked up again once its journal changes (a resolution was recorded).
+  picked up again once its journal changes (a resolution was recorded). A halted run that was cancelled
+  (`bide cancel`) is driven, and its drive ends it as cancelled.
 - **Waiting is not failing.** A run paused at an approval gate is consulted again with backoff until its
   gate decides; a run that failed (model down, store error) is retried with exponential backoff.
 - **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from ._agent import Agent
 from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight
 from ._journal import Journal
-from ._records import START_KEY, Start
+from ._records import CANCEL_KEY, START_KEY, Start
 from ._resolve import status_of
 from ._store import Store
 
@@ -181,7 +182,8 @@ class Worker:
             return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know")
         state = self._state.setdefault(run_id, _Backoff())
         status = status_of(journal)
-        if status.status == "halted":
+        # A halted run with a cancel request is driven: the drive ends it as cancelled.
+        if status.status == "halted" and not journal.has(CANCEL_KEY):
             if len(journal.records()) == state.halted_at_records:
                 return "skipped"  # nothing was recorded since it halted: still waiting for a person
             tool = agent.tools.get(status.tool or "")

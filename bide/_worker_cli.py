@@ -1,11 +1,15 @@
-"""`bide worker`: resume crashed runs from the command line (a `bide.Worker` over a store).
+"""Operating running runs from the command line: `bide worker` resumes crashed runs (a `bide.Worker` over
+a store), `bide cancel` asks a run to stop.
 
     bide worker --store URL --app module:attribute [--concurrency N] [--poll SECONDS] [--once [--json]]
+    bide cancel --store URL RUN [--reason TEXT]
 
 `module:attribute` names your agents: an `Agent`, a list of agents, or a function that takes the opened
 store and returns either (so the agents use the worker's store). The current directory is importable.
-Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. Exit codes follow `bide`'s:
-0 done; 2 bad usage (the app cannot be imported or is not agents); 3 no such store; 5 the store failed.
+Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. `bide cancel` journals a
+cancel request that the run's drive honours at its next turn boundary (see `bide.cancel_run`). Exit codes
+follow `bide`'s: 0 done; 2 bad usage (the app cannot be imported or is not agents); 3 no such store or
+run; 4 refused (the run has already ended); 5 the store failed.
 """
 
 from __future__ import annotations
@@ -23,13 +27,15 @@ from dataclasses import asdict
 from typing import Any
 
 from ._agent import Agent
-from ._errors import ConfigError
+from ._cancel import cancel_run
+from ._errors import ConfigError, RunEnded, RunNotFound
 from ._store import Store
+from ._terminal import printable
 from ._worker import Worker
 
 __all__ = ["register"]
 
-EXIT_OK, EXIT_USAGE = 0, 2
+EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 2, 3, 4
 
 
 class _AppError(Exception):
@@ -59,12 +65,12 @@ def load_agents(spec: str, store: Store) -> list[Agent]:
     return agents
 
 
-def _cmd_worker(args: argparse.Namespace) -> int:
+def _open(args: argparse.Namespace) -> Store | int:
+    """The store --store names, or the exit code of the message printed."""
     from ._cli import open_cli_store
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        store = open_cli_store(args)
+        return open_cli_store(args)
     except Exception as exc:
         # bide's CLI error carries its exit code (its class exists twice when bide._cli runs as __main__).
         code = getattr(exc, "code", None)
@@ -72,6 +78,34 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             raise
         print(f"bide: {exc}", file=sys.stderr)
         return code
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    store = _open(args)
+    if isinstance(store, int):
+        return store
+    try:
+        recorded = cancel_run(store, args.run, reason=args.reason)
+    except RunNotFound as exc:
+        print(f"bide: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except RunEnded as exc:
+        print(f"bide: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    finally:
+        store.close()
+    if recorded:
+        print(f"cancel requested for run {printable(args.run)}: it ends at its next turn boundary")
+    else:
+        print(f"run {printable(args.run)} already has a cancel request (the first reason stands)")
+    return EXIT_OK
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    store = _open(args)
+    if isinstance(store, int):
+        return store
     try:
         try:
             agents = load_agents(args.app, store)
@@ -105,7 +139,7 @@ async def _forever(worker: Worker) -> None:
 
 
 def register(sub: Any) -> None:
-    """Add `bide worker` to the `bide` command."""
+    """Add `bide worker` and `bide cancel` to the `bide` command."""
     from ._cli import add_store_argument
 
     p = sub.add_parser("worker", help="resume runs whose driver died (their lease expired)")
@@ -116,3 +150,9 @@ def register(sub: Any) -> None:
     p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
     p.add_argument("--json", action="store_true", help="with --once: print the pass as JSON")
     p.set_defaults(handler=_cmd_worker)
+
+    p = sub.add_parser("cancel", help="ask a run to stop at its next turn boundary")
+    add_store_argument(p)
+    p.add_argument("run", help="run id")
+    p.add_argument("--reason", default="", help="why (the run's answer says it)")
+    p.set_defaults(handler=_cmd_cancel)
