@@ -1,7 +1,8 @@
 """Cancellation: a durable request, honoured at the next turn boundary, never interrupting a call in flight.
 
-On every store in process (with `cancel_check=0`, a drive looks at every turn boundary); `bide cancel` through a subprocess (exit codes); and a cancel from another
-process reaching a run driven in a child process, on SQLite and PostgreSQL.
+On every store in process (with `cancel_check=0` a drive looks at every turn boundary); `bide cancel`
+through a subprocess (exit codes); and a cancel from another process reaching a run driven in a child
+process, on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
