@@ -157,8 +157,9 @@ def main() -> None:
             f"({1000 / ms_mem:,.0f} runs/s)"
         )
         print(
-            f"writes per run: {records} records in {tx} transactions "
-            "(header+start+first model turn+attempt marker | tool result | final turn+end)"
+            f"writes per run: {records} records in {tx} durable transactions "
+            "(header+start+first model turn+attempt marker | tool result | final turn+end), plus the run's "
+            "lease grant, not synced, in the transaction of the first load"
         )
         sql.close()
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib as _contextlib
 
 from ._agent import Agent, RunResult
+from ._cancel import acancel_run, cancel_run
 from ._canonical import canonical_json
 from ._errors import (
     ApprovalPending,
@@ -18,17 +19,22 @@ from ._errors import (
     HaltAlreadyResolved,
     HaltInFlight,
     JournalFormatError,
+    LeaseLost,
     ModelError,
     NoLiveAttempt,
     NotCalled,
     OutcomeUnknown,
     ResolveRefused,
+    RunEnded,
     RunHalted,
+    RunInFlight,
     RunLimitExceeded,
     RunMismatch,
+    RunNotFound,
     StoreError,
     ToolError,
     ToolNotStarted,
+    WriteRefused,
 )
 from ._gate import Approved, Denied, Gate, GateDecision, GateJournal, GateRequest, Pending
 from ._journal import Journal
@@ -50,6 +56,7 @@ from ._outcome import Outcome
 from ._records import FORMAT as JOURNAL_FORMAT
 from ._records import (
     Attempt,
+    Cancel,
     End,
     GateRecord,
     Header,
@@ -64,7 +71,7 @@ from ._records import (
 )
 from ._resolve import RunStatus, aresolve_halt, resolve_halt, run_status
 from ._sql import SQLStore
-from ._store import Entry, HookedStore, Store, WriteHook, WriteTransaction
+from ._store import Entry, HookedStore, Lease, Store, WriteHook, WriteTransaction
 from ._tools import (
     AttemptInfo,
     CallContext,
@@ -77,6 +84,7 @@ from ._tools import (
     idempotency_key_for,
     tool,
 )
+from ._worker import PassReport, Worker
 
 __all__ = [
     "JOURNAL_FORMAT",
@@ -88,6 +96,7 @@ __all__ = [
     "AttemptInfo",
     "BideError",
     "CallContext",
+    "Cancel",
     "ConfigError",
     "Denied",
     "End",
@@ -104,6 +113,8 @@ __all__ = [
     "Idempotent",
     "Journal",
     "JournalFormatError",
+    "Lease",
+    "LeaseLost",
     "MemoryStore",
     "Message",
     "Model",
@@ -116,14 +127,18 @@ __all__ = [
     "OpenAIModel",
     "Outcome",
     "OutcomeUnknown",
+    "PassReport",
     "Pause",
     "Pending",
     "ReadOnly",
     "Record",
     "ResolveRefused",
+    "RunEnded",
     "RunHalted",
+    "RunInFlight",
     "RunLimitExceeded",
     "RunMismatch",
+    "RunNotFound",
     "RunResult",
     "RunStatus",
     "SQLStore",
@@ -141,9 +156,13 @@ __all__ = [
     "ToolResult",
     "ToolSpec",
     "UserMessage",
+    "Worker",
     "WriteHook",
+    "WriteRefused",
     "WriteTransaction",
+    "acancel_run",
     "aresolve_halt",
+    "cancel_run",
     "canonical_json",
     "current_call",
     "decode_record",

@@ -2,9 +2,11 @@
 
 One drive of `Agent.run(run_id, input)`:
 
-1. Load the run's journal (one read) and check its start: an existing run with another input or entry
-   point is refused (`RunMismatch`). A new run's start (input and entry point) is journaled together with
-   its first turn, so a run exists in the journal from its first turn on.
+0. Take the run's lease (docs/guarantee.md): another live driver's lease means `RunInFlight` (after
+   waiting up to `lease_wait`). Every write of the drive is fenced by the lease's token.
+1. Load the run's journal (in the same round trip as the lease) and check its start: an existing run with
+   another input or entry point is refused (`RunMismatch`). A new run's start (input and entry point) is
+   journaled together with its first turn, so a run exists in the journal from its first turn on.
 2. A finished run returns its journaled answer; the model is not called.
 3. Replay: every journaled model turn and tool result is reused, never redone.
 4. Loop: run the last turn's calls that have no result; then ask the model for the next turn. A new turn
@@ -13,8 +15,9 @@ One drive of `Agent.run(run_id, input)`:
    driver journaled that turn first, nothing of ours is written and the drive goes on with the journal's.
 
 Side effects follow the claim protocol (see docs/guarantee.md): attempt marker with a fresh claim id, call
-only under our own stored claim, record the result. A marker without a result halts with `OutcomeUnknown`
-unless a reconciler decides it, or this process knows the call never started.
+only under our own stored claim and only inside the marker's window, record the result. A marker without a
+result halts with `OutcomeUnknown` unless a reconciler decides it, or this process knows the call never
+started. A lost write race reloads the journal before anything is decided.
 """
 
 from __future__ import annotations
@@ -22,12 +25,12 @@ from __future__ import annotations
 import asyncio
 import inspect
 import time
-import weakref
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from ._canonical import canonical_json, new_claim
+from ._cancel import cancelled_answer
+from ._canonical import canonical_json, json_text, new_claim
 from ._errors import (
     ApprovalPending,
     BideError,
@@ -35,14 +38,18 @@ from ._errors import (
     ModelError,
     NotCalled,
     OutcomeUnknown,
+    RunInFlight,
     RunLimitExceeded,
     RunMismatch,
     StoreError,
     ToolError,
     ToolNotStarted,
+    WriteRefused,
 )
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
+from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
 from ._journal import Journal
+from ._lease import LeaseKeeper
 from ._messages import (
     AssistantMessage,
     Message,
@@ -55,9 +62,11 @@ from ._messages import (
 )
 from ._outcome import Outcome
 from ._records import (
+    CANCEL_KEY,
     END_KEY,
     START_KEY,
     Attempt,
+    Cancel,
     End,
     ModelTurn,
     NotStarted,
@@ -66,41 +75,27 @@ from ._records import (
     Start,
     ToolResult,
     attempt_key,
+    decode_record,
     model_key,
     not_started_key,
     pause_key,
     result_key,
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
-from ._store import Store
-from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for
+from ._store import Fence, Lease, Store
+from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
+from ._when import iso, when
 
 __all__ = ["Agent", "RunResult"]
 
-# Claims this process provably never acted on (the marker write raised, so the tool was not called).
-# Keyed by store object; lost on exit, which only costs a halt instead of a retry.
-_UNSTARTED: weakref.WeakKeyDictionary[Any, dict[tuple[str, str, int], str]] = weakref.WeakKeyDictionary()
-
-
-_MAX_UNSTARTED = 4096
-
-
-def _remember_unstarted(store: Any, run_id: str, call_id: str, gen: int, claim: str) -> None:
-    memo = _UNSTARTED.setdefault(store, {})
-    if len(memo) >= _MAX_UNSTARTED:
-        memo.pop(next(iter(memo)))  # forgetting one only costs a halt instead of a retry
-    memo[(run_id, call_id, gen)] = claim
-
-
-def forget_unstarted_claims() -> None:
-    """Drop this process's memory of claims that never started (tests use it to simulate a restart)."""
-    _UNSTARTED.clear()
+DEFAULT_LEASE_TTL = 30.0
 
 
 @dataclass(slots=True)
 class RunResult:
     """A finished run: its final `answer`. `replayed` is True when the run had already finished before this
-    call and the answer came from the journal without calling the model."""
+    call and the answer came from the journal without calling the model. `status` is "completed", or
+    "cancelled" for a run ended by a cancel request (`bide.cancel_run`; its answer says so)."""
 
     run_id: str
     answer: str
@@ -115,7 +110,16 @@ class Agent:
     `name` is the run's entry point: a run started by one agent name cannot be resumed by another.
     `max_turns` bounds the model turns of a run (journaled turns count). `clock_skew` (seconds) is the margin
     a reconciler waits past an attempt's deadline before deciding it; `clock` (Unix seconds) stamps attempt
-    markers and judges their age.
+    markers, leases, and judges their age.
+
+    A drive holds the run's lease (see docs/guarantee.md) for `lease_ttl` seconds, renewed every third of
+    it while it drives. A drive that finds the lease held by another live driver waits up to `lease_wait`
+    seconds for it (returning the run's answer if that driver finishes it meanwhile), then raises
+    `RunInFlight`.
+
+    A drive honours a cancel request (`bide.cancel_run`) at a turn boundary: it looks for one when it
+    starts and then, at each boundary, once `cancel_check` seconds have passed since it last looked (0:
+    at every boundary; a drive that finishes sooner never pays for the look).
     """
 
     def __init__(
@@ -129,10 +133,17 @@ class Agent:
         max_turns: int = 32,
         clock_skew: float = DEFAULT_CLOCK_SKEW,
         clock: Callable[[], float] = time.time,
+        lease_ttl: float = DEFAULT_LEASE_TTL,
+        lease_wait: float = 0.0,
+        cancel_check: float = 0.5,
     ) -> None:
         if not callable(getattr(model, "complete", None)):
             raise ConfigError("model must have an async complete(request) method (see bide.Model)")
-        for method in ("ainsert_many", "aload", "insert_many", "load"):
+        if not (isinstance(lease_ttl, (int, float)) and lease_ttl > 0):
+            raise ConfigError("lease_ttl must be a positive number of seconds")
+        if not (isinstance(lease_wait, (int, float)) and lease_wait >= 0):
+            raise ConfigError("lease_wait must be a number of seconds, 0 or more")
+        for method in ("ainsert_many", "aload", "alease", "arelease", "insert_many", "load", "lease"):
             if not callable(getattr(store, method, None)):
                 raise ConfigError("store must be a bide store (use bide.open_store(url))")
         self.model = model
@@ -142,6 +153,11 @@ class Agent:
         self.max_turns = max_turns
         self.clock_skew = clock_skew
         self.clock = clock
+        self.lease_ttl = float(lease_ttl)
+        self.lease_wait = float(lease_wait)
+        self.cancel_check = float(cancel_check)
+        # Synchronous calls running past their deadline, by (run id, fence) of the drive that started them.
+        self._overruns: dict[tuple[str, Fence | None], tuple[CallWindow, Callable[[bool, Any], Any]]] = {}
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if not isinstance(t, Tool):
@@ -168,7 +184,87 @@ class Agent:
         """
         if not isinstance(input, str):
             raise ConfigError("input must be a string")
-        journal = await Journal(self.store, run_id).aload()
+        journal = Journal(self.store, run_id)
+        lease = await self._take_lease(journal)
+        if lease is None:  # the run had ended: its answer, from the journal
+            self._check_start(journal, input)
+            return self._finished(journal, replayed=True)
+        keeper = LeaseKeeper(self.store, lease, self.lease_ttl, self.clock)
+        try:
+            result = await self._drive(journal, input)
+            keeper.ended = True
+            return result
+        except WriteRefused as refused:
+            # Another driver took the lease over, or ended the run: see what the journal says now.
+            await journal.aload()
+            if journal.has(END_KEY):
+                keeper.ended = True
+                self._check_start(journal, input)
+                return self._finished(journal, replayed=True)
+            now = self.clock()
+            raise RunInFlight(
+                f"run {run_id!r} is being driven by another driver, which took over this drive's lease "
+                f"({refused}); nothing more was written by this drive. Run it again after "
+                f"{when(now + self.lease_ttl, now)}",
+                run_id=run_id,
+                holder=None,
+                expires_at=None,
+                retry_after=now + self.lease_ttl,
+            ) from refused
+        finally:
+            overrun = self._overruns.pop((run_id, journal.fence), None) if self._overruns else None
+            release = keeper.stop(overrun)
+            if release is not None:
+                await release
+
+    def _finished(self, journal: Journal, *, replayed: bool) -> RunResult:
+        end = journal.get(END_KEY)
+        assert isinstance(end, End)
+        turns = _count_turns(journal)
+        return RunResult(journal.run_id, end.answer, turns, replayed=replayed, status=end.status)
+
+    async def _take_lease(self, journal: Journal) -> Lease | None:
+        """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
+        `lease_wait` for a live lease of another driver, then raises RunInFlight."""
+        run_id = journal.run_id
+        ttl_ms = int(self.lease_ttl * 1000)
+        holder = new_claim()
+        give_up = self.clock() + self.lease_wait
+        pause = 0.01
+        while True:
+            # Both requests go out together; the store answers the load as of the grant or later.
+            granted = self.store.alease(run_id, holder, now_ms=int(self.clock() * 1000), ttl_ms=ttl_ms)
+            loaded = self.store.aload(run_id, journal.last_seq)
+            try:
+                lease = await granted
+            except BaseException:
+                if inspect.iscoroutine(loaded):
+                    loaded.close()  # never sent: nothing to wait for
+                raise
+            journal.absorb(await loaded)
+            if journal.has(END_KEY):
+                return None
+            if lease.held:
+                journal.fence = (holder, lease.token)
+                return lease
+            now = self.clock()
+            if now >= give_up:
+                expires = lease.expires_ms / 1000
+                raise RunInFlight(
+                    f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
+                    f"{lease.token}, expires {when(expires, now)} unless renewed); nothing was done. Run "
+                    "it again later, or give the agent a lease_wait to wait for it",
+                    run_id=run_id,
+                    holder=lease.holder,
+                    expires_at=expires,
+                    retry_after=min(expires, now + self.lease_ttl / 3),
+                )
+            await asyncio.sleep(min(pause, give_up - now))
+            pause = min(pause * 2, 1.0)
+
+    async def _drive(self, journal: Journal, input: str) -> RunResult:
+        """The drive proper, under the run's lease, from the journal loaded with it."""
+        run_id = journal.run_id
         # A new run's start record is written with its first turn, in the same all-or-nothing write: a run
         # exists once it has a turn. An existing run's start is checked against this drive.
         needs_start = not journal.has(START_KEY)
@@ -176,7 +272,7 @@ class Agent:
             self._check_start(journal, input)
         end = journal.get(END_KEY)
         if isinstance(end, End):
-            return RunResult(run_id, end.answer, _count_turns(journal), replayed=True)
+            return RunResult(run_id, end.answer, _count_turns(journal), replayed=True, status=end.status)
         messages: list[Message] = [UserMessage(content=input)]
         if self.system:
             system = self._system_message
@@ -185,6 +281,8 @@ class Agent:
             messages.insert(0, system)
         turn = 0
         restarts = 0
+        first = True
+        looked = time.monotonic()
         while True:
             if needs_start and journal.has(START_KEY):
                 # The journal shows a start now: ours was written with our first turn (then `needs_start` is
@@ -194,7 +292,17 @@ class Agent:
                 needs_start = False
             end = journal.get(END_KEY)
             if isinstance(end, End):
-                return RunResult(run_id, end.answer, _count_turns(journal))
+                return RunResult(run_id, end.answer, _count_turns(journal), status=end.status)
+            # A cancel request is honoured at a turn boundary: from the journal loaded with the lease on the
+            # drive's first, then from the store (another process may have written it) once `cancel_check`
+            # seconds have passed since the drive last looked.
+            cancel = journal.get(CANCEL_KEY)
+            if not first and cancel is None and time.monotonic() - looked >= self.cancel_check:
+                cancel = await self._cancel_request(run_id)
+                looked = time.monotonic()
+            first = False
+            if isinstance(cancel, Cancel):
+                return await self._end_cancelled(journal, cancel)
             rec = journal.get(model_key(turn))
             # A new turn is written together with the first thing that depends on it (its end record, or
             # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
@@ -227,6 +335,7 @@ class Agent:
                     if await write:
                         return RunResult(run_id, text, turn + 1)
                     restarts = _restart(run_id, turn, restarts)
+                    await journal.aload()  # lost a race: decide nothing from a stale journal
                     continue
                 pending = [*self._opening(needs_start, input), rec]
             msg = rec.message
@@ -248,6 +357,22 @@ class Agent:
                 restarts = 0
                 continue
             restarts = _restart(run_id, turn, restarts)
+            await journal.aload()  # lost a race: decide nothing from a stale journal
+
+    async def _cancel_request(self, run_id: str) -> Cancel | None:
+        entry = await self.store.aget(run_id, CANCEL_KEY)
+        if entry is None:
+            return None
+        record = decode_record(entry.key, entry.data)
+        return record if isinstance(record, Cancel) else None
+
+    async def _end_cancelled(self, journal: Journal, cancel: Cancel) -> RunResult:
+        """End the run as cancelled (or, if another driver ended it first, as that driver did)."""
+        stored, _ = await journal.awrite_one(
+            End(key=END_KEY, status="cancelled", answer=cancelled_answer(cancel))
+        )
+        assert isinstance(stored, End)
+        return RunResult(journal.run_id, stored.answer, _count_turns(journal), status=stored.status)
 
     def _opening(self, needs_start: bool, input: str) -> tuple[Record, ...]:
         """What a fresh turn is journaled after: the run's start record, for a run that has none yet. Made
@@ -463,11 +588,28 @@ class Agent:
         """A side-effect call with attempt markers and no result: decide whether it may be called again.
 
         Returns a result if one got recorded (by a reconciler), None if the call may be claimed anew, and
-        raises OutcomeUnknown otherwise."""
-        if live_attempt(journal, call.call_id) is None:
+        raises OutcomeUnknown otherwise (or RunInFlight while the call runs in this process)."""
+        # Decide nothing from a stale journal: what another writer recorded meanwhile counts.
+        await journal.aload()
+        recorded = journal.get(result_key(call.call_id))
+        if isinstance(recorded, ToolResult):
+            return recorded
+        live = live_attempt(journal, call.call_id)
+        if live is None:
             return None
-        memo = _UNSTARTED.get(self.store, {})
-        if memo.get((journal.run_id, call.call_id, last.gen)) == last.claim:
+        last = live
+        if running(last.claim) is not None:
+            now = self.clock()
+            raise RunInFlight(
+                f"run {journal.run_id!r}: call {call.call_id!r} ({tool.name}) is still running in this "
+                "process, past its deadline (a synchronous tool cannot be stopped); its outcome is recorded "
+                "when it returns. Run again after that",
+                run_id=journal.run_id,
+                holder=None,
+                expires_at=None,
+                retry_after=now + 1.0,
+            )
+        if never_started(last.claim):
             # This process wrote that marker and knows it never called the tool: void it and go on.
             await journal.awrite_one(
                 NotStarted(
@@ -475,13 +617,14 @@ class Agent:
                     call_id=call.call_id,
                     gen=last.gen,
                     claim=last.claim,
-                    reason="marker write failed before the call",
+                    reason="this process wrote the marker and never called the tool",
                 )
             )
-            memo.pop((journal.run_id, call.call_id, last.gen), None)
+            forget_started(last.claim)
             return None
         cause: BaseException | None = None
-        if tool.reconcile is not None and self.clock() >= last.deadline_ms / 1000 + self.clock_skew:
+        ready_at = last.deadline_ms / 1000 + self.clock_skew
+        if tool.reconcile is not None and self.clock() >= ready_at:
             info = AttemptInfo(
                 journal.run_id,
                 call.call_id,
@@ -508,13 +651,16 @@ class Agent:
                     journal, call.call_id, outcome, clock_skew=self.clock_skew, now=self.clock()
                 )
                 return recorded
-        raise self._unknown(journal, last, "crashed") from cause
+        why = "crashed"
+        if tool.reconcile is not None and cause is None and self.clock() < ready_at:
+            why = f"crashed; its reconciler may decide it from {when(ready_at, self.clock())} on"
+        raise self._unknown(journal, last, why) from cause
 
     def _unknown(self, journal: Journal, marker: Attempt, cause: str) -> OutcomeUnknown:
         args = canonical_json(marker.arguments).decode()
         return OutcomeUnknown(
             f"run {journal.run_id!r} halted: side-effect call {marker.call_id!r} ({marker.tool} {args}) was "
-            f"attempted at {marker.attempted_at_ms / 1000:.3f} but its outcome was not recorded "
+            f"attempted at {iso(marker.attempted_at_ms / 1000)} but its outcome was not recorded "
             f"({cause}); it fired zero times or once. Check the system of record, then call "
             f"bide.resolve_halt(store, "
             f"{journal.run_id!r}, {marker.call_id!r}, outcome=...) and run again",
@@ -560,17 +706,18 @@ class Agent:
                 stored: Record = marker
             else:
                 stored, _ = await journal.awrite_one(marker)
-        except StoreError:
-            # The write may have committed; either way the tool was not called. Remember the claim, so a
-            # later drive in this process can void it instead of halting.
-            _remember_unstarted(self.store, run_id, call.call_id, gen, claim)
+        except BaseException:
+            # The write may have committed (or was cancelled after it did); either way the tool was not
+            # called. Remember the claim, so a later drive in this process can void it instead of halting.
+            remember_unstarted(claim)
             raise
         if not isinstance(stored, Attempt) or stored.claim != claim:
-            assert isinstance(stored, Attempt)
-            raise self._unknown(journal, stored, "contended: another driver claimed this call")
+            return None  # another writer claimed this attempt first: reload and decide again
+        # The window the marker recorded: the tool starts only before its deadline, with the time left.
+        window = CallWindow(tool.name, claim, marker.deadline_ms / 1000, self.clock)
         ctx = CallContext(run_id, call.call_id, tool.name, idem, gen)
         try:
-            value = await tool._invoke(call_args, ctx)
+            value = await tool._invoke(call_args, ctx, window)
         except NotCalled as exc:
             try:
                 await journal.awrite_one(
@@ -582,12 +729,12 @@ class Agent:
                         reason=_error_text(exc),
                     )
                 )
-            except StoreError:
-                _remember_unstarted(self.store, run_id, call.call_id, gen, claim)
+            except BaseException:
+                remember_unstarted(claim)
                 raise
             raise ToolNotStarted(
-                f"tool {tool.name!r} (call {call.call_id!r} of run {run_id!r}) reported that "
-                f"it did not run: {exc}. Run again to retry the call"
+                f"tool {tool.name!r} (call {call.call_id!r} of run {run_id!r}) did not run: {exc}. "
+                "Run again to retry the call"
             ) from exc
         except ToolError as exc:
             return self._result(
@@ -599,12 +746,44 @@ class Agent:
                 approval=approval,
             )
         except TimeoutError as exc:
+            if window.running():
+                # A synchronous tool cannot be stopped: it runs on past its deadline, as a live call of this
+                # process, whose lease the drive hands to a keeper that records what it returns.
+                late = self._late_result(call, tool, idem, approval)
+                self._overruns[(run_id, journal.fence)] = (window, late)
+                cause = (
+                    f"still running past its {tool.timeout:g}s timeout in this process (a synchronous tool "
+                    "cannot be stopped); this process keeps the run's lease and records its outcome when "
+                    "it returns"
+                )
+                raise self._unknown(journal, marker, cause) from exc
             raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s") from exc
-        except Exception as exc:
+        except BaseException as exc:
+            if window.state != "started":
+                remember_unstarted(claim)  # cancelled before it started: provably not called
+            if not isinstance(exc, Exception):
+                raise
             raise self._unknown(journal, marker, f"the tool raised {type(exc).__name__}: {exc}") from exc
         return self._result(
             call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
         )
+
+    def _late_result(
+        self, call: ToolCall, tool: Tool, idem: str, approval: Any
+    ) -> Callable[[bool, Any], ToolResult | None]:
+        """How the outcome of a call that outlived its drive becomes its result record (None: unknown)."""
+
+        def build(returned: bool, value: Any) -> ToolResult | None:
+            safety = tool.safety.value
+            if returned:
+                value = journal_safe(tool.name, value)
+                return self._result(call, value, is_error=False, safety=safety, idem=idem, approval=approval)
+            if isinstance(value, ToolError):
+                text = _error_text(value)
+                return self._result(call, text, is_error=True, safety=safety, idem=idem, approval=approval)
+            return None
+
+        return build
 
 
 async def _flush(journal: Journal, pending: list[Record]) -> bool:
@@ -631,6 +810,7 @@ def _check_reply(reply: object) -> None:
     if not isinstance(reply.content, str) or not isinstance(reply.tool_calls, list):
         raise ModelError("model returned an AssistantMessage whose content is not a string or whose "
                          "tool_calls is not a list")
+    ids: set[str] = set()
     for c in reply.tool_calls:
         if not (
             isinstance(c, ToolCall)
@@ -640,6 +820,25 @@ def _check_reply(reply: object) -> None:
         ):
             raise ModelError(f"model returned a malformed tool call {c!r}: expected ToolCall(id=str, "
                              "name=str, arguments=dict or str)")
+        if c.id in ids:
+            # Two calls under one provider id cannot both be answered; nothing of the turn is journaled.
+            raise ModelError(f"model returned two tool calls with the id {c.id!r} in one turn; run again "
+                             "to ask the model again")
+        ids.add(c.id)
+    _check_journalable(reply)
+
+
+def _check_journalable(reply: AssistantMessage) -> None:
+    """Refuse a reply whose text or arguments the journal cannot hold (a lone surrogate, NaN or an infinity,
+    values that are not JSON) before any of it is journaled."""
+    try:
+        # One encoding of everything the turn record will hold that came from the model.
+        json_text([reply.content, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]).encode("utf-8")
+    except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
+        raise ModelError(
+            f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
+            "model again"
+        ) from exc
 
 
 def _restart(run_id: str, turn: int, restarts: int) -> int:
@@ -654,8 +853,13 @@ def _restart(run_id: str, turn: int, restarts: int) -> int:
 
 
 def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    return text if text else type(exc).__name__
+    """An error's message as journal text: a lone surrogate in it (a file name, say) is escaped."""
+    text = str(exc) or type(exc).__name__
+    try:
+        text.encode("utf-8")
+    except UnicodeError:
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:

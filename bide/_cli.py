@@ -4,6 +4,8 @@
     bide show    [--store URL] RUN [--json]
     bide resolve [--store URL] RUN CALL (--succeeded JSON | --failed MESSAGE | --not-started)
                  [--evidence JSON]
+    bide worker  [--store URL] --app module:attribute [--concurrency N] [--poll S] [--once [--json]]
+    bide cancel  [--store URL] RUN [--reason TEXT]
 
 `--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes: 0 done; 2 bad usage; 3 no such store,
 run or call; 4 refused (the message says why and what to do); 5 the store failed.
@@ -32,6 +34,7 @@ from ._outcome import Outcome
 from ._resolve import resolve_halt, status_of
 from ._store import Store
 from ._terminal import printable
+from ._when import iso, when
 
 __all__ = [
     "EXIT_NOT_FOUND",
@@ -49,7 +52,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 EXIT_REFUSED = 4
 EXIT_STORE = 5
-EXTENSIONS = ("bide.approvals._cli",)
+EXTENSIONS = ("bide.approvals._cli", "bide._worker_cli")
 
 
 class CLIError(Exception):
@@ -162,9 +165,21 @@ def _cmd_show(args: argparse.Namespace) -> int:
         say(f"  answer: {st.answer}")
     if st.call_id:
         say(f"  blocked on call {st.call_id}: {st.tool} {json.dumps(st.arguments, sort_keys=True)}")
+        attempts = [r["record"] for r in records if r["record"].get("kind") == "attempt"]
+        if st.status == "halted" and attempts:
+            last = attempts[-1]
+            deadline = last["deadline_ms"] / 1000
+            say(
+                f"  attempted {when(last['attempted_at_ms'] / 1000)}; deadline {when(deadline)}; "
+                f"bide resolve accepts an outcome from {when(deadline + args.clock_skew)} on "
+                f"(--clock-skew {args.clock_skew:g})"
+            )
     for r in records:
         rec = r["record"]
         detail = {k: v for k, v in rec.items() if k not in ("key", "kind", "salt")}
+        for name in ("attempted_at_ms", "deadline_ms"):
+            if isinstance(detail.get(name), int):  # readable in text; --json keeps the stored numbers
+                detail[name.removesuffix("_ms")] = iso(detail.pop(name) / 1000)
         say(
             f"  {r['seq']:>6}  {r['key']:<28} {rec.get('kind')}  {json.dumps(detail, sort_keys=True)[:160]}"
         )
@@ -211,6 +226,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     add_store_argument(p)
     p.add_argument("run", help="run id")
     p.add_argument("--json", action="store_true", help="print JSON (records decoded)")
+    p.add_argument(
+        "--clock-skew", type=float, default=1.0, help="the margin bide resolve will use (for the times shown)"
+    )
     p.set_defaults(handler=_cmd_show)
 
     p = sub.add_parser("resolve", help="record the outcome of a halted side-effect call")

@@ -10,8 +10,13 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     ├── ModelError                        the model call failed (after retries)
     ├── RunLimitExceeded                  the run used up max_turns
     ├── ToolNotStarted                    a side effect provably did not start; run again to retry
+    ├── RunInFlight                       another driver holds the run's lease; run again later
+    ├── WriteRefused                      the store refused a journal write; nothing was written
+    │   ├── LeaseLost                     another driver took over the run's lease
+    │   └── RunEnded                      the run has ended: nothing is appended after run:end
     ├── ToolError                         raised BY a tool: a known failure the model should see
     ├── NotCalled                         raised BY a tool: the effect was provably not performed
+    ├── RunNotFound                       no run with that id in the store
     ├── ResolveRefused                    resolve_halt refused to record an outcome
     │   ├── HaltInFlight                  another driver may still be running the call; wait
     │   ├── HaltAlreadyResolved           a different outcome is already recorded
@@ -34,17 +39,22 @@ __all__ = [
     "HaltAlreadyResolved",
     "HaltInFlight",
     "JournalFormatError",
+    "LeaseLost",
     "ModelError",
     "NoLiveAttempt",
     "NotCalled",
     "OutcomeUnknown",
     "ResolveRefused",
+    "RunEnded",
     "RunHalted",
+    "RunInFlight",
     "RunLimitExceeded",
     "RunMismatch",
+    "RunNotFound",
     "StoreError",
     "ToolError",
     "ToolNotStarted",
+    "WriteRefused",
 ]
 
 
@@ -101,6 +111,38 @@ class ToolNotStarted(BideError):
     """
 
 
+class RunInFlight(BideError):
+    """Another driver holds the run's lease (it is driving the run now), or a call of the run is still
+    running in this process. Nothing was done; run it again after `retry_after` (Unix seconds).
+
+    `holder` is the lease holder's id and `expires_at` when its lease runs out unless it is renewed (None
+    when the call runs in this process).
+    """
+
+    def __init__(
+        self, message: str, *, run_id: str, holder: str | None, expires_at: float | None, retry_after: float
+    ) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+        self.holder = holder
+        self.expires_at = expires_at
+        self.retry_after = retry_after
+
+
+class WriteRefused(BideError):
+    """The store refused a journal write and wrote none of it (unlike `StoreError`, nothing may have
+    committed). Load the run again to see why."""
+
+
+class LeaseLost(WriteRefused):
+    """The writer's lease on the run was taken over by another driver (its fencing token is stale): a
+    paused or slow driver cannot write once someone else drives the run."""
+
+
+class RunEnded(WriteRefused):
+    """The run has its `run:end` record: nothing more is appended to it."""
+
+
 class ToolError(BideError):
     """Raise from a tool for a failure whose outcome is known; the message goes back to the model.
 
@@ -133,6 +175,10 @@ class HaltInFlight(ResolveRefused):
 
 class HaltAlreadyResolved(ResolveRefused):
     """The call already has a recorded outcome that differs from the one offered."""
+
+
+class RunNotFound(BideError):
+    """No run with that id exists in the store (it has no records): check the run id and the store."""
 
 
 class NoLiveAttempt(ResolveRefused):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ._errors import ConfigError, JournalFormatError, StoreError
 from ._records import FORMAT, HEADER_KEY, Header, Record, decode_record, encode_record
-from ._store import Entry, Store
+from ._store import Entry, Fence, Store
 
 __all__ = ["Journal", "check_run_id"]
 
@@ -36,9 +36,12 @@ class Journal:
     to it (`write`/`awrite`: insert-if-absent, the header is added to a new run's first write).
 
     Reads are from what this object has loaded or written; call `aload` again to see other writers.
+
+    `fence` is the (holder, token) of the run's lease this journal writes under (set by the driver that
+    holds it): the store refuses its writes with `LeaseLost` once someone else took the lease over.
     """
 
-    __slots__ = ("_has_header", "_last_seq", "_recs", "_rows", "run_id", "store")
+    __slots__ = ("_has_header", "_last_seq", "_recs", "_rows", "fence", "run_id", "store")
 
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
@@ -50,6 +53,7 @@ class Journal:
         self._rows: dict[str, tuple[int, bytes]] = {}
         self._last_seq = 0
         self._has_header = False
+        self.fence: Fence | None = None
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -62,6 +66,11 @@ class Journal:
         """Read records this object has not seen yet."""
         self._absorb(await self.store.aload(self.run_id, self._last_seq))
         return self
+
+    @property
+    def last_seq(self) -> int:
+        """The highest seq this object has loaded (load again with `store.aload(run_id, last_seq)`)."""
+        return self._last_seq
 
     @property
     def exists(self) -> bool:
@@ -115,6 +124,10 @@ class Journal:
         if rec is not None:
             self._recs[entry.key] = rec
         self._rows[entry.key] = (entry.seq, entry.data)
+
+    def absorb(self, entries: Sequence[Entry]) -> None:
+        """Take in entries loaded from the store (the answer of `store.aload(run_id, ...)`)."""
+        self._absorb(entries)
 
     def _absorb(self, entries: Sequence[Entry]) -> None:
         for entry in entries:
@@ -185,12 +198,18 @@ class Journal:
 
     def write(self, records: Sequence[Record]) -> list[tuple[Record, bool]]:
         """Append records in one transaction (blocking); returns (stored record, inserted) per record."""
-        return self._winners(records, self.store.insert_many(self.run_id, self._items(records)))
+        items = self._items(records)
+        if self.fence is None:
+            return self._winners(records, self.store.insert_many(self.run_id, items))
+        return self._winners(records, self.store.insert_many(self.run_id, items, fence=self.fence))
 
     async def awrite(self, records: Sequence[Record]) -> list[tuple[Record, bool]]:
         """Append records in one transaction; returns (stored record, inserted) per record. A record whose
         key exists is not written, and the stored one is returned with inserted=False."""
-        return self._winners(records, await self.store.ainsert_many(self.run_id, self._items(records)))
+        items = self._items(records)
+        if self.fence is None:
+            return self._winners(records, await self.store.ainsert_many(self.run_id, items))
+        return self._winners(records, await self.store.ainsert_many(self.run_id, items, fence=self.fence))
 
     async def awrite_exclusive(self, records: Sequence[Record]) -> bool:
         """Append all `records` in one transaction (with the header first for a new run), or none of them if
@@ -198,7 +217,10 @@ class Journal:
         were written."""
         items = self._items(records)
         count = len(items)
-        answer = self.store.ainsert_many(self.run_id, items, exclusive=True)
+        if self.fence is None:
+            answer = self.store.ainsert_many(self.run_id, items, exclusive=True)
+        else:
+            answer = self.store.ainsert_many(self.run_id, items, exclusive=True, fence=self.fence)
         del items, records  # what the store has is its own: a waiting run holds nothing more
         entries = await answer
         if len(entries) == count and all(e.inserted for e in entries):
@@ -217,5 +239,9 @@ class Journal:
     async def awrite_one(self, record: Record) -> tuple[Record, bool]:
         """`awrite` for one record."""
         # awrite's body, not a call to it: one coroutine fewer held by every run waiting on a write.
-        answer = self.store.ainsert_many(self.run_id, self._items((record,)))
+        items = self._items((record,))
+        if self.fence is None:
+            answer = self.store.ainsert_many(self.run_id, items)
+        else:
+            answer = self.store.ainsert_many(self.run_id, items, fence=self.fence)
         return self._winners((record,), await answer)[0]

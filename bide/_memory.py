@@ -7,7 +7,19 @@ import threading
 from collections.abc import Callable, Sequence
 
 from ._errors import ConfigError
-from ._store import BlockingStore, Entry, WriteHook, WriteHooks, WriteTransaction
+from ._store import (
+    END_KEY,
+    BlockingStore,
+    Entry,
+    Fence,
+    Lease,
+    WriteHook,
+    WriteHooks,
+    WriteTransaction,
+    decide_lease,
+    refuse_ended,
+    refuse_fence,
+)
 
 __all__ = ["MemoryStore"]
 
@@ -26,6 +38,7 @@ class MemoryStore(BlockingStore):
         self._runs: dict[str, dict[str, tuple[int, str, bytes]]] = {}
         self._order: dict[str, list[tuple[int, str, bytes]]] = {}
         self._seq = 0
+        self._leases: dict[str, Lease] = {}
         self._hooks = WriteHooks()
         self.hook_errors = self._hooks.errors
 
@@ -41,11 +54,20 @@ class MemoryStore(BlockingStore):
             self._hooks.remove(hook)
 
     def insert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> list[Entry]:
         _check(run_id, items)
         out: list[Entry] = []
         with self._lock:
+            if fence is not None:
+                lease = self._leases.get(run_id)
+                if lease is None or lease.token != fence[1] or lease.holder != fence[0]:
+                    refuse_fence(run_id, lease, fence)
             records = self._runs.get(run_id)
             if records is None:
                 records = self._runs[run_id] = {}
@@ -56,6 +78,8 @@ class MemoryStore(BlockingStore):
                 clash = [Entry(*records[key]) for key, _ in items if key in records]
                 if clash:
                     return clash
+            if END_KEY in records and any(key not in records for key, _ in items):
+                refuse_ended(run_id)
             seq = self._seq
             wrote = False
             try:
@@ -93,6 +117,36 @@ class MemoryStore(BlockingStore):
         start = bisect.bisect_right(order, after, key=_row_seq) if after > 0 else 0
         return [Entry(*r) for r in order[start:]]
 
+    def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
+        with self._lock:
+            lease = decide_lease(run_id, self._leases.get(run_id), holder, now_ms, ttl_ms, token)
+            if lease.held:
+                self._leases[run_id] = lease
+        return lease
+
+    def release(self, run_id: str, holder: str, token: int) -> bool:
+        with self._lock:
+            current = self._leases.get(run_id)
+            if current is None or (current.holder, current.token) != (holder, token):
+                return False
+            self._leases[run_id] = Lease(run_id, holder, token, 0)
+        return True
+
+    def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
+        with self._lock:
+            out = [
+                Lease(r, lease.holder, lease.token, lease.expires_ms)
+                for r, lease in self._leases.items()
+                if r > after and lease.expires_ms <= now_ms and self._open(r)
+            ]
+        out.sort(key=_lease_run)
+        return out[:limit]
+
+    def _open(self, run_id: str) -> bool:
+        """The run has records and no end (called with the lock held)."""
+        records = self._runs.get(run_id)
+        return records is not None and len(records) > 0 and END_KEY not in records
+
     def get(self, run_id: str, key: str) -> Entry | None:
         with self._lock:
             row = self._runs.get(run_id, {}).get(key)
@@ -108,6 +162,10 @@ class MemoryStore(BlockingStore):
         with self._lock:
             ids = sorted(r for r in self._runs if r.startswith(prefix) and r > after and self._runs[r])
         return ids[:limit]
+
+
+def _lease_run(lease: Lease) -> str:
+    return lease.run_id
 
 
 def _row_seq(row: tuple[int, str, bytes]) -> int:

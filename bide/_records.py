@@ -38,10 +38,12 @@ from ._errors import StoreError
 from ._messages import AssistantMessage, ToolCall
 
 __all__ = [
+    "CANCEL_KEY",
     "FORMAT",
     "HEADER_KEY",
     "RESERVED_GATE_PREFIX",
     "Attempt",
+    "Cancel",
     "End",
     "GateRecord",
     "Header",
@@ -64,6 +66,7 @@ FORMAT = "bide.journal/1"
 HEADER_KEY = "@journal"
 START_KEY = "run:start"
 END_KEY = "run:end"
+CANCEL_KEY = "run:cancel"
 RESERVED_GATE_PREFIX = "approval:"
 
 
@@ -189,15 +192,24 @@ class GateRecord(_Record):
 
 
 @dataclass(slots=True, kw_only=True)
+class Cancel(_Record):
+    """A durable request to cancel the run, honoured by its drive at the next turn boundary."""
+
+    kind: Literal["cancel"] = "cancel"
+    reason: str = ""
+    requested_at_ms: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
 class End(_Record):
-    """The run's end: its final answer."""
+    """The run's end: its final answer, or the answer saying it was cancelled (`status` "cancelled")."""
 
     kind: Literal["end"] = "end"
-    status: Literal["completed"] = "completed"
+    status: Literal["completed", "cancelled"] = "completed"
     answer: str
 
 
-Record = Header | Start | ModelTurn | Attempt | NotStarted | ToolResult | Pause | GateRecord | End
+Record = Header | Start | ModelTurn | Attempt | NotStarted | ToolResult | Pause | GateRecord | Cancel | End
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Annotated[Record, Field(discriminator="kind")])
 
 

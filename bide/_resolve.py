@@ -1,9 +1,10 @@
 """Deciding lost outcomes: `resolve_halt`, the shared resolution step, and run status.
 
-Liveness rule (why resolution is safe): every attempt marker records a deadline (attempt time + the tool's
-timeout). A driver never keeps a call running past its deadline (async tools are cancelled at the timeout;
-sync tools must not outlive it: declare a timeout that bounds them). So once the deadline plus a clock-skew
-margin has passed, no driver can still be running the call, and an outcome may be recorded. Before that,
+Why resolution is safe: every attempt marker records a deadline (attempt time + the tool's timeout), and a
+call starts only before it (see bide/_inflight.py) and never runs past it (async tools are cancelled; a sync
+tool that overruns stays a live call of its process, which keeps the run's lease until it returns). So an
+outcome may be recorded only when all hold: the deadline plus a clock-skew margin has passed, no live driver
+holds the run's lease (the resolver takes it), and the call is not running in this process. Otherwise
 resolution is refused with `HaltInFlight`. A resolution first claims the next attempt number as "resolver";
 if another driver or resolver holds it, resolution is refused too, so two deciders never both act.
 """
@@ -12,11 +13,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from ._canonical import canonical_json, new_claim
 from ._errors import ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
+from ._inflight import running
 from ._journal import Journal
 from ._outcome import Outcome
 from ._records import (
@@ -36,10 +39,12 @@ from ._records import (
     result_key,
 )
 from ._store import Store
+from ._when import when
 
 __all__ = ["DEFAULT_CLOCK_SKEW", "RunStatus", "aresolve_halt", "attempts_of", "resolve_halt", "run_status"]
 
 DEFAULT_CLOCK_SKEW = 1.0
+RESOLVE_LEASE_MS = 30_000
 
 
 def attempts_of(journal: Journal, call_id: str) -> list[Attempt]:
@@ -86,11 +91,18 @@ async def resolve_in(
             "nothing to resolve (run the agent to go on)"
         )
     now = time.time() if now is None else now
+    if running(live.claim) is not None:
+        raise HaltInFlight(
+            f"call {call_id!r} of run {journal.run_id!r} is still running in this process, past its deadline "
+            "(a synchronous tool cannot be stopped); its outcome is recorded when it returns",
+            retry_after=now + 1.0,
+        )
     ready_at = live.deadline_ms / 1000 + clock_skew
     if now < ready_at:
         raise HaltInFlight(
             f"call {call_id!r} of run {journal.run_id!r} may still be running (its deadline is "
-            f"{live.deadline_ms / 1000:.3f}, plus {clock_skew:g}s clock skew); retry after {ready_at:.3f}",
+            f"{when(live.deadline_ms / 1000, now)}, plus {clock_skew:g} s clock skew); retry after "
+            f"{when(ready_at, now)}",
             retry_after=ready_at,
         )
     claim = new_claim()
@@ -143,28 +155,63 @@ async def resolve_in(
 
 
 async def aresolve_halt(
-    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Async `resolve_halt`."""
     if not isinstance(outcome, Outcome):
         raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
-    journal = await Journal(store, run_id).aload()
-    if not journal.exists:
-        raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
-    await resolve_in(journal, call_id, outcome, clock_skew=clock_skew)
+    # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are
+    # fenced, so a driver that wakes up afterwards cannot write over the decision.
+    holder = new_claim()
+    now = clock()
+    lease = await store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=RESOLVE_LEASE_MS)
+    journal = Journal(store, run_id)
+    try:
+        await journal.aload()
+        if not journal.exists:
+            raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
+        if not lease.held:
+            if journal.has(END_KEY):
+                raise NoLiveAttempt(f"run {run_id!r} has ended; call {call_id!r} has nothing to resolve")
+            expires = lease.expires_ms / 1000
+            raise HaltInFlight(
+                f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
+                f"{lease.token}, expires {when(expires, now)} unless renewed); nobody decides a call "
+                "while a live driver holds the run. Retry after that",
+                retry_after=expires,
+            )
+        journal.fence = (holder, lease.token)
+        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew, now=clock())
+    finally:
+        if lease.held:
+            await store.arelease(run_id, holder, lease.token)
 
 
 def resolve_halt(
-    store: Store, run_id: str, call_id: str, *, outcome: Outcome, clock_skew: float = DEFAULT_CLOCK_SKEW
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+    clock: Callable[[], float] = time.time,
 ) -> None:
     """Record what really happened to a call that halted a run with `OutcomeUnknown`; the next `run` goes on.
 
     Refused (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds has passed, and when another
     driver or resolver claims the call concurrently; refused (`HaltAlreadyResolved`) when a different
     outcome is recorded already (the same outcome again is accepted); refused (`NoLiveAttempt`) when the
-    call has no attempt waiting. Must not be called from inside a running event loop (use `aresolve_halt`).
+    call has no attempt waiting, and (`HaltInFlight`) while a live driver holds the run's lease. `clock` (Unix
+    seconds) judges deadlines and stamps the resolver's lease. Must not be called from inside a running
+    event loop (use `aresolve_halt`).
     """
-    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew))
+    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock))
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,7 +220,7 @@ class RunStatus:
 
     `status` is one of: "not_started", "running" (started, not finished, nothing blocking: run it again to go
     on), "halted" (a side-effect call has an attempt and no outcome: the next drive halts; before the call's
-    deadline it may also still be in flight), "awaiting_approval", "completed".
+    deadline it may also still be in flight), "awaiting_approval", "completed", "cancelled".
     `call_id`, `tool`, `arguments` name the blocking call for halted and awaiting_approval runs.
     """
 
@@ -197,7 +244,7 @@ def status_of(journal: Journal) -> RunStatus:
     inp = start.input if isinstance(start, Start) else None
     end = journal.get(END_KEY)
     if isinstance(end, End):
-        return RunStatus(rid, "completed", inp, end.answer, records=n)
+        return RunStatus(rid, end.status, inp, end.answer, records=n)
     turn = 0
     last: ModelTurn | None = None
     while isinstance(rec := journal.get(model_key(turn)), ModelTurn):

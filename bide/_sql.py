@@ -19,7 +19,13 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   rowid as seq (writers are serialized by the database lock, so rowid order is commit order). PostgreSQL
   takes seq numbers from ``<prefix>runs.next_seq`` under that row's lock, which it holds until commit, so
   each run's seq order is its commit order.
-- ``<prefix>runs(run_id, next_seq)``: one row per run (listing, and the per-run seq counter on PostgreSQL).
+- ``<prefix>runs(run_id, next_seq, holder, token, expires_ms, ended)``: one row per run: listing, the per-run
+  seq counter on PostgreSQL, the run's lease (S9) and whether it has ended (S8). Every insert reads its run's
+  row in its own transaction (locked on PostgreSQL, under the database lock on SQLite) to check the fence
+  and the end. A transaction that only grants, renews or releases leases is not synced to disk on commit
+  (``synchronous=NORMAL`` on SQLite, ``synchronous_commit=off`` on PostgreSQL): the next durable commit
+  syncs it (the write-ahead log is one sequence), and a grant lost to a crash is harmless, because fences
+  compare the holder's random id as well as the token, so nobody can write under a grant the store forgot.
 
 Write hooks (`SQLStore.add_write_hook`, see `HookedStore` in bide/_store.py): in a transaction that
 inserted records, after the inserts and before COMMIT, each hook is called with the transaction's cursor
@@ -46,9 +52,21 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from ._errors import ConfigError, StoreError
+from ._errors import ConfigError, StoreError, WriteRefused
 from ._memory import _check
-from ._store import Entry, WriteHook, WriteHooks, WriteTransaction, written_by
+from ._store import (
+    END_KEY,
+    Entry,
+    Fence,
+    Lease,
+    WriteHook,
+    WriteHooks,
+    WriteTransaction,
+    decide_lease,
+    refuse_ended,
+    refuse_fence,
+    written_by,
+)
 
 __all__ = ["SQLStore"]
 
@@ -60,6 +78,16 @@ _STOP = object()
 _CHUNK = 256
 _by_run_id = operator.attrgetter("run_id")
 _entry_seq = operator.attrgetter("seq")
+
+
+_LEASE_OPS = frozenset({"lease", "release"})
+
+
+@dataclass(slots=True)
+class _Refused:
+    """The answer of an insert the store refused (S8, S10): the caller gets `error`, the batch goes on."""
+
+    error: WriteRefused
 
 
 class _HooksBroken(Exception):
@@ -121,7 +149,7 @@ class _Request:
     `afuture`, delivered on their event loop once per batch (one wake-up per loop, not one per request)."""
 
     run_id: str
-    op: str  # "insert" | "get" | "load" | "runs"
+    op: str  # "insert" | "get" | "load" | "runs" | "lease" | "release" | "expired"
     args: Any
     future: Future[Any] | None = None
     loop: asyncio.AbstractEventLoop | None = None
@@ -131,6 +159,8 @@ class _Request:
         if self.future is not None:
             if error is not None:
                 self.future.set_exception(error)
+            elif type(result) is _Refused:
+                self.future.set_exception(result.error)
             else:
                 self.future.set_result(result)
 
@@ -144,6 +174,8 @@ def _deliver(answers: list[_Answer]) -> None:
             continue
         if error is not None:
             fut.set_exception(error)
+        elif type(result) is _Refused:
+            fut.set_exception(result.error)
         else:
             fut.set_result(result)
 
@@ -190,6 +222,8 @@ class SQLStore:
         self.records_table, self.runs_table = self._tables()
         self._create_schema()
         p = table_prefix
+        # A lease alone makes a runs row; a run exists (is listed) from its first record on.
+        has_records = f"EXISTS (SELECT 1 FROM {p}records AS r WHERE r.run_id = {p}runs.run_id)"
         if self.dialect == "sqlite":
             self._sql_run = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
             self._sql_ins = f"INSERT OR IGNORE INTO {p}records(run_id, key, data) VALUES (?, ?, ?)"
@@ -199,7 +233,7 @@ class SQLStore:
                 f"SELECT seq, key, data FROM {p}records WHERE run_id = ? AND seq > ? ORDER BY seq"
             )
             self._sql_runs = (
-                f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? "
+                f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? AND {has_records} "
                 "ORDER BY run_id LIMIT ?"
             )
             # Multi-row forms for a batch, by row count (powers of two, see _CHUNK).
@@ -221,10 +255,22 @@ class SQLStore:
                 "ON r.run_id = q.run_id AND r.seq > q.after"
                 for n in _chunk_sizes()
             }
+            self._sql_rows_many = {
+                n: f"SELECT run_id, holder, token, expires_ms, ended FROM {p}runs WHERE run_id IN "
+                f"({', '.join(['?'] * n)})"
+                for n in _chunk_sizes()
+            }
+            self._sql_lease_row = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
+            self._sql_lease_get = f"SELECT holder, token, expires_ms FROM {p}runs WHERE run_id = ?"
         else:
             self._sql_run = (
                 f"INSERT INTO {p}runs(run_id, next_seq) VALUES (%s, %s) ON CONFLICT (run_id) DO UPDATE "
-                f"SET next_seq = {p}runs.next_seq + EXCLUDED.next_seq RETURNING next_seq"
+                f"SET next_seq = {p}runs.next_seq + EXCLUDED.next_seq "
+                "RETURNING next_seq, holder, token, expires_ms, ended"
+            )
+            self._sql_lease_row = f"INSERT INTO {p}runs(run_id) VALUES (%s) ON CONFLICT (run_id) DO NOTHING"
+            self._sql_lease_get = (
+                f"SELECT holder, token, expires_ms FROM {p}runs WHERE run_id = %s FOR UPDATE"
             )
             self._sql_ins = (
                 f"INSERT INTO {p}records(run_id, key, seq, data) VALUES (%s, %s, %s, %s) "
@@ -235,9 +281,21 @@ class SQLStore:
                 f"SELECT seq, key, data FROM {p}records WHERE run_id = %s AND seq > %s ORDER BY seq"
             )
             self._sql_runs = (
-                f"SELECT run_id FROM {p}runs WHERE run_id > %s AND left(run_id, %s) = %s "
+                f"SELECT run_id FROM {p}runs WHERE run_id > %s AND left(run_id, %s) = %s AND {has_records} "
                 "ORDER BY run_id LIMIT %s"
             )
+        ph = "?" if self.dialect == "sqlite" else "%s"
+        self._sql_lease_set = (
+            f"UPDATE {p}runs SET holder = {ph}, token = {ph}, expires_ms = {ph} WHERE run_id = {ph}"
+        )
+        self._sql_release = (
+            f"UPDATE {p}runs SET expires_ms = 0 WHERE run_id = {ph} AND holder = {ph} AND token = {ph}"
+        )
+        self._sql_expired = (
+            f"SELECT run_id, holder, token, expires_ms FROM {p}runs WHERE run_id > {ph} AND ended = 0 AND "
+            f"holder IS NOT NULL AND expires_ms <= {ph} AND {has_records} ORDER BY run_id LIMIT {ph}"
+        )
+        self._sql_end = f"UPDATE {p}runs SET ended = 1 WHERE run_id = {ph}"
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -289,6 +347,7 @@ class SQLStore:
             self.metadata,
             sa.Column("run_id", text, primary_key=True),
             sa.Column("next_seq", sa.BigInteger, nullable=False, server_default="0"),
+            *_lease_columns(),
         )
         return records, runs
 
@@ -297,19 +356,56 @@ class SQLStore:
         for attempt in range(5):
             try:
                 self.metadata.create_all(self.engine, checkfirst=True)
+                self._add_lease_columns()
                 return
             except sa.exc.DBAPIError as exc:
                 if attempt == 4:
                     raise StoreError(f"cannot create bide tables in {self.url}: {exc}") from exc
 
+    def _add_lease_columns(self) -> None:
+        """Give a runs table made by an earlier bide its lease and end columns, marking the runs that
+        ended (S8 holds for them too)."""
+        p = self.table_prefix
+        have = {c["name"] for c in sa.inspect(self.engine).get_columns(f"{p}runs")}
+        missing = [c for c in _lease_columns() if c.name not in have]
+        if not missing:
+            return
+        with self.engine.begin() as conn:
+            for column in missing:
+                kind = column.type.compile(dialect=self.engine.dialect)
+                server = column.server_default
+                default = "" if server is None else f" NOT NULL DEFAULT {server.arg}"  # type: ignore[attr-defined]
+                conn.exec_driver_sql(f"ALTER TABLE {p}runs ADD COLUMN {column.name} {kind}{default}")
+            conn.exec_driver_sql(
+                f"UPDATE {p}runs SET ended = 1 WHERE run_id IN "
+                f"(SELECT run_id FROM {p}records WHERE key = '{END_KEY}')"
+            )
+
     # -- public blocking API --------------------------------------------------------------------------------
 
     def insert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> list[Entry]:
         _check(run_id, items)
-        args = (_private_copy(items), exclusive)
+        args = (_private_copy(items), exclusive, fence)
         result: list[Entry] = self._submit(run_id, "insert", args).result()
+        return result
+
+    def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
+        result: Lease = self._submit(run_id, "lease", (holder, now_ms, ttl_ms, token)).result()
+        return result
+
+    def release(self, run_id: str, holder: str, token: int) -> bool:
+        result: bool = self._submit(run_id, "release", (holder, token)).result()
+        return result
+
+    def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
+        result: list[Lease] = self._submit("", "expired", (now_ms, after, limit)).result()
         return result
 
     def get(self, run_id: str, key: str) -> Entry | None:
@@ -330,10 +426,23 @@ class SQLStore:
     # a running event loop, like any coroutine would be awaited in one.
 
     def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> asyncio.Future[list[Entry]]:
         _check(run_id, items)
-        return self._asubmit(run_id, "insert", (_private_copy(items), exclusive))
+        return self._asubmit(run_id, "insert", (_private_copy(items), exclusive, fence))
+
+    def alease(
+        self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0
+    ) -> asyncio.Future[Lease]:
+        return self._asubmit(run_id, "lease", (holder, now_ms, ttl_ms, token))
+
+    def arelease(self, run_id: str, holder: str, token: int) -> asyncio.Future[bool]:
+        return self._asubmit(run_id, "release", (holder, token))
 
     def aget(self, run_id: str, key: str) -> asyncio.Future[Entry | None]:
         return self._asubmit(run_id, "get", key)
@@ -453,7 +562,11 @@ class SQLStore:
         for req, res in zip(batch, results, strict=True):
             fut = req.afuture
             if fut is not None and req.loop is here:
-                if not fut.cancelled():
+                if fut.cancelled():
+                    continue
+                if type(res) is _Refused:
+                    fut.set_exception(res.error)
+                else:
                     fut.set_result(res)
             else:
                 rest.append((req, res, None))
@@ -520,12 +633,25 @@ class SQLStore:
             return
 
     def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
-        writes = any(r.op == "insert" for r in batch)
+        writes = False
+        leases = False
+        for r in batch:
+            if r.op == "insert":
+                writes = True
+                break
+            if r.op in _LEASE_OPS:
+                leases = True
+        # Lease-only transactions need not be synced (see the module docstring).
+        lazy = leases and not writes
         cur = raw.cursor()
         hooked: list[WriteTransaction] = []
         try:
             if self.dialect == "sqlite":
-                cur.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
+                if lazy:
+                    cur.execute("PRAGMA synchronous=NORMAL")
+                cur.execute("BEGIN IMMEDIATE" if writes or leases else "BEGIN")
+            elif lazy:
+                cur.execute("SET LOCAL synchronous_commit TO OFF")
             new_runs: set[str] = set()
             if self.dialect == "sqlite":
                 # One runs row per run (for listing): written once, outside any savepoint, and remembered
@@ -558,6 +684,9 @@ class SQLStore:
                 pass
             raise
         finally:
+            if lazy and self.dialect == "sqlite":
+                with contextlib.suppress(Exception):  # a broken connection is dropped by the caller
+                    cur.execute("PRAGMA synchronous=FULL")
             cur.close()
         for txn in hooked:
             txn._finish(committed=True)
@@ -572,7 +701,9 @@ class SQLStore:
 
     def _run_hooks(self, cur: Any, batch: list[_Request], results: list[Any]) -> list[WriteTransaction]:
         pairs = zip(batch, results, strict=True)
-        written = written_by([(r.run_id, res) for r, res in pairs if r.op == "insert"])
+        written = written_by(
+            [(r.run_id, res) for r, res in pairs if r.op == "insert" and type(res) is not _Refused]
+        )
         if not written:
             return []
 
@@ -619,6 +750,7 @@ class SQLStore:
         results: list[Any] = [None] * len(batch)
         inserts: list[int] = []
         loads: list[int] = []
+        leases: list[int] = []
         others: list[int] = []
         for i, req in enumerate(batch):
             op = req.op
@@ -626,17 +758,73 @@ class SQLStore:
                 inserts.append(i)
             elif op == "load":
                 loads.append(i)
+            elif op in _LEASE_OPS:
+                leases.append(i)
             else:
                 others.append(i)
+        if inserts:
+            inserts = self._admit_sqlite(cur, batch, inserts, results)
+        # Leases before loads: a load requested with a lease sees the journal as of the grant.
+        for i in leases:
+            results[i] = self._apply(cur, batch[i])
         if inserts and not self._insert_batch_sqlite(cur, batch, inserts, results):
             # Two requests insert the same key: their order decides the winner, so run them one by one.
             for i in inserts:
                 results[i] = self._apply(cur, batch[i])
+        for i in inserts:
+            items = batch[i].args[0]
+            if any(key == END_KEY for key, _ in items):
+                out = results[i]
+                if any(e.inserted and e.key == END_KEY for e in out):
+                    cur.execute(self._sql_end, (batch[i].run_id,))
         if loads:
             self._load_batch_sqlite(cur, batch, loads, results)
         for i in others:
             results[i] = self._apply(cur, batch[i])
         return results
+
+    def _admit_sqlite(
+        self, cur: Any, batch: list[_Request], inserts: list[int], results: list[Any]
+    ) -> list[int]:
+        """The insert requests (indexes into `batch`) the store accepts; the refused ones (a stale fence,
+        S10; a new record for an ended run, S8) get their answer in `results` now."""
+        rids = list({batch[i].run_id: None for i in inserts})
+        rows: dict[str, tuple[Any, ...]] = {}
+        for start, size in _chunks(len(rids)):
+            cur.execute(self._sql_rows_many[size], rids[start : start + size])
+            for row in cur.fetchall():
+                rows[row[0]] = row
+        admitted: list[int] = []
+        for i in inserts:
+            req = batch[i]
+            row = rows.get(req.run_id)
+            verdict = self._verdict(cur, req, None if row is None else row[1:])
+            if verdict is None:
+                admitted.append(i)
+            else:
+                results[i] = verdict
+        return admitted
+
+    def _verdict(self, cur: Any, req: _Request, row: tuple[Any, ...] | None) -> Any:
+        """None to go on with insert `req`, or its whole answer: `_Refused`, or the stored entries when the
+        run has ended and the request adds nothing. `row` is the run's (holder, token, expires_ms, ended)."""
+        items, exclusive, fence = req.args
+        run_id = req.run_id
+        try:
+            if fence is not None:
+                held = row is not None and row[0] is not None
+                lease = Lease(run_id, row[0], int(row[1]), int(row[2])) if held and row else None
+                refuse_fence(run_id, lease, fence)
+            if row is None or not row[3]:
+                return None
+            stored = [self._read(cur, run_id, key) for key, _ in items]
+            present = [e for e in stored if e is not None]
+            if len(present) == len(stored) or (exclusive and present):
+                return present
+            refuse_ended(run_id)
+        except WriteRefused as exc:
+            return _Refused(exc)
+        return None
 
     def _insert_batch_sqlite(
         self, cur: Any, batch: list[_Request], inserts: list[int], results: list[Any]
@@ -694,7 +882,7 @@ class SQLStore:
         for i in inserts:
             req = batch[i]
             rid = req.run_id
-            items, exclusive = req.args
+            items, exclusive, _ = req.args
             out: list[Entry] = []
             conflict = False
             for key, data in items:
@@ -740,21 +928,51 @@ class SQLStore:
 
     def _apply(self, cur: Any, req: _Request) -> Any:
         if req.op == "insert":
-            items, exclusive = req.args
-            if not exclusive:
-                return self._insert(cur, req.run_id, items)
-            if self.dialect == "sqlite":
+            items, exclusive, _ = req.args
+            if self.dialect == "sqlite":  # admitted by _admit_sqlite already
+                if not exclusive:
+                    return self._insert(cur, req.run_id, items)
                 return self._insert_all_or_none_sqlite(cur, req.run_id, items)
-            # All or nothing: a savepoint undoes this request's inserts (and seq numbers) on any conflict.
-            cur.execute("SAVEPOINT bide_exclusive")
-            out = self._insert(cur, req.run_id, items)
-            if all(e.inserted for e in out):
+            # The run's row, locked until commit: seq numbers, the lease and the end, checked here.
+            cur.execute(self._sql_run, (req.run_id, len(items)))
+            top, *row = cur.fetchone()
+            verdict = self._verdict(cur, req, tuple(row))
+            if verdict is not None:
+                return verdict
+            base = int(top) - len(items)
+            if not exclusive:
+                out = self._insert_pg(cur, req.run_id, items, base)
+            else:
+                # All or nothing: a savepoint undoes this request's inserts on any conflict.
+                cur.execute("SAVEPOINT bide_exclusive")
+                out = self._insert_pg(cur, req.run_id, items, base)
+                if not all(e.inserted for e in out):
+                    cur.execute("ROLLBACK TO SAVEPOINT bide_exclusive")
+                    cur.execute("RELEASE SAVEPOINT bide_exclusive")
+                    stored = [self._read(cur, req.run_id, k) for k, _ in items]
+                    return [e for e in stored if e is not None]
                 cur.execute("RELEASE SAVEPOINT bide_exclusive")
-                return out
-            cur.execute("ROLLBACK TO SAVEPOINT bide_exclusive")
-            cur.execute("RELEASE SAVEPOINT bide_exclusive")
-            stored = [self._read(cur, req.run_id, k) for k, _ in items]
-            return [e for e in stored if e is not None]
+            if any(e.inserted and e.key == END_KEY for e in out):
+                cur.execute(self._sql_end, (req.run_id,))
+            return out
+        if req.op == "lease":
+            holder, now_ms, ttl_ms, token = req.args
+            cur.execute(self._sql_lease_row, (req.run_id,))
+            cur.execute(self._sql_lease_get, (req.run_id,))
+            row = cur.fetchone()
+            current = None if row[0] is None else Lease(req.run_id, row[0], int(row[1]), int(row[2]))
+            lease = decide_lease(req.run_id, current, holder, now_ms, ttl_ms, token)
+            if lease.held:
+                cur.execute(self._sql_lease_set, (holder, lease.token, lease.expires_ms, req.run_id))
+            return lease
+        if req.op == "release":
+            holder, token = req.args
+            cur.execute(self._sql_release, (req.run_id, holder, token))
+            return cur.rowcount == 1
+        if req.op == "expired":
+            now_ms, after, limit = req.args
+            cur.execute(self._sql_expired, (after, now_ms, limit))
+            return [Lease(r, h, int(t), int(e)) for r, h, t, e in cur.fetchall()]
         if req.op == "get":
             cur.execute(self._sql_get, (req.run_id, req.args))
             row = cur.fetchone()
@@ -767,18 +985,19 @@ class SQLStore:
         return [r[0] for r in cur.fetchall()]
 
     def _insert(self, cur: Any, run_id: str, items: Sequence[tuple[str, bytes]]) -> list[Entry]:
+        """SQLite: insert each absent item."""
         out: list[Entry] = []
-        if self.dialect == "sqlite":
-            for key, data in items:
-                cur.execute(self._sql_ins, (run_id, key, data))
-                if cur.rowcount == 1:
-                    out.append(Entry(int(cur.lastrowid), key, data, True))
-                else:
-                    out.append(self._existing(cur, run_id, key, data))
-            return out
-        cur.execute(self._sql_run, (run_id, len(items)))
-        top = int(cur.fetchone()[0])
-        base = top - len(items)
+        for key, data in items:
+            cur.execute(self._sql_ins, (run_id, key, data))
+            if cur.rowcount == 1:
+                out.append(Entry(int(cur.lastrowid), key, data, True))
+            else:
+                out.append(self._existing(cur, run_id, key, data))
+        return out
+
+    def _insert_pg(self, cur: Any, run_id: str, items: Sequence[tuple[str, bytes]], base: int) -> list[Entry]:
+        """PostgreSQL: insert each absent item with seq numbers from base + 1 on (reserved by the caller)."""
+        out: list[Entry] = []
         for i, (key, data) in enumerate(items):
             cur.execute(self._sql_ins, (run_id, key, base + i + 1, data))
             row = cur.fetchone()
@@ -813,6 +1032,16 @@ class SQLStore:
         if row is None:
             raise StoreError(f"record {key!r} of run {run_id!r} conflicted but cannot be read back")
         return Entry(int(row[0]), key, bytes(row[1]), False)
+
+
+def _lease_columns() -> list[sa.Column[Any]]:
+    """The runs table's lease (S9) and end (S8) columns."""
+    return [
+        sa.Column("holder", sa.String, nullable=True),
+        sa.Column("token", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("expires_ms", sa.BigInteger, nullable=False, server_default="0"),
+        sa.Column("ended", sa.Integer, nullable=False, server_default="0"),
+    ]
 
 
 def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, bytes]]:

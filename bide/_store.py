@@ -15,6 +15,17 @@ suite in tests/bide/test_bide_store.py, run against every store):
 - **S6 immutable.** Records are never updated or deleted by bide.
 - **S7 exclusive batches.** `insert_many(..., exclusive=True)` inserts all its records or none (when any
   key exists), so a record can be written only together with the record it depends on.
+- **S8 sealed at the end.** Once a run holds its `run:end` record, an insert that would add a record to it
+  raises `RunEnded` and writes nothing (keys that exist are answered as usual: that adds nothing).
+- **S9 leases.** Each run has at most one lease: a holder id, an expiry (Unix ms, the caller's clock) and a
+  fencing token. `lease` grants it when it is free (never granted, released, or expired), renews it for
+  the holder presenting the current token, and otherwise answers who holds it. Every grant to a new holder
+  takes a token greater than every earlier one of the run. `release` frees it (the token stays).
+  `expired_leases` lists the runs not ended whose lease is not live (for a recovery worker). A lease alone
+  does not make a run: `runs` and `expired_leases` list only runs with records.
+- **S10 fencing.** `insert_many(..., fence=(holder, token))` writes only while the run's lease is that
+  holder's with that token (expired or not: nobody has taken it over); otherwise it raises `LeaseLost` and
+  writes nothing. Checked in the write's own transaction.
 
 Write hooks (optional; `SQLStore` and `MemoryStore` have them, see `HookedStore`): a store may call
 functions inside each write transaction, after its inserts and before its commit, so that data derived from
@@ -30,9 +41,25 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-__all__ = ["BlockingStore", "Entry", "HookedStore", "Store", "WriteHook", "WriteTransaction"]
+from ._errors import LeaseLost, RunEnded
+
+__all__ = [
+    "BlockingStore",
+    "Entry",
+    "Fence",
+    "HookedStore",
+    "Lease",
+    "Store",
+    "WriteHook",
+    "WriteTransaction",
+]
+
+END_KEY = "run:end"  # the record that seals a run (S8); the journal defines it, the store enforces it
+
+Fence = tuple[str, int]
+"""(holder, token) of a lease, carried by a fenced write (S10)."""
 
 
 @dataclass(slots=True)
@@ -46,6 +73,18 @@ class Entry:
     inserted: bool = False
 
 
+class Lease(NamedTuple):
+    """A run's lease as the store answered it. `held` is True when the caller holds it after the call
+    (granted or renewed); otherwise `holder`, `token` and `expires_ms` describe the live lease of someone
+    else. `expires_ms` is Unix milliseconds on the clock of the caller that granted or renewed it."""
+
+    run_id: str
+    holder: str
+    token: int
+    expires_ms: int
+    held: bool = False
+
+
 @runtime_checkable
 class Store(Protocol):
     """The port every store implements (see the module docstring for the contract S1-S6)."""
@@ -54,13 +93,31 @@ class Store(Protocol):
     durable: bool
 
     def insert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> list[Entry]:
         """Insert each (key, data) that is absent, in order and in one transaction; return the winners.
 
         With `exclusive=True` the items are inserted all together or not at all: if any key exists, nothing
         is inserted and only the entries of the keys that exist are returned (all with inserted=False).
+        With `fence`, the write happens only under that lease (S10). Raises `RunEnded` (S8).
         """
+        ...
+
+    def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
+        """Grant, renew (`token` is the holder's current one) or refuse the run's lease (S9)."""
+        ...
+
+    def release(self, run_id: str, holder: str, token: int) -> bool:
+        """Free the lease if `holder` holds it with `token`; True when it did."""
+        ...
+
+    def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
+        """Runs without `run:end` whose lease is not live at `now_ms` (expired or released), by run id."""
         ...
 
     def get(self, run_id: str, key: str) -> Entry | None:
@@ -79,9 +136,25 @@ class Store(Protocol):
     # spares every waiting run one coroutine object.
 
     def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> Awaitable[list[Entry]]:
         """Async `insert_many`; concurrent callers may be committed together in one transaction."""
+        ...
+
+    def alease(
+        self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0
+    ) -> Awaitable[Lease]:
+        """Async `lease`. A load requested after it (without awaiting it first) sees the journal as of the
+        grant or later."""
+        ...
+
+    def arelease(self, run_id: str, holder: str, token: int) -> Awaitable[bool]:
+        """Async `release`."""
         ...
 
     def aget(self, run_id: str, key: str) -> Awaitable[Entry | None]:
@@ -207,6 +280,36 @@ def written_by(runs: Sequence[tuple[str, Sequence[Entry]]]) -> dict[str, list[En
     return out
 
 
+def decide_lease(
+    run_id: str, current: Lease | None, holder: str, now_ms: int, ttl_ms: int, token: int
+) -> Lease:
+    """The lease rule S9, shared by every store: `current` is the stored lease (None: never granted).
+    Returns the lease to store and answer (`held` True) or the live lease of another holder."""
+    if current is not None and token and current.holder == holder and current.token == token:
+        return Lease(run_id, holder, token, now_ms + ttl_ms, True)  # a renewal
+    if current is None or current.expires_ms <= now_ms:
+        top = current.token if current is not None else 0
+        return Lease(run_id, holder, top + 1, now_ms + ttl_ms, True)  # granted, with a new token
+    return Lease(run_id, current.holder, current.token, current.expires_ms, False)
+
+
+def refuse_fence(run_id: str, current: Lease | None, fence: Fence) -> None:
+    """Raise `LeaseLost` unless `current` is the lease `fence` names (S10)."""
+    if current is None or (current.holder, current.token) != fence:
+        now = "no lease" if current is None else f"token {current.token}"
+        raise LeaseLost(
+            f"run {run_id!r}: write refused, the writer's lease (token {fence[1]}) was taken over ({now} "
+            "now); another driver is driving the run. Load it again to see where it stands"
+        )
+
+
+def refuse_ended(run_id: str) -> None:
+    """Raise `RunEnded` (S8)."""
+    raise RunEnded(
+        f"run {run_id!r} has ended (it has its {END_KEY!r} record): nothing more is appended to it"
+    )
+
+
 def _seq(e: Entry) -> int:
     return e.seq
 
@@ -216,7 +319,12 @@ class BlockingStore:
     ones directly (no thread hop), so subclasses write only `insert_many`, `get`, `load`, `runs`."""
 
     def insert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> list[Entry]:
         raise NotImplementedError
 
@@ -226,10 +334,32 @@ class BlockingStore:
     def load(self, run_id: str, after: int = 0) -> list[Entry]:
         raise NotImplementedError
 
+    def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
+        raise NotImplementedError
+
+    def release(self, run_id: str, holder: str, token: int) -> bool:
+        raise NotImplementedError
+
+    def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
+        raise NotImplementedError
+
     async def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> list[Entry]:
-        return self.insert_many(run_id, items, exclusive=exclusive)
+        return self.insert_many(run_id, items, exclusive=exclusive, fence=fence)
+
+    async def alease(
+        self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0
+    ) -> Lease:
+        return self.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms, token=token)
+
+    async def arelease(self, run_id: str, holder: str, token: int) -> bool:
+        return self.release(run_id, holder, token)
 
     async def aget(self, run_id: str, key: str) -> Entry | None:
         return self.get(run_id, key)

@@ -16,7 +16,7 @@ import enum
 import functools
 import hashlib
 import inspect
-import threading
+import time
 from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -24,10 +24,12 @@ from typing import Any, TypeVar, overload
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationError
-from pydantic_core import to_jsonable_python
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from ._canonical import json_text
 from ._deadline import run_with_deadline
 from ._errors import ConfigError, NotCalled
+from ._inflight import CallWindow
 from ._messages import ToolSpec
 
 __all__ = [
@@ -254,55 +256,109 @@ class Tool:
             return {name: getattr(validated, name) for name in type(validated).model_fields}
         return validated
 
-    async def _invoke(self, args: BaseModel | dict[str, Any], ctx: CallContext) -> Any:
-        """`invoke` with the arguments `_call_args` made."""
+    async def _invoke(
+        self, args: BaseModel | dict[str, Any], ctx: CallContext, window: CallWindow | None = None
+    ) -> Any:
+        """`invoke` with the arguments `_call_args` made. With a `window` (a claimed side effect), the call
+        starts only inside it and runs for the time left in it (else for `timeout`); NotCalled proves it
+        never started."""
         if isinstance(args, dict) and self._inject_key:
             args = {**args, _INJECTED: ctx.idempotency_key}
+        if window is None:
+            window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
         token = _CURRENT.set(ctx)
         try:
             if self._is_async:
+                left = window.start()
                 # Nothing of the tool runs until its coroutine is awaited, under the deadline.
                 coroutine = self.fn(**args) if isinstance(args, dict) else self.fn(args)
-                value = await run_with_deadline(coroutine, self.timeout)
-                return value if type(value) is str else to_jsonable_python(value, fallback=str)
+                value = await run_with_deadline(coroutine, left)
+                return journal_safe(self.name, value)
             if isinstance(args, dict):
                 call: Callable[[], Any] = functools.partial(self.fn, **args)
             else:
                 call = functools.partial(self.fn, args)
-            value = await self._in_thread(call)
+            value = await self._in_thread(call, window)
             if inspect.isawaitable(value):
-                value = await asyncio.wait_for(_await(value), self.timeout)
+                value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
         finally:
             _CURRENT.reset(token)
-        return to_jsonable_python(value, fallback=str)
+        return journal_safe(self.name, value)
 
-    async def _in_thread(self, call: Callable[[], Any]) -> Any:
-        """Run a sync tool in a worker thread under the timeout. If the timeout passes while the call is
-        still queued for a thread, it is abandoned before it starts and that is proven with NotCalled
-        (so a busy thread pool never turns into an unknown outcome)."""
-        lock = threading.Lock()
-        state = {"started": False, "abandoned": False}
+    async def _in_thread(self, call: Callable[[], Any], window: CallWindow) -> Any:
+        """Run a sync tool in a worker thread, starting it only inside `window` (checked in the thread, when
+        it really starts). If the window closes while the call is still queued for a thread, it is
+        abandoned before it starts and that is proven with NotCalled (so a busy thread pool never turns into
+        an unknown outcome). A started call that outlives the window keeps running (threads cannot be
+        stopped): TimeoutError, and the window says when it finishes."""
 
         def runner() -> Any:
-            with lock:
-                if state["abandoned"]:
-                    raise NotCalled(f"tool {self.name!r} timed out before a worker thread could start it")
-                state["started"] = True
-            return call()
+            window.start()
+            try:
+                value = call()
+            except BaseException as exc:
+                window.finish(False, exc)
+                raise
+            window.finish(True, value)
+            return value
 
+        window.threaded()
+        left = window.remaining()
+        if left <= 0:
+            window.abandon()
+            window.start()  # raises NotCalled: the window closed
         try:
-            return await asyncio.wait_for(asyncio.to_thread(runner), self.timeout)
+            return await asyncio.wait_for(asyncio.to_thread(runner), left)
         except TimeoutError:
-            with lock:
-                if not state["started"]:
-                    state["abandoned"] = True
-                    raise NotCalled(
-                        f"tool {self.name!r} waited {self.timeout:g}s for a worker thread and never started"
-                    ) from None
+            if window.abandon():
+                raise NotCalled(
+                    f"tool {self.name!r} waited {left:.3f}s for a worker thread and never started"
+                ) from None
+            raise
+        except BaseException:
+            window.abandon()  # cancelled: if it has not started, it never will
             raise
 
     def __repr__(self) -> str:
         return f"<bide.Tool {self.name} safety={self.safety.value}>"
+
+
+def journal_safe(tool: str, value: Any) -> Any:
+    """A tool's return value as the JSON value its result record will hold.
+
+    Pydantic models, dataclasses, dates and the like become JSON; anything without a JSON form becomes its
+    `str`. A value that cannot be journaled at all (a lone surrogate in a string, bytes that are not UTF-8,
+    a circular structure, NaN or an infinity) is never an exception here, because the call has happened:
+    the result becomes a text that says so and carries the value's `ascii()` form, which is exact for
+    strings, bytes and numbers.
+    """
+    try:
+        if type(value) is str:
+            value.encode("utf-8")
+            return value
+        value = to_jsonable_python(value, fallback=str)
+        json_text(value).encode("utf-8")
+        return value
+    except (ValueError, TypeError, RecursionError, UnicodeError, PydanticSerializationError) as exc:
+        reason = _why_unencodable(exc)
+    try:
+        shown = ascii(value)
+    except RecursionError:
+        shown = "(too deeply nested to show)"
+    return f"tool {tool!r} returned a value that cannot be journaled as JSON ({reason}); its value: {shown}"
+
+
+def _why_unencodable(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeError):
+        return "a lone surrogate or bytes that are not UTF-8, which are not text"
+    text = str(exc).lower()
+    if "circular" in text or isinstance(exc, RecursionError):
+        return "it refers to itself"
+    if "utf-8" in text or "utf8" in text:
+        return "it holds bytes that are not UTF-8 text"
+    if "nan" in text or "infinity" in text or "out of range float" in text:
+        return "it holds NaN or an infinity, which JSON cannot express"
+    return str(exc) or type(exc).__name__
 
 
 async def _await(value: Awaitable[Any]) -> Any:

@@ -171,7 +171,17 @@ def run_agent(role: str, workdir: Path) -> int:
         "other agents change too. Every change goes through your tools; each tool result tells you the "
         "order's state right after your event, and whether it applied, changed nothing, or was compensated."
     )
-    agent = bide.Agent(model, store=store, tools=tools, system=system, name=role, max_turns=40)
+    # A restarted agent waits for the lease its killed predecessor held (2 s after its last renewal).
+    agent = bide.Agent(
+        model,
+        store=store,
+        tools=tools,
+        system=system,
+        name=role,
+        max_turns=40,
+        lease_ttl=2.0,
+        lease_wait=15.0,
+    )
     result = agent.run_sync(f"demo-{role}", ROLES[role]["task"])
     print(result.answer, flush=True)
     store.close()

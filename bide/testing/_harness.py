@@ -6,7 +6,8 @@ The protocol is small so other frameworks can be driven through the same schedul
   `CrashSystem.writes()` says how many crash points a clean run passes.
 - `CrashRun.step(crash_at)` starts or resumes the run in a fresh "process"; with `crash_at=k` the process
   dies at crash point k (counted from 1 within this step). It returns "completed", "halted" (the run stopped
-  and asks for a decision) or "crashed". `CrashRun.fired()` counts how often the side effect really fired.
+  and asks for a decision), "crashed", or "in_flight" (nothing happened: another driver's lease is live).
+  `CrashRun.fired()` counts how often the side effect really fired.
 
 For each schedule the harness reports `max_fired` (must be 1 at most), whether the run completed, whether it
 halted, and whether a halt was false (the effect had not fired) or an answer was missed (completed without
@@ -21,11 +22,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .._agent import Agent, forget_unstarted_claims
-from .._errors import OutcomeUnknown, RunHalted
+from .._agent import Agent
+from .._canonical import new_claim
+from .._errors import ConfigError, OutcomeUnknown, RunHalted, RunInFlight, ToolNotStarted
+from .._inflight import forget_unstarted_claims
 from .._memory import MemoryStore
+from .._open import open_store
 from .._outcome import Outcome
-from .._store import BlockingStore, Entry
+from .._store import BlockingStore, Entry, Fence, Lease, Store
 from .._tools import AttemptInfo, Safety, SideEffect, Tool
 from ._scripted import ScriptedModel, call, reply
 
@@ -181,18 +185,38 @@ class CrashingStore(BlockingStore):
             raise SimulatedCrash("process is dead")
 
     def insert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: Fence | None = None,
     ) -> list[Entry]:
         self._alive()
         self.writes += 1
         if self.crash_at is not None and self.crash_at == 3 * self.writes - 2:
             self.dead = True
             raise SimulatedCrash(f"crash before write {self.writes}")
-        out: list[Entry] = self.inner.insert_many(run_id, items, exclusive=exclusive)
+        out: list[Entry] = self.inner.insert_many(run_id, items, exclusive=exclusive, fence=fence)
         if self.crash_at is not None and self.crash_at == 3 * self.writes - 1:
             self.dead = True
             raise SimulatedCrash(f"crash after write {self.writes}")
         return out
+
+    def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
+        self._alive()
+        result: Lease = self.inner.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms, token=token)
+        return result
+
+    def release(self, run_id: str, holder: str, token: int) -> bool:
+        self._alive()
+        result: bool = self.inner.release(run_id, holder, token)
+        return result
+
+    def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
+        self._alive()
+        result: list[Lease] = self.inner.expired_leases(now_ms=now_ms, after=after, limit=limit)
+        return result
 
     def get(self, run_id: str, key: str) -> Entry | None:
         self._alive()
@@ -215,8 +239,9 @@ class _BideRun:
         self.system = system
         self.run_id = run_id
         self.ledger: dict[str, int] = {}  # the system of record: idempotency key -> times charged
-        self.store = MemoryStore()
+        self.store = system._store()
         self.now = 1_800_000_000.0
+        self.steps = 0
 
     def fired(self) -> int:
         return max(self.ledger.values(), default=0)
@@ -249,41 +274,97 @@ class _BideRun:
 
     def step(self, crash_at: int | None) -> str:
         forget_unstarted_claims()  # a new process remembers nothing
-        self.now += 3600.0  # every restart happens an hour later: past any attempt's deadline
-        crashing = CrashingStore(self.store, crash_at)
-        model = ScriptedModel([call("charge", customer="alice", cents=500), reply("done")])
-        agent = Agent(
-            model, store=crashing, tools=[self._tool(crashing)], system="charge", clock=lambda: self.now
-        )
-        try:
-            asyncio.run(agent.run(self.run_id, "charge alice"))
-        except SimulatedCrash:
-            return "crashed"
-        except OutcomeUnknown:
-            return "halted"
-        except RunHalted:
-            return "halted"
-        return "completed"
+        steps = self.system.clock_steps
+        self.now += steps[self.steps % len(steps)]  # the restart's clock: later, or a little earlier
+        self.steps += 1
+        outcomes = asyncio.run(self._drives(crash_at))
+        for outcome in ("completed", "halted", "crashed"):
+            if outcome in outcomes:
+                return outcome
+        return "in_flight"  # every driver found the run's lease held (or its call's window closed)
+
+    async def _drives(self, crash_at: int | None) -> list[str]:
+        """The step's drivers, all at once; the first crashes at `crash_at`."""
+
+        async def drive(k: int) -> str:
+            crashing = CrashingStore(self.store, crash_at if k == 0 else None)
+            # A model that yields to the event loop, so the drivers interleave.
+            model = ScriptedModel([call("charge", customer="alice", cents=500), reply("done")], delay=1e-4)
+            agent = Agent(
+                model, store=crashing, tools=[self._tool(crashing)], system="charge", clock=lambda: self.now
+            )
+            try:
+                await agent.run(self.run_id, "charge alice")
+            except SimulatedCrash:
+                return "crashed"
+            except OutcomeUnknown:
+                return "halted"
+            except RunHalted:
+                return "halted"
+            except (RunInFlight, ToolNotStarted):
+                return "in_flight"
+            return "completed"
+
+        return list(await asyncio.gather(*(drive(k) for k in range(self.system.drivers))))
 
 
 class BideCrashSystem:
     """bide's harness adapter: a one-tool run (model turn, `charge` side effect, final answer) on a store
     that survives crashes. `reconcile=True` gives the tool a reconciler that reads the ledger (the system of
     record), so lost outcomes are decided automatically instead of halting. `safety=bide.Idempotent`
-    mislabels the charge, which must make the harness report double fires (non-vacuity)."""
+    mislabels the charge, which must make the harness report double fires (non-vacuity).
 
-    def __init__(self, *, reconcile: bool = False, safety: Safety = SideEffect) -> None:
+    `store_url` picks the store every run lives in (default: a fresh memory store per run; a
+    ``sqlite:///path`` store is shared by the runs, each under its own run id). `drivers` drives each step
+    from that many drivers at once (the first one crashes at the step's crash point). `clock_steps` moves
+    the fake clock at each restart, in turn: by default an hour later (past every lease and deadline);
+    give small and negative steps for restarts while leases are live and clocks that go back.
+    """
+
+    def __init__(
+        self,
+        *,
+        reconcile: bool = False,
+        safety: Safety = SideEffect,
+        store_url: str = "memory://",
+        drivers: int = 1,
+        clock_steps: Sequence[float] = (3600.0,),
+    ) -> None:
+        if drivers < 1 or not clock_steps:
+            raise ConfigError("drivers must be 1 or more and clock_steps must not be empty")
         self.reconcile = reconcile
         self.safety = safety
-        self.name = f"bide(safety={safety.value}, reconcile={reconcile})"
+        self.store_url = store_url
+        self.drivers = drivers
+        self.clock_steps = tuple(clock_steps)
+        self.name = (
+            f"bide(safety={safety.value}, reconcile={reconcile}, store={store_url.split(':')[0]}, "
+            f"drivers={drivers})"
+        )
         self._n = 0
+        self._tag = new_claim()[:8]
+        self._shared: Store | None = None
+
+    def _store(self) -> Store:
+        if self.store_url.startswith("memory:"):
+            return MemoryStore()
+        if self._shared is None:
+            self._shared = open_store(self.store_url)
+        return self._shared
+
+    def close(self) -> None:
+        """Close the shared store (SQL stores)."""
+        if self._shared is not None:
+            self._shared.close()
+            self._shared = None
 
     def new_run(self) -> CrashRun:
         self._n += 1
-        return _BideRun(self, f"crash-{self._n}")
+        return _BideRun(self, f"crash-{self._tag}-{self._n}")
 
     def writes(self) -> int:
         run = _BideRun(self, "probe")
+        run.store = MemoryStore()  # the count of writes is the store's business, not the kind's
         crashing = CrashingStore(run.store, None)
         model = ScriptedModel([call("charge", customer="alice", cents=500), reply("done")])
         agent = Agent(model, store=crashing, tools=[run._tool(crashing)], system="charge")

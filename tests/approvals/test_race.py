@@ -30,13 +30,18 @@ class RacingStore(bide.MemoryStore):
         self.refused: list[list[str]] = []  # exclusive batches that were not written
 
     def insert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self,
+        run_id: str,
+        items: Sequence[tuple[str, bytes]],
+        *,
+        exclusive: bool = False,
+        fence: tuple[str, int] | None = None,
     ) -> list[bide.Entry]:
         trigger = self.trigger
         if trigger is not None and any(k.startswith(trigger) for k, _ in items):
             self.trigger = None
             self.compete()
-        out = super().insert_many(run_id, items, exclusive=exclusive)
+        out = super().insert_many(run_id, items, exclusive=exclusive, fence=fence)
         if exclusive and not all(e.inserted for e in out):
             self.refused.append([k for k, _ in items])
         return out

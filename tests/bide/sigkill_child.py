@@ -50,7 +50,7 @@ class PausingStore:
         return getattr(self.inner, name)
 
     async def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], *, exclusive: bool = False
+        self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any
     ) -> list[bide.Entry]:
         keys = [k for k, _ in items]
         if any(k.startswith("attempt:") for k in keys):
@@ -59,7 +59,7 @@ class PausingStore:
             pause("after_call")
         if "model:1" in keys:
             pause("before_answer")
-        out = await self.inner.ainsert_many(run_id, items, exclusive=exclusive)
+        out = await self.inner.ainsert_many(run_id, items, **options)
         if keys[0].startswith("result:"):
             pause("after_result")
         if any(k == "run:end" for k, _ in items):
@@ -91,12 +91,22 @@ def main() -> None:
     while go and not os.path.exists(go):  # start barrier for the multi-process race
         time.sleep(0.001)
     model = ScriptedModel([call("append_line", text="charged alice 500"), reply("done")])
-    agent = bide.Agent(model, store=PausingStore(store), tools=[tool])  # type: ignore[arg-type]
+    # A killed driver's lease expires after a second; a restart waits for it (and a racing process for the
+    # driver that holds it) up to BIDE_TEST_LEASE_WAIT seconds.
+    agent = bide.Agent(
+        model,
+        store=PausingStore(store),  # type: ignore[arg-type]
+        tools=[tool],
+        lease_ttl=1.0,
+        lease_wait=float(os.environ.get("BIDE_TEST_LEASE_WAIT", "10")),
+    )
     try:
         result = asyncio.run(agent.run(run_id, "charge alice"))
         out: dict[str, Any] = {"outcome": "completed", "answer": result.answer}
     except bide.OutcomeUnknown as halt:
         out = {"outcome": "halted", "call_id": halt.call_id, "tool": halt.tool, "arguments": halt.arguments}
+    except bide.RunInFlight:
+        out = {"outcome": "in_flight"}
     finally:
         store.close()
     print(json.dumps(out))

@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 import bide
-from bide._agent import forget_unstarted_claims
+from bide._inflight import forget_unstarted_claims
 from bide._journal import Journal
 from bide.testing import Call, Fail, ScriptedModel, Turn, call, reply
 
@@ -347,8 +347,8 @@ def test_store_failure_before_call_is_voided_in_process() -> None:
         def __getattr__(self, name: str) -> Any:
             return getattr(inner, name)
 
-        async def ainsert_many(self, run_id: str, items: Any, *, exclusive: bool = False) -> Any:
-            out = await inner.ainsert_many(run_id, items, exclusive=exclusive)
+        async def ainsert_many(self, run_id: str, items: Any, **options: Any) -> Any:
+            out = await inner.ainsert_many(run_id, items, **options)
             if self.fail_next_marker and any(k.startswith("attempt:") for k, _ in items):
                 self.fail_next_marker = False
                 raise bide.StoreError("connection lost during commit")  # committed, reply lost
@@ -365,7 +365,9 @@ def test_store_failure_before_call_is_voided_in_process() -> None:
     # A different process (memory forgotten) would have halted instead: that is the documented price.
 
 
-def test_contended_claim_halts_the_loser() -> None:
+def test_second_driver_of_a_live_run_is_told_it_is_in_flight() -> None:
+    """A second drive of a run whose lease a live driver holds does nothing and raises RunInFlight (saying
+    who holds it and until when); with a lease_wait it waits and returns the answer the holder journaled."""
     store = bide.open_store("memory://")
     ledger = Ledger()
     started = asyncio.Event()
@@ -384,16 +386,24 @@ def test_contended_claim_halts_the_loser() -> None:
         a2 = bide.Agent(charge_script(), store=store, tools=[t])
         first = asyncio.create_task(a1.run("r", RUN_INPUT))
         await started.wait()
+        before = keys(store, "r")
         try:
             await a2.run("r", RUN_INPUT)
             second: Any = None
-        except bide.OutcomeUnknown as exc:
+        except bide.RunInFlight as exc:
             second = exc
+        assert keys(store, "r") == before  # the second drive wrote nothing
+        waiting = bide.Agent(charge_script(), store=store, tools=[t], lease_wait=30).run("r", RUN_INPUT)
+        third = asyncio.create_task(waiting)
+        await asyncio.sleep(0.05)
         release.set()
-        return await first, second
+        return await first, second, await third
 
-    first, second = asyncio.run(go())
-    assert first.answer == "done" and isinstance(second, bide.OutcomeUnknown)
+    first, second, third = asyncio.run(go())
+    assert first.answer == "done" and isinstance(second, bide.RunInFlight)
+    assert second.holder and second.expires_at and second.retry_after <= second.expires_at
+    assert "being driven by another driver" in str(second) and "Z (in " in str(second)
+    assert third.answer == "done" and third.replayed
     assert len(ledger.charges) == 1
 
 
@@ -401,14 +411,14 @@ def test_concurrent_drivers_fire_side_effect_at_most_once(store: bide.Store) -> 
     ledger = Ledger()
 
     async def go() -> list[Any]:
-        agents = [bide.Agent(charge_script(), store=store, tools=[ledger.tool()]) for _ in range(16)]
+        agents = [
+            bide.Agent(charge_script(), store=store, tools=[ledger.tool()], lease_wait=30) for _ in range(16)
+        ]
         return await asyncio.gather(*(a.run("race", RUN_INPUT) for a in agents), return_exceptions=True)
 
     outcomes = asyncio.run(go())
     assert len(ledger.charges) == 1
-    for o in outcomes:
-        assert isinstance(o, (bide.RunResult, bide.OutcomeUnknown)), o
-    assert any(isinstance(o, bide.RunResult) for o in outcomes)
+    assert [getattr(o, "answer", o) for o in outcomes] == ["done"] * 16  # nobody halted
 
 
 def test_read_only_reruns_and_idempotent_key_is_stable() -> None:
@@ -542,8 +552,8 @@ def test_model_errors_are_wrapped_and_retried_on_next_drive() -> None:
 
 
 def test_two_first_drives_with_different_inputs_one_run_one_effect() -> None:
-    """A new run's start is written with its first turn, all or nothing: two first drives racing with
-    different inputs both ask the model, one journals its turn, the other is refused, the tool fires once."""
+    """Two first drives racing with different inputs: one holds the lease and runs, the other waits for it
+    and is then refused (the run exists with another input); the tool fires once."""
     store = bide.open_store("memory://")
     ledger = Ledger()
 
@@ -553,6 +563,7 @@ def test_two_first_drives_with_different_inputs_one_run_one_effect() -> None:
                 ScriptedModel([call("charge_card", customer=c, cents=5), reply("ok")], delay=0.01),
                 store=store,
                 tools=[ledger.tool()],
+                lease_wait=30,
             )
             for c in ("alice", "bob")
         ]
@@ -675,40 +686,39 @@ def test_gate_denied_goes_to_model_and_gate_cannot_write_outside_prefix() -> Non
     assert ledger.charges == []
 
 
-@pytest.mark.parametrize("first", ["tool-turn", "final-turn"])
-def test_two_drivers_racing_for_the_same_turn(first: str) -> None:
-    """Two drivers ask their models for turn 0 at once; the turn written first is the turn of the run, and
-    nothing of the loser's proposal is journaled."""
+def test_a_driver_whose_lease_was_taken_over_writes_nothing() -> None:
+    """A driver pauses in its model call past its lease; another takes the run over (a new token) and
+    finishes it. The paused driver wakes up: its turn write is refused by the store (fencing), and it
+    returns the answer the other journaled, without acting on its own proposal."""
     store = bide.open_store("memory://")
     ledger = Ledger()
-    tool_delay, final_delay = (0.01, 0.05) if first == "tool-turn" else (0.05, 0.01)
-    a = bide.Agent(
-        ScriptedModel([call("charge_card", customer="alice", cents=500), reply("A")], delay=tool_delay),
-        store=store,
-        tools=[ledger.tool()],
-    )
-    b = bide.Agent(
-        ScriptedModel([reply("B"), reply("B2")], delay=final_delay), store=store, tools=[ledger.tool()]
-    )
+    now = [1_800_000_000.0]
+    woke = asyncio.Event()
 
-    async def go() -> list[Any]:
-        return list(await asyncio.gather(a.run("r", "x"), b.run("r", "x"), return_exceptions=True))
+    class Paused:
+        name = "paused"
 
-    ra, rb = asyncio.run(go())
-    journal = Journal(store, "r").load()
-    turn0 = journal.get("model:0")
-    end = journal.get("run:end")
-    assert isinstance(turn0, bide.ModelTurn) and isinstance(end, bide.End)
-    if first == "tool-turn":
-        assert turn0.message.tool_calls and end.answer == "A" and len(ledger.charges) == 1
-        assert isinstance(ra, bide.RunResult) and ra.answer == "A"
-        assert isinstance(rb, (bide.OutcomeUnknown, bide.RunResult)), rb
-        assert "B" not in [r.message.content for r in journal.records() if isinstance(r, bide.ModelTurn)]
-    else:
-        assert not turn0.message.tool_calls and end.answer == "B" and ledger.charges == []
-        assert isinstance(ra, bide.RunResult) and ra.answer == "B"
-        assert isinstance(rb, bide.RunResult) and rb.answer == "B"
-        assert not any(k.startswith("attempt:") for k in keys(store, "r"))
+        async def complete(self, request: bide.ModelRequest) -> bide.AssistantMessage:
+            await woke.wait()
+            return bide.AssistantMessage(content="from the paused driver")
+
+    paused = bide.Agent(Paused(), store=store, tools=[ledger.tool()], clock=lambda: now[0])
+    other = bide.Agent(charge_script(), store=store, tools=[ledger.tool()], clock=lambda: now[0])
+
+    async def go() -> tuple[Any, Any]:
+        first = asyncio.create_task(paused.run("r", RUN_INPUT))
+        await asyncio.sleep(0.01)
+        now[0] += 3600  # the paused driver's lease expired long ago
+        second = await other.run("r", RUN_INPUT)
+        woke.set()
+        return await first, second
+
+    first, second = asyncio.run(go())
+    assert second.answer == "done" and len(ledger.charges) == 1
+    assert first.answer == "done" and first.replayed
+    records = Journal(store, "r").load().records()
+    turns = [r.message.content for r in records if isinstance(r, bide.ModelTurn)]
+    assert "from the paused driver" not in turns
 
 
 def test_sync_tool_that_never_got_a_thread_is_not_started() -> None:

@@ -35,7 +35,7 @@ def test_cli_runs_show_resolve_and_errors(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     store = bide.open_store(url)
 
-    @bide.tool(timeout=0.01)
+    @bide.tool(timeout=0.3)  # room for the marker's commit: the call starts only inside its window
     def send(to: str) -> str:
         """Send."""
         raise OSError("network unreachable after the request went out")
@@ -57,6 +57,8 @@ def test_cli_runs_show_resolve_and_errors(tmp_path: Path) -> None:
     assert "stuck-1\thalted" in text.stdout and "call c0.0 (send)" in text.stdout
     show = cli("show", "--store", url, "stuck-1")
     assert show.returncode == 0 and "blocked on call c0.0: send" in show.stdout
+    # Times are readable: ISO 8601 and how far away.
+    assert "bide resolve accepts an outcome from 20" in show.stdout and " ago)" in show.stdout
     assert cli("show", "--store", url, "nope").returncode == 3
     assert cli("show", "--store", f"sqlite:///{tmp_path / 'missing.db'}", "x").returncode == 3
     assert not (tmp_path / "missing.db").exists()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import bide
 from bide.testing import BideCrashSystem, ScheduleResult, run_crash_schedules
 
@@ -42,3 +44,26 @@ def test_report_flags() -> None:
     r = ScheduleResult((1,), steps=2, fired=0, completed=False, halted=True)
     assert r.false_halt and not r.missed
     assert ScheduleResult((1,), 1, 0, True, False).missed
+
+
+def test_sqlite_several_drivers_and_a_clock_that_goes_both_ways(tmp_path: Path) -> None:
+    """Two drivers per restart on one SQLite store; restarts come an hour later, a little earlier (the
+    clock went back), or a little later while the crashed driver's lease still runs: never two fires, and
+    every schedule ends completed or halted."""
+    system = BideCrashSystem(
+        store_url=f"sqlite:///{tmp_path / 'crash.db'}", drivers=2, clock_steps=(0.5, -2.0, 3600.0, 1.0)
+    )
+    try:
+        report = run_crash_schedules(system, random_schedules=40, seed=11)
+    finally:
+        system.close()
+    assert report.ok and report.max_fired == 1, report.summary()
+    for r in report.results:
+        assert r.completed or r.halted, r
+    assert "drivers=2" in report.system and "store=sqlite" in report.system
+
+
+def test_several_drivers_with_a_mislabelled_tool_still_double_fire() -> None:
+    system = BideCrashSystem(safety=bide.Idempotent, drivers=3, clock_steps=(3600.0, -1.0))
+    report = run_crash_schedules(system, random_schedules=40, seed=5)
+    assert report.max_fired >= 2 and not report.ok

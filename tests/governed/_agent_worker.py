@@ -44,7 +44,10 @@ def main() -> None:
     store = bide.open_store(store_url)
     tools = [event_tool(machine, log, event) for event in machine.events]
     model = ScriptedModel(script(int(seed), int(calls)), delay=0.01)
-    agent = bide.Agent(model, store=store, tools=tools, name="worker", max_turns=1000)
+    # A restarted worker waits for the lease its killed predecessor held (1 s after its last renewal).
+    agent = bide.Agent(
+        model, store=store, tools=tools, name="worker", max_turns=1000, lease_ttl=1.0, lease_wait=20.0
+    )
     result = agent.run_sync(run_id, "work on the orders")
     print(result.answer, flush=True)
     store.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +28,14 @@ SCRIPT = [
 ]
 
 
-def agent_for(store: bide.Store, log: EventLog) -> bide.Agent:
+def agent_for(store: bide.Store, log: EventLog, *, later: float = 0.0) -> bide.Agent:
+    """`later`: the agent's clock runs that many seconds ahead (a restart after a crashed driver's lease
+    expired)."""
     machine = order_machine()
     tools = [event_tool(machine, log, e) for e in machine.events]
-    return bide.Agent(ScriptedModel(SCRIPT), store=store, tools=tools, name="clerk")
+    return bide.Agent(
+        ScriptedModel(SCRIPT), store=store, tools=tools, name="clerk", clock=lambda: time.time() + later
+    )
 
 
 def results(store: bide.Store, run_id: str) -> list[dict[str, object]]:
@@ -191,7 +196,7 @@ def test_a_crash_at_every_store_write_never_duplicates_or_loses_an_event() -> No
             pass
         else:
             assert crash_at == points, "only the point after the last write has nothing left to crash"
-        assert agent_for(store, log).run_sync("r", "go").answer == "done"
+        assert agent_for(store, log, later=3600).run_sync("r", "go").answer == "done"
         assert [(e.id, e.event) for e in log.read()] == expected, f"crash point {crash_at}"
         replica = Replica(order_machine(), log)
         replica.sync()

@@ -3,8 +3,8 @@
    One side-effect call of one run. Drivers (each may crash and come back as a new incarnation) take the
    run's lease, load the journal, and either use the recorded result, claim the next attempt (an attempt
    marker with a window: its deadline), or find a live attempt without a result and ask the reconciler
-   once the window has closed. A person may resolve a halted call once its window has closed and no live
-   lease covers the run. Time is abstract: any open window may close and any lease may expire at any
+   once the window has closed. A person may resolve a halted call once its window has closed, under the
+   run's lease (which a live driver holds: then the person is refused). Time is abstract: any open window may close and any lease may expire at any
    moment (a paused process), which over-approximates every real schedule.
 
    Assumptions (docs/guarantee.md): the store picks one winner per key; clocks are within the skew margin
@@ -183,32 +183,36 @@ done:
   skip
 }
 
-/* A person with `bide resolve`: decides a halted call once its window closed and no lease is live. */
+/* A person with `bide resolve`: takes the run's lease like a driver (refused while a live driver holds
+   it), decides a halted call once its window has closed, writes under that lease and frees it. Taking
+   the lease, deciding and writing are one step here: a resolver's lease cannot expire under it, since
+   its writes are fenced like a driver's (modelled there). */
 proctype Person() {
-  byte g, rounds = 1;
+  byte g;
   bool found, closed;
-  do
-  :: rounds > 0 ->
-     rounds--;
-     atomic {
-       live_gen(g, found);
+  atomic {
+    if
+    :: lease_holder == 0 || !lease_live ->
+         live_gen(g, found);
 #ifdef BUG_EARLY_DECIDE
-       closed = true;
+         closed = true;
 #else
-       closed = !window_open[g];
+         closed = !window_open[g];        /* HaltInFlight until the deadline plus the skew margin */
 #endif
-       if
-       :: found && closed && !result && !ended && !lease_live && g < GENS - 1 && marker[g + 1] == 0 ->
-            if
-            :: (fired_in[g] > 0 && !window_open[g]) -> result = true
-            :: !(fired_in[g] > 0 && !window_open[g]) -> marker[g + 1] = RESOLVER; voided[g + 1] = true
-            fi
-       :: else -> skip
-       fi;
-       g = 0; found = false; closed = false
-     }
-  :: rounds == 0 -> break
-  od
+         if
+         :: found && closed && !result && !ended && g < GENS - 1 && marker[g + 1] == 0 ->
+              lease_token++;              /* a new holder: any earlier driver's writes are fenced off */
+              lease_holder = 0; lease_live = false;
+              if
+              :: (fired_in[g] > 0 && !window_open[g]) -> result = true
+              :: !(fired_in[g] > 0 && !window_open[g]) -> marker[g + 1] = RESOLVER; voided[g + 1] = true
+              fi
+         :: else -> skip
+         fi
+    :: else -> skip                       /* refused: a live driver holds the lease */
+    fi;
+    g = 0; found = false; closed = false
+  }
 }
 
 /* Time: a lease expires (its holder paused or died), the oldest open window closes (its deadline plus

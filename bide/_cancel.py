@@ -1,0 +1,53 @@
+"""Cancelling a run: a durable request that its drive honours at the next turn boundary.
+
+`cancel_run` journals a `run:cancel` record (any process may, without the run's lease: the request decides
+nothing by itself). A drive checks for it before each model turn and before resuming a turn's calls; when
+it finds one it ends the run with status "cancelled" and an answer that says so. A tool call already in
+flight is not interrupted: it finishes (or halts) as it would have, and the cancel is honoured after it.
+A halted run that is cancelled ends as cancelled at its next drive (a worker's or yours); the attempt
+whose outcome was unknown stays in the journal, unresolved.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+from ._errors import RunEnded, RunNotFound
+from ._journal import Journal
+from ._records import CANCEL_KEY, END_KEY, Cancel, End
+from ._store import Store
+
+__all__ = ["acancel_run", "cancel_run", "cancelled_answer"]
+
+
+def cancelled_answer(request: Cancel) -> str:
+    """The answer a cancelled run ends with."""
+    return f"Cancelled: {request.reason}" if request.reason else "Cancelled."
+
+
+async def acancel_run(
+    store: Store, run_id: str, *, reason: str = "", clock: Callable[[], float] = time.time
+) -> bool:
+    """Async `cancel_run`."""
+    journal = await Journal(store, run_id).aload()
+    if not journal.exists:
+        raise RunNotFound(f"run {run_id!r} does not exist in {store.url}; nothing to cancel")
+    end = journal.get(END_KEY)
+    if isinstance(end, End):
+        raise RunEnded(f"run {run_id!r} has already ended ({end.status}); nothing to cancel")
+    request = Cancel(key=CANCEL_KEY, reason=reason, requested_at_ms=int(clock() * 1000))
+    stored, inserted = await journal.awrite_one(request)
+    assert isinstance(stored, Cancel)
+    return inserted
+
+
+def cancel_run(store: Store, run_id: str, *, reason: str = "") -> bool:
+    """Ask the run `run_id` to stop: journal a cancel request, honoured at its next turn boundary.
+
+    Returns True when this call recorded the request, False when one was recorded already (the first
+    reason stands). Raises `RunNotFound` for a run that does not exist and `RunEnded` for one that has
+    ended. Must not be called from a running event loop (use `acancel_run`).
+    """
+    return asyncio.run(acancel_run(store, run_id, reason=reason))

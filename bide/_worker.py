@@ -1,0 +1,270 @@
+"""`Worker`: resumes runs whose driver is gone, from their journal.
+
+A drive holds its run's lease and renews it while it drives (docs/guarantee.md). A run whose lease is not
+live (its driver was killed, or a drive ended without finishing the run) and that has no `run:end` is a run
+to recover. A worker lists such runs (`Store.expired_leases`), loads each journal, and drives it again with
+the agent that started it (the journal's `run:start` names the entry point and holds the input), under the
+same rules as any drive: side effects are never fired twice, a call whose outcome is unknown halts.
+
+Rules:
+
+- **A run is resumed by one driver at a time.** The worker takes the run's lease like any drive; two workers
+  racing for a run, or a worker and a live driver, never drive it together (the loser sees `RunInFlight`).
+- **A halted run waits for someone who can know.** A run halted on a side effect (`OutcomeUnknown`) is
+  driven again only when its tool has a reconciler; otherwise it is left to a person (`bide resolve`), and
+  picked up again once its journal changes (a resolution was recorded). A halted run that was cancelled
+  (`bide cancel`) is driven, and its drive ends it as cancelled.
+- **Waiting is not failing.** A run paused at an approval gate is consulted again with backoff until its
+  gate decides; a run that failed (model down, store error) is retried with exponential backoff.
+- **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
+  running after `grace` seconds are cancelled, which frees their leases.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+from ._agent import Agent
+from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight
+from ._journal import Journal
+from ._records import CANCEL_KEY, START_KEY, Start
+from ._resolve import status_of
+from ._store import Store
+
+__all__ = ["PassReport", "Worker"]
+
+log = logging.getLogger("bide.worker")
+
+AgentSource = Agent | Iterable[Agent] | Mapping[str, Agent] | Callable[[str], Agent | None]
+
+
+@dataclass(slots=True)
+class PassReport:
+    """What one pass over the runs to recover did, by how each drive ended.
+
+    `completed`: drives that finished their run (one that another driver finished meanwhile is `skipped`).
+    `halted`: runs left to a person (a side effect's outcome is unknown and its tool has no reconciler).
+    `waiting`: runs that will be tried again (an approval pending, a reconciler waiting for a call's
+    deadline, another live driver). `failed`: drives that raised an error (backed off).
+    `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, or started by
+    an agent this worker does not know).
+    """
+
+    completed: int = 0
+    halted: int = 0
+    waiting: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def driven(self) -> int:
+        return self.completed + self.halted + self.waiting + self.failed
+
+
+@dataclass(slots=True)
+class _Backoff:
+    failures: int = 0
+    not_before: float = 0.0
+    halted_at_records: int = -1  # a halted run is skipped while its journal has this many records
+
+
+class Worker:
+    """Finds runs whose lease expired and drives them to their end with the agent that started them.
+
+    `agents` is an `Agent`, several (matched by `name`, the run's entry point), a mapping from name to
+    agent, or a function from a name to an agent (None: not ours). Every agent must use `store`.
+    `concurrency` bounds the drives in flight; `poll_interval` (seconds) is the time between listings in
+    `run_forever`; failed drives are retried after `backoff` seconds, doubling up to `max_backoff`.
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        agents: AgentSource,
+        *,
+        concurrency: int = 16,
+        poll_interval: float = 1.0,
+        backoff: float = 1.0,
+        max_backoff: float = 300.0,
+        grace: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        if not callable(getattr(store, "expired_leases", None)):
+            raise ConfigError("store must be a bide store with leases (use bide.open_store(url))")
+        for name, value in (("concurrency", concurrency), ("poll_interval", poll_interval)):
+            if not (isinstance(value, int | float) and value > 0):
+                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        self.store = store
+        self._lookup = _agent_lookup(agents, store)
+        self.concurrency = int(concurrency)
+        self.poll_interval = float(poll_interval)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self.grace = float(grace)
+        self.clock = clock
+        self._state: dict[str, _Backoff] = {}
+        self._in_flight: dict[str, asyncio.Task[str]] = {}
+        self._stopping = asyncio.Event()  # binds to the loop that first waits on it
+
+    # -- public API ------------------------------------------------------------------------------------------
+
+    async def run_once(self) -> PassReport:
+        """One pass: list the runs to recover now, drive each (`concurrency` at once), wait for them all."""
+        report = PassReport()
+        slots = asyncio.Semaphore(self.concurrency)
+
+        async def one(run_id: str) -> None:
+            async with slots:
+                outcome = await self._recover(run_id, report)
+            _count(report, outcome)
+
+        async with asyncio.TaskGroup() as group:
+            for run_id in self._runs_to_recover():
+                group.create_task(one(run_id))
+        return report
+
+    async def run_forever(self) -> None:
+        """List the runs to recover every `poll_interval` seconds and drive them, until `stop()`."""
+        stopping = self._stopping
+        while not stopping.is_set():
+            for run_id in self._runs_to_recover():
+                if len(self._in_flight) >= self.concurrency:
+                    break
+                if run_id not in self._in_flight:
+                    task = asyncio.create_task(self._recover(run_id, None), name=f"bide-worker:{run_id}")
+                    self._in_flight[run_id] = task
+                    task.add_done_callback(self._finished)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stopping.wait(), self.poll_interval)
+        await self._drain()
+
+    def _finished(self, task: asyncio.Task[str]) -> None:
+        self._in_flight.pop(task.get_name().removeprefix("bide-worker:"), None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("worker drive %s raised: %r", task.get_name(), task.exception())
+
+    def stop(self) -> None:
+        """Take no new runs; `run_forever` returns once the drives in flight finished (or `grace` passed)."""
+        self._stopping.set()
+
+    # -- one run ---------------------------------------------------------------------------------------------
+
+    def _runs_to_recover(self) -> list[str]:
+        now = self.clock()
+        out: list[str] = []
+        after = ""
+        while True:
+            page = self.store.expired_leases(now_ms=int(now * 1000), after=after, limit=500)
+            for lease in page:
+                state = self._state.get(lease.run_id)
+                if lease.run_id in self._in_flight or (state is not None and state.not_before > now):
+                    continue
+                out.append(lease.run_id)
+            if len(page) < 500:
+                return out
+            after = page[-1].run_id
+
+    async def _recover(self, run_id: str, report: PassReport | None) -> str:
+        """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped."""
+        journal = await Journal(self.store, run_id).aload()
+        start = journal.get(START_KEY)
+        if not isinstance(start, Start):
+            return self._skip(run_id, "never started: no run:start to resume from")
+        agent = self._lookup(start.entry.removeprefix("agent:"))
+        if agent is None:
+            return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know")
+        state = self._state.setdefault(run_id, _Backoff())
+        status = status_of(journal)
+        # A halted run with a cancel request is driven: the drive ends it as cancelled.
+        if status.status == "halted" and not journal.has(CANCEL_KEY):
+            if len(journal.records()) == state.halted_at_records:
+                return "skipped"  # nothing was recorded since it halted: still waiting for a person
+            tool = agent.tools.get(status.tool or "")
+            if tool is None or tool.reconcile is None:
+                state.halted_at_records = len(journal.records())
+                log.info("run %s halted on call %s (%s): needs a person", run_id, status.call_id, status.tool)
+                return "halted"
+        try:
+            result = await agent.run(run_id, start.input)
+        except OutcomeUnknown as exc:
+            tool = agent.tools.get(exc.tool)
+            if tool is not None and tool.reconcile is not None:
+                self._back_off(state)  # its reconciler decides once the call's deadline has passed
+                return "waiting"
+            journal = await Journal(self.store, run_id).aload()
+            state.halted_at_records = len(journal.records())
+            log.warning("run %s halted: %s", run_id, exc)
+            return "halted"
+        except RunInFlight as exc:
+            state.not_before = max(exc.retry_after, self.clock() + self.poll_interval)
+            return "waiting"
+        except ApprovalPending:
+            self._back_off(state)
+            return "waiting"
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._back_off(state)
+            log.warning("run %s: drive failed, retrying with backoff: %s", run_id, exc)
+            if report is not None:
+                report.errors[run_id] = f"{type(exc).__name__}: {exc}"
+            return "failed"
+        self._state.pop(run_id, None)
+        if result.replayed:
+            return "skipped"  # another driver finished it meanwhile
+        log.info("run %s completed (%d turns)", run_id, result.turns)
+        return "completed"
+
+    def _skip(self, run_id: str, why: str) -> str:
+        state = self._state.setdefault(run_id, _Backoff())
+        if state.failures == 0:
+            log.info("run %s not resumed: %s", run_id, why)
+        self._back_off(state)
+        return "skipped"
+
+    def _back_off(self, state: _Backoff) -> None:
+        delay = min(self.max_backoff, self.backoff * 2**state.failures)
+        state.failures += 1
+        state.not_before = self.clock() + random.uniform(delay / 2, delay)
+
+    async def _drain(self) -> None:
+        tasks = list(self._in_flight.values())
+        if not tasks:
+            return
+        _done, pending = await asyncio.wait(tasks, timeout=self.grace)
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending)
+
+
+def _count(report: PassReport, outcome: str) -> None:
+    setattr(report, outcome, getattr(report, outcome) + 1)
+
+
+def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], Agent | None]:
+    if isinstance(agents, Agent):
+        agents = [agents]
+    if isinstance(agents, Mapping):
+        by_name = dict(agents)
+    elif callable(agents):
+        return agents
+    else:
+        by_name = {}
+        for agent in agents:
+            if not isinstance(agent, Agent):
+                raise ConfigError(f"{agent!r} is not a bide.Agent")
+            if agent.name in by_name:
+                raise ConfigError(f"two agents are named {agent.name!r}: a run names its agent by name")
+            by_name[agent.name] = agent
+    for name, agent in by_name.items():
+        if agent.store is not store:
+            raise ConfigError(f"agent {name!r} uses another store than the worker: give both the same store")
+    return by_name.get

@@ -1,0 +1,158 @@
+"""Operating running runs from the command line: `bide worker` resumes crashed runs (a `bide.Worker` over
+a store), `bide cancel` asks a run to stop.
+
+    bide worker --store URL --app module:attribute [--concurrency N] [--poll SECONDS] [--once [--json]]
+    bide cancel --store URL RUN [--reason TEXT]
+
+`module:attribute` names your agents: an `Agent`, a list of agents, or a function that takes the opened
+store and returns either (so the agents use the worker's store). The current directory is importable.
+Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. `bide cancel` journals a
+cancel request that the run's drive honours at its next turn boundary (see `bide.cancel_run`). Exit codes
+follow `bide`'s: 0 done; 2 bad usage (the app cannot be imported or is not agents); 3 no such store or
+run; 4 refused (the run has already ended); 5 the store failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import os
+import signal
+import sys
+from dataclasses import asdict
+from typing import Any
+
+from ._agent import Agent
+from ._cancel import cancel_run
+from ._errors import ConfigError, RunEnded, RunNotFound
+from ._store import Store
+from ._terminal import printable
+from ._worker import Worker
+
+__all__ = ["register"]
+
+EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 2, 3, 4
+
+
+class _AppError(Exception):
+    pass
+
+
+def load_agents(spec: str, store: Store) -> list[Agent]:
+    """The agents `module:attribute` names (a function is called with the store)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise _AppError(f"--app must be module:attribute (for example myapp.agents:build), got {spec!r}")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise _AppError(f"cannot import {module_name!r} for --app: {exc}") from exc
+    try:
+        value: Any = getattr(module, attribute)
+    except AttributeError:
+        raise _AppError(f"module {module_name!r} has no attribute {attribute!r} (--app {spec})") from None
+    if callable(value) and not isinstance(value, Agent):
+        value = value(store)
+    agents = [value] if isinstance(value, Agent) else list(value) if isinstance(value, list | tuple) else None
+    if not agents or not all(isinstance(a, Agent) for a in agents):
+        raise _AppError(f"--app {spec} must give a bide.Agent or a list of them, got {type(value).__name__}")
+    return agents
+
+
+def _open(args: argparse.Namespace) -> Store | int:
+    """The store --store names, or the exit code of the message printed."""
+    from ._cli import open_cli_store
+
+    try:
+        return open_cli_store(args)
+    except Exception as exc:
+        # bide's CLI error carries its exit code (its class exists twice when bide._cli runs as __main__).
+        code = getattr(exc, "code", None)
+        if not isinstance(code, int):
+            raise
+        print(f"bide: {exc}", file=sys.stderr)
+        return code
+
+
+def _cmd_cancel(args: argparse.Namespace) -> int:
+    store = _open(args)
+    if isinstance(store, int):
+        return store
+    try:
+        recorded = cancel_run(store, args.run, reason=args.reason)
+    except RunNotFound as exc:
+        print(f"bide: {exc}", file=sys.stderr)
+        return EXIT_NOT_FOUND
+    except RunEnded as exc:
+        print(f"bide: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    finally:
+        store.close()
+    if recorded:
+        print(f"cancel requested for run {printable(args.run)}: it ends at its next turn boundary")
+    else:
+        print(f"run {printable(args.run)} already has a cancel request (the first reason stands)")
+    return EXIT_OK
+
+
+def _cmd_worker(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    store = _open(args)
+    if isinstance(store, int):
+        return store
+    try:
+        try:
+            agents = load_agents(args.app, store)
+            worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll)
+        except (_AppError, ConfigError) as exc:
+            print(f"bide: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.once:
+            report = asyncio.run(worker.run_once())
+            if args.json:
+                print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True))
+            else:
+                print(
+                    f"resumed {report.driven} runs: {report.completed} completed, {report.halted} halted "
+                    f"(need a person), {report.waiting} waiting, {report.failed} failed; "
+                    f"{report.skipped} skipped"
+                )
+            return EXIT_OK
+        asyncio.run(_forever(worker))
+        return EXIT_OK
+    finally:
+        store.close()
+
+
+async def _forever(worker: Worker) -> None:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, worker.stop)
+    await worker.run_forever()
+
+
+def register(sub: Any) -> None:
+    """Add `bide worker` and `bide cancel` to the `bide` command."""
+    from ._cli import add_store_argument
+
+    p = sub.add_parser("worker", help="resume runs whose driver died (their lease expired)")
+    add_store_argument(p)
+    p.add_argument("--app", required=True, help="module:attribute naming the agents (see bide worker -h)")
+    p.add_argument("--concurrency", type=int, default=16, help="drives at once (default 16)")
+    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks for runs (default 1)")
+    p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+    p.add_argument("--json", action="store_true", help="with --once: print the pass as JSON")
+    p.set_defaults(handler=_cmd_worker)
+
+    p = sub.add_parser("cancel", help="ask a run to stop at its next turn boundary")
+    add_store_argument(p)
+    p.add_argument("run", help="run id")
+    p.add_argument("--reason", default="", help="why (the run's answer says it)")
+    p.set_defaults(handler=_cmd_cancel)

@@ -1,0 +1,120 @@
+"""Cancellation: a durable request, honoured at the next turn boundary, never interrupting a call in flight.
+
+On every store in process (with `cancel_check=0` a drive looks at every turn boundary); `bide cancel`
+through a subprocess (exit codes); and a cancel from another process reaching a run driven in a child
+process, on SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide.testing import Fail, ScriptedModel, call, reply
+
+HERE = Path(__file__).resolve().parent
+
+
+def test_a_cancelled_run_ends_cancelled_at_its_next_drive(store: bide.Store) -> None:
+    model = ScriptedModel([call("look"), Fail(bide.ModelError("down")), reply("never")])
+
+    @bide.tool(safety=bide.ReadOnly)
+    def look() -> str:
+        """Look."""
+        return "seen"
+
+    agent = bide.Agent(model, store=store, tools=[look])
+    with pytest.raises(bide.ModelError):
+        agent.run_sync("r", "go")
+    assert bide.cancel_run(store, "r", reason="customer changed their mind") is True
+    assert bide.cancel_run(store, "r", reason="again") is False  # the first reason stands
+    asked = len(model.requests)
+    result = agent.run_sync("r", "go")
+    assert (result.status, result.answer) == ("cancelled", "Cancelled: customer changed their mind")
+    assert len(model.requests) == asked  # the model was not asked again
+    assert bide.run_status(store, "r").status == "cancelled"
+    again = agent.run_sync("r", "go")
+    assert again.replayed and again.status == "cancelled"
+    with pytest.raises(bide.RunEnded):
+        bide.cancel_run(store, "r")
+    with pytest.raises(bide.RunNotFound):
+        bide.cancel_run(store, "no-such-run")
+
+
+def test_a_call_in_flight_finishes_and_the_next_turn_is_not_taken(store: bide.Store) -> None:
+    charges: list[int] = []
+
+    @bide.tool
+    async def charge(cents: int) -> str:
+        """Charge a card; the run is cancelled while the charge is in flight."""
+        await bide.acancel_run(store, "c", reason="stop")
+        await asyncio.sleep(0.01)
+        charges.append(cents)
+        return "charged"
+
+    model = ScriptedModel([call("charge", cents=3), call("charge", cents=4), reply("done")])
+    result = bide.Agent(model, store=store, tools=[charge], cancel_check=0).run_sync("c", "pay")
+    assert result.status == "cancelled"
+    assert charges == [3]  # the call in flight finished; the next turn's call never started
+    assert len(model.requests) == 1
+    journal = bide.Journal(store, "c").load()
+    first = journal.get("result:c0.0")
+    assert isinstance(first, bide.ToolResult) and first.result == "charged"  # its result is journaled
+
+
+def test_a_halted_run_that_is_cancelled_is_ended_by_the_worker(store: bide.Store) -> None:
+    class Crash(BaseException):
+        pass
+
+    fired: list[int] = []
+
+    @bide.tool(timeout=0.05)
+    def charge(cents: int) -> str:
+        """Charge."""
+        fired.append(cents)
+        raise Crash
+
+    agent = bide.Agent(ScriptedModel([call("charge", cents=1), reply("ok")]), store=store, tools=[charge])
+    with pytest.raises(Crash):
+        agent.run_sync("h", "pay")
+    assert bide.run_status(store, "h").status == "halted"
+    bide.cancel_run(store, "h", reason="give up")
+    report = asyncio.run(bide.Worker(store, agent).run_once())
+    assert report.completed == 1
+    assert bide.run_status(store, "h").status == "cancelled"
+    assert fired == [1]
+
+
+def _bide(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "bide._cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, env=os.environ)
+
+
+@pytest.mark.slow
+def test_cancel_from_another_process_reaches_a_live_drive(durable_store_spec: tuple[str, str]) -> None:
+    url, prefix = durable_store_spec
+    child = subprocess.Popen(
+        [sys.executable, str(HERE / "cancel_child.py"), url, prefix, "live"],
+        stdout=subprocess.PIPE, text=True, env=os.environ,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline().strip() == "started"
+    time.sleep(0.3)
+    done = _bide("cancel", "--store", url, "--table-prefix", prefix, "live", "--reason", "operator")
+    assert done.returncode == 0, done.stderr
+    assert "cancel requested" in done.stdout
+    outcome = json.loads(child.stdout.readline())
+    assert child.wait(timeout=60) == 0
+    assert outcome["status"] == "cancelled" and outcome["answer"] == "Cancelled: operator"
+    assert outcome["turns"] < 40  # it stopped at a turn boundary, long before the script's end
+    again = _bide("cancel", "--store", url, "--table-prefix", prefix, "live")
+    assert again.returncode == 4 and "already ended" in again.stderr
+    missing = _bide("cancel", "--store", url, "--table-prefix", prefix, "nobody")
+    assert missing.returncode == 3 and "does not exist" in missing.stderr

@@ -1,0 +1,217 @@
+"""Store conformance for leases, fencing and the end seal (S8-S10 of bide._store), on memory, SQLite and
+PostgreSQL, including across processes."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+import bide
+
+T0 = 1_800_000_000_000  # a fake clock, in Unix ms
+
+
+def test_grant_renew_refuse_and_take_over(store: bide.Store) -> None:
+    a = store.lease("r", "A", now_ms=T0, ttl_ms=1000)
+    assert a.held and a.holder == "A" and a.token >= 1 and a.expires_ms == T0 + 1000
+    b = store.lease("r", "B", now_ms=T0 + 500, ttl_ms=1000)
+    assert not b.held and b.holder == "A" and b.token == a.token and b.expires_ms == T0 + 1000
+    renewed = store.lease("r", "A", now_ms=T0 + 900, ttl_ms=1000, token=a.token)
+    assert renewed.held and renewed.token == a.token and renewed.expires_ms == T0 + 1900
+    # Still live at T0 + 1500 after the renewal; expired at T0 + 1900.
+    assert not store.lease("r", "B", now_ms=T0 + 1500, ttl_ms=1000).held
+    b = store.lease("r", "B", now_ms=T0 + 1900, ttl_ms=1000)
+    assert b.held and b.holder == "B" and b.token > a.token
+    # A's renewal with its stale token does not get it back, even though A asks for it by name.
+    stale = store.lease("r", "A", now_ms=T0 + 2000, ttl_ms=1000, token=a.token)
+    assert not stale.held and stale.holder == "B"
+    # A holder asking without its token is a new grant only when the lease is free.
+    assert not store.lease("r", "B", now_ms=T0 + 2000, ttl_ms=1000).held
+
+
+def test_release_frees_and_tokens_keep_growing(store: bide.Store) -> None:
+    a = store.lease("r", "A", now_ms=T0, ttl_ms=60_000)
+    assert store.release("r", "B", a.token) is False
+    assert store.release("r", "A", a.token + 1) is False
+    assert store.release("r", "A", a.token) is True
+    b = store.lease("r", "B", now_ms=T0 + 1, ttl_ms=60_000)
+    assert b.held and b.token > a.token
+    assert store.lease("other", "A", now_ms=T0, ttl_ms=10).token >= 1  # per run
+
+
+def test_fenced_writes(store: bide.Store) -> None:
+    a = store.lease("r", "A", now_ms=T0, ttl_ms=1000)
+    assert store.insert_many("r", [("k1", b"1")], fence=("A", a.token))[0].inserted
+    with pytest.raises(bide.LeaseLost):
+        store.insert_many("r", [("k2", b"2")], fence=("A", a.token + 1))
+    with pytest.raises(bide.LeaseLost):
+        store.insert_many("r", [("k2", b"2")], fence=("B", a.token))
+    # An expired lease nobody took over still fences in its holder.
+    assert store.insert_many("r", [("k2", b"2")], fence=("A", a.token))[0].inserted
+    b = store.lease("r", "B", now_ms=T0 + 5000, ttl_ms=1000)
+    with pytest.raises(bide.LeaseLost):
+        store.insert_many("r", [("k3", b"3")], fence=("A", a.token))
+    with pytest.raises(bide.LeaseLost):
+        store.insert_many("r", [("k3", b"3"), ("k4", b"4")], exclusive=True, fence=("A", a.token))
+    assert [e.key for e in store.load("r")] == ["k1", "k2"]
+    assert store.insert_many("r", [("k3", b"3")], fence=("B", b.token))[0].inserted
+    # No lease at all: a fenced write is refused, an unfenced one goes through.
+    with pytest.raises(bide.LeaseLost):
+        store.insert_many("fresh", [("k", b"x")], fence=("A", 1))
+    assert store.insert_many("fresh", [("k", b"x")])[0].inserted
+
+
+def test_async_fenced_writes_in_one_batch(store: bide.Store) -> None:
+    a = store.lease("r1", "A", now_ms=T0, ttl_ms=1000)
+    b = store.lease("r2", "B", now_ms=T0, ttl_ms=1000)
+
+    async def both() -> list[object]:
+        return await asyncio.gather(
+            store.ainsert_many("r1", [("k", b"1")], fence=("A", a.token)),
+            store.ainsert_many("r2", [("k", b"2")], fence=("B", b.token + 7)),
+            store.ainsert_many("r2", [("j", b"3")], fence=("B", b.token)),
+            return_exceptions=True,
+        )
+
+    ok, lost, fine = asyncio.run(both())
+    assert isinstance(ok, list) and ok[0].inserted
+    assert isinstance(lost, bide.LeaseLost)
+    assert isinstance(fine, list) and fine[0].inserted
+    assert [e.key for e in store.load("r2")] == ["j"]
+
+
+def test_nothing_is_appended_after_run_end(store: bide.Store) -> None:
+    store.insert_many("r", [("a", b"1"), ("run:end", b"end")])
+    with pytest.raises(bide.RunEnded):
+        store.insert_many("r", [("b", b"2")])
+    with pytest.raises(bide.RunEnded):
+        asyncio.run(_ainsert(store, "r", [("b", b"2")]))
+    with pytest.raises(bide.RunEnded):
+        store.insert_many("r", [("a", b"1"), ("b", b"2")])
+    # What exists is answered as usual (nothing is added).
+    again = store.insert_many("r", [("a", b"other"), ("run:end", b"other")])
+    assert [(e.data, e.inserted) for e in again] == [(b"1", False), (b"end", False)]
+    clash = store.insert_many("r", [("a", b"x"), ("c", b"y")], exclusive=True)
+    assert [(e.key, e.inserted) for e in clash] == [("a", False)]
+    assert [e.key for e in store.load("r")] == ["a", "run:end"]
+    # An ended run is not listed as needing recovery, whatever its lease.
+    lease = store.lease("r", "A", now_ms=T0, ttl_ms=10)
+    assert lease.held
+    assert [x.run_id for x in store.expired_leases(now_ms=T0 + 100)] == []
+
+
+async def _ainsert(store: bide.Store, run_id: str, items: list[tuple[str, bytes]]) -> object:
+    return await store.ainsert_many(run_id, items)
+
+
+def test_expired_leases_lists_runs_to_recover(store: bide.Store) -> None:
+    for i, ttl in enumerate([100, 5_000, 100, 100]):
+        store.lease(f"run-{i}", f"H{i}", now_ms=T0, ttl_ms=ttl)
+        store.insert_many(f"run-{i}", [("a", b"1")])
+    store.insert_many("run-4", [("a", b"1")])
+    store.lease("no-records", "H", now_ms=T0, ttl_ms=1)  # a drive that never wrote: not a run
+    store.insert_many("run-3", [("run:end", b"end")])
+    released = store.lease("run-4", "H4", now_ms=T0, ttl_ms=60_000)
+    store.release("run-4", "H4", released.token)
+    got = store.expired_leases(now_ms=T0 + 1000)
+    assert [x.run_id for x in got] == ["run-0", "run-2", "run-4"]
+    assert all(not x.held for x in got) and got[0].holder == "H0"
+    assert [x.run_id for x in store.expired_leases(now_ms=T0 + 1000, after="run-0", limit=1)] == ["run-2"]
+    assert "no-records" not in store.runs()
+
+
+def test_async_lease_then_load_sees_the_journal_as_of_the_grant(store: bide.Store) -> None:
+    store.insert_many("r", [("a", b"1")])
+
+    async def go() -> tuple[bide.Lease, list[bide.Entry]]:
+        lease = store.alease("r", "A", now_ms=T0, ttl_ms=1000)
+        load = store.aload("r")
+        return await lease, await load
+
+    lease, entries = asyncio.run(go())
+    assert lease.held and [e.key for e in entries] == ["a"]
+    assert asyncio.run(_arelease(store, "r", "A", lease.token)) is True
+
+
+async def _arelease(store: bide.Store, run_id: str, holder: str, token: int) -> bool:
+    return await store.arelease(run_id, holder, token)
+
+
+_CHILD = """
+import json, sys, time
+import bide
+url, prefix, who, n = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+store = bide.open_store(url, table_prefix=prefix)
+got = []
+for i in range(n):
+    now = int(time.time() * 1000)
+    lease = store.lease("contended", who, now_ms=now, ttl_ms=1)
+    if lease.held:
+        try:
+            store.insert_many("contended", [(f"{who}-{i}-{lease.token}", b"x")], fence=(who, lease.token))
+            got.append(lease.token)
+        except bide.LeaseLost:
+            pass
+store.close()
+print(json.dumps(got))
+"""
+
+
+def test_tokens_grow_and_fences_hold_across_processes(
+    durable_store_spec: tuple[str, str], tmp_path: Path
+) -> None:
+    """Four processes take over one run's 1 ms lease again and again: every token is granted once, and
+    every record written carries a token that held the lease when it committed."""
+    url, prefix = durable_store_spec
+    bide.open_store(url, table_prefix=prefix).close()
+    script = tmp_path / "child.py"
+    script.write_text(_CHILD)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), url, prefix, f"P{k}", "40"], stdout=subprocess.PIPE, text=True
+        )
+        for k in range(4)
+    ]
+    tokens: list[int] = []
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        tokens += json.loads(out)
+    assert tokens and len(tokens) == len(set(tokens))  # no token written under by two holders
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        written = [int(e.key.rsplit("-", 1)[1]) for e in store.load("contended")]
+        assert written == sorted(written)  # commit order is token order: nobody wrote after a takeover
+    finally:
+        store.close()
+
+
+def test_sqlite_store_made_before_leases_is_upgraded(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    engine = sa.create_engine(f"sqlite:///{path}")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "CREATE TABLE bide_records (seq INTEGER PRIMARY KEY, run_id VARCHAR NOT NULL, "
+            "key VARCHAR NOT NULL, data BLOB NOT NULL, UNIQUE (run_id, key))"
+        )
+        conn.exec_driver_sql(
+            "CREATE TABLE bide_runs (run_id VARCHAR PRIMARY KEY, next_seq BIGINT DEFAULT 0 NOT NULL)"
+        )
+        conn.exec_driver_sql("INSERT INTO bide_runs(run_id) VALUES ('done'), ('open')")
+        conn.exec_driver_sql("INSERT INTO bide_records(run_id, key, data) VALUES ('done', 'run:end', x'00')")
+        conn.exec_driver_sql("INSERT INTO bide_records(run_id, key, data) VALUES ('open', 'a', x'00')")
+    engine.dispose()
+    store = bide.open_store(f"sqlite:///{path}")
+    try:
+        with pytest.raises(bide.RunEnded):
+            store.insert_many("done", [("more", b"x")])
+        assert store.insert_many("open", [("b", b"x")])[0].inserted
+        assert store.lease("open", "A", now_ms=T0, ttl_ms=10).token == 1
+    finally:
+        store.close()

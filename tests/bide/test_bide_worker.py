@@ -1,0 +1,278 @@
+"""`bide.Worker` and `bide worker`: runs whose driver is gone are resumed from their journal.
+
+In process on every store (a drive that failed, a halted run left to a person, a reconciler deciding a
+crashed call, unknown agents, run_forever and stop), then across processes on SQLite and PostgreSQL: a
+driver SIGKILLed at a random moment is resumed by `bide worker` in another process once its lease expires,
+every charge lands exactly once, and two workers racing for the same runs resume each run once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bide
+from bide.testing import Fail, ScriptedModel, call, reply
+
+HERE = Path(__file__).resolve().parent
+
+
+class Crash(BaseException):
+    """Stands in for the process dying in the window (after the effect, before its result)."""
+
+
+def agent_with(store: bide.Store, script: list[Any], tools: list[bide.Tool], name: str = "a") -> bide.Agent:
+    return bide.Agent(ScriptedModel(script), store=store, tools=tools, name=name, lease_ttl=5.0)
+
+
+def test_a_failed_drive_is_resumed_and_finished(store: bide.Store) -> None:
+    first = agent_with(store, [Fail(bide.ModelError("model down")), reply("hello")], [])
+    with pytest.raises(bide.ModelError):
+        first.run_sync("r1", "hi")
+    assert bide.run_status(store, "r1").status == "not_started"  # nothing journaled: nothing to resume
+
+    model = ScriptedModel([call("note", text="x"), Fail(bide.ModelError("down")), reply("done")])
+
+    @bide.tool(safety=bide.ReadOnly)
+    def note(text: str) -> str:
+        """Take a note."""
+        return text
+
+    agent = bide.Agent(model, store=store, tools=[note], name="a", lease_ttl=5.0)
+    with pytest.raises(bide.ModelError):
+        agent.run_sync("r2", "go")
+    assert bide.run_status(store, "r2").status == "running"
+
+    report = asyncio.run(bide.Worker(store, agent, backoff=0.01).run_once())
+    assert (report.completed, report.failed) == (1, 0)
+    assert bide.run_status(store, "r2").status == "completed"
+    assert bide.run_status(store, "r2").answer == "done"
+    again = asyncio.run(bide.Worker(store, agent).run_once())
+    assert again.driven == 0  # an ended run is not listed
+
+
+def test_a_halted_run_waits_for_a_person_then_goes_on(store: bide.Store) -> None:
+    charges: list[int] = []
+
+    @bide.tool(timeout=0.05)
+    def charge(cents: int) -> str:
+        """Charge a card."""
+        charges.append(cents)
+        if len(charges) == 1:
+            raise Crash
+        return "charged"
+
+    agent = agent_with(store, [call("charge", cents=5), reply("paid")], [charge])
+    with pytest.raises(Crash):
+        agent.run_sync("h1", "pay")
+    worker = bide.Worker(store, agent, backoff=0.01)
+    first = asyncio.run(worker.run_once())
+    assert (first.halted, first.completed) == (1, 0)
+    second = asyncio.run(worker.run_once())
+    assert second.driven == 0 and second.skipped == 1  # unchanged: still waiting for a person
+    assert charges == [5]
+
+    time.sleep(0.06)
+    call_id = bide.run_status(store, "h1").call_id
+    assert call_id is not None
+    bide.resolve_halt(store, "h1", call_id, outcome=bide.Outcome.succeeded("charged"), clock_skew=0.0)
+    third = asyncio.run(worker.run_once())
+    assert third.completed == 1
+    assert charges == [5]  # the effect fired once; the person's word stands in for its lost result
+
+
+def test_a_reconciler_decides_a_crashed_call_when_the_worker_resumes(store: bide.Store) -> None:
+    ledger: list[int] = []
+
+    def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome:
+        cents = attempt.arguments["cents"]
+        if cents in ledger:
+            return bide.Outcome.succeeded("charged", evidence="ledger")
+        return bide.Outcome.not_started()
+
+    @bide.tool(timeout=0.05, reconcile=reconcile)
+    def charge(cents: int) -> str:
+        """Charge a card."""
+        ledger.append(cents)
+        if len(ledger) == 1:
+            raise Crash
+        return "charged"
+
+    agent = bide.Agent(
+        ScriptedModel([call("charge", cents=7), reply("paid")]),
+        store=store,
+        tools=[charge],
+        name="a",
+        clock_skew=0.0,
+        lease_ttl=5.0,
+    )
+    with pytest.raises(Crash):
+        agent.run_sync("c1", "pay")
+    worker = bide.Worker(store, agent, backoff=0.01, max_backoff=0.02)
+    deadline = time.time() + 10
+    while bide.run_status(store, "c1").status != "completed":
+        assert time.time() < deadline, bide.run_status(store, "c1")
+        asyncio.run(worker.run_once())
+        time.sleep(0.02)
+    assert ledger == [7]
+
+
+def test_runs_of_agents_the_worker_does_not_know_are_skipped(store: bide.Store) -> None:
+    other = agent_with(store, [call("x"), Fail(bide.ModelError("down")), reply("ok")], [], name="other")
+    with pytest.raises(bide.BideError):
+        other.run_sync("u1", "go")
+    mine = agent_with(store, [reply("ok")], [], name="mine")
+    report = asyncio.run(bide.Worker(store, mine).run_once())
+    assert report.driven == 0 and report.skipped == 1
+
+
+def test_worker_refuses_agents_on_another_store(store: bide.Store) -> None:
+    elsewhere = bide.open_store("memory://")
+    agent = agent_with(elsewhere, [reply("ok")], [])
+    with pytest.raises(bide.ConfigError, match="another store"):
+        bide.Worker(store, agent)
+
+
+def test_run_forever_resumes_runs_and_stops_when_asked(store: bide.Store) -> None:
+    @bide.tool(safety=bide.ReadOnly)
+    def look() -> str:
+        """Look."""
+        return "seen"
+
+    def agent(script: list[Any]) -> bide.Agent:
+        return bide.Agent(ScriptedModel(script), store=store, tools=[look], name="a", lease_ttl=5.0)
+
+    for run_id in ("f1", "f2", "f3"):
+        with pytest.raises(bide.ModelError):
+            agent([call("look"), Fail(bide.ModelError("down")), reply("ok")]).run_sync(run_id, "go")
+    resumer = agent([call("look"), reply("ok")])
+
+    async def scenario() -> None:
+        worker = bide.Worker(store, resumer, poll_interval=0.01, backoff=0.01)
+        forever = asyncio.create_task(worker.run_forever())
+        deadline = time.time() + 10
+        while any(bide.run_status(store, r).status != "completed" for r in ("f1", "f2", "f3")):
+            assert time.time() < deadline
+            await asyncio.sleep(0.02)
+        worker.stop()
+        await asyncio.wait_for(forever, 5)
+
+    asyncio.run(scenario())
+
+
+# -- across processes -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE), str(HERE.parents[1]), e.get("PYTHONPATH", "")])
+    e["WORKER_LEDGER"] = str(tmp_path / "ledger.txt")
+    e["WORKER_LEASE_TTL"] = "1.0"
+    yield e
+
+
+def worker_pass(url: str, prefix: str, env: dict[str, str]) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--table-prefix", prefix,
+         "--app", "worker_app:build", "--once", "--json"],
+        capture_output=True, text=True, env=env, cwd=HERE, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return report
+
+
+def ledger_lines(env: dict[str, str]) -> list[str]:
+    path = Path(env["WORKER_LEDGER"])
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def wait_for_first_charge(env: dict[str, str], runs: list[str]) -> None:
+    """The driver to kill is mid-run: at least one charge of `runs` has landed."""
+    deadline = time.time() + 60
+    while not any(line.split()[0] in runs for line in ledger_lines(env)):
+        assert time.time() < deadline, "the driver never charged"
+        time.sleep(0.005)
+
+
+@pytest.mark.slow
+def test_killed_driver_is_resumed_by_a_worker_in_another_process(
+    durable_store_spec: tuple[str, str], env: dict[str, str]
+) -> None:
+    url, prefix = durable_store_spec
+    rng = random.Random(1234)
+    for trial in range(4):
+        runs = [f"k{trial}-{i}" for i in range(6)]
+        env["WORKER_MODEL_DELAY"] = "0.05"
+        child = subprocess.Popen(
+            [sys.executable, str(HERE / "worker_app.py"), url, prefix, ",".join(runs)],
+            env=env, stdout=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        assert child.stdout is not None and child.stdout.readline().strip() == "driving"
+        wait_for_first_charge(env, runs)
+        time.sleep(rng.uniform(0.0, 0.3))
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+        deadline = time.time() + 60
+        store = bide.open_store(url, table_prefix=prefix)
+        started = [r for r in runs if bide.run_status(store, r).status != "not_started"]
+        while any(bide.run_status(store, r).status != "completed" for r in started):
+            assert time.time() < deadline, "the worker did not finish the killed runs"
+            worker_pass(url, prefix, env)
+            time.sleep(0.2)
+        store.close()
+        lines = ledger_lines(env)
+        for r in runs:
+            fired = (lines.count(f"{r} 1"), lines.count(f"{r} 2"))
+            assert fired == ((1, 1) if r in started else (0, 0)), (r, lines)
+
+
+@pytest.mark.slow
+def test_two_workers_racing_resume_each_run_once(
+    durable_store_spec: tuple[str, str], env: dict[str, str]
+) -> None:
+    url, prefix = durable_store_spec
+    runs = [f"race-{i}" for i in range(10)]
+    env["WORKER_MODEL_DELAY"] = "0.02"
+    child = subprocess.Popen(
+        [sys.executable, str(HERE / "worker_app.py"), url, prefix, ",".join(runs)],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline().strip() == "driving"
+    wait_for_first_charge(env, runs)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    time.sleep(1.1)  # the killed driver's leases expire
+    store = bide.open_store(url, table_prefix=prefix)
+    before = [r for r in runs if bide.run_status(store, r).status != "completed"]
+    store.close()
+    command = [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--table-prefix", prefix,
+               "--app", "worker_app:build", "--once", "--json"]  # fmt: skip
+    racers = [subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=HERE) for _ in "ab"]
+    reports = [json.loads(p.communicate(timeout=120)[0].strip().splitlines()[-1]) for p in racers]
+    store = bide.open_store(url, table_prefix=prefix)
+    unfinished = [r for r in runs if bide.run_status(store, r).status != "completed"]
+    finished_in_race = [r for r in before if r not in unfinished]
+    # Each run the race finished was finished by exactly one of the two workers.
+    assert sum(r["completed"] for r in reports) == len(finished_in_race)
+    # Whatever the race left (a run waiting on a reconciler's deadline), later passes finish.
+    deadline = time.time() + 60
+    while unfinished:
+        assert time.time() < deadline
+        worker_pass(url, prefix, env)
+        unfinished = [r for r in runs if bide.run_status(store, r).status != "completed"]
+    lines = ledger_lines(env)
+    for r in runs:
+        assert lines.count(f"{r} 1") == 1 and lines.count(f"{r} 2") == 1, (r, lines)
