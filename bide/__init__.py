@@ -31,6 +31,7 @@ from ._errors import (
     RunLimitExceeded,
     RunMismatch,
     RunNotFound,
+    RunSleeping,
     StoreError,
     ToolError,
     ToolNotStarted,
@@ -65,6 +66,7 @@ from ._records import (
     Pause,
     Record,
     Start,
+    Timer,
     ToolResult,
     decode_record,
     encode_record,
@@ -72,6 +74,7 @@ from ._records import (
 from ._resolve import RunStatus, aresolve_halt, resolve_halt, run_status
 from ._sql import SQLStore
 from ._store import Entry, HookedStore, Lease, Store, WriteHook, WriteTransaction
+from ._timers import TimerTool, timer
 from ._tools import (
     AttemptInfo,
     CallContext,
@@ -140,6 +143,7 @@ __all__ = [
     "RunMismatch",
     "RunNotFound",
     "RunResult",
+    "RunSleeping",
     "RunStatus",
     "SQLStore",
     "Safety",
@@ -148,6 +152,8 @@ __all__ = [
     "Store",
     "StoreError",
     "SystemMessage",
+    "Timer",
+    "TimerTool",
     "Tool",
     "ToolCall",
     "ToolError",
@@ -171,6 +177,7 @@ __all__ = [
     "open_store",
     "resolve_halt",
     "run_status",
+    "timer",
     "tool",
 ]
 

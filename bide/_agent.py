@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import math
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ from ._errors import (
     RunInFlight,
     RunLimitExceeded,
     RunMismatch,
+    RunSleeping,
     StoreError,
     ToolError,
     ToolNotStarted,
@@ -73,6 +75,7 @@ from ._records import (
     Pause,
     Record,
     Start,
+    Timer,
     ToolResult,
     attempt_key,
     decode_record,
@@ -80,9 +83,11 @@ from ._records import (
     not_started_key,
     pause_key,
     result_key,
+    timer_key,
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
 from ._store import Fence, Lease, Store
+from ._timers import TimerTool
 from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
 from ._when import iso, when
 
@@ -359,6 +364,33 @@ class Agent:
             restarts = _restart(run_id, turn, restarts)
             await journal.aload()  # lost a race: decide nothing from a stale journal
 
+    async def _wait(self, journal: Journal, tool: TimerTool, call: ToolCall, seconds: float) -> ToolResult:
+        """A timer call: journal its wake-up time once, then wait for what is left of it (in the drive when
+        it is short, else by pausing the run with `RunSleeping`)."""
+        timer = journal.get(timer_key(call.call_id))
+        if not isinstance(timer, Timer):
+            wake_ms = math.ceil((self.clock() + seconds) * 1000)  # never a moment early
+            record = Timer(key=timer_key(call.call_id), call_id=call.call_id, wake_at_ms=wake_ms)
+            stored, _ = await journal.awrite_one(record)
+            assert isinstance(stored, Timer)
+            timer = stored
+        wake_at = timer.wake_at_ms / 1000
+        left = wake_at - self.clock()
+        if left > tool.inline:
+            raise RunSleeping(
+                f"run {journal.run_id!r} sleeps until {iso(wake_at)} ({when(wake_at)}) on call "
+                f"{call.call_id} ({tool.name}); drive it again then (a bide.Worker does): it will not wait "
+                "from zero",
+                run_id=journal.run_id,
+                call_id=call.call_id,
+                tool=tool.name,
+                arguments=call.arguments,
+                wake_at=wake_at,
+            )
+        if left > 0:
+            await asyncio.sleep(left)
+        return self._result(call, f"waited until {iso(wake_at)}", is_error=False, safety=tool.safety.value)
+
     async def _cancel_request(self, run_id: str) -> Cancel | None:
         entry = await self.store.aget(run_id, CANCEL_KEY)
         if entry is None:
@@ -502,6 +534,10 @@ class Agent:
                 return None
             return self._result(call, str(exc), is_error=True, safety=safety)
         arguments: dict[str, Any] = validated.model_dump(mode="json")
+        if isinstance(tool, TimerTool):
+            if not await _flush(journal, pending):
+                return None
+            return await self._wait(journal, tool, call, float(arguments["seconds"]))
         idem = idempotency_key_for(run_id, call.call_id)
         if (tool.gate is not None or tool.safety.retry_safe) and not await _flush(journal, pending):
             return None  # a gate or a retry-safe tool only ever sees journaled calls

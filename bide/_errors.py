@@ -23,6 +23,7 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     │   └── NoLiveAttempt                 nothing to resolve for that call
     └── RunHalted                         the run stopped and needs a decision; never a success
         ├── OutcomeUnknown                a side effect may or may not have happened
+        ├── RunSleeping                   the run waits on a durable timer until its wake-up time
         └── ApprovalPending               a gate has not approved a call yet
 
 Halts are exceptions on purpose: a halted run can never be mistaken for a finished one.
@@ -51,6 +52,7 @@ __all__ = [
     "RunLimitExceeded",
     "RunMismatch",
     "RunNotFound",
+    "RunSleeping",
     "StoreError",
     "ToolError",
     "ToolNotStarted",
@@ -236,6 +238,22 @@ class OutcomeUnknown(RunHalted):
         self.cause = cause
         self.attempted_at = attempted_at
         self.deadline = deadline
+
+
+class RunSleeping(RunHalted):
+    """The run waits on a durable timer (a `bide.timer` tool's call) until `wake_at` (Unix seconds).
+
+    Nothing is wrong: drive it again after `wake_at` (a `bide.Worker` does), and it goes on from the journal
+    without waiting again from zero.
+    """
+
+    status = "sleeping"
+
+    def __init__(
+        self, message: str, *, run_id: str, call_id: str, tool: str, arguments: Any, wake_at: float
+    ) -> None:
+        super().__init__(message, run_id=run_id, call_id=call_id, tool=tool, arguments=arguments)
+        self.wake_at = wake_at
 
 
 class ApprovalPending(RunHalted):

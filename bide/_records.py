@@ -52,6 +52,7 @@ __all__ = [
     "Pause",
     "Record",
     "Start",
+    "Timer",
     "ToolResult",
     "attempt_key",
     "decode_record",
@@ -60,6 +61,7 @@ __all__ = [
     "not_started_key",
     "pause_key",
     "result_key",
+    "timer_key",
 ]
 
 FORMAT = "bide.journal/1"
@@ -88,6 +90,10 @@ def result_key(call_id: str) -> str:
 
 def pause_key(call_id: str) -> str:
     return f"pause:{call_id}"
+
+
+def timer_key(call_id: str) -> str:
+    return f"timer:{call_id}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -192,6 +198,16 @@ class GateRecord(_Record):
 
 
 @dataclass(slots=True, kw_only=True)
+class Timer(_Record):
+    """A durable timer set by a timer tool's call: the run sleeps until `wake_at_ms` (Unix ms), and a
+    resumed run waits only for what is left."""
+
+    kind: Literal["timer"] = "timer"
+    call_id: str
+    wake_at_ms: int
+
+
+@dataclass(slots=True, kw_only=True)
 class Cancel(_Record):
     """A durable request to cancel the run, honoured by its drive at the next turn boundary."""
 
@@ -209,7 +225,9 @@ class End(_Record):
     answer: str
 
 
-Record = Header | Start | ModelTurn | Attempt | NotStarted | ToolResult | Pause | GateRecord | Cancel | End
+Record = (
+    Header | Start | ModelTurn | Attempt | NotStarted | ToolResult | Pause | GateRecord | Timer | Cancel | End
+)
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Annotated[Record, Field(discriminator="kind")])
 
 

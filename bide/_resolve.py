@@ -31,12 +31,14 @@ from ._records import (
     NotStarted,
     Pause,
     Start,
+    Timer,
     ToolResult,
     attempt_key,
     model_key,
     not_started_key,
     pause_key,
     result_key,
+    timer_key,
 )
 from ._store import Store
 from ._when import when
@@ -220,7 +222,8 @@ class RunStatus:
 
     `status` is one of: "not_started", "running" (started, not finished, nothing blocking: run it again to go
     on), "halted" (a side-effect call has an attempt and no outcome: the next drive halts; before the call's
-    deadline it may also still be in flight), "awaiting_approval", "completed", "cancelled".
+    deadline it may also still be in flight), "awaiting_approval", "sleeping" (a timer call waits for its
+    wake-up time), "completed", "cancelled".
     `call_id`, `tool`, `arguments` name the blocking call for halted and awaiting_approval runs.
     """
 
@@ -257,6 +260,8 @@ def status_of(journal: Journal) -> RunStatus:
             live = live_attempt(journal, call.call_id)
             if live is not None:
                 return RunStatus(rid, "halted", inp, None, call.call_id, call.name, live.arguments, n)
+            if isinstance(journal.get(timer_key(call.call_id)), Timer):
+                return RunStatus(rid, "sleeping", inp, None, call.call_id, call.name, call.arguments, n)
             if isinstance(journal.get(pause_key(call.call_id)), Pause):
                 return RunStatus(
                     rid, "awaiting_approval", inp, None, call.call_id, call.name, call.arguments, n

@@ -14,8 +14,9 @@ Rules:
   driven again only when its tool has a reconciler; otherwise it is left to a person (`bide resolve`), and
   picked up again once its journal changes (a resolution was recorded). A halted run that was cancelled
   (`bide cancel`) is driven, and its drive ends it as cancelled.
-- **Waiting is not failing.** A run paused at an approval gate is consulted again with backoff until its
-  gate decides; a run that failed (model down, store error) is retried with exponential backoff.
+- **Waiting is not failing.** A run sleeping on a durable timer (`bide.timer`) is driven again once it is
+  due; a run paused at an approval gate is consulted again with backoff until its gate decides; a run that
+  failed (model down, store error) is retried with exponential backoff.
 - **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
   running after `grace` seconds are cancelled, which frees their leases.
 """
@@ -31,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from ._agent import Agent
-from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight
+from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight, RunSleeping
 from ._journal import Journal
 from ._records import CANCEL_KEY, START_KEY, Start
 from ._resolve import status_of
@@ -50,8 +51,8 @@ class PassReport:
 
     `completed`: drives that finished their run (one that another driver finished meanwhile is `skipped`).
     `halted`: runs left to a person (a side effect's outcome is unknown and its tool has no reconciler).
-    `waiting`: runs that will be tried again (an approval pending, a reconciler waiting for a call's
-    deadline, another live driver). `failed`: drives that raised an error (backed off).
+    `waiting`: runs that will be tried again (a timer not due, an approval pending, a reconciler waiting
+    for a call's deadline, another live driver). `failed`: drives that raised an error (backed off).
     `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, or started by
     an agent this worker does not know).
     """
@@ -204,6 +205,9 @@ class Worker:
             return "halted"
         except RunInFlight as exc:
             state.not_before = max(exc.retry_after, self.clock() + self.poll_interval)
+            return "waiting"
+        except RunSleeping as exc:
+            state.not_before = exc.wake_at  # a timer: driven again once it is due
             return "waiting"
         except ApprovalPending:
             self._back_off(state)

@@ -1,0 +1,109 @@
+"""Durable timers (`bide.timer`): the wake-up time is journaled once, a resumed run waits only for what is
+left, a long wait pauses the run (`RunSleeping`) and a worker wakes it when it is due."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1_800_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def script(seconds: float) -> list[object]:
+    return [call("wait", seconds=seconds), reply("followed up")]
+
+
+def test_a_short_wait_happens_in_the_drive(store: bide.Store) -> None:
+    agent = bide.Agent(ScriptedModel(script(0.05)), store=store, tools=[bide.timer(inline=1.0)])
+    started = time.time()
+    result = agent.run_sync("s", "follow up")
+    assert result.answer == "followed up"
+    journal = bide.Journal(store, "s").load()
+    timer = journal.get("timer:c0.0")
+    assert isinstance(timer, bide.Timer)
+    assert timer.wake_at_ms / 1000 >= started + 0.05
+    res = journal.get("result:c0.0")
+    assert isinstance(res, bide.ToolResult) and str(res.result).startswith("waited until ")
+    assert time.time() >= timer.wake_at_ms / 1000  # it really waited
+
+
+def test_a_long_wait_sleeps_and_never_starts_again_from_zero(store: bide.Store) -> None:
+    clock = FakeClock()
+    model = ScriptedModel(script(3600))
+    agent = bide.Agent(model, store=store, tools=[bide.timer()], clock=clock)
+    with pytest.raises(bide.RunSleeping) as first:
+        agent.run_sync("l", "follow up")
+    wake = clock.now + 3600
+    assert first.value.wake_at == pytest.approx(wake)
+    status = bide.run_status(store, "l")
+    assert (status.status, status.call_id, status.tool) == ("sleeping", "c0.0", "wait")
+    clock.now += 1800
+    with pytest.raises(bide.RunSleeping) as second:
+        agent.run_sync("l", "follow up")
+    assert second.value.wake_at == pytest.approx(wake)  # the journaled time, not another hour from now
+    clock.now = wake + 1
+    result = agent.run_sync("l", "follow up")
+    assert result.answer == "followed up"
+    assert len(model.requests) == 2  # the first turn was asked once, the answer once
+
+
+def test_the_timer_is_validated_like_any_tool(store: bide.Store) -> None:
+    model = ScriptedModel([call("wait", seconds=-5), reply("ok")])
+    result = bide.Agent(model, store=store, tools=[bide.timer()]).run_sync("v", "x")
+    assert result.answer == "ok"
+    res = bide.Journal(store, "v").load().get("result:c0.0")
+    assert isinstance(res, bide.ToolResult) and res.is_error  # the model is told; no timer is set
+    with pytest.raises(bide.ConfigError):
+        bide.timer(inline=-1)
+
+
+def test_a_worker_wakes_a_sleeping_run_when_it_is_due(store: bide.Store) -> None:
+    agent = bide.Agent(ScriptedModel(script(0.6)), store=store, tools=[bide.timer(inline=0.0)], name="a")
+    with pytest.raises(bide.RunSleeping) as slept:
+        agent.run_sync("w", "follow up")
+    wake = slept.value.wake_at
+
+    async def scenario() -> float:
+        worker = bide.Worker(store, agent, poll_interval=0.05)
+        forever = asyncio.create_task(worker.run_forever())
+        deadline = time.time() + 20
+        while bide.run_status(store, "w").status != "completed":
+            assert time.time() < deadline
+            await asyncio.sleep(0.01)
+        done = time.time()
+        worker.stop()
+        await asyncio.wait_for(forever, 5)
+        return done
+
+    done_at = asyncio.run(scenario())
+    assert done_at >= wake  # woken after its time, not before
+
+
+@pytest.mark.slow
+def test_a_sleeping_run_survives_a_restart(durable_store_spec: tuple[str, str], tmp_path: Path) -> None:
+    url, prefix = durable_store_spec
+    first = bide.open_store(url, table_prefix=prefix)
+    agent = bide.Agent(ScriptedModel(script(1.0)), store=first, tools=[bide.timer(inline=0.0)], name="a")
+    with pytest.raises(bide.RunSleeping) as slept:
+        agent.run_sync("r", "follow up")
+    first.close()  # the process goes away; only the journal remains
+    again = bide.open_store(url, table_prefix=prefix)
+    resumed = bide.Agent(ScriptedModel(script(1.0)), store=again, tools=[bide.timer(inline=0.0)], name="a")
+    with pytest.raises(bide.RunSleeping) as still:
+        resumed.run_sync("r", "follow up")
+    assert still.value.wake_at == pytest.approx(slept.value.wake_at)
+    time.sleep(max(0.0, slept.value.wake_at - time.time()) + 0.05)
+    assert resumed.run_sync("r", "follow up").answer == "followed up"
+    again.close()
