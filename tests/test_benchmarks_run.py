@@ -25,6 +25,7 @@ SMOKE_RUNS = {
     ],
     "govern_build.py": ["--quick"],
     "oracle.py": [],
+    "worker.py": ["--quick"],
 }
 
 
