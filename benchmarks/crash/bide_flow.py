@@ -18,6 +18,7 @@ import bide
 from bide.testing import ScriptedModel, call, reply
 
 EFFECT_TIMEOUT = 1.0  # seconds: the deadline a reconciler waits for (the effect is a local fsync)
+LEASE_TTL = 1.0  # seconds
 CLOCK_SKEW = 0.1  # one machine, one clock: a small margin past the deadline is enough
 
 
@@ -66,6 +67,10 @@ def make_agent(state: Path, reconcile: bool) -> bide.Agent:
         tools=[get_order, charge_card, send_receipt],
         system="You process orders.",
         clock_skew=CLOCK_SKEW,
+        # A killed driver's lease must expire before the recovery drives the run (a paused process may
+        # still be alive): a short lease, and a recovery that waits for it.
+        lease_ttl=LEASE_TTL,
+        lease_wait=2 * LEASE_TTL,
     )
 
 
