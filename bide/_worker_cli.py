@@ -4,8 +4,9 @@
 
 `module:attribute` names your agents: an `Agent`, a list of agents, or a function that takes the opened
 store and returns either (so the agents use the worker's store). The current directory is importable.
-Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. Exit codes follow `bide`'s:
-0 done; 2 bad usage (the app cannot be imported or is not agents); 3 no such store; 5 the store failed.
+Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. Exit codes are the shared
+table (`bide._cli_common`): 0 done; 2 bad usage (the app cannot be imported or is not agents); 4 no such
+store; 6 the store failed.
 """
 
 from __future__ import annotations
