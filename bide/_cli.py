@@ -51,6 +51,7 @@ from ._records import Attempt, pause_key
 from ._resolve import RunStatus, resolve_halt, status_of
 from ._store import Lease, Store
 from ._terminal import printable
+from ._url import StoreURLError, parse_store_url
 from ._when import iso, when
 
 __all__ = [
@@ -88,15 +89,16 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
 def open_cli_store(args: argparse.Namespace) -> Store:
     """Open the store named by --store, refusing a SQLite file that does not exist (no silent creation)."""
     url: str = args.store
-    if url.startswith("sqlite:"):
-        path = url.split("sqlite:///", 1)[-1] if "sqlite:///" in url else ""
-        if not path or not os.path.exists(path):
-            raise CLIError(
-                f"no SQLite store at {path or url!r}; pass --store sqlite:///path/to/bide.db "
-                "(or set $BIDE_STORE)",
-                EXIT_NOT_FOUND,
-            )
-    if url.startswith("memory:"):
+    try:
+        where = parse_store_url(url)
+    except StoreURLError as exc:
+        raise CLIError(str(exc), EXIT_USAGE) from exc
+    if where.kind == "sqlite" and not os.path.exists(where.path):
+        raise CLIError(
+            f"no SQLite store at {where.path!r}; pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)",
+            EXIT_NOT_FOUND,
+        )
+    if where.kind == "memory":
         raise CLIError(
             "a memory:// store lives inside one process; the CLI needs sqlite:/// or postgresql://",
             EXIT_USAGE,

@@ -114,19 +114,17 @@ def _write_atomic(path: str, data: bytes) -> None:
 def _cmd_export(args: argparse.Namespace) -> Verified:
     from .._errors import ConfigError
     from .._open import open_store
+    from .._url import parse_store_url
     from ._anchor import DirectoryPublisher
     from ._keys import load_signing_key
     from ._log import AuditLog
 
     key = load_signing_key(args.key)
     publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
-    if args.store.startswith("sqlite:"):
+    where = parse_store_url(args.store)
+    if where.kind == "sqlite" and not os.path.exists(where.path):
         # Opening a SQLite URL creates the file; a mistyped path must not leave an empty database behind.
-        path = args.store.split("sqlite:///", 1)[1] if "sqlite:///" in args.store else ""
-        if not path or not os.path.exists(path):
-            raise UnreadableInput(
-                f"no SQLite store at {path or args.store!r}; pass --store sqlite:///path/to/bide.db"
-            )
+        raise UnreadableInput(f"no SQLite store at {where.path!r}; pass --store sqlite:///path/to/bide.db")
     store = open_store(args.store)
     try:
         log = AuditLog(store, key, publisher)
