@@ -261,10 +261,9 @@ class LoggedEvent(Event):
     def leaf(self) -> bytes:
         """The event's leaf in the log's RFC 6962 Merkle tree: a domain tag and the canonical JSON of every
         field (sorted keys, no whitespace, UTF-8)."""
-        body = json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-        return _LEAF_TAG + body.encode("utf-8")
+        from bide._canonical import json_text  # the one canonical encoder of both packages
+
+        return _LEAF_TAG + json_text(self.model_dump(mode="json")).encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
