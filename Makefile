@@ -1,14 +1,17 @@
 # The two commands a user needs are `make demo` and `make test`; both set up what they use.
 PYTHON ?= python3
 PIP := tests/infra/pip-install.sh
+VENV := .venv
 
 .PHONY: install demo test lint typecheck rocq pytest bench clean
 
 install:
 	@$(PIP) -e ".[test]"
 
-demo: install
-	$(PYTHON) examples/demo.py
+# The demo runs in the project's own virtual environment (created once; never the system Python).
+demo:
+	@tests/infra/ensure-venv.sh $(VENV)
+	$(VENV)/bin/python examples/demo.py
 
 test: install
 	@tests/infra/ensure-postgres.sh
@@ -34,5 +37,5 @@ bench: install
 	for b in benchmarks/*.py; do $(PYTHON) $$b || exit 1; done
 
 clean:
-	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(VENV)
 	$(MAKE) -C rocq clean

@@ -4,10 +4,10 @@
 
 Prints: the bare durable SQLite commit rate on this machine; sequential ms/run on SQLite (synchronous=FULL,
 WAL) and memory; concurrent runs/s (group commit) against that commit rate, for 5,000 runs started at once
-and by runs in flight (with CPython's default garbage collector setting, then with the one docs/bide.md
-suggests for services); 5,000 concurrent runs whose model call sleeps 100 ms; records and transactions per
-run. The scripted model is offline. The load average is printed too: figures from a busy machine are not
-comparable.
+and by runs in flight (with CPython's default garbage collector setting, then with the one
+docs/performance.md suggests for services); 5,000 concurrent runs whose model call sleeps 100 ms; records
+and transactions per run. The scripted model is offline. The load average is printed too: figures from a
+busy machine are not comparable.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from bide.testing import ScriptedModel, call, reply
 # 0.17 ms (about 6,000 commits/s); LangGraph 1.2 + SqliteSaver 5.9 ms and DBOS 3.4 10.6 ms per three-step
 # durable workflow. This machine's own bare commit rate is measured below and is the bar used.
 REFERENCE_COMMITS_PER_S = 6_000
-# The garbage collector setting docs/bide.md suggests for a service with thousands of runs in flight.
+# The garbage collector setting docs/performance.md suggests for a service with thousands of runs in flight.
 SERVICE_GC = (50_000, 20, 20)
 T = TypeVar("T")
 
@@ -128,7 +128,7 @@ def main() -> None:
     parser.add_argument(
         "--tune-gc",
         action="store_true",
-        help=f"gc.set_threshold{SERVICE_GC} for everything (the setting docs/bide.md suggests for services)",
+        help=f"gc.set_threshold{SERVICE_GC} for everything (what docs/performance.md suggests for services)",
     )
     args = parser.parse_args()
     if args.tune_gc:

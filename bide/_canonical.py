@@ -1,7 +1,19 @@
-"""Canonical JSON: the one byte encoding of every journal record.
+"""Canonical JSON: the one byte encoding of both packages.
 
-Sorted keys, no whitespace, UTF-8 (no ASCII escaping), no NaN or infinities. Equal values encode to equal
-bytes, which is what digests, salts and audit leaves rely on.
+bide's journal records, approval digests and audit leaves, and govern's certificates, rules digests,
+expression digests and event-log leaves are all encoded by `json_text` here: object keys sorted by code
+point, no whitespace, UTF-8 (no ASCII escaping; only `"`, `\\` and control characters below U+0020 are
+escaped, as `\\b \\f \\n \\r \\t` or `\\u00xx`), integers in plain decimal, no NaN or infinities. Equal
+values encode to equal bytes, which is what digests, salts and audit leaves rely on.
+
+Not RFC 8785 (JCS), on purpose (docs/certificate.md, "Canonical JSON and RFC 8785"): JCS writes numbers
+as ECMAScript doubles, so an integer beyond 2^53 could not round-trip, and it sorts keys by UTF-16 code
+unit; adopting it would silently change the bytes, hence the digests, of existing journals whose records
+hold such values. For every value without floats, with integers within +-(2^53 - 1), and with object keys
+that do not mix characters above U+FFFF with characters from U+E000 to U+FFFF, the bytes are exactly
+those of RFC 8785, so a JCS library in another language reproduces them; every certificate and audit
+artifact format is inside that domain (tests/test_canonical.py checks the equality against an
+independent JCS encoder).
 """
 
 from __future__ import annotations

@@ -1,14 +1,18 @@
-"""The `bide` command line: inspect runs and resolve halts in a store.
+"""The `bide` command line: inspect runs, resolve halts, approve calls, resume crashed runs.
 
-    bide runs    [--store URL] [--prefix P] [--limit N] [--json]
+    bide runs    [--store URL] [--status S] [--prefix P] [--limit N] [--json]
     bide show    [--store URL] RUN [--json]
+    bide pending [--store URL] [--prefix P] [--json]
     bide resolve [--store URL] RUN CALL (--succeeded JSON | --failed MESSAGE | --not-started)
                  [--evidence JSON]
+    bide approve | deny [--store URL] RUN CALL --key FILE
+    bide keygen  FILE [--force]
     bide worker  [--store URL] --app module:attribute [--concurrency N] [--poll S] [--once [--json]]
     bide cancel  [--store URL] RUN [--reason TEXT]
 
-`--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes: 0 done; 2 bad usage; 3 no such store,
-run or call; 4 refused (the message says why and what to do); 5 the store failed.
+`--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes are the table shared with `govern`
+and `bide-audit` (`bide._cli_common`, printed by `bide --help`): 0 done; 2 bad usage; 3 a bug; 4 no such
+store, run or call; 5 refused (the message says why and what to do); 6 the store failed.
 
 Run ids, inputs, answers, record keys and every other string from the store are printed through
 `printable` (control characters shown as escapes); `--json` output is ASCII-escaped JSON.
@@ -24,16 +28,31 @@ import importlib
 import json
 import os
 import sys
+import time
 from collections.abc import Sequence
 from typing import Any
 
+from ._cli_common import (
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_STORE,
+    EXIT_USAGE,
+    Parser,
+    add_standard_options,
+    internal_error,
+    print_json,
+    table,
+)
 from ._errors import BideError, ConfigError, NoLiveAttempt, ResolveRefused, StoreError
 from ._journal import Journal
 from ._open import open_store
 from ._outcome import Outcome
-from ._resolve import resolve_halt, status_of
-from ._store import Store
+from ._records import Attempt, pause_key
+from ._resolve import RunStatus, resolve_halt, status_of
+from ._store import Lease, Store
 from ._terminal import printable
+from ._url import StoreURLError, parse_store_url
 from ._when import iso, when
 
 __all__ = [
@@ -47,12 +66,9 @@ __all__ = [
     "say",
 ]
 
-EXIT_OK = 0
-EXIT_USAGE = 2
-EXIT_NOT_FOUND = 3
-EXIT_REFUSED = 4
-EXIT_STORE = 5
 EXTENSIONS = ("bide.approvals._cli", "bide._worker_cli")
+STATUSES = ("running", "halted", "awaiting_approval", "completed", "not_started")
+_EVERY_LEASE_MS = 2**62  # expired_leases at this instant lists every lease of an unfinished run
 
 
 class CLIError(Exception):
@@ -74,13 +90,16 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
 def open_cli_store(args: argparse.Namespace) -> Store:
     """Open the store named by --store, refusing a SQLite file that does not exist (no silent creation)."""
     url: str = args.store
-    if url.startswith("sqlite:"):
-        path = url.split("sqlite:///", 1)[-1] if "sqlite:///" in url else ""
-        if not path or not os.path.exists(path):
-            raise CLIError(
-                f"no SQLite store at {path or url!r}; pass --store sqlite:///path/to/bide.db", EXIT_NOT_FOUND
-            )
-    if url.startswith("memory:"):
+    try:
+        where = parse_store_url(url)
+    except StoreURLError as exc:
+        raise CLIError(str(exc), EXIT_USAGE) from exc
+    if where.kind == "sqlite" and not os.path.exists(where.path):
+        raise CLIError(
+            f"no SQLite store at {where.path!r}; pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)",
+            EXIT_NOT_FOUND,
+        )
+    if where.kind == "memory":
         raise CLIError(
             "a memory:// store lives inside one process; the CLI needs sqlite:/// or postgresql://",
             EXIT_USAGE,
@@ -93,47 +112,98 @@ def open_cli_store(args: argparse.Namespace) -> Store:
         raise CLIError(f"cannot open store {url}: {exc}", EXIT_STORE) from exc
 
 
-def _print_json(value: Any) -> None:
-    # ASCII-escaped: a control character (C1, bidi override) from the store reaches no terminal.
-    print(json.dumps(value, indent=2, sort_keys=True))
-
-
 def say(text: str, *, file: Any = None) -> None:
     """Print one line built from store data, with control characters shown as escapes."""
     print(printable(text), file=file)
 
 
+def _leases(store: Store) -> dict[str, Lease]:
+    """Every lease of an unfinished run, by run id (read only: nothing is granted or renewed)."""
+    out: dict[str, Lease] = {}
+    after = ""
+    while batch := store.expired_leases(now_ms=_EVERY_LEASE_MS, after=after, limit=500):
+        out.update((lease.run_id, lease) for lease in batch)
+        after = batch[-1].run_id
+    return out
+
+
+def _row(journal: Journal, st: RunStatus, lease: Lease | None, now_ms: int) -> dict[str, Any]:
+    entries = journal.entries()
+    attempts = [r.attempted_at_ms for r in journal.records() if isinstance(r, Attempt)]
+    live = lease is not None and lease.holder != "" and lease.expires_ms > now_ms
+    # Records carry no wall clock but attempts; a driver renews its lease while it works, so the later of
+    # the last attempt and the lease's expiry is the last sign of life the store holds.
+    moments = [*attempts, *([lease.expires_ms] if lease is not None and lease.expires_ms > 0 else [])]
+    return {
+        "run_id": st.run_id,
+        "status": st.status,
+        "records": st.records,
+        "last_record": entries[-1].key if entries else None,
+        "call_id": st.call_id,
+        "tool": st.tool,
+        "lease_holder": lease.holder if lease is not None and lease.holder else None,
+        "lease_live": live,
+        "lease_expires": iso(lease.expires_ms / 1000) if lease is not None and lease.expires_ms > 0 else None,
+        "last_activity": iso(max(moments) / 1000) if moments else None,
+        "_activity_ms": max(moments) if moments else 0,
+        "_expires_ms": lease.expires_ms if lease is not None else 0,
+    }
+
+
 def _cmd_runs(args: argparse.Namespace) -> int:
     store = open_cli_store(args)
+    now_ms = int(time.time() * 1000)
     try:
+        leases = _leases(store)
         rows: list[dict[str, Any]] = []
         after = ""
         while len(rows) < args.limit:
-            batch = store.runs(prefix=args.prefix, after=after, limit=min(500, args.limit - len(rows)))
+            batch = store.runs(prefix=args.prefix, after=after, limit=500)
             if not batch:
                 break
             for run_id in batch:
-                st = status_of(Journal(store, run_id).load())
-                rows.append(
-                    {
-                        "run_id": run_id,
-                        "status": st.status,
-                        "records": st.records,
-                        "call_id": st.call_id,
-                        "tool": st.tool,
-                    }
-                )
+                journal = Journal(store, run_id).load()
+                st = status_of(journal)
+                if args.status and st.status not in args.status:
+                    continue
+                rows.append(_row(journal, st, leases.get(run_id), now_ms))
+                if len(rows) == args.limit:
+                    break
             after = batch[-1]
     finally:
         store.close()
+    rows.sort(key=lambda r: (-r["_activity_ms"], r["run_id"]))
     if args.json:
-        _print_json(rows)
-    else:
-        for row in rows:
-            extra = f"  call {row['call_id']} ({row['tool']})" if row["call_id"] else ""
-            fields = (row["run_id"], row["status"], f"{row['records']} records{extra}")
-            print("\t".join(printable(str(f)) for f in fields))
+        print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
+        return EXIT_OK
+    if not rows:
+        print("No runs" + (f" with status {', '.join(args.status)}." if args.status else "."))
+        return EXIT_OK
+    now = now_ms / 1000
+    table(
+        ("RUN", "STATUS", "LAST ACTIVITY", "LEASE", "RECORDS", "LAST RECORD"),
+        [
+            (
+                r["run_id"],
+                r["status"] + (f" at {r['call_id']} ({r['tool']})" if r["call_id"] else ""),
+                when(r["_activity_ms"] / 1000, now) if r["_activity_ms"] else "-",
+                _lease_text(r, now),
+                str(r["records"]),
+                r["last_record"] or "-",
+            )
+            for r in rows
+        ],
+    )
     return EXIT_OK
+
+
+def _lease_text(row: dict[str, Any], now: float) -> str:
+    if row["lease_holder"] is None:
+        return "-"
+    if row["_expires_ms"] <= 0:
+        return f"{row['lease_holder']}, released"
+    expires = when(row["_expires_ms"] / 1000, now)
+    return f"{row['lease_holder']}, {'expires' if row['lease_live'] else 'expired'} {expires}"
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -141,11 +211,17 @@ def _cmd_show(args: argparse.Namespace) -> int:
     try:
         journal = Journal(store, args.run).load()
         if not journal.exists:
-            raise CLIError(f"run {args.run!r} does not exist in {args.store}", EXIT_NOT_FOUND)
+            raise CLIError(
+                f"run {args.run!r} does not exist in {args.store} (`bide runs` lists the runs)",
+                EXIT_NOT_FOUND,
+            )
         st = status_of(journal)
+        lease = _leases(store).get(args.run)
         records = [{"seq": e.seq, "key": e.key, "record": json.loads(e.data)} for e in journal.entries()]
     finally:
         store.close()
+    now_ms = int(time.time() * 1000)
+    row = _row(journal, st, lease, now_ms)
     info = {
         "run_id": st.run_id,
         "status": st.status,
@@ -154,9 +230,13 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "call_id": st.call_id,
         "tool": st.tool,
         "arguments": st.arguments,
+        "lease_holder": row["lease_holder"],
+        "lease_live": row["lease_live"],
+        "lease_expires": row["lease_expires"],
+        "last_activity": row["last_activity"],
     }
     if args.json:
-        _print_json({"run": info, "records": records})
+        print_json({"run": info, "records": records})
         return EXIT_OK
     say(f"run {st.run_id}: {st.status}")
     if st.input is not None:
@@ -174,16 +254,91 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 f"bide resolve accepts an outcome from {when(deadline + args.clock_skew)} on "
                 f"(--clock-skew {args.clock_skew:g})"
             )
-    for r in records:
-        rec = r["record"]
-        detail = {k: v for k, v in rec.items() if k not in ("key", "kind", "salt")}
-        for name in ("attempted_at_ms", "deadline_ms"):
-            if isinstance(detail.get(name), int):  # readable in text; --json keeps the stored numbers
-                detail[name.removesuffix("_ms")] = iso(detail.pop(name) / 1000)
-        say(
-            f"  {r['seq']:>6}  {r['key']:<28} {rec.get('kind')}  {json.dumps(detail, sort_keys=True)[:160]}"
-        )
+    if row["lease_holder"] is not None:
+        say(f"  lease:  {_lease_text(row, now_ms / 1000)}")
+    table(
+        ("SEQ", "KEY", "KIND", "RECORD"),
+        [(str(r["seq"]), r["key"], str(r["record"].get("kind")), _record_text(r["record"])) for r in records],
+    )
     return EXIT_OK
+
+
+def _record_text(record: dict[str, Any]) -> str:
+    """A record's fields for people: times readable (--json keeps the stored numbers), nothing cut off."""
+    detail = {k: v for k, v in record.items() if k not in ("key", "kind", "salt")}
+    for name in ("attempted_at_ms", "deadline_ms", "wake_at_ms", "requested_at_ms"):
+        if isinstance(detail.get(name), int):
+            detail[name.removesuffix("_ms")] = iso(detail.pop(name) / 1000)
+    return json.dumps(detail, sort_keys=True, ensure_ascii=False)
+
+
+def _cmd_pending(args: argparse.Namespace) -> int:
+    from .approvals._submit import pending_approvals
+
+    store = open_cli_store(args)
+    try:
+        waiting: list[dict[str, Any]] = []
+        after = ""
+        while batch := store.runs(prefix=args.prefix, after=after, limit=500):
+            for run_id in batch:
+                journal = Journal(store, run_id).load()
+                st = status_of(journal)
+                if st.status == "awaiting_approval":
+                    pause = journal.get(pause_key(st.call_id or ""))
+                    waiting.append(
+                        {
+                            "run_id": run_id,
+                            "call_id": st.call_id,
+                            "tool": st.tool,
+                            "arguments": st.arguments,
+                            "reason": getattr(pause, "reason", None),
+                            "approval": None,
+                        }
+                    )
+            after = batch[-1]
+        approvals = {(p.run_id, p.call_id): p for p in pending_approvals(store, prefix=args.prefix)}
+    finally:
+        store.close()
+    for w in waiting:
+        p = approvals.get((w["run_id"], w["call_id"]))
+        if p is not None:
+            w["approval"] = {
+                "need": p.need,
+                "approvers": list(p.approvers),
+                "approved_by": list(p.approved_by),
+                "denied_by": list(p.denied_by),
+                "waiting_for": list(p.waiting_for),
+            }
+    if args.json:
+        print_json(waiting)
+        return EXIT_OK
+    if not waiting:
+        print("No run is waiting at a gate.")
+        return EXIT_OK
+    table(
+        ("RUN", "CALL", "TOOL", "WAITING FOR"),
+        [
+            (
+                w["run_id"],
+                w["call_id"],
+                f"{w['tool']}({json.dumps(w['arguments'], sort_keys=True, ensure_ascii=False)})",
+                _waiting_text(w),
+            )
+            for w in waiting
+        ],
+    )
+    print("Approve or deny with `bide approve|deny RUN CALL --key FILE`, then run the agent again.")
+    return EXIT_OK
+
+
+def _waiting_text(w: dict[str, Any]) -> str:
+    a = w["approval"]
+    if a is None:
+        return f"its gate: {w['reason'] or 'no reason given'}"
+    return (
+        f"{len(a['approved_by'])}/{a['need']} approvals of {len(a['approvers'])}; "
+        f"denied by {', '.join(a['denied_by']) or 'nobody'}; waiting for {', '.join(a['waiting_for'])}"
+    )
 
 
 def _json_arg(text: str, what: str) -> Any:
@@ -210,19 +365,36 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_keygen(args: argparse.Namespace) -> int:
+    from .audit._keys import generate_key
+
+    try:
+        key = generate_key(args.path, overwrite=args.force)
+    except ConfigError as exc:
+        raise CLIError(f"{exc} (pass --force to replace it)", EXIT_USAGE) from exc
+    say(f"private key: {args.path} (mode 0600; keep it secret, never commit it)")
+    say(f"public key:  {args.path}.pub (give it to whoever pins approvers or verifies heads)")
+    say(f"key id:      {key.key_id}")
+    return EXIT_OK
+
+
 def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     """The parser and its subparsers object (extensions add subcommands to the latter)."""
-    parser = argparse.ArgumentParser(prog="bide", description="Inspect durable bide runs and resolve halts.")
+    parser = Parser(prog="bide", description="Inspect durable bide runs, resolve halts, approve calls.")
+    add_standard_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("runs", help="list runs and their status")
+    p = sub.add_parser("runs", help="list runs, most recently active first")
     add_store_argument(p)
+    p.add_argument(
+        "--status", action="append", choices=STATUSES, help="only runs with this status (repeatable)"
+    )
     p.add_argument("--prefix", default="", help="only run ids starting with this")
     p.add_argument("--limit", type=int, default=1000, help="at most this many runs (default 1000)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_cmd_runs)
 
-    p = sub.add_parser("show", help="show a run's status and journal")
+    p = sub.add_parser("show", help="show a run's status, lease and whole journal")
     add_store_argument(p)
     p.add_argument("run", help="run id")
     p.add_argument("--json", action="store_true", help="print JSON (records decoded)")
@@ -230,6 +402,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
         "--clock-skew", type=float, default=1.0, help="the margin bide resolve will use (for the times shown)"
     )
     p.set_defaults(handler=_cmd_show)
+
+    p = sub.add_parser("pending", help="list every run waiting at a gate (approvals and any other gate)")
+    add_store_argument(p)
+    p.add_argument("--prefix", default="", help="only runs whose id starts with this")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(handler=_cmd_pending)
 
     p = sub.add_parser("resolve", help="record the outcome of a halted side-effect call")
     add_store_argument(p)
@@ -242,6 +420,11 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     p.add_argument("--evidence", metavar="JSON", help="JSON evidence journaled with the resolution")
     p.add_argument("--clock-skew", type=float, default=1.0, help="seconds to wait past the deadline")
     p.set_defaults(handler=_cmd_resolve)
+
+    p = sub.add_parser("keygen", help="create an Ed25519 signing key FILE (and FILE.pub), as govern keygen")
+    p.add_argument("path", metavar="FILE")
+    p.add_argument("--force", action="store_true", help="replace existing key files")
+    p.set_defaults(handler=_cmd_keygen)
 
     for name in EXTENSIONS:
         try:
@@ -281,6 +464,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BideError as exc:
         say(f"bide: {exc}", file=sys.stderr)
         return EXIT_REFUSED
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        return internal_error("bide", exc, debug=args.debug)
 
 
 if __name__ == "__main__":

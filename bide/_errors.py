@@ -54,6 +54,7 @@ __all__ = [
     "RunNotFound",
     "RunSleeping",
     "StoreError",
+    "StoreURLError",
     "ToolError",
     "ToolNotStarted",
     "WriteRefused",
@@ -66,6 +67,11 @@ class BideError(Exception):
 
 class ConfigError(BideError, ValueError):
     """A definition or argument is wrong (bad tool, bad store URL, bad run id); fix the calling code."""
+
+
+class StoreURLError(ConfigError):
+    """A store URL (for `open_store`, or `govern.EventLog`) names no place to keep records; the message says
+    what to write instead (``sqlite:///bide.db``, ``memory://``, ``pip install 'bide[postgres]'``)."""
 
 
 class RunMismatch(ConfigError):

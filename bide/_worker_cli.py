@@ -8,8 +8,8 @@ a store), `bide cancel` asks a run to stop.
 store and returns either (so the agents use the worker's store). The current directory is importable.
 Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. `bide cancel` journals a
 cancel request that the run's drive honours at its next turn boundary (see `bide.cancel_run`). Exit codes
-follow `bide`'s: 0 done; 2 bad usage (the app cannot be imported or is not agents); 3 no such store or
-run; 4 refused (the run has already ended); 5 the store failed.
+are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app cannot be imported or is not
+agents); 4 no such store or run; 5 refused (the run has already ended); 6 the store failed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from typing import Any
 
 from ._agent import Agent
 from ._cancel import cancel_run
+from ._cli_common import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from ._errors import ConfigError, RunEnded, RunNotFound
 from ._store import Store
 from ._terminal import printable
@@ -35,7 +36,7 @@ from ._worker import Worker
 
 __all__ = ["register"]
 
-EXIT_OK, EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 0, 2, 3, 4
+
 
 
 class _AppError(Exception):

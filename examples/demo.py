@@ -11,15 +11,23 @@ Offline and self-contained: everything lives in a temporary directory (SQLite fi
    OPENAI_API_KEY and OPENAI_BASE_URL are set (then OPENAI_MODEL, default gpt-4o-mini, drives them).
 3. Mid-run, the warehouse agent's process is killed with SIGKILL and started again: it resumes from its
    journal, and its retried call appends nothing new.
-4. Three replica processes follow the log live, each with a different delivery order (log order,
+4. The support agent refunds cancelled orders at a "bank" (a file outside the journal): a real side
+   effect, fired at most once. Its process is killed with SIGKILL after the bank executed a refund and
+   before the answer reached the journal. Restarted, the run halts with `bide.OutcomeUnknown` instead of
+   refunding twice; the demo looks the refund up at the bank, records it with `bide resolve`, and the
+   run completes. The bank holds exactly one refund per order.
+5. Three replica processes follow the log live, each with a different delivery order (log order,
    shuffled windows with duplicates, reversed windows), applying the certificate's delivery rules.
-5. At the end: every replica's final state (identical), the event accounting (no event twice, none lost),
-   the certificate check, and an offline audit verification of every agent's journal (bide-audit).
+6. At the end: every replica's final state (identical), the event accounting (no event twice, none lost),
+   the halt and its resolution, the certificate check, and an offline audit verification of every
+   agent's journal (bide-audit). The demo fails (exit 1) if any check fails, including when the agents
+   recorded nothing (a real model that calls no tools).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import random
@@ -34,6 +42,7 @@ from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 import bide
@@ -65,6 +74,9 @@ orders.independent("cancel", "restock")
 ORDERS = ["order-1", "order-2", "order-3", "order-4"]
 MODEL_DELAY = 0.2  # seconds per scripted model turn, so the run is visible and the kill lands mid-run
 KILL_AFTER = 3  # events appended by the warehouse before its process is killed
+BANK_ANSWER_DELAY = 1.5  # seconds the bank takes to answer a refund: the kill lands in this window
+REFUND_TIMEOUT = 2.0  # the refund tool's deadline: after it, the halted call can be resolved
+HALTED_EXIT = 3  # an agent process whose run halted (OutcomeUnknown) exits with this code
 
 ROLES: dict[str, dict[str, Any]] = {
     "payments": {
@@ -93,8 +105,14 @@ ROLES: dict[str, dict[str, Any]] = {
         "events": ["cancel"],
         "task": "You are customer support. The customers of order-3 and order-4 asked to cancel their "
         "orders. "
-        "Cancel them and report the outcome (a paid order that is cancelled is refunded).",
-        "script": [("cancel", "order-3"), ("cancel", "order-4")],
+        "Cancel them, then send each cancelled order's payment back with refund_payment, and report the "
+        "outcome.",
+        "script": [
+            ("cancel", "order-3"),
+            ("refund_payment", "order-3"),
+            ("cancel", "order-4"),
+            ("refund_payment", "order-4"),
+        ],
         "pace": 3,  # support answers slowly: its cancellations race the payments
     },
 }
@@ -144,8 +162,34 @@ def scripted(role: str) -> ScriptedModel:
     turns: list[Turn] = [
         Turn(calls=(Call(event, {"record": record}),)) for event, record in ROLES[role]["script"]
     ]
-    turns.append(reply(f"{role}: done, {len(turns)} events recorded."))
+    turns.append(reply(f"{role}: done, {len(turns)} tool calls made."))
     return ScriptedModel(turns, name=f"scripted-{role}", delay=MODEL_DELAY * ROLES[role].get("pace", 1))
+
+
+def bank_refunds(workdir: Path) -> list[dict[str, Any]]:
+    """The refunds the bank executed (its own records, outside every journal)."""
+    try:
+        lines = (workdir / "bank.jsonl").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def refund_tool(workdir: Path) -> bide.Tool:
+    """The bank's refund: a real side effect (no safety declared), so bide fires it at most once."""
+
+    async def refund_payment(record: str) -> str:
+        """Send the payment of a cancelled order back to the customer, at the bank."""
+        call = bide.current_call()
+        with (workdir / "bank.jsonl").open("a") as bank:
+            entry = {"refund": record, "call_id": call.call_id, "key": call.idempotency_key}
+            bank.write(json.dumps(entry) + "\n")
+            bank.flush()
+            os.fsync(bank.fileno())
+        await asyncio.sleep(BANK_ANSWER_DELAY)  # the money has moved; the answer is on its way
+        return f"refunded the payment of {record}"
+
+    return bide.tool(timeout=REFUND_TIMEOUT)(refund_payment)
 
 
 def run_agent(role: str, workdir: Path) -> int:
@@ -161,6 +205,8 @@ def run_agent(role: str, workdir: Path) -> int:
 
     tools = [govern.event_tool(machine, log, event) for event in ROLES[role]["events"]]
     tools.append(bide.Tool.from_function(order_state, safety=bide.ReadOnly))
+    if role == "support":
+        tools.append(refund_tool(workdir))
     model: Any
     if os.environ.get("OPENAI_API_KEY") and os.environ.get("OPENAI_BASE_URL"):
         model = bide.OpenAIModel(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
@@ -182,9 +228,16 @@ def run_agent(role: str, workdir: Path) -> int:
         lease_ttl=2.0,
         lease_wait=15.0,
     )
-    result = agent.run_sync(f"demo-{role}", ROLES[role]["task"])
+    try:
+        result = agent.run_sync(f"demo-{role}", ROLES[role]["task"])
+    except bide.OutcomeUnknown as halt:
+        # The honest answer after a lost outcome: stop, and say which call needs a decision.
+        print(json.dumps({"halted": type(halt).__name__, "call_id": halt.call_id, "tool": halt.tool,
+                          "arguments": halt.arguments}), flush=True)
+        return HALTED_EXIT
+    finally:
+        store.close()
     print(result.answer, flush=True)
-    store.close()
     return 0
 
 
@@ -242,6 +295,9 @@ class Demo:
         self.replicas: dict[str, subprocess.Popen[str]] = {}
         self.failures: list[str] = []
         self.results: list[str] = []
+        self.halts: list[dict[str, Any]] = []  # what each halted agent process reported
+        self.resolutions: list[str] = []  # the `bide resolve` command lines that settled them
+        self.real_model = bool(os.environ.get("OPENAI_API_KEY") and os.environ.get("OPENAI_BASE_URL"))
 
     def spawn(self, *args: str) -> subprocess.Popen[str]:
         return subprocess.Popen(
@@ -318,7 +374,7 @@ class Demo:
             self.agent_status[role] = "running"
         for name in REPLICA_MODES:
             self.replicas[name] = self.spawn("--replica", name)
-        killed = False
+        killed = support_killed = False
         kill_note = "the warehouse finished before it could be killed"
         with Live(self.progress(log), console=console, refresh_per_second=8, transient=False) as live:
             while any(p is not None for p in self.agents.values()):
@@ -326,13 +382,40 @@ class Demo:
                     if proc is None or proc.poll() is None:
                         continue
                     out, err = proc.communicate()
+                    self.agents[role] = None  # type: ignore[assignment]
                     if proc.returncode == 0:
                         self.agent_status[role] = "done"
                         self.results.append(out.strip())
+                    elif proc.returncode == HALTED_EXIT:
+                        halt = json.loads(out.strip().splitlines()[-1])
+                        self.halts.append(halt)
+                        self.agent_status[role] = "halted: OutcomeUnknown"
+                        live.console.print(
+                            f"[bold yellow]HALTED[/] agent {role}: bide.OutcomeUnknown on call "
+                            f"{halt['call_id']} {halt['tool']}({escape(json.dumps(halt['arguments']))}): "
+                            "it may have fired once or not at all, so bide will not call it again"
+                        )
+                        if self.resolve(role, halt, live.console):
+                            self.agent_status[role] = "resolved, resumed"
+                            self.agents[role] = self.spawn("--agent", role)
                     else:
                         self.agent_status[role] = f"failed ({proc.returncode})"
                         self.failures.append(f"agent {role} exited {proc.returncode}: {err.strip()[-2000:]}")
-                    self.agents[role] = None  # type: ignore[assignment]
+                support = self.agents.get("support")
+                if not support_killed and support is not None and support.poll() is None:
+                    refunds = bank_refunds(self.workdir)
+                    if refunds:
+                        # The bank has executed the refund; its answer is not in the journal yet.
+                        os.kill(support.pid, signal.SIGKILL)
+                        support.wait()
+                        support_killed = True
+                        live.console.print(
+                            f"[bold red]SIGKILL[/] support agent (pid {support.pid}) after the bank executed "
+                            f"the refund of {refunds[0]['refund']}, before its answer reached the journal; "
+                            "restarting it"
+                        )
+                        self.agent_status["support"] = "restarted"
+                        self.agents["support"] = self.spawn("--agent", "support")
                 warehouse = self.agents.get("warehouse")
                 if not killed and warehouse is not None and warehouse.poll() is None:
                     appended = sum(1 for e in log.read() if e.producer == "demo-warehouse")
@@ -369,6 +452,7 @@ class Demo:
         self.report_consequences()
         self.report_replicas(machine, log)
         self.report_events(log)
+        self.report_halt()
         self.report_certificate()
         self.report_audit()
         elapsed = time.monotonic() - started
@@ -380,6 +464,71 @@ class Demo:
             return 1
         console.print(f"[bold green]demo passed[/] in {elapsed:.1f}s")
         return 0
+
+    def resolve(self, role: str, halt: dict[str, Any], console: Console) -> bool:
+        """Settle a halted call as an operator would: look it up at the bank, record what happened with
+        `bide resolve` (retried while the call's deadline has not passed), then the run can go on."""
+        found = [r for r in bank_refunds(self.workdir) if r["call_id"] == halt["call_id"]]
+        if found:
+            outcome = ["--succeeded", json.dumps(f"refunded the payment of {found[0]['refund']}")]
+            evidence = {"bank": found[0]}
+        else:
+            outcome = ["--not-started"]
+            evidence = {"bank": "no refund was made under this call"}
+        run = f"demo-{role}"
+        store = f"sqlite:///{self.workdir / 'journal.db'}"
+        shown = f"bide resolve --store {store} {run} {halt['call_id']} {' '.join(outcome)}"
+        command = python_tool(
+            "bide._cli", "resolve", "--store", store, run,
+            halt["call_id"], *outcome, "--evidence", json.dumps(evidence), "--clock-skew", "0.5",
+        )
+        give_up = time.monotonic() + 30
+        while True:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode == 0:
+                console.print(f"$ {escape(shown)}   [dim](the bank says: {escape(json.dumps(evidence))})[/]")
+                console.print(f"  {escape(done.stdout.strip())}")
+                self.resolutions.append(shown)
+                return True
+            if done.returncode == 5 and "may still be running" in done.stderr and time.monotonic() < give_up:
+                time.sleep(0.3)  # before the call's deadline it may still be running: wait, then record
+                continue
+            self.failures.append(f"{shown} exited {done.returncode}: {done.stderr.strip()}")
+            return False
+
+    def report_halt(self) -> None:
+        """The side effect lost in the crash: halted, resolved, and fired exactly once at the bank."""
+        refunds = bank_refunds(self.workdir)
+        per_order: dict[str, int] = {}
+        for refund in refunds:
+            per_order[refund["refund"]] = per_order.get(refund["refund"], 0) + 1
+        store = bide.open_store(f"sqlite:///{self.workdir / 'journal.db'}")
+        journal = bide.Journal(store, "demo-support").load()
+        calls = [
+            r for r in journal.records() if isinstance(r, bide.ToolResult) and r.tool == "refund_payment"
+        ]
+        status = bide.run_status(store, "demo-support").status
+        store.close()
+        twice = sorted(order for order, n in per_order.items() if n > 1)
+        if twice or len(refunds) != len(calls):
+            self.failures.append(f"bank refunds {per_order} for {len(calls)} refund calls; twice: {twice}")
+            return
+        if not self.halts or not self.resolutions:
+            if self.real_model and not refunds:
+                self.console.print("note: the model made no refund, so there was no side effect to interrupt")
+                return
+            self.failures.append("no side effect halted with OutcomeUnknown, or the halt was not resolved")
+            return
+        if status != "completed":
+            self.failures.append(f"the support run is {status} after its halt was resolved")
+            return
+        halt = self.halts[0]
+        self.console.print(
+            f"[bold green]result: halt shown and resolved[/]: the refund call {halt['call_id']} lost its "
+            f"answer to SIGKILL; the restarted run halted with OutcomeUnknown instead of refunding again; "
+            f"`bide resolve` recorded the bank's evidence and the run completed. The bank holds "
+            f"{len(refunds)} refunds for {len(per_order)} orders, none twice"
+        )
 
     def report_consequences(self) -> None:
         """What each model was told: the consequence of each of its events (from the agents' journals)."""
@@ -457,6 +606,13 @@ class Demo:
             lost += sorted(expected - stored)
             extra += sorted(stored - expected)
         store.close()
+        silent = [role for role in ROLES if not any(e.producer == f"demo-{role}" for e in events)]
+        if silent:
+            # A model that calls no tools changes nothing: that is not a demo of anything.
+            self.failures.append(
+                f"the agents recorded nothing: {', '.join(silent)} appended no event "
+                f"({len(events)} events in all); did the model call no tools?"
+            )
         dense = [e.position for e in events] == list(range(len(events)))
         unique = len({e.id for e in events}) == len(events)
         if dense and unique and not lost and not extra and calls == len(events):

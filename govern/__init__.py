@@ -60,6 +60,7 @@ from .runtime._eventlog import (
     LogFormatError,
     LoggedEvent,
     LogTimeout,
+    LogURLError,
     MachineMismatch,
     MissingDependency,
 )
@@ -91,6 +92,7 @@ __all__ = [
     "LogCorrupted",
     "LogFormatError",
     "LogTimeout",
+    "LogURLError",
     "LoggedEvent",
     "Machine",
     "MachineFileError",

@@ -1,22 +1,19 @@
-"""The approver's commands of the `bide` CLI: `bide approve`, `bide deny`, `bide pending`.
+"""The approver's commands of the `bide` CLI: `bide approve`, `bide deny` (`bide pending` lists the calls).
 
-Exit codes follow `bide`'s: 0 done; 2 usage (or an unreadable key file); 3 no such store, run or waiting
-call; 4 refused (gate closed, key holds no seat, already decided); 5 the store failed.
+Exit codes are the shared table (`bide._cli_common`): 0 done; 2 usage (or an unreadable key file); 4 no such
+store, run or waiting call; 5 refused (gate closed, key holds no seat, already decided); 6 the store failed.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from dataclasses import asdict
 from typing import Any
 
+from .._cli_common import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE
 from .._store import Store
 
 __all__ = ["register"]
-
-EXIT_USAGE, EXIT_NOT_FOUND, EXIT_REFUSED = 2, 3, 4
 
 
 def _fail(message: str, code: int) -> int:
@@ -90,34 +87,8 @@ def _deny(args: argparse.Namespace) -> int:
     return _decide(args, False)
 
 
-def _pending(args: argparse.Namespace) -> int:
-    from ._submit import pending_approvals
-
-    store = _open(args)
-    if isinstance(store, int):
-        return store
-    try:
-        waiting = pending_approvals(store, prefix=args.prefix)
-    finally:
-        store.close()
-    if args.json:
-        print(json.dumps([asdict(p) for p in waiting], indent=2))  # ASCII-escaped: safe for a terminal
-        return 0
-    if not waiting:
-        print("No call is waiting for approval.")
-        return 0
-    for p in waiting:
-        shown = json.dumps(p.arguments, sort_keys=True, ensure_ascii=False)
-        _say(
-            f"{p.run_id}  {p.call_id}  {p.tool}({shown})  "
-            f"{len(p.approved_by)}/{p.need} approvals of {len(p.approvers)}; "
-            f"denied by {', '.join(p.denied_by) or 'nobody'}; waiting for {', '.join(p.waiting_for)}"
-        )
-    return 0
-
-
 def register(subparsers: Any) -> None:
-    """Add `approve`, `deny` and `pending` to `bide`'s subparsers; each sets `handler(args) -> int`."""
+    """Add `approve` and `deny` to `bide`'s subparsers; each sets `handler(args) -> int`."""
     from .._cli import add_store_argument
 
     for name, fn, what in (
@@ -130,8 +101,3 @@ def register(subparsers: Any) -> None:
         s.add_argument("call", help="call id (see `bide pending`)")
         s.add_argument("--key", required=True, help="your Ed25519 signing key file (bide-audit keygen)")
         s.set_defaults(handler=fn)
-    s = subparsers.add_parser("pending", help="list calls waiting for approvers, and for whom")
-    add_store_argument(s)
-    s.add_argument("--prefix", default="", help="only runs whose id starts with this")
-    s.add_argument("--json", action="store_true", help="print JSON")
-    s.set_defaults(handler=_pending)

@@ -1,9 +1,10 @@
 """`bide-audit`: verify bide's audit artifacts offline; `export` is the one command that reads a store.
 
-Exit codes: 0 verified (or artifact written); 1 read and NOT verified; 2 usage error; 3 internal error;
-4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file); 5 (verify-approvals) the
-gates check out but under a policy other than the one pinned with --policy-digest, --approver, --need or
---policy. Every string taken from an input is printed through `bide._terminal.printable`.
+Exit codes are the table shared with `bide` and `govern` (`bide._cli_common`, printed by `--help`):
+0 verified (or artifact written); 1 read and NOT verified; 2 usage error; 3 internal error; 4 input
+unreadable (missing file, not JSON, malformed, wrong format, bad key file); 5 refused: (verify-approvals)
+the gates check out but under a policy other than the one pinned with --policy-digest, --approver, --need
+or --policy. Every string taken from an input is printed through `bide._terminal.printable`.
 """
 
 from __future__ import annotations
@@ -12,10 +13,21 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
+from .._cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    Parser,
+    add_standard_options,
+)
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
 from ._files import write_whole
@@ -26,13 +38,8 @@ from ._verify import Verified, verify_bundle, verify_consistency_proof, verify_e
 
 __all__ = ["main"]
 
-VERIFIED, NOT_VERIFIED, USAGE, INTERNAL, UNREADABLE, UNTRUSTED = 0, 1, 2, 3, 4, 5
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(USAGE, f"{self.prog}: usage error: {message}\n")
+VERIFIED, NOT_VERIFIED, USAGE = EXIT_OK, EXIT_FAILED, EXIT_USAGE
+INTERNAL, UNREADABLE, UNTRUSTED = EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_REFUSED
 
 
 def _read(path: str, limit: int) -> bytes:
@@ -107,19 +114,17 @@ def _write_atomic(path: str, data: bytes) -> None:
 def _cmd_export(args: argparse.Namespace) -> Verified:
     from .._errors import ConfigError
     from .._open import open_store
+    from .._url import parse_store_url
     from ._anchor import DirectoryPublisher
     from ._keys import load_signing_key
     from ._log import AuditLog
 
     key = load_signing_key(args.key)
     publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
-    if args.store.startswith("sqlite:"):
+    where = parse_store_url(args.store)
+    if where.kind == "sqlite" and not os.path.exists(where.path):
         # Opening a SQLite URL creates the file; a mistyped path must not leave an empty database behind.
-        path = args.store.split("sqlite:///", 1)[1] if "sqlite:///" in args.store else ""
-        if not path or not os.path.exists(path):
-            raise UnreadableInput(
-                f"no SQLite store at {path or args.store!r}; pass --store sqlite:///path/to/bide.db"
-            )
+        raise UnreadableInput(f"no SQLite store at {where.path!r}; pass --store sqlite:///path/to/bide.db")
     store = open_store(args.store)
     try:
         log = AuditLog(store, key, publisher)
@@ -150,7 +155,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> Verified:
-    key = generate_key(args.path)
+    key = generate_key(args.path, overwrite=args.force)
     return Verified(
         proven=f"Wrote signing key {key.key_id} to {args.path} (mode 0600) and its public key to "
         f"{args.path}.pub.",
@@ -159,14 +164,10 @@ def _cmd_keygen(args: argparse.Namespace) -> Verified:
     )
 
 
-def _parser() -> _Parser:
-    p = _Parser(
-        prog="bide-audit",
-        description="Verify bide audit artifacts offline (exit 0 verified, 1 not "
-        "verified, 2 usage, 3 internal error, 4 unreadable input, 5 approvals under a policy you did "
-        "not pin).",
-    )
-    common = _Parser(add_help=False)
+def _parser() -> Parser:
+    p = Parser(prog="bide-audit", description="Verify bide audit artifacts offline.")
+    add_standard_options(p)
+    common = Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     common.add_argument("--max-input-bytes", type=int, default=MAX_INPUT_BYTES, help="refuse larger inputs")
     common.add_argument(
@@ -175,7 +176,7 @@ def _parser() -> _Parser:
         default=300,
         help="seconds a head may be dated in the future (default 300)",
     )
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     def add(name: str, **kw: Any) -> argparse.ArgumentParser:
         parser: argparse.ArgumentParser = sub.add_parser(name, parents=[common], **kw)
@@ -240,8 +241,9 @@ def _parser() -> _Parser:
     )
     s.set_defaults(fn=_cmd_export)
 
-    s = add("keygen", help="create an Ed25519 signing key file (and PATH.pub)")
-    s.add_argument("path")
+    s = add("keygen", help="create an Ed25519 signing key FILE (and FILE.pub), as `govern keygen FILE`")
+    s.add_argument("path", metavar="FILE")
+    s.add_argument("--force", action="store_true", help="replace existing key files")
     s.set_defaults(fn=_cmd_keygen)
     return p
 
@@ -284,6 +286,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BideError as exc:
         code = _emit(args, USAGE if isinstance(exc, ValueError) else UNREADABLE, "error", f"ERROR: {exc}")
     except Exception as exc:  # a bug must never look like "verified" or "not verified"
+        if args.debug:
+            traceback.print_exception(exc)
         code = _emit(args, INTERNAL, "internal_error", f"INTERNAL ERROR: {type(exc).__name__}: {exc}")
     else:
         result = "verified" if args.command.startswith("verify") else "produced"

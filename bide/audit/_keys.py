@@ -6,6 +6,7 @@ A signing key file is PKCS#8 PEM, created with mode 0600; its public half is wri
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -116,10 +117,14 @@ class SigningKey:
         )
 
 
-def generate_key(path: str | os.PathLike[str]) -> SigningKey:
-    """Create a new key file at `path` (mode 0600, never overwriting) and its public key at `path.pub`."""
+def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> SigningKey:
+    """Create a new key file at `path` (mode 0600) and its public key at `path.pub`; an existing key file is
+    refused unless `overwrite` (then it is removed first, so the new one is still created exclusively)."""
     target = Path(path)
     key = SigningKey.generate()
+    if overwrite:
+        with contextlib.suppress(FileNotFoundError):
+            target.unlink()
     try:
         fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError as exc:

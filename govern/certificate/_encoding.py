@@ -16,6 +16,8 @@ from typing import Any, Final
 import numpy as np
 import numpy.typing as npt
 
+from bide._canonical import json_text
+
 from ._errors import CertificateUnreadable
 
 __all__ = [
@@ -43,8 +45,7 @@ def canonical_json(value: Any) -> bytes:
     certificate format has none of these, so meeting one is a bug in the caller.
     """
     _reject_floats(value)
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-    return text.encode("utf-8")
+    return json_text(value).encode("utf-8")  # the one canonical encoder of both packages
 
 
 def _reject_floats(value: Any) -> None:

@@ -1,6 +1,7 @@
 """The `govern` command: certify machines in CI, check certificates offline, show, graph, keygen.
 
-Exit codes (the same for every command, and in `govern --help`):
+Exit codes are the table shared with `bide` and `bide-audit` (`bide._cli_common.EXIT_CODES_HELP`, printed
+by `govern --help`); govern uses:
 
     0  success: certified / the certificate is valid
     1  not convergent (certify: a counterexample is printed) / read, and not valid (check)
@@ -30,13 +31,22 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from bide._cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERNAL,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    add_standard_options,
+)
 from bide._terminal import printable
 
 from .._errors import GovernError
@@ -62,23 +72,9 @@ if TYPE_CHECKING:
 
 __all__ = ["main"]
 
-EXIT_OK = 0
-EXIT_NOT_CONVERGENT = 1
-EXIT_INVALID = 1
-EXIT_USAGE = 2
-EXIT_INTERNAL = 3
-EXIT_UNREADABLE = 4
-
-_EXIT_CODES = """\
-exit codes:
-  0  success: every machine certified / the certificate is valid
-  1  certify: a machine is not convergent (the counterexample is printed);
-     check: the certificate was read and is not valid (digest, signature, oracle, tables)
-  2  usage or input error: bad arguments, missing file, machine file does not import,
-     no registry found, unusable key file
-  3  engine/oracle disagreement or internal error (a bug: please report it)
-  4  check/show/graph: the certificate is unreadable (truncated, oversized, malformed, not canonical)
-"""
+EXIT_NOT_CONVERGENT = EXIT_FAILED
+EXIT_INVALID = EXIT_FAILED
+EXIT_UNREADABLE = EXIT_NOT_FOUND
 
 T = TypeVar("T")
 
@@ -128,6 +124,9 @@ def load_targets(spec: str) -> list[Target]:
     path, name = _split_spec(spec)
     if not path.is_file():
         raise UsageError(f"{path}: no such file")
+    if path.suffix == ".json":
+        raise UsageError(f"{path} is JSON, not a machine file (Python); to verify a certificate, run "
+                         f"`govern check {spec}`")
     module_name = "_govern_machine_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
@@ -444,7 +443,8 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
         result = check_certificate(data, public_key=public_key, require_signature=args.require_signature,
                                    max_bytes=args.max_size, max_clock_skew=args.max_clock_skew)
     except CertificateUnreadable as exc:
-        return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
+        message = str(exc) + _machine_hint(args.certificate)
+        return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", message)
     except CertificateInvalid as exc:
         return _refuse(args, out, err, EXIT_INVALID, "not valid", str(exc))
     if args.json:
@@ -457,8 +457,26 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print("  [yellow]note[/]: the certificate was made with a different oracle build than the one "
                   "that checked it here (both identities are in --json)", soft_wrap=True)
     out.print()
-    out.print(_safe(result.statement()), soft_wrap=True)
+    out.print(_safe(_wrap(result.statement()), keep_newlines=True), soft_wrap=True)
     return EXIT_OK
+
+
+def _machine_hint(path_text: str) -> str:
+    """A hint for the common mistake of checking a machine file instead of certifying it."""
+    path = Path(path_text)
+    if path.suffix == ".py" or _looks_like_python(path):
+        return (f" -- {path_text} looks like a machine file (Python), not a certificate; did you mean "
+                f"`govern certify {path_text}`? It writes the certificate that `govern check` verifies")
+    return ""
+
+
+def _looks_like_python(path: Path) -> bool:
+    try:
+        with path.open("rb") as handle:
+            head = handle.read(4096).lstrip()
+    except OSError:
+        return False
+    return head.startswith((b"import ", b"from ", b"#", b'"""', b"def ", b"class "))
 
 
 def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, label: str, message: str) -> int:
@@ -526,7 +544,10 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
 # -- keygen --------------------------------------------------------------------------------------
 
 def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
-    private = Path(args.output)
+    if args.path and args.output and args.path != args.output:
+        raise UsageError(f"two key paths given ({args.path} and -o {args.output}); "
+                         "give one: govern keygen FILE")
+    private = Path(args.path or args.output or "govern-signing-key")
     public, identifier = generate_key_pair(private, overwrite=args.force)
     out.print(f"private key: {_safe(str(private))} (mode 0600; keep it secret, never commit it)")
     out.print(f"public key:  {_safe(str(public))} (give this to whoever runs `govern check --pubkey`)")
@@ -579,12 +600,6 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 # -- entry point ---------------------------------------------------------------------------------
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        self.print_usage(sys.stderr)
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
 def _size(text: str) -> int:
     try:
         value = int(text)
@@ -611,22 +626,18 @@ def _wrap(text: str) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the `govern` command."""
-    parser = _Parser(
+    parser = Parser(
         prog="govern",
         description="Certify governed state machines, and check their certificates offline.",
-        epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
-    parser.add_argument("--version", action="version", version=f"govern {_version()}")
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_Parser)
+    add_standard_options(parser)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=Parser)
 
     certify = commands.add_parser(
         "certify", help="build, verify and certify every Registry in a machine file",
         description=_wrap("Import PATH, build every Registry defined at its top level (or the one named by "
                           ":NAME), verify convergence with the engine and the proof-derived oracle, and "
-                          "write a certificate for each."), epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+                          "write a certificate for each."))
     certify.add_argument("machine", metavar="PATH[:NAME]", help="a Python file defining Registry objects")
     certify.add_argument("-o", "--output", metavar="FILE",
                          help="where to write the certificate (default: NAME.govern-cert.json next to PATH)")
@@ -644,8 +655,7 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="verify a certificate offline (runs no code from the certificate)",
         description=_wrap("Verify a certificate: strict parsing, digest, signature, the proof-derived table "
                           "checker over its tables, and the rules checker over its rules. Imports and runs "
-                          "nothing but this package."), epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+                          "nothing but this package."))
     check.add_argument("certificate", metavar="CERT")
     check.add_argument("--pubkey", metavar="KEY",
                        help="require a valid signature by this public key (.pub file)")
@@ -659,24 +669,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help=f"refuse larger files (default {DEFAULT_MAX_BYTES})")
     check.set_defaults(run=cmd_check)
 
-    show = commands.add_parser("show", help="render a certificate for people (does not verify it)",
-                               epilog=_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
+    show = commands.add_parser("show", help="render a certificate for people (does not verify it)")
     show.add_argument("certificate", metavar="CERT")
     show.add_argument("--max-size", type=_size, default=DEFAULT_MAX_BYTES, metavar="BYTES")
     show.set_defaults(run=cmd_show)
 
-    keygen = commands.add_parser("keygen", help="create an Ed25519 signing key pair",
-                                 epilog=_EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    keygen.add_argument("-o", "--output", metavar="KEYFILE", default="govern-signing-key",
-                        help="private key path (default govern-signing-key); the public key is KEYFILE.pub")
+    keygen = commands.add_parser("keygen", help="create an Ed25519 signing key pair")
+    keygen.add_argument("path", metavar="FILE", nargs="?",
+                        help="private key path (default govern-signing-key); the public key is FILE.pub")
+    keygen.add_argument("-o", "--output", metavar="FILE", help="the same as FILE (kept for old scripts)")
     keygen.add_argument("--force", action="store_true", help="replace existing key files")
     keygen.set_defaults(run=cmd_keygen)
 
     graph = commands.add_parser(
         "graph", help="draw the event/independence graph and the state graph",
         description=_wrap("Write DOT files (and SVG with Graphviz installed, Mermaid text otherwise) for a "
-                          "machine file or a certificate."), epilog=_EXIT_CODES,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+                          "machine file or a certificate."))
     graph.add_argument("source", metavar="PATH[:NAME]|CERT")
     graph.add_argument("-o", "--output", metavar="DIR",
                        help="directory for the files (default: next to PATH)")

@@ -9,13 +9,14 @@ form and a domain-separated SHA-256 digest.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import numpy.typing as npt
+
+from bide._canonical import json_text
 
 from .._errors import DeclarationError
 
@@ -397,10 +398,8 @@ def implies(premise: ExprLike, conclusion: ExprLike) -> Expr:
 
 
 def canonical_json(value: Any) -> bytes:
-    """Canonical UTF-8 JSON: keys sorted, no whitespace (the same convention as certificates)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """Canonical UTF-8 JSON: keys sorted, no whitespace (`bide._canonical`, the encoder of certificates)."""
+    return json_text(value).encode("utf-8")
 
 
 def expr_digest(e: Expr) -> str:

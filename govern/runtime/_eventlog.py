@@ -25,7 +25,9 @@ A log holds events for exactly one machine (by digest). Its promises:
 URLs: a plain path or ``sqlite:///path`` (SQLite file, WAL, fsync on commit), ``postgresql://...``
 (psycopg driver), ``memory://`` (held in this process only, not durable: for tests and benchmarks;
 ``memory://`` alone is private to the handle, ``memory://space`` is shared by every handle opened with
-that space and log name in the process). Every backend runs the same append algorithm (`_append`).
+that space and log name in the process); the forms are those of `bide.open_store`, parsed by the same
+`bide._url.parse_store_url`, and a bad one raises `LogURLError` with a hint. Every backend runs the same
+append algorithm (`_append`).
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ __all__ = [
     "LogCorrupted",
     "LogFormatError",
     "LogTimeout",
+    "LogURLError",
     "LoggedEvent",
     "MachineMismatch",
     "MissingDependency",
@@ -87,6 +90,15 @@ class InvalidInput(EventLogError, ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
+
+
+class LogURLError(InvalidInput):
+    """The event log URL names no place to keep events (`.field` is "url"); the message says what to write
+    instead. The forms are those of `bide.open_store`: a file path, ``sqlite:///path``,
+    ``postgresql://...`` (``pip install 'bide[postgres]'``), ``memory://``."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("url", message)
 
 
 class EventConflict(EventLogError, ValueError):
@@ -249,10 +261,9 @@ class LoggedEvent(Event):
     def leaf(self) -> bytes:
         """The event's leaf in the log's RFC 6962 Merkle tree: a domain tag and the canonical JSON of every
         field (sorted keys, no whitespace, UTF-8)."""
-        body = json.dumps(
-            self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        )
-        return _LEAF_TAG + body.encode("utf-8")
+        from bide._canonical import json_text  # the one canonical encoder of both packages
+
+        return _LEAF_TAG + json_text(self.model_dump(mode="json")).encode("utf-8")
 
 
 @dataclass(frozen=True, slots=True)
@@ -397,10 +408,16 @@ class EventLog:
         self.timeout = float(timeout)
         self._identity = None if machine is None else _identity_of(machine, None)
         self._backend: _Backend
-        if isinstance(url, str) and url.startswith("memory://"):
-            self._backend = _memory_backend(url[len("memory://") :], self.name)
+        from bide._url import StoreURLError, parse_store_url  # the one parser, shared with bide.open_store
+
+        try:
+            where = parse_store_url(url, what="event log")
+        except StoreURLError as exc:
+            raise LogURLError(str(exc)) from None
+        if where.kind == "memory":
+            self._backend = _memory_backend(where.name, self.name)
         else:
-            self._backend = _SqlBackend(url, self.name, self.timeout, pool_size)
+            self._backend = _SqlBackend(where.sqlalchemy_url, self.name, self.timeout, pool_size)
 
     def __repr__(self) -> str:
         return f"EventLog({self.url!r}, name={self.name!r})"
@@ -726,26 +743,15 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
 
 
 def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
-    """An engine for `url`, and its dialect ("sqlite" or "postgresql"). Every wait is bounded by `timeout`:
+    """An engine for `url` (a SQLAlchemy URL from `bide._url.parse_store_url`), and its dialect ("sqlite" or
+    "postgresql"). Every wait is bounded by `timeout`:
     the pool checkout, PostgreSQL's lock_timeout and statement_timeout, SQLite's busy timeout."""
-    if not isinstance(url, str) or not url:
-        raise InvalidInput(
-            "url", "an event log URL is required (a file path, sqlite:///..., postgresql://..., memory://)"
-        )
     pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": timeout}
     ms = int(timeout * 1000)
-    if url.startswith(("postgresql://", "postgres://")):
-        url = "postgresql+psycopg://" + url.split("://", 1)[1]
     if url.startswith("postgresql"):
         options = f"-c lock_timeout={ms} -c statement_timeout={ms}"
         connect = {"connect_timeout": max(1, round(timeout)), "options": options}
         return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
-    if "://" not in url:
-        url = "sqlite:///" + url
-    if not url.startswith("sqlite"):
-        raise InvalidInput(
-            "url", f"unsupported event log URL {url!r}: use a file path, sqlite:///, postgresql://, memory://"
-        )
     engine = sa.create_engine(url, connect_args={"timeout": timeout, "check_same_thread": False}, **pool)
 
     @sa.event.listens_for(engine, "connect")

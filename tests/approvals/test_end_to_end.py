@@ -95,22 +95,22 @@ def test_two_of_three_with_a_deny_resumes_after_restart_and_verifies(world: dict
     pending = _bide(w, "pending", "--store", w["url"], "--json")
     assert pending.returncode == 0, pending.stderr
     [waiting] = json.loads(pending.stdout)
-    assert (waiting["run_id"], waiting["call_id"], waiting["need"]) == ("order-1", call_id, 2)
-    assert waiting["waiting_for"] == ["alice", "bob", "carol"]
+    assert (waiting["run_id"], waiting["call_id"], waiting["approval"]["need"]) == ("order-1", call_id, 2)
+    assert waiting["approval"]["waiting_for"] == ["alice", "bob", "carol"]
     assert waiting["arguments"] == {"amount": 5}  # approvers see what they sign
 
     deny = _bide(w, "deny", "--store", w["url"], "order-1", call_id, "--key", str(w["keys"] / "bob.key"))
     assert deny.returncode == 0, deny.stderr
     again = _bide(w, "approve", "--store", w["url"], "order-1", call_id, "--key", str(w["keys"] / "bob.key"))
-    assert again.returncode == 4 and "already decided" in again.stderr
+    assert again.returncode == 5 and "already decided" in again.stderr
     stranger = _bide(
         w, "approve", "--store", w["url"], "order-1", call_id, "--key", str(w["keys"] / "log.key")
     )
-    assert stranger.returncode == 4 and "not the key of any approver" in stranger.stderr
+    assert stranger.returncode == 5 and "not the key of any approver" in stranger.stderr
     nocall = _bide(
         w, "approve", "--store", w["url"], "order-1", "c9.9", "--key", str(w["keys"] / "alice.key")
     )
-    assert nocall.returncode == 3
+    assert nocall.returncode == 4
     ok = _bide(w, "approve", "--store", w["url"], "order-1", call_id, "--key", str(w["keys"] / "alice.key"))
     assert ok.returncode == 0, ok.stderr
 
@@ -125,7 +125,7 @@ def test_two_of_three_with_a_deny_resumes_after_restart_and_verifies(world: dict
     assert done == {"status": "completed", "answer": "tool said: paid 5"}
     assert w["fired"].read_text() == "5\n"
     closed = _bide(w, "deny", "--store", w["url"], "order-1", call_id, "--key", str(w["keys"] / "carol.key"))
-    assert closed.returncode == 4 and "closed" in closed.stderr
+    assert closed.returncode == 5 and "closed" in closed.stderr
     assert _drive(w, "order-1")["status"] == "completed" and w["fired"].read_text() == "5\n"
 
     exp = _audit(

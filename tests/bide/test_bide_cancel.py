@@ -115,6 +115,6 @@ def test_cancel_from_another_process_reaches_a_live_drive(durable_store_spec: tu
     assert outcome["status"] == "cancelled" and outcome["answer"] == "Cancelled: operator"
     assert outcome["turns"] < 40  # it stopped at a turn boundary, long before the script's end
     again = _bide("cancel", "--store", url, "--table-prefix", prefix, "live")
-    assert again.returncode == 4 and "already ended" in again.stderr
+    assert again.returncode == 5 and "already ended" in again.stderr
     missing = _bide("cancel", "--store", url, "--table-prefix", prefix, "nobody")
-    assert missing.returncode == 3 and "does not exist" in missing.stderr
+    assert missing.returncode == 4 and "does not exist" in missing.stderr

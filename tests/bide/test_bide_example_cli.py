@@ -49,22 +49,27 @@ def test_cli_runs_show_resolve_and_errors(tmp_path: Path) -> None:
 
     runs = cli("runs", "--store", url, "--json")
     assert runs.returncode == 0, runs.stderr
-    assert [(r["run_id"], r["status"]) for r in json.loads(runs.stdout)] == [
-        ("done-1", "completed"),
-        ("stuck-1", "halted"),
-    ]
+    listed = json.loads(runs.stdout)
+    # most recent activity first: the halted run has an attempt time, the answered one none
+    assert [(r["run_id"], r["status"]) for r in listed] == [("stuck-1", "halted"), ("done-1", "completed")]
+    assert listed[0]["last_activity"].endswith("Z") and listed[0]["last_record"].startswith("attempt:c0.0")
     text = cli("runs", "--store", url)
-    assert "stuck-1\thalted" in text.stdout and "call c0.0 (send)" in text.stdout
+    assert "stuck-1" in text.stdout and "halted at c0.0 (send)" in text.stdout and " ago)" in text.stdout
+    halted = cli("runs", "--store", url, "--status", "halted", "--json")
+    assert [r["run_id"] for r in json.loads(halted.stdout)] == ["stuck-1"]
+    assert cli("runs", "--store", url, "--status", "stuck").returncode == 2
     show = cli("show", "--store", url, "stuck-1")
     assert show.returncode == 0 and "blocked on call c0.0: send" in show.stdout
     # Times are readable: ISO 8601 and how far away.
     assert "bide resolve accepts an outcome from 20" in show.stdout and " ago)" in show.stdout
-    assert cli("show", "--store", url, "nope").returncode == 3
-    assert cli("show", "--store", f"sqlite:///{tmp_path / 'missing.db'}", "x").returncode == 3
+    full = json.loads(cli("show", "--store", url, "stuck-1", "--json").stdout)
+    assert full["run"]["status"] == "halted" and full["records"][-1]["key"].startswith("attempt:c0.0")
+    assert cli("show", "--store", url, "nope").returncode == 4
+    assert cli("show", "--store", f"sqlite:///{tmp_path / 'missing.db'}", "x").returncode == 4
     assert not (tmp_path / "missing.db").exists()
     bad_json = cli("resolve", "--store", url, "stuck-1", "c0.0", "--succeeded", "not json")
     assert bad_json.returncode == 2 and "JSON" in bad_json.stderr
-    assert cli("resolve", "--store", url, "stuck-1", "c9.9", "--not-started").returncode == 3
+    assert cli("resolve", "--store", url, "stuck-1", "c9.9", "--not-started").returncode == 4
     ok = cli(
         "resolve",
         "--store",
@@ -80,7 +85,7 @@ def test_cli_runs_show_resolve_and_errors(tmp_path: Path) -> None:
     )
     assert ok.returncode == 0, ok.stderr
     again = cli("resolve", "--store", url, "stuck-1", "c0.0", "--succeeded", '"sent"', "--clock-skew", "0")
-    assert again.returncode == 4 and "already has an outcome" in again.stderr
+    assert again.returncode == 5 and "already has an outcome" in again.stderr
     assert cli("bogus").returncode == 2
 
     store = bide.open_store(url)

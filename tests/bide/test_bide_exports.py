@@ -45,6 +45,7 @@ def test_error_hierarchy() -> None:
     assert issubclass(bide.ApprovalPending, bide.RunHalted)
     assert issubclass(bide.RunHalted, bide.BideError)
     assert issubclass(bide.ConfigError, ValueError)
+    assert issubclass(bide.StoreURLError, bide.ConfigError)
     assert issubclass(bide.JournalFormatError, bide.StoreError)
     for cls in (bide.HaltInFlight, bide.HaltAlreadyResolved, bide.NoLiveAttempt):
         assert issubclass(cls, bide.ResolveRefused)

@@ -1,7 +1,7 @@
 """A finished run leaves no reference cycles behind: its objects are freed by reference counting alone.
 
-docs/bide.md relies on this when it suggests raising the garbage collector's first threshold for services
-with thousands of runs in flight: the collector then only costs time, it frees nothing of bide's."""
+docs/performance.md relies on this when it suggests raising the garbage collector's first threshold for
+services with thousands of runs in flight: the collector then only costs time, it frees nothing of bide's."""
 
 from __future__ import annotations
 

@@ -22,8 +22,9 @@ from .test_certificate import forge, forged_divergent_certificate
 def test_help_documents_every_exit_code(tmp_path: Path) -> None:
     result = govern("--help", cwd=tmp_path)
     assert result.returncode == 0
-    for line in ("0  success", "1  certify: a machine is not convergent", "2  usage or input error",
-                 "3  engine/oracle disagreement", "4  check/show/graph: the certificate is unreadable"):
+    for line in ("0  success", "machine not convergent (govern certify", "2  usage or input error",
+                 "3  internal error or engine/oracle disagreement", "4  unreadable or not found: a truncated",
+                 "certificate not valid (govern check)"):
         assert line in result.stdout
     for command in ("certify", "check", "show", "keygen", "graph"):
         assert command in result.stdout
@@ -40,7 +41,8 @@ def test_certify_writes_a_certificate_per_registry_that_checks(machine_dir: Path
         checked = govern("check", path.name, cwd=machine_dir)
         assert checked.returncode == 0, checked.stderr
         assert "valid" in checked.stdout and "Verified" in checked.stdout
-    assert "not checked offline" in govern("check", "lamp.govern-cert.json", cwd=machine_dir).stdout
+    lamp = govern("check", "lamp.govern-cert.json", cwd=machine_dir).stdout
+    assert "not checked offline" in " ".join(lamp.split())
 
 
 def test_certify_is_reproducible_byte_for_byte(machine_dir: Path) -> None:
@@ -127,7 +129,9 @@ def test_keygen_sign_and_check_with_a_public_key(machine_dir: Path) -> None:
     document = json.loads((machine_dir / cert).read_text())
     assert document["signature"]["key_id"].startswith("ed25519:")
     ok = govern("check", cert, "--pubkey", "ci-key.pub", cwd=machine_dir)
-    assert ok.returncode == 0 and "signed by ed25519:" in ok.stdout
+    assert ok.returncode == 0 and "signed by ed25519:" in " ".join(ok.stdout.split())  # wrapped statement
+    statement = ok.stdout.split("\n\n", 1)[1]
+    assert max(len(line) for line in statement.splitlines()) <= 88  # a paragraph, not one 900-character line
     wrong = govern("check", cert, "--pubkey", "other.pub", cwd=machine_dir)
     assert wrong.returncode == 1 and "not by the key given" in wrong.stderr
 

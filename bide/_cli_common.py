@@ -1,0 +1,137 @@
+"""The conventions every command line of this distribution follows (`govern`, `bide`, `bide-audit`).
+
+One exit-code table (printed by each `--help`), `--version` and `--debug` on every command, argument errors
+answered with exit 2 and a suggestion, readable times, JSON for programs and rich tables for people
+(times are shown by `bide._when.when`: ISO 8601 and "in 42 s"). The
+commands are argparse programs; this module is the one place their shared behaviour lives.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any, NoReturn
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from ._terminal import printable
+
+__all__ = [
+    "EXIT_CODES_HELP",
+    "EXIT_FAILED",
+    "EXIT_INTERNAL",
+    "EXIT_NOT_FOUND",
+    "EXIT_OK",
+    "EXIT_REFUSED",
+    "EXIT_STORE",
+    "EXIT_USAGE",
+    "Parser",
+    "add_standard_options",
+    "internal_error",
+    "print_json",
+    "table",
+    "version",
+]
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
+EXIT_NOT_FOUND = 4
+EXIT_REFUSED = 5
+EXIT_STORE = 6
+
+EXIT_CODES_HELP = """\
+exit codes (the same for govern, bide and bide-audit):
+  0  success: done, verified, certified
+  1  checked and found wanting: not verified (bide-audit), certificate not valid (govern check),
+     machine not convergent (govern certify: the counterexample is printed)
+  2  usage or input error: bad arguments, a missing or unimportable machine file, no registry found,
+     an unusable key, store URL or JSON argument
+  3  internal error or engine/oracle disagreement: a bug; rerun with --debug and report the traceback
+  4  unreadable or not found: a truncated, oversized, malformed or non-canonical artifact or
+     certificate, a missing input file (bide-audit), no such store, run or call (bide)
+  5  refused: the request contradicts what is recorded (already resolved, already decided, gate
+     closed) or a policy you pinned (bide-audit verify-approvals); the message says why
+  6  the store failed: the database is unreachable or answered with an error (bide)
+"""
+
+
+def version() -> str:
+    """The installed version of the `bide` distribution (which ships `govern` too)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("bide")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+class Parser(argparse.ArgumentParser):
+    """An argparse parser that prints the exit-code table in `--help`, exits 2 on bad arguments, and
+    suggests the nearest command for a mistyped one."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("epilog", EXIT_CODES_HELP)
+        kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        hint = _suggestion(self, message)
+        self.exit(EXIT_USAGE, f"{self.prog}: usage error: {message}{hint}\n")
+
+
+def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
+    if "invalid choice" not in message:
+        return ""
+    wrong = message.split("'", 2)[1] if message.count("'") >= 2 else ""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            close = difflib.get_close_matches(wrong, list(action.choices), n=1)
+            if close:
+                return f"\n  did you mean `{parser.prog} {close[0]}`?"
+    return ""
+
+
+def add_standard_options(parser: argparse.ArgumentParser) -> None:
+    """`--version` and `--debug` (tracebacks for errors), the same on every command."""
+    parser.add_argument("--version", action="version", version=f"{parser.prog} {version()}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
+
+
+def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:
+    """Report an unexpected exception as a bug (exit 3); the traceback only with --debug."""
+    if debug:
+        traceback.print_exception(exc)
+    print(
+        printable(f"{prog}: internal error: {type(exc).__name__}: {exc} (this is a bug; rerun with --debug "
+                  "and report the traceback)"),
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
+
+
+def print_json(value: Any) -> None:
+    """Print JSON for programs: sorted keys, ASCII-escaped (no control character from an input reaches the
+    terminal), one document per command."""
+    print(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=True))
+
+
+def table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None) -> None:
+    """Print a rich table for people; every cell goes through `printable` and is never read as markup."""
+    t = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
+    for name in columns:
+        t.add_column(name, overflow="fold")
+    for row in rows:
+        t.add_row(*(Text(printable(str(cell))) for cell in row))
+    # Piped output is not wrapped at 80 columns: a run id or a record is never folded for `grep`.
+    width = None if sys.stdout.isatty() else 1000
+    Console(highlight=False, soft_wrap=False, width=width).print(t)

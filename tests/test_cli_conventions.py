@@ -1,0 +1,193 @@
+"""`bide`, `bide-audit` and `govern` follow one convention (docs/cli.md), checked through subprocesses:
+`--version`, one exit-code table in every `--help`, suggestions for common mistakes, `keygen FILE` in one
+form and one key file format, JSON for programs, tables for people, sanitized output."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide._cli_common import EXIT_CODES_HELP, internal_error, version
+from bide.testing import ScriptedModel, call, reply
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMANDS = {"bide": "bide._cli", "bide-audit": "bide.audit._cli", "govern": "govern"}
+EVIL = "\x1b[2K\r\x1b[32mOK\x1b[0m\u202e"
+
+
+def run(prog: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "BIDE_STORE": ""}
+    env.pop("BIDE_STORE")
+    return subprocess.run(
+        [sys.executable, "-m", COMMANDS[prog], *args], capture_output=True, text=True, cwd=cwd, env=env,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
+def test_version_help_table_and_suggestion_are_the_same_everywhere(prog: str, tmp_path: Path) -> None:
+    shown = run(prog, "--version", cwd=tmp_path)
+    assert shown.returncode == 0 and shown.stdout.strip() == f"{prog} {version()}"
+    helped = run(prog, "--help", cwd=tmp_path)
+    assert helped.returncode == 0 and EXIT_CODES_HELP in helped.stdout
+    assert "--debug" in helped.stdout
+    sub = run(prog, "keygen", "--help", cwd=tmp_path)
+    assert sub.returncode == 0 and EXIT_CODES_HELP in sub.stdout and "FILE" in sub.stdout
+    typo = run(prog, "keygne", "k", cwd=tmp_path)
+    assert typo.returncode == 2 and f"did you mean `{prog} keygen`?" in typo.stderr
+
+
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
+def test_keygen_file_writes_one_format_every_command_reads(prog: str, tmp_path: Path) -> None:
+    from bide.audit._keys import load_public_key, load_signing_key
+    from govern.certificate._signing import load_private_key
+    from govern.certificate._signing import load_public_key as govern_public_key
+
+    made = run(prog, "keygen", "ci.key", cwd=tmp_path)
+    assert made.returncode == 0, made.stderr
+    key = tmp_path / "ci.key"
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600
+    signing = load_signing_key(key)
+    assert load_private_key(key).key_id == signing.key_id  # govern signs with a key bide made, and back
+    assert load_public_key(str(key) + ".pub").key_id == signing.key_id
+    assert govern_public_key(Path(str(key) + ".pub")) is not None
+    assert signing.key_id in made.stdout
+
+    again = run(prog, "keygen", "ci.key", cwd=tmp_path)
+    assert again.returncode == 2 and key.read_bytes() == signing.pem()  # never overwritten silently
+    forced = run(prog, "keygen", "ci.key", "--force", cwd=tmp_path)
+    assert forced.returncode == 0 and load_signing_key(key).key_id != signing.key_id
+
+
+def test_govern_points_from_a_common_mistake_to_the_right_command(tmp_path: Path) -> None:
+    (tmp_path / "machine.py").write_text("from govern import Registry\n")
+    checked = run("govern", "check", "machine.py", cwd=tmp_path)
+    assert checked.returncode == 4 and "did you mean `govern certify machine.py`?" in checked.stderr
+    (tmp_path / "cert.json").write_text("{}")
+    certified = run("govern", "certify", "cert.json", cwd=tmp_path)
+    assert certified.returncode == 2 and "`govern check cert.json`" in certified.stderr
+    as_json = json.loads(run("govern", "check", "machine.py", "--json", cwd=tmp_path).stdout)
+    assert as_json["exit_code"] == 4 and "govern certify" in as_json["message"]
+
+
+class _Hold:
+    """A gate that is not an approval gate: it pauses every call until a person looks."""
+
+    def check(self, request: bide.GateRequest) -> bide.Pending:
+        return bide.Pending(f"hold for review of {request.tool}")
+
+
+def _store_with_runs(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    store = bide.open_store(url)
+
+    @bide.tool(timeout=0.3)
+    def send(to: str) -> str:
+        """Send."""
+        raise OSError("lost after the request went out")
+
+    @bide.tool(gate=_Hold())
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return "wired"
+
+    bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("done", "hello" + EVIL)
+    with contextlib.suppress(bide.OutcomeUnknown):
+        bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send]).run_sync(
+            "stuck", "send it"
+        )
+    with contextlib.suppress(bide.ApprovalPending):
+        bide.Agent(ScriptedModel([call("wire", amount=5), reply("ok")]), store=store, tools=[wire]).run_sync(
+            "held", "wire it"
+        )
+    store.close()
+    return url
+
+
+def test_bide_operator_commands_print_tables_and_json(tmp_path: Path) -> None:
+    url = _store_with_runs(tmp_path)
+    rows = json.loads(run("bide", "runs", "--store", url, "--json", cwd=tmp_path).stdout)
+    by_id = {r["run_id"]: r for r in rows}
+    assert by_id["stuck"]["status"] == "halted" and by_id["held"]["status"] == "awaiting_approval"
+    assert by_id["done"]["status"] == "completed"
+    assert rows[-1]["last_activity"] is None  # the answered run recorded no time: it comes last
+    assert by_id["stuck"]["lease_holder"] is not None and by_id["stuck"]["lease_live"] is False
+
+    text = run("bide", "runs", "--store", url, cwd=tmp_path)
+    assert text.returncode == 0 and "STATUS" in text.stdout and "LAST ACTIVITY" in text.stdout
+    assert "halted at c0.0 (send)" in text.stdout and "released" in text.stdout and " ago)" in text.stdout
+
+    only = json.loads(
+        run("bide", "runs", "--store", url, "--status", "halted", "--json", cwd=tmp_path).stdout
+    )
+    assert [r["run_id"] for r in only] == ["stuck"]
+
+    pending = json.loads(run("bide", "pending", "--store", url, "--json", cwd=tmp_path).stdout)
+    assert [(p["run_id"], p["tool"], p["reason"], p["approval"]) for p in pending] == [
+        ("held", "wire", "hold for review of wire", None)
+    ]
+    listed = run("bide", "pending", "--store", url, cwd=tmp_path).stdout
+    assert "held" in listed and "hold for review of wire" in listed
+
+    long_arg = "y" * 400
+    store = bide.open_store(url)
+    with contextlib.suppress(bide.ApprovalPending):
+        wire_tool = bide.tool(gate=_Hold())(_wire_long)
+        bide.Agent(
+            ScriptedModel([call("_wire_long", note=long_arg), reply("ok")]), store=store, tools=[wire_tool]
+        ).run_sync("long", "go")
+    store.close()
+    shown = run("bide", "show", "--store", url, "long", cwd=tmp_path)
+    assert shown.returncode == 0 and long_arg in shown.stdout.replace("\n", "")  # nothing cut at 160
+    full = json.loads(run("bide", "show", "--store", url, "long", "--json", cwd=tmp_path).stdout)
+    assert full["run"]["arguments"] == {"note": long_arg}
+    assert full["run"]["status"] == "awaiting_approval" and full["records"][0]["key"] == "@journal"
+
+    said = run("bide", "show", "--store", url, "done", cwd=tmp_path).stdout
+    assert "\x1b" not in said and "\u202e" not in said
+    assert "hello\\x1b[2K\\x0d\\x1b[32mOK" in said  # the input is shown as escapes, never acted on
+    dumped = run("bide", "show", "--store", url, "done", "--json", cwd=tmp_path).stdout
+    assert "\x1b" not in dumped and json.loads(dumped)["run"]["input"] == "hello" + EVIL
+
+
+def _wire_long(note: str) -> str:
+    """Wire with a long note."""
+    return "wired"
+
+
+def test_bide_exit_codes_follow_the_shared_table(tmp_path: Path) -> None:
+    missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    for args in (("runs",), ("show", "x"), ("pending",)):
+        done = run("bide", *args, "--store", missing, cwd=tmp_path)
+        assert done.returncode == 4 and "no SQLite store" in done.stderr, args
+    assert not (tmp_path / "missing.db").exists()
+    url = _store_with_runs(tmp_path)
+    assert run("bide", "show", "--store", url, "nope", cwd=tmp_path).returncode == 4
+    assert run("bide", "runs", "--store", url, "--status", "bogus", cwd=tmp_path).returncode == 2
+    broken = run("bide", "runs", "--store", "postgresql://nobody@127.0.0.1:1/none", cwd=tmp_path)
+    assert broken.returncode == 6, broken.stderr
+
+
+def test_internal_errors_say_bug_and_show_a_traceback_only_with_debug(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    try:
+        raise RuntimeError("boom" + EVIL)
+    except RuntimeError as exc:
+        assert internal_error("bide", exc, debug=False) == 3
+        quiet = capsys.readouterr().err
+        assert internal_error("bide", exc, debug=True) == 3
+        loud = capsys.readouterr().err
+    assert "this is a bug" in quiet and "Traceback" not in quiet and "\x1b" not in quiet
+    assert "Traceback" in loud
