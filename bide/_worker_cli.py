@@ -77,7 +77,7 @@ def _open(args: argparse.Namespace) -> Store | int:
         code = getattr(exc, "code", None)
         if not isinstance(code, int):
             raise
-        print(f"bide: {exc}", file=sys.stderr)
+        print(f"bide: {printable(str(exc))}", file=sys.stderr)
         return code
 
 
@@ -88,10 +88,10 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     try:
         recorded = cancel_run(store, args.run, reason=args.reason)
     except RunNotFound as exc:
-        print(f"bide: {exc}", file=sys.stderr)
+        print(f"bide: {printable(str(exc))}", file=sys.stderr)
         return EXIT_NOT_FOUND
     except RunEnded as exc:
-        print(f"bide: refused: {exc}", file=sys.stderr)
+        print(f"bide: refused: {printable(str(exc))}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
         store.close()
@@ -112,7 +112,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             agents = load_agents(args.app, store)
             worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll)
         except (_AppError, ConfigError) as exc:
-            print(f"bide: {exc}", file=sys.stderr)
+            print(f"bide: {printable(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         if args.once:
             report = asyncio.run(worker.run_once())
