@@ -63,6 +63,7 @@ __all__ = [
     "build_parser",
     "main",
     "open_cli_store",
+    "open_store_or_exit_code",
     "say",
 ]
 
@@ -85,6 +86,17 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
         help="store URL (default: $BIDE_STORE or sqlite:///bide.db)",
     )
     parser.add_argument("--table-prefix", default="bide_", help="SQL table prefix (default: bide_)")
+
+
+def open_store_or_exit_code(args: argparse.Namespace) -> Store | int:
+    """`open_cli_store` for subcommands defined in other modules: the store, or the exit code of the error
+    it printed. (`CLIError` is caught here, in its own module: when bide._cli runs as __main__ the class
+    exists twice and an extension could not catch it by class.)"""
+    try:
+        return open_cli_store(args)
+    except CLIError as exc:
+        print(f"bide: {printable(str(exc))}", file=sys.stderr)
+        return exc.code
 
 
 def open_cli_store(args: argparse.Namespace) -> Store:

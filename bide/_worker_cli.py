@@ -67,18 +67,9 @@ def load_agents(spec: str, store: Store) -> list[Agent]:
 
 
 def _open(args: argparse.Namespace) -> Store | int:
-    """The store --store names, or the exit code of the message printed."""
-    from ._cli import open_cli_store
+    from ._cli import open_store_or_exit_code
 
-    try:
-        return open_cli_store(args)
-    except Exception as exc:
-        # bide's CLI error carries its exit code (its class exists twice when bide._cli runs as __main__).
-        code = getattr(exc, "code", None)
-        if not isinstance(code, int):
-            raise
-        print(f"bide: {printable(str(exc))}", file=sys.stderr)
-        return code
+    return open_store_or_exit_code(args)
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:

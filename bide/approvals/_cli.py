@@ -28,17 +28,9 @@ def _say(text: str, file: Any = None) -> None:
 
 
 def _open(args: argparse.Namespace) -> Store | int:
-    # bide's CLI signals its own failures with an exception carrying the exit code; answer with it here
-    # (its class exists twice when bide._cli runs as __main__, so it cannot be caught by class).
-    from .._cli import open_cli_store
+    from .._cli import open_store_or_exit_code
 
-    try:
-        return open_cli_store(args)
-    except Exception as exc:
-        code = getattr(exc, "code", None)
-        if not isinstance(code, int):
-            raise
-        return _fail(str(exc), code)
+    return open_store_or_exit_code(args)
 
 
 def _decide(args: argparse.Namespace, approve: bool) -> int:

@@ -207,6 +207,19 @@ def wait_for_first_charge(env: dict[str, str], runs: list[str]) -> None:
         time.sleep(0.005)
 
 
+def kill_driver_mid_run(url: str, prefix: str, runs: list[str], env: dict[str, str], *, after: float) -> None:
+    """Drive `runs` in a child process and SIGKILL it `after` seconds past its first charge."""
+    child = subprocess.Popen(
+        [sys.executable, str(HERE / "worker_app.py"), url, prefix, ",".join(runs)],
+        env=env, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None and child.stdout.readline().strip() == "driving"
+    wait_for_first_charge(env, runs)
+    time.sleep(after)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+
+
 @pytest.mark.slow
 def test_killed_driver_is_resumed_by_a_worker_in_another_process(
     durable_store_spec: tuple[str, str], env: dict[str, str]
@@ -216,15 +229,7 @@ def test_killed_driver_is_resumed_by_a_worker_in_another_process(
     for trial in range(4):
         runs = [f"k{trial}-{i}" for i in range(6)]
         env["WORKER_MODEL_DELAY"] = "0.05"
-        child = subprocess.Popen(
-            [sys.executable, str(HERE / "worker_app.py"), url, prefix, ",".join(runs)],
-            env=env, stdout=subprocess.PIPE, text=True,
-        )  # fmt: skip
-        assert child.stdout is not None and child.stdout.readline().strip() == "driving"
-        wait_for_first_charge(env, runs)
-        time.sleep(rng.uniform(0.0, 0.3))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+        kill_driver_mid_run(url, prefix, runs, env, after=rng.uniform(0.0, 0.3))
         deadline = time.time() + 60
         store = bide.open_store(url, table_prefix=prefix)
         started = [r for r in runs if bide.run_status(store, r).status != "not_started"]
@@ -246,14 +251,7 @@ def test_two_workers_racing_resume_each_run_once(
     url, prefix = durable_store_spec
     runs = [f"race-{i}" for i in range(10)]
     env["WORKER_MODEL_DELAY"] = "0.02"
-    child = subprocess.Popen(
-        [sys.executable, str(HERE / "worker_app.py"), url, prefix, ",".join(runs)],
-        env=env, stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    assert child.stdout is not None and child.stdout.readline().strip() == "driving"
-    wait_for_first_charge(env, runs)
-    child.send_signal(signal.SIGKILL)
-    child.wait()
+    kill_driver_mid_run(url, prefix, runs, env, after=0.0)
     time.sleep(1.1)  # the killed driver's leases expire
     store = bide.open_store(url, table_prefix=prefix)
     before = [r for r in runs if bide.run_status(store, r).status != "completed"]
