@@ -127,7 +127,7 @@ class Worker:
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
-            for run_id in self._runs_to_recover():
+            for run_id in await self._runs_to_recover():
                 group.create_task(one(run_id))
         return report
 
@@ -135,7 +135,7 @@ class Worker:
         """List the runs to recover every `poll_interval` seconds and drive them, until `stop()`."""
         stopping = self._stopping
         while not stopping.is_set():
-            for run_id in self._runs_to_recover():
+            for run_id in await self._runs_to_recover():
                 if len(self._in_flight) >= self.concurrency:
                     break
                 if run_id not in self._in_flight:
@@ -157,7 +157,11 @@ class Worker:
 
     # -- one run ---------------------------------------------------------------------------------------------
 
-    def _runs_to_recover(self) -> list[str]:
+    async def _runs_to_recover(self) -> list[str]:
+        # The listing is a blocking store call: in a thread, so that drives in flight keep going.
+        return await asyncio.to_thread(self._list_runs_to_recover)
+
+    def _list_runs_to_recover(self) -> list[str]:
         now = self.clock()
         out: list[str] = []
         after = ""
