@@ -29,7 +29,7 @@ from ..model._space import Space, Value, VarSpec
 from ..verify._report import Report
 from ._load_check import recheck
 
-__all__ = ["FILE_FORMAT", "Machine", "MachineTables", "RawTables", "State"]
+__all__ = ["FILE_FORMAT", "Machine", "MachineTables", "RawTables", "State", "machine_digest", "rules_digest"]
 
 IntArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
@@ -158,7 +158,7 @@ class Machine:
         self._event_index = {name: i for i, name in enumerate(self._events)}
         self._initial = State(self, initial)
         self._report = report
-        self._rules_digest = hashlib.sha256(_RULES_DOMAIN + canonical_json(rules)).hexdigest()
+        self._rules_digest = rules_digest(rules)
         self._digest: str | None = None
         self._in_domain: BoolArray | None = None
 
@@ -212,10 +212,7 @@ class Machine:
         """The machine's identity: SHA-256 over its rules digest and tables digest (domain
         "govern.machine.v1"). Two machines with equal digests behave identically."""
         if self._digest is None:
-            h = hashlib.sha256(
-                _MACHINE_DOMAIN + bytes.fromhex(self._rules_digest) + bytes.fromhex(self.tables_digest)
-            )
-            self._digest = h.hexdigest()
+            self._digest = machine_digest(self._rules_digest, self._raw)
         return self._digest
 
     # -- shape ---------------------------------------------------------------------------------
@@ -451,6 +448,18 @@ def _spec(v: dict[str, Any]) -> VarSpec:
     if v["kind"] == "enum":
         return VarSpec(v["name"], "enum", 0, len(v["labels"]) - 1, tuple(v["labels"]))
     return VarSpec(v["name"], "int", int(v["min"]), int(v["max"]))
+
+
+def rules_digest(rules: Mapping[str, Any]) -> str:
+    """SHA-256 (hex) of a machine's canonical rules JSON, domain "govern.rules.v1"."""
+    return hashlib.sha256(_RULES_DOMAIN + canonical_json(rules)).hexdigest()
+
+
+def machine_digest(rules_digest_hex: str, raw: RawTables) -> str:
+    """A machine's identity from its rules digest and raw tables (domain "govern.machine.v1"): what
+    `Machine.digest` is, computable from a certificate's rules and tables alone."""
+    tables = bytes.fromhex(_tables_digest(raw))
+    return hashlib.sha256(_MACHINE_DOMAIN + bytes.fromhex(rules_digest_hex) + tables).hexdigest()
 
 
 def _tables_digest(t: RawTables) -> str:

@@ -582,12 +582,9 @@ def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
 def _certified_digest(certificate: Certificate) -> str:
     """The digest of the machine a certificate certifies (what `Machine.digest` gives for that machine),
     recomputed from the certificate's rules and tables."""
-    import hashlib
-
     import numpy as np
 
-    from ..certificate._encoding import canonical_json
-    from ..machine._machine import _MACHINE_DOMAIN, _RULES_DOMAIN, RawTables, _tables_digest
+    from ..machine._machine import RawTables, machine_digest, rules_digest
 
     rules = certificate.document()["machine"]
     n, e = len(certificate.valid), len(rules["events"])
@@ -595,8 +592,7 @@ def _certified_digest(certificate: Certificate) -> str:
     raw = RawTables(
         certificate.valid.astype(bool), repair, certificate.apply.reshape(e, n).astype(np.int32), repair
     )
-    rules_digest = hashlib.sha256(_RULES_DOMAIN + canonical_json(rules)).digest()
-    return hashlib.sha256(_MACHINE_DOMAIN + rules_digest + bytes.fromhex(_tables_digest(raw))).hexdigest()
+    return machine_digest(rules_digest(rules), raw)
 
 
 def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
