@@ -46,10 +46,13 @@ from ._messages import (
     Message,
     Model,
     ModelRequest,
+    StreamingModel,
     SystemMessage,
+    TextDelta,
     ToolCall,
     ToolMessage,
     ToolSpec,
+    Usage,
     UserMessage,
 )
 from ._open import open_store
@@ -73,6 +76,7 @@ from ._records import (
     encode_record,
 )
 from ._resolve import RunStatus, aresolve_halt, resolve_halt, run_status
+from ._retry import RetryPolicy
 from ._sql import SQLStore
 from ._store import Entry, HookedStore, Lease, Store, WriteHook, WriteTransaction
 from ._timers import TimerTool, timer
@@ -137,6 +141,7 @@ __all__ = [
     "ReadOnly",
     "Record",
     "ResolveRefused",
+    "RetryPolicy",
     "RunEnded",
     "RunHalted",
     "RunInFlight",
@@ -153,7 +158,9 @@ __all__ = [
     "Store",
     "StoreError",
     "StoreURLError",
+    "StreamingModel",
     "SystemMessage",
+    "TextDelta",
     "Timer",
     "TimerTool",
     "Tool",
@@ -163,6 +170,7 @@ __all__ = [
     "ToolNotStarted",
     "ToolResult",
     "ToolSpec",
+    "Usage",
     "UserMessage",
     "Worker",
     "WriteHook",

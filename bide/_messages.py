@@ -12,7 +12,7 @@ they are read back (bide._records), and a model's reply is checked when the agen
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -21,10 +21,13 @@ __all__ = [
     "Message",
     "Model",
     "ModelRequest",
+    "StreamingModel",
     "SystemMessage",
+    "TextDelta",
     "ToolCall",
     "ToolMessage",
     "ToolSpec",
+    "Usage",
     "UserMessage",
 ]
 
@@ -60,13 +63,32 @@ class UserMessage:
     content: str
 
 
+@dataclass(slots=True, kw_only=True, frozen=True)
+class Usage:
+    """Tokens a model turn consumed, as the provider reported them (zero when it reported none)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+        )
+
+
 @dataclass(slots=True, kw_only=True)
 class AssistantMessage:
-    """One model turn: optional text and zero or more tool calls. No tool calls means a final answer."""
+    """One model turn: optional text and zero or more tool calls. No tool calls means a final answer.
+
+    `usage` and `finish_reason` are what the provider reported for the turn (None and "" when it did not).
+    """
 
     role: Literal["assistant"] = "assistant"
     content: str = ""
     tool_calls: list[ToolCall] = field(default_factory=list)
+    usage: Usage | None = None
+    finish_reason: str = ""
 
 
 @dataclass(slots=True, kw_only=True)
@@ -103,6 +125,13 @@ class ModelRequest:
     tools: Sequence[ToolSpec]
 
 
+@dataclass(slots=True, kw_only=True, frozen=True)
+class TextDelta:
+    """A piece of the assistant's text as a streaming model produces it (never journaled: the turn is)."""
+
+    text: str
+
+
 @runtime_checkable
 class Model(Protocol):
     """The model port: one async method producing the next assistant turn.
@@ -114,3 +143,12 @@ class Model(Protocol):
     name: str
 
     async def complete(self, request: ModelRequest) -> AssistantMessage: ...
+
+
+@runtime_checkable
+class StreamingModel(Model, Protocol):
+    """A model that can also stream a turn: `stream` yields `TextDelta`s and ends with exactly one
+    `AssistantMessage`, the whole turn (the same message `complete` would return). The agent journals only
+    that final message, so a replayed run is identical whether or not the turn was streamed."""
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]: ...

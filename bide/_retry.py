@@ -1,0 +1,89 @@
+"""One retry policy for everything bide retries: tools that may be retried, model HTTP calls, store writes.
+
+Rules:
+
+1. A policy only says *when* to try again (how many attempts, how long to wait); the caller says *whether* an
+   exception may be retried, with a `classify` function. Retrying a side effect whose call may have started
+   is never the policy's decision (docs/guarantee.md): the agent passes a classifier that refuses it.
+2. The wait before attempt n+1 is exponential (`initial * multiplier**n`, at most `maximum`), with full
+   jitter when `jitter` is on, and never shorter than a server's own hint (a `Retry-After` header), capped
+   by `maximum`.
+3. When the attempts run out, the last exception is raised unchanged; the caller words the message.
+
+Written here rather than taken from tenacity or stamina: both fit the waiting, but the classifier must
+return a server's hint with its verdict and the async and sync paths (agent loop, store writes) must share
+one wait formula that tests can drive with a fake clock; that is these thirty lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+__all__ = ["NO_RETRY", "RETRY", "Classify", "RetryPolicy"]
+
+T = TypeVar("T")
+
+RETRY = True
+"""A classifier's verdict: retry after the policy's own wait."""
+NO_RETRY = False
+"""A classifier's verdict: raise now."""
+
+Classify = Callable[[BaseException], "bool | float"]
+"""Maps an exception to False (raise it now), True (retry) or a number: retry, waiting at least that many
+seconds (a server's `Retry-After`)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """How often and how patiently to retry. `attempts` counts every try, the first one too (1: no retry)."""
+
+    attempts: int = 3
+    initial: float = 0.1
+    maximum: float = 10.0
+    multiplier: float = 2.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError(f"RetryPolicy.attempts must be at least 1, got {self.attempts}")
+        if self.initial < 0 or self.maximum < 0 or self.multiplier < 1:
+            raise ValueError("RetryPolicy needs initial >= 0, maximum >= 0 and multiplier >= 1")
+
+    def wait(self, retry: int, hint: float | None = None, *, rng: random.Random | None = None) -> float:
+        """Seconds to wait before retry number `retry` (0 for the first retry), at least `hint` (capped)."""
+        ceiling = min(self.maximum, self.initial * self.multiplier**retry)
+        delay = (rng or random).uniform(0, ceiling) if self.jitter else ceiling
+        if hint is not None:
+            delay = max(delay, min(hint, self.maximum))
+        return delay
+
+    async def run(self, attempt: Callable[[], Awaitable[T]], classify: Classify) -> T:
+        """Await `attempt()` until it returns, the classifier refuses its exception, or attempts run out."""
+        for retry in range(self.attempts):
+            try:
+                return await attempt()
+            except Exception as exc:
+                verdict = classify(exc)
+                if verdict is False or retry == self.attempts - 1:
+                    raise
+                hint = None if verdict is True else float(verdict)
+                await asyncio.sleep(self.wait(retry, hint))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def run_sync(self, attempt: Callable[[], T], classify: Classify) -> T:
+        """`run` for blocking code (store writes): the same waits, with `time.sleep`."""
+        for retry in range(self.attempts):
+            try:
+                return attempt()
+            except Exception as exc:
+                verdict = classify(exc)
+                if verdict is False or retry == self.attempts - 1:
+                    raise
+                hint = None if verdict is True else float(verdict)
+                time.sleep(self.wait(retry, hint))
+        raise AssertionError("unreachable: the last attempt returns or raises")
