@@ -20,7 +20,6 @@ from bide.testing import Call, ScriptedModel, Turn, reply
 from govern import DeclarationError, EventLog, NotConvergent, Registry, Replica, UnknownEvent, min_
 
 
-
 def govern_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """The real `govern` command in a subprocess."""
     return subprocess.run(
@@ -40,7 +39,11 @@ def tickets(*, declare_family: bool = True, amounts: tuple[int, ...] = (1, 2, 3)
     if declare_family:
         r.event("assign", params={"who": STAFF}, guard=owner == "nobody", effect=lambda who: {owner: who})
         r.event("release", guard=owner != "nobody", effect={owner: "nobody"})
-        r.event("deposit", params={"amount": list(amounts)}, effect=lambda amount: {budget: min_(budget + amount, 9)})
+        r.event(
+            "deposit",
+            params={"amount": list(amounts)},
+            effect=lambda amount: {budget: min_(budget + amount, 9)},
+        )
     else:
         for who in STAFF:
             r.event(f"assign(who={who})", guard=owner == "nobody", effect={owner: who})
@@ -200,7 +203,9 @@ def test_replicas_of_a_family_machine_converge_in_any_order_keeping_obligations(
         record = rng.choice(["t1", "t2"])
         deps = (previous[record],) if record in previous else ()
         appended = log.append(
-            govern.Event(id=f"e{i}", machine=machine.digest, record=record, event=event, producer=record, deps=deps)
+            govern.Event(
+                id=f"e{i}", machine=machine.digest, record=record, event=event, producer=record, deps=deps
+            )
         )
         previous[record] = appended.event.id
     stored = log.read()
