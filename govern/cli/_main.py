@@ -57,6 +57,7 @@ from ..certificate._certificate import (
     check_certificate,
     read_certificate,
 )
+from ..certificate._composed import ComposedCertificate, ComposedCheckResult, check_composed, is_composed
 from ..certificate._encoding import DEFAULT_MAX_BYTES
 from ..certificate._errors import (
     CertificateInvalid,
@@ -219,7 +220,7 @@ class Outcome:
 
     name: str
     exit_code: int
-    certificate: Certificate | None = None
+    certificate: Certificate | ComposedCertificate | None = None
     path: Path | None = None
     message: str = ""
     counterexample: dict[str, Any] | None = None
@@ -319,7 +320,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
             outcome.message = f"cannot write {path}: {exc.strerror}"
             return outcome
         outcome.path = path
-    if args.graph:
+    if args.graph and isinstance(certificate, Certificate):
         from ._graph import render_files
 
         directory = outcome.path.parent if outcome.path else target.source.parent
@@ -327,7 +328,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
     return outcome
 
 
-def _verdict_table(certificate: Certificate) -> Table:
+def _verdict_table(certificate: Certificate | ComposedCertificate) -> Table:
     model = certificate.model
     verdict = model.verdict
     events = model.machine.events
@@ -418,7 +419,7 @@ def _read_input(path_text: str, max_bytes: int) -> bytes:
         raise UsageError(f"{path}: {exc.strerror}") from None
 
 
-def _check_json(result: CheckResult) -> dict[str, Any]:
+def _check_json(result: CheckResult | ComposedCheckResult) -> dict[str, Any]:
     model = result.certificate.model
     return {
         "valid": True,
@@ -440,8 +441,10 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     public_key = load_public_key(Path(args.pubkey)) if args.pubkey else None
     try:
         data = _read_input(args.certificate, args.max_size)
-        result = check_certificate(data, public_key=public_key, require_signature=args.require_signature,
-                                   max_bytes=args.max_size, max_clock_skew=args.max_clock_skew)
+        check = check_composed if is_composed(data) else check_certificate
+        result: CheckResult | ComposedCheckResult = check(
+            data, public_key=public_key, require_signature=args.require_signature, max_bytes=args.max_size,
+            max_clock_skew=args.max_clock_skew)
     except CertificateUnreadable as exc:
         message = str(exc) + _machine_hint(args.certificate)
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", message)
@@ -574,7 +577,11 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         for target in load_targets(source):
             try:
-                certificates.append(certificate_for(target.registry.build(args.domain), version=_version()))
+                made = certificate_for(target.registry.build(args.domain), version=_version())
+                if not isinstance(made, Certificate):
+                    raise UsageError(f"{target.registry.name}: a machine built by components has no single "
+                                     "state graph; draw its components' registries instead")
+                certificates.append(made)
             except NotConvergent as exc:
                 err.print(f"[bold red]not convergent[/] {_safe(target.registry.name)}: nothing to draw\n"
                           f"{_safe(str(exc), keep_newlines=True)}")

@@ -245,6 +245,12 @@ class Machine:
         """The machine's read-only tables (for certificates and foreign runtimes)."""
         return MachineTables(self)
 
+    @property
+    def components(self) -> tuple[Machine, ...]:
+        """The machines this one is built from: itself, unless it was built by components
+        (docs/govern.md, "Composition"), when each is an ordinary machine over its own variables."""
+        return (self,)
+
     def event_index(self, event: str) -> int:
         """The position of an event; raises `UnknownEvent`."""
         try:
