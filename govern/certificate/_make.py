@@ -67,7 +67,13 @@ def certificate_for(machine: Machine, *, version: str | None = None) -> Certific
     from ..machine._composed import ComposedMachine
 
     if isinstance(machine, ComposedMachine):
-        return composed_certificate_for(machine, version=version or tool_version())
+        version = version or tool_version()
+        parts = [_plain_certificate(p, version) for p in machine.components]
+        return composed_certificate_for(machine, parts, version=version)
+    return _plain_certificate(machine, version)
+
+
+def _plain_certificate(machine: Machine, version: str | None) -> Certificate:
     states, events = machine.n_states, len(machine.events)
     if states > MAX_STATES or states * events > MAX_TABLE_ENTRIES:
         raise CertificateTooLarge(
@@ -75,10 +81,6 @@ def certificate_for(machine: Machine, *, version: str | None = None) -> Certific
             f"most {MAX_STATES:,} states and {MAX_TABLE_ENTRIES:,} apply entries (checkers refuse larger "
             "tables); split the machine or narrow its variables' ranges"
         )
-    return _plain_certificate(machine, version)
-
-
-def _plain_certificate(machine: Machine, version: str | None) -> Certificate:
     tables = machine.tables()
     return assemble(
         machine=machine.rules(),

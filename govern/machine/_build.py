@@ -31,14 +31,18 @@ def build_machine(
     large to enumerate and the machine splits; True whenever it splits; False never."""
     timer = PhaseTimer()
     space = Space(snap.vars)
+
+    def build_part(part: Snapshot) -> Machine:
+        return build_machine(part, domain, max_states=max_states, compose=False)
+
     if compose:
-        composed = build_composed(snap, domain, max_states=max_states)
+        composed = build_composed(snap, domain, build_part)
         if composed is not None:
             return composed
     try:
         space.check_size(len(snap.events), max_states)
     except StateSpaceTooLarge:
-        composed = None if compose is False else build_composed(snap, domain, max_states=max_states)
+        composed = None if compose is False else build_composed(snap, domain, build_part)
         if composed is None:
             raise
         return composed

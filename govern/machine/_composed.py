@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import combinations
 from typing import Any, cast
@@ -354,11 +354,12 @@ def check_decomposition(rules: dict[str, Any], decomp: Decomposition) -> str:
     return str(oracle.THEOREM_DECOMPOSITION)
 
 
-def build_composed(snap: Snapshot, domain: Domain, *, max_states: int | None = None) -> Machine | None:
-    """Build `snap` by components, or None when it does not split (one component, or a rule is a
-    Python callable: its footprint cannot be read from the AST, so the machine is built whole)."""
-    from ._build import build_machine
-
+def build_composed(
+    snap: Snapshot, domain: Domain, build_part: Callable[[Snapshot], Machine]
+) -> Machine | None:
+    """Build `snap` by components, each with `build_part` (the ordinary, enumerated build), or return
+    None when it does not split (one component, or a rule is a Python callable: its footprint cannot be
+    read from the AST, so the machine is built whole)."""
     if not snap.is_data():
         return None
     rules = snap.rules_json(domain)
@@ -369,10 +370,7 @@ def build_composed(snap: Snapshot, domain: Domain, *, max_states: int | None = N
     if len(decomp.components) < 2:
         return None
     started = time.perf_counter()
-    parts = [
-        build_machine(project_snapshot(snap, comp, c), domain, max_states=max_states, compose=False)
-        for c, comp in enumerate(decomp.components)
-    ]
+    parts = [build_part(project_snapshot(snap, comp, c)) for c, comp in enumerate(decomp.components)]
     space = Space(snap.vars)
     if rules["initial"] is None:
         values = [0] * len(snap.vars)
