@@ -18,6 +18,7 @@ reads only its bytes:
 from __future__ import annotations
 
 import base64
+import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import combinations
@@ -59,10 +60,13 @@ __all__ = [
 
 @dataclass(frozen=True, eq=False)
 class ComposedCertificate:
-    """A composed certificate document and its components' certificates."""
+    """A composed certificate: its document (as read, canonical), its bytes and its components'
+    certificates."""
 
     model: ComposedCertificateModel
     components: tuple[Certificate, ...] = field(repr=False)
+    raw: dict[str, Any] = field(repr=False)
+    data: bytes = field(repr=False)
 
     @property
     def name(self) -> str:
@@ -82,18 +86,13 @@ class ComposedCertificate:
         return None if block is None else Signature(block.key_id, block.signed_at)
 
     def document(self) -> dict[str, Any]:
-        document = self.model.model_dump(mode="json", exclude={"signature"})
-        # Component certificates are embedded exactly as their own files would be.
-        document["components"] = [
-            {**entry, "certificate": cert.document()}
-            for entry, cert in zip(document["components"], self.components, strict=True)
-        ]
-        if self.model.signature is not None:
-            document["signature"] = self.model.signature.model_dump(mode="json")
-        return document
+        """The certificate as a JSON value (a fresh copy)."""
+        copy: dict[str, Any] = json.loads(self.data)
+        return copy
 
     def to_bytes(self) -> bytes:
-        return canonical_json(self.document()) + b"\n"
+        """The canonical file content: canonical JSON and one newline."""
+        return self.data
 
     def signed(self, signer: Signer) -> ComposedCertificate:
         """A copy signed by `signer` now (the digest is unchanged)."""
@@ -165,11 +164,16 @@ def composed_certificate_for(
         "oracle": local_oracle_identity(),
     }
     document["digest"] = compute_digest(document)
-    return read_composed(canonical_json(document) + b"\n")
+    data = canonical_json(document) + b"\n"
+    # The parts were made here and are well formed; `self_check` re-reads everything from the bytes.
+    model = ComposedCertificateModel.model_validate(document)
+    return ComposedCertificate(model, tuple(parts), document, data)
 
 
 def read_composed(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ComposedCertificate:
     """Parse a composed certificate strictly, without judging its claims (`CertificateUnreadable`)."""
+    from ._certificate import read_certificate
+
     value = parse_strict_json(data, max_bytes=max_bytes)
     if not isinstance(value, dict):
         raise CertificateUnreadable("a certificate is a JSON object")
@@ -182,22 +186,24 @@ def read_composed(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Compose
             f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors()[:5]
         ]
         raise CertificateUnreadable("not a govern composed certificate: " + "; ".join(problems)) from None
+    # The model must say exactly what the document says (strict types: no 1 read as true); each
+    # component's document is held to the same by read_certificate.
+    top = model.model_dump(mode="json", exclude={"signature", "components"})
+    if top != {k: v for k, v in value.items() if k not in ("signature", "components")} or [
+        {k: v for k, v in e.items() if k != "certificate"} for e in value["components"]
+    ] != [e.model_dump(mode="json", exclude={"certificate"}) for e in model.components]:
+        raise CertificateUnreadable("a field has a value of the wrong JSON type")
     validate_machine(model.machine, bounded=False)
     if not has_rules(model.machine):
         raise CertificateUnreadable("a composed certificate's rules must all be expressions (no callables)")
-    from ._certificate import read_certificate
-
     components = []
     for i, entry in enumerate(value["components"]):
         try:
-            data = canonical_json(entry["certificate"]) + b"\n"
-            components.append(read_certificate(data, max_bytes=max_bytes))
+            part = canonical_json(entry["certificate"]) + b"\n"
+            components.append(read_certificate(part, max_bytes=max_bytes))
         except CertificateUnreadable as exc:
             raise CertificateUnreadable(f"components.{i}.certificate: {exc}") from None
-    certificate = ComposedCertificate(model, tuple(components))
-    if canonical_json(certificate.document()) != canonical_json(value):
-        raise CertificateUnreadable("a field has a value of the wrong JSON type")
-    return certificate
+    return ComposedCertificate(model, tuple(components), value, canonical_json(value) + b"\n")
 
 
 @dataclass(frozen=True, eq=False)
@@ -280,7 +286,7 @@ def check_composed(
     certificate = read_composed(data, max_bytes=max_bytes)
     model = certificate.model
     steps = ["parsed strictly: canonical JSON, known fields only, well-formed component tables"]
-    expected = compute_digest(certificate.document())
+    expected = compute_digest(certificate.raw)
     if expected != model.digest:
         raise CertificateInvalid(
             f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
@@ -323,13 +329,14 @@ def check_composed(
     results = []
     for c, (entry, part) in enumerate(zip(entries, certificate.components, strict=True)):
         comp = Component(tuple(entry.variables), tuple(entry.invariants), tuple(entry.events))
-        if canonical_json(project_rules(rules, comp, c)) != canonical_json(part.document()["machine"]):
+        part_document = certificate.raw["components"][c]["certificate"]
+        if canonical_json(project_rules(rules, comp, c)) != canonical_json(part_document["machine"]):
             raise CertificateInvalid(
                 f"component {c}'s machine is not the whole machine's projection on its variables, "
                 "invariants and events"
             )
         try:
-            results.append(check_certificate(part.to_bytes(), max_bytes=max_bytes))
+            results.append(check_certificate(canonical_json(part_document) + b"\n", max_bytes=max_bytes))
         except CertificateInvalid as exc:
             raise CertificateInvalid(f"component {c} ({part.name!r}): {exc}") from None
     steps.append(

@@ -221,7 +221,7 @@ class ComponentEntry(BaseModel):
     variables: Annotated[list[NonNeg], Field(min_length=1)]
     invariants: list[NonNeg]
     events: Annotated[list[NonNeg], Field(min_length=1)]
-    certificate: CertificateModel
+    certificate: dict[str, Any]  # a whole govern-certificate/1 document, read by read_certificate
 
 
 class ComposedCertificateModel(BaseModel):

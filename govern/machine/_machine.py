@@ -327,7 +327,7 @@ class Machine:
         return [State(self, int(x)) for x in ids]
 
     def replay_ids(
-        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]]
+        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]] | Sequence[int]
     ) -> IntArray:
         """Vectorized core of `replay_many`: `codes[i, t]` is the t-th event index of stream i (-1 =
         no event), `starts[i]` its start id; returns the final ids."""
