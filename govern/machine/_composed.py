@@ -303,7 +303,8 @@ COMPOSE_THEOREMS = (
     "own component, so components are disjoint and closed)",
     "Govern.Compose.compose_unique_normal_forms, compose_stream_convergence (the product of converging "
     "components converges; WFC, CC1, CC2 lift)",
-    "Govern.Compose.compose_cross (events of different components commute at every state: no table)",
+    "Govern.Compose.compose_cc1, compose_cross_valid, compose_cross (events of different components "
+    "commute at every valid state, and with CC2 at every state: no table)",
     "Govern.Compose.compose_commute_iff, compose_idem_iff (obligations and idempotence are the "
     "components' own), compose_run and compose_swap (runs and trace equivalence lift)",
 )

@@ -17,11 +17,13 @@
        do ([compose_wfc], [compose_nf_path], [compose_cc1], [compose_cc2]), so it converges: unique
        normal forms under any interleaving of delivery and compensation ([compose_unique_normal_forms])
        and the same final state for every delivery order ([compose_stream_convergence]).  Cross pairs
-       commute at every state ([compose_cross]); within a component, a pair commutes (and an event is
+       commute at every valid state ([compose_cross_valid], no CC2 needed) and, with CC2, at every state
+       ([compose_cross]); within a component, a pair commutes (and an event is
        idempotent) on the product's valid states exactly when it does on the component's
        ([compose_commute_iff], [compose_idem_iff]): obligations and idempotence are lifted unchanged;
        a normalized run is the pair of the components' runs ([compose_run]), so trace equivalence
-       (swapping adjacent independent events) lifts too ([compose_swap]).  Many components are
+       (swapping adjacent independent events) lifts too ([compose_swap]); [compose_cc1], [compose_run]
+       and [compose_swap] need only WFC and CC1 of the components, not CC2.  Many components are
        nested pairs. *)
 
 From Coq Require Import List Arith Bool Lia ZArith Permutation.
@@ -323,13 +325,26 @@ Proof.
   - rewrite (nfB_id (stepB b y)) by (apply pathB_valid). symmetry. apply cc2B.
 Qed.
 
+(** At valid states, cross pairs commute without CC2. *)
+Theorem compose_cross_valid : forall a b s, valid s = true ->
+  step (inr b) (step (inl a) s) = step (inl a) (step (inr b) s).
+Proof.
+  intros a b [x y] Hv. unfold valid in Hv; simpl in Hv. apply andb_prop in Hv as [VA VB].
+  rewrite !step_inl, !step_inr. simpl. rewrite (nfA_id x VA), (nfB_id y VB).
+  rewrite (nfA_id (stepA a x)) by (apply pathA_valid). rewrite (nfB_id (stepB b y)) by (apply pathB_valid).
+  reflexivity.
+Qed.
+
+(** CC1 of the product, from the components' CC1 alone (no CC2). *)
 Theorem compose_cc1 : forall a b s, indep a b -> valid s = true -> step b (step a s) = step a (step b s).
 Proof.
-  intros [a|a] [b|b] [x y] Hi Hv; unfold valid in Hv; simpl in Hv, Hi; apply andb_prop in Hv as [VA VB].
-  - rewrite !step_inl. simpl. rewrite nfB_id by (apply pathB_valid). f_equal. apply cc1A; auto.
-  - apply compose_cross.
-  - symmetry. apply compose_cross.
-  - rewrite !step_inr. simpl. rewrite nfA_id by (apply pathA_valid). f_equal. apply cc1B; auto.
+  intros [a|a] [b|b] [x y] Hi Hv.
+  - unfold valid in Hv; simpl in Hv, Hi; apply andb_prop in Hv as [VA VB].
+    rewrite !step_inl. simpl. rewrite nfB_id by (apply pathB_valid). f_equal. apply cc1A; auto.
+  - apply compose_cross_valid; auto.
+  - symmetry. apply compose_cross_valid; auto.
+  - unfold valid in Hv; simpl in Hv, Hi; apply andb_prop in Hv as [VA VB].
+    rewrite !step_inr. simpl. rewrite nfA_id by (apply pathA_valid). f_equal. apply cc1B; auto.
 Qed.
 
 (** Convergence of the product, from Governance.v: every run of the full rewrite system (delivery of
@@ -393,8 +408,8 @@ Proof.
   - rewrite step_inr. simpl. rewrite (nfA_id x Vx). apply IH; auto. apply pathB_valid.
 Qed.
 
-(** Trace equivalence lifts: swapping two adjacent independent events anywhere in a run from a valid
-    state does not change where it ends. *)
+(** Trace equivalence lifts (from the components' WFC and CC1 alone, no CC2): swapping two adjacent
+    independent events anywhere in a normalized run from a valid state does not change where it ends. *)
 Theorem compose_swap : forall p q a b s, indep a b -> valid s = true ->
   fold_left (fun t e => step e t) (p ++ a :: b :: q) s = fold_left (fun t e => step e t) (p ++ b :: a :: q) s.
 Proof.

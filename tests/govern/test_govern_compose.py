@@ -308,3 +308,20 @@ def test_certificate_round_trip_through_the_cli(tmp_path: Path) -> None:
     )
     assert refused.returncode != 0
     assert "component 0" in refused.stdout + refused.stderr
+
+
+def test_a_composed_certificate_is_signed_and_checked_against_its_key(tmp_path: Path) -> None:
+    from govern.certificate._signing import generate_key_pair, load_public_key
+
+    key = tmp_path / "key"
+    public, _ = generate_key_pair(key)
+    cert = govern.certify(bookings(3).build(compose=True), sign_with=key)
+    assert isinstance(cert, ComposedCertificate) and cert.signature is not None
+    result = check_composed(cert.to_bytes(), public_key=load_public_key(public), require_signature=True)
+    assert result.signature is not None and "signed by" in result.statement()
+    document = json.loads(cert.to_bytes())
+    document["verdict"]["max_repair_depth"] += 1  # the digest no longer matches, nor the signature
+    with pytest.raises(govern.CertificateInvalid):
+        check_composed(canonical_json(document) + b"\n", public_key=load_public_key(public))
+    with pytest.raises(govern.CertificateInvalid, match="not signed"):
+        check_composed(govern.certify(bookings(2).build(compose=True)).to_bytes(), require_signature=True)
