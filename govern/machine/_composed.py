@@ -35,9 +35,9 @@ from ..verify._compose import (
     project_snapshot,
 )
 from ..verify._report import PrunedPair, Report, guarantee_text
-from ._machine import IntArray, Machine, MachineTables, State, rules_digest
+from ._machine import IntArray, Machine, MachineTables, RawTables, State, _tables_digest, rules_digest
 
-__all__ = ["COMPOSED_FORMAT", "ComposedMachine", "ProductTables", "build_composed"]
+__all__ = ["COMPOSED_FORMAT", "ComposedMachine", "ProductTables", "build_composed", "composed_digest"]
 
 COMPOSED_FORMAT = "govern.machine.composed.v1"
 _COMPOSED_DOMAIN = b"govern.composed.v1\x00"
@@ -205,18 +205,13 @@ class ComposedMachine(Machine):
     @property
     def tables_digest(self) -> str:
         """SHA-256 (hex) over the components' tables digests, domain "govern.composed.v1"."""
-        h = hashlib.sha256(_COMPOSED_DOMAIN)
-        for p in self._parts:
-            h.update(bytes.fromhex(p.tables_digest))
-        return h.hexdigest()
+        return _composed_tables_digest([p.tables_digest for p in self._parts])
 
     @property
     def digest(self) -> str:
         """SHA-256 over the rules digest and the components' tables digests (domain "govern.machine.v1")."""
         if self._digest is None:
-            self._digest = hashlib.sha256(
-                _MACHINE_DOMAIN + bytes.fromhex(self._rules_digest) + bytes.fromhex(self.tables_digest)
-            ).hexdigest()
+            self._digest = composed_digest(self._rules_digest, [p._raw for p in self._parts])
         return self._digest
 
     def tables(self) -> MachineTables:
@@ -293,6 +288,21 @@ class ComposedMachine(Machine):
             f"<Machine {self.name!r}: {self._space.n:,} states, {len(self._events)} events, "
             f"{len(self._parts)} components>"
         )
+
+
+def _composed_tables_digest(part_digests: Sequence[str]) -> str:
+    h = hashlib.sha256(_COMPOSED_DOMAIN)
+    for d in part_digests:
+        h.update(bytes.fromhex(d))
+    return h.hexdigest()
+
+
+def composed_digest(rules_digest_hex: str, parts: Sequence[RawTables]) -> str:
+    """A composed machine's identity from its rules digest and its components' raw tables: what
+    `Machine.digest` is for it, computable from a composed certificate alone."""
+    tables = _composed_tables_digest([_tables_digest(raw) for raw in parts])
+    head = _MACHINE_DOMAIN + bytes.fromhex(rules_digest_hex)
+    return hashlib.sha256(head + bytes.fromhex(tables)).hexdigest()
 
 
 # ---- building by components ---------------------------------------------------------------------

@@ -177,6 +177,13 @@ def test_a_replica_runs_a_composed_machine_in_any_delivery_order() -> None:
         expected = m.replay([e.event for e in stored if e.record == record])
         assert forward.state_id(record) == backward.state_id(record) == expected.id
     assert forward.digest() == backward.digest()
+    # a log bound through the machine's composed certificate is bound to the same machine
+    bound = EventLog("memory://", machine=govern.certify(m))
+    bound.append(Event(id="x", machine=m.digest, record="r0", event="hold1", producer="p"))
+    assert bound.machine() == m.digest
+    third = Replica(m, bound)
+    third.deliver(bound.read())
+    assert third.state("r0")["stage1"] == 1
     r0, r1 = forward.state("r0"), forward.state("r1")
     assert (r0["stage3"], r0["paid3"], r0["seats9"]) == (1, True, 1)
     assert (r1["stage3"], r1["paid3"], r1["stage0"], r1["seats0"]) == (2, True, 3, 1)  # book3 repaired
