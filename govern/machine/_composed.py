@@ -11,18 +11,22 @@ allocated. `Govern.Compose` is why the components' verdicts are the whole machin
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import combinations
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import ForeignState, OracleDisagreement, OracleUnavailable, UnknownEvent
+from .._errors import ForeignState, MachineFileError, OracleDisagreement, OracleUnavailable, UnknownEvent
 from ..model._declarations import Domain, Snapshot
+from ..model._expr import canonical_json
 from ..model._space import Space
 from ..oracle._gate import oracle_module
 from ..verify._compose import (
@@ -35,7 +39,17 @@ from ..verify._compose import (
     project_snapshot,
 )
 from ..verify._report import PrunedPair, Report, guarantee_text
-from ._machine import IntArray, Machine, MachineTables, RawTables, State, _tables_digest, rules_digest
+from ._machine import (
+    IntArray,
+    Machine,
+    MachineTables,
+    RawTables,
+    State,
+    _content_hash,
+    _spec,
+    _tables_digest,
+    rules_digest,
+)
 
 __all__ = ["COMPOSED_FORMAT", "ComposedMachine", "ProductTables", "build_composed", "composed_digest"]
 
@@ -274,14 +288,33 @@ class ComposedMachine(Machine):
 
     # -- persistence -------------------------------------------------------------------------------
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Composed machines are not saved to a file yet: certify them (`govern certify`), or rebuild
-        them from their registry (a build takes the time of its components)."""
-        from .._errors import MachineFileError
-
-        raise MachineFileError(
-            f"machine {self.name!r} is composed of {len(self._parts)} components and cannot be saved to "
-            f"{os.fspath(path)!r} yet; rebuild it from its registry, or save each of `machine.components`"
-        )
+        """Write the machine to `path` atomically: its rules, report and decomposition, and each component
+        machine as `Machine.save` writes it; `Machine.load` reads it back and re-checks every component
+        and the decomposition (by the extracted checker)."""
+        arrays: dict[str, npt.NDArray[Any]] = {
+            "rules": np.frombuffer(canonical_json(self._rules), dtype=np.uint8),
+            "report": np.frombuffer(canonical_json(self._report.to_dict()), dtype=np.uint8),
+            "decomposition": np.frombuffer(canonical_json(self._decomposition.to_json()), dtype=np.uint8),
+        }
+        target = Path(path)
+        with tempfile.TemporaryDirectory(dir=target.parent if str(target.parent) else ".") as tmp:
+            for c, part in enumerate(self._parts):
+                file = Path(tmp) / f"part{c}.npz"
+                part.save(file)
+                arrays[f"part{c:06d}"] = np.frombuffer(file.read_bytes(), dtype=np.uint8)
+        content = _content_hash(arrays)
+        arrays["format"] = np.frombuffer(COMPOSED_FORMAT.encode(), dtype=np.uint8)
+        arrays["content_sha256"] = np.frombuffer(bytes.fromhex(content), dtype=np.uint8)
+        fd, tmp_file = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".govern-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, **arrays)  # type: ignore[arg-type]
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_file, target)
+        except BaseException:
+            Path(tmp_file).unlink(missing_ok=True)
+            raise
 
     def __repr__(self) -> str:
         return (
@@ -481,3 +514,49 @@ def _composed_report(
             "module_sha256": (reports[0].oracle or {}).get("module_sha256", "?"),
         },
     )
+
+
+def load_composed(
+    path: str | os.PathLike[str], arrays: dict[str, npt.NDArray[Any]], digest: str | None
+) -> Machine:
+    """The machine saved by `ComposedMachine.save` (its content hash already checked): every component is
+    loaded (and re-checked) by `Machine.load`, each must be the projection of the whole rules, and the
+    extracted checker must accept the decomposition."""
+    where = os.fspath(path)
+    try:
+        rules = json.loads(bytes(arrays["rules"]).decode())
+        report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
+        comps = json.loads(bytes(arrays["decomposition"]).decode())
+        decomp = Decomposition(
+            tuple(Component(tuple(c["variables"]), tuple(c["invariants"]), tuple(c["events"])) for c in comps)
+        )
+        try:
+            check_decomposition(rules, decomp)
+        except OracleDisagreement as exc:
+            raise MachineFileError(
+                f"machine file {where!r} claims a decomposition the extracted checker refuses; it was altered"
+            ) from exc
+        keys = sorted(k for k in arrays if k.startswith("part"))
+        if len(keys) != len(decomp.components):
+            raise ValueError("the number of component machines differs from the decomposition")
+        parts = []
+        with tempfile.TemporaryDirectory(dir=Path(where).parent if str(Path(where).parent) else ".") as tmp:
+            for c, key in enumerate(keys):
+                file = Path(tmp) / f"part{c}.npz"
+                file.write_bytes(bytes(arrays[key]))
+                parts.append(Machine.load(file))
+        for c, (comp, part) in enumerate(zip(decomp.components, parts, strict=True)):
+            if project_rules(rules, comp, c) != part._rules:
+                raise ValueError(f"component {c} is not the projection of the machine's rules")
+        space = Space(tuple(_spec(v) for v in rules["variables"]))
+        initial = space.id_of(rules["initial"])
+    except MachineFileError:
+        raise
+    except (KeyError, ValueError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        raise MachineFileError(f"machine file {where!r} is inconsistent: {exc}") from exc
+    machine = ComposedMachine(rules, space, parts, decomp, initial, report)
+    if digest is not None and machine.digest != digest:
+        raise MachineFileError(
+            f"machine file {where!r} holds machine {machine.digest}, not the expected {digest}"
+        )
+    return machine

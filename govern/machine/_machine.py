@@ -36,6 +36,7 @@ BoolArray = npt.NDArray[np.bool_]
 
 #: The format tag stored in (and required of) every saved machine file.
 FILE_FORMAT = "govern.machine.v1"
+_COMPOSED_FORMAT = "govern.machine.composed.v1"  # govern.machine._composed.COMPOSED_FORMAT
 _RULES_DOMAIN = b"govern.rules.v1\x00"
 _TABLES_DOMAIN = b"govern.tables.v1\x00"
 _MACHINE_DOMAIN = b"govern.machine.v1\x00"
@@ -401,12 +402,16 @@ class Machine:
             stored = bytes(arrays.pop("content_sha256")).hex()
         except (KeyError, UnicodeDecodeError) as exc:
             raise MachineFileError(f"{os.fspath(path)!r} is not a govern machine file") from exc
-        if fmt != FILE_FORMAT:
+        if fmt not in (FILE_FORMAT, _COMPOSED_FORMAT):
             raise MachineFileError(
                 f"{os.fspath(path)!r} has format {fmt!r}; this version reads {FILE_FORMAT!r}"
             )
         if _content_hash(arrays) != stored:
             raise MachineFileError(f"{os.fspath(path)!r} is corrupted or was altered: content hash mismatch")
+        if fmt == _COMPOSED_FORMAT:  # a machine built by components
+            from ._composed import load_composed
+
+            return load_composed(path, arrays, digest)
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
             report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
