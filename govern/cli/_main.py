@@ -57,7 +57,13 @@ from ..certificate._certificate import (
     check_certificate,
     read_certificate,
 )
-from ..certificate._composed import ComposedCertificate, ComposedCheckResult, check_composed, is_composed
+from ..certificate._composed import (
+    ComposedCertificate,
+    ComposedCheckResult,
+    check_composed,
+    is_composed,
+    read_composed,
+)
 from ..certificate._encoding import DEFAULT_MAX_BYTES
 from ..certificate._errors import (
     CertificateInvalid,
@@ -494,7 +500,10 @@ def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, lab
 
 def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
-        certificate = read_certificate(_read_input(args.certificate, args.max_size), max_bytes=args.max_size)
+        data = _read_input(args.certificate, args.max_size)
+        if is_composed(data):
+            return _show_composed(read_composed(data, max_bytes=args.max_size), out)
+        certificate = read_certificate(data, max_bytes=args.max_size)
     except CertificateUnreadable as exc:
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
     model = certificate.model
@@ -541,6 +550,26 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     out.print("[bold]oracle that gated the build[/]:")
     for key, value in sorted(model.oracle.items()):
         out.print(f"  {_safe(key)}: {_safe(value)}", soft_wrap=True)
+    return EXIT_OK
+
+
+def _show_composed(certificate: ComposedCertificate, out: Console) -> int:
+    model = certificate.model
+    names = [v.name for v in model.machine.variables]
+    events = [e.name for e in model.machine.events]
+    out.print(f"[bold]machine {_safe(model.machine.name)}[/]  [dim]{_safe(model.format)}, "
+              f"made by govern {_safe(model.tool.version)}[/]")
+    out.print("[dim]shown as written; `govern check` verifies it (each component with `govern show` "
+              "on its own certificate shows its rules)[/]")
+    table = Table(title=f"{len(model.components)} components", title_justify="left")
+    for column in ("#", "variables", "events", "states"):
+        table.add_column(column)
+    for c, entry in enumerate(model.components):
+        table.add_row(str(c), _safe(", ".join(names[v] for v in entry.variables)),
+                      _safe(", ".join(events[e] for e in entry.events)),
+                      f"{entry.certificate['verdict']['states']:,}")
+    out.print(table)
+    out.print(_verdict_table(certificate))
     return EXIT_OK
 
 

@@ -302,6 +302,12 @@ def test_certificate_round_trip_through_the_cli(tmp_path: Path) -> None:
     assert result["valid"] and result["verdict"]["components"] == 20
     assert result["verdict"]["states"] == 32**10
     assert any("Govern.Compose.check_decomposition_sound" in s for s in result["steps"])
+    shown = subprocess.run(
+        [sys.executable, "-m", "govern", "show", str(out)],
+        capture_output=True, text=True, timeout=300, env=env, check=False,
+    )
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "20 components" in shown.stdout and "stage9, paid9" in shown.stdout
     # a component's table altered (and the digests recomputed): refused
     document = json.loads(out.read_bytes())
     part = document["components"][0]["certificate"]
