@@ -40,6 +40,7 @@ from ..verify._compose import (
 )
 from ..verify._report import PrunedPair, Report, guarantee_text
 from ._machine import (
+    _COMPOSED_LOADER,
     IntArray,
     Machine,
     MachineTables,
@@ -246,7 +247,9 @@ class ComposedMachine(Machine):
         xs = self._locals(self._sid(state))
         return all(p.in_domain(x) for p, x in zip(self._parts, xs, strict=True))
 
-    def apply(self, state: State | int, event: str) -> State:
+    def apply(self, state: State | int, event: str, /, **params: object) -> State:
+        if params:
+            event = self.event(event, **params)
         return State(self, self._event_entry("step", self.event_index(event), self._sid(state)))
 
     def _run(self, codes: Iterable[int], start: int) -> int:
@@ -560,3 +563,6 @@ def load_composed(
             f"machine file {where!r} holds machine {machine.digest}, not the expected {digest}"
         )
     return machine
+
+
+_COMPOSED_LOADER.append(load_composed)
