@@ -53,6 +53,7 @@ from ._logschema import LogFormatError
 
 if TYPE_CHECKING:
     from ..certificate._certificate import Certificate
+    from ..certificate._composed import ComposedCertificate
     from ..machine._machine import Machine
 
 __all__ = [
@@ -564,6 +565,12 @@ def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
         if events is not None:
             raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
         return _Identity(_certified_digest(machine), tuple(e.name for e in machine.model.machine.events))
+    from ..certificate._composed import ComposedCertificate
+
+    if isinstance(machine, ComposedCertificate):  # a machine built by components
+        if events is not None:
+            raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
+        return _Identity(_composed_digest(machine), tuple(e.name for e in machine.model.machine.events))
     if isinstance(machine, str):
         digest = _check_digest("machine", machine)
         if events is None:
@@ -593,6 +600,22 @@ def _certified_digest(certificate: Certificate) -> str:
         certificate.valid.astype(bool), repair, certificate.apply.reshape(e, n).astype(np.int32), repair
     )
     return machine_digest(rules_digest(rules), raw)
+
+
+def _composed_digest(certificate: ComposedCertificate) -> str:
+    """The digest of the machine a composed certificate certifies (what `Machine.digest` gives)."""
+    import numpy as np
+
+    from ..machine._composed import composed_digest
+    from ..machine._machine import RawTables, rules_digest
+
+    parts = []
+    for part in certificate.components:
+        n, e = len(part.valid), len(part.model.machine.events)
+        repair = part.repair.astype(np.int32)
+        apply = part.apply.reshape(e, n).astype(np.int32)
+        parts.append(RawTables(part.valid.astype(bool), repair, apply, repair))
+    return composed_digest(rules_digest(certificate.document()["machine"]), parts)
 
 
 def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
