@@ -134,6 +134,8 @@ class LogTimeout(EventLogError):
 
 
 def _name_problem(value: object) -> str | None:
+    if type(value) is str and 0 < len(value) <= _NAME_MAX and value.isascii() and "\x00" not in value:
+        return None  # the common case, decided without encoding the text
     if not isinstance(value, str):
         return f"must be a string, not {type(value).__name__}"
     if not value or len(value) > _NAME_MAX:
