@@ -651,6 +651,7 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
     producer_stored = dict(producer_next)
     length = head.length
     fresh: dict[str, LoggedEvent] = {}
+    numbered: dict[tuple[str, int], LoggedEvent] = {}  # the events of this call by (producer, seq)
     out: list[Appended] = []
     for event in items:
         existing = fresh.get(event.id) or known.get(event.id)
@@ -668,9 +669,7 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         holder = None
         if seq < producer_stored[event.producer]:
             holder = tx.holder(event.producer, seq)
-        holder = holder or next(
-            (f for f in fresh.values() if f.producer == event.producer and f.producer_seq == seq), None
-        )
+        holder = holder or numbered.get((event.producer, seq))
         if holder is not None:
             raise EventConflict(
                 f"producer {event.producer!r} already used sequence number {seq} for event {holder.id!r}; "
@@ -707,6 +706,7 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         record_next[event.record] += 1
         length += 1
         fresh[event.id] = logged
+        numbered[event.producer, seq] = logged
         out.append(Appended(logged, True))
     if fresh:
         tx.write(list(fresh.values()), length, writer)
@@ -797,7 +797,7 @@ def _dialect(name: str) -> _Dialect:
         "ON CONFLICT DO NOTHING",
         set_events='UPDATE govern_logs SET "events" = ? WHERE "name" = ?',
         set_length='UPDATE govern_logs SET "length" = ? WHERE "name" = ?',
-        upsert_counters='INSERT INTO govern_counters ("log", "kind", "key", "next") VALUES {rows} '
+        upsert_counters='INSERT INTO govern_counters ("log", "kind", "key", "next") {rows} '
         f'ON CONFLICT ("log", "kind", "key") DO UPDATE SET "next" = {keep}(govern_counters."next", '
         'excluded."next")',
     )
@@ -812,11 +812,11 @@ def _dialect(name: str) -> _Dialect:
 
 
 _DIALECTS = {name: _dialect(name) for name in ("sqlite", "postgresql")}
-
-
-def _marks(count: int, width: int, dialect: _Dialect) -> str:
-    one = "(" + ", ".join("?" * width) + ")" if width > 1 else "?"
-    return dialect.sql(", ".join([one] * count))
+_PG_EVENT_ARRAYS = ", ".join(
+    "%s::" + ("bigint[]" if c in ("position", "record_seq", "producer_seq") else "text[]")
+    for c in _EVENT_COLUMNS
+)
+_PG_COUNTER_ARRAYS = "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])"
 
 
 class _SqlTx:
@@ -842,12 +842,21 @@ class _SqlTx:
     def set_events(self, names: tuple[str, ...]) -> None:
         self.cur.execute(self.d.set_events, (json.dumps(list(names)), self.log))
 
-    def _select_in(self, head: str, column: str, keys: list[str], extra: tuple[Any, ...] = ()) -> list[Any]:
-        rows: list[Any] = []
+    def _in(self, keys: list[Any]) -> Iterator[tuple[str, list[Any]]]:
+        """`IN` conditions over `keys` and their parameters: lists of placeholders on SQLite (500 at a
+        time), one array parameter on PostgreSQL (a short query text, which psycopg parses once and the
+        server prepares once, whatever the number of keys)."""
+        if self.d.name == "postgresql":
+            yield "= ANY(%s)", [keys]
+            return
         for i in range(0, len(keys), _IN_CHUNK):
             chunk = keys[i : i + _IN_CHUNK]
-            sql = self.d.sql(f'{head} AND "{column}" IN ({_marks(len(chunk), 1, self.d)})')
-            self.cur.execute(sql, (self.log, *extra, *chunk))
+            yield "IN (" + ", ".join("?" * len(chunk)) + ")", chunk
+
+    def _select_in(self, head: str, column: str, keys: list[str], extra: tuple[Any, ...] = ()) -> list[Any]:
+        rows: list[Any] = []
+        for condition, params in self._in(keys):
+            self.cur.execute(f'{self.d.sql(head)} AND "{column}" {condition}', (self.log, *extra, *params))
             rows.extend(self.cur.fetchall())
         return rows
 
@@ -863,28 +872,30 @@ class _SqlTx:
         """For each producer and record, the next number to give (0 for a key never seen). A key without a
         counter row (new, or its row lost) is numbered after the highest number stored for it."""
         found: dict[tuple[str, str], int] = {}
-        keys = [("p", k) for k in producers] + [("r", k) for k in records]
-        for i in range(0, len(keys), _IN_CHUNK):
-            chunk = keys[i : i + _IN_CHUNK]
-            sql = self.d.sql(
-                'SELECT "kind", "key", "next" FROM govern_counters WHERE "log" = ? AND ("kind", "key") IN '
-                f"(VALUES {_marks(len(chunk), 2, self.d)})"
+        head = 'SELECT "kind", "key", "next" FROM govern_counters WHERE "log" = %s AND '
+        if self.d.name == "postgresql":
+            self.cur.execute(
+                head + '(("kind" = \'p\' AND "key" = ANY(%s)) OR ("kind" = \'r\' AND "key" = ANY(%s)))',
+                (self.log, producers, records),
             )
-            self.cur.execute(sql, (self.log, *(x for pair in chunk for x in pair)))
-            for kind, key, nxt in self.cur.fetchall():
-                found[str(kind), str(key)] = int(nxt)
+            found.update(((str(k), str(key)), int(n)) for k, key, n in self.cur.fetchall())
+        else:
+            keys = [("p", k) for k in producers] + [("r", k) for k in records]
+            for i in range(0, len(keys), _IN_CHUNK):
+                chunk = keys[i : i + _IN_CHUNK]
+                pairs = ", ".join(["(?, ?)"] * len(chunk))
+                sql = head.replace("%s", "?") + f'("kind", "key") IN (VALUES {pairs})'
+                self.cur.execute(sql, (self.log, *(x for pair in chunk for x in pair)))
+                found.update(((str(k), str(key)), int(n)) for k, key, n in self.cur.fetchall())
         for kind, column, number, wanted in (
             ("p", "producer", "producer_seq", producers),
             ("r", "record", "record_seq", records),
         ):
             missing = [k for k in wanted if (kind, k) not in found]
-            head = f'SELECT "{column}", max("{number}") FROM govern_events WHERE "log" = ?'
-            for i in range(0, len(missing), _IN_CHUNK):
-                chunk = missing[i : i + _IN_CHUNK]
-                sql = self.d.sql(
-                    f'{head} AND "{column}" IN ({_marks(len(chunk), 1, self.d)}) GROUP BY "{column}"'
-                )
-                self.cur.execute(sql, (self.log, *chunk))
+            head = self.d.sql(f'SELECT "{column}", max("{number}") FROM govern_events WHERE "log" = ?')
+            for condition, params in self._in(missing) if missing else ():
+                sql = f'{head} AND "{column}" {condition} GROUP BY "{column}"'
+                self.cur.execute(sql, (self.log, *params))
                 for key, highest in self.cur.fetchall():
                     found[kind, str(key)] = int(highest) + 1
         return (
@@ -899,37 +910,55 @@ class _SqlTx:
         return None if row is None else _from_tuple(row)
 
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
-        columns = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
-        for i in range(0, len(events), _ROWS_CHUNK):
-            chunk = events[i : i + _ROWS_CHUNK]
-            params: list[Any] = []
-            for e in chunk:
-                params += (
-                    self.log,
-                    e.position,
-                    e.id,
-                    e.machine,
-                    e.record,
-                    e.record_seq,
-                    e.event,
-                    e.producer,
-                    e.producer_seq,
-                    _json_list(e.deps),
-                    _json_list(e.after),
-                    writer,
-                )
-            rows = _marks(len(chunk), len(_EVENT_COLUMNS), self.d)
-            self.cur.execute(f"INSERT INTO govern_events ({columns}) VALUES {rows}", params)
-        self.cur.execute(self.d.set_length, (length, self.log))
+        rows = [
+            (
+                self.log,
+                e.position,
+                e.id,
+                e.machine,
+                e.record,
+                e.record_seq,
+                e.event,
+                e.producer,
+                e.producer_seq,
+                _json_list(e.deps),
+                _json_list(e.after),
+                writer,
+            )
+            for e in events
+        ]
         nexts: dict[tuple[str, str], int] = {}
         for e in events:
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
-        items = list(nexts.items())
-        for i in range(0, len(items), 200):
-            chunk = items[i : i + 200]
-            sql = self.d.upsert_counters.format(rows=_marks(len(chunk), 4, self.d))
-            self.cur.execute(sql, [x for (kind, key), n in chunk for x in (self.log, kind, key, n)])
+        counters = [(self.log, kind, key, n) for (kind, key), n in nexts.items()]
+        columns = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
+        if self.d.name == "postgresql":
+            # One statement per table whatever the batch: a column of values per array parameter.
+            self.cur.execute(
+                f"INSERT INTO govern_events ({columns}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})",
+                [list(column) for column in zip(*rows, strict=True)],
+            )
+            self.cur.execute(self.d.set_length, (length, self.log))
+            self.cur.execute(
+                self.d.upsert_counters.format(rows=_PG_COUNTER_ARRAYS),
+                [list(column) for column in zip(*counters, strict=True)],
+            )
+            return
+        width = len(_EVENT_COLUMNS)
+        for i in range(0, len(rows), _ROWS_CHUNK):
+            chunk = rows[i : i + _ROWS_CHUNK]
+            marks = ", ".join(["(" + ", ".join("?" * width) + ")"] * len(chunk))
+            self.cur.execute(
+                f"INSERT INTO govern_events ({columns}) VALUES {marks}", [x for row in chunk for x in row]
+            )
+        self.cur.execute(self.d.set_length, (length, self.log))
+        for i in range(0, len(counters), 200):
+            chunk = counters[i : i + 200]
+            marks = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+            self.cur.execute(
+                self.d.upsert_counters.format(rows=f"VALUES {marks}"), [x for row in chunk for x in row]
+            )
 
 
 def _json_list(values: tuple[Any, ...]) -> str:
