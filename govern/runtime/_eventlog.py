@@ -954,10 +954,10 @@ class _SqlTx:
             )
         self.cur.execute(self.d.set_length, (length, self.log))
         for i in range(0, len(counters), 200):
-            chunk = counters[i : i + 200]
-            marks = ", ".join(["(?, ?, ?, ?)"] * len(chunk))
+            some = counters[i : i + 200]
+            marks = ", ".join(["(?, ?, ?, ?)"] * len(some))
             self.cur.execute(
-                self.d.upsert_counters.format(rows=f"VALUES {marks}"), [x for row in chunk for x in row]
+                self.d.upsert_counters.format(rows=f"VALUES {marks}"), [x for row in some for x in row]
             )
 
 
@@ -1086,7 +1086,7 @@ class _SqlBackend:
             try:
                 raw = self.engine.raw_connection()  # bounded by the pool's timeout
                 try:
-                    driver = raw.driver_connection
+                    driver: Any = raw.driver_connection
                     cursor = driver.cursor()
                     try:
                         if sqlite:

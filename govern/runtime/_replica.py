@@ -269,24 +269,29 @@ class Replica:
             run += 1
         self.duplicates += duplicates
         if run:
-            self._fold_in_order([by_position[p] for p in ordered[:run]])
+            self._fold_in_order([by_position[p] for p in ordered[:run]], checked=True)
         for pos in ordered[run:]:
             self._accept(by_position[pos])
         return True
 
-    def _fold_in_order(self, events: list[LoggedEvent]) -> None:
+    def _fold_in_order(self, events: list[LoggedEvent], checked: bool = False) -> None:
         """Fold consecutive log events from `position`: group them by record with numpy and run one
-        vectorized replay (`Machine.replay_ids`) over every record's stream at once."""
+        vectorized replay (`Machine.replay_ids`) over every record's stream at once. `checked`: the
+        caller has already made sure every event is of this log, machine and event names."""
         rules = self._rules
         n = len(events)
         name = self.log.name
-        bad = next(
-            (
-                i
-                for i, e in enumerate(events)
-                if e.machine != rules.digest or e.event not in rules.index or e.log != name
-            ),
-            None,
+        bad = (
+            None
+            if checked
+            else next(
+                (
+                    i
+                    for i, e in enumerate(events)
+                    if e.machine != rules.digest or e.event not in rules.index or e.log != name
+                ),
+                None,
+            )
         )
         if bad is not None:
             # Apply every event before the first bad one, then stop there and say why.
