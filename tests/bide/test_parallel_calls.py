@@ -5,6 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -198,8 +205,6 @@ def test_each_side_effect_halts_on_its_own_and_the_others_results_are_kept() -> 
     assert again.value.call_id == "c0.2" and again.value.also == ()
     assert fires == {"fine": 1, "declined": 1, "lost": 1, "unstarted": 1}  # only the not-started one ran
 
-    import time
-
     time.sleep(0.25)
     bide.resolve_halt(store, "r", "c0.2", outcome=bide.Outcome.failed("reset; not charged"), clock_skew=0)
     model = ScriptedModel(script)
@@ -380,3 +385,96 @@ def test_resumed_parallel_turns_never_fire_a_side_effect_twice(
     journal = Journal(world.store, "r").load()
     for i in range(len(plans)):
         assert journal.has(f"result:c0.{i}")
+
+
+# -- a real crash: SIGKILL between two side effects of one parallel turn ------------------------------------
+
+CHILD = Path(__file__).with_name("parallel_child.py")
+
+
+def child(url: str, effects: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(CHILD), url, "run-1", str(effects)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    return result
+
+
+def fired(effects: Path) -> dict[str, int]:
+    return {n: len((effects / n).read_text().splitlines()) if (effects / n).exists() else 0 for n in "abc"}
+
+
+def resolve(url: str, call_id: str, *what: str) -> None:
+    """Resolve a halted call through the CLI once its deadline (plus a small skew) has passed."""
+    for _ in range(100):
+        res = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bide._cli",
+                "resolve",
+                "--store",
+                url,
+                "run-1",
+                call_id,
+                *what,
+                "--clock-skew",
+                "0.1",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if res.returncode != 4:
+            break
+        time.sleep(0.1)
+    assert res.returncode == 0, res.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("point", ["between", "after_b"])
+def test_sigkill_between_two_side_effects_of_a_parallel_turn(point: str, tmp_path: Path) -> None:
+    """Killed with a's result journaled, b claimed (and fired, for "after_b") and c claimed but waiting:
+    the restart reuses a's result and halts on b and c together (both outcomes are unknown to it); once
+    they are resolved from the system of record, the run completes, and every effect fired exactly once."""
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    effects = tmp_path / "effects"
+    effects.mkdir()
+    signal_file = tmp_path / "signal"
+    proc = child(url, effects, {"BIDE_TEST_PAUSE_AT": point, "BIDE_TEST_SIGNAL": str(signal_file)})
+    deadline = time.monotonic() + 30
+    while not signal_file.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "child never reached the kill point"
+        time.sleep(0.005)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    b_fired = 1 if point == "after_b" else 0
+    assert fired(effects) == {"a": 1, "b": b_fired, "c": 0}
+
+    again = finished(child(url, effects))
+    assert again == {"outcome": "halted", "halted": ["c0.1", "c0.2"]}
+    assert fired(effects) == {"a": 1, "b": b_fired, "c": 0}  # nothing fired on the restart
+    shown = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "show", "--store", url, "run-1", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert shown.returncode == 0 and json.loads(shown.stdout)["run"]["status"] == "halted"
+
+    # The operator checks the system of record (the files) and decides both calls.
+    resolve(url, "c0.1", *(["--succeeded", '"b done"'] if b_fired else ["--not-started"]))
+    resolve(url, "c0.2", "--not-started")
+    assert finished(child(url, effects)) == {"outcome": "completed", "answer": "done"}
+    assert fired(effects) == {"a": 1, "b": 1, "c": 1}
