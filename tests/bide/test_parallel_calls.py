@@ -269,6 +269,134 @@ def test_a_cancelled_drive_cancels_its_calls_and_voids_the_unstarted_ones() -> N
     assert Journal(store, "r").load().has("result:c0.1")
 
 
+class OverLimit:
+    """Approves small charges at once; a larger one waits for an approval record in the journal."""
+
+    async def check(self, request: bide.GateRequest) -> bide.GateDecision:
+        if request.arguments["cents"] <= 1000:
+            return bide.Approved(evidence="under the limit")
+        if request.journal.get(f"approval:{request.call_id}") is not None:
+            return bide.Approved(evidence="manager")
+        return bide.Pending("over the limit: a manager must approve")
+
+
+def test_a_gate_pausing_one_call_of_a_parallel_turn_keeps_the_others() -> None:
+    charged: list[int] = []
+
+    @bide.tool(gate=OverLimit())
+    async def charge(cents: int) -> str:
+        """Charge."""
+        charged.append(cents)
+        return f"charged {cents}"
+
+    script = [turn_of(*(("charge", {"cents": c}) for c in (500, 5000, 700))), reply("ok")]
+    store = bide.open_store("memory://")
+    with pytest.raises(bide.ApprovalPending) as paused:
+        bide.Agent(ScriptedModel(script), store=store, tools=[charge]).run_sync("r", "go")
+    assert paused.value.call_id == "c0.1" and sorted(charged) == [500, 700]
+    assert bide.run_status(store, "r").status == "awaiting_approval"
+
+    async def approve() -> None:
+        await bide.GateJournal(await Journal(store, "r").aload()).put("approval:c0.1", {"by": "carol"})
+
+    asyncio.run(approve())
+    model = ScriptedModel(script)
+    assert bide.Agent(model, store=store, tools=[charge]).run_sync("r", "go").answer == "ok"
+    assert sorted(charged) == [500, 700, 5000]  # each once
+    assert tool_messages(model, 0) == [
+        ("call_0_0", "charged 500"),
+        ("call_0_1", "charged 5000"),
+        ("call_0_2", "charged 700"),
+    ]
+
+
+def test_a_lease_taken_over_mid_turn_fences_the_calls_still_running() -> None:
+    """While one call of the turn runs, another driver takes the expired lease over: the running call's
+    result write is refused (nothing written), the drive raises RunInFlight, and the new holder halts on
+    that call instead of firing it again; the call that finished before keeps its result."""
+    now = [1_800_000_000.0]
+    release = asyncio.Event()
+    fired: list[str] = []
+
+    @bide.tool(timeout=1000)
+    async def act(name: str) -> str:
+        """Act."""
+        if name == "slow":
+            await release.wait()
+        fired.append(name)
+        return name
+
+    store = bide.open_store("memory://")
+    script = [turn_of(("act", {"name": "fast"}), ("act", {"name": "slow"})), reply("ok")]
+
+    def agent() -> bide.Agent:
+        return bide.Agent(ScriptedModel(script), store=store, tools=[act], clock=lambda: now[0])
+
+    async def main() -> None:
+        task = asyncio.ensure_future(agent().run("r", "go"))
+        while "result:c0.0" not in keys(store, "r"):
+            await asyncio.sleep(0.005)
+        now[0] += 100  # the drive's lease has expired; another driver takes it over
+        assert store.lease("r", "other", now_ms=int(now[0] * 1000), ttl_ms=30_000).held
+        release.set()
+        with pytest.raises(bide.RunInFlight):
+            await task
+
+    asyncio.run(main())
+    assert fired == ["fast", "slow"]
+    assert "result:c0.1" not in keys(store, "r")
+    now[0] += 100
+    with pytest.raises(bide.OutcomeUnknown) as halt:
+        agent().run_sync("r", "go")
+    assert halt.value.call_id == "c0.1" and fired == ["fast", "slow"]
+
+
+def test_sync_calls_of_one_turn_past_their_deadline_keep_the_lease_until_all_return() -> None:
+    """Two synchronous side effects of one turn run on past their timeout: the drive halts, the run stays in
+    flight (its lease kept, no resolution accepted) until both have returned, then both real results are
+    journaled and the next drive finishes without calling either again."""
+    import threading
+
+    fired: list[str] = []
+    release = {"x": threading.Event(), "y": threading.Event()}
+
+    @bide.tool(timeout=0.3)
+    def slow_charge(to: str) -> str:
+        """Charge, slowly."""
+        fired.append(to)
+        release[to].wait(10)
+        return f"charged {to} late"
+
+    store = bide.open_store("memory://")
+    script = [turn_of(("slow_charge", {"to": "x"}), ("slow_charge", {"to": "y"})), reply("done")]
+
+    def agent(**lease: float) -> bide.Agent:
+        return bide.Agent(ScriptedModel(script), store=store, tools=[slow_charge], lease_ttl=0.6, **lease)
+
+    async def scenario() -> bide.RunResult:
+        with pytest.raises(bide.OutcomeUnknown, match="still running past") as halt:
+            await agent().run("r", "go")
+        assert len(halt.value.also) == 1
+        release["x"].set()
+        await asyncio.sleep(1.0)  # x returned; y still runs past the first lease: the keeper renews
+        with pytest.raises(bide.RunInFlight):
+            await agent().run("r", "go")
+        for call_id in ("c0.0", "c0.1"):
+            with pytest.raises(bide.HaltInFlight):
+                await bide.aresolve_halt(
+                    store, "r", call_id, outcome=bide.Outcome.not_started(), clock_skew=0
+                )
+        release["y"].set()
+        return await agent(lease_wait=10).run("r", "go")
+
+    result = asyncio.run(scenario())
+    assert result.answer == "done" and sorted(fired) == ["x", "y"]
+    journal = Journal(store, "r").load()
+    for call_id, to in (("c0.0", "x"), ("c0.1", "y")):
+        late = journal.get(f"result:{call_id}")
+        assert isinstance(late, bide.ToolResult) and late.result == f"charged {to} late"
+
+
 # -- a property: random turns of random tools and outcomes, crashed and resumed --------------------------
 
 KINDS = {"side": bide.SideEffect, "idem": bide.Idempotent, "read": bide.ReadOnly}
