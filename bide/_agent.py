@@ -640,6 +640,10 @@ class Agent:
         # waiting run holds fewer objects.
         call_args = tool._call_args(validated)
         del validated
+        if tool.retry is not None and tool.retry.attempts > 1:
+            return await self._side_effect_retried(
+                journal, tool, call, call_args, arguments, idem, approval, gen, pending
+            )
         return await self._side_effect(
             journal, tool, call, call_args, arguments, idem, approval, gen, pending
         )
@@ -779,7 +783,7 @@ class Agent:
             deadline=marker.deadline_ms / 1000,
         )
 
-    async def _side_effect(
+    async def _side_effect_retried(
         self,
         journal: Journal,
         tool: Tool,
@@ -791,7 +795,7 @@ class Agent:
         gen: int,
         pending: list[Record],
     ) -> ToolResult | None:
-        """Claim and call a side effect; with a retry policy, an attempt that provably did not start (it
+        """`_side_effect` under the tool's retry policy: an attempt that provably did not start (it
         was voided: ToolNotStarted) is retried as a new claimed attempt (gen + 1) after the policy's wait.
 
         What a retry needs is journaled by the attempts themselves: each one's marker, and its not-started
@@ -799,16 +803,13 @@ class Agent:
         new attempt at once (at most once holds: the voided attempt never called the tool); the wait and
         the count of tries are the drive's own and start afresh in the next drive."""
         policy = tool.retry
-        if policy is None or policy.attempts == 1:
-            return await self._attempt(
-                journal, tool, call, call_args, arguments, idem, approval, gen, pending
-            )
+        assert policy is not None
         tries = 0
 
         async def attempt() -> ToolResult | None:
             nonlocal tries
             tries += 1
-            return await self._attempt(
+            return await self._side_effect(
                 journal, tool, call, call_args, arguments, idem, approval, gen + tries - 1, pending
             )
 
@@ -819,7 +820,7 @@ class Agent:
                 raise
             raise ToolNotStarted(f"{exc} (tried {tries} times in this drive under its retry policy)") from exc
 
-    async def _attempt(
+    async def _side_effect(
         self,
         journal: Journal,
         tool: Tool,
@@ -1002,10 +1003,10 @@ def _worst(failures: list[BaseException]) -> BaseException:
     its `also` and in a note."""
     worst = min(failures, key=_rank)
     others = tuple(f for f in failures if f is not worst)
-    if others and isinstance(worst, BideError):
+    if isinstance(worst, BideError):
         worst.also = others
-        for other in others:
-            worst.add_note(f"also: {type(other).__name__}: {other}")
+    for other in others:
+        worst.add_note(f"also: {type(other).__name__}: {other}")
     return worst
 
 
