@@ -11,7 +11,10 @@ One drive of `Agent.run(run_id, input)`:
 3. Replay: every journaled model turn and tool result is reused, never redone.
 4. Loop: run the last turn's calls that have no result; then ask the model for the next turn. A new turn
    is journaled before anything acts on it, in one all-or-nothing write with what depends on it: with the
-   end record for a final answer, with the first side effect's attempt marker, else on its own. If another
+   end record for a final answer, with the first side effect's attempt marker, else on its own (always on
+   its own when several calls then run at once: up to `max_parallel` calls of a turn run concurrently, each
+   under the claim protocol of its own, each result journaled when its call returns, and a halt raised
+   only once every call of the turn has ended). If another
    driver journaled that turn first, nothing of ours is written and the drive goes on with the journal's.
 
 Side effects follow the claim protocol (see docs/guarantee.md): attempt marker with a fresh claim id, call
