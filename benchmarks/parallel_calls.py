@@ -6,7 +6,8 @@ Prints, for SQLite (WAL, synchronous=FULL) and memory, the wall time of the run 
 concurrently (the default `max_parallel=8`) and one after another (`max_parallel=1`), for three async
 read-only tools and for three async side effects (each with its own attempt marker and result). The
 scripted model is offline and answers at once, so the figure is the calls plus bide's journal writes.
-The load average is printed too: figures from a busy machine are not comparable.
+For SQLite it prints the durable transactions of each run too (the lease grant is not one). The load
+average is printed too: figures from a busy machine are not comparable.
 """
 
 from __future__ import annotations
@@ -50,6 +51,10 @@ async def one_run(store: bide.Store, tool: str, max_parallel: int, run_id: str, 
     return dt
 
 
+def commits(store: bide.Store) -> int:
+    return int(getattr(store, "commits", 0))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=1.0, help="how long each tool call takes")
@@ -64,11 +69,15 @@ def main() -> None:
         }
         for name, store in stores.items():
             for tool, kind in (("lookup", "read-only"), ("charge", "side effects")):
+                c0 = commits(store)
                 par = asyncio.run(one_run(store, tool, 8, f"{tool}-par", args.seconds))
+                c1 = commits(store)
                 seq = asyncio.run(one_run(store, tool, 1, f"{tool}-seq", args.seconds))
+                c2 = commits(store)
+                txs = f" (durable transactions {c1 - c0} and {c2 - c1})" if name == "SQLite" else ""
                 print(
                     f"  {name:6} {kind:12}: parallel (max_parallel=8) {par:.3f} s, "
-                    f"one after another (max_parallel=1) {seq:.3f} s"
+                    f"one after another (max_parallel=1) {seq:.3f} s{txs}"
                 )
             store.close()
 
