@@ -21,7 +21,8 @@ def test_wait_is_bounded_and_honours_the_hint(retry: int, hint: float | None, se
     policy = RetryPolicy(initial=0.05, maximum=3.0, multiplier=2.0)
     delay = policy.wait(retry, hint, rng=random.Random(seed))
     assert 0 <= delay <= policy.maximum
-    assert delay <= max(min(policy.maximum, 0.05 * 2.0 ** min(retry, 64)), min(hint or 0, policy.maximum)) + 1e-12
+    ceiling = min(policy.maximum, 0.05 * 2.0 ** min(retry, 64))
+    assert delay <= max(ceiling, min(hint or 0, policy.maximum)) + 1e-12
     if hint is not None:
         assert delay >= min(hint, policy.maximum)
 
