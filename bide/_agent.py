@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -60,6 +62,7 @@ from ._messages import (
     SystemMessage,
     ToolCall,
     ToolMessage,
+    Usage,
     UserMessage,
 )
 from ._outcome import Outcome
@@ -87,6 +90,7 @@ from ._records import (
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
 from ._store import Fence, Lease, Store
+from ._telemetry import model_call, run_loaded, run_watch
 from ._timers import TimerTool
 from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
 from ._when import iso, when
@@ -100,13 +104,16 @@ DEFAULT_LEASE_TTL = 30.0
 class RunResult:
     """A finished run: its final `answer`. `replayed` is True when the run had already finished before this
     call and the answer came from the journal without calling the model. `status` is "completed", or
-    "cancelled" for a run ended by a cancel request (`bide.cancel_run`; its answer says so)."""
+    "cancelled" for a run ended by a cancel request (`bide.cancel_run`; its answer says so). `usage` sums the
+    tokens of the run's journaled model turns, as their providers reported them (a replayed run reports the
+    same)."""
 
     run_id: str
     answer: str
     turns: int
     replayed: bool = False
     status: str = "completed"
+    usage: Usage = Usage()  # noqa: RUF009 (a frozen value)
 
 
 class Agent:
@@ -186,7 +193,19 @@ class Agent:
 
         Returns a `RunResult` only for a completed run. Raises `OutcomeUnknown` (a side effect's outcome
         was lost) or `ApprovalPending` (a gate has not approved yet): both are `RunHalted`, never success.
+        Logged on the "bide" logger, traced as an OpenTelemetry span when a tracer provider is set
+        (bide._telemetry).
         """
+        watch = run_watch(self, run_id)
+        try:
+            result = await self._run(run_id, input)
+        except BaseException as exc:
+            watch.failed(exc)
+            raise
+        watch.finished(result)
+        return result
+
+    async def _run(self, run_id: str, input: str) -> RunResult:
         if not isinstance(input, str):
             raise ConfigError("input must be a string")
         journal = Journal(self.store, run_id)
@@ -195,9 +214,11 @@ class Agent:
             self._check_start(journal, input)
             return self._finished(journal, replayed=True)
         keeper = LeaseKeeper(self.store, lease, self.lease_ttl, self.clock)
+        run_loaded(journal)
         try:
             result = await self._drive(journal, input)
             keeper.ended = True
+            result.usage = _usage(journal)
             return result
         except WriteRefused as refused:
             # Another driver took the lease over, or ended the run: see what the journal says now.
@@ -226,7 +247,9 @@ class Agent:
         end = journal.get(END_KEY)
         assert isinstance(end, End)
         turns = _count_turns(journal)
-        return RunResult(journal.run_id, end.answer, turns, replayed=replayed, status=end.status)
+        result = RunResult(journal.run_id, end.answer, turns, replayed=replayed, status=end.status)
+        result.usage = _usage(journal)
+        return result
 
     async def _take_lease(self, journal: Journal) -> Lease | None:
         """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
@@ -323,12 +346,15 @@ class Agent:
                 # The model call is awaited here, not in a helper coroutine: one object fewer held by every
                 # run while its model thinks.
                 request = ModelRequest(run_id=run_id, turn=turn, messages=list(messages), tools=self._specs)
+                observed = model_call(self.model, request)
                 try:
                     reply = await self.model.complete(request)
-                except BideError:
-                    raise
-                except Exception as exc:
+                except BaseException as exc:
+                    observed.failed(exc)
+                    if isinstance(exc, BideError) or not isinstance(exc, Exception):
+                        raise
                     raise self._model_failed(run_id, turn, exc) from exc
+                observed.finished(reply)
                 rec = self._model_turn(turn, reply)
                 del request, reply  # nothing of the call is held while the turn is journaled
                 if not rec.message.tool_calls:
@@ -465,7 +491,9 @@ class Agent:
         calls: list[ToolCall] = []
         for i, c in enumerate(reply.tool_calls):
             calls.append(ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}"))
-        message = AssistantMessage(content=reply.content, tool_calls=calls)
+        message = AssistantMessage(
+            content=reply.content, tool_calls=calls, usage=reply.usage, finish_reason=reply.finish_reason
+        )
         return ModelTurn(
             key=model_key(turn), turn=turn, message=message, model=str(getattr(self.model, "name", ""))
         )
@@ -861,6 +889,17 @@ def _check_reply(reply: object) -> None:
             raise ModelError(f"model returned two tool calls with the id {c.id!r} in one turn; run again "
                              "to ask the model again")
         ids.add(c.id)
+    usage = reply.usage
+    if usage is not None and not (
+        isinstance(usage, Usage)
+        and type(usage.input_tokens) is int
+        and type(usage.output_tokens) is int
+        and usage.input_tokens >= 0
+        and usage.output_tokens >= 0
+    ):
+        raise ModelError(f"model returned usage {usage!r}; expected None or bide.Usage with token counts >= 0")
+    if not isinstance(reply.finish_reason, str):
+        raise ModelError(f"model returned finish_reason {reply.finish_reason!r}; expected a string")
     _check_journalable(reply)
 
 
@@ -869,7 +908,9 @@ def _check_journalable(reply: AssistantMessage) -> None:
     values that are not JSON) before any of it is journaled."""
     try:
         # One encoding of everything the turn record will hold that came from the model.
-        json_text([reply.content, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]).encode("utf-8")
+        json_text(
+            [reply.content, reply.finish_reason, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]
+        ).encode("utf-8")
     except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
         raise ModelError(
             f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
@@ -901,6 +942,35 @@ def _error_text(exc: BaseException) -> str:
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:
     content = res.result if isinstance(res.result, str) else canonical_json(res.result).decode()
     return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=res.is_error)
+
+
+def _usage(journal: Journal) -> Usage:
+    """The tokens of the run's journaled turns, summed, read from the stored bytes (the turns this drive
+    wrote are not kept decoded, and decoding them again would cost more than the rest of a short run)."""
+    total = NO_USAGE
+    n = 0
+    while (entry := journal.entry(model_key(n))) is not None:
+        used = _turn_usage(entry.data)
+        if used is not None:
+            total = total + used
+        n += 1
+    return total
+
+
+NO_USAGE = Usage()
+# A turn record's canonical bytes end with the message's usage, then the record's scalar fields: a quote
+# inside a JSON string is escaped, so the last `"usage":` key is the message's.
+_USAGE_AT_END = re.compile(rb'"usage":(?:null|\{"input_tokens":(\d+),"output_tokens":(\d+)\})\},"model":')
+
+
+def _turn_usage(data: bytes) -> Usage | None:
+    found = _USAGE_AT_END.match(data, data.rfind(b'"usage":'))
+    if found is None:  # not the usual shape (another encoder's record): decode it
+        used = json.loads(data)["message"].get("usage")
+        return Usage(input_tokens=used["input_tokens"], output_tokens=used["output_tokens"]) if used else None
+    if found.group(1) is None:
+        return None
+    return Usage(input_tokens=int(found.group(1)), output_tokens=int(found.group(2)))
 
 
 def _count_turns(journal: Journal) -> int:

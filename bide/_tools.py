@@ -31,6 +31,7 @@ from ._deadline import run_with_deadline
 from ._errors import ConfigError, NotCalled
 from ._inflight import CallWindow
 from ._messages import ToolSpec
+from ._telemetry import tool_call
 
 __all__ = [
     "AttemptInfo",
@@ -267,6 +268,7 @@ class Tool:
         if window is None:
             window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
         token = _CURRENT.set(ctx)
+        observed = tool_call(self, ctx)
         try:
             if self._is_async:
                 left = window.start()
@@ -281,7 +283,11 @@ class Tool:
             value = await self._in_thread(call, window)
             if inspect.isawaitable(value):
                 value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
+        except BaseException as exc:
+            observed.failed(exc)
+            raise
         finally:
+            observed.done()
             _CURRENT.reset(token)
         return journal_safe(self.name, value)
 

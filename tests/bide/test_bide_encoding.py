@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bide._canonical import canonical_json
-from bide._messages import AssistantMessage, ToolCall
+from bide._messages import AssistantMessage, ToolCall, Usage
 from bide._records import (
     Attempt,
     End,
@@ -62,7 +62,13 @@ records = st.one_of(
         key=text,
         turn=ints,
         model=text,
-        message=st.builds(AssistantMessage, content=text, tool_calls=calls()),
+        message=st.builds(
+            AssistantMessage,
+            content=text,
+            tool_calls=calls(),
+            usage=st.none() | st.builds(Usage, input_tokens=ints, output_tokens=ints),
+            finish_reason=text,
+        ),
     ),
     st.builds(
         Attempt,
@@ -172,3 +178,21 @@ def test_salts_are_never_handed_out_twice_across_threads_and_forks() -> None:
     seen.extend(new_salt() for _ in range(10))
     seen.extend(child)
     assert len(seen) == len(set(seen)) == 300 + 4 * 300 + 20
+
+
+def test_model_turns_written_before_usage_existed_still_read() -> None:
+    old = (
+        b'{"key":"model:0","kind":"model_turn","message":{"content":"hi","role":"assistant","tool_calls":[]},'
+        b'"model":"m","salt":"s","turn":0}'
+    )
+    rec = decode_record("model:0", old)
+    assert isinstance(rec, ModelTurn)
+    assert rec.message.usage is None and rec.message.finish_reason == ""
+    new = ModelTurn(
+        key="model:0",
+        turn=0,
+        message=AssistantMessage(content="hi", usage=Usage(input_tokens=3, output_tokens=4), finish_reason="stop"),
+    )
+    back = decode_record("model:0", encode_record(new))
+    assert isinstance(back, ModelTurn)
+    assert back.message.usage == Usage(input_tokens=3, output_tokens=4) and back.message.finish_reason == "stop"
