@@ -897,7 +897,9 @@ def _check_reply(reply: object) -> None:
         and usage.input_tokens >= 0
         and usage.output_tokens >= 0
     ):
-        raise ModelError(f"model returned usage {usage!r}; expected None or bide.Usage with token counts >= 0")
+        raise ModelError(
+            f"model returned usage {usage!r}; expected None or bide.Usage with token counts >= 0"
+        )
     if not isinstance(reply.finish_reason, str):
         raise ModelError(f"model returned finish_reason {reply.finish_reason!r}; expected a string")
     _check_journalable(reply)

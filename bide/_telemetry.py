@@ -149,7 +149,11 @@ class _RunWatch:
             span.set_attribute("bide.run.turns", result.turns)
             span.end()
         if self.logs and LOGGER.isEnabledFor(_INFO):
-            how = "replayed from the journal" if result.replayed else f"in {time.monotonic() - self.started:.3f}s"
+            how = (
+                "replayed from the journal"
+                if result.replayed
+                else f"in {time.monotonic() - self.started:.3f}s"
+            )
             LOGGER.info(
                 "run %s %s after %d turns (%s; %d input + %d output tokens)",
                 self.run_id,
@@ -265,7 +269,9 @@ class _ModelWatch:
                 if parts.hostname:
                     attributes["server.address"] = parts.hostname
                     attributes["server.port"] = parts.port or (443 if parts.scheme == "https" else 80)
-            self.span = run.tracer.start_span(f"chat {self.model}", kind=SpanKind.CLIENT, attributes=attributes)
+            self.span = run.tracer.start_span(
+                f"chat {self.model}", kind=SpanKind.CLIENT, attributes=attributes
+            )
             self.token = _attach(self.span)
 
     def finished(self, reply: Any) -> None:
@@ -394,8 +400,10 @@ class _ToolWatch:
         if LOGGER.isEnabledFor(_DEBUG):
             ctx = self.ctx
             took = time.monotonic() - self.started
+            args: tuple[Any, ...]
             if exc is None:
-                msg, args = "run %s: call %s (%s) returned in %.3fs", (ctx.run_id, ctx.call_id, ctx.tool, took)
+                msg = "run %s: call %s (%s) returned in %.3fs"
+                args = (ctx.run_id, ctx.call_id, ctx.tool, took)
             else:
                 msg = "run %s: call %s (%s) raised %s in %.3fs: %s"
                 args = (ctx.run_id, ctx.call_id, ctx.tool, type(exc).__qualname__, took, exc)

@@ -37,9 +37,9 @@ scalars = st.none() | st.booleans() | ints | st.floats() | text
 keys = text | st.integers(min_value=-5, max_value=5)
 values: st.SearchStrategy[Any] = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.tuples(inner, inner)
-    | st.dictionaries(keys, inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.tuples(inner, inner) | st.dictionaries(keys, inner, max_size=3)
+    ),
     max_leaves=8,
 )
 arguments = st.dictionaries(text, values, max_size=4)
@@ -120,8 +120,14 @@ def test_odd_values_take_the_same_path() -> None:
         rec = ToolResult(key="result:c0.0", call_id="c0.0", tool="t", safety="side_effect", result=value)
         assert encode_record(rec) == generic(rec)
         att = Attempt(
-            key="attempt:c0.0:0", call_id="c0.0", tool="t", arguments={"v": value}, gen=0, claim="x",
-            attempted_at_ms=1, deadline_ms=2,
+            key="attempt:c0.0:0",
+            call_id="c0.0",
+            tool="t",
+            arguments={"v": value},
+            gen=0,
+            claim="x",
+            attempted_at_ms=1,
+            deadline_ms=2,
         )
         assert encode_record(att) == generic(att)
 
@@ -191,8 +197,12 @@ def test_model_turns_written_before_usage_existed_still_read() -> None:
     new = ModelTurn(
         key="model:0",
         turn=0,
-        message=AssistantMessage(content="hi", usage=Usage(input_tokens=3, output_tokens=4), finish_reason="stop"),
+        message=AssistantMessage(
+            content="hi", usage=Usage(input_tokens=3, output_tokens=4), finish_reason="stop"
+        ),
     )
     back = decode_record("model:0", encode_record(new))
     assert isinstance(back, ModelTurn)
-    assert back.message.usage == Usage(input_tokens=3, output_tokens=4) and back.message.finish_reason == "stop"
+    assert (
+        back.message.usage == Usage(input_tokens=3, output_tokens=4) and back.message.finish_reason == "stop"
+    )
