@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from ._errors import ConfigError, ModelError
-from ._http import HTTPModel, error_message, json_event, sse_events
+from ._http import HTTPModel, error_message, json_event, sse_events, unfinished
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
 
@@ -144,6 +144,7 @@ class AnthropicModel(HTTPModel):
         blocks: dict[int, dict[str, Any]] = {}
         usage: dict[str, Any] = {}
         finish = ""
+        done = False
         try:
             async for event, data in sse_events(response, self.name):
                 payload = json_event(self.name, data)
@@ -180,6 +181,7 @@ class AnthropicModel(HTTPModel):
                         finish = str(delta["stop_reason"])
                     usage.update(payload.get("usage") or {})
                 elif kind == "message_stop":
+                    done = True
                     break
                 elif kind == "error":
                     raise ModelError(
@@ -188,6 +190,8 @@ class AnthropicModel(HTTPModel):
                     )
         finally:
             await response.aclose()
+        if not done:
+            raise unfinished(self.name)
         text: list[str] = []
         calls: list[ToolCall] = []
         for _, block in sorted(blocks.items()):

@@ -264,8 +264,7 @@ async def sse_events(response: httpx.Response, name: str) -> AsyncIterator[tuple
                 event = value
             elif field == "data":
                 data.append(value)
-        if data:
-            yield event, "\n".join(data)
+        # An event not ended by a blank line is incomplete: dropped (the caller sees its stream had no end).
     except httpx.TransportError as exc:
         raise ModelError(
             f"model {name!r}: the stream broke off ({type(exc).__name__}: {exc}); nothing was journaled, run "
@@ -277,4 +276,13 @@ def json_event(name: str, data: str) -> Any:
     try:
         return json.loads(data)
     except ValueError as exc:
-        raise ModelError(f"model {name!r} streamed an event that is not JSON: {data[:200]!r}") from exc
+        raise ModelError(
+            f"model {name!r} streamed an event that is not JSON: {data[:200]!r}; nothing was journaled, run "
+            "again to retry"
+        ) from exc
+
+
+def unfinished(name: str) -> ModelError:
+    return ModelError(
+        f"model {name!r}: the stream ended before the turn did; nothing was journaled, run again to retry"
+    )

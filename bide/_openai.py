@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 from ._errors import ConfigError, ModelError
-from ._http import HTTPModel, json_event, sse_events
+from ._http import HTTPModel, json_event, sse_events, unfinished
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
 
@@ -133,9 +133,11 @@ class OpenAIModel(HTTPModel):
         calls: dict[int, dict[str, Any]] = {}
         usage: Usage | None = None
         finish = ""
+        done = False
         try:
             async for _, data in sse_events(response, self.name):
                 if data.strip() == "[DONE]":
+                    done = True
                     break
                 chunk = json_event(self.name, data)
                 if not isinstance(chunk, dict):
@@ -168,6 +170,8 @@ class OpenAIModel(HTTPModel):
                             slot["args"].append(fn["arguments"])
         finally:
             await response.aclose()
+        if not done:
+            raise unfinished(self.name)
         tool_calls = [
             ToolCall(
                 id=slot.get("id") or f"call_{i}",
