@@ -90,7 +90,7 @@ from ._records import (
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
 from ._store import Fence, Lease, Store
-from ._telemetry import model_call, run_loaded, run_watch
+from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
 from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
 from ._when import iso, when
@@ -196,13 +196,14 @@ class Agent:
         Logged on the "bide" logger, traced as an OpenTelemetry span when a tracer provider is set
         (bide._telemetry).
         """
-        watch = run_watch(self, run_id)
+        watch = run_watch(self, run_id)  # None when nobody listens below WARNING
         try:
             result = await self._run(run_id, input)
         except BaseException as exc:
-            watch.failed(exc)
+            run_failed(watch, self.name, run_id, exc)
             raise
-        watch.finished(result)
+        if watch is not None:
+            watch.finished(result)
         return result
 
     async def _run(self, run_id: str, input: str) -> RunResult:
@@ -350,11 +351,13 @@ class Agent:
                 try:
                     reply = await self.model.complete(request)
                 except BaseException as exc:
-                    observed.failed(exc)
+                    if observed is not None:
+                        observed.failed(exc)
                     if isinstance(exc, BideError) or not isinstance(exc, Exception):
                         raise
                     raise self._model_failed(run_id, turn, exc) from exc
-                observed.finished(reply)
+                if observed is not None:
+                    observed.finished(reply)
                 rec = self._model_turn(turn, reply)
                 del request, reply  # nothing of the call is held while the turn is journaled
                 if not rec.message.tool_calls:
@@ -951,28 +954,26 @@ def _usage(journal: Journal) -> Usage:
     wrote are not kept decoded, and decoding them again would cost more than the rest of a short run)."""
     total = NO_USAGE
     n = 0
-    while (entry := journal.entry(model_key(n))) is not None:
-        used = _turn_usage(entry.data)
-        if used is not None:
-            total = total + used
+    while (entry := journal.entry(f"model:{n}")) is not None:
         n += 1
+        data = entry.data
+        if b'"usage":{' not in data:  # no usage object anywhere in the record: the turn reported none
+            continue
+        # A turn record's canonical bytes end with the message's usage, then the record's scalar fields: a
+        # quote inside a JSON string is escaped, so the last `"usage":` key is the message's.
+        found = _USAGE_AT_END.match(data, data.rfind(b'"usage":'))
+        if found is not None:
+            if found.lastindex:
+                total = total + Usage(input_tokens=int(found[1]), output_tokens=int(found[2]))
+            continue
+        used = json.loads(data)["message"].get("usage")  # not the usual shape (another encoder's record)
+        if used:
+            total = total + Usage(input_tokens=used["input_tokens"], output_tokens=used["output_tokens"])
     return total
 
 
 NO_USAGE = Usage()
-# A turn record's canonical bytes end with the message's usage, then the record's scalar fields: a quote
-# inside a JSON string is escaped, so the last `"usage":` key is the message's.
 _USAGE_AT_END = re.compile(rb'"usage":(?:null|\{"input_tokens":(\d+),"output_tokens":(\d+)\})\},"model":')
-
-
-def _turn_usage(data: bytes) -> Usage | None:
-    found = _USAGE_AT_END.match(data, data.rfind(b'"usage":'))
-    if found is None:  # not the usual shape (another encoder's record): decode it
-        used = json.loads(data)["message"].get("usage")
-        return Usage(input_tokens=used["input_tokens"], output_tokens=used["output_tokens"]) if used else None
-    if found.group(1) is None:
-        return None
-    return Usage(input_tokens=int(found.group(1)), output_tokens=int(found.group(2)))
 
 
 def _count_turns(journal: Journal) -> int:

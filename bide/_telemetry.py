@@ -33,7 +33,7 @@ from urllib.parse import urlsplit
 
 from ._errors import BideError, RunHalted, RunInFlight
 
-__all__ = ["LOGGER", "model_call", "run_loaded", "run_watch", "tool_call"]
+__all__ = ["LOGGER", "model_call", "run_failed", "run_loaded", "run_watch", "tool_call"]
 
 LOGGER = logging.getLogger("bide")
 LOGGER.addHandler(logging.NullHandler())
@@ -202,7 +202,7 @@ class _RunWatch:
 
 
 class _QuietRun(_RunWatch):
-    """The watch of a run nobody listens to: no span, no INFO logs; halts and failures are still logged."""
+    """How the failure of a run nobody listens to below WARNING is logged: no span, no INFO logs."""
 
     __slots__ = ()
 
@@ -216,17 +216,20 @@ class _QuietRun(_RunWatch):
     def _close(self) -> None:
         pass
 
-    def finished(self, result: Any) -> None:
-        pass
 
-
-def run_watch(agent: Any, run_id: str) -> _RunWatch:
-    """Called when a drive starts: the run's span (made current) and its logging."""
+def run_watch(agent: Any, run_id: str) -> _RunWatch | None:
+    """Called when a drive starts: the run's span (made current) and its logging; None when nobody listens
+    below WARNING (then `run_failed` still logs a failure)."""
     tracer = _tracer()
     logs = LOGGER.isEnabledFor(_INFO)
     if tracer is None and not logs:
-        return _QuietRun(agent.name, run_id)
+        return None
     return _RunWatch(agent.name, run_id, str(getattr(agent.model, "name", "")), tracer, logs)
+
+
+def run_failed(watch: _RunWatch | None, agent: str, run_id: str, exc: BaseException) -> None:
+    """Called when a drive raises: ends the run's span and logs the halt or failure."""
+    (watch or _QuietRun(agent, run_id)).failed(exc)
 
 
 def run_loaded(journal: Any) -> None:
@@ -324,29 +327,12 @@ class _ModelWatch:
             )
 
 
-class _Quiet:
-    """What a model or tool call is watched by when nobody listens."""
-
-    __slots__ = ()
-
-    def finished(self, reply: Any = None) -> None:
-        pass
-
-    def failed(self, exc: BaseException) -> None:
-        pass
-
-    def done(self) -> None:
-        pass
-
-
-_QUIET = _Quiet()
-
-
-def model_call(model: Any, request: Any) -> _ModelWatch | _Quiet:
-    """Called before a model call of a run: its span (made current while it runs) and its DEBUG log."""
+def model_call(model: Any, request: Any) -> _ModelWatch | None:
+    """Called before a model call of a run: its span (made current while it runs) and its DEBUG log; None
+    when nobody listens."""
     run = _CURRENT.get()
     if run is None or (run.tracer is None and not LOGGER.isEnabledFor(_DEBUG)):
-        return _QUIET
+        return None
     return _ModelWatch(run, model, request.turn)
 
 
@@ -425,9 +411,10 @@ class _ToolWatch:
         self._end(None)
 
 
-def tool_call(tool: Any, ctx: Any) -> _ToolWatch | _Quiet:
-    """Called when a tool's function is about to run for a call of a run: its span and DEBUG logs."""
+def tool_call(tool: Any, ctx: Any) -> _ToolWatch | None:
+    """Called when a tool's function is about to run for a call of a run: its span and DEBUG logs; None when
+    nobody listens."""
     run = _CURRENT.get()
     if run is None or (run.tracer is None and not LOGGER.isEnabledFor(_DEBUG)):
-        return _QUIET
+        return None
     return _ToolWatch(run, tool, ctx)

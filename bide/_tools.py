@@ -284,10 +284,12 @@ class Tool:
             if inspect.isawaitable(value):
                 value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
         except BaseException as exc:
-            observed.failed(exc)
+            if observed is not None:
+                observed.failed(exc)
             raise
         finally:
-            observed.done()
+            if observed is not None:
+                observed.done()
             _CURRENT.reset(token)
         return journal_safe(self.name, value)
 

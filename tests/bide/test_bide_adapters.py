@@ -382,3 +382,34 @@ def test_a_killed_run_is_resumed_without_asking_journaled_turns_again(
     assert result.answer == "done" and not result.replayed
     assert len(server.requests) == 2  # only turn 1 was asked after the crash
     assert result.usage == bide.Usage(input_tokens=24, output_tokens=5)  # the journaled turn 0 counts
+
+
+def test_usage_is_summed_from_the_turns_not_from_look_alikes_in_arguments() -> None:
+    decoy = {"a": {"usage": {"input_tokens": 500, "output_tokens": 500}}, "model": 1, "usage": None}
+
+    class Reporting:
+        name = "reporting"
+
+        async def complete(self, request: bide.ModelRequest) -> bide.AssistantMessage:
+            if request.turn == 0:
+                return bide.AssistantMessage(
+                    tool_calls=[bide.ToolCall(id="1", name="echo", arguments=decoy)],
+                    usage=bide.Usage(input_tokens=7, output_tokens=1),
+                    finish_reason="tool_calls",
+                )
+            if request.turn == 1:
+                return bide.AssistantMessage(tool_calls=[bide.ToolCall(id="2", name="echo", arguments=decoy)])
+            return bide.AssistantMessage(
+                content='"usage":{"input_tokens":9', usage=bide.Usage(output_tokens=2)
+            )
+
+    @bide.tool(safety=bide.ReadOnly)
+    def echo(a: dict[str, Any], model: int, usage: None) -> str:
+        """Echo."""
+        return "ok"
+
+    agent = bide.Agent(Reporting(), store=bide.open_store("memory://"), tools=[echo])
+    result = agent.run_sync("r", "go")
+    assert result.turns == 3
+    assert result.usage == bide.Usage(input_tokens=7, output_tokens=3)
+    assert agent.run_sync("r", "go").usage == result.usage
