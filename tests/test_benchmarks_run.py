@@ -26,6 +26,7 @@ SMOKE_RUNS = {
     "govern_build.py": ["--quick"],
     "oracle.py": [],
     "worker.py": ["--quick"],
+    "compose.py": ["--copies", "3,10", "--repeat", "1"],
 }
 
 

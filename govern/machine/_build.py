@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .._errors import StateSpaceTooLarge
 from ..model._declarations import Domain, Snapshot
 from ..model._space import Space
 from ..oracle._gate import run_gate
@@ -15,18 +16,36 @@ from ..verify._report import Report, guarantee_text
 from ..verify._tables import build_tables
 from ..verify._timing import PhaseTimer
 from ..verify._verify import verify
+from ._composed import build_composed
 from ._machine import Machine, RawTables
 
 __all__ = ["build_machine"]
 
 
 def build_machine(
-    snap: Snapshot, domain: Domain, *, max_states: int | None = None
+    snap: Snapshot, domain: Domain, *, max_states: int | None = None, compose: bool | None = None
 ) -> Machine:
-    """Build and verify `snap`; returns the machine or raises (see `Registry.build`)."""
+    """Build and verify `snap`; returns the machine or raises (see `Registry.build`).
+
+    `compose`: None builds by components (govern.machine._composed) only when the whole space is too
+    large to enumerate and the machine splits; True whenever it splits; False never."""
     timer = PhaseTimer()
     space = Space(snap.vars)
-    space.check_size(len(snap.events), max_states)
+
+    def build_part(part: Snapshot) -> Machine:
+        return build_machine(part, domain, max_states=max_states, compose=False)
+
+    if compose:
+        composed = build_composed(snap, domain, build_part)
+        if composed is not None:
+            return composed
+    try:
+        space.check_size(len(snap.events), max_states)
+    except StateSpaceTooLarge:
+        composed = None if compose is False else build_composed(snap, domain, build_part)
+        if composed is None:
+            raise
+        return composed
     with timer.phase("tables"):
         tables = build_tables(snap, space)
     verdict = verify(snap, space, tables, domain, timer)

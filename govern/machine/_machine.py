@@ -15,7 +15,7 @@ import os
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
 from ..model._expr import canonical_json
+from ..model._families import EventFamily, families_of
 from ..model._space import Space, Value, VarSpec
 from ..verify._report import Report
 from ._load_check import recheck
@@ -36,6 +37,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 #: The format tag stored in (and required of) every saved machine file.
 FILE_FORMAT = "govern.machine.v1"
+_COMPOSED_FORMAT = "govern.machine.composed.v1"  # govern.machine._composed.COMPOSED_FORMAT
+#: `_composed.load_composed`, set when that module is imported (it imports this one).
+_Loader = Callable[[str | os.PathLike[str], dict[str, npt.NDArray[Any]], str | None], "Machine"]
+_COMPOSED_LOADER: list[_Loader] = []
 _RULES_DOMAIN = b"govern.rules.v1\x00"
 _TABLES_DOMAIN = b"govern.tables.v1\x00"
 _MACHINE_DOMAIN = b"govern.machine.v1\x00"
@@ -245,6 +250,31 @@ class Machine:
         """The machine's read-only tables (for certificates and foreign runtimes)."""
         return MachineTables(self)
 
+    @property
+    def components(self) -> tuple[Machine, ...]:
+        """The machines this one is built from: itself, unless it was built by components
+        (docs/govern.md, "Composition"), when each is an ordinary machine over its own variables."""
+        return (self,)
+
+    @property
+    def families(self) -> dict[str, EventFamily]:
+        """The event families (parametric events), recovered from the instances' names."""
+        return families_of(self._events)
+
+    def event(self, name: str, /, **params: object) -> str:
+        """The event named `name`, or with `params` the instance of family `name` for those values
+        (`machine.event("assign", who="alice")` is `"assign(who=alice)"`); raises `UnknownEvent`."""
+        if not params:
+            self.event_index(name)
+            return name
+        family = families_of(self._events).get(name)
+        if family is None:
+            raise UnknownEvent(
+                f"machine {self.name!r} has no event family {name!r}; its families are "
+                f"{sorted(families_of(self._events))}"
+            )
+        return family.instance(params)
+
     def event_index(self, event: str) -> int:
         """The position of an event; raises `UnknownEvent`."""
         try:
@@ -298,8 +328,11 @@ class Machine:
         return bool(self._in_domain[self._sid(state)])
 
     # -- transitions ---------------------------------------------------------------------------
-    def apply(self, state: State | int, event: str) -> State:
-        """`step(event, NF(state))`: one table lookup; returns a normal form."""
+    def apply(self, state: State | int, event: str, /, **params: object) -> State:
+        """`step(event, NF(state))`: one table lookup; returns a normal form. With `params`, `event`
+        names a family and the instance for those values is applied (see `event`)."""
+        if params:
+            event = self.event(event, **params)
         return State(self, int(self._step_table()[self.event_index(event), self._sid(state)]))
 
     def replay(self, events: Iterable[str], start: State | int | None = None) -> State:
@@ -321,7 +354,7 @@ class Machine:
         return [State(self, int(x)) for x in ids]
 
     def replay_ids(
-        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]]
+        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]] | Sequence[int]
     ) -> IntArray:
         """Vectorized core of `replay_many`: `codes[i, t]` is the t-th event index of stream i (-1 =
         no event), `starts[i]` its start id; returns the final ids."""
@@ -395,12 +428,14 @@ class Machine:
             stored = bytes(arrays.pop("content_sha256")).hex()
         except (KeyError, UnicodeDecodeError) as exc:
             raise MachineFileError(f"{os.fspath(path)!r} is not a govern machine file") from exc
-        if fmt != FILE_FORMAT:
+        if fmt not in (FILE_FORMAT, _COMPOSED_FORMAT):
             raise MachineFileError(
                 f"{os.fspath(path)!r} has format {fmt!r}; this version reads {FILE_FORMAT!r}"
             )
         if _content_hash(arrays) != stored:
             raise MachineFileError(f"{os.fspath(path)!r} is corrupted or was altered: content hash mismatch")
+        if fmt == _COMPOSED_FORMAT:  # a machine built by components (its loader registers itself)
+            return _COMPOSED_LOADER[0](path, arrays, digest)
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
             report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
