@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib as _contextlib
 
 from ._agent import Agent, RunResult
+from ._anthropic import AnthropicModel
 from ._cancel import acancel_run, cancel_run
 from ._canonical import canonical_json
 from ._errors import (
@@ -97,6 +98,7 @@ from ._worker import PassReport, Worker
 __all__ = [
     "JOURNAL_FORMAT",
     "Agent",
+    "AnthropicModel",
     "ApprovalPending",
     "Approved",
     "AssistantMessage",

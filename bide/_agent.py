@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -63,6 +65,7 @@ from ._messages import (
     SystemMessage,
     ToolCall,
     ToolMessage,
+    Usage,
     UserMessage,
 )
 from ._outcome import Outcome
@@ -90,6 +93,7 @@ from ._records import (
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
 from ._store import Fence, Lease, Store
+from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
 from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
 from ._when import iso, when
@@ -104,13 +108,16 @@ DEFAULT_MAX_PARALLEL = 8
 class RunResult:
     """A finished run: its final `answer`. `replayed` is True when the run had already finished before this
     call and the answer came from the journal without calling the model. `status` is "completed", or
-    "cancelled" for a run ended by a cancel request (`bide.cancel_run`; its answer says so)."""
+    "cancelled" for a run ended by a cancel request (`bide.cancel_run`; its answer says so). `usage` sums the
+    tokens of the run's journaled model turns, as their providers reported them (a replayed run reports the
+    same)."""
 
     run_id: str
     answer: str
     turns: int
     replayed: bool = False
     status: str = "completed"
+    usage: Usage = Usage()  # noqa: RUF009 (a frozen value)
 
 
 class Agent:
@@ -199,7 +206,20 @@ class Agent:
 
         Returns a `RunResult` only for a completed run. Raises `OutcomeUnknown` (a side effect's outcome
         was lost) or `ApprovalPending` (a gate has not approved yet): both are `RunHalted`, never success.
+        Logged on the "bide" logger, traced as an OpenTelemetry span when a tracer provider is set
+        (bide._telemetry).
         """
+        watch = run_watch(self, run_id)  # None when nobody listens below WARNING
+        try:
+            result = await self._run(run_id, input)
+        except BaseException as exc:
+            run_failed(watch, self.name, run_id, exc)
+            raise
+        if watch is not None:
+            watch.finished(result)
+        return result
+
+    async def _run(self, run_id: str, input: str) -> RunResult:
         if not isinstance(input, str):
             raise ConfigError("input must be a string")
         journal = Journal(self.store, run_id)
@@ -208,9 +228,11 @@ class Agent:
             self._check_start(journal, input)
             return self._finished(journal, replayed=True)
         keeper = LeaseKeeper(self.store, lease, self.lease_ttl, self.clock)
+        run_loaded(journal)
         try:
             result = await self._drive(journal, input)
             keeper.ended = True
+            result.usage = _usage(journal)
             return result
         except WriteRefused as refused:
             # Another driver took the lease over, or ended the run: see what the journal says now.
@@ -239,7 +261,9 @@ class Agent:
         end = journal.get(END_KEY)
         assert isinstance(end, End)
         turns = _count_turns(journal)
-        return RunResult(journal.run_id, end.answer, turns, replayed=replayed, status=end.status)
+        result = RunResult(journal.run_id, end.answer, turns, replayed=replayed, status=end.status)
+        result.usage = _usage(journal)
+        return result
 
     async def _take_lease(self, journal: Journal) -> Lease | None:
         """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
@@ -336,12 +360,17 @@ class Agent:
                 # The model call is awaited here, not in a helper coroutine: one object fewer held by every
                 # run while its model thinks.
                 request = ModelRequest(run_id=run_id, turn=turn, messages=list(messages), tools=self._specs)
+                observed = model_call(self.model, request)
                 try:
                     reply = await self.model.complete(request)
-                except BideError:
-                    raise
-                except Exception as exc:
+                except BaseException as exc:
+                    if observed is not None:
+                        observed.failed(exc)
+                    if isinstance(exc, BideError) or not isinstance(exc, Exception):
+                        raise
                     raise self._model_failed(run_id, turn, exc) from exc
+                if observed is not None:
+                    observed.finished(reply)
                 rec = self._model_turn(turn, reply)
                 del request, reply  # nothing of the call is held while the turn is journaled
                 if not rec.message.tool_calls:
@@ -531,7 +560,9 @@ class Agent:
         calls: list[ToolCall] = []
         for i, c in enumerate(reply.tool_calls):
             calls.append(ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}"))
-        message = AssistantMessage(content=reply.content, tool_calls=calls)
+        message = AssistantMessage(
+            content=reply.content, tool_calls=calls, usage=reply.usage, finish_reason=reply.finish_reason
+        )
         return ModelTurn(
             key=model_key(turn), turn=turn, message=message, model=str(getattr(self.model, "name", ""))
         )
@@ -1052,6 +1083,19 @@ def _check_reply(reply: object) -> None:
             raise ModelError(f"model returned two tool calls with the id {c.id!r} in one turn; run again "
                              "to ask the model again")
         ids.add(c.id)
+    usage = reply.usage
+    if usage is not None and not (
+        isinstance(usage, Usage)
+        and type(usage.input_tokens) is int
+        and type(usage.output_tokens) is int
+        and usage.input_tokens >= 0
+        and usage.output_tokens >= 0
+    ):
+        raise ModelError(
+            f"model returned usage {usage!r}; expected None or bide.Usage with token counts >= 0"
+        )
+    if not isinstance(reply.finish_reason, str):
+        raise ModelError(f"model returned finish_reason {reply.finish_reason!r}; expected a string")
     _check_journalable(reply)
 
 
@@ -1060,7 +1104,9 @@ def _check_journalable(reply: AssistantMessage) -> None:
     values that are not JSON) before any of it is journaled."""
     try:
         # One encoding of everything the turn record will hold that came from the model.
-        json_text([reply.content, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]).encode("utf-8")
+        json_text(
+            [reply.content, reply.finish_reason, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]
+        ).encode("utf-8")
     except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
         raise ModelError(
             f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
@@ -1092,6 +1138,33 @@ def _error_text(exc: BaseException) -> str:
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:
     content = res.result if isinstance(res.result, str) else canonical_json(res.result).decode()
     return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=res.is_error)
+
+
+def _usage(journal: Journal) -> Usage:
+    """The tokens of the run's journaled turns, summed, read from the stored bytes (the turns this drive
+    wrote are not kept decoded, and decoding them again would cost more than the rest of a short run)."""
+    total = NO_USAGE
+    n = 0
+    while (entry := journal.entry(f"model:{n}")) is not None:
+        n += 1
+        data = entry.data
+        if b'"usage":{' not in data:  # no usage object anywhere in the record: the turn reported none
+            continue
+        # A turn record's canonical bytes end with the message's usage, then the record's scalar fields: a
+        # quote inside a JSON string is escaped, so the last `"usage":` key is the message's.
+        found = _USAGE_AT_END.match(data, data.rfind(b'"usage":'))
+        if found is not None:
+            if found.lastindex:
+                total = total + Usage(input_tokens=int(found[1]), output_tokens=int(found[2]))
+            continue
+        used = json.loads(data)["message"].get("usage")  # not the usual shape (another encoder's record)
+        if used:
+            total = total + Usage(input_tokens=used["input_tokens"], output_tokens=used["output_tokens"])
+    return total
+
+
+NO_USAGE = Usage()
+_USAGE_AT_END = re.compile(rb'"usage":(?:null|\{"input_tokens":(\d+),"output_tokens":(\d+)\})\},"model":')
 
 
 def _count_turns(journal: Journal) -> int:

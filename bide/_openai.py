@@ -1,33 +1,41 @@
-"""`OpenAIModel`: any OpenAI-compatible chat-completions endpoint, over httpx."""
+"""`OpenAIModel`: any OpenAI-compatible chat-completions endpoint, over one pooled httpx client."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import random
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 
 from ._errors import ConfigError, ModelError
-from ._messages import AssistantMessage, ModelRequest, ToolCall, ToolMessage
+from ._http import HTTPModel, json_event, sse_events, unfinished
+from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
+from ._retry import RetryPolicy
 
 __all__ = ["OpenAIModel"]
 
-_TRANSIENT = {408, 409, 425, 429, 500, 502, 503, 504}
-MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 
-
-class OpenAIModel:
+class OpenAIModel(HTTPModel):
     """A model served by an OpenAI-compatible ``/chat/completions`` endpoint.
 
     `api_key` defaults to ``OPENAI_API_KEY`` and `base_url` to ``OPENAI_BASE_URL`` (else
-    ``https://api.openai.com/v1``). Transient failures (connection errors, timeouts, 408/409/425/429/5xx) are
-    retried up to `max_retries` times with full-jitter exponential backoff from `backoff` seconds (capped at
-    `max_backoff`), honouring ``Retry-After``; any other 4xx raises `ModelError` at once with the server's
-    message. `timeout` bounds each HTTP request (seconds). `temperature` and extra body fields are optional.
+    ``https://api.openai.com/v1``). One pooled HTTP client serves every call of this model (per event loop);
+    close it with `await model.aclose()` or ``async with model:``.
+
+    Transient failures (connection errors, timeouts, 408/409/425/429/5xx) are retried by `retry` (a
+    `bide.RetryPolicy`; by default `max_retries` retries with full-jitter exponential backoff from `backoff`
+    seconds, capped at `max_backoff`), waiting at least what a ``Retry-After`` (seconds or an HTTP date) or
+    ``retry-after-ms`` header asks, capped at the policy's maximum; any other 4xx raises `ModelError` at once
+    with the server's message. `timeout` bounds each HTTP request (seconds). `temperature` and extra body
+    fields are optional. Token `usage` and `finish_reason` are read from the answer.
+
+    `stream(request)` streams a turn (``stream: true``, usage included): text deltas as they come, then the
+    whole turn, tool calls assembled from their pieces.
     """
+
+    provider = "openai"
 
     def __init__(
         self,
@@ -39,9 +47,11 @@ class OpenAIModel:
         max_retries: int = 4,
         backoff: float = 0.5,
         max_backoff: float = 20.0,
+        retry: RetryPolicy | None = None,
         temperature: float | None = None,
         extra_body: dict[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
+        limits: httpx.Limits | None = None,
     ) -> None:
         if not model:
             raise ConfigError("OpenAIModel needs a model name, e.g. OpenAIModel('gpt-4o-mini')")
@@ -50,13 +60,17 @@ class OpenAIModel:
         self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip(
             "/"
         )
-        self.timeout = timeout
-        self.max_retries = max_retries
-        self.backoff = backoff
-        self.max_backoff = max_backoff
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
-        self._transport = transport
+        self._init_http(
+            timeout=timeout,
+            retry=retry,
+            max_retries=max_retries,
+            backoff=backoff,
+            max_backoff=max_backoff,
+            transport=transport,
+            limits=limits,
+        )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for `request` (public so it can be inspected and tested)."""
@@ -98,88 +112,131 @@ class OpenAIModel:
         body.update(self.extra_body)
         return body
 
-    async def complete(self, request: ModelRequest) -> AssistantMessage:
-        body = self.body(request)
+    def _url(self) -> str:
+        return f"{self.base_url}/chat/completions"
+
+    def _headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
         if self.api_key:
             headers["authorization"] = f"Bearer {self.api_key}"
-        url = f"{self.base_url}/chat/completions"
-        last: str = ""
-        async with httpx.AsyncClient(timeout=self.timeout, transport=self._transport) as client:
-            for attempt in range(self.max_retries + 1):
-                retry_after: float | None = None
-                try:
-                    response = await client.post(url, json=body, headers=headers)
-                except httpx.TransportError as exc:  # connection refused/reset, timeouts
-                    last = f"{type(exc).__name__}: {exc}"
-                else:
-                    if response.status_code == 200:
-                        if len(response.content) > MAX_RESPONSE_BYTES:
-                            raise ModelError(f"model {self.name!r}: response larger than 32 MiB")
-                        return _parse(self.name, response)
-                    text = response.text[:2000]
-                    if response.status_code not in _TRANSIENT:
-                        raise ModelError(
-                            f"model {self.name!r} at {url} answered {response.status_code}: "
-                            f"{_message(text)}; this is not retried (check the model name, API key "
-                            "and request)",
-                            status=response.status_code,
-                            body=text,
-                        )
-                    last = f"HTTP {response.status_code}: {_message(text)}"
-                    retry_after = _retry_after(response.headers.get("retry-after"))
-                if attempt == self.max_retries:
+        return headers
+
+    async def complete(self, request: ModelRequest) -> AssistantMessage:
+        return _parse(self.name, await self._post(self.body(request)))
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
+        body = self.body(request)
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+        response = await self._open_stream(body)
+        text: list[str] = []
+        calls: dict[int, dict[str, Any]] = {}
+        usage: Usage | None = None
+        finish = ""
+        done = False
+        try:
+            async for _, data in sse_events(response, self.name):
+                if data.strip() == "[DONE]":
+                    done = True
                     break
-                delay = random.uniform(0, min(self.max_backoff, self.backoff * 2**attempt))
-                if retry_after is not None:
-                    delay = min(max(delay, retry_after), self.max_backoff)
-                await asyncio.sleep(delay)
-        raise ModelError(
-            f"model {self.name!r} at {url} failed after {self.max_retries + 1} attempts: {last}; "
-            "nothing was journaled, run again to retry"
+                chunk = json_event(self.name, data)
+                if not isinstance(chunk, dict):
+                    continue
+                if isinstance(chunk.get("error"), (dict, str)):
+                    raise ModelError(
+                        f"model {self.name!r} failed mid-stream: {_error_text(chunk['error'])}; nothing was "
+                        "journaled, run again to retry"
+                    )
+                if isinstance(chunk.get("usage"), dict):
+                    usage = _usage(chunk["usage"])
+                for choice in chunk.get("choices") or ():
+                    if not isinstance(choice, dict):
+                        continue
+                    if choice.get("finish_reason"):
+                        finish = str(choice["finish_reason"])
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content")
+                    if isinstance(piece, str) and piece:
+                        text.append(piece)
+                        yield TextDelta(text=piece)
+                    for raw in delta.get("tool_calls") or ():
+                        slot = calls.setdefault(int(raw.get("index", len(calls))), {"args": []})
+                        if raw.get("id"):
+                            slot["id"] = str(raw["id"])
+                        fn = raw.get("function") or {}
+                        if fn.get("name"):
+                            slot["name"] = str(fn["name"])
+                        if isinstance(fn.get("arguments"), str):
+                            slot["args"].append(fn["arguments"])
+        finally:
+            await response.aclose()
+        if not done:
+            raise unfinished(self.name)
+        tool_calls = [
+            ToolCall(
+                id=slot.get("id") or f"call_{i}",
+                name=slot.get("name", ""),
+                arguments=_arguments("".join(slot["args"])),
+            )
+            for i, slot in sorted(calls.items())
+        ]
+        yield AssistantMessage(
+            content="".join(text), tool_calls=tool_calls, usage=usage, finish_reason=finish
         )
 
 
-def _retry_after(value: str | None) -> float | None:
-    if value is None:
+def _error_text(err: Any) -> str:
+    if isinstance(err, dict) and isinstance(err.get("message"), str):
+        return str(err["message"])
+    return str(err)
+
+
+def _usage(raw: Any) -> Usage | None:
+    """OpenAI's `usage` ({prompt_tokens, completion_tokens}) as a Usage (None when absent or malformed)."""
+    if not isinstance(raw, dict):
         return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
+    inp, out = (
+        raw.get("prompt_tokens", raw.get("input_tokens")),
+        raw.get("completion_tokens", raw.get("output_tokens")),
+    )
+    if not (isinstance(inp, int) and isinstance(out, int)) or isinstance(inp, bool) or isinstance(out, bool):
         return None
+    return Usage(input_tokens=max(inp, 0), output_tokens=max(out, 0))
 
 
-def _message(text: str) -> str:
+def _arguments(text: Any) -> dict[str, Any] | str:
+    if not isinstance(text, str):
+        return text if isinstance(text, dict) else str(text)
     try:
-        data = json.loads(text)
-        err = data.get("error") if isinstance(data, dict) else None
-        if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])
-        if isinstance(err, str):
-            return err
+        decoded = json.loads(text or "{}")
     except ValueError:
-        pass
-    return text or "(empty body)"
+        return text
+    return decoded if isinstance(decoded, dict) else text
 
 
-def _parse(name: str, response: httpx.Response) -> AssistantMessage:
+def _parse(name: str, data: Any) -> AssistantMessage:
     try:
-        data = response.json()
-        message = data["choices"][0]["message"]
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
-        raise ModelError(f"model {name!r} returned a response without choices[0].message: {exc}") from exc
+        choice = data["choices"][0]
+        message = choice["message"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ModelError(f"model {name!r} returned a response without choices[0].message: {exc!r}") from exc
+    if not isinstance(message, dict):
+        raise ModelError(f"model {name!r} returned a choices[0].message that is not an object")
     calls: list[ToolCall] = []
     for i, raw in enumerate(message.get("tool_calls") or []):
         fn = raw.get("function") or {}
-        text = fn.get("arguments") or "{}"
-        args: dict[str, Any] | str
-        try:
-            decoded = json.loads(text) if isinstance(text, str) else text
-            args = decoded if isinstance(decoded, dict) else str(text)
-        except ValueError:
-            args = str(text)
         calls.append(
-            ToolCall(id=str(raw.get("id") or f"call_{i}"), name=str(fn.get("name") or ""), arguments=args)
+            ToolCall(
+                id=str(raw.get("id") or f"call_{i}"),
+                name=str(fn.get("name") or ""),
+                arguments=_arguments(fn.get("arguments") or "{}"),
+            )
         )
     content = message.get("content")
-    return AssistantMessage(content=content if isinstance(content, str) else "", tool_calls=calls)
+    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+    return AssistantMessage(
+        content=content if isinstance(content, str) else "",
+        tool_calls=calls,
+        usage=_usage(data.get("usage") if isinstance(data, dict) else None),
+        finish_reason=reason if isinstance(reason, str) else "",
+    )

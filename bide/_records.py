@@ -35,7 +35,7 @@ from pydantic_core import to_jsonable_python
 
 from ._canonical import canonical_json, json_text, new_salt
 from ._errors import StoreError
-from ._messages import AssistantMessage, ToolCall
+from ._messages import AssistantMessage, ToolCall, Usage
 
 __all__ = [
     "CANCEL_KEY",
@@ -121,7 +121,9 @@ class Start(_Record):
 
 @dataclass(slots=True, kw_only=True)
 class ModelTurn(_Record):
-    """One assistant turn as the model produced it (with bide's call ids filled in)."""
+    """One assistant turn as the model produced it (with bide's call ids filled in), with the token `usage`
+    and `finish_reason` the provider reported in its message (journals written before they existed read
+    back as None and "")."""
 
     kind: Literal["model_turn"] = "model_turn"
     turn: int
@@ -313,10 +315,22 @@ def _model_turn(r: Any) -> str:
         # Subclasses serialize as the declared types in the generic path; leave those to it.
         return canonical_json(as_json(r)).decode("utf-8")
     calls = ",".join([_tool_call(c) for c in m.tool_calls])
+    u = m.usage
+    if u is None:
+        usage = "null"
+    elif type(u) is Usage and type(u.input_tokens) is int and type(u.output_tokens) is int:
+        usage = (
+            f'{{"input_tokens":{int.__repr__(u.input_tokens)},'
+            f'"output_tokens":{int.__repr__(u.output_tokens)}}}'
+        )
+    else:  # anything else is left to the generic path
+        return canonical_json(as_json(r)).decode("utf-8")
+    if type(m.finish_reason) is not str:
+        return canonical_json(as_json(r)).decode("utf-8")
     return (
         f'{{"key":{_s(r.key)},"kind":"model_turn","message":{{"content":{_s(m.content)},'
-        f'"role":{_s(m.role)},"tool_calls":[{calls}]}},"model":{_s(r.model)},'
-        f'"salt":{_s(r.salt)},"turn":{int.__repr__(r.turn)}}}'
+        f'"finish_reason":{_s(m.finish_reason)},"role":{_s(m.role)},"tool_calls":[{calls}],'
+        f'"usage":{usage}}},"model":{_s(r.model)},"salt":{_s(r.salt)},"turn":{int.__repr__(r.turn)}}}'
     )
 
 

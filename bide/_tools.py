@@ -38,6 +38,7 @@ from ._errors import ConfigError, NotCalled
 from ._inflight import CallWindow
 from ._messages import ToolSpec
 from ._retry import RetryPolicy
+from ._telemetry import tool_call
 
 __all__ = [
     "AttemptInfo",
@@ -303,6 +304,7 @@ class Tool:
         if window is None:
             window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
         token = _CURRENT.set(ctx)
+        observed = tool_call(self, ctx)
         try:
             if self._is_async:
                 left = window.start()
@@ -317,7 +319,13 @@ class Tool:
             value = await self._in_thread(call, window)
             if inspect.isawaitable(value):
                 value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
+        except BaseException as exc:
+            if observed is not None:
+                observed.failed(exc)
+            raise
         finally:
+            if observed is not None:
+                observed.done()
             _CURRENT.reset(token)
         return journal_safe(self.name, value)
 

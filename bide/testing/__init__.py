@@ -5,6 +5,8 @@
 - `run_crash_schedules`: drives any `CrashSystem` through a crash at every store write, one by one, and
   through random multi-crash schedules, and reports per schedule how often the side effect fired.
 - `BideCrashSystem`: bide's adapter for that harness (a one-tool run over a store that crashes on cue).
+- `LoopbackServer`: a model API on 127.0.0.1 (OpenAI and Anthropic shapes, JSON or streamed) that records
+  what it receives, for testing the HTTP adapters without network.
 """
 
 from __future__ import annotations
@@ -19,6 +21,15 @@ from ._harness import (
     SimulatedCrash,
     run_crash_schedules,
 )
+from ._loopback import (
+    LoopbackServer,
+    Received,
+    Reply,
+    anthropic_message,
+    anthropic_stream,
+    openai_completion,
+    openai_stream,
+)
 from ._scripted import Call, Fail, ScriptedModel, Turn, call, reply
 
 __all__ = [
@@ -29,11 +40,18 @@ __all__ = [
     "CrashSystem",
     "CrashingStore",
     "Fail",
+    "LoopbackServer",
+    "Received",
+    "Reply",
     "ScheduleResult",
     "ScriptedModel",
     "SimulatedCrash",
     "Turn",
+    "anthropic_message",
+    "anthropic_stream",
     "call",
+    "openai_completion",
+    "openai_stream",
     "reply",
     "run_crash_schedules",
 ]

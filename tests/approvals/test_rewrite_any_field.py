@@ -36,6 +36,8 @@ _FREE_FIELDS: list[tuple[str, Path]] = [
     ("model:0", ("model",)),
     ("model:0", ("message", "content")),
     ("model:0", ("message", "role")),
+    ("model:0", ("message", "finish_reason")),
+    ("model:0", ("message", "usage")),
     ("model:0", ("message", "tool_calls", 0, "id")),
     ("attempt:.*", ("key",)),
     ("attempt:.*", ("gen",)),

@@ -15,7 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bide._canonical import canonical_json
-from bide._messages import AssistantMessage, ToolCall
+from bide._messages import AssistantMessage, ToolCall, Usage
 from bide._records import (
     Attempt,
     End,
@@ -37,9 +37,9 @@ scalars = st.none() | st.booleans() | ints | st.floats() | text
 keys = text | st.integers(min_value=-5, max_value=5)
 values: st.SearchStrategy[Any] = st.recursive(
     scalars,
-    lambda inner: st.lists(inner, max_size=3)
-    | st.tuples(inner, inner)
-    | st.dictionaries(keys, inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.tuples(inner, inner) | st.dictionaries(keys, inner, max_size=3)
+    ),
     max_leaves=8,
 )
 arguments = st.dictionaries(text, values, max_size=4)
@@ -62,7 +62,13 @@ records = st.one_of(
         key=text,
         turn=ints,
         model=text,
-        message=st.builds(AssistantMessage, content=text, tool_calls=calls()),
+        message=st.builds(
+            AssistantMessage,
+            content=text,
+            tool_calls=calls(),
+            usage=st.none() | st.builds(Usage, input_tokens=ints, output_tokens=ints),
+            finish_reason=text,
+        ),
     ),
     st.builds(
         Attempt,
@@ -114,8 +120,14 @@ def test_odd_values_take_the_same_path() -> None:
         rec = ToolResult(key="result:c0.0", call_id="c0.0", tool="t", safety="side_effect", result=value)
         assert encode_record(rec) == generic(rec)
         att = Attempt(
-            key="attempt:c0.0:0", call_id="c0.0", tool="t", arguments={"v": value}, gen=0, claim="x",
-            attempted_at_ms=1, deadline_ms=2,
+            key="attempt:c0.0:0",
+            call_id="c0.0",
+            tool="t",
+            arguments={"v": value},
+            gen=0,
+            claim="x",
+            attempted_at_ms=1,
+            deadline_ms=2,
         )
         assert encode_record(att) == generic(att)
 
@@ -172,3 +184,25 @@ def test_salts_are_never_handed_out_twice_across_threads_and_forks() -> None:
     seen.extend(new_salt() for _ in range(10))
     seen.extend(child)
     assert len(seen) == len(set(seen)) == 300 + 4 * 300 + 20
+
+
+def test_model_turns_written_before_usage_existed_still_read() -> None:
+    old = (
+        b'{"key":"model:0","kind":"model_turn","message":{"content":"hi","role":"assistant","tool_calls":[]},'
+        b'"model":"m","salt":"s","turn":0}'
+    )
+    rec = decode_record("model:0", old)
+    assert isinstance(rec, ModelTurn)
+    assert rec.message.usage is None and rec.message.finish_reason == ""
+    new = ModelTurn(
+        key="model:0",
+        turn=0,
+        message=AssistantMessage(
+            content="hi", usage=Usage(input_tokens=3, output_tokens=4), finish_reason="stop"
+        ),
+    )
+    back = decode_record("model:0", encode_record(new))
+    assert isinstance(back, ModelTurn)
+    assert (
+        back.message.usage == Usage(input_tokens=3, output_tokens=4) and back.message.finish_reason == "stop"
+    )

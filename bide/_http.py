@@ -1,0 +1,288 @@
+"""What the HTTP model adapters share: one pooled client per model, retries through `RetryPolicy` honouring
+`Retry-After`, error messages, and a server-sent-events reader.
+
+The pooled `httpx.AsyncClient` belongs to the event loop it was made on: `Agent.run_sync` runs each call on a
+fresh loop, so a client whose loop is gone (closed, or another one) is dropped and a new one made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+from ._errors import ModelError
+from ._retry import RetryPolicy
+from ._telemetry import LOGGER
+
+__all__ = ["MAX_RESPONSE_BYTES", "TRANSIENT", "HTTPModel", "parse_retry_after"]
+
+TRANSIENT = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
+MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+
+
+def parse_retry_after(headers: httpx.Headers, now: Callable[[], float] = time.time) -> float | None:
+    """Seconds a server asked to wait: `retry-after-ms`, else `Retry-After` as seconds or an HTTP date."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            return max(0.0, float(ms) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    return max(0.0, when.timestamp() - now())
+
+
+def error_message(text: str) -> str:
+    """The human part of an error body (`{"error": {"message": ...}}` in both APIs), else the text."""
+    try:
+        data = json.loads(text)
+        err = data.get("error") if isinstance(data, dict) else None
+        if isinstance(err, dict) and isinstance(err.get("message"), str):
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    except ValueError:
+        pass
+    return text or "(empty body)"
+
+
+class TransientStatus(ModelError):
+    """A retryable HTTP answer (429, 5xx, ...); `retry_after` is the server's hint in seconds."""
+
+    def __init__(self, message: str, *, status: int, body: str, retry_after: float | None) -> None:
+        super().__init__(message, status=status, body=body)
+        self.retry_after = retry_after
+
+
+@dataclass(slots=True)
+class _Pool:
+    client: httpx.AsyncClient
+    loop: asyncio.AbstractEventLoop
+
+
+class HTTPModel:
+    """The HTTP machinery of a model adapter (subclasses build bodies and parse answers)."""
+
+    name: str
+    base_url: str
+    provider: str = ""
+    timeout: float
+    retry: RetryPolicy
+
+    def _init_http(
+        self,
+        *,
+        timeout: float,
+        retry: RetryPolicy | None,
+        max_retries: int,
+        backoff: float,
+        max_backoff: float,
+        transport: httpx.AsyncBaseTransport | None,
+        limits: httpx.Limits | None,
+    ) -> None:
+        self.timeout = timeout
+        self.retry = retry or RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
+        self._transport = transport
+        self._limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        self._pool: _Pool | None = None
+        self.clients_made = 0
+
+    # -- the pooled client ---------------------------------------------------------------------------------
+
+    def client(self) -> httpx.AsyncClient:
+        """This model's pooled client for the running event loop (made on first use, reused after)."""
+        loop = asyncio.get_running_loop()
+        pool = self._pool
+        if pool is not None and pool.loop is loop and not pool.client.is_closed:
+            return pool.client
+        # None yet, closed, or made on another (finished) loop, whose connections cannot be used here.
+        client = httpx.AsyncClient(timeout=self.timeout, transport=self._transport, limits=self._limits)
+        self._pool = _Pool(client, loop)
+        self.clients_made += 1
+        return client
+
+    async def aclose(self) -> None:
+        """Close the pooled client (a later call makes a new one)."""
+        pool, self._pool = self._pool, None
+        if pool is not None and pool.loop is asyncio.get_running_loop():
+            await pool.client.aclose()
+
+    async def __aenter__(self) -> HTTPModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    # -- requests ------------------------------------------------------------------------------------------
+
+    def _headers(self) -> dict[str, str]:
+        raise NotImplementedError
+
+    def _url(self) -> str:
+        raise NotImplementedError
+
+    def _classify(self, exc: BaseException) -> bool | float:
+        """The retry verdict for a failed attempt (logged: a retry at INFO)."""
+        if isinstance(exc, TransientStatus):
+            verdict: bool | float = True if exc.retry_after is None else exc.retry_after
+            why = f"HTTP {exc.status}"
+        elif isinstance(exc, httpx.TransportError):
+            verdict, why = True, f"{type(exc).__name__}: {exc}"
+        else:
+            return False
+        if LOGGER.isEnabledFor(20):
+            hint = "" if verdict is True else f" (the server asks to wait {float(verdict):g}s)"
+            LOGGER.info(
+                "model %s: %s; retrying%s",
+                self.name,
+                why,
+                hint,
+                extra={
+                    "model": self.name,
+                    "http_status": getattr(exc, "status", None),
+                    "retry_after": verdict,
+                },
+            )
+        return verdict
+
+    def _refuse(self, response: httpx.Response, text: str) -> ModelError:
+        status = response.status_code
+        if status in TRANSIENT:
+            return TransientStatus(
+                f"HTTP {status}: {error_message(text)}",
+                status=status,
+                body=text,
+                retry_after=parse_retry_after(response.headers),
+            )
+        return ModelError(
+            f"model {self.name!r} at {self._url()} answered {status}: {error_message(text)}; this is not "
+            "retried (check the model name, API key and request)",
+            status=status,
+            body=text,
+        )
+
+    def _exhausted(self, exc: Exception) -> ModelError:
+        last = str(exc) if isinstance(exc, TransientStatus) else f"{type(exc).__name__}: {exc}"
+        LOGGER.warning(
+            "model %s: giving up after %d attempts: %s",
+            self.name,
+            self.retry.attempts,
+            last,
+            extra={"model": self.name, "http_status": getattr(exc, "status", None)},
+        )
+        return ModelError(
+            f"model {self.name!r} at {self._url()} failed after {self.retry.attempts} attempts: {last}; "
+            "nothing was journaled, run again to retry",
+            status=getattr(exc, "status", None),
+            body=getattr(exc, "body", None),
+        )
+
+    async def _post(self, body: dict[str, Any]) -> Any:
+        """POST `body` and return the decoded JSON answer, retrying what may be retried."""
+        url, headers = self._url(), self._headers()
+
+        async def attempt() -> Any:
+            response = await self.client().post(url, json=body, headers=headers)
+            content = response.content
+            if len(content) > MAX_RESPONSE_BYTES:
+                raise ModelError(f"model {self.name!r}: response larger than 32 MiB")
+            if response.status_code != 200:
+                raise self._refuse(response, response.text[:2000])
+            try:
+                return response.json()
+            except ValueError as exc:
+                raise ModelError(
+                    f"model {self.name!r} answered 200 with a body that is not JSON: {exc}"
+                ) from exc
+
+        try:
+            return await self.retry.run(attempt, self._classify)
+        except (TransientStatus, httpx.TransportError) as exc:
+            raise self._exhausted(exc) from exc
+
+    async def _open_stream(self, body: dict[str, Any]) -> httpx.Response:
+        """Send a streaming request and return the response once it answered 200 (retrying like `_post`);
+        the caller reads and closes it."""
+        url, headers = self._url(), self._headers()
+
+        async def attempt() -> httpx.Response:
+            client = self.client()
+            response = await client.send(
+                client.build_request("POST", url, json=body, headers=headers), stream=True
+            )
+            if response.status_code == 200:
+                return response
+            try:
+                text = (await response.aread())[:2000].decode("utf-8", "replace")
+            finally:
+                await response.aclose()
+            raise self._refuse(response, text)
+
+        try:
+            return await self.retry.run(attempt, self._classify)
+        except (TransientStatus, httpx.TransportError) as exc:
+            raise self._exhausted(exc) from exc
+
+
+async def sse_events(response: httpx.Response, name: str) -> AsyncIterator[tuple[str, str]]:
+    """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none). A
+    connection that breaks mid-stream raises ModelError: nothing of the turn is journaled, run again."""
+    event, size = "", 0
+    data: list[str] = []
+    try:
+        async for line in response.aiter_lines():
+            size += len(line) + 1
+            if size > MAX_RESPONSE_BYTES:
+                raise ModelError(f"model {name!r}: streamed response larger than 32 MiB")
+            if not line:
+                if data:
+                    yield event, "\n".join(data)
+                event, data = "", []
+                continue
+            if line.startswith(":"):
+                continue
+            field, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if field == "event":
+                event = value
+            elif field == "data":
+                data.append(value)
+        # An event not ended by a blank line is incomplete: dropped (the caller sees its stream had no end).
+    except httpx.TransportError as exc:
+        raise ModelError(
+            f"model {name!r}: the stream broke off ({type(exc).__name__}: {exc}); nothing was journaled, run "
+            "again to retry"
+        ) from exc
+
+
+def json_event(name: str, data: str) -> Any:
+    try:
+        return json.loads(data)
+    except ValueError as exc:
+        raise ModelError(
+            f"model {name!r} streamed an event that is not JSON: {data[:200]!r}; nothing was journaled, run "
+            "again to retry"
+        ) from exc
+
+
+def unfinished(name: str) -> ModelError:
+    return ModelError(
+        f"model {name!r}: the stream ended before the turn did; nothing was journaled, run again to retry"
+    )
