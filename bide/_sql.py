@@ -301,16 +301,18 @@ class SQLStore:
         # The lease rule S9 (`decide_lease`) as one statement: grant (a new runs row, or a free or expired
         # lease: the token grows) or renew (the holder presenting the current token), answering the token;
         # no row back means another holder's live lease, read by `_sql_lease_get`.
-        def arg(name: str) -> str:
-            return f":{name}" if self.dialect == "sqlite" else f"%({name})s"
-
-        renewal = f"({p}runs.holder = {arg('holder')} AND {p}runs.token = {arg('token')} AND {arg('token')} <> 0)"
+        if self.dialect == "sqlite":
+            run, holder, token, expires, now = ":run_id", ":holder", ":token", ":expires", ":now"
+        else:
+            names = ("run_id", "holder", "token", "expires", "now")
+            run, holder, token, expires, now = (f"%({n})s" for n in names)
+        renewal = f"({p}runs.holder = {holder} AND {p}runs.token = {token} AND {token} <> 0)"
         self._sql_lease_take = (
-            f"INSERT INTO {p}runs(run_id, holder, token, expires_ms) VALUES ({arg('run_id')}, {arg('holder')}, "
-            f"1, {arg('expires')}) ON CONFLICT (run_id) DO UPDATE SET "
+            f"INSERT INTO {p}runs(run_id, holder, token, expires_ms) VALUES ({run}, {holder}, 1, {expires}) "
+            f"ON CONFLICT (run_id) DO UPDATE SET "
             f"token = CASE WHEN {renewal} THEN {p}runs.token ELSE {p}runs.token + 1 END, "
-            f"holder = {arg('holder')}, expires_ms = {arg('expires')} "
-            f"WHERE {renewal} OR {p}runs.holder IS NULL OR {p}runs.expires_ms <= {arg('now')} RETURNING token"
+            f"holder = {holder}, expires_ms = {expires} "
+            f"WHERE {renewal} OR {p}runs.holder IS NULL OR {p}runs.expires_ms <= {now} RETURNING token"
         )
         # SQLite has RETURNING from 3.35 on; PostgreSQL always.
         self._lease_upsert = self.dialect != "sqlite" or sqlite3.sqlite_version_info >= (3, 35)
