@@ -34,17 +34,28 @@ Overrun = tuple[CallWindow, Callable[[bool, Any], Record | None]]
 def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float]) -> int:
     """Renew `lease` (held by the caller) every `ttl / 3` seconds from now on, in the running event loop,
     until `let_go` with the number returned."""
-    renewals = _renewals(asyncio.get_running_loop())
-    return renewals.add(renewals.group(store, ttl, clock), lease.run_id, lease.holder, lease.token, ttl / 3)
+    loop = asyncio.get_running_loop()
+    renewals: _Renewals | None = getattr(_LOCAL, "renewals", None)
+    if renewals is None or renewals.loop is not loop:
+        renewals = _LOCAL.renewals = _Renewals(loop)
+    gid = renewals.group_ids.get((id(store), ttl, clock))
+    if gid is None:
+        gid = renewals.group(store, ttl, clock)
+    number = next(_NUMBERS)
+    renewals.held[number] = (gid, lease.run_id, lease.holder, lease.token)
+    renewals.push(number, ttl / 3)
+    return number
 
 
 def let_go(held: int, *, ended: bool, overrun: Overrun | None = None) -> Awaitable[Any] | None:
-    """Stop renewing the lease `held` (from `hold_lease`) and free it (the awaitable returned), unless the
-    run `ended` (nothing can be written to it any more) or a synchronous call of the drive runs on past
-    its deadline (`overrun`: then a thread keeps the lease until it returns)."""
-    renewals = _renewals(asyncio.get_running_loop())
-    entry = renewals.drop(held)
-    if ended or entry is None:
+    """Stop renewing the lease `held` (from `hold_lease`, in this event loop) and free it (the awaitable
+    returned), unless the run `ended` (nothing can be written to it any more) or a synchronous call of the
+    drive runs on past its deadline (`overrun`: then a thread keeps the lease until it returns)."""
+    renewals: _Renewals | None = getattr(_LOCAL, "renewals", None)
+    # Numbers are unique in the process: another loop's registry (this thread ran another loop since,
+    # which cannot happen while a drive of this one is live) holds no entry under ours.
+    entry = None if renewals is None else renewals.held.pop(held, None)
+    if ended or entry is None or renewals is None:
         return None
     gid, run_id, holder, token = entry
     store, ttl, clock = renewals.groups[gid]
@@ -111,27 +122,18 @@ class _Renewals:
         self.held: dict[int, tuple[int, str, str, int]] = {}
         self.groups: list[tuple[Store, float, Callable[[], float]]] = []
         self.group_ids: dict[tuple[int, float, Callable[[], float]], int] = {}
-        self.numbers = itertools.count()
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = math.inf
         self.renewing: set[asyncio.Future[None]] = set()
 
     def group(self, store: Store, ttl: float, clock: Callable[[], float]) -> int:
-        key = (id(store), ttl, clock)
-        gid = self.group_ids.get(key)
-        if gid is None:
-            # The group keeps the store alive, so its id names no other store while the loop runs.
-            gid = self.group_ids[key] = len(self.groups)
-            self.groups.append((store, ttl, clock))
+        """A new group: the group keeps the store alive, so its id names no other store while the loop
+        runs."""
+        gid = self.group_ids[(id(store), ttl, clock)] = len(self.groups)
+        self.groups.append((store, ttl, clock))
         return gid
 
-    def add(self, gid: int, run_id: str, holder: str, token: int, delay: float) -> int:
-        number = next(self.numbers)
-        self.held[number] = (gid, run_id, holder, token)
-        self._push(number, delay)
-        return number
-
-    def _push(self, number: int, delay: float) -> None:
+    def push(self, number: int, delay: float) -> None:
         heap = self.heap
         if len(heap) > 2 * len(self.held) + self._SLACK:
             heap[:] = [item for item in heap if item[1] in self.held]
@@ -143,9 +145,6 @@ class _Renewals:
                 self.timer.cancel()
             self.timer_at = when
             self.timer = self.loop.call_at(when, self._fire)
-
-    def drop(self, number: int) -> tuple[int, str, str, int] | None:
-        return self.held.pop(number, None)
 
     def _fire(self) -> None:
         self.timer, self.timer_at = None, math.inf
@@ -175,14 +174,8 @@ class _Renewals:
             renewed = None  # the store hiccuped: try again sooner; the lease has two thirds left
         if number not in self.held or (renewed is not None and not renewed.held):
             return  # let go meanwhile, or taken over: every further write of the drive is refused
-        self._push(number, ttl / (3 if renewed is not None else 9))
+        self.push(number, ttl / (3 if renewed is not None else 9))
 
 
 _LOCAL = threading.local()
-
-
-def _renewals(loop: asyncio.AbstractEventLoop) -> _Renewals:
-    current: _Renewals | None = getattr(_LOCAL, "renewals", None)
-    if current is None or current.loop is not loop:
-        current = _LOCAL.renewals = _Renewals(loop)
-    return current
+_NUMBERS = itertools.count()  # the numbers of held leases, unique in the process (next() is atomic)
