@@ -134,6 +134,23 @@ def test_loads_with_after_and_repeated_runs_in_one_batch(
     assert results[7] == []
 
 
+def test_gets_in_one_batch_each_answer_what_they_would_alone(store: SQLStore) -> None:
+    # Drives look for a cancel request at their turn boundaries, many in one batch: multi-row statements.
+    r = store.insert_many("r", [(f"k{i}", bytes([i])) for i in range(5)])
+    s = store.insert_many("s", [("k1", b"s1")])
+    wanted = [("r", "k3"), ("s", "k1"), ("r", "absent"), ("absent", "k1"), ("r", "k3"), ("r", "k0")]
+    wanted += [(f"x{i}", "k") for i in range(_CHUNK + 3)]  # more than one chunk
+    results, commits = run_batch(store, lambda: [store.aget(run, key) for run, key in wanted])
+    assert commits == 0
+    assert results[0] == Entry(r[3].seq, "k3", bytes([3]))
+    assert results[1] == Entry(s[0].seq, "k1", b"s1")
+    assert results[2] is None and results[3] is None
+    assert results[4] == results[0] and results[4] is not results[0]
+    assert results[5] == Entry(r[0].seq, "k0", bytes([0]))
+    assert results[6:] == [None] * (_CHUNK + 3)
+    assert results == [store.get(run, key) for run, key in wanted]
+
+
 def test_loads_in_a_batch_see_the_inserts_requested_before_them(store: SQLStore) -> None:
     (ins, loaded), commits = run_batch(
         store, lambda: [store.ainsert_many("r", [("a", b"1"), ("b", b"2")]), store.aload("r")]
