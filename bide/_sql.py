@@ -26,6 +26,13 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   (``synchronous=NORMAL`` on SQLite, ``synchronous_commit=off`` on PostgreSQL): the next durable commit
   syncs it (the write-ahead log is one sequence), and a grant lost to a crash is harmless, because fences
   compare the holder's random id as well as the token, so nobody can write under a grant the store forgot.
+  A grant or renewal is one upsert (``INSERT ... ON CONFLICT DO UPDATE ... WHERE ... RETURNING``) applying
+  the rule `decide_lease` states; a refused one reads the live lease to answer who holds it.
+
+A transaction that loses to another one (SQLite: the database stayed locked past the busy timeout;
+PostgreSQL: a serialization failure or deadlock) did nothing and is run again under the one retry policy,
+`bide.RetryPolicy` (`_BATCH_RETRY`); errors are told apart by SQLite result code and SQLSTATE, not by
+their text. Inside the event loop nothing waits: a locked database hands the batch to the store's thread.
 
 Write hooks (`SQLStore.add_write_hook`, see `HookedStore` in bide/_store.py): in a transaction that
 inserted records, after the inserts and before COMMIT, each hook is called with the transaction's cursor
