@@ -170,7 +170,7 @@ def main() -> None:
         print(
             f"writes per run: {records} records in {tx} durable transactions "
             "(header+start+first model turn+attempt marker | tool result | final turn+end), plus the run's "
-            "lease grant (one upsert), not synced, in the transaction of the first load"
+            "lease grant, not synced, in the transaction of the first load"
         )
         sql.close()
 
