@@ -56,7 +56,7 @@ from ._errors import (
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
 from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
 from ._journal import Journal
-from ._lease import LeaseKeeper, Overrun
+from ._lease import Overrun, hold_lease, let_go
 from ._messages import (
     AssistantMessage,
     Message,
@@ -227,18 +227,20 @@ class Agent:
         if lease is None:  # the run had ended: its answer, from the journal
             self._check_start(journal, input)
             return self._finished(journal, replayed=True)
-        keeper = LeaseKeeper(self.store, lease, self.lease_ttl, self.clock)
+        held = hold_lease(self.store, lease, self.lease_ttl, self.clock)
+        del lease  # a live run holds no lease object: the registry's entry is a tuple of atomic values
+        ended = False  # the run ended: nothing can be written to it, no need to free the lease
         run_loaded(journal)
         try:
             result = await self._drive(journal, input)
-            keeper.ended = True
+            ended = True
             result.usage = _usage(journal)
             return result
         except WriteRefused as refused:
             # Another driver took the lease over, or ended the run: see what the journal says now.
             await journal.aload()
             if journal.has(END_KEY):
-                keeper.ended = True
+                ended = True
                 self._check_start(journal, input)
                 return self._finished(journal, replayed=True)
             now = self.clock()
@@ -253,7 +255,7 @@ class Agent:
             ) from refused
         finally:
             overrun = self._overruns.pop((run_id, journal.fence), None) if self._overruns else None
-            release = keeper.stop(overrun)
+            release = let_go(held, ended=ended, overrun=overrun)
             if release is not None:
                 await release
 

@@ -1,8 +1,9 @@
 """A drive's hold on its run's lease: renewed while it drives, freed when it stops.
 
-Renewals of every drive of one event loop share one timer (like tool deadlines, see bide/_deadline.py): a
-drive costs a heap entry, not a timer of its own, and most drives finish long before their first renewal
-(every third of the lease's ttl).
+Renewals of every drive of one event loop share one registry and one timer (like tool deadlines, see
+bide/_deadline.py): a drive costs a heap entry and a dict entry, both tuples of atomic values (which the
+garbage collector stops tracking), not objects of its own, so thousands of live runs add nothing to
+collections. Most drives finish long before their first renewal (every third of the lease's ttl).
 
 A synchronous tool that runs on past its deadline cannot be stopped. Its drive ends (the run halts), but
 the lease must not be freed while the call may still act: `keep_overrun` renews it from a thread until
@@ -27,54 +28,49 @@ from ._journal import Journal
 from ._records import Record
 from ._store import Lease, Store
 
-__all__ = ["LeaseKeeper", "Overrun", "keep_overrun"]
+__all__ = ["Overrun", "hold_lease", "keep_overrun", "let_go"]
+
+Overrun = tuple[CallWindow, Callable[[bool, Any], Record | None]]
 
 
-class LeaseKeeper:
-    """Holds `lease` for one drive: renews it every `ttl / 3` seconds until `stop`."""
+def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float]) -> int:
+    """Renew `lease` (held by the caller) every `ttl / 3` seconds from now on, in the running event loop,
+    until `let_go` with the number returned."""
+    loop = asyncio.get_running_loop()
+    renewals: _Renewals | None = getattr(_LOCAL, "renewals", None)
+    if renewals is None or renewals.loop is not loop:
+        renewals = _LOCAL.renewals = _Renewals(loop)
+    gid = renewals.group_ids.get((id(store), ttl, clock))
+    if gid is None:
+        gid = renewals.group(store, ttl, clock)
+    number = next(_NUMBERS)
+    renewals.held[number] = (gid, lease.run_id, lease.holder, lease.token)
+    renewals.push(number, ttl / 3)
+    return number
 
-    __slots__ = ("clock", "ended", "lease", "renewals", "store", "token", "ttl")
 
-    def __init__(self, store: Store, lease: Lease, ttl: float, clock: Callable[[], float]) -> None:
-        self.store = store
-        self.lease = lease
-        self.ttl = ttl
-        self.clock = clock
-        self.ended = False  # the run ended: nothing can be written to it, no need to free the lease
-        self.renewals = _renewals(asyncio.get_running_loop())
-        self.token = self.renewals.add(self, ttl / 3)
-
-    async def renew(self) -> None:
-        lease = self.lease
-        try:
-            now_ms = int(self.clock() * 1000)
-            renewed = await self.store.alease(
-                lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=int(self.ttl * 1000), token=lease.token
-            )
-        except Exception:
-            renewed = None  # the store hiccuped: try again sooner; the lease has two thirds left
-        if self.token < 0 or (renewed is not None and not renewed.held):
-            return  # stopped meanwhile, or taken over: every further write of the drive is refused
-        self.token = self.renewals.add(self, self.ttl / (3 if renewed is not None else 9))
-
-    def stop(self, overrun: Sequence[Overrun] | None = None) -> Awaitable[Any] | None:
-        """Stop renewing; free the lease (the awaitable returned), unless the run ended or synchronous
-        calls of the drive run on past their deadline (`overrun`: then a thread keeps the lease until they
-        return)."""
-        self.renewals.drop(self.token)
-        self.token = -1
-        if self.ended:
-            return None
-        lease = self.lease
-        if overrun:
-            threading.Thread(
-                target=keep_overrun,
-                args=(self.store, lease, self.ttl, self.clock, list(overrun)),
-                name=f"bide-overrun:{lease.run_id}",
-                daemon=True,
-            ).start()
-            return None
-        return _release(self.store, lease)
+def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) -> Awaitable[Any] | None:
+    """Stop renewing the lease `held` (from `hold_lease`, in this event loop) and free it (the awaitable
+    returned), unless the run `ended` (nothing can be written to it any more) or synchronous calls of the
+    drive run on past their deadline (`overrun`: then a thread keeps the lease until they return)."""
+    renewals: _Renewals | None = getattr(_LOCAL, "renewals", None)
+    # Numbers are unique in the process: another loop's registry (this thread ran another loop since,
+    # which cannot happen while a drive of this one is live) holds no entry under ours.
+    entry = None if renewals is None else renewals.held.pop(held, None)
+    if ended or entry is None or renewals is None:
+        return None
+    gid, run_id, holder, token = entry
+    store, ttl, clock = renewals.groups[gid]
+    lease = Lease(run_id, holder, token, 0)
+    if overrun:
+        threading.Thread(
+            target=keep_overrun,
+            args=(store, lease, ttl, clock, list(overrun)),
+            name=f"bide-overrun:{run_id}",
+            daemon=True,
+        ).start()
+        return None
+    return _release(store, lease)
 
 
 async def _release(store: Store, lease: Lease) -> None:
@@ -82,7 +78,6 @@ async def _release(store: Store, lease: Lease) -> None:
         await store.arelease(lease.run_id, lease.holder, lease.token)
 
 
-Overrun = tuple[CallWindow, Callable[[bool, Any], Record | None]]
 """A synchronous call running past its deadline, and how its outcome becomes its result record."""
 
 
@@ -120,62 +115,75 @@ def keep_overrun(
 
 
 class _Renewals:
-    """The renewals due in one event loop, and one timer for the earliest of them. Heap entries are
-    (when, token) tuples of atomic values (untracked by the garbage collector); stopped keepers leave
-    their entries behind until they reach the top or the heap is rebuilt."""
+    """The leases held by drives of one event loop, the renewals due, and one timer for the earliest.
+
+    Drives of one (store, ttl, clock) share a group, named by its index in `groups`. A held lease is an
+    entry `(group, run id, holder, token)` in `held` under a number of its own; heap entries are `(when,
+    number)`. Both are tuples of atomic values, untracked by the garbage collector. Entries of leases let
+    go stay in the heap until they reach the top or the heap is rebuilt."""
 
     _SLACK = 128
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
         self.heap: list[tuple[float, int]] = []
-        self.keepers: dict[int, LeaseKeeper] = {}
-        self.tokens = itertools.count()
+        self.held: dict[int, tuple[int, str, str, int]] = {}
+        self.groups: list[tuple[Store, float, Callable[[], float]]] = []
+        self.group_ids: dict[tuple[int, float, Callable[[], float]], int] = {}
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = math.inf
         self.renewing: set[asyncio.Future[None]] = set()
 
-    def add(self, keeper: LeaseKeeper, delay: float) -> int:
-        token = next(self.tokens)
-        self.keepers[token] = keeper
+    def group(self, store: Store, ttl: float, clock: Callable[[], float]) -> int:
+        """A new group: the group keeps the store alive, so its id names no other store while the loop
+        runs."""
+        gid = self.group_ids[(id(store), ttl, clock)] = len(self.groups)
+        self.groups.append((store, ttl, clock))
+        return gid
+
+    def push(self, number: int, delay: float) -> None:
         heap = self.heap
-        if len(heap) > 2 * len(self.keepers) + self._SLACK:
-            heap[:] = [item for item in heap if item[1] in self.keepers]
+        if len(heap) > 2 * len(self.held) + self._SLACK:
+            heap[:] = [item for item in heap if item[1] in self.held]
             heapq.heapify(heap)
         when = self.loop.time() + delay
-        heapq.heappush(heap, (when, token))
+        heapq.heappush(heap, (when, number))
         if when < self.timer_at:
             if self.timer is not None:
                 self.timer.cancel()
             self.timer_at = when
             self.timer = self.loop.call_at(when, self._fire)
-        return token
-
-    def drop(self, token: int) -> None:
-        self.keepers.pop(token, None)
 
     def _fire(self) -> None:
         self.timer, self.timer_at = None, math.inf
-        heap, keepers = self.heap, self.keepers
+        heap, held = self.heap, self.held
         now = self.loop.time()
-        while heap and (heap[0][0] <= now or heap[0][1] not in keepers):
-            _, token = heapq.heappop(heap)
-            keeper = keepers.pop(token, None)
-            if keeper is not None:
+        while heap and (heap[0][0] <= now or heap[0][1] not in held):
+            _, number = heapq.heappop(heap)
+            entry = held.get(number)
+            if entry is not None:
                 # The loop keeps only weak references to tasks: hold each renewal until it is done.
-                task = asyncio.ensure_future(keeper.renew())
+                task = asyncio.ensure_future(self._renew(number, entry))
                 self.renewing.add(task)
                 task.add_done_callback(self.renewing.discard)
         if heap:
             self.timer_at = heap[0][0]
             self.timer = self.loop.call_at(self.timer_at, self._fire)
 
+    async def _renew(self, number: int, entry: tuple[int, str, str, int]) -> None:
+        gid, run_id, holder, token = entry
+        store, ttl, clock = self.groups[gid]
+        try:
+            now_ms = int(clock() * 1000)
+            renewed: Lease | None = await store.alease(
+                run_id, holder, now_ms=now_ms, ttl_ms=int(ttl * 1000), token=token
+            )
+        except Exception:
+            renewed = None  # the store hiccuped: try again sooner; the lease has two thirds left
+        if number not in self.held or (renewed is not None and not renewed.held):
+            return  # let go meanwhile, or taken over: every further write of the drive is refused
+        self.push(number, ttl / (3 if renewed is not None else 9))
+
 
 _LOCAL = threading.local()
-
-
-def _renewals(loop: asyncio.AbstractEventLoop) -> _Renewals:
-    current: _Renewals | None = getattr(_LOCAL, "renewals", None)
-    if current is None or current.loop is not loop:
-        current = _LOCAL.renewals = _Renewals(loop)
-    return current
+_NUMBERS = itertools.count()  # the numbers of held leases, unique in the process (next() is atomic)

@@ -38,7 +38,9 @@ class MemoryStore(BlockingStore):
         self._runs: dict[str, dict[str, tuple[int, str, bytes]]] = {}
         self._order: dict[str, list[tuple[int, str, bytes]]] = {}
         self._seq = 0
-        self._leases: dict[str, Lease] = {}
+        # Leases as (holder, token, expires_ms): tuples of atomic values, untracked by the garbage collector
+        # (a Lease is a tuple subclass, which it tracks for as long as the store keeps it).
+        self._leases: dict[str, tuple[str, int, int]] = {}
         self._hooks = WriteHooks()
         self.hook_errors = self._hooks.errors
 
@@ -65,9 +67,9 @@ class MemoryStore(BlockingStore):
         out: list[Entry] = []
         with self._lock:
             if fence is not None:
-                lease = self._leases.get(run_id)
-                if lease is None or lease.token != fence[1] or lease.holder != fence[0]:
-                    refuse_fence(run_id, lease, fence)
+                held = self._leases.get(run_id)
+                if held is None or held[1] != fence[1] or held[0] != fence[0]:
+                    refuse_fence(run_id, self._lease(run_id), fence)
             records = self._runs.get(run_id)
             if records is None:
                 records = self._runs[run_id] = {}
@@ -119,25 +121,29 @@ class MemoryStore(BlockingStore):
 
     def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
         with self._lock:
-            lease = decide_lease(run_id, self._leases.get(run_id), holder, now_ms, ttl_ms, token)
+            lease = decide_lease(run_id, self._lease(run_id), holder, now_ms, ttl_ms, token)
             if lease.held:
-                self._leases[run_id] = lease
+                self._leases[run_id] = (holder, lease.token, lease.expires_ms)
         return lease
+
+    def _lease(self, run_id: str) -> Lease | None:
+        held = self._leases.get(run_id)
+        return None if held is None else Lease(run_id, *held)
 
     def release(self, run_id: str, holder: str, token: int) -> bool:
         with self._lock:
             current = self._leases.get(run_id)
-            if current is None or (current.holder, current.token) != (holder, token):
+            if current is None or current[0] != holder or current[1] != token:
                 return False
-            self._leases[run_id] = Lease(run_id, holder, token, 0)
+            self._leases[run_id] = (holder, token, 0)
         return True
 
     def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
         with self._lock:
             out = [
-                Lease(r, lease.holder, lease.token, lease.expires_ms)
-                for r, lease in self._leases.items()
-                if r > after and lease.expires_ms <= now_ms and self._open(r)
+                Lease(r, *held)
+                for r, held in self._leases.items()
+                if r > after and held[2] <= now_ms and self._open(r)
             ]
         out.sort(key=_lease_run)
         return out[:limit]

@@ -26,6 +26,14 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   (``synchronous=NORMAL`` on SQLite, ``synchronous_commit=off`` on PostgreSQL): the next durable commit
   syncs it (the write-ahead log is one sequence), and a grant lost to a crash is harmless, because fences
   compare the holder's random id as well as the token, so nobody can write under a grant the store forgot.
+  On PostgreSQL a grant or renewal is one upsert (``INSERT ... ON CONFLICT DO UPDATE ... WHERE ...
+  RETURNING``) applying the rule `decide_lease` states; a refused one reads the live lease to answer who
+  holds it. On SQLite the store reads the row, decides with `decide_lease` and writes.
+
+A transaction that loses to another one (SQLite: the database stayed locked past the busy timeout;
+PostgreSQL: a serialization failure or deadlock) did nothing and is run again under the one retry policy,
+`bide.RetryPolicy` (`_BATCH_RETRY`); errors are told apart by SQLite result code and SQLSTATE, not by
+their text. Inside the event loop nothing waits: a locked database hands the batch to the store's thread.
 
 Write hooks (`SQLStore.add_write_hook`, see `HookedStore` in bide/_store.py): in a transaction that
 inserted records, after the inserts and before COMMIT, each hook is called with the transaction's cursor
@@ -54,6 +62,7 @@ from sqlalchemy.engine import make_url
 
 from ._errors import ConfigError, StoreError, WriteRefused
 from ._memory import _check
+from ._retry import RetryPolicy
 from ._store import (
     END_KEY,
     Entry,
@@ -255,6 +264,12 @@ class SQLStore:
                 "ON r.run_id = q.run_id AND r.seq > q.after"
                 for n in _chunk_sizes()
             }
+            self._sql_get_many = {
+                n: f"WITH q(i, run_id, key) AS (VALUES {', '.join(['(?, ?, ?)'] * n)}) "
+                f"SELECT q.i, r.seq, r.data FROM q CROSS JOIN {p}records AS r "
+                "ON r.run_id = q.run_id AND r.key = q.key"
+                for n in _chunk_sizes()
+            }
             self._sql_rows_many = {
                 n: f"SELECT run_id, holder, token, expires_ms, ended FROM {p}runs WHERE run_id IN "
                 f"({', '.join(['?'] * n)})"
@@ -296,6 +311,26 @@ class SQLStore:
             f"holder IS NOT NULL AND expires_ms <= {ph} AND {has_records} ORDER BY run_id LIMIT {ph}"
         )
         self._sql_end = f"UPDATE {p}runs SET ended = 1 WHERE run_id = {ph}"
+        # The lease rule S9 (`decide_lease`) as one statement: grant (a new runs row, or a free or expired
+        # lease: the token grows) or renew (the holder presenting the current token), answering the token;
+        # no row back means another holder's live lease, read by `_sql_lease_get`.
+        if self.dialect == "sqlite":
+            run, holder, token, expires, now = ":run_id", ":holder", ":token", ":expires", ":now"
+        else:
+            names = ("run_id", "holder", "token", "expires", "now")
+            run, holder, token, expires, now = (f"%({n})s" for n in names)
+        renewal = f"({p}runs.holder = {holder} AND {p}runs.token = {token} AND {token} <> 0)"
+        self._sql_lease_take = (
+            f"INSERT INTO {p}runs(run_id, holder, token, expires_ms) VALUES ({run}, {holder}, 1, {expires}) "
+            f"ON CONFLICT (run_id) DO UPDATE SET "
+            f"token = CASE WHEN {renewal} THEN {p}runs.token ELSE {p}runs.token + 1 END, "
+            f"holder = {holder}, expires_ms = {expires} "
+            f"WHERE {renewal} OR {p}runs.holder IS NULL OR {p}runs.expires_ms <= {now} RETURNING token"
+        )
+        # PostgreSQL takes the upsert (one round trip instead of three). SQLite reads, decides and writes: its
+        # RETURNING buffers the row in a temporary table, and in-process statements cost no round trip, so
+        # three plain statements measured no slower than the upsert.
+        self._lease_upsert = self.dialect != "sqlite"
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -352,15 +387,15 @@ class SQLStore:
         return records, runs
 
     def _create_schema(self) -> None:
-        # Several processes may open a new database at once; losing the CREATE race is fine.
-        for attempt in range(5):
-            try:
-                self.metadata.create_all(self.engine, checkfirst=True)
-                self._add_lease_columns()
-                return
-            except sa.exc.DBAPIError as exc:
-                if attempt == 4:
-                    raise StoreError(f"cannot create bide tables in {self.url}: {exc}") from exc
+        # Several processes may open a new database at once; losing the CREATE race is fine: try again.
+        def create() -> None:
+            self.metadata.create_all(self.engine, checkfirst=True)
+            self._add_lease_columns()
+
+        try:
+            _SCHEMA_RETRY.run_sync(create, _schema_race)
+        except sa.exc.DBAPIError as exc:
+            raise StoreError(f"cannot create bide tables in {self.url}: {exc}") from exc
 
     def _add_lease_columns(self) -> None:
         """Give a runs table made by an earlier bide its lease and end columns, marking the runs that
@@ -603,34 +638,44 @@ class SQLStore:
         # requests in one batch are concurrent, so their relative order is free.
         batch.sort(key=_by_run_id)
         hooks = True
-        for attempt in range(8):
+
+        def attempt() -> list[Any]:
+            nonlocal hooks
             try:
-                results = self._transaction(batch, slot.get(), hooks=hooks)
+                return self._transaction(batch, slot.get(), hooks=hooks)
             except _HooksBroken:
                 slot.drop()
                 hooks = False  # the journal write goes ahead without them; derived data catches up later
-                continue
-            except Exception as exc:
+                raise
+            except Exception:
                 slot.drop()
-                if slot.in_loop and _retryable(exc):
-                    for req in batch:  # another process holds the write lock: wait for it off the loop
-                        self._enqueue(req)
-                    return
-                if _retryable(exc) and attempt < 7:
-                    continue
-                if len(batch) > 1:
-                    # Isolate the failing request: answer the others in their own transactions.
-                    for req in batch:
-                        self._run_batch([req], slot)
-                    return
-                error = StoreError(
-                    f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} failed; "
-                    f"a write may or may not have committed: {exc}"
-                )
-                self._answer([(batch[0], None, error)])
+                raise
+
+        def classify(exc: BaseException) -> bool:
+            if isinstance(exc, _HooksBroken):
+                return True
+            # The event loop never waits for a lock: a busy database hands the batch to the store's thread.
+            return not slot.in_loop and _retryable(exc)
+
+        try:
+            results = _BATCH_RETRY.run_sync(attempt, classify)
+        except Exception as exc:
+            if slot.in_loop and _retryable(exc):
+                for req in batch:  # another process holds the write lock: wait for it off the loop
+                    self._enqueue(req)
                 return
-            self._answer_all(batch, results)
+            if len(batch) > 1:
+                # Isolate the failing request: answer the others in their own transactions.
+                for req in batch:
+                    self._run_batch([req], slot)
+                return
+            error = StoreError(
+                f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} failed; "
+                f"a write may or may not have committed: {exc}"
+            )
+            self._answer([(batch[0], None, error)])
             return
+        self._answer_all(batch, results)
 
     def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
         writes = False
@@ -638,8 +683,7 @@ class SQLStore:
         for r in batch:
             if r.op == "insert":
                 writes = True
-                break
-            if r.op in _LEASE_OPS:
+            elif r.op in _LEASE_OPS:
                 leases = True
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
@@ -664,6 +708,11 @@ class SQLStore:
                         cur.execute(self._sql_runs_many[size], rids[start : start + size])
                     new_runs = missing
                 results = self._apply_sqlite(cur, batch)
+                if leases:
+                    # A lease writes the runs row too: the run's first insert need not. (A grant is not
+                    # synced, but a crash that loses it loses every later record of the run with it: the
+                    # write-ahead log is one sequence.)
+                    new_runs = new_runs | {r.run_id for r in batch if r.op == "lease"}
             else:
                 results = [self._apply(cur, req) for req in batch]
             if writes and hooks and self._hooks.hooks:
@@ -751,6 +800,7 @@ class SQLStore:
         inserts: list[int] = []
         loads: list[int] = []
         leases: list[int] = []
+        gets: list[int] = []
         others: list[int] = []
         for i, req in enumerate(batch):
             op = req.op
@@ -760,6 +810,8 @@ class SQLStore:
                 loads.append(i)
             elif op in _LEASE_OPS:
                 leases.append(i)
+            elif op == "get":
+                gets.append(i)
             else:
                 others.append(i)
         if inserts:
@@ -772,13 +824,17 @@ class SQLStore:
             for i in inserts:
                 results[i] = self._apply(cur, batch[i])
         for i in inserts:
-            items = batch[i].args[0]
-            if any(key == END_KEY for key, _ in items):
-                out = results[i]
-                if any(e.inserted and e.key == END_KEY for e in out):
-                    cur.execute(self._sql_end, (batch[i].run_id,))
+            for e in results[i]:  # a plain loop: cheaper than any() over a generator, 3 times a run
+                if e.key == END_KEY:
+                    if e.inserted:
+                        cur.execute(self._sql_end, (batch[i].run_id,))
+                    break
         if loads:
             self._load_batch_sqlite(cur, batch, loads, results)
+        if len(gets) == 1:
+            results[gets[0]] = self._apply(cur, batch[gets[0]])
+        elif gets:
+            self._get_batch_sqlite(cur, batch, gets, results)
         for i in others:
             results[i] = self._apply(cur, batch[i])
         return results
@@ -811,7 +867,7 @@ class SQLStore:
         items, exclusive, fence = req.args
         run_id = req.run_id
         try:
-            if fence is not None:
+            if fence is not None and (row is None or row[0] != fence[0] or row[1] != fence[1]):
                 held = row is not None and row[0] is not None
                 lease = Lease(run_id, row[0], int(row[1]), int(row[2])) if held and row else None
                 refuse_fence(run_id, lease, fence)
@@ -926,6 +982,20 @@ class SQLStore:
             for i in loads:
                 results[i].sort(key=_entry_seq)
 
+    def _get_batch_sqlite(self, cur: Any, batch: list[_Request], gets: list[int], results: list[Any]) -> None:
+        """Answer the get requests `gets` (indexes into `batch`; results None until found) with multi-row
+        statements (a drive looks for a cancel request at its turn boundaries: many at once)."""
+        params: list[Any] = []
+        for q, i in enumerate(gets):
+            req = batch[i]
+            params += (q, req.run_id, req.args)
+        sql = self._sql_get_many
+        for start, size in _chunks(len(gets)):
+            cur.execute(sql[size], params[3 * start : 3 * (start + size)])
+            for q, seq, data in cur.fetchall():
+                i = gets[q]
+                results[i] = Entry(int(seq), batch[i].args, bytes(data))
+
     def _apply(self, cur: Any, req: _Request) -> Any:
         if req.op == "insert":
             items, exclusive, _ = req.args
@@ -956,15 +1026,7 @@ class SQLStore:
                 cur.execute(self._sql_end, (req.run_id,))
             return out
         if req.op == "lease":
-            holder, now_ms, ttl_ms, token = req.args
-            cur.execute(self._sql_lease_row, (req.run_id,))
-            cur.execute(self._sql_lease_get, (req.run_id,))
-            row = cur.fetchone()
-            current = None if row[0] is None else Lease(req.run_id, row[0], int(row[1]), int(row[2]))
-            lease = decide_lease(req.run_id, current, holder, now_ms, ttl_ms, token)
-            if lease.held:
-                cur.execute(self._sql_lease_set, (holder, lease.token, lease.expires_ms, req.run_id))
-            return lease
+            return self._lease(cur, req.run_id, *req.args)
         if req.op == "release":
             holder, token = req.args
             cur.execute(self._sql_release, (req.run_id, holder, token))
@@ -983,6 +1045,28 @@ class SQLStore:
         prefix, after, limit = req.args
         cur.execute(self._sql_runs, (after, len(prefix), prefix, limit))
         return [r[0] for r in cur.fetchall()]
+
+    def _lease(self, cur: Any, run_id: str, holder: str, now_ms: int, ttl_ms: int, token: int) -> Lease:
+        """Grant, renew or answer the run's lease (S9): in one statement on PostgreSQL, else read, decide and
+        write."""
+        expires = now_ms + ttl_ms
+        if self._lease_upsert:
+            params = {"run_id": run_id, "holder": holder, "token": token, "expires": expires, "now": now_ms}
+            cur.execute(self._sql_lease_take, params)
+            row = cur.fetchone()
+            if row is not None:
+                return Lease(run_id, holder, int(row[0]), expires, True)
+            cur.execute(self._sql_lease_get, (run_id,))
+            row = cur.fetchone()
+            return Lease(run_id, row[0], int(row[1]), int(row[2]), False)
+        cur.execute(self._sql_lease_row, (run_id,))
+        cur.execute(self._sql_lease_get, (run_id,))
+        row = cur.fetchone()
+        current = None if row[0] is None else Lease(run_id, row[0], int(row[1]), int(row[2]))
+        lease = decide_lease(run_id, current, holder, now_ms, ttl_ms, token)
+        if lease.held:
+            cur.execute(self._sql_lease_set, (holder, lease.token, lease.expires_ms, run_id))
+        return lease
 
     def _insert(self, cur: Any, run_id: str, items: Sequence[tuple[str, bytes]]) -> list[Entry]:
         """SQLite: insert each absent item."""
@@ -1053,10 +1137,32 @@ def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, byt
     return [it if type(it) is tuple and type(it[1]) is bytes else (it[0], bytes(it[1])) for it in items]
 
 
+# SQLite's primary result codes for another connection holding a lock (SQLITE_BUSY, SQLITE_LOCKED), and
+# PostgreSQL's SQLSTATEs for a transaction aborted by a conflict (serialization failure, deadlock): the
+# transaction did nothing and may be run again.
+_SQLITE_BUSY = frozenset({5, 6})
+_PG_CONFLICT = frozenset({"40001", "40P01"})
+
+# The one retry policy (bide.RetryPolicy) for store transactions. A SQLite connection has already waited up
+# to its busy timeout before it reports a lock, so the waits here are short; PostgreSQL conflicts clear as
+# soon as the other transaction ends.
+_BATCH_RETRY = RetryPolicy(attempts=8, initial=0.002, maximum=0.25)
+_SCHEMA_RETRY = RetryPolicy(attempts=5, initial=0.01, maximum=0.2)
+
+
 def _retryable(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    sqlstate = getattr(exc, "sqlstate", None)
-    return sqlstate in ("40001", "40P01") or "database is locked" in text or "deadlock" in text
+    """True when `exc` (a DBAPI error, or SQLAlchemy's wrapper of one) says the transaction lost to another
+    one and did nothing: a lock held elsewhere, a serialization failure or a deadlock."""
+    orig = getattr(exc, "orig", None) or exc
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in _SQLITE_BUSY
+    return getattr(orig, "sqlstate", None) in _PG_CONFLICT
+
+
+def _schema_race(exc: BaseException) -> bool:
+    """Creating the tables failed, maybe because another process created them at the same moment: retry."""
+    return isinstance(exc, sa.exc.DBAPIError)
 
 
 def _chunk_sizes() -> list[int]:

@@ -5,7 +5,9 @@ request gets exactly what it would get alone."""
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import tempfile
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bide._sql import _CHUNK, SQLStore, _chunks
+from bide._sql import _CHUNK, SQLStore, _chunks, _retryable
 from bide._store import Entry, WriteTransaction
 
 
@@ -132,6 +134,23 @@ def test_loads_with_after_and_repeated_runs_in_one_batch(
     assert results[5] == full[3:] and results[5] is not results[1]
     assert results[6] == full[3]
     assert results[7] == []
+
+
+def test_gets_in_one_batch_each_answer_what_they_would_alone(store: SQLStore) -> None:
+    # Drives look for a cancel request at their turn boundaries, many in one batch: multi-row statements.
+    r = store.insert_many("r", [(f"k{i}", bytes([i])) for i in range(5)])
+    s = store.insert_many("s", [("k1", b"s1")])
+    wanted = [("r", "k3"), ("s", "k1"), ("r", "absent"), ("absent", "k1"), ("r", "k3"), ("r", "k0")]
+    wanted += [(f"x{i}", "k") for i in range(_CHUNK + 3)]  # more than one chunk
+    results, commits = run_batch(store, lambda: [store.aget(run, key) for run, key in wanted])
+    assert commits == 0
+    assert results[0] == Entry(r[3].seq, "k3", bytes([3]))
+    assert results[1] == Entry(s[0].seq, "k1", b"s1")
+    assert results[2] is None and results[3] is None
+    assert results[4] == results[0] and results[4] is not results[0]
+    assert results[5] == Entry(r[0].seq, "k0", bytes([0]))
+    assert results[6:] == [None] * (_CHUNK + 3)
+    assert results == [store.get(run, key) for run, key in wanted]
 
 
 def test_loads_in_a_batch_see_the_inserts_requested_before_them(store: SQLStore) -> None:
@@ -318,3 +337,40 @@ def test_a_batch_does_what_its_requests_do_one_by_one(
         finally:
             batched.close()
             single.close()
+
+
+def test_retry_classifier_knows_a_lock_from_other_errors(tmp_path: Path) -> None:
+    # The one retry policy retries what lost to another transaction, told by result code, not by text.
+    path = tmp_path / "locked.db"
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("CREATE TABLE t (x)")
+    holder.execute("BEGIN IMMEDIATE")
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    with pytest.raises(sqlite3.OperationalError) as locked:
+        other.execute("BEGIN IMMEDIATE")
+    with pytest.raises(sqlite3.OperationalError) as missing:
+        other.execute("SELECT * FROM no_such_table")
+    holder.execute("ROLLBACK")
+    holder.close()
+    other.close()
+    assert _retryable(locked.value)
+    assert not _retryable(missing.value)
+    assert not _retryable(ValueError("database is locked"))  # the text alone proves nothing
+
+
+def test_a_batch_waits_for_a_lock_held_elsewhere_then_commits(tmp_path: Path) -> None:
+    store = SQLStore(f"sqlite:///{tmp_path / 'wait.db'}", busy_timeout=0.2)
+    try:
+        holder = sqlite3.connect(tmp_path / "wait.db", isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        timer = threading.Timer(0.15, holder.execute, ("ROLLBACK",))
+        timer.start()
+        # Blocking caller: the store's thread meets the lock (busy timeout 200 ms), and the retry policy
+        # tries again until the holder lets go.
+        out = store.insert_many("r", [("k", b"v")])
+        timer.join()
+        holder.close()
+        assert [(e.key, e.inserted) for e in out] == [("k", True)]
+        assert store.load("r") == [Entry(out[0].seq, "k", b"v")]
+    finally:
+        store.close()
