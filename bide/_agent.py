@@ -341,8 +341,8 @@ class Agent(Generic[T]):
     def _sealed(self, journal: Journal, ask: _Ask) -> RunResult[T]:
         """The result of a run that holds `run:end` (a thread that holds it takes no more messages)."""
         seg = self._segment(journal, ask)
-        if isinstance(seg, RunResult):
-            return seg
+        if isinstance(journal, WatchedJournal):
+            journal.begin(seg.first_turn, seg.stop)
         if not seg.thread or journal.has(seg.open_key):
             return self._result_of(journal, seg, replayed=True)
         end = journal.get(END_KEY)
@@ -463,8 +463,8 @@ class Agent(Generic[T]):
 
     # -- segments (a run is one; a thread has one per message) ---------------------------------------------
 
-    def _segment(self, journal: Journal, ask: _Ask) -> _Segment | RunResult[T]:
-        """The segment a drive of `ask` drives, or the journaled result of one that has ended."""
+    def _segment(self, journal: Journal, ask: _Ask) -> _Segment:
+        """The segment a drive of `ask` is about (one that has ended, for a message already answered)."""
         run_id = journal.run_id
         start = journal.get(START_KEY)
         if not ask.thread:
@@ -485,7 +485,7 @@ class Agent(Generic[T]):
         last = segs[-1]
         done = journal.has(last.end_key)
         if ask.input is None:
-            return self._result_of(journal, last, replayed=True) if done else last
+            return last
         if ask.segment is not None and ask.segment < len(segs):
             seg = segs[ask.segment]
             if seg.input != ask.input:
@@ -493,7 +493,7 @@ class Agent(Generic[T]):
                     f"message {seg.index} of thread {run_id!r} is {seg.input[:80]!r}, not this one; send new "
                     f"messages as segment {len(segs) if done else last.index + 1} once the thread is idle"
                 )
-            return self._result_of(journal, seg, replayed=True) if journal.has(seg.end_key) else seg
+            return seg
         if not done:
             if last.input == ask.input and ask.segment is None:
                 return last  # the message being answered, sent again: resume it
@@ -553,10 +553,11 @@ class Agent(Generic[T]):
         """The drive proper, under the run's lease, from the journal loaded with it."""
         run_id = journal.run_id
         seg = self._segment(journal, ask)
-        if isinstance(seg, RunResult):
-            return seg
         if isinstance(journal, WatchedJournal):
-            journal.begin(seg.first_turn)
+            journal.begin(seg.first_turn, seg.stop)
+        end = self._end_of(journal, seg)
+        if end is not None:  # answered before this drive: its answer, from the journal
+            return self._ended_result(journal, seg, end, replayed=True)
         # A new segment's opening record (a run's start, a thread message's `seg:<k>`) is written with its
         # first turn, in the same all-or-nothing write: a run exists once it has a turn.
         needs_start = not journal.has(seg.open_key)

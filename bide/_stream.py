@@ -109,10 +109,17 @@ def _call_turn(call_id: str) -> int:
     return int(head) if call_id.startswith("c") and head.isdigit() else -1
 
 
-def events_of(run_id: str, record: Record, first_turn: int, replayed: bool) -> list[StreamEvent]:
-    """The events a journaled record stands for in a drive of the segment starting at `first_turn`."""
+def events_of(
+    run_id: str, record: Record, first_turn: int, stop: int | None, replayed: bool
+) -> list[StreamEvent]:
+    """The events a journaled record stands for in a drive of the segment of turns `first_turn` up to
+    `stop` (None: all from `first_turn` on)."""
+
+    def ours(turn: int) -> bool:
+        return turn >= first_turn and (stop is None or turn < stop)
+
     if isinstance(record, ModelTurn):
-        if record.turn < first_turn:
+        if not ours(record.turn):
             return []
         out: list[StreamEvent] = [ModelTurnEvent(run_id, record.turn, record.message, replayed)]
         calls: list[ToolCall] = record.message.tool_calls
@@ -120,12 +127,12 @@ def events_of(run_id: str, record: Record, first_turn: int, replayed: bool) -> l
             out.append(ToolCallStarted(run_id, c.call_id, c.name, c.arguments, replayed))
         return out
     if isinstance(record, ToolResult):
-        if _call_turn(record.call_id) < first_turn:
+        if not ours(_call_turn(record.call_id)):
             return []
         return [
             ToolCallFinished(run_id, record.call_id, record.tool, record.result, record.is_error, replayed)
         ]
-    if isinstance(record, OutputRetry) and record.turn >= first_turn:
+    if isinstance(record, OutputRetry) and ours(record.turn):
         return [OutputRetried(run_id, record.turn, record.error, replayed)]
     return []
 
@@ -136,22 +143,25 @@ class WatchedJournal(Journal):
     Records taken in before `begin(first_turn)` (the load with the lease) are replayed; those loaded or
     written after it are live."""
 
-    __slots__ = ("_first_turn", "_fresh", "sink")
+    __slots__ = ("_first_turn", "_fresh", "_stop", "sink")
 
     def __init__(self, store: Store, run_id: str, sink: Sink) -> None:
         super().__init__(store, run_id)
         self.sink = sink
         self._fresh: list[str] = []
         self._first_turn: int | None = None
+        self._stop: int | None = None
 
     def _keep(self, entry: Entry, rec: Record | None) -> None:
         super()._keep(entry, rec)
         self._fresh.append(entry.key)
 
-    def begin(self, first_turn: int) -> None:
-        """The drive knows its segment: stream the records loaded so far as replayed."""
+    def begin(self, first_turn: int, stop: int | None = None) -> None:
+        """The drive knows its segment (turns `first_turn` up to `stop`): stream the records loaded so far
+        as replayed."""
         if self._first_turn is None:
             self._first_turn = first_turn
+            self._stop = stop
             self._flush(True)
 
     def _flush(self, replayed: bool = False) -> None:
@@ -164,7 +174,7 @@ class WatchedJournal(Journal):
         for key in keys:
             record = self.get(key)
             if record is not None:
-                for event in events_of(self.run_id, record, first, replayed):
+                for event in events_of(self.run_id, record, first, self._stop, replayed):
                     self.sink(event)
 
     async def aload(self) -> Journal:
