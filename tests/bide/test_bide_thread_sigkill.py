@@ -85,9 +85,10 @@ def test_thread_killed_mid_message_resumes_that_message(point: str, tmp_path: Pa
         try:
             st = bide.run_status(store, "t-1")
             assert st.status == "halted" and st.input == "do two things"
+            call_id = str(outcome["call_id"])
             while True:  # the killed call's deadline (its 1 s timeout, plus clock skew) must pass first
                 try:
-                    bide.resolve_halt(store, "t-1", str(outcome["call_id"]), outcome=bide.Outcome.not_started())
+                    bide.resolve_halt(store, "t-1", call_id, outcome=bide.Outcome.not_started())
                     break
                 except bide.HaltInFlight as wait:
                     time.sleep(max(0.05, wait.retry_after - time.time()))
