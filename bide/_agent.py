@@ -699,7 +699,6 @@ class Agent(Generic[T]):
         record = decode_record(entry.key, entry.data)
         return record if isinstance(record, Cancel) else None
 
-
     async def _end_cancelled(self, journal: Journal, cancel: Cancel, seg: _Segment) -> RunResult[T]:
         """End the run as cancelled (or, if another driver ended it first, as that driver did). A thread's
         cancel ends the thread: its `run:end` seals it."""

@@ -31,6 +31,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._agent import Agent
 from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight, RunSleeping
@@ -43,7 +44,8 @@ __all__ = ["PassReport", "Worker"]
 
 log = logging.getLogger("bide.worker")
 
-AgentSource = Agent | Iterable[Agent] | Mapping[str, Agent] | Callable[[str], Agent | None]
+AnyAgent = Agent[Any]  # an agent of any output type
+AgentSource = AnyAgent | Iterable[AnyAgent] | Mapping[str, AnyAgent] | Callable[[str], AnyAgent | None]
 
 
 @dataclass(slots=True)
@@ -266,7 +268,7 @@ def _count(report: PassReport, outcome: str) -> None:
     setattr(report, outcome, getattr(report, outcome) + 1)
 
 
-def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], Agent | None]:
+def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], AnyAgent | None]:
     if isinstance(agents, Agent):
         agents = [agents]
     if isinstance(agents, Mapping):
