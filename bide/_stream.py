@@ -143,18 +143,26 @@ class WatchedJournal(Journal):
     Records taken in before `begin(first_turn)` (the load with the lease) are replayed; those loaded or
     written after it are live."""
 
-    __slots__ = ("_first_turn", "_fresh", "_stop", "sink")
+    __slots__ = ("_first_turn", "_fresh", "_sent", "_stop", "sink")
 
     def __init__(self, store: Store, run_id: str, sink: Sink) -> None:
         super().__init__(store, run_id)
         self.sink = sink
-        self._fresh: list[str] = []
+        self._fresh: list[tuple[str, Record | None]] = []
+        self._sent: dict[str, Record] = {}  # records of the write in progress, by key
         self._first_turn: int | None = None
         self._stop: int | None = None
 
+    def _items(self, records: Sequence[Record]) -> tuple[tuple[str, bytes], ...]:
+        # The records of a write, so that the events of those the store took need not be decoded again.
+        for r in records:
+            self._sent[r.key] = r
+        return super()._items(records)
+
     def _keep(self, entry: Entry, rec: Record | None) -> None:
         super()._keep(entry, rec)
-        self._fresh.append(entry.key)
+        # A record kept without its decoded form is one this journal wrote (or the header).
+        self._fresh.append((entry.key, rec if rec is not None else self._sent.get(entry.key)))
 
     def begin(self, first_turn: int, stop: int | None = None) -> None:
         """The drive knows its segment (turns `first_turn` up to `stop`): stream the records loaded so far
@@ -169,10 +177,12 @@ class WatchedJournal(Journal):
         if first is None or not self._fresh:
             return
         rows = self._rows
-        keys = sorted(self._fresh, key=lambda k: rows[k][0])
+        fresh = sorted(self._fresh, key=lambda kr: rows[kr[0]][0])
         self._fresh.clear()
-        for key in keys:
-            record = self.get(key)
+        self._sent.clear()
+        for key, record in fresh:
+            if record is None:
+                record = self.get(key)
             if record is not None:
                 for event in events_of(self.run_id, record, first, self._stop, replayed):
                     self.sink(event)
