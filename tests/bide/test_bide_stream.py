@@ -147,7 +147,8 @@ step = st.sampled_from(["lookup", "charge", "text"])
 @given(steps=st.lists(step, max_size=5), cut=st.integers(0, 12), chunk=st.integers(1, 6))
 def test_replayed_and_resumed_streams_equal_the_first_drives(steps: list[str], cut: int, chunk: int) -> None:
     """An uninterrupted stream, the replay of the finished run, and a stream cut after `cut` events then
-    resumed, all give the same events (replayed flags and deltas aside), and effects fire once."""
+    resumed, all give the same events (replayed flags and deltas aside), and effects fire at most once
+    (exactly once unless the cut landed inside a side effect, which then halts)."""
     script: list[Turn] = []
     for i, s in enumerate(steps):
         script.append(reply(f"thinking {i}") if s == "text" else call(s, customer=f"c{i}"))
@@ -166,10 +167,17 @@ def test_replayed_and_resumed_streams_equal_the_first_drives(steps: list[str], c
     fired.clear()
     head = drive("b", fired, store, stop=cut or None)
     tail = drive("b", fired, store)
-    assert fired == effects
-    # The head saw a prefix of the run's events; the resumed stream replays what was journaled (the drive
-    # may have gone on past what the head read) and then goes on live, to the same whole.
+    # The head saw a prefix of the run's events.
     assert plain(head) == plain(whole)[: len(plain(head))]
+    if isinstance(tail[-1], bide.Halted):
+        # The head was cancelled while a side effect was running: its outcome is unknown, and the resumed
+        # drive halts rather than call it again. Nothing fired twice.
+        assert isinstance(tail[-1].error, bide.OutcomeUnknown)
+        assert len(set(fired)) == len(fired) and set(fired) <= set(effects)
+        return
+    assert fired == effects
+    # The resumed stream replays what was journaled (the drive may have gone on past what the head read)
+    # and then goes on live, to the same whole.
     replayed = [e for e in tail if getattr(e, "replayed", False)]
     live = [e for e in tail if not getattr(e, "replayed", False)]
     assert plain(replayed) + plain(live) == plain(whole)
