@@ -237,7 +237,7 @@ class Agent(Generic[T]):
         self.output_retries = output_retries
         self._output: TypeAdapter[Any] | None = None
         self._output_prompt = ""
-        if output_type is not None:
+        if output_type is not None and output_type is not str:  # str: the answer's text as it is
             try:
                 self._output = TypeAdapter(output_type)
                 schema = json.dumps(self._output.json_schema(), sort_keys=True, separators=(",", ":"))
@@ -557,6 +557,9 @@ class Agent(Generic[T]):
             journal.begin(seg.first_turn, seg.stop)
         end = self._end_of(journal, seg)
         if end is not None:  # answered before this drive: its answer, from the journal
+            cancel = journal.get(CANCEL_KEY)
+            if seg.thread and ask.input is None and end.key != END_KEY and isinstance(cancel, Cancel):
+                return await self._end_cancelled(journal, cancel, seg)  # resuming an idle thread ends it
             return self._ended_result(journal, seg, end, replayed=True)
         # A new segment's opening record (a run's start, a thread message's `seg:<k>`) is written with its
         # first turn, in the same all-or-nothing write: a run exists once it has a turn.

@@ -190,8 +190,9 @@ class Worker:
         if agent is None:
             return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know")
         status = status_of(journal)
-        if status.status == "idle":
+        if status.status == "idle" and not journal.has(CANCEL_KEY):
             # A thread waiting for its next message: nothing to drive (its lease is free between messages).
+            # One with a cancel request is resumed, which ends it.
             self._state.pop(run_id, None)
             return "skipped"
         state = self._state.setdefault(run_id, _Backoff())

@@ -185,3 +185,19 @@ def test_threads_fire_each_call_once_whatever_fails(
     assert fired == [f"{m}.{c}" for m, calls in enumerate(messages) for c in range(len(calls))]
     users = [msg.content for msg in asyncio.run(thread.history()) if msg.role == "user"]
     assert users == [f"message {m}" for m in range(len(messages))]
+
+
+def test_a_worker_ends_an_idle_thread_that_was_cancelled(store: bide.Store) -> None:
+    agent = bide.Agent(ScriptedModel([reply("hi")]), store=store)
+    agent.thread("t").send_sync("hello")
+    bide.cancel_run(store, "t", reason="closed by support")
+    assert bide.run_status(store, "t").status == "idle"
+    report = asyncio.run(bide.Worker(store, agent).run_once())
+    assert report.completed == 1
+    st_ = bide.run_status(store, "t")
+    assert (st_.status, st_.answer) == ("cancelled", "Cancelled: closed by support")
+
+
+def test_output_type_str_is_the_plain_answer(store: bide.Store) -> None:
+    agent = bide.Agent(ScriptedModel([reply("just text")]), store=store, output_type=str)
+    assert agent.run_sync("r", "x").output == "just text"
