@@ -155,21 +155,22 @@ class _Ask:
 @dataclass(slots=True)
 class _Segment:
     """The part of a run one drive drives: a whole run, or one message of a thread (turns from
-    `first_turn`; `stop` is the next segment's first turn, for earlier segments)."""
+    `first_turn`; `stop` is the next segment's first turn, for earlier segments). `open_key` is the record
+    that opens it (a run's start, a message's `seg:<k>`), `end_key` the one that ends it."""
 
     index: int
     input: str
     first_turn: int
     thread: bool
     stop: int | None = None
+    open_key: str = START_KEY
+    end_key: str = END_KEY
 
-    @property
-    def open_key(self) -> str:
-        return segment_key(self.index) if self.index else START_KEY
-
-    @property
-    def end_key(self) -> str:
-        return segment_end_key(self.index) if self.thread else END_KEY
+    def __post_init__(self) -> None:
+        if self.index:
+            self.open_key = segment_key(self.index)
+        if self.thread:
+            self.end_key = segment_end_key(self.index)
 
 
 class Agent(Generic[T]):
@@ -314,7 +315,7 @@ class Agent(Generic[T]):
         try:
             result = await self._drive(journal, ask, sink)
             # A run that ended needs no lease; a thread waiting for its next message hands it back.
-            keeper.ended = journal.has(END_KEY)
+            keeper.ended = not ask.thread or journal.has(END_KEY)
             return result
         except WriteRefused as refused:
             # Another driver took the lease over, or ended the run: see what the journal says now.
@@ -365,10 +366,17 @@ class Agent(Generic[T]):
         return end if isinstance(end, End) else None
 
     def _ended_result(
-        self, journal: Journal, seg: _Segment, end: End, *, replayed: bool, output: Any = None
+        self,
+        journal: Journal,
+        seg: _Segment,
+        end: End,
+        *,
+        replayed: bool,
+        output: Any = None,
+        turns: int = -1,
     ) -> RunResult[T]:
         """The RunResult of a segment that ended with `end` (OutputInvalid for one that failed).
-        `output` is the validated answer when the caller has it."""
+        `output` is the validated answer and `turns` the segment's turns when the caller has them."""
         run_id = journal.run_id
         if end.status == "failed":
             raise OutputInvalid(f"run {run_id!r}{_of(seg)} ended without a valid answer: {end.answer}")
@@ -384,7 +392,8 @@ class Agent(Generic[T]):
                     f"agent's output_type ({error}); was output_type changed since? Read result.answer "
                     "with the type the run was made for"
                 )
-        turns = _count_turns(journal, seg.first_turn, seg.stop)
+        if turns < 0:
+            turns = _count_turns(journal, seg.first_turn, seg.stop)
         return RunResult(run_id, end.answer, turns, replayed, end.status, output, seg.index)
 
     def _validate(self, text: str) -> tuple[bool, Any, str]:
@@ -577,9 +586,11 @@ class Agent(Generic[T]):
                 # must be this drive's run (and message).
                 self._check_open(journal, seg)
                 needs_start = False
-            end = self._end_of(journal, seg)
-            if end is not None:
-                return self._ended_result(journal, seg, end, replayed=False)
+            ended = journal.get(seg.end_key)
+            if ended is None and seg.thread:
+                ended = journal.get(END_KEY)  # the thread was cancelled
+            if isinstance(ended, End):
+                return self._ended_result(journal, seg, ended, replayed=False)
             # A cancel request is honoured at a turn boundary: from the journal loaded with the lease on the
             # drive's first, then from the store (another process may have written it) once `cancel_check`
             # seconds have passed since the drive last looked.
@@ -624,7 +635,10 @@ class Agent(Generic[T]):
                     if await write:
                         needs_start = False
                         if isinstance(after, End):
-                            return self._ended_result(journal, seg, after, replayed=False, output=output)
+                            turns = turn + 1 - seg.first_turn
+                            return self._ended_result(
+                                journal, seg, after, replayed=False, output=output, turns=turns
+                            )
                         messages.append(msg)
                         messages.append(UserMessage(content=after.error))
                         turn += 1

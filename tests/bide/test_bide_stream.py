@@ -130,7 +130,8 @@ def test_breaking_out_of_a_stream_leaves_a_run_that_resumes(store: bide.Store) -
     script = [call("charge", customer="a"), call("charge", customer="b"), reply("done")]
     agent = bide.Agent(ScriptedModel(script), store=store, tools=tools(fired))
     head = asyncio.run(collect(agent.stream("r", "charge both"), stop=3))  # up to the first result
-    assert isinstance(head[-1], bide.ToolCallFinished) and fired == ["a"]
+    assert isinstance(head[-1], bide.ToolCallFinished) and head[-1].call_id == "c0.0"
+    assert fired in (["a"], ["a", "b"])  # the drive may have gone on while the reader took the event
     # The drive does not wait for its reader: it may have claimed the next call when it was cancelled
     # (this process knows that claim never called the tool, so the next drive voids it).
     assert bide.run_status(store, "r").status in ("running", "halted")
