@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib as _contextlib
 
-from ._agent import Agent, RunResult
+from ._agent import Agent, RunResult, Thread
 from ._anthropic import AnthropicModel
 from ._cancel import acancel_run, cancel_run
 from ._canonical import canonical_json
@@ -25,6 +25,7 @@ from ._errors import (
     NoLiveAttempt,
     NotCalled,
     OutcomeUnknown,
+    OutputInvalid,
     ResolveRefused,
     RunEnded,
     RunHalted,
@@ -68,8 +69,10 @@ from ._records import (
     Header,
     ModelTurn,
     NotStarted,
+    OutputRetry,
     Pause,
     Record,
+    Segment,
     Start,
     Timer,
     ToolResult,
@@ -80,6 +83,15 @@ from ._resolve import RunStatus, aresolve_halt, resolve_halt, run_status
 from ._retry import RetryPolicy
 from ._sql import SQLStore
 from ._store import Entry, HookedStore, Lease, Store, WriteHook, WriteTransaction
+from ._stream import (
+    Finished,
+    Halted,
+    ModelTurnEvent,
+    OutputRetried,
+    StreamEvent,
+    ToolCallFinished,
+    ToolCallStarted,
+)
 from ._timers import TimerTool, timer
 from ._tools import (
     AttemptInfo,
@@ -111,6 +123,7 @@ __all__ = [
     "Denied",
     "End",
     "Entry",
+    "Finished",
     "Gate",
     "GateDecision",
     "GateJournal",
@@ -118,6 +131,7 @@ __all__ = [
     "GateRequest",
     "HaltAlreadyResolved",
     "HaltInFlight",
+    "Halted",
     "Header",
     "HookedStore",
     "Idempotent",
@@ -131,12 +145,16 @@ __all__ = [
     "ModelError",
     "ModelRequest",
     "ModelTurn",
+    "ModelTurnEvent",
     "NoLiveAttempt",
     "NotCalled",
     "NotStarted",
     "OpenAIModel",
     "Outcome",
     "OutcomeUnknown",
+    "OutputInvalid",
+    "OutputRetried",
+    "OutputRetry",
     "PassReport",
     "Pause",
     "Pending",
@@ -155,18 +173,23 @@ __all__ = [
     "RunStatus",
     "SQLStore",
     "Safety",
+    "Segment",
     "SideEffect",
     "Start",
     "Store",
     "StoreError",
     "StoreURLError",
+    "StreamEvent",
     "StreamingModel",
     "SystemMessage",
     "TextDelta",
+    "Thread",
     "Timer",
     "TimerTool",
     "Tool",
     "ToolCall",
+    "ToolCallFinished",
+    "ToolCallStarted",
     "ToolError",
     "ToolMessage",
     "ToolNotStarted",

@@ -1,6 +1,6 @@
 """The agent loop: model turns and tool calls, each journaled, resumed from the journal after a crash.
 
-One drive of `Agent.run(run_id, input)`:
+One drive of `Agent.run(run_id, input)` (or of a thread's message, `Agent.thread(id).send(message)`):
 
 0. Take the run's lease (docs/guarantee.md): another live driver's lease means `RunInFlight` (after
    waiting up to `lease_wait`). Every write of the drive is fenced by the lease's token.
@@ -21,6 +21,16 @@ Side effects follow the claim protocol (see docs/guarantee.md): attempt marker w
 only under our own stored claim and only inside the marker's window, record the result. A marker without a
 result halts with `OutcomeUnknown` unless a reconciler decides it, or this process knows the call never
 started. A lost write race reloads the journal before anything is decided.
+
+A conversation thread is one run (entry point `thread:<name>`) in segments: message 0 is the start's
+input, message k (from 1) is a `seg:<k>` record written with the segment's first turn; segment k ends with
+`seg:<k>:end` (the run stays open: `run:end` would seal it) and its turns follow the earlier ones' turn
+numbers, so every call id stays unique in the run. A drive of segment k replays segments 0..k-1 from the
+journal as history and drives segment k exactly as a run is driven; a cancel ends (seals) the thread.
+
+With an `output_type`, a final answer that does not validate is journaled with an `OutputRetry` record
+(what the model is told) in the same write as its turn, and the model is asked again, `output_retries`
+times at most; then the run (or segment) ends with status "failed" (`OutputInvalid`).
 """
 
 from __future__ import annotations
@@ -31,9 +41,12 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, cast
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypeVar
 
 from ._cancel import cancelled_answer
 from ._canonical import canonical_json, json_text, new_claim
@@ -44,9 +57,11 @@ from ._errors import (
     ModelError,
     NotCalled,
     OutcomeUnknown,
+    OutputInvalid,
     RunInFlight,
     RunLimitExceeded,
     RunMismatch,
+    RunNotFound,
     RunSleeping,
     StoreError,
     ToolError,
@@ -55,14 +70,16 @@ from ._errors import (
 )
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
 from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
-from ._journal import Journal
+from ._journal import Journal, check_run_id
 from ._lease import Overrun, hold_lease, let_go
 from ._messages import (
     AssistantMessage,
     Message,
     Model,
     ModelRequest,
+    StreamingModel,
     SystemMessage,
+    TextDelta,
     ToolCall,
     ToolMessage,
     Usage,
@@ -78,8 +95,10 @@ from ._records import (
     End,
     ModelTurn,
     NotStarted,
+    OutputRetry,
     Pause,
     Record,
+    Segment,
     Start,
     Timer,
     ToolResult,
@@ -89,44 +108,93 @@ from ._records import (
     not_started_key,
     pause_key,
     result_key,
+    retry_key,
+    segment_end_key,
+    segment_key,
     timer_key,
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
 from ._store import Fence, Lease, Store
+from ._stream import Sink, StreamEvent, WatchedJournal, stream_drive
 from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
 from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
 from ._when import iso, when
 
-__all__ = ["Agent", "RunResult"]
+__all__ = ["Agent", "RunResult", "Thread"]
 
 DEFAULT_LEASE_TTL = 30.0
 DEFAULT_MAX_PARALLEL = 8
 
+T = TypeVar("T", covariant=True, default=str)
+_NO_OUTPUT: Any = None  # the output of a cancelled run with an output_type
+
 
 @dataclass(slots=True)
-class RunResult:
+class RunResult(Generic[T]):
     """A finished run: its final `answer`. `replayed` is True when the run had already finished before this
     call and the answer came from the journal without calling the model. `status` is "completed", or
     "cancelled" for a run ended by a cancel request (`bide.cancel_run`; its answer says so). `usage` sums the
     tokens of the run's journaled model turns, as their providers reported them (a replayed run reports the
-    same)."""
+    same).
+
+    `output` is the answer validated against the agent's `output_type` (the answer text itself for an agent
+    without one; None for a cancelled run). `turns` counts the model turns of this run (of this message, for
+    a thread), and `segment` is the index of the thread's message it answers (0 for a run)."""
 
     run_id: str
     answer: str
     turns: int
     replayed: bool = False
     status: str = "completed"
+    output: T = _NO_OUTPUT
+    segment: int = 0
     usage: Usage = Usage()  # noqa: RUF009 (a frozen value)
 
 
-class Agent:
+@dataclass(slots=True, frozen=True)
+class _Ask:
+    """What a drive was asked for: a run's input, a thread's message (`segment`: its expected index, if the
+    caller knows it), or (input None) the thread's unfinished message."""
+
+    input: str | None
+    thread: bool = False
+    segment: int | None = None
+
+
+@dataclass(slots=True)
+class _Segment:
+    """The part of a run one drive drives: a whole run, or one message of a thread (turns from
+    `first_turn`; `stop` is the next segment's first turn, for earlier segments). `open_key` is the record
+    that opens it (a run's start, a message's `seg:<k>`), `end_key` the one that ends it."""
+
+    index: int
+    input: str
+    first_turn: int
+    thread: bool
+    stop: int | None = None
+    open_key: str = START_KEY
+    end_key: str = END_KEY
+
+    def __post_init__(self) -> None:
+        if self.index:
+            self.open_key = segment_key(self.index)
+        if self.thread:
+            self.end_key = segment_end_key(self.index)
+
+
+class Agent(Generic[T]):
     """A durable agent: `model`, `tools` and a `system` prompt over a journal in `store`.
 
     `name` is the run's entry point: a run started by one agent name cannot be resumed by another.
-    `max_turns` bounds the model turns of a run (journaled turns count). `clock_skew` (seconds) is the margin
-    a reconciler waits past an attempt's deadline before deciding it; `clock` (Unix seconds) stamps attempt
-    markers, leases, and judges their age.
+    `max_turns` bounds the model turns of a run (journaled turns count; per message, for a thread).
+    `clock_skew` (seconds) is the margin a reconciler waits past an attempt's deadline before deciding it;
+    `clock` (Unix seconds) stamps attempt markers, leases, and judges their age.
+
+    `output_type` (a pydantic model, or any type pydantic validates) makes the final answer structured: the
+    model is told the JSON schema (in the system prompt), its final answer is validated, and a failure is
+    shown to the model, which is asked again up to `output_retries` times (each retry journaled); the
+    validated value is `RunResult.output`.
 
     A drive holds the run's lease (see docs/guarantee.md) for `lease_ttl` seconds, renewed every third of
     it while it drives. A drive that finds the lease held by another live driver waits up to `lease_wait`
@@ -156,6 +224,8 @@ class Agent:
         lease_wait: float = 0.0,
         cancel_check: float = 0.5,
         max_parallel: int = DEFAULT_MAX_PARALLEL,
+        output_type: type[T] | None = None,
+        output_retries: int = 2,
     ) -> None:
         if not callable(getattr(model, "complete", None)):
             raise ConfigError("model must have an async complete(request) method (see bide.Model)")
@@ -167,6 +237,8 @@ class Agent:
             raise ConfigError(
                 "max_parallel must be a whole number, 1 or more (1: calls run one after another)"
             )
+        if not (isinstance(output_retries, int) and output_retries >= 0):
+            raise ConfigError("output_retries must be a whole number, 0 or more")
         for method in ("ainsert_many", "aload", "alease", "arelease", "insert_many", "load", "lease"):
             if not callable(getattr(store, method, None)):
                 raise ConfigError("store must be a bide store (use bide.open_store(url))")
@@ -181,6 +253,24 @@ class Agent:
         self.lease_wait = float(lease_wait)
         self.cancel_check = float(cancel_check)
         self.max_parallel = max_parallel
+        self.output_type = output_type
+        self.output_retries = output_retries
+        self._output: TypeAdapter[Any] | None = None
+        self._output_prompt = ""
+        if output_type is not None and output_type is not str:  # str: the answer's text as it is
+            try:
+                self._output = TypeAdapter(output_type)
+                schema = json.dumps(self._output.json_schema(), sort_keys=True, separators=(",", ":"))
+            except Exception as exc:
+                raise ConfigError(
+                    f"output_type {output_type!r} is not a type pydantic can validate and describe ({exc}); "
+                    "use a pydantic model or a plain type"
+                ) from exc
+            self._output_prompt = (
+                "Your final answer (a reply without tool calls) must be only a JSON value, with no other "
+                f"text, matching this JSON schema: {schema}"
+            )
+        self._streams = callable(getattr(model, "stream", None))
         # Synchronous calls running past their deadline, by (run id, fence) of the drive that started them.
         self._overruns: dict[tuple[str, Fence | None], list[Overrun]] = {}
         self.tools: dict[str, Tool] = {}
@@ -197,11 +287,16 @@ class Agent:
     def entry(self) -> str:
         return f"agent:{self.name}"
 
-    def run_sync(self, run_id: str, input: str) -> RunResult:
+    @property
+    def thread_entry(self) -> str:
+        """The entry point of this agent's conversation threads."""
+        return f"thread:{self.name}"
+
+    def run_sync(self, run_id: str, input: str) -> RunResult[T]:
         """`run` for synchronous code (must not be called from a running event loop)."""
         return asyncio.run(self.run(run_id, input))
 
-    async def run(self, run_id: str, input: str) -> RunResult:
+    async def run(self, run_id: str, input: str) -> RunResult[T]:
         """Drive the run to its answer, resuming from the journal; see the module docstring.
 
         Returns a `RunResult` only for a completed run. Raises `OutcomeUnknown` (a side effect's outcome
@@ -209,9 +304,34 @@ class Agent:
         Logged on the "bide" logger, traced as an OpenTelemetry span when a tracer provider is set
         (bide._telemetry).
         """
+        if not isinstance(input, str):
+            raise ConfigError("input must be a string")
+        return await self._run(run_id, _Ask(input), None)
+
+    def stream(self, run_id: str, input: str) -> AsyncIterator[StreamEvent]:
+        """`run`, as the events it journals: `async for event in agent.stream(run_id, input)`.
+
+        Yields `ModelTurnEvent`, `ToolCallStarted`, `ToolCallFinished` and `OutputRetried` as their records
+        are journaled (`replayed=True` for those journaled by an earlier drive), `TextDelta`s while a
+        `StreamingModel` writes a turn (never journaled, never replayed), and last `Finished` (its
+        `result` is what `run` returns) or `Halted` (the halt `run` would raise). Other errors are raised.
+        Leaving the loop early cancels the drive; a later `run` resumes it from the journal. Use
+        `contextlib.aclosing` to have it cancelled at once rather than when the iterator is collected."""
+        if not isinstance(input, str):
+            raise ConfigError("input must be a string")
+        ask = _Ask(input)
+        check_run_id(run_id)
+        return stream_drive(run_id, lambda sink: self._run(run_id, ask, sink))
+
+    def thread(self, thread_id: str) -> Thread[T]:
+        """The conversation thread `thread_id`: many user messages, one journal (see `Thread`)."""
+        return Thread(self, check_run_id(thread_id))
+
+    async def _run(self, run_id: str, ask: _Ask, sink: Sink | None) -> RunResult[T]:
+        """One drive of a run or of a thread's message, logged and traced (bide._telemetry)."""
         watch = run_watch(self, run_id)  # None when nobody listens below WARNING
         try:
-            result = await self._run(run_id, input)
+            result = await self._drive_run(run_id, ask, sink)
         except BaseException as exc:
             run_failed(watch, self.name, run_id, exc)
             raise
@@ -219,30 +339,26 @@ class Agent:
             watch.finished(result)
         return result
 
-    async def _run(self, run_id: str, input: str) -> RunResult:
-        if not isinstance(input, str):
-            raise ConfigError("input must be a string")
-        journal = Journal(self.store, run_id)
+    async def _drive_run(self, run_id: str, ask: _Ask, sink: Sink | None) -> RunResult[T]:
+        journal = Journal(self.store, run_id) if sink is None else WatchedJournal(self.store, run_id, sink)
         lease = await self._take_lease(journal)
         if lease is None:  # the run had ended: its answer, from the journal
-            self._check_start(journal, input)
-            return self._finished(journal, replayed=True)
+            return self._sealed(journal, ask)
         held = hold_lease(self.store, lease, self.lease_ttl, self.clock)
         del lease  # a live run holds no lease object: the registry's entry is a tuple of atomic values
         ended = False  # the run ended: nothing can be written to it, no need to free the lease
         run_loaded(journal)
         try:
-            result = await self._drive(journal, input)
-            ended = True
-            result.usage = _usage(journal)
+            result = await self._drive(journal, ask, sink)
+            # A run that ended needs no lease; a thread waiting for its next message hands it back.
+            ended = not ask.thread or journal.has(END_KEY)
             return result
         except WriteRefused as refused:
             # Another driver took the lease over, or ended the run: see what the journal says now.
             await journal.aload()
             if journal.has(END_KEY):
                 ended = True
-                self._check_start(journal, input)
-                return self._finished(journal, replayed=True)
+                return self._sealed(journal, ask)
             now = self.clock()
             raise RunInFlight(
                 f"run {run_id!r} is being driven by another driver, which took over this drive's lease "
@@ -259,13 +375,98 @@ class Agent:
             if release is not None:
                 await release
 
-    def _finished(self, journal: Journal, *, replayed: bool) -> RunResult:
+    def _sealed(self, journal: Journal, ask: _Ask) -> RunResult[T]:
+        """The result of a run that holds `run:end` (a thread that holds it takes no more messages)."""
+        seg = self._segment(journal, ask)
+        if isinstance(journal, WatchedJournal):
+            journal.begin(seg.first_turn, seg.stop)
+        if not seg.thread or journal.has(seg.open_key):
+            return self._result_of(journal, seg, replayed=True)
         end = journal.get(END_KEY)
-        assert isinstance(end, End)
-        turns = _count_turns(journal)
-        result = RunResult(journal.run_id, end.answer, turns, replayed=replayed, status=end.status)
-        result.usage = _usage(journal)
-        return result
+        status = end.status if isinstance(end, End) else "ended"
+        raise RunMismatch(
+            f"thread {journal.run_id!r} has ended ({status}): it takes no more messages; start a new thread "
+            "for new work"
+        )
+
+    def _result_of(self, journal: Journal, seg: _Segment, *, replayed: bool) -> RunResult[T]:
+        end = self._end_of(journal, seg)
+        assert end is not None
+        return self._ended_result(journal, seg, end, replayed=replayed)
+
+    def _end_of(self, journal: Journal, seg: _Segment) -> End | None:
+        """The segment's end record, or a thread's `run:end` (it ended the thread and so the segment)."""
+        end = journal.get(seg.end_key)
+        if end is None and seg.thread:
+            end = journal.get(END_KEY)
+        return end if isinstance(end, End) else None
+
+    def _ended_result(
+        self,
+        journal: Journal,
+        seg: _Segment,
+        end: End,
+        *,
+        replayed: bool,
+        output: Any = None,
+        turns: int = -1,
+    ) -> RunResult[T]:
+        """The RunResult of a segment that ended with `end` (OutputInvalid for one that failed).
+        `output` is the validated answer and `turns` the segment's turns when the caller has them."""
+        run_id = journal.run_id
+        if end.status == "failed":
+            raise OutputInvalid(f"run {run_id!r}{_of(seg)} ended without a valid answer: {end.answer}")
+        if end.status != "completed":
+            output = None if self._output is not None else end.answer
+        elif self._output is None:
+            output = end.answer
+        elif output is None:
+            ok, output, error = self._validate(end.answer)
+            if not ok:
+                raise OutputInvalid(
+                    f"run {run_id!r}{_of(seg)} ended with an answer that does not validate against this "
+                    f"agent's output_type ({error}); was output_type changed since? Read result.answer "
+                    "with the type the run was made for"
+                )
+        if turns < 0:
+            turns = _count_turns(journal, seg.first_turn, seg.stop)
+        usage = _usage(journal, seg.first_turn, seg.stop)
+        return RunResult(run_id, end.answer, turns, replayed, end.status, output, seg.index, usage)
+
+    def _validate(self, text: str) -> tuple[bool, Any, str]:
+        """(True, value, "") when `text` validates against output_type, else (False, None, the error)."""
+        adapter = self._output
+        assert adapter is not None
+        body = text.strip()
+        if body.startswith("```") and body.endswith("```") and len(body) >= 6:
+            body = body[3:-3]
+            body = body.partition("\n")[2] if "\n" in body else body  # drop a ```json language tag
+        try:
+            return True, adapter.validate_json(body), ""
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            parts = [f"{'.'.join(str(p) for p in e['loc']) or 'value'}: {e['msg']}" for e in errors[:8]]
+            return False, None, "; ".join(parts)
+
+    def _final(self, seg: _Segment, turn: int, text: str, retries: int) -> tuple[End | OutputRetry, Any]:
+        """What a final answer of turn `turn` is journaled with: the segment's end (and its validated
+        output), or an output retry while retries are left, or a failed end."""
+        if self._output is None:
+            return End(key=seg.end_key, answer=text), text
+        ok, value, error = self._validate(text)
+        if ok:
+            return End(key=seg.end_key, answer=text), value
+        if retries < self.output_retries:
+            feedback = (
+                f"Your final answer is not valid: {error}. Answer again with only a JSON value matching the "
+                "schema."
+            )
+            return OutputRetry(key=retry_key(turn), turn=turn, error=feedback), None
+        answer = (
+            f"the model's final answer failed validation against output_type {retries + 1} times "
+            f"(output_retries={self.output_retries}); the last error: {error}"
+        )
+        return End(key=seg.end_key, status="failed", answer=answer), None
 
     async def _take_lease(self, journal: Journal) -> Lease | None:
         """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
@@ -306,37 +507,127 @@ class Agent:
             await asyncio.sleep(min(pause, give_up - now))
             pause = min(pause * 2, 1.0)
 
-    async def _drive(self, journal: Journal, input: str) -> RunResult:
+    # -- segments (a run is one; a thread has one per message) ---------------------------------------------
+
+    def _segment(self, journal: Journal, ask: _Ask) -> _Segment:
+        """The segment a drive of `ask` is about (one that has ended, for a message already answered)."""
+        run_id = journal.run_id
+        start = journal.get(START_KEY)
+        if not ask.thread:
+            assert ask.input is not None
+            if start is not None:
+                self._check_start(journal, ask.input)
+            return _Segment(0, ask.input, 0, False)
+        if start is None:
+            if ask.input is None:
+                raise RunNotFound(f"thread {run_id!r} has no message yet; send it one (thread.send)")
+            if ask.segment not in (None, 0):
+                raise RunMismatch(
+                    f"thread {run_id!r} has no message yet, so the next one is segment 0, not {ask.segment}"
+                )
+            return _Segment(0, ask.input, 0, True)
+        self._check_thread(journal)
+        segs = _segments(journal)
+        last = segs[-1]
+        done = journal.has(last.end_key)
+        if ask.input is None:
+            return last
+        if ask.segment is not None and ask.segment < len(segs):
+            seg = segs[ask.segment]
+            if seg.input != ask.input:
+                raise RunMismatch(
+                    f"message {seg.index} of thread {run_id!r} is {seg.input[:80]!r}, not this one; send new "
+                    f"messages as segment {len(segs) if done else last.index + 1} once the thread is idle"
+                )
+            return seg
+        if not done:
+            if last.input == ask.input and ask.segment is None:
+                return last  # the message being answered, sent again: resume it
+            raise RunMismatch(
+                f"thread {run_id!r} is still answering message {last.index} ({last.input[:80]!r}); resume it "
+                "(thread.resume(), or send that message again) before sending another"
+            )
+        if ask.segment is not None and ask.segment != len(segs):
+            raise RunMismatch(f"thread {run_id!r} has {len(segs)} messages: the next is segment {len(segs)}")
+        return _Segment(len(segs), ask.input, _count_turns(journal, 0, None), True)
+
+    def _system(self) -> SystemMessage | None:
+        text = self.system
+        if self._output_prompt:
+            text = f"{text}\n\n{self._output_prompt}" if text else self._output_prompt
+        if not text:
+            return None
+        system = self._system_message
+        if system is None or system.content != text:  # one message serves all runs
+            system = self._system_message = SystemMessage(content=text)
+        return system
+
+    def _history(self, journal: Journal, seg: _Segment) -> list[Message]:
+        """The messages a drive of `seg` starts from: the system prompt, the thread's earlier messages and
+        their turns (from the journal), and the segment's own user message."""
+        messages: list[Message] = []
+        system = self._system()
+        if system is not None:
+            messages.append(system)
+        if seg.index:
+            for prev in _segments(journal)[: seg.index]:
+                stop = prev.stop if prev.stop is not None else seg.first_turn
+                _replay_segment(journal, prev, stop, messages)
+        messages.append(UserMessage(content=seg.input))
+        return messages
+
+    async def _stream_turn(self, request: ModelRequest, sink: Sink) -> object:
+        """Ask a streaming model for a turn, handing its text deltas to `sink`; returns the final message."""
+        final: object = None
+        async for item in cast(StreamingModel, self.model).stream(request):
+            if isinstance(item, TextDelta):
+                sink(item)
+            elif final is None:
+                final = item
+            else:
+                raise ModelError(
+                    f"model {getattr(self.model, 'name', '?')!r} streamed more than one final message"
+                )
+        if final is None:
+            raise ModelError(
+                f"model {getattr(self.model, 'name', '?')!r} ended its stream without the final "
+                "AssistantMessage"
+            )
+        return final
+
+    async def _drive(self, journal: Journal, ask: _Ask, sink: Sink | None) -> RunResult[T]:
         """The drive proper, under the run's lease, from the journal loaded with it."""
         run_id = journal.run_id
-        # A new run's start record is written with its first turn, in the same all-or-nothing write: a run
-        # exists once it has a turn. An existing run's start is checked against this drive.
-        needs_start = not journal.has(START_KEY)
-        if not needs_start:
-            self._check_start(journal, input)
-        end = journal.get(END_KEY)
-        if isinstance(end, End):
-            return RunResult(run_id, end.answer, _count_turns(journal), replayed=True, status=end.status)
-        messages: list[Message] = [UserMessage(content=input)]
-        if self.system:
-            system = self._system_message
-            if system is None or system.content != self.system:  # one message serves all runs
-                system = self._system_message = SystemMessage(content=self.system)
-            messages.insert(0, system)
-        turn = 0
+        seg = self._segment(journal, ask)
+        if isinstance(journal, WatchedJournal):
+            journal.begin(seg.first_turn, seg.stop)
+        end = self._end_of(journal, seg)
+        if end is not None:  # answered before this drive: its answer, from the journal
+            cancel = journal.get(CANCEL_KEY)
+            if seg.thread and ask.input is None and end.key != END_KEY and isinstance(cancel, Cancel):
+                return await self._end_cancelled(journal, cancel, seg)  # resuming an idle thread ends it
+            return self._ended_result(journal, seg, end, replayed=True)
+        # A new segment's opening record (a run's start, a thread message's `seg:<k>`) is written with its
+        # first turn, in the same all-or-nothing write: a run exists once it has a turn.
+        needs_start = not journal.has(seg.open_key)
+        messages = self._history(journal, seg)
+        turn = seg.first_turn
+        retries = 0
         restarts = 0
         first = True
         looked = time.monotonic()
         while True:
-            if needs_start and journal.has(START_KEY):
-                # The journal shows a start now: ours was written with our first turn (then `needs_start` is
-                # already False), so this one is another driver's, whose first turn won the race. It must be
-                # this drive's run.
-                self._check_start(journal, input)
+            if needs_start and journal.has(seg.open_key):
+                # The journal shows the opening now: ours was written with our first turn (then `needs_start`
+                # is already False), so this one is another driver's, whose first turn won the race. It
+                # must be this drive's run (and message).
+                self._check_open(journal, seg)
                 needs_start = False
-            end = journal.get(END_KEY)
-            if isinstance(end, End):
-                return RunResult(run_id, end.answer, _count_turns(journal), status=end.status)
+            ended = journal.get(seg.end_key)
+            if ended is None and seg.thread:
+                ended = journal.get(END_KEY)  # the thread was cancelled
+            if isinstance(ended, End):
+                return self._ended_result(journal, seg, ended, replayed=False)
             # A cancel request is honoured at a turn boundary: from the journal loaded with the lease on the
             # drive's first, then from the store (another process may have written it) once `cancel_check`
             # seconds have passed since the drive last looked.
@@ -346,7 +637,7 @@ class Agent:
                 looked = time.monotonic()
             first = False
             if isinstance(cancel, Cancel):
-                return await self._end_cancelled(journal, cancel)
+                return await self._end_cancelled(journal, cancel, seg)
             rec = journal.get(model_key(turn))
             # A new turn is written together with the first thing that depends on it (its end record, or
             # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
@@ -354,17 +645,20 @@ class Agent:
             if isinstance(rec, ModelTurn):
                 pending: list[Record] = []
             else:
-                if turn >= self.max_turns:
+                if turn - seg.first_turn >= self.max_turns:
                     raise RunLimitExceeded(
-                        f"run {run_id!r} reached max_turns={self.max_turns} without an answer; raise "
-                        "max_turns and run it again"
+                        f"run {run_id!r}{_of(seg)} reached max_turns={self.max_turns} without an answer; "
+                        "raise max_turns and run it again"
                     )
                 # The model call is awaited here, not in a helper coroutine: one object fewer held by every
                 # run while its model thinks.
                 request = ModelRequest(run_id=run_id, turn=turn, messages=list(messages), tools=self._specs)
                 observed = model_call(self.model, request)
                 try:
-                    reply = await self.model.complete(request)
+                    if sink is not None and self._streams:
+                        reply: object = await self._stream_turn(request, sink)
+                    else:
+                        reply = await self.model.complete(request)
                 except BaseException as exc:
                     if observed is not None:
                         observed.failed(exc)
@@ -376,29 +670,51 @@ class Agent:
                 rec = self._model_turn(turn, reply)
                 del request, reply  # nothing of the call is held while the turn is journaled
                 if not rec.message.tool_calls:
-                    text = rec.message.content
-                    write = journal.awrite_exclusive(
-                        [*self._opening(needs_start, input), rec, End(key=END_KEY, answer=text)]
-                    )
+                    msg = rec.message
+                    after, output = self._final(seg, turn, msg.content, retries)
+                    write = journal.awrite_exclusive([*self._opening(needs_start, seg), rec, after])
                     rec = None  # the records are the write's alone while it is awaited
                     if await write:
-                        return RunResult(run_id, text, turn + 1)
+                        needs_start = False
+                        if isinstance(after, End):
+                            turns = turn + 1 - seg.first_turn
+                            return self._ended_result(
+                                journal, seg, after, replayed=False, output=output, turns=turns
+                            )
+                        messages.append(msg)
+                        messages.append(UserMessage(content=after.error))
+                        turn += 1
+                        retries += 1
+                        restarts = 0
+                        continue
                     restarts = _restart(run_id, turn, restarts)
                     await journal.aload()  # lost a race: decide nothing from a stale journal
                     continue
-                pending = [*self._opening(needs_start, input), rec]
+                pending = [*self._opening(needs_start, seg), rec]
             msg = rec.message
             rec = None  # live runs keep only what they need while they wait (fewer objects for the GC)
             if not msg.tool_calls:
-                end, _ = await journal.awrite_one(End(key=END_KEY, answer=msg.content))
-                assert isinstance(end, End)
-                return RunResult(run_id, end.answer, turn + 1)
+                retry = journal.get(retry_key(turn))
+                if not isinstance(retry, OutputRetry):
+                    after, output = self._final(seg, turn, msg.content, retries)
+                    stored, _ = await journal.awrite_one(after)
+                    if isinstance(stored, End):
+                        return self._ended_result(
+                            journal, seg, stored, replayed=False, output=output if stored is after else None
+                        )
+                    assert isinstance(stored, OutputRetry)
+                    retry = stored
+                messages.append(msg)
+                messages.append(UserMessage(content=retry.error))
+                turn += 1
+                retries += 1
+                continue
             fresh = bool(pending)
             results = await self._run_calls(journal, msg, pending)
             # Every call of a fresh turn writes the turn first; this only guards that invariant.
             if results is not None and (not pending or await journal.awrite_exclusive(_drain(pending))):
                 if fresh:
-                    needs_start = False  # our turn, and with it our start, is journaled: nothing to check
+                    needs_start = False  # our turn, and with it our opening, is journaled: nothing to check
                 messages.append(msg)
                 messages.extend(results)
                 results = None  # the next model call may be long: hold nothing it does not need
@@ -442,18 +758,66 @@ class Agent:
         record = decode_record(entry.key, entry.data)
         return record if isinstance(record, Cancel) else None
 
-    async def _end_cancelled(self, journal: Journal, cancel: Cancel) -> RunResult:
-        """End the run as cancelled (or, if another driver ended it first, as that driver did)."""
+    async def _end_cancelled(self, journal: Journal, cancel: Cancel, seg: _Segment) -> RunResult[T]:
+        """End the run as cancelled (or, if another driver ended it first, as that driver did). A thread's
+        cancel ends the thread: its `run:end` seals it."""
         stored, _ = await journal.awrite_one(
             End(key=END_KEY, status="cancelled", answer=cancelled_answer(cancel))
         )
         assert isinstance(stored, End)
-        return RunResult(journal.run_id, stored.answer, _count_turns(journal), status=stored.status)
+        return self._ended_result(journal, seg, stored, replayed=False)
 
-    def _opening(self, needs_start: bool, input: str) -> tuple[Record, ...]:
-        """What a fresh turn is journaled after: the run's start record, for a run that has none yet. Made
-        when needed, so no run holds one while it waits."""
-        return (Start(key=START_KEY, entry=self.entry, input=input),) if needs_start else ()
+    def _opening(self, needs_start: bool, seg: _Segment) -> tuple[Record, ...]:
+        """What a fresh turn is journaled after: the run's start record for a run that has none yet, or a
+        thread's new message. Made when needed, so no run holds one while it waits."""
+        if not needs_start:
+            return ()
+        if seg.index == 0:
+            entry = self.thread_entry if seg.thread else self.entry
+            return (Start(key=START_KEY, entry=entry, input=seg.input),)
+        return (Segment(key=segment_key(seg.index), index=seg.index, input=seg.input, turn=seg.first_turn),)
+
+    def _check_open(self, journal: Journal, seg: _Segment) -> None:
+        """Refuse a drive whose segment another driver opened with another message."""
+        if seg.index == 0:
+            if not seg.thread:
+                self._check_start(journal, seg.input)
+                return
+            self._check_thread(journal)
+            start = journal.get(START_KEY)
+            assert isinstance(start, Start)
+            if start.input == seg.input:
+                return
+            other = start.input
+        else:
+            rec = journal.get(seg.open_key)
+            if not isinstance(rec, Segment):
+                raise StoreError(f"run {journal.run_id!r}: record {seg.open_key!r} is not a segment record")
+            if rec.input == seg.input and rec.turn == seg.first_turn:
+                return
+            other = rec.input
+        raise RunMismatch(
+            f"thread {journal.run_id!r}: message {seg.index} was sent by another driver meanwhile "
+            f"({other[:80]!r}); send yours again once the thread has answered it"
+        )
+
+    def _check_thread(self, journal: Journal) -> None:
+        """Refuse to treat as this agent's thread a run that is not one."""
+        run_id = journal.run_id
+        start = journal.get(START_KEY)
+        if not isinstance(start, Start):
+            raise StoreError(f"run {run_id!r}: record {START_KEY!r} is not a start record")
+        if start.entry == self.thread_entry:
+            return
+        if start.entry == self.entry:
+            raise RunMismatch(
+                f"run {run_id!r} is a single run of {self.entry!r}, not a conversation thread; use a new "
+                "thread id for a conversation"
+            )
+        raise RunMismatch(
+            f"thread {run_id!r} was started by {start.entry!r}, not {self.thread_entry!r}; use the agent "
+            "that started it, or a new thread id"
+        )
 
     def _check_start(self, journal: Journal, input: str) -> None:
         """Refuse a drive whose input or entry point differs from the run's recorded start."""
@@ -461,6 +825,11 @@ class Agent:
         start = journal.peek(START_KEY)
         if not isinstance(start, Start):
             raise StoreError(f"run {run_id!r}: record {START_KEY!r} is not a start record")
+        if start.entry == self.thread_entry:
+            raise RunMismatch(
+                f"run {run_id!r} is a conversation thread of agent {self.name!r}: send it messages with "
+                f"agent.thread({run_id!r}).send(message), or use a new run id"
+            )
         if start.entry != self.entry:
             raise RunMismatch(
                 f"run {run_id!r} was started by {start.entry!r}, not {self.entry!r}; use the agent "
@@ -1142,12 +1511,13 @@ def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:
     return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=res.is_error)
 
 
-def _usage(journal: Journal) -> Usage:
-    """The tokens of the run's journaled turns, summed, read from the stored bytes (the turns this drive
-    wrote are not kept decoded, and decoding them again would cost more than the rest of a short run)."""
+def _usage(journal: Journal, first: int = 0, stop: int | None = None) -> Usage:
+    """The tokens of the journaled turns from `first` on (up to `stop`), summed, read from the stored bytes
+    (the turns this drive wrote are not kept decoded, and decoding them again would cost more than the rest
+    of a short run)."""
     total = NO_USAGE
-    n = 0
-    while (entry := journal.entry(f"model:{n}")) is not None:
+    n = first
+    while (stop is None or n < stop) and (entry := journal.entry(f"model:{n}")) is not None:
         n += 1
         data = entry.data
         if b'"usage":{' not in data:  # no usage object anywhere in the record: the turn reported none
@@ -1169,8 +1539,103 @@ NO_USAGE = Usage()
 _USAGE_AT_END = re.compile(rb'"usage":(?:null|\{"input_tokens":(\d+),"output_tokens":(\d+)\})\},"model":')
 
 
-def _count_turns(journal: Journal) -> int:
-    n = 0
-    while journal.has(model_key(n)):
+class Thread(Generic[T]):
+    """A conversation: many user messages to one agent on one journal (run id `thread_id`).
+
+    Each message is a segment of the run, answered by a drive like a run's (durable, resumable, side effects
+    at most once), with the earlier messages and their turns replayed from the journal as history. Messages
+    are answered one at a time: `send` on a thread still answering a message resumes that message when it
+    is the same text, and is refused (`RunMismatch`) otherwise. Pass `segment=k` (the message's index, from
+    0) to make a send exactly-once: a message already journaled as segment k returns its recorded answer.
+
+    A plain `Agent.run` on a thread's id is refused, and so is a thread on a plain run's id. Cancelling the
+    thread (`bide.cancel_run`) ends it: it takes no more messages.
+    """
+
+    __slots__ = ("agent", "thread_id")
+
+    def __init__(self, agent: Agent[T], thread_id: str) -> None:
+        self.agent = agent
+        self.thread_id = thread_id
+
+    async def send(self, message: str, *, segment: int | None = None) -> RunResult[T]:
+        """Send the next user message and drive the agent to its answer (`result.segment` is its index)."""
+        return await self.agent._run(self.thread_id, _thread_ask(message, segment), None)
+
+    def send_sync(self, message: str, *, segment: int | None = None) -> RunResult[T]:
+        """`send` for synchronous code (must not be called from a running event loop)."""
+        return asyncio.run(self.send(message, segment=segment))
+
+    def stream(self, message: str, *, segment: int | None = None) -> AsyncIterator[StreamEvent]:
+        """`send`, as events (see `Agent.stream`); only this message's events are streamed."""
+        ask = _thread_ask(message, segment)
+        return stream_drive(self.thread_id, lambda sink: self.agent._run(self.thread_id, ask, sink))
+
+    async def resume(self) -> RunResult[T]:
+        """Drive the message the thread is answering (after a crash, say); for an idle thread, the last
+        message's recorded answer. Raises RunNotFound for a thread with no message yet."""
+        return await self.agent._run(self.thread_id, _Ask(None, True), None)
+
+    async def history(self) -> list[Message]:
+        """The conversation as journaled: every user message, assistant turn, tool result and output retry
+        (no system prompt)."""
+        journal = await Journal(self.agent.store, self.thread_id).aload()
+        if not journal.has(START_KEY):
+            return []
+        self.agent._check_thread(journal)
+        messages: list[Message] = []
+        for seg in _segments(journal):
+            _replay_segment(journal, seg, seg.stop, messages)
+        return messages
+
+
+def _thread_ask(message: object, segment: object) -> _Ask:
+    if not isinstance(message, str):
+        raise ConfigError("message must be a string")
+    if segment is not None and not (isinstance(segment, int) and segment >= 0):
+        raise ConfigError("segment must be a message index (0, 1, ...) or None")
+    return _Ask(message, True, segment)
+
+
+def _segments(journal: Journal) -> list[_Segment]:
+    """A thread's segments as journaled (message 0 from its start, then every `seg:<k>`)."""
+    start = journal.get(START_KEY)
+    assert isinstance(start, Start)
+    segs = [_Segment(0, start.input, 0, True)]
+    k = 1
+    while isinstance(rec := journal.get(segment_key(k)), Segment):
+        segs[-1].stop = rec.turn
+        segs.append(_Segment(k, rec.input, rec.turn, True))
+        k += 1
+    return segs
+
+
+def _replay_segment(journal: Journal, seg: _Segment, stop: int | None, messages: list[Message]) -> None:
+    """Append a journaled segment's messages (up to turn `stop`, or all it has) to `messages`."""
+    messages.append(UserMessage(content=seg.input))
+    turn = seg.first_turn
+    while stop is None or turn < stop:
+        rec = journal.get(model_key(turn))
+        if not isinstance(rec, ModelTurn):
+            break
+        messages.append(rec.message)
+        for call in rec.message.tool_calls:
+            res = journal.get(result_key(call.call_id))
+            if isinstance(res, ToolResult):
+                messages.append(_tool_message(call, res))
+        retry = journal.get(retry_key(turn))
+        if isinstance(retry, OutputRetry):
+            messages.append(UserMessage(content=retry.error))
+        turn += 1
+
+
+def _of(seg: _Segment) -> str:
+    return f" (message {seg.index})" if seg.thread else ""
+
+
+def _count_turns(journal: Journal, first: int = 0, stop: int | None = None) -> int:
+    """The journaled turns from `first` on (up to `stop`)."""
+    n = first
+    while (stop is None or n < stop) and journal.has(model_key(n)):
         n += 1
-    return n
+    return n - first

@@ -68,7 +68,10 @@ __all__ = [
 ]
 
 EXTENSIONS = ("bide.approvals._cli", "bide._worker_cli")
-STATUSES = ("running", "halted", "awaiting_approval", "completed", "not_started")
+STATUSES = (
+    "running", "halted", "awaiting_approval", "sleeping", "idle", "completed", "cancelled", "failed",
+    "not_started",
+)  # fmt: skip
 _EVERY_LEASE_MS = 2**62  # expired_leases at this instant lists every lease of an unfinished run
 
 

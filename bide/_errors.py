@@ -9,6 +9,7 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     │   └── JournalFormatError            the run was written in another journal format
     ├── ModelError                        the model call failed (after retries)
     ├── RunLimitExceeded                  the run used up max_turns
+    ├── OutputInvalid                     the final answer never validated against output_type
     ├── ToolNotStarted                    a side effect provably did not start; run again to retry
     ├── RunInFlight                       another driver holds the run's lease; run again later
     ├── WriteRefused                      the store refused a journal write; nothing was written
@@ -45,6 +46,7 @@ __all__ = [
     "NoLiveAttempt",
     "NotCalled",
     "OutcomeUnknown",
+    "OutputInvalid",
     "ResolveRefused",
     "RunEnded",
     "RunHalted",
@@ -115,6 +117,13 @@ class ModelError(BideError):
 
 class RunLimitExceeded(BideError):
     """The run reached its max_turns limit without a final answer; raise the limit and run it again."""
+
+
+class OutputInvalid(BideError):
+    """The model's final answer failed validation against the agent's `output_type` on every try (the first
+    and `output_retries` more); the run (or the thread's message) has ended with status "failed". Make the
+    model or the prompt produce the schema, raise output_retries, and use a new run id (or send the thread
+    a new message)."""
 
 
 class ToolNotStarted(BideError):

@@ -13,6 +13,11 @@ so an audit log can commit to them. Keys of one run::
     pause:<call>                 the call is waiting for a gate's approval
     approval:...                 reserved for approval gates (free-form `gate` records)
     run:end                      the final answer; the first end record is the run's end
+    seg:<k>                      a conversation thread's k-th user message (k from 1; message 0 is in
+                                 run:start), written with the segment's first turn
+    seg:<k>:end                  the answer to a thread's k-th message (a thread's run:end closes it)
+    retry:<n>                    model turn n's final answer failed output validation: the error the model
+                                 is shown, written with the turn
 
 Records are slotted dataclasses, validated by pydantic at the boundary: `decode_record` checks every
 stored record against its type (unknown fields ignored), and `encode_record` writes canonical bytes.
@@ -49,8 +54,10 @@ __all__ = [
     "Header",
     "ModelTurn",
     "NotStarted",
+    "OutputRetry",
     "Pause",
     "Record",
+    "Segment",
     "Start",
     "Timer",
     "ToolResult",
@@ -61,6 +68,9 @@ __all__ = [
     "not_started_key",
     "pause_key",
     "result_key",
+    "retry_key",
+    "segment_end_key",
+    "segment_key",
     "timer_key",
 ]
 
@@ -94,6 +104,18 @@ def pause_key(call_id: str) -> str:
 
 def timer_key(call_id: str) -> str:
     return f"timer:{call_id}"
+
+
+def segment_key(index: int) -> str:
+    return f"seg:{index}"
+
+
+def segment_end_key(index: int) -> str:
+    return f"seg:{index}:end"
+
+
+def retry_key(turn: int) -> str:
+    return f"retry:{turn}"
 
 
 @dataclass(slots=True, kw_only=True)
@@ -219,16 +241,50 @@ class Cancel(_Record):
 
 
 @dataclass(slots=True, kw_only=True)
+class Segment(_Record):
+    """A conversation thread's next user message (`index` from 1; message 0 is the run's start input),
+    answered from model turn `turn` on."""
+
+    kind: Literal["segment"] = "segment"
+    index: int
+    input: str
+    turn: int
+
+
+@dataclass(slots=True, kw_only=True)
+class OutputRetry(_Record):
+    """Model turn `turn` gave a final answer that failed the agent's output validation; `error` is what the
+    model was told (as a user message) before it was asked again."""
+
+    kind: Literal["output_retry"] = "output_retry"
+    turn: int
+    error: str
+
+
+@dataclass(slots=True, kw_only=True)
 class End(_Record):
-    """The run's end: its final answer, or the answer saying it was cancelled (`status` "cancelled")."""
+    """The end of a run (key run:end) or of a thread's segment (seg:<k>:end): its final answer, the answer
+    saying it was cancelled (`status` "cancelled"), or why its output never validated ("failed")."""
 
     kind: Literal["end"] = "end"
-    status: Literal["completed", "cancelled"] = "completed"
+    status: Literal["completed", "cancelled", "failed"] = "completed"
     answer: str
 
 
 Record = (
-    Header | Start | ModelTurn | Attempt | NotStarted | ToolResult | Pause | GateRecord | Timer | Cancel | End
+    Header
+    | Start
+    | ModelTurn
+    | Attempt
+    | NotStarted
+    | ToolResult
+    | Pause
+    | GateRecord
+    | Timer
+    | Cancel
+    | End
+    | Segment
+    | OutputRetry
 )
 _ADAPTER: TypeAdapter[Record] = TypeAdapter(Annotated[Record, Field(discriminator="kind")])
 

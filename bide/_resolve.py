@@ -30,6 +30,7 @@ from ._records import (
     ModelTurn,
     NotStarted,
     Pause,
+    Segment,
     Start,
     Timer,
     ToolResult,
@@ -38,6 +39,8 @@ from ._records import (
     not_started_key,
     pause_key,
     result_key,
+    segment_end_key,
+    segment_key,
     timer_key,
 )
 from ._store import Store
@@ -223,7 +226,9 @@ class RunStatus:
     `status` is one of: "not_started", "running" (started, not finished, nothing blocking: run it again to go
     on), "halted" (a side-effect call has an attempt and no outcome: the next drive halts; before the call's
     deadline it may also still be in flight), "awaiting_approval", "sleeping" (a timer call waits for its
-    wake-up time), "completed", "cancelled".
+    wake-up time), "completed", "cancelled", "failed" (the final answer never validated against the agent's
+    output_type), and for a conversation thread "idle" (its last message is answered; it waits for the next:
+    `input` and `answer` are that message's).
     `call_id`, `tool`, `arguments` name the blocking call for halted and awaiting_approval runs.
     """
 
@@ -249,6 +254,14 @@ def status_of(journal: Journal) -> RunStatus:
     if isinstance(end, End):
         return RunStatus(rid, end.status, inp, end.answer, records=n)
     turn = 0
+    if isinstance(start, Start) and start.entry.startswith("thread:"):
+        # A thread: where its last message stands (the earlier ones are answered).
+        k = 0
+        while isinstance(seg := journal.get(segment_key(k + 1)), Segment):
+            k, inp, turn = k + 1, seg.input, seg.turn
+        answered = journal.get(segment_end_key(k))
+        if isinstance(answered, End):
+            return RunStatus(rid, "idle", inp, answered.answer, records=n)
     last: ModelTurn | None = None
     while isinstance(rec := journal.get(model_key(turn)), ModelTurn):
         last = rec

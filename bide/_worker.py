@@ -3,7 +3,8 @@
 A drive holds its run's lease and renews it while it drives (docs/guarantee.md). A run whose lease is not
 live (its driver was killed, or a drive ended without finishing the run) and that has no `run:end` is a run
 to recover. A worker lists such runs (`Store.expired_leases`), loads each journal, and drives it again with
-the agent that started it (the journal's `run:start` names the entry point and holds the input), under the
+the agent that started it (the journal's `run:start` names the entry point and holds the input; a
+conversation thread's unfinished message is resumed, an idle thread is left alone), under the
 same rules as any drive: side effects are never fired twice, a call whose outcome is unknown halts.
 
 Rules:
@@ -30,6 +31,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from ._agent import Agent
 from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight, RunSleeping
@@ -42,7 +44,8 @@ __all__ = ["PassReport", "Worker"]
 
 log = logging.getLogger("bide.worker")
 
-AgentSource = Agent | Iterable[Agent] | Mapping[str, Agent] | Callable[[str], Agent | None]
+AnyAgent = Agent[Any]  # an agent of any output type
+AgentSource = AnyAgent | Iterable[AnyAgent] | Mapping[str, AnyAgent] | Callable[[str], AnyAgent | None]
 
 
 @dataclass(slots=True)
@@ -182,11 +185,17 @@ class Worker:
         start = journal.get(START_KEY)
         if not isinstance(start, Start):
             return self._skip(run_id, "never started: no run:start to resume from")
-        agent = self._lookup(start.entry.removeprefix("agent:"))
+        kind, _, name = start.entry.partition(":")
+        agent = self._lookup(name) if kind in ("agent", "thread") else None
         if agent is None:
             return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know")
-        state = self._state.setdefault(run_id, _Backoff())
         status = status_of(journal)
+        if status.status == "idle" and not journal.has(CANCEL_KEY):
+            # A thread waiting for its next message: nothing to drive (its lease is free between messages).
+            # One with a cancel request is resumed, which ends it.
+            self._state.pop(run_id, None)
+            return "skipped"
+        state = self._state.setdefault(run_id, _Backoff())
         # A halted run with a cancel request is driven: the drive ends it as cancelled.
         if status.status == "halted" and not journal.has(CANCEL_KEY):
             if len(journal.records()) == state.halted_at_records:
@@ -197,7 +206,10 @@ class Worker:
                 log.info("run %s halted on call %s (%s): needs a person", run_id, status.call_id, status.tool)
                 return "halted"
         try:
-            result = await agent.run(run_id, start.input)
+            if kind == "thread":
+                result = await agent.thread(run_id).resume()  # the message it was answering
+            else:
+                result = await agent.run(run_id, start.input)
         except OutcomeUnknown as exc:
             tool = agent.tools.get(exc.tool)
             if tool is not None and tool.reconcile is not None:
@@ -257,7 +269,7 @@ def _count(report: PassReport, outcome: str) -> None:
     setattr(report, outcome, getattr(report, outcome) + 1)
 
 
-def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], Agent | None]:
+def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], AnyAgent | None]:
     if isinstance(agents, Agent):
         agents = [agents]
     if isinstance(agents, Mapping):

@@ -43,7 +43,7 @@ class _AppError(Exception):
     pass
 
 
-def load_agents(spec: str, store: Store) -> list[Agent]:
+def load_agents(spec: str, store: Store) -> list[Agent[Any]]:
     """The agents `module:attribute` names (a function is called with the store)."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:

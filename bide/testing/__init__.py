@@ -2,6 +2,7 @@
 
 - `ScriptedModel`: an offline model that plays scripted turns (text, tool calls, errors). It picks the turn
   by counting the assistant messages it is shown, so a resumed run stays aligned with the script.
+  `StreamingScriptedModel` also streams each turn's text in deltas (a `bide.StreamingModel`).
 - `run_crash_schedules`: drives any `CrashSystem` through a crash at every store write, one by one, and
   through random multi-crash schedules, and reports per schedule how often the side effect fired.
 - `BideCrashSystem`: bide's adapter for that harness (a one-tool run over a store that crashes on cue).
@@ -30,7 +31,7 @@ from ._loopback import (
     openai_completion,
     openai_stream,
 )
-from ._scripted import Call, Fail, ScriptedModel, Turn, call, reply
+from ._scripted import Call, Fail, ScriptedModel, StreamingScriptedModel, Turn, call, reply
 
 __all__ = [
     "BideCrashSystem",
@@ -46,6 +47,7 @@ __all__ = [
     "ScheduleResult",
     "ScriptedModel",
     "SimulatedCrash",
+    "StreamingScriptedModel",
     "Turn",
     "anthropic_message",
     "anthropic_stream",

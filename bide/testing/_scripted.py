@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._errors import ConfigError, ModelError
-from .._messages import AssistantMessage, ModelRequest, ToolCall
+from .._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall
 
-__all__ = ["Call", "Fail", "ScriptedModel", "Turn", "call", "reply"]
+__all__ = ["Call", "Fail", "ScriptedModel", "StreamingScriptedModel", "Turn", "call", "reply"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,3 +97,21 @@ class ScriptedModel:
         for i, c in enumerate(turn.calls):  # a loop, not a comprehension: no cell kept alive by the sleep
             calls.append(ToolCall(id=f"call_{index}_{i}", name=c.name, arguments=c.arguments))
         return AssistantMessage(content=turn.text, tool_calls=calls)
+
+
+class StreamingScriptedModel(ScriptedModel):
+    """A `ScriptedModel` that also streams (a `bide.StreamingModel`): `stream` yields each turn's text in
+    `TextDelta`s of `chunk` characters, then the whole turn."""
+
+    def __init__(self, script: Sequence[Script], *, chunk: int = 8, **options: Any) -> None:
+        if not (isinstance(chunk, int) and chunk > 0):
+            raise ConfigError("chunk must be a positive number of characters")
+        super().__init__(script, **options)
+        self.chunk = chunk
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
+        message = await self.complete(request)
+        text = message.content
+        for i in range(0, len(text), self.chunk):
+            yield TextDelta(text=text[i : i + self.chunk])
+        yield message
