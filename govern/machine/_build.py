@@ -6,27 +6,55 @@ keeps: certificates and foreign checkers need it, and the runtime step table is 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
+from .._errors import StateSpaceTooLarge
 from ..model._declarations import Domain, Snapshot
 from ..model._space import Space
 from ..oracle._gate import run_gate
 from ..verify._report import Report, guarantee_text
+from ..verify._symbolic import symbolic_problem
 from ..verify._tables import build_tables
 from ..verify._timing import PhaseTimer
 from ..verify._verify import verify
 from ._machine import Machine, RawTables
+from ._symbolic import build_symbolic, symbolic_candidate
 
 __all__ = ["build_machine"]
 
 
 def build_machine(
-    snap: Snapshot, domain: Domain, *, max_states: int | None = None
+    snap: Snapshot,
+    domain: Domain,
+    *,
+    max_states: int | None = None,
+    method: Literal["auto", "enumerate", "symbolic"] = "auto",
 ) -> Machine:
-    """Build and verify `snap`; returns the machine or raises (see `Registry.build`)."""
+    """Build and verify `snap`; returns the machine or raises (see `Registry.build`).
+
+    `method` "auto" enumerates, and falls back to the symbolic route (`_symbolic.build_symbolic`)
+    when the space cannot be enumerated (not when `max_states` caps it) and a large integer domain
+    is the reason; "symbolic" forces that route (differential tests use it on small machines)."""
+    if method == "symbolic":
+        return build_symbolic(snap, domain)
     timer = PhaseTimer()
     space = Space(snap.vars)
-    space.check_size(len(snap.events), max_states)
+    try:
+        space.check_size(len(snap.events), max_states)
+    except StateSpaceTooLarge as exc:
+        capped = max_states is not None and space.n > max_states
+        if method == "enumerate" or capped or not symbolic_candidate(snap):
+            raise
+        problem = symbolic_problem(snap, domain)
+        if problem is not None:
+            raise StateSpaceTooLarge(
+                f"{exc}\nThe symbolic route for large integer domains does not apply: {problem}.",
+                states=exc.states,
+                bytes_needed=exc.bytes_needed,
+            ) from None
+        return build_symbolic(snap, domain)
     with timer.phase("tables"):
         tables = build_tables(snap, space)
     verdict = verify(snap, space, tables, domain, timer)
