@@ -63,6 +63,14 @@ def _verdict(machine: Machine) -> dict[str, Any]:
 def certificate_for(machine: Machine, *, version: str | None = None) -> Certificate:
     """The certificate of a built machine (unsigned, not yet re-checked: see `certify`)."""
     states, events = machine.n_states, len(machine.events)
+    solver = machine.report.solver
+    if machine.report.method == "symbolic" and solver:
+        raise CertificateTooLarge(
+            f"machine {machine.name!r} has {states:,} states and was verified symbolically (its verdict "
+            f"rests on {solver.get('name')} {solver.get('version')}, not on tables the proof-derived "
+            "oracle re-checks); a certificate carries tables, so it cannot be certified: keep its "
+            "registry and rebuild it, or narrow its variables' ranges to certify it by enumeration"
+        )
     if states > MAX_STATES or states * events > MAX_TABLE_ENTRIES:
         raise CertificateTooLarge(
             f"machine {machine.name!r} has {states:,} states and {events} events; a certificate holds at "

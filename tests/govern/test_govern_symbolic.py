@@ -18,6 +18,7 @@ from govern_machines import Spec, specs
 from hypothesis import HealthCheck, given, settings
 
 from govern import (
+    CertificateTooLarge,
     Divergence,
     DomainViolation,
     Event,
@@ -28,6 +29,7 @@ from govern import (
     RepairCycle,
     Replica,
     StateSpaceTooLarge,
+    certify,
     max_,
     min_,
 )
@@ -201,3 +203,9 @@ def test_replicas_fold_a_symbolic_machine(tmp_path: Path) -> None:
     for record in ("acct0", "acct1", "acct2"):
         expected = m.replay([e.event for e in log.read() if e.record == record])
         assert in_order.state(record) == dict(expected)
+
+
+def test_symbolic_machines_are_not_certified_with_tables() -> None:
+    m = _balance(False).build()
+    with pytest.raises(CertificateTooLarge, match="rests on CP-SAT"):
+        certify(m)
