@@ -28,6 +28,7 @@ from govern import (
     Registry,
     RepairCycle,
     Replica,
+    Report,
     StateSpaceTooLarge,
     certify,
     max_,
@@ -209,3 +210,30 @@ def test_symbolic_machines_are_not_certified_with_tables() -> None:
     m = _balance(False).build()
     with pytest.raises(CertificateTooLarge, match="rests on CP-SAT"):
         certify(m)
+
+
+def test_when_the_symbolic_route_is_taken() -> None:
+    # A cap the user set is respected: no fallback.
+    with pytest.raises(StateSpaceTooLarge, match="max_states"):
+        _balance(False).build(max_states=1000)
+    # Many booleans are not a large integer domain: enumeration's refusal stands.
+    r = Registry("flags")
+    flags = [r.bool(f"f{i}") for i in range(40)]
+    r.event("e", effect={flags[0]: True})
+    with pytest.raises(StateSpaceTooLarge, match="states"):
+        r.build()
+    # Callables cannot be encoded: the refusal says why the symbolic route does not apply.
+    r = Registry("callable")
+    x = r.int("x", 0, 10**9)
+    r.event("e", guard=lambda s: s["x"] > 3, effect={x: 0})
+    with pytest.raises(StateSpaceTooLarge, match="needs every rule as an expression"):
+        r.build()
+    # A small machine still enumerates, and the report survives a round trip with its method.
+    small = Registry("small")
+    y = small.int("y", 0, 9)
+    small.event("e", effect={y: 0})
+    report = small.build().report
+    assert report.method == "enumeration" and report.solver is None and report.oracle
+    sym = _balance(False).build().report
+    again = Report.from_dict(sym.to_dict())
+    assert again.method == "symbolic" and again.solver == sym.solver and again.text() == sym.text()
