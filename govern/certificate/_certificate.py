@@ -12,7 +12,7 @@ import binascii
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +30,9 @@ from ._signing import (
     public_key_from_raw,
     verify_signature,
 )
+
+if TYPE_CHECKING:
+    from ._symbolic import SymbolicCertificate
 
 __all__ = [
     "DIGEST_DOMAIN",
@@ -194,16 +197,22 @@ def read_certificate(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Cert
 class CheckResult:
     """What `check_certificate` verified. It exists only when every check passed."""
 
-    certificate: Certificate
+    certificate: Certificate | SymbolicCertificate
     signature: Signature | None
     rules_checked: bool
     oracle: dict[str, str]
-    tables_verdict: OracleVerdict
-    analysis: TableAnalysis
+    tables_verdict: OracleVerdict | None  # None for a symbolic certificate (no tables)
+    analysis: TableAnalysis | None
     steps: list[str]
+    #: The solver a symbolic certificate's verdict rests on, as installed where it was checked.
+    solver: dict[str, str] | None = None
 
     def statement(self) -> str:
         """One paragraph: what was verified and what it means, and no more."""
+        if self.solver is not None:
+            from ._symbolic import render_symbolic_statement
+
+            return render_symbolic_statement(self)
         return render_statement(self)
 
 
@@ -227,7 +236,7 @@ def _verdict_from_analysis(analysis: TableAnalysis, model: CertificateModel) -> 
 
 
 def _verify_signature(
-    certificate: Certificate,
+    certificate: Certificate | SymbolicCertificate,
     public_key: Ed25519PublicKey | None,
     require_signature: bool,
     now: datetime,
@@ -281,8 +290,20 @@ def check_certificate(
     `public_key` (an Ed25519 public key) the certificate must be signed by that key; with
     `require_signature` it must be signed by the key it names. A signature is refused under a weak key
     (one anyone can sign for) or dated beyond `now` (default: this clock) plus `max_clock_skew` seconds.
-    Runs no code from the certificate.
+    Runs no code from the certificate. A symbolic certificate (`govern-symbolic-certificate/1`, no
+    tables) is re-decided from its rules by the local CP-SAT, and its statement says it rests on that.
     """
+    value = parse_strict_json(data, max_bytes=max_bytes)
+    if isinstance(value, dict) and value.get("format") == "govern-symbolic-certificate/1":
+        from ._symbolic import check_symbolic
+
+        return check_symbolic(
+            value,
+            public_key=public_key,
+            require_signature=require_signature,
+            now=now or datetime.now(UTC),
+            max_clock_skew=max_clock_skew,
+        )
     certificate = read_certificate(data, max_bytes=max_bytes)
     model = certificate.model
     steps = ["parsed strictly: canonical JSON, known fields only, well-formed tables"]
@@ -374,6 +395,7 @@ def _names(model: CertificateModel, indices: list[int]) -> str:
 def render_statement(result: CheckResult) -> str:
     """The one-paragraph statement `govern check` prints."""
     model = result.certificate.model
+    assert isinstance(model, CertificateModel)
     verdict = model.verdict
     events = model.machine.events
     who = (

@@ -18,6 +18,7 @@ from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreada
 from ._model import MAX_STATES, MAX_TABLE_ENTRIES
 from ._oracle import local_oracle_identity
 from ._signing import load_private_key
+from ._symbolic import SymbolicCertificate, symbolic_certificate_for
 
 if TYPE_CHECKING:
     from ..machine._machine import Machine
@@ -61,15 +62,15 @@ def _verdict(machine: Machine) -> dict[str, Any]:
 
 
 def certificate_for(machine: Machine, *, version: str | None = None) -> Certificate:
-    """The certificate of a built machine (unsigned, not yet re-checked: see `certify`)."""
+    """The table certificate of a built machine (unsigned, not yet re-checked: see `certify`)."""
     states, events = machine.n_states, len(machine.events)
     solver = machine.report.solver
     if machine.report.method == "symbolic" and solver:
         raise CertificateTooLarge(
             f"machine {machine.name!r} has {states:,} states and was verified symbolically (its verdict "
-            f"rests on {solver.get('name')} {solver.get('version')}, not on tables the proof-derived "
-            "oracle re-checks); a certificate carries tables, so it cannot be certified: keep its "
-            "registry and rebuild it, or narrow its variables' ranges to certify it by enumeration"
+            f"rests on {solver.get('name')} {solver.get('version')}), so it has no tables to certify; "
+            "govern.certify(machine) makes a symbolic certificate (no tables, checked by re-deciding "
+            "it with CP-SAT), or narrow its variables' ranges to certify it by enumeration"
         )
     if states > MAX_STATES or states * events > MAX_TABLE_ENTRIES:
         raise CertificateTooLarge(
@@ -89,14 +90,14 @@ def certificate_for(machine: Machine, *, version: str | None = None) -> Certific
     )
 
 
-def self_check(certificate: Certificate) -> CheckResult:
+def self_check(certificate: Certificate | SymbolicCertificate) -> CheckResult:
     """Check a freshly made certificate as `govern check` would; raises if it does not pass."""
     return check_certificate(certificate.to_bytes())
 
 
 def certify(
     machine: Machine | Registry, *, sign_with: str | os.PathLike[str] | None = None
-) -> Certificate:
+) -> Certificate | SymbolicCertificate:
     """Certify a machine (a `Registry` is built first, over the valid domain).
 
     The certificate is checked before it is returned, exactly as `govern check` checks it: strictly
@@ -108,7 +109,12 @@ def certify(
     from ..machine._registry import Registry
 
     built = machine.build() if isinstance(machine, Registry) else machine
-    certificate = certificate_for(built)
+    certificate: Certificate | SymbolicCertificate
+    if built.report.method == "symbolic":
+        # No tables: the certificate names the solver, and checking it re-decides the rules.
+        certificate = symbolic_certificate_for(built, version=tool_version())
+    else:
+        certificate = certificate_for(built)
     try:
         self_check(certificate)
     except (CertificateInvalid, CertificateUnreadable) as exc:

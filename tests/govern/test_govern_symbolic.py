@@ -9,7 +9,10 @@ whose every step equals the step table's. Every counterexample it reports really
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +21,7 @@ from govern_machines import Spec, specs
 from hypothesis import HealthCheck, given, settings
 
 from govern import (
-    CertificateTooLarge,
+    CertificateInvalid,
     Divergence,
     DomainViolation,
     Event,
@@ -31,9 +34,13 @@ from govern import (
     Report,
     StateSpaceTooLarge,
     certify,
+    check_certificate,
     max_,
     min_,
 )
+from govern.certificate._certificate import compute_digest
+from govern.certificate._encoding import canonical_json
+from govern.certificate._symbolic import SymbolicCertificate
 from govern.machine._build import build_machine
 from govern.machine._symbolic import SymbolicMachine, build_symbolic
 
@@ -206,10 +213,46 @@ def test_replicas_fold_a_symbolic_machine(tmp_path: Path) -> None:
         assert in_order.state(record) == dict(expected)
 
 
-def test_symbolic_machines_are_not_certified_with_tables() -> None:
-    m = _balance(False).build()
-    with pytest.raises(CertificateTooLarge, match="rests on CP-SAT"):
-        certify(m)
+def test_symbolic_certificate_checks_and_states_the_weaker_claim(tmp_path: Path) -> None:
+    r = _balance(True)
+    r.independent("floor_1k", "floor_1m")
+    cert = certify(r.build())
+    assert isinstance(cert, SymbolicCertificate)
+    doc = cert.document()
+    assert doc["format"] == "govern-symbolic-certificate/1" and "tables" not in doc
+    assert doc["solver"]["name"] == "CP-SAT" and doc["solver"]["version"]
+    assert doc["verdict"]["causal_order_obligations"] and doc["verdict"]["not_idempotent"] == [3]
+    result = check_certificate(cert.to_bytes())
+    assert result.solver is not None and result.tables_verdict is None
+    statement = result.statement()
+    assert statement.startswith("Verified, resting on CP-SAT") and "no proof-derived checker ran" in statement
+    # A verdict that lies is caught by re-deciding it; an edit without a new digest by the digest.
+    for field, value in (("not_idempotent", []), ("cc2", True), ("max_repair_depth", 0)):
+        forged = json.loads(cert.to_bytes())
+        forged["verdict"][field] = value
+        forged["digest"] = compute_digest(forged)
+        with pytest.raises(CertificateInvalid, match="does not match the rules"):
+            check_certificate(canonical_json(forged) + b"\n")
+    forged = json.loads(cert.to_bytes())
+    forged["machine"]["events"][3]["effect"][0][1] = ["add", ["var", 0], ["lit", 1]]
+    with pytest.raises(CertificateInvalid, match="digest mismatch"):
+        check_certificate(canonical_json(forged) + b"\n")
+    # `govern check` on the file says what the verdict rests on.
+    path = tmp_path / "limits.govern-cert.json"
+    path.write_bytes(cert.to_bytes())
+    proc = subprocess.run(
+        [sys.executable, "-m", "govern", "check", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "resting on CP-SAT" in " ".join(proc.stdout.split())
+    bad = json.loads(cert.to_bytes())
+    bad["verdict"]["cc2"] = True
+    bad["digest"] = compute_digest(bad)
+    path.write_bytes(canonical_json(bad) + b"\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "govern", "check", str(path)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode != 0 and "CP-SAT gives" in " ".join((proc.stdout + proc.stderr).split())
 
 
 def test_when_the_symbolic_route_is_taken() -> None:
