@@ -12,7 +12,7 @@ import binascii
 import hashlib
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 import numpy as np
 import numpy.typing as npt
@@ -30,9 +30,13 @@ from ._signing import (
     public_key_from_raw,
     verify_signature,
 )
-
-if TYPE_CHECKING:
-    from ._symbolic import SymbolicCertificate
+from ._symbolic import (
+    SymbolicCertificate,
+    SymbolicCertificateModel,
+    parse_symbolic,
+    redecide,
+    render_symbolic_statement,
+)
 
 __all__ = [
     "DIGEST_DOMAIN",
@@ -209,10 +213,10 @@ class CheckResult:
 
     def statement(self) -> str:
         """One paragraph: what was verified and what it means, and no more."""
-        if self.solver is not None:
-            from ._symbolic import render_symbolic_statement
-
-            return render_symbolic_statement(self)
+        model = self.certificate.model
+        if isinstance(model, SymbolicCertificateModel):
+            signed = None if self.signature is None else (self.signature.key_id, self.signature.signed_at)
+            return render_symbolic_statement(model, signed, (self.solver or {}).get("version", "?"))
         return render_statement(self)
 
 
@@ -295,14 +299,12 @@ def check_certificate(
     """
     value = parse_strict_json(data, max_bytes=max_bytes)
     if isinstance(value, dict) and value.get("format") == "govern-symbolic-certificate/1":
-        from ._symbolic import check_symbolic
-
-        return check_symbolic(
-            value,
-            public_key=public_key,
-            require_signature=require_signature,
-            now=now or datetime.now(UTC),
-            max_clock_skew=max_clock_skew,
+        return _check_symbolic(
+            SymbolicCertificate(parse_symbolic(value)),
+            public_key,
+            require_signature,
+            now or datetime.now(UTC),
+            max_clock_skew,
         )
     certificate = read_certificate(data, max_bytes=max_bytes)
     model = certificate.model
@@ -385,6 +387,47 @@ def check_certificate(
         analysis=analysis,
         steps=steps,
     )
+
+
+def _check_symbolic(
+    certificate: SymbolicCertificate,
+    public_key: Ed25519PublicKey | None,
+    require_signature: bool,
+    now: datetime,
+    max_clock_skew: float,
+) -> CheckResult:
+    """A symbolic certificate: strict parse, digest, signature, then every verdict field re-decided
+    from the rules by the local CP-SAT (`_symbolic.redecide`)."""
+    model = certificate.model
+    steps = ["parsed strictly: canonical JSON, known fields only (a symbolic certificate: no tables)"]
+    expected = compute_digest(certificate.document())
+    if expected != model.digest:
+        raise CertificateInvalid(
+            f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
+            "it was altered after it was made"
+        )
+    steps.append(f"digest recomputed: {model.digest}")
+    signature = _verify_signature(certificate, public_key, require_signature, now, max_clock_skew)
+    if signature is not None:
+        steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
+    solver, more = redecide(model)
+    return CheckResult(
+        certificate=certificate,
+        signature=signature,
+        rules_checked=True,
+        oracle={},
+        tables_verdict=None,
+        analysis=None,
+        steps=steps + more,
+        solver=solver,
+    )
+
+
+def symbolic_certificate(document: dict[str, Any]) -> SymbolicCertificate:
+    """A symbolic certificate from its document (`_symbolic.symbolic_document`), with its digest."""
+    document = dict(document)
+    document["digest"] = compute_digest(document)
+    return SymbolicCertificate(parse_symbolic(document))
 
 
 def _names(model: CertificateModel, indices: list[int]) -> str:

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import OracleDisagreement
-from ._certificate import Certificate, CheckResult, assemble, check_certificate
+from ._certificate import Certificate, CheckResult, assemble, check_certificate, symbolic_certificate
 from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
 from ._model import MAX_STATES, MAX_TABLE_ENTRIES
 from ._oracle import local_oracle_identity
 from ._signing import load_private_key
-from ._symbolic import SymbolicCertificate, symbolic_certificate_for
+from ._symbolic import SymbolicCertificate, symbolic_document
 
 if TYPE_CHECKING:
     from ..machine._machine import Machine
@@ -112,7 +112,7 @@ def certify(
     certificate: Certificate | SymbolicCertificate
     if built.report.method == "symbolic":
         # No tables: the certificate names the solver, and checking it re-decides the rules.
-        certificate = symbolic_certificate_for(built, version=tool_version())
+        certificate = symbolic_certificate(symbolic_document(built, version=tool_version()))
     else:
         certificate = certificate_for(built)
     try:

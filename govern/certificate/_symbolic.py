@@ -12,7 +12,6 @@ the verdict field by field, and states the weaker claim: "rests on CP-SAT <versi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -42,17 +41,17 @@ from ._signing import is_signing_time
 
 if TYPE_CHECKING:
     from ..machine._machine import Machine
-    from ._certificate import CheckResult, Signature
     from ._signing import Signer
 
 __all__ = [
     "SYMBOLIC_FORMAT",
     "SymbolicCertificate",
     "SymbolicCertificateModel",
-    "check_symbolic",
     "parse_symbolic",
+    "redecide",
+    "render_symbolic_statement",
     "snapshot_of",
-    "symbolic_certificate_for",
+    "symbolic_document",
 ]
 
 SYMBOLIC_FORMAT: Final = "govern-symbolic-certificate/1"
@@ -127,13 +126,6 @@ class SymbolicCertificate:
     @property
     def has_rules(self) -> bool:
         return True
-
-    @property
-    def signature(self) -> Signature | None:
-        from ._certificate import Signature
-
-        block = self.model.signature
-        return None if block is None else Signature(block.key_id, block.signed_at)
 
     def document(self) -> dict[str, Any]:
         return _document_of(self.model)
@@ -258,10 +250,8 @@ def _verdict(d: _Decided, states: int, names: list[str]) -> dict[str, Any]:
     }
 
 
-def symbolic_certificate_for(machine: Machine, *, version: str) -> SymbolicCertificate:
-    """The certificate of a symbolically verified machine (unsigned; `certify` checks it)."""
-    from ._certificate import compute_digest
-
+def symbolic_document(machine: Machine, *, version: str) -> dict[str, Any]:
+    """The document of a symbolically verified machine's certificate, without its digest."""
     report = machine.report
     position = {name: i for i, name in enumerate(machine.events)}
     solver = report.solver or {}
@@ -287,35 +277,12 @@ def symbolic_certificate_for(machine: Machine, *, version: str) -> SymbolicCerti
         "verdict": verdict,
         "solver": {k: str(solver.get(k, "")) for k in ("name", "package", "version")},
     }
-    document["digest"] = compute_digest(document)
-    return SymbolicCertificate(parse_symbolic(document))
+    return document
 
 
-def check_symbolic(
-    value: dict[str, Any],
-    *,
-    public_key: Any,
-    require_signature: bool,
-    now: datetime,
-    max_clock_skew: float,
-) -> CheckResult:
-    """Check a symbolic certificate: strict parse, digest, signature, then every verdict field
-    re-decided from the rules by the local CP-SAT. Raises like `check_certificate`."""
-    from ._certificate import CheckResult, _verify_signature, compute_digest
-
-    certificate = SymbolicCertificate(parse_symbolic(value))
-    model = certificate.model
-    steps = ["parsed strictly: canonical JSON, known fields only (a symbolic certificate: no tables)"]
-    expected = compute_digest(certificate.document())
-    if expected != model.digest:
-        raise CertificateInvalid(
-            f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
-            "it was altered after it was made"
-        )
-    steps.append(f"digest recomputed: {model.digest}")
-    signature = _verify_signature(certificate, public_key, require_signature, now, max_clock_skew)
-    if signature is not None:
-        steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
+def redecide(model: SymbolicCertificateModel) -> tuple[dict[str, str], list[str]]:
+    """Re-decide every verdict field from the rules with the local CP-SAT; returns the local solver's
+    identity and the steps done, or raises `CertificateInvalid`."""
     try:
         local = solver_identity()
     except ImportError:
@@ -342,38 +309,27 @@ def check_symbolic(
         details = "; ".join(f"{k}: claims {stated[k]!r}, CP-SAT gives {recomputed[k]!r}" for k in wrong)
         raise CertificateInvalid(f"the verdict does not match the rules: {details}")
     made = model.solver.version
-    steps.append(
+    steps = [
         f"every verdict field re-decided from the rules by CP-SAT {local['version']} (ortools) here "
         f"({decided.queries} queries; counterexamples replayed through the concrete semantics): every "
         "field matches"
-        + (f" (the certificate was made with CP-SAT {made})" if made != local["version"] else "")
-    )
-    steps.append(
+        + (f" (the certificate was made with CP-SAT {made})" if made != local["version"] else ""),
         "no tables: the proof-derived checkers did not run; the verdict rests on CP-SAT's "
-        "unsatisfiable answers, not on a proof"
-    )
-    return CheckResult(
-        certificate=certificate,
-        signature=signature,
-        rules_checked=True,
-        oracle={},
-        tables_verdict=None,
-        analysis=None,
-        steps=steps,
-        solver=local,
-    )
+        "unsatisfiable answers, not on a proof",
+    ]
+    return local, steps
 
 
-def render_symbolic_statement(result: CheckResult) -> str:
-    """The one-paragraph statement `govern check` prints for a symbolic certificate."""
-    model = result.certificate.model
-    assert isinstance(model, SymbolicCertificateModel)
+def render_symbolic_statement(
+    model: SymbolicCertificateModel, signed: tuple[str, str] | None, local: str
+) -> str:
+    """The one-paragraph statement `govern check` prints for a symbolic certificate (`signed` is the
+    verified signer's key id and time, `local` the CP-SAT version that re-decided it)."""
     verdict = model.verdict
     events = model.machine.events
-    local = (result.solver or {}).get("version", "?")
     who = (
-        f" and signed by {result.signature.key_id} at {result.signature.signed_at}"
-        if result.signature is not None
+        f" and signed by {signed[0]} at {signed[1]}"
+        if signed is not None
         else " (unsigned, so anyone could have produced it; this says nothing about who)"
     )
     if verdict.pairs == "all":
