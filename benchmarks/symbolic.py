@@ -61,6 +61,17 @@ def _child(case: str) -> None:
         s = m.replay(["floor_1k", "cap_900m", "floor_1m"] * 1000)
         out["replay"] = dict(s)
         out["replay_seconds"] = time.perf_counter() - start - float(out["seconds"])  # type: ignore[arg-type]
+        from govern import certify, check_certificate
+
+        t1 = time.perf_counter()
+        certificate = certify(m)  # builds the symbolic certificate and re-checks it once
+        out["certify_seconds"] = time.perf_counter() - t1
+        data = certificate.to_bytes()
+        t2 = time.perf_counter()
+        result = check_certificate(data)
+        out["check_seconds"] = time.perf_counter() - t2
+        out["certificate_bytes"] = len(data)
+        out["statement"] = result.statement()
     except NotConvergent as exc:
         out["seconds"] = time.perf_counter() - start
         out["verdict"] = "NotConvergent"
@@ -102,6 +113,11 @@ def main() -> None:
                 f"   CP-SAT queries: {first['queries']}; 3000 steps replayed by the table-free runtime in "
                 f"{first['replay_seconds']:.3f} s -> {first['replay']}"
             )
+            print(
+                f"   symbolic certificate: {first['certificate_bytes']:,} bytes; certify (with its "
+                f"self-check) {first['certify_seconds']:.3f} s; govern check {first['check_seconds']:.3f} s"
+            )
+            print("   check statement: " + str(first["statement"])[:160] + " ...")
             print("   " + "\n   ".join(str(first["report"]).splitlines()))
         else:
             print("   NotConvergent, counterexample (replayed through the concrete semantics):")
