@@ -280,3 +280,21 @@ def test_when_the_symbolic_route_is_taken() -> None:
     sym = _balance(False).build().report
     again = Report.from_dict(sym.to_dict())
     assert again.method == "symbolic" and again.solver == sym.solver and again.text() == sym.text()
+
+
+def test_an_agent_records_events_on_a_symbolic_machine(tmp_path: Path) -> None:
+    import bide
+    from bide.testing import ScriptedModel, call, reply
+    from govern import event_tool
+
+    m = _balance(False).build()
+    log = EventLog(f"sqlite:///{tmp_path}/events.db", machine=m)
+    store = bide.open_store(f"sqlite:///{tmp_path}/journal.db")
+    tools = [event_tool(m, log, e) for e in m.events]
+    model = ScriptedModel([call("floor_1m", record="acct"), call("floor_1k", record="acct"), reply("done")])
+    bide.Agent(model, store=store, tools=tools, name="teller").run_sync("run-1", "raise acct")
+    results = [
+        r.result for r in bide.Journal(store, "run-1").load().records() if isinstance(r, bide.ToolResult)
+    ]
+    assert [r["outcome"] for r in results] == ["applied", "no-op"]
+    assert results[1]["state"] == {"limit": 1_000_000}
