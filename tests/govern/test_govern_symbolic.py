@@ -98,6 +98,20 @@ def test_symbolic_verdict_equals_enumeration(spec: Spec) -> None:
         assert enum.apply(enum.state(d.start), d.events[0]) is not None
 
 
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(specs())
+def test_symbolic_certificates_of_random_machines_check(spec: Spec) -> None:
+    snap = spec.registry().snapshot()
+    try:
+        kind, sym = _outcome(lambda: build_symbolic(snap, "valid"))
+    except StateSpaceTooLarge:  # repair deeper than the default bound of 32: not decided, by design
+        return
+    if kind != "ok":
+        return
+    result = check_certificate(certify(sym).to_bytes())
+    assert result.solver is not None and result.statement().startswith("Verified, resting on CP-SAT")
+
+
 def _balance(non_commuting: bool) -> Registry:
     r = Registry("limits")
     limit = r.int("limit", 0, 10**9 - 1)
