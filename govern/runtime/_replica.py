@@ -257,7 +257,7 @@ class Replica:
         names = list(keys)
         known = [self._records.get(k) for k in names]
         first_seq = np.array([0 if r is None else r.applied_prefix for r in known], dtype=np.int64)
-        starts = np.array([rules.initial if r is None else r.state for r in known], dtype=np.int32)
+        starts = np.array([rules.initial if r is None else r.state for r in known], dtype=np.int64)
         order = np.argsort(rec, kind="stable")
         counts = np.bincount(rec, minlength=len(names))
         grouped = rec[order]

@@ -203,19 +203,28 @@ def test_symbolic_route_refuses_what_it_cannot_decide() -> None:
 def test_replicas_fold_a_symbolic_machine(tmp_path: Path) -> None:
     r = _balance(True)
     r.independent("floor_1k", "floor_1m")
+    tier = r.enum("tier", ["basic", "silver", "gold", "platinum"])  # 4 * 10^9 states: ids beyond 32 bits
+    r.event("upgrade", guard=tier == "basic", effect={tier: "gold"})
     m = r.build()
+    assert m.n_states == 4 * 10**9
     log = EventLog(f"sqlite:///{tmp_path}/events.db", machine=m)
     rng = random.Random(1)
-    log.append_many(
-        [
-            Event(
-                id=f"e{i}", machine=m.digest, record=f"acct{i % 3}", event=rng.choice(m.events), producer="p"
-            )
-            for i in range(40)
-        ]
-    )
     in_order = Replica(m, log)
-    in_order.sync()
+    for batch in range(2):  # the second fold starts from states whose ids exceed 32 bits
+        log.append_many(
+            [
+                Event(
+                    id=f"e{i}",
+                    machine=m.digest,
+                    record=f"acct{i % 3}",
+                    event="upgrade" if i < 3 else rng.choice(m.events),
+                    producer="p",
+                )
+                for i in range(20 * batch, 20 * batch + 20)
+            ]
+        )
+        in_order.sync()
+    assert in_order.state("acct0")["tier"] == "gold"
     shuffled = Replica(m, log)
     arrivals = log.read()
     arrivals = arrivals + arrivals[:5]
