@@ -48,6 +48,7 @@ from .certificate._make import certify
 from .machine._machine import Machine, MachineTables, State
 from .machine._registry import Registry
 from .model._expr import Expr, Var, if_, implies, max_, min_
+from .model._families import EventFamily, Param
 from .runtime._agents import event_tool
 from .runtime._eventlog import (
     Appended,
@@ -83,6 +84,7 @@ __all__ = [
     "DomainViolation",
     "Event",
     "EventConflict",
+    "EventFamily",
     "EventLog",
     "EventLogError",
     "Expr",
@@ -104,6 +106,7 @@ __all__ = [
     "OracleError",
     "OracleRejected",
     "OracleUnavailable",
+    "Param",
     "PrunedPair",
     "Registry",
     "RepairCycle",

@@ -25,6 +25,7 @@ import numpy.typing as npt
 
 from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
 from ..model._expr import canonical_json
+from ..model._families import EventFamily, families_of
 from ..model._space import Space, Value, VarSpec
 from ..verify._report import Report
 from ._load_check import recheck
@@ -245,6 +246,25 @@ class Machine:
         """The machine's read-only tables (for certificates and foreign runtimes)."""
         return MachineTables(self)
 
+    @property
+    def families(self) -> dict[str, EventFamily]:
+        """The event families (parametric events), recovered from the instances' names."""
+        return families_of(self._events)
+
+    def event(self, name: str, /, **params: object) -> str:
+        """The event named `name`, or with `params` the instance of family `name` for those values
+        (`machine.event("assign", who="alice")` is `"assign(who=alice)"`); raises `UnknownEvent`."""
+        if not params:
+            self.event_index(name)
+            return name
+        family = families_of(self._events).get(name)
+        if family is None:
+            raise UnknownEvent(
+                f"machine {self.name!r} has no event family {name!r}; its families are "
+                f"{sorted(families_of(self._events))}"
+            )
+        return family.instance(params)
+
     def event_index(self, event: str) -> int:
         """The position of an event; raises `UnknownEvent`."""
         try:
@@ -298,8 +318,11 @@ class Machine:
         return bool(self._in_domain[self._sid(state)])
 
     # -- transitions ---------------------------------------------------------------------------
-    def apply(self, state: State | int, event: str) -> State:
-        """`step(event, NF(state))`: one table lookup; returns a normal form."""
+    def apply(self, state: State | int, event: str, /, **params: object) -> State:
+        """`step(event, NF(state))`: one table lookup; returns a normal form. With `params`, `event`
+        names a family and the instance for those values is applied (see `event`)."""
+        if params:
+            event = self.event(event, **params)
         return State(self, int(self._step_table()[self.event_index(event), self._sid(state)]))
 
     def replay(self, events: Iterable[str], start: State | int | None = None) -> State:

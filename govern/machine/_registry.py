@@ -7,8 +7,9 @@ A `Registry` collects declarations and checks each one as it is made (types, nam
 from __future__ import annotations
 
 import builtins
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Callable, Collection, Mapping
+from itertools import combinations
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import DeclarationError
 from ..model._declarations import (
@@ -21,6 +22,7 @@ from ..model._declarations import (
     Snapshot,
 )
 from ..model._expr import BOOL, Expr, ExprLike, Var, coerce
+from ..model._families import MAX_INSTANCES, EventFamily, check_family_name, make_param
 from ..model._space import VarSpec
 from ._build import build_machine
 
@@ -45,6 +47,10 @@ class Registry:
         self._invariants: list[InvariantRule] = []
         self._events: list[EventRule] = []
         self._independent: list[tuple[str, str]] = []
+        self._ordered: list[tuple[str, str]] = []
+        self._all_ordered = False
+        self._families: dict[str, EventFamily] = {}
+        self._event_names: set[str] = set()
         self._initial: dict[builtins.int, builtins.int] | None = None
         self._version = 0
 
@@ -107,28 +113,91 @@ class Registry:
         self,
         name: str,
         *,
-        guard: ExprLike | ConditionFn = True,
-        effect: Mapping[Var | str, ExprLike] | AssignmentFn,
+        guard: ExprLike | ConditionFn | Callable[..., Any] = True,
+        effect: Mapping[Var | str, ExprLike] | AssignmentFn | Callable[..., Any],
+        params: Mapping[str, object] | None = None,
     ) -> None:
         """Declare an event: where `guard` holds, `effect` is applied (simultaneously, every value
-        computed from the state before); elsewhere the event changes nothing."""
-        self._check_name(name, "event", [e.name for e in self._events])
+        computed from the state before); elsewhere the event changes nothing.
+
+        With `params` ({parameter: values}, values a `range` or a list of labels, ints or bools) this
+        declares a family: one event per combination of values, named `name(param=value,...)`. Then
+        `guard` and `effect` are functions called once per instance with the values as keyword
+        arguments, returning the instance's guard and effect (a `guard` that is not callable is shared).
+        """
+        if params is None:
+            self._add_event(name, guard, effect)
+            return
+        check_family_name(name)
+        self._check_name(name, "event family", [*self._families, *self._event_names])
+        if not isinstance(params, Mapping) or not params:
+            raise DeclarationError(f"event family {name!r}: params must be a non-empty mapping")
+        family = EventFamily(name, tuple(make_param(name, k, v) for k, v in params.items()))
+        if family.size > MAX_INSTANCES:
+            raise DeclarationError(
+                f"event family {name!r} has {family.size} instances (over {MAX_INSTANCES}); a parameter "
+                "that large belongs in a variable, with one event reading it"
+            )
+        if not callable(effect) or isinstance(effect, Mapping):
+            raise DeclarationError(
+                f"event family {name!r}: effect must be a function of the parameters returning the "
+                f"instance's effect, e.g. effect=lambda {family.params[0].name}: {{...}}"
+            )
+        before = (len(self._events), self._version)
+        try:
+            for values in family.instances():
+                instance = family.instance(values)
+                per_instance: Callable[..., Any] = effect
+                g: object = guard
+                if callable(guard) and not isinstance(guard, Expr):
+                    guard_of: Callable[..., Any] = guard
+                    g = guard_of(**values)
+                self._add_event(instance, g, per_instance(**values))
+        except Exception:
+            for rule in self._events[before[0] :]:  # all instances or none
+                self._event_names.discard(rule.name)
+            del self._events[before[0] :]
+            self._version = before[1]
+            raise
+        self._families[name] = family
+
+    def _add_event(self, name: str, guard: object, effect: object) -> None:
+        self._check_name(name, "event", self._event_names | self._families.keys())
         rule = f"event {name!r}"
         self._events.append(
             EventRule(
                 name, self._condition(guard, f"{rule} guard"), self._assignment(effect, f"{rule} effect")
             )
         )
+        self._event_names.add(name)
         self._version += 1
 
     def independent(self, a: str, b: str) -> None:
         """Declare that events `a` and `b` may be delivered in either order (build checks they commute).
 
         With no declaration at all every pair of events is checked; after the first declaration only
-        declared pairs must commute, and undeclared pairs that do not are reported as obligations."""
-        if a == b:
+        declared pairs must commute, and undeclared pairs that do not are reported as obligations.
+        A family name stands for all its instances; `independent(f, f)` pairs a family's instances."""
+        if a == b and a not in self._families:
             raise DeclarationError(f"independent({a!r}, {b!r}): an event is not independent of itself")
         self._independent.append((a, b))
+        self._version += 1
+
+    def ordered(self, a: str | None = None, b: str | None = None) -> None:
+        """Declare that events are delivered in causal order, so they need not commute.
+
+        `ordered(a, b)`: the pair a, b (families stand for all their instances) is delivered in one causal
+        order; every other pair is checked as usual. `ordered()`: every event is delivered in causal order;
+        only pairs declared `independent` must commute. Pairs in causal order that do not commute are
+        reported as obligations (`machine.report.obligations`), which replicas and event logs keep."""
+        if a is None and b is None:
+            self._all_ordered = True
+        elif a is None or b is None:
+            raise DeclarationError("ordered() takes two event names, or none for every event")
+        else:
+            if a == b and a not in self._families:
+                raise DeclarationError(f"ordered({a!r}, {b!r}): name two events, or a family twice")
+            self._ordered.append((a, b))
         self._version += 1
 
     def initial(self, values: Mapping[Var | str, object] | None = None, /, **named: object) -> None:
@@ -182,15 +251,21 @@ class Registry:
         if not self._events:
             raise DeclarationError(f"registry {self.name!r} declares no events; declare at least one")
         names = [e.name for e in self._events]
-        pairs: set[tuple[int, int]] = set()
-        for a, b in self._independent:
-            for x in (a, b):
-                if x not in names:
-                    raise DeclarationError(
-                        f"independent({a!r}, {b!r}): no event named {x!r}; events are {names}"
-                    )
-            i, j = sorted((names.index(a), names.index(b)))
-            pairs.add((i, j))
+        independent = self._pairs(self._independent, "independent", names)
+        ordered = self._pairs(self._ordered, "ordered", names)
+        clash = sorted(independent & ordered)
+        if clash:
+            a, b = clash[0]
+            raise DeclarationError(
+                f"events {names[a]!r} and {names[b]!r} are declared both independent and ordered; "
+                "keep one declaration"
+            )
+        checked: tuple[tuple[int, int], ...] | None = None
+        if self._independent or self._all_ordered:
+            checked = tuple(sorted(independent))
+        elif self._ordered:
+            every = set(combinations(range(len(names)), 2))
+            checked = tuple(sorted(every - ordered))
         specs = tuple(_spec(v) for v in self._vars)
         initial: tuple[int, ...] | None = None
         if self._initial is not None:
@@ -200,12 +275,37 @@ class Registry:
             specs,
             tuple(self._invariants),
             tuple(self._events),
-            tuple(sorted(pairs)) if self._independent else None,
+            checked,
             initial,
         )
 
     # -- helpers -------------------------------------------------------------------------------
-    def _check_name(self, name: str, what: str, taken: list[str]) -> None:
+    def _pairs(
+        self, declared: list[tuple[str, str]], what: str, names: list[str]
+    ) -> set[tuple[builtins.int, builtins.int]]:
+        """The event index pairs `declared` names (families expanded), each as (lower, higher)."""
+        index = {n: i for i, n in enumerate(names)}
+        pairs: set[tuple[builtins.int, builtins.int]] = set()
+        for a, b in declared:
+            sides: list[list[builtins.int]] = []
+            for x in (a, b):
+                if x in self._families:
+                    family = self._families[x]
+                    sides.append([index[family.instance(v)] for v in family.instances()])
+                elif x in index:
+                    sides.append([index[x]])
+                else:
+                    raise DeclarationError(
+                        f"{what}({a!r}, {b!r}): no event or event family named {x!r}; events are "
+                        f"{names[:20]}{' ...' if len(names) > 20 else ''}"
+                    )
+            for i in sides[0]:
+                for j in sides[1]:
+                    if i != j:
+                        pairs.add((min(i, j), max(i, j)))
+        return pairs
+
+    def _check_name(self, name: str, what: str, taken: Collection[str]) -> None:
         if not isinstance(name, str) or not name:
             raise DeclarationError(f"a {what} needs a non-empty string name, got {name!r}")
         if name in taken:

@@ -7,8 +7,10 @@ and are used as they are; a primitive's result has the dtype of the vector it re
 int32 result is only made where every value provably fits), a ``mask`` a read-only 1-D bool array, a
 ``zvec`` a read-only 1-D int32 or int64 array of integers (int32 exactly when a bound the primitive
 tracks, on the absolute value of every entry, fits int32: half the memory traffic; the 0/1 results of
-comparisons and connectives are int8, a view of numpy's bool result), a ``nat`` a Python int >= 0, a
-``Z`` a Python int.
+comparisons and connectives are int8, a view of numpy's bool result, and so is a variable's column
+(`zcol`) when its values fit int8), a ``nat`` a Python int >= 0, a ``Z`` a Python int.
+A constant vector (zconst's, and results computed from constants only) is a read-only stride-0 view of
+its one value: see "constant vectors" below for the primitives that shortcut it.
 Where the exact meaning cannot be computed in the array's dtype (an overflow that a cheap bound cannot
 exclude) a primitive raises: the oracle then gives no verdict, never a wrong one.
 
@@ -154,6 +156,64 @@ def _frozen(a: npt.NDArray[np.generic]) -> npt.NDArray[np.generic]:
     return a
 
 
+# ---- constant vectors ----------------------------------------------------------------------------------
+# zconst's vector is a read-only stride-0 view of its one value (numpy's broadcast_to): the same entries as
+# a filled array, without writing or reading n of them. A primitive whose result is elementwise over the
+# common prefix of its vector operands (entry i depends on entry i of each, and on the scalars) computes,
+# when every vector operand is constant, the one entry from the first entries and broadcasts it: every
+# entry of the result is that one (`_pointwise`). A few primitives also shortcut ONE constant operand;
+# each such case says why it is the same.
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _cv(a: npt.NDArray[Any]) -> bool:
+    """a is a constant vector: at least two entries, all one value (stride 0)."""
+    return a.shape[0] > 1 and a.strides[0] == 0
+
+
+def _spread(one: npt.NDArray[Any], k: int) -> npt.NDArray[Any]:
+    """The length-k constant vector (read-only, stride 0) whose entries are one[0] (one has length 1),
+    with the bound recorded for one."""
+    r = np.broadcast_to(one, (k,))
+    if one.dtype == np.bool_:
+        return r
+    return _checked(r, _BOUNDS.get(id(one)))
+
+
+def _pointwise(nvec: int) -> Callable[[_F], _F]:
+    """For a primitive that is elementwise over the common prefix of its first nvec arguments (vectors):
+    when each of them is constant, the result is the constant vector of the entry computed from their
+    first entries (raising exactly when computing that entry raises)."""
+
+    def wrap(f: _F) -> _F:
+        @functools.wraps(f)
+        def g(*args: Any) -> Any:
+            vs = args[:nvec]
+            if all(_cv(v) for v in vs):
+                k = min(v.shape[0] for v in vs)
+                return _spread(f(*(v[:1] for v in vs), *args[nvec:]), k)
+            return f(*args)
+
+        return g  # type: ignore[return-value]
+
+    return wrap
+
+
+def _mconst(k: int, b: bool) -> Mask:
+    return np.broadcast_to(np.bool_(b), (k,))
+
+
+def _all(m: Mask) -> bool:
+    """Every entry of m is True (a constant m: its one value)."""
+    return bool(m[0]) if _cv(m) else bool(m.all())
+
+
+def _any(m: Mask) -> bool:
+    """Some entry of m is True (a constant m: its one value)."""
+    return bool(m[0]) if _cv(m) else bool(m.any())
+
+
 def vlen(a: Vec) -> int:
     """Vec.vlen: the length."""
     return int(a.shape[0])
@@ -199,12 +259,25 @@ def mgather(m: Mask, idx: Vec) -> Mask:
     return _gather(m, idx, False)  # type: ignore[return-value]
 
 
+@_pointwise(3)
 def vselect(m: Mask, a: Vec, b: Vec) -> Vec:
-    """Vec.vselect: a[i] where m[i] else b[i], truncated to the shortest operand."""
+    """Vec.vselect: a[i] where m[i] else b[i], truncated to the shortest operand.
+
+    A constant m selects one operand whole: its prefix, as it is."""
     k = min(m.shape[0], a.shape[0], b.shape[0])
-    return _frozen(np.where(m[:k], a[:k], b[:k]))  # type: ignore[return-value]
+    if _cv(m):
+        return _frozen((a if m[0] else b)[:k])  # type: ignore[return-value]
+    if _cv(a) or _cv(b):
+        return _frozen(np.where(m[:k], a[:k], b[:k]))  # type: ignore[return-value]
+    # branch-free (np.where branches on every entry, slow on irregular masks): ((a ^ b) * m) ^ b is
+    # a ^ b ^ b = a where m, 0 ^ b = b elsewhere; xor and a 0/1 factor never overflow
+    out = np.bitwise_xor(a[:k], b[:k])
+    np.multiply(out, m[:k], out=out)
+    np.bitwise_xor(out, b[:k], out=out)
+    return _frozen(out)  # type: ignore[return-value]
 
 
+@_pointwise(2)
 def vadd(a: Vec, b: Vec) -> Vec:
     """Vec.vadd: a[i] + b[i], truncated to the shorter operand (raises on overflow of the result dtype)."""
     k = min(a.shape[0], b.shape[0])
@@ -216,6 +289,7 @@ def vadd(a: Vec, b: Vec) -> Vec:
     return _frozen(r)  # type: ignore[return-value]
 
 
+@_pointwise(2)
 def veq(a: Vec, b: Vec) -> Mask:
     """Vec.veq: a[i] == b[i], truncated to the shorter operand."""
     k = min(a.shape[0], b.shape[0])
@@ -258,9 +332,15 @@ def mall(m: Mask) -> bool:
     return bool(m.all())
 
 
+@_pointwise(2)
 def mor(a: Mask, b: Mask) -> Mask:
-    """Vec.mor: a[i] or b[i], truncated to the shorter operand."""
+    """Vec.mor: a[i] or b[i], truncated to the shorter operand.
+
+    A constant operand: all True is the result, all False leaves the other operand's prefix."""
     k = min(a.shape[0], b.shape[0])
+    for c, other in ((a, b), (b, a)):
+        if _cv(c):
+            return _mconst(k, True) if c[0] else _frozen(other[:k])  # type: ignore[return-value]
     return _frozen(a[:k] | b[:k])  # type: ignore[return-value]
 
 
@@ -448,18 +528,33 @@ _INT64_MIN = int(np.iinfo(np.int64).min)
 # pass over the data. Keyed by id() and dropped when the array dies (before its id can be reused); the
 # arrays are read-only, so a recorded bound stays true.
 _BOUNDS: dict[int, int] = {}
+# For some of them (columns, constants, zaxpy's results) also an interval [lo, hi] holding every entry, so
+# that ztonat knows without a pass that no entry is negative. Same keying and lifetime as _BOUNDS.
+_RANGES: dict[int, tuple[int, int]] = {}
 
 
 def _forget(key: int) -> None:
     _BOUNDS.pop(key, None)
+    _RANGES.pop(key, None)
 
 
-def _checked(r: npt.NDArray[np.int64], bound: int | None = None) -> Vec:
+def _checked(r: npt.NDArray[np.int64], bound: int | None = None, rng: tuple[int, int] | None = None) -> Vec:
     r.flags.writeable = False
     if bound is not None and id(r) not in _BOUNDS:
         _BOUNDS[id(r)] = bound
+        if rng is not None:
+            _RANGES[id(r)] = rng
         weakref.finalize(r, _forget, id(r))
     return r
+
+
+def _range(a: Vec) -> tuple[int, int]:
+    """An interval holding every entry of a: recorded when a primitive made a, else from its bound."""
+    known = _RANGES.get(id(a))
+    if known is not None:
+        return known
+    b = _bound(a)
+    return (-b, b)
 
 
 def _bound(a: Vec) -> int:
@@ -488,7 +583,8 @@ def zconst(n: int, z: int) -> Vec:
 
 @functools.lru_cache(maxsize=4)
 def _zconst_cached(n: int, z: int) -> Vec:
-    return _checked(np.full(n, z, dtype=_zdt(abs(z))), abs(z))
+    # a constant vector: a read-only stride-0 view of the one value (see "constant vectors" above)
+    return _checked(np.broadcast_to(np.array(z, dtype=_zdt(abs(z))), (n,)), abs(z), (z, z))
 
 
 def _zdt(bound: int) -> Any:
@@ -514,7 +610,28 @@ def _pow2(k: int) -> bool:
 
 
 def zcol(n: int, stride: int, size: int, lo: int) -> Vec:
-    """ZVec.zcol: entry s is lo + (s / stride) mod size (nat division: x / 0 = 0, x mod 0 = x)."""
+    """ZVec.zcol: entry s is lo + (s / stride) mod size (nat division: x / 0 = 0, x mod 0 = x).
+
+    When the period stride * size is shorter than n (every variable's column but the last): entry s
+    depends only on s mod period (s = q * period + j, j < period: s / stride = q * size + j / stride and
+    j / stride < size), so one period, lo + j / stride for j < period, is written and then copied over
+    the rest by doubling (memory copies only). Int8 when every entry fits (a bool's or small enum's
+    column: a quarter of the memory traffic of int32)."""
+    if stride >= 1 and size >= 1 and stride * size < n:
+        if not (_INT64_MIN <= lo <= _INT64_MAX and lo + size - 1 <= _INT64_MAX):
+            raise OverflowError("zcol: values beyond int64")
+        bound = max(abs(lo), abs(lo + size - 1))
+        dt = np.int8 if bound <= 127 else _zdt(bound)
+        period = stride * size
+        out = np.empty(n, dtype=dt)
+        # lo + j / stride for j < period: each of lo, ..., lo + size - 1 repeated stride times
+        out[:period] = np.repeat((np.arange(size, dtype=np.int64) + lo).astype(dt), stride)
+        filled = period  # out[:filled] holds whole periods: out[j] = out[j mod period] for j < filled
+        while filled < n:
+            c = min(filled, n - filled)
+            out[filled:filled + c] = out[:c]
+            filled += c
+        return _checked(out, bound, (lo, lo + size - 1))
     narrow = max(n, stride, size) <= _INT32_MAX
     s = viota(n) if narrow else np.arange(n, dtype=np.int64)  # read-only: never written below
     if stride == 0:
@@ -547,7 +664,7 @@ def zcol(n: int, stride: int, size: int, lo: int) -> Vec:
             m = _as(m, dt) + dt(lo)
     else:
         m = _as(m, dt)
-    return _checked(m, bound)
+    return _checked(m, bound, (lo, lo + top))
 
 
 def _two(a: Vec, b: Vec) -> tuple[Vec, Vec]:
@@ -564,6 +681,7 @@ def _sum_bound(a: Vec, b: Vec, what: str) -> int:
     return bound
 
 
+@_pointwise(2)
 def zadd(a: Vec, b: Vec) -> Vec:
     """ZVec.zadd: a[i] + b[i] (raises if the exact sum may leave int64)."""
     bound = _sum_bound(a, b, "zadd: sum")
@@ -572,6 +690,7 @@ def zadd(a: Vec, b: Vec) -> Vec:
     return _checked(_as(x, dt) + _as(y, dt), bound)
 
 
+@_pointwise(2)
 def zsub(a: Vec, b: Vec) -> Vec:
     """ZVec.zsub: a[i] - b[i] (raises if the exact difference may leave int64)."""
     bound = _sum_bound(a, b, "zsub: difference")
@@ -580,6 +699,7 @@ def zsub(a: Vec, b: Vec) -> Vec:
     return _checked(_as(x, dt) - _as(y, dt), bound)
 
 
+@_pointwise(2)
 def zmin(a: Vec, b: Vec) -> Vec:
     """ZVec.zmin: min(a[i], b[i])."""
     bound = max(_bound(a), _bound(b))
@@ -588,6 +708,7 @@ def zmin(a: Vec, b: Vec) -> Vec:
     return _checked(np.minimum(_as(x, dt), _as(y, dt)), bound)
 
 
+@_pointwise(2)
 def zmax(a: Vec, b: Vec) -> Vec:
     """ZVec.zmax: max(a[i], b[i])."""
     bound = max(_bound(a), _bound(b))
@@ -596,41 +717,48 @@ def zmax(a: Vec, b: Vec) -> Vec:
     return _checked(np.maximum(_as(x, dt), _as(y, dt)), bound)
 
 
+@_pointwise(2)
 def zeq(a: Vec, b: Vec) -> Vec:
     """ZVec.zeq: 1 where a[i] = b[i], else 0."""
     x, y = _two(a, b)
     return _checked((x == y).view(np.int8), 1)
 
 
+@_pointwise(2)
 def zlt(a: Vec, b: Vec) -> Vec:
     """ZVec.zlt: 1 where a[i] < b[i], else 0."""
     x, y = _two(a, b)
     return _checked((x < y).view(np.int8), 1)
 
 
+@_pointwise(2)
 def zle(a: Vec, b: Vec) -> Vec:
     """ZVec.zle: 1 where a[i] <= b[i], else 0."""
     x, y = _two(a, b)
     return _checked((x <= y).view(np.int8), 1)
 
 
+@_pointwise(2)
 def zand(a: Vec, b: Vec) -> Vec:
     """ZVec.zand: 1 where a[i] and b[i] are both non-zero, else 0."""
     x, y = _two(a, b)
     return _checked(((x != 0) & (y != 0)).view(np.int8), 1)
 
 
+@_pointwise(2)
 def zor(a: Vec, b: Vec) -> Vec:
     """ZVec.zor: 1 where a[i] or b[i] is non-zero, else 0."""
     x, y = _two(a, b)
     return _checked(((x != 0) | (y != 0)).view(np.int8), 1)
 
 
+@_pointwise(1)
 def znot(a: Vec) -> Vec:
     """ZVec.znot: 1 where a[i] is zero, else 0."""
     return _checked((a == 0).view(np.int8), 1)
 
 
+@_pointwise(1)
 def zmulc(a: Vec, c: int) -> Vec:
     """ZVec.zmulc: a[i] * c (raises if an exact product may leave int64)."""
     big = _bound(a)
@@ -648,19 +776,26 @@ def zmulc(a: Vec, c: int) -> Vec:
     return _checked(a * dt(c) if dt is np.int32 else a.astype(np.int64) * np.int64(c), big * abs(c))
 
 
+@_pointwise(3)
 def zite(c: Vec, a: Vec, b: Vec) -> Vec:
-    """ZVec.zite: a[i] where c[i] is non-zero else b[i], truncated to the shortest operand."""
+    """ZVec.zite: a[i] where c[i] is non-zero else b[i], truncated to the shortest operand.
+
+    A constant c selects one operand whole (its prefix)."""
     k = min(c.shape[0], a.shape[0], b.shape[0])
     bound = max(_bound(a), _bound(b))
     dt = _zdt(bound)
+    if _cv(c):
+        return _checked(_as((a if c[0] != 0 else b)[:k], dt), bound)
     return _checked(np.where(c[:k] != 0, _as(a[:k], dt), _as(b[:k], dt)), bound)
 
 
+@_pointwise(1)
 def znz(a: Vec) -> Mask:
     """ZVec.znz: a[i] is non-zero."""
     return _frozen(a != 0)  # type: ignore[return-value]
 
 
+@_pointwise(1)
 def zinrange(a: Vec, lo: int, hi: int) -> Mask:
     """ZVec.zinrange: lo <= a[i] < hi."""
     lo_c = max(lo, _INT64_MIN)
@@ -672,47 +807,94 @@ def zinrange(a: Vec, lo: int, hi: int) -> Mask:
     return _frozen(r)  # type: ignore[return-value]
 
 
+@_pointwise(1)
 def ztonat(a: Vec) -> Vec:
-    """ZVec.ztonat: Z.to_nat elementwise (negative entries become 0); a vec, so int32 or int64."""
+    """ZVec.ztonat: Z.to_nat elementwise (negative entries become 0); a vec, so int32 or int64.
+
+    When no entry is negative (by a recorded interval, else one reduction finds out) Z.to_nat changes
+    nothing: a read-only view of a."""
+    known = _RANGES.get(id(a))
+    if a.dtype != np.int8 and (a.shape[0] == 0 or (known[0] if known else int(a.min())) >= 0):
+        return _checked(a.view(), _BOUNDS.get(id(a)), _RANGES.get(id(a)))
     return _checked(np.maximum(a if a.dtype != np.int8 else a.astype(np.int32), 0))
 
 
+@_pointwise(2)
 def mand(a: Mask, b: Mask) -> Mask:
-    """ZVec.mand: a[i] and b[i], truncated to the shorter operand."""
+    """ZVec.mand: a[i] and b[i], truncated to the shorter operand.
+
+    A constant operand: all False is the result, all True leaves the other operand's prefix."""
     k = min(a.shape[0], b.shape[0])
+    for c, other in ((a, b), (b, a)):
+        if _cv(c):
+            return _frozen(other[:k]) if c[0] else _mconst(k, False)  # type: ignore[return-value]
     return _frozen(a[:k] & b[:k])  # type: ignore[return-value]
 
 
+@_pointwise(2)
 def mandn(a: Mask, b: Mask) -> Mask:
-    """ZVec.mandn: a[i] and not b[i], truncated to the shorter operand."""
+    """ZVec.mandn: a[i] and not b[i], truncated to the shorter operand.
+
+    A constant b: all True makes every entry False, all False leaves a's prefix. A constant a: all False
+    is the result, all True makes it not b."""
     k = min(a.shape[0], b.shape[0])
+    if _cv(b):
+        return _mconst(k, False) if b[0] else _frozen(a[:k])  # type: ignore[return-value]
+    if _cv(a):
+        return _frozen(~b[:k]) if a[0] else _mconst(k, False)  # type: ignore[return-value]
     return _frozen(a[:k] & ~b[:k])  # type: ignore[return-value]
 
 
 # ---- fused for the rules checker: each is the composition its Gallina definition names ----------------
 
 
+@_pointwise(3)
 def zaxpy(acc: Vec, v: Vec, col: Vec, c: int) -> Vec:
     """ZVec.zaxpy: zadd acc (zmulc (zsub v col) c), acc[i] + (v[i] - col[i]) * c, in one fresh array
-    (raises where the composition would)."""
+    (raises where the composition would): col copied once into the result's dtype (which widens a
+    narrow column), then v - that, times c, plus acc, in place (for a constant v, -c times that, plus
+    acc, plus the one number v * c: the same sum)."""
     k = min(acc.shape[0], v.shape[0], col.shape[0])
     diff = _bound(v) + _bound(col)
     final = _bound(acc) + diff * abs(c)
     if final > _INT64_MAX:
         return zadd(acc, zmulc(zsub(v, col), c))  # exact bounds, or the same OverflowError
     dt = _zdt(final)
-    out = np.subtract(_as(v[:k], dt), _as(col[:k], dt))  # every intermediate is at most final
-    if c != 1:
-        np.multiply(out, dt(c), out=out)
-    np.add(out, _as(acc[:k], dt), out=out)
-    return _checked(out, final)
+    if diff == 0 or c == 0:  # (v - col) * c is 0 everywhere: the result is acc
+        return _checked(acc[:k].astype(dt), final, _RANGES.get(id(acc)))
+    # every intermediate is at most final in absolute value (and so are c and v * c: diff >= 1)
+    out = col[:k].astype(dt)  # one fresh array, then in place (a narrow col is widened by this copy)
+    if _cv(v):  # a constant v: acc - col * c + v * c (|v * c| <= bound(v) * |c|), one pass fewer
+        if c != 1:
+            np.multiply(out, dt(-c), out=out)
+        else:
+            np.negative(out, out=out)
+        np.add(out, acc[:k], out=out, dtype=dt)
+        if v[0] != 0 and c != 0:
+            np.add(out, dt(int(v[0]) * c), out=out)
+    else:
+        np.subtract(v[:k], out, out=out, dtype=dt)
+        if c != 1:
+            np.multiply(out, dt(c), out=out)
+        np.add(out, acc[:k], out=out, dtype=dt)
+    (la, ha), (lv, hv), (lc, hc) = _range(acc), _range(v), _range(col)
+    dl, dh = lv - hc, hv - lc  # v[i] - col[i] lies in [dl, dh], so the entry in acc's interval plus:
+    pl, ph = (dl * c, dh * c) if c >= 0 else (dh * c, dl * c)
+    return _checked(out, final, (la + pl, ha + ph))
 
 
 def zinand(ok: Mask, v: Vec, lo: int, hi: int) -> Mask:
-    """ZVec.zinand: mand ok (zinrange v lo hi), ok[i] and lo <= v[i] < hi."""
+    """ZVec.zinand: mand ok (zinrange v lo hi), ok[i] and lo <= v[i] < hi.
+
+    A constant v is in the range everywhere or nowhere: ok's prefix, or all False. A constant ok: all
+    False is the result, all True leaves zinrange v lo hi."""
     k = min(ok.shape[0], v.shape[0])
     if lo > _INT64_MAX or hi <= _INT64_MIN:
         return _frozen(np.zeros(k, dtype=np.bool_))  # type: ignore[return-value]
+    if _cv(v) and k > 1:
+        return _frozen(ok[:k]) if lo <= int(v[0]) < hi else _mconst(k, False)  # type: ignore[return-value]
+    if _cv(ok):
+        return zinrange(v[:k], lo, hi) if ok[0] else _mconst(k, False)
     x = v[:k]
     r = np.greater_equal(x, max(lo, _INT64_MIN))
     if hi <= _INT64_MAX:
@@ -725,8 +907,15 @@ _FUSED_CHUNK = 1 << 18
 
 
 def mnone(a: Mask, b: Mask) -> bool:
-    """ZVec.mnone: Nat.eqb (mcount (mandn a b)) 0, no i with a[i] and not b[i] (chunk by chunk)."""
+    """ZVec.mnone: Nat.eqb (mcount (mandn a b)) 0, no i with a[i] and not b[i] (chunk by chunk).
+
+    A constant a: all False holds, all True asks that b's prefix be all True. A constant b: all True
+    holds, all False asks that a's prefix be all False."""
     k = min(a.shape[0], b.shape[0])
+    if _cv(a):
+        return not a[0] or _all(b[:k])
+    if _cv(b):
+        return bool(b[0]) or not _any(a[:k])
     for lo in range(0, k, _FUSED_CHUNK):
         hi = min(k, lo + _FUSED_CHUNK)
         if bool((a[lo:hi] & ~b[lo:hi]).any()):
@@ -736,8 +925,17 @@ def mnone(a: Mask, b: Mask) -> bool:
 
 def vseleq(m: Mask, a: Vec, b: Vec, row: Vec) -> bool:
     """ZVec.vseleq: mall (veq (vselect m a b) row), (a[i] if m[i] else b[i]) == row[i] over the common
-    length (chunk by chunk, stopping at the first chunk that differs)."""
+    length (chunk by chunk, stopping at the first chunk that differs).
+
+    A constant m selects one operand whole: that operand's prefix is compared with row's."""
     k = min(m.shape[0], a.shape[0], b.shape[0], row.shape[0])
+    if _cv(m):
+        src = a if m[0] else b
+        for lo in range(0, k, _FUSED_CHUNK):
+            hi = min(k, lo + _FUSED_CHUNK)
+            if not np.array_equal(src[lo:hi], row[lo:hi]):
+                return False
+        return True
     for lo in range(0, k, _FUSED_CHUNK):
         hi = min(k, lo + _FUSED_CHUNK)
         if not np.array_equal(np.where(m[lo:hi], a[lo:hi], b[lo:hi]), row[lo:hi]):

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from .._errors import UnknownEvent
 from ..machine._machine import Machine
+from ..model._families import EventFamily
 from ._eventlog import (
     Event,
     EventConflict,
@@ -49,15 +50,23 @@ def event_id_for(run_id: str, call_id: str, event: str, record: str) -> str:
     return "ev-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
-class _FixedRecord(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-def _record_arguments(tool_name: str) -> type[BaseModel]:
+def _arguments(tool_name: str, takes_record: bool, family: EventFamily | None) -> type[BaseModel]:
+    """The tool's argument model: the record key (unless fixed) and a family's parameters, each limited
+    to its declared values so a model cannot ask for an instance the machine was not verified with."""
+    fields: dict[str, Any] = {}
+    if takes_record:
+        fields["record"] = (
+            str,
+            Field(min_length=1, max_length=200, description="the key of the shared record"),
+        )
+    for param in family.params if family is not None else ():
+        values = tuple(param.values)
+        fields[param.name] = (
+            Literal[values],
+            Field(description=f"{param.name} of {family.name if family else ''}: one of {list(values)}"),
+        )
     model: type[BaseModel] = create_model(
-        f"{tool_name}_arguments",
-        __config__=ConfigDict(extra="forbid"),
-        record=(str, Field(min_length=1, max_length=200, description="the key of the shared record")),
+        f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
     )
     return model
 
@@ -82,7 +91,8 @@ def event_tool(
     import bide  # here, not at the top: `import govern` must not pull in the agent runtime
 
     rules = delivery_rules(machine)
-    if event not in rules.index:
+    family = machine.families.get(event) if event not in rules.index else None
+    if event not in rules.index and family is None:
         known = ", ".join(rules.names)
         raise UnknownEvent(f"machine {rules.name!r} has no event {event!r}; its events are {known}")
     log.bind(machine)
@@ -91,13 +101,16 @@ def event_tool(
         f"Record the event {event!r} on a shared {rules.name} record. The result is the record's state "
         "right after the event, and whether the event applied, was a no-op or was compensated."
     )
-    arguments = _FixedRecord if record is not None else _record_arguments(tool_name)
+    arguments = _arguments(tool_name, record is None, family)
 
     def effect(validated: BaseModel) -> dict[str, Any]:
         ctx = bide.current_call()
         key = record if record is not None else str(validated.record)  # type: ignore[attr-defined]
         who = producer or ctx.run_id
-        event_id = event_id_for(ctx.run_id, ctx.call_id, event, key)
+        instance = event
+        if family is not None:
+            instance = family.instance({p.name: getattr(validated, p.name) for p in family.params})
+        event_id = event_id_for(ctx.run_id, ctx.call_id, instance, key)
         stored = log.get(event_id)
         created = False
         if stored is None:
@@ -108,7 +121,7 @@ def event_tool(
                         id=event_id,
                         machine=rules.digest,
                         record=key,
-                        event=event,
+                        event=instance,
                         producer=who,
                         deps=() if previous is None else (previous.id,),
                     )

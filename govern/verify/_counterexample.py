@@ -105,6 +105,15 @@ class Divergence:
             for s in steps:
                 lines += s.render()
         lines.append(f"  results differ: {_fmt(self.first_result)} vs {_fmt(self.second_result)}")
+        if self.condition == "CC1":
+            lines += [
+                "  ways out:",
+                f"    - if {ev[0]!r} and {ev[1]!r} are delivered in causal order (one producer, or "
+                f"the second caused by the first), declare it: r.ordered({ev[0]!r}, {ev[1]!r}); "
+                "the pair is then an obligation replicas keep, not a convergence failure",
+                "    - strengthen a guard so that neither order reaches the differing state",
+                "    - add an invariant whose repair brings both results to the same state",
+            ]
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:

@@ -534,3 +534,88 @@ def test_the_fused_rules_primitives_when_they_hold_and_on_large_inputs() -> None
     for lo, hi in ((-(2**40), 2**40), (0, 4), (2**31, 2**33), (-5, -4)):
         want = [bool(k) and lo <= x < hi for k, x in zip(ok, v32.tolist(), strict=True)]
         assert py(_prims.zinand(ok, v32, lo, hi)) == want
+
+
+# Constant vectors: zconst's vector is a stride-0 view, and primitives shortcut constant operands. Every
+# elementwise primitive must give exactly its definition's answer when any of its vector operands is such
+# a constant vector (of any length), alone or with ordinary ones.
+CONST_PRIMS: dict[str, tuple[Callable[..., Any], Callable[..., Any], str]] = {
+    **{k: v for k, v in Z_PRIMS.items() if k not in ("zlen", "zconst", "zcol")},
+    "vselect": (_prims.vselect, ref.c_vselect, "MZZ"),
+    "vadd": (_prims.vadd, ref.c_vadd, "ZZ"),
+    "veq": (_prims.veq, ref.c_veq, "ZZ"),
+    "mor": (_prims.mor, ref.c_mor, "MM"),
+    "vseleq": (_prims.vseleq, ref.c_vseleq, "MZZZ"),
+}
+_NAT_ONLY = ("vselect", "vadd", "veq", "vseleq", "ztonat")  # vec operands: naturals
+
+
+def _constant_args(name: str, kinds: str) -> tuple[list[Any], list[Any]]:
+    ours, theirs = zargs(kinds, big=name not in ("zmulc", "ztonat", "zaxpy"))
+    for j, k in enumerate(kinds):
+        if k not in "ZM" or RNG.random() < 0.35:
+            continue
+        n = RNG.randrange(2, 9)
+        if k == "M":
+            b = RNG.random() < 0.5
+            ours[j] = np.broadcast_to(np.bool_(b), (n,))
+            theirs[j] = cons([b] * n)
+        else:
+            big = name not in ("zmulc", "ztonat", "zaxpy")
+            z = RNG.randrange(0, 12) if name in _NAT_ONLY else rz(big=big)
+            ours[j] = _prims.zconst(n, z)
+            theirs[j] = cons([z] * n) if name in _NAT_ONLY and name != "ztonat" else cons([to_z(z)] * n)
+    for j, k in enumerate(kinds):  # vec operands of the Vec.v primitives: naturals, as plain lists
+        if k == "Z" and name in _NAT_ONLY and name != "ztonat" and ours[j].strides[0] != 0:
+            xs = [abs(int(x)) % 12 for x in ours[j]]
+            ours[j], theirs[j] = vec(xs), cons(xs)
+    return ours, theirs
+
+
+@pytest.mark.parametrize("name", sorted(CONST_PRIMS))
+def test_primitives_on_constant_vectors_match_their_gallina_definition(name: str) -> None:
+    ours, theirs, kinds = CONST_PRIMS[name]
+    for _ in range(300):
+        a, b = _constant_args(name, kinds)
+        got = py(ours(*a))
+        want = theirs(*b)
+        want = zres(want) if isinstance(want, tuple) else want
+        assert got == want, (name, a)
+
+
+def test_zconst_is_a_read_only_constant_vector() -> None:
+    c = _prims.zconst(5, -3)
+    assert py(c) == [-3] * 5 and c.strides == (0,)
+    with pytest.raises(ValueError):
+        np.asarray(c)[0] = 1
+
+
+def test_columns_and_recorded_intervals_give_exact_encodings() -> None:
+    """zcol (periodic columns, int8 when they fit), zaxpy's recorded interval, and ztonat trusting it:
+    chains of them equal the plain arithmetic, including negative results that Z.to_nat clamps."""
+    for _ in range(400):
+        n = RNG.randrange(0, 70)
+        stride, size = RNG.randrange(0, 6), RNG.randrange(0, 6)
+        lo = RNG.choice([RNG.randint(-150, 150), RNG.randint(-(2**40), 2**40)])
+        col = _prims.zcol(n, stride, size, lo)
+        want_col = [lo + ((s // stride if stride else 0) % size if size else (s // stride if stride else 0))
+                    for s in range(n)]
+        assert py(col) == want_col, (n, stride, size, lo)
+        acc = _prims.zcol(n, 1, n, 0) if RNG.random() < 0.5 else _prims.zconst(n, RNG.randint(-50, 50))
+        v = _prims.zconst(n, RNG.randint(-200, 200)) if RNG.random() < 0.5 else col
+        c = RNG.randint(-40, 40)
+        r = _prims.zaxpy(acc, v, col, c)
+        want = [x + (y - z) * c for x, y, z in zip(py(acc), py(v), want_col, strict=True)]
+        assert py(r) == want
+        assert py(_prims.ztonat(r)) == [max(0, x) for x in want]
+        r2 = _prims.zaxpy(r, _prims.zconst(n, 1), col, 3)
+        want2 = [x + (1 - z) * 3 for x, z in zip(want, want_col, strict=True)]
+        assert py(_prims.ztonat(r2)) == [max(0, x) for x in want2]
+
+
+def test_zaxpy_with_a_zero_difference_or_factor_is_acc() -> None:
+    zero = _prims.zconst(3, 0)
+    acc = _prims.zcol(3, 1, 3, 4)
+    for c in (0, 2**40, -(2**50)):
+        assert py(_prims.zaxpy(acc, zero, vec([0, 0, 0]), c)) == [4, 5, 6]
+    assert py(_prims.zaxpy(acc, vec([1, 2, 3]), vec([7, 8, 9]), 0)) == [4, 5, 6]
