@@ -194,7 +194,10 @@ class SymbolicMachine(Machine):
     def in_domain(self, state: State | int) -> bool:
         return self.is_valid(state)
 
-    def apply(self, state: State | int, event: str) -> State:
+    def apply(self, state: State | int, event: str, /, **params: object) -> State:
+        """`step(event, NF(state))`, evaluated on the rules; with `params`, an instance of a family."""
+        if params:
+            event = self.event(event, **params)
         return State(self, self._step_id(self.event_index(event), self._sid(state)))
 
     def replay(self, events: Iterable[str], start: State | int | None = None) -> State:

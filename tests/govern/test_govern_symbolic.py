@@ -321,3 +321,18 @@ def test_an_agent_records_events_on_a_symbolic_machine(tmp_path: Path) -> None:
     ]
     assert [r["outcome"] for r in results] == ["applied", "no-op"]
     assert results[1]["state"] == {"limit": 1_000_000}
+
+
+def test_parametric_events_on_a_symbolic_machine() -> None:
+    r = Registry("wallet")
+    cents = r.int("cents", 0, 10**9 - 1)
+    r.event(
+        "top_up",
+        params={"to": [1_000, 50_000, 2_000_000]},
+        effect=lambda to: {cents: max_(cents, to)},
+    )
+    r.event("cap", effect={cents: min_(cents, 900_000_000)})
+    m = r.build()
+    assert isinstance(m, SymbolicMachine) and len(m.events) == 4
+    s = m.apply(m.initial, "top_up", to=50_000)
+    assert dict(m.apply(s, "top_up", to=1_000)) == {"cents": 50_000}
