@@ -6,7 +6,8 @@ replica copes with an early event that arrives late.
 Figures printed (one line each):
 
 - events appended/s, SQLite file and PostgreSQL (when reachable): one event per transaction, and
-  batches of 100 per transaction;
+  batches of 100 and 1,000 per transaction (`EventLog.append_many`), beside the machine's floor
+  measured in the same run (bare durable commits/s of a one-row insert on the same database);
 - read latency of `length()` and `read()` on SQLite while 4 writer processes append as fast as they
   can (p50, p99, max, and how many reads failed): readers take WAL snapshots and never wait for the
   write lock;

@@ -11,7 +11,10 @@ One drive of `Agent.run(run_id, input)`:
 3. Replay: every journaled model turn and tool result is reused, never redone.
 4. Loop: run the last turn's calls that have no result; then ask the model for the next turn. A new turn
    is journaled before anything acts on it, in one all-or-nothing write with what depends on it: with the
-   end record for a final answer, with the first side effect's attempt marker, else on its own. If another
+   end record for a final answer, with the first side effect's attempt marker, else on its own (always on
+   its own when several calls then run at once: up to `max_parallel` calls of a turn run concurrently, each
+   under the claim protocol of its own, each result journaled when its call returns, and a halt raised
+   only once every call of the turn has ended). If another
    driver journaled that turn first, nothing of ours is written and the drive goes on with the journal's.
 
 Side effects follow the claim protocol (see docs/guarantee.md): attempt marker with a fresh claim id, call
@@ -51,7 +54,7 @@ from ._errors import (
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
 from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
 from ._journal import Journal
-from ._lease import LeaseKeeper
+from ._lease import LeaseKeeper, Overrun
 from ._messages import (
     AssistantMessage,
     Message,
@@ -94,6 +97,7 @@ from ._when import iso, when
 __all__ = ["Agent", "RunResult"]
 
 DEFAULT_LEASE_TTL = 30.0
+DEFAULT_MAX_PARALLEL = 8
 
 
 @dataclass(slots=True)
@@ -125,6 +129,9 @@ class Agent:
     A drive honours a cancel request (`bide.cancel_run`) at a turn boundary: it looks for one when it
     starts and then, at each boundary, once `cancel_check` seconds have passed since it last looked (0:
     at every boundary; a drive that finishes sooner never pays for the look).
+
+    The calls of one model turn run concurrently, at most `max_parallel` at a time (1: one after another,
+    stopping at the first halt); see docs/bide.md, "Parallel tool calls".
     """
 
     def __init__(
@@ -141,6 +148,7 @@ class Agent:
         lease_ttl: float = DEFAULT_LEASE_TTL,
         lease_wait: float = 0.0,
         cancel_check: float = 0.5,
+        max_parallel: int = DEFAULT_MAX_PARALLEL,
     ) -> None:
         if not callable(getattr(model, "complete", None)):
             raise ConfigError("model must have an async complete(request) method (see bide.Model)")
@@ -148,6 +156,10 @@ class Agent:
             raise ConfigError("lease_ttl must be a positive number of seconds")
         if not (isinstance(lease_wait, (int, float)) and lease_wait >= 0):
             raise ConfigError("lease_wait must be a number of seconds, 0 or more")
+        if not (isinstance(max_parallel, int) and not isinstance(max_parallel, bool) and max_parallel >= 1):
+            raise ConfigError(
+                "max_parallel must be a whole number, 1 or more (1: calls run one after another)"
+            )
         for method in ("ainsert_many", "aload", "alease", "arelease", "insert_many", "load", "lease"):
             if not callable(getattr(store, method, None)):
                 raise ConfigError("store must be a bide store (use bide.open_store(url))")
@@ -161,8 +173,9 @@ class Agent:
         self.lease_ttl = float(lease_ttl)
         self.lease_wait = float(lease_wait)
         self.cancel_check = float(cancel_check)
+        self.max_parallel = max_parallel
         # Synchronous calls running past their deadline, by (run id, fence) of the drive that started them.
-        self._overruns: dict[tuple[str, Fence | None], tuple[CallWindow, Callable[[bool, Any], Any]]] = {}
+        self._overruns: dict[tuple[str, Fence | None], list[Overrun]] = {}
         self.tools: dict[str, Tool] = {}
         for t in tools:
             if not isinstance(t, Tool):
@@ -432,7 +445,11 @@ class Agent:
         self, journal: Journal, msg: AssistantMessage, pending: list[Record]
     ) -> list[Message] | None:
         """The tool messages of a turn's calls, running those without a recorded result; None when another
-        driver journaled this turn first."""
+        driver journaled this turn first (or a call must be decided again from a reloaded journal)."""
+        if self.max_parallel > 1 and len(msg.tool_calls) > 1:
+            todo = [c for c in msg.tool_calls if not journal.has(result_key(c.call_id))]
+            if len(todo) > 1:
+                return await self._run_parallel(journal, msg, todo, pending)
         results: list[Message] = []
         for call in msg.tool_calls:
             res = journal.get(result_key(call.call_id))
@@ -449,6 +466,55 @@ class Agent:
                 res = got
             results.append(_tool_message(call, res))
         return results
+
+    async def _run_parallel(
+        self, journal: Journal, msg: AssistantMessage, todo: list[ToolCall], pending: list[Record]
+    ) -> list[Message] | None:
+        """`_run_calls` for several calls at once, at most `max_parallel` at a time.
+
+        The turn is journaled first, on its own: every call acts only on a journaled turn. Each call then
+        follows the protocol on its own (a side effect its own marker, claim and window) and journals its
+        result as soon as it has one, so one call's halt loses none of the others' results: every call
+        runs to its end, and only then is a halt raised (the first of the turn's worst kind, with the
+        others in its `also`)."""
+        if not await _flush(journal, pending):
+            return None
+        limit = asyncio.Semaphore(self.max_parallel) if len(todo) > self.max_parallel else None
+
+        async def one(call: ToolCall) -> ToolResult | BaseException | None:
+            try:
+                if limit is None:
+                    return await self._call_recorded(journal, call)
+                async with limit:
+                    return await self._call_recorded(journal, call)
+            except (KeyboardInterrupt, SystemExit) as exc:
+                # A task lets these escape the event loop, past the drive; the drive raises them itself.
+                return exc
+
+        # gather waits for every call, also when the drive is cancelled (then each call is cancelled and
+        # finishes its own bookkeeping first).
+        outcomes = await asyncio.gather(*[one(c) for c in todo], return_exceptions=True)
+        failures = [o for o in outcomes if isinstance(o, BaseException)]
+        if failures:
+            raise _worst(failures)
+        if any(o is None for o in outcomes):
+            return None  # a call was claimed or resolved by another writer: decide again from the journal
+        fresh = {o.call_id: o for o in outcomes if isinstance(o, ToolResult)}
+        results: list[Message] = []
+        for call in msg.tool_calls:
+            res = fresh.get(call.call_id) or journal.get(result_key(call.call_id))
+            assert isinstance(res, ToolResult)
+            results.append(_tool_message(call, res))
+        return results
+
+    async def _call_recorded(self, journal: Journal, call: ToolCall) -> ToolResult | None:
+        """One call of a journaled turn, its result journaled (None: decide it again from the journal)."""
+        got = await self._call(journal, call, [])
+        if got is None or journal.has(got.key):
+            return got
+        stored, _ = await journal.awrite_one(got)
+        assert isinstance(stored, ToolResult)
+        return stored
 
     # -- model turns ---------------------------------------------------------------------------------------
 
@@ -550,7 +616,10 @@ class Agent:
         if tool.safety.retry_safe:
             ctx = CallContext(run_id, call.call_id, tool.name, idem, 0)
             try:
-                value = await tool._invoke(tool._call_args(validated), ctx)
+                if tool.retry is None:
+                    value = await tool._invoke(tool._call_args(validated), ctx)
+                else:
+                    value = await _retried(tool, tool._call_args(validated), ctx)
             except TimeoutError:
                 return self._result(
                     call,
@@ -574,6 +643,10 @@ class Agent:
         # waiting run holds fewer objects.
         call_args = tool._call_args(validated)
         del validated
+        if tool.retry is not None and tool.retry.attempts > 1:
+            return await self._side_effect_retried(
+                journal, tool, call, call_args, arguments, idem, approval, gen, pending
+            )
         return await self._side_effect(
             journal, tool, call, call_args, arguments, idem, approval, gen, pending
         )
@@ -692,14 +765,18 @@ class Agent:
             why = f"crashed; its reconciler may decide it from {when(ready_at, self.clock())} on"
         raise self._unknown(journal, last, why) from cause
 
-    def _unknown(self, journal: Journal, marker: Attempt, cause: str) -> OutcomeUnknown:
+    def _unknown(
+        self, journal: Journal, marker: Attempt, cause: str, *, options: bool = False
+    ) -> OutcomeUnknown:
+        """The halt for a marker without a result; `options`: name what the tool could do instead."""
         args = canonical_json(marker.arguments).decode()
         return OutcomeUnknown(
             f"run {journal.run_id!r} halted: side-effect call {marker.call_id!r} ({marker.tool} {args}) was "
             f"attempted at {iso(marker.attempted_at_ms / 1000)} but its outcome was not recorded "
             f"({cause}); it fired zero times or once. Check the system of record, then call "
             f"bide.resolve_halt(store, "
-            f"{journal.run_id!r}, {marker.call_id!r}, outcome=...) and run again",
+            f"{journal.run_id!r}, {marker.call_id!r}, outcome=...) and run again"
+            + (_OPTIONS if options else ""),
             run_id=journal.run_id,
             call_id=marker.call_id,
             tool=marker.tool,
@@ -708,6 +785,43 @@ class Agent:
             attempted_at=marker.attempted_at_ms / 1000,
             deadline=marker.deadline_ms / 1000,
         )
+
+    async def _side_effect_retried(
+        self,
+        journal: Journal,
+        tool: Tool,
+        call: ToolCall,
+        call_args: Any,
+        arguments: dict[str, Any],
+        idem: str,
+        approval: Any,
+        gen: int,
+        pending: list[Record],
+    ) -> ToolResult | None:
+        """`_side_effect` under the tool's retry policy: an attempt that provably did not start (it
+        was voided: ToolNotStarted) is retried as a new claimed attempt (gen + 1) after the policy's wait.
+
+        What a retry needs is journaled by the attempts themselves: each one's marker, and its not-started
+        record before the wait. A crash during the wait leaves no live marker, so the next drive claims a
+        new attempt at once (at most once holds: the voided attempt never called the tool); the wait and
+        the count of tries are the drive's own and start afresh in the next drive."""
+        policy = tool.retry
+        assert policy is not None
+        tries = 0
+
+        async def attempt() -> ToolResult | None:
+            nonlocal tries
+            tries += 1
+            return await self._side_effect(
+                journal, tool, call, call_args, arguments, idem, approval, gen + tries - 1, pending
+            )
+
+        try:
+            return await policy.run(attempt, _voided)
+        except ToolNotStarted as exc:
+            if tries < 2:
+                raise
+            raise ToolNotStarted(f"{exc} (tried {tries} times in this drive under its retry policy)") from exc
 
     async def _side_effect(
         self,
@@ -721,6 +835,7 @@ class Agent:
         gen: int,
         pending: list[Record],
     ) -> ToolResult | None:
+        """One claimed attempt of a side effect (see the module docstring)."""
         run_id = journal.run_id
         claim = new_claim()
         now_ms = int(self.clock() * 1000)
@@ -755,23 +870,7 @@ class Agent:
         try:
             value = await tool._invoke(call_args, ctx, window)
         except NotCalled as exc:
-            try:
-                await journal.awrite_one(
-                    NotStarted(
-                        key=not_started_key(call.call_id, gen),
-                        call_id=call.call_id,
-                        gen=gen,
-                        claim=claim,
-                        reason=_error_text(exc),
-                    )
-                )
-            except BaseException:
-                remember_unstarted(claim)
-                raise
-            raise ToolNotStarted(
-                f"tool {tool.name!r} (call {call.call_id!r} of run {run_id!r}) did not run: {exc}. "
-                "Run again to retry the call"
-            ) from exc
+            raise await self._void(journal, tool, call, gen, claim, exc) from exc
         except ToolError as exc:
             return self._result(
                 call,
@@ -786,22 +885,49 @@ class Agent:
                 # A synchronous tool cannot be stopped: it runs on past its deadline, as a live call of this
                 # process, whose lease the drive hands to a keeper that records what it returns.
                 late = self._late_result(call, tool, idem, approval)
-                self._overruns[(run_id, journal.fence)] = (window, late)
+                self._overruns.setdefault((run_id, journal.fence), []).append((window, late))
                 cause = (
                     f"still running past its {tool.timeout:g}s timeout in this process (a synchronous tool "
                     "cannot be stopped); this process keeps the run's lease and records its outcome when "
                     "it returns"
                 )
                 raise self._unknown(journal, marker, cause) from exc
-            raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s") from exc
+            raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s", options=True) from exc
         except BaseException as exc:
             if window.state != "started":
                 remember_unstarted(claim)  # cancelled before it started: provably not called
             if not isinstance(exc, Exception):
                 raise
-            raise self._unknown(journal, marker, f"the tool raised {type(exc).__name__}: {exc}") from exc
+            if tool.not_started and isinstance(exc, tool.not_started):
+                # The tool declares this exception as proof that nothing was performed.
+                raise await self._void(journal, tool, call, gen, claim, exc) from exc
+            cause = f"the tool raised {type(exc).__name__}: {exc}"
+            raise self._unknown(journal, marker, cause, options=True) from exc
         return self._result(
             call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
+        )
+
+    async def _void(
+        self, journal: Journal, tool: Tool, call: ToolCall, gen: int, claim: str, exc: BaseException
+    ) -> ToolNotStarted:
+        """Journal that attempt `gen` (holding `claim`) never performed its effect; the error to raise."""
+        try:
+            await journal.awrite_one(
+                NotStarted(
+                    key=not_started_key(call.call_id, gen),
+                    call_id=call.call_id,
+                    gen=gen,
+                    claim=claim,
+                    reason=_error_text(exc),
+                )
+            )
+        except BaseException:
+            remember_unstarted(claim)
+            raise
+        why = str(exc) if isinstance(exc, NotCalled) else f"{type(exc).__name__}: {exc}"
+        return ToolNotStarted(
+            f"tool {tool.name!r} (call {call.call_id!r} of run {journal.run_id!r}) did not run: {why}. "
+            "Run again to retry the call"
         )
 
     def _late_result(
@@ -820,6 +946,71 @@ class Agent:
             return None
 
         return build
+
+
+_OPTIONS = (
+    ". So that such failures need no person: raise bide.ToolError from the tool for a failure it knows "
+    "(the model sees it), raise bide.NotCalled (or declare the exception with not_started=(...)) when "
+    "nothing was performed, which a retry=bide.RetryPolicy(...) then tries again, or give the tool a "
+    "reconciler (reconcile=...) that looks the call up by its idempotency key"
+)
+
+
+def _voided(exc: BaseException) -> bool:
+    """The retry classifier of a side effect: only an attempt proven not started is tried again."""
+    return isinstance(exc, ToolNotStarted)
+
+
+def _retry_safe(exc: BaseException) -> bool:
+    """The retry classifier of a ReadOnly/Idempotent tool: anything but a failure the tool knows."""
+    return not isinstance(exc, ToolError)
+
+
+async def _retried(tool: Tool, call_args: Any, ctx: CallContext) -> Any:
+    """Call a retry-safe tool under its retry policy; `ctx.attempt` counts the tries (0 first)."""
+    assert tool.retry is not None
+    tries = 0
+
+    async def attempt() -> Any:
+        nonlocal tries
+        ctx.attempt = tries
+        tries += 1
+        return await tool._invoke(call_args, ctx)
+
+    return await tool.retry.run(attempt, _retry_safe)
+
+
+# How bad a failure of one call of a parallel turn is: the worst is raised, the others ride along in its
+# `also`. A crash or cancellation first (the drive is over), then errors of the drive itself (a lost lease
+# must reach `run`), then halts that need a person, then those that only need time.
+def _rank(exc: BaseException) -> int:
+    if not isinstance(exc, Exception):
+        return 0
+    if isinstance(exc, WriteRefused):
+        return 1
+    if isinstance(exc, OutcomeUnknown):
+        return 3
+    if isinstance(exc, ApprovalPending):
+        return 4
+    if isinstance(exc, ToolNotStarted):
+        return 5
+    if isinstance(exc, RunInFlight):
+        return 6
+    if isinstance(exc, RunSleeping):
+        return 7
+    return 2
+
+
+def _worst(failures: list[BaseException]) -> BaseException:
+    """The failure a parallel turn raises (the first of the worst kind, in call order); the others are in
+    its `also` and in a note."""
+    worst = min(failures, key=_rank)
+    others = tuple(f for f in failures if f is not worst)
+    if isinstance(worst, BideError):
+        worst.also = others
+    for other in others:
+        worst.add_note(f"also: {type(other).__name__}: {other}")
+    return worst
 
 
 async def _flush(journal: Journal, pending: list[Record]) -> bool:

@@ -62,7 +62,13 @@ __all__ = [
 
 
 class BideError(Exception):
-    """Base class of every error raised by `bide`."""
+    """Base class of every error raised by `bide`.
+
+    `also` holds the other failures of the same step: when several calls of one parallel turn halt or
+    fail, the worst is raised and the others are here (and in its notes).
+    """
+
+    also: tuple[BaseException, ...] = ()
 
 
 class ConfigError(BideError, ValueError):

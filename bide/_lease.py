@@ -6,7 +6,8 @@ drive costs a heap entry, not a timer of its own, and most drives finish long be
 
 A synchronous tool that runs on past its deadline cannot be stopped. Its drive ends (the run halts), but
 the lease must not be freed while the call may still act: `keep_overrun` renews it from a thread until
-the call returns, journals the call's outcome under the lease, and only then frees it.
+the call returns (every such call of the drive: calls of one turn run in parallel), journals the calls'
+outcomes under the lease, and only then frees it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import heapq
 import itertools
 import math
 import threading
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ._inflight import CallWindow
@@ -25,7 +27,7 @@ from ._journal import Journal
 from ._records import Record
 from ._store import Lease, Store
 
-__all__ = ["LeaseKeeper", "keep_overrun"]
+__all__ = ["LeaseKeeper", "Overrun", "keep_overrun"]
 
 
 class LeaseKeeper:
@@ -55,22 +57,19 @@ class LeaseKeeper:
             return  # stopped meanwhile, or taken over: every further write of the drive is refused
         self.token = self.renewals.add(self, self.ttl / (3 if renewed is not None else 9))
 
-    def stop(self, overrun: tuple[CallWindow, Callable[[bool, Any], Record | None]] | None = None) -> (
-        Awaitable[Any] | None
-    ):
-        """Stop renewing; free the lease (the awaitable returned), unless the run ended or a synchronous
-        call of the drive runs on past its deadline (`overrun`: then a thread keeps the lease until it
-        returns)."""
+    def stop(self, overrun: Sequence[Overrun] | None = None) -> Awaitable[Any] | None:
+        """Stop renewing; free the lease (the awaitable returned), unless the run ended or synchronous
+        calls of the drive run on past their deadline (`overrun`: then a thread keeps the lease until they
+        return)."""
         self.renewals.drop(self.token)
         self.token = -1
         if self.ended:
             return None
         lease = self.lease
-        if overrun is not None:
-            window, build = overrun
+        if overrun:
             threading.Thread(
                 target=keep_overrun,
-                args=(self.store, lease, self.ttl, self.clock, window, build),
+                args=(self.store, lease, self.ttl, self.clock, list(overrun)),
                 name=f"bide-overrun:{lease.run_id}",
                 daemon=True,
             ).start()
@@ -83,30 +82,38 @@ async def _release(store: Store, lease: Lease) -> None:
         await store.arelease(lease.run_id, lease.holder, lease.token)
 
 
+Overrun = tuple[CallWindow, Callable[[bool, Any], Record | None]]
+"""A synchronous call running past its deadline, and how its outcome becomes its result record."""
+
+
 def keep_overrun(
-    store: Store,
-    lease: Lease,
-    ttl: float,
-    clock: Callable[[], float],
-    window: CallWindow,
-    build: Callable[[bool, Any], Record | None],
+    store: Store, lease: Lease, ttl: float, clock: Callable[[], float], overruns: list[Overrun]
 ) -> None:
-    """Hold the run's lease while a synchronous call runs on past its deadline, then journal what it
-    returned (`build` makes the record; None: its outcome stays unknown) and free the lease."""
-    assert window.done is not None
+    """Hold the run's lease while synchronous calls run on past their deadline, then journal what they
+    returned (each `build` makes its call's record; None: its outcome stays unknown) and free the lease."""
     try:
-        while not window.done.wait(ttl / 3):
-            now_ms = int(clock() * 1000)
-            ttl_ms = int(ttl * 1000)
-            renewed = store.lease(lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=ttl_ms, token=lease.token)
-            if not renewed.held:
-                return
-        assert window.outcome is not None
-        record = build(*window.outcome)
-        if record is not None:
+        renew_at = time.monotonic() + ttl / 3
+        for window, _ in overruns:
+            assert window.done is not None
+            while not window.done.wait(max(0.0, renew_at - time.monotonic())):
+                now_ms = int(clock() * 1000)
+                ttl_ms = int(ttl * 1000)
+                renewed = store.lease(
+                    lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=ttl_ms, token=lease.token
+                )
+                if not renewed.held:
+                    return
+                renew_at = time.monotonic() + ttl / 3
+        records = []
+        for window, build in overruns:
+            assert window.outcome is not None
+            record = build(*window.outcome)
+            if record is not None:
+                records.append(record)
+        if records:
             journal = Journal(store, lease.run_id).load()
             journal.fence = (lease.holder, lease.token)
-            journal.write([record])
+            journal.write(records)
         store.release(lease.run_id, lease.holder, lease.token)
     except Exception:  # the store failed: the lease expires and the call stays halted for a decision
         return

@@ -56,7 +56,8 @@ class RetryPolicy:
 
     def wait(self, retry: int, hint: float | None = None, *, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number `retry` (0 for the first retry), at least `hint` (capped)."""
-        ceiling = min(self.maximum, self.initial * self.multiplier**retry)
+        # The exponent is capped: a long deadline can reach thousands of retries, and 2.0**1024 overflows.
+        ceiling = min(self.maximum, self.initial * self.multiplier ** min(retry, 64))
         delay = (rng or random).uniform(0, ceiling) if self.jitter else ceiling
         if hint is not None:
             delay = max(delay, min(hint, self.maximum))

@@ -7,6 +7,12 @@ Safety decides what a crash can do to a call:
 - `Idempotent`: retried freely after a crash; the tool receives a stable idempotency key per call to pass to
   its provider, so the provider deduplicates.
 - `ReadOnly`: changes nothing; re-runs freely.
+
+A tool may carry a `retry` policy (`bide.RetryPolicy`): a `ReadOnly` or `Idempotent` tool is tried again on
+any exception but `ToolError` (a known failure, which the model sees). A side effect is tried again only
+when the attempt provably did not start: the tool raised `NotCalled`, an exception it declares in
+`not_started`, or its window closed before it could start. Each try of a side effect is its own claimed
+attempt (marker, call, not-started record); see the agent module.
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from ._deadline import run_with_deadline
 from ._errors import ConfigError, NotCalled
 from ._inflight import CallWindow
 from ._messages import ToolSpec
+from ._retry import RetryPolicy
 
 __all__ = [
     "AttemptInfo",
@@ -126,6 +133,12 @@ class Tool:
 
     `gate` (a `bide.Gate`) is consulted before every call; `reconcile(AttemptInfo)` may return a
     `bide.Outcome` for a side-effect call whose outcome was lost, or None when it cannot tell.
+
+    `not_started` names exception types that prove a side effect was not performed (for example
+    `ConnectionRefusedError`, raised before anything was sent): like `NotCalled`, they void the attempt
+    instead of halting the run. `retry` (a `bide.RetryPolicy`) tries a call again within the drive: a
+    `ReadOnly`/`Idempotent` tool on any exception but `ToolError`, a side effect only when the attempt
+    provably did not start (`NotCalled` or a `not_started` type).
     """
 
     def __init__(
@@ -139,6 +152,8 @@ class Tool:
         gate: Any = None,
         reconcile: Reconciler | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        not_started: tuple[type[BaseException], ...] = (),
         _unpack: bool = False,
         _inject_key: bool = False,
     ) -> None:
@@ -165,6 +180,21 @@ class Tool:
             raise ConfigError(f"tool {name!r}: gate must have a check(request) method (see bide.Gate)")
         if reconcile is not None and not callable(reconcile):
             raise ConfigError(f"tool {name!r}: reconcile must be callable")
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise ConfigError(f"tool {name!r}: retry must be a bide.RetryPolicy")
+        if isinstance(not_started, type):
+            not_started = (not_started,)
+        if not (
+            isinstance(not_started, tuple)
+            and all(isinstance(t, type) and issubclass(t, Exception) for t in not_started)
+        ):
+            raise ConfigError(f"tool {name!r}: not_started must be a tuple of exception types")
+        for t in not_started:
+            if issubclass(TimeoutError, t):
+                raise ConfigError(
+                    f"tool {name!r}: not_started cannot hold {t.__name__}: it covers TimeoutError, and a "
+                    "call that timed out may have acted; name narrower types (ConnectionRefusedError, ...)"
+                )
         self.name = name
         self.description = description
         self.args = args
@@ -173,6 +203,8 @@ class Tool:
         self.gate = gate
         self.reconcile = reconcile
         self.timeout = float(timeout)
+        self.retry = retry
+        self.not_started = not_started
         self._unpack = _unpack
         self._inject_key = _inject_key
         self._is_async = inspect.iscoroutinefunction(fn)
@@ -193,6 +225,8 @@ class Tool:
         gate: Any = None,
         reconcile: Reconciler | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        not_started: tuple[type[BaseException], ...] = (),
     ) -> Tool:
         """Build a tool from a typed function: its parameters become the argument schema, its docstring the
         description. A parameter named ``idempotency_key`` is not shown to the model; bide passes the call's
@@ -229,6 +263,8 @@ class Tool:
             gate=gate,
             reconcile=reconcile,
             timeout=timeout,
+            retry=retry,
+            not_started=not_started,
             _unpack=True,
             _inject_key=inject,
         )
@@ -385,6 +421,8 @@ def tool(
     gate: Any = None,
     reconcile: Reconciler | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    retry: RetryPolicy | None = None,
+    not_started: tuple[type[BaseException], ...] = (),
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -398,6 +436,8 @@ def tool(
     gate: Any = None,
     reconcile: Reconciler | None = None,
     timeout: float = DEFAULT_TIMEOUT,
+    retry: RetryPolicy | None = None,
+    not_started: tuple[type[BaseException], ...] = (),
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Turn a typed function into a `Tool`: ``@bide.tool`` (a side effect) or
     ``@bide.tool(safety=bide.ReadOnly)``; see `Tool` for the other options."""
@@ -411,6 +451,8 @@ def tool(
             gate=gate,
             reconcile=reconcile,
             timeout=timeout,
+            retry=retry,
+            not_started=not_started,
         )
 
     if fn is not None:

@@ -2,7 +2,7 @@
     Only the vector primitives of Vec.v and nat arithmetic are mapped; the generator knows
     each custom name below and refuses any other. *)
 From Coq Require Import Extraction List Arith Bool.
-From Govern Require Import Vec ZVec TableCheck Rules.
+From Govern Require Import Vec ZVec TableCheck Rules Compose.
 
 Extraction Language JSON.
 
@@ -71,4 +71,4 @@ Extract Constant PeanoNat.Nat.add => "prim_nat_add".
 Extract Constant PeanoNat.Nat.log2 => "prim_nat_log2".
 Extract Constant Coq.Init.Datatypes.andb => "prim_andb".
 
-Extraction "_build/oracle.json" check_tables check_tables_w check_rules.
+Extraction "_build/oracle.json" check_tables check_tables_w check_rules check_decomposition.

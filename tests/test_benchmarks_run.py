@@ -27,6 +27,7 @@ SMOKE_RUNS = {
     "oracle.py": [],
     "symbolic.py": ["--repeat", "1"],
     "worker.py": ["--quick"],
+    "compose.py": ["--copies", "3,10", "--repeat", "1"],
 }
 
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._errors import OracleDisagreement
 from ._certificate import Certificate, CheckResult, assemble, check_certificate, symbolic_certificate
+from ._composed import ComposedCertificate, ComposedCheckResult, check_composed, composed_certificate_for
 from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
 from ._model import MAX_STATES, MAX_TABLE_ENTRIES
 from ._oracle import local_oracle_identity
@@ -61,8 +62,19 @@ def _verdict(machine: Machine) -> dict[str, Any]:
     }
 
 
-def certificate_for(machine: Machine, *, version: str | None = None) -> Certificate:
-    """The table certificate of a built machine (unsigned, not yet re-checked: see `certify`)."""
+def certificate_for(machine: Machine, *, version: str | None = None) -> Certificate | ComposedCertificate:
+    """The certificate of a built machine (unsigned, not yet re-checked: see `certify`); a machine built
+    by components gets a composed certificate (one table set per component)."""
+    from ..machine._composed import ComposedMachine
+
+    if isinstance(machine, ComposedMachine):
+        version = version or tool_version()
+        parts = [_plain_certificate(p, version) for p in machine.components]
+        return composed_certificate_for(machine, parts, version=version)
+    return _plain_certificate(machine, version)
+
+
+def _plain_certificate(machine: Machine, version: str | None) -> Certificate:
     states, events = machine.n_states, len(machine.events)
     solver = machine.report.solver
     if machine.report.method == "symbolic" and solver:
@@ -90,14 +102,18 @@ def certificate_for(machine: Machine, *, version: str | None = None) -> Certific
     )
 
 
-def self_check(certificate: Certificate | SymbolicCertificate) -> CheckResult:
+def self_check(
+    certificate: Certificate | ComposedCertificate | SymbolicCertificate,
+) -> CheckResult | ComposedCheckResult:
     """Check a freshly made certificate as `govern check` would; raises if it does not pass."""
+    if isinstance(certificate, ComposedCertificate):
+        return check_composed(certificate.to_bytes())
     return check_certificate(certificate.to_bytes())
 
 
 def certify(
     machine: Machine | Registry, *, sign_with: str | os.PathLike[str] | None = None
-) -> Certificate | SymbolicCertificate:
+) -> Certificate | ComposedCertificate | SymbolicCertificate:
     """Certify a machine (a `Registry` is built first, over the valid domain).
 
     The certificate is checked before it is returned, exactly as `govern check` checks it: strictly
@@ -109,7 +125,7 @@ def certify(
     from ..machine._registry import Registry
 
     built = machine.build() if isinstance(machine, Registry) else machine
-    certificate: Certificate | SymbolicCertificate
+    certificate: Certificate | ComposedCertificate | SymbolicCertificate
     if built.report.method == "symbolic":
         # No tables: the certificate names the solver, and checking it re-decides the rules.
         certificate = symbolic_certificate(symbolic_document(built, version=tool_version()))

@@ -18,11 +18,15 @@ from ._signing import is_signing_time
 
 __all__ = [
     "ARITY",
+    "COMPOSED_FORMAT",
     "FORMAT",
     "MAX_STATES",
     "MAX_TABLE_ENTRIES",
     "BoolVariable",
     "CertificateModel",
+    "ComponentEntry",
+    "ComposedCertificateModel",
+    "ComposedVerdict",
     "EnumVariable",
     "EventRule",
     "IntVariable",
@@ -171,7 +175,7 @@ class SignatureBlock(BaseModel):
 
 
 class CertificateModel(BaseModel):
-    """A whole certificate document."""
+    """A whole certificate document (of a machine whose tables it holds)."""
 
     model_config = _STRICT
     format: Literal["govern-certificate/1"]
@@ -179,6 +183,56 @@ class CertificateModel(BaseModel):
     machine: MachineRules
     verdict: Verdict
     tables: Tables
+    oracle: dict[Annotated[str, Field(min_length=1, max_length=100)], Annotated[str, Field(max_length=4096)]]
+    digest: Digest
+    signature: SignatureBlock | None = None
+
+
+COMPOSED_FORMAT: Final = "govern-certificate/composed-1"
+
+
+class ComposedVerdict(BaseModel):
+    """A composed machine's verdict (whole-machine positions); a checker recomputes it from the
+    components' verdicts. `pairs_checked` are the pairs checked on component tables; a pair across
+    components needs no table (Govern.Compose.compose_cross)."""
+
+    model_config = _STRICT
+    wfc: Literal[True]
+    cc1: Literal[True]
+    components: Annotated[int, Field(ge=2)]
+    max_repair_depth: NonNeg
+    states: Annotated[int, Field(ge=1)]
+    valid_states: Annotated[int, Field(ge=1)]
+    domain: Literal["valid", "reachable"]
+    domain_states: Annotated[int, Field(ge=1)]
+    pairs: Literal["declared", "all"]
+    pairs_checked: list[Annotated[list[NonNeg], Field(min_length=2, max_length=2)]]
+    cc2: bool
+    causal_order_obligations: list[Annotated[list[NonNeg], Field(min_length=2, max_length=2)]]
+    not_idempotent: list[NonNeg]
+    guarantee: Literal["interleaved-repair", "repair-before-apply"]
+
+
+class ComponentEntry(BaseModel):
+    """One component: its variables, invariants and events (whole-machine positions, increasing) and
+    its own certificate, whose machine must be exactly the whole machine's projection on them."""
+
+    model_config = _STRICT
+    variables: Annotated[list[NonNeg], Field(min_length=1)]
+    invariants: list[NonNeg]
+    events: Annotated[list[NonNeg], Field(min_length=1)]
+    certificate: dict[str, Any]  # a whole govern-certificate/1 document, read by read_certificate
+
+
+class ComposedCertificateModel(BaseModel):
+    """A certificate of a machine built by components (format `govern-certificate/composed-1`)."""
+
+    model_config = _STRICT
+    format: Literal["govern-certificate/composed-1"]
+    tool: ToolInfo
+    machine: MachineRules
+    verdict: ComposedVerdict
+    components: Annotated[list[ComponentEntry], Field(min_length=2)]
     oracle: dict[Annotated[str, Field(min_length=1, max_length=100)], Annotated[str, Field(max_length=4096)]]
     digest: Digest
     signature: SignatureBlock | None = None
@@ -273,9 +327,9 @@ def _check_pairs(pairs: list[list[int]], events: int, where: str) -> None:
         raise CertificateUnreadable(f"{where}: pairs must be sorted and distinct")
 
 
-def validate_machine(machine: MachineRules, *, tables: bool = True) -> None:
-    """Check what the types cannot: well-formed rules, sane domains, and bounded table sizes (only
-    with `tables`: a symbolic certificate carries none)."""
+def validate_machine(machine: MachineRules, *, bounded: bool = True) -> None:
+    """Check what the types cannot: well-formed rules, sane domains, and bounded table sizes (not
+    `bounded`: the whole machine of a composed certificate, whose tables are its components')."""
     count = len(machine.variables)
     names = [v.name for v in machine.variables]
     if len(set(names)) != len(names):
@@ -288,13 +342,13 @@ def validate_machine(machine: MachineRules, *, tables: bool = True) -> None:
         if isinstance(variable, IntVariable) and not INT64_MIN <= variable.min <= variable.max <= INT64_MAX:
             raise CertificateUnreadable(f"machine.variables: {variable.name}: outside the 64-bit range")
     states = 1
-    for _, size in domain_sizes(machine) if tables else []:
+    for _, size in domain_sizes(machine):
         states *= size
-        if states > MAX_STATES:
+        if bounded and states > MAX_STATES:
             raise CertificateUnreadable(
                 f"the machine has more than {MAX_STATES} states; this checker refuses tables that large"
             )
-    if states * len(machine.events) > MAX_TABLE_ENTRIES:
+    if bounded and states * len(machine.events) > MAX_TABLE_ENTRIES:
         raise CertificateUnreadable(
             f"the apply table would have {states * len(machine.events)} entries, over {MAX_TABLE_ENTRIES}"
         )

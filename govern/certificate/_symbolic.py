@@ -159,7 +159,7 @@ def parse_symbolic(value: dict[str, Any]) -> SymbolicCertificateModel:
             f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors()[:5]
         ]
         raise CertificateUnreadable("not a govern symbolic certificate: " + "; ".join(problems)) from None
-    validate_machine(model.machine, tables=False)
+    validate_machine(model.machine, bounded=False)
     if not has_rules(model.machine):
         raise CertificateUnreadable("a symbolic certificate needs every rule as an expression")
     if model.machine.domain != "valid":

@@ -57,6 +57,13 @@ from ..certificate._certificate import (
     check_certificate,
     read_certificate,
 )
+from ..certificate._composed import (
+    ComposedCertificate,
+    ComposedCheckResult,
+    check_composed,
+    is_composed,
+    read_composed,
+)
 from ..certificate._encoding import DEFAULT_MAX_BYTES
 from ..certificate._errors import (
     CertificateInvalid,
@@ -219,7 +226,7 @@ class Outcome:
 
     name: str
     exit_code: int
-    certificate: Certificate | None = None
+    certificate: Certificate | ComposedCertificate | None = None
     path: Path | None = None
     message: str = ""
     counterexample: dict[str, Any] | None = None
@@ -319,7 +326,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
             outcome.message = f"cannot write {path}: {exc.strerror}"
             return outcome
         outcome.path = path
-    if args.graph:
+    if args.graph and isinstance(certificate, Certificate):
         from ._graph import render_files
 
         directory = outcome.path.parent if outcome.path else target.source.parent
@@ -327,7 +334,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
     return outcome
 
 
-def _verdict_table(certificate: Certificate) -> Table:
+def _verdict_table(certificate: Certificate | ComposedCertificate) -> Table:
     model = certificate.model
     verdict = model.verdict
     events = model.machine.events
@@ -418,7 +425,7 @@ def _read_input(path_text: str, max_bytes: int) -> bytes:
         raise UsageError(f"{path}: {exc.strerror}") from None
 
 
-def _check_json(result: CheckResult) -> dict[str, Any]:
+def _check_json(result: CheckResult | ComposedCheckResult) -> dict[str, Any]:
     model = result.certificate.model
     return {
         "valid": True,
@@ -440,8 +447,10 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     public_key = load_public_key(Path(args.pubkey)) if args.pubkey else None
     try:
         data = _read_input(args.certificate, args.max_size)
-        result = check_certificate(data, public_key=public_key, require_signature=args.require_signature,
-                                   max_bytes=args.max_size, max_clock_skew=args.max_clock_skew)
+        check = check_composed if is_composed(data) else check_certificate
+        result: CheckResult | ComposedCheckResult = check(
+            data, public_key=public_key, require_signature=args.require_signature, max_bytes=args.max_size,
+            max_clock_skew=args.max_clock_skew)
     except CertificateUnreadable as exc:
         message = str(exc) + _machine_hint(args.certificate)
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", message)
@@ -491,7 +500,10 @@ def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, lab
 
 def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
-        certificate = read_certificate(_read_input(args.certificate, args.max_size), max_bytes=args.max_size)
+        data = _read_input(args.certificate, args.max_size)
+        if is_composed(data):
+            return _show_composed(read_composed(data, max_bytes=args.max_size), out)
+        certificate = read_certificate(data, max_bytes=args.max_size)
     except CertificateUnreadable as exc:
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
     model = certificate.model
@@ -541,6 +553,26 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK
 
 
+def _show_composed(certificate: ComposedCertificate, out: Console) -> int:
+    model = certificate.model
+    names = [v.name for v in model.machine.variables]
+    events = [e.name for e in model.machine.events]
+    out.print(f"[bold]machine {_safe(model.machine.name)}[/]  [dim]{_safe(model.format)}, "
+              f"made by govern {_safe(model.tool.version)}[/]")
+    out.print("[dim]shown as written; `govern check` verifies it (each component with `govern show` "
+              "on its own certificate shows its rules)[/]")
+    table = Table(title=f"{len(model.components)} components", title_justify="left")
+    for column in ("#", "variables", "events", "states"):
+        table.add_column(column)
+    for c, entry in enumerate(model.components):
+        table.add_row(str(c), _safe(", ".join(names[v] for v in entry.variables)),
+                      _safe(", ".join(events[e] for e in entry.events)),
+                      f"{entry.certificate['verdict']['states']:,}")
+    out.print(table)
+    out.print(_verdict_table(certificate))
+    return EXIT_OK
+
+
 # -- keygen --------------------------------------------------------------------------------------
 
 def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
@@ -574,7 +606,11 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         for target in load_targets(source):
             try:
-                certificates.append(certificate_for(target.registry.build(args.domain), version=_version()))
+                made = certificate_for(target.registry.build(args.domain), version=_version())
+                if not isinstance(made, Certificate):
+                    raise UsageError(f"{target.registry.name}: a machine built by components has no single "
+                                     "state graph; draw its components' registries instead")
+                certificates.append(made)
             except NotConvergent as exc:
                 err.print(f"[bold red]not convergent[/] {_safe(target.registry.name)}: nothing to draw\n"
                           f"{_safe(str(exc), keep_newlines=True)}")

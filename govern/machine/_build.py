@@ -19,6 +19,7 @@ from ..verify._symbolic import symbolic_problem
 from ..verify._tables import build_tables
 from ..verify._timing import PhaseTimer
 from ..verify._verify import verify
+from ._composed import build_composed
 from ._machine import Machine, RawTables
 from ._symbolic import build_symbolic, symbolic_candidate
 
@@ -30,27 +31,48 @@ def build_machine(
     domain: Domain,
     *,
     max_states: int | None = None,
+    compose: bool | None = None,
     method: Literal["auto", "enumerate", "symbolic"] = "auto",
 ) -> Machine:
     """Build and verify `snap`; returns the machine or raises (see `Registry.build`).
 
-    `method` "auto" enumerates, and falls back to the symbolic route (`_symbolic.build_symbolic`)
-    when the space cannot be enumerated (not when `max_states` caps it) and a large integer domain
-    is the reason; "symbolic" forces that route (differential tests use it on small machines)."""
+    `compose`: None builds by components (govern.machine._composed) only when the whole space is too
+    large to enumerate and the machine splits; True whenever it splits; False never.
+
+    `method` "auto" enumerates (whole or by components), and falls back to the symbolic route
+    (`_symbolic.build_symbolic`) when neither can enumerate (not when `max_states` caps the build)
+    and a large integer domain is the reason; "symbolic" forces that route (differential tests use
+    it on small machines); "enumerate" never takes it."""
     if method == "symbolic":
         return build_symbolic(snap, domain)
     timer = PhaseTimer()
     space = Space(snap.vars)
+
+    def build_part(part: Snapshot) -> Machine:
+        return build_machine(part, domain, max_states=max_states, compose=False, method="enumerate")
+
+    if compose:
+        composed = build_composed(snap, domain, build_part)
+        if composed is not None:
+            return composed
     try:
         space.check_size(len(snap.events), max_states)
     except StateSpaceTooLarge as exc:
+        failure = exc
+        if compose is not False:
+            try:
+                composed = build_composed(snap, domain, build_part)
+            except StateSpaceTooLarge as part_failure:  # a component too large to enumerate
+                composed, failure = None, part_failure
+            if composed is not None:
+                return composed
         capped = max_states is not None and space.n > max_states
         if method == "enumerate" or capped or not symbolic_candidate(snap):
-            raise
+            raise failure from None
         problem = symbolic_problem(snap, domain)
         if problem is not None:
             raise StateSpaceTooLarge(
-                f"{exc}\nThe symbolic route for large integer domains does not apply: {problem}.",
+                f"{failure}\nThe symbolic route for large integer domains does not apply: {problem}.",
                 states=exc.states,
                 bytes_needed=exc.bytes_needed,
             ) from None

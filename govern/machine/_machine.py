@@ -15,7 +15,7 @@ import os
 import tempfile
 import threading
 import zipfile
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,10 @@ BoolArray = npt.NDArray[np.bool_]
 
 #: The format tag stored in (and required of) every saved machine file.
 FILE_FORMAT = "govern.machine.v1"
+_COMPOSED_FORMAT = "govern.machine.composed.v1"  # govern.machine._composed.COMPOSED_FORMAT
+#: `_composed.load_composed`, set when that module is imported (it imports this one).
+_Loader = Callable[[str | os.PathLike[str], dict[str, npt.NDArray[Any]], str | None], "Machine"]
+_COMPOSED_LOADER: list[_Loader] = []
 _RULES_DOMAIN = b"govern.rules.v1\x00"
 _TABLES_DOMAIN = b"govern.tables.v1\x00"
 _MACHINE_DOMAIN = b"govern.machine.v1\x00"
@@ -247,6 +251,12 @@ class Machine:
         return MachineTables(self)
 
     @property
+    def components(self) -> tuple[Machine, ...]:
+        """The machines this one is built from: itself, unless it was built by components
+        (docs/govern.md, "Composition"), when each is an ordinary machine over its own variables."""
+        return (self,)
+
+    @property
     def families(self) -> dict[str, EventFamily]:
         """The event families (parametric events), recovered from the instances' names."""
         return families_of(self._events)
@@ -344,7 +354,7 @@ class Machine:
         return [State(self, int(x)) for x in ids]
 
     def replay_ids(
-        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]]
+        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]] | Sequence[int]
     ) -> IntArray:
         """Vectorized core of `replay_many`: `codes[i, t]` is the t-th event index of stream i (-1 =
         no event), `starts[i]` its start id; returns the final ids."""
@@ -418,12 +428,14 @@ class Machine:
             stored = bytes(arrays.pop("content_sha256")).hex()
         except (KeyError, UnicodeDecodeError) as exc:
             raise MachineFileError(f"{os.fspath(path)!r} is not a govern machine file") from exc
-        if fmt != FILE_FORMAT:
+        if fmt not in (FILE_FORMAT, _COMPOSED_FORMAT):
             raise MachineFileError(
                 f"{os.fspath(path)!r} has format {fmt!r}; this version reads {FILE_FORMAT!r}"
             )
         if _content_hash(arrays) != stored:
             raise MachineFileError(f"{os.fspath(path)!r} is corrupted or was altered: content hash mismatch")
+        if fmt == _COMPOSED_FORMAT:  # a machine built by components (its loader registers itself)
+            return _COMPOSED_LOADER[0](path, arrays, digest)
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
             report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))

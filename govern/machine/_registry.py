@@ -220,6 +220,7 @@ class Registry:
         domain: Domain = "valid",
         *,
         max_states: builtins.int | None = None,
+        compose: builtins.bool | None = None,
     ) -> Machine:
         """Enumerate the state space, verify WFC, CC1 (and report CC2, obligations, not-idempotent
         events), have the proof-derived oracle re-check the tables, and return the `Machine`.
@@ -231,12 +232,17 @@ class Registry:
 
         The oracle's table checker runs on every build, and so does its rules checker (the tables
         are what the rules mean) whenever every rule is an expression, whatever the size.
+
+        `compose`: a machine whose variables split into components with disjoint closed footprints
+        (every rule an expression) is built by components, each enumerated and verified on its own
+        (docs/govern.md, "Composition"): by default only when the whole space is too large to
+        enumerate; `compose=True` whenever it splits; `compose=False` never.
         """
         if domain not in ("valid", "reachable"):
             raise DeclarationError(f"domain must be 'valid' or 'reachable', got {domain!r}")
         snapshot = self.snapshot()
         version = self._version
-        machine = build_machine(snapshot, domain, max_states=max_states)
+        machine = build_machine(snapshot, domain, max_states=max_states, compose=compose)
         if self._version != version:
             raise DeclarationError(
                 f"registry {self.name!r} was changed while it was being built "

@@ -106,28 +106,41 @@ def build_symbolic(snap: Snapshot, domain: Domain, *, max_depth: int = DEFAULT_M
 
 
 class _View:
-    """A read-only "table" computed one entry at a time: `view[e, s]` or `view[s]`."""
+    """A read-only "table" computed one entry at a time: `view[e, s]`, `view[e][s]` or `view[s]`."""
 
-    def __init__(self, f: Any, two: bool) -> None:
+    def __init__(self, f: Any, two: bool, shape: tuple[int, ...]) -> None:
         self._f = f
         self._two = two
+        self.shape = shape
+        self.size = 1
+        for k in shape:
+            self.size *= k
 
-    def __getitem__(self, key: Any) -> int:
+    def __getitem__(self, key: Any) -> Any:
         if self._two:
-            e, s = key
-            return int(self._f(int(e), int(s)))
+            if isinstance(key, tuple):
+                e, s = key
+                return int(self._f(int(e), int(s)))
+            return _View(lambda s, e=int(key): self._f(e, s), False, self.shape[1:])
         return int(self._f(int(key)))
+
+    def tolist(self) -> list[Any]:
+        """Every entry (only sensible for small machines)."""
+        if self._two:
+            return [[self[e, s] for s in range(self.shape[1])] for e in range(self.shape[0])]
+        return [self[s] for s in range(self.shape[0])]
 
 
 class _SymbolicTables:
     """The `MachineTables` interface of a symbolic machine: entries are computed on demand."""
 
     def __init__(self, m: SymbolicMachine) -> None:
-        self.valid = _View(lambda s: m.is_valid(s), False)
-        self.repair = _View(m._repair_id, False)
-        self.apply = _View(m._apply_id, True)
-        self.nf = _View(lambda s: m.normalize(s).id, False)
-        self.step = _View(m._step_id, True)
+        n, e = m.n_states, len(m.events)
+        self.valid = _View(lambda s: m.is_valid(s), False, (n,))
+        self.repair = _View(m._repair_id, False, (n,))
+        self.apply = _View(m._apply_id, True, (e, n))
+        self.nf = _View(lambda s: m.normalize(s).id, False, (n,))
+        self.step = _View(m._step_id, True, (e, n))
 
 
 class SymbolicMachine(Machine):
@@ -211,7 +224,9 @@ class SymbolicMachine(Machine):
     def replay_many(self, streams: Sequence[Sequence[str]], start: State | int | None = None) -> list[State]:
         return [self.replay(s, start) for s in streams]
 
-    def replay_ids(self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]]) -> Any:
+    def replay_ids(
+        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]] | Sequence[int]
+    ) -> Any:
         c, d = self._concrete, self._depth
         n = self._space.n
         codes = np.asarray(codes)

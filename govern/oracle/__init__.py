@@ -40,6 +40,7 @@ __all__ = [
     "OracleNoVerdict",
     "RulesVerdict",
     "TableVerdict",
+    "check_decomposition",
     "check_rules",
     "check_tables",
 ]
@@ -55,6 +56,8 @@ THEOREM_RULES = "Govern.Rules.check_rules_sound"
 THEOREM_DELIVERY = "Govern.Delivery.check_tables_delivery"
 THEOREM_REPLICA = "Govern.Delivery.check_tables_replica"
 THEOREM_DUPLICATE = "Govern.Delivery.check_tables_duplicate"
+THEOREM_DECOMPOSITION = "Govern.Compose.check_decomposition_sound"
+THEOREM_COMPOSE = "Govern.Compose.compose_unique_normal_forms"
 
 _MAX_STATES = 2**31 - 1
 _INT64_MAX = 2**63 - 1
@@ -536,3 +539,52 @@ def check_rules(
         names = [str(e.get("name", f"#{i}")) for i, e in enumerate(events)]
         return RulesVerdict(False, _rules_detail(raw[1], names), THEOREM_RULES)
     raise OracleNoVerdict("the extracted rules checker returned a malformed answer")
+
+
+# ---- the decomposition checker ---------------------------------------------------------------------
+
+
+def _labels(value: Any, length: int, what: str) -> list[int]:
+    if not isinstance(value, list) or len(value) != length or not all(_is_int(x) and x >= 0 for x in value):
+        raise OracleInputError(f"{what} must list {length} component numbers (naturals)")
+    return list(value)
+
+
+def check_decomposition(
+    *, rules: dict[str, Any], variables: list[int], invariants: list[int], events: list[int]
+) -> bool:
+    """Whether the claimed components are disjoint and closed: with `variables[i]` the component of
+    variable i (so components are disjoint) and `invariants[k]`, `events[k]` the component of each rule,
+    the extracted `Compose.check_decomposition` checks that every rule reads and writes only variables
+    of its own component (`Govern.Compose.check_decomposition_sound`). True or False is its verdict.
+
+    Raises OracleInputError when the rules or labels are malformed (or a rule has no expression) and
+    OracleNoVerdict when the extracted code fails."""
+    if not isinstance(rules, dict):
+        raise OracleInputError("rules must be the machine JSON object")
+    k = len(_variables(rules))
+    invs, evs = rules.get("invariants"), rules.get("events")
+    if not isinstance(invs, list) or not isinstance(evs, list):
+        raise OracleInputError("rules.invariants and rules.events must be lists")
+    cinvs = _cons_list([_rule(r, "holds", "repair", k, f"invariant {i}") for i, r in enumerate(invs)])
+    cevs = _cons_list([_rule(r, "guard", "effect", k, f"event {i}") for i, r in enumerate(evs)])
+    lab = _cons_list(_labels(variables, k, "variables"))
+    inv_lab = _cons_list(_labels(invariants, len(invs), "invariants"))
+    ev_lab = _cons_list(_labels(events, len(evs), "events"))
+    if not _GENERATED_OK:
+        raise OracleNoVerdict(
+            "govern/oracle/_generated.py, _prims.py or __init__.py does not match PROVENANCE; regenerate "
+            "with `make -C rocq regen`"
+        )
+    entry = _generated_entry("c_check_decomposition")
+    try:
+        raw = entry(lab, cinvs, inv_lab, cevs, ev_lab)
+    except Exception as err:
+        raise OracleNoVerdict(
+            f"the extracted decomposition checker failed: {type(err).__name__}: {err}"
+        ) from err
+    finally:
+        _prims.reset()
+    if raw is True or raw is False:
+        return raw
+    raise OracleNoVerdict("the extracted decomposition checker returned a malformed answer")

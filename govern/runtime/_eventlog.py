@@ -32,9 +32,12 @@ append algorithm (`_append`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import secrets
+import sqlite3
+import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -42,8 +45,6 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
-from sqlalchemy.dialects import postgresql as pg_dialect
-from sqlalchemy.dialects import sqlite as sqlite_dialect
 from sqlalchemy.engine import Connection, Engine
 
 from .._errors import GovernError
@@ -53,6 +54,7 @@ from ._logschema import LogFormatError
 
 if TYPE_CHECKING:
     from ..certificate._certificate import Certificate
+    from ..certificate._composed import ComposedCertificate
     from ..machine._machine import Machine
 
 __all__ = [
@@ -133,6 +135,8 @@ class LogTimeout(EventLogError):
 
 
 def _name_problem(value: object) -> str | None:
+    if type(value) is str and 0 < len(value) <= _NAME_MAX and value.isascii() and "\x00" not in value:
+        return None  # the common case, decided without encoding the text
     if not isinstance(value, str):
         return f"must be a string, not {type(value).__name__}"
     if not value or len(value) > _NAME_MAX:
@@ -298,7 +302,6 @@ _P = sa.bindparam
 _logs, _events, _counters = schema.logs, schema.events, schema.counters
 # Statements are built once: building SQLAlchemy expressions per call costs more than running them.
 _Q_LOG = sa.select(_logs.c.machine, _logs.c.length, _logs.c.events).where(_logs.c.name == _P("log"))
-_Q_LOG_LOCK = _Q_LOG.with_for_update()
 _Q_READ = (
     sa.select(_events)
     .where(_events.c.log == _P("log"), _events.c.position >= _P("start"))
@@ -307,11 +310,6 @@ _Q_READ = (
 )
 _Q_IDS = sa.select(_events).where(
     _events.c.log == _P("log"), _events.c.event_id.in_(_P("ids", expanding=True))
-)
-_Q_WRITTEN = sa.select(_events.c.event_id).where(
-    _events.c.log == _P("log"),
-    _events.c.writer == _P("writer"),
-    _events.c.event_id.in_(_P("ids", expanding=True)),
 )
 _Q_RECORD = (
     sa.select(_events)
@@ -324,28 +322,6 @@ _Q_LAST_BY_PRODUCER = (
     .order_by(_events.c.producer_seq.desc())
     .limit(1)
 )
-_Q_HOLDER = sa.select(_events).where(
-    _events.c.log == _P("log"), _events.c.producer == _P("producer"), _events.c.producer_seq == _P("seq")
-)
-_Q_COUNTERS = sa.select(_counters.c.key, _counters.c.next).where(
-    _counters.c.log == _P("log"),
-    _counters.c.kind == _P("kind"),
-    _counters.c.key.in_(_P("keys", expanding=True)),
-)
-# The fallback for a key without a counter row (a new key, or a row lost): the highest number stored,
-# read through the unique index on (log, key, number).
-_Q_HIGHEST = {
-    kind: sa.select(column, sa.func.max(number))
-    .where(_events.c.log == _P("log"), column.in_(_P("keys", expanding=True)))
-    .group_by(column)
-    for kind, column, number in (
-        ("p", _events.c.producer, _events.c.producer_seq),
-        ("r", _events.c.record, _events.c.record_seq),
-    )
-}
-_S_INSERT = sa.insert(_events)
-_S_LENGTH = sa.update(_logs).where(_logs.c.name == _P("log")).values(length=_P("length"))
-_S_EVENTS = sa.update(_logs).where(_logs.c.name == _P("log")).values(events=_P("events"))
 
 
 class _Tx(Protocol):
@@ -356,8 +332,9 @@ class _Tx(Protocol):
     def set_events(self, names: tuple[str, ...]) -> None: ...
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
     def written_by(self, writer: str, ids: list[str]) -> set[str]: ...
-    def producer_next(self, producers: list[str]) -> dict[str, int]: ...
-    def record_next(self, records: list[str]) -> dict[str, int]: ...
+    def next_numbers(
+        self, producers: list[str], records: list[str]
+    ) -> tuple[dict[str, int], dict[str, int]]: ...
     def holder(self, producer: str, seq: int) -> LoggedEvent | None: ...
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None: ...
 
@@ -564,6 +541,12 @@ def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
         if events is not None:
             raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
         return _Identity(_certified_digest(machine), tuple(e.name for e in machine.model.machine.events))
+    from ..certificate._composed import ComposedCertificate
+
+    if isinstance(machine, ComposedCertificate):  # a machine built by components
+        if events is not None:
+            raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
+        return _Identity(_composed_digest(machine), tuple(e.name for e in machine.model.machine.events))
     if isinstance(machine, str):
         digest = _check_digest("machine", machine)
         if events is None:
@@ -593,6 +576,22 @@ def _certified_digest(certificate: Certificate) -> str:
         certificate.valid.astype(bool), repair, certificate.apply.reshape(e, n).astype(np.int32), repair
     )
     return machine_digest(rules_digest(rules), raw)
+
+
+def _composed_digest(certificate: ComposedCertificate) -> str:
+    """The digest of the machine a composed certificate certifies (what `Machine.digest` gives)."""
+    import numpy as np
+
+    from ..machine._composed import composed_digest
+    from ..machine._machine import RawTables, rules_digest
+
+    parts = []
+    for part in certificate.components:
+        n, e = len(part.valid), len(part.model.machine.events)
+        repair = part.repair.astype(np.int32)
+        apply = part.apply.reshape(e, n).astype(np.int32)
+        parts.append(RawTables(part.valid.astype(bool), repair, apply, repair))
+    return composed_digest(rules_digest(certificate.document()["machine"]), parts)
 
 
 def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
@@ -669,11 +668,13 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
     known = tx.by_ids(sorted({e.id for e in items} | {d for e in items for d in e.deps}))
     again = sorted(e.id for e in items if e.id in known)
     mine = tx.written_by(writer, again) if again else set()
-    producer_next = tx.producer_next(sorted({e.producer for e in items}))
+    producer_next, record_next = tx.next_numbers(
+        sorted({e.producer for e in items}), sorted({e.record for e in items})
+    )
     producer_stored = dict(producer_next)
-    record_next = tx.record_next(sorted({e.record for e in items}))
     length = head.length
     fresh: dict[str, LoggedEvent] = {}
+    numbered: dict[tuple[str, int], LoggedEvent] = {}  # the events of this call by (producer, seq)
     out: list[Appended] = []
     for event in items:
         existing = fresh.get(event.id) or known.get(event.id)
@@ -691,9 +692,7 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         holder = None
         if seq < producer_stored[event.producer]:
             holder = tx.holder(event.producer, seq)
-        holder = holder or next(
-            (f for f in fresh.values() if f.producer == event.producer and f.producer_seq == seq), None
-        )
+        holder = holder or numbered.get((event.producer, seq))
         if holder is not None:
             raise EventConflict(
                 f"producer {event.producer!r} already used sequence number {seq} for event {holder.id!r}; "
@@ -713,7 +712,8 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
                 f"event {event.id!r} depends on {missing}, which are not in log {log!r}; "
                 "append dependencies first"
             )
-        logged = LoggedEvent(
+        # Every field was validated when the Event was made, or computed here: no second validation.
+        logged = LoggedEvent.model_construct(
             log=log,
             id=event.id,
             machine=event.machine,
@@ -729,6 +729,7 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         record_next[event.record] += 1
         length += 1
         fresh[event.id] = logged
+        numbered[event.producer, seq] = logged
         out.append(Appended(logged, True))
     if fresh:
         tx.write(list(fresh.values()), length, writer)
@@ -771,83 +772,232 @@ def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
     return engine, "sqlite"
 
 
+# Driver-level SQL for the append transaction: one append runs about ten statements, and SQLAlchemy's
+# per-statement work (compiling the cache key, building result rows) cost several times what SQLite
+# itself does. The SQL is written once for both databases ("?" becomes "%s" for psycopg) and quotes
+# every column, since some ("position", "after", "key", "next") are words one of them reserves.
+_EVENT_COLUMNS = (
+    "log",
+    "position",
+    "event_id",
+    "machine",
+    "record",
+    "record_seq",
+    "event",
+    "producer",
+    "producer_seq",
+    "deps",
+    "after",
+    "writer",
+)
+_EVENT_SELECT = "SELECT " + ", ".join(f'"{c}"' for c in _EVENT_COLUMNS[:-1]) + " FROM govern_events"
+_IN_CHUNK = 500  # ids per IN (...) list
+_ROWS_CHUNK = 80  # rows per multi-row INSERT: 80 * 12 parameters stay under SQLite's old limit of 999
+
+
+@dataclass(frozen=True, slots=True)
+class _Dialect:
+    """The SQL of the append transaction for one database."""
+
+    name: str
+    lock: str
+    create: str
+    set_events: str
+    set_length: str
+    upsert_counters: str
+
+    def sql(self, text: str) -> str:
+        return text if self.name == "sqlite" else text.replace("?", "%s")
+
+
+def _dialect(name: str) -> _Dialect:
+    keep = "greatest" if name == "postgresql" else "max"  # never move a counter back
+    lock = 'SELECT "machine", "length", "events" FROM govern_logs WHERE "name" = ?'
+    d = _Dialect(
+        name=name,
+        lock=lock + (" FOR UPDATE" if name == "postgresql" else ""),
+        create='INSERT INTO govern_logs ("name", "machine", "length", "events") VALUES (?, ?, 0, ?) '
+        "ON CONFLICT DO NOTHING",
+        set_events='UPDATE govern_logs SET "events" = ? WHERE "name" = ?',
+        set_length='UPDATE govern_logs SET "length" = ? WHERE "name" = ?',
+        upsert_counters='INSERT INTO govern_counters ("log", "kind", "key", "next") {rows} '
+        f'ON CONFLICT ("log", "kind", "key") DO UPDATE SET "next" = {keep}(govern_counters."next", '
+        'excluded."next")',
+    )
+    return _Dialect(
+        name,
+        d.sql(d.lock),
+        d.sql(d.create),
+        d.sql(d.set_events),
+        d.sql(d.set_length),
+        d.sql(d.upsert_counters),
+    )
+
+
+_DIALECTS = {name: _dialect(name) for name in ("sqlite", "postgresql")}
+_PG_EVENT_ARRAYS = ", ".join(
+    "%s::" + ("bigint[]" if c in ("position", "record_seq", "producer_seq") else "text[]")
+    for c in _EVENT_COLUMNS
+)
+_PG_COUNTER_ARRAYS = "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])"
+
+
 class _SqlTx:
-    def __init__(self, conn: Connection, log: str, dialect: str) -> None:
-        self.conn = conn
+    """The append transaction on a driver cursor (sqlite3 or psycopg), inside `_SqlBackend._write`."""
+
+    def __init__(self, cursor: Any, log: str, dialect: _Dialect) -> None:
+        self.cur = cursor
         self.log = log
-        self.dialect = dialect
+        self.d = dialect
 
     def lock(self) -> _Head | None:
-        query = _Q_LOG_LOCK if self.dialect == "postgresql" else _Q_LOG
-        row = self.conn.execute(query, {"log": self.log}).first()
-        return None if row is None else _head(row)
+        self.cur.execute(self.d.lock, (self.log,))
+        row = self.cur.fetchone()
+        return None if row is None else _head_of(row[0], row[1], row[2])
 
     def create(self, machine: str, names: tuple[str, ...]) -> _Head:
-        insert = (pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert)(_logs)
-        values = {"name": self.log, "machine": machine, "length": 0, "events": json.dumps(list(names))}
-        self.conn.execute(insert.values(**values).on_conflict_do_nothing())
-        head = self.lock()  # a concurrent creator may have won: its row is the one that counts
+        # A concurrent creator may have won: its row is the one that counts.
+        self.cur.execute(self.d.create, (self.log, machine, json.dumps(list(names))))
+        head = self.lock()
         assert head is not None
         return head
 
     def set_events(self, names: tuple[str, ...]) -> None:
-        self.conn.execute(_S_EVENTS, {"log": self.log, "events": json.dumps(list(names))})
+        self.cur.execute(self.d.set_events, (json.dumps(list(names)), self.log))
+
+    def _in(self, keys: list[Any]) -> Iterator[tuple[str, list[Any]]]:
+        """`IN` conditions over `keys` and their parameters: lists of placeholders on SQLite (500 at a
+        time), one array parameter on PostgreSQL (a short query text, which psycopg parses once and the
+        server prepares once, whatever the number of keys)."""
+        if self.d.name == "postgresql":
+            yield "= ANY(%s)", [keys]
+            return
+        for i in range(0, len(keys), _IN_CHUNK):
+            chunk = keys[i : i + _IN_CHUNK]
+            yield "IN (" + ", ".join("?" * len(chunk)) + ")", chunk
+
+    def _select_in(self, head: str, column: str, keys: list[str], extra: tuple[Any, ...] = ()) -> list[Any]:
+        rows: list[Any] = []
+        for condition, params in self._in(keys):
+            self.cur.execute(f'{self.d.sql(head)} AND "{column}" {condition}', (self.log, *extra, *params))
+            rows.extend(self.cur.fetchall())
+        return rows
 
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
-        return _by_ids(self.conn, self.log, ids)
+        rows = self._select_in(f'{_EVENT_SELECT} WHERE "log" = ?', "event_id", ids)
+        return {str(r[2]): _from_tuple(r) for r in rows}
 
     def written_by(self, writer: str, ids: list[str]) -> set[str]:
-        params = {"log": self.log, "writer": writer, "ids": ids}
-        return {str(i) for (i,) in self.conn.execute(_Q_WRITTEN, params)}
+        head = 'SELECT "event_id" FROM govern_events WHERE "log" = ? AND "writer" = ?'
+        return {str(r[0]) for r in self._select_in(head, "event_id", ids, (writer,))}
 
-    def producer_next(self, producers: list[str]) -> dict[str, int]:
-        return self._next("p", producers)
-
-    def record_next(self, records: list[str]) -> dict[str, int]:
-        return self._next("r", records)
-
-    def _next(self, kind: str, keys: list[str]) -> dict[str, int]:
-        """For each key, the next number to give (0 for a key never seen). A key without a counter row
-        (new, or its row lost) is numbered after the highest number stored for it."""
-        found: dict[str, int] = {}
-        for i in range(0, len(keys), 500):
-            params = {"log": self.log, "kind": kind, "keys": keys[i : i + 500]}
-            for key, nxt in self.conn.execute(_Q_COUNTERS, params):
-                found[str(key)] = int(nxt)
-        missing = [k for k in keys if k not in found]
-        for i in range(0, len(missing), 500):
-            params = {"log": self.log, "keys": missing[i : i + 500]}
-            for key, highest in self.conn.execute(_Q_HIGHEST[kind], params):
-                found[str(key)] = int(highest) + 1
-        return {k: found.get(k, 0) for k in keys}
+    def next_numbers(self, producers: list[str], records: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+        """For each producer and record, the next number to give (0 for a key never seen). A key without a
+        counter row (new, or its row lost) is numbered after the highest number stored for it."""
+        found: dict[tuple[str, str], int] = {}
+        head = 'SELECT "kind", "key", "next" FROM govern_counters WHERE "log" = %s AND '
+        if self.d.name == "postgresql":
+            self.cur.execute(
+                head + '(("kind" = \'p\' AND "key" = ANY(%s)) OR ("kind" = \'r\' AND "key" = ANY(%s)))',
+                (self.log, producers, records),
+            )
+            found.update(((str(k), str(key)), int(n)) for k, key, n in self.cur.fetchall())
+        else:
+            keys = [("p", k) for k in producers] + [("r", k) for k in records]
+            for i in range(0, len(keys), _IN_CHUNK):
+                chunk = keys[i : i + _IN_CHUNK]
+                pairs = ", ".join(["(?, ?)"] * len(chunk))
+                sql = head.replace("%s", "?") + f'("kind", "key") IN (VALUES {pairs})'
+                self.cur.execute(sql, (self.log, *(x for pair in chunk for x in pair)))
+                found.update(((str(k), str(key)), int(n)) for k, key, n in self.cur.fetchall())
+        for kind, column, number, wanted in (
+            ("p", "producer", "producer_seq", producers),
+            ("r", "record", "record_seq", records),
+        ):
+            missing = [k for k in wanted if (kind, k) not in found]
+            head = self.d.sql(f'SELECT "{column}", max("{number}") FROM govern_events WHERE "log" = ?')
+            for condition, params in self._in(missing) if missing else ():
+                sql = f'{head} AND "{column}" {condition} GROUP BY "{column}"'
+                self.cur.execute(sql, (self.log, *params))
+                for key, highest in self.cur.fetchall():
+                    found[kind, str(key)] = int(highest) + 1
+        return (
+            {k: found.get(("p", k), 0) for k in producers},
+            {k: found.get(("r", k), 0) for k in records},
+        )
 
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
-        row = self.conn.execute(_Q_HOLDER, {"log": self.log, "producer": producer, "seq": seq}).first()
-        return None if row is None else _from_row(row)
+        sql = self.d.sql(f'{_EVENT_SELECT} WHERE "log" = ? AND "producer" = ? AND "producer_seq" = ?')
+        self.cur.execute(sql, (self.log, producer, seq))
+        row = self.cur.fetchone()
+        return None if row is None else _from_tuple(row)
 
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
-        self.conn.execute(_S_INSERT, [_to_row(self.log, e) | {"writer": writer} for e in events])
-        self.conn.execute(_S_LENGTH, {"log": self.log, "length": length})
+        rows = [
+            (
+                self.log,
+                e.position,
+                e.id,
+                e.machine,
+                e.record,
+                e.record_seq,
+                e.event,
+                e.producer,
+                e.producer_seq,
+                _json_list(e.deps),
+                _json_list(e.after),
+                writer,
+            )
+            for e in events
+        ]
         nexts: dict[tuple[str, str], int] = {}
         for e in events:
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
-        insert = (pg_dialect.insert if self.dialect == "postgresql" else sqlite_dialect.insert)(_counters)
-        # A producer number given explicitly may be lower than the counter: never move a counter back.
-        keep = sa.func.greatest if self.dialect == "postgresql" else sa.func.max
-        upsert = insert.on_conflict_do_update(
-            index_elements=["log", "kind", "key"], set_={"next": keep(_counters.c.next, insert.excluded.next)}
-        )
-        rows = [{"log": self.log, "kind": k, "key": key, "next": n} for (k, key), n in nexts.items()]
-        self.conn.execute(upsert, rows)
+        counters = [(self.log, kind, key, n) for (kind, key), n in nexts.items()]
+        columns = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
+        if self.d.name == "postgresql":
+            # One statement per table whatever the batch: a column of values per array parameter.
+            self.cur.execute(
+                f"INSERT INTO govern_events ({columns}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})",
+                [list(column) for column in zip(*rows, strict=True)],
+            )
+            self.cur.execute(self.d.set_length, (length, self.log))
+            self.cur.execute(
+                self.d.upsert_counters.format(rows=_PG_COUNTER_ARRAYS),
+                [list(column) for column in zip(*counters, strict=True)],
+            )
+            return
+        width = len(_EVENT_COLUMNS)
+        for i in range(0, len(rows), _ROWS_CHUNK):
+            chunk = rows[i : i + _ROWS_CHUNK]
+            marks = ", ".join(["(" + ", ".join("?" * width) + ")"] * len(chunk))
+            self.cur.execute(
+                f"INSERT INTO govern_events ({columns}) VALUES {marks}", [x for row in chunk for x in row]
+            )
+        self.cur.execute(self.d.set_length, (length, self.log))
+        for i in range(0, len(counters), 200):
+            some = counters[i : i + 200]
+            marks = ", ".join(["(?, ?, ?, ?)"] * len(some))
+            self.cur.execute(
+                self.d.upsert_counters.format(rows=f"VALUES {marks}"), [x for row in some for x in row]
+            )
+
+
+def _json_list(values: tuple[Any, ...]) -> str:
+    return json.dumps(list(values), separators=(",", ":")) if values else "[]"
+
+
+def _head_of(machine: Any, length: Any, events: Any) -> _Head:
+    try:
+        names = None if events is None else _parse_names(str(events))
+        return _Head(str(machine), int(length), names)
+    except (ValueError, TypeError) as exc:
+        raise LogCorrupted(f"the log's row is unreadable: {exc}") from exc
 
 
 def _head(row: Any) -> _Head:
-    try:
-        events = None if row.events is None else _parse_names(str(row.events))
-        return _Head(str(row.machine), int(row.length), events)
-    except (ValueError, TypeError) as exc:
-        raise LogCorrupted(f"the log's row is unreadable: {exc}") from exc
+    return _head_of(row.machine, row.length, row.events)
 
 
 _names_cache: dict[str, tuple[str, ...]] = {}
@@ -883,6 +1033,12 @@ class _SqlBackend:
         self.timeout = timeout
         self.pool_size = pool_size
         self.engine, self.dialect = _engine(url, timeout, pool_size)
+        self._sql = _DIALECTS[self.dialect]
+        errors: list[type[BaseException]] = [sa.exc.SQLAlchemyError, sqlite3.Error]
+        psycopg = sys.modules.get("psycopg")  # imported by the engine when the URL names it
+        if psycopg is not None:
+            errors.append(psycopg.Error)
+        self._errors = tuple(errors)
         self.where = self.engine.url.render_as_string(hide_password=True)
         try:
             ready = self._run(lambda c: schema.check_marker(schema.read_marker(c), self.where), "open", True)
@@ -940,7 +1096,47 @@ class _SqlBackend:
         return EventLogError(f"{where} failed: {reason}{safe}")
 
     def transaction(self, body: Callable[[_Tx], _T]) -> _T:
-        return self._run(lambda conn: body(_SqlTx(conn, self.log, self.dialect)), "append", False)
+        return self._write(lambda cursor: body(_SqlTx(cursor, self.log, self._sql)))
+
+    def _write(self, body: Callable[[Any], _T]) -> _T:
+        """Run `body` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite; psycopg
+        begins one itself), retried like `_run`: the append's hot path, without SQLAlchemy's
+        per-statement work. A failed attempt is rolled back before its connection goes back to the
+        pool; a broken one is discarded."""
+        backoff = Backoff(self.timeout)
+        sqlite = self.dialect == "sqlite"
+        while True:
+            try:
+                raw = self.engine.raw_connection()  # bounded by the pool's timeout
+                try:
+                    driver: Any = raw.driver_connection
+                    cursor = driver.cursor()
+                    try:
+                        if sqlite:
+                            cursor.execute("BEGIN IMMEDIATE")
+                        result = body(cursor)
+                        if sqlite:
+                            cursor.execute("COMMIT")
+                        else:
+                            driver.commit()
+                        return result
+                    except BaseException:
+                        with contextlib.suppress(Exception):  # the first failure is the one to report
+                            driver.rollback()
+                        raise
+                    finally:
+                        cursor.close()
+                except self._errors as exc:
+                    if classify(exc)[2]:
+                        raw.invalidate()  # the connection broke under the driver: never hand it out again
+                    raise
+                finally:
+                    raw.close()
+            except self._errors as exc:
+                kind, reason, _ = classify(exc)
+                if kind == "retry" and backoff.wait():
+                    continue
+                raise self._error(kind, reason, "append", backoff.attempts) from exc
 
     def _rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
         return self._run(lambda conn: list(conn.execute(statement, params)), "read", True)
@@ -1017,11 +1213,12 @@ class _MemoryTx:
     def written_by(self, writer: str, ids: list[str]) -> set[str]:
         return {i for i in ids if self.mem.writers.get(i) == writer}
 
-    def producer_next(self, producers: list[str]) -> dict[str, int]:
-        return {p: self.mem.producer_max.get(p, -1) + 1 for p in producers}
-
-    def record_next(self, records: list[str]) -> dict[str, int]:
-        return {r: len(self.mem.by_record.get(r, ())) for r in records}
+    def next_numbers(self, producers: list[str], records: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+        mem = self.mem
+        return (
+            {p: mem.producer_max.get(p, -1) + 1 for p in producers},
+            {r: len(mem.by_record.get(r, ())) for r in records},
+        )
 
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
         return self.mem.by_producer_seq.get((producer, seq))
@@ -1081,37 +1278,27 @@ class _MemoryBackend:
         return None
 
 
-def _to_row(log: str, e: LoggedEvent) -> dict[str, Any]:
-    return {
-        "log": log,
-        "position": e.position,
-        "event_id": e.id,
-        "machine": e.machine,
-        "record": e.record,
-        "record_seq": e.record_seq,
-        "event": e.event,
-        "producer": e.producer,
-        "producer_seq": e.producer_seq,
-        "deps": json.dumps(list(e.deps), separators=(",", ":")),
-        "after": json.dumps(list(e.after), separators=(",", ":")),
-    }
-
-
 def _from_row(row: Any) -> LoggedEvent:
+    return _from_tuple(tuple(getattr(row, c) for c in _EVENT_COLUMNS[:-1]))
+
+
+def _from_tuple(row: tuple[Any, ...]) -> LoggedEvent:
+    """A stored event from its columns in `_EVENT_COLUMNS` order (validated: a row is read back as an
+    untrusted input, and a damaged one raises `LogCorrupted`)."""
+    log, position, event_id, machine, record, record_seq, event, producer, producer_seq, deps, after = row
     try:
-        deps = json.loads(row.deps)
         return LoggedEvent(
-            log=row.log,
-            id=row.event_id,
-            machine=row.machine,
-            record=row.record,
-            event=row.event,
-            producer=row.producer,
-            producer_seq=int(row.producer_seq),
-            deps=tuple(deps),
-            after=tuple(json.loads(row.after)),
-            position=int(row.position),
-            record_seq=int(row.record_seq),
+            log=log,
+            id=event_id,
+            machine=machine,
+            record=record,
+            event=event,
+            producer=producer,
+            producer_seq=int(producer_seq),
+            deps=tuple(json.loads(deps)),
+            after=tuple(json.loads(after)),
+            position=int(position),
+            record_seq=int(record_seq),
         )
     except (ValueError, TypeError) as exc:
-        raise LogCorrupted(f"unreadable event row at position {row.position}: {exc}") from exc
+        raise LogCorrupted(f"unreadable event row at position {position}: {exc}") from exc

@@ -12,13 +12,14 @@ A failure is classified from the driver's own error, never from a flag SQLAlchem
   (57014), or no free connection in the pool. Retrying would only wait again: the caller is told;
 - **fail**: everything else (a constraint the log's own checks should have prevented, a damaged file).
 
-Every retry loop runs until the operation's deadline (the log's `timeout` after it began), with jittered
-exponential backoff from 1 ms to 100 ms.
+Every retry loop runs until the operation's deadline (the log's `timeout` after it began), waiting as
+bide's one retry policy says (`bide.RetryPolicy`: jittered exponential backoff from 1 ms to 100 ms); the
+deadline, not a count of attempts, ends the loop, because the log promises to finish or raise within
+its timeout.
 """
 
 from __future__ import annotations
 
-import random
 import sqlite3
 import sys
 import time
@@ -26,10 +27,14 @@ from typing import Literal
 
 import sqlalchemy as sa
 
+from bide._retry import RetryPolicy
+
 Kind = Literal["retry", "timeout", "fail"]
 
 _RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03"}
 _TIMEOUT_STATES = {"55P03": "lock_timeout", "57014": "statement_timeout"}
+#: The waits between tries; `attempts` is unused (the deadline bounds the loop).
+_WAITS = RetryPolicy(initial=0.001, maximum=0.1, multiplier=2.0)
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary codes; extended codes keep them in the low byte)
 
 
@@ -86,16 +91,14 @@ class Backoff:
     def __init__(self, timeout: float) -> None:
         self.deadline = time.monotonic() + timeout
         self.attempts = 0
-        self._delay = 0.001
 
     def remaining(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
 
     def wait(self) -> bool:
+        pause = _WAITS.wait(self.attempts)
         self.attempts += 1
-        pause = self._delay * (0.5 + random.random())
         if time.monotonic() + pause >= self.deadline:
             return False
         time.sleep(pause)
-        self._delay = min(self._delay * 2, 0.1)
         return True

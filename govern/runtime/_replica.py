@@ -219,31 +219,79 @@ class Replica:
         order: every rule holds by construction, and it is folded in one vectorized replay."""
         before = self.applied
         batch = events if isinstance(events, list) else list(events)
-        if (
-            len(batch) >= _BATCH_MIN
-            and not self._buffer
-            and not self._ahead
-            and all(e.position == self._position + i for i, e in enumerate(batch))
-        ):
-            self._fold_in_order(batch)
+        if len(batch) >= _BATCH_MIN and not self._buffer and not self._ahead:
+            start = self._position
+            if all(e.position == start + i for i, e in enumerate(batch)):
+                self._fold_in_order(batch)
+            elif not self._deliver_sorted(batch):
+                for event in batch:
+                    self._accept(event)
         else:
             for event in batch:
                 self._accept(event)
         return self.applied - before
 
-    def _fold_in_order(self, events: list[LoggedEvent]) -> None:
+    def _deliver_sorted(self, batch: list[LoggedEvent]) -> bool:
+        """Deliver a batch in any order, with nothing buffered or applied ahead: put it in log order, fold
+        the run of consecutive positions from `position` in one vectorized replay, and hand the rest (what
+        lies past the first missing position) to the per-event rules, in log order.
+
+        Log order is one of the orders the rules allow (every dependency and every earlier event of a
+        record comes first), and which events the rules let apply is the same whatever order a batch is
+        examined in (applying an event never makes another one wait), so the outcome is the one
+        event-by-event delivery reaches. Returns False, having changed nothing, when the batch holds an
+        event the replica must refuse or two different events at one position: the per-event path then
+        applies what comes before it in delivery order and raises there."""
+        rules = self._rules
+        name, digest, index = self.log.name, rules.digest, rules.index
+        start = self._position
+        by_position: dict[int, LoggedEvent] = {}
+        duplicates = 0
+        for event in batch:
+            if event.log != name or event.machine != digest or event.event not in index:
+                return False
+            pos = event.position
+            if pos < start:
+                duplicates += 1
+                continue
+            held = by_position.get(pos)
+            if held is None:
+                by_position[pos] = event
+            elif held is event or held == event:
+                duplicates += 1
+            else:
+                return False
+        ordered = sorted(by_position)
+        run = 0
+        for pos in ordered:  # positions are distinct and >= start: the run ends at the first gap
+            if pos != start + run:
+                break
+            run += 1
+        self.duplicates += duplicates
+        if run:
+            self._fold_in_order([by_position[p] for p in ordered[:run]], checked=True)
+        for pos in ordered[run:]:
+            self._accept(by_position[pos])
+        return True
+
+    def _fold_in_order(self, events: list[LoggedEvent], checked: bool = False) -> None:
         """Fold consecutive log events from `position`: group them by record with numpy and run one
-        vectorized replay (`Machine.replay_ids`) over every record's stream at once."""
+        vectorized replay (`Machine.replay_ids`) over every record's stream at once. `checked`: the
+        caller has already made sure every event is of this log, machine and event names."""
         rules = self._rules
         n = len(events)
         name = self.log.name
-        bad = next(
-            (
-                i
-                for i, e in enumerate(events)
-                if e.machine != rules.digest or e.event not in rules.index or e.log != name
-            ),
-            None,
+        bad = (
+            None
+            if checked
+            else next(
+                (
+                    i
+                    for i, e in enumerate(events)
+                    if e.machine != rules.digest or e.event not in rules.index or e.log != name
+                ),
+                None,
+            )
         )
         if bad is not None:
             # Apply every event before the first bad one, then stop there and say why.
@@ -257,7 +305,8 @@ class Replica:
         names = list(keys)
         known = [self._records.get(k) for k in names]
         first_seq = np.array([0 if r is None else r.applied_prefix for r in known], dtype=np.int64)
-        starts = np.array([rules.initial if r is None else r.state for r in known], dtype=np.int64)
+        # Python ints: a machine built by components has ids beyond 32 (and 64) bits.
+        starts = [rules.initial if r is None else r.state for r in known]
         order = np.argsort(rec, kind="stable")
         counts = np.bincount(rec, minlength=len(names))
         grouped = rec[order]

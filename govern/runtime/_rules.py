@@ -13,7 +13,7 @@ also carry the machine's step table, so a replica folds an event with one array 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -24,6 +24,8 @@ from ..machine._machine import Machine
 __all__ = ["DeliveryRules", "Outcome", "delivery_rules"]
 
 _cache: weakref.WeakKeyDictionary[Machine, DeliveryRules] = weakref.WeakKeyDictionary()
+_ROWS_MAX = 1 << 20  # step-table cells kept as Python lists
+_CACHE_MAX = 1 << 16  # decoded states and explained outcomes remembered per machine
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +52,36 @@ class DeliveryRules:
     partners: tuple[frozenset[int], ...]
     obligations: frozenset[tuple[str, str]]
     not_idempotent: frozenset[str]
+    # The step table as nested Python lists for machines up to _ROWS_MAX cells (a list lookup costs a
+    # fraction of a numpy scalar lookup); the numpy table itself for bigger machines.
+    rows: Any = field(default=None, repr=False)
+    _decoded: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    _explained: dict[tuple[int, int], Outcome] = field(default_factory=dict, repr=False)
 
     def step(self, state: int, event: int) -> int:
         """The state after `event` (an index) at `state`: one lookup in the normalized step table."""
-        return int(self.table[event, state])
+        return int(self.rows[event][state])
 
     def decode(self, state: int) -> dict[str, Any]:
-        """The state id as `{variable: value}`."""
-        return dict(self.machine.state_of(state))
+        """The state id as `{variable: value}` (a fresh dict: the caller may change it)."""
+        decoded = self._decoded.get(state)
+        if decoded is None:
+            decoded = dict(self.machine.state_of(state))
+            if len(self._decoded) < _CACHE_MAX:
+                self._decoded[state] = decoded
+        return dict(decoded)
 
     def explain(self, state: int, event: int) -> Outcome:
-        """What `event` does at the normal form `state`, in words a model can act on."""
+        """What `event` does at the normal form `state`, in words a model can act on (remembered per
+        state and event: a machine's tables never change)."""
+        outcome = self._explained.get((state, event))
+        if outcome is None:
+            outcome = self._explain(state, event)
+            if len(self._explained) < _CACHE_MAX:
+                self._explained[state, event] = outcome
+        return outcome
+
+    def _explain(self, state: int, event: int) -> Outcome:
         tables = self.machine.tables()
         name = self.names[event]
         raw = int(tables.apply[event, state])
@@ -106,6 +127,7 @@ def delivery_rules(machine: Machine) -> DeliveryRules:
         pairs.add((a, b))
         partners[index[a]].add(index[b])
         partners[index[b]].add(index[a])
+    table = machine.tables().step
     rules = DeliveryRules(
         machine=machine,
         name=machine.name,
@@ -113,10 +135,12 @@ def delivery_rules(machine: Machine) -> DeliveryRules:
         names=names,
         index=index,
         initial=machine.initial.id,
-        table=machine.tables().step,
+        table=table,
+        rows=table.tolist() if table.size <= _ROWS_MAX else table,
         partners=tuple(frozenset(p) for p in partners),
         obligations=frozenset(pairs),
         not_idempotent=frozenset(w.events[0] for w in report.not_idempotent),
     )
+
     _cache[machine] = rules
     return rules
