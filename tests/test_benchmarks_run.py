@@ -25,6 +25,7 @@ SMOKE_RUNS = {
     ],
     "govern_build.py": ["--quick"],
     "oracle.py": [],
+    "symbolic.py": ["--repeat", "1"],
     "worker.py": ["--quick"],
     "compose.py": ["--copies", "3,10", "--repeat", "1"],
 }

@@ -30,6 +30,13 @@ from ._signing import (
     public_key_from_raw,
     verify_signature,
 )
+from ._symbolic import (
+    SymbolicCertificate,
+    SymbolicCertificateModel,
+    parse_symbolic,
+    redecide,
+    render_symbolic_statement,
+)
 
 __all__ = [
     "DIGEST_DOMAIN",
@@ -194,16 +201,22 @@ def read_certificate(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Cert
 class CheckResult:
     """What `check_certificate` verified. It exists only when every check passed."""
 
-    certificate: Certificate
+    certificate: Certificate | SymbolicCertificate
     signature: Signature | None
     rules_checked: bool
     oracle: dict[str, str]
-    tables_verdict: OracleVerdict
-    analysis: TableAnalysis
+    tables_verdict: OracleVerdict | None  # None for a symbolic certificate (no tables)
+    analysis: TableAnalysis | None
     steps: list[str]
+    #: The solver a symbolic certificate's verdict rests on, as installed where it was checked.
+    solver: dict[str, str] | None = None
 
     def statement(self) -> str:
         """One paragraph: what was verified and what it means, and no more."""
+        model = self.certificate.model
+        if isinstance(model, SymbolicCertificateModel):
+            signed = None if self.signature is None else (self.signature.key_id, self.signature.signed_at)
+            return render_symbolic_statement(model, signed, (self.solver or {}).get("version", "?"))
         return render_statement(self)
 
 
@@ -227,7 +240,7 @@ def _verdict_from_analysis(analysis: TableAnalysis, model: CertificateModel) -> 
 
 
 def _verify_signature(
-    certificate: Certificate,
+    certificate: Certificate | SymbolicCertificate,
     public_key: Ed25519PublicKey | None,
     require_signature: bool,
     now: datetime,
@@ -281,8 +294,18 @@ def check_certificate(
     `public_key` (an Ed25519 public key) the certificate must be signed by that key; with
     `require_signature` it must be signed by the key it names. A signature is refused under a weak key
     (one anyone can sign for) or dated beyond `now` (default: this clock) plus `max_clock_skew` seconds.
-    Runs no code from the certificate.
+    Runs no code from the certificate. A symbolic certificate (`govern-symbolic-certificate/1`, no
+    tables) is re-decided from its rules by the local CP-SAT, and its statement says it rests on that.
     """
+    value = parse_strict_json(data, max_bytes=max_bytes)
+    if isinstance(value, dict) and value.get("format") == "govern-symbolic-certificate/1":
+        return _check_symbolic(
+            SymbolicCertificate(parse_symbolic(value)),
+            public_key,
+            require_signature,
+            now or datetime.now(UTC),
+            max_clock_skew,
+        )
     certificate = read_certificate(data, max_bytes=max_bytes)
     model = certificate.model
     steps = ["parsed strictly: canonical JSON, known fields only, well-formed tables"]
@@ -366,6 +389,47 @@ def check_certificate(
     )
 
 
+def _check_symbolic(
+    certificate: SymbolicCertificate,
+    public_key: Ed25519PublicKey | None,
+    require_signature: bool,
+    now: datetime,
+    max_clock_skew: float,
+) -> CheckResult:
+    """A symbolic certificate: strict parse, digest, signature, then every verdict field re-decided
+    from the rules by the local CP-SAT (`_symbolic.redecide`)."""
+    model = certificate.model
+    steps = ["parsed strictly: canonical JSON, known fields only (a symbolic certificate: no tables)"]
+    expected = compute_digest(certificate.document())
+    if expected != model.digest:
+        raise CertificateInvalid(
+            f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
+            "it was altered after it was made"
+        )
+    steps.append(f"digest recomputed: {model.digest}")
+    signature = _verify_signature(certificate, public_key, require_signature, now, max_clock_skew)
+    if signature is not None:
+        steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
+    solver, more = redecide(model)
+    return CheckResult(
+        certificate=certificate,
+        signature=signature,
+        rules_checked=True,
+        oracle={},
+        tables_verdict=None,
+        analysis=None,
+        steps=steps + more,
+        solver=solver,
+    )
+
+
+def symbolic_certificate(document: dict[str, Any]) -> SymbolicCertificate:
+    """A symbolic certificate from its document (`_symbolic.symbolic_document`), with its digest."""
+    document = dict(document)
+    document["digest"] = compute_digest(document)
+    return SymbolicCertificate(parse_symbolic(document))
+
+
 def _names(model: CertificateModel, indices: list[int]) -> str:
     names = [model.machine.events[i].name for i in indices]
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
@@ -374,6 +438,7 @@ def _names(model: CertificateModel, indices: list[int]) -> str:
 def render_statement(result: CheckResult) -> str:
     """The one-paragraph statement `govern check` prints."""
     model = result.certificate.model
+    assert isinstance(model, CertificateModel)
     verdict = model.verdict
     events = model.machine.events
     who = (

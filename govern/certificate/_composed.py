@@ -329,6 +329,7 @@ def check_composed(
         f"({oracle.THEOREM_DECOMPOSITION})"
     )
     results = []
+    tables: list[Certificate] = []
     for c, (entry, part) in enumerate(zip(entries, certificate.components, strict=True)):
         comp = Component(tuple(entry.variables), tuple(entry.invariants), tuple(entry.events))
         part_document = certificate.raw["components"][c]["certificate"]
@@ -338,14 +339,18 @@ def check_composed(
                 "invariants and events"
             )
         try:
-            results.append(check_certificate(canonical_json(part_document) + b"\n", max_bytes=max_bytes))
+            result = check_certificate(canonical_json(part_document) + b"\n", max_bytes=max_bytes)
         except CertificateInvalid as exc:
             raise CertificateInvalid(f"component {c} ({part.name!r}): {exc}") from None
+        if not isinstance(result.certificate, Certificate):  # a symbolic one rests on a solver, not tables
+            raise CertificateInvalid(f"component {c} ({part.name!r}) is not a table certificate")
+        results.append(result)
+        tables.append(result.certificate)
     steps.append(
         f"every component is the projection of the whole machine, and its certificate passed the "
         f"proof-derived table and rules checkers ({len(results)} components)"
     )
-    recomputed = _recompute_verdict(model, entries, [r.certificate for r in results])
+    recomputed = _recompute_verdict(model, entries, tables)
     stated = model.verdict.model_dump(mode="json")
     wrong = sorted(k for k in recomputed if recomputed[k] != stated[k])
     if wrong:

@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .._errors import OracleDisagreement
-from ._certificate import Certificate, CheckResult, assemble, check_certificate
+from ._certificate import Certificate, CheckResult, assemble, check_certificate, symbolic_certificate
 from ._composed import ComposedCertificate, ComposedCheckResult, check_composed, composed_certificate_for
 from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
 from ._model import MAX_STATES, MAX_TABLE_ENTRIES
 from ._oracle import local_oracle_identity
 from ._signing import load_private_key
+from ._symbolic import SymbolicCertificate, symbolic_document
 
 if TYPE_CHECKING:
     from ..machine._machine import Machine
@@ -75,6 +76,14 @@ def certificate_for(machine: Machine, *, version: str | None = None) -> Certific
 
 def _plain_certificate(machine: Machine, version: str | None) -> Certificate:
     states, events = machine.n_states, len(machine.events)
+    solver = machine.report.solver
+    if machine.report.method == "symbolic" and solver:
+        raise CertificateTooLarge(
+            f"machine {machine.name!r} has {states:,} states and was verified symbolically (its verdict "
+            f"rests on {solver.get('name')} {solver.get('version')}), so it has no tables to certify; "
+            "govern.certify(machine) makes a symbolic certificate (no tables, checked by re-deciding "
+            "it with CP-SAT), or narrow its variables' ranges to certify it by enumeration"
+        )
     if states > MAX_STATES or states * events > MAX_TABLE_ENTRIES:
         raise CertificateTooLarge(
             f"machine {machine.name!r} has {states:,} states and {events} events; a certificate holds at "
@@ -93,7 +102,9 @@ def _plain_certificate(machine: Machine, version: str | None) -> Certificate:
     )
 
 
-def self_check(certificate: Certificate | ComposedCertificate) -> CheckResult | ComposedCheckResult:
+def self_check(
+    certificate: Certificate | ComposedCertificate | SymbolicCertificate,
+) -> CheckResult | ComposedCheckResult:
     """Check a freshly made certificate as `govern check` would; raises if it does not pass."""
     if isinstance(certificate, ComposedCertificate):
         return check_composed(certificate.to_bytes())
@@ -102,7 +113,7 @@ def self_check(certificate: Certificate | ComposedCertificate) -> CheckResult | 
 
 def certify(
     machine: Machine | Registry, *, sign_with: str | os.PathLike[str] | None = None
-) -> Certificate | ComposedCertificate:
+) -> Certificate | ComposedCertificate | SymbolicCertificate:
     """Certify a machine (a `Registry` is built first, over the valid domain).
 
     The certificate is checked before it is returned, exactly as `govern check` checks it: strictly
@@ -114,7 +125,12 @@ def certify(
     from ..machine._registry import Registry
 
     built = machine.build() if isinstance(machine, Registry) else machine
-    certificate = certificate_for(built)
+    certificate: Certificate | ComposedCertificate | SymbolicCertificate
+    if built.report.method == "symbolic":
+        # No tables: the certificate names the solver, and checking it re-decides the rules.
+        certificate = symbolic_certificate(symbolic_document(built, version=tool_version()))
+    else:
+        certificate = certificate_for(built)
     try:
         self_check(certificate)
     except (CertificateInvalid, CertificateUnreadable) as exc:

@@ -6,6 +6,8 @@ keeps: certificates and foreign checkers need it, and the runtime step table is 
 
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
 
 from .._errors import StateSpaceTooLarge
@@ -13,27 +15,41 @@ from ..model._declarations import Domain, Snapshot
 from ..model._space import Space
 from ..oracle._gate import run_gate
 from ..verify._report import Report, guarantee_text
+from ..verify._symbolic import symbolic_problem
 from ..verify._tables import build_tables
 from ..verify._timing import PhaseTimer
 from ..verify._verify import verify
 from ._composed import build_composed
 from ._machine import Machine, RawTables
+from ._symbolic import build_symbolic, symbolic_candidate
 
 __all__ = ["build_machine"]
 
 
 def build_machine(
-    snap: Snapshot, domain: Domain, *, max_states: int | None = None, compose: bool | None = None
+    snap: Snapshot,
+    domain: Domain,
+    *,
+    max_states: int | None = None,
+    compose: bool | None = None,
+    method: Literal["auto", "enumerate", "symbolic"] = "auto",
 ) -> Machine:
     """Build and verify `snap`; returns the machine or raises (see `Registry.build`).
 
     `compose`: None builds by components (govern.machine._composed) only when the whole space is too
-    large to enumerate and the machine splits; True whenever it splits; False never."""
+    large to enumerate and the machine splits; True whenever it splits; False never.
+
+    `method` "auto" enumerates (whole or by components), and falls back to the symbolic route
+    (`_symbolic.build_symbolic`) when neither can enumerate (not when `max_states` caps the build)
+    and a large integer domain is the reason; "symbolic" forces that route (differential tests use
+    it on small machines); "enumerate" never takes it."""
+    if method == "symbolic":
+        return build_symbolic(snap, domain)
     timer = PhaseTimer()
     space = Space(snap.vars)
 
     def build_part(part: Snapshot) -> Machine:
-        return build_machine(part, domain, max_states=max_states, compose=False)
+        return build_machine(part, domain, max_states=max_states, compose=False, method="enumerate")
 
     if compose:
         composed = build_composed(snap, domain, build_part)
@@ -41,11 +57,26 @@ def build_machine(
             return composed
     try:
         space.check_size(len(snap.events), max_states)
-    except StateSpaceTooLarge:
-        composed = None if compose is False else build_composed(snap, domain, build_part)
-        if composed is None:
-            raise
-        return composed
+    except StateSpaceTooLarge as exc:
+        failure = exc
+        if compose is not False:
+            try:
+                composed = build_composed(snap, domain, build_part)
+            except StateSpaceTooLarge as part_failure:  # a component too large to enumerate
+                composed, failure = None, part_failure
+            if composed is not None:
+                return composed
+        capped = max_states is not None and space.n > max_states
+        if method == "enumerate" or capped or not symbolic_candidate(snap):
+            raise failure from None
+        problem = symbolic_problem(snap, domain)
+        if problem is not None:
+            raise StateSpaceTooLarge(
+                f"{failure}\nThe symbolic route for large integer domains does not apply: {problem}.",
+                states=exc.states,
+                bytes_needed=exc.bytes_needed,
+            ) from None
+        return build_symbolic(snap, domain)
     with timer.phase("tables"):
         tables = build_tables(snap, space)
     verdict = verify(snap, space, tables, domain, timer)

@@ -69,6 +69,10 @@ class Report:
     timings: dict[str, float] = field(default_factory=dict)
     wfc: bool = True
     cc1: bool = True
+    #: "enumeration" (tables over every state, re-checked by the proof-derived oracle) or "symbolic"
+    #: (decided on the rules' AST by `solver`; `valid_states`/`domain_states` are then -1: not counted).
+    method: str = "enumeration"
+    solver: dict[str, Any] | None = None
 
     @property
     def total_seconds(self) -> float:
@@ -105,6 +109,8 @@ class Report:
             "footprints": {k: list(v) for k, v in self.footprints.items()},
             "oracle": self.oracle,
             "timings": dict(self.timings),
+            "method": self.method,
+            "solver": self.solver,
         }
 
     @classmethod
@@ -137,16 +143,24 @@ class Report:
             timings=dict(d["timings"]),
             wfc=d["wfc"],
             cc1=d["cc1"],
+            method=d.get("method", "enumeration"),
+            solver=d.get("solver"),
         )
 
     def text(self, *, witnesses: bool = True) -> str:
         """A readable rendering; `witnesses=False` leaves out the witness traces."""
         pruned = len(self.pairs_pruned)
         compared = len(self.pairs_checked) - pruned
+        if self.method == "symbolic":
+            counted = f"{self.states:,} (not enumerated); checked domain D = every valid state"
+        else:
+            counted = (
+                f"{self.states:,} ({self.valid_states:,} valid); "
+                f"checked domain D = {self.domain} states: {self.domain_states:,}"
+            )
         lines = [
             f"machine {self.machine!r}: CONVERGES",
-            f"  states        {self.states:,} ({self.valid_states:,} valid); "
-            f"checked domain D = {self.domain} states: {self.domain_states:,}",
+            f"  states        {counted}",
             f"  initial       {_fmt(self.initial)}",
             f"  events        {len(self.events)}: {', '.join(self.events)}",
             f"  invariants    {len(self.invariants)}: {', '.join(self.invariants) or '(none)'}",
@@ -193,6 +207,13 @@ class Report:
             )
         lines.append("  guarantee     " + self.guarantee)
         lines.append("  theorems      " + "; ".join(self.theorems))
+        if self.solver:
+            lines.append(
+                f"  method        symbolic: every verdict above rests on {self.solver.get('name', '?')} "
+                f"{self.solver.get('version', '?')} ({self.solver.get('package', '?')}); its "
+                "unsatisfiable answers are not re-checked by the proof-derived oracle, its "
+                "counterexamples were replayed through the concrete semantics"
+            )
         if self.oracle:
             lines.append(
                 f"  oracle        {self.oracle.get('verdict', '?')} by {self.oracle.get('theorem', '?')} "

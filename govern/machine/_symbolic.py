@@ -1,0 +1,251 @@
+"""Machines verified on their rules rather than their tables: the symbolic build and its runtime.
+
+A machine whose integer domains are too large to enumerate is verified by the symbolic route
+(`verify._symbolic`, CP-SAT) and runs without tables: each step evaluates the rules' AST on the
+one state at hand (`verify._concrete`, the engine's reference evaluator), normalizing with at most
+the repair depth WFC was shown to need. State ids keep the numbering of docs/semantics.md (Python
+integers, so they may exceed 32 bits); the table views answer one `[event, state]` lookup at a time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .._errors import ForeignState, MachineFileError, StateSpaceTooLarge, UnknownEvent
+from ..model._declarations import Domain, Snapshot
+from ..model._space import Space
+from ..verify._concrete import Concrete
+from ..verify._report import Report, guarantee_text
+from ..verify._symbolic import DEFAULT_MAX_DEPTH, verify_symbolic
+from ..verify._timing import PhaseTimer
+from ._machine import Machine, State, rules_digest
+
+__all__ = ["SYMBOLIC_MIN_INT_VALUES", "SymbolicMachine", "build_symbolic", "symbolic_candidate"]
+
+_SYMBOLIC_DOMAIN = b"govern.machine.symbolic.v1\x00"
+#: The automatic route is taken only when some integer variable has more values than this.
+SYMBOLIC_MIN_INT_VALUES = 1 << 16
+#: State ids must fit in int64 (replicas keep them in numpy arrays).
+_MAX_ID = 2**63 - 1
+
+
+def symbolic_candidate(snap: Snapshot) -> bool:
+    """True when a build too large for tables should try the symbolic route: some integer variable
+    has more than `SYMBOLIC_MIN_INT_VALUES` values (the route's purpose: large integer domains)."""
+    return any(v.kind == "int" and v.size > SYMBOLIC_MIN_INT_VALUES for v in snap.vars)
+
+
+def build_symbolic(snap: Snapshot, domain: Domain, *, max_depth: int = DEFAULT_MAX_DEPTH) -> SymbolicMachine:
+    """Verify `snap` on its AST with CP-SAT and return a table-free machine (or raise like a build)."""
+    timer = PhaseTimer()
+    space = Space(snap.vars)
+    if space.n - 1 > _MAX_ID:
+        raise StateSpaceTooLarge(
+            f"{space.n:,} states: state ids would not fit in 64 bits; shrink variable ranges or split "
+            "the machine",
+            states=space.n,
+            bytes_needed=0,
+        )
+    verdict = verify_symbolic(snap, domain, timer, max_depth=max_depth, states=space.n)
+    rules = snap.rules_json(domain)
+    if rules["initial"] is None:
+        rules["initial"] = list(verdict.initial)
+    ev_names = [e.name for e in snap.events]
+    guarantee, theorems = guarantee_text(
+        cc2=verdict.cc2,
+        pair_mode=verdict.pair_mode,
+        obligations=len(verdict.obligations),
+        not_idempotent=len(verdict.not_idempotent),
+        domain=domain,
+    )
+    solver = dict(verdict.solver, queries=str(verdict.queries))
+    rests = (
+        f"every verdict rests on {solver['name']} {solver['version']} ({solver['package']}): "
+        f"{verdict.queries} queries, unsatisfiable ones taken as verdicts, satisfiable ones replayed "
+        "through the concrete semantics; the Rocq theorems apply to the conditions it established, "
+        "but no proof-derived oracle re-checked them"
+    )
+    concrete = Concrete.of(snap)
+    report = Report(
+        machine=snap.name,
+        domain=domain,
+        states=space.n,
+        valid_states=-1,
+        domain_states=-1,
+        initial=concrete.as_dict(verdict.initial),
+        events=tuple(ev_names),
+        invariants=tuple(i.name for i in snap.invariants),
+        pair_mode=verdict.pair_mode,
+        pairs_checked=tuple((ev_names[a], ev_names[b]) for a, b in verdict.pairs_checked),
+        pairs_pruned=tuple(verdict.pairs_pruned),
+        undeclared_pairs=verdict.undeclared_checked,
+        max_repair_depth=verdict.depth_max,
+        cc2=verdict.cc2,
+        cc2_failing_events=tuple(verdict.cc2_failing_events),
+        cc2_witness=verdict.cc2_witness,
+        obligations=tuple(verdict.obligations),
+        not_idempotent=tuple(verdict.not_idempotent),
+        guarantee=guarantee + " Method: symbolic; " + rests + ".",
+        theorems=(*theorems, f"solver: {rests}"),
+        trusted_callables=(),
+        footprints={
+            ev_names[k]: tuple(space.names[i] for i in sorted(c)) for k, c in enumerate(verdict.closures)
+        },
+        oracle=None,
+        timings=dict(timer.seconds),
+        method="symbolic",
+        solver=solver,
+    )
+    return SymbolicMachine(rules, space, concrete, space.id_of(verdict.initial), report)
+
+
+class _View:
+    """A read-only "table" computed one entry at a time: `view[e, s]`, `view[e][s]` or `view[s]`."""
+
+    def __init__(self, f: Any, two: bool, shape: tuple[int, ...]) -> None:
+        self._f = f
+        self._two = two
+        self.shape = shape
+        self.size = 1
+        for k in shape:
+            self.size *= k
+
+    def __getitem__(self, key: Any) -> Any:
+        if self._two:
+            if isinstance(key, tuple):
+                e, s = key
+                return int(self._f(int(e), int(s)))
+            return _View(lambda s, e=int(key): self._f(e, s), False, self.shape[1:])
+        return int(self._f(int(key)))
+
+    def tolist(self) -> list[Any]:
+        """Every entry (only sensible for small machines)."""
+        if self._two:
+            return [[self[e, s] for s in range(self.shape[1])] for e in range(self.shape[0])]
+        return [self[s] for s in range(self.shape[0])]
+
+
+class _SymbolicTables:
+    """The `MachineTables` interface of a symbolic machine: entries are computed on demand."""
+
+    def __init__(self, m: SymbolicMachine) -> None:
+        n, e = m.n_states, len(m.events)
+        self.valid = _View(lambda s: m.is_valid(s), False, (n,))
+        self.repair = _View(m._repair_id, False, (n,))
+        self.apply = _View(m._apply_id, True, (e, n))
+        self.nf = _View(lambda s: m.normalize(s).id, False, (n,))
+        self.step = _View(m._step_id, True, (e, n))
+
+
+class SymbolicMachine(Machine):
+    """A machine verified symbolically (see the module docstring). Same interface as `Machine`; it
+    has no tables, so it cannot be saved or certified with tables: keep its registry and rebuild."""
+
+    def __init__(
+        self, rules: dict[str, Any], space: Space, concrete: Concrete, initial: int, report: Report
+    ) -> None:
+        self._rules = rules
+        self._space = space
+        self._concrete = concrete
+        self._depth = report.max_repair_depth
+        self._events = tuple(e["name"] for e in rules["events"])
+        self._event_index = {name: i for i, name in enumerate(self._events)}
+        self._report = report
+        self._rules_digest = rules_digest(rules)
+        self._digest = None
+        self._initial = State(self, initial)
+
+    # -- per-state semantics ---------------------------------------------------------------------
+    def _values(self, sid: int) -> tuple[int, ...]:
+        return self._space.values(sid)
+
+    def _repair_id(self, sid: int) -> int:
+        return self._space.id_of(self._concrete.repair(self._values(sid)))
+
+    def _apply_id(self, e: int, sid: int) -> int:
+        return self._space.id_of(self._concrete.apply(e, self._values(sid)))
+
+    def _step_id(self, e: int, sid: int) -> int:
+        c, d = self._concrete, self._depth
+        return self._space.id_of(c.step(e, c.nf(self._values(sid), d), d))
+
+    def _step_table(self) -> npt.NDArray[np.int32]:
+        raise MachineFileError(
+            f"machine {self.name!r} was verified symbolically and has no tables; use apply/replay"
+        )
+
+    # -- identity --------------------------------------------------------------------------------
+    @property
+    def tables_digest(self) -> str:
+        """A symbolic machine has no tables: its rules (all expressions) determine it."""
+        return self._rules_digest
+
+    @property
+    def digest(self) -> str:
+        """SHA-256 over the rules digest, domain "govern.machine.symbolic.v1"."""
+        if self._digest is None:
+            self._digest = hashlib.sha256(_SYMBOLIC_DOMAIN + bytes.fromhex(self._rules_digest)).hexdigest()
+        return self._digest
+
+    def tables(self) -> Any:
+        """Table views computed entry by entry (`tables().step[e, s]`), for replicas and tools."""
+        return _SymbolicTables(self)
+
+    # -- states and transitions ------------------------------------------------------------------
+    def normalize(self, state: State | int) -> State:
+        return State(self, self._space.id_of(self._concrete.nf(self._values(self._sid(state)), self._depth)))
+
+    def is_valid(self, state: State | int) -> bool:
+        return self._concrete.valid(self._values(self._sid(state)))
+
+    def in_domain(self, state: State | int) -> bool:
+        return self.is_valid(state)
+
+    def apply(self, state: State | int, event: str, /, **params: object) -> State:
+        """`step(event, NF(state))`, evaluated on the rules; with `params`, an instance of a family."""
+        if params:
+            event = self.event(event, **params)
+        return State(self, self._step_id(self.event_index(event), self._sid(state)))
+
+    def replay(self, events: Iterable[str], start: State | int | None = None) -> State:
+        c, d = self._concrete, self._depth
+        sid = self._initial._id if start is None else self._sid(start)
+        x = self._values(sid)
+        for e in events:
+            x = c.step(self.event_index(e), c.nf(x, d), d)
+        return State(self, self._space.id_of(x))
+
+    def replay_many(self, streams: Sequence[Sequence[str]], start: State | int | None = None) -> list[State]:
+        return [self.replay(s, start) for s in streams]
+
+    def replay_ids(
+        self, codes: npt.NDArray[np.integer[Any]], starts: npt.NDArray[np.integer[Any]] | Sequence[int]
+    ) -> Any:
+        c, d = self._concrete, self._depth
+        n = self._space.n
+        codes = np.asarray(codes)
+        out = []
+        for i, start in enumerate(np.asarray(starts).tolist()):
+            if not 0 <= start < n:
+                raise ForeignState(f"start ids must lie in 0..{n - 1}")
+            x = self._values(start)
+            for code in codes[i].tolist() if codes.ndim == 2 else []:
+                if code < 0:
+                    continue
+                if code >= len(self._events):
+                    raise UnknownEvent(f"event index {code} out of range (machine has {len(self._events)})")
+                x = c.step(code, c.nf(x, d), d)
+            out.append(self._space.id_of(x))
+        return np.array(out, dtype=np.int64)
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        raise MachineFileError(
+            f"machine {self.name!r} was verified symbolically and has no tables to save; keep its "
+            "registry (or its rules) and rebuild it"
+        )
