@@ -53,14 +53,18 @@ class DeliveryRules:
     obligations: frozenset[tuple[str, str]]
     not_idempotent: frozenset[str]
     # The step table as nested Python lists for machines up to _ROWS_MAX cells (a list lookup costs a
-    # fraction of a numpy scalar lookup); the numpy table itself for bigger machines.
-    rows: Any = field(default=None, repr=False)
+    # fraction of a numpy scalar lookup); None for bigger machines, composed or symbolic ones (whose table
+    # is a view computed entry by entry): `table[event, state]` is looked up then.
+    rows: list[list[int]] | None = field(default=None, repr=False)
     _decoded: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     _explained: dict[tuple[int, int], Outcome] = field(default_factory=dict, repr=False)
 
     def step(self, state: int, event: int) -> int:
         """The state after `event` (an index) at `state`: one lookup in the normalized step table."""
-        return int(self.rows[event][state])
+        rows = self.rows
+        if rows is None:
+            return int(self.table[event, state])
+        return rows[event][state]
 
     def decode(self, state: int) -> dict[str, Any]:
         """The state id as `{variable: value}` (a fresh dict: the caller may change it)."""
@@ -136,7 +140,8 @@ def delivery_rules(machine: Machine) -> DeliveryRules:
         index=index,
         initial=machine.initial.id,
         table=table,
-        rows=table.tolist() if table.size <= _ROWS_MAX else table,
+        # A composed or symbolic machine's table is a per-entry view, never a list of rows.
+        rows=table.tolist() if isinstance(table, np.ndarray) and table.size <= _ROWS_MAX else None,
         partners=tuple(frozenset(p) for p in partners),
         obligations=frozenset(pairs),
         not_idempotent=frozenset(w.events[0] for w in report.not_idempotent),
