@@ -40,6 +40,7 @@ from typing import Any, Protocol
 import sqlalchemy as sa
 
 from .._errors import StoreError
+from .._retry import RetryPolicy
 from .._store import Entry, WriteTransaction
 from ._formats import journal_leaf
 from ._merkle import Coord, _tiles
@@ -48,6 +49,7 @@ from ._tree import MerkleTree
 __all__ = ["HashBackend", "MemoryHashes", "SQLHashes", "backend_for"]
 
 
+_CREATE_RETRIES = RetryPolicy(attempts=5, initial=0.01, maximum=0.2)
 _LEAF_PREFIX = b"\x00" + journal_leaf(b"")  # RFC 6962: a leaf hash is SHA-256(0x00 || leaf data)
 
 
@@ -223,13 +225,10 @@ class SQLHashes:
             sa.Column("size", sa.BigInteger, nullable=False),
             sa.Column("last_seq", sa.BigInteger, nullable=False),
         )
-        for attempt in range(5):
-            try:
-                md.create_all(engine, checkfirst=True)
-                break
-            except sa.exc.DBAPIError:
-                if attempt == 4:
-                    raise
+        # Two processes creating the tables at once: the loser's CREATE fails and the next look finds them.
+        _CREATE_RETRIES.run_sync(
+            lambda: md.create_all(engine, checkfirst=True), lambda exc: isinstance(exc, sa.exc.DBAPIError)
+        )
         self._lock = threading.Lock()
         self._conn: Any = None  # a DBAPI connection (through the engine's pool)
         # Per run: (size, last_seq) -> the right edge and partial tiles of that tree, as last committed by
