@@ -28,6 +28,8 @@ SMOKE_RUNS = {
     "symbolic.py": ["--repeat", "1"],
     "worker.py": ["--quick"],
     "compose.py": ["--copies", "3,10", "--repeat", "1"],
+    "parallel_calls.py": ["--seconds", "0.05"],
+    "streaming.py": ["--quick"],
 }
 
 
