@@ -201,3 +201,24 @@ def test_a_worker_ends_an_idle_thread_that_was_cancelled(store: bide.Store) -> N
 def test_output_type_str_is_the_plain_answer(store: bide.Store) -> None:
     agent = bide.Agent(ScriptedModel([reply("just text")]), store=store, output_type=str)
     assert agent.run_sync("r", "x").output == "just text"
+
+
+def test_a_messages_usage_is_its_own_turns_live_and_replayed() -> None:
+    """`result.usage` of a thread's message sums that message's turns, the same live and when replayed."""
+
+    class Counting:
+        name = "counting"
+
+        async def complete(self, request: bide.ModelRequest) -> bide.AssistantMessage:
+            return bide.AssistantMessage(
+                content=f"answer {request.turn}",
+                usage=bide.Usage(input_tokens=10, output_tokens=request.turn + 1),
+            )
+
+    store = bide.MemoryStore()
+    thread = bide.Agent(Counting(), store=store).thread("t")
+    first = thread.send_sync("one", segment=0)
+    second = thread.send_sync("two", segment=1)
+    assert first.usage == bide.Usage(input_tokens=10, output_tokens=1)
+    assert second.usage == bide.Usage(input_tokens=10, output_tokens=2)
+    assert thread.send_sync("two", segment=1).usage == second.usage  # replayed from the journal
