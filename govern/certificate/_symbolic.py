@@ -23,7 +23,8 @@ from ..model._space import VarSpec
 from ..verify._symbolic import SymbolicVerdict as _Decided
 from ..verify._symbolic import solver_identity, verify_symbolic
 from ..verify._timing import PhaseTimer
-from ._encoding import canonical_json
+from ._checked import CertificateDocument
+from ._encoding import DEFAULT_MAX_BYTES, canonical_json, parse_strict_json
 from ._errors import CertificateInvalid, CertificateUnreadable
 from ._model import (
     _STRICT,
@@ -41,13 +42,14 @@ from ._signing import is_signing_time
 
 if TYPE_CHECKING:
     from ..machine._machine import Machine
-    from ._signing import Signer
 
 __all__ = [
     "SYMBOLIC_FORMAT",
     "SymbolicCertificate",
     "SymbolicCertificateModel",
+    "is_symbolic",
     "parse_symbolic",
+    "read_symbolic",
     "redecide",
     "render_symbolic_statement",
     "snapshot_of",
@@ -110,42 +112,17 @@ def _document_of(model: SymbolicCertificateModel) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, eq=False)
-class SymbolicCertificate:
+class SymbolicCertificate(CertificateDocument):
     """A symbolic certificate document. `to_bytes()` is the exact file content."""
 
     model: SymbolicCertificateModel
 
-    @property
-    def name(self) -> str:
-        return self.model.machine.name
-
-    @property
-    def digest(self) -> str:
-        return self.model.digest
-
-    @property
-    def has_rules(self) -> bool:
-        return True
-
     def document(self) -> dict[str, Any]:
+        """The certificate as a JSON value (the signature member only when signed)."""
         return _document_of(self.model)
 
-    def to_bytes(self) -> bytes:
-        return canonical_json(self.document()) + b"\n"
-
-    def signed(self, signer: Signer) -> SymbolicCertificate:
-        """A copy signed by `signer` now (the digest is unchanged)."""
-        import base64
-
-        signed_at, value = signer.sign(self.digest)
-        block = {
-            "algorithm": "ed25519",
-            "key_id": signer.key_id,
-            "public_key": base64.b64encode(signer.public_key.public_bytes_raw()).decode("ascii"),
-            "signed_at": signed_at,
-            "value": value,
-        }
-        return SymbolicCertificate(parse_symbolic(self.document() | {"signature": block}))
+    def _from_document(self, document: dict[str, Any]) -> SymbolicCertificate:
+        return SymbolicCertificate(parse_symbolic(document))
 
 
 def parse_symbolic(value: dict[str, Any]) -> SymbolicCertificateModel:
@@ -169,6 +146,20 @@ def parse_symbolic(value: dict[str, Any]) -> SymbolicCertificateModel:
     if canonical_json(_document_of(model)) != canonical_json(value):
         raise CertificateUnreadable("a field has a value of the wrong JSON type")
     return model
+
+
+def is_symbolic(data: bytes) -> bool:
+    """True when `data` looks like a symbolic certificate (by its format member; nothing is checked).
+    The member can only occur as structure: quotes inside JSON strings are escaped."""
+    return f'"format":"{SYMBOLIC_FORMAT}"'.encode() in data
+
+
+def read_symbolic(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> SymbolicCertificate:
+    """Parse a symbolic certificate strictly, without judging its claims (`CertificateUnreadable`)."""
+    value = parse_strict_json(data, max_bytes=max_bytes)
+    if not isinstance(value, dict):
+        raise CertificateUnreadable("a certificate is a JSON object")
+    return SymbolicCertificate(parse_symbolic(value))
 
 
 # -- the rules as data, back to expressions ---------------------------------------------------------
