@@ -17,9 +17,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 from pydantic import BaseModel, Field, ValidationError
 
 from .._errors import DeclarationError, GovernError, NotConvergent, StateSpaceTooLarge
-from ..model._declarations import EventRule, InvariantRule, Snapshot
-from ..model._expr import BOOL, INT, Expr, ExprType, _arith, _bool_op, _cmp, _eq, _lit, _not
-from ..model._space import VarSpec
+from ..machine._rules_snapshot import snapshot_from_rules
+from ..model._declarations import Snapshot
 from ..verify._symbolic import SymbolicVerdict as _Decided
 from ..verify._symbolic import solver_identity, verify_symbolic
 from ..verify._timing import PhaseTimer
@@ -28,9 +27,7 @@ from ._encoding import DEFAULT_MAX_BYTES, canonical_json, parse_strict_json
 from ._errors import CertificateInvalid, CertificateUnreadable
 from ._model import (
     _STRICT,
-    BoolVariable,
     Digest,
-    EnumVariable,
     MachineRules,
     NonNeg,
     SignatureBlock,
@@ -162,61 +159,9 @@ def read_symbolic(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Symboli
     return SymbolicCertificate(parse_symbolic(value))
 
 
-# -- the rules as data, back to expressions ---------------------------------------------------------
-
-
-def _expr(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
-    op, args = node[0], node[1:]
-    if op == "var":
-        v = specs[args[0]]
-        typ = ExprType(v.kind, v.labels) if v.kind == "enum" else ExprType(v.kind)
-        return Expr("var", (), args[0], typ, v.lo, v.hi)
-    if op == "lit":
-        return _lit(args[0], INT)
-    sub = [_expr(a, specs) for a in args]
-    if op in ("add", "sub", "min", "max"):
-        return _arith(op, sub[0], sub[1])
-    if op == "ite":
-        lo, hi = min(sub[1].bounds[0], sub[2].bounds[0]), max(sub[1].bounds[1], sub[2].bounds[1])
-        return Expr("ite", tuple(sub), 0, sub[1].type, lo, hi)
-    if op == "eq":
-        return _eq(sub[0], sub[1])
-    if op in ("lt", "le"):
-        return _cmp(op, sub[0], sub[1])
-    if op in ("and", "or"):
-        return _bool_op(op, sub[0], sub[1])
-    return _not(sub[0])
-
-
-def _cond(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
-    e = _expr(node, specs)
-    # The engine reads a condition as "non-zero"; a literal condition is typed bool like the front end's.
-    return _lit(e.bounds[0], BOOL) if e._op == "lit" else e
-
-
 def snapshot_of(machine: MachineRules) -> Snapshot:
     """The declarations a symbolic check re-decides, rebuilt from the certificate's rules."""
-    specs = []
-    for v in machine.variables:
-        if isinstance(v, BoolVariable):
-            specs.append(VarSpec(v.name, "bool", 0, 1))
-        elif isinstance(v, EnumVariable):
-            specs.append(VarSpec(v.name, "enum", 0, len(v.labels) - 1, tuple(v.labels)))
-        else:
-            specs.append(VarSpec(v.name, "int", v.min, v.max))
-    sv = tuple(specs)
-
-    def assign(part: list[Any] | None) -> tuple[tuple[int, Expr], ...]:
-        return tuple((int(j), _expr(e, sv)) for j, e in part or [])
-
-    return Snapshot(
-        machine.name,
-        sv,
-        tuple(InvariantRule(i.name, _cond(i.holds, sv), assign(i.repair)) for i in machine.invariants),
-        tuple(EventRule(e.name, _cond(e.guard, sv), assign(e.effect)) for e in machine.events),
-        tuple((p[0], p[1]) for p in machine.independent) if machine.independent is not None else None,
-        tuple(machine.initial),
-    )
+    return snapshot_from_rules(machine.model_dump(mode="json"))
 
 
 # -- making and checking ------------------------------------------------------------------------------
@@ -290,6 +235,8 @@ def redecide(model: SymbolicCertificateModel) -> tuple[dict[str, str], list[str]
         raise CertificateInvalid(f"CP-SAT could not re-decide the rules here: {exc}") from None
     except (DeclarationError, GovernError) as exc:
         raise CertificateInvalid(f"the rules fail on a concrete state: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CertificateInvalid(f"the rules cannot be read back as declarations: {exc}") from None
     states = 1
     for v in snap.vars:
         states *= v.size
