@@ -23,15 +23,13 @@ from datetime import datetime
 from itertools import combinations
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
 from .._errors import OracleError
 from ..verify._compose import Component, project_rules
 from ._certificate import Certificate, CheckResult, check_certificate
 from ._checked import MAX_CLOCK_SKEW, CertificateDocument, Signature, check_front_matter, compute_digest
 from ._encoding import DEFAULT_MAX_BYTES, canonical_json, parse_strict_json
 from ._errors import CertificateInvalid, CertificateUnreadable
-from ._model import COMPOSED_FORMAT, ComposedCertificateModel, has_rules, validate_machine
+from ._model import COMPOSED_FORMAT, ComposedCertificateModel, has_rules, validate_machine, validate_model
 from ._oracle import local_oracle_identity
 
 if TYPE_CHECKING:
@@ -141,17 +139,7 @@ def read_composed(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Compose
     from ._certificate import read_certificate
 
     value = parse_strict_json(data, max_bytes=max_bytes)
-    if not isinstance(value, dict):
-        raise CertificateUnreadable("a certificate is a JSON object")
-    if "signature" in value and value["signature"] is None:
-        raise CertificateUnreadable("signature: omit the field instead of writing null")
-    try:
-        model = ComposedCertificateModel.model_validate(value)
-    except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors()[:5]
-        ]
-        raise CertificateUnreadable("not a govern composed certificate: " + "; ".join(problems)) from None
+    model = validate_model(ComposedCertificateModel, value, "govern composed certificate")
     # The model must say exactly what the document says (strict types: no 1 read as true); each
     # component's document is held to the same by read_certificate.
     top = model.model_dump(mode="json", exclude={"signature", "components"})

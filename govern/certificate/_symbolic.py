@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from .._errors import DeclarationError, GovernError, NotConvergent, StateSpaceTooLarge
 from ..machine._rules_snapshot import snapshot_from_rules
@@ -34,6 +34,7 @@ from ._model import (
     ToolInfo,
     has_rules,
     validate_machine,
+    validate_model,
 )
 from ._signing import is_signing_time
 
@@ -124,15 +125,7 @@ class SymbolicCertificate(CertificateDocument):
 
 def parse_symbolic(value: dict[str, Any]) -> SymbolicCertificateModel:
     """Validate a parsed JSON object as a symbolic certificate (strictly, like a table certificate)."""
-    if "signature" in value and value["signature"] is None:
-        raise CertificateUnreadable("signature: omit the field instead of writing null")
-    try:
-        model = SymbolicCertificateModel.model_validate(value)
-    except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors()[:5]
-        ]
-        raise CertificateUnreadable("not a govern symbolic certificate: " + "; ".join(problems)) from None
+    model = validate_model(SymbolicCertificateModel, value, "govern symbolic certificate")
     validate_machine(model.machine, bounded=False)
     if not has_rules(model.machine):
         raise CertificateUnreadable("a symbolic certificate needs every rule as an expression")

@@ -9,37 +9,22 @@ either verdict into the `Report` a `Machine` carries.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 from ..model._declarations import Domain, Snapshot
 from ..model._space import Space
-from ..verify._counterexample import Divergence
-from ..verify._report import PrunedPair, Report, guarantee_text
+from ..verify._report import Report, guarantee_text
+from ..verify._symbolic import SymbolicVerdict
+from ..verify._verify import Verdict
 
 __all__ = ["verified_report"]
-
-
-class _Verdict(Protocol):
-    """The fields every route's verdict has (`verify.Verdict`, `verify.SymbolicVerdict`)."""
-
-    depth_max: int
-    pair_mode: str
-    pairs_checked: list[tuple[int, int]]
-    pairs_pruned: list[PrunedPair]
-    undeclared_checked: int
-    obligations: list[Divergence]
-    not_idempotent: list[Divergence]
-    cc2: bool
-    cc2_failing_events: list[str]
-    cc2_witness: Divergence | None
-    closures: list[frozenset[int]]
 
 
 def verified_report(
     snap: Snapshot,
     domain: Domain,
     space: Space,
-    verdict: _Verdict,
+    verdict: Verdict | SymbolicVerdict,
     *,
     valid_states: int,
     domain_states: int,
