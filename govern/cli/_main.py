@@ -532,16 +532,11 @@ def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, lab
 
 def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
-        data = _read_input(args.certificate, args.max_size)
-        if is_composed(data):
-            return _show_composed(read_composed(data, max_bytes=args.max_size), out)
-        certificate: Certificate | SymbolicCertificate = (
-            read_symbolic(data, max_bytes=args.max_size)
-            if is_symbolic(data)
-            else read_certificate(data, max_bytes=args.max_size)
-        )
+        certificate = _read_any(_read_input(args.certificate, args.max_size), args.max_size)
     except CertificateUnreadable as exc:
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
+    if isinstance(certificate, ComposedCertificate):
+        return _show_composed(certificate, out)
     model = certificate.model
     machine = model.machine
     out.print(f"[bold]machine {_safe(machine.name)}[/]  [dim]{_safe(model.format)}, "
