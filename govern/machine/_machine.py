@@ -409,7 +409,9 @@ class Machine:
         finds; when every rule is an expression, the rules checker confirms the tables are what the
         rules mean. (The file's content hash is unkeyed, so it only catches accidents.) With `digest`,
         the loaded machine must also be that machine (`Machine.digest`): pin it to refuse a different,
-        equally consistent machine.
+        equally consistent machine. A machine built by components loads each component so, and has
+        the extracted checker re-check its decomposition; a symbolically verified one (no tables) is
+        decided again from its rules, and its stored report must be what that finds.
 
         Raises `MachineFileError` when the file is unreadable, truncated, of another format, its
         content hash does not match, or it fails the re-check (it says what differs), and

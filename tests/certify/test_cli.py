@@ -358,3 +358,18 @@ def test_symbolic_certificates_in_process(tmp_path: Path, capsys: pytest.Capture
     assert main(["show", str(tmp_path / "cut.json")]) == 4
     assert main(["certify", target, "--domain", "reachable", "--no-write"]) == 2
     assert "'valid' checked domain only" in " ".join(capsys.readouterr().out.split())
+    (tmp_path / "bad.py").write_text(
+        "from govern import Registry, min_\n"
+        "spill = Registry('spill')\n"
+        "x = spill.int('x', 0, 10**9)\n"
+        "spill.event('bump', effect={x: x + 1})\n"
+        "racy = Registry('racy')\n"
+        "y = racy.int('y', 0, 10**9)\n"
+        "racy.event('cap', effect={y: min_(y, 10)})\n"
+        "racy.event('add', guard=y <= 100, effect={y: y + 900})\n"
+    )
+    assert main(["certify", str(tmp_path / "bad.py:spill"), "--no-write"]) == 2  # the machine's fault
+    assert "domain violation" in capsys.readouterr().out
+    assert main(["certify", str(tmp_path / "bad.py:racy"), "--no-write", "--json"]) == 1
+    [racy] = json.loads(capsys.readouterr().out)["results"]
+    assert racy["status"] == "not-convergent" and racy["counterexample"]["condition"] == "CC1"
