@@ -8,28 +8,27 @@ but this package: a certificate is data. docs/certificate.md specifies the forma
 from __future__ import annotations
 
 import base64
-import binascii
-import hashlib
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from datetime import datetime
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from ._analysis import TableAnalysis, analyse_tables
+from ._checked import (
+    DIGEST_DOMAIN,
+    MAX_CLOCK_SKEW,
+    CertificateDocument,
+    Signature,
+    check_front_matter,
+    compute_digest,
+)
 from ._encoding import DEFAULT_MAX_BYTES, canonical_json, decode_table, encode_table, parse_strict_json
 from ._errors import CertificateInvalid, CertificateUnreadable
-from ._model import FORMAT, CertificateModel, domain_sizes, has_rules, initial_state, parse_document
+from ._model import FORMAT, CertificateModel, domain_sizes, initial_state, parse_document
 from ._oracle import OracleVerdict, local_oracle_identity, run_rules_oracle, run_tables_oracle
-from ._signing import (
-    Signer,
-    is_strong_key,
-    key_id,
-    public_key_from_raw,
-    verify_signature,
-)
 from ._symbolic import (
     SymbolicCertificate,
     SymbolicCertificateModel,
@@ -40,6 +39,7 @@ from ._symbolic import (
 
 __all__ = [
     "DIGEST_DOMAIN",
+    "MAX_CLOCK_SKEW",
     "Certificate",
     "CheckResult",
     "Signature",
@@ -49,30 +49,11 @@ __all__ = [
     "read_certificate",
 ]
 
-DIGEST_DOMAIN: Final = b"govern-certificate-digest-v1\n"
-MAX_CLOCK_SKEW: Final = 300
-"""Seconds a signature's `signed_at` may lie beyond the checker's clock (clocks drift; no more)."""
-
 IntArray = npt.NDArray[np.int64]
 
 
-def compute_digest(document: dict[str, Any]) -> str:
-    """`sha256:` + hex SHA-256 of the domain tag and the canonical JSON of every member except
-    `digest` and `signature`."""
-    body = {k: v for k, v in document.items() if k not in ("digest", "signature")}
-    return "sha256:" + hashlib.sha256(DIGEST_DOMAIN + canonical_json(body)).hexdigest()
-
-
-@dataclass(frozen=True)
-class Signature:
-    """Who signed a certificate and when (the signature itself was verified when this exists)."""
-
-    key_id: str
-    signed_at: str
-
-
 @dataclass(frozen=True, eq=False)
-class Certificate:
+class Certificate(CertificateDocument):
     """A certificate document and its decoded tables. `to_bytes()` is the exact file content."""
 
     model: CertificateModel
@@ -80,47 +61,11 @@ class Certificate:
     repair: IntArray = field(repr=False)
     apply: IntArray = field(repr=False)
 
-    @property
-    def name(self) -> str:
-        """The certified machine's name."""
-        return self.model.machine.name
-
-    @property
-    def digest(self) -> str:
-        """`sha256:` and the hex digest over everything but the signature block."""
-        return self.model.digest
-
-    @property
-    def has_rules(self) -> bool:
-        """True when every rule is an AST, so `govern check` re-derives the tables from the rules."""
-        return has_rules(self.model.machine)
-
-    @property
-    def signature(self) -> Signature | None:
-        """Who signed and when, as written (verified only by `check_certificate`); None if unsigned."""
-        block = self.model.signature
-        return None if block is None else Signature(block.key_id, block.signed_at)
-
     def document(self) -> dict[str, Any]:
         """The certificate as a JSON value (the signature member only when signed)."""
         return _document_of(self.model)
 
-    def to_bytes(self) -> bytes:
-        """The canonical file content: canonical JSON and one newline."""
-        return canonical_json(self.document()) + b"\n"
-
-    def signed(self, signer: Signer) -> Certificate:
-        """A copy signed by `signer` now (replacing any earlier signature; the digest is unchanged)."""
-        signed_at, value = signer.sign(self.digest)
-        raw = signer.public_key.public_bytes_raw()
-        block = {
-            "algorithm": "ed25519",
-            "key_id": signer.key_id,
-            "public_key": base64.b64encode(raw).decode("ascii"),
-            "signed_at": signed_at,
-            "value": value,
-        }
-        document = self.document() | {"signature": block}
+    def _from_document(self, document: dict[str, Any]) -> Certificate:
         return Certificate(parse_document(document), self.valid, self.repair, self.apply)
 
 
@@ -239,45 +184,6 @@ def _verdict_from_analysis(analysis: TableAnalysis, model: CertificateModel) -> 
     }
 
 
-def _verify_signature(
-    certificate: Certificate | SymbolicCertificate,
-    public_key: Ed25519PublicKey | None,
-    require_signature: bool,
-    now: datetime,
-    max_clock_skew: float,
-) -> Signature | None:
-    block = certificate.model.signature
-    if block is None:
-        if public_key is not None or require_signature:
-            raise CertificateInvalid("the certificate is not signed, and a signature was required")
-        return None
-    try:
-        embedded = public_key_from_raw(base64.b64decode(block.public_key, validate=True))
-    except (binascii.Error, ValueError):
-        raise CertificateInvalid("signature.public_key is not an Ed25519 public key") from None
-    if not is_strong_key(embedded):
-        raise CertificateInvalid(
-            "signature.public_key is a weak Ed25519 key (small-order, mixed-order or non-canonical): "
-            "anyone can make signatures that verify under it, so it identifies no signer"
-        )
-    if key_id(embedded) != block.key_id:
-        raise CertificateInvalid("signature.key_id is not the id of signature.public_key")
-    if public_key is not None and key_id(public_key) != block.key_id:
-        raise CertificateInvalid(
-            f"signed by {block.key_id}, not by the key given ({key_id(public_key)})"
-        )
-    if not verify_signature(embedded, certificate.digest, block.key_id, block.signed_at, block.value):
-        raise CertificateInvalid(f"the signature by {block.key_id} does not verify: the certificate "
-                                 "or its signature block was altered")
-    signed_at = datetime.strptime(block.signed_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    if signed_at > now + timedelta(seconds=max_clock_skew):
-        raise CertificateInvalid(
-            f"signed at {block.signed_at}, in the future (this clock says "
-            f"{now.strftime('%Y-%m-%dT%H:%M:%SZ')}, {max_clock_skew:g} s of skew allowed)"
-        )
-    return Signature(block.key_id, block.signed_at)
-
-
 def check_certificate(
     data: bytes,
     *,
@@ -300,27 +206,18 @@ def check_certificate(
     value = parse_strict_json(data, max_bytes=max_bytes)
     if isinstance(value, dict) and value.get("format") == "govern-symbolic-certificate/1":
         return _check_symbolic(
-            SymbolicCertificate(parse_symbolic(value)),
-            public_key,
-            require_signature,
-            now or datetime.now(UTC),
-            max_clock_skew,
+            SymbolicCertificate(parse_symbolic(value)), public_key, require_signature, now, max_clock_skew
         )
     certificate = read_certificate(data, max_bytes=max_bytes)
     model = certificate.model
-    steps = ["parsed strictly: canonical JSON, known fields only, well-formed tables"]
-    expected = compute_digest(certificate.document())
-    if expected != model.digest:
-        raise CertificateInvalid(
-            f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
-            "it was altered after it was made"
-        )
-    steps.append(f"digest recomputed: {model.digest}")
-    signature = _verify_signature(
-        certificate, public_key, require_signature, now or datetime.now(UTC), max_clock_skew
+    steps, signature = check_front_matter(
+        certificate,
+        "parsed strictly: canonical JSON, known fields only, well-formed tables",
+        public_key=public_key,
+        require_signature=require_signature,
+        now=now,
+        max_clock_skew=max_clock_skew,
     )
-    if signature is not None:
-        steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
     initial = initial_state(model.machine)
     analysis = analyse_tables(
         certificate.valid,
@@ -393,24 +290,20 @@ def _check_symbolic(
     certificate: SymbolicCertificate,
     public_key: Ed25519PublicKey | None,
     require_signature: bool,
-    now: datetime,
+    now: datetime | None,
     max_clock_skew: float,
 ) -> CheckResult:
     """A symbolic certificate: strict parse, digest, signature, then every verdict field re-decided
     from the rules by the local CP-SAT (`_symbolic.redecide`)."""
-    model = certificate.model
-    steps = ["parsed strictly: canonical JSON, known fields only (a symbolic certificate: no tables)"]
-    expected = compute_digest(certificate.document())
-    if expected != model.digest:
-        raise CertificateInvalid(
-            f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
-            "it was altered after it was made"
-        )
-    steps.append(f"digest recomputed: {model.digest}")
-    signature = _verify_signature(certificate, public_key, require_signature, now, max_clock_skew)
-    if signature is not None:
-        steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
-    solver, more = redecide(model)
+    steps, signature = check_front_matter(
+        certificate,
+        "parsed strictly: canonical JSON, known fields only (a symbolic certificate: no tables)",
+        public_key=public_key,
+        require_signature=require_signature,
+        now=now,
+        max_clock_skew=max_clock_skew,
+    )
+    solver, more = redecide(certificate.model)
     return CheckResult(
         certificate=certificate,
         signature=signature,

@@ -17,36 +17,25 @@ reads only its bytes:
 
 from __future__ import annotations
 
-import base64
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from itertools import combinations
-from typing import TYPE_CHECKING, Any, cast
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from .._errors import OracleError
 from ..verify._compose import Component, project_rules
-from ._certificate import (
-    MAX_CLOCK_SKEW,
-    Certificate,
-    CheckResult,
-    Signature,
-    _verify_signature,
-    check_certificate,
-    compute_digest,
-)
+from ._certificate import Certificate, CheckResult, check_certificate
+from ._checked import MAX_CLOCK_SKEW, CertificateDocument, Signature, check_front_matter, compute_digest
 from ._encoding import DEFAULT_MAX_BYTES, canonical_json, parse_strict_json
 from ._errors import CertificateInvalid, CertificateUnreadable
-from ._model import COMPOSED_FORMAT, ComposedCertificateModel, has_rules, validate_machine
+from ._model import COMPOSED_FORMAT, ComposedCertificateModel, has_rules, validate_machine, validate_model
 from ._oracle import local_oracle_identity
 
 if TYPE_CHECKING:
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
     from ..machine._composed import ComposedMachine
-    from ._signing import Signer
 
 __all__ = [
     "ComposedCertificate",
@@ -59,7 +48,7 @@ __all__ = [
 
 
 @dataclass(frozen=True, eq=False)
-class ComposedCertificate:
+class ComposedCertificate(CertificateDocument):
     """A composed certificate: its document (as read, canonical), its bytes and its components'
     certificates."""
 
@@ -67,23 +56,6 @@ class ComposedCertificate:
     components: tuple[Certificate, ...] = field(repr=False)
     raw: dict[str, Any] = field(repr=False)
     data: bytes = field(repr=False)
-
-    @property
-    def name(self) -> str:
-        return self.model.machine.name
-
-    @property
-    def digest(self) -> str:
-        return self.model.digest
-
-    @property
-    def has_rules(self) -> bool:
-        return True
-
-    @property
-    def signature(self) -> Signature | None:
-        block = self.model.signature
-        return None if block is None else Signature(block.key_id, block.signed_at)
 
     def document(self) -> dict[str, Any]:
         """The certificate as a JSON value (a fresh copy)."""
@@ -94,18 +66,8 @@ class ComposedCertificate:
         """The canonical file content: canonical JSON and one newline."""
         return self.data
 
-    def signed(self, signer: Signer) -> ComposedCertificate:
-        """A copy signed by `signer` now (the digest is unchanged)."""
-        signed_at, value = signer.sign(self.digest)
-        raw = signer.public_key.public_bytes_raw()
-        block = {
-            "algorithm": "ed25519",
-            "key_id": signer.key_id,
-            "public_key": base64.b64encode(raw).decode("ascii"),
-            "signed_at": signed_at,
-            "value": value,
-        }
-        return read_composed(canonical_json(self.document() | {"signature": block}) + b"\n")
+    def _from_document(self, document: dict[str, Any]) -> ComposedCertificate:
+        return read_composed(canonical_json(document) + b"\n")
 
 
 def is_composed(data: bytes) -> bool:
@@ -177,17 +139,7 @@ def read_composed(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Compose
     from ._certificate import read_certificate
 
     value = parse_strict_json(data, max_bytes=max_bytes)
-    if not isinstance(value, dict):
-        raise CertificateUnreadable("a certificate is a JSON object")
-    if "signature" in value and value["signature"] is None:
-        raise CertificateUnreadable("signature: omit the field instead of writing null")
-    try:
-        model = ComposedCertificateModel.model_validate(value)
-    except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors()[:5]
-        ]
-        raise CertificateUnreadable("not a govern composed certificate: " + "; ".join(problems)) from None
+    model = validate_model(ComposedCertificateModel, value, "govern composed certificate")
     # The model must say exactly what the document says (strict types: no 1 read as true); each
     # component's document is held to the same by read_certificate.
     top = model.model_dump(mode="json", exclude={"signature", "components"})
@@ -287,23 +239,14 @@ def check_composed(
 
     certificate = read_composed(data, max_bytes=max_bytes)
     model = certificate.model
-    steps = ["parsed strictly: canonical JSON, known fields only, well-formed component tables"]
-    expected = compute_digest(certificate.raw)
-    if expected != model.digest:
-        raise CertificateInvalid(
-            f"digest mismatch: the document hashes to {expected}, the certificate says {model.digest}; "
-            "it was altered after it was made"
-        )
-    steps.append(f"digest recomputed: {model.digest}")
-    signature = _verify_signature(
-        cast(Certificate, certificate),
-        public_key,
-        require_signature,
-        now or datetime.now(UTC),
-        max_clock_skew,
+    steps, signature = check_front_matter(
+        certificate,
+        "parsed strictly: canonical JSON, known fields only, well-formed component tables",
+        public_key=public_key,
+        require_signature=require_signature,
+        now=now,
+        max_clock_skew=max_clock_skew,
     )
-    if signature is not None:
-        steps.append(f"Ed25519 signature by {signature.key_id} at {signature.signed_at} verified")
     rules = model.machine.model_dump(mode="json")
     entries = model.components
     n_vars, n_invs, n_evs = len(rules["variables"]), len(rules["invariants"]), len(rules["events"])

@@ -62,28 +62,25 @@ def _verdict(machine: Machine) -> dict[str, Any]:
     }
 
 
-def certificate_for(machine: Machine, *, version: str | None = None) -> Certificate | ComposedCertificate:
-    """The certificate of a built machine (unsigned, not yet re-checked: see `certify`); a machine built
-    by components gets a composed certificate (one table set per component)."""
+def certificate_for(
+    machine: Machine, *, version: str | None = None
+) -> Certificate | ComposedCertificate | SymbolicCertificate:
+    """The certificate of a built machine (unsigned, not yet re-checked: see `certify`): a machine built
+    by components gets a composed certificate (one table set per component), a symbolically verified
+    one a symbolic certificate (no tables: its verdict rests on the solver), any other a table one."""
     from ..machine._composed import ComposedMachine
 
+    version = version or tool_version()
     if isinstance(machine, ComposedMachine):
-        version = version or tool_version()
         parts = [_plain_certificate(p, version) for p in machine.components]
         return composed_certificate_for(machine, parts, version=version)
+    if machine.report.method == "symbolic":
+        return symbolic_certificate(symbolic_document(machine, version=version))
     return _plain_certificate(machine, version)
 
 
-def _plain_certificate(machine: Machine, version: str | None) -> Certificate:
+def _plain_certificate(machine: Machine, version: str) -> Certificate:
     states, events = machine.n_states, len(machine.events)
-    solver = machine.report.solver
-    if machine.report.method == "symbolic" and solver:
-        raise CertificateTooLarge(
-            f"machine {machine.name!r} has {states:,} states and was verified symbolically (its verdict "
-            f"rests on {solver.get('name')} {solver.get('version')}), so it has no tables to certify; "
-            "govern.certify(machine) makes a symbolic certificate (no tables, checked by re-deciding "
-            "it with CP-SAT), or narrow its variables' ranges to certify it by enumeration"
-        )
     if states > MAX_STATES or states * events > MAX_TABLE_ENTRIES:
         raise CertificateTooLarge(
             f"machine {machine.name!r} has {states:,} states and {events} events; a certificate holds at "
@@ -98,7 +95,7 @@ def _plain_certificate(machine: Machine, version: str | None) -> Certificate:
         repair=tables.repair,
         apply=tables.apply.reshape(-1),
         oracle=local_oracle_identity(),
-        version=version or tool_version(),
+        version=version,
     )
 
 
@@ -118,19 +115,16 @@ def certify(
 
     The certificate is checked before it is returned, exactly as `govern check` checks it: strictly
     re-read, digest, the verdict recomputed from the tables, the proof-derived table checker and,
-    for rules given as expressions, the rules checker. `sign_with` names an Ed25519 private key file
-    (`govern keygen`). Raises `NotConvergent` (from the build) for a machine that does not converge,
-    and `OracleDisagreement` when the re-check disagrees with the engine (a bug: please report it).
+    for rules given as expressions, the rules checker (a symbolically verified machine gets a symbolic
+    certificate, whose verdict is re-decided from its rules by CP-SAT). `sign_with` names an Ed25519
+    private key file (`govern keygen`). Raises `NotConvergent` (from the build) for a machine that does
+    not converge, and `OracleDisagreement` when the re-check disagrees with the engine (a bug: please
+    report it).
     """
     from ..machine._registry import Registry
 
     built = machine.build() if isinstance(machine, Registry) else machine
-    certificate: Certificate | ComposedCertificate | SymbolicCertificate
-    if built.report.method == "symbolic":
-        # No tables: the certificate names the solver, and checking it re-decides the rules.
-        certificate = symbolic_certificate(symbolic_document(built, version=tool_version()))
-    else:
-        certificate = certificate_for(built)
+    certificate = certificate_for(built)
     try:
         self_check(certificate)
     except (CertificateInvalid, CertificateUnreadable) as exc:

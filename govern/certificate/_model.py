@@ -9,7 +9,7 @@ for other tools.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -41,7 +41,10 @@ __all__ = [
     "initial_state",
     "parse_document",
     "validate_machine",
+    "validate_model",
 ]
+
+M = TypeVar("M", bound=BaseModel)
 
 FORMAT: Final = "govern-certificate/1"
 
@@ -238,21 +241,27 @@ class ComposedCertificateModel(BaseModel):
     signature: SignatureBlock | None = None
 
 
-def parse_document(value: Any) -> CertificateModel:
-    """Validate a parsed JSON value as a certificate; `CertificateUnreadable` lists what is wrong."""
+def validate_model(model_class: type[M], value: Any, what: str) -> M:
+    """Validate a parsed JSON value as one of the certificate models (`what` names it in errors);
+    `CertificateUnreadable` lists what is wrong."""
     if not isinstance(value, dict):
         raise CertificateUnreadable("a certificate is a JSON object")
     if "signature" in value and value["signature"] is None:
         raise CertificateUnreadable("signature: omit the field instead of writing null")
     try:
-        model = CertificateModel.model_validate(value)
+        return model_class.model_validate(value)
     except ValidationError as exc:
         problems = []
         for error in exc.errors()[:5]:
             where = ".".join(str(part) for part in error["loc"]) or "(document)"
             problems.append(f"{where}: {error['msg']}")
         more = f" (and {exc.error_count() - 5} more)" if exc.error_count() > 5 else ""
-        raise CertificateUnreadable("not a govern certificate: " + "; ".join(problems) + more) from None
+        raise CertificateUnreadable(f"not a {what}: " + "; ".join(problems) + more) from None
+
+
+def parse_document(value: Any) -> CertificateModel:
+    """Validate a parsed JSON value as a certificate; `CertificateUnreadable` lists what is wrong."""
+    model = validate_model(CertificateModel, value, "govern certificate")
     validate_machine(model.machine)
     if model.signature is not None and not is_signing_time(model.signature.signed_at):
         raise CertificateUnreadable("signature.signed_at is not a date and time that exists")

@@ -14,40 +14,40 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
 from .._errors import DeclarationError, GovernError, NotConvergent, StateSpaceTooLarge
-from ..model._declarations import EventRule, InvariantRule, Snapshot
-from ..model._expr import BOOL, INT, Expr, ExprType, _arith, _bool_op, _cmp, _eq, _lit, _not
-from ..model._space import VarSpec
+from ..machine._rules_snapshot import snapshot_from_rules
+from ..model._declarations import Snapshot
 from ..verify._symbolic import SymbolicVerdict as _Decided
 from ..verify._symbolic import solver_identity, verify_symbolic
 from ..verify._timing import PhaseTimer
-from ._encoding import canonical_json
+from ._checked import CertificateDocument
+from ._encoding import DEFAULT_MAX_BYTES, canonical_json, parse_strict_json
 from ._errors import CertificateInvalid, CertificateUnreadable
 from ._model import (
     _STRICT,
-    BoolVariable,
     Digest,
-    EnumVariable,
     MachineRules,
     NonNeg,
     SignatureBlock,
     ToolInfo,
     has_rules,
     validate_machine,
+    validate_model,
 )
 from ._signing import is_signing_time
 
 if TYPE_CHECKING:
     from ..machine._machine import Machine
-    from ._signing import Signer
 
 __all__ = [
     "SYMBOLIC_FORMAT",
     "SymbolicCertificate",
     "SymbolicCertificateModel",
+    "is_symbolic",
     "parse_symbolic",
+    "read_symbolic",
     "redecide",
     "render_symbolic_statement",
     "snapshot_of",
@@ -110,55 +110,22 @@ def _document_of(model: SymbolicCertificateModel) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, eq=False)
-class SymbolicCertificate:
+class SymbolicCertificate(CertificateDocument):
     """A symbolic certificate document. `to_bytes()` is the exact file content."""
 
     model: SymbolicCertificateModel
 
-    @property
-    def name(self) -> str:
-        return self.model.machine.name
-
-    @property
-    def digest(self) -> str:
-        return self.model.digest
-
-    @property
-    def has_rules(self) -> bool:
-        return True
-
     def document(self) -> dict[str, Any]:
+        """The certificate as a JSON value (the signature member only when signed)."""
         return _document_of(self.model)
 
-    def to_bytes(self) -> bytes:
-        return canonical_json(self.document()) + b"\n"
-
-    def signed(self, signer: Signer) -> SymbolicCertificate:
-        """A copy signed by `signer` now (the digest is unchanged)."""
-        import base64
-
-        signed_at, value = signer.sign(self.digest)
-        block = {
-            "algorithm": "ed25519",
-            "key_id": signer.key_id,
-            "public_key": base64.b64encode(signer.public_key.public_bytes_raw()).decode("ascii"),
-            "signed_at": signed_at,
-            "value": value,
-        }
-        return SymbolicCertificate(parse_symbolic(self.document() | {"signature": block}))
+    def _from_document(self, document: dict[str, Any]) -> SymbolicCertificate:
+        return SymbolicCertificate(parse_symbolic(document))
 
 
 def parse_symbolic(value: dict[str, Any]) -> SymbolicCertificateModel:
     """Validate a parsed JSON object as a symbolic certificate (strictly, like a table certificate)."""
-    if "signature" in value and value["signature"] is None:
-        raise CertificateUnreadable("signature: omit the field instead of writing null")
-    try:
-        model = SymbolicCertificateModel.model_validate(value)
-    except ValidationError as exc:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '(document)'}: {e['msg']}" for e in exc.errors()[:5]
-        ]
-        raise CertificateUnreadable("not a govern symbolic certificate: " + "; ".join(problems)) from None
+    model = validate_model(SymbolicCertificateModel, value, "govern symbolic certificate")
     validate_machine(model.machine, bounded=False)
     if not has_rules(model.machine):
         raise CertificateUnreadable("a symbolic certificate needs every rule as an expression")
@@ -171,61 +138,23 @@ def parse_symbolic(value: dict[str, Any]) -> SymbolicCertificateModel:
     return model
 
 
-# -- the rules as data, back to expressions ---------------------------------------------------------
+def is_symbolic(data: bytes) -> bool:
+    """True when `data` looks like a symbolic certificate (by its format member; nothing is checked).
+    The member can only occur as structure: quotes inside JSON strings are escaped."""
+    return f'"format":"{SYMBOLIC_FORMAT}"'.encode() in data
 
 
-def _expr(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
-    op, args = node[0], node[1:]
-    if op == "var":
-        v = specs[args[0]]
-        typ = ExprType(v.kind, v.labels) if v.kind == "enum" else ExprType(v.kind)
-        return Expr("var", (), args[0], typ, v.lo, v.hi)
-    if op == "lit":
-        return _lit(args[0], INT)
-    sub = [_expr(a, specs) for a in args]
-    if op in ("add", "sub", "min", "max"):
-        return _arith(op, sub[0], sub[1])
-    if op == "ite":
-        lo, hi = min(sub[1].bounds[0], sub[2].bounds[0]), max(sub[1].bounds[1], sub[2].bounds[1])
-        return Expr("ite", tuple(sub), 0, sub[1].type, lo, hi)
-    if op == "eq":
-        return _eq(sub[0], sub[1])
-    if op in ("lt", "le"):
-        return _cmp(op, sub[0], sub[1])
-    if op in ("and", "or"):
-        return _bool_op(op, sub[0], sub[1])
-    return _not(sub[0])
-
-
-def _cond(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
-    e = _expr(node, specs)
-    # The engine reads a condition as "non-zero"; a literal condition is typed bool like the front end's.
-    return _lit(e.bounds[0], BOOL) if e._op == "lit" else e
+def read_symbolic(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> SymbolicCertificate:
+    """Parse a symbolic certificate strictly, without judging its claims (`CertificateUnreadable`)."""
+    value = parse_strict_json(data, max_bytes=max_bytes)
+    if not isinstance(value, dict):
+        raise CertificateUnreadable("a certificate is a JSON object")
+    return SymbolicCertificate(parse_symbolic(value))
 
 
 def snapshot_of(machine: MachineRules) -> Snapshot:
     """The declarations a symbolic check re-decides, rebuilt from the certificate's rules."""
-    specs = []
-    for v in machine.variables:
-        if isinstance(v, BoolVariable):
-            specs.append(VarSpec(v.name, "bool", 0, 1))
-        elif isinstance(v, EnumVariable):
-            specs.append(VarSpec(v.name, "enum", 0, len(v.labels) - 1, tuple(v.labels)))
-        else:
-            specs.append(VarSpec(v.name, "int", v.min, v.max))
-    sv = tuple(specs)
-
-    def assign(part: list[Any] | None) -> tuple[tuple[int, Expr], ...]:
-        return tuple((int(j), _expr(e, sv)) for j, e in part or [])
-
-    return Snapshot(
-        machine.name,
-        sv,
-        tuple(InvariantRule(i.name, _cond(i.holds, sv), assign(i.repair)) for i in machine.invariants),
-        tuple(EventRule(e.name, _cond(e.guard, sv), assign(e.effect)) for e in machine.events),
-        tuple((p[0], p[1]) for p in machine.independent) if machine.independent is not None else None,
-        tuple(machine.initial),
-    )
+    return snapshot_from_rules(machine.model_dump(mode="json"))
 
 
 # -- making and checking ------------------------------------------------------------------------------
@@ -299,6 +228,8 @@ def redecide(model: SymbolicCertificateModel) -> tuple[dict[str, str], list[str]
         raise CertificateInvalid(f"CP-SAT could not re-decide the rules here: {exc}") from None
     except (DeclarationError, GovernError) as exc:
         raise CertificateInvalid(f"the rules fail on a concrete state: {exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise CertificateInvalid(f"the rules cannot be read back as declarations: {exc}") from None
     states = 1
     for v in snap.vars:
         states *= v.size

@@ -1,8 +1,10 @@
 """Pictures of a certified machine: the event/independence graph and the valid-state transition graph.
 
 Both are computed from a certificate (its machine JSON and tables), so they show exactly what was
-certified. Output is Graphviz DOT text; `render_files` adds SVG (and PNG) when Graphviz's `dot` is
-installed, and Mermaid text otherwise.
+certified. A composed certificate's event graph boxes each component's events (events of different
+components always commute), and each component with a small enough domain gets a state graph of its
+own; a symbolic certificate has no tables, so it gets the event graph only. Output is Graphviz DOT
+text; `render_files` adds SVG (and PNG) when Graphviz's `dot` is installed, and Mermaid text otherwise.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import numpy as np
 
 from ..certificate._analysis import analyse_tables
 from ..certificate._certificate import Certificate
+from ..certificate._composed import ComposedCertificate
 from ..certificate._model import initial_state
 from ..certificate._render import render_state, state_values
+from ..certificate._symbolic import SymbolicCertificate
 
 __all__ = [
     "GraphFiles",
@@ -34,6 +38,8 @@ __all__ = [
 
 #: The state graph is drawn only for domains up to this many states (a person cannot read more).
 DEFAULT_STATE_LIMIT = 64
+#: Any certificate `govern` writes.
+AnyCertificate = Certificate | ComposedCertificate | SymbolicCertificate
 
 
 def _quote(text: str) -> str:
@@ -44,29 +50,55 @@ def _mermaid_text(text: str) -> str:
     return '"' + text.replace('"', "#quot;").replace("\n", "<br/>") + '"'
 
 
-def _pair_sets(certificate: Certificate) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
+def _pair_sets(certificate: AnyCertificate) -> tuple[set[tuple[int, int]], set[tuple[int, int]]]:
     verdict = certificate.model.verdict
     checked = {(a, b) for a, b in verdict.pairs_checked}
     ordered = {(a, b) for a, b in verdict.causal_order_obligations}
     return checked, ordered
 
 
-def event_graph_dot(certificate: Certificate) -> str:
+def _event_groups(certificate: AnyCertificate) -> list[tuple[str | None, list[int]]]:
+    """The events to draw, grouped: one unnamed group, or one group per component of a composed
+    certificate (named by its variables)."""
+    machine = certificate.model.machine
+    if not isinstance(certificate, ComposedCertificate):
+        return [(None, list(range(len(machine.events))))]
+    names = [v.name for v in machine.variables]
+    return [
+        (f"component {c}: " + ", ".join(names[v] for v in entry.variables), list(entry.events))
+        for c, entry in enumerate(certificate.model.components)
+    ]
+
+
+def event_graph_dot(certificate: AnyCertificate) -> str:
     """DOT for the event graph: an edge joins two events that commute (checked independent); a red
     dashed edge joins an undeclared pair that does not commute (deliver those in causal order);
-    events that are not idempotent have a double border."""
+    events that are not idempotent have a double border. A composed certificate's components are
+    boxes: events in different boxes commute at every state, and no edge is drawn between them."""
     model = certificate.model
     checked, ordered = _pair_sets(certificate)
+    legend = "events: solid = checked independent, red dashed = must be delivered in order"
+    if isinstance(certificate, ComposedCertificate):
+        legend += "; events in different boxes (components) always commute"
     lines = [
         f"graph {_quote(model.machine.name + ' events')} {{",
-        '  graph [label="events: solid = checked independent, red dashed = must be delivered in order", '
-        'labelloc=t, fontname="Helvetica"];',
+        f'  graph [label={_quote(legend)}, labelloc=t, fontname="Helvetica"];',
         '  node [shape=box, style=rounded, fontname="Helvetica"];',
         '  edge [fontname="Helvetica", fontsize=10];',
     ]
-    for index, event in enumerate(model.machine.events):
-        extra = ", peripheries=2, xlabel=\"not idempotent\"" if index in model.verdict.not_idempotent else ""
-        lines.append(f"  e{index} [label={_quote(event.name)}{extra}];")
+    for c, (label, members) in enumerate(_event_groups(certificate)):
+        indent = "  "
+        if label is not None:
+            lines.append(f"  subgraph cluster_{c} {{")
+            lines.append(f'    label={_quote(label)}; style=dashed; fontname="Helvetica";')
+            indent = "    "
+        for index in members:
+            name = model.machine.events[index].name
+            once = index in model.verdict.not_idempotent
+            extra = ', peripheries=2, xlabel="not idempotent"' if once else ""
+            lines.append(f"{indent}e{index} [label={_quote(name)}{extra}];")
+        if label is not None:
+            lines.append("  }")
     for a, b in sorted(checked):
         lines.append(f"  e{a} -- e{b};")
     for a, b in sorted(ordered):
@@ -75,14 +107,21 @@ def event_graph_dot(certificate: Certificate) -> str:
     return "\n".join(lines) + "\n"
 
 
-def event_graph_mermaid(certificate: Certificate) -> str:
-    """The event graph as Mermaid flowchart text (for places that render Mermaid, such as GitHub)."""
+def event_graph_mermaid(certificate: AnyCertificate) -> str:
+    """The event graph as Mermaid flowchart text (for places that render Mermaid, such as GitHub);
+    a composed certificate's components are subgraphs."""
     model = certificate.model
     checked, ordered = _pair_sets(certificate)
     lines = ["flowchart LR"]
-    for index, event in enumerate(model.machine.events):
-        label = event.name + (" (not idempotent)" if index in model.verdict.not_idempotent else "")
-        lines.append(f"  e{index}({_mermaid_text(label)})")
+    for c, (label, members) in enumerate(_event_groups(certificate)):
+        if label is not None:
+            lines.append(f"  subgraph c{c}[{_mermaid_text(label)}]")
+        for index in members:
+            name = model.machine.events[index].name
+            text = name + (" (not idempotent)" if index in model.verdict.not_idempotent else "")
+            lines.append(f"  e{index}({_mermaid_text(text)})")
+        if label is not None:
+            lines.append("  end")
     for a, b in sorted(checked):
         lines.append(f"  e{a} --- e{b}")
     for a, b in sorted(ordered):
@@ -173,10 +212,10 @@ def state_graph_mermaid(certificate: Certificate, graph: StateGraph) -> str:
 
 @dataclass(frozen=True)
 class GraphFiles:
-    """The files `render_files` wrote, and whether the state graph was left out for size."""
+    """The files `render_files` wrote, and the state graphs it left out (each with the reason)."""
 
     written: list[Path]
-    state_graph_skipped: bool
+    skipped: list[str]
     graphviz: bool
 
 
@@ -202,30 +241,47 @@ def _dot_render(dot: str, source: Path, formats: list[str]) -> list[Path]:
     return outputs
 
 
+def _table_parts(certificate: AnyCertificate) -> list[tuple[str, Certificate]]:
+    """The table certificates whose state graphs can be drawn, each with its file-name suffix."""
+    if isinstance(certificate, ComposedCertificate):
+        return [(f".component{c}", part) for c, part in enumerate(certificate.components)]
+    if isinstance(certificate, Certificate):
+        return [("", certificate)]
+    return []
+
+
 def render_files(
-    certificate: Certificate, directory: Path, *, state_limit: int = DEFAULT_STATE_LIMIT, png: bool = False
+    certificate: AnyCertificate, directory: Path, *, state_limit: int = DEFAULT_STATE_LIMIT, png: bool = False
 ) -> GraphFiles:
-    """Write `NAME.events.dot` and (for small domains) `NAME.states.dot` into `directory`; with
-    Graphviz installed also `.svg` (and `.png` if asked), otherwise `.mmd` Mermaid files."""
+    """Write `NAME.events.dot` and (for small domains) `NAME.states.dot` into `directory` (for a composed
+    certificate `NAME.componentC.states.dot` per component); with Graphviz installed also `.svg` (and
+    `.png` if asked), otherwise `.mmd` Mermaid files."""
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in certificate.name)
     dot = shutil.which("dot")
     written: list[Path] = []
+    skipped: list[str] = []
     graphs: list[tuple[str, str, str]] = [
-        ("events", event_graph_dot(certificate), event_graph_mermaid(certificate))
+        (f"{stem}.events", event_graph_dot(certificate), event_graph_mermaid(certificate))
     ]
-    states = state_graph(certificate, limit=state_limit)
-    if states is not None:
-        graphs.append(
-            ("states", state_graph_dot(certificate, states), state_graph_mermaid(certificate, states))
-        )
-    for kind, dot_text, mermaid_text in graphs:
-        source = directory / f"{stem}.{kind}.dot"
+    if isinstance(certificate, SymbolicCertificate):
+        skipped.append(f"{certificate.name}: verified symbolically, no tables: state graph left out")
+    for suffix, part in _table_parts(certificate):
+        states = state_graph(part, limit=state_limit)
+        if states is None:
+            size = part.model.verdict.domain_states
+            skipped.append(f"{part.name}: {size:,} states in the domain, over --state-limit "
+                           f"{state_limit}: state graph left out")
+            continue
+        dot_text, mermaid_text = state_graph_dot(part, states), state_graph_mermaid(part, states)
+        graphs.append((f"{stem}{suffix}.states", dot_text, mermaid_text))
+    for base, dot_text, mermaid_text in graphs:
+        source = directory / f"{base}.dot"
         _write(source, dot_text)
         written.append(source)
         if dot is not None:
             written.extend(_dot_render(dot, source, ["svg", "png"] if png else ["svg"]))
         else:
-            mermaid = directory / f"{stem}.{kind}.mmd"
+            mermaid = directory / f"{base}.mmd"
             _write(mermaid, mermaid_text)
             written.append(mermaid)
-    return GraphFiles(written, states is None, dot is not None)
+    return GraphFiles(written, skipped, dot is not None)

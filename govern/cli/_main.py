@@ -73,6 +73,7 @@ from ..certificate._errors import (
 )
 from ..certificate._render import render_assignment, render_expression, render_value
 from ..certificate._signing import generate_key_pair, load_private_key, load_public_key
+from ..certificate._symbolic import SymbolicCertificate, SymbolicCertificateModel, is_symbolic, read_symbolic
 
 if TYPE_CHECKING:
     from ..machine._registry import Registry
@@ -84,6 +85,8 @@ EXIT_INVALID = EXIT_FAILED
 EXIT_UNREADABLE = EXIT_NOT_FOUND
 
 T = TypeVar("T")
+#: What `govern certify` writes: a table certificate, a composed one, or a symbolic one (no tables).
+AnyCertificate = Certificate | ComposedCertificate | SymbolicCertificate
 
 
 def _safe(text: str, *, keep_newlines: bool = False) -> str:
@@ -226,7 +229,7 @@ class Outcome:
 
     name: str
     exit_code: int
-    certificate: Certificate | ComposedCertificate | None = None
+    certificate: AnyCertificate | None = None
     path: Path | None = None
     message: str = ""
     counterexample: dict[str, Any] | None = None
@@ -243,6 +246,7 @@ class Outcome:
             out["rules_checked"] = self.certificate.has_rules
             signature = self.certificate.signature
             out["signed_by"] = None if signature is None else signature.key_id
+            out["rests_on"] = _rests_on(self.certificate)
         if self.message:
             out["message"] = self.message
         if self.counterexample is not None:
@@ -326,7 +330,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
             outcome.message = f"cannot write {path}: {exc.strerror}"
             return outcome
         outcome.path = path
-    if args.graph and isinstance(certificate, Certificate):
+    if args.graph:
         from ._graph import render_files
 
         directory = outcome.path.parent if outcome.path else target.source.parent
@@ -334,7 +338,14 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
     return outcome
 
 
-def _verdict_table(certificate: Certificate | ComposedCertificate) -> Table:
+def _rests_on(certificate: AnyCertificate) -> str:
+    """What a certificate's verdict rests on, in a few words."""
+    if isinstance(certificate.model, SymbolicCertificateModel):
+        return f"CP-SAT {certificate.model.solver.version} (ortools), not a proof-derived checker"
+    return "the proof-derived checkers"
+
+
+def _verdict_table(certificate: AnyCertificate) -> Table:
     model = certificate.model
     verdict = model.verdict
     events = model.machine.events
@@ -345,8 +356,12 @@ def _verdict_table(certificate: Certificate | ComposedCertificate) -> Table:
     def pairs(items: list[list[int]]) -> str:
         return _safe(", ".join(f"{events[a].name}/{events[b].name}" for a, b in items) or "none")
 
-    table.add_row("states", f"{verdict.states:,} ({verdict.valid_states:,} valid)")
-    table.add_row("checked domain", f"{verdict.domain} ({verdict.domain_states:,} states)")
+    if isinstance(model, SymbolicCertificateModel):
+        table.add_row("states", f"{model.verdict.states:,} (not enumerated: verified symbolically)")
+        table.add_row("checked domain", "valid (every valid state)")
+    else:
+        table.add_row("states", f"{model.verdict.states:,} ({model.verdict.valid_states:,} valid)")
+        table.add_row("checked domain", f"{model.verdict.domain} ({model.verdict.domain_states:,} states)")
     depth = verdict.max_repair_depth
     table.add_row("WFC", "yes: every state is valid, no repair needed" if depth == 0
                   else f"yes: every state is repaired in at most {depth} step{'s' if depth > 1 else ''}")
@@ -358,7 +373,10 @@ def _verdict_table(certificate: Certificate | ComposedCertificate) -> Table:
         table.add_row("causal order needed", pairs(verdict.causal_order_obligations))
     not_idempotent = ", ".join(events[e].name for e in verdict.not_idempotent) or "none"
     table.add_row("not idempotent", _safe(not_idempotent))
-    table.add_row("rules re-checked", "yes (AST)" if certificate.has_rules else "no: Python callables")
+    if isinstance(model, SymbolicCertificateModel):
+        table.add_row("rests on", _safe(_rests_on(certificate)))
+    else:
+        table.add_row("rules re-checked", "yes (AST)" if certificate.has_rules else "no: Python callables")
     table.add_row("digest", _safe(certificate.digest))
     signature = certificate.signature
     signer = "no" if signature is None else f"{signature.key_id} at {signature.signed_at}"
@@ -425,6 +443,13 @@ def _read_input(path_text: str, max_bytes: int) -> bytes:
         raise UsageError(f"{path}: {exc.strerror}") from None
 
 
+def _check_rests_on(result: CheckResult | ComposedCheckResult) -> str:
+    """What the check just done rests on: the local CP-SAT for a symbolic certificate."""
+    if isinstance(result, CheckResult) and result.solver is not None:
+        return f"CP-SAT {result.solver.get('version', '?')} (ortools), not a proof-derived checker"
+    return "the proof-derived checkers"
+
+
 def _check_json(result: CheckResult | ComposedCheckResult) -> dict[str, Any]:
     model = result.certificate.model
     return {
@@ -436,6 +461,8 @@ def _check_json(result: CheckResult | ComposedCheckResult) -> dict[str, Any]:
             "key_id": result.signature.key_id, "signed_at": result.signature.signed_at},
         "rules_checked": result.rules_checked,
         "verdict": model.verdict.model_dump(mode="json"),
+        "rests_on": _check_rests_on(result),
+        "checked_with_solver": result.solver if isinstance(result, CheckResult) else None,
         "checked_with_oracle": result.oracle,
         "certified_with_oracle": dict(model.oracle),
         "steps": result.steps,
@@ -459,7 +486,12 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.json:
         print(json.dumps(_check_json(result), indent=2))
         return EXIT_OK
-    out.print(f"[bold green]valid[/] {_safe(args.certificate)}")
+    if isinstance(result, CheckResult) and result.solver is not None:
+        # The weaker claim, first: no proof-derived checker ran on a symbolic certificate.
+        out.print(f"[bold yellow]valid, resting on {_safe(_check_rests_on(result))}[/] "
+                  f"{_safe(args.certificate)}")
+    else:
+        out.print(f"[bold green]valid[/] {_safe(args.certificate)}")
     for step in result.steps:
         out.print(f"  [green]✓[/] {_safe(step)}", soft_wrap=True)
     if result.oracle != dict(result.certificate.model.oracle):
@@ -500,12 +532,11 @@ def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, lab
 
 def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
-        data = _read_input(args.certificate, args.max_size)
-        if is_composed(data):
-            return _show_composed(read_composed(data, max_bytes=args.max_size), out)
-        certificate = read_certificate(data, max_bytes=args.max_size)
+        certificate = _read_any(_read_input(args.certificate, args.max_size), args.max_size)
     except CertificateUnreadable as exc:
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
+    if isinstance(certificate, ComposedCertificate):
+        return _show_composed(certificate, out)
     model = certificate.model
     machine = model.machine
     out.print(f"[bold]machine {_safe(machine.name)}[/]  [dim]{_safe(model.format)}, "
@@ -547,6 +578,8 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         pairs = ", ".join(f"{names[a]}/{names[b]}" for a, b in machine.independent) or "none"
         out.print(f"[bold]declared independent[/]: {_safe(pairs)}")
     out.print(_verdict_table(certificate))
+    if isinstance(model, SymbolicCertificateModel):
+        return EXIT_OK  # no oracle gated it: the table above says what it rests on
     out.print("[bold]oracle that gated the build[/]:")
     for key, value in sorted(model.oracle.items()):
         out.print(f"  {_safe(key)}: {_safe(value)}", soft_wrap=True)
@@ -589,14 +622,23 @@ def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 # -- graph ---------------------------------------------------------------------------------------
 
+def _read_any(data: bytes, max_bytes: int) -> AnyCertificate:
+    """A certificate of any format, read strictly (`CertificateUnreadable`), not checked."""
+    if is_composed(data):
+        return read_composed(data, max_bytes=max_bytes)
+    if is_symbolic(data):
+        return read_symbolic(data, max_bytes=max_bytes)
+    return read_certificate(data, max_bytes=max_bytes)
+
+
 def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ._graph import render_files
 
     source = args.source
-    certificates: list[Certificate] = []
+    certificates: list[AnyCertificate] = []
     if source.endswith(".json"):
         try:
-            certificates.append(read_certificate(_read_input(source, DEFAULT_MAX_BYTES)))
+            certificates.append(_read_any(_read_input(source, DEFAULT_MAX_BYTES), DEFAULT_MAX_BYTES))
         except CertificateUnreadable as exc:
             err.print(f"[bold red]unreadable[/]: {_safe(source)}: {_safe(str(exc))}")
             return EXIT_UNREADABLE
@@ -606,11 +648,7 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
 
         for target in load_targets(source):
             try:
-                made = certificate_for(target.registry.build(args.domain), version=_version())
-                if not isinstance(made, Certificate):
-                    raise UsageError(f"{target.registry.name}: a machine built by components has no single "
-                                     "state graph; draw its components' registries instead")
-                certificates.append(made)
+                certificates.append(certificate_for(target.registry.build(args.domain), version=_version()))
             except NotConvergent as exc:
                 err.print(f"[bold red]not convergent[/] {_safe(target.registry.name)}: nothing to draw\n"
                           f"{_safe(str(exc), keep_newlines=True)}")
@@ -625,10 +663,8 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
         files = render_files(certificate, directory, state_limit=args.state_limit, png=args.png)
         for path in files.written:
             out.print(f"wrote {_safe(str(path))}")
-        if files.state_graph_skipped:
-            size = certificate.model.verdict.domain_states
-            out.print(f"[dim]{_safe(certificate.name)}: {size} states in the "
-                      f"domain, over --state-limit {args.state_limit}: state graph left out[/]")
+        for reason in files.skipped:
+            out.print(f"[dim]{_safe(reason)}[/]")
         if not files.graphviz:
             out.print("[dim]Graphviz `dot` is not installed: wrote Mermaid text instead of SVG[/]")
     return EXIT_OK

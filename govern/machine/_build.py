@@ -14,7 +14,6 @@ from .._errors import StateSpaceTooLarge
 from ..model._declarations import Domain, Snapshot
 from ..model._space import Space
 from ..oracle._gate import run_gate
-from ..verify._report import Report, guarantee_text
 from ..verify._symbolic import symbolic_problem
 from ..verify._tables import build_tables
 from ..verify._timing import PhaseTimer
@@ -22,6 +21,7 @@ from ..verify._verify import verify
 from ._composed import build_composed
 from ._machine import Machine, RawTables
 from ._symbolic import build_symbolic, symbolic_candidate
+from ._verified_report import verified_report
 
 __all__ = ["build_machine"]
 
@@ -105,49 +105,23 @@ def build_machine(
             obligations=[(position[d.events[0]], position[d.events[1]]) for d in verdict.obligations],
             not_idempotent=[position[d.events[0]] for d in verdict.not_idempotent],
         )
-    ev_names = [e.name for e in snap.events]
-    guarantee, theorems = guarantee_text(
-        cc2=verdict.cc2,
-        pair_mode=verdict.pair_mode,
-        obligations=len(verdict.obligations),
-        not_idempotent=len(verdict.not_idempotent),
-        domain=domain,
-    )
-    if oracle.get("theorem"):
-        theorems = (*theorems, f"oracle: {oracle['theorem']}")
     trusted = [
         f"invariant {i.name}" for i in snap.invariants if callable(i.holds) or not isinstance(i.repair, tuple)
     ]
     trusted += [
         f"event {e.name}" for e in snap.events if callable(e.guard) or not isinstance(e.effect, tuple)
     ]
-    report = Report(
-        machine=snap.name,
-        domain=domain,
-        states=space.n,
+    report = verified_report(
+        snap,
+        domain,
+        space,
+        verdict,
         valid_states=int(np.count_nonzero(tables.valid)),
         domain_states=len(verdict.domain_ids),
         initial=space.as_dict(verdict.initial),
-        events=tuple(ev_names),
-        invariants=tuple(i.name for i in snap.invariants),
-        pair_mode=verdict.pair_mode,
-        pairs_checked=tuple((ev_names[a], ev_names[b]) for a, b in verdict.pairs_checked),
-        pairs_pruned=tuple(verdict.pairs_pruned),
-        undeclared_pairs=verdict.undeclared_checked,
-        max_repair_depth=verdict.depth_max,
-        cc2=verdict.cc2,
-        cc2_failing_events=tuple(verdict.cc2_failing_events),
-        cc2_witness=verdict.cc2_witness,
-        obligations=tuple(verdict.obligations),
-        not_idempotent=tuple(verdict.not_idempotent),
-        guarantee=guarantee,
-        theorems=theorems,
-        trusted_callables=tuple(trusted),
-        footprints={
-            ev_names[k]: tuple(space.names[i] for i in sorted(c)) for k, c in enumerate(verdict.closures)
-        },
         oracle=oracle,
         timings=dict(timer.seconds),
+        trusted_callables=trusted,
     )
     raw = RawTables(tables.valid, tables.repair, tables.apply, verdict.nf)
     return Machine(rules, space, raw, verdict.initial, verdict.domain_ids, report)

@@ -40,16 +40,16 @@ from ..verify._compose import (
 )
 from ..verify._report import PrunedPair, Report, guarantee_text
 from ._machine import (
-    _COMPOSED_LOADER,
     IntArray,
     Machine,
     MachineTables,
     RawTables,
     State,
-    _content_hash,
     _spec,
     _tables_digest,
+    register_loader,
     rules_digest,
+    write_machine_file,
 )
 
 __all__ = ["COMPOSED_FORMAT", "ComposedMachine", "ProductTables", "build_composed", "composed_digest"]
@@ -305,19 +305,7 @@ class ComposedMachine(Machine):
                 file = Path(tmp) / f"part{c}.npz"
                 part.save(file)
                 arrays[f"part{c:06d}"] = np.frombuffer(file.read_bytes(), dtype=np.uint8)
-        content = _content_hash(arrays)
-        arrays["format"] = np.frombuffer(COMPOSED_FORMAT.encode(), dtype=np.uint8)
-        arrays["content_sha256"] = np.frombuffer(bytes.fromhex(content), dtype=np.uint8)
-        fd, tmp_file = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".govern-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)  # type: ignore[arg-type]
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp_file, target)
-        except BaseException:
-            Path(tmp_file).unlink(missing_ok=True)
-            raise
+        write_machine_file(target, COMPOSED_FORMAT, arrays)
 
     def __repr__(self) -> str:
         return (
@@ -565,4 +553,4 @@ def load_composed(
     return machine
 
 
-_COMPOSED_LOADER.append(load_composed)
+register_loader(COMPOSED_FORMAT, load_composed)

@@ -30,17 +30,28 @@ from ..model._space import Space, Value, VarSpec
 from ..verify._report import Report
 from ._load_check import recheck
 
-__all__ = ["FILE_FORMAT", "Machine", "MachineTables", "RawTables", "State", "machine_digest", "rules_digest"]
+__all__ = [
+    "FILE_FORMAT",
+    "Machine",
+    "MachineTables",
+    "RawTables",
+    "State",
+    "machine_digest",
+    "register_loader",
+    "rules_digest",
+    "write_machine_file",
+]
 
 IntArray = npt.NDArray[np.int32]
 BoolArray = npt.NDArray[np.bool_]
 
 #: The format tag stored in (and required of) every saved machine file.
 FILE_FORMAT = "govern.machine.v1"
-_COMPOSED_FORMAT = "govern.machine.composed.v1"  # govern.machine._composed.COMPOSED_FORMAT
-#: `_composed.load_composed`, set when that module is imported (it imports this one).
+#: Reads a machine file of another format (its content hash already checked): path, arrays, digest.
 _Loader = Callable[[str | os.PathLike[str], dict[str, npt.NDArray[Any]], str | None], "Machine"]
-_COMPOSED_LOADER: list[_Loader] = []
+#: The loaders of the other formats (composed, symbolic), registered by the modules that define them
+#: (they import this one, so they cannot be imported here).
+_LOADERS: dict[str, _Loader] = {}
 _RULES_DOMAIN = b"govern.rules.v1\x00"
 _TABLES_DOMAIN = b"govern.tables.v1\x00"
 _MACHINE_DOMAIN = b"govern.machine.v1\x00"
@@ -388,21 +399,7 @@ class Machine:
             "initial": np.array([self._initial._id], dtype=np.int64),
             "domain_ids": self._domain_ids,
         }
-        content = _content_hash(arrays)
-        arrays["format"] = np.frombuffer(FILE_FORMAT.encode(), dtype=np.uint8)
-        arrays["content_sha256"] = np.frombuffer(bytes.fromhex(content), dtype=np.uint8)
-        target = Path(path)
-        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".govern-")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                np.savez(f, **arrays)  # type: ignore[arg-type]
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, target)
-        except BaseException:
-            with _suppress():
-                os.unlink(tmp)
-            raise
+        write_machine_file(path, FILE_FORMAT, arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, digest: str | None = None) -> Machine:
@@ -412,7 +409,9 @@ class Machine:
         finds; when every rule is an expression, the rules checker confirms the tables are what the
         rules mean. (The file's content hash is unkeyed, so it only catches accidents.) With `digest`,
         the loaded machine must also be that machine (`Machine.digest`): pin it to refuse a different,
-        equally consistent machine.
+        equally consistent machine. A machine built by components loads each component so, and has
+        the extracted checker re-check its decomposition; a symbolically verified one (no tables) is
+        decided again from its rules, and its stored report must be what that finds.
 
         Raises `MachineFileError` when the file is unreadable, truncated, of another format, its
         content hash does not match, or it fails the re-check (it says what differs), and
@@ -428,14 +427,15 @@ class Machine:
             stored = bytes(arrays.pop("content_sha256")).hex()
         except (KeyError, UnicodeDecodeError) as exc:
             raise MachineFileError(f"{os.fspath(path)!r} is not a govern machine file") from exc
-        if fmt not in (FILE_FORMAT, _COMPOSED_FORMAT):
+        if fmt != FILE_FORMAT and fmt not in _LOADERS:
             raise MachineFileError(
-                f"{os.fspath(path)!r} has format {fmt!r}; this version reads {FILE_FORMAT!r}"
+                f"{os.fspath(path)!r} has format {fmt!r}; this version reads "
+                f"{', '.join(repr(f) for f in [FILE_FORMAT, *sorted(_LOADERS)])}"
             )
         if _content_hash(arrays) != stored:
             raise MachineFileError(f"{os.fspath(path)!r} is corrupted or was altered: content hash mismatch")
-        if fmt == _COMPOSED_FORMAT:  # a machine built by components (its loader registers itself)
-            return _COMPOSED_LOADER[0](path, arrays, digest)
+        if fmt != FILE_FORMAT:  # built by components, or verified symbolically
+            return _LOADERS[fmt](path, arrays, digest)
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
             report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
@@ -516,6 +516,31 @@ def _ids(a: npt.NDArray[Any], shape: tuple[int, ...], n: int, what: str) -> IntA
     return a.astype(np.int32, copy=False)
 
 
+def register_loader(fmt: str, loader: _Loader) -> None:
+    """Have `Machine.load` read files of format `fmt` with `loader` (after checking their content hash)."""
+    _LOADERS[fmt] = loader
+
+
+def write_machine_file(path: str | os.PathLike[str], fmt: str, arrays: dict[str, npt.NDArray[Any]]) -> None:
+    """Write a machine file atomically: `arrays`, their SHA-256 content hash and the format tag `fmt`,
+    as one .npz (`Machine.load` checks the hash, then hands other formats to their loaders)."""
+    arrays = dict(arrays)
+    content = _content_hash(arrays)
+    arrays["format"] = np.frombuffer(fmt.encode(), dtype=np.uint8)
+    arrays["content_sha256"] = np.frombuffer(bytes.fromhex(content), dtype=np.uint8)
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".govern-")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.savez(f, **arrays)  # type: ignore[arg-type]
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def _content_hash(arrays: Mapping[str, npt.NDArray[Any]]) -> str:
     h = hashlib.sha256(_FILE_DOMAIN)
     for key in sorted(arrays):
@@ -523,11 +548,3 @@ def _content_hash(arrays: Mapping[str, npt.NDArray[Any]]) -> str:
         h.update(f"{key}:{a.dtype.str}:{a.shape}\n".encode())
         h.update(a.data)
     return h.hexdigest()
-
-
-class _suppress:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True

@@ -10,6 +10,7 @@ integers, so they may exceed 32 bits); the table views answer one `[event, state
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -17,16 +18,36 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import ForeignState, MachineFileError, StateSpaceTooLarge, UnknownEvent
+from .._errors import (
+    DeclarationError,
+    ForeignState,
+    MachineFileError,
+    NotConvergent,
+    StateSpaceTooLarge,
+    UnknownEvent,
+)
 from ..model._declarations import Domain, Snapshot
+from ..model._expr import canonical_json
 from ..model._space import Space
 from ..verify._concrete import Concrete
-from ..verify._report import Report, guarantee_text
+from ..verify._report import Report
 from ..verify._symbolic import DEFAULT_MAX_DEPTH, verify_symbolic
 from ..verify._timing import PhaseTimer
-from ._machine import Machine, State, rules_digest
+from ._machine import Machine, State, register_loader, rules_digest, write_machine_file
+from ._rules_snapshot import snapshot_from_rules
+from ._verified_report import verified_report
 
-__all__ = ["SYMBOLIC_MIN_INT_VALUES", "SymbolicMachine", "build_symbolic", "symbolic_candidate"]
+__all__ = [
+    "SYMBOLIC_FORMAT",
+    "SYMBOLIC_MIN_INT_VALUES",
+    "SymbolicMachine",
+    "build_symbolic",
+    "load_symbolic",
+    "symbolic_candidate",
+]
+
+#: The format tag of a saved symbolic machine (rules and report, no tables).
+SYMBOLIC_FORMAT = "govern.machine.symbolic.v1"
 
 _SYMBOLIC_DOMAIN = b"govern.machine.symbolic.v1\x00"
 #: The automatic route is taken only when some integer variable has more values than this.
@@ -56,14 +77,6 @@ def build_symbolic(snap: Snapshot, domain: Domain, *, max_depth: int = DEFAULT_M
     rules = snap.rules_json(domain)
     if rules["initial"] is None:
         rules["initial"] = list(verdict.initial)
-    ev_names = [e.name for e in snap.events]
-    guarantee, theorems = guarantee_text(
-        cc2=verdict.cc2,
-        pair_mode=verdict.pair_mode,
-        obligations=len(verdict.obligations),
-        not_idempotent=len(verdict.not_idempotent),
-        domain=domain,
-    )
     solver = dict(verdict.solver, queries=str(verdict.queries))
     rests = (
         f"every verdict rests on {solver['name']} {solver['version']} ({solver['package']}): "
@@ -72,35 +85,19 @@ def build_symbolic(snap: Snapshot, domain: Domain, *, max_depth: int = DEFAULT_M
         "but no proof-derived oracle re-checked them"
     )
     concrete = Concrete.of(snap)
-    report = Report(
-        machine=snap.name,
-        domain=domain,
-        states=space.n,
+    report = verified_report(
+        snap,
+        domain,
+        space,
+        verdict,
         valid_states=-1,
         domain_states=-1,
         initial=concrete.as_dict(verdict.initial),
-        events=tuple(ev_names),
-        invariants=tuple(i.name for i in snap.invariants),
-        pair_mode=verdict.pair_mode,
-        pairs_checked=tuple((ev_names[a], ev_names[b]) for a, b in verdict.pairs_checked),
-        pairs_pruned=tuple(verdict.pairs_pruned),
-        undeclared_pairs=verdict.undeclared_checked,
-        max_repair_depth=verdict.depth_max,
-        cc2=verdict.cc2,
-        cc2_failing_events=tuple(verdict.cc2_failing_events),
-        cc2_witness=verdict.cc2_witness,
-        obligations=tuple(verdict.obligations),
-        not_idempotent=tuple(verdict.not_idempotent),
-        guarantee=guarantee + " Method: symbolic; " + rests + ".",
-        theorems=(*theorems, f"solver: {rests}"),
-        trusted_callables=(),
-        footprints={
-            ev_names[k]: tuple(space.names[i] for i in sorted(c)) for k, c in enumerate(verdict.closures)
-        },
         oracle=None,
         timings=dict(timer.seconds),
         method="symbolic",
         solver=solver,
+        rests_on=rests,
     )
     return SymbolicMachine(rules, space, concrete, space.id_of(verdict.initial), report)
 
@@ -145,7 +142,7 @@ class _SymbolicTables:
 
 class SymbolicMachine(Machine):
     """A machine verified symbolically (see the module docstring). Same interface as `Machine`; it
-    has no tables, so it cannot be saved or certified with tables: keep its registry and rebuild."""
+    has no tables: it saves as its rules and report, and its certificate is a symbolic one."""
 
     def __init__(
         self, rules: dict[str, Any], space: Space, concrete: Concrete, initial: int, report: Report
@@ -245,7 +242,75 @@ class SymbolicMachine(Machine):
         return np.array(out, dtype=np.int64)
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        raise MachineFileError(
-            f"machine {self.name!r} was verified symbolically and has no tables to save; keep its "
-            "registry (or its rules) and rebuild it"
+        """Write the machine to `path` atomically: its rules and report (it has no tables; its rules
+        determine it). `Machine.load` decides the rules again before it hands the machine out."""
+        write_machine_file(
+            path,
+            SYMBOLIC_FORMAT,
+            {
+                "rules": np.frombuffer(canonical_json(self._rules), dtype=np.uint8),
+                "report": np.frombuffer(canonical_json(self._report.to_dict()), dtype=np.uint8),
+            },
         )
+
+
+def _claims(report: Report) -> dict[str, Any]:
+    """What a report says about the machine (not when, how fast, or with which solver build)."""
+    return {
+        "states": report.states,
+        "initial state": report.initial,
+        "events": list(report.events),
+        "invariants": list(report.invariants),
+        "pairs": report.pair_mode,
+        "pairs checked": [list(p) for p in report.pairs_checked],
+        "max repair depth": report.max_repair_depth,
+        "CC2": report.cc2,
+        "causal-order obligations": [list(d.events) for d in report.obligations],
+        "not-idempotent events": [list(d.events) for d in report.not_idempotent],
+        "method": report.method,
+    }
+
+
+def load_symbolic(
+    path: str | os.PathLike[str], arrays: dict[str, npt.NDArray[Any]], digest: str | None
+) -> Machine:
+    """The machine saved by `SymbolicMachine.save` (its content hash already checked, which only
+    catches accidents). Nothing the file says is trusted: its rules are read back strictly and decided
+    again by the symbolic route (CP-SAT, counterexamples replayed), and every claim of the stored
+    report must be what that finds. The machine handed out is the one just decided."""
+    where = os.fspath(path)
+    try:
+        rules = json.loads(bytes(arrays["rules"]).decode())
+        stored = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
+        snap = snapshot_from_rules(rules)
+        if rules["domain"] != "valid":
+            raise ValueError("a symbolic machine checks the 'valid' domain only")
+        if snap.rules_json("valid") != rules:
+            raise ValueError("the rules are not in the canonical form a build writes")
+    except (KeyError, ValueError, IndexError, TypeError, AttributeError, RecursionError,
+            DeclarationError) as exc:
+        raise MachineFileError(f"machine file {where!r} is inconsistent: {exc}") from exc
+    try:
+        machine = build_symbolic(snap, "valid")
+    except (NotConvergent, StateSpaceTooLarge, DeclarationError) as exc:
+        raise MachineFileError(
+            f"machine file {where!r} fails the re-check: deciding its rules again gives no machine, so it "
+            f"was altered (or damaged) after it was saved:\n{exc}"
+        ) from exc
+    said, found = _claims(stored), _claims(machine.report)
+    problems = [f"{k}: the file says {said[k]!r}, deciding the rules gives {found[k]!r}" for k in said
+                if said[k] != found[k]]
+    if problems:
+        raise MachineFileError(
+            f"machine file {where!r} fails the re-check: its report is not what deciding its rules again "
+            "finds, so it was altered (or damaged) after it was saved; rebuild the machine from its "
+            "registry:\n  - " + "\n  - ".join(problems)
+        )
+    if digest is not None and machine.digest != digest:
+        raise MachineFileError(
+            f"machine file {where!r} holds machine {machine.digest}, not the expected {digest}"
+        )
+    return machine
+
+
+register_loader(SYMBOLIC_FORMAT, load_symbolic)

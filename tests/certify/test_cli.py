@@ -12,6 +12,8 @@ from pathlib import Path
 import pytest
 
 from govern._errors import OracleDisagreement
+from govern.certificate._checked import compute_digest
+from govern.certificate._encoding import canonical_json
 from govern.certificate._make import certify
 from govern.cli._main import main
 
@@ -285,3 +287,89 @@ def test_an_engine_that_disagrees_with_the_checker_exits_3(
     assert not (machine_dir / "orders.govern-cert.json").exists()
     with pytest.raises(OracleDisagreement):
         making.certify(orders_registry())
+
+
+LARGE_MACHINES = '''
+from govern import Registry, max_, min_
+
+limits = Registry("limits")  # 10^9 values: verified symbolically
+limit = limits.int("limit", 0, 10**9 - 1)
+limits.invariant("at_least_ten", holds=limit >= 10, repair={limit: 10})
+limits.event("floor_1k", effect={limit: max_(limit, 1000)})
+limits.event("cap_900m", effect={limit: min_(limit, 900_000_000)})
+
+rooms = Registry("rooms")  # 8^16 states: built by components
+for i in range(16):
+    stage = rooms.int(f"stage{i}", 0, 7)
+    rooms.event(f"hold{i}", effect={stage: max_(stage, 1)})
+    rooms.event(f"close{i}", effect={stage: 7})
+'''
+
+
+def test_symbolic_and_composed_machines_certify_check_and_draw(tmp_path: Path) -> None:
+    """`govern certify --graph` on a symbolic and a composed machine, `govern check` of the symbolic
+    certificate (the weaker claim stated), and a tampered one refused."""
+    (tmp_path / "large.py").write_text(LARGE_MACHINES)
+    made = govern("certify", "large.py", "--graph", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    text = " ".join(made.stdout.split())
+    assert "certified limits" in text and "certified rooms" in text
+    assert "rests on CP-SAT" in text and "not enumerated: verified symbolically" in text
+    limits = tmp_path / "limits.govern-cert.json"
+    assert json.loads(limits.read_bytes())["format"] == "govern-symbolic-certificate/1"
+    # Pictures: the symbolic machine's event graph (no tables, no state graph); the composed one's
+    # components boxed in one event graph, and a state graph per component.
+    assert 'graph "limits events"' in (tmp_path / "limits.events.dot").read_text()
+    assert not list(tmp_path.glob("limits.states.*"))
+    rooms_events = (tmp_path / "rooms.events.dot").read_text()
+    assert rooms_events.count("subgraph cluster_") == 16 and "e0 -- e1;" in rooms_events
+    assert "always commute" in rooms_events
+    assert len(list(tmp_path.glob("rooms.component*.states.dot"))) == 16
+    assert "stage3=" in (tmp_path / "rooms.component3.states.dot").read_text()
+
+    checked = govern("check", limits.name, "--json", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stderr
+    result = json.loads(checked.stdout)
+    assert result["rests_on"].startswith("CP-SAT ") and result["checked_with_solver"]["name"] == "CP-SAT"
+    assert result["statement"].startswith("Verified, resting on CP-SAT")
+
+    forged = json.loads(limits.read_bytes())
+    forged["verdict"]["max_repair_depth"] = 0  # a verdict the rules do not give
+    forged["digest"] = compute_digest(forged)
+    (tmp_path / "forged.json").write_bytes(canonical_json(forged) + b"\n")
+    refused = govern("check", "forged.json", cwd=tmp_path)
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "CP-SAT gives 1" in " ".join(refused.stderr.split())
+
+
+def test_symbolic_certificates_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`govern show` renders a symbolic certificate; a truncated one is unreadable (exit 4); a symbolic
+    machine asked for the reachable domain is an input error (exit 2)."""
+    (tmp_path / "large.py").write_text(LARGE_MACHINES)
+    target = str(tmp_path / "large.py") + ":limits"
+    cert = tmp_path / "limits.json"
+    assert main(["certify", target, "-o", str(cert)]) == 0
+    capsys.readouterr()
+    assert main(["show", str(cert)]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "govern-symbolic-certificate/1" in shown and "rests on CP-SAT" in shown and "cap_900m" in shown
+    (tmp_path / "cut.json").write_bytes(cert.read_bytes()[:-40])
+    assert main(["check", str(tmp_path / "cut.json")]) == 4
+    assert main(["show", str(tmp_path / "cut.json")]) == 4
+    assert main(["certify", target, "--domain", "reachable", "--no-write"]) == 2
+    assert "'valid' checked domain only" in " ".join(capsys.readouterr().out.split())
+    (tmp_path / "bad.py").write_text(
+        "from govern import Registry, min_\n"
+        "spill = Registry('spill')\n"
+        "x = spill.int('x', 0, 10**9)\n"
+        "spill.event('bump', effect={x: x + 1})\n"
+        "racy = Registry('racy')\n"
+        "y = racy.int('y', 0, 10**9)\n"
+        "racy.event('cap', effect={y: min_(y, 10)})\n"
+        "racy.event('add', guard=y <= 100, effect={y: y + 900})\n"
+    )
+    assert main(["certify", str(tmp_path / "bad.py:spill"), "--no-write"]) == 2  # the machine's fault
+    assert "domain violation" in capsys.readouterr().out
+    assert main(["certify", str(tmp_path / "bad.py:racy"), "--no-write", "--json"]) == 1
+    [racy] = json.loads(capsys.readouterr().out)["results"]
+    assert racy["status"] == "not-convergent" and racy["counterexample"]["condition"] == "CC1"

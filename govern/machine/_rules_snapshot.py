@@ -1,0 +1,121 @@
+"""The machine as data (docs/semantics.md, "The machine as data"), back to the declarations a build reads.
+
+A symbolic machine is determined by its rules alone, so re-checking one read from a file (a saved
+machine, a symbolic certificate) means deciding its rules again: this turns them into the `Snapshot`
+the symbolic route takes. The input may be hostile, so every position, literal and arity is checked
+(`ValueError`); the caller also requires `snapshot.rules_json(domain)` to give back the very rules it
+read, so nothing is accepted by being read leniently.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..model._declarations import EventRule, InvariantRule, Snapshot
+from ..model._expr import BOOL, INT, Expr, ExprType, _arith, _bool_op, _cmp, _eq, _lit, _not
+from ..model._space import VarSpec
+
+__all__ = ["snapshot_from_rules"]
+
+_ARITY = {"add": 2, "sub": 2, "min": 2, "max": 2, "ite": 3, "eq": 2, "lt": 2, "le": 2, "and": 2, "or": 2,
+          "not": 1}
+
+
+def _int(value: Any, what: str, low: int | None = None, high: int | None = None) -> int:
+    if type(value) is not int or (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{what}: {value!r} is not an integer in {low}..{high}")
+    return value
+
+
+def _expr(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
+    if not isinstance(node, list) or not node or not isinstance(node[0], str):
+        raise ValueError(f"{node!r} is not an expression [op, args...]")
+    op, args = node[0], node[1:]
+    if op == "var" and len(args) == 1:
+        v = specs[_int(args[0], "a variable position", 0, len(specs) - 1)]
+        typ = ExprType(v.kind, v.labels) if v.kind == "enum" else ExprType(v.kind)
+        return Expr("var", (), args[0], typ, v.lo, v.hi)
+    if op == "lit" and len(args) == 1:
+        return _lit(_int(args[0], "a literal"), INT)
+    if _ARITY.get(op) != len(args):
+        raise ValueError(f"unknown operator or wrong arity: {op!r} with {len(args)} arguments")
+    sub = [_expr(a, specs) for a in args]
+    if op in ("add", "sub", "min", "max"):
+        return _arith(op, sub[0], sub[1])
+    if op == "ite":
+        lo, hi = min(sub[1].bounds[0], sub[2].bounds[0]), max(sub[1].bounds[1], sub[2].bounds[1])
+        return Expr("ite", tuple(sub), 0, sub[1].type, lo, hi)
+    if op == "eq":
+        return _eq(sub[0], sub[1])
+    if op in ("lt", "le"):
+        return _cmp(op, sub[0], sub[1])
+    if op in ("and", "or"):
+        return _bool_op(op, sub[0], sub[1])
+    return _not(sub[0])
+
+
+def _cond(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
+    e = _expr(node, specs)
+    # The engine reads a condition as "non-zero"; a literal condition is typed bool like the front end's.
+    return _lit(e.bounds[0], BOOL) if e._op == "lit" else e
+
+
+def _assign(part: Any, specs: tuple[VarSpec, ...]) -> tuple[tuple[int, Expr], ...]:
+    if not isinstance(part, list):
+        raise ValueError("an assignment is a list of [position, expression] pairs (no Python callables)")
+    out = []
+    for entry in part:
+        if not isinstance(entry, list) or len(entry) != 2:
+            raise ValueError(f"{entry!r} is not a [position, expression] pair")
+        out.append((_int(entry[0], "an assigned position", 0, len(specs) - 1), _expr(entry[1], specs)))
+    return tuple(out)
+
+
+def _spec(v: Any) -> VarSpec:
+    if v["kind"] == "bool":
+        return VarSpec(str(v["name"]), "bool", 0, 1)
+    if v["kind"] == "enum":
+        labels = tuple(str(label) for label in v["labels"])
+        if not labels:
+            raise ValueError(f"variable {v['name']!r} has no labels")
+        return VarSpec(str(v["name"]), "enum", 0, len(labels) - 1, labels)
+    if v["kind"] != "int":
+        raise ValueError(f"variable {v['name']!r} has unknown kind {v['kind']!r}")
+    low, high = _int(v["min"], "a minimum"), _int(v["max"], "a maximum")
+    if low > high:
+        raise ValueError(f"variable {v['name']!r} has min above max")
+    return VarSpec(str(v["name"]), "int", low, high)
+
+
+def snapshot_from_rules(rules: dict[str, Any]) -> Snapshot:
+    """The declarations of a machine given as data, every rule an expression; raises `ValueError`,
+    `KeyError` or `TypeError` for anything else."""
+    specs = tuple(_spec(v) for v in rules["variables"])
+    initial = rules["initial"]
+    if not isinstance(initial, list) or len(initial) != len(specs):
+        raise ValueError("the initial state needs one value per variable")
+    for x, v in zip(initial, specs, strict=True):
+        _int(x, f"the initial value of {v.name!r}", v.lo, v.hi)
+    events = tuple(
+        EventRule(str(e["name"]), _cond(e["guard"], specs), _assign(e["effect"], specs))
+        for e in rules["events"]
+    )
+    independent = rules["independent"]
+    last = len(events) - 1
+    pairs = None
+    if independent is not None:
+        pairs = tuple(
+            (_int(a, "an event position", 0, last), _int(b, "an event position", 0, last))
+            for a, b in independent
+        )
+    return Snapshot(
+        str(rules["name"]),
+        specs,
+        tuple(
+            InvariantRule(str(i["name"]), _cond(i["holds"], specs), _assign(i["repair"], specs))
+            for i in rules["invariants"]
+        ),
+        events,
+        pairs,
+        tuple(initial),
+    )
