@@ -1,5 +1,5 @@
 """A small model for machines with one huge integer variable: a representative machine, small enough
-to enumerate, whose verdict is the large machine's.
+to enumerate, that behaves like the large machine up to shifts of that variable.
 
 The fragment: one integer variable `j` whose domain is too large to enumerate (every other variable
 small), rules that are expressions, and `j` used only in ways that are affine between thresholds:
@@ -9,8 +9,8 @@ comparison, `min_`, `max_` or `if_` of the rules can change its choice, the cons
 and the domain's ends) every condition is constant in `j`, every other variable's assignment ignores
 `j`, and `j`'s own assignment is a translation `j + c` or a jump to a constant outside the interval.
 So deep inside such an interval the machine is invariant under translation: a state and its shift by
-t repair, step, commute or diverge alike, up to the same shift (the expression-level lemma is
-`aff`, whose twin here checks every rule on every interval the model cuts).
+t repair, step, commute or diverge alike, up to the same shift. `_aff` checks, rather than assumes,
+that every rule is affine on every interval the model cuts.
 
 The representative machine keeps a margin of `_margin` values on each side of every long interval
 and cuts out the middle: its variable `j` ranges over the shorter domain, its rules read `j` through
@@ -22,8 +22,9 @@ machine before it is reported (the route gives up, returning None, when a replay
 
 What the verdict rests on: the oracle's check of the representative machine, and the reduction from
 the large domain to it, which is argued here and tested against enumeration and CP-SAT but is not a
-Rocq theorem. The route is therefore not used for verdicts (`_symbolic` decides these machines with
-CP-SAT); tests use it as an independent cross-check of CP-SAT on domains of 10^9 values.
+Rocq theorem. So only its failures are used (`refute_small`, called by the symbolic route before
+CP-SAT): a counterexample replayed on the large machine is exact whatever the reduction. Its "holds"
+verdicts are not used (CP-SAT decides them); tests compare them with enumeration and with CP-SAT.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from ._report import PrunedPair
 from ._symbolic import DEFAULT_MAX_DEPTH, SymbolicVerdict, _footprint
 from ._verify import event_closures
 
-__all__ = ["Representative", "decide_small", "representative"]
+__all__ = ["Representative", "decide_small", "refute_small", "representative"]
 
 #: The representative machine is only worth building when it has at most this many states.
 _MAX_SMALL_STATES = 1 << 22
@@ -322,17 +323,15 @@ def representative(snap: Snapshot) -> Representative | None:
             others *= spec.size
     if others * small_var.size > _MAX_SMALL_STATES:
         return None
-    rep = Representative(snap, j, tuple(cuts))
-    return Representative(_substituted(snap, j, small_var, rep), j, tuple(cuts))
+    return Representative(_substituted(snap, j, small_var, cuts), j, tuple(cuts))
 
 
-def _substituted(snap: Snapshot, j: int, small_var: VarSpec, rep: Representative) -> Snapshot:
+def _substituted(snap: Snapshot, j: int, small_var: VarSpec, cuts: list[_Cut]) -> Snapshot:
     """`snap` with j read through iota and assigned through kappa, over the shortened domain."""
     x = Expr("var", (), j, INT, small_var.lo, small_var.hi)
     iota = x
-    for cut in rep.cuts:
-        shift = cut.width
-        iota = _arith("add", iota, _ite(_cmp("lt", _lit(cut.keep - cut.below, INT), x), shift))
+    for cut in cuts:
+        iota = _arith("add", iota, _ite(_cmp("lt", _lit(cut.keep - cut.below, INT), x), cut.width))
     memo: dict[int, Expr] = {}
 
     def read(e: Expr) -> Expr:
@@ -345,7 +344,7 @@ def _substituted(snap: Snapshot, j: int, small_var: VarSpec, rep: Representative
 
     def kappa(v: Expr) -> Expr:
         out = v
-        for cut in rep.cuts:
+        for cut in cuts:
             middle = cut.keep + cut.width // 2  # a big value past the middle of a cut is represented lower
             out = _arith("sub", out, _ite(_cmp("lt", _lit(middle, INT), v), cut.width))
         return out
@@ -392,6 +391,18 @@ def _rebuild(e: Expr, args: list[Expr], iota: Expr, j: int) -> Expr:
 
 class _GiveUp(Exception):
     pass
+
+
+def refute_small(snap: Snapshot) -> None:
+    """Raise the large machine's own `NotConvergent` or `DomainViolation` when its representative
+    machine fails and the witness, mapped back, replays on `snap`; otherwise return.
+
+    Only failures are taken: a replayed witness is exact whatever the reduction, while "holds" from
+    the representative machine would rest on the unproved reduction."""
+    try:
+        decide_small(snap)
+    except DeclarationError:  # the declared initial state: the caller's own checks report it
+        return
 
 
 def decide_small(snap: Snapshot) -> SymbolicVerdict | None:
