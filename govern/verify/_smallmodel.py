@@ -435,9 +435,11 @@ def _decide(snap: Snapshot, rep: Representative) -> SymbolicVerdict:
         for x in starts(w.start):
             if not all(v.lo <= val <= v.hi for v, val in zip(c.vars, x, strict=True)):
                 continue
+            if w.condition != "CC2" and not c.valid(x):  # CC1, obligations, idempotence: valid starts
+                continue
             try:
                 d = c.divergence(w.condition, events, x, depth)
-            except AssertionError:
+            except (AssertionError, DomainViolation):  # not this start: repair too deep, or leaves
                 continue
             if d is not None:
                 return d
@@ -451,7 +453,10 @@ def _decide(snap: Snapshot, rep: Representative) -> SymbolicVerdict:
         w = exc.counterexample
         if isinstance(w, RepairCycle):
             for x in starts(w.cycle[0][0]):
-                cycle = c.cycle(x, len(w.cycle))
+                try:
+                    cycle = c.cycle(x, len(w.cycle))
+                except DomainViolation:
+                    continue
                 if cycle is not None:
                     raise NotConvergent(cycle) from None
             raise _GiveUp from None
