@@ -280,3 +280,51 @@ def test_the_symbolic_route_reports_a_failure_of_the_representative_machine() ->
     assert isinstance(w, Divergence) and w.events == ("raise", "raise_once")
     start = w.start["x"]
     assert w.first_result != w.second_result and isinstance(start, int) and 0 <= start < n
+
+
+def _int_exprs(x: Any, flag: Any) -> st.SearchStrategy[Any]:
+    leaves = st.one_of(st.just(x), st.integers(-20, 20))
+
+    def extend(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+        conds = st.one_of(
+            st.builds(lambda a, b: a < b, inner, inner),
+            st.builds(lambda a, b: a <= b, inner, inner),
+            st.builds(lambda a, b: a == b, inner, inner),
+            st.just(flag == True),  # noqa: E712  (an expression, not a Python comparison)
+        )
+        return st.one_of(
+            st.builds(lambda a, c: a + c, inner, st.integers(-5, 5)),
+            st.builds(lambda a, c: a - c, inner, st.integers(-5, 5)),
+            st.builds(lambda a, b: min_(a, b), inner, inner),
+            st.builds(lambda a, b: max_(a, b), inner, inner),
+            st.builds(lambda c, a, b: if_(c, a, b), conds, inner, inner),
+        )
+
+    return st.recursive(leaves, extend, max_leaves=6).filter(lambda e: not isinstance(e, int))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_the_interval_analysis_is_sound(data: st.DataObject) -> None:
+    # What `_aff` promises (the lemma the cuts rest on): on [a, b], shifting the variable by t shifts
+    # the value by slope * t, and a known offset c makes the value slope * x + c.
+    from govern.model._expr import evaluate_one
+    from govern.verify._smallmodel import _aff
+
+    r = Registry("exprs")
+    x = r.int("x", -100, 100)
+    flag = r.bool("flag")
+    e = data.draw(_int_exprs(x, flag))
+    a = data.draw(st.integers(-60, 60))
+    b = data.draw(st.integers(a, 60))
+    form = _aff(e, 0, a, b)
+    if form is None:
+        return
+    k, c = form
+    for _ in range(5):
+        v = data.draw(st.integers(a, b))
+        w = data.draw(st.integers(a, b))
+        f = data.draw(st.integers(0, 1))
+        assert evaluate_one(e, (w, f)) == evaluate_one(e, (v, f)) + k * (w - v)
+        if c is not None:
+            assert evaluate_one(e, (v, f)) == k * v + c
