@@ -359,6 +359,10 @@ def verify_symbolic(
         raise StateSpaceTooLarge(
             f"cannot verify {snap.name!r} symbolically: {problem}", states=states, bytes_needed=0
         )
+    from ._smallmodel import refute_small  # (imports this module)
+
+    with timer.phase("small model"):
+        refute_small(snap)  # a failure of the representative machine, replayed on this one
     try:
         return _verify(snap, timer, max_depth)
     except _Undecided as exc:
