@@ -1,0 +1,749 @@
+(** * A checked rules machine is the product of its projections.
+
+    Compose.v proves two things that this file joins.  Its part 1 ([check_decomposition_sound])
+    says what the extracted decomposition check establishes about single rules: a rule of a
+    component reads and writes only that component's variables.  Its part 2 is a product
+    construction over two abstract machines A and B ([compose_wfc], [compose_nf_path],
+    [compose_cc1], [compose_cc2], ...).  Here: when [check_decomposition] answers [true], the
+    rules machine itself — variables, invariants with repairs, guarded events, repaired by its
+    own loop ("the first violated invariant, in declaration order") — *is* that product, for the
+    projections onto one component [c] (side A) and onto all the other components (side B):
+
+    - [rules_valid_split]: a state is valid exactly when both projections are;
+    - [rules_repair_split]: one repair step of the whole machine is one repair step of the
+      product, with the product's free choice of which half to repair made by the whole
+      machine's first violated invariant;
+    - [rules_apply_split], [rules_step_split]: an event acts on its own half only, and a
+      normalized step of the whole is the product's normalized step;
+    - [rules_nf_path], [rules_nf_split]: the whole machine's own repair loop ends, from every
+      state, at the pair of the components' normal forms;
+    - [rules_wfc], [rules_cc1], [rules_cc2]: WFC (potential: the sum of the components'), CC1
+      (every pair inside a component the component declares independent, every pair across
+      components) and CC2 hold for the whole machine when they hold for the components;
+    - [rules_unique_normal_forms], [rules_stream_convergence]: hence the whole rules machine
+      converges, by the product theorems and Governance.v;
+    - [rules_commute_iff], [rules_idem_iff]: a pair inside a component commutes (an event is
+      idempotent) on the whole machine's valid states exactly when it does on the component's
+      valid states, so the obligations and idempotence verdicts are the components' own;
+    - [check_decomposition_rest]: side B passes the decomposition check again, so a machine of
+      many components is split one component at a time (nested pairs).
+
+    States here are valuations: a list of integers, entry i the value of variable i (exact
+    integers, as in Rules.v's [eval]).  Assignments are simultaneous, as in Compose.v's
+    [assign_fn].  The projection onto a side keeps that side's entries and zeroes the others, so
+    each projected machine is the component's rules over the whole machine's variable
+    numbering (the other variables sit at zero and are never read or written by its rules). *)
+
+From Coq Require Import List Arith Bool Lia ZArith Permutation.
+From Govern Require Import Vec ZVec Rules Newman Governance Compose.
+Import ListNotations.
+
+(** ** 1. The rules machine over valuations *)
+
+Definition val : Type := list Z.
+Notation rule := (expr * assignment)%type.
+
+Definition get (x : val) (i : nat) : Z := nth i x 0%Z.
+
+(** All assignments of [asg] at once, each evaluated on [x]. *)
+Definition upd (x : val) (asg : assignment) : val :=
+  map (fun i => assign_fn (get x) asg i) (seq 0 (length x)).
+
+Definition holds (x : val) (e : expr) : bool := nz (eval (get x) e).
+
+(** Valid: every invariant holds. *)
+Definition rvalid (invs : list rule) (x : val) : bool := forallb (fun r => holds x (fst r)) invs.
+
+(** One repair step: the repair of the first violated invariant (the state itself when valid). *)
+Fixpoint rrepair (invs : list rule) (x : val) : val :=
+  match invs with
+  | [] => x
+  | r :: t => if holds x (fst r) then rrepair t x else upd x (snd r)
+  end.
+
+(** An event: its effect where its guard holds, else nothing. *)
+Definition rapply (r : rule) (x : val) : val := if holds x (fst r) then upd x (snd r) else x.
+
+Definition noev : rule := (ELit 0, []).
+
+(** Event [k] of the list (no event, no change). *)
+Definition revent (evs : list rule) (k : nat) (x : val) : val := rapply (nth k evs noev) x.
+
+Lemma length_upd x asg : length (upd x asg) = length x.
+Proof. unfold upd. rewrite map_length, seq_length. reflexivity. Qed.
+
+Lemma get_upd x asg i : i < length x -> get (upd x asg) i = assign_fn (get x) asg i.
+Proof.
+  intros H. unfold get at 1, upd. rewrite nth_map_lt with (d' := 0) by (rewrite seq_length; auto).
+  rewrite seq_nth by auto. reflexivity.
+Qed.
+
+Lemma get_out x i : length x <= i -> get x i = 0%Z.
+Proof. intros H. unfold get. apply nth_overflow. auto. Qed.
+
+Lemma length_rrepair invs x : length (rrepair invs x) = length x.
+Proof. induction invs as [|r t IH]; simpl; auto. destruct (holds x (fst r)); auto. apply length_upd. Qed.
+
+Lemma length_revent evs k x : length (revent evs k x) = length x.
+Proof. unfold revent, rapply. destruct (holds x _); auto. apply length_upd. Qed.
+
+Lemma rrepair_valid invs x : rvalid invs x = true -> rrepair invs x = x.
+Proof.
+  induction invs as [|r t IH]; simpl; auto. intros H. apply andb_prop in H as [H1 H2]. rewrite H1. auto.
+Qed.
+
+(** Lists of the same length are equal when they agree at every index. *)
+Lemma val_ext x y : length x = length y -> (forall i, i < length x -> get x i = get y i) -> x = y.
+Proof. intros Hl H. apply nth_ext with 0%Z 0%Z; auto. Qed.
+
+(** ** 2. The components of a checked decomposition *)
+
+(** The rules whose label [keep] accepts, and their labels. *)
+Fixpoint keep_rules (keep : nat -> bool) (rs : list rule) (ls : list nat) : list rule :=
+  match rs, ls with
+  | r :: rt, l :: lt => if keep l then r :: keep_rules keep rt lt else keep_rules keep rt lt
+  | _, _ => []
+  end.
+
+Fixpoint keep_labels (keep : nat -> bool) (rs : list rule) (ls : list nat) : list nat :=
+  match rs, ls with
+  | r :: rt, l :: lt => if keep l then l :: keep_labels keep rt lt else keep_labels keep rt lt
+  | _, _ => []
+  end.
+
+Lemma rules_in_true lab rs cs acc : rules_in lab rs cs acc = andb acc (rules_in lab rs cs true).
+Proof.
+  revert cs acc. induction rs as [|r rt IH]; intros [|c ct] acc; simpl; try (destruct acc; reflexivity).
+  rewrite (IH ct (andb acc (rule_in lab c r))), (IH ct (rule_in lab c r)). destruct acc; reflexivity.
+Qed.
+
+Lemma rules_in_cons lab r rt l lt : rules_in lab (r :: rt) (l :: lt) true = true ->
+  rule_in lab l r = true /\ rules_in lab rt lt true = true.
+Proof.
+  simpl. rewrite rules_in_true. intros H. apply andb_prop in H as [H1 H2]. auto.
+Qed.
+
+Lemma rules_in_keep lab keep rs ls : rules_in lab rs ls true = true ->
+  rules_in lab (keep_rules keep rs ls) (keep_labels keep rs ls) true = true.
+Proof.
+  revert ls. induction rs as [|r rt IH]; intros [|l lt] H; simpl in *; auto; try discriminate.
+  apply (rules_in_cons lab r rt l lt) in H as [H1 H2].
+  destruct (keep l); simpl; auto. rewrite rules_in_true, H1. simpl. auto.
+Qed.
+
+(** The machine without some components passes the check again: components are split off one at
+    a time. *)
+Theorem check_decomposition_rest lab invs inv_lab evs ev_lab keep :
+  check_decomposition lab invs inv_lab evs ev_lab = true ->
+  check_decomposition lab (keep_rules keep invs inv_lab) (keep_labels keep invs inv_lab)
+                          (keep_rules keep evs ev_lab) (keep_labels keep evs ev_lab) = true.
+Proof.
+  unfold check_decomposition. intros H. apply andb_prop in H as [H1 H2].
+  rewrite !rules_in_keep; auto.
+Qed.
+
+(** ** 3. Rules confined to a set of variables *)
+
+(** A rule confined to the variables [Q] accepts: its condition reads only them, its assignment
+    writes only them and what it writes there depends only on them. *)
+Definition agree (Q : nat -> bool) (x y : nat -> Z) : Prop := forall i, Q i = true -> x i = y i.
+
+Definition confined (Q : nat -> bool) (r : rule) : Prop :=
+  (forall x y, agree Q x y -> eval x (fst r) = eval y (fst r)) /\
+  (forall x i, Q i = false -> assign_fn x (snd r) i = x i) /\
+  (forall x y i, agree Q x y -> Q i = true -> assign_fn x (snd r) i = assign_fn y (snd r) i).
+
+Lemma rule_in_confined lab c r : rule_in lab c r = true -> confined (in_comp lab c) r.
+Proof.
+  unfold rule_in. intros H. apply andb_prop in H as [He Ha]. split; [|split].
+  - intros x y Hxy. apply expr_in_local with lab c; auto.
+  - intros x i Hi. apply assign_frame with lab c; auto.
+  - intros x y i Hxy Hi. apply assign_local with lab c; auto.
+Qed.
+
+(** A rule of another component is confined to the complement of [c]'s variables. *)
+Lemma rule_in_confined_other lab c d r : rule_in lab d r = true -> d <> c ->
+  confined (fun i => negb (in_comp lab c i)) r.
+Proof.
+  intros H Hdc. destruct (rule_in_confined lab d r H) as (H1 & H2 & H3).
+  assert (Sub : forall i, in_comp lab d i = true -> negb (in_comp lab c i) = true).
+  { intros i Hi. destruct (in_comp lab c i) eqn:E; auto. exfalso. apply Hdc.
+    apply (in_comp_unique lab d c i); auto. }
+  assert (Ag : forall x y, agree (fun i => negb (in_comp lab c i)) x y -> agree (in_comp lab d) x y).
+  { intros x y Hxy i Hi. apply Hxy, Sub, Hi. }
+  split; [|split].
+  - intros x y Hxy. apply H1, Ag, Hxy.
+  - intros x i Hi. apply H2. destruct (in_comp lab d i) eqn:E; auto.
+    apply Sub in E. rewrite E in Hi. discriminate.
+  - intros x y i Hxy Hi. destruct (in_comp lab d i) eqn:E.
+    + apply H3; auto.
+    + rewrite !H2 by auto. apply Hxy, Hi.
+Qed.
+
+(** [keep Q x]: the projection of [x] on the variables [Q] accepts (the others read 0). *)
+Definition keep (Q : nat -> bool) (x : val) : val :=
+  map (fun i => if Q i then get x i else 0%Z) (seq 0 (length x)).
+
+Definition zero_off (Q : nat -> bool) (x : val) : Prop := forall i, Q i = false -> get x i = 0%Z.
+
+Lemma length_keep Q x : length (keep Q x) = length x.
+Proof. unfold keep. rewrite map_length, seq_length. reflexivity. Qed.
+
+Lemma get_keep Q x i : get (keep Q x) i = if Q i then get x i else 0%Z.
+Proof.
+  destruct (Nat.lt_ge_cases i (length x)) as [H|H].
+  - unfold get at 1, keep. rewrite nth_map_lt with (d' := 0) by (rewrite seq_length; auto).
+    rewrite seq_nth by auto. reflexivity.
+  - rewrite get_out by (rewrite length_keep; auto). rewrite get_out by auto. destruct (Q i); auto.
+Qed.
+
+Lemma keep_agree Q x : agree Q (get (keep Q x)) (get x).
+Proof. intros i Hi. rewrite get_keep, Hi. reflexivity. Qed.
+
+Lemma keep_zero Q x : zero_off Q (keep Q x).
+Proof. intros i Hi. rewrite get_keep, Hi. reflexivity. Qed.
+
+Lemma holds_keep Q r x : confined Q r -> holds (keep Q x) (fst r) = holds x (fst r).
+Proof. intros (H & _ & _). unfold holds. rewrite (H _ _ (keep_agree Q x)). reflexivity. Qed.
+
+(** An assignment confined to [Q]: projecting on [Q] after it is applying it to the projection. *)
+Lemma keep_upd_in Q r x : confined Q r -> keep Q (upd x (snd r)) = upd (keep Q x) (snd r).
+Proof.
+  intros (_ & H2 & H3). apply val_ext; [rewrite length_keep, !length_upd, length_keep; auto|].
+  intros i Hi. rewrite length_keep, length_upd in Hi.
+  rewrite get_keep, get_upd, get_upd by (rewrite ?length_keep; auto).
+  destruct (Q i) eqn:Qi.
+  - apply H3; auto. intros j Hj. rewrite get_keep, Hj. reflexivity.
+  - rewrite H2 by auto. rewrite get_keep, Qi. reflexivity.
+Qed.
+
+(** ... and projecting on variables it does not write sees no change. *)
+Lemma keep_upd_out Q R r x : confined Q r -> (forall i, R i = true -> Q i = false) ->
+  keep R (upd x (snd r)) = keep R x.
+Proof.
+  intros (_ & H2 & _) HRQ. apply val_ext; [rewrite !length_keep, length_upd; auto|].
+  intros i Hi. rewrite length_keep, length_upd in Hi. rewrite !get_keep.
+  destruct (R i) eqn:Ri; auto. rewrite get_upd by auto. apply H2, HRQ, Ri.
+Qed.
+
+Lemma upd_zero Q r x : confined Q r -> zero_off Q x -> zero_off Q (upd x (snd r)).
+Proof.
+  intros (_ & H2 & _) Hx i Hi. destruct (Nat.lt_ge_cases i (length x)) as [H|H].
+  - rewrite get_upd by auto. rewrite H2 by auto. apply Hx, Hi.
+  - apply get_out. rewrite length_upd. auto.
+Qed.
+
+(** ** 4. Splitting off one component *)
+
+Section Split.
+Variable lab : list nat.   (** the component of every variable *)
+Variable c : nat.          (** the component split off: side A; every other component is side B *)
+Variables (invs : list rule) (inv_lab : list nat) (evs : list rule) (ev_lab : list nat).
+Hypothesis Hcheck : check_decomposition lab invs inv_lab evs ev_lab = true.
+
+Definition inA (i : nat) : bool := in_comp lab c i.
+Definition inB (i : nat) : bool := negb (in_comp lab c i).
+Definition isA (l : nat) : bool := Nat.eqb l c.
+Definition isB (l : nat) : bool := negb (Nat.eqb l c).
+
+(** The two projected machines: side A has the invariants and events labelled [c], side B the rest
+    (in declaration order). *)
+Definition invsA : list rule := keep_rules isA invs inv_lab.
+Definition invsB : list rule := keep_rules isB invs inv_lab.
+Definition evsA : list rule := keep_rules isA evs ev_lab.
+Definition evsB : list rule := keep_rules isB evs ev_lab.
+
+(** The projection of a whole state on the pair of sides, and back. *)
+Definition split (x : val) : val * val := (keep inA x, keep inB x).
+Definition merge (a b : val) : val := map (fun i => if inA i then get a i else get b i) (seq 0 (length a)).
+
+Lemma merge_split x : merge (keep inA x) (keep inB x) = x.
+Proof.
+  unfold merge. apply val_ext; [rewrite map_length, seq_length, length_keep; auto|].
+  intros i Hi. rewrite map_length, seq_length, length_keep in Hi.
+  unfold get at 1. rewrite nth_map_lt with (d' := 0) by (rewrite seq_length, length_keep; auto).
+  rewrite seq_nth by (rewrite length_keep; auto). simpl. rewrite !get_keep. unfold inB, inA.
+  destruct (in_comp lab c i); reflexivity.
+Qed.
+
+(** [split] is injective: the whole state is recovered from its projections. *)
+Lemma split_inj x y : split x = split y -> x = y.
+Proof.
+  unfold split. intros H. injection H as H1 H2. rewrite <- (merge_split x), <- (merge_split y). congruence.
+Qed.
+
+Lemma get_merge a b i : i < length a -> get (merge a b) i = if inA i then get a i else get b i.
+Proof.
+  intros H. unfold get at 1, merge. rewrite nth_map_lt with (d' := 0) by (rewrite seq_length; auto).
+  rewrite seq_nth by auto. reflexivity.
+Qed.
+
+Lemma length_merge a b : length (merge a b) = length a.
+Proof. unfold merge. rewrite map_length, seq_length. reflexivity. Qed.
+
+Lemma split_merge a b : zero_off inA a -> zero_off inB b -> length b = length a ->
+  split (merge a b) = (a, b).
+Proof.
+  intros Ha Hb Hl. unfold split. f_equal; apply val_ext; rewrite ?length_keep, ?length_merge; auto.
+  - intros i Hi. rewrite get_keep, get_merge by auto. destruct (inA i) eqn:E; auto. symmetry. apply Ha, E.
+  - intros i Hi. rewrite get_keep, get_merge by auto. unfold inB in *. unfold inA in *.
+    destruct (in_comp lab c i) eqn:E; simpl; auto. symmetry. apply Hb. rewrite E. reflexivity.
+Qed.
+
+(** Every rule of side A is confined to A's variables, every rule of side B to B's. *)
+Lemma label_confined r l : rule_in lab l r = true ->
+  if isA l then confined inA r else confined inB r.
+Proof.
+  intros H. unfold isA. destruct (Nat.eqb l c) eqn:E.
+  - apply Nat.eqb_eq in E. subst. apply rule_in_confined. exact H.
+  - apply Nat.eqb_neq in E. apply (rule_in_confined_other lab c l r H E).
+Qed.
+
+Lemma Hinvs : rules_in lab invs inv_lab true = true.
+Proof. unfold check_decomposition in Hcheck. apply andb_prop in Hcheck as [H _]. exact H. Qed.
+Lemma Hevs : rules_in lab evs ev_lab true = true.
+Proof. unfold check_decomposition in Hcheck. apply andb_prop in Hcheck as [_ H]. exact H. Qed.
+
+(** The side whose invariant the whole machine repairs first: [true] for A. *)
+Fixpoint first_side (rs : list rule) (ls : list nat) (x : val) : bool :=
+  match rs, ls with
+  | r :: rt, l :: lt => if holds x (fst r) then first_side rt lt x else isA l
+  | _, _ => false
+  end.
+
+Lemma inB_inA i : inB i = true -> inA i = false.
+Proof. unfold inB, inA. destruct (in_comp lab c i); auto. Qed.
+Lemma inA_inB i : inA i = true -> inB i = false.
+Proof. unfold inB, inA. destruct (in_comp lab c i); auto. Qed.
+
+Lemma keep_rules_cons side r rt l lt :
+  keep_rules side (r :: rt) (l :: lt) = if side l then r :: keep_rules side rt lt else keep_rules side rt lt.
+Proof. reflexivity. Qed.
+Lemma rvalid_cons r t x : rvalid (r :: t) x = holds x (fst r) && rvalid t x.
+Proof. reflexivity. Qed.
+Lemma first_side_cons r rt l lt x :
+  first_side (r :: rt) (l :: lt) x = if holds x (fst r) then first_side rt lt x else isA l.
+Proof. reflexivity. Qed.
+Lemma rrepair_cons r t x : rrepair (r :: t) x = if holds x (fst r) then rrepair t x else upd x (snd r).
+Proof. reflexivity. Qed.
+
+(** The repair loop, invariant by invariant: validity is the conjunction of the sides', and a
+    repair step changes only the side of the first violated invariant, as that side's own first
+    violated invariant. *)
+Lemma repair_split_aux rs ls x : rules_in lab rs ls true = true ->
+  rvalid rs x = rvalid (keep_rules isA rs ls) (keep inA x) && rvalid (keep_rules isB rs ls) (keep inB x) /\
+  (rvalid rs x = false ->
+     if first_side rs ls x
+     then rvalid (keep_rules isA rs ls) (keep inA x) = false
+          /\ keep inA (rrepair rs x) = rrepair (keep_rules isA rs ls) (keep inA x)
+          /\ keep inB (rrepair rs x) = keep inB x
+     else rvalid (keep_rules isB rs ls) (keep inB x) = false
+          /\ keep inA (rrepair rs x) = keep inA x
+          /\ keep inB (rrepair rs x) = rrepair (keep_rules isB rs ls) (keep inB x)).
+Proof.
+  revert ls. induction rs as [|r rt IH]; intros [|l lt] H; simpl in H; try discriminate.
+  - split; [reflexivity|discriminate].
+  - apply rules_in_cons in H as [Hr Ht]. destruct (IH lt Ht) as [IHv IHr].
+    pose proof (label_confined r l Hr) as Cf.
+    assert (Bl : isB l = negb (isA l)) by reflexivity.
+    rewrite !keep_rules_cons, Bl, !rvalid_cons, first_side_cons, rrepair_cons.
+    destruct (isA l) eqn:Al; cbn [negb].
+    + rewrite rvalid_cons, rrepair_cons, (holds_keep inA r x Cf). destruct (holds x (fst r)) eqn:Hx; cbn [andb].
+      * split; auto.
+      * split; [reflexivity|intros _]. split; [reflexivity|split].
+        -- apply keep_upd_in; auto.
+        -- apply (keep_upd_out inA inB r x Cf inB_inA).
+    + rewrite rvalid_cons, rrepair_cons, (holds_keep inB r x Cf). destruct (holds x (fst r)) eqn:Hx; cbn [andb].
+      * split; auto.
+      * rewrite andb_false_r. split; [reflexivity|intros _]. split; [reflexivity|split].
+        -- apply (keep_upd_out inB inA r x Cf inA_inB).
+        -- apply keep_upd_in; auto.
+Qed.
+
+(** *** The product of the two projected machines (Compose.v, part 2) *)
+
+Definition validA : val -> bool := rvalid invsA.
+Definition validB : val -> bool := rvalid invsB.
+Definition rhoA : val -> val := rrepair invsA.
+Definition rhoB : val -> val := rrepair invsB.
+Definition applyA : nat -> val -> val := revent evsA.
+Definition applyB : nat -> val -> val := revent evsB.
+
+(** The product repairs the half the whole machine's first violated invariant belongs to. *)
+Definition pick (a b : val) : bool := first_side invs inv_lab (merge a b).
+
+Definition pvalid : val * val -> bool := Compose.valid val val validA validB.
+Definition prho : val * val -> val * val := Compose.rho val val validA validB rhoA rhoB pick.
+Definition papply : nat + nat -> val * val -> val * val := Compose.apply val val nat nat applyA applyB.
+
+(** The event of the product that whole event [k] is: its index in its own side's event list. *)
+Fixpoint count_side (side : nat -> bool) (ls : list nat) (k : nat) : nat :=
+  match ls, k with
+  | l :: lt, S k' => (if side l then 1 else 0) + count_side side lt k'
+  | _, _ => 0
+  end.
+
+Definition to_pe (k : nat) : nat + nat :=
+  if isA (nth k ev_lab c) then inl (count_side isA ev_lab k) else inr (count_side isB ev_lab k).
+
+(** The whole machine *)
+Definition validW : val -> bool := rvalid invs.
+Definition rhoW : val -> val := rrepair invs.
+Definition applyW : nat -> val -> val := revent evs.
+
+(** Validity: the whole state is valid exactly when both projections are. *)
+Theorem rules_valid_split x : validW x = pvalid (split x).
+Proof. apply (repair_split_aux invs inv_lab x Hinvs). Qed.
+
+(** Repair: one repair step of the whole machine is one repair step of the product. *)
+Theorem rules_repair_split x : split (rhoW x) = prho (split x).
+Proof.
+  destruct (repair_split_aux invs inv_lab x Hinvs) as [Hv Hr].
+  change (rvalid (keep_rules isA invs inv_lab)) with validA in Hv, Hr.
+  change (rvalid (keep_rules isB invs inv_lab)) with validB in Hv, Hr.
+  change (rrepair (keep_rules isA invs inv_lab)) with rhoA in Hr.
+  change (rrepair (keep_rules isB invs inv_lab)) with rhoB in Hr.
+  change (rvalid invs x) with (validW x) in Hv, Hr. change (rrepair invs x) with (rhoW x) in Hr.
+  unfold prho, Compose.rho, split, pick. cbn [fst snd]. rewrite merge_split.
+  destruct (validW x) eqn:V.
+  - symmetry in Hv. apply andb_prop in Hv as [VA VB]. unfold validW, rhoW in *.
+    rewrite rrepair_valid by auto. rewrite VA. cbn [negb andb]. unfold rhoB. rewrite rrepair_valid by auto.
+    reflexivity.
+  - specialize (Hr eq_refl). destruct (first_side invs inv_lab x); destruct Hr as (H1 & H2 & H3).
+    + rewrite H1. cbn [negb andb orb]. rewrite H2, H3. reflexivity.
+    + rewrite H1, orb_false_r, H2, H3. destruct (validA (keep inA x)); reflexivity.
+Qed.
+
+Lemma nth_keep_rules side rs ls k : rules_in lab rs ls true = true -> k < length rs -> side (nth k ls c) = true ->
+  nth (count_side side ls k) (keep_rules side rs ls) noev = nth k rs noev
+  /\ rule_in lab (nth k ls c) (nth k rs noev) = true.
+Proof.
+  revert ls k. induction rs as [|r rt IH]; intros [|l lt] k H Hk Hs; simpl in *; try discriminate; try lia.
+  apply rules_in_cons in H as [Hr Ht]. destruct k as [|k]; simpl.
+  - rewrite Hs. auto.
+  - destruct (side l); simpl; apply IH; auto; lia.
+Qed.
+
+Lemma rapply_keep_in Q R r x : confined Q r -> (forall i, R i = true -> Q i = false) ->
+  keep Q (rapply r x) = rapply r (keep Q x) /\ keep R (rapply r x) = keep R x.
+Proof.
+  intros Cf HRQ. unfold rapply. rewrite (holds_keep Q r x Cf).
+  destruct (holds x (fst r)); auto. split; [apply keep_upd_in|apply (keep_upd_out Q R)]; auto.
+Qed.
+
+(** Events: whole event [k] is the product's event [to_pe k], acting on its own half only. *)
+Theorem rules_apply_split k x : split (applyW k x) = papply (to_pe k) (split x).
+Proof.
+  unfold applyW, revent, to_pe, papply, Compose.apply, split. simpl.
+  destruct (Nat.lt_ge_cases k (length evs)) as [Hk|Hk].
+  - destruct (isA (nth k ev_lab c)) eqn:Al; simpl.
+    + destruct (nth_keep_rules isA evs ev_lab k Hevs Hk Al) as [E R].
+      unfold applyA, revent, evsA. rewrite E.
+      pose proof (label_confined _ _ R) as Cf. rewrite Al in Cf.
+      destruct (rapply_keep_in inA inB _ x Cf inB_inA) as [H1 H2]. rewrite H1, H2. reflexivity.
+    + assert (Bl : isB (nth k ev_lab c) = true) by (unfold isB; unfold isA in Al; rewrite Al; auto).
+      destruct (nth_keep_rules isB evs ev_lab k Hevs Hk Bl) as [E R].
+      unfold applyB, revent, evsB. rewrite E.
+      pose proof (label_confined _ _ R) as Cf. rewrite Al in Cf.
+      destruct (rapply_keep_in inB inA _ x Cf inA_inB) as [H1 H2]. rewrite H1, H2. reflexivity.
+  - assert (Out : forall side, rules_in lab evs ev_lab true = true ->
+              length (keep_rules side evs ev_lab) <= count_side side ev_lab k).
+    { intros side H. clear -H Hk. revert ev_lab k H Hk. induction evs as [|r rt IH]; intros [|l lt] k H Hk;
+        simpl in *; try discriminate; try lia.
+      apply rules_in_cons in H as [_ Ht]. destruct k as [|k]; [lia|].
+      destruct (side l); simpl; [apply le_n_S|]; apply IH; auto; lia. }
+    rewrite nth_overflow by auto.
+    destruct (isA (nth k ev_lab c)); simpl; f_equal;
+      [unfold applyA, revent, evsA|unfold applyB, revent, evsB];
+      rewrite nth_overflow by (apply Out, Hevs); reflexivity.
+Qed.
+
+(** *** Each side's rules stay on their side *)
+
+Lemma noev_confined Q : confined Q noev.
+Proof. split; [|split]; intros x; [reflexivity|reflexivity|intros y i H Hi; apply H, Hi]. Qed.
+
+Lemma keep_rules_confined side Q rs ls : rules_in lab rs ls true = true ->
+  (forall l r, side l = true -> rule_in lab l r = true -> confined Q r) ->
+  forall k, confined Q (nth k (keep_rules side rs ls) noev).
+Proof.
+  intros H Hs. revert ls H. induction rs as [|r rt IH]; intros [|l lt] H k; simpl in *;
+    try (destruct k; apply noev_confined).
+  apply rules_in_cons in H as [Hr Ht]. destruct (side l) eqn:Sl; [destruct k as [|k]; simpl|]; auto.
+  apply (Hs l); auto.
+Qed.
+
+Lemma confined_A rs ls k : rules_in lab rs ls true = true -> confined inA (nth k (keep_rules isA rs ls) noev).
+Proof.
+  intros H. apply keep_rules_confined; auto. intros l r Hl Hr.
+  pose proof (label_confined r l Hr) as Cf. rewrite Hl in Cf. exact Cf.
+Qed.
+
+Lemma confined_B rs ls k : rules_in lab rs ls true = true -> confined inB (nth k (keep_rules isB rs ls) noev).
+Proof.
+  intros H. apply keep_rules_confined; auto. intros l r Hl Hr.
+  pose proof (label_confined r l Hr) as Cf. unfold isB in Hl. unfold isA in Cf.
+  destruct (Nat.eqb l c); [discriminate|exact Cf].
+Qed.
+
+(** States of a side: zero off that side's variables, of the whole machine's length. *)
+Definition side_state (Q : nat -> bool) (m : nat) (a : val) : Prop := zero_off Q a /\ length a = m.
+
+Lemma rrepair_side Q rs m a : (forall k, confined Q (nth k rs noev)) -> side_state Q m a ->
+  side_state Q m (rrepair rs a).
+Proof.
+  induction rs as [|r rt IH]; intros Hc Ha; simpl; auto.
+  destruct (holds a (fst r)).
+  - apply IH; auto. intros k. apply (Hc (S k)).
+  - destruct Ha as [Hz Hl]. split; [apply upd_zero; auto; apply (Hc 0)|rewrite length_upd; auto].
+Qed.
+
+Lemma revent_side Q rs m k a : (forall k, confined Q (nth k rs noev)) -> side_state Q m a ->
+  side_state Q m (revent rs k a).
+Proof.
+  intros Hc [Hz Hl]. unfold revent, rapply. destruct (holds a _); [|split; auto].
+  split; [apply upd_zero; auto|rewrite length_upd; auto].
+Qed.
+
+Lemma comp_path_pres {S : Type} (valid : S -> bool) (rho : S -> S) (I : S -> Prop) s t :
+  (forall u, I u -> I (rho u)) -> comp_path S valid rho s t -> I s -> I t.
+Proof. intros Hr H. induction H; auto. Qed.
+
+(** ** 5. The whole machine is the product *)
+
+Section Product.
+(** What the components' own verdicts give (Compose.v's hypotheses, for the projected machines). *)
+Variables (nfA nfB : val -> val) (phiA phiB : val -> nat) (indepA indepB : nat -> nat -> Prop).
+Hypothesis wfcA : forall a, validA a = false -> phiA (rhoA a) < phiA a.
+Hypothesis wfcB : forall b, validB b = false -> phiB (rhoB b) < phiB b.
+Hypothesis pathA : forall a, comp_path val validA rhoA a (nfA a).
+Hypothesis pathB : forall b, comp_path val validB rhoB b (nfB b).
+Hypothesis cc1A : forall a b s, indepA a b -> validA s = true ->
+  stepA val nat applyA nfA b (stepA val nat applyA nfA a s) = stepA val nat applyA nfA a (stepA val nat applyA nfA b s).
+Hypothesis cc1B : forall a b s, indepB a b -> validB s = true ->
+  stepB val nat applyB nfB b (stepB val nat applyB nfB a s) = stepB val nat applyB nfB a (stepB val nat applyB nfB b s).
+Hypothesis cc2A : forall e s, stepA val nat applyA nfA e s = stepA val nat applyA nfA e (nfA s).
+Hypothesis cc2B : forall e s, stepB val nat applyB nfB e s = stepB val nat applyB nfB e (nfB s).
+
+Definition pnf : val * val -> val * val := Compose.nf val val nfA nfB.
+Definition pstep : nat + nat -> val * val -> val * val := Compose.step val val nat nat applyA applyB nfA nfB.
+
+(** The whole machine's normal form, its normalized steps, and its independence relation: two
+    events of one component are independent when that component declares them so, two events of
+    different components always are. *)
+Definition nfW (x : val) : val := merge (nfA (keep inA x)) (nfB (keep inB x)).
+Definition stepW : nat -> val -> val := Governance.step val nat applyW nfW.
+Definition indepW (k l : nat) : Prop := Compose.indep nat nat indepA indepB (to_pe k) (to_pe l).
+
+Lemma nfA_side m a : side_state inA m a -> side_state inA m (nfA a).
+Proof.
+  intros H. apply (comp_path_pres validA rhoA (side_state inA m) a); auto.
+  intros u Hu. apply rrepair_side; auto. intros k. apply confined_A, Hinvs.
+Qed.
+
+Lemma nfB_side m b : side_state inB m b -> side_state inB m (nfB b).
+Proof.
+  intros H. apply (comp_path_pres validB rhoB (side_state inB m) b); auto.
+  intros u Hu. apply rrepair_side; auto. intros k. apply confined_B, Hinvs.
+Qed.
+
+(** The normal form of the whole is the pair of the components' normal forms. *)
+Theorem rules_nf_split x : split (nfW x) = pnf (split x).
+Proof.
+  destruct (nfA_side (length x) (keep inA x)) as [ZA LA]; [split; [apply keep_zero|apply length_keep]|].
+  destruct (nfB_side (length x) (keep inB x)) as [ZB LB]; [split; [apply keep_zero|apply length_keep]|].
+  unfold nfW. rewrite split_merge by (auto; congruence). reflexivity.
+Qed.
+
+(** A repair path of the product from [split x] is one of the whole machine from [x], and back. *)
+Lemma path_of_product x p : comp_path (val * val) pvalid prho (split x) p ->
+  comp_path val validW rhoW x (merge (fst p) (snd p)).
+Proof.
+  remember (split x) as q eqn:Eq. intros H. revert x Eq. induction H as [q Hv|q t Hv _ IH]; intros x Eq; subst.
+  - cbn [split fst snd]. rewrite merge_split. apply cp_done. rewrite rules_valid_split. exact Hv.
+  - apply cp_step; [rewrite rules_valid_split; exact Hv|]. apply IH. symmetry. apply rules_repair_split.
+Qed.
+
+Lemma product_of_path x t : comp_path val validW rhoW x t -> comp_path (val * val) pvalid prho (split x) (split t).
+Proof.
+  induction 1 as [x Hv|x t Hv _ IH].
+  - apply cp_done. rewrite <- rules_valid_split. exact Hv.
+  - apply cp_step; [rewrite <- rules_valid_split; exact Hv|]. rewrite <- rules_repair_split. exact IH.
+Qed.
+
+(** The whole machine's own repair loop (first violated invariant first) ends at [nfW x], from
+    every state; and a repair path of the whole ends at [t] exactly when the product's repair path
+    from the projections ends at the projections of [t]. *)
+Theorem rules_nf_path x : comp_path val validW rhoW x (nfW x).
+Proof.
+  change (nfW x) with (merge (fst (pnf (split x))) (snd (pnf (split x)))). apply path_of_product.
+  apply (compose_nf_path val val validA validB rhoA rhoB nfA nfB phiA phiB wfcA wfcB pathA pathB pick).
+Qed.
+
+Theorem rules_nf_iff x t : comp_path val validW rhoW x t <-> comp_path (val * val) pvalid prho (split x) (split t).
+Proof.
+  split; [apply product_of_path|]. intros H. rewrite <- (merge_split t). apply (path_of_product x (split t) H).
+Qed.
+
+(** Steps: a normalized step of the whole machine is the product's normalized step. *)
+Theorem rules_step_split k x : split (stepW k x) = pstep (to_pe k) (split x).
+Proof. unfold stepW, Governance.step. rewrite rules_nf_split, rules_apply_split. reflexivity. Qed.
+
+(** WFC of the whole machine: the sum of the components' potentials decreases at every repair. *)
+Theorem rules_wfc : forall x, validW x = false ->
+  phiA (keep inA (rhoW x)) + phiB (keep inB (rhoW x)) < phiA (keep inA x) + phiB (keep inB x).
+Proof.
+  intros x Hv. rewrite rules_valid_split in Hv.
+  pose proof (compose_wfc val val validA validB rhoA rhoB phiA phiB wfcA wfcB pick (split x) Hv) as W.
+  fold prho in W. rewrite <- rules_repair_split in W. exact W.
+Qed.
+
+(** CC1 of the whole machine, from the components' CC1 (no CC2 needed). *)
+Theorem rules_cc1 : forall k l x, indepW k l -> validW x = true -> stepW l (stepW k x) = stepW k (stepW l x).
+Proof.
+  intros k l x Hi Hv. apply split_inj. rewrite !rules_step_split.
+  apply (compose_cc1 val val nat nat validA validB rhoA rhoB applyA applyB indepA indepB nfA nfB
+           pathA pathB cc1A cc1B); auto.
+  rewrite <- rules_valid_split. exact Hv.
+Qed.
+
+(** CC2 of the whole machine, from the components' CC2. *)
+Theorem rules_cc2 : forall k x, stepW k x = stepW k (nfW x).
+Proof.
+  intros k x. apply split_inj. rewrite !rules_step_split, rules_nf_split.
+  apply (compose_cc2 val val nat nat validA validB rhoA rhoB applyA applyB nfA nfB pathA pathB cc2A cc2B).
+Qed.
+
+Lemma rules_wfc_ex : exists phi : val -> nat, forall x, validW x = false -> phi (rhoW x) < phi x.
+Proof. exists (fun x => phiA (keep inA x) + phiB (keep inB x)). apply rules_wfc. Qed.
+
+(** Convergence of the whole rules machine, from the components' verdicts: every run of the full
+    rewrite system (delivery of a bag of pairwise-independent events, compensation by the whole
+    machine's own repair interleaved in any way) ends in the same valid state ... *)
+Theorem rules_unique_normal_forms : forall cf s1 s2,
+  star (G val nat Nat.eq_dec validW rhoW applyW indepW) cf (s1, []) ->
+  star (G val nat Nat.eq_dec validW rhoW applyW indepW) cf (s2, []) ->
+  validW s1 = true -> validW s2 = true -> s1 = s2.
+Proof.
+  apply (gov_unique_normal_forms val nat Nat.eq_dec validW rhoW applyW indepW nfW
+           rules_wfc_ex rules_nf_path rules_cc1 rules_cc2).
+Qed.
+
+(** ... and every delivery order of the same pairwise-independent events, compensating after each,
+    reaches that same state. *)
+Theorem rules_stream_convergence : forall s b es1 es2,
+  pw nat indepW b -> Permutation es1 b -> Permutation es2 b ->
+  fold_left (fun t e => stepW e t) es1 (nfW s) = fold_left (fun t e => stepW e t) es2 (nfW s)
+  /\ (forall t, star (G val nat Nat.eq_dec validW rhoW applyW indepW) (s, b) (t, []) -> validW t = true ->
+        t = fold_left (fun t e => stepW e t) es1 (nfW s)).
+Proof.
+  apply (stream_convergence val nat Nat.eq_dec validW rhoW applyW indepW nfW
+           rules_wfc_ex rules_nf_path rules_cc1 rules_cc2).
+Qed.
+
+(** *** Obligations and idempotence are the components' own *)
+
+Lemma nfB_fix b : validB b = true -> nfB b = b.
+Proof. intros H. apply (comp_path_det val validB rhoB b); auto. apply cp_done. exact H. Qed.
+Lemma nfA_fix a : validA a = true -> nfA a = a.
+Proof. intros H. apply (comp_path_det val validA rhoA a); auto. apply cp_done. exact H. Qed.
+
+Lemma split_valid_parts x : validW x = true -> validA (keep inA x) = true /\ validB (keep inB x) = true.
+Proof. intros H. rewrite rules_valid_split in H. apply andb_prop in H. exact H. Qed.
+
+Lemma pstep_inl ea p : pstep (inl ea) p = (stepA val nat applyA nfA ea (fst p), nfB (snd p)).
+Proof. reflexivity. Qed.
+Lemma pstep_inr eb p : pstep (inr eb) p = (nfA (fst p), stepB val nat applyB nfB eb (snd p)).
+Proof. reflexivity. Qed.
+
+(** A state of side A, completed by the B part of a valid whole state [y], is a whole state. *)
+Lemma complete_A a y : side_state inA (length y) a ->
+  split (merge a (keep inB y)) = (a, keep inB y) /\ length (merge a (keep inB y)) = length y.
+Proof.
+  intros [Za La]. split; [apply split_merge; rewrite ?length_keep; auto using keep_zero|].
+  rewrite length_merge. exact La.
+Qed.
+
+Lemma complete_B b y : side_state inB (length y) b ->
+  split (merge (keep inA y) b) = (keep inA y, b) /\ length (merge (keep inA y) b) = length y.
+Proof.
+  intros [Zb Lb]. split; [apply split_merge; rewrite ?length_keep; auto using keep_zero|].
+  rewrite length_merge, length_keep. reflexivity.
+Qed.
+
+(** Two events of component [c] (side A) commute on the whole machine's valid states (of the
+    length of a valid state [y]) exactly when they commute on side A's valid states. *)
+Theorem rules_commute_iff_A k l ea eb y : to_pe k = inl ea -> to_pe l = inl eb -> validW y = true ->
+  (forall a, side_state inA (length y) a -> validA a = true ->
+     stepA val nat applyA nfA eb (stepA val nat applyA nfA ea a) = stepA val nat applyA nfA ea (stepA val nat applyA nfA eb a)) <->
+  (forall x, length x = length y -> validW x = true -> stepW l (stepW k x) = stepW k (stepW l x)).
+Proof.
+  intros Hk Hl Hy. split.
+  - intros H x Lx Vx. apply split_inj. rewrite !rules_step_split, Hk, Hl. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto.
+    + split; [apply keep_zero|rewrite length_keep; auto].
+    + apply split_valid_parts; auto.
+  - intros H a Sa Va. destruct (complete_A a y Sa) as [Ez Lz].
+    assert (Vz : validW (merge a (keep inB y)) = true).
+    { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Va.
+      apply split_valid_parts, Hy. }
+    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Hl, Ez in H.
+    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as H. exact H.
+Qed.
+
+(** The same for two events of the other components (side B). *)
+Theorem rules_commute_iff_B k l eb1 eb2 y : to_pe k = inr eb1 -> to_pe l = inr eb2 -> validW y = true ->
+  (forall b, side_state inB (length y) b -> validB b = true ->
+     stepB val nat applyB nfB eb2 (stepB val nat applyB nfB eb1 b) = stepB val nat applyB nfB eb1 (stepB val nat applyB nfB eb2 b)) <->
+  (forall x, length x = length y -> validW x = true -> stepW l (stepW k x) = stepW k (stepW l x)).
+Proof.
+  intros Hk Hl Hy. split.
+  - intros H x Lx Vx. apply split_inj. rewrite !rules_step_split, Hk, Hl. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto.
+    + split; [apply keep_zero|rewrite length_keep; auto].
+    + apply split_valid_parts; auto.
+  - intros H b Sb Vb. destruct (complete_B b y Sb) as [Ez Lz].
+    assert (Vz : validW (merge (keep inA y) b) = true).
+    { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Vb, andb_true_r.
+      apply split_valid_parts, Hy. }
+    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Hl, Ez in H.
+    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as H. exact H.
+Qed.
+
+(** An event of component [c] is idempotent on the whole machine's valid states exactly when it
+    is on side A's valid states. *)
+Theorem rules_idem_iff_A k ea y : to_pe k = inl ea -> validW y = true ->
+  (forall a, side_state inA (length y) a -> validA a = true ->
+     stepA val nat applyA nfA ea (stepA val nat applyA nfA ea a) = stepA val nat applyA nfA ea a) <->
+  (forall x, length x = length y -> validW x = true -> stepW k (stepW k x) = stepW k x).
+Proof.
+  intros Hk Hy. split.
+  - intros H x Lx Vx. destruct (split_valid_parts x Vx) as [VA VB].
+    apply split_inj. rewrite !rules_step_split, Hk. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto; [|split; [apply keep_zero|rewrite length_keep; auto]].
+    rewrite !(nfB_fix (keep inB x)) by auto. reflexivity.
+  - intros H a Sa Va. destruct (complete_A a y Sa) as [Ez Lz].
+    assert (Vz : validW (merge a (keep inB y)) = true).
+    { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Va.
+      apply split_valid_parts, Hy. }
+    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Ez in H.
+    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as H. exact H.
+Qed.
+
+Theorem rules_idem_iff_B k eb y : to_pe k = inr eb -> validW y = true ->
+  (forall b, side_state inB (length y) b -> validB b = true ->
+     stepB val nat applyB nfB eb (stepB val nat applyB nfB eb b) = stepB val nat applyB nfB eb b) <->
+  (forall x, length x = length y -> validW x = true -> stepW k (stepW k x) = stepW k x).
+Proof.
+  intros Hk Hy. split.
+  - intros H x Lx Vx. destruct (split_valid_parts x Vx) as [VA VB].
+    apply split_inj. rewrite !rules_step_split, Hk. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto; [|split; [apply keep_zero|rewrite length_keep; auto]].
+    rewrite !(nfA_fix (keep inA x)) by auto. reflexivity.
+  - intros H b Sb Vb. destruct (complete_B b y Sb) as [Ez Lz].
+    assert (Vz : validW (merge (keep inA y) b) = true).
+    { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Vb, andb_true_r.
+      apply split_valid_parts, Hy. }
+    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Ez in H.
+    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as _ H. exact H.
+Qed.
+
+End Product.
+
+End Split.
