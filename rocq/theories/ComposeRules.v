@@ -233,7 +233,55 @@ Proof.
   - apply get_out. rewrite length_upd. auto.
 Qed.
 
-(** ** 4. Splitting off one component *)
+(** ** 4. A machine on its domain
+
+    A verdict speaks of a machine's states only (each variable in its domain), not of every list
+    of integers.  A domain closed under repair and events, with a normal form reached from each
+    of its states, is a machine in the sense of Governance.v: its states are the subtype. *)
+
+Lemma comp_path_pres {S : Type} (valid : S -> bool) (rho : S -> S) (I : S -> Prop) s t :
+  (forall u, I u -> I (rho u)) -> comp_path S valid rho s t -> I s -> I t.
+Proof. intros Hr H. induction H; auto. Qed.
+
+(** Two states of a subtype given by a boolean test are equal when their values are. *)
+Lemma sig_bool_eq {T : Type} (d : T -> bool) (p q : {x : T | d x = true}) : proj1_sig p = proj1_sig q -> p = q.
+Proof.
+  destruct p as [x hx], q as [y hy]; simpl. intros <-. f_equal. apply Eqdep_dec.UIP_dec, Bool.bool_dec.
+Qed.
+
+Section Restrict.
+Variables (S E : Type) (dom : S -> bool) (valid : S -> bool) (rho : S -> S) (apply : E -> S -> S) (nf : S -> S).
+Hypothesis dom_rho : forall s, dom s = true -> dom (rho s) = true.
+Hypothesis dom_apply : forall e s, dom s = true -> dom (apply e s) = true.
+Hypothesis path : forall s, dom s = true -> comp_path S valid rho s (nf s).
+
+Definition D : Type := {s : S | dom s = true}.
+
+Lemma dom_nf s : dom s = true -> dom (nf s) = true.
+Proof. intros H. apply (comp_path_pres valid rho (fun u => dom u = true) s (nf s)); auto. Qed.
+
+Definition d_valid (s : D) : bool := valid (proj1_sig s).
+Definition d_rho (s : D) : D := exist _ (rho (proj1_sig s)) (dom_rho _ (proj2_sig s)).
+Definition d_apply (e : E) (s : D) : D := exist _ (apply e (proj1_sig s)) (dom_apply e _ (proj2_sig s)).
+Definition d_nf (s : D) : D := exist _ (nf (proj1_sig s)) (dom_nf _ (proj2_sig s)).
+
+Lemma d_path_lift s t (ht : dom t = true) :
+  comp_path S valid rho (proj1_sig s) t -> comp_path D d_valid d_rho s (exist _ t ht).
+Proof.
+  intros H. remember (proj1_sig s) as u eqn:Eu. revert s Eu ht. induction H as [u Hv|u t Hv _ IH]; intros s Eu ht; subst.
+  - replace (exist _ (proj1_sig s) ht) with s by (apply sig_bool_eq; reflexivity). apply cp_done. exact Hv.
+  - apply cp_step; [exact Hv|]. apply (IH (d_rho s)). reflexivity.
+Qed.
+
+Lemma d_path_proj s t : comp_path D d_valid d_rho s t -> comp_path S valid rho (proj1_sig s) (proj1_sig t).
+Proof. induction 1 as [s Hv|s t Hv _ IH]; [apply cp_done; exact Hv|apply cp_step; auto]. Qed.
+
+Lemma d_path s : comp_path D d_valid d_rho s (d_nf s).
+Proof. apply d_path_lift, path, proj2_sig. Qed.
+
+End Restrict.
+
+(** ** 5. Splitting off one component *)
 
 Section Split.
 Variable lab : list nat.   (** the component of every variable *)
@@ -505,11 +553,8 @@ Proof.
   split; [apply upd_zero; auto|rewrite length_upd; auto].
 Qed.
 
-Lemma comp_path_pres {S : Type} (valid : S -> bool) (rho : S -> S) (I : S -> Prop) s t :
-  (forall u, I u -> I (rho u)) -> comp_path S valid rho s t -> I s -> I t.
-Proof. intros Hr H. induction H; auto. Qed.
 
-(** ** 5. The whole machine is the product *)
+(** ** 6. The whole machine is the product *)
 
 Section Product.
 (** What the components' own verdicts give (Compose.v's hypotheses, for the projected machines). *)
@@ -641,22 +686,278 @@ Proof.
            rules_wfc_ex rules_nf_path rules_cc1 rules_cc2).
 Qed.
 
+End Product.
+
+(** ** 7. On the components' domains
+
+    What a component's verdict gives holds on its states only (every variable in its domain).
+    The same conclusions hold with every hypothesis restricted to domains [domA], [domB] (any
+    tests closed under the side's repair and events, such as "each variable in its range"):
+    the whole machine's domain is the set of states both of whose projections are in their
+    side's domain, and on it the whole machine is the product of the two components restricted
+    to their domains, and converges. *)
+
+Section Domain.
+Variables (domA domB : val -> bool).
+Hypothesis domA_rho : forall a, domA a = true -> domA (rhoA a) = true.
+Hypothesis domA_apply : forall e a, domA a = true -> domA (applyA e a) = true.
+Hypothesis domB_rho : forall b, domB b = true -> domB (rhoB b) = true.
+Hypothesis domB_apply : forall e b, domB b = true -> domB (applyB e b) = true.
+Variables (nfA nfB : val -> val) (phiA phiB : val -> nat) (indepA indepB : nat -> nat -> Prop).
+Hypothesis wfcA : forall a, domA a = true -> validA a = false -> phiA (rhoA a) < phiA a.
+Hypothesis wfcB : forall b, domB b = true -> validB b = false -> phiB (rhoB b) < phiB b.
+Hypothesis pathA : forall a, domA a = true -> comp_path val validA rhoA a (nfA a).
+Hypothesis pathB : forall b, domB b = true -> comp_path val validB rhoB b (nfB b).
+Hypothesis cc1A : forall ea eb a, indepA ea eb -> domA a = true -> validA a = true ->
+  stepA val nat applyA nfA eb (stepA val nat applyA nfA ea a) = stepA val nat applyA nfA ea (stepA val nat applyA nfA eb a).
+Hypothesis cc1B : forall ea eb b, indepB ea eb -> domB b = true -> validB b = true ->
+  stepB val nat applyB nfB eb (stepB val nat applyB nfB ea b) = stepB val nat applyB nfB ea (stepB val nat applyB nfB eb b).
+Hypothesis cc2A : forall e a, domA a = true -> stepA val nat applyA nfA e a = stepA val nat applyA nfA e (nfA a).
+Hypothesis cc2B : forall e b, domB b = true -> stepB val nat applyB nfB e b = stepB val nat applyB nfB e (nfB b).
+
+(** *** The components as machines on their domains, and their product *)
+
+Definition SA : Type := D val domA.
+Definition SB : Type := D val domB.
+Definition vA : SA -> bool := d_valid val domA validA.
+Definition vB : SB -> bool := d_valid val domB validB.
+Definition rA : SA -> SA := d_rho val domA rhoA domA_rho.
+Definition rB : SB -> SB := d_rho val domB rhoB domB_rho.
+Definition apA : nat -> SA -> SA := d_apply val nat domA applyA domA_apply.
+Definition apB : nat -> SB -> SB := d_apply val nat domB applyB domB_apply.
+Definition nA : SA -> SA := d_nf val domA validA rhoA nfA domA_rho pathA.
+Definition nB : SB -> SB := d_nf val domB validB rhoB nfB domB_rho pathB.
+Definition fA (a : SA) : nat := phiA (proj1_sig a).
+Definition fB (b : SB) : nat := phiB (proj1_sig b).
+Definition pickS (a : SA) (b : SB) : bool := pick (proj1_sig a) (proj1_sig b).
+
+Lemma wfcA' : forall a : SA, vA a = false -> fA (rA a) < fA a.
+Proof. intros a. apply wfcA, proj2_sig. Qed.
+Lemma wfcB' : forall b : SB, vB b = false -> fB (rB b) < fB b.
+Proof. intros b. apply wfcB, proj2_sig. Qed.
+Lemma pathA' : forall a : SA, comp_path SA vA rA a (nA a).
+Proof. apply d_path. Qed.
+Lemma pathB' : forall b : SB, comp_path SB vB rB b (nB b).
+Proof. apply d_path. Qed.
+Lemma cc1A' : forall ea eb a, indepA ea eb -> vA a = true ->
+  stepA SA nat apA nA eb (stepA SA nat apA nA ea a) = stepA SA nat apA nA ea (stepA SA nat apA nA eb a).
+Proof. intros ea eb a H V. apply sig_bool_eq. apply cc1A; auto. apply proj2_sig. Qed.
+Lemma cc1B' : forall ea eb b, indepB ea eb -> vB b = true ->
+  stepB SB nat apB nB eb (stepB SB nat apB nB ea b) = stepB SB nat apB nB ea (stepB SB nat apB nB eb b).
+Proof. intros ea eb b H V. apply sig_bool_eq. apply cc1B; auto. apply proj2_sig. Qed.
+Lemma cc2A' : forall e a, stepA SA nat apA nA e a = stepA SA nat apA nA e (nA a).
+Proof. intros e a. apply sig_bool_eq. apply cc2A, proj2_sig. Qed.
+Lemma cc2B' : forall e b, stepB SB nat apB nB e b = stepB SB nat apB nB e (nB b).
+Proof. intros e b. apply sig_bool_eq. apply cc2B, proj2_sig. Qed.
+
+Definition pvS : SA * SB -> bool := Compose.valid SA SB vA vB.
+Definition prS : SA * SB -> SA * SB := Compose.rho SA SB vA vB rA rB pickS.
+Definition pstepS : nat + nat -> SA * SB -> SA * SB := Compose.step SA SB nat nat apA apB nA nB.
+Definition pnfS : SA * SB -> SA * SB := Compose.nf SA SB nA nB.
+
+(** Forgetting the domain proofs maps this product onto the product of the rules sides. *)
+Definition projP (p : SA * SB) : val * val := (proj1_sig (fst p), proj1_sig (snd p)).
+
+Lemma projP_valid p : pvS p = pvalid (projP p).
+Proof. reflexivity. Qed.
+Lemma projP_rho p : projP (prS p) = prho (projP p).
+Proof.
+  destruct p as [a b]. unfold prS, prho, Compose.rho, projP. cbn [fst snd].
+  unfold vA, vB, d_valid, pickS. destruct (negb _ && _); reflexivity.
+Qed.
+Lemma projP_step e p : projP (pstepS e p) = pstep nfA nfB e (projP p).
+Proof. destruct e; reflexivity. Qed.
+Lemma projP_nf p : projP (pnfS p) = pnf nfA nfB (projP p).
+Proof. reflexivity. Qed.
+Lemma projP_inj p q : projP p = projP q -> p = q.
+Proof.
+  destruct p as [a b], q as [a' b']. unfold projP. cbn [fst snd]. intros H. injection H as H1 H2.
+  f_equal; apply sig_bool_eq; auto.
+Qed.
+
+Lemma path_map p q : comp_path (SA * SB) pvS prS p q -> comp_path (val * val) pvalid prho (projP p) (projP q).
+Proof.
+  induction 1 as [p Hv|p q Hv _ IH]; [apply cp_done; exact Hv|].
+  apply cp_step; [exact Hv|]. rewrite <- projP_rho. exact IH.
+Qed.
+
+(** *** The whole machine on its domain *)
+
+(** The whole machine's domain: both projections in their side's domain. *)
+Definition domW (x : val) : bool := domA (keep inA x) && domB (keep inB x).
+
+Lemma split_dom x : domW x = true -> exists p, projP p = split x.
+Proof.
+  unfold domW. intros H. apply andb_prop in H as [HA HB].
+  exists (exist _ (keep inA x) HA, exist _ (keep inB x) HB). reflexivity.
+Qed.
+
+Lemma domW_split x a b : split x = (a, b) -> domA a = true -> domB b = true -> domW x = true.
+Proof. unfold split, domW. intros H HA HB. injection H as -> ->. rewrite HA, HB. reflexivity. Qed.
+
+Lemma domW_parts x : domW x = true -> domA (keep inA x) = true /\ domB (keep inB x) = true.
+Proof. unfold domW. intros H. apply andb_prop in H. exact H. Qed.
+
+Theorem rules_dom_rho x : domW x = true -> domW (rhoW x) = true.
+Proof.
+  intros H. destruct (domW_parts x H) as [HA HB]. pose proof (rules_repair_split x) as E.
+  unfold prho, Compose.rho, split in E. cbn [fst snd] in E.
+  destruct (negb _ && _); apply (domW_split _ _ _ E); auto.
+Qed.
+
+Theorem rules_dom_apply k x : domW x = true -> domW (applyW k x) = true.
+Proof.
+  intros H. destruct (domW_parts x H) as [HA HB]. pose proof (rules_apply_split k x) as E.
+  unfold papply, Compose.apply, split in E. cbn [fst snd] in E.
+  destruct (to_pe k); apply (domW_split _ _ _ E); auto.
+Qed.
+
+Lemma nfA_side_d m a : domA a = true -> side_state inA m a -> side_state inA m (nfA a).
+Proof.
+  intros D H. apply (comp_path_pres validA rhoA (side_state inA m) a); auto.
+  intros u Hu. apply rrepair_side; auto. intros k. apply confined_A, Hinvs.
+Qed.
+
+Lemma nfB_side_d m b : domB b = true -> side_state inB m b -> side_state inB m (nfB b).
+Proof.
+  intros D H. apply (comp_path_pres validB rhoB (side_state inB m) b); auto.
+  intros u Hu. apply rrepair_side; auto. intros k. apply confined_B, Hinvs.
+Qed.
+
+(** The normal form of the whole is the pair of the components' normal forms. *)
+Theorem rules_dom_nf_split x : domW x = true -> split (nfW nfA nfB x) = pnf nfA nfB (split x).
+Proof.
+  intros H. destruct (domW_parts x H) as [HA HB].
+  destruct (nfA_side_d (length x) (keep inA x)) as [ZA LA]; auto; [split; [apply keep_zero|apply length_keep]|].
+  destruct (nfB_side_d (length x) (keep inB x)) as [ZB LB]; auto; [split; [apply keep_zero|apply length_keep]|].
+  unfold nfW. rewrite split_merge by (auto; congruence). reflexivity.
+Qed.
+
+(** The whole machine's own repair loop ends at that pair, from every state of its domain. *)
+Theorem rules_dom_nf_path x : domW x = true -> comp_path val validW rhoW x (nfW nfA nfB x).
+Proof.
+  intros H. destruct (split_dom x H) as [p Hp].
+  pose proof (compose_nf_path SA SB vA vB rA rB nA nB fA fB wfcA' wfcB' pathA' pathB' pickS p) as P.
+  apply path_map in P. rewrite projP_nf, Hp in P.
+  change (nfW nfA nfB x) with (merge (fst (pnf nfA nfB (split x))) (snd (pnf nfA nfB (split x)))).
+  apply path_of_product. exact P.
+Qed.
+
+Lemma dom_nfW x : domW x = true -> domW (nfW nfA nfB x) = true.
+Proof.
+  intros H. apply (comp_path_pres validW rhoW (fun u => domW u = true) x); auto.
+  - intros u Hu. apply rules_dom_rho, Hu.
+  - apply rules_dom_nf_path, H.
+Qed.
+
+Theorem rules_dom_step_split k x : domW x = true -> split (stepW nfA nfB k x) = pstep nfA nfB (to_pe k) (split x).
+Proof.
+  intros H. unfold stepW, Governance.step. rewrite rules_dom_nf_split by (apply rules_dom_apply, H).
+  rewrite rules_apply_split. reflexivity.
+Qed.
+
+Lemma dom_stepW k x : domW x = true -> domW (stepW nfA nfB k x) = true.
+Proof. intros H. apply dom_nfW, rules_dom_apply, H. Qed.
+
+(** WFC, CC1 and CC2 of the whole machine on its domain, by the product theorems of Compose.v. *)
+Theorem rules_dom_wfc x : domW x = true -> validW x = false ->
+  phiA (keep inA (rhoW x)) + phiB (keep inB (rhoW x)) < phiA (keep inA x) + phiB (keep inB x).
+Proof.
+  intros H Hv. destruct (split_dom x H) as [p Hp]. rewrite rules_valid_split, <- Hp in Hv.
+  pose proof (compose_wfc SA SB vA vB rA rB fA fB wfcA' wfcB' pickS p Hv) as W.
+  unfold fA, fB in W. change (proj1_sig (fst (Compose.rho SA SB vA vB rA rB pickS p))) with (fst (projP (prS p))) in W.
+  change (proj1_sig (snd (Compose.rho SA SB vA vB rA rB pickS p))) with (snd (projP (prS p))) in W.
+  change (proj1_sig (fst p)) with (fst (projP p)) in W. change (proj1_sig (snd p)) with (snd (projP p)) in W.
+  rewrite projP_rho, Hp, <- rules_repair_split in W. exact W.
+Qed.
+
+Theorem rules_dom_cc1 k l x : indepW indepA indepB k l -> domW x = true -> validW x = true ->
+  stepW nfA nfB l (stepW nfA nfB k x) = stepW nfA nfB k (stepW nfA nfB l x).
+Proof.
+  intros Hi H Hv. destruct (split_dom x H) as [p Hp]. apply split_inj.
+  rewrite !rules_dom_step_split by (auto using dom_stepW). rewrite <- Hp, <- !projP_step. f_equal.
+  apply (compose_cc1 SA SB nat nat vA vB rA rB apA apB indepA indepB nA nB pathA' pathB' cc1A' cc1B'); auto.
+  rewrite projP_valid, Hp, <- rules_valid_split. exact Hv.
+Qed.
+
+Theorem rules_dom_cc2 k x : domW x = true -> stepW nfA nfB k x = stepW nfA nfB k (nfW nfA nfB x).
+Proof.
+  intros H. destruct (split_dom x H) as [p Hp]. apply split_inj.
+  rewrite !rules_dom_step_split by (auto using dom_nfW). rewrite rules_dom_nf_split by auto.
+  rewrite <- Hp, <- projP_nf, <- !projP_step. f_equal.
+  apply (compose_cc2 SA SB nat nat vA vB rA rB apA apB nA nB pathA' pathB' cc2A' cc2B').
+Qed.
+
+(** *** Convergence of the whole rules machine on its domain *)
+
+Definition SW : Type := D val domW.
+Definition vW : SW -> bool := d_valid val domW validW.
+Definition rW : SW -> SW := d_rho val domW rhoW rules_dom_rho.
+Definition apW : nat -> SW -> SW := d_apply val nat domW applyW rules_dom_apply.
+Definition nW : SW -> SW := d_nf val domW validW rhoW (nfW nfA nfB) rules_dom_rho rules_dom_nf_path.
+
+Lemma sw_wfc : exists phi : SW -> nat, forall s, vW s = false -> phi (rW s) < phi s.
+Proof.
+  exists (fun s => phiA (keep inA (proj1_sig s)) + phiB (keep inB (proj1_sig s))).
+  intros s Hv. apply rules_dom_wfc; auto. apply proj2_sig.
+Qed.
+
+Lemma sw_path s : comp_path SW vW rW s (nW s).
+Proof. apply d_path. Qed.
+
+Lemma sw_cc1 k l s : indepW indepA indepB k l -> vW s = true ->
+  Governance.step SW nat apW nW l (Governance.step SW nat apW nW k s)
+  = Governance.step SW nat apW nW k (Governance.step SW nat apW nW l s).
+Proof. intros Hi Hv. apply sig_bool_eq. apply rules_dom_cc1; auto. apply proj2_sig. Qed.
+
+Lemma sw_cc2 k s : Governance.step SW nat apW nW k s = Governance.step SW nat apW nW k (nW s).
+Proof. apply sig_bool_eq. apply rules_dom_cc2, proj2_sig. Qed.
+
+(** From the components' verdicts on their domains: every run of the whole rules machine's
+    rewrite system from a state of its domain (delivery of pairwise-independent events,
+    compensation by the whole machine's own repair interleaved in any way) ends in the same
+    valid state ... *)
+Theorem rules_dom_unique_normal_forms : forall cf s1 s2,
+  star (G SW nat Nat.eq_dec vW rW apW (indepW indepA indepB)) cf (s1, []) ->
+  star (G SW nat Nat.eq_dec vW rW apW (indepW indepA indepB)) cf (s2, []) ->
+  vW s1 = true -> vW s2 = true -> s1 = s2.
+Proof.
+  apply (gov_unique_normal_forms SW nat Nat.eq_dec vW rW apW (indepW indepA indepB) nW sw_wfc sw_path sw_cc1 sw_cc2).
+Qed.
+
+(** ... which every delivery order of the same events reaches, compensating after each. *)
+Theorem rules_dom_stream_convergence : forall s b es1 es2,
+  pw nat (indepW indepA indepB) b -> Permutation es1 b -> Permutation es2 b ->
+  fold_left (fun t e => Governance.step SW nat apW nW e t) es1 (nW s)
+  = fold_left (fun t e => Governance.step SW nat apW nW e t) es2 (nW s)
+  /\ (forall t, star (G SW nat Nat.eq_dec vW rW apW (indepW indepA indepB)) (s, b) (t, []) -> vW t = true ->
+        t = fold_left (fun t e => Governance.step SW nat apW nW e t) es1 (nW s)).
+Proof.
+  apply (stream_convergence SW nat Nat.eq_dec vW rW apW (indepW indepA indepB) nW sw_wfc sw_path sw_cc1 sw_cc2).
+Qed.
+
 (** *** Obligations and idempotence are the components' own *)
 
-Lemma nfB_fix b : validB b = true -> nfB b = b.
-Proof. intros H. apply (comp_path_det val validB rhoB b); auto. apply cp_done. exact H. Qed.
-Lemma nfA_fix a : validA a = true -> nfA a = a.
-Proof. intros H. apply (comp_path_det val validA rhoA a); auto. apply cp_done. exact H. Qed.
+Lemma nfA_fix a : domA a = true -> validA a = true -> nfA a = a.
+Proof. intros D H. apply (comp_path_det val validA rhoA a); auto. apply cp_done. exact H. Qed.
+Lemma nfB_fix b : domB b = true -> validB b = true -> nfB b = b.
+Proof. intros D H. apply (comp_path_det val validB rhoB b); auto. apply cp_done. exact H. Qed.
 
 Lemma split_valid_parts x : validW x = true -> validA (keep inA x) = true /\ validB (keep inB x) = true.
 Proof. intros H. rewrite rules_valid_split in H. apply andb_prop in H. exact H. Qed.
 
-Lemma pstep_inl ea p : pstep (inl ea) p = (stepA val nat applyA nfA ea (fst p), nfB (snd p)).
+Lemma pstep_inl ea p : pstep nfA nfB (inl ea) p = (stepA val nat applyA nfA ea (fst p), nfB (snd p)).
 Proof. reflexivity. Qed.
-Lemma pstep_inr eb p : pstep (inr eb) p = (nfA (fst p), stepB val nat applyB nfB eb (snd p)).
+Lemma pstep_inr eb p : pstep nfA nfB (inr eb) p = (nfA (fst p), stepB val nat applyB nfB eb (snd p)).
 Proof. reflexivity. Qed.
 
-(** A state of side A, completed by the B part of a valid whole state [y], is a whole state. *)
+Lemma keep_side_A x : side_state inA (length x) (keep inA x).
+Proof. split; [apply keep_zero|apply length_keep]. Qed.
+Lemma keep_side_B x : side_state inB (length x) (keep inB x).
+Proof. split; [apply keep_zero|apply length_keep]. Qed.
+
+(** A state of side A completed by the B part of a whole state [y] is a whole state (of the
+    domain and valid when both parts are). *)
 Lemma complete_A a y : side_state inA (length y) a ->
   split (merge a (keep inB y)) = (a, keep inB y) /\ length (merge a (keep inB y)) = length y.
 Proof.
@@ -671,79 +972,94 @@ Proof.
   rewrite length_merge, length_keep. reflexivity.
 Qed.
 
-(** Two events of component [c] (side A) commute on the whole machine's valid states (of the
-    length of a valid state [y]) exactly when they commute on side A's valid states. *)
-Theorem rules_commute_iff_A k l ea eb y : to_pe k = inl ea -> to_pe l = inl eb -> validW y = true ->
-  (forall a, side_state inA (length y) a -> validA a = true ->
+(** Two events of component [c] (side A) commute on the valid states of the whole machine's
+    domain exactly when they commute on the valid states of side A's domain (states of the
+    length of a valid whole state [y] of the domain: the number of variables). *)
+Theorem rules_commute_iff_A k l ea eb y : to_pe k = inl ea -> to_pe l = inl eb -> domW y = true -> validW y = true ->
+  (forall a, side_state inA (length y) a -> domA a = true -> validA a = true ->
      stepA val nat applyA nfA eb (stepA val nat applyA nfA ea a) = stepA val nat applyA nfA ea (stepA val nat applyA nfA eb a)) <->
-  (forall x, length x = length y -> validW x = true -> stepW l (stepW k x) = stepW k (stepW l x)).
+  (forall x, length x = length y -> domW x = true -> validW x = true ->
+     stepW nfA nfB l (stepW nfA nfB k x) = stepW nfA nfB k (stepW nfA nfB l x)).
 Proof.
-  intros Hk Hl Hy. split.
-  - intros H x Lx Vx. apply split_inj. rewrite !rules_step_split, Hk, Hl. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto.
-    + split; [apply keep_zero|rewrite length_keep; auto].
-    + apply split_valid_parts; auto.
-  - intros H a Sa Va. destruct (complete_A a y Sa) as [Ez Lz].
+  intros Hk Hl Dy Vy. split.
+  - intros H x Lx Dx Vx. apply split_inj. rewrite !rules_dom_step_split by (auto using dom_stepW).
+    rewrite Hk, Hl, !pstep_inl. unfold split. cbn [fst snd]. rewrite H; auto.
+    + rewrite <- Lx. apply keep_side_A.
+    + apply domW_parts, Dx.
+    + apply split_valid_parts, Vx.
+  - intros H a Sa Da Va. destruct (complete_A a y Sa) as [Ez Lz].
+    assert (Dz : domW (merge a (keep inB y)) = true) by (apply (domW_split _ _ _ Ez); auto; apply domW_parts, Dy).
     assert (Vz : validW (merge a (keep inB y)) = true).
     { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Va.
-      apply split_valid_parts, Hy. }
-    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Hl, Ez in H.
-    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as H. exact H.
+      apply split_valid_parts, Vy. }
+    specialize (H _ Lz Dz Vz). apply (f_equal split) in H. rewrite !rules_dom_step_split in H by (auto using dom_stepW).
+    rewrite Hk, Hl, Ez, !pstep_inl in H. cbn [fst snd] in H. injection H as H. exact H.
 Qed.
 
 (** The same for two events of the other components (side B). *)
-Theorem rules_commute_iff_B k l eb1 eb2 y : to_pe k = inr eb1 -> to_pe l = inr eb2 -> validW y = true ->
-  (forall b, side_state inB (length y) b -> validB b = true ->
+Theorem rules_commute_iff_B k l eb1 eb2 y : to_pe k = inr eb1 -> to_pe l = inr eb2 -> domW y = true -> validW y = true ->
+  (forall b, side_state inB (length y) b -> domB b = true -> validB b = true ->
      stepB val nat applyB nfB eb2 (stepB val nat applyB nfB eb1 b) = stepB val nat applyB nfB eb1 (stepB val nat applyB nfB eb2 b)) <->
-  (forall x, length x = length y -> validW x = true -> stepW l (stepW k x) = stepW k (stepW l x)).
+  (forall x, length x = length y -> domW x = true -> validW x = true ->
+     stepW nfA nfB l (stepW nfA nfB k x) = stepW nfA nfB k (stepW nfA nfB l x)).
 Proof.
-  intros Hk Hl Hy. split.
-  - intros H x Lx Vx. apply split_inj. rewrite !rules_step_split, Hk, Hl. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto.
-    + split; [apply keep_zero|rewrite length_keep; auto].
-    + apply split_valid_parts; auto.
-  - intros H b Sb Vb. destruct (complete_B b y Sb) as [Ez Lz].
+  intros Hk Hl Dy Vy. split.
+  - intros H x Lx Dx Vx. apply split_inj. rewrite !rules_dom_step_split by (auto using dom_stepW).
+    rewrite Hk, Hl, !pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto.
+    + rewrite <- Lx. apply keep_side_B.
+    + apply domW_parts, Dx.
+    + apply split_valid_parts, Vx.
+  - intros H b Sb Db Vb. destruct (complete_B b y Sb) as [Ez Lz].
+    assert (Dz : domW (merge (keep inA y) b) = true) by (apply (domW_split _ _ _ Ez); auto; apply domW_parts, Dy).
     assert (Vz : validW (merge (keep inA y) b) = true).
     { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Vb, andb_true_r.
-      apply split_valid_parts, Hy. }
-    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Hl, Ez in H.
-    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as H. exact H.
+      apply split_valid_parts, Vy. }
+    specialize (H _ Lz Dz Vz). apply (f_equal split) in H. rewrite !rules_dom_step_split in H by (auto using dom_stepW).
+    rewrite Hk, Hl, Ez, !pstep_inr in H. cbn [fst snd] in H. injection H as H. exact H.
 Qed.
 
-(** An event of component [c] is idempotent on the whole machine's valid states exactly when it
-    is on side A's valid states. *)
-Theorem rules_idem_iff_A k ea y : to_pe k = inl ea -> validW y = true ->
-  (forall a, side_state inA (length y) a -> validA a = true ->
+(** An event of component [c] is idempotent on the valid states of the whole machine's domain
+    exactly when it is on the valid states of side A's domain. *)
+Theorem rules_idem_iff_A k ea y : to_pe k = inl ea -> domW y = true -> validW y = true ->
+  (forall a, side_state inA (length y) a -> domA a = true -> validA a = true ->
      stepA val nat applyA nfA ea (stepA val nat applyA nfA ea a) = stepA val nat applyA nfA ea a) <->
-  (forall x, length x = length y -> validW x = true -> stepW k (stepW k x) = stepW k x).
+  (forall x, length x = length y -> domW x = true -> validW x = true ->
+     stepW nfA nfB k (stepW nfA nfB k x) = stepW nfA nfB k x).
 Proof.
-  intros Hk Hy. split.
-  - intros H x Lx Vx. destruct (split_valid_parts x Vx) as [VA VB].
-    apply split_inj. rewrite !rules_step_split, Hk. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto; [|split; [apply keep_zero|rewrite length_keep; auto]].
+  intros Hk Dy Vy. split.
+  - intros H x Lx Dx Vx. destruct (split_valid_parts x Vx) as [VA VB]. destruct (domW_parts x Dx) as [DA DB].
+    apply split_inj. rewrite !rules_dom_step_split by (auto using dom_stepW).
+    rewrite Hk, !pstep_inl. unfold split. cbn [fst snd]. rewrite H; auto; [|rewrite <- Lx; apply keep_side_A].
     rewrite !(nfB_fix (keep inB x)) by auto. reflexivity.
-  - intros H a Sa Va. destruct (complete_A a y Sa) as [Ez Lz].
+  - intros H a Sa Da Va. destruct (complete_A a y Sa) as [Ez Lz].
+    assert (Dz : domW (merge a (keep inB y)) = true) by (apply (domW_split _ _ _ Ez); auto; apply domW_parts, Dy).
     assert (Vz : validW (merge a (keep inB y)) = true).
     { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Va.
-      apply split_valid_parts, Hy. }
-    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Ez in H.
-    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as H. exact H.
+      apply split_valid_parts, Vy. }
+    specialize (H _ Lz Dz Vz). apply (f_equal split) in H. rewrite !rules_dom_step_split in H by (auto using dom_stepW).
+    rewrite Hk, Ez, !pstep_inl in H. cbn [fst snd] in H. injection H as H. exact H.
 Qed.
 
-Theorem rules_idem_iff_B k eb y : to_pe k = inr eb -> validW y = true ->
-  (forall b, side_state inB (length y) b -> validB b = true ->
+Theorem rules_idem_iff_B k eb y : to_pe k = inr eb -> domW y = true -> validW y = true ->
+  (forall b, side_state inB (length y) b -> domB b = true -> validB b = true ->
      stepB val nat applyB nfB eb (stepB val nat applyB nfB eb b) = stepB val nat applyB nfB eb b) <->
-  (forall x, length x = length y -> validW x = true -> stepW k (stepW k x) = stepW k x).
+  (forall x, length x = length y -> domW x = true -> validW x = true ->
+     stepW nfA nfB k (stepW nfA nfB k x) = stepW nfA nfB k x).
 Proof.
-  intros Hk Hy. split.
-  - intros H x Lx Vx. destruct (split_valid_parts x Vx) as [VA VB].
-    apply split_inj. rewrite !rules_step_split, Hk. rewrite ?pstep_inl, ?pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto; [|split; [apply keep_zero|rewrite length_keep; auto]].
+  intros Hk Dy Vy. split.
+  - intros H x Lx Dx Vx. destruct (split_valid_parts x Vx) as [VA VB]. destruct (domW_parts x Dx) as [DA DB].
+    apply split_inj. rewrite !rules_dom_step_split by (auto using dom_stepW).
+    rewrite Hk, !pstep_inr. unfold split. cbn [fst snd]. rewrite H; auto; [|rewrite <- Lx; apply keep_side_B].
     rewrite !(nfA_fix (keep inA x)) by auto. reflexivity.
-  - intros H b Sb Vb. destruct (complete_B b y Sb) as [Ez Lz].
+  - intros H b Sb Db Vb. destruct (complete_B b y Sb) as [Ez Lz].
+    assert (Dz : domW (merge (keep inA y) b) = true) by (apply (domW_split _ _ _ Ez); auto; apply domW_parts, Dy).
     assert (Vz : validW (merge (keep inA y) b) = true).
     { rewrite rules_valid_split, Ez. unfold pvalid, Compose.valid. cbn [fst snd]. rewrite Vb, andb_true_r.
-      apply split_valid_parts, Hy. }
-    specialize (H _ Lz Vz). apply (f_equal split) in H. rewrite !rules_step_split, Hk, Ez in H.
-    rewrite ?pstep_inl, ?pstep_inr in H. cbn [fst snd] in H. injection H as _ H. exact H.
+      apply split_valid_parts, Vy. }
+    specialize (H _ Lz Dz Vz). apply (f_equal split) in H. rewrite !rules_dom_step_split in H by (auto using dom_stepW).
+    rewrite Hk, Ez, !pstep_inr in H. cbn [fst snd] in H. injection H as _ H. exact H.
 Qed.
 
-End Product.
+End Domain.
 
 End Split.
