@@ -1063,3 +1063,170 @@ Qed.
 End Domain.
 
 End Split.
+
+(** ** 8. Many components, one at a time
+
+    What Governance.v needs of a rules machine on a domain, as one proposition: the domain is
+    closed under repair and events ([closed]), and there are a normal form and a potential with
+    WFC, the repair loop reaching the normal form, CC1 for the declared independence and CC2
+    ([governed]).  Splitting off one component preserves both ([rules_split_governed]); so a
+    machine that passes the decomposition check, whose labels are all in a list of components
+    each of which is governed on its domain, is governed on the nested domain with the nested
+    independence (pairs inside a component: as that component declares; pairs across
+    components: always) ([rules_components_governed]); and a governed machine converges
+    ([governed_terminating], [governed_unique_normal_forms]). *)
+
+Definition closed (invs evs : list rule) (dom : val -> bool) : Prop :=
+  (forall x, dom x = true -> dom (rrepair invs x) = true) /\
+  (forall k x, dom x = true -> dom (revent evs k x) = true).
+
+Definition governed (invs evs : list rule) (dom : val -> bool) (indep : nat -> nat -> Prop) : Prop :=
+  exists (nf : val -> val) (phi : val -> nat),
+    (forall x, dom x = true -> rvalid invs x = false -> phi (rrepair invs x) < phi x) /\
+    (forall x, dom x = true -> comp_path val (rvalid invs) (rrepair invs) x (nf x)) /\
+    (forall k l x, indep k l -> dom x = true -> rvalid invs x = true ->
+       nf (revent evs l (nf (revent evs k x))) = nf (revent evs k (nf (revent evs l x)))) /\
+    (forall k x, dom x = true -> nf (revent evs k x) = nf (revent evs k (nf x))).
+
+(** Splitting off one component: if component [c] and the rest are each closed and governed on
+    their domains, so is the whole machine, on the domain of states whose projections are. *)
+Theorem rules_split_governed lab c invs inv_lab evs ev_lab domA domB indepA indepB :
+  check_decomposition lab invs inv_lab evs ev_lab = true ->
+  closed (invsA c invs inv_lab) (evsA c evs ev_lab) domA ->
+  governed (invsA c invs inv_lab) (evsA c evs ev_lab) domA indepA ->
+  closed (invsB c invs inv_lab) (evsB c evs ev_lab) domB ->
+  governed (invsB c invs inv_lab) (evsB c evs ev_lab) domB indepB ->
+  closed invs evs (domW lab c domA domB) /\ governed invs evs (domW lab c domA domB) (indepW c ev_lab indepA indepB).
+Proof.
+  intros H [RA AA] (nfA & phiA & WA & PA & CA & DA) [RB AB] (nfB & phiB & WB & PB & CB & DB).
+  split; [split|].
+  - exact (rules_dom_rho lab c invs inv_lab evs ev_lab H domA domB RA RB).
+  - exact (rules_dom_apply lab c invs inv_lab evs ev_lab H domA domB AA AB).
+  - exists (nfW lab c nfA nfB), (fun x => phiA (keep (inA lab c) x) + phiB (keep (inB lab c) x)).
+    split; [|split; [|split]].
+    + exact (rules_dom_wfc lab c invs inv_lab evs ev_lab H domA domB RA RB phiA phiB WA WB).
+    + exact (rules_dom_nf_path lab c invs inv_lab evs ev_lab H domA domB RA RB nfA nfB phiA phiB WA WB PA PB).
+    + exact (rules_dom_cc1 lab c invs inv_lab evs ev_lab H domA domB RA AA RB AB nfA nfB phiA phiB indepA indepB
+               WA WB PA PB CA CB).
+    + exact (rules_dom_cc2 lab c invs inv_lab evs ev_lab H domA domB RA AA RB AB nfA nfB phiA phiB
+               WA WB PA PB DA DB).
+Qed.
+
+(** The machine without rules: every state valid, no event changes anything. *)
+Lemma revent_nil k x : revent [] k x = x.
+Proof. unfold revent. destruct k; reflexivity. Qed.
+
+Lemma empty_governed dom indep : closed [] [] dom /\ governed [] [] dom indep.
+Proof.
+  split; [split; intros; rewrite ?revent_nil; auto|].
+  exists (fun x => x), (fun _ => 0). split; [|split; [|split]].
+  - intros x _ V. discriminate.
+  - intros x _. apply cp_done. reflexivity.
+  - intros k l x _ _ _. rewrite !revent_nil. reflexivity.
+  - intros k x _. reflexivity.
+Qed.
+
+Lemma in_keep_labels f rs ls l : In l (keep_labels f rs ls) -> In l ls /\ f l = true.
+Proof.
+  revert ls. induction rs as [|r rt IH]; intros [|m mt]; simpl; try tauto.
+  destruct (f m) eqn:E; simpl.
+  - intros [<-|H]; [auto|]. destruct (IH mt H). auto.
+  - intros H. destruct (IH mt H). auto.
+Qed.
+
+Lemma keep_rules_nested f g rs ls : (forall l, f l = true -> g l = true) ->
+  keep_rules f (keep_rules g rs ls) (keep_labels g rs ls) = keep_rules f rs ls.
+Proof.
+  intros Hfg. revert ls. induction rs as [|r rt IH]; intros [|m mt]; simpl; auto.
+  destruct (g m) eqn:G; simpl.
+  - destruct (f m); rewrite IH; auto.
+  - destruct (f m) eqn:F; [rewrite Hfg in G by auto; discriminate|auto].
+Qed.
+
+Lemma keep_rules_none f g rs ls : (forall l, f l = true -> g l = false) ->
+  keep_rules f (keep_rules g rs ls) (keep_labels g rs ls) = [].
+Proof.
+  intros Hfg. revert ls. induction rs as [|r rt IH]; intros [|m mt]; simpl; auto.
+  destruct (g m) eqn:G; simpl; auto.
+  destruct (f m) eqn:F; [rewrite Hfg in G by auto; discriminate|auto].
+Qed.
+
+(** The nested domain and independence of a list of components (the first split off first). *)
+Fixpoint dom_all (lab : list nat) (cs : list nat) (doms : nat -> val -> bool) : val -> bool :=
+  match cs with
+  | [] => fun _ => true
+  | c :: cs' => domW lab c (doms c) (dom_all lab cs' doms)
+  end.
+
+Fixpoint indep_all (cs : list nat) (evs : list rule) (ev_lab : list nat) (indeps : nat -> nat -> nat -> Prop)
+    : nat -> nat -> Prop :=
+  match cs with
+  | [] => fun _ _ => True
+  | c :: cs' => indepW c ev_lab (indeps c)
+                  (indep_all cs' (keep_rules (isB c) evs ev_lab) (keep_labels (isB c) evs ev_lab) indeps)
+  end.
+
+(** A machine that passes the decomposition check, whose every label is one of the components
+    [cs], each closed and governed on its domain [doms c] with its independence [indeps c] (over
+    its own event numbering), is closed and governed on the nested domain. *)
+Theorem rules_components_governed lab doms indeps : forall cs invs inv_lab evs ev_lab,
+  check_decomposition lab invs inv_lab evs ev_lab = true ->
+  (forall l, In l inv_lab \/ In l ev_lab -> In l cs) ->
+  (forall c, In c cs ->
+     closed (keep_rules (isA c) invs inv_lab) (keep_rules (isA c) evs ev_lab) (doms c)
+     /\ governed (keep_rules (isA c) invs inv_lab) (keep_rules (isA c) evs ev_lab) (doms c) (indeps c)) ->
+  closed invs evs (dom_all lab cs doms) /\ governed invs evs (dom_all lab cs doms) (indep_all cs evs ev_lab indeps).
+Proof.
+  induction cs as [|c cs IH]; intros invs inv_lab evs ev_lab H Hl Hc.
+  - assert (Li : inv_lab = []) by (destruct inv_lab as [|l lt]; auto; destruct (Hl l); simpl; auto).
+    assert (Le : ev_lab = []) by (destruct ev_lab as [|l lt]; auto; destruct (Hl l); simpl; auto).
+    unfold check_decomposition in H. apply andb_prop in H as [HI HE].
+    apply rules_in_len in HI. apply rules_in_len in HE. subst.
+    destruct invs; [|discriminate]. destruct evs; [|discriminate]. apply empty_governed.
+  - destruct (Hc c (or_introl eq_refl)) as [CA GA].
+    destruct (IH (keep_rules (isB c) invs inv_lab) (keep_labels (isB c) invs inv_lab)
+                 (keep_rules (isB c) evs ev_lab) (keep_labels (isB c) evs ev_lab)) as [CB GB].
+    + apply check_decomposition_rest, H.
+    + intros l [Hi|Hi]; apply in_keep_labels in Hi as [Hi Hb];
+        (destruct (Hl l) as [E|E]; [auto|subst; unfold isB in Hb; rewrite Nat.eqb_refl in Hb; discriminate|auto]).
+    + intros c' Hc'. destruct (Nat.eq_dec c' c) as [->|Ne].
+      * rewrite !keep_rules_none; [apply empty_governed| |];
+          intros l E; unfold isA, isB in *; rewrite E; reflexivity.
+      * rewrite !keep_rules_nested; [apply Hc; simpl; auto| |];
+          intros l E; unfold isA, isB in *; apply Nat.eqb_eq in E; subst; apply Nat.eqb_neq in Ne; rewrite Ne; reflexivity.
+    + exact (rules_split_governed lab c invs inv_lab evs ev_lab (doms c) (dom_all lab cs doms) (indeps c)
+               (indep_all cs (keep_rules (isB c) evs ev_lab) (keep_labels (isB c) evs ev_lab) indeps) H CA GA CB GB).
+Qed.
+
+(** A governed machine converges on its domain (Governance.v): the rewrite system on its states
+    terminates, and every run that ends with an empty bag in a valid state ends in the same one. *)
+Section Governed.
+Variables (invs evs : list rule) (dom : val -> bool) (indep : nat -> nat -> Prop).
+Hypothesis Hc : closed invs evs dom.
+
+Definition g_valid : D val dom -> bool := d_valid val dom (rvalid invs).
+Definition g_rho : D val dom -> D val dom := d_rho val dom (rrepair invs) (proj1 Hc).
+Definition g_apply : nat -> D val dom -> D val dom := d_apply val nat dom (revent evs) (proj2 Hc).
+
+Theorem governed_terminating : governed invs evs dom indep ->
+  forall cf, SN (G (D val dom) nat Nat.eq_dec g_valid g_rho g_apply indep) cf.
+Proof.
+  intros (nf & phi & W & _). apply gov_terminating.
+  exists (fun s => phi (proj1_sig s)). intros s V. apply W; [apply proj2_sig|exact V].
+Qed.
+
+Theorem governed_unique_normal_forms : governed invs evs dom indep -> forall cf s1 s2,
+  star (G (D val dom) nat Nat.eq_dec g_valid g_rho g_apply indep) cf (s1, []) ->
+  star (G (D val dom) nat Nat.eq_dec g_valid g_rho g_apply indep) cf (s2, []) ->
+  g_valid s1 = true -> g_valid s2 = true -> s1 = s2.
+Proof.
+  intros (nf & phi & W & P & C1 & C2).
+  apply (gov_unique_normal_forms (D val dom) nat Nat.eq_dec g_valid g_rho g_apply indep
+           (d_nf val dom (rvalid invs) (rrepair invs) nf (proj1 Hc) P)).
+  - exists (fun s => phi (proj1_sig s)). intros s V. apply W; [apply proj2_sig|exact V].
+  - apply d_path.
+  - intros a b s I V. apply sig_bool_eq. apply C1; auto. apply proj2_sig.
+  - intros e s. apply sig_bool_eq. apply C2, proj2_sig.
+Qed.
+
+End Governed.
