@@ -7,32 +7,43 @@
     [compose_cc1], [compose_cc2], ...).  Here: when [check_decomposition] answers [true], the
     rules machine itself — variables, invariants with repairs, guarded events, repaired by its
     own loop ("the first violated invariant, in declaration order") — *is* that product, for the
-    projections onto one component [c] (side A) and onto all the other components (side B):
+    projections onto one component [c] (side A) and onto all the other components (side B).
 
+    Section 6, at every valuation (exact equations, no hypothesis but the check):
     - [rules_valid_split]: a state is valid exactly when both projections are;
     - [rules_repair_split]: one repair step of the whole machine is one repair step of the
-      product, with the product's free choice of which half to repair made by the whole
+      product, the product's free choice of which half to repair being made by the whole
       machine's first violated invariant;
-    - [rules_apply_split], [rules_step_split]: an event acts on its own half only, and a
-      normalized step of the whole is the product's normalized step;
-    - [rules_nf_path], [rules_nf_split]: the whole machine's own repair loop ends, from every
-      state, at the pair of the components' normal forms;
+    - [rules_apply_split]: whole event [k] is the product's event [to_pe k] (its index among its
+      own side's events) and acts on its own half only;
+    given normal forms and potentials of the two sides (Compose.v's hypotheses):
+    - [rules_step_split], [rules_nf_split], [rules_nf_path], [rules_nf_iff]: a normalized step
+      of the whole is the product's normalized step, and the whole machine's own repair loop
+      ends, from every state, at the pair of the components' normal forms (and only there);
     - [rules_wfc], [rules_cc1], [rules_cc2]: WFC (potential: the sum of the components'), CC1
-      (every pair inside a component the component declares independent, every pair across
-      components) and CC2 hold for the whole machine when they hold for the components;
-    - [rules_unique_normal_forms], [rules_stream_convergence]: hence the whole rules machine
-      converges, by the product theorems and Governance.v;
-    - [rules_commute_iff], [rules_idem_iff]: a pair inside a component commutes (an event is
-      idempotent) on the whole machine's valid states exactly when it does on the component's
-      valid states, so the obligations and idempotence verdicts are the components' own;
-    - [check_decomposition_rest]: side B passes the decomposition check again, so a machine of
-      many components is split one component at a time (nested pairs).
+      (pairs inside a component as it declares them, every pair across components) and CC2;
+    - [rules_unique_normal_forms], [rules_stream_convergence]: the whole machine converges.
+
+    Section 7, the same with the components' facts assumed on their domains only (what a verdict
+    gives: every variable in its range), the whole machine on the states whose projections lie
+    in those domains: [rules_dom_*], and [rules_commute_iff_A]/[_B], [rules_idem_iff_A]/[_B]: a
+    pair inside a component commutes (an event is idempotent) on the whole machine's valid
+    states exactly when it does on the component's, so the obligations and idempotence
+    verdicts are the components' own.
+
+    Section 8, many components: [check_decomposition_rest] (the rest passes the check again),
+    [rules_split_governed] and, by induction over the list of components,
+    [rules_components_governed]: a checked machine whose every component is governed on its
+    domain (WFC, normal form, CC1, CC2) is governed on the nested domain; [governed_terminating]
+    and [governed_unique_normal_forms]: a governed machine converges.
 
     States here are valuations: a list of integers, entry i the value of variable i (exact
-    integers, as in Rules.v's [eval]).  Assignments are simultaneous, as in Compose.v's
-    [assign_fn].  The projection onto a side keeps that side's entries and zeroes the others, so
-    each projected machine is the component's rules over the whole machine's variable
-    numbering (the other variables sit at zero and are never read or written by its rules). *)
+    integers, as in Rules.v's [eval]).  Assignments are simultaneous, first binding of a
+    variable wins, as in Compose.v's [assign_fn].  The projection onto a side keeps that side's
+    entries and zeroes the others, so each projected machine is the component's rules over the
+    whole machine's variable numbering (the other variables sit at zero and are never read or
+    written by its rules).  Not here: the numbering of states by integer ids (Rules.v's
+    [decode]) and the renumbering of a component's variables; see docs/govern.md. *)
 
 From Coq Require Import List Arith Bool Lia ZArith Permutation.
 From Govern Require Import Vec ZVec Rules Newman Governance Compose.
