@@ -42,11 +42,17 @@
     variable wins, as in Compose.v's [assign_fn].  The projection onto a side keeps that side's
     entries and zeroes the others, so each projected machine is the component's rules over the
     whole machine's variable numbering (the other variables sit at zero and are never read or
-    written by its rules).  Not here: the numbering of states by integer ids (Rules.v's
-    [decode]) and the renumbering of a component's variables; see docs/govern.md. *)
+    written by its rules).
+
+    Section 9 ties valuations to the state ids of tables and of Rules.v's checker: ids and
+    in-range valuations correspond one to one, and when [check_rules] answers "match" every
+    table entry is the rules machine's step on the valuation its id stands for
+    ([check_rules_valuations]).  Not here: renumbering a component's variables from 0 (the
+    component machines the engine builds) and carrying a component's table verdict through
+    that correspondence to the hypotheses of sections 7 and 8; see docs/govern.md. *)
 
 From Coq Require Import List Arith Bool Lia ZArith Permutation.
-From Govern Require Import Vec ZVec Rules Newman Governance Compose.
+From Govern Require Import Vec ZVec TableCheck Rules Newman Governance Compose.
 Import ListNotations.
 
 (** ** 1. The rules machine over valuations *)
@@ -1241,3 +1247,300 @@ Proof.
 Qed.
 
 End Governed.
+
+(** ** 9. State ids are valuations
+
+    Tables, and the rules checker of Rules.v, number a machine's states by mixed-radix ids:
+    [decode vars s i] is the value of variable [i] at id [s].  Here: ids below [nstates vars]
+    and valuations with every variable in its range correspond one to one ([val_of_range],
+    [val_of_inj], [val_of_onto]), and the rules checker's meaning on ids is the rules machine
+    of this file on valuations: validity ([valid_spec_val]), the repair step
+    ([repair_spec_val]) and events ([apply_spec_val]), for assignments that set each variable
+    at most once (the front end builds them from a mapping) and stay in the domains (which the
+    checker verifies).  So when [check_rules] answers "match", every table entry is the rules
+    machine's own step on the valuation the id stands for ([check_rules_valuations]). *)
+
+(** The value of variable i at id s, walking the variables: digit 0 is s mod size_0, the rest
+    is the id s / size_0 of the remaining variables. *)
+Fixpoint dec (vars : list (Z * nat)) (s : nat) (i : nat) : Z :=
+  match vars, i with
+  | (lo, size) :: _, 0 => (lo + Z.of_nat (s mod size))%Z
+  | (_, size) :: t, S i => dec t (s / size) i
+  | [], _ => 0%Z
+  end.
+
+Lemma decode_dec_gen vars st s i :
+  match nth_error (layout vars st) i with
+  | Some (lo, size, stride) => (lo + Z.of_nat ((s / stride) mod size))%Z
+  | None => 0%Z
+  end = dec vars (s / st) i.
+Proof.
+  revert st s i. induction vars as [|[lo size] t IH]; intros st s [|i]; simpl; auto.
+  rewrite IH. f_equal.
+  destruct (Nat.eq_dec st 0) as [->|Hst]; [destruct size; reflexivity|].
+  destruct (Nat.eq_dec size 0) as [->|Hsz]; [rewrite Nat.mul_0_r; reflexivity|].
+  rewrite Nat.div_div; auto.
+Qed.
+
+Lemma decode_dec vars s i : decode vars s i = dec vars s i.
+Proof. unfold decode. rewrite decode_dec_gen, Nat.div_1_r. reflexivity. Qed.
+
+(** The id of a valuation: digit 0 plus size_0 times the id of the rest. *)
+Fixpoint idx (vars : list (Z * nat)) (x : nat -> Z) : Z :=
+  match vars with
+  | [] => 0%Z
+  | (lo, size) :: t => (x O - lo + Z.of_nat size * idx t (fun i => x (S i)))%Z
+  end.
+
+Fixpoint in_range (vars : list (Z * nat)) (x : nat -> Z) : Prop :=
+  match vars with
+  | [] => True
+  | (lo, size) :: t => (lo <= x O < lo + Z.of_nat size)%Z /\ in_range t (fun i => x (S i))
+  end.
+
+Lemma nstates_aux_mul vars acc : nstates_aux vars acc = acc * nstates vars.
+Proof.
+  unfold nstates. revert acc. induction vars as [|[lo size] t IH]; intros acc; simpl; [lia|].
+  rewrite IH, (IH (size + 0)). lia.
+Qed.
+
+Lemma nstates_cons lo size t : nstates ((lo, size) :: t) = size * nstates t.
+Proof. unfold nstates at 1. simpl. rewrite nstates_aux_mul. lia. Qed.
+
+Lemma idx_ext vars x y : (forall i, x i = y i) -> idx vars x = idx vars y.
+Proof.
+  revert x y. induction vars as [|[lo size] t IH]; intros x y H; simpl; auto.
+  rewrite H, (IH (fun i => x (S i)) (fun i => y (S i))); auto.
+Qed.
+
+Lemma in_range_ext vars x y : (forall i, x i = y i) -> in_range vars x -> in_range vars y.
+Proof.
+  revert x y. induction vars as [|[lo size] t IH]; intros x y H; simpl; auto.
+  intros [A B]. rewrite <- H. split; auto. apply (IH (fun i => x (S i))); auto.
+Qed.
+
+(** Ids below the number of states decode to valuations in range, whose id is the id again. *)
+Lemma dec_in_range vars s : s < nstates vars -> in_range vars (dec vars s).
+Proof.
+  revert s. induction vars as [|[lo size] t IH]; intros s Hs; simpl; auto.
+  rewrite nstates_cons in Hs. assert (size <> 0) by (intro; subst; simpl in Hs; lia).
+  split.
+  - pose proof (Nat.mod_upper_bound s size H). lia.
+  - apply IH. apply Nat.div_lt_upper_bound; lia.
+Qed.
+
+Lemma idx_dec vars s : s < nstates vars -> idx vars (dec vars s) = Z.of_nat s.
+Proof.
+  revert s. induction vars as [|[lo size] t IH]; intros s Hs; simpl.
+  - unfold nstates in Hs. simpl in Hs. lia.
+  - rewrite nstates_cons in Hs. assert (size <> 0) by (intro; subst; simpl in Hs; lia).
+    rewrite IH by (apply Nat.div_lt_upper_bound; lia).
+    pose proof (Nat.div_mod s size H). lia.
+Qed.
+
+(** Valuations in range have an id below the number of states, which decodes to them. *)
+Lemma idx_range vars x : in_range vars x -> (0 <= idx vars x < Z.of_nat (nstates vars))%Z.
+Proof.
+  revert x. induction vars as [|[lo size] t IH]; intros x Hx; simpl.
+  - unfold nstates. simpl. lia.
+  - destruct Hx as [A B]. specialize (IH _ B). rewrite nstates_cons, Nat2Z.inj_mul. nia.
+Qed.
+
+Lemma dec_idx vars x i : in_range vars x -> i < length vars -> dec vars (Z.to_nat (idx vars x)) i = x i.
+Proof.
+  revert x i. induction vars as [|[lo size] t IH]; intros x i Hx Hi; simpl in *; [lia|].
+  destruct Hx as [A B]. pose proof (idx_range t _ B) as R.
+  set (d := Z.to_nat (x O - lo)). set (r := Z.to_nat (idx t (fun i => x (S i)))).
+  assert (E : Z.to_nat (x O - lo + Z.of_nat size * idx t (fun i => x (S i))) = d + size * r).
+  { unfold d, r. lia. }
+  assert (Hd : d < size) by (unfold d; lia).
+  rewrite E. destruct i as [|i].
+  - rewrite (Nat.mul_comm size r), Nat.mod_add by lia. rewrite Nat.mod_small by auto. unfold d. lia.
+  - rewrite (Nat.mul_comm size r), Nat.div_add by lia. rewrite Nat.div_small by auto. simpl.
+    apply (IH (fun i => x (S i))); auto. lia.
+Qed.
+
+Definition upd_fn (x : nat -> Z) (i : nat) (v : Z) (j : nat) : Z := if Nat.eqb j i then v else x j.
+
+Lemma idx_upd_gen vars : forall st x i lo size stride v, nth_error (layout vars st) i = Some (lo, size, stride) ->
+  (Z.of_nat st * idx vars (upd_fn x i v) = Z.of_nat st * idx vars x + (v - x i) * Z.of_nat stride)%Z.
+Proof.
+  induction vars as [|[lo0 size0] t IH]; intros st x [|i] lo size stride v H; simpl in H; try discriminate.
+  - injection H as <- <- <-. simpl. unfold upd_fn at 1. simpl.
+    rewrite (idx_ext t (fun j => upd_fn x 0 v (S j)) (fun j => x (S j))) by reflexivity. ring.
+  - simpl. unfold upd_fn at 1. simpl.
+    rewrite (idx_ext t (fun j => upd_fn x (S i) v (S j)) (upd_fn (fun j => x (S j)) i v)) by reflexivity.
+    pose proof (IH (st * size0) (fun j => x (S j)) i lo size stride v H) as E. rewrite Nat2Z.inj_mul in E.
+    simpl in E. nia.
+Qed.
+
+Lemma idx_upd vars x i lo size stride v : nth_error (layout vars 1) i = Some (lo, size, stride) ->
+  idx vars (upd_fn x i v) = (idx vars x + (v - x i) * Z.of_nat stride)%Z.
+Proof.
+  intros H. pose proof (idx_upd_gen vars 1 x i lo size stride v H) as E. change (Z.of_nat 1) with 1%Z in E.
+  rewrite !Z.mul_1_l in E. exact E.
+Qed.
+
+Lemma in_range_upd_gen vars : forall st x i lo size stride v, nth_error (layout vars st) i = Some (lo, size, stride) ->
+  in_range vars x -> (lo <= v < lo + Z.of_nat size)%Z -> in_range vars (upd_fn x i v).
+Proof.
+  induction vars as [|[lo0 size0] t IH]; intros st x [|i] lo size stride v H Hx Hv; simpl in H; try discriminate;
+    destruct Hx as [A B].
+  - injection H as <- <- <-. split; [exact Hv|]. apply (in_range_ext t (fun j => x (S j))); auto.
+  - split; [exact A|]. apply (in_range_ext t (upd_fn (fun j => x (S j)) i v)); [reflexivity|].
+    apply (IH (st * size0) _ i lo size stride v H B Hv).
+Qed.
+
+Lemma enc_spec_false x lay asg acc : snd (enc_spec x lay asg acc false) = false.
+Proof.
+  revert acc. induction asg as [|[i e] t IH]; intros acc; simpl; auto.
+  destruct (nth_error lay i) as [[[lo size] st]|]; apply IH.
+Qed.
+
+Lemma assign_fn_notin x asg i : ~ In i (map fst asg) -> assign_fn x asg i = x i.
+Proof.
+  induction asg as [|[j e] t IH]; simpl; auto. intros H.
+  destruct (Nat.eqb i j) eqn:E; [apply Nat.eqb_eq in E; subst; tauto|auto].
+Qed.
+
+Lemma assign_fn_cons x i e t j : assign_fn x ((i, e) :: t) j = upd_fn (assign_fn x t) i (eval x e) j.
+Proof. reflexivity. Qed.
+
+(** An assignment that sets each variable at most once and stays in range: the id enc_spec
+    computes is the id of the assigned valuation, and that valuation is in range. *)
+Lemma enc_spec_idx vars x asg : forall acc ok, NoDup (map fst asg) ->
+  snd (enc_spec x (layout vars 1) asg acc ok) = true ->
+  ok = true /\ fst (enc_spec x (layout vars 1) asg acc ok) = (acc + idx vars (assign_fn x asg) - idx vars x)%Z
+  /\ (in_range vars x -> in_range vars (assign_fn x asg)).
+Proof.
+  induction asg as [|[i e] t IH]; intros acc ok Hd H; cbn [enc_spec map fst] in H, Hd |- *.
+  - split; [exact H|split; [|intros Hx; apply (in_range_ext vars x); auto]].
+    rewrite (idx_ext vars _ x) by reflexivity. lia.
+  - inversion Hd as [|? ? Hni Hd']; subst.
+    destruct (nth_error (layout vars 1) i) as [[[lo size] st]|] eqn:Hl; [|rewrite enc_spec_false in H; discriminate].
+    destruct (IH _ _ Hd' H) as (Hok & Hf & Hr).
+    apply andb_prop in Hok as [Hok Hhi]. apply andb_prop in Hok as [Hok Hlo].
+    apply Z.leb_le in Hlo. apply Z.ltb_lt in Hhi.
+    split; [exact Hok|split].
+    + rewrite Hf. rewrite (idx_ext vars (assign_fn x ((i, e) :: t)) (upd_fn (assign_fn x t) i (eval x e))) by reflexivity.
+      rewrite (idx_upd vars (assign_fn x t) i lo size st (eval x e) Hl).
+      rewrite (assign_fn_notin x t i Hni). lia.
+    + intros Hx. apply (in_range_ext vars (upd_fn (assign_fn x t) i (eval x e))); [reflexivity|].
+      apply (in_range_upd_gen vars 1 _ i lo size st); auto.
+Qed.
+
+Lemma length_layout vars st : length (layout vars st) = length vars.
+Proof. revert st. induction vars as [|[lo size] t IH]; intros st; simpl; auto. Qed.
+
+Lemma decode_out vars s i : length vars <= i -> decode vars s i = 0%Z.
+Proof. intros H. unfold decode. rewrite (proj2 (nth_error_None _ _)) by (rewrite length_layout; auto). reflexivity. Qed.
+
+Lemma eval_ext x y e : (forall j, x j = y j) -> eval x e = eval y e.
+Proof. intros H. induction e; simpl; try rewrite IHe1, IHe2; try rewrite IHe3; try rewrite IHe; auto. Qed.
+
+Lemma assign_fn_ext x y asg i : (forall j, x j = y j) -> assign_fn x asg i = assign_fn y asg i.
+Proof.
+  intros H. induction asg as [|[j e] t IH]; simpl; auto. destruct (Nat.eqb i j); auto. apply eval_ext, H.
+Qed.
+
+(** The valuation a state id stands for. *)
+Definition val_of (vars : list (Z * nat)) (s : nat) : val := map (decode vars s) (seq 0 (length vars)).
+
+Lemma length_val_of vars s : length (val_of vars s) = length vars.
+Proof. unfold val_of. rewrite map_length, seq_length. reflexivity. Qed.
+
+Lemma get_val_of vars s i : get (val_of vars s) i = decode vars s i.
+Proof.
+  destruct (Nat.lt_ge_cases i (length vars)) as [H|H].
+  - unfold get, val_of. rewrite nth_map_lt with (d' := 0) by (rewrite seq_length; auto).
+    rewrite seq_nth by auto. reflexivity.
+  - rewrite get_out by (rewrite length_val_of; auto). symmetry. apply decode_out, H.
+Qed.
+
+Lemma holds_val_of vars s e : holds (val_of vars s) e = nz (eval (decode vars s) e).
+Proof. unfold holds. rewrite (eval_ext _ (decode vars s)); auto. intros j. apply get_val_of. Qed.
+
+Lemma assign_spec_val vars asg s : s < nstates vars -> NoDup (map fst asg) ->
+  snd (assign_spec vars (decode vars s) asg s) = true ->
+  val_of vars (fst (assign_spec vars (decode vars s) asg s)) = upd (val_of vars s) asg.
+Proof.
+  intros Hs Hd Hok. unfold assign_spec in *. cbn [fst snd] in *.
+  destruct (enc_spec_idx vars (decode vars s) asg (Z.of_nat s) true Hd Hok) as (_ & Hf & Hr).
+  rewrite Hf.
+  assert (Ex : forall j, decode vars s j = dec vars s j) by (intros; apply decode_dec).
+  rewrite (idx_ext vars (decode vars s) (dec vars s) Ex), idx_dec by auto.
+  replace (Z.of_nat s + idx vars (assign_fn (decode vars s) asg) - Z.of_nat s)%Z
+    with (idx vars (assign_fn (decode vars s) asg)) by lia.
+  assert (R : in_range vars (assign_fn (decode vars s) asg)).
+  { apply Hr. apply (in_range_ext vars (dec vars s)); [intros; symmetry; apply decode_dec|apply dec_in_range; auto]. }
+  apply val_ext; [rewrite length_upd, !length_val_of; auto|].
+  intros i Hi. rewrite length_val_of in Hi.
+  rewrite get_val_of, decode_dec, dec_idx by auto.
+  rewrite get_upd by (rewrite length_val_of; auto).
+  apply assign_fn_ext. intros j. symmetry. apply get_val_of.
+Qed.
+
+(** Validity at an id is validity of its valuation. *)
+Theorem valid_spec_val vars invs s : valid_spec vars invs s = rvalid invs (val_of vars s).
+Proof.
+  unfold valid_spec, rvalid. induction invs as [|r t IH]; simpl; auto. rewrite IH, holds_val_of. reflexivity.
+Qed.
+
+(** The repair entry at an id (staying in the domains, assignments setting each variable at
+    most once) is the id of the repaired valuation. *)
+Theorem repair_spec_val vars invs s : s < nstates vars -> (forall r, In r invs -> NoDup (map fst (snd r))) ->
+  snd (repair_spec vars invs s) = true -> val_of vars (fst (repair_spec vars invs s)) = rrepair invs (val_of vars s).
+Proof.
+  intros Hs. induction invs as [|[h asg] t IH]; intros Hd Hok; cbn [repair_spec rrepair fst snd] in *; auto.
+  rewrite holds_val_of. revert Hok. destruct (nz (eval (decode vars s) h)); intros Hok.
+  - apply IH; auto. intros r Hr. apply Hd. simpl. auto.
+  - apply assign_spec_val; auto. apply (Hd (h, asg)). simpl. auto.
+Qed.
+
+Theorem apply_spec_val vars (r : expr * assignment) s : s < nstates vars -> NoDup (map fst (snd r)) ->
+  snd (apply_spec vars r s) = true -> val_of vars (fst (apply_spec vars r s)) = rapply r (val_of vars s).
+Proof.
+  intros Hs Hd Hok. unfold apply_spec, rapply in *. rewrite holds_val_of. revert Hok.
+  destruct (nz (eval (decode vars s) (fst r))); intros Hok; auto. apply assign_spec_val; auto.
+Qed.
+
+(** Ids below the number of states and valuations in range correspond one to one. *)
+Theorem val_of_range vars s : s < nstates vars -> in_range vars (get (val_of vars s)).
+Proof.
+  intros Hs. apply (in_range_ext vars (dec vars s)); [|apply dec_in_range; auto].
+  intros i. rewrite get_val_of, decode_dec. reflexivity.
+Qed.
+
+Theorem val_of_inj vars s s' : s < nstates vars -> s' < nstates vars -> val_of vars s = val_of vars s' -> s = s'.
+Proof.
+  intros Hs Hs' E. apply Nat2Z.inj. rewrite <- (idx_dec vars s Hs), <- (idx_dec vars s' Hs').
+  apply idx_ext. intros i. rewrite <- !decode_dec, <- !get_val_of, E. reflexivity.
+Qed.
+
+Theorem val_of_onto vars x : length x = length vars -> in_range vars (get x) ->
+  exists s, s < nstates vars /\ val_of vars s = x.
+Proof.
+  intros Hl Hr. pose proof (idx_range vars _ Hr) as R.
+  exists (Z.to_nat (idx vars (get x))). split; [lia|].
+  apply val_ext; [rewrite length_val_of; auto|]. intros i Hi. rewrite length_val_of in Hi.
+  rewrite get_val_of, decode_dec, dec_idx; auto.
+Qed.
+
+(** With the rules checker's answer "match": at every id, the tables are the valid test, the
+    repair and the events of the rules machine on the valuation the id stands for. *)
+Theorem check_rules_valuations vars invs evs valid repair apply :
+  check_rules vars invs evs valid repair apply = None ->
+  (forall r, In r invs \/ In r evs -> NoDup (map fst (snd r))) ->
+  forall s, s < nstates vars ->
+    mnth valid s = rvalid invs (val_of vars s)
+    /\ val_of vars (vnth repair s) = rrepair invs (val_of vars s)
+    /\ forall e, e < length evs -> val_of vars (vnth (nth e apply dflt) s) = revent evs e (val_of vars s).
+Proof.
+  intros H Hd s Hs. destruct (check_rules_sound vars invs evs valid repair apply H) as (_ & _ & _ & All).
+  destruct (All s Hs) as (V & R & Rok & E).
+  split; [rewrite V; apply valid_spec_val|split].
+  - rewrite R. apply repair_spec_val; auto.
+  - intros e He. destruct (E e He) as [E1 E2]. rewrite E1. unfold revent.
+    replace (nth e evs noev) with (nth e evs (ELit 0, [])) by reflexivity.
+    apply apply_spec_val; auto. apply Hd. right. apply nth_In, He.
+Qed.
