@@ -1343,7 +1343,12 @@ Lemma idx_range vars x : in_range vars x -> (0 <= idx vars x < Z.of_nat (nstates
 Proof.
   revert x. induction vars as [|[lo size] t IH]; intros x Hx; simpl.
   - unfold nstates. simpl. lia.
-  - destruct Hx as [A B]. specialize (IH _ B). rewrite nstates_cons, Nat2Z.inj_mul. nia.
+  - destruct Hx as [A B]. specialize (IH _ B). rewrite nstates_cons, Nat2Z.inj_mul.
+    set (R := idx t (fun i => x (S i))) in *. set (N := Z.of_nat (nstates t)) in *.
+    assert (P0 : (0 <= Z.of_nat size * R)%Z) by (apply Z.mul_nonneg_nonneg; lia).
+    assert (P1 : (Z.of_nat size * R + Z.of_nat size <= Z.of_nat size * N)%Z).
+    { rewrite <- Z.mul_succ_r. apply Z.mul_le_mono_nonneg_l; lia. }
+    lia.
 Qed.
 
 Lemma dec_idx vars x i : in_range vars x -> i < length vars -> dec vars (Z.to_nat (idx vars x)) i = x i.
@@ -1371,7 +1376,7 @@ Proof.
   - simpl. unfold upd_fn at 1. simpl.
     rewrite (idx_ext t (fun j => upd_fn x (S i) v (S j)) (upd_fn (fun j => x (S j)) i v)) by reflexivity.
     pose proof (IH (st * size0) (fun j => x (S j)) i lo size stride v H) as E. rewrite Nat2Z.inj_mul in E.
-    simpl in E. nia.
+    simpl in E. rewrite !Z.mul_add_distr_l, !Z.mul_assoc, E. ring.
 Qed.
 
 Lemma idx_upd vars x i lo size stride v : nth_error (layout vars 1) i = Some (lo, size, stride) ->
