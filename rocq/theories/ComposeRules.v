@@ -642,6 +642,7 @@ Proof.
   apply (compose_nf_path val val validA validB rhoA rhoB nfA nfB phiA phiB wfcA wfcB pathA pathB pick).
 Qed.
 
+(** A repair path of the whole from [x] ends at [t] exactly when the product's from [split x] ends at [split t]. *)
 Theorem rules_nf_iff x t : comp_path val validW rhoW x t <-> comp_path (val * val) pvalid prho (split x) (split t).
 Proof.
   split; [apply product_of_path|]. intros H. rewrite <- (merge_split t). apply (path_of_product x (split t) H).
@@ -815,6 +816,7 @@ Proof. unfold split, domW. intros H HA HB. injection H as -> ->. rewrite HA, HB.
 Lemma domW_parts x : domW x = true -> domA (keep inA x) = true /\ domB (keep inB x) = true.
 Proof. unfold domW. intros H. apply andb_prop in H. exact H. Qed.
 
+(** The whole machine's domain is closed under its repair ... *)
 Theorem rules_dom_rho x : domW x = true -> domW (rhoW x) = true.
 Proof.
   intros H. destruct (domW_parts x H) as [HA HB]. pose proof (rules_repair_split x) as E.
@@ -822,6 +824,7 @@ Proof.
   destruct (negb _ && _); apply (domW_split _ _ _ E); auto.
 Qed.
 
+(** ... and under its events. *)
 Theorem rules_dom_apply k x : domW x = true -> domW (applyW k x) = true.
 Proof.
   intros H. destruct (domW_parts x H) as [HA HB]. pose proof (rules_apply_split k x) as E.
@@ -867,6 +870,7 @@ Proof.
   - apply rules_dom_nf_path, H.
 Qed.
 
+(** On the domain, a normalized step of the whole is the product's normalized step. *)
 Theorem rules_dom_step_split k x : domW x = true -> split (stepW nfA nfB k x) = pstep nfA nfB (to_pe k) (split x).
 Proof.
   intros H. unfold stepW, Governance.step. rewrite rules_dom_nf_split by (apply rules_dom_apply, H).
@@ -888,6 +892,7 @@ Proof.
   rewrite projP_rho, Hp, <- rules_repair_split in W. exact W.
 Qed.
 
+(** CC1 on the domain: independent events commute at valid states (pairs across components always). *)
 Theorem rules_dom_cc1 k l x : indepW indepA indepB k l -> domW x = true -> validW x = true ->
   stepW nfA nfB l (stepW nfA nfB k x) = stepW nfA nfB k (stepW nfA nfB l x).
 Proof.
@@ -897,6 +902,7 @@ Proof.
   rewrite projP_valid, Hp, <- rules_valid_split. exact Hv.
 Qed.
 
+(** CC2 on the domain: normalizing before an event changes nothing. *)
 Theorem rules_dom_cc2 k x : domW x = true -> stepW nfA nfB k x = stepW nfA nfB k (nfW nfA nfB x).
 Proof.
   intros H. destruct (split_dom x H) as [p Hp]. apply split_inj.
@@ -1057,6 +1063,7 @@ Proof.
     rewrite Hk, Ez, !pstep_inl in H. cbn [fst snd] in H. injection H as H. exact H.
 Qed.
 
+(** The same for an event of the other components (side B). *)
 Theorem rules_idem_iff_B k eb y : to_pe k = inr eb -> domW y = true -> validW y = true ->
   (forall b, side_state inB (length y) b -> domB b = true -> validB b = true ->
      stepB val nat applyB nfB eb (stepB val nat applyB nfB eb b) = stepB val nat applyB nfB eb b) <->
@@ -1225,6 +1232,7 @@ Definition g_valid : D val dom -> bool := d_valid val dom (rvalid invs).
 Definition g_rho : D val dom -> D val dom := d_rho val dom (rrepair invs) (proj1 Hc).
 Definition g_apply : nat -> D val dom -> D val dom := d_apply val nat dom (revent evs) (proj2 Hc).
 
+(** Every run of the rewrite system on the domain's states terminates ... *)
 Theorem governed_terminating : governed invs evs dom indep ->
   forall cf, SN (G (D val dom) nat Nat.eq_dec g_valid g_rho g_apply indep) cf.
 Proof.
@@ -1232,6 +1240,7 @@ Proof.
   exists (fun s => phi (proj1_sig s)). intros s V. apply W; [apply proj2_sig|exact V].
 Qed.
 
+(** ... and all runs from one configuration that end (empty bag, valid state) end in the same state. *)
 Theorem governed_unique_normal_forms : governed invs evs dom indep -> forall cf s1 s2,
   star (G (D val dom) nat Nat.eq_dec g_valid g_rho g_apply indep) cf (s1, []) ->
   star (G (D val dom) nat Nat.eq_dec g_valid g_rho g_apply indep) cf (s2, []) ->
@@ -1502,6 +1511,7 @@ Proof.
   - apply assign_spec_val; auto. apply (Hd (h, asg)). simpl. auto.
 Qed.
 
+(** An event's entry at an id is the id of the valuation after the event. *)
 Theorem apply_spec_val vars (r : expr * assignment) s : s < nstates vars -> NoDup (map fst (snd r)) ->
   snd (apply_spec vars r s) = true -> val_of vars (fst (apply_spec vars r s)) = rapply r (val_of vars s).
 Proof.
@@ -1509,19 +1519,22 @@ Proof.
   destruct (nz (eval (decode vars s) (fst r))); intros Hok; auto. apply assign_spec_val; auto.
 Qed.
 
-(** Ids below the number of states and valuations in range correspond one to one. *)
+(** Ids below the number of states and valuations in range correspond one to one: an id stands
+    for a valuation in range ... *)
 Theorem val_of_range vars s : s < nstates vars -> in_range vars (get (val_of vars s)).
 Proof.
   intros Hs. apply (in_range_ext vars (dec vars s)); [|apply dec_in_range; auto].
   intros i. rewrite get_val_of, decode_dec. reflexivity.
 Qed.
 
+(** Distinct ids stand for distinct valuations ... *)
 Theorem val_of_inj vars s s' : s < nstates vars -> s' < nstates vars -> val_of vars s = val_of vars s' -> s = s'.
 Proof.
   intros Hs Hs' E. apply Nat2Z.inj. rewrite <- (idx_dec vars s Hs), <- (idx_dec vars s' Hs').
   apply idx_ext. intros i. rewrite <- !decode_dec, <- !get_val_of, E. reflexivity.
 Qed.
 
+(** ... and every valuation in range is the valuation of some id below the number of states. *)
 Theorem val_of_onto vars x : length x = length vars -> in_range vars (get x) ->
   exists s, s < nstates vars /\ val_of vars s = x.
 Proof.
