@@ -21,7 +21,13 @@
     - the headline ([check_components_governed], section 4): the decomposition check, and per
       component "match" of its renumbered rules with its tables and a certified verdict with
       CC2, make the whole rules machine closed and governed on the nested domain, hence its
-      rewrite system terminates and has unique normal forms. *)
+      rewrite system terminates and has unique normal forms ([check_components_converge]);
+    - the whole domain (section 5): when the components are distinct and every variable belongs
+      to one, that nested domain is, at the whole machine's length, every variable in its range
+      ([dom_all_spec]), and the whole machine is closed and governed there
+      ([check_components_governed_in_range]).
+
+    Components certified with domain "reachable", or without CC2, are not covered here. *)
 
 From Coq Require Import List Arith Bool Lia ZArith.
 From Govern Require Import Vec ZVec TableCheck Rules Newman Governance Bridge Compose ComposeRules.
@@ -526,4 +532,114 @@ Proof.
   intros H Hl Hcs dom indep Hc.
   destruct (check_components_governed vars lab invs inv_lab evs ev_lab cs vs valid repair apply pairs init H Hl Hcs) as [_ Gv].
   split; [apply (governed_terminating invs evs dom indep Hc Gv)|apply (governed_unique_normal_forms invs evs dom indep Hc Gv)].
+Qed.
+
+(** ** 5. The product domain is "every variable in its range"
+
+    When the components are distinct and every variable belongs to one of them (as the engine's
+    decomposition makes them), the nested domain of the headline is, at the whole machine's
+    length, the whole machine's domain: every variable in its range. *)
+
+(** Variable [i]'s value [z] is in its range. *)
+Definition rng (vars : list (Z * nat)) (i : nat) (z : Z) : Prop :=
+  let '(lo, size) := nth i vars (0%Z, 0) in (lo <= z < lo + Z.of_nat size)%Z.
+
+Lemma in_rangeb_map (f : nat -> Z * nat) l g : in_rangeb (map f l) g = true <->
+  forall j, j < length l -> let '(lo, size) := f (nth j l 0) in (lo <= g j < lo + Z.of_nat size)%Z.
+Proof.
+  revert g. induction l as [|a t IH]; intros g; simpl.
+  - split; auto. intros _ j H. lia.
+  - destruct (f a) as [lo size] eqn:Fa. rewrite !andb_true_iff, Z.leb_le, Z.ltb_lt, IH. split.
+    + intros [[A B] C] [|j] Hj; [simpl; rewrite Fa; lia|]. apply (C j). lia.
+    + intros H. specialize (H 0 ltac:(lia)) as H0. simpl in H0. rewrite Fa in H0. split; [lia|].
+      intros j Hj. apply (H (S j)). lia.
+Qed.
+
+Lemma in_rangeb_all vars g : in_rangeb vars g = true <-> forall i, i < length vars -> rng vars i (g i).
+Proof.
+  revert g. induction vars as [|[lo size] t IH]; intros g; cbn [in_rangeb length].
+  - split; auto. intros _ i H. lia.
+  - rewrite !andb_true_iff, Z.leb_le, Z.ltb_lt, IH. split.
+    + intros [[A B] C] [|i] Hi; unfold rng; simpl; [lia|]. apply (C i). lia.
+    + intros H. pose proof (H 0 ltac:(lia)) as H0. unfold rng in H0. simpl in H0.
+      split; [lia|]. intros i Hi. apply (H (S i)). lia.
+Qed.
+
+Lemma dom_ren_keep vars lab c vs x : NoDup vs -> (forall v, In v vs <-> in_comp lab c v = true) ->
+  length x = length lab ->
+  dom_ren lab c vs (in_dom (comp_vars vars vs)) (keep (inA lab c) x) = true <->
+  forall i, in_comp lab c i = true -> rng vars i (get x i).
+Proof.
+  intros Hnd Hvs Hl. unfold dom_ren, in_dom.
+  assert (S : sideb (inA lab c) (length lab) (keep (inA lab c) x) = true).
+  { apply sideb_spec. rewrite <- Hl. apply keep_side_A. }
+  rewrite S, length_loc. unfold comp_vars. rewrite map_length, Nat.eqb_refl. simpl.
+  rewrite in_rangeb_map. split.
+  - intros H i Hi. apply Hvs in Hi as Hin. specialize (H (pos vs i) (pos_lt vs i Hin)).
+    rewrite nth_pos in H by auto. rewrite get_loc, nth_pos, get_keep in H by (auto; apply pos_lt; auto).
+    unfold inA in H. rewrite Hi in H. exact H.
+  - intros H j Hj. assert (Hin : In (nth j vs 0) vs) by (apply nth_In; auto).
+    rewrite get_loc, get_keep by auto. unfold inA. apply Hvs in Hin. rewrite Hin. apply H, Hin.
+Qed.
+
+Lemma dom_all_spec vars lab (vs : nat -> list nat) : forall cs, NoDup cs ->
+  (forall c, In c cs -> NoDup (vs c) /\ forall v, In v (vs c) <-> in_comp lab c v = true) ->
+  forall x, length x = length lab ->
+  dom_all lab cs (fun c => dom_ren lab c (vs c) (in_dom (comp_vars vars (vs c)))) x = true <->
+  forall i c, In c cs -> in_comp lab c i = true -> rng vars i (get x i).
+Proof.
+  induction cs as [|c cs IH]; intros Hnd Hc x Hl; simpl.
+  - split; [intros _ i c []|auto].
+  - inversion Hnd as [|? ? Hni Hnd']; subst. destruct (Hc c (or_introl eq_refl)) as [Hd Hv].
+    unfold domW. rewrite andb_true_iff, dom_ren_keep by auto.
+    rewrite IH by (first [exact Hnd' | intros c' Ic'; apply Hc; simpl; auto
+                         | unfold keep; rewrite map_length, seq_length; auto]).
+    assert (Other : forall i c', In c' cs -> in_comp lab c' i = true -> get (keep (inB lab c) x) i = get x i).
+    { intros i c' Ic' Hi. rewrite get_keep. unfold inB. destruct (in_comp lab c i) eqn:E; auto.
+      exfalso. apply Hni. rewrite (in_comp_unique lab c c' i E Hi). exact Ic'. }
+    split.
+    + intros [A B] i c' [<-|Ic'] Hi; [apply A, Hi|]. rewrite <- (Other i c'); auto. apply (B i c'); auto.
+    + intros H. split; [intros i Hi; apply (H i c); auto|].
+      intros i c' Ic' Hi. rewrite (Other i c'); auto. apply (H i c'); auto.
+Qed.
+
+Lemma governed_sub invs evs (D E : val -> bool) indep : (forall x, E x = true -> D x = true) ->
+  governed invs evs D indep -> governed invs evs E indep.
+Proof.
+  intros H (nf & phi & W & P & C1 & C2). exists nf, phi.
+  split; [|split; [|split]]; intros; [apply W|apply P|apply C1|apply C2]; auto.
+Qed.
+
+(** The headline on the whole machine's own domain: when the components [cs] are distinct and
+    every variable belongs to one of them, the whole rules machine is closed and governed on the
+    valuations with every variable in its range. *)
+Theorem check_components_governed_in_range vars lab invs inv_lab evs ev_lab cs
+    (vs : nat -> list nat) (valid : nat -> mask) (repair : nat -> vec) (apply : nat -> list vec)
+    (pairs : nat -> option (list (nat * nat))) (init : nat -> nat) :
+  check_decomposition lab invs inv_lab evs ev_lab = true ->
+  (forall l, In l inv_lab \/ In l ev_lab -> In l cs) ->
+  (forall c, In c cs -> comp_checked vars lab invs inv_lab evs ev_lab c (vs c) (valid c) (repair c) (apply c) (pairs c) (init c)) ->
+  NoDup cs -> (forall i, i < length lab -> In (nth i lab 0) cs) -> length vars = length lab ->
+  let indep := indep_all cs evs ev_lab (fun c => t_indep (apply c) (pairs c)) in
+  closed invs evs (in_dom vars) /\ governed invs evs (in_dom vars) indep.
+Proof.
+  intros H Hl Hc Hnd Hcov Hlv indep.
+  destruct (check_components_governed vars lab invs inv_lab evs ev_lab cs vs valid repair apply pairs init H Hl Hc)
+    as [[CR CA] G].
+  set (D := dom_all lab cs (fun c => dom_ren lab c (vs c) (in_dom (comp_vars vars (vs c))))) in *.
+  assert (Hcs : forall c, In c cs -> NoDup (vs c) /\ forall v, In v (vs c) <-> in_comp lab c v = true).
+  { intros c Ic. destruct (Hc c Ic) as (A & B & _). auto. }
+  assert (Spec : forall x, length x = length lab -> D x = true <-> in_dom vars x = true).
+  { intros x Lx. unfold D. rewrite (dom_all_spec vars lab vs cs Hnd Hcs x Lx).
+    unfold in_dom. rewrite andb_true_iff, Nat.eqb_eq, in_rangeb_all. split.
+    - intros A. split; [lia|]. intros i Hi. apply (A i (nth i lab 0)); [apply Hcov; lia|].
+      unfold in_comp. rewrite (nth_error_nth' lab 0) by lia. apply Nat.eqb_refl.
+    - intros [_ A] i c _ Hi. apply A. rewrite Hlv. apply (in_comp_lt lab c), Hi. }
+  assert (Len : forall x, in_dom vars x = true -> length x = length lab).
+  { intros x Ex. unfold in_dom in Ex. apply andb_prop in Ex as [Ex _]. apply Nat.eqb_eq in Ex. lia. }
+  assert (Sub : forall x, in_dom vars x = true -> D x = true) by (intros x Ex; apply Spec; auto).
+  split; [split|].
+  - intros x Ex. apply Spec; [rewrite length_rrepair; auto|]. apply CR, Sub, Ex.
+  - intros k x Ex. apply Spec; [rewrite length_revent; auto|]. apply CA, Sub, Ex.
+  - apply (governed_sub invs evs D (in_dom vars) indep Sub G).
 Qed.
