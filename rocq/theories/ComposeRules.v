@@ -47,9 +47,9 @@
     Section 9 ties valuations to the state ids of tables and of Rules.v's checker: ids and
     in-range valuations correspond one to one, and when [check_rules] answers "match" every
     table entry is the rules machine's step on the valuation its id stands for
-    ([check_rules_valuations]).  Not here: renumbering a component's variables from 0 (the
-    component machines the engine builds) and carrying a component's table verdict through
-    that correspondence to the hypotheses of sections 7 and 8; see docs/govern.md. *)
+    ([check_rules_valuations]).  Renumbering a component's variables from 0 (the component
+    machines the engine builds) and carrying a component's table verdict through that
+    correspondence to the hypotheses of sections 7 and 8: ComposeTransport.v. *)
 
 From Coq Require Import List Arith Bool Lia ZArith Permutation.
 From Govern Require Import Vec ZVec TableCheck Rules Newman Governance Compose.
