@@ -343,6 +343,14 @@ COMPOSE_THEOREMS = (
     "components' own), compose_run and compose_swap (runs and trace equivalence lift)",
 )
 
+#: What a composed verdict on the "valid" domain with CC2 also rests on: the end-to-end theorem from
+#: the extracted checks each component passed to the whole rules machine being governed.
+COMPOSE_TRANSPORT_THEOREM = (
+    "Govern.ComposeTransport.check_components_governed_in_range (a split accepted by "
+    "check_decomposition whose components pass check_rules and check_tables, renumbered from 0, makes "
+    "the whole rules machine governed on every in-range valuation), check_components_converge"
+)
+
 
 def _merge_eventless(decomp: Decomposition) -> Decomposition:
     """Fold every component without events into the first one with events (a union of closed
@@ -491,7 +499,11 @@ def _composed_report(
         obligations=obligations,
         not_idempotent=not_idem,
         guarantee=guarantee,
-        theorems=(*theorems, *COMPOSE_THEOREMS),
+        theorems=(
+            *theorems,
+            *COMPOSE_THEOREMS,
+            *((COMPOSE_TRANSPORT_THEOREM,) if domain == "valid" and cc2 else ()),
+        ),
         trusted_callables=(),
         footprints=footprints,
         oracle={
