@@ -7,7 +7,8 @@ Figures printed (one line each):
 
 - events appended/s to the event log: SQLite file and PostgreSQL (when reachable), one event per
   transaction and batches of 100 and 1,000 per transaction, beside the machine's floor measured just
-  before in the same run: bare durable commits/s of a one-row insert on the same database;
+  before in the same run: bare durable commits/s of a one-row insert on the same database; and the
+  client's CPU time per event in each mode (steadier than wall time when the machine is busy);
 - replica fold rate (events/s): one event per `deliver` call, the whole log shuffled in one delivery
   and in deliveries of 1,000 (rules enforced), and in log order batched (one vectorized replay per
   page, `Machine.replay_ids`);
@@ -119,25 +120,31 @@ def floor_commits(url: str, n: int) -> float:
 
 def bench_append(machine: govern.Machine, url: str, label: str, single: int, batched: int) -> None:
     """Events/s appended one per transaction and in batches of 100 and 1,000 per transaction
-    (`EventLog.append_many`), beside the bare durable commit rate measured just before."""
+    (`EventLog.append_many`), beside the bare durable commit rate measured just before; with this
+    process's CPU time per event (`time.process_time`: the client's share, steadier than wall time on a
+    busy machine; the database server's own CPU is not in it)."""
     floor = floor_commits(url, single)
     log = govern.EventLog(url, name=f"bench-{uuid.uuid4().hex[:8]}", machine=machine)
     events = events_for(machine, single, 1000, 1)
-    t = time.perf_counter()
+    t, cpu = time.perf_counter(), time.process_time()
     for e in events:
         log.append(e)
     one = single / (time.perf_counter() - t)
+    cpus = [(time.process_time() - cpu) / single]
     rates = []
     for size, seed in ((100, 2), (1000, 3)):
         events = events_for(machine, batched, 1000, seed)
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), time.process_time()
         for i in range(0, batched, size):
             log.append_many(events[i : i + size])
         rates.append(batched / (time.perf_counter() - t))
+        cpus.append((time.process_time() - cpu) / batched)
     print(
         f"append {label:<10} bare durable commit {floor:>8,.0f}/s; {one:>8,.0f} events/s one per "
         f"transaction ({one / floor:.2f}x the floor), {rates[0]:>9,.0f} in batches of 100, "
-        f"{rates[1]:>9,.0f} in batches of 1,000",
+        f"{rates[1]:>9,.0f} in batches of 1,000; client CPU per event "
+        + " / ".join(f"{c * 1e6:,.1f}" for c in cpus)
+        + " µs",
         flush=True,
     )
     log.close()

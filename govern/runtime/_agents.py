@@ -111,32 +111,32 @@ def event_tool(
         if family is not None:
             instance = family.instance({p.name: getattr(validated, p.name) for p in family.params})
         event_id = event_id_for(ctx.run_id, ctx.call_id, instance, key)
-        stored = log.get(event_id)
-        created = False
-        if stored is None:
-            previous = log.last_by_producer(who)
-            try:
-                appended = log.append(
-                    Event(
-                        id=event_id,
-                        machine=rules.digest,
-                        record=key,
-                        event=instance,
-                        producer=who,
-                        deps=() if previous is None else (previous.id,),
-                    )
+        # No read of the id first: a retry of a call whose event is already in the log is refused as a
+        # conflict (its producer's last event is now the event itself, so the dependency differs) and
+        # resolved by reading the id back, like a concurrent retry. A first call saves a read.
+        previous = log.last_by_producer(who)
+        try:
+            appended = log.append(
+                Event(
+                    id=event_id,
+                    machine=rules.digest,
+                    record=key,
+                    event=instance,
+                    producer=who,
+                    deps=() if previous is None else (previous.id,),
                 )
-            except (InvalidInput, MachineMismatch, MissingDependency, LogCorrupted):
-                raise  # refused: nothing was appended
-            except EventLogError as exc:
-                # EventConflict: a concurrent retry of this very call won the append. Any other failure
-                # may have come after the commit landed. Either way the log knows: read the id back.
-                # The id is this call's own and was not in the log before, so unless a concurrent retry
-                # of the call won, this call wrote it.
-                stored = _read_back(log, event_id, exc)
-                created = not isinstance(exc, EventConflict)
-            else:
-                stored, created = appended.event, appended.created
+            )
+        except (InvalidInput, MachineMismatch, MissingDependency, LogCorrupted):
+            raise  # refused: nothing was appended
+        except EventLogError as exc:
+            # EventConflict: this call's event is already in the log (a retry, or a concurrent retry
+            # won). Any other failure may have come after the commit landed. Either way the log knows:
+            # read the id back. The id is this call's own, so unless it was there before, this call
+            # wrote it.
+            stored = _read_back(log, event_id, exc)
+            created = not isinstance(exc, EventConflict)
+        else:
+            stored, created = appended.event, appended.created
         # The event is in the log: from here on the call has succeeded, whatever a read does.
         return _consequence(rules, log, stored, created)
 

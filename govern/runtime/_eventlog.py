@@ -33,6 +33,8 @@ append algorithm (`_append`).
 from __future__ import annotations
 
 import contextlib
+import functools
+import itertools
 import json
 import re
 import secrets
@@ -270,6 +272,22 @@ class LoggedEvent(Event):
         return _LEAF_TAG + json_text(self.model_dump(mode="json")).encode("utf-8")
 
 
+_LOGGED_FIELDS = frozenset(LoggedEvent.model_fields)
+
+
+def _trusted(fields: dict[str, Any]) -> LoggedEvent:
+    """A `LoggedEvent` of fields that are already valid, every one given: what `model_construct` makes for
+    this model (it has no aliases, extras, private attributes or post-init hook), without that method's
+    generic loop over the fields, which cost more than all the rest of an append's own Python. A test
+    compares the two, so a pydantic that stores a model differently is caught."""
+    event = LoggedEvent.__new__(LoggedEvent)
+    object.__setattr__(event, "__dict__", fields)
+    object.__setattr__(event, "__pydantic_fields_set__", set(_LOGGED_FIELDS))
+    object.__setattr__(event, "__pydantic_extra__", None)
+    object.__setattr__(event, "__pydantic_private__", None)
+    return event
+
+
 @dataclass(frozen=True, slots=True)
 class Appended:
     """The outcome of an append: the stored event and whether this call wrote it (False: it was already
@@ -324,17 +342,31 @@ _Q_LAST_BY_PRODUCER = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    """What an append reads before it writes, under the log's lock: the log's row, the stored events
+    among the call's own ids (in full: a repeated id is compared field by field), the positions of the
+    stored events among the other ids it depends on, and the next producer and record numbers (0 for a
+    key never seen)."""
+
+    head: _Head
+    known: dict[str, LoggedEvent]
+    positions: dict[str, int]
+    producer_next: dict[str, int]
+    record_next: dict[str, int]
+
+
 class _Tx(Protocol):
     """What the append algorithm needs from a backend, inside one exclusive transaction on the log."""
 
     def lock(self) -> _Head | None: ...
+    def read(self, ids: list[str], deps: list[str], producers: list[str], records: list[str]) -> _Seen | None:
+        """Take the log's lock and read what an append needs (`_Seen`); None: the log has no row yet."""
+        ...
+
     def create(self, machine: str, names: tuple[str, ...]) -> _Head: ...
     def set_events(self, names: tuple[str, ...]) -> None: ...
-    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
     def written_by(self, writer: str, ids: list[str]) -> set[str]: ...
-    def next_numbers(
-        self, producers: list[str], records: list[str]
-    ) -> tuple[dict[str, int], dict[str, int]]: ...
     def holder(self, producer: str, seq: int) -> LoggedEvent | None: ...
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None: ...
 
@@ -384,6 +416,9 @@ class EventLog:
             raise InvalidInput("pool_size", f"must be an integer from 1 to 1000, got {pool_size!r}")
         self.timeout = float(timeout)
         self._identity = None if machine is None else _identity_of(machine, None)
+        # Each append call's writer token (see `_append`): random per handle, numbered per call.
+        self._writer_prefix = secrets.token_hex(8)
+        self._calls = itertools.count()
         self._backend: _Backend
         from bide._url import StoreURLError, parse_store_url  # the one parser, shared with bide.open_store
 
@@ -519,7 +554,7 @@ class EventLog:
         identity = self._identity
         if identity is not None and identity.events is not None and identity.digest == items[0].machine:
             _check_events(self.name, identity.events, items)  # refused before touching the database
-        writer = secrets.token_hex(16)
+        writer = f"{self._writer_prefix}{next(self._calls):x}"  # at most 32 characters
         return self._backend.transaction(lambda tx: _append(self.name, tx, items, writer, identity))
 
 
@@ -626,8 +661,13 @@ def _check_machine(log: str, head: _Head, machine: str) -> None:
         )
 
 
-def _check_events(log: str, names: Sequence[str], items: list[Event]) -> None:
-    allowed = set(names)
+@functools.lru_cache(maxsize=64)
+def _allowed(names: tuple[str, ...]) -> frozenset[str]:
+    return frozenset(names)
+
+
+def _check_events(log: str, names: tuple[str, ...], items: list[Event]) -> None:
+    allowed = _allowed(names)
     for event in items:
         if event.event not in allowed:
             raise InvalidInput(
@@ -644,15 +684,23 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
     acknowledgement is lost and the call runs again, the events it finds under its own token are the ones
     it wrote, so `created` stays exact."""
     machine = items[0].machine
-    head = tx.lock()
-    if head is None:
+    ids = list({e.id: None for e in items})
+    own = set(ids)
+    deps = list({d: None for e in items for d in e.deps if d not in own})
+    producers = list({e.producer: None for e in items})
+    records = list({e.record: None for e in items})
+    seen = tx.read(ids, deps, producers, records)
+    if seen is None:
         if identity is None or identity.events is None or identity.digest != machine:
             raise EventLogError(
                 f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
                 f"{machine}: bind it first with log.bind(machine) (the Machine or its Certificate), or "
                 "open it with EventLog(url, machine=machine)"
             )
-        head = tx.create(identity.digest, identity.events)
+        tx.create(identity.digest, identity.events)
+        seen = tx.read(ids, deps, producers, records)  # a concurrent creator may have appended first
+        assert seen is not None
+    head = seen.head
     _check_machine(log, head, machine)
     names = head.events
     if names is None:
@@ -665,13 +713,11 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         tx.set_events(identity.events)
         names = identity.events
     _check_events(log, names, items)
-    known = tx.by_ids(sorted({e.id for e in items} | {d for e in items for d in e.deps}))
-    again = sorted(e.id for e in items if e.id in known)
+    known = seen.known
+    again = [e.id for e in items if e.id in known]
     mine = tx.written_by(writer, again) if again else set()
-    producer_next, record_next = tx.next_numbers(
-        sorted({e.producer for e in items}), sorted({e.record for e in items})
-    )
-    producer_stored = dict(producer_next)
+    producer_next, record_next = dict(seen.producer_next), dict(seen.record_next)
+    producer_stored = seen.producer_next
     length = head.length
     fresh: dict[str, LoggedEvent] = {}
     numbered: dict[tuple[str, int], LoggedEvent] = {}  # the events of this call by (producer, seq)
@@ -703,28 +749,31 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         missing: list[str] = []
         for dep in event.deps:
             found = fresh.get(dep) or known.get(dep)
-            if found is None:
+            position = seen.positions.get(dep) if found is None else found.position
+            if position is None:
                 missing.append(dep)
             else:
-                after.append(found.position)
+                after.append(position)
         if missing:
             raise MissingDependency(
                 f"event {event.id!r} depends on {missing}, which are not in log {log!r}; "
                 "append dependencies first"
             )
         # Every field was validated when the Event was made, or computed here: no second validation.
-        logged = LoggedEvent.model_construct(
-            log=log,
-            id=event.id,
-            machine=event.machine,
-            record=event.record,
-            event=event.event,
-            producer=event.producer,
-            producer_seq=seq,
-            deps=event.deps,
-            position=length,
-            record_seq=record_next[event.record],
-            after=tuple(sorted(after)),
+        logged = _trusted(
+            {
+                "id": event.id,
+                "machine": event.machine,
+                "record": event.record,
+                "event": event.event,
+                "producer": event.producer,
+                "producer_seq": seq,
+                "deps": event.deps,
+                "log": log,
+                "position": length,
+                "record_seq": record_next[event.record],
+                "after": tuple(sorted(after)) if len(after) > 1 else tuple(after),
+            }
         )
         record_next[event.record] += 1
         length += 1
@@ -772,10 +821,15 @@ def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
     return engine, "sqlite"
 
 
-# Driver-level SQL for the append transaction: one append runs about ten statements, and SQLAlchemy's
-# per-statement work (compiling the cache key, building result rows) cost several times what SQLite
-# itself does. The SQL is written once for both databases ("?" becomes "%s" for psycopg) and quotes
-# every column, since some ("position", "after", "key", "next") are words one of them reserves.
+# Driver-level SQL for the append transaction. SQLAlchemy's per-statement work (compiling the cache key,
+# building result rows) cost several times what SQLite itself does, so the append runs on the driver's
+# cursor, in as few statements as each database allows: on SQLite, BEGIN IMMEDIATE has already taken the
+# lock and one statement reads everything the append needs; on PostgreSQL the lock (SELECT ... FOR UPDATE)
+# comes first and one statement reads the rest, in a snapshot taken after the lock was granted. A list of
+# keys is one parameter (a JSON array read by json_each on SQLite, an array on PostgreSQL), so a
+# statement's text is the same whatever the number of keys: the driver parses it once and PostgreSQL
+# prepares it once. Every column is quoted, since some ("position", "after", "key", "next") are words one
+# of the databases reserves.
 _EVENT_COLUMNS = (
     "log",
     "position",
@@ -790,9 +844,10 @@ _EVENT_COLUMNS = (
     "after",
     "writer",
 )
-_EVENT_SELECT = "SELECT " + ", ".join(f'"{c}"' for c in _EVENT_COLUMNS[:-1]) + " FROM govern_events"
-_IN_CHUNK = 500  # ids per IN (...) list
+_READ_COLUMNS = _EVENT_COLUMNS[:-1]  # what a reader gets back (the writer token stays in the database)
+_EVENT_SELECT = "SELECT " + ", ".join(f'"{c}"' for c in _READ_COLUMNS) + " FROM govern_events"
 _ROWS_CHUNK = 80  # rows per multi-row INSERT: 80 * 12 parameters stay under SQLite's old limit of 999
+_COPY_FROM = 16  # PostgreSQL writes a batch of at least this many events by COPY, a smaller one by INSERT
 
 
 @dataclass(frozen=True, slots=True)
@@ -801,45 +856,112 @@ class _Dialect:
 
     name: str
     lock: str
+    read: str
     create: str
     set_events: str
+    written_by: str
+    holder: str
     set_length: str
     upsert_counters: str
 
-    def sql(self, text: str) -> str:
-        return text if self.name == "sqlite" else text.replace("?", "%s")
+
+def _read_sql(dialect: str) -> str:
+    """The statement that reads what an append needs (`_Seen`), as rows of one shape: a tag, then the
+    columns of `_READ_COLUMNS`. Tags: 'h' the log's row (SQLite only: its length in "position", its
+    machine, its event names in "deps"), 'e' a stored event among the call's own ids, 'd' the position of
+    a stored event among its other dependencies, 'p' / 'r' the next number of a producer / record (the key
+    in "event_id", the number in "position"): its counter, or for a key whose counter row is missing one
+    past the highest number stored for it, or 0. Each number is two index lookups, whatever the log's
+    size (an `IN` over the pairs of the counters' key would scan every counter of the log)."""
+    sqlite = dialect == "sqlite"
+    log = ":log" if sqlite else "%(log)s"
+
+    def stored(name: str) -> str:
+        """The stored events whose ids are in the list parameter `name` (on SQLite a join driven by the
+        list: `IN (SELECT ...)` would first copy the list into a temporary index; json_each's own
+        columns, key and value among them, are named unlike any column read here)."""
+        if sqlite:
+            where = f'"log" = {log} AND "event_id" = k.value'
+            return f"json_each(:{name}) AS k CROSS JOIN govern_events WHERE {where}"
+        return f'govern_events WHERE "log" = {log} AND "event_id" = ANY(%({name})b::text[])'
+
+    def each(name: str) -> str:
+        return f"json_each(:{name}) AS k" if sqlite else f"unnest(%({name})b::text[]) AS k(value)"
+
+    def row(tag: str, **values: str) -> str:
+        return f"SELECT '{tag}', " + ", ".join(values.get(c, "NULL") for c in _READ_COLUMNS)
+
+    def next_number(kind: str, column: str, number: str) -> str:
+        return (
+            f'coalesce((SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
+            f'AND "key" = k.value), (SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} '
+            f'AND "{column}" = k.value), 0)'
+        )
+
+    parts = [
+        row("e", **{c: f'"{c}"' for c in _READ_COLUMNS}) + f" FROM {stored('ids')}",
+        row("d", position='"position"', event_id='"event_id"') + f" FROM {stored('deps')}",
+        row("p", position=next_number("p", "producer", "producer_seq"), event_id="k.value")
+        + f" FROM {each('producers')}",
+        row("r", position=next_number("r", "record", "record_seq"), event_id="k.value")
+        + f" FROM {each('records')}",
+    ]
+    if sqlite:
+        head = row("h", position='"length"', machine='"machine"', deps='"events"')
+        parts.insert(0, f'{head} FROM govern_logs WHERE "name" = {log}')
+    return " UNION ALL ".join(parts)
 
 
 def _dialect(name: str) -> _Dialect:
+    def sql(text: str) -> str:
+        return text if name == "sqlite" else text.replace("?", "%s")
+
     keep = "greatest" if name == "postgresql" else "max"  # never move a counter back
     lock = 'SELECT "machine", "length", "events" FROM govern_logs WHERE "name" = ?'
-    d = _Dialect(
-        name=name,
-        lock=lock + (" FOR UPDATE" if name == "postgresql" else ""),
-        create='INSERT INTO govern_logs ("name", "machine", "length", "events") VALUES (?, ?, 0, ?) '
-        "ON CONFLICT DO NOTHING",
-        set_events='UPDATE govern_logs SET "events" = ? WHERE "name" = ?',
-        set_length='UPDATE govern_logs SET "length" = ? WHERE "name" = ?',
-        upsert_counters='INSERT INTO govern_counters ("log", "kind", "key", "next") {rows} '
-        f'ON CONFLICT ("log", "kind", "key") DO UPDATE SET "next" = {keep}(govern_counters."next", '
-        'excluded."next")',
+    written_by = 'SELECT "event_id" FROM govern_events WHERE "log" = ? AND "writer" = ? AND '
+    written_by += (
+        '"event_id" IN (SELECT value FROM json_each(?))'
+        if name == "sqlite"
+        else '"event_id" = ANY(%b::text[])'
     )
     return _Dialect(
-        name,
-        d.sql(d.lock),
-        d.sql(d.create),
-        d.sql(d.set_events),
-        d.sql(d.set_length),
-        d.sql(d.upsert_counters),
+        name=name,
+        lock=sql(lock + (" FOR UPDATE" if name == "postgresql" else "")),
+        read=_read_sql(name),
+        create=sql(
+            'INSERT INTO govern_logs ("name", "machine", "length", "events") VALUES (?, ?, 0, ?) '
+            "ON CONFLICT DO NOTHING"
+        ),
+        set_events=sql('UPDATE govern_logs SET "events" = ? WHERE "name" = ?'),
+        written_by=sql(written_by),
+        holder=sql(f'{_EVENT_SELECT} WHERE "log" = ? AND "producer" = ? AND "producer_seq" = ?'),
+        set_length=sql('UPDATE govern_logs SET "length" = ? WHERE "name" = ?'),
+        upsert_counters=sql(
+            'INSERT INTO govern_counters ("log", "kind", "key", "next") {rows} ON CONFLICT ("log", "kind", '
+            f'"key") DO UPDATE SET "next" = {keep}(govern_counters."next", excluded."next")'
+        ),
     )
 
 
 _DIALECTS = {name: _dialect(name) for name in ("sqlite", "postgresql")}
+# Arrays go as binary parameters (%b): psycopg dumps a text array by testing every element for quoting.
 _PG_EVENT_ARRAYS = ", ".join(
-    "%s::" + ("bigint[]" if c in ("position", "record_seq", "producer_seq") else "text[]")
+    "%b::" + ("bigint[]" if c in ("position", "record_seq", "producer_seq") else "text[]")
     for c in _EVENT_COLUMNS
 )
-_PG_COUNTER_ARRAYS = "SELECT * FROM unnest(%s::text[], %s::text[], %s::text[], %s::bigint[])"
+_PG_COPY_EVENTS = "COPY govern_events (" + ", ".join(f'"{c}"' for c in _EVENT_COLUMNS) + ") FROM STDIN"
+# The log's new length and the counters in one statement (a data-modifying WITH): one round trip.
+_PG_LENGTH_AND_COUNTERS = (
+    'WITH grown AS (UPDATE govern_logs SET "length" = %s WHERE "name" = %s) '
+    + _DIALECTS["postgresql"].upsert_counters.format(
+        rows="SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[])"
+    )
+)
+
+
+_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+"""A list of keys as one SQLite parameter, read back by json_each (non-ASCII text kept as is; one encoder
+made once: json.dumps with options makes a new one per call)."""
 
 
 class _SqlTx:
@@ -849,11 +971,46 @@ class _SqlTx:
         self.cur = cursor
         self.log = log
         self.d = dialect
+        self.sqlite = dialect.name == "sqlite"
 
     def lock(self) -> _Head | None:
         self.cur.execute(self.d.lock, (self.log,))
         row = self.cur.fetchone()
         return None if row is None else _head_of(row[0], row[1], row[2])
+
+    def read(self, ids: list[str], deps: list[str], producers: list[str], records: list[str]) -> _Seen | None:
+        head = None
+        if self.sqlite:  # BEGIN IMMEDIATE holds the lock: the log's row comes with the rest
+            lists: Callable[[list[str]], Any] = _json
+        else:
+            head = self.lock()
+            if head is None:
+                return None
+            lists = list
+        params = {
+            "log": self.log,
+            "ids": lists(ids),
+            "deps": lists(deps),
+            "producers": lists(producers),
+            "records": lists(records),
+        }
+        self.cur.execute(self.d.read, params)
+        known: dict[str, LoggedEvent] = {}
+        positions: dict[str, int] = {}
+        numbers: dict[str, dict[str, int]] = {"p": {}, "r": {}}
+        for tag, *row in self.cur.fetchall():
+            if tag == "e":
+                event = _from_tuple(tuple(row))
+                known[event.id] = event
+            elif tag == "d":
+                positions[str(row[2])] = int(row[1])
+            elif tag == "h":
+                head = _head_of(row[3], row[1], row[9])
+            else:
+                numbers[tag][str(row[2])] = int(row[1])
+        if head is None:
+            return None
+        return _Seen(head, known, positions, numbers["p"], numbers["r"])
 
     def create(self, machine: str, names: tuple[str, ...]) -> _Head:
         # A concurrent creator may have won: its row is the one that counts.
@@ -865,77 +1022,20 @@ class _SqlTx:
     def set_events(self, names: tuple[str, ...]) -> None:
         self.cur.execute(self.d.set_events, (json.dumps(list(names)), self.log))
 
-    def _in(self, keys: list[Any]) -> Iterator[tuple[str, list[Any]]]:
-        """`IN` conditions over `keys` and their parameters: lists of placeholders on SQLite (500 at a
-        time), one array parameter on PostgreSQL (a short query text, which psycopg parses once and the
-        server prepares once, whatever the number of keys)."""
-        if self.d.name == "postgresql":
-            yield "= ANY(%s)", [keys]
-            return
-        for i in range(0, len(keys), _IN_CHUNK):
-            chunk = keys[i : i + _IN_CHUNK]
-            yield "IN (" + ", ".join("?" * len(chunk)) + ")", chunk
-
-    def _select_in(self, head: str, column: str, keys: list[str], extra: tuple[Any, ...] = ()) -> list[Any]:
-        rows: list[Any] = []
-        for condition, params in self._in(keys):
-            self.cur.execute(f'{self.d.sql(head)} AND "{column}" {condition}', (self.log, *extra, *params))
-            rows.extend(self.cur.fetchall())
-        return rows
-
-    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
-        rows = self._select_in(f'{_EVENT_SELECT} WHERE "log" = ?', "event_id", ids)
-        return {str(r[2]): _from_tuple(r) for r in rows}
-
     def written_by(self, writer: str, ids: list[str]) -> set[str]:
-        head = 'SELECT "event_id" FROM govern_events WHERE "log" = ? AND "writer" = ?'
-        return {str(r[0]) for r in self._select_in(head, "event_id", ids, (writer,))}
-
-    def next_numbers(self, producers: list[str], records: list[str]) -> tuple[dict[str, int], dict[str, int]]:
-        """For each producer and record, the next number to give (0 for a key never seen). A key without a
-        counter row (new, or its row lost) is numbered after the highest number stored for it."""
-        found: dict[tuple[str, str], int] = {}
-        head = 'SELECT "kind", "key", "next" FROM govern_counters WHERE "log" = %s AND '
-        if self.d.name == "postgresql":
-            self.cur.execute(
-                head + '(("kind" = \'p\' AND "key" = ANY(%s)) OR ("kind" = \'r\' AND "key" = ANY(%s)))',
-                (self.log, producers, records),
-            )
-            found.update(((str(k), str(key)), int(n)) for k, key, n in self.cur.fetchall())
-        else:
-            keys = [("p", k) for k in producers] + [("r", k) for k in records]
-            for i in range(0, len(keys), _IN_CHUNK):
-                chunk = keys[i : i + _IN_CHUNK]
-                pairs = ", ".join(["(?, ?)"] * len(chunk))
-                sql = head.replace("%s", "?") + f'("kind", "key") IN (VALUES {pairs})'
-                self.cur.execute(sql, (self.log, *(x for pair in chunk for x in pair)))
-                found.update(((str(k), str(key)), int(n)) for k, key, n in self.cur.fetchall())
-        for kind, column, number, wanted in (
-            ("p", "producer", "producer_seq", producers),
-            ("r", "record", "record_seq", records),
-        ):
-            missing = [k for k in wanted if (kind, k) not in found]
-            head = self.d.sql(f'SELECT "{column}", max("{number}") FROM govern_events WHERE "log" = ?')
-            for condition, params in self._in(missing) if missing else ():
-                sql = f'{head} AND "{column}" {condition} GROUP BY "{column}"'
-                self.cur.execute(sql, (self.log, *params))
-                for key, highest in self.cur.fetchall():
-                    found[kind, str(key)] = int(highest) + 1
-        return (
-            {k: found.get(("p", k), 0) for k in producers},
-            {k: found.get(("r", k), 0) for k in records},
-        )
+        self.cur.execute(self.d.written_by, (self.log, writer, _json(ids) if self.sqlite else ids))
+        return {str(r[0]) for r in self.cur.fetchall()}
 
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
-        sql = self.d.sql(f'{_EVENT_SELECT} WHERE "log" = ? AND "producer" = ? AND "producer_seq" = ?')
-        self.cur.execute(sql, (self.log, producer, seq))
+        self.cur.execute(self.d.holder, (self.log, producer, seq))
         row = self.cur.fetchone()
         return None if row is None else _from_tuple(row)
 
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
+        log = self.log
         rows = [
             (
-                self.log,
+                log,
                 e.position,
                 e.id,
                 e.machine,
@@ -954,18 +1054,21 @@ class _SqlTx:
         for e in events:
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
-        counters = [(self.log, kind, key, n) for (kind, key), n in nexts.items()]
+        counters = [(log, kind, key, n) for (kind, key), n in nexts.items()]
         columns = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
-        if self.d.name == "postgresql":
-            # One statement per table whatever the batch: a column of values per array parameter.
+        if not self.sqlite:
+            if len(rows) >= _COPY_FROM:  # COPY costs the server about half what INSERT ... unnest does
+                with self.cur.copy(_PG_COPY_EVENTS) as copy:
+                    for row in rows:
+                        copy.write_row(row)
+            else:
+                self.cur.execute(
+                    f"INSERT INTO govern_events ({columns}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})",
+                    [list(column) for column in zip(*rows, strict=True)],
+                )
             self.cur.execute(
-                f"INSERT INTO govern_events ({columns}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})",
-                [list(column) for column in zip(*rows, strict=True)],
-            )
-            self.cur.execute(self.d.set_length, (length, self.log))
-            self.cur.execute(
-                self.d.upsert_counters.format(rows=_PG_COUNTER_ARRAYS),
-                [list(column) for column in zip(*counters, strict=True)],
+                _PG_LENGTH_AND_COUNTERS,
+                [length, log, *(list(column) for column in zip(*counters, strict=True))],
             )
             return
         width = len(_EVENT_COLUMNS)
@@ -975,7 +1078,7 @@ class _SqlTx:
             self.cur.execute(
                 f"INSERT INTO govern_events ({columns}) VALUES {marks}", [x for row in chunk for x in row]
             )
-        self.cur.execute(self.d.set_length, (length, self.log))
+        self.cur.execute(self.d.set_length, (length, log))
         for i in range(0, len(counters), 200):
             some = counters[i : i + 200]
             marks = ", ".join(["(?, ?, ?, ?)"] * len(some))
@@ -1207,18 +1310,22 @@ class _MemoryTx:
         assert self.mem.head is not None
         self.mem.head = _Head(self.mem.head.machine, 0, names)
 
-    def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
-        return {i: self.mem.by_id[i] for i in ids if i in self.mem.by_id}
-
-    def written_by(self, writer: str, ids: list[str]) -> set[str]:
-        return {i for i in ids if self.mem.writers.get(i) == writer}
-
-    def next_numbers(self, producers: list[str], records: list[str]) -> tuple[dict[str, int], dict[str, int]]:
+    def read(self, ids: list[str], deps: list[str], producers: list[str], records: list[str]) -> _Seen | None:
         mem = self.mem
-        return (
+        head = self.lock()
+        if head is None:
+            return None
+        by_id = mem.by_id
+        return _Seen(
+            head,
+            {i: by_id[i] for i in ids if i in by_id},
+            {d: by_id[d].position for d in deps if d in by_id},
             {p: mem.producer_max.get(p, -1) + 1 for p in producers},
             {r: len(mem.by_record.get(r, ())) for r in records},
         )
+
+    def written_by(self, writer: str, ids: list[str]) -> set[str]:
+        return {i for i in ids if self.mem.writers.get(i) == writer}
 
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
         return self.mem.by_producer_seq.get((producer, seq))
