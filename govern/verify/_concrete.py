@@ -162,6 +162,15 @@ class Concrete:
             tuple(second),
         )
 
+    def chain_length(self, x: Values, limit: int) -> tuple[int, bool]:
+        """The number of repair steps from x to a valid state, and True; or (limit, False) when
+        `limit` steps do not reach one."""
+        for steps in range(limit):
+            if self.valid(x):
+                return steps, True
+            x = self.repair(x)
+        return limit, self.valid(x)
+
     def cycle(self, x: Values, period: int) -> RepairCycle | None:
         """The repair cycle through x when `period` repair steps bring x back to itself."""
         path = [x]
