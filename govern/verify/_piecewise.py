@@ -31,6 +31,9 @@ Piecewise = tuple[tuple[int, Affine], ...]
 
 FALSE = 0
 TRUE = 1
+#: A join absorbs a child join of its own kind only up to this many children: absorbing more
+#: copies long conjunctions into every formula built on them (quadratic in a repair chain's length).
+_FLATTEN = 4
 
 
 class Formulas:
@@ -119,7 +122,7 @@ class Formulas:
                 return zero
             if f == unit:
                 continue
-            if self.kind[f] == kind:
+            if self.kind[f] == kind and len(self.payload[f]) <= _FLATTEN:
                 parts.update(self.payload[f])
             else:
                 parts.add(f)

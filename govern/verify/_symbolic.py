@@ -29,7 +29,7 @@ from ..model._declarations import Assignment, Domain, Snapshot
 from ..model._expr import Expr
 from ._concrete import Concrete, Values
 from ._counterexample import Divergence
-from ._piecewise import Formulas, Piecewise
+from ._piecewise import Affine, Formulas, Piecewise
 from ._report import PrunedPair
 from ._tables import Footprint
 from ._timing import PhaseTimer
@@ -51,7 +51,7 @@ DEFAULT_MAX_RUN = 32
 #: Repair steps replayed concretely to describe a chain longer than the depth bound.
 _CHAIN_REPLAY = 10**6
 #: Wall-clock seconds each solver configuration gets, round after round, before the route gives up.
-_BUDGETS = (0.5, 5.0, 60.0)
+_BUDGETS = (2.0, 20.0, 60.0)
 
 _State = tuple[Piecewise, ...]
 
@@ -113,11 +113,17 @@ class _Query:
         self._cp = cp_model
         self.m = cp_model.CpModel()
         self.c = c
-        ranges = [(v.lo, v.hi) for v in c.vars] if fixed is None else [(x, x) for x in fixed]
+        # The solver's variables: the start state's (unless fixed), then the event choices.
+        ranges = [(v.lo, v.hi) for v in c.vars] if fixed is None else []
+        self._free = len(ranges)
         ranges += [(0, len(c.event_names) - 1)] * choices
         self.f = Formulas(ranges)
         self.xs = [self.m.new_int_var(lo, hi, "") for lo, hi in ranges]
-        self.start: _State = tuple(self.f.var(i) for i in range(len(c.vars)))
+        self.start: _State = (
+            tuple(self.f.var(i) for i in range(len(c.vars)))
+            if fixed is None
+            else tuple(self.f.const(x) for x in fixed)
+        )
         self._memos: dict[int, dict[int, Piecewise]] = {}
         self._keep: list[_State] = []  # states memoized by id() must stay alive
         self._lits: dict[int, Any] = {}
@@ -181,9 +187,9 @@ class _Query:
     def run(self, xs: _State, depth: int) -> list[_State]:
         """xs and the states after each of the query's event choices (see `__init__`)."""
         states = [xs]
-        for i in range(len(self.xs) - len(self.c.vars)):
+        for i in range(len(self.xs) - self._free):
             cur = states[-1]
-            choice = self.f.var(len(self.c.vars) + i)
+            choice = self.f.var(self._free + i)
             nxt = self.step(len(self.c.event_names) - 1, cur, depth)
             for e in reversed(range(len(self.c.event_names) - 1)):
                 chosen = self.f.compare("eq", choice, self.f.const(e))
@@ -194,6 +200,43 @@ class _Query:
 
     def differ(self, xs: _State, ys: _State) -> int:
         return self.f.any([self.f.differ(x, y) for x, y in zip(xs, ys, strict=True) if x != y])
+
+    def require_distinct(self, states: list[_State]) -> None:
+        """Assert that no two of the states are equal. Each state's values become solver variables
+        here (tied to their pieces, never to each other), since comparing every pair piecewise costs
+        the product of their pieces."""
+        m = self.m
+        values = [[self._materialize(v) for v in xs] for xs in states]
+        for j in range(len(states)):
+            for i in range(j):
+                apart = []
+                for x, y in zip(values[i], values[j], strict=True):
+                    lt, gt = m.new_bool_var(""), m.new_bool_var("")
+                    m.add(x < y).only_enforce_if(lt)
+                    m.add(x > y).only_enforce_if(gt)
+                    apart += [lt, gt]
+                m.add_bool_or(apart)
+
+    def _materialize(self, v: Piecewise) -> Any:
+        lo = min(self._affine_bound(a, low=True) for _, a in v)
+        hi = max(self._affine_bound(a, low=False) for _, a in v)
+        out = self.m.new_int_var(lo, hi, "")
+        pieces = []
+        for cond, (coeffs, k) in v:
+            lin = sum((c * x for c, x in zip(coeffs, self.xs, strict=True) if c), k)
+            piece = self._lit(cond)
+            self.m.add(out == lin).only_enforce_if(piece)
+            pieces.append(piece)
+        # A piece's literal only implies its condition (see `_lit`); requiring one to hold selects
+        # the piece whose condition is true (pieces are exhaustive and pairwise exclusive).
+        self.m.add_bool_or(pieces)
+        return out
+
+    def _affine_bound(self, a: Affine, *, low: bool) -> int:
+        coeffs, k = a
+        for c, (lo, hi) in zip(coeffs, self.f.ranges, strict=True):
+            k += c * (lo if (c > 0) == low else hi)
+        return k
 
     def same(self, xs: _State, ys: _State) -> int:
         return self.f.negate(self.differ(xs, ys))
@@ -244,17 +287,23 @@ class _Query:
         None when the query is unsatisfiable."""
         cp = self._cp
         last = "UNKNOWN"
+        # Presolve's probing walks a bound across a huge domain one offset at a time on some
+        # models (seconds for what search answers in milliseconds), and helps on others: both are
+        # tried, with growing wall-clock budgets. Which configuration answers may depend on load;
+        # the answer does not.
         for budget in _BUDGETS:
-            solver = cp.CpSolver()
-            solver.parameters.num_workers = 1
-            solver.parameters.random_seed = 0
-            solver.parameters.max_time_in_seconds = budget
-            status = solver.solve(self.m)
-            if status in (cp.OPTIMAL, cp.FEASIBLE):
-                return tuple(int(solver.value(x)) for x in self.xs)
-            if status == cp.INFEASIBLE:
-                return None
-            last = solver.status_name(status)
+            for presolve in (False, True):
+                solver = cp.CpSolver()
+                solver.parameters.num_workers = 1
+                solver.parameters.random_seed = 0
+                solver.parameters.cp_model_presolve = presolve
+                solver.parameters.max_time_in_seconds = budget
+                status = solver.solve(self.m)
+                if status in (cp.OPTIMAL, cp.FEASIBLE):
+                    return tuple(int(solver.value(x)) for x in self.xs)
+                if status == cp.INFEASIBLE:
+                    return None
+                last = solver.status_name(status)
         raise _Undecided(f"CP-SAT returned {last} on the query for {what} within its budget")
 
 
@@ -276,8 +325,7 @@ class _Run:
         q = _Query(self.c, initial, events)
         build(q, q.start)
         self.queries += 1
-        x = q.solve(what)
-        return None if x is None else x[len(self.c.vars) :]
+        return q.solve(what)
 
 
 def verify_symbolic(
@@ -498,10 +546,7 @@ def _reachable_witness(
                 f"{c.as_dict(initial)} to a witness of {what}, but the concrete semantics does not confirm "
                 "it; please report this machine"
             )
-        if (
-            run.ask_run(initial, length, lambda q, s: q.require(_all_distinct(q, q.run(s, depth))), what)
-            is None
-        ):
+        if run.ask_run(initial, length, lambda q, s: q.require_distinct(q.run(s, depth)), what) is None:
             return None
         if length >= max_run:
             break
@@ -513,11 +558,6 @@ def _reachable_witness(
         "with domain='valid' to check every valid state, or add an invariant that rules out the states "
         "no run reaches"
     )
-
-
-def _all_distinct(q: _Query, states: list[_State]) -> int:
-    """No state of the run repeats."""
-    return q.f.all([q.differ(states[i], states[j]) for j in range(len(states)) for i in range(j)])
 
 
 def _footprint(cond: Expr, part: Assignment) -> Footprint:

@@ -32,7 +32,7 @@ def floors_and_cap(n: int) -> Registry:
     """Floors and a cap above them commute; the repair raises anything below a minimum."""
     r = Registry("floors_and_cap")
     limit = r.int("limit", 0, n)
-    r.invariant("at_least_min", holds=limit >= n // 100, repair={limit: n // 100})
+    r.invariant("at_least_min", holds=limit >= n // 40, repair={limit: n // 40})
     r.event("floor_a", effect={limit: max_(limit, n // 20)})
     r.event("floor_b", effect={limit: max_(limit, n // 5)})
     r.event("cap", effect={limit: min_(limit, n - n // 10)})
@@ -154,6 +154,17 @@ def three_way_guards(n: int) -> Registry:
     return r
 
 
+def deep_repair(n: int) -> Registry:
+    """A repair that steps down one unit at a time, 40 steps at most: WFC needs the depth search to
+    go past 32, and the floor event commutes with the cap it triggers."""
+    r = Registry("deep_repair")
+    x = r.int("x", 0, n)
+    r.invariant("near_top", holds=x <= n - 40, repair={x: x - 1})
+    r.event("floor", effect={x: max_(x, n // 4)})
+    r.event("top", effect={x: n})
+    return r
+
+
 def unreachable_conflict(n: int) -> Registry:
     """Two events that diverge only above n/2, which no run from 0 reaches: CC1 fails on the "valid"
     domain and holds on the "reachable" one (reachable: 0, n/4, n/3)."""
@@ -188,6 +199,7 @@ CORPUS: Corpus = {
         not_idempotent,
         two_sums,
         three_way_guards,
+        deep_repair,
         unreachable_conflict,
     )
 }
