@@ -1,9 +1,11 @@
 """Verification without enumeration: WFC, CC1, CC2, obligations and idempotence decided on the rules'
 AST by CP-SAT (ortools), for machines whose integer domains are too large for tables.
 
-Every question is an existence query over fresh state variables ranging over the declared domains:
-"is there a state where ...". The rules are encoded exactly (docs/semantics.md: integers never wrap,
-`ite`, `min`/`max`, comparisons and connectives as reified constraints), so
+Every question is an existence query over a fresh start state ranging over the declared domains:
+"is there a state where ...". The rules are compiled exactly (docs/semantics.md: integers never
+wrap) into piecewise-affine functions of the start state (`_piecewise`), so the model's only integer
+variables are the start state's and every condition is a literal tied to one linear inequality on
+them. Then
 
 - a **satisfiable** query yields a candidate state, which is replayed through the concrete semantics
   (`_concrete.Concrete`, the engine's own reference evaluator) and reported only when the replay
@@ -15,7 +17,8 @@ Every question is an existence query over fresh state variables ranging over the
 Normal forms are unrolled: WFC is established by finding the least K such that K repair steps from
 any state reach a valid state (then NF(s) = repair^K(s) and K is the maximum repair depth); when no
 K up to the bound works, a repair cycle is searched for and replayed, and otherwise the route gives
-up (it never guesses). Only the "valid" checked domain is supported (reachability is not encoded).
+up with what to do (it never guesses). On the "reachable" domain a failure found on a valid state is
+searched for along runs from the initial state, unrolled the same way (`_reachable_witness`).
 """
 
 from __future__ import annotations
@@ -304,7 +307,10 @@ class _Query:
                 if status == cp.INFEASIBLE:
                     return None
                 last = solver.status_name(status)
-        raise _Undecided(f"CP-SAT returned {last} on the query for {what} within its budget")
+        raise _Undecided(
+            f"CP-SAT returned {last} on the query for {what} within its budget; shrink variable ranges "
+            "or simplify the rules"
+        )
 
 
 class _Run:
@@ -349,7 +355,7 @@ def verify_symbolic(
     except _Undecided as exc:
         raise StateSpaceTooLarge(
             f"machine {snap.name!r} is too large to enumerate and the symbolic route could not decide it: "
-            f"{exc}. Shrink variable ranges or simplify the repairs.",
+            f"{exc}.",
             states=states,
             bytes_needed=0,
         ) from None
@@ -615,9 +621,12 @@ def _repair_depth(run: _Run, c: Concrete, max_depth: int) -> int:
 
     x = run.ask(loops, f"a repair cycle of at most {max_depth} steps")
     if x is not None:
-        period = next(p for p in range(1, max_depth + 1) if c.cycle(x, p) is not None)
-        cycle = c.cycle(x, period)
-        assert cycle is not None
+        cycle = next((cy for p in range(1, max_depth + 1) if (cy := c.cycle(x, p)) is not None), None)
+        if cycle is None:
+            raise AssertionError(
+                f"internal error: CP-SAT proposed {c.as_dict(x)} on a repair cycle, but the concrete "
+                "semantics does not confirm it; please report this machine"
+            )
         raise NotConvergent(cycle)
     steps, reached = c.chain_length(witness, _CHAIN_REPLAY)
     if reached:
