@@ -22,7 +22,7 @@ from typing import Any
 
 from ..model._expr import Expr
 
-__all__ = ["FALSE", "TRUE", "Affine", "Formulas", "Piecewise"]
+__all__ = ["FALSE", "TRUE", "Affine", "FormulaLimit", "Formulas", "Piecewise"]
 
 #: An affine form over the start variables: (coefficient of each variable, constant).
 Affine = tuple[tuple[int, ...], int]
@@ -36,6 +36,10 @@ TRUE = 1
 _FLATTEN = 4
 
 
+class FormulaLimit(Exception):
+    """A query's formulas outgrew `Formulas.max_nodes` (the rules' pieces multiply too fast)."""
+
+
 class Formulas:
     """Hash-consed Boolean formulas over linear atoms on start variables with the given ranges.
 
@@ -43,6 +47,9 @@ class Formulas:
     "and" / "or" (payload: sorted child ids). Negation is pushed to the atoms (over the integers,
     not(a·x <= c) is -a·x <= -c - 1), so every formula is a monotone combination of atoms.
     Atoms decided by the variables' ranges alone fold to true or false."""
+
+    #: Formula nodes one query may build before `FormulaLimit` (a few hundred MiB of Python objects).
+    max_nodes = 2_000_000
 
     def __init__(self, ranges: Sequence[tuple[int, int]]) -> None:
         self.ranges = tuple(ranges)
@@ -56,6 +63,8 @@ class Formulas:
         hit = self._ids.get(key)
         if hit is None:
             hit = len(self.kind)
+            if hit >= self.max_nodes:
+                raise FormulaLimit(f"more than {self.max_nodes:,} formula nodes")
             self.kind.append(kind)
             self.payload.append(payload)
             self._ids[key] = hit

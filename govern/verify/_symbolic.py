@@ -32,7 +32,7 @@ from ..model._declarations import Assignment, Domain, Snapshot
 from ..model._expr import Expr
 from ._concrete import Concrete, Values
 from ._counterexample import Divergence
-from ._piecewise import Affine, Formulas, Piecewise
+from ._piecewise import Affine, FormulaLimit, Formulas, Piecewise
 from ._report import PrunedPair
 from ._tables import Footprint
 from ._timing import PhaseTimer
@@ -321,7 +321,7 @@ class _Run:
     def ask(self, build: Any, what: str) -> Values | None:
         """Solve the query `build(q, start)` asserts on a fresh start state."""
         q = _Query(self.c)
-        build(q, q.start)
+        _build(build, q, what)
         self.queries += 1
         return q.solve(what)
 
@@ -329,9 +329,19 @@ class _Run:
         """Solve the query `build(q, start)` asserts, where start is `initial` and `events` free
         event choices follow it; the solution's choices (or None)."""
         q = _Query(self.c, initial, events)
-        build(q, q.start)
+        _build(build, q, what)
         self.queries += 1
         return q.solve(what)
+
+
+def _build(build: Any, q: _Query, what: str) -> None:
+    try:
+        build(q, q.start)
+    except FormulaLimit as exc:
+        raise _Undecided(
+            f"the query for {what} grew too large to state ({exc}): the rules' case splits multiply "
+            "across steps and repairs; simplify the rules (fewer nested if_/min_/max_, fewer repair steps)"
+        ) from None
 
 
 def verify_symbolic(

@@ -299,3 +299,11 @@ def test_random_integer_machines_symbolic_equals_enumeration(machine: tuple[Regi
     registry, domain = machine
     snap = registry.snapshot()
     assert symbolic(snap, domain, exhaustive=True) == enumerated(snap, domain)
+
+
+def test_a_query_too_large_to_state_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from govern.verify._piecewise import Formulas
+
+    monkeypatch.setattr(Formulas, "max_nodes", 500)
+    with pytest.raises(StateSpaceTooLarge, match="grew too large to state"):
+        verify_symbolic(CORPUS["deep_repair"](10**9).snapshot(), "valid", PhaseTimer())
