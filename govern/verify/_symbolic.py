@@ -337,7 +337,7 @@ class _Run:
 def _build(build: Any, q: _Query, what: str) -> None:
     try:
         build(q, q.start)
-    except FormulaLimit as exc:
+    except (FormulaLimit, RecursionError) as exc:  # formulas too wide, or nested too deep
         raise _Undecided(
             f"the query for {what} grew too large to state ({exc}): the rules' case splits multiply "
             "across steps and repairs; simplify the rules (fewer nested if_/min_/max_, fewer repair steps)"
