@@ -171,6 +171,18 @@ class Concrete:
             x = self.repair(x)
         return limit, self.valid(x)
 
+    def find_cycle(self, x: Values, limit: int) -> RepairCycle | None:
+        """The repair cycle that the repair chain from x runs into within `limit` steps, if any."""
+        seen: dict[Values, int] = {}
+        for step in range(limit):
+            if self.valid(x):
+                return None
+            if x in seen:
+                return self.cycle(x, step - seen[x])
+            seen[x] = step
+            x = self.repair(x)
+        return None
+
     def cycle(self, x: Values, period: int) -> RepairCycle | None:
         """The repair cycle through x when `period` repair steps bring x back to itself."""
         path = [x]

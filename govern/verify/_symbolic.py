@@ -51,6 +51,8 @@ __all__ = [
 DEFAULT_MAX_DEPTH = 64
 #: With the "reachable" domain: the longest run from the initial state searched for a failing state.
 DEFAULT_MAX_RUN = 32
+#: Repair steps replayed concretely to find the cycle a long chain runs into.
+_CYCLE_REPLAY = 10**5
 #: Repair steps replayed concretely to describe a chain longer than the depth bound.
 _CHAIN_REPLAY = 10**6
 #: Wall-clock seconds each solver configuration gets, round after round, before the route gives up.
@@ -623,21 +625,31 @@ def _repair_depth(run: _Run, c: Concrete, max_depth: int) -> int:
                 below = mid
         return above
 
-    def loops(q: _Query, s: _State) -> None:
+    # The witness's own chain may run into a cycle: replaying it finds the cycle without a query.
+    cycle = c.find_cycle(witness, _CYCLE_REPLAY)
+    if cycle is not None:
+        raise NotConvergent(cycle)
+
+    def loops(q: _Query, s: _State, period: int) -> None:
         chain = [s]
-        for _ in range(max_depth):
+        for _ in range(period):
             chain.append(q.repair(chain[-1]))
         q.require(q.f.negate(q.valid(s)), q.f.any([q.same(s, t) for t in chain[1:]]))
 
-    x = run.ask(loops, f"a repair cycle of at most {max_depth} steps")
-    if x is not None:
-        cycle = next((cy for p in range(1, max_depth + 1) if (cy := c.cycle(x, p)) is not None), None)
-        if cycle is None:
-            raise AssertionError(
-                f"internal error: CP-SAT proposed {c.as_dict(x)} on a repair cycle, but the concrete "
-                "semantics does not confirm it; please report this machine"
-            )
-        raise NotConvergent(cycle)
+    period = 1
+    while True:  # cycles of period <= 1, 2, 4, ...: short cycles (the usual ones) cost short queries
+        x = run.ask(lambda q, s, p=period: loops(q, s, p), f"a repair cycle of at most {period} steps")
+        if x is not None:
+            cycle = next((cy for p in range(1, period + 1) if (cy := c.cycle(x, p)) is not None), None)
+            if cycle is None:
+                raise AssertionError(
+                    f"internal error: CP-SAT proposed {c.as_dict(x)} on a repair cycle, but the concrete "
+                    "semantics does not confirm it; please report this machine"
+                )
+            raise NotConvergent(cycle)
+        if period >= max_depth:
+            break
+        period = min(2 * period, max_depth)
     steps, reached = c.chain_length(witness, _CHAIN_REPLAY)
     if reached:
         seen = f"from {c.as_dict(witness)} repair takes {steps:,} steps"
