@@ -251,7 +251,8 @@ def guarantee_text(
             "the same state"
         )
     sentences = [
-        f"{where}, {scope}, with the state normalized after each event (Machine.apply does this) [{_TRACE}]."
+        f"{where}, {scope}, with the state normalized after each event (Machine.apply does this) "
+        f"[{_TRACE}]."
     ]
     theorems = [f"{_TRACE} (trace equivalence from D under eager compensation: WFC + CC1 on D)"]
     if pair_mode == "declared":
