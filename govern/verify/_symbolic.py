@@ -362,6 +362,9 @@ def verify_symbolic(
         raise StateSpaceTooLarge(
             f"cannot verify {snap.name!r} symbolically: {problem}", states=states, bytes_needed=0
         )
+    # A refutation found on some valid state decides the "valid" domain only: on "reachable" every
+    # failure must be one a run from the initial state reaches (`_reachable_witness`). Any shortcut
+    # that refutes from valid states (a representative small model) belongs under `domain == "valid"`.
     try:
         return _verify(snap, domain, timer, max_depth, max_run)
     except _Undecided as exc:
