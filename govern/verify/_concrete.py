@@ -162,6 +162,27 @@ class Concrete:
             tuple(second),
         )
 
+    def chain_length(self, x: Values, limit: int) -> tuple[int, bool]:
+        """The number of repair steps from x to a valid state, and True; or (limit, False) when
+        `limit` steps do not reach one."""
+        for steps in range(limit):
+            if self.valid(x):
+                return steps, True
+            x = self.repair(x)
+        return limit, self.valid(x)
+
+    def find_cycle(self, x: Values, limit: int) -> RepairCycle | None:
+        """The repair cycle that the repair chain from x runs into within `limit` steps, if any."""
+        seen: dict[Values, int] = {}
+        for step in range(limit):
+            if self.valid(x):
+                return None
+            if x in seen:
+                return self.cycle(x, step - seen[x])
+            seen[x] = step
+            x = self.repair(x)
+        return None
+
     def cycle(self, x: Values, period: int) -> RepairCycle | None:
         """The repair cycle through x when `period` repair steps bring x back to itself."""
         path = [x]

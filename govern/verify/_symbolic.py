@@ -1,9 +1,11 @@
 """Verification without enumeration: WFC, CC1, CC2, obligations and idempotence decided on the rules'
 AST by CP-SAT (ortools), for machines whose integer domains are too large for tables.
 
-Every question is an existence query over fresh state variables ranging over the declared domains:
-"is there a state where ...". The rules are encoded exactly (docs/semantics.md: integers never wrap,
-`ite`, `min`/`max`, comparisons and connectives as reified constraints), so
+Every question is an existence query over a fresh start state ranging over the declared domains:
+"is there a state where ...". The rules are compiled exactly (docs/semantics.md: integers never
+wrap) into piecewise-affine functions of the start state (`_piecewise`), so the model's only integer
+variables are the start state's and every condition is a literal tied to one linear inequality on
+them. Then
 
 - a **satisfiable** query yields a candidate state, which is replayed through the concrete semantics
   (`_concrete.Concrete`, the engine's own reference evaluator) and reported only when the replay
@@ -15,7 +17,8 @@ Every question is an existence query over fresh state variables ranging over the
 Normal forms are unrolled: WFC is established by finding the least K such that K repair steps from
 any state reach a valid state (then NF(s) = repair^K(s) and K is the maximum repair depth); when no
 K up to the bound works, a repair cycle is searched for and replayed, and otherwise the route gives
-up (it never guesses). Only the "valid" checked domain is supported (reachability is not encoded).
+up with what to do (it never guesses). On the "reachable" domain a failure found on a valid state is
+searched for along runs from the initial state, unrolled the same way (`_reachable_witness`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ..model._declarations import Assignment, Domain, Snapshot
 from ..model._expr import Expr
 from ._concrete import Concrete, Values
 from ._counterexample import Divergence
+from ._piecewise import Affine, FormulaLimit, Formulas, Piecewise
 from ._report import PrunedPair
 from ._tables import Footprint
 from ._timing import PhaseTimer
@@ -36,6 +40,7 @@ from ._verify import event_closures
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",
+    "DEFAULT_MAX_RUN",
     "SymbolicVerdict",
     "solver_identity",
     "symbolic_problem",
@@ -43,9 +48,17 @@ __all__ = [
 ]
 
 #: Repair depth (and repair cycle length) the route tries before it gives up.
-DEFAULT_MAX_DEPTH = 32
+DEFAULT_MAX_DEPTH = 64
+#: With the "reachable" domain: the longest run from the initial state searched for a failing state.
+DEFAULT_MAX_RUN = 32
+#: Repair steps replayed concretely to find the cycle a long chain runs into.
+_CYCLE_REPLAY = 10**5
+#: Repair steps replayed concretely to describe a chain longer than the depth bound.
+_CHAIN_REPLAY = 10**6
 #: Wall-clock seconds each solver configuration gets, round after round, before the route gives up.
-_BUDGETS = (0.5, 5.0, 60.0)
+_BUDGETS = (2.0, 20.0, 60.0)
+
+_State = tuple[Piecewise, ...]
 
 
 def solver_identity() -> dict[str, str]:
@@ -59,11 +72,6 @@ def solver_identity() -> dict[str, str]:
 
 def symbolic_problem(snap: Snapshot, domain: Domain) -> str | None:
     """Why the symbolic route cannot decide `snap` (None when it can)."""
-    if domain != "valid":
-        return (
-            f"the symbolic route decides the 'valid' checked domain only (got {domain!r}); "
-            "build with domain='valid'"
-        )
     if not snap.is_data():
         return "a rule is a Python callable; the symbolic route needs every rule as an expression"
     try:
@@ -98,237 +106,213 @@ class _Undecided(Exception):
 
 
 class _Query:
-    """One CP-SAT model: fresh states over the declared domains and the rules encoded on them."""
+    """One CP-SAT model: a fresh start state over the declared domains, the rules applied to it as
+    piecewise-affine values (`_piecewise`), and formulas over them asserted true. The model's only
+    integer variables are the start state's; every condition is a literal tied to one linear
+    inequality on them (or an and/or of such literals)."""
 
-    def __init__(self, c: Concrete) -> None:
+    def __init__(self, c: Concrete, fixed: Values | None = None, choices: int = 0) -> None:
+        """A free start state, or the state `fixed` followed by `choices` free event choices."""
         from ortools.sat.python import cp_model
 
         self._cp = cp_model
         self.m = cp_model.CpModel()
         self.c = c
-        self._memo: dict[tuple[int, int], Any] = {}
-        self._keep: list[tuple[Any, ...]] = []  # states memoized by id() must stay alive
+        # The solver's variables: the start state's (unless fixed), then the event choices.
+        ranges = [(v.lo, v.hi) for v in c.vars] if fixed is None else []
+        self._free = len(ranges)
+        ranges += [(0, len(c.event_names) - 1)] * choices
+        self.f = Formulas(ranges)
+        self.xs = [self.m.new_int_var(lo, hi, "") for lo, hi in ranges]
+        self.start: _State = (
+            tuple(self.f.var(i) for i in range(len(c.vars)))
+            if fixed is None
+            else tuple(self.f.const(x) for x in fixed)
+        )
+        self._memos: dict[int, dict[int, Piecewise]] = {}
+        self._keep: list[_State] = []  # states memoized by id() must stay alive
+        self._lits: dict[int, Any] = {}
         self.true = self.m.new_bool_var("true")
         self.m.add(self.true == 1)
-        self.false: Any = self.true.negated()
 
-    # -- states --------------------------------------------------------------------------------
-    def state(self) -> tuple[Any, ...]:
-        xs = tuple(
-            self.m.new_bool_var(v.name) if v.kind == "bool" else self.m.new_int_var(v.lo, v.hi, v.name)
-            for v in self.c.vars
-        )
-        self._keep.append(xs)
-        return xs
+    # -- expressions on states ------------------------------------------------------------------
+    def _memo(self, xs: _State) -> dict[int, Piecewise]:
+        memo = self._memos.get(id(xs))
+        if memo is None:
+            memo = self._memos[id(xs)] = {}
+            self._keep.append(xs)
+        return memo
 
-    def _new(self, lo: int, hi: int) -> Any:
-        return self.m.new_int_var(lo, hi, "")
+    def value(self, e: Expr, xs: _State) -> Piecewise:
+        return self.f.evaluate(e, xs, self._memo(xs))
 
-    # -- expressions ---------------------------------------------------------------------------
-    def expr(self, e: Expr, xs: tuple[Any, ...]) -> Any:
-        """An integer-valued CP-SAT expression equal to e's value on state xs."""
-        op = e._op
-        if op == "var":
-            return xs[e._payload]
-        if op == "lit":
-            return e._payload
-        if op in ("eq", "lt", "le", "and", "or", "not"):
-            return self.lit(e, xs)
-        key = (id(e), id(xs))
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        if op == "add":
-            out = self.expr(e._args[0], xs) + self.expr(e._args[1], xs)
-        elif op == "sub":
-            out = self.expr(e._args[0], xs) - self.expr(e._args[1], xs)
-        elif op in ("min", "max"):
-            lo, hi = e.bounds
-            out = self._new(lo, hi)
-            parts = [self.expr(a, xs) for a in e._args]
-            if op == "min":
-                self.m.add_min_equality(out, parts)
-            else:
-                self.m.add_max_equality(out, parts)
-        else:  # ite
-            lo, hi = e.bounds
-            c = self.lit(e._args[0], xs)
-            out = self._new(lo, hi)
-            self.m.add(out == self.expr(e._args[1], xs)).only_enforce_if(c)
-            self.m.add(out == self.expr(e._args[2], xs)).only_enforce_if(c.negated())
-        self._memo[key] = out
-        return out
+    def cond(self, e: Expr, xs: _State) -> int:
+        return self.f.condition(e, xs, self._memo(xs))
 
-    def lit(self, e: Expr, xs: tuple[Any, ...]) -> Any:
-        """A Boolean variable that is true exactly when e is non-zero on state xs."""
-        key = (id(e), id(xs) ^ 1 << 62)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        op = e._op
-        m = self.m
-        b = m.new_bool_var("")
-        if op in ("eq", "lt", "le"):
-            x = self.expr(e._args[0], xs)
-            y = self.expr(e._args[1], xs)
-            if isinstance(x, int) and isinstance(y, int):
-                m.add(b == int(x == y if op == "eq" else x < y if op == "lt" else x <= y))
-            elif op == "eq":
-                m.add(x == y).only_enforce_if(b)
-                m.add(x != y).only_enforce_if(b.negated())
-            elif op == "lt":
-                m.add(x < y).only_enforce_if(b)
-                m.add(x >= y).only_enforce_if(b.negated())
-            else:
-                m.add(x <= y).only_enforce_if(b)
-                m.add(x > y).only_enforce_if(b.negated())
-        elif op in ("and", "or"):
-            p = self.lit(e._args[0], xs)
-            q = self.lit(e._args[1], xs)
-            if op == "and":
-                m.add_bool_and([p, q]).only_enforce_if(b)
-                m.add_bool_or([p.negated(), q.negated()]).only_enforce_if(b.negated())
-            else:
-                m.add_bool_or([p, q]).only_enforce_if(b)
-                m.add_bool_and([p.negated(), q.negated()]).only_enforce_if(b.negated())
-        elif op == "not":
-            m.add(b + self.lit(e._args[0], xs) == 1)
-        else:
-            v = self.expr(e, xs)
-            if isinstance(v, int):
-                m.add(b == int(v != 0))
-                self._memo[key] = b
-                return b
-            m.add(v != 0).only_enforce_if(b)
-            m.add(v == 0).only_enforce_if(b.negated())
-        self._memo[key] = b
-        return b
+    # -- the semantics ---------------------------------------------------------------------------
+    def holds(self, xs: _State) -> list[int]:
+        return [self.cond(h, xs) for h in self.c.holds]
 
-    # -- the semantics -------------------------------------------------------------------------
-    def holds(self, xs: tuple[Any, ...]) -> list[Any]:
-        return [self.lit(h, xs) for h in self.c.holds]
+    def valid(self, xs: _State) -> int:
+        return self.f.all(self.holds(xs))
 
-    def require_valid(self, xs: tuple[Any, ...]) -> None:
+    def first_violated(self, xs: _State, k: int) -> int:
+        """Invariant k is the first violated at xs."""
         hs = self.holds(xs)
-        if hs:
-            self.m.add_bool_and(hs)
+        return self.f.all([self.f.negate(hs[k]), *hs[:k]])
 
-    def selectors(self, xs: tuple[Any, ...]) -> tuple[list[Any], Any]:
-        """sel[k] is true exactly when invariant k is the first violated at xs; valid when none is."""
-        m = self.m
-        hs = self.holds(xs)
-        sels = []
-        for k, h in enumerate(hs):
-            s = m.new_bool_var("")
-            before = hs[:k]
-            m.add_bool_and([h.negated(), *before]).only_enforce_if(s)
-            m.add_bool_or([h, *(x.negated() for x in before)]).only_enforce_if(s.negated())
-            sels.append(s)
-        valid = m.new_bool_var("")
-        m.add_bool_and(hs or [self.true]).only_enforce_if(valid)
-        if hs:
-            m.add_bool_or([h.negated() for h in hs]).only_enforce_if(valid.negated())
-        m.add_exactly_one([*sels, valid])
-        return sels, valid
-
-    def _assign(
-        self, xs: tuple[Any, ...], cases: list[tuple[Any, Assignment]], keep: list[Any]
-    ) -> tuple[Any, ...]:
-        """The state after the assignment of the case whose literal holds (the literals of `cases`
-        and `keep` are exactly one true; under `keep` nothing changes). Values are in range: every
-        assignment was first checked never to leave its variable's domain."""
+    def _assign(self, xs: _State, cases: list[tuple[int, Assignment]]) -> _State:
+        """The state after the assignment of the first case whose condition holds (xs when none)."""
         out = list(xs)
-        for j, spec in enumerate(self.c.vars):
-            writers = [(lit, e) for lit, part in cases for i, e in part if i == j]
-            if not writers:
-                continue
-            y = self.m.new_bool_var("") if spec.kind == "bool" else self._new(spec.lo, spec.hi)
-            for lit, e in writers:
-                self.m.add(y == self.expr(e, xs)).only_enforce_if(lit)
-            writing = {id(lit) for lit, _ in writers}
-            for lit in [*(lit for lit, _ in cases if id(lit) not in writing), *keep]:
-                self.m.add(y == xs[j]).only_enforce_if(lit)
-            out[j] = y
-        ys = tuple(out)
-        self._keep.append(ys)
-        return ys
+        for j in range(len(xs)):
+            val = xs[j]
+            for cond, part in reversed(cases):
+                written = [e for i, e in part if i == j]
+                val = self.f.choose(cond, self.value(written[0], xs) if written else xs[j], val)
+            out[j] = val
+        return tuple(out)
 
-    def repair(self, xs: tuple[Any, ...]) -> tuple[Any, ...]:
-        if not self.c.holds:
-            return xs
-        sels, valid = self.selectors(xs)
-        return self._assign(xs, list(zip(sels, self.c.repairs, strict=True)), [valid])
+    def repair(self, xs: _State) -> _State:
+        hs = self.holds(xs)
+        return self._assign(
+            xs, [(self.f.negate(h), part) for h, part in zip(hs, self.c.repairs, strict=True)]
+        )
 
-    def nf(self, xs: tuple[Any, ...], depth: int) -> tuple[Any, ...]:
+    def nf(self, xs: _State, depth: int) -> _State:
         for _ in range(depth):
             xs = self.repair(xs)
         return xs
 
-    def apply(self, e: int, xs: tuple[Any, ...]) -> tuple[Any, ...]:
-        g = self.lit(self.c.guards[e], xs)
-        return self._assign(xs, [(g, self.c.effects[e])], [g.negated()])
+    def apply(self, e: int, xs: _State) -> _State:
+        return self._assign(xs, [(self.cond(self.c.guards[e], xs), self.c.effects[e])])
 
-    def step(self, e: int, xs: tuple[Any, ...], depth: int) -> tuple[Any, ...]:
+    def step(self, e: int, xs: _State, depth: int) -> _State:
         return self.nf(self.apply(e, xs), depth)
 
-    def differ(self, xs: tuple[Any, ...], ys: tuple[Any, ...]) -> None:
-        ds = []
-        for x, y in zip(xs, ys, strict=True):
-            if x is y:
-                continue
-            # x < y or x > y, as two half-planes: `!=` over a huge domain propagates poorly.
-            lt, gt = self.m.new_bool_var(""), self.m.new_bool_var("")
-            self.m.add(x < y).only_enforce_if(lt)
-            self.m.add(x > y).only_enforce_if(gt)
-            ds += [lt, gt]
-        self.m.add_bool_or(ds or [self.false])
+    def run(self, xs: _State, depth: int) -> list[_State]:
+        """xs and the states after each of the query's event choices (see `__init__`)."""
+        states = [xs]
+        for i in range(len(self.xs) - self._free):
+            cur = states[-1]
+            choice = self.f.var(self._free + i)
+            nxt = self.step(len(self.c.event_names) - 1, cur, depth)
+            for e in reversed(range(len(self.c.event_names) - 1)):
+                chosen = self.f.compare("eq", choice, self.f.const(e))
+                after = self.step(e, cur, depth)
+                nxt = tuple(self.f.choose(chosen, a, b) for a, b in zip(after, nxt, strict=True))
+            states.append(nxt)
+        return states
 
-    def out_of_range(self, cond: Any, xs: tuple[Any, ...], part: Assignment) -> None:
-        """Require `cond` and some assigned value outside its variable's range."""
-        bad: list[Any] = []
-        for j, e in part:
-            spec = self.c.vars[j]
-            lo, hi = e.bounds
-            v = self.expr(e, xs)
-            if isinstance(v, int):
-                if not spec.lo <= v <= spec.hi:
-                    bad.append(self.true)
-                continue
-            if lo < spec.lo:
-                b = self.m.new_bool_var("")
-                self.m.add(v < spec.lo).only_enforce_if(b)
-                bad.append(b)
-            if hi > spec.hi:
-                b = self.m.new_bool_var("")
-                self.m.add(v > spec.hi).only_enforce_if(b)
-                bad.append(b)
-        self.m.add_bool_and([cond])
-        self.m.add_bool_or(bad or [self.false])
+    def differ(self, xs: _State, ys: _State) -> int:
+        return self.f.any([self.f.differ(x, y) for x, y in zip(xs, ys, strict=True) if x != y])
 
-    # -- solving -------------------------------------------------------------------------------
-    def solve(self, start: tuple[Any, ...], what: str) -> Values | None:
-        """The start state of a solution, or None when the query is unsatisfiable."""
+    def require_distinct(self, states: list[_State]) -> None:
+        """Assert that no two of the states are equal. Each state's values become solver variables
+        here (tied to their pieces, never to each other), since comparing every pair piecewise costs
+        the product of their pieces."""
+        m = self.m
+        values = [[self._materialize(v) for v in xs] for xs in states]
+        for j in range(len(states)):
+            for i in range(j):
+                apart = []
+                for x, y in zip(values[i], values[j], strict=True):
+                    lt, gt = m.new_bool_var(""), m.new_bool_var("")
+                    m.add(x < y).only_enforce_if(lt)
+                    m.add(x > y).only_enforce_if(gt)
+                    apart += [lt, gt]
+                m.add_bool_or(apart)
+
+    def _materialize(self, v: Piecewise) -> Any:
+        lo = min(self._affine_bound(a, low=True) for _, a in v)
+        hi = max(self._affine_bound(a, low=False) for _, a in v)
+        out = self.m.new_int_var(lo, hi, "")
+        pieces = []
+        for cond, (coeffs, k) in v:
+            lin = sum((c * x for c, x in zip(coeffs, self.xs, strict=True) if c), k)
+            piece = self._lit(cond)
+            self.m.add(out == lin).only_enforce_if(piece)
+            pieces.append(piece)
+        # A piece's literal only implies its condition (see `_lit`); requiring one to hold selects
+        # the piece whose condition is true (pieces are exhaustive and pairwise exclusive).
+        self.m.add_bool_or(pieces)
+        return out
+
+    def _affine_bound(self, a: Affine, *, low: bool) -> int:
+        coeffs, k = a
+        for c, (lo, hi) in zip(coeffs, self.f.ranges, strict=True):
+            k += c * (lo if (c > 0) == low else hi)
+        return k
+
+    def same(self, xs: _State, ys: _State) -> int:
+        return self.f.negate(self.differ(xs, ys))
+
+    def out_of_range(self, xs: _State, part: Assignment) -> int:
+        """Some value `part` assigns at xs lies outside its variable's range."""
+        return self.f.any(
+            [self.f.outside(self.value(e, xs), self.c.vars[j].lo, self.c.vars[j].hi) for j, e in part]
+        )
+
+    # -- CP-SAT ----------------------------------------------------------------------------------
+    def require(self, *fs: int) -> None:
+        """Assert every formula."""
+        for f in fs:
+            self.m.add_bool_and([self._lit(f)])
+
+    def _lit(self, f: int) -> Any:
+        """A literal that implies formula f (f's negations are in its atoms, so f only ever occurs
+        positively and one direction suffices for and/or; atoms are encoded both ways)."""
+        hit = self._lits.get(f)
+        if hit is not None:
+            return hit
+        kind = self.f.kind[f]
+        m = self.m
+        out: Any
+        if kind == "true":
+            out = self.true
+        elif kind == "false":
+            out = self.true.negated()
+        elif kind == "atom":
+            coeffs, c = self.f.payload[f]
+            lin = sum(k * x for k, x in zip(coeffs, self.xs, strict=True) if k)
+            out = m.new_bool_var("")
+            m.add(lin <= c).only_enforce_if(out)
+            m.add(lin >= c + 1).only_enforce_if(out.negated())
+        else:
+            children = [self._lit(g) for g in self.f.payload[f]]
+            out = m.new_bool_var("")
+            if kind == "and":
+                m.add_bool_and(children).only_enforce_if(out)
+            else:
+                m.add_bool_or(children).only_enforce_if(out)
+        self._lits[f] = out
+        return out
+
+    def solve(self, what: str) -> Values | None:
+        """The values of a solution's start variables (the start state, then any event choices), or
+        None when the query is unsatisfiable."""
         cp = self._cp
         last = "UNKNOWN"
-        # A sequential portfolio with growing wall-clock budgets. Neither configuration wins
-        # everywhere on huge domains: the LP relaxation (linearization level 2) finds a window of 10^8
-        # values in 10^9 in milliseconds where plain search stalls, and stalls where plain search
-        # answers at once. (CP-SAT's deterministic time does not advance during those stalls, so the
-        # budgets are wall-clock: which configuration answers may depend on load, the answer not.)
+        # Presolve's probing walks a bound across a huge domain one offset at a time on some
+        # models (seconds for what search answers in milliseconds), and helps on others: both are
+        # tried, with growing wall-clock budgets. Which configuration answers may depend on load;
+        # the answer does not.
         for budget in _BUDGETS:
-            for level in (1, 2):
+            for presolve in (False, True):
                 solver = cp.CpSolver()
                 solver.parameters.num_workers = 1
                 solver.parameters.random_seed = 0
-                solver.parameters.linearization_level = level
+                solver.parameters.cp_model_presolve = presolve
                 solver.parameters.max_time_in_seconds = budget
                 status = solver.solve(self.m)
                 if status in (cp.OPTIMAL, cp.FEASIBLE):
-                    return tuple(int(solver.value(x)) for x in start)
+                    return tuple(int(solver.value(x)) for x in self.xs)
                 if status == cp.INFEASIBLE:
                     return None
                 last = solver.status_name(status)
-        raise _Undecided(f"CP-SAT returned {last} on the query for {what} within its budget")
+        raise _Undecided(
+            f"CP-SAT returned {last} on the query for {what} within its budget; shrink variable ranges "
+            "or simplify the rules"
+        )
 
 
 class _Run:
@@ -337,11 +321,29 @@ class _Run:
         self.queries = 0
 
     def ask(self, build: Any, what: str) -> Values | None:
+        """Solve the query `build(q, start)` asserts on a fresh start state."""
         q = _Query(self.c)
-        start = q.state()
-        build(q, start)
+        _build(build, q, what)
         self.queries += 1
-        return q.solve(start, what)
+        return q.solve(what)
+
+    def ask_run(self, initial: Values, events: int, build: Any, what: str) -> Values | None:
+        """Solve the query `build(q, start)` asserts, where start is `initial` and `events` free
+        event choices follow it; the solution's choices (or None)."""
+        q = _Query(self.c, initial, events)
+        _build(build, q, what)
+        self.queries += 1
+        return q.solve(what)
+
+
+def _build(build: Any, q: _Query, what: str) -> None:
+    try:
+        build(q, q.start)
+    except (FormulaLimit, RecursionError) as exc:  # formulas too wide, or nested too deep
+        raise _Undecided(
+            f"the query for {what} grew too large to state ({exc}): the rules' case splits multiply "
+            "across steps and repairs; simplify the rules (fewer nested if_/min_/max_, fewer repair steps)"
+        ) from None
 
 
 def verify_symbolic(
@@ -350,6 +352,7 @@ def verify_symbolic(
     timer: PhaseTimer,
     *,
     max_depth: int = DEFAULT_MAX_DEPTH,
+    max_run: int = DEFAULT_MAX_RUN,
     states: int = 0,
 ) -> SymbolicVerdict:
     """Decide the machine on its AST or raise `NotConvergent` / `DomainViolation` (replayed witnesses),
@@ -359,22 +362,27 @@ def verify_symbolic(
         raise StateSpaceTooLarge(
             f"cannot verify {snap.name!r} symbolically: {problem}", states=states, bytes_needed=0
         )
-    from ._smallmodel import refute_small  # (imports this module)
+    # A refutation found on some valid state decides the "valid" domain only: on "reachable" every
+    # failure must be one a run from the initial state reaches (`_reachable_witness`).
+    if domain == "valid":
+        from ._smallmodel import refute_small  # (imports this module)
 
-    with timer.phase("small model"):
-        refute_small(snap)  # a failure of the representative machine, replayed on this one
+        with timer.phase("small model"):
+            refute_small(snap)  # a failure of the representative machine, replayed on this one
     try:
-        return _verify(snap, timer, max_depth)
+        return _verify(snap, domain, timer, max_depth, max_run)
     except _Undecided as exc:
         raise StateSpaceTooLarge(
             f"machine {snap.name!r} is too large to enumerate and the symbolic route could not decide it: "
-            f"{exc}. Shrink variable ranges or simplify the repairs.",
+            f"{exc}.",
             states=states,
             bytes_needed=0,
         ) from None
 
 
-def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdict:
+def _verify(
+    snap: Snapshot, domain: Domain, timer: PhaseTimer, max_depth: int, max_run: int
+) -> SymbolicVerdict:
     c = Concrete.of(snap)
     run = _Run(c)
     ev_names = list(c.event_names)
@@ -392,7 +400,7 @@ def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdic
             if not any(e.bounds[0] < c.vars[j].lo or e.bounds[1] > c.vars[j].hi for j, e in part):
                 continue
             x = run.ask(
-                lambda q, s, k=k, part=part: q.out_of_range(q.selectors(s)[0][k], s, part),
+                lambda q, s, k=k, part=part: q.require(q.first_violated(s, k), q.out_of_range(s, part)),
                 f"invariant {c.invariant_names[k]!r} repair range",
             )
             if x is not None:
@@ -402,7 +410,7 @@ def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdic
             if not any(ex.bounds[0] < c.vars[j].lo or ex.bounds[1] > c.vars[j].hi for j, ex in part):
                 continue
             x = run.ask(
-                lambda q, s, e=e, part=part: q.out_of_range(q.lit(c.guards[e], s), s, part),
+                lambda q, s, e=e, part=part: q.require(q.cond(c.guards[e], s), q.out_of_range(s, part)),
                 f"event {ev_names[e]!r} effect range",
             )
             if x is not None:
@@ -427,7 +435,7 @@ def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdic
         cc2_witness: Divergence | None = None
         for e in range(n_ev):
             x = run.ask(
-                lambda q, s, e=e: q.differ(q.step(e, s, depth), q.step(e, q.nf(s, depth), depth)),
+                lambda q, s, e=e: q.require(q.differ(q.step(e, s, depth), q.step(e, q.nf(s, depth), depth))),
                 f"CC2 of {ev_names[e]!r}",
             )
             if x is None:
@@ -438,18 +446,29 @@ def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdic
             cc2_failing.append(ev_names[e])
             cc2_witness = cc2_witness or w
 
-    def pair_witness(kind: Literal["CC1", "obligation"], a: int, b: int) -> Divergence | None:
-        def build(q: _Query, s: tuple[Any, ...]) -> None:
-            q.require_valid(s)
-            sa, sb = q.step(a, s, depth), q.step(b, s, depth)
-            q.differ(q.step(b, sa, depth), q.step(a, sb, depth))
+    def failing(
+        kind: Literal["CC1", "obligation", "idempotence"], events: tuple[int, ...]
+    ) -> Divergence | None:
+        """A replayed witness of `kind` on the checked domain, or None when there is none."""
+        names = "/".join(ev_names[e] for e in events)
+        what = f"{kind} of {names}"
 
-        x = run.ask(build, f"{kind} of {ev_names[a]!r}/{ev_names[b]!r}")
+        def fails(q: _Query, s: _State) -> int:
+            if kind == "idempotence":
+                once = q.step(events[0], s, depth)
+                return q.differ(q.step(events[0], once, depth), once)
+            a, b = events
+            sa, sb = q.step(a, s, depth), q.step(b, s, depth)
+            return q.differ(q.step(b, sa, depth), q.step(a, sb, depth))
+
+        x = run.ask(lambda q, s: q.require(q.valid(s), fails(q, s)), what)
+        if x is not None and domain == "reachable":
+            x = _reachable_witness(run, c, initial, depth, max_run, fails, kind, events, x, what)
         if x is None:
             return None
-        w = c.divergence(kind, (a, b), x, depth)
+        w = c.divergence(kind, events, x, depth)
         if w is None:
-            raise replay_failed(f"{kind} failing for {ev_names[a]!r}/{ev_names[b]!r}", x)
+            raise replay_failed(f"{kind} failing for {names}", x)
         return w
 
     all_pairs = list(combinations(range(n_ev), 2))
@@ -478,7 +497,7 @@ def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdic
             if reason is not None:
                 pruned.append(PrunedPair(ev_names[a], ev_names[b], reason))
                 continue
-            w = pair_witness("CC1", a, b)
+            w = failing("CC1", (a, b))
             if w is not None:
                 raise NotConvergent(w)
 
@@ -486,24 +505,15 @@ def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdic
     with timer.phase("obligations"):
         for a, b in undeclared:
             if prune_reason(a, b) is None:
-                w = pair_witness("obligation", a, b)
+                w = failing("obligation", (a, b))
                 if w is not None:
                     obligations.append(w)
 
     not_idem: list[Divergence] = []
     with timer.phase("idempotence"):
         for e in range(n_ev):
-
-            def twice(q: _Query, s: tuple[Any, ...], e: int = e) -> None:
-                q.require_valid(s)
-                once = q.step(e, s, depth)
-                q.differ(q.step(e, once, depth), once)
-
-            x = run.ask(twice, f"idempotence of {ev_names[e]!r}")
-            if x is not None:
-                w = c.divergence("idempotence", (e,), x, depth)
-                if w is None:
-                    raise replay_failed(f"{ev_names[e]!r} not idempotent", x)
+            w = failing("idempotence", (e,))
+            if w is not None:
                 not_idem.append(w)
 
     return SymbolicVerdict(
@@ -524,6 +534,57 @@ def _verify(snap: Snapshot, timer: PhaseTimer, max_depth: int) -> SymbolicVerdic
     )
 
 
+def _reachable_witness(
+    run: _Run,
+    c: Concrete,
+    initial: Values,
+    depth: int,
+    max_run: int,
+    fails: Any,
+    kind: str,
+    events: tuple[int, ...],
+    valid_witness: Values,
+    what: str,
+) -> Values | None:
+    """A state reachable from `initial` where `fails` holds, or None when no reachable state fails.
+
+    A valid state where the condition fails (`valid_witness`) exists; whether a run reaches one is
+    reachability, a fixpoint no single query states, so runs are unrolled like repairs: runs of 0, 1,
+    2, 4, ... up to `max_run` events are searched (one query each). The search is complete once no
+    run of that many events visits only distinct states (the recurrence diameter is below it): every
+    reachable state is then reached by a shorter, loop-free run, all of which were searched.
+    `_Undecided` when neither happens within `max_run` events."""
+    length = 0
+    while True:
+        choices = run.ask_run(
+            initial, length, lambda q, s: q.require(q.f.any([fails(q, t) for t in q.run(s, depth)])), what
+        )
+        if choices is not None:
+            x = initial
+            for e in (None, *choices):
+                if e is not None:
+                    x = c.step(e, x, depth)
+                if c.divergence(kind, events, x, depth) is not None:
+                    return x
+            raise AssertionError(
+                f"internal error: CP-SAT proposed the run {[c.event_names[e] for e in choices]} from "
+                f"{c.as_dict(initial)} to a witness of {what}, but the concrete semantics does not confirm "
+                "it; please report this machine"
+            )
+        if run.ask_run(initial, length, lambda q, s: q.require_distinct(q.run(s, depth)), what) is None:
+            return None
+        if length >= max_run:
+            break
+        length = min(max(1, 2 * length), max_run)
+    raise _Undecided(
+        f"{what} fails on the valid state {c.as_dict(valid_witness)}, but no run of up to {max_run} events "
+        f"from the initial state {c.as_dict(initial)} reaches a state where it fails, and whether a longer "
+        "run does is not decided (reachability over a domain this large is unrolled run by run). Build "
+        "with domain='valid' to check every valid state, or add an invariant that rules out the states "
+        "no run reaches"
+    )
+
+
 def _footprint(cond: Expr, part: Assignment) -> Footprint:
     reads = cond.reads().union(*(e.reads() for _, e in part))
     return Footprint(reads, frozenset(j for j, _ in part), False)
@@ -531,39 +592,79 @@ def _footprint(cond: Expr, part: Assignment) -> Footprint:
 
 def _repair_depth(run: _Run, c: Concrete, max_depth: int) -> int:
     """The maximum repair depth K (least K with repair^K(s) valid for every s), or NotConvergent with
-    a replayed repair cycle; `_Undecided` when neither is found within `max_depth`."""
+    a replayed repair cycle; `_Undecided` when neither is found within `max_depth` steps.
+
+    "Some state still violates an invariant after k repair steps" is monotone in k, so K is found by
+    doubling k and then bisecting: O(log K) queries, fewer because every witness is replayed (a state
+    that needs L steps shows K >= L). A repair cycle of any period up to `max_depth` is one query (a
+    chain from an invalid state that comes back to it)."""
     if not c.holds:
         return 0
-    for k in range(max_depth + 1):
 
-        def still_invalid(q: _Query, s: tuple[Any, ...], k: int = k) -> None:
-            end = q.nf(s, k)
-            q.m.add_bool_or([h.negated() for h in q.holds(end)])
+    def deeper_than(k: int) -> Values | None:
+        return run.ask(lambda q, s: q.require(q.f.negate(q.valid(q.nf(s, k)))), f"repair depth above {k}")
 
-        x = run.ask(still_invalid, f"repair depth {k}")
-        if x is None:
-            return k
-    for period in range(1, max_depth + 1):
+    first = deeper_than(0)
+    if first is None:
+        return 0
+    # Each witness is replayed: a state needing L steps shows depth >= L, so the search skips ahead.
+    witness: Values = first
+    below = 0  # some state needs more than `below` steps
+    above: int | None = None  # no state needs more than `above` steps
+    k = 1
+    while below < max_depth:
+        steps, _ = c.chain_length(witness, max_depth + 1)
+        below = max(below, steps - 1)
+        if below >= max_depth:
+            break
+        k = min(max(2 * k, below + 1), max_depth)
+        found = deeper_than(k)
+        if found is None:
+            above = k
+            break
+        witness, below = found, k
+    if above is not None:
+        while above - below > 1:
+            mid = (below + above) // 2
+            if deeper_than(mid) is None:
+                above = mid
+            else:
+                below = mid
+        return above
 
-        def loops(q: _Query, s: tuple[Any, ...], period: int = period) -> None:
-            q.m.add_bool_or([h.negated() for h in q.holds(s)])
-            end = s
-            for _ in range(period):
-                end = q.repair(end)
-            for x, y in zip(s, end, strict=True):
-                if x is not y:
-                    q.m.add(x == y)
+    # The witness's own chain may run into a cycle: replaying it finds the cycle without a query.
+    cycle = c.find_cycle(witness, _CYCLE_REPLAY)
+    if cycle is not None:
+        raise NotConvergent(cycle)
 
-        x = run.ask(loops, f"a repair cycle of length {period}")
+    def loops(q: _Query, s: _State, period: int) -> None:
+        chain = [s]
+        for _ in range(period):
+            chain.append(q.repair(chain[-1]))
+        q.require(q.f.negate(q.valid(s)), q.f.any([q.same(s, t) for t in chain[1:]]))
+
+    period = 1
+    while True:  # cycles of period <= 1, 2, 4, ...: short cycles (the usual ones) cost short queries
+        x = run.ask(lambda q, s, p=period: loops(q, s, p), f"a repair cycle of at most {period} steps")
         if x is not None:
-            cycle = c.cycle(x, period)
+            cycle = next((cy for p in range(1, period + 1) if (cy := c.cycle(x, p)) is not None), None)
             if cycle is None:
                 raise AssertionError(
-                    f"internal error: CP-SAT proposed {c.as_dict(x)} on a repair cycle of length {period}, "
-                    "but the concrete semantics does not confirm it; please report this machine"
+                    f"internal error: CP-SAT proposed {c.as_dict(x)} on a repair cycle, but the concrete "
+                    "semantics does not confirm it; please report this machine"
                 )
             raise NotConvergent(cycle)
+        if period >= max_depth:
+            break
+        period = min(2 * period, max_depth)
+    steps, reached = c.chain_length(witness, _CHAIN_REPLAY)
+    if reached:
+        seen = f"from {c.as_dict(witness)} repair takes {steps:,} steps"
+    else:
+        seen = f"from {c.as_dict(witness)} repair takes more than {steps:,} steps"
     raise _Undecided(
-        f"repair takes more than {max_depth} steps from some state and no repair cycle of at most "
-        f"{max_depth} steps exists, so WFC is neither shown nor refuted"
+        f"repair takes more than {max_depth} steps from some state ({seen}) and no repair cycle of at "
+        f"most {max_depth} steps exists, so WFC is neither shown nor refuted. The symbolic route "
+        "unrolls repair step by step: make each repair reach a valid state in a few steps (assign "
+        "the bound, as in `x: 0`, rather than step towards it, as in `x: x - 1`)"
     )
