@@ -68,14 +68,15 @@ class SolverInfo(BaseModel):
 
 
 class SymbolicVerdictModel(BaseModel):
-    """What the symbolic build established (states are not counted; the domain is every valid state)."""
+    """What the symbolic build established (states are not counted; the domain is every valid state, or
+    every state a run from the initial state reaches)."""
 
     model_config = _STRICT
     wfc: Literal[True]
     cc1: Literal[True]
     max_repair_depth: NonNeg
     states: Annotated[int, Field(ge=1)]
-    domain: Literal["valid"]
+    domain: Literal["valid", "reachable"]
     pairs: Literal["declared", "all"]
     pairs_checked: list[Pair]
     cc2: bool
@@ -129,8 +130,8 @@ def parse_symbolic(value: dict[str, Any]) -> SymbolicCertificateModel:
     validate_machine(model.machine, bounded=False)
     if not has_rules(model.machine):
         raise CertificateUnreadable("a symbolic certificate needs every rule as an expression")
-    if model.machine.domain != "valid":
-        raise CertificateUnreadable("a symbolic certificate checks the 'valid' domain only")
+    if model.machine.domain != model.verdict.domain:
+        raise CertificateUnreadable("the verdict's domain is not the machine's checked domain")
     if model.signature is not None and not is_signing_time(model.signature.signed_at):
         raise CertificateUnreadable("signature.signed_at is not a date and time that exists")
     if canonical_json(_document_of(model)) != canonical_json(value):
@@ -160,7 +161,7 @@ def snapshot_of(machine: MachineRules) -> Snapshot:
 # -- making and checking ------------------------------------------------------------------------------
 
 
-def _verdict(d: _Decided, states: int, names: list[str]) -> dict[str, Any]:
+def _verdict(d: _Decided, states: int, names: list[str], domain: str) -> dict[str, Any]:
     def positions(events: tuple[str, ...]) -> list[int]:
         return sorted(names.index(e) for e in events)
 
@@ -169,7 +170,7 @@ def _verdict(d: _Decided, states: int, names: list[str]) -> dict[str, Any]:
         "cc1": True,
         "max_repair_depth": d.depth_max,
         "states": states,
-        "domain": "valid",
+        "domain": domain,
         "pairs": d.pair_mode,
         "pairs_checked": sorted([a, b] for a, b in d.pairs_checked),
         "cc2": d.cc2,
@@ -189,7 +190,7 @@ def symbolic_document(machine: Machine, *, version: str) -> dict[str, Any]:
         "cc1": True,
         "max_repair_depth": int(report.max_repair_depth),
         "states": int(report.states),
-        "domain": "valid",
+        "domain": report.domain,
         "pairs": report.pair_mode,
         "pairs_checked": sorted(sorted([position[a], position[b]]) for a, b in report.pairs_checked),
         "cc2": bool(report.cc2),
@@ -221,7 +222,7 @@ def redecide(model: SymbolicCertificateModel) -> tuple[dict[str, str], list[str]
         ) from None
     try:
         snap = snapshot_of(model.machine)
-        decided = verify_symbolic(snap, "valid", PhaseTimer())
+        decided = verify_symbolic(snap, model.machine.domain, PhaseTimer())
     except NotConvergent as exc:
         raise CertificateInvalid(f"the rules do not converge:\n{exc}") from None
     except StateSpaceTooLarge as exc:
@@ -233,7 +234,7 @@ def redecide(model: SymbolicCertificateModel) -> tuple[dict[str, str], list[str]
     states = 1
     for v in snap.vars:
         states *= v.size
-    recomputed = _verdict(decided, states, [e.name for e in snap.events])
+    recomputed = _verdict(decided, states, [e.name for e in snap.events], model.machine.domain)
     stated = model.verdict.model_dump(mode="json")
     wrong = sorted(k for k in recomputed if recomputed[k] != stated[k])
     if wrong:
@@ -258,6 +259,8 @@ def render_symbolic_statement(
     verified signer's key id and time, `local` the CP-SAT version that re-decided it)."""
     verdict = model.verdict
     events = model.machine.events
+    # On the reachable domain the claims hold from every state a run from the initial state reaches.
+    where = "valid" if verdict.domain == "valid" else "reachable"
     who = (
         f" and signed by {signed[0]} at {signed[1]}"
         if signed is not None
@@ -265,12 +268,12 @@ def render_symbolic_statement(
     )
     if verdict.pairs == "all":
         pairs = "every pair of distinct events commutes"
-        meaning = "from any valid state, every delivery order of the same events reaches the same state"
+        meaning = f"from any {where} state, every delivery order of the same events reaches the same state"
     else:
         listed = ", ".join(f"{events[a].name}/{events[b].name}" for a, b in verdict.pairs_checked) or "none"
         pairs = f"the declared independent pairs ({listed}) commute"
         meaning = (
-            "from any valid state, two delivery orders that differ only by swapping adjacent "
+            f"from any {where} state, two delivery orders that differ only by swapping adjacent "
             "declared-independent events reach the same state"
         )
     meaning += (
@@ -289,7 +292,7 @@ def render_symbolic_statement(
         f"intact (digest {model.digest}){who}. It carries no tables ({verdict.states:,} states), so no "
         "proof-derived checker ran: CP-SAT re-decided from the rules as written that repair terminates "
         f"from every state (at most {verdict.max_repair_depth} step"
-        f"{'s' if verdict.max_repair_depth != 1 else ''}) and that {pairs} on every valid state. "
+        f"{'s' if verdict.max_repair_depth != 1 else ''}) and that {pairs} on every {where} state. "
         "Its counterexamples would have been replayed through the concrete semantics; its "
         "'no counterexample' answers are taken on the solver's word, with no proof object checked. "
         f"If they are right, then (by the Rocq theorems on WFC, CC1 and CC2): {meaning} Nothing more is "

@@ -202,6 +202,9 @@ class SymbolicMachine(Machine):
         return self._concrete.valid(self._values(self._sid(state)))
 
     def in_domain(self, state: State | int) -> bool:
+        """True when `state` is valid. On the "reachable" domain this is a superset of the checked
+        domain: whether one state is reachable is not decided state by state here (the build decided
+        the verdicts on every reachable state, not a membership test)."""
         return self.is_valid(state)
 
     def apply(self, state: State | int, event: str, /, **params: object) -> State:
@@ -257,6 +260,7 @@ class SymbolicMachine(Machine):
 def _claims(report: Report) -> dict[str, Any]:
     """What a report says about the machine (not when, how fast, or with which solver build)."""
     return {
+        "checked domain": report.domain,
         "states": report.states,
         "initial state": report.initial,
         "events": list(report.events),
@@ -283,15 +287,16 @@ def load_symbolic(
         rules = json.loads(bytes(arrays["rules"]).decode())
         stored = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
         snap = snapshot_from_rules(rules)
-        if rules["domain"] != "valid":
-            raise ValueError("a symbolic machine checks the 'valid' domain only")
-        if snap.rules_json("valid") != rules:
+        domain = rules["domain"]
+        if domain not in ("valid", "reachable"):
+            raise ValueError(f"unknown checked domain {domain!r}")
+        if snap.rules_json(domain) != rules:
             raise ValueError("the rules are not in the canonical form a build writes")
     except (KeyError, ValueError, IndexError, TypeError, AttributeError, RecursionError,
             DeclarationError) as exc:
         raise MachineFileError(f"machine file {where!r} is inconsistent: {exc}") from exc
     try:
-        machine = build_symbolic(snap, "valid")
+        machine = build_symbolic(snap, domain)
     except (NotConvergent, StateSpaceTooLarge, DeclarationError) as exc:
         raise MachineFileError(
             f"machine file {where!r} fails the re-check: deciding its rules again gives no machine, so it "

@@ -344,7 +344,7 @@ def test_symbolic_and_composed_machines_certify_check_and_draw(tmp_path: Path) -
 
 def test_symbolic_certificates_in_process(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`govern show` renders a symbolic certificate; a truncated one is unreadable (exit 4); a symbolic
-    machine asked for the reachable domain is an input error (exit 2)."""
+    machine certified on the reachable domain is checked on that domain."""
     (tmp_path / "large.py").write_text(LARGE_MACHINES)
     target = str(tmp_path / "large.py") + ":limits"
     cert = tmp_path / "limits.json"
@@ -356,8 +356,12 @@ def test_symbolic_certificates_in_process(tmp_path: Path, capsys: pytest.Capture
     (tmp_path / "cut.json").write_bytes(cert.read_bytes()[:-40])
     assert main(["check", str(tmp_path / "cut.json")]) == 4
     assert main(["show", str(tmp_path / "cut.json")]) == 4
-    assert main(["certify", target, "--domain", "reachable", "--no-write"]) == 2
-    assert "'valid' checked domain only" in " ".join(capsys.readouterr().out.split())
+    reach = tmp_path / "limits-reachable.json"
+    assert main(["certify", target, "--domain", "reachable", "-o", str(reach)]) == 0
+    assert json.loads(reach.read_text())["verdict"]["domain"] == "reachable"
+    capsys.readouterr()
+    assert main(["check", str(reach)]) == 0
+    assert "on every reachable state" in " ".join(capsys.readouterr().out.split())
     (tmp_path / "bad.py").write_text(
         "from govern import Registry, min_\n"
         "spill = Registry('spill')\n"

@@ -369,6 +369,7 @@ def test_a_symbolic_machine_saves_and_loads_only_after_deciding_it_again(tmp_pat
 
     refused(drop_obligations, "causal-order obligations: the file says")
     refused(flip_cc2, "CC2: the file says")
+    refused(lambda rules, report: rules.__setitem__("domain", "reachable"), "checked domain: the file says")
     refused(unguard, "deciding its rules again gives no machine")
     _rewrite(path, tmp_path / "other.govern", raise_floor)
     assert Machine.load(tmp_path / "other.govern").digest != m.digest  # only a pin tells them apart
@@ -378,12 +379,15 @@ def test_a_symbolic_machine_saves_and_loads_only_after_deciding_it_again(tmp_pat
         lambda rules, report: rules["events"][0]["effect"][0].__setitem__(0, -1),  # a position from the end
         lambda rules, report: rules["events"][0]["effect"][0][1].__setitem__(2, ["lit", True]),
         lambda rules, report: rules["invariants"][0].__setitem__("holds", ["exec", ["lit", 1]]),
-        lambda rules, report: rules.__setitem__("domain", "reachable"),
         lambda rules, report: rules.__setitem__("extra", 1),
         lambda rules, report: rules["events"][0].__setitem__("guard", None),  # a "callable"
     ]
     for edit in hostile:
         refused(edit, "is inconsistent")
+    reach = r.build("reachable")  # a machine checked on the reachable domain saves and loads as one
+    reach.save(tmp_path / "reach.govern")
+    loaded = Machine.load(tmp_path / "reach.govern", digest=reach.digest)
+    assert loaded.report.domain == "reachable" and loaded.report.obligations == reach.report.obligations
     (tmp_path / "cut.govern").write_bytes(path.read_bytes()[:-30])
     with pytest.raises(MachineFileError):
         Machine.load(tmp_path / "cut.govern")
