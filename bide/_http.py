@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from ._errors import ModelError
+from ._errors import ConfigError, ModelError
 from ._retry import RetryPolicy
 from ._telemetry import LOGGER
 
@@ -81,28 +82,57 @@ class HTTPModel:
     """The HTTP machinery of a model adapter (subclasses build bodies and parse answers)."""
 
     name: str
+    api_key: str
     base_url: str
+    temperature: float | None
+    extra_body: dict[str, Any]
     provider: str = ""
     timeout: float
     retry: RetryPolicy
+    # What each adapter names: the prefix of its environment variables (<_env>_API_KEY, <_env>_BASE_URL), its
+    # default base URL, and a model name for the error message of a missing one.
+    _env: str = ""
+    _default_url: str = ""
+    _example_model: str = ""
 
     def _init_http(
         self,
+        model: str,
         *,
+        api_key: str | None,
+        base_url: str | None,
         timeout: float,
         retry: RetryPolicy | None,
         max_retries: int,
         backoff: float,
         max_backoff: float,
+        temperature: float | None,
+        extra_body: dict[str, Any] | None,
         transport: httpx.AsyncBaseTransport | None,
         limits: httpx.Limits | None,
     ) -> None:
+        """The set-up every adapter shares: its parameters of the same names (see `bide.OpenAIModel`)."""
+        if not model:
+            kind = type(self).__name__
+            raise ConfigError(f"{kind} needs a model name, e.g. {kind}({self._example_model!r})")
+        self.name = model
+        self.api_key = api_key if api_key is not None else os.environ.get(f"{self._env}_API_KEY", "")
+        self.base_url = (base_url or os.environ.get(f"{self._env}_BASE_URL") or self._default_url).rstrip("/")
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
         self.timeout = timeout
         self.retry = retry or RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
         self._transport = transport
         self._limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
         self._pool: _Pool | None = None
         self.clients_made = 0
+
+    def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` with the optional `temperature` and the `extra_body` fields (which win) added."""
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra_body)
+        return body
 
     # -- the pooled client ---------------------------------------------------------------------------------
 

@@ -2,8 +2,8 @@
 
 In a child process: `signal_parent` (write a file the parent waits for), `wait_for_kill`, a start barrier
 (`start_barrier`), and `HookedStore`, a store that runs hooks around every journal write. In the parent:
-`spawn` a child script, `finish` it (its last stdout line is its JSON outcome), `kill_at_signal`, wait for
-a barrier's children to be ready, and read an effect file's lines.
+`spawn` a child script, `finish` it (its last stdout line is its JSON outcome), kill it at the point it
+signals (`kill_at_point`), let a barrier's children go, and read an effect file's lines.
 """
 
 from __future__ import annotations
@@ -125,6 +125,14 @@ def kill_at_signal(proc: subprocess.Popen[str], signal_file: Path, timeout: floa
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert proc.returncode == -signal.SIGKILL
+
+
+def kill_at_point(
+    script: Path, *args: str, point: str, signal_file: Path, env: dict[str, str] | None = None
+) -> None:
+    """Run a child told to pause at `point` (BIDE_TEST_PAUSE_AT, BIDE_TEST_SIGNAL) and SIGKILL it there."""
+    pause = {"BIDE_TEST_PAUSE_AT": point, "BIDE_TEST_SIGNAL": str(signal_file)}
+    kill_at_signal(spawn(script, *args, env={**(env or {}), **pause}), signal_file)
 
 
 def release_barrier(go: Path, children: int, timeout: float = 60) -> None:

@@ -15,7 +15,6 @@ read-only tools, and synchronous read-only tools run in worker threads. Whatever
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,6 +25,7 @@ import pytest
 from conftest import PG_URL, drop_prefix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_bide_stream import collect, plain
 
 import bide
 from bide.testing import Call, StreamingScriptedModel, Turn, reply
@@ -103,19 +103,6 @@ class World:
         return [*script, reply("all done")]
 
 
-def plain(events: list[Any]) -> list[Any]:
-    """Events without text deltas and the replayed flag; Finished as its answer."""
-    out: list[Any] = []
-    for e in events:
-        if isinstance(e, bide.TextDelta):
-            continue
-        if isinstance(e, bide.Finished):
-            out.append(("finished", e.result.answer))
-        else:
-            out.append(dataclasses.replace(e, replayed=False))
-    return out
-
-
 @pytest.fixture(
     scope="module", params=["memory", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 )
@@ -136,10 +123,6 @@ def shared_store(
         drop_prefix(PG_URL, prefix)
 
 
-async def collect(agent: bide.Agent[str], run_id: str) -> list[Any]:
-    return [event async for event in agent.stream(run_id, "go")]
-
-
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(plan=turns(), chunk=st.integers(1, 8))
 def test_parallel_streams_report_results_in_journal_order_and_replay_the_same(
@@ -153,7 +136,7 @@ def test_parallel_streams_report_results_in_journal_order_and_replay_the_same(
         return bide.Agent(model, store=shared_store, tools=world.tools(), max_parallel=8)
 
     live_agent = agent()
-    live = asyncio.run(collect(live_agent, run_id))
+    live = asyncio.run(collect(live_agent.stream(run_id, "go")))
     assert isinstance(live[-1], bide.Finished) and live[-1].result.answer == "all done"
     assert not any(getattr(e, "replayed", False) for e in live)
 
@@ -178,7 +161,7 @@ def test_parallel_streams_report_results_in_journal_order_and_replay_the_same(
         assert tool_messages[-len(kinds) :] == [f"done {t}.{i}" for i in range(len(kinds))]
 
     replay_agent = agent()
-    replay = asyncio.run(collect(replay_agent, run_id))
+    replay = asyncio.run(collect(replay_agent.stream(run_id, "go")))
     assert plain(replay) == plain(live)
     assert all(e.replayed for e in replay)
     assert world.ran == {(t, i): 1 for t, (kinds, _, _) in enumerate(plan) for i in range(len(kinds))}
