@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, ModelError
 from ._http import HTTPModel, error_message, json_event, sse_events, unfinished
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx  # imported when a client is made (bide._http): `import bide` stays light
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicModel"]
 
