@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, ModelError
 from ._http import HTTPModel, error_message, json_event, sse_events, unfinished
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx  # imported when a client is made (bide._http): `import bide` stays light
 
 __all__ = ["ANTHROPIC_VERSION", "AnthropicModel"]
 
@@ -34,6 +34,9 @@ class AnthropicModel(HTTPModel):
     """
 
     provider = "anthropic"
+    _env = "ANTHROPIC"
+    _default_url = "https://api.anthropic.com"
+    _example_model = "claude-sonnet-4-5"
 
     def __init__(
         self,
@@ -53,28 +56,24 @@ class AnthropicModel(HTTPModel):
         transport: httpx.AsyncBaseTransport | None = None,
         limits: httpx.Limits | None = None,
     ) -> None:
-        if not model:
-            raise ConfigError("AnthropicModel needs a model name, e.g. AnthropicModel('claude-sonnet-4-5')")
-        if not (isinstance(max_tokens, int) and max_tokens > 0):
-            raise ConfigError("AnthropicModel needs max_tokens, a positive number of tokens per answer")
-        self.name = model
-        self.api_key = api_key if api_key is not None else os.environ.get("ANTHROPIC_API_KEY", "")
-        self.base_url = (
-            base_url or os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
-        ).rstrip("/")
-        self.max_tokens = max_tokens
-        self.temperature = temperature
-        self.extra_body = dict(extra_body or {})
-        self.anthropic_version = anthropic_version
         self._init_http(
+            model,
+            api_key=api_key,
+            base_url=base_url,
             timeout=timeout,
             retry=retry,
             max_retries=max_retries,
             backoff=backoff,
             max_backoff=max_backoff,
+            temperature=temperature,
+            extra_body=extra_body,
             transport=transport,
             limits=limits,
         )
+        if not (isinstance(max_tokens, int) and max_tokens > 0):
+            raise ConfigError("AnthropicModel needs max_tokens, a positive number of tokens per answer")
+        self.max_tokens = max_tokens
+        self.anthropic_version = anthropic_version
 
     def _url(self) -> str:
         return f"{self.base_url}/v1/messages"
@@ -129,10 +128,7 @@ class AnthropicModel(HTTPModel):
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
-        if self.temperature is not None:
-            body["temperature"] = self.temperature
-        body.update(self.extra_body)
-        return body
+        return self._with_options(body)
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:
         return _parse(self.name, await self._post(self.body(request)))

@@ -16,10 +16,6 @@ import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
-
 from ._terminal import printable
 
 __all__ = [
@@ -127,6 +123,11 @@ def print_json(value: Any) -> None:
 
 def table(columns: Sequence[str], rows: Sequence[Sequence[str]], *, title: str | None = None) -> None:
     """Print a rich table for people; every cell goes through `printable` and is never read as markup."""
+    # rich is imported here, not at start: a command that prints JSON, help or an error never pays for it.
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
     t = Table(title=title, header_style="bold", show_edge=False, pad_edge=False)
     for name in columns:
         t.add_column(name, overflow="fold")

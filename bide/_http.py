@@ -3,6 +3,9 @@
 
 The pooled `httpx.AsyncClient` belongs to the event loop it was made on: `Agent.run_sync` runs each call on a
 fresh loop, so a client whose loop is gone (closed, or another one) is dropped and a new one made.
+
+httpx is imported where it is used, not with the module: `import bide` (and every CLI start) does not pay
+for it unless an HTTP model makes a request.
 """
 
 from __future__ import annotations
@@ -10,16 +13,18 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from ._errors import ModelError
+from ._errors import ConfigError, ModelError
 from ._retry import RetryPolicy
 from ._telemetry import LOGGER
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["MAX_RESPONSE_BYTES", "TRANSIENT", "HTTPModel", "parse_retry_after"]
 
@@ -81,28 +86,57 @@ class HTTPModel:
     """The HTTP machinery of a model adapter (subclasses build bodies and parse answers)."""
 
     name: str
+    api_key: str
     base_url: str
+    temperature: float | None
+    extra_body: dict[str, Any]
     provider: str = ""
     timeout: float
     retry: RetryPolicy
+    # What each adapter names: the prefix of its environment variables (<_env>_API_KEY, <_env>_BASE_URL), its
+    # default base URL, and a model name for the error message of a missing one.
+    _env: str = ""
+    _default_url: str = ""
+    _example_model: str = ""
 
     def _init_http(
         self,
+        model: str,
         *,
+        api_key: str | None,
+        base_url: str | None,
         timeout: float,
         retry: RetryPolicy | None,
         max_retries: int,
         backoff: float,
         max_backoff: float,
+        temperature: float | None,
+        extra_body: dict[str, Any] | None,
         transport: httpx.AsyncBaseTransport | None,
         limits: httpx.Limits | None,
     ) -> None:
+        """The set-up every adapter shares: its parameters of the same names (see `bide.OpenAIModel`)."""
+        if not model:
+            kind = type(self).__name__
+            raise ConfigError(f"{kind} needs a model name, e.g. {kind}({self._example_model!r})")
+        self.name = model
+        self.api_key = api_key if api_key is not None else os.environ.get(f"{self._env}_API_KEY", "")
+        self.base_url = (base_url or os.environ.get(f"{self._env}_BASE_URL") or self._default_url).rstrip("/")
+        self.temperature = temperature
+        self.extra_body = dict(extra_body or {})
         self.timeout = timeout
         self.retry = retry or RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
         self._transport = transport
-        self._limits = limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        self._limits = limits
         self._pool: _Pool | None = None
         self.clients_made = 0
+
+    def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
+        """`body` with the optional `temperature` and the `extra_body` fields (which win) added."""
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        body.update(self.extra_body)
+        return body
 
     # -- the pooled client ---------------------------------------------------------------------------------
 
@@ -113,7 +147,10 @@ class HTTPModel:
         if pool is not None and pool.loop is loop and not pool.client.is_closed:
             return pool.client
         # None yet, closed, or made on another (finished) loop, whose connections cannot be used here.
-        client = httpx.AsyncClient(timeout=self.timeout, transport=self._transport, limits=self._limits)
+        import httpx
+
+        limits = self._limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
+        client = httpx.AsyncClient(timeout=self.timeout, transport=self._transport, limits=limits)
         self._pool = _Pool(client, loop)
         self.clients_made += 1
         return client
@@ -140,6 +177,8 @@ class HTTPModel:
 
     def _classify(self, exc: BaseException) -> bool | float:
         """The retry verdict for a failed attempt (logged: a retry at INFO)."""
+        import httpx
+
         if isinstance(exc, TransientStatus):
             verdict: bool | float = True if exc.retry_after is None else exc.retry_after
             why = f"HTTP {exc.status}"
@@ -196,6 +235,8 @@ class HTTPModel:
 
     async def _post(self, body: dict[str, Any]) -> Any:
         """POST `body` and return the decoded JSON answer, retrying what may be retried."""
+        import httpx
+
         url, headers = self._url(), self._headers()
 
         async def attempt() -> Any:
@@ -220,6 +261,8 @@ class HTTPModel:
     async def _open_stream(self, body: dict[str, Any]) -> httpx.Response:
         """Send a streaming request and return the response once it answered 200 (retrying like `_post`);
         the caller reads and closes it."""
+        import httpx
+
         url, headers = self._url(), self._headers()
 
         async def attempt() -> httpx.Response:
@@ -244,6 +287,8 @@ class HTTPModel:
 async def sse_events(response: httpx.Response, name: str) -> AsyncIterator[tuple[str, str]]:
     """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none). A
     connection that breaks mid-stream raises ModelError: nothing of the turn is journaled, run again."""
+    import httpx
+
     event, size = "", 0
     data: list[str] = []
     try:

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from ._errors import ConfigError, ModelError
+from ._errors import ModelError
 from ._http import HTTPModel, json_event, sse_events, unfinished
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
+
+if TYPE_CHECKING:
+    import httpx  # imported when a client is made (bide._http): `import bide` stays light
 
 __all__ = ["OpenAIModel"]
 
@@ -36,6 +36,9 @@ class OpenAIModel(HTTPModel):
     """
 
     provider = "openai"
+    _env = "OPENAI"
+    _default_url = "https://api.openai.com/v1"
+    _example_model = "gpt-4o-mini"
 
     def __init__(
         self,
@@ -53,21 +56,17 @@ class OpenAIModel(HTTPModel):
         transport: httpx.AsyncBaseTransport | None = None,
         limits: httpx.Limits | None = None,
     ) -> None:
-        if not model:
-            raise ConfigError("OpenAIModel needs a model name, e.g. OpenAIModel('gpt-4o-mini')")
-        self.name = model
-        self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY", "")
-        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1").rstrip(
-            "/"
-        )
-        self.temperature = temperature
-        self.extra_body = dict(extra_body or {})
         self._init_http(
+            model,
+            api_key=api_key,
+            base_url=base_url,
             timeout=timeout,
             retry=retry,
             max_retries=max_retries,
             backoff=backoff,
             max_backoff=max_backoff,
+            temperature=temperature,
+            extra_body=extra_body,
             transport=transport,
             limits=limits,
         )
@@ -107,10 +106,7 @@ class OpenAIModel(HTTPModel):
                 }
                 for t in request.tools
             ]
-        if self.temperature is not None:
-            body["temperature"] = self.temperature
-        body.update(self.extra_body)
-        return body
+        return self._with_options(body)
 
     def _url(self) -> str:
         return f"{self.base_url}/chat/completions"

@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -35,16 +36,22 @@ def run(prog: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def run_all(prog: str, *calls: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """`run(prog, *args)` for each of `calls`, all at once: for commands that do not depend on each other
+    (the same CPU work; a free core makes it faster)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: run(prog, *args, cwd=cwd), calls))
+
+
 @pytest.mark.parametrize("prog", sorted(COMMANDS))
 def test_version_help_table_and_suggestion_are_the_same_everywhere(prog: str, tmp_path: Path) -> None:
-    shown = run(prog, "--version", cwd=tmp_path)
+    shown, helped, sub, typo = run_all(
+        prog, ("--version",), ("--help",), ("keygen", "--help"), ("keygne", "k"), cwd=tmp_path
+    )
     assert shown.returncode == 0 and shown.stdout.strip() == f"{prog} {version()}"
-    helped = run(prog, "--help", cwd=tmp_path)
     assert helped.returncode == 0 and EXIT_CODES_HELP in helped.stdout
     assert "--debug" in helped.stdout
-    sub = run(prog, "keygen", "--help", cwd=tmp_path)
     assert sub.returncode == 0 and EXIT_CODES_HELP in sub.stdout and "FILE" in sub.stdout
-    typo = run(prog, "keygne", "k", cwd=tmp_path)
     assert typo.returncode == 2 and f"did you mean `{prog} keygen`?" in typo.stderr
 
 
@@ -72,12 +79,17 @@ def test_keygen_file_writes_one_format_every_command_reads(prog: str, tmp_path: 
 
 def test_govern_points_from_a_common_mistake_to_the_right_command(tmp_path: Path) -> None:
     (tmp_path / "machine.py").write_text("from govern import Registry\n")
-    checked = run("govern", "check", "machine.py", cwd=tmp_path)
-    assert checked.returncode == 4 and "did you mean `govern certify machine.py`?" in checked.stderr
     (tmp_path / "cert.json").write_text("{}")
-    certified = run("govern", "certify", "cert.json", cwd=tmp_path)
+    checked, certified, checked_json = run_all(
+        "govern",
+        ("check", "machine.py"),
+        ("certify", "cert.json"),
+        ("check", "machine.py", "--json"),
+        cwd=tmp_path,
+    )
+    assert checked.returncode == 4 and "did you mean `govern certify machine.py`?" in checked.stderr
     assert certified.returncode == 2 and "`govern check cert.json`" in certified.stderr
-    as_json = json.loads(run("govern", "check", "machine.py", "--json", cwd=tmp_path).stdout)
+    as_json = json.loads(checked_json.stdout)
     assert as_json["exit_code"] == 4 and "govern certify" in as_json["message"]
 
 
@@ -117,27 +129,32 @@ def _store_with_runs(tmp_path: Path) -> str:
 
 def test_bide_operator_commands_print_tables_and_json(tmp_path: Path) -> None:
     url = _store_with_runs(tmp_path)
-    rows = json.loads(run("bide", "runs", "--store", url, "--json", cwd=tmp_path).stdout)
+    runs_json, text, only_halted, pending_json, pending = run_all(
+        "bide",
+        ("runs", "--store", url, "--json"),
+        ("runs", "--store", url),
+        ("runs", "--store", url, "--status", "halted", "--json"),
+        ("pending", "--store", url, "--json"),
+        ("pending", "--store", url),
+        cwd=tmp_path,
+    )
+    rows = json.loads(runs_json.stdout)
     by_id = {r["run_id"]: r for r in rows}
     assert by_id["stuck"]["status"] == "halted" and by_id["held"]["status"] == "awaiting_approval"
     assert by_id["done"]["status"] == "completed"
     assert rows[-1]["last_activity"] is None  # the answered run recorded no time: it comes last
     assert by_id["stuck"]["lease_holder"] is not None and by_id["stuck"]["lease_live"] is False
 
-    text = run("bide", "runs", "--store", url, cwd=tmp_path)
     assert text.returncode == 0 and "STATUS" in text.stdout and "LAST ACTIVITY" in text.stdout
     assert "halted at c0.0 (send)" in text.stdout and "released" in text.stdout and " ago)" in text.stdout
 
-    only = json.loads(
-        run("bide", "runs", "--store", url, "--status", "halted", "--json", cwd=tmp_path).stdout
-    )
-    assert [r["run_id"] for r in only] == ["stuck"]
+    assert [r["run_id"] for r in json.loads(only_halted.stdout)] == ["stuck"]
 
-    pending = json.loads(run("bide", "pending", "--store", url, "--json", cwd=tmp_path).stdout)
-    assert [(p["run_id"], p["tool"], p["reason"], p["approval"]) for p in pending] == [
+    pending_rows = json.loads(pending_json.stdout)
+    assert [(p["run_id"], p["tool"], p["reason"], p["approval"]) for p in pending_rows] == [
         ("held", "wire", "hold for review of wire", None)
     ]
-    listed = run("bide", "pending", "--store", url, cwd=tmp_path).stdout
+    listed = pending.stdout
     assert "held" in listed and "hold for review of wire" in listed
 
     long_arg = "y" * 400
@@ -148,16 +165,23 @@ def test_bide_operator_commands_print_tables_and_json(tmp_path: Path) -> None:
             ScriptedModel([call("_wire_long", note=long_arg), reply("ok")]), store=store, tools=[wire_tool]
         ).run_sync("long", "go")
     store.close()
-    shown = run("bide", "show", "--store", url, "long", cwd=tmp_path)
+    shown, full_json, said_text, dumped_json = run_all(
+        "bide",
+        ("show", "--store", url, "long"),
+        ("show", "--store", url, "long", "--json"),
+        ("show", "--store", url, "done"),
+        ("show", "--store", url, "done", "--json"),
+        cwd=tmp_path,
+    )
     assert shown.returncode == 0 and long_arg in shown.stdout.replace("\n", "")  # nothing cut at 160
-    full = json.loads(run("bide", "show", "--store", url, "long", "--json", cwd=tmp_path).stdout)
+    full = json.loads(full_json.stdout)
     assert full["run"]["arguments"] == {"note": long_arg}
     assert full["run"]["status"] == "awaiting_approval" and full["records"][0]["key"] == "@journal"
 
-    said = run("bide", "show", "--store", url, "done", cwd=tmp_path).stdout
+    said = said_text.stdout
     assert "\x1b" not in said and "\u202e" not in said
     assert "hello\\x1b[2K\\x0d\\x1b[32mOK" in said  # the input is shown as escapes, never acted on
-    dumped = run("bide", "show", "--store", url, "done", "--json", cwd=tmp_path).stdout
+    dumped = dumped_json.stdout
     assert "\x1b" not in dumped and json.loads(dumped)["run"]["input"] == "hello" + EVIL
 
 
@@ -168,14 +192,22 @@ def _wire_long(note: str) -> str:
 
 def test_bide_exit_codes_follow_the_shared_table(tmp_path: Path) -> None:
     missing = f"sqlite:///{tmp_path / 'missing.db'}"
-    for args in (("runs",), ("show", "x"), ("pending",)):
-        done = run("bide", *args, "--store", missing, cwd=tmp_path)
-        assert done.returncode == 4 and "no SQLite store" in done.stderr, args
-    assert not (tmp_path / "missing.db").exists()
     url = _store_with_runs(tmp_path)
-    assert run("bide", "show", "--store", url, "nope", cwd=tmp_path).returncode == 4
-    assert run("bide", "runs", "--store", url, "--status", "bogus", cwd=tmp_path).returncode == 2
-    broken = run("bide", "runs", "--store", "postgresql://nobody@127.0.0.1:1/none", cwd=tmp_path)
+    *absent, nope, bogus, broken = run_all(
+        "bide",
+        ("runs", "--store", missing),
+        ("show", "x", "--store", missing),
+        ("pending", "--store", missing),
+        ("show", "--store", url, "nope"),
+        ("runs", "--store", url, "--status", "bogus"),
+        ("runs", "--store", "postgresql://nobody@127.0.0.1:1/none"),
+        cwd=tmp_path,
+    )
+    for done in absent:
+        assert done.returncode == 4 and "no SQLite store" in done.stderr, done.args
+    assert not (tmp_path / "missing.db").exists()
+    assert nope.returncode == 4
+    assert bogus.returncode == 2
     assert broken.returncode == 6, broken.stderr
 
 

@@ -23,8 +23,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import networkx as nx  # type: ignore[import-untyped]
-
 from ..model._declarations import Assignment, EventRule, InvariantRule, Snapshot
 from ..model._expr import Expr
 
@@ -123,6 +121,8 @@ def decompose(rules: dict[str, Any]) -> Decomposition | None:
     if fps is None:
         return None
     inv_fps, ev_fps = fps
+    import networkx as nx  # type: ignore[import-untyped]  # not at import: only building a machine needs it
+
     n_vars = len(rules["variables"])
     graph: nx.Graph[int] = nx.Graph()
     graph.add_nodes_from(range(n_vars))

@@ -21,10 +21,10 @@ import asyncio
 import json
 import os
 import sys
-import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from child_harness import HookedStore, append_line, signal_parent, wait_for_kill
 
 import bide
 from bide.testing import Call, ScriptedModel, Turn, reply
@@ -33,49 +33,20 @@ POINT = os.environ.get("BIDE_TEST_PAUSE_AT", "")
 SIGNAL = os.environ.get("BIDE_TEST_SIGNAL", "")
 
 
-def pause() -> None:
-    tmp = SIGNAL + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(POINT)
-    os.replace(tmp, SIGNAL)
-    while True:  # blocks the event loop: no deadline fires, nothing else of the drive runs
-        time.sleep(1)
-
-
-class Watch:
-    """Passes every call to the real store; sets `a_done` once a's result is journaled."""
-
-    def __init__(self, inner: bide.Store) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.durable = inner.durable
-        self.a_done = asyncio.Event()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any
-    ) -> list[bide.Entry]:
-        out: list[bide.Entry] = await self.inner.ainsert_many(run_id, items, **options)
-        if any(k == "result:c0.0" for k, _ in items):
-            self.a_done.set()
-        return out
-
-
 def main() -> None:
     url, run_id, effects = sys.argv[1], sys.argv[2], Path(sys.argv[3])
     store = bide.open_store(url)
 
     async def drive() -> dict[str, Any]:
-        watch = Watch(store)
+        a_done = asyncio.Event()  # set once a's result is journaled
         c_started = asyncio.Event()
 
+        def watch(keys: list[str]) -> None:
+            if "result:c0.0" in keys:
+                a_done.set()
+
         def fire(name: str) -> None:
-            with open(effects / name, "a") as f:
-                f.write("fired\n")
-                f.flush()
-                os.fsync(f.fileno())
+            append_line(effects / name, "fired")
 
         async def act(name: str) -> str:
             """Act on the world (the side effect)."""
@@ -83,17 +54,19 @@ def main() -> None:
                 c_started.set()
                 await asyncio.sleep(3600)
             if POINT and name == "b":
-                await watch.a_done.wait()
+                await a_done.wait()
                 await c_started.wait()
                 if POINT == "after_b":
                     fire(name)
-                pause()
+                signal_parent(SIGNAL, POINT)
+                wait_for_kill()  # blocks the event loop: no deadline fires, nothing else of the drive runs
             fire(name)
             return f"{name} done"
 
         tool = bide.Tool.from_function(act, timeout=2.0)
         model = ScriptedModel([Turn(calls=tuple(Call("act", {"name": n}) for n in "abc")), reply("done")])
-        agent = bide.Agent(model, store=watch, tools=[tool], lease_ttl=1.0, lease_wait=10.0)  # type: ignore[arg-type]
+        watched = HookedStore(store, after=watch)
+        agent = bide.Agent(model, store=watched, tools=[tool], lease_ttl=1.0, lease_wait=10.0)  # type: ignore[arg-type]
         try:
             result = await agent.run(run_id, "act")
         except bide.OutcomeUnknown as halt:

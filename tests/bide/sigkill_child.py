@@ -16,9 +16,9 @@ import asyncio
 import json
 import os
 import sys
-import time
-from collections.abc import Sequence
 from typing import Any
+
+from child_harness import HookedStore, append_line, signal_parent, start_barrier, wait_for_kill
 
 import bide
 from bide.testing import ScriptedModel, call, reply
@@ -28,43 +28,25 @@ SIGNAL = os.environ.get("BIDE_TEST_SIGNAL", "")
 
 
 def pause(point: str) -> None:
-    if point != POINT:
-        return
-    tmp = SIGNAL + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(point)
-    os.replace(tmp, SIGNAL)
-    while True:  # wait for SIGKILL
-        time.sleep(1)
+    if point == POINT:
+        signal_parent(SIGNAL, point)
+        wait_for_kill()
 
 
-class PausingStore:
-    """Passes every call to the real store, pausing around the writes named by the kill points."""
+def before_write(keys: list[str]) -> None:
+    if any(k.startswith("attempt:") for k in keys):
+        pause("before_marker")
+    if keys[0].startswith("result:"):
+        pause("after_call")
+    if "model:1" in keys:
+        pause("before_answer")
 
-    def __init__(self, inner: bide.Store) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.durable = inner.durable
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any
-    ) -> list[bide.Entry]:
-        keys = [k for k, _ in items]
-        if any(k.startswith("attempt:") for k in keys):
-            pause("before_marker")
-        if keys[0].startswith("result:"):
-            pause("after_call")
-        if "model:1" in keys:
-            pause("before_answer")
-        out = await self.inner.ainsert_many(run_id, items, **options)
-        if keys[0].startswith("result:"):
-            pause("after_result")
-        if any(k == "run:end" for k, _ in items):
-            pause("after_end")
-        return out
+def after_write(keys: list[str]) -> None:
+    if keys[0].startswith("result:"):
+        pause("after_result")
+    if "run:end" in keys:
+        pause("after_end")
 
 
 def main() -> None:
@@ -72,30 +54,24 @@ def main() -> None:
 
     # Async on purpose: the pauses block the event loop, so no tool timeout can fire while the parent
     # gets ready to kill the process.
-    async def append_line(text: str) -> str:
+    async def append(text: str) -> str:
         """Append a line to the effect file (the side effect)."""
         pause("before_call")
-        with open(effect, "a") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(effect, text)
         pause("inside_call")
         return "appended"
 
-    tool = bide.Tool.from_function(append_line, timeout=1.0)
+    tool = bide.Tool.from_function(append, name="append_line", timeout=1.0)
     store = bide.open_store(url, table_prefix=os.environ.get("BIDE_TEST_PREFIX", "bide_"))
     go = os.environ.get("BIDE_TEST_GO")
     if go:
-        with open(f"{go}.ready.{os.getpid()}", "w"):
-            pass
-    while go and not os.path.exists(go):  # start barrier for the multi-process race
-        time.sleep(0.001)
+        start_barrier(go)  # for the multi-process race
     model = ScriptedModel([call("append_line", text="charged alice 500"), reply("done")])
     # A killed driver's lease expires after a second; a restart waits for it (and a racing process for the
     # driver that holds it) up to BIDE_TEST_LEASE_WAIT seconds.
     agent = bide.Agent(
         model,
-        store=PausingStore(store),  # type: ignore[arg-type]
+        store=HookedStore(store, before=before_write, after=after_write),  # type: ignore[arg-type]
         tools=[tool],
         lease_ttl=1.0,
         lease_wait=float(os.environ.get("BIDE_TEST_LEASE_WAIT", "10")),

@@ -8,14 +8,13 @@ marker and the journaled result. A halted run is then resolved through the `bide
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from child_harness import effect_lines, finish, kill_at_point, release_barrier, spawn
 
 CHILD = Path(__file__).with_name("sigkill_child.py")
 # kill point -> (halts on restart?, lines in the effect file after the kill)
@@ -31,24 +30,15 @@ POINTS = {
 
 
 def lines(path: Path) -> int:
-    return len(path.read_text().splitlines()) if path.exists() else 0
+    return len(effect_lines(path))
 
 
 def run_child(url: str, effect: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), url, "run-1", str(effect)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+    return spawn(CHILD, url, "run-1", str(effect), env=env)
 
 
-def finish(proc: subprocess.Popen[str]) -> dict[str, object]:
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    result: dict[str, object] = json.loads(out.strip().splitlines()[-1])
-    return result
+def outcome_of(proc: subprocess.Popen[str]) -> dict[str, object]:
+    return finish(proc, timeout=60)[0]
 
 
 def bide_cli(*args: str) -> subprocess.CompletedProcess[str]:
@@ -63,19 +53,11 @@ def test_sigkill_at_point(point: str, tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     effect = tmp_path / "effect.txt"
     signal_file = tmp_path / "signal"
-    proc = run_child(url, effect, {"BIDE_TEST_PAUSE_AT": point, "BIDE_TEST_SIGNAL": str(signal_file)})
-    deadline = time.monotonic() + 30
-    while not signal_file.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "child never reached the kill point"
-        time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_at_point(CHILD, url, "run-1", str(effect), point=point, signal_file=signal_file)
     halts, fired = POINTS[point]
     assert lines(effect) == fired
 
-    outcome = finish(run_child(url, effect))
+    outcome = outcome_of(run_child(url, effect))
     # The restart never fires an effect that fired already; it fires it once if it never fired.
     assert lines(effect) == (fired if halts else 1)
     if not halts:
@@ -98,7 +80,7 @@ def test_sigkill_at_point(point: str, tmp_path: Path) -> None:
         assert "may still be running" in res.stderr
         time.sleep(0.1)
     assert res.returncode == 0, res.stderr
-    assert finish(run_child(url, effect)) == {"outcome": "completed", "answer": "done"}
+    assert outcome_of(run_child(url, effect)) == {"outcome": "completed", "answer": "done"}
     assert lines(effect) == 1
 
 
@@ -112,13 +94,9 @@ def test_processes_racing_on_one_run_fire_once(durable_store_spec: tuple[str, st
     go = tmp_path / "go"
     env = {"BIDE_TEST_PREFIX": prefix, "BIDE_TEST_GO": str(go)}
     procs = [run_child(url, effect, env) for _ in range(5)]
-    deadline = time.monotonic() + 60
-    while len(list(tmp_path.glob("go.ready.*"))) < len(procs):
-        assert time.monotonic() < deadline, "children did not start"
-        time.sleep(0.01)
-    go.write_text("go")
-    outcomes = [finish(p) for p in procs]
+    release_barrier(go, len(procs))
+    outcomes = [outcome_of(p) for p in procs]
     assert lines(effect) == 1
     assert outcomes == [{"outcome": "completed", "answer": "done"}] * len(procs)
-    again = finish(run_child(url, effect, {"BIDE_TEST_PREFIX": prefix}))
+    again = outcome_of(run_child(url, effect, {"BIDE_TEST_PREFIX": prefix}))
     assert again == {"outcome": "completed", "answer": "done"} and lines(effect) == 1

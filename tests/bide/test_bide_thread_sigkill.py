@@ -9,11 +9,11 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from child_harness import effect_lines, finish, kill_at_point, spawn
 
 import bide
 
@@ -21,36 +21,7 @@ CHILD = Path(__file__).with_name("thread_child.py")
 
 
 def child(url: str, effect: Path, mode: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), url, "t-1", str(effect), mode],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def finish(proc: subprocess.Popen[str]) -> tuple[dict[str, object], list[str]]:
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    lines = out.strip().splitlines()
-    result: dict[str, object] = json.loads(lines[-1])
-    return result, lines[:-1]
-
-
-def effects(path: Path) -> list[str]:
-    return path.read_text().splitlines() if path.exists() else []
-
-
-def kill_when(proc: subprocess.Popen[str], ready: Path) -> None:
-    deadline = time.monotonic() + 60
-    while not ready.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "child never reached the kill point"
-        time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    return spawn(CHILD, url, "t-1", str(effect), mode, env=env)
 
 
 # kill point (a journal key whose write has committed) -> effects fired before the kill
@@ -67,9 +38,8 @@ def test_thread_killed_mid_message_resumes_that_message(point: str, tmp_path: Pa
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     effect = tmp_path / "effect.txt"
     ready = tmp_path / "ready"
-    proc = child(url, effect, "thread", {"BIDE_TEST_PAUSE_AT": point, "BIDE_TEST_SIGNAL": str(ready)})
-    kill_when(proc, ready)
-    assert effects(effect) == POINTS[point]
+    kill_at_point(CHILD, url, "t-1", str(effect), "thread", point=point, signal_file=ready)
+    assert effect_lines(effect) == POINTS[point]
     store = bide.open_store(url)
     try:
         assert bide.run_status(store, "t-1").status in ("running", "halted")
@@ -80,7 +50,7 @@ def test_thread_killed_mid_message_resumes_that_message(point: str, tmp_path: Pa
     if point == "seg:1" or point == "model:3":
         # A marker was committed and the kill came before the call: the marker is this crash's doubt.
         assert outcome["outcome"] == "halted"
-        assert effects(effect) == POINTS[point]  # nothing fired twice, and nothing in doubt was fired
+        assert effect_lines(effect) == POINTS[point]  # nothing fired twice, and nothing in doubt was fired
         store = bide.open_store(url)
         try:
             st = bide.run_status(store, "t-1")
@@ -96,7 +66,7 @@ def test_thread_killed_mid_message_resumes_that_message(point: str, tmp_path: Pa
             store.close()
         outcome, _ = finish(child(url, effect, "thread"))
     assert outcome == {"outcome": "completed", "answers": ["message 0 done", "message 1 done"]}
-    assert effects(effect) == ["m0", "m1 first", "m1 second"]  # each exactly once across the kill
+    assert effect_lines(effect) == ["m0", "m1 first", "m1 second"]  # each exactly once across the kill
     store = bide.open_store(url)
     try:
         st = bide.run_status(store, "t-1")
@@ -119,11 +89,11 @@ def test_stream_killed_mid_run_is_resumed_by_run_and_replayed_by_stream(tmp_path
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     assert [e["type"] for e in seen] == ["ModelTurnEvent", "ToolCallStarted", "ToolCallFinished"]
-    assert effects(effect) == ["s first"]
+    assert effect_lines(effect) == ["s first"]
 
     outcome, _ = finish(child(url, effect, "run"))
     assert outcome == {"outcome": "completed", "answer": "all appended"}
-    assert effects(effect) == ["s first", "s second"]
+    assert effect_lines(effect) == ["s first", "s second"]
 
     # Streaming the finished run replays its events, marked as replayed, without the model's deltas.
     outcome, lines = finish(child(url, effect, "stream"))
@@ -134,4 +104,4 @@ def test_stream_killed_mid_run_is_resumed_by_run_and_replayed_by_stream(tmp_path
         "ModelTurnEvent", "Finished",
     ]  # fmt: skip
     assert all(e["replayed"] for e in events)
-    assert effects(effect) == ["s first", "s second"]
+    assert effect_lines(effect) == ["s first", "s second"]

@@ -6,8 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from child_harness import effect_lines, finish, kill_at_point, spawn
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -534,24 +533,15 @@ CHILD = Path(__file__).with_name("parallel_child.py")
 
 
 def child(url: str, effects: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, str(CHILD), url, "run-1", str(effects)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **(env or {})},
-    )
+    return spawn(CHILD, url, "run-1", str(effects), env=env)
 
 
 def finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
-    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
-    return result
+    return finish(proc, timeout=60)[0]
 
 
 def fired(effects: Path) -> dict[str, int]:
-    return {n: len((effects / n).read_text().splitlines()) if (effects / n).exists() else 0 for n in "abc"}
+    return {n: len(effect_lines(effects / n)) for n in "abc"}
 
 
 def resolve(url: str, call_id: str, *what: str) -> None:
@@ -591,15 +581,7 @@ def test_sigkill_between_two_side_effects_of_a_parallel_turn(point: str, tmp_pat
     effects = tmp_path / "effects"
     effects.mkdir()
     signal_file = tmp_path / "signal"
-    proc = child(url, effects, {"BIDE_TEST_PAUSE_AT": point, "BIDE_TEST_SIGNAL": str(signal_file)})
-    deadline = time.monotonic() + 30
-    while not signal_file.exists():
-        assert proc.poll() is None, proc.communicate()
-        assert time.monotonic() < deadline, "child never reached the kill point"
-        time.sleep(0.005)
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_at_point(CHILD, url, "run-1", str(effects), point=point, signal_file=signal_file)
     b_fired = 1 if point == "after_b" else 0
     assert fired(effects) == {"a": 1, "b": b_fired, "c": 0}
 

@@ -21,9 +21,9 @@ import asyncio
 import json
 import os
 import sys
-import time
-from collections.abc import Sequence
 from typing import Any
+
+from child_harness import HookedStore, append_line, signal_parent, wait_for_kill
 
 import bide
 from bide.testing import ScriptedModel, StreamingScriptedModel, call, reply
@@ -33,46 +33,22 @@ SIGNAL = os.environ.get("BIDE_TEST_SIGNAL", "")
 STOP_AFTER = os.environ.get("BIDE_TEST_STOP_AFTER", "")
 
 
-def wait_for_kill() -> None:
-    while True:
-        time.sleep(1)
-
-
-class PausingStore:
-    """Passes every call to the real store; after the write holding the key PAUSE_AT, signals and waits."""
-
-    def __init__(self, inner: bide.Store) -> None:
-        self.inner = inner
-        self.url = inner.url
-        self.durable = inner.durable
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-    async def ainsert_many(
-        self, run_id: str, items: Sequence[tuple[str, bytes]], **options: Any
-    ) -> list[bide.Entry]:
-        out = await self.inner.ainsert_many(run_id, items, **options)
-        if PAUSE_AT and any(k == PAUSE_AT for k, _ in items):
-            with open(SIGNAL + ".tmp", "w") as f:
-                f.write(PAUSE_AT)
-            os.replace(SIGNAL + ".tmp", SIGNAL)
-            wait_for_kill()
-        return out
+def pause_after(keys: list[str]) -> None:
+    """After the write holding the key PAUSE_AT: signal the parent and wait to be killed."""
+    if PAUSE_AT and PAUSE_AT in keys:
+        signal_parent(SIGNAL, PAUSE_AT)
+        wait_for_kill()
 
 
 def main() -> None:
     url, run_id, effect, mode = sys.argv[1:5]
 
-    async def append_line(text: str) -> str:
+    async def append(text: str) -> str:
         """Append a line to the effect file (the side effect)."""
-        with open(effect, "a") as f:
-            f.write(text + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        append_line(effect, text)
         return "appended"
 
-    tool = bide.Tool.from_function(append_line, timeout=1.0)
+    tool = bide.Tool.from_function(append, name="append_line", timeout=1.0)
     store = bide.open_store(url)
     out: dict[str, Any]
     try:
@@ -87,7 +63,11 @@ def main() -> None:
                 ]
             )
             agent = bide.Agent(
-                model, store=PausingStore(store), tools=[tool], lease_ttl=1.0, lease_wait=10.0  # type: ignore[arg-type]
+                model,
+                store=HookedStore(store, after=pause_after),  # type: ignore[arg-type]
+                tools=[tool],
+                lease_ttl=1.0,
+                lease_wait=10.0,
             )
             thread = agent.thread(run_id)
 

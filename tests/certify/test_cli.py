@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -17,8 +19,33 @@ from govern.certificate._encoding import canonical_json
 from govern.certificate._make import certify
 from govern.cli._main import main
 
-from .conftest import govern, lamp_registry, orders_registry
+from .conftest import MACHINES, govern, lamp_registry, orders_registry
 from .test_certificate import forge, forged_divergent_certificate
+
+CERTS = ("orders.govern-cert.json", "lamp.govern-cert.json")
+
+
+@pytest.fixture(scope="module")
+def certified(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder with the certificates `govern certify shop.py` writes, made once for the tests that only
+    read them (each govern call costs about a second of interpreter start)."""
+    folder = tmp_path_factory.mktemp("certified")
+    (folder / "shop.py").write_text(MACHINES)
+    result = govern("certify", "shop.py", cwd=folder)
+    assert result.returncode == 0, result.stderr
+    return folder
+
+
+def copy_certs(certified: Path, machine_dir: Path) -> None:
+    for name in CERTS:
+        shutil.copy(certified / name, machine_dir / name)
+
+
+def govern_all(*calls: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """`govern(*args)` for each of `calls`, all at once: for commands that do not depend on each other
+    (the same CPU work; a free core makes it faster)."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: govern(*args, cwd=cwd), calls))
 
 
 def test_help_documents_every_exit_code(tmp_path: Path) -> None:
@@ -147,9 +174,9 @@ def test_keygen_sign_and_check_with_a_public_key(machine_dir: Path) -> None:
     assert loose.returncode == 2 and "chmod 600" in loose.stderr
 
 
-def test_check_distinguishes_unreadable_from_invalid(machine_dir: Path) -> None:
-    assert govern("certify", "shop.py:orders", "-o", "good.json", cwd=machine_dir).returncode == 0
-    good = (machine_dir / "good.json").read_bytes()
+def test_check_distinguishes_unreadable_from_invalid(machine_dir: Path, certified: Path) -> None:
+    good = (certified / "orders.govern-cert.json").read_bytes()
+    (machine_dir / "good.json").write_bytes(good)
     document = json.loads(good)
 
     def write(name: str, data: bytes) -> str:
@@ -164,38 +191,42 @@ def test_check_distinguishes_unreadable_from_invalid(machine_dir: Path) -> None:
         "wrong-type": good.replace(b'"cc1":true', b'"cc1":1', 1),
         "bad-base64": good.replace(b'"apply":"', b'"apply":"!', 1),
     }
-    for name, data in unreadable.items():
-        result = govern("check", write(name + ".json", data), cwd=machine_dir)
-        assert result.returncode == 4, (name, result.stdout, result.stderr)
-        assert "unreadable" in result.stderr
-    oversized = govern("check", "good.json", "--max-size", "100", cwd=machine_dir)
-    assert oversized.returncode == 4 and "limit" in oversized.stderr
-
     invalid = {
         "digest": good.replace(document["digest"][-6:].encode(), b"000000", 1),
         "verdict": good.replace(b'"max_repair_depth":1', b'"max_repair_depth":2', 1),
     }
-    for name, data in invalid.items():
-        result = govern("check", write(name + ".json", data), "--json", cwd=machine_dir)
+    *checked, oversized = govern_all(
+        *(("check", write(name + ".json", data)) for name, data in unreadable.items()),
+        *(("check", write(name + ".json", data), "--json") for name, data in invalid.items()),
+        ("check", "good.json", "--max-size", "100"),
+        cwd=machine_dir,
+    )
+    for name, result in zip(unreadable, checked[: len(unreadable)], strict=True):
+        assert result.returncode == 4, (name, result.stdout, result.stderr)
+        assert "unreadable" in result.stderr
+    assert oversized.returncode == 4 and "limit" in oversized.stderr
+    for name, result in zip(invalid, checked[len(unreadable) :], strict=True):
         assert result.returncode == 1, (name, result.stdout, result.stderr)
         assert json.loads(result.stdout)["valid"] is False
 
 
-def test_show_renders_rules_for_people(machine_dir: Path) -> None:
-    assert govern("certify", "shop.py", cwd=machine_dir).returncode == 0
-    result = govern("show", "orders.govern-cert.json", cwd=machine_dir)
+def test_show_renders_rules_for_people(machine_dir: Path, certified: Path) -> None:
+    copy_certs(certified, machine_dir)
+    (machine_dir / "junk.json").write_text("{}")
+    result, lamp, junk = govern_all(
+        ("show", "orders.govern-cert.json"), ("show", "lamp.govern-cert.json"), ("show", "junk.json"),
+        cwd=machine_dir,
+    )
     assert result.returncode == 0, result.stderr
     for text in ("status != 'shipped' or paid", "status = 'pending'", "status == 'pending'",
                  "status = 'paid', paid = True", "stock = stock + 1", "pay/restock", "ship/restock",
                  "0 .. 5", "pending, paid, shipped, cancelled", "coq_version"):
         assert text in result.stdout, text
-    lamp = govern("show", "lamp.govern-cert.json", cwd=machine_dir)
     assert "Python callable" in lamp.stdout and "no: Python callables" in lamp.stdout
-    (machine_dir / "junk.json").write_text("{}")
-    assert govern("show", "junk.json", cwd=machine_dir).returncode == 4
+    assert junk.returncode == 4
 
 
-def test_graph_writes_dot_and_mermaid_or_svg(machine_dir: Path) -> None:
+def test_graph_writes_dot_and_mermaid_or_svg(machine_dir: Path, certified: Path) -> None:
     out = machine_dir / "pictures"
     out.mkdir()
     result = govern("graph", "shop.py:orders", "-o", "pictures", cwd=machine_dir)
@@ -210,7 +241,7 @@ def test_graph_writes_dot_and_mermaid_or_svg(machine_dir: Path) -> None:
         assert (out / "orders.events.mmd").read_text().startswith("flowchart LR")
         assert "-->" in (out / "orders.states.mmd").read_text()
     # From a certificate, and with the state graph left out for size.
-    assert govern("certify", "shop.py:orders", cwd=machine_dir).returncode == 0
+    copy_certs(certified, machine_dir)
     small = govern("graph", "orders.govern-cert.json", "-o", "pictures", "--state-limit", "3",
                    cwd=machine_dir)
     assert small.returncode == 0 and "state graph left out" in small.stdout
@@ -232,9 +263,9 @@ def test_graph_of_a_bad_machine_is_an_input_error_not_a_bug(tmp_path: Path) -> N
         assert "bug in govern" not in result.stdout + result.stderr
 
 
-def test_check_imports_nothing_from_the_certificate(machine_dir: Path) -> None:
+def test_check_imports_nothing_from_the_certificate(machine_dir: Path, certified: Path) -> None:
     """A certificate naming a module that exists next to it must not get that module imported."""
-    assert govern("certify", "shop.py:orders", cwd=machine_dir).returncode == 0
+    copy_certs(certified, machine_dir)
     (machine_dir / "orders.py").write_text("open('IMPORTED', 'w').write('yes')\n")
     probe = (
         "import sys\n"
