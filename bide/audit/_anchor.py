@@ -13,8 +13,6 @@ import os
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-import httpx
-
 from ._errors import AuditError
 from ._files import write_whole
 from ._formats import SignedTreeHead
@@ -81,6 +79,8 @@ class HttpPublisher:
         self.headers = {"Content-Type": "application/json", **(headers or {})}
 
     def publish(self, sth: SignedTreeHead) -> None:
+        import httpx  # on first use: loading it at import would cost every audit CLI call
+
         try:
             resp = httpx.post(self.url, content=sth.to_json(), headers=self.headers, timeout=self.timeout)
         except httpx.HTTPError as exc:

@@ -44,7 +44,7 @@ def build_machine(
     and a large integer domain is the reason; "symbolic" forces that route (differential tests use
     it on small machines); "enumerate" never takes it."""
     if method == "symbolic":
-        return build_symbolic(snap, domain)
+        return build_symbolic(snap, domain, enumerate_build=_enumerate_valid)
     timer = PhaseTimer()
     space = Space(snap.vars)
 
@@ -76,7 +76,7 @@ def build_machine(
                 states=exc.states,
                 bytes_needed=exc.bytes_needed,
             ) from None
-        return build_symbolic(snap, domain)
+        return build_symbolic(snap, domain, enumerate_build=_enumerate_valid)
     with timer.phase("tables"):
         tables = build_tables(snap, space)
     verdict = verify(snap, space, tables, domain, timer)
@@ -125,3 +125,9 @@ def build_machine(
     )
     raw = RawTables(tables.valid, tables.repair, tables.apply, verdict.nf)
     return Machine(rules, space, raw, verdict.initial, verdict.domain_ids, report)
+
+
+def _enumerate_valid(snap: Snapshot) -> Machine:
+    """The engine's own build on the "valid" domain, by enumeration only: what the symbolic route's
+    small model decides its representative machine with."""
+    return build_machine(snap, "valid", method="enumerate", compose=False)

@@ -31,7 +31,8 @@ from ..model._expr import canonical_json
 from ..model._space import Space
 from ..verify._concrete import Concrete
 from ..verify._report import Report
-from ..verify._symbolic import DEFAULT_MAX_DEPTH, verify_symbolic
+from ..verify._smallmodel import Enumerate, refute_small
+from ..verify._symbolic import DEFAULT_MAX_DEPTH, symbolic_problem, verify_symbolic
 from ..verify._timing import PhaseTimer
 from ._machine import Machine, State, register_loader, rules_digest, write_machine_file
 from ._rules_snapshot import snapshot_from_rules
@@ -62,8 +63,19 @@ def symbolic_candidate(snap: Snapshot) -> bool:
     return any(v.kind == "int" and v.size > SYMBOLIC_MIN_INT_VALUES for v in snap.vars)
 
 
-def build_symbolic(snap: Snapshot, domain: Domain, *, max_depth: int = DEFAULT_MAX_DEPTH) -> SymbolicMachine:
-    """Verify `snap` on its AST with CP-SAT and return a table-free machine (or raise like a build)."""
+def build_symbolic(
+    snap: Snapshot,
+    domain: Domain,
+    *,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+    enumerate_build: Enumerate | None = None,
+) -> SymbolicMachine:
+    """Verify `snap` on its AST with CP-SAT and return a table-free machine (or raise like a build).
+
+    With `enumerate_build` (the engine's build, given by `_build`) a machine in the small model's
+    fragment is first refuted, when it can be, by its representative machine: the witness is replayed
+    on `snap`, so it is exact. Only on the "valid" domain: a failure at some valid state says nothing
+    of the reachable ones."""
     timer = PhaseTimer()
     space = Space(snap.vars)
     if space.n - 1 > _MAX_ID:
@@ -73,6 +85,9 @@ def build_symbolic(snap: Snapshot, domain: Domain, *, max_depth: int = DEFAULT_M
             states=space.n,
             bytes_needed=0,
         )
+    if domain == "valid" and enumerate_build is not None and symbolic_problem(snap, domain) is None:
+        with timer.phase("small model"):
+            refute_small(snap, enumerate_build)
     verdict = verify_symbolic(snap, domain, timer, max_depth=max_depth, states=space.n)
     rules = snap.rules_json(domain)
     if rules["initial"] is None:

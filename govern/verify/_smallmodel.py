@@ -29,9 +29,10 @@ verdicts are not used (CP-SAT decides them); tests compare them with enumeration
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import combinations, pairwise
-from typing import Any
+from typing import Any, Protocol
 
 from .._errors import DeclarationError, DomainViolation, NotConvergent, StateSpaceTooLarge
 from ..model._declarations import Assignment, EventRule, InvariantRule, Snapshot
@@ -39,11 +40,22 @@ from ..model._expr import INT, Expr, _arith, _bool_op, _cmp, _eq, _lit, _not
 from ..model._space import VarSpec
 from ._concrete import Concrete, Values
 from ._counterexample import Divergence, RepairCycle
-from ._report import PrunedPair
+from ._report import PrunedPair, Report
 from ._symbolic import DEFAULT_MAX_DEPTH, SymbolicVerdict, _footprint
 from ._verify import event_closures
 
-__all__ = ["Representative", "decide_small", "refute_small", "representative"]
+__all__ = ["Built", "Enumerate", "Representative", "decide_small", "refute_small", "representative"]
+
+class Built(Protocol):
+    """What the engine's build hands back that the small model reads: its report."""
+
+    @property
+    def report(self) -> Report: ...
+
+
+Enumerate = Callable[[Snapshot], Built]
+"""The engine's own build of a snapshot on the "valid" domain (tables, verification, the oracle),
+raising like `Registry.build`: passed in by the machine layer, which this layer may not import."""
 
 #: The representative machine is only worth building when it has at most this many states.
 _MAX_SMALL_STATES = 1 << 22
@@ -393,35 +405,34 @@ class _GiveUp(Exception):
     pass
 
 
-def refute_small(snap: Snapshot) -> None:
+def refute_small(snap: Snapshot, enumerate_build: Enumerate) -> None:
     """Raise the large machine's own `NotConvergent` or `DomainViolation` when its representative
     machine fails and the witness, mapped back, replays on `snap`; otherwise return.
 
     Only failures are taken: a replayed witness is exact whatever the reduction, while "holds" from
     the representative machine would rest on the unproved reduction."""
     try:
-        decide_small(snap)
+        decide_small(snap, enumerate_build)
     except DeclarationError:  # the declared initial state: the caller's own checks report it
         return
 
 
-def decide_small(snap: Snapshot) -> SymbolicVerdict | None:
-    """Decide `snap` by its representative machine (enumerated, oracle-checked); every witness is
-    replayed on `snap` itself. None when the fragment does not apply or a replay does not confirm.
+def decide_small(snap: Snapshot, enumerate_build: Enumerate) -> SymbolicVerdict | None:
+    """Decide `snap` by its representative machine (built by `enumerate_build`: enumerated,
+    oracle-checked); every witness is replayed on `snap` itself. None when the fragment does not apply
+    or a replay does not confirm.
 
     Raises like the symbolic route: `NotConvergent`, `DomainViolation`, `DeclarationError`."""
     rep = representative(snap)
     if rep is None:
         return None
     try:
-        return _decide(snap, rep)
+        return _decide(snap, rep, enumerate_build)
     except _GiveUp:
         return None
 
 
-def _decide(snap: Snapshot, rep: Representative) -> SymbolicVerdict:
-    from ..machine._build import build_machine  # the engine's own build: tables, verification, oracle
-
+def _decide(snap: Snapshot, rep: Representative, enumerate_build: Enumerate) -> SymbolicVerdict:
     c = Concrete.of(snap)
     limit = 4 * DEFAULT_MAX_DEPTH
     names = list(c.event_names)
@@ -446,7 +457,7 @@ def _decide(snap: Snapshot, rep: Representative) -> SymbolicVerdict:
         raise _GiveUp
 
     try:
-        small = build_machine(rep.snap, "valid", method="enumerate", compose=False)
+        small = enumerate_build(rep.snap)
     except StateSpaceTooLarge:
         raise _GiveUp from None
     except NotConvergent as exc:

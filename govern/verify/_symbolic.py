@@ -362,13 +362,6 @@ def verify_symbolic(
         raise StateSpaceTooLarge(
             f"cannot verify {snap.name!r} symbolically: {problem}", states=states, bytes_needed=0
         )
-    # A refutation found on some valid state decides the "valid" domain only: on "reachable" every
-    # failure must be one a run from the initial state reaches (`_reachable_witness`).
-    if domain == "valid":
-        from ._smallmodel import refute_small  # (imports this module)
-
-        with timer.phase("small model"):
-            refute_small(snap)  # a failure of the representative machine, replayed on this one
     try:
         return _verify(snap, domain, timer, max_depth, max_run)
     except _Undecided as exc:

@@ -27,9 +27,9 @@ from govern import (
     max_,
     min_,
 )
-from govern.machine._build import build_machine
+from govern.machine._build import _enumerate_valid, build_machine
 from govern.model._declarations import Snapshot
-from govern.verify import _smallmodel, _symbolic
+from govern.verify import _symbolic
 from govern.verify._smallmodel import decide_small, representative
 from govern.verify._symbolic import SymbolicVerdict, verify_symbolic
 from govern.verify._timing import PhaseTimer
@@ -159,7 +159,7 @@ def _fields(v: SymbolicVerdict) -> tuple[Any, ...]:
 
 
 def _small(snap: Snapshot) -> SymbolicVerdict | None:
-    return decide_small(snap)
+    return decide_small(snap, _enumerate_valid)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -216,8 +216,7 @@ def test_small_model_verdict_equals_cp_sat_on_a_billion_values(spec: Spec) -> No
     if small[0] == "ok" and small[1] is None:
         return
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(_symbolic, "_BUDGETS", (0.5,), raising=False)
-        patch.setattr(_smallmodel, "refute_small", lambda snap: None)  # CP-SAT alone
+        patch.setattr(_symbolic, "_BUDGETS", (0.5,))
         try:
             cp = _outcome(lambda: verify_symbolic(snap, "valid", PhaseTimer()))
         except StateSpaceTooLarge:  # CP-SAT could not decide within its budget: nothing to compare
@@ -238,7 +237,7 @@ def test_the_representative_of_a_billion_values_is_small_and_decides_like_cp_sat
     # every kept value stands for itself or for its shift past the cuts, monotonically
     values = [rep.embed(y) for y in range(rep.snap.vars[0].size)]
     assert values == sorted(values) and values[0] == 0 and values[-1] == 10**9 - 1
-    small = decide_small(snap)
+    small = decide_small(snap, _enumerate_valid)
     cp = verify_symbolic(snap, "valid", PhaseTimer())
     assert small is not None
     assert (small.initial, small.depth_max) == (cp.initial, cp.depth_max) == ((10,), 1)
