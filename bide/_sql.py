@@ -277,6 +277,14 @@ class SQLStore:
             }
             self._sql_lease_row = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
             self._sql_lease_get = f"SELECT holder, token, expires_ms FROM {p}runs WHERE run_id = ?"
+            # The leases a batch grants or renews, written in one statement per chunk (see _leases_sqlite).
+            self._sql_lease_many = {
+                n: f"INSERT INTO {p}runs(run_id, holder, token, expires_ms) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * n)
+                + " ON CONFLICT (run_id) DO UPDATE SET holder = excluded.holder, token = excluded.token, "
+                "expires_ms = excluded.expires_ms"
+                for n in _chunk_sizes()
+            }
         else:
             self._sql_run = (
                 f"INSERT INTO {p}runs(run_id, next_seq) VALUES (%s, %s) ON CONFLICT (run_id) DO UPDATE "
@@ -817,8 +825,8 @@ class SQLStore:
         if inserts:
             inserts = self._admit_sqlite(cur, batch, inserts, results)
         # Leases before loads: a load requested with a lease sees the journal as of the grant.
-        for i in leases:
-            results[i] = self._apply(cur, batch[i])
+        if leases:
+            self._leases_sqlite(cur, batch, leases, results)
         if inserts and not self._insert_batch_sqlite(cur, batch, inserts, results):
             # Two requests insert the same key: their order decides the winner, so run them one by one.
             for i in inserts:
@@ -838,6 +846,35 @@ class SQLStore:
         for i in others:
             results[i] = self._apply(cur, batch[i])
         return results
+
+    def _leases_sqlite(self, cur: Any, batch: list[_Request], leases: list[int], results: list[Any]) -> None:
+        """Answer the lease and release requests `leases` (indexes into `batch`): the grants and renewals
+        of distinct runs in two statements per chunk (read every row, decide each with `decide_lease`,
+        write the leases held), which the batch's write lock makes atomic; the rest one by one, in order."""
+        grants = [i for i in leases if batch[i].op == "lease"]
+        rids = [batch[i].run_id for i in grants]
+        if len(grants) != len(leases) or len(set(rids)) != len(rids):
+            # A release, or two requests on one run: their order decides the answers.
+            for i in leases:
+                results[i] = self._apply(cur, batch[i])
+            return
+        rows: dict[str, tuple[Any, ...]] = {}
+        for start, size in _chunks(len(rids)):
+            cur.execute(self._sql_rows_many[size], rids[start : start + size])
+            for row in cur.fetchall():
+                rows[row[0]] = row
+        params: list[Any] = []
+        for i in grants:
+            run_id = batch[i].run_id
+            holder, now_ms, ttl_ms, token = batch[i].args
+            row = rows.get(run_id)
+            held = row is not None and row[1] is not None
+            current = Lease(run_id, row[1], int(row[2]), int(row[3])) if held and row else None
+            lease = results[i] = decide_lease(run_id, current, holder, now_ms, ttl_ms, token)
+            if lease.held:
+                params += (run_id, holder, lease.token, lease.expires_ms)
+        for start, size in _chunks(len(params) // 4, _CHUNK // 2):  # 4 variables a row: under 999
+            cur.execute(self._sql_lease_many[size], params[4 * start : 4 * (start + size)])
 
     def _admit_sqlite(
         self, cur: Any, batch: list[_Request], inserts: list[int], results: list[Any]
@@ -1169,12 +1206,12 @@ def _chunk_sizes() -> list[int]:
     return [1 << i for i in range(_CHUNK.bit_length())]
 
 
-def _chunks(n: int) -> list[tuple[int, int]]:
-    """(start, size) pieces of n rows: sizes are powers of two, at most _CHUNK, largest first."""
+def _chunks(n: int, cap: int = _CHUNK) -> list[tuple[int, int]]:
+    """(start, size) pieces of n rows: sizes are powers of two, at most `cap`, largest first."""
     out: list[tuple[int, int]] = []
     pos = 0
     while pos < n:
-        size = min(_CHUNK, 1 << ((n - pos).bit_length() - 1))
+        size = min(cap, 1 << ((n - pos).bit_length() - 1))
         out.append((pos, size))
         pos += size
     return out
