@@ -23,7 +23,8 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   seq counter on PostgreSQL, the run's lease (S9) and whether it has ended (S8). Every insert reads its run's
   row in its own transaction (locked on PostgreSQL, under the database lock on SQLite) to check the fence
   and the end. A transaction that only grants, renews or releases leases is not synced to disk on commit
-  (``synchronous=NORMAL`` on SQLite, ``synchronous_commit=off`` on PostgreSQL): the next durable commit
+  (``synchronous=NORMAL`` on SQLite, on a connection kept for them in the event loop;
+  ``synchronous_commit=off`` on PostgreSQL): the next durable commit
   syncs it (the write-ahead log is one sequence), and a grant lost to a crash is harmless, because fences
   compare the holder's random id as well as the token, so nobody can write under a grant the store forgot.
   On PostgreSQL a grant or renewal is one upsert (``INSERT ... ON CONFLICT DO UPDATE ... WHERE ...
@@ -105,11 +106,14 @@ class _HooksBroken(Exception):
 
 
 class _Slot:
-    """One connection, opened lazily and replaced after an error."""
+    """One connection, opened lazily and replaced after an error. A `lease_only` connection (SQLite, in the
+    event loop) runs only transactions that grant, renew or free leases, which need no sync on commit: it
+    stays at ``synchronous=NORMAL`` instead of switching for each of them."""
 
-    def __init__(self, store: SQLStore, *, in_loop: bool = False) -> None:
+    def __init__(self, store: SQLStore, *, in_loop: bool = False, lease_only: bool = False) -> None:
         self.store = store
         self.in_loop = in_loop
+        self.lease_only = lease_only
         self.raw: Any = None
 
     def get(self) -> Any:
@@ -122,6 +126,8 @@ class _Slot:
                     # Never wait for a lock inside the event loop: a busy database hands the batch to the
                     # store's thread, which waits with the full busy timeout.
                     driver.execute("PRAGMA busy_timeout=0")
+                if self.lease_only:
+                    driver.execute("PRAGMA synchronous=NORMAL")
             self.raw = raw
         return self.raw
 
@@ -149,6 +155,7 @@ class _LoopBatch(threading.local):
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.slot: _Slot | None = None
+        self.lease_slot: _Slot | None = None  # for batches that only grant, renew or free leases
 _IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -563,11 +570,18 @@ class SQLStore:
         batch, state.pending = state.pending, []
         state.scheduled = False
         try:
-            if state.slot is None:
-                state.slot = _Slot(self, in_loop=True)
+            # A batch of leases alone commits without a sync, on a connection kept for that.
+            lease_only = _lease_only(batch)
+            slot = state.lease_slot if lease_only else state.slot
+            if slot is None:
+                slot = _Slot(self, in_loop=True, lease_only=lease_only)
+                if lease_only:
+                    state.lease_slot = slot
+                else:
+                    state.slot = slot
                 with self._lock:
-                    self._slots.append(state.slot)
-            self._run_batch(batch, state.slot)
+                    self._slots.append(slot)
+            self._run_batch(batch, slot)
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
             self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
                           if r.afuture is not None and not r.afuture.done()])
@@ -650,7 +664,7 @@ class SQLStore:
         def attempt() -> list[Any]:
             nonlocal hooks
             try:
-                return self._transaction(batch, slot.get(), hooks=hooks)
+                return self._transaction(batch, slot.get(), hooks=hooks, unsynced=slot.lease_only)
             except _HooksBroken:
                 slot.drop()
                 hooks = False  # the journal write goes ahead without them; derived data catches up later
@@ -685,7 +699,11 @@ class SQLStore:
             return
         self._answer_all(batch, results)
 
-    def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
+    def _transaction(
+        self, batch: list[_Request], raw: Any, *, hooks: bool = True, unsynced: bool = False
+    ) -> list[Any]:
+        """Run `batch` as one transaction on `raw` (`unsynced`: a lease-only connection, already at
+        synchronous=NORMAL, which never gets a batch that writes records)."""
         writes = False
         leases = False
         for r in batch:
@@ -695,11 +713,14 @@ class SQLStore:
                 leases = True
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
+        if unsynced and writes:
+            raise StoreError("a batch with records reached the lease-only connection; nothing was done")
+        toggle = lazy and not unsynced and self.dialect == "sqlite"
         cur = raw.cursor()
         hooked: list[WriteTransaction] = []
         try:
             if self.dialect == "sqlite":
-                if lazy:
+                if toggle:
                     cur.execute("PRAGMA synchronous=NORMAL")
                 cur.execute("BEGIN IMMEDIATE" if writes or leases else "BEGIN")
             elif lazy:
@@ -741,7 +762,7 @@ class SQLStore:
                 pass
             raise
         finally:
-            if lazy and self.dialect == "sqlite":
+            if toggle:
                 with contextlib.suppress(Exception):  # a broken connection is dropped by the caller
                     cur.execute("PRAGMA synchronous=FULL")
             cur.close()
@@ -853,7 +874,7 @@ class SQLStore:
         write the leases held), which the batch's write lock makes atomic; the rest one by one, in order."""
         grants = [i for i in leases if batch[i].op == "lease"]
         rids = [batch[i].run_id for i in grants]
-        if len(grants) != len(leases) or len(set(rids)) != len(rids):
+        if len(grants) != len(leases) or (len(rids) > 1 and len(set(rids)) != len(rids)):
             # A release, or two requests on one run: their order decides the answers.
             for i in leases:
                 results[i] = self._apply(cur, batch[i])
@@ -1165,12 +1186,27 @@ def _lease_columns() -> list[sa.Column[Any]]:
     ]
 
 
+def _lease_only(batch: list[_Request]) -> bool:
+    """True when `batch` grants, renews or frees leases and writes no record."""
+    leases = False
+    for r in batch:
+        if r.op == "insert":
+            return False
+        if r.op in _LEASE_OPS:
+            leases = True
+    return leases
+
+
 def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, bytes]]:
     """The items as the store keeps them until committed: (str, bytes) tuples are immutable and kept as they
     are, and so is a tuple of them (what the journal sends: one object fewer per queued request); anything
     else is copied."""
-    if type(items) is tuple and all(type(it) is tuple and type(it[1]) is bytes for it in items):
-        return items
+    if type(items) is tuple:
+        for it in items:  # a loop: cheaper than all() over a generator, for every write
+            if type(it) is not tuple or type(it[1]) is not bytes:
+                break
+        else:
+            return items
     return [it if type(it) is tuple and type(it[1]) is bytes else (it[0], bytes(it[1])) for it in items]
 
 
@@ -1208,6 +1244,8 @@ def _chunk_sizes() -> list[int]:
 
 def _chunks(n: int, cap: int = _CHUNK) -> list[tuple[int, int]]:
     """(start, size) pieces of n rows: sizes are powers of two, at most `cap`, largest first."""
+    if n == 1:
+        return [(0, 1)]  # a lone request: the common case of a quiet store
     out: list[tuple[int, int]] = []
     pos = 0
     while pos < n:

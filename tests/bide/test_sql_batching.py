@@ -106,9 +106,9 @@ def test_loads_with_after_and_repeated_runs_in_one_batch(
     seen: list[int] = []
     real = store._transaction
 
-    def spy(reqs: list[Any], raw: Any, *, hooks: bool = True) -> list[Any]:
+    def spy(reqs: list[Any], raw: Any, **options: Any) -> list[Any]:
         seen.append(len(reqs))
-        return real(reqs, raw, hooks=hooks)
+        return real(reqs, raw, **options)
 
     monkeypatch.setattr(store, "_transaction", spy)
     results, commits = run_batch(
@@ -250,6 +250,25 @@ def test_leases_in_one_batch_answer_what_they_would_one_by_one(store: SQLStore) 
     )
     assert [(r.holder, r.held) for r in results[:2]] == [("a", True), ("a", False)]
     assert results[2] is True
+
+
+def test_records_commit_synced_and_lease_batches_alone_unsynced(store: SQLStore) -> None:
+    """In the event loop a batch of leases alone (and the loads sent with it) commits on a connection kept
+    at synchronous=NORMAL; every batch with a record commits on one at FULL (durable on return, S3)."""
+
+    def level(slot: Any) -> int:
+        return int(slot.raw.driver_connection.execute("PRAGMA synchronous").fetchone()[0])
+
+    async def go() -> tuple[int, int, list[Entry]]:
+        await asyncio.gather(store.alease("r", "h", now_ms=1, ttl_ms=10), store.aload("r"))
+        granted = store.alease("s", "h", now_ms=1, ttl_ms=10)
+        await asyncio.gather(granted, store.ainsert_many("r", [("k", b"v")]))
+        state = store._local
+        return level(state.lease_slot), level(state.slot), await store.aload("r")
+
+    lease_level, record_level, loaded = asyncio.run(go())
+    assert (lease_level, record_level) == (1, 2)  # NORMAL, FULL
+    assert [e.key for e in loaded] == ["k"] and store.lease("s", "h", now_ms=2, ttl_ms=10, token=1).held
 
 
 def test_hooks_see_only_what_a_batch_kept(store: SQLStore) -> None:
