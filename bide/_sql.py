@@ -282,6 +282,10 @@ class SQLStore:
                 f"({', '.join(['?'] * n)})"
                 for n in _chunk_sizes()
             }
+            self._sql_end_many = {
+                n: f"UPDATE {p}runs SET ended = 1 WHERE run_id IN ({', '.join(['?'] * n)})"
+                for n in _chunk_sizes()
+            }
             self._sql_lease_row = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
             self._sql_lease_get = f"SELECT holder, token, expires_ms FROM {p}runs WHERE run_id = ?"
             # The leases a batch grants or renews, written in one statement per chunk (see _leases_sqlite).
@@ -716,7 +720,8 @@ class SQLStore:
         if unsynced and writes:
             raise StoreError("a batch with records reached the lease-only connection; nothing was done")
         toggle = lazy and not unsynced and self.dialect == "sqlite"
-        cur = raw.cursor()
+        # SQLite: the driver's own cursor (the pool's wrapper adds a Python call per transaction).
+        cur = (raw.dbapi_connection if self.dialect == "sqlite" else raw).cursor()
         hooked: list[WriteTransaction] = []
         try:
             if self.dialect == "sqlite":
@@ -729,8 +734,8 @@ class SQLStore:
             if self.dialect == "sqlite":
                 # One runs row per run (for listing): written once, outside any savepoint, and remembered
                 # only after the commit.
-                with self._lock:
-                    missing = {r.run_id for r in batch if r.op == "insert"} - self._known_runs
+                known = self._known_runs  # membership tests need no lock (each is atomic)
+                missing = {r.run_id for r in batch if r.op == "insert" and r.run_id not in known}
                 if missing:
                     rids = list(missing)
                     for start, size in _chunks(len(rids)):
@@ -852,12 +857,18 @@ class SQLStore:
             # Two requests insert the same key: their order decides the winner, so run them one by one.
             for i in inserts:
                 results[i] = self._apply(cur, batch[i])
+        ended: list[str] = []  # the runs this batch ended (S8), marked in one statement per chunk
         for i in inserts:
             for e in results[i]:  # a plain loop: cheaper than any() over a generator, 3 times a run
                 if e.key == END_KEY:
                     if e.inserted:
-                        cur.execute(self._sql_end, (batch[i].run_id,))
+                        ended.append(batch[i].run_id)
                     break
+        if len(ended) == 1:
+            cur.execute(self._sql_end, (ended[0],))
+        elif ended:
+            for start, size in _chunks(len(ended)):
+                cur.execute(self._sql_end_many[size], ended[start : start + size])
         if loads:
             self._load_batch_sqlite(cur, batch, loads, results)
         if len(gets) == 1:

@@ -16,6 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bide._errors import RunEnded
 from bide._sql import _CHUNK, SQLStore, _chunks, _retryable
 from bide._store import Entry, Lease, WriteTransaction
 
@@ -269,6 +270,18 @@ def test_records_commit_synced_and_lease_batches_alone_unsynced(store: SQLStore)
     lease_level, record_level, loaded = asyncio.run(go())
     assert (lease_level, record_level) == (1, 2)  # NORMAL, FULL
     assert [e.key for e in loaded] == ["k"] and store.lease("s", "h", now_ms=2, ttl_ms=10, token=1).held
+
+
+def test_runs_ended_in_one_batch_are_all_sealed(store: SQLStore) -> None:
+    """A batch that writes the end record of many runs (more than a chunk) marks every one of them ended:
+    each refuses new records afterwards (S8), and none is listed as needing recovery."""
+    runs = [f"end-{i:04d}" for i in range(_CHUNK + 3)]
+    run_batch(store, lambda: [store.ainsert_many(r, [("a", b"a"), ("run:end", b"end")]) for r in runs])
+    for r in runs:
+        with pytest.raises(RunEnded):
+            store.insert_many(r, [("late", b"x")])
+    store.lease(runs[0], "h", now_ms=1, ttl_ms=1)
+    assert store.expired_leases(now_ms=10) == []
 
 
 def test_hooks_see_only_what_a_batch_kept(store: SQLStore) -> None:
