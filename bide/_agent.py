@@ -49,7 +49,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
 from ._cancel import cancelled_answer
-from ._canonical import canonical_json, json_text, new_claim
+from ._canonical import canonical_json, new_claim
 from ._errors import (
     ApprovalPending,
     BideError,
@@ -104,6 +104,7 @@ from ._records import (
     ToolResult,
     attempt_key,
     decode_record,
+    encode_new_turn,
     model_key,
     not_started_key,
     pause_key,
@@ -118,7 +119,15 @@ from ._store import Fence, Lease, Store
 from ._stream import Sink, StreamEvent, WatchedJournal, stream_drive
 from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
-from ._tools import AttemptInfo, CallContext, Tool, ToolArgumentsInvalid, idempotency_key_for, journal_safe
+from ._tools import (
+    AttemptInfo,
+    CallContext,
+    SideEffect,
+    Tool,
+    ToolArgumentsInvalid,
+    idempotency_key_for,
+    journal_safe,
+)
 from ._when import iso, when
 
 __all__ = ["Agent", "RunResult", "Thread"]
@@ -328,52 +337,56 @@ class Agent(Generic[T]):
         return Thread(self, check_run_id(thread_id))
 
     async def _run(self, run_id: str, ask: _Ask, sink: Sink | None) -> RunResult[T]:
-        """One drive of a run or of a thread's message, logged and traced (bide._telemetry)."""
+        """One drive of a run or of a thread's message, under the run's lease, logged and traced
+        (bide._telemetry). One coroutine holds the lease and the telemetry: every live run holds one object
+        fewer than with a wrapper around the drive."""
         watch = run_watch(self, run_id)  # None when nobody listens below WARNING
+        held = -1  # the lease this drive holds (a number from hold_lease), once it holds one
+        ended = False  # the run ended: nothing can be written to it, no need to free the lease
+        journal = Journal(self.store, run_id) if sink is None else WatchedJournal(self.store, run_id, sink)
         try:
-            result = await self._drive_run(run_id, ask, sink)
+            lease = await self._take_lease(journal)
+            if lease is None:  # the run had ended: its answer, from the journal
+                result = self._sealed(journal, ask)
+            else:
+                held = hold_lease(self.store, lease, self.lease_ttl, self.clock)
+                del lease  # a live run holds no lease object: the registry's entry is atomic values
+                if watch is not None:  # the watch of this run, current in this task: it logs the start
+                    run_loaded(journal)
+                try:
+                    result = await self._drive(journal, ask, sink)
+                except WriteRefused as refused:
+                    # Another driver took the lease over, or ended the run: see what the journal says now.
+                    await journal.aload()
+                    if not journal.has(END_KEY):
+                        raise self._taken_over(run_id, refused) from refused
+                    result = self._sealed(journal, ask)
+                # A run that ended needs no lease; a thread waiting for its next message hands it back.
+                ended = not ask.thread or journal.has(END_KEY)
         except BaseException as exc:
             run_failed(watch, self.name, run_id, exc)
             raise
+        finally:
+            if held >= 0:
+                overrun = self._overruns.pop((run_id, journal.fence), None) if self._overruns else None
+                release = let_go(held, ended=ended, overrun=overrun)
+                if release is not None:
+                    await release
         if watch is not None:
             watch.finished(result)
         return result
 
-    async def _drive_run(self, run_id: str, ask: _Ask, sink: Sink | None) -> RunResult[T]:
-        journal = Journal(self.store, run_id) if sink is None else WatchedJournal(self.store, run_id, sink)
-        lease = await self._take_lease(journal)
-        if lease is None:  # the run had ended: its answer, from the journal
-            return self._sealed(journal, ask)
-        held = hold_lease(self.store, lease, self.lease_ttl, self.clock)
-        del lease  # a live run holds no lease object: the registry's entry is a tuple of atomic values
-        ended = False  # the run ended: nothing can be written to it, no need to free the lease
-        run_loaded(journal)
-        try:
-            result = await self._drive(journal, ask, sink)
-            # A run that ended needs no lease; a thread waiting for its next message hands it back.
-            ended = not ask.thread or journal.has(END_KEY)
-            return result
-        except WriteRefused as refused:
-            # Another driver took the lease over, or ended the run: see what the journal says now.
-            await journal.aload()
-            if journal.has(END_KEY):
-                ended = True
-                return self._sealed(journal, ask)
-            now = self.clock()
-            raise RunInFlight(
-                f"run {run_id!r} is being driven by another driver, which took over this drive's lease "
-                f"({refused}); nothing more was written by this drive. Run it again after "
-                f"{when(now + self.lease_ttl, now)}",
-                run_id=run_id,
-                holder=None,
-                expires_at=None,
-                retry_after=now + self.lease_ttl,
-            ) from refused
-        finally:
-            overrun = self._overruns.pop((run_id, journal.fence), None) if self._overruns else None
-            release = let_go(held, ended=ended, overrun=overrun)
-            if release is not None:
-                await release
+    def _taken_over(self, run_id: str, refused: WriteRefused) -> RunInFlight:
+        now = self.clock()
+        return RunInFlight(
+            f"run {run_id!r} is being driven by another driver, which took over this drive's lease "
+            f"({refused}); nothing more was written by this drive. Run it again after "
+            f"{when(now + self.lease_ttl, now)}",
+            run_id=run_id,
+            holder=None,
+            expires_at=None,
+            retry_after=now + self.lease_ttl,
+        )
 
     def _sealed(self, journal: Journal, ask: _Ask) -> RunResult[T]:
         """The result of a run that holds `run:end` (a thread that holds it takes no more messages)."""
@@ -410,9 +423,11 @@ class Agent(Generic[T]):
         replayed: bool,
         output: Any = None,
         turns: int = -1,
+        usage: Usage | None = None,
     ) -> RunResult[T]:
         """The RunResult of a segment that ended with `end` (OutputInvalid for one that failed).
-        `output` is the validated answer and `turns` the segment's turns when the caller has them."""
+        `output` is the validated answer, `turns` the segment's turns and `usage` their tokens when the
+        caller has them."""
         run_id = journal.run_id
         if end.status == "failed":
             raise OutputInvalid(f"run {run_id!r}{_of(seg)} ended without a valid answer: {end.answer}")
@@ -430,7 +445,8 @@ class Agent(Generic[T]):
                 )
         if turns < 0:
             turns = _count_turns(journal, seg.first_turn, seg.stop)
-        usage = _usage(journal, seg.first_turn, seg.stop)
+        if usage is None:
+            usage = _usage(journal, seg.first_turn, seg.stop)
         return RunResult(run_id, end.answer, turns, replayed, end.status, output, seg.index, usage)
 
     def _validate(self, text: str) -> tuple[bool, Any, str]:
@@ -474,11 +490,12 @@ class Agent(Generic[T]):
         run_id = journal.run_id
         ttl_ms = int(self.lease_ttl * 1000)
         holder = new_claim()
-        give_up = self.clock() + self.lease_wait
+        now = self.clock()
+        give_up = now + self.lease_wait
         pause = 0.01
         while True:
             # Both requests go out together; the store answers the load as of the grant or later.
-            granted = self.store.alease(run_id, holder, now_ms=int(self.clock() * 1000), ttl_ms=ttl_ms)
+            granted = self.store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
             loaded = self.store.aload(run_id, journal.last_seq)
             try:
                 lease = await granted
@@ -506,6 +523,7 @@ class Agent(Generic[T]):
                 )
             await asyncio.sleep(min(pause, give_up - now))
             pause = min(pause * 2, 1.0)
+            now = self.clock()
 
     # -- segments (a run is one; a thread has one per message) ---------------------------------------------
 
@@ -611,6 +629,7 @@ class Agent(Generic[T]):
         # first turn, in the same all-or-nothing write: a run exists once it has a turn.
         needs_start = not journal.has(seg.open_key)
         messages = self._history(journal, seg)
+        own = len(messages)  # the segment's turns and tool results follow
         turn = seg.first_turn
         retries = 0
         restarts = 0
@@ -678,8 +697,9 @@ class Agent(Generic[T]):
                         needs_start = False
                         if isinstance(after, End):
                             turns = turn + 1 - seg.first_turn
+                            usage = _usage_of(messages, own, msg)
                             return self._ended_result(
-                                journal, seg, after, replayed=False, output=output, turns=turns
+                                journal, seg, after, replayed=False, output=output, turns=turns, usage=usage
                             )
                         messages.append(msg)
                         messages.append(UserMessage(content=after.error))
@@ -749,7 +769,7 @@ class Agent(Generic[T]):
             )
         if left > 0:
             await asyncio.sleep(left)
-        return self._result(call, f"waited until {iso(wake_at)}", is_error=False, safety=tool.safety.value)
+        return self._result(call, f"waited until {iso(wake_at)}", is_error=False, safety=_safety(tool))
 
     async def _cancel_request(self, run_id: str) -> Cancel | None:
         entry = await self.store.aget(run_id, CANCEL_KEY)
@@ -934,9 +954,18 @@ class Agent(Generic[T]):
         message = AssistantMessage(
             content=reply.content, tool_calls=calls, usage=reply.usage, finish_reason=reply.finish_reason
         )
-        return ModelTurn(
+        rec = ModelTurn(
             key=model_key(turn), turn=turn, message=message, model=str(getattr(self.model, "name", ""))
         )
+        try:
+            # The check is the encoding the journal write that follows reuses.
+            encode_new_turn(rec)
+        except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
+            raise ModelError(
+                f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
+                "model again"
+            ) from exc
+        return rec
 
     # -- tool calls ----------------------------------------------------------------------------------------
 
@@ -994,7 +1023,7 @@ class Agent(Generic[T]):
             if resolved is not None:
                 return resolved
             gen = len(attempts_of(journal, call.call_id))
-        safety = tool.safety.value
+        safety = _safety(tool)
         try:
             validated = tool.validate(call.arguments)
         except ToolArgumentsInvalid as exc:
@@ -1007,7 +1036,7 @@ class Agent(Generic[T]):
                 return None
             return await self._wait(journal, tool, call, float(arguments["seconds"]))
         idem = idempotency_key_for(run_id, call.call_id)
-        if (tool.gate is not None or tool.safety.retry_safe) and not await _flush(journal, pending):
+        if (tool.gate is not None or tool.safety is not SideEffect) and not await _flush(journal, pending):
             return None  # a gate or a retry-safe tool only ever sees journaled calls
         approval: Any = None
         if tool.gate is not None:
@@ -1015,7 +1044,7 @@ class Agent(Generic[T]):
             if isinstance(decided, ToolResult):
                 return decided
             approval = decided
-        if tool.safety.retry_safe:
+        if tool.safety is not SideEffect:
             ctx = CallContext(run_id, call.call_id, tool.name, idem, 0)
             try:
                 if tool.retry is None:
@@ -1070,7 +1099,7 @@ class Agent(Generic[T]):
                 call,
                 f"tool call denied: {decision.reason}",
                 is_error=True,
-                safety=tool.safety.value,
+                safety=_safety(tool),
                 idem=idem,
                 approval=decision.evidence,
             )
@@ -1278,7 +1307,7 @@ class Agent(Generic[T]):
                 call,
                 _error_text(exc),
                 is_error=True,
-                safety=tool.safety.value,
+                safety=_safety(tool),
                 idem=idem,
                 approval=approval,
             )
@@ -1306,7 +1335,7 @@ class Agent(Generic[T]):
             cause = f"the tool raised {type(exc).__name__}: {exc}"
             raise self._unknown(journal, marker, cause, options=True) from exc
         return self._result(
-            call, value, is_error=False, safety=tool.safety.value, idem=idem, approval=approval
+            call, value, is_error=False, safety=_safety(tool), idem=idem, approval=approval
         )
 
     async def _void(
@@ -1338,7 +1367,7 @@ class Agent(Generic[T]):
         """How the outcome of a call that outlived its drive becomes its result record (None: unknown)."""
 
         def build(returned: bool, value: Any) -> ToolResult | None:
-            safety = tool.safety.value
+            safety = _safety(tool)
             if returned:
                 value = journal_safe(tool.name, value)
                 return self._result(call, value, is_error=False, safety=safety, idem=idem, approval=approval)
@@ -1439,8 +1468,8 @@ def _check_reply(reply: object) -> None:
     if not isinstance(reply.content, str) or not isinstance(reply.tool_calls, list):
         raise ModelError("model returned an AssistantMessage whose content is not a string or whose "
                          "tool_calls is not a list")
-    ids: set[str] = set()
-    for c in reply.tool_calls:
+    calls = reply.tool_calls
+    for c in calls:
         if not (
             isinstance(c, ToolCall)
             and isinstance(c.id, str)
@@ -1449,11 +1478,14 @@ def _check_reply(reply: object) -> None:
         ):
             raise ModelError(f"model returned a malformed tool call {c!r}: expected ToolCall(id=str, "
                              "name=str, arguments=dict or str)")
-        if c.id in ids:
-            # Two calls under one provider id cannot both be answered; nothing of the turn is journaled.
-            raise ModelError(f"model returned two tool calls with the id {c.id!r} in one turn; run again "
-                             "to ask the model again")
-        ids.add(c.id)
+    if len(calls) > 1:
+        ids: set[str] = set()
+        for c in calls:
+            if c.id in ids:
+                # Two calls under one provider id cannot both be answered; nothing of the turn is journaled.
+                raise ModelError(f"model returned two tool calls with the id {c.id!r} in one turn; run "
+                                 "again to ask the model again")
+            ids.add(c.id)
     usage = reply.usage
     if usage is not None and not (
         isinstance(usage, Usage)
@@ -1467,22 +1499,6 @@ def _check_reply(reply: object) -> None:
         )
     if not isinstance(reply.finish_reason, str):
         raise ModelError(f"model returned finish_reason {reply.finish_reason!r}; expected a string")
-    _check_journalable(reply)
-
-
-def _check_journalable(reply: AssistantMessage) -> None:
-    """Refuse a reply whose text or arguments the journal cannot hold (a lone surrogate, NaN or an infinity,
-    values that are not JSON) before any of it is journaled."""
-    try:
-        # One encoding of everything the turn record will hold that came from the model.
-        json_text(
-            [reply.content, reply.finish_reason, [[c.id, c.name, c.arguments] for c in reply.tool_calls]]
-        ).encode("utf-8")
-    except (UnicodeError, ValueError, TypeError, RecursionError) as exc:
-        raise ModelError(
-            f"model returned a turn the journal cannot hold ({exc}: not JSON text); run again to ask the "
-            "model again"
-        ) from exc
 
 
 def _restart(run_id: str, turn: int, restarts: int) -> int:
@@ -1494,6 +1510,12 @@ def _restart(run_id: str, turn: int, restarts: int) -> int:
             "back; the store does not keep its promises"
         )
     return restarts + 1
+
+
+def _safety(tool: Tool) -> str:
+    """The journal's name of a tool's safety (its `value`, read without the enum property's descriptor)."""
+    value: str = tool.safety._value_
+    return value
 
 
 def _error_text(exc: BaseException) -> str:
@@ -1509,6 +1531,16 @@ def _error_text(exc: BaseException) -> str:
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:
     content = res.result if isinstance(res.result, str) else canonical_json(res.result).decode()
     return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=res.is_error)
+
+
+def _usage_of(messages: list[Message], own: int, last: AssistantMessage) -> Usage:
+    """The tokens of a segment whose drive saw every turn: its messages from `own` on, and its `last` turn
+    (what `_usage` reads from the journal, without reading it)."""
+    total = NO_USAGE
+    for m in messages[own:]:
+        if isinstance(m, AssistantMessage) and m.usage is not None:
+            total = total + m.usage
+    return total if last.usage is None else total + last.usage
 
 
 def _usage(journal: Journal, first: int = 0, stop: int | None = None) -> Usage:

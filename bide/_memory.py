@@ -76,12 +76,13 @@ class MemoryStore(BlockingStore):
                 order = self._order[run_id] = []
             else:
                 order = self._order[run_id]
-            if exclusive and records:
-                clash = [Entry(*records[key]) for key, _ in items if key in records]
-                if clash:
-                    return clash
-            if END_KEY in records and any(key not in records for key, _ in items):
-                refuse_ended(run_id)
+            if records:
+                if exclusive:
+                    clash = [Entry(*records[key]) for key, _ in items if key in records]
+                    if clash:
+                        return clash
+                if END_KEY in records and any(key not in records for key, _ in items):
+                    refuse_ended(run_id)
             seq = self._seq
             wrote = False
             try:

@@ -30,6 +30,7 @@ declared frozen only because a frozen dataclass is built about four times slower
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _s
@@ -63,6 +64,7 @@ __all__ = [
     "ToolResult",
     "attempt_key",
     "decode_record",
+    "encode_new_turn",
     "encode_record",
     "model_key",
     "not_started_key",
@@ -291,10 +293,44 @@ _ADAPTER: TypeAdapter[Record] = TypeAdapter(Annotated[Record, Field(discriminato
 
 def encode_record(record: Record) -> bytes:
     """The canonical bytes of a record (what the store keeps and the audit log commits to)."""
+    last = _LAST_TURN
+    if last[0] is record:
+        return last[1]
     fast = _FAST.get(type(record))
     if fast is not None:
         return fast(record).encode("utf-8")
     return canonical_json(as_json(record))
+
+
+def encode_new_turn(record: ModelTurn) -> bytes:
+    """`encode_record` of a turn the model just produced, checked: raises ValueError, TypeError, UnicodeError
+    or RecursionError when something the model wrote has no JSON form (a lone surrogate, NaN or an
+    infinity, a value that is not JSON), where `encode_record` would write null for NaN or pydantic's form
+    of a foreign value. The bytes are kept for the write that follows (see `_LAST_TURN`)."""
+    global _LAST_TURN
+    m = record.message
+    if type(record) is ModelTurn and type(m) is AssistantMessage:
+        for c in m.tool_calls:
+            args = c.arguments
+            if type(args) is dict and _flat(args):
+                for v in args.values():  # `_any` would write NaN or an infinity as null
+                    if type(v) is float and not math.isfinite(v):
+                        raise ValueError(f"Out of range float values are not JSON compliant: {v!r}")
+            elif type(args) is not str:
+                json_text(args)  # a value that is not JSON raises
+        data = encode_record(record)  # a lone surrogate anywhere raises here
+    else:
+        json_text([m.content, m.finish_reason, [[c.id, c.name, c.arguments] for c in m.tool_calls]])
+        data = encode_record(record)
+    _LAST_TURN = (record, data)
+    return data
+
+
+# The last turn `encode_new_turn` checked and its bytes: the turn is journaled right after (nothing is awaited
+# between them in the common case), and `encode_record` answers it from here instead of encoding it again.
+# One tuple, replaced whole: readers in other threads see a record with its own bytes. Records are values,
+# never changed after they are made, so the bytes stay theirs.
+_LAST_TURN: tuple[object, bytes] = (None, b"")
 
 
 def as_json(record: Record) -> Any:

@@ -23,7 +23,8 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   seq counter on PostgreSQL, the run's lease (S9) and whether it has ended (S8). Every insert reads its run's
   row in its own transaction (locked on PostgreSQL, under the database lock on SQLite) to check the fence
   and the end. A transaction that only grants, renews or releases leases is not synced to disk on commit
-  (``synchronous=NORMAL`` on SQLite, ``synchronous_commit=off`` on PostgreSQL): the next durable commit
+  (``synchronous=NORMAL`` on SQLite, on a connection kept for them in the event loop;
+  ``synchronous_commit=off`` on PostgreSQL): the next durable commit
   syncs it (the write-ahead log is one sequence), and a grant lost to a crash is harmless, because fences
   compare the holder's random id as well as the token, so nobody can write under a grant the store forgot.
   On PostgreSQL a grant or renewal is one upsert (``INSERT ... ON CONFLICT DO UPDATE ... WHERE ...
@@ -105,11 +106,14 @@ class _HooksBroken(Exception):
 
 
 class _Slot:
-    """One connection, opened lazily and replaced after an error."""
+    """One connection, opened lazily and replaced after an error. A `lease_only` connection (SQLite, in the
+    event loop) runs only transactions that grant, renew or free leases, which need no sync on commit: it
+    stays at ``synchronous=NORMAL`` instead of switching for each of them."""
 
-    def __init__(self, store: SQLStore, *, in_loop: bool = False) -> None:
+    def __init__(self, store: SQLStore, *, in_loop: bool = False, lease_only: bool = False) -> None:
         self.store = store
         self.in_loop = in_loop
+        self.lease_only = lease_only
         self.raw: Any = None
 
     def get(self) -> Any:
@@ -122,6 +126,8 @@ class _Slot:
                     # Never wait for a lock inside the event loop: a busy database hands the batch to the
                     # store's thread, which waits with the full busy timeout.
                     driver.execute("PRAGMA busy_timeout=0")
+                if self.lease_only:
+                    driver.execute("PRAGMA synchronous=NORMAL")
             self.raw = raw
         return self.raw
 
@@ -149,6 +155,7 @@ class _LoopBatch(threading.local):
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.slot: _Slot | None = None
+        self.lease_slot: _Slot | None = None  # for batches that only grant, renew or free leases
 _IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -275,8 +282,20 @@ class SQLStore:
                 f"({', '.join(['?'] * n)})"
                 for n in _chunk_sizes()
             }
+            self._sql_end_many = {
+                n: f"UPDATE {p}runs SET ended = 1 WHERE run_id IN ({', '.join(['?'] * n)})"
+                for n in _chunk_sizes()
+            }
             self._sql_lease_row = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
             self._sql_lease_get = f"SELECT holder, token, expires_ms FROM {p}runs WHERE run_id = ?"
+            # The leases a batch grants or renews, written in one statement per chunk (see _leases_sqlite).
+            self._sql_lease_many = {
+                n: f"INSERT INTO {p}runs(run_id, holder, token, expires_ms) VALUES "
+                + ", ".join(["(?, ?, ?, ?)"] * n)
+                + " ON CONFLICT (run_id) DO UPDATE SET holder = excluded.holder, token = excluded.token, "
+                "expires_ms = excluded.expires_ms"
+                for n in _chunk_sizes()
+            }
         else:
             self._sql_run = (
                 f"INSERT INTO {p}runs(run_id, next_seq) VALUES (%s, %s) ON CONFLICT (run_id) DO UPDATE "
@@ -555,11 +574,18 @@ class SQLStore:
         batch, state.pending = state.pending, []
         state.scheduled = False
         try:
-            if state.slot is None:
-                state.slot = _Slot(self, in_loop=True)
+            # A batch of leases alone commits without a sync, on a connection kept for that.
+            lease_only = _lease_only(batch)
+            slot = state.lease_slot if lease_only else state.slot
+            if slot is None:
+                slot = _Slot(self, in_loop=True, lease_only=lease_only)
+                if lease_only:
+                    state.lease_slot = slot
+                else:
+                    state.slot = slot
                 with self._lock:
-                    self._slots.append(state.slot)
-            self._run_batch(batch, state.slot)
+                    self._slots.append(slot)
+            self._run_batch(batch, slot)
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
             self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
                           if r.afuture is not None and not r.afuture.done()])
@@ -642,7 +668,7 @@ class SQLStore:
         def attempt() -> list[Any]:
             nonlocal hooks
             try:
-                return self._transaction(batch, slot.get(), hooks=hooks)
+                return self._transaction(batch, slot.get(), hooks=hooks, unsynced=slot.lease_only)
             except _HooksBroken:
                 slot.drop()
                 hooks = False  # the journal write goes ahead without them; derived data catches up later
@@ -677,7 +703,11 @@ class SQLStore:
             return
         self._answer_all(batch, results)
 
-    def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
+    def _transaction(
+        self, batch: list[_Request], raw: Any, *, hooks: bool = True, unsynced: bool = False
+    ) -> list[Any]:
+        """Run `batch` as one transaction on `raw` (`unsynced`: a lease-only connection, already at
+        synchronous=NORMAL, which never gets a batch that writes records)."""
         writes = False
         leases = False
         for r in batch:
@@ -687,11 +717,15 @@ class SQLStore:
                 leases = True
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
-        cur = raw.cursor()
+        if unsynced and writes:
+            raise StoreError("a batch with records reached the lease-only connection; nothing was done")
+        toggle = lazy and not unsynced and self.dialect == "sqlite"
+        # SQLite: the driver's own cursor (the pool's wrapper adds a Python call per transaction).
+        cur = (raw.dbapi_connection if self.dialect == "sqlite" else raw).cursor()
         hooked: list[WriteTransaction] = []
         try:
             if self.dialect == "sqlite":
-                if lazy:
+                if toggle:
                     cur.execute("PRAGMA synchronous=NORMAL")
                 cur.execute("BEGIN IMMEDIATE" if writes or leases else "BEGIN")
             elif lazy:
@@ -700,8 +734,8 @@ class SQLStore:
             if self.dialect == "sqlite":
                 # One runs row per run (for listing): written once, outside any savepoint, and remembered
                 # only after the commit.
-                with self._lock:
-                    missing = {r.run_id for r in batch if r.op == "insert"} - self._known_runs
+                known = self._known_runs  # membership tests need no lock (each is atomic)
+                missing = {r.run_id for r in batch if r.op == "insert" and r.run_id not in known}
                 if missing:
                     rids = list(missing)
                     for start, size in _chunks(len(rids)):
@@ -733,7 +767,7 @@ class SQLStore:
                 pass
             raise
         finally:
-            if lazy and self.dialect == "sqlite":
+            if toggle:
                 with contextlib.suppress(Exception):  # a broken connection is dropped by the caller
                     cur.execute("PRAGMA synchronous=FULL")
             cur.close()
@@ -817,18 +851,24 @@ class SQLStore:
         if inserts:
             inserts = self._admit_sqlite(cur, batch, inserts, results)
         # Leases before loads: a load requested with a lease sees the journal as of the grant.
-        for i in leases:
-            results[i] = self._apply(cur, batch[i])
+        if leases:
+            self._leases_sqlite(cur, batch, leases, results)
         if inserts and not self._insert_batch_sqlite(cur, batch, inserts, results):
             # Two requests insert the same key: their order decides the winner, so run them one by one.
             for i in inserts:
                 results[i] = self._apply(cur, batch[i])
+        ended: list[str] = []  # the runs this batch ended (S8), marked in one statement per chunk
         for i in inserts:
             for e in results[i]:  # a plain loop: cheaper than any() over a generator, 3 times a run
                 if e.key == END_KEY:
                     if e.inserted:
-                        cur.execute(self._sql_end, (batch[i].run_id,))
+                        ended.append(batch[i].run_id)
                     break
+        if len(ended) == 1:
+            cur.execute(self._sql_end, (ended[0],))
+        elif ended:
+            for start, size in _chunks(len(ended)):
+                cur.execute(self._sql_end_many[size], ended[start : start + size])
         if loads:
             self._load_batch_sqlite(cur, batch, loads, results)
         if len(gets) == 1:
@@ -838,6 +878,35 @@ class SQLStore:
         for i in others:
             results[i] = self._apply(cur, batch[i])
         return results
+
+    def _leases_sqlite(self, cur: Any, batch: list[_Request], leases: list[int], results: list[Any]) -> None:
+        """Answer the lease and release requests `leases` (indexes into `batch`): the grants and renewals
+        of distinct runs in two statements per chunk (read every row, decide each with `decide_lease`,
+        write the leases held), which the batch's write lock makes atomic; the rest one by one, in order."""
+        grants = [i for i in leases if batch[i].op == "lease"]
+        rids = [batch[i].run_id for i in grants]
+        if len(grants) != len(leases) or (len(rids) > 1 and len(set(rids)) != len(rids)):
+            # A release, or two requests on one run: their order decides the answers.
+            for i in leases:
+                results[i] = self._apply(cur, batch[i])
+            return
+        rows: dict[str, tuple[Any, ...]] = {}
+        for start, size in _chunks(len(rids)):
+            cur.execute(self._sql_rows_many[size], rids[start : start + size])
+            for row in cur.fetchall():
+                rows[row[0]] = row
+        params: list[Any] = []
+        for i in grants:
+            run_id = batch[i].run_id
+            holder, now_ms, ttl_ms, token = batch[i].args
+            row = rows.get(run_id)
+            held = row is not None and row[1] is not None
+            current = Lease(run_id, row[1], int(row[2]), int(row[3])) if held and row else None
+            lease = results[i] = decide_lease(run_id, current, holder, now_ms, ttl_ms, token)
+            if lease.held:
+                params += (run_id, holder, lease.token, lease.expires_ms)
+        for start, size in _chunks(len(params) // 4, _CHUNK // 2):  # 4 variables a row: under 999
+            cur.execute(self._sql_lease_many[size], params[4 * start : 4 * (start + size)])
 
     def _admit_sqlite(
         self, cur: Any, batch: list[_Request], inserts: list[int], results: list[Any]
@@ -1128,12 +1197,27 @@ def _lease_columns() -> list[sa.Column[Any]]:
     ]
 
 
+def _lease_only(batch: list[_Request]) -> bool:
+    """True when `batch` grants, renews or frees leases and writes no record."""
+    leases = False
+    for r in batch:
+        if r.op == "insert":
+            return False
+        if r.op in _LEASE_OPS:
+            leases = True
+    return leases
+
+
 def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, bytes]]:
     """The items as the store keeps them until committed: (str, bytes) tuples are immutable and kept as they
     are, and so is a tuple of them (what the journal sends: one object fewer per queued request); anything
     else is copied."""
-    if type(items) is tuple and all(type(it) is tuple and type(it[1]) is bytes for it in items):
-        return items
+    if type(items) is tuple:
+        for it in items:  # a loop: cheaper than all() over a generator, for every write
+            if type(it) is not tuple or type(it[1]) is not bytes:
+                break
+        else:
+            return items
     return [it if type(it) is tuple and type(it[1]) is bytes else (it[0], bytes(it[1])) for it in items]
 
 
@@ -1169,12 +1253,14 @@ def _chunk_sizes() -> list[int]:
     return [1 << i for i in range(_CHUNK.bit_length())]
 
 
-def _chunks(n: int) -> list[tuple[int, int]]:
-    """(start, size) pieces of n rows: sizes are powers of two, at most _CHUNK, largest first."""
+def _chunks(n: int, cap: int = _CHUNK) -> list[tuple[int, int]]:
+    """(start, size) pieces of n rows: sizes are powers of two, at most `cap`, largest first."""
+    if n == 1:
+        return [(0, 1)]  # a lone request: the common case of a quiet store
     out: list[tuple[int, int]] = []
     pos = 0
     while pos < n:
-        size = min(_CHUNK, 1 << ((n - pos).bit_length() - 1))
+        size = min(cap, 1 << ((n - pos).bit_length() - 1))
         out.append((pos, size))
         pos += size
     return out

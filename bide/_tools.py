@@ -207,6 +207,9 @@ class Tool:
         self.retry = retry
         self.not_started = not_started
         self._unpack = _unpack
+        # The argument model's field names, read once (pydantic answers `model_fields` of a class through
+        # a descriptor, on every call).
+        self._fields = tuple(args.model_fields)
         self._inject_key = _inject_key
         self._is_async = inspect.iscoroutinefunction(fn)
         try:
@@ -290,7 +293,8 @@ class Tool:
         """What the function is called with: its keyword arguments for a function tool (a plain dict, which
         the garbage collector does not track while it holds plain values), else the model itself."""
         if self._unpack:
-            return {name: getattr(validated, name) for name in type(validated).model_fields}
+            fields = self._fields if type(validated) is self.args else tuple(type(validated).model_fields)
+            return {name: getattr(validated, name) for name in fields}
         return validated
 
     async def _invoke(

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bide._canonical import canonical_json
+from bide._canonical import canonical_json, json_text
 from bide._messages import AssistantMessage, ToolCall, Usage
 from bide._records import (
     Attempt,
@@ -28,6 +29,7 @@ from bide._records import (
     ToolResult,
     as_json,
     decode_record,
+    encode_new_turn,
     encode_record,
 )
 
@@ -112,6 +114,45 @@ def test_directly_encoded_records_decode_to_themselves(record: Any) -> None:
     back = decode_record(record.key, data)
     assert encode_record(back) == data
     assert json.loads(data)["kind"] == record.kind
+
+
+turns = st.builds(
+    ModelTurn,
+    key=text,
+    turn=ints,
+    model=text,
+    message=st.builds(
+        AssistantMessage,
+        content=text | st.just("lone \ud800"),
+        tool_calls=calls(),
+        finish_reason=text,
+    ),
+)
+
+
+def journalable(turn: ModelTurn) -> bool:
+    """The plain definition: everything the model wrote has a JSON form (json_text refuses NaN, infinities,
+    foreign values and cycles; UTF-8 refuses lone surrogates)."""
+    m = turn.message
+    try:
+        json_text([m.content, m.finish_reason, [[c.id, c.name, c.arguments] for c in m.tool_calls]]).encode()
+    except (UnicodeError, ValueError, TypeError, RecursionError):
+        return False
+    return True
+
+
+@settings(max_examples=300, deadline=None)
+@given(turns)
+def test_a_new_turn_is_refused_exactly_when_it_has_no_json_form(turn: ModelTurn) -> None:
+    """`encode_new_turn` checks a fresh turn by encoding it: it refuses what has no JSON form, and otherwise
+    answers (and hands the journal's write) the bytes of the generic path."""
+    if not journalable(turn):
+        with pytest.raises((UnicodeError, ValueError, TypeError, RecursionError)):
+            encode_new_turn(turn)
+        return
+    data = encode_new_turn(turn)
+    assert data == generic(turn)
+    assert encode_record(turn) is data  # the write that follows reuses the bytes
 
 
 def test_odd_values_take_the_same_path() -> None:

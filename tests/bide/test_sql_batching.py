@@ -16,8 +16,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bide._errors import RunEnded
 from bide._sql import _CHUNK, SQLStore, _chunks, _retryable
-from bide._store import Entry, WriteTransaction
+from bide._store import Entry, Lease, WriteTransaction
 
 
 @pytest.fixture
@@ -106,9 +107,9 @@ def test_loads_with_after_and_repeated_runs_in_one_batch(
     seen: list[int] = []
     real = store._transaction
 
-    def spy(reqs: list[Any], raw: Any, *, hooks: bool = True) -> list[Any]:
+    def spy(reqs: list[Any], raw: Any, **options: Any) -> list[Any]:
         seen.append(len(reqs))
-        return real(reqs, raw, hooks=hooks)
+        return real(reqs, raw, **options)
 
     monkeypatch.setattr(store, "_transaction", spy)
     results, commits = run_batch(
@@ -206,6 +207,81 @@ def test_a_batch_larger_than_one_chunk(store: SQLStore) -> None:
     for i, got in enumerate(loaded):
         assert got == store.load(f"run-{i:04d}", firsts[i] if i % 2 else 0)
         assert len(got) == (3 if i not in old or i % 2 == 1 else 1) - (i % 2)
+
+
+def test_leases_in_one_batch_answer_what_they_would_one_by_one(store: SQLStore) -> None:
+    """Grants and renewals of many runs in one batch are read, decided and written together (two
+    statements a chunk); each answers and stores what the rule S9 says, over more than one chunk."""
+    now, ttl = 1_000_000, 30_000
+    live = store.lease("live", "x", now_ms=now, ttl_ms=ttl)
+    expired = store.lease("expired", "x", now_ms=now - 2 * ttl, ttl_ms=ttl)
+    mine = store.lease("mine", "y", now_ms=now, ttl_ms=ttl)
+    store.lease("freed", "x", now_ms=now, ttl_ms=ttl)
+    store.release("freed", "x", 1)
+    fresh = [f"new-{i:04d}" for i in range(_CHUNK + 9)]
+    results, _ = run_batch(
+        store,
+        lambda: [
+            store.alease("live", "z", now_ms=now, ttl_ms=ttl),
+            store.alease("expired", "z", now_ms=now, ttl_ms=ttl),
+            store.alease("mine", "y", now_ms=now + 5, ttl_ms=ttl, token=mine.token),
+            store.alease("freed", "z", now_ms=now, ttl_ms=ttl),
+            *(store.alease(r, "h-" + r, now_ms=now, ttl_ms=ttl) for r in fresh),
+        ],
+    )
+    assert results[0] == Lease("live", "x", live.token, live.expires_ms, False)
+    assert results[1] == Lease("expired", "z", expired.token + 1, now + ttl, True)
+    assert results[2] == Lease("mine", "y", mine.token, now + 5 + ttl, True)
+    assert results[3] == Lease("freed", "z", 2, now + ttl, True)
+    assert results[4:] == [Lease(r, "h-" + r, 1, now + ttl, True) for r in fresh]
+    # What was stored is what was answered: each holder renews, nobody else gets in.
+    for got in results:
+        again = store.lease(got.run_id, "other", now_ms=now + 1, ttl_ms=ttl)
+        assert (again.held, again.holder, again.token) == (False, got.holder, got.token)
+        renewed = store.lease(got.run_id, got.holder, now_ms=now + 2, ttl_ms=ttl, token=got.token)
+        assert renewed.held and renewed.token == got.token
+    # Two requests on one run (and a release) in one batch are answered in order of issue.
+    results, _ = run_batch(
+        store,
+        lambda: [
+            store.alease("pair", "a", now_ms=now, ttl_ms=ttl),
+            store.alease("pair", "b", now_ms=now, ttl_ms=ttl),
+            store.arelease("live", "x", live.token),
+        ],
+    )
+    assert [(r.holder, r.held) for r in results[:2]] == [("a", True), ("a", False)]
+    assert results[2] is True
+
+
+def test_records_commit_synced_and_lease_batches_alone_unsynced(store: SQLStore) -> None:
+    """In the event loop a batch of leases alone (and the loads sent with it) commits on a connection kept
+    at synchronous=NORMAL; every batch with a record commits on one at FULL (durable on return, S3)."""
+
+    def level(slot: Any) -> int:
+        return int(slot.raw.driver_connection.execute("PRAGMA synchronous").fetchone()[0])
+
+    async def go() -> tuple[int, int, list[Entry]]:
+        await asyncio.gather(store.alease("r", "h", now_ms=1, ttl_ms=10), store.aload("r"))
+        granted = store.alease("s", "h", now_ms=1, ttl_ms=10)
+        await asyncio.gather(granted, store.ainsert_many("r", [("k", b"v")]))
+        state = store._local
+        return level(state.lease_slot), level(state.slot), await store.aload("r")
+
+    lease_level, record_level, loaded = asyncio.run(go())
+    assert (lease_level, record_level) == (1, 2)  # NORMAL, FULL
+    assert [e.key for e in loaded] == ["k"] and store.lease("s", "h", now_ms=2, ttl_ms=10, token=1).held
+
+
+def test_runs_ended_in_one_batch_are_all_sealed(store: SQLStore) -> None:
+    """A batch that writes the end record of many runs (more than a chunk) marks every one of them ended:
+    each refuses new records afterwards (S8), and none is listed as needing recovery."""
+    runs = [f"end-{i:04d}" for i in range(_CHUNK + 3)]
+    run_batch(store, lambda: [store.ainsert_many(r, [("a", b"a"), ("run:end", b"end")]) for r in runs])
+    for r in runs:
+        with pytest.raises(RunEnded):
+            store.insert_many(r, [("late", b"x")])
+    store.lease(runs[0], "h", now_ms=1, ttl_ms=1)
+    assert store.expired_leases(now_ms=10) == []
 
 
 def test_hooks_see_only_what_a_batch_kept(store: SQLStore) -> None:
