@@ -40,9 +40,7 @@ def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float
     renewals: _Renewals | None = getattr(_LOCAL, "renewals", None)
     if renewals is None or renewals.loop is not loop:
         renewals = _LOCAL.renewals = _Renewals(loop)
-    gid = renewals.group_ids.get((id(store), ttl, clock))
-    if gid is None:
-        gid = renewals.group(store, ttl, clock)
+    gid = renewals.join(store, ttl, clock)
     number = next(_NUMBERS)
     renewals.held[number] = (gid, lease.run_id, lease.holder, lease.token)
     renewals.push(number, ttl / 3)
@@ -57,10 +55,13 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
     # Numbers are unique in the process: another loop's registry (this thread ran another loop since,
     # which cannot happen while a drive of this one is live) holds no entry under ours.
     entry = None if renewals is None else renewals.held.pop(held, None)
-    if ended or entry is None or renewals is None:
+    if entry is None or renewals is None:
+        return None
+    if ended:
+        renewals.leave(entry[0])
         return None
     gid, run_id, holder, token = entry
-    store, ttl, clock = renewals.groups[gid]
+    store, ttl, clock = renewals.leave(gid)
     lease = Lease(run_id, holder, token, 0)
     if overrun:
         threading.Thread(
@@ -117,10 +118,11 @@ def keep_overrun(
 class _Renewals:
     """The leases held by drives of one event loop, the renewals due, and one timer for the earliest.
 
-    Drives of one (store, ttl, clock) share a group, named by its index in `groups`. A held lease is an
-    entry `(group, run id, holder, token)` in `held` under a number of its own; heap entries are `(when,
-    number)`. Both are tuples of atomic values, untracked by the garbage collector. Entries of leases let
-    go stay in the heap until they reach the top or the heap is rebuilt."""
+    Drives of one (store, ttl, clock) share a group, named by a number in `groups`; a group lives while a
+    lease of it is held, so a loop that used many stores keeps none of them once their drives are done.
+    A held lease is an entry `(group, run id, holder, token)` in `held` under a number of its own; heap
+    entries are `(when, number)`. Both are tuples of atomic values, untracked by the garbage collector.
+    Entries of leases let go stay in the heap until they reach the top or the heap is rebuilt."""
 
     _SLACK = 128
 
@@ -128,18 +130,36 @@ class _Renewals:
         self.loop = loop
         self.heap: list[tuple[float, int]] = []
         self.held: dict[int, tuple[int, str, str, int]] = {}
-        self.groups: list[tuple[Store, float, Callable[[], float]]] = []
+        self.groups: dict[int, tuple[Store, float, Callable[[], float]]] = {}
         self.group_ids: dict[tuple[int, float, Callable[[], float]], int] = {}
+        self.users: dict[int, int] = {}  # leases held per group
+        self._next_group = 0
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = math.inf
         self.renewing: set[asyncio.Future[None]] = set()
 
-    def group(self, store: Store, ttl: float, clock: Callable[[], float]) -> int:
-        """A new group: the group keeps the store alive, so its id names no other store while the loop
-        runs."""
-        gid = self.group_ids[(id(store), ttl, clock)] = len(self.groups)
-        self.groups.append((store, ttl, clock))
+    def join(self, store: Store, ttl: float, clock: Callable[[], float]) -> int:
+        """The group of (store, ttl, clock), made if needed, with one more lease held. The group keeps the
+        store alive, so its id names no other store while the group lives."""
+        key = (id(store), ttl, clock)
+        gid = self.group_ids.get(key)
+        if gid is None:
+            gid = self.group_ids[key] = self._next_group
+            self._next_group += 1
+            self.groups[gid] = (store, ttl, clock)
+            self.users[gid] = 0
+        self.users[gid] += 1
         return gid
+
+    def leave(self, gid: int) -> tuple[Store, float, Callable[[], float]]:
+        """One lease of group `gid` is let go: the group's (store, ttl, clock), dropped with its last."""
+        group = self.groups[gid]
+        left = self.users[gid] - 1
+        if left:
+            self.users[gid] = left
+        else:
+            del self.groups[gid], self.users[gid], self.group_ids[(id(group[0]), group[1], group[2])]
+        return group
 
     def push(self, number: int, delay: float) -> None:
         heap = self.heap
@@ -172,7 +192,10 @@ class _Renewals:
 
     async def _renew(self, number: int, entry: tuple[int, str, str, int]) -> None:
         gid, run_id, holder, token = entry
-        store, ttl, clock = self.groups[gid]
+        group = self.groups.get(gid)
+        if group is None:
+            return  # let go (its group with it) between the timer and this task
+        store, ttl, clock = group
         try:
             now_ms = int(clock() * 1000)
             renewed: Lease | None = await store.alease(

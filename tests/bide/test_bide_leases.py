@@ -258,3 +258,33 @@ def test_every_store_answers_leases_by_the_rule(
         assert tuple(got) == tuple(expected)
         if expected.held:
             current = Lease(run_id, holder, expected.token, expected.expires_ms)
+
+
+def test_a_loop_keeps_no_store_alive_once_its_drives_are_done() -> None:
+    """Lease renewals are grouped per (store, ttl, clock) in each event loop; a group lives only while a
+    lease of it is held, so a service that opens a store per tenant does not keep them all."""
+    import gc
+    import weakref
+
+    from bide.testing import ScriptedModel, call, reply
+
+    async def charge(customer: str) -> str:
+        """Charge a customer."""
+        return f"charged {customer}"
+
+    async def drive(n: int) -> list[weakref.ref[bide.MemoryStore]]:
+        refs = []
+        for i in range(n):
+            store = bide.MemoryStore()
+            model = ScriptedModel([call("charge", customer="a"), reply("done")])
+            agent = bide.Agent(model, store=store, tools=[bide.Tool.from_function(charge)])
+            assert (await agent.run(f"run-{i}", "go")).answer == "done"
+            refs.append(weakref.ref(store))
+        gc.collect()
+        return refs
+
+    async def main() -> int:
+        refs = await drive(20)
+        return sum(r() is not None for r in refs)  # counted while the loop still runs
+
+    assert asyncio.run(main()) == 0
