@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .._errors import DomainViolation
+from .._errors import DeclarationError, DomainViolation
 from ..model._declarations import Assignment, Snapshot
 from ..model._expr import Expr, evaluate_one
 from ..model._space import Value, VarSpec
@@ -80,6 +80,15 @@ class Concrete:
 
     def valid(self, x: Values) -> bool:
         return self.first_violated(x) < 0
+
+    def require_valid_initial(self, initial: Values) -> None:
+        """Raise `DeclarationError` when the declared initial state violates an invariant."""
+        k = self.first_violated(initial)
+        if k >= 0:
+            raise DeclarationError(
+                f"the declared initial state {self.as_dict(initial)} violates invariant "
+                f"{self.invariant_names[k]!r}; declare a valid initial state"
+            )
 
     def repair(self, x: Values) -> Values:
         """One repair step (x itself when valid)."""

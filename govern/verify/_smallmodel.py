@@ -487,12 +487,7 @@ def _decide(snap: Snapshot, rep: Representative, enumerate_build: Enumerate) -> 
         raise _GiveUp
     if snap.initial is not None:
         initial = snap.initial
-        k = c.first_violated(initial)
-        if k >= 0:
-            raise DeclarationError(
-                f"the declared initial state {c.as_dict(initial)} violates invariant "
-                f"{c.invariant_names[k]!r}; declare a valid initial state"
-            )
+        c.require_valid_initial(initial)
     else:
         try:
             initial = c.nf(tuple(v.lo for v in c.vars), depth)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from itertools import combinations
 from typing import Any, Literal
 
-from .._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
+from .._errors import NotConvergent, StateSpaceTooLarge
 from ..model._declarations import Assignment, Domain, Snapshot
 from ..model._expr import Expr
 from ._concrete import Concrete, Values
@@ -414,12 +414,7 @@ def _verify(
         depth = _repair_depth(run, c, max_depth)
         if snap.initial is not None:
             initial = snap.initial
-            k = c.first_violated(initial)
-            if k >= 0:
-                raise DeclarationError(
-                    f"the declared initial state {c.as_dict(initial)} violates invariant "
-                    f"{c.invariant_names[k]!r}; declare a valid initial state"
-                )
+            c.require_valid_initial(initial)
         else:
             initial = c.nf(tuple(v.lo for v in c.vars), depth)
 
