@@ -35,17 +35,15 @@ import time
 
 
 def _machine(non_commuting: bool) -> object:
-    from govern import Registry, max_, min_
+    _corpus_on_path()
+    from symbolic_corpus import limits  # type: ignore[import-not-found]
 
-    r = Registry("limits")
-    limit = r.int("limit", 0, 10**9 - 1)
-    r.invariant("at_least_ten", holds=limit >= 10, repair={limit: 10})
-    r.event("floor_1k", effect={limit: max_(limit, 1000)})
-    r.event("floor_1m", effect={limit: max_(limit, 1_000_000)})
-    r.event("cap_900m", effect={limit: min_(limit, 900_000_000)})
-    if non_commuting:
-        r.event("add_300m", guard=limit <= 10**9 - 1 - 300_000_000, effect={limit: limit + 300_000_000})
-    return r
+    return limits(non_commuting)
+
+
+def _corpus_on_path() -> None:
+    """The machines are the test corpus's (tests/govern/symbolic_corpus.py), so both decide the same."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "govern"))
 
 
 def _child(case: str) -> None:
@@ -90,7 +88,7 @@ def _child(case: str) -> None:
 
 def _corpus_child(name: str) -> None:
     """Decide one corpus machine at each scale and domain; one JSON line per case."""
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "govern"))
+    _corpus_on_path()
     from ortools.sat.python import cp_model  # noqa: F401  (imported before timing)
     from symbolic_corpus import CORPUS  # type: ignore[import-not-found]
 
@@ -130,7 +128,7 @@ def _corpus_child(name: str) -> None:
 
 
 def _corpus() -> None:
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "govern"))
+    _corpus_on_path()
     from symbolic_corpus import CORPUS
 
     print("\n== corpus (tests/govern/symbolic_corpus.py), decided by verify_symbolic; one fresh process")

@@ -13,10 +13,36 @@ obligations and events that are not idempotent.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
-from govern import Registry, if_, max_, min_
+from govern import DomainViolation, NotConvergent, Registry, RepairCycle, if_, max_, min_
 
 Corpus = dict[str, Callable[[int], Registry]]
+
+
+def outcome(decide: Callable[[], Any]) -> tuple[str, Any]:
+    """What deciding a machine gave, as a kind ("ok", "domain", "cycle", "diverge") and the result or error,
+    so that two routes' outcomes compare."""
+    try:
+        return "ok", decide()
+    except DomainViolation as exc:
+        return "domain", exc
+    except NotConvergent as exc:
+        return ("cycle" if isinstance(exc.counterexample, RepairCycle) else "diverge"), exc
+
+
+def limits(non_commuting: bool) -> Registry:
+    """One limit of 10^9 values kept at 10 or more; two floors and a cap commute. With `non_commuting`, an
+    add of 3e8 that does not commute with the floors (from limit = 10: 300001000 vs 300000010)."""
+    r = Registry("limits")
+    limit = r.int("limit", 0, 10**9 - 1)
+    r.invariant("at_least_ten", holds=limit >= 10, repair={limit: 10})
+    r.event("floor_1k", effect={limit: max_(limit, 1000)})
+    r.event("floor_1m", effect={limit: max_(limit, 1_000_000)})
+    r.event("cap_900m", effect={limit: min_(limit, 900_000_000)})
+    if non_commuting:
+        r.event("add_300m", guard=limit <= 10**9 - 1 - 300_000_000, effect={limit: limit + 300_000_000})
+    return r
 
 
 def up_floor(n: int) -> Registry:

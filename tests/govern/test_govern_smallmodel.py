@@ -15,13 +15,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from symbolic_corpus import limits
+from symbolic_corpus import outcome as _outcome
 
 from govern import (
     Divergence,
-    DomainViolation,
     NotConvergent,
     Registry,
-    RepairCycle,
     StateSpaceTooLarge,
     if_,
     max_,
@@ -124,15 +124,6 @@ specs = st.builds(
 )
 
 
-def _outcome(decide: Any) -> tuple[str, Any]:
-    try:
-        return "ok", decide()
-    except DomainViolation as exc:
-        return "domain", exc
-    except NotConvergent as exc:
-        return ("cycle" if isinstance(exc.counterexample, RepairCycle) else "diverge"), exc
-
-
 def _same(small: tuple[str, Any], other: tuple[str, Any], initial: Any, depth: Any, fields: Any) -> None:
     kind_s, got = small
     kind_o, want = other
@@ -225,13 +216,7 @@ def test_small_model_verdict_equals_cp_sat_on_a_billion_values(spec: Spec) -> No
 
 
 def test_the_representative_of_a_billion_values_is_small_and_decides_like_cp_sat() -> None:
-    r = Registry("limits")
-    limit = r.int("limit", 0, 10**9 - 1)
-    r.invariant("at_least_ten", holds=limit >= 10, repair={limit: 10})
-    r.event("floor_1k", effect={limit: max_(limit, 1000)})
-    r.event("floor_1m", effect={limit: max_(limit, 1_000_000)})
-    r.event("cap_900m", effect={limit: min_(limit, 900_000_000)})
-    snap = r.snapshot()
+    snap = limits(False).snapshot()
     rep = representative(snap)
     assert rep is not None and rep.snap.vars[0].size < 10_000
     # every kept value stands for itself or for its shift past the cuts, monotonically

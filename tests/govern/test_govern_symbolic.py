@@ -17,6 +17,8 @@ from typing import Any
 import pytest
 from govern_machines import Spec, specs
 from hypothesis import HealthCheck, given, settings
+from symbolic_corpus import limits
+from symbolic_corpus import outcome as _outcome
 
 from govern import (
     CertificateInvalid,
@@ -43,16 +45,6 @@ from govern.machine._build import build_machine
 from govern.machine._symbolic import SymbolicMachine, build_symbolic
 
 SETTINGS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def _outcome(build: Any) -> tuple[str, Any]:
-    try:
-        return "ok", build()
-    except DomainViolation as exc:
-        return "domain", exc
-    except NotConvergent as exc:
-        kind = "cycle" if isinstance(exc.counterexample, RepairCycle) else "diverge"
-        return kind, exc
 
 
 def _ints(m: Machine, state: dict[str, Any]) -> tuple[int, ...]:
@@ -110,16 +102,7 @@ def test_symbolic_certificates_of_random_machines_check(spec: Spec) -> None:
     assert result.solver is not None and result.statement().startswith("Verified, resting on CP-SAT")
 
 
-def _balance(non_commuting: bool) -> Registry:
-    r = Registry("limits")
-    limit = r.int("limit", 0, 10**9 - 1)
-    r.invariant("at_least_ten", holds=limit >= 10, repair={limit: 10})
-    r.event("floor_1k", effect={limit: max_(limit, 1000)})
-    r.event("floor_1m", effect={limit: max_(limit, 1_000_000)})
-    r.event("cap_900m", effect={limit: min_(limit, 900_000_000)})
-    if non_commuting:
-        r.event("add_300m", guard=limit <= 10**9 - 1 - 300_000_000, effect={limit: limit + 300_000_000})
-    return r
+_balance = limits  # the corpus's machine of one 10^9-value limit
 
 
 def test_a_billion_values_build_symbolically_and_run() -> None:
