@@ -115,7 +115,7 @@ from ._records import (
     timer_key,
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
-from ._store import Fence, Lease, Store
+from ._store import BlockingStore, Fence, Lease, Store
 from ._stream import Sink, StreamEvent, WatchedJournal, stream_drive
 from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
@@ -280,6 +280,15 @@ class Agent(Generic[T]):
                 f"text, matching this JSON schema: {schema}"
             )
         self._streams = callable(getattr(model, "stream", None))
+        # A store whose async lease and load are BlockingStore's own (they call the blocking forms) is asked
+        # directly: the same answers, without a coroutine per request.
+        kind = type(store)
+        direct = (
+            isinstance(store, BlockingStore)
+            and kind.alease is BlockingStore.alease
+            and kind.aload is BlockingStore.aload
+        )
+        self._direct_store: Store | None = store if direct else None
         # Synchronous calls running past their deadline, by (run id, fence) of the drive that started them.
         self._overruns: dict[tuple[str, Fence | None], list[Overrun]] = {}
         self.tools: dict[str, Tool] = {}
@@ -494,6 +503,22 @@ class Agent(Generic[T]):
         give_up = now + self.lease_wait
         pause = 0.01
         while True:
+            if self.store is self._direct_store:
+                # An in-process store answers at once: no coroutine for either request.
+                lease = self.store.lease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
+                journal.absorb(self.store.load(run_id, journal.last_seq))
+                if journal.has(END_KEY):
+                    return None
+                if lease.held:
+                    journal.fence = (holder, lease.token)
+                    return lease
+                now = self.clock()
+                if now >= give_up:
+                    raise self._in_flight(run_id, lease, now)
+                await asyncio.sleep(min(pause, give_up - now))
+                pause = min(pause * 2, 1.0)
+                now = self.clock()
+                continue
             # Both requests go out together; the store answers the load as of the grant or later.
             granted = self.store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
             loaded = self.store.aload(run_id, journal.last_seq)
@@ -511,19 +536,23 @@ class Agent(Generic[T]):
                 return lease
             now = self.clock()
             if now >= give_up:
-                expires = lease.expires_ms / 1000
-                raise RunInFlight(
-                    f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
-                    f"{lease.token}, expires {when(expires, now)} unless renewed); nothing was done. Run "
-                    "it again later, or give the agent a lease_wait to wait for it",
-                    run_id=run_id,
-                    holder=lease.holder,
-                    expires_at=expires,
-                    retry_after=min(expires, now + self.lease_ttl / 3),
-                )
+                raise self._in_flight(run_id, lease, now)
             await asyncio.sleep(min(pause, give_up - now))
             pause = min(pause * 2, 1.0)
             now = self.clock()
+
+    def _in_flight(self, run_id: str, lease: Lease, now: float) -> RunInFlight:
+        """What a drive raises when another driver's live lease outlasted its `lease_wait`."""
+        expires = lease.expires_ms / 1000
+        return RunInFlight(
+            f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
+            f"{lease.token}, expires {when(expires, now)} unless renewed); nothing was done. Run "
+            "it again later, or give the agent a lease_wait to wait for it",
+            run_id=run_id,
+            holder=lease.holder,
+            expires_at=expires,
+            retry_after=min(expires, now + self.lease_ttl / 3),
+        )
 
     # -- segments (a run is one; a thread has one per message) ---------------------------------------------
 
@@ -691,7 +720,9 @@ class Agent(Generic[T]):
                 if not rec.message.tool_calls:
                     msg = rec.message
                     after, output = self._final(seg, turn, msg.content, retries)
-                    write = journal.awrite_exclusive([*self._opening(needs_start, seg), rec, after])
+                    records = [*self._opening(seg), rec, after] if needs_start else [rec, after]
+                    write = journal.awrite_exclusive(records)
+                    del records
                     rec = None  # the records are the write's alone while it is awaited
                     if await write:
                         needs_start = False
@@ -710,7 +741,7 @@ class Agent(Generic[T]):
                     restarts = _restart(run_id, turn, restarts)
                     await journal.aload()  # lost a race: decide nothing from a stale journal
                     continue
-                pending = [*self._opening(needs_start, seg), rec]
+                pending = [*self._opening(seg), rec] if needs_start else [rec]
             msg = rec.message
             rec = None  # live runs keep only what they need while they wait (fewer objects for the GC)
             if not msg.tool_calls:
@@ -787,11 +818,9 @@ class Agent(Generic[T]):
         assert isinstance(stored, End)
         return self._ended_result(journal, seg, stored, replayed=False)
 
-    def _opening(self, needs_start: bool, seg: _Segment) -> tuple[Record, ...]:
-        """What a fresh turn is journaled after: the run's start record for a run that has none yet, or a
+    def _opening(self, seg: _Segment) -> tuple[Record, ...]:
+        """What a fresh turn of a segment not opened yet is journaled after: the run's start record, or a
         thread's new message. Made when needed, so no run holds one while it waits."""
-        if not needs_start:
-            return ()
         if seg.index == 0:
             entry = self.thread_entry if seg.thread else self.entry
             return (Start(key=START_KEY, entry=entry, input=seg.input),)

@@ -122,7 +122,11 @@ class MemoryStore(BlockingStore):
 
     def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
         with self._lock:
-            lease = decide_lease(run_id, self._lease(run_id), holder, now_ms, ttl_ms, token)
+            held = self._leases.get(run_id)
+            if held is None:  # never leased: granted with the first token (decide_lease's answer)
+                self._leases[run_id] = (holder, 1, now_ms + ttl_ms)
+                return Lease(run_id, holder, 1, now_ms + ttl_ms, True)
+            lease = decide_lease(run_id, Lease(run_id, *held), holder, now_ms, ttl_ms, token)
             if lease.held:
                 self._leases[run_id] = (holder, lease.token, lease.expires_ms)
         return lease
@@ -161,7 +165,9 @@ class MemoryStore(BlockingStore):
 
     def load(self, run_id: str, after: int = 0) -> list[Entry]:
         with self._lock:
-            order = self._order.get(run_id, [])
+            order = self._order.get(run_id)
+            if not order:
+                return []
             rows = list(order) if after <= 0 else [r for r in order if r[0] > after]
         return [Entry(*r) for r in rows]
 
@@ -182,10 +188,12 @@ def _row_seq(row: tuple[int, str, bytes]) -> int:
 def _check(run_id: str, items: Sequence[tuple[str, bytes]]) -> None:
     if not run_id:
         raise ConfigError("run id must be a non-empty string")
-    if len(items) > 1 and len({key for key, _ in items}) != len(items):
-        raise ConfigError("the keys of one insert_many call must be distinct")
+    keys = set()
     for key, data in items:
         if not key:
             raise ConfigError("record key must be a non-empty string")
-        if not isinstance(data, (bytes, bytearray)):
+        if type(data) is not bytes and not isinstance(data, (bytes, bytearray)):
             raise ConfigError(f"record data for {key!r} must be bytes, got {type(data).__name__}")
+        keys.add(key)
+    if len(keys) != len(items):
+        raise ConfigError("the keys of one insert_many call must be distinct")
