@@ -282,7 +282,7 @@ class Agent(Generic[T]):
         self._streams = callable(getattr(model, "stream", None))
         # A store whose async lease and load are BlockingStore's own (they call the blocking forms) is asked
         # directly: the same answers, without a coroutine per request.
-        kind = type(store)
+        kind: Any = type(store)
         direct = (
             isinstance(store, BlockingStore)
             and kind.alease is BlockingStore.alease
