@@ -15,59 +15,64 @@ docstring names what it may import; tests/govern/test_layout.py checks it from t
     2  verify/, oracle/    the engine's verification; the checker extracted from Rocq and its gate
     1  model/              expressions, variables and the state space, declarations as data
     0  _errors.py          every exception type (certificate errors: certificate/_errors.py)
+
+The names below are loaded lazily: `import govern` loads the exceptions only, and the first use of a name
+imports the module that defines it, so building a machine does not load the event log's database layer.
 """
 
 from __future__ import annotations
 
-from contextlib import suppress as _suppress
+import importlib as _importlib
+import typing as _typing
 
-from ._errors import (
-    DeclarationError,
-    DomainViolation,
-    ForeignState,
-    GovernError,
-    MachineFileError,
-    NotConvergent,
-    OracleDisagreement,
-    OracleError,
-    OracleRejected,
-    OracleUnavailable,
-    RuleError,
-    StateSpaceTooLarge,
-    UnknownEvent,
-)
-from .certificate._certificate import Certificate, CheckResult, check_certificate, read_certificate
-from .certificate._errors import (
-    CertificateError,
-    CertificateInvalid,
-    CertificateTooLarge,
-    CertificateUnreadable,
-    SigningKeyError,
-)
-from .certificate._make import certify
-from .machine._machine import Machine, MachineTables, State
-from .machine._registry import Registry
-from .model._expr import Expr, Var, if_, implies, max_, min_
-from .model._families import EventFamily, Param
-from .runtime._agents import event_tool
-from .runtime._eventlog import (
-    Appended,
-    Event,
-    EventConflict,
-    EventLog,
-    EventLogError,
-    InvalidInput,
-    LogCorrupted,
-    LogFormatError,
-    LoggedEvent,
-    LogTimeout,
-    LogURLError,
-    MachineMismatch,
-    MissingDependency,
-)
-from .runtime._replica import Checkpoint, Replica, ReplicaError
-from .verify._counterexample import Counterexample, Divergence, RepairCycle, Step
-from .verify._report import PrunedPair, Report
+if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
+    from ._errors import (
+        DeclarationError,
+        DomainViolation,
+        ForeignState,
+        GovernError,
+        MachineFileError,
+        NotConvergent,
+        OracleDisagreement,
+        OracleError,
+        OracleRejected,
+        OracleUnavailable,
+        RuleError,
+        StateSpaceTooLarge,
+        UnknownEvent,
+    )
+    from .certificate._certificate import Certificate, CheckResult, check_certificate, read_certificate
+    from .certificate._errors import (
+        CertificateError,
+        CertificateInvalid,
+        CertificateTooLarge,
+        CertificateUnreadable,
+        SigningKeyError,
+    )
+    from .certificate._make import certify
+    from .machine._machine import Machine, MachineTables, State
+    from .machine._registry import Registry
+    from .model._expr import Expr, Var, if_, implies, max_, min_
+    from .model._families import EventFamily, Param
+    from .runtime._agents import event_tool
+    from .runtime._eventlog import (
+        Appended,
+        Event,
+        EventConflict,
+        EventLog,
+        EventLogError,
+        InvalidInput,
+        LogCorrupted,
+        LogFormatError,
+        LoggedEvent,
+        LogTimeout,
+        LogURLError,
+        MachineMismatch,
+        MissingDependency,
+    )
+    from .runtime._replica import Checkpoint, Replica, ReplicaError
+    from .verify._counterexample import Counterexample, Divergence, RepairCycle, Step
+    from .verify._report import PrunedPair, Report
 
 __all__ = [
     "Appended",
@@ -130,10 +135,68 @@ __all__ = [
     "read_certificate",
 ]
 
-# Public names report their public path (govern.Registry, not govern.machine._registry.Registry).
-for _name in __all__:
-    _obj = globals()[_name]
-    if any(part.startswith("_") for part in getattr(_obj, "__module__", "").split(".")[1:]):
-        with _suppress(AttributeError, TypeError):
-            _obj.__module__ = "govern"
-del _name, _obj
+# Where each public name is defined: module (below govern) -> its public names.
+# fmt: off
+_MODULE_NAMES: dict[str, tuple[str, ...]] = {
+    "_errors": (
+        "DeclarationError", "DomainViolation", "ForeignState", "GovernError", "MachineFileError",
+        "NotConvergent", "OracleDisagreement", "OracleError", "OracleRejected", "OracleUnavailable",
+        "RuleError", "StateSpaceTooLarge", "UnknownEvent",
+    ),
+    "certificate._certificate": ("Certificate", "CheckResult", "check_certificate", "read_certificate"),
+    "certificate._errors": (
+        "CertificateError", "CertificateInvalid", "CertificateTooLarge", "CertificateUnreadable",
+        "SigningKeyError",
+    ),
+    "certificate._make": ("certify",),
+    "machine._machine": ("Machine", "MachineTables", "State"),
+    "machine._registry": ("Registry",),
+    "model._expr": ("Expr", "Var", "if_", "implies", "max_", "min_"),
+    "model._families": ("EventFamily", "Param"),
+    "runtime._agents": ("event_tool",),
+    "runtime._eventlog": (
+        "Appended", "Event", "EventConflict", "EventLog", "EventLogError", "InvalidInput", "LogCorrupted",
+        "LogFormatError", "LoggedEvent", "LogTimeout", "LogURLError", "MachineMismatch", "MissingDependency",
+    ),
+    "runtime._replica": ("Checkpoint", "Replica", "ReplicaError"),
+    "verify._counterexample": ("Counterexample", "Divergence", "RepairCycle", "Step"),
+    "verify._report": ("PrunedPair", "Report"),
+}
+# fmt: on
+_MODULE_OF = {name: module for module, names in _MODULE_NAMES.items() for name in names}
+
+
+def _publish(module_name: str) -> None:
+    """Import `module_name` and bind every public name it defines here, so later accesses are plain lookups.
+
+    Public names report their public path (govern.Registry, not govern.machine._registry.Registry).
+    """
+    module = _importlib.import_module(f"{__name__}.{module_name}")
+    for name in _MODULE_NAMES[module_name]:
+        obj = getattr(module, name)
+        if any(part.startswith("_") for part in getattr(obj, "__module__", "").split(".")[1:]):
+            obj.__module__ = "govern"
+        globals()[name] = obj
+
+
+# Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any `govern.<typo>`.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """A public name not loaded yet: import its module (PEP 562)."""
+        module_name = _MODULE_OF.get(name)
+        if module_name is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        _publish(module_name)
+        return globals()[name]
+
+
+def __dir__() -> list[str]:
+    """The loaded names and every public one, loaded or not."""
+    return sorted({*globals(), *__all__})
+
+
+# The exceptions are published now (two small modules): a traceback names govern.NotConvergent, not
+# govern._errors.NotConvergent, even when the program never spelled the class's name.
+_publish("_errors")
+_publish("certificate._errors")

@@ -1,9 +1,26 @@
-"""The public surface: __all__ is exactly the public names, each shown under its public path."""
+"""The public surface: __all__ is exactly the public names, each shown under its public path, loaded lazily:
+`import bide` loads only the exceptions, and a name's first use imports the submodule defining it."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
 import bide
 import bide.testing
+
+BIDE = Path(bide.__file__).parent
+HEAVY = ("bide._agent", "bide._sql", "bide._open", "bide._records", "bide._journal", "bide._worker")
+
+
+def python(code: str) -> str:
+    """What `code` prints, run in a fresh interpreter (nothing imported yet)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def test_all_matches_public_names() -> None:
@@ -49,3 +66,81 @@ def test_error_hierarchy() -> None:
     assert issubclass(bide.JournalFormatError, bide.StoreError)
     for cls in (bide.HaltInFlight, bide.HaltAlreadyResolved, bide.NoLiveAttempt):
         assert issubclass(cls, bide.ResolveRefused)
+
+
+def test_every_public_name_is_its_defining_modules_object() -> None:
+    assert sorted(bide._SUBMODULE_OF) == sorted(bide.__all__)
+    for name in bide.__all__:
+        module = importlib.import_module(f"bide.{bide._SUBMODULE_OF[name]}")
+        assert getattr(bide, name) is getattr(module, bide._RENAMED.get(name, name)), name
+    assert bide.JOURNAL_FORMAT == "bide.journal/1"
+
+
+def test_type_checkers_see_the_names_the_loader_knows() -> None:
+    """The `if TYPE_CHECKING:` imports (what mypy and IDEs read) say what the table `__getattr__` reads."""
+    tree = ast.parse((BIDE / "__init__.py").read_text())
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    )
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == bide._SUBMODULE_OF
+
+
+def test_unknown_names_still_raise_attribute_error() -> None:
+    assert not hasattr(bide, "Agnet")
+    assert set(bide.__all__) <= set(dir(bide))
+
+
+def test_import_loads_only_the_exceptions() -> None:
+    loaded = python(
+        "import sys, bide; print(*sorted(m for m in sys.modules if m.startswith('bide')));"
+        "print(bide.RunHalted.__module__, 'Agent' in dir(bide))"
+    )
+    assert loaded.splitlines() == ["bide bide._errors", "bide True"]
+    assert python("import bide; print(bide.Agent)") == "<class 'bide.Agent'>\n"
+    opened = "from bide import MemoryStore, open_store; print(type(open_store('memory://')) is MemoryStore)"
+    assert python(opened) == "True\n"
+
+
+def test_import_govern_loads_no_heavy_bide_module() -> None:
+    loaded = python(f"import sys, govern; print(*[m for m in {HEAVY!r} if m in sys.modules])")
+    assert loaded.split() == []
+
+
+def leaves_first() -> list[str]:
+    """The submodules that define public names, each after every bide submodule it imports when it is
+    imported (read from the source: module-level `from .x import`)."""
+    needs: dict[str, set[str]] = {}
+
+    def closure(module: str) -> set[str]:
+        if module not in needs:
+            body = ast.parse((BIDE / f"{module}.py").read_text()).body
+            direct = {n.module for n in body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+            needs[module] = set(direct)  # a cycle ends here
+            for dependency in direct:
+                needs[module] |= closure(dependency)
+        return needs[module]
+
+    return sorted(bide._SUBMODULE_NAMES, key=lambda module: len(closure(module)))
+
+
+def test_journal_records_decode_whichever_name_is_used_first() -> None:
+    """A published class reports module `bide`: a pydantic schema built after that over it would resolve its
+    annotations in `bide` and fail. Publishing leaves first (each class renamed before any submodule that
+    imports it is loaded) must still leave journal records decodable."""
+    order = leaves_first()
+    assert order.index("_messages") < order.index("_records")
+    code = f"""
+import bide
+for module in {order!r}:
+    getattr(bide, bide._SUBMODULE_NAMES[module][0])
+call = bide.ToolCall(id="c", name="charge", arguments={{"cents": 5}})
+turn = bide.ModelTurn(key="model:0", turn=0, message=bide.AssistantMessage(content="hi", tool_calls=[call]))
+print(bide.decode_record("model:0", bide.encode_record(turn)) == turn)
+"""
+    assert python(code) == "True\n"

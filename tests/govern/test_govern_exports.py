@@ -1,0 +1,73 @@
+"""govern's public names are loaded lazily: `import govern` loads only the exceptions, the first use of a name
+imports the module defining it, and each name is that module's object under its public path."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import subprocess
+import sys
+from pathlib import Path
+
+import govern
+from govern import Registry, implies, max_
+
+GOVERN = Path(govern.__file__).parent
+
+
+def python(code: str) -> str:
+    """What `code` prints, run in a fresh interpreter (nothing imported yet)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_every_public_name_is_its_defining_modules_object() -> None:
+    assert sorted(govern._MODULE_OF) == sorted(govern.__all__)
+    for name in govern.__all__:
+        module = importlib.import_module(f"govern.{govern._MODULE_OF[name]}")
+        assert getattr(govern, name) is getattr(module, name), name
+        if getattr(module, name).__module__.startswith("govern"):  # not `types` (the Counterexample union)
+            assert getattr(govern, name).__module__ == "govern", name
+    assert set(govern.__all__) <= set(dir(govern))
+    assert not hasattr(govern, "Registy")
+
+
+def test_type_checkers_see_the_names_the_loader_knows() -> None:
+    """The `if TYPE_CHECKING:` imports (what mypy and IDEs read) say what the table `__getattr__` reads."""
+    tree = ast.parse((GOVERN / "__init__.py").read_text())
+    block = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
+    imported = {
+        alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == govern._MODULE_OF
+
+
+def test_import_loads_only_the_exceptions() -> None:
+    loaded = python(
+        "import sys, govern; print(*sorted(m for m in sys.modules if m.startswith(('govern', 'bide'))));"
+        "print(govern.NotConvergent.__module__, govern.CertificateInvalid.__module__, 'numpy' in sys.modules)"
+    )
+    assert loaded.splitlines() == [
+        "govern govern._errors govern.certificate govern.certificate._errors",
+        "govern govern False",
+    ]
+
+
+def test_a_composed_machine_loads_when_only_machine_is_used(tmp_path: Path) -> None:
+    """Composed and symbolic machine files are read by loaders their modules register when imported: a
+    program that never touches `Registry` must still load them."""
+    reg = Registry("two")
+    for i in range(2):
+        stage = reg.int(f"stage{i}", 0, 3)
+        paid = reg.bool(f"paid{i}")
+        reg.invariant(f"booked_paid{i}", holds=implies(stage >= 2, paid), repair={paid: True})
+        reg.event(f"book{i}", effect={stage: max_(stage, 2)})
+        reg.event(f"pay{i}", effect={paid: True})
+    path = tmp_path / "two.npz"
+    reg.build(compose=True).save(path)
+    loaded = python(f"import govern; print(type(govern.Machine.load({str(path)!r})).__name__)")
+    assert loaded == "ComposedMachine\n"
