@@ -43,6 +43,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _quote  # C: one JSON string, non-ASCII kept as is
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -891,25 +892,42 @@ def _read_sql(dialect: str) -> str:
     def row(tag: str, **values: str) -> str:
         return f"SELECT '{tag}', " + ", ".join(values.get(c, "NULL") for c in _READ_COLUMNS)
 
-    def next_number(kind: str, column: str, number: str) -> str:
-        return (
-            f'coalesce((SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
-            f'AND "key" = k.value), (SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} '
-            f'AND "{column}" = k.value), 0)'
-        )
-
     parts = [
         row("e", **{c: f'"{c}"' for c in _READ_COLUMNS}) + f" FROM {stored('ids')}",
         row("d", position='"position"', event_id='"event_id"') + f" FROM {stored('deps')}",
-        row("p", position=next_number("p", "producer", "producer_seq"), event_id="k.value")
+        row("p", position=_next_number(log, "p", "k.value"), event_id="k.value")
         + f" FROM {each('producers')}",
-        row("r", position=next_number("r", "record", "record_seq"), event_id="k.value")
-        + f" FROM {each('records')}",
+        row("r", position=_next_number(log, "r", "k.value"), event_id="k.value") + f" FROM {each('records')}",
     ]
     if sqlite:
         head = row("h", position='"length"', machine='"machine"', deps='"events"')
         parts.insert(0, f'{head} FROM govern_logs WHERE "name" = {log}')
     return " UNION ALL ".join(parts)
+
+
+def _next_number(log: str, kind: str, key: str) -> str:
+    """The next number of a producer (`kind` 'p') or record ('r') `key`: its counter, or for a key whose
+    counter row is missing one past the highest number stored for it, or 0."""
+    column, number = ("producer", "producer_seq") if kind == "p" else ("record", "record_seq")
+    return (
+        f'coalesce((SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
+        f'AND "key" = {key}), (SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} '
+        f'AND "{column}" = {key}), 0)'
+    )
+
+
+# What a one-event append reads on SQLite, as one row: the log's length, machine and event names, the
+# position of the event's id if it is stored already, the positions of its stored dependencies (a JSON
+# object by id), and the next numbers of its producer and record. `_read_sql` answers the general case
+# in rows of many columns, most of them NULL, which cost more to build than this whole statement.
+_SQLITE_READ_ONE = (
+    'SELECT "length", "machine", "events", '
+    '(SELECT "position" FROM govern_events WHERE "log" = :log AND "event_id" = :id), '
+    '(SELECT json_group_object(k.value, "position") FROM json_each(:deps) AS k CROSS JOIN govern_events '
+    'WHERE "log" = :log AND "event_id" = k.value), '
+    f"{_next_number(':log', 'p', ':producer')}, {_next_number(':log', 'r', ':record')} "
+    'FROM govern_logs WHERE "name" = :log'
+)
 
 
 def _dialect(name: str) -> _Dialect:
@@ -959,9 +977,10 @@ _PG_LENGTH_AND_COUNTERS = (
 )
 
 
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""A list of keys as one SQLite parameter, read back by json_each (non-ASCII text kept as is; one encoder
-made once: json.dumps with options makes a new one per call)."""
+def _json(keys: list[str]) -> str:
+    """A list of keys as one SQLite parameter, read back by json_each: what `json.dumps(keys,
+    ensure_ascii=False)` gives, without the encoder it builds per call (which cost more than the read)."""
+    return "[" + ",".join(map(_quote, keys)) + "]"
 
 
 class _SqlTx:
@@ -979,6 +998,21 @@ class _SqlTx:
         return None if row is None else _head_of(row[0], row[1], row[2])
 
     def read(self, ids: list[str], deps: list[str], producers: list[str], records: list[str]) -> _Seen | None:
+        if self.sqlite and len(ids) == len(producers) == len(records) == 1:
+            params = {"log": self.log, "id": ids[0], "deps": _json(deps), "producer": producers[0]}
+            params["record"] = records[0]
+            row = self.cur.execute(_SQLITE_READ_ONE, params).fetchone()
+            if row is None:
+                return None
+            length, machine, names, stored, found, producer_next, record_next = row
+            if stored is None:  # the id is new (a stored one is read in full below, with the rest)
+                return _Seen(
+                    _head_of(machine, length, names),
+                    {},
+                    {} if found == "{}" else json.loads(found),
+                    {producers[0]: int(producer_next)},
+                    {records[0]: int(record_next)},
+                )
         head = None
         if self.sqlite:  # BEGIN IMMEDIATE holds the lock: the log's row comes with the rest
             lists: Callable[[list[str]], Any] = _json
@@ -1055,36 +1089,43 @@ class _SqlTx:
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
         counters = [(log, kind, key, n) for (kind, key), n in nexts.items()]
-        columns = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
         if not self.sqlite:
             if len(rows) >= _COPY_FROM:  # COPY costs the server about half what INSERT ... unnest does
                 with self.cur.copy(_PG_COPY_EVENTS) as copy:
                     for row in rows:
                         copy.write_row(row)
             else:
-                self.cur.execute(
-                    f"INSERT INTO govern_events ({columns}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})",
-                    [list(column) for column in zip(*rows, strict=True)],
-                )
+                self.cur.execute(_PG_INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
             self.cur.execute(
                 _PG_LENGTH_AND_COUNTERS,
                 [length, log, *(list(column) for column in zip(*counters, strict=True))],
             )
             return
-        width = len(_EVENT_COLUMNS)
         for i in range(0, len(rows), _ROWS_CHUNK):
             chunk = rows[i : i + _ROWS_CHUNK]
-            marks = ", ".join(["(" + ", ".join("?" * width) + ")"] * len(chunk))
-            self.cur.execute(
-                f"INSERT INTO govern_events ({columns}) VALUES {marks}", [x for row in chunk for x in row]
-            )
+            self.cur.execute(_sqlite_insert(len(chunk)), [x for row in chunk for x in row])
         self.cur.execute(self.d.set_length, (length, log))
-        for i in range(0, len(counters), 200):
-            some = counters[i : i + 200]
-            marks = ", ".join(["(?, ?, ?, ?)"] * len(some))
-            self.cur.execute(
-                self.d.upsert_counters.format(rows=f"VALUES {marks}"), [x for row in some for x in row]
-            )
+        for i in range(0, len(counters), _COUNTERS_CHUNK):
+            some = counters[i : i + _COUNTERS_CHUNK]
+            self.cur.execute(_sqlite_counters(len(some)), [x for row in some for x in row])
+
+
+_COUNTERS_CHUNK = 200  # counter rows per upsert: 200 * 4 parameters, under SQLite's old limit of 999
+_COLUMNS = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
+_PG_INSERT_EVENTS = f"INSERT INTO govern_events ({_COLUMNS}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})"
+
+
+@functools.cache
+def _sqlite_insert(rows: int) -> str:
+    """The INSERT of `rows` events (its text made once per size: at most `_ROWS_CHUNK` of them)."""
+    row = "(" + ", ".join("?" * len(_EVENT_COLUMNS)) + ")"
+    return f"INSERT INTO govern_events ({_COLUMNS}) VALUES " + ", ".join([row] * rows)
+
+
+@functools.cache
+def _sqlite_counters(rows: int) -> str:
+    """The upsert of `rows` counters (its text made once per size: at most `_COUNTERS_CHUNK`)."""
+    return _DIALECTS["sqlite"].upsert_counters.format(rows="VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows))
 
 
 def _json_list(values: tuple[Any, ...]) -> str:
