@@ -395,7 +395,8 @@ class EventLog:
     binds an empty log; `bind()` does the same explicitly. `timeout` (seconds) bounds every wait of one
     call: a lock held by another session, a free pooled connection, a statement, and the retries of a
     dropped connection; past it the call raises `LogTimeout`. At most `pool_size` connections are open
-    at once (SQLite and PostgreSQL).
+    at once (SQLite and PostgreSQL); on SQLite, which writes one transaction at a time, the threads of
+    a handle append through one of them in turn.
 
     Thread-safe; open one `EventLog` per process (or share one between up to `pool_size` threads).
     """
@@ -1184,6 +1185,12 @@ class _SqlBackend:
             errors.append(psycopg.Error)
         self._errors = tuple(errors)
         self.where = self.engine.url.render_as_string(hide_password=True)
+        # SQLite runs one write transaction at a time, so a handle writes through one connection of its
+        # pool, kept checked out between appends and taken in turn under this lock: checking it out of
+        # the pool and back in for every append cost as much as the append's own Python. A pool of one
+        # connection keeps it in the pool, for the readers.
+        self._writer: Any = None  # the kept connection, while no append is using it
+        self._writer_lock = threading.Lock() if self.dialect == "sqlite" and pool_size > 1 else None
         try:
             ready = self._run(lambda c: schema.check_marker(schema.read_marker(c), self.where), "open", True)
             if not ready:
@@ -1245,42 +1252,62 @@ class _SqlBackend:
     def _write(self, body: Callable[[Any], _T]) -> _T:
         """Run `body` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite; psycopg
         begins one itself), retried like `_run`: the append's hot path, without SQLAlchemy's
-        per-statement work. A failed attempt is rolled back before its connection goes back to the
-        pool; a broken one is discarded."""
+        per-statement work."""
         backoff = Backoff(self.timeout)
-        sqlite = self.dialect == "sqlite"
         while True:
             try:
-                raw = self.engine.raw_connection()  # bounded by the pool's timeout
-                try:
-                    driver: Any = raw.driver_connection
-                    cursor = driver.cursor()
-                    try:
-                        if sqlite:
-                            cursor.execute("BEGIN IMMEDIATE")
-                        result = body(cursor)
-                        if sqlite:
-                            cursor.execute("COMMIT")
-                        else:
-                            driver.commit()
-                        return result
-                    except BaseException:
-                        with contextlib.suppress(Exception):  # the first failure is the one to report
-                            driver.rollback()
-                        raise
-                    finally:
-                        cursor.close()
-                except self._errors as exc:
-                    if classify(exc)[2]:
-                        raw.invalidate()  # the connection broke under the driver: never hand it out again
-                    raise
-                finally:
-                    raw.close()
+                return self._write_once(body, backoff)
             except self._errors as exc:
                 kind, reason, _ = classify(exc)
                 if kind == "retry" and backoff.wait():
                     continue
                 raise self._error(kind, reason, "append", backoff.attempts) from exc
+
+    def _write_once(self, body: Callable[[Any], _T], backoff: Backoff) -> _T:
+        """One attempt of `_write`, on the kept writer connection (SQLite) or a pooled one. A failed
+        attempt is rolled back and its connection goes back to the pool (a broken one is discarded)."""
+        lock = self._writer_lock
+        if lock is not None and not lock.acquire(timeout=backoff.remaining()):
+            raise LogTimeout(
+                f"append on event log {self.log!r} at {self.where}: other threads of this EventLog kept "
+                f"appending for {self.timeout:g} s (a handle writes to SQLite through one connection, as "
+                "SQLite runs one write transaction at a time); share it among fewer threads or raise "
+                "timeout; appending the same events again is safe (the log is idempotent by id)"
+            )
+        try:
+            raw = self._writer or self.engine.raw_connection()  # bounded by the pool's timeout
+            self._writer = None
+            kept = False
+            try:
+                driver: Any = raw.driver_connection
+                cursor = driver.cursor()
+                try:
+                    if self.dialect == "sqlite":
+                        cursor.execute("BEGIN IMMEDIATE")
+                        result = body(cursor)
+                        cursor.execute("COMMIT")
+                    else:
+                        result = body(cursor)
+                        driver.commit()
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the first failure is the one to report
+                        driver.rollback()
+                    raise
+                finally:
+                    cursor.close()
+                if lock is not None:
+                    self._writer, kept = raw, True
+                return result
+            except self._errors as exc:
+                if classify(exc)[2]:
+                    raw.invalidate()  # the connection broke under the driver: never hand it out again
+                raise
+            finally:
+                if not kept:
+                    raw.close()
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
         return self._run(lambda conn: list(conn.execute(statement, params)), "read", True)
@@ -1304,6 +1331,9 @@ class _SqlBackend:
         return _from_row(rows[0]) if rows else None
 
     def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()  # back to the pool, which dispose() closes
         self.engine.dispose()
 
 
