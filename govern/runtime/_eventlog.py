@@ -686,11 +686,16 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
     acknowledgement is lost and the call runs again, the events it finds under its own token are the ones
     it wrote, so `created` stays exact."""
     machine = items[0].machine
-    ids = list({e.id: None for e in items})
-    own = set(ids)
-    deps = list({d: None for e in items for d in e.deps if d not in own})
-    producers = list({e.producer: None for e in items})
-    records = list({e.record: None for e in items})
+    if len(items) == 1:  # the common call: its keys without the de-duplication a batch needs
+        (one,) = items
+        ids, producers, records = [one.id], [one.producer], [one.record]
+        deps = [d for d in one.deps if d != one.id]
+    else:
+        ids = list({e.id: None for e in items})
+        own = set(ids)
+        deps = list({d: None for e in items for d in e.deps if d not in own})
+        producers = list({e.producer: None for e in items})
+        records = list({e.record: None for e in items})
     seen = tx.read(ids, deps, producers, records)
     if seen is None:
         if identity is None or identity.events is None or identity.digest != machine:
@@ -725,31 +730,36 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
     numbered: dict[tuple[str, int], LoggedEvent] = {}  # the events of this call by (producer, seq)
     out: list[Appended] = []
     for event in items:
-        existing = fresh.get(event.id) or known.get(event.id)
+        event_id, producer, record = event.id, event.producer, event.record
+        existing = fresh.get(event_id) or known.get(event_id)
         if existing is not None:
             if not existing.same_content(event):
                 raise EventConflict(
-                    f"event id {event.id!r} is already at position {existing.position} with different "
+                    f"event id {event_id!r} is already at position {existing.position} with different "
                     f"content ({existing.event!r} on {existing.record!r} by {existing.producer!r}); "
                     "an event id names one event forever"
                 )
-            out.append(Appended(existing, event.id in mine))
-            mine.discard(event.id)  # a second copy in the same batch was not written by it
+            out.append(Appended(existing, event_id in mine))
+            mine.discard(event_id)  # a second copy in the same batch was not written by it
             continue
-        seq = producer_next[event.producer] if event.producer_seq is None else event.producer_seq
+        seq = event.producer_seq
+        if seq is None:
+            seq = producer_next[producer]
         holder = None
-        if seq < producer_stored[event.producer]:
-            holder = tx.holder(event.producer, seq)
-        holder = holder or numbered.get((event.producer, seq))
+        if seq < producer_stored[producer]:
+            holder = tx.holder(producer, seq)
+        holder = holder or numbered.get((producer, seq))
         if holder is not None:
             raise EventConflict(
-                f"producer {event.producer!r} already used sequence number {seq} for event {holder.id!r}; "
+                f"producer {producer!r} already used sequence number {seq} for event {holder.id!r}; "
                 "each producer numbers its events uniquely"
             )
-        producer_next[event.producer] = max(producer_next[event.producer], seq + 1)
+        if seq >= producer_next[producer]:
+            producer_next[producer] = seq + 1
         after: list[int] = []
         missing: list[str] = []
-        for dep in event.deps:
+        event_deps = event.deps
+        for dep in event_deps:
             found = fresh.get(dep) or known.get(dep)
             position = seen.positions.get(dep) if found is None else found.position
             if position is None:
@@ -758,29 +768,29 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
                 after.append(position)
         if missing:
             raise MissingDependency(
-                f"event {event.id!r} depends on {missing}, which are not in log {log!r}; "
+                f"event {event_id!r} depends on {missing}, which are not in log {log!r}; "
                 "append dependencies first"
             )
         # Every field was validated when the Event was made, or computed here: no second validation.
         logged = _trusted(
             {
-                "id": event.id,
+                "id": event_id,
                 "machine": event.machine,
-                "record": event.record,
+                "record": record,
                 "event": event.event,
-                "producer": event.producer,
+                "producer": producer,
                 "producer_seq": seq,
-                "deps": event.deps,
+                "deps": event_deps,
                 "log": log,
                 "position": length,
-                "record_seq": record_next[event.record],
+                "record_seq": record_next[record],
                 "after": tuple(sorted(after)) if len(after) > 1 else tuple(after),
             }
         )
-        record_next[event.record] += 1
+        record_next[record] += 1
         length += 1
-        fresh[event.id] = logged
-        numbered[event.producer, seq] = logged
+        fresh[event_id] = logged
+        numbered[producer, seq] = logged
         out.append(Appended(logged, True))
     if fresh:
         tx.write(list(fresh.values()), length, writer)
@@ -1104,11 +1114,11 @@ class _SqlTx:
             return
         for i in range(0, len(rows), _ROWS_CHUNK):
             chunk = rows[i : i + _ROWS_CHUNK]
-            self.cur.execute(_sqlite_insert(len(chunk)), [x for row in chunk for x in row])
+            self.cur.execute(_sqlite_insert(len(chunk)), list(itertools.chain.from_iterable(chunk)))
         self.cur.execute(self.d.set_length, (length, log))
         for i in range(0, len(counters), _COUNTERS_CHUNK):
             some = counters[i : i + _COUNTERS_CHUNK]
-            self.cur.execute(_sqlite_counters(len(some)), [x for row in some for x in row])
+            self.cur.execute(_sqlite_counters(len(some)), list(itertools.chain.from_iterable(some)))
 
 
 _COUNTERS_CHUNK = 200  # counter rows per upsert: 200 * 4 parameters, under SQLite's old limit of 999
