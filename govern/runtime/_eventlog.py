@@ -43,6 +43,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from json.encoder import encode_basestring as _quote  # C: one JSON string, non-ASCII kept as is
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import sqlalchemy as sa
@@ -394,7 +395,8 @@ class EventLog:
     binds an empty log; `bind()` does the same explicitly. `timeout` (seconds) bounds every wait of one
     call: a lock held by another session, a free pooled connection, a statement, and the retries of a
     dropped connection; past it the call raises `LogTimeout`. At most `pool_size` connections are open
-    at once (SQLite and PostgreSQL).
+    at once (SQLite and PostgreSQL); on SQLite, which writes one transaction at a time, the threads of
+    a handle append through one of them in turn.
 
     Thread-safe; open one `EventLog` per process (or share one between up to `pool_size` threads).
     """
@@ -684,11 +686,16 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
     acknowledgement is lost and the call runs again, the events it finds under its own token are the ones
     it wrote, so `created` stays exact."""
     machine = items[0].machine
-    ids = list({e.id: None for e in items})
-    own = set(ids)
-    deps = list({d: None for e in items for d in e.deps if d not in own})
-    producers = list({e.producer: None for e in items})
-    records = list({e.record: None for e in items})
+    if len(items) == 1:  # the common call: its keys without the de-duplication a batch needs
+        (one,) = items
+        ids, producers, records = [one.id], [one.producer], [one.record]
+        deps = [d for d in one.deps if d != one.id]
+    else:
+        ids = list({e.id: None for e in items})
+        own = set(ids)
+        deps = list({d: None for e in items for d in e.deps if d not in own})
+        producers = list({e.producer: None for e in items})
+        records = list({e.record: None for e in items})
     seen = tx.read(ids, deps, producers, records)
     if seen is None:
         if identity is None or identity.events is None or identity.digest != machine:
@@ -723,31 +730,36 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
     numbered: dict[tuple[str, int], LoggedEvent] = {}  # the events of this call by (producer, seq)
     out: list[Appended] = []
     for event in items:
-        existing = fresh.get(event.id) or known.get(event.id)
+        event_id, producer, record = event.id, event.producer, event.record
+        existing = fresh.get(event_id) or known.get(event_id)
         if existing is not None:
             if not existing.same_content(event):
                 raise EventConflict(
-                    f"event id {event.id!r} is already at position {existing.position} with different "
+                    f"event id {event_id!r} is already at position {existing.position} with different "
                     f"content ({existing.event!r} on {existing.record!r} by {existing.producer!r}); "
                     "an event id names one event forever"
                 )
-            out.append(Appended(existing, event.id in mine))
-            mine.discard(event.id)  # a second copy in the same batch was not written by it
+            out.append(Appended(existing, event_id in mine))
+            mine.discard(event_id)  # a second copy in the same batch was not written by it
             continue
-        seq = producer_next[event.producer] if event.producer_seq is None else event.producer_seq
+        seq = event.producer_seq
+        if seq is None:
+            seq = producer_next[producer]
         holder = None
-        if seq < producer_stored[event.producer]:
-            holder = tx.holder(event.producer, seq)
-        holder = holder or numbered.get((event.producer, seq))
+        if seq < producer_stored[producer]:
+            holder = tx.holder(producer, seq)
+        holder = holder or numbered.get((producer, seq))
         if holder is not None:
             raise EventConflict(
-                f"producer {event.producer!r} already used sequence number {seq} for event {holder.id!r}; "
+                f"producer {producer!r} already used sequence number {seq} for event {holder.id!r}; "
                 "each producer numbers its events uniquely"
             )
-        producer_next[event.producer] = max(producer_next[event.producer], seq + 1)
+        if seq >= producer_next[producer]:
+            producer_next[producer] = seq + 1
         after: list[int] = []
         missing: list[str] = []
-        for dep in event.deps:
+        event_deps = event.deps
+        for dep in event_deps:
             found = fresh.get(dep) or known.get(dep)
             position = seen.positions.get(dep) if found is None else found.position
             if position is None:
@@ -756,29 +768,29 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
                 after.append(position)
         if missing:
             raise MissingDependency(
-                f"event {event.id!r} depends on {missing}, which are not in log {log!r}; "
+                f"event {event_id!r} depends on {missing}, which are not in log {log!r}; "
                 "append dependencies first"
             )
         # Every field was validated when the Event was made, or computed here: no second validation.
         logged = _trusted(
             {
-                "id": event.id,
+                "id": event_id,
                 "machine": event.machine,
-                "record": event.record,
+                "record": record,
                 "event": event.event,
-                "producer": event.producer,
+                "producer": producer,
                 "producer_seq": seq,
-                "deps": event.deps,
+                "deps": event_deps,
                 "log": log,
                 "position": length,
-                "record_seq": record_next[event.record],
+                "record_seq": record_next[record],
                 "after": tuple(sorted(after)) if len(after) > 1 else tuple(after),
             }
         )
-        record_next[event.record] += 1
+        record_next[record] += 1
         length += 1
-        fresh[event.id] = logged
-        numbered[event.producer, seq] = logged
+        fresh[event_id] = logged
+        numbered[producer, seq] = logged
         out.append(Appended(logged, True))
     if fresh:
         tx.write(list(fresh.values()), length, writer)
@@ -891,25 +903,42 @@ def _read_sql(dialect: str) -> str:
     def row(tag: str, **values: str) -> str:
         return f"SELECT '{tag}', " + ", ".join(values.get(c, "NULL") for c in _READ_COLUMNS)
 
-    def next_number(kind: str, column: str, number: str) -> str:
-        return (
-            f'coalesce((SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
-            f'AND "key" = k.value), (SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} '
-            f'AND "{column}" = k.value), 0)'
-        )
-
     parts = [
         row("e", **{c: f'"{c}"' for c in _READ_COLUMNS}) + f" FROM {stored('ids')}",
         row("d", position='"position"', event_id='"event_id"') + f" FROM {stored('deps')}",
-        row("p", position=next_number("p", "producer", "producer_seq"), event_id="k.value")
+        row("p", position=_next_number(log, "p", "k.value"), event_id="k.value")
         + f" FROM {each('producers')}",
-        row("r", position=next_number("r", "record", "record_seq"), event_id="k.value")
-        + f" FROM {each('records')}",
+        row("r", position=_next_number(log, "r", "k.value"), event_id="k.value") + f" FROM {each('records')}",
     ]
     if sqlite:
         head = row("h", position='"length"', machine='"machine"', deps='"events"')
         parts.insert(0, f'{head} FROM govern_logs WHERE "name" = {log}')
     return " UNION ALL ".join(parts)
+
+
+def _next_number(log: str, kind: str, key: str) -> str:
+    """The next number of a producer (`kind` 'p') or record ('r') `key`: its counter, or for a key whose
+    counter row is missing one past the highest number stored for it, or 0."""
+    column, number = ("producer", "producer_seq") if kind == "p" else ("record", "record_seq")
+    return (
+        f'coalesce((SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
+        f'AND "key" = {key}), (SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} '
+        f'AND "{column}" = {key}), 0)'
+    )
+
+
+# What a one-event append reads on SQLite, as one row: the log's length, machine and event names, the
+# position of the event's id if it is stored already, the positions of its stored dependencies (a JSON
+# object by id), and the next numbers of its producer and record. `_read_sql` answers the general case
+# in rows of many columns, most of them NULL, which cost more to build than this whole statement.
+_SQLITE_READ_ONE = (
+    'SELECT "length", "machine", "events", '
+    '(SELECT "position" FROM govern_events WHERE "log" = :log AND "event_id" = :id), '
+    '(SELECT json_group_object(k.value, "position") FROM json_each(:deps) AS k CROSS JOIN govern_events '
+    'WHERE "log" = :log AND "event_id" = k.value), '
+    f"{_next_number(':log', 'p', ':producer')}, {_next_number(':log', 'r', ':record')} "
+    'FROM govern_logs WHERE "name" = :log'
+)
 
 
 def _dialect(name: str) -> _Dialect:
@@ -959,9 +988,10 @@ _PG_LENGTH_AND_COUNTERS = (
 )
 
 
-_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
-"""A list of keys as one SQLite parameter, read back by json_each (non-ASCII text kept as is; one encoder
-made once: json.dumps with options makes a new one per call)."""
+def _json(keys: list[str]) -> str:
+    """A list of keys as one SQLite parameter, read back by json_each: what `json.dumps(keys,
+    ensure_ascii=False)` gives, without the encoder it builds per call (which cost more than the read)."""
+    return "[" + ",".join(map(_quote, keys)) + "]"
 
 
 class _SqlTx:
@@ -979,6 +1009,21 @@ class _SqlTx:
         return None if row is None else _head_of(row[0], row[1], row[2])
 
     def read(self, ids: list[str], deps: list[str], producers: list[str], records: list[str]) -> _Seen | None:
+        if self.sqlite and len(ids) == len(producers) == len(records) == 1:
+            params = {"log": self.log, "id": ids[0], "deps": _json(deps), "producer": producers[0]}
+            params["record"] = records[0]
+            row = self.cur.execute(_SQLITE_READ_ONE, params).fetchone()
+            if row is None:
+                return None
+            length, machine, names, stored, found, producer_next, record_next = row
+            if stored is None:  # the id is new (a stored one is read in full below, with the rest)
+                return _Seen(
+                    _head_of(machine, length, names),
+                    {},
+                    {} if found == "{}" else json.loads(found),
+                    {producers[0]: int(producer_next)},
+                    {records[0]: int(record_next)},
+                )
         head = None
         if self.sqlite:  # BEGIN IMMEDIATE holds the lock: the log's row comes with the rest
             lists: Callable[[list[str]], Any] = _json
@@ -1055,36 +1100,43 @@ class _SqlTx:
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
         counters = [(log, kind, key, n) for (kind, key), n in nexts.items()]
-        columns = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
         if not self.sqlite:
             if len(rows) >= _COPY_FROM:  # COPY costs the server about half what INSERT ... unnest does
                 with self.cur.copy(_PG_COPY_EVENTS) as copy:
                     for row in rows:
                         copy.write_row(row)
             else:
-                self.cur.execute(
-                    f"INSERT INTO govern_events ({columns}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})",
-                    [list(column) for column in zip(*rows, strict=True)],
-                )
+                self.cur.execute(_PG_INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
             self.cur.execute(
                 _PG_LENGTH_AND_COUNTERS,
                 [length, log, *(list(column) for column in zip(*counters, strict=True))],
             )
             return
-        width = len(_EVENT_COLUMNS)
         for i in range(0, len(rows), _ROWS_CHUNK):
             chunk = rows[i : i + _ROWS_CHUNK]
-            marks = ", ".join(["(" + ", ".join("?" * width) + ")"] * len(chunk))
-            self.cur.execute(
-                f"INSERT INTO govern_events ({columns}) VALUES {marks}", [x for row in chunk for x in row]
-            )
+            self.cur.execute(_sqlite_insert(len(chunk)), list(itertools.chain.from_iterable(chunk)))
         self.cur.execute(self.d.set_length, (length, log))
-        for i in range(0, len(counters), 200):
-            some = counters[i : i + 200]
-            marks = ", ".join(["(?, ?, ?, ?)"] * len(some))
-            self.cur.execute(
-                self.d.upsert_counters.format(rows=f"VALUES {marks}"), [x for row in some for x in row]
-            )
+        for i in range(0, len(counters), _COUNTERS_CHUNK):
+            some = counters[i : i + _COUNTERS_CHUNK]
+            self.cur.execute(_sqlite_counters(len(some)), list(itertools.chain.from_iterable(some)))
+
+
+_COUNTERS_CHUNK = 200  # counter rows per upsert: 200 * 4 parameters, under SQLite's old limit of 999
+_COLUMNS = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
+_PG_INSERT_EVENTS = f"INSERT INTO govern_events ({_COLUMNS}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})"
+
+
+@functools.cache
+def _sqlite_insert(rows: int) -> str:
+    """The INSERT of `rows` events (its text made once per size: at most `_ROWS_CHUNK` of them)."""
+    row = "(" + ", ".join("?" * len(_EVENT_COLUMNS)) + ")"
+    return f"INSERT INTO govern_events ({_COLUMNS}) VALUES " + ", ".join([row] * rows)
+
+
+@functools.cache
+def _sqlite_counters(rows: int) -> str:
+    """The upsert of `rows` counters (its text made once per size: at most `_COUNTERS_CHUNK`)."""
+    return _DIALECTS["sqlite"].upsert_counters.format(rows="VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows))
 
 
 def _json_list(values: tuple[Any, ...]) -> str:
@@ -1143,6 +1195,12 @@ class _SqlBackend:
             errors.append(psycopg.Error)
         self._errors = tuple(errors)
         self.where = self.engine.url.render_as_string(hide_password=True)
+        # SQLite runs one write transaction at a time, so a handle writes through one connection of its
+        # pool, kept checked out between appends and taken in turn under this lock: checking it out of
+        # the pool and back in for every append cost as much as the append's own Python. A pool of one
+        # connection keeps it in the pool, for the readers.
+        self._writer: Any = None  # the kept connection, while no append is using it
+        self._writer_lock = threading.Lock() if self.dialect == "sqlite" and pool_size > 1 else None
         try:
             ready = self._run(lambda c: schema.check_marker(schema.read_marker(c), self.where), "open", True)
             if not ready:
@@ -1204,42 +1262,62 @@ class _SqlBackend:
     def _write(self, body: Callable[[Any], _T]) -> _T:
         """Run `body` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite; psycopg
         begins one itself), retried like `_run`: the append's hot path, without SQLAlchemy's
-        per-statement work. A failed attempt is rolled back before its connection goes back to the
-        pool; a broken one is discarded."""
+        per-statement work."""
         backoff = Backoff(self.timeout)
-        sqlite = self.dialect == "sqlite"
         while True:
             try:
-                raw = self.engine.raw_connection()  # bounded by the pool's timeout
-                try:
-                    driver: Any = raw.driver_connection
-                    cursor = driver.cursor()
-                    try:
-                        if sqlite:
-                            cursor.execute("BEGIN IMMEDIATE")
-                        result = body(cursor)
-                        if sqlite:
-                            cursor.execute("COMMIT")
-                        else:
-                            driver.commit()
-                        return result
-                    except BaseException:
-                        with contextlib.suppress(Exception):  # the first failure is the one to report
-                            driver.rollback()
-                        raise
-                    finally:
-                        cursor.close()
-                except self._errors as exc:
-                    if classify(exc)[2]:
-                        raw.invalidate()  # the connection broke under the driver: never hand it out again
-                    raise
-                finally:
-                    raw.close()
+                return self._write_once(body, backoff)
             except self._errors as exc:
                 kind, reason, _ = classify(exc)
                 if kind == "retry" and backoff.wait():
                     continue
                 raise self._error(kind, reason, "append", backoff.attempts) from exc
+
+    def _write_once(self, body: Callable[[Any], _T], backoff: Backoff) -> _T:
+        """One attempt of `_write`, on the kept writer connection (SQLite) or a pooled one. A failed
+        attempt is rolled back and its connection goes back to the pool (a broken one is discarded)."""
+        lock = self._writer_lock
+        if lock is not None and not lock.acquire(timeout=backoff.remaining()):
+            raise LogTimeout(
+                f"append on event log {self.log!r} at {self.where}: other threads of this EventLog kept "
+                f"appending for {self.timeout:g} s (a handle writes to SQLite through one connection, as "
+                "SQLite runs one write transaction at a time); share it among fewer threads or raise "
+                "timeout; appending the same events again is safe (the log is idempotent by id)"
+            )
+        try:
+            raw = self._writer or self.engine.raw_connection()  # bounded by the pool's timeout
+            self._writer = None
+            kept = False
+            try:
+                driver: Any = raw.driver_connection
+                cursor = driver.cursor()
+                try:
+                    if self.dialect == "sqlite":
+                        cursor.execute("BEGIN IMMEDIATE")
+                        result = body(cursor)
+                        cursor.execute("COMMIT")
+                    else:
+                        result = body(cursor)
+                        driver.commit()
+                except BaseException:
+                    with contextlib.suppress(Exception):  # the first failure is the one to report
+                        driver.rollback()
+                    raise
+                finally:
+                    cursor.close()
+                if lock is not None:
+                    self._writer, kept = raw, True
+                return result
+            except self._errors as exc:
+                if classify(exc)[2]:
+                    raw.invalidate()  # the connection broke under the driver: never hand it out again
+                raise
+            finally:
+                if not kept:
+                    raw.close()
+        finally:
+            if lock is not None:
+                lock.release()
 
     def _rows(self, statement: Any, params: dict[str, Any]) -> list[Any]:
         return self._run(lambda conn: list(conn.execute(statement, params)), "read", True)
@@ -1263,6 +1341,9 @@ class _SqlBackend:
         return _from_row(rows[0]) if rows else None
 
     def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()  # back to the pool, which dispose() closes
         self.engine.dispose()
 
 

@@ -98,6 +98,24 @@ def test_dependencies_must_already_be_in_the_log(any_log_url: str, log_name: str
     assert [e.id for e in log.read()] == ["a", "b"]
 
 
+def test_one_event_appends_find_their_dependencies_and_numbers(any_log_url: str, log_name: str) -> None:
+    """Appended one at a time (SQLite reads what one event needs as a single row): dependencies given in
+    any order, ids that JSON must escape, and each producer's and record's next number."""
+    log = bound(any_log_url, log_name)
+    odd = 'a "quoted\\ id", é, \u2603, \x01'
+    log.append(ev(odd))
+    log.append(ev("b", record="o2", producer="q"))
+    log.append(ev("e", record="o3", seq=1))
+    c = log.append(
+        Event(id="c", machine=DIGEST, record="o1", event="ship", producer="p", deps=("b", odd))
+    ).event
+    assert (c.position, c.after, c.record_seq, c.producer_seq) == (3, (0, 1), 1, 2)
+    assert log.append(ev(odd)).created is False  # the same event again: found, not written twice
+    with pytest.raises(MissingDependency, match=r"\['x'\]"):
+        log.append(ev("d", seq=3, deps=("b", "x")))
+    assert log.length() == 4
+
+
 def test_a_log_holds_one_machine(any_log_url: str, log_name: str) -> None:
     log = bound(any_log_url, log_name)
     log.bind(DIGEST)

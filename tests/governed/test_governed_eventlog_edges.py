@@ -300,6 +300,22 @@ def test_an_exhausted_pool_is_a_clear_timeout(log_url: str, log_name: str) -> No
     assert log.length() == 0
 
 
+def test_a_busy_sqlite_write_connection_is_a_clear_timeout(tmp_path: Path, log_name: str) -> None:
+    """A SQLite handle appends through one kept connection, one thread at a time: a thread that waits for
+    it longer than the timeout is told so, and readers meanwhile use the pool's other connections."""
+    log = bound(f"sqlite:///{tmp_path}/events.db", log_name, timeout=0.5, pool_size=2)
+    log.append(ev("a"))
+    backend: Any = log._backend  # type: ignore[attr-defined]
+    with backend._writer_lock:  # another thread's append, holding the write connection
+        with pytest.raises(LogTimeout, match="other threads of this EventLog kept appending"):
+            log.append(ev("b", seq=1))
+        assert log.length() == 1 and log.get("a") is not None
+    assert log.append(ev("b", seq=1)).created
+    pool = backend.engine.pool
+    log.close()
+    assert pool.checkedout() == 0  # the kept connection went back to the pool, which closed it
+
+
 def test_more_threads_than_connections_wait_their_turn(log_url: str, log_name: str) -> None:
     log = bound(log_url, log_name, pool_size=2)
     failures: list[BaseException] = []
