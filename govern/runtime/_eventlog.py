@@ -330,9 +330,16 @@ _Q_READ = (
 _Q_IDS = sa.select(_events).where(
     _events.c.log == _P("log"), _events.c.event_id.in_(_P("ids", expanding=True))
 )
+# `position + 0`, not `position`: SQLite would otherwise search the primary key by (log, position <= n),
+# reading the whole log before `through`, where the (log, record, record_seq) index finds the record's
+# events alone (a record of 50 events in a log of 50,000: 10.7 ms -> 1.1 ms, most of it decoding).
 _Q_RECORD = (
     sa.select(_events)
-    .where(_events.c.log == _P("log"), _events.c.record == _P("record"), _events.c.position <= _P("through"))
+    .where(
+        _events.c.log == _P("log"),
+        _events.c.record == _P("record"),
+        (_events.c.position + sa.literal_column("0")) <= _P("through"),
+    )
     .order_by(_events.c.record_seq)
 )
 _Q_LAST_BY_PRODUCER = (
