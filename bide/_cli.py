@@ -30,7 +30,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ._cli_common import (
     EXIT_NOT_FOUND,
@@ -45,15 +45,15 @@ from ._cli_common import (
     table,
 )
 from ._errors import BideError, ConfigError, NoLiveAttempt, ResolveRefused, StoreError
-from ._journal import Journal
-from ._open import open_store
-from ._outcome import Outcome
-from ._records import Attempt, pause_key
-from ._resolve import RunStatus, resolve_halt, status_of
-from ._store import Lease, Store
 from ._terminal import printable
-from ._url import StoreURLError, parse_store_url
 from ._when import iso, when
+
+# The journal, the stores and their drivers (pydantic, SQLAlchemy) are imported by the commands that use
+# them, not here: `bide --help` and a usage error never pay for them.
+if TYPE_CHECKING:
+    from ._journal import Journal
+    from ._resolve import RunStatus
+    from ._store import Lease, Store
 
 __all__ = [
     "EXIT_NOT_FOUND",
@@ -104,6 +104,9 @@ def open_store_or_exit_code(args: argparse.Namespace) -> Store | int:
 
 def open_cli_store(args: argparse.Namespace) -> Store:
     """Open the store named by --store, refusing a SQLite file that does not exist (no silent creation)."""
+    from ._open import open_store
+    from ._url import StoreURLError, parse_store_url
+
     url: str = args.store
     try:
         where = parse_store_url(url)
@@ -143,6 +146,8 @@ def _leases(store: Store) -> dict[str, Lease]:
 
 
 def _row(journal: Journal, st: RunStatus, lease: Lease | None, now_ms: int) -> dict[str, Any]:
+    from ._records import Attempt
+
     entries = journal.entries()
     attempts = [r.attempted_at_ms for r in journal.records() if isinstance(r, Attempt)]
     live = lease is not None and lease.holder != "" and lease.expires_ms > now_ms
@@ -166,6 +171,9 @@ def _row(journal: Journal, st: RunStatus, lease: Lease | None, now_ms: int) -> d
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
+    from ._journal import Journal
+    from ._resolve import status_of
+
     store = open_cli_store(args)
     now_ms = int(time.time() * 1000)
     try:
@@ -222,6 +230,9 @@ def _lease_text(row: dict[str, Any], now: float) -> str:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    from ._journal import Journal
+    from ._resolve import status_of
+
     store = open_cli_store(args)
     try:
         journal = Journal(store, args.run).load()
@@ -288,6 +299,9 @@ def _record_text(record: dict[str, Any]) -> str:
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
+    from ._journal import Journal
+    from ._records import pause_key
+    from ._resolve import status_of
     from .approvals._submit import pending_approvals
 
     store = open_cli_store(args)
@@ -364,6 +378,9 @@ def _json_arg(text: str, what: str) -> Any:
 
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
+    from ._outcome import Outcome
+    from ._resolve import resolve_halt
+
     evidence = _json_arg(args.evidence, "--evidence") if args.evidence is not None else None
     if args.succeeded is not None:
         outcome = Outcome.succeeded(_json_arg(args.succeeded, "--succeeded"), evidence=evidence)

@@ -24,19 +24,20 @@ import os
 import signal
 import sys
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ._agent import Agent
-from ._cancel import cancel_run
 from ._cli_common import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from ._errors import ConfigError, RunEnded, RunNotFound
-from ._store import Store
 from ._terminal import printable
-from ._worker import Worker
+
+# The agent loop, the worker and the stores are imported by the commands, not here: `bide` imports this
+# module to list its subcommands, and `bide --help` should not pay for them.
+if TYPE_CHECKING:
+    from ._agent import Agent
+    from ._store import Store
+    from ._worker import Worker
 
 __all__ = ["register"]
-
-
 
 
 class _AppError(Exception):
@@ -45,6 +46,8 @@ class _AppError(Exception):
 
 def load_agents(spec: str, store: Store) -> list[Agent[Any]]:
     """The agents `module:attribute` names (a function is called with the store)."""
+    from ._agent import Agent
+
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise _AppError(f"--app must be module:attribute (for example myapp.agents:build), got {spec!r}")
@@ -73,6 +76,8 @@ def _open(args: argparse.Namespace) -> Store | int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
+    from ._cancel import cancel_run
+
     store = _open(args)
     if isinstance(store, int):
         return store
@@ -94,6 +99,8 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    from ._worker import Worker
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     store = _open(args)
     if isinstance(store, int):

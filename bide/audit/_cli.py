@@ -16,7 +16,7 @@ import sys
 import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._cli_common import (
     EXIT_FAILED,
@@ -31,12 +31,19 @@ from .._cli_common import (
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
 from ._files import write_whole
-from ._formats import ConsistencyProof, EvidencePackage, ProofBundle, SignedTreeHead, check_head
-from ._keys import PublicKey, generate_key, load_public_key
-from ._strict import MAX_INPUT_BYTES, parse_artifact
-from ._verify import Verified, verify_bundle, verify_consistency_proof, verify_evidence
+
+# The artifact formats (pydantic), the keys (cryptography) and the checks are imported by the commands that
+# use them, not here: `bide-audit --help` and a usage error never pay for them.
+if TYPE_CHECKING:
+    from ._formats import SignedTreeHead
+    from ._keys import PublicKey
+    from ._verify import Verified
 
 __all__ = ["main"]
+
+#: `--max-input-bytes`' default: `bide.audit._strict.MAX_INPUT_BYTES`, written here so that the parser need
+#: not import pydantic (a test checks that they agree).
+MAX_INPUT_BYTES = 256 * 1024 * 1024
 
 VERIFIED, NOT_VERIFIED, USAGE = EXIT_OK, EXIT_FAILED, EXIT_USAGE
 INTERNAL, UNREADABLE, UNTRUSTED = EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_REFUSED
@@ -54,20 +61,34 @@ def _read(path: str, limit: int) -> bytes:
 
 
 def _key(args: argparse.Namespace) -> PublicKey:
+    from ._keys import load_public_key
+
     return load_public_key(args.pubkey)
 
 
 def _cmd_verify(args: argparse.Namespace) -> Verified:
+    from ._formats import ProofBundle
+    from ._strict import parse_artifact
+    from ._verify import verify_bundle
+
     bundle = parse_artifact(ProofBundle, _read(args.bundle, args.max_input_bytes), what=args.bundle)
     return verify_bundle(bundle, _key(args), max_skew_ns=args.max_clock_skew * 10**9)
 
 
 def _cmd_verify_evidence(args: argparse.Namespace) -> Verified:
+    from ._formats import EvidencePackage
+    from ._strict import parse_artifact
+    from ._verify import verify_evidence
+
     pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
     return verify_evidence(pkg, _key(args), max_skew_ns=args.max_clock_skew * 10**9)
 
 
 def _cmd_verify_consistency(args: argparse.Namespace) -> Verified:
+    from ._formats import ConsistencyProof, SignedTreeHead, check_head
+    from ._strict import parse_artifact
+    from ._verify import verify_consistency_proof
+
     key = _key(args) if args.pubkey else None
     skew = args.max_clock_skew * 10**9
     heads: list[SignedTreeHead] = []
@@ -93,6 +114,8 @@ def _cmd_verify_consistency(args: argparse.Namespace) -> Verified:
 def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
     from ..approvals._trust import ApprovalTrust
     from ..approvals._verify import verify_approvals
+    from ._formats import EvidencePackage
+    from ._strict import parse_artifact
 
     trust = ApprovalTrust.of(
         policy_digests=args.policy_digest,
@@ -102,9 +125,7 @@ def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
     )
     pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
     key = _key(args) if args.pubkey else None
-    return verify_approvals(
-        pkg, key, call_id=args.call, trust=trust, max_skew_ns=args.max_clock_skew * 10**9
-    )
+    return verify_approvals(pkg, key, call_id=args.call, trust=trust, max_skew_ns=args.max_clock_skew * 10**9)
 
 
 def _write_atomic(path: str, data: bytes) -> None:
@@ -118,6 +139,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     from ._anchor import DirectoryPublisher
     from ._keys import load_signing_key
     from ._log import AuditLog
+    from ._verify import Verified
 
     key = load_signing_key(args.key)
     publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
@@ -155,6 +177,9 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> Verified:
+    from ._keys import generate_key
+    from ._verify import Verified
+
     key = generate_key(args.path, overwrite=args.force)
     return Verified(
         proven=f"Wrote signing key {key.key_id} to {args.path} (mode 0600) and its public key to "
@@ -270,10 +295,10 @@ def _emit(
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `bide-audit`; returns (and exits with) the exit code."""
+    args = _parser().parse_args(argv)
     from .._errors import BideError
     from ..approvals._trust import UntrustedPolicy
 
-    args = _parser().parse_args(argv)
     fn: Callable[[argparse.Namespace], Verified] = args.fn
     try:
         done = fn(args)

@@ -33,11 +33,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from rich.console import Console
-from rich.markup import escape
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
-
 from bide._cli_common import (
     EXIT_FAILED,
     EXIT_INTERNAL,
@@ -50,33 +45,26 @@ from bide._cli_common import (
 from bide._terminal import printable
 
 from .._errors import GovernError
-from ..certificate._certificate import (
-    MAX_CLOCK_SKEW,
-    Certificate,
-    CheckResult,
-    check_certificate,
-    read_certificate,
-)
-from ..certificate._composed import (
-    ComposedCertificate,
-    ComposedCheckResult,
-    check_composed,
-    is_composed,
-    read_composed,
-)
-from ..certificate._encoding import DEFAULT_MAX_BYTES
 from ..certificate._errors import (
     CertificateInvalid,
     CertificateTooLarge,
     CertificateUnreadable,
     SigningKeyError,
 )
-from ..certificate._render import render_assignment, render_expression, render_value
-from ..certificate._signing import generate_key_pair, load_private_key, load_public_key
-from ..certificate._symbolic import SymbolicCertificate, SymbolicCertificateModel, is_symbolic, read_symbolic
 
+# The certificate modules (numpy, pydantic, cryptography) and rich are imported by the commands that use
+# them, not here: `govern --help` and a usage error never pay for them.
 if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..certificate._certificate import Certificate, CheckResult
+    from ..certificate._composed import ComposedCertificate, ComposedCheckResult
+    from ..certificate._symbolic import SymbolicCertificate
     from ..machine._registry import Registry
+
+    #: What `govern certify` writes: a table certificate, a composed one, or a symbolic one (no tables).
+    AnyCertificate = Certificate | ComposedCertificate | SymbolicCertificate
 
 __all__ = ["main"]
 
@@ -85,13 +73,19 @@ EXIT_INVALID = EXIT_FAILED
 EXIT_UNREADABLE = EXIT_NOT_FOUND
 
 T = TypeVar("T")
-#: What `govern certify` writes: a table certificate, a composed one, or a symbolic one (no tables).
-AnyCertificate = Certificate | ComposedCertificate | SymbolicCertificate
+
+#: The defaults `--help` shows, written here so that it need not import the certificate modules; they are
+#: `govern.certificate._checked.MAX_CLOCK_SKEW` and `govern.certificate._encoding.DEFAULT_MAX_BYTES` (a test
+#: checks that they agree).
+MAX_CLOCK_SKEW = 300
+DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 
 def _safe(text: str, *, keep_newlines: bool = False) -> str:
     """Text from a certificate, a machine or an error message, ready for rich: control characters shown as
     visible escapes (the shared sanitizer, `bide._terminal.printable`), then rich markup escaped."""
+    from rich.markup import escape
+
     return escape(printable(text, keep_newlines=keep_newlines))
 
 
@@ -181,6 +175,8 @@ class Phases:
     """A progress bar over named phases, shown only once a run has lasted more than a second."""
 
     def __init__(self, console: Console, total: int, enabled: bool) -> None:
+        from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
         self._progress = Progress(
             SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
             console=console, transient=True,
@@ -340,12 +336,18 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
 
 def _rests_on(certificate: AnyCertificate) -> str:
     """What a certificate's verdict rests on, in a few words."""
+    from ..certificate._symbolic import SymbolicCertificateModel
+
     if isinstance(certificate.model, SymbolicCertificateModel):
         return f"CP-SAT {certificate.model.solver.version} (ortools), not a proof-derived checker"
     return "the proof-derived checkers"
 
 
 def _verdict_table(certificate: AnyCertificate) -> Table:
+    from rich.table import Table
+
+    from ..certificate._symbolic import SymbolicCertificateModel
+
     model = certificate.model
     verdict = model.verdict
     events = model.machine.events
@@ -408,6 +410,8 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
         )
     if args.output and not Path(args.output).parent.is_dir():
         raise UsageError(f"-o {args.output}: the directory {Path(args.output).parent} does not exist")
+    from ..certificate._signing import load_private_key
+
     signer = load_private_key(Path(args.sign)) if args.sign else None
     outcomes = []
     with Phases(err, total=4 * len(targets), enabled=err.is_terminal and not args.json) as phases:
@@ -445,12 +449,16 @@ def _read_input(path_text: str, max_bytes: int) -> bytes:
 
 def _check_rests_on(result: CheckResult | ComposedCheckResult) -> str:
     """What the check just done rests on: the local CP-SAT for a symbolic certificate."""
+    from ..certificate._certificate import CheckResult
+
     if isinstance(result, CheckResult) and result.solver is not None:
         return f"CP-SAT {result.solver.get('version', '?')} (ortools), not a proof-derived checker"
     return "the proof-derived checkers"
 
 
 def _check_json(result: CheckResult | ComposedCheckResult) -> dict[str, Any]:
+    from ..certificate._certificate import CheckResult
+
     model = result.certificate.model
     return {
         "valid": True,
@@ -471,6 +479,10 @@ def _check_json(result: CheckResult | ComposedCheckResult) -> dict[str, Any]:
 
 
 def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from ..certificate._certificate import CheckResult, check_certificate
+    from ..certificate._composed import check_composed, is_composed
+    from ..certificate._signing import load_public_key
+
     public_key = load_public_key(Path(args.pubkey)) if args.pubkey else None
     try:
         data = _read_input(args.certificate, args.max_size)
@@ -531,6 +543,12 @@ def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, lab
 # -- show ----------------------------------------------------------------------------------------
 
 def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
+    from rich.table import Table
+
+    from ..certificate._composed import ComposedCertificate
+    from ..certificate._render import render_assignment, render_expression, render_value
+    from ..certificate._symbolic import SymbolicCertificateModel
+
     try:
         certificate = _read_any(_read_input(args.certificate, args.max_size), args.max_size)
     except CertificateUnreadable as exc:
@@ -587,6 +605,8 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 
 def _show_composed(certificate: ComposedCertificate, out: Console) -> int:
+    from rich.table import Table
+
     model = certificate.model
     names = [v.name for v in model.machine.variables]
     events = [e.name for e in model.machine.events]
@@ -612,6 +632,8 @@ def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.path and args.output and args.path != args.output:
         raise UsageError(f"two key paths given ({args.path} and -o {args.output}); "
                          "give one: govern keygen FILE")
+    from ..certificate._signing import generate_key_pair
+
     private = Path(args.path or args.output or "govern-signing-key")
     public, identifier = generate_key_pair(private, overwrite=args.force)
     out.print(f"private key: {_safe(str(private))} (mode 0600; keep it secret, never commit it)")
@@ -624,6 +646,10 @@ def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def _read_any(data: bytes, max_bytes: int) -> AnyCertificate:
     """A certificate of any format, read strictly (`CertificateUnreadable`), not checked."""
+    from ..certificate._certificate import read_certificate
+    from ..certificate._composed import is_composed, read_composed
+    from ..certificate._symbolic import is_symbolic, read_symbolic
+
     if is_composed(data):
         return read_composed(data, max_bytes=max_bytes)
     if is_symbolic(data):
@@ -772,6 +798,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the `govern` command; returns (and, as a console script, exits with) the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    from rich.console import Console
+
     out = Console(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:

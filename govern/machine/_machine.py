@@ -9,6 +9,7 @@ without rebuilding, re-checked by the proof-derived oracle (`_load_check`).
 from __future__ import annotations
 
 import hashlib
+import importlib
 import io
 import json
 import os
@@ -49,9 +50,14 @@ BoolArray = npt.NDArray[np.bool_]
 FILE_FORMAT = "govern.machine.v1"
 #: Reads a machine file of another format (its content hash already checked): path, arrays, digest.
 _Loader = Callable[[str | os.PathLike[str], dict[str, npt.NDArray[Any]], str | None], "Machine"]
-#: The loaders of the other formats (composed, symbolic), registered by the modules that define them
-#: (they import this one, so they cannot be imported here).
+#: The loaders of the other formats (composed, symbolic), registered by the modules that define them.
 _LOADERS: dict[str, _Loader] = {}
+#: The module that registers each other format's loader. Named, not imported: those modules import this
+#: one, so `load` imports the one a file needs, when it meets that format.
+_LOADER_MODULES: dict[str, str] = {
+    "govern.machine.composed.v1": "govern.machine._composed",
+    "govern.machine.symbolic.v1": "govern.machine._symbolic",
+}
 _RULES_DOMAIN = b"govern.rules.v1\x00"
 _TABLES_DOMAIN = b"govern.tables.v1\x00"
 _MACHINE_DOMAIN = b"govern.machine.v1\x00"
@@ -427,14 +433,16 @@ class Machine:
             stored = bytes(arrays.pop("content_sha256")).hex()
         except (KeyError, UnicodeDecodeError) as exc:
             raise MachineFileError(f"{os.fspath(path)!r} is not a govern machine file") from exc
-        if fmt != FILE_FORMAT and fmt not in _LOADERS:
+        if fmt != FILE_FORMAT and fmt not in _LOADERS and fmt not in _LOADER_MODULES:
             raise MachineFileError(
                 f"{os.fspath(path)!r} has format {fmt!r}; this version reads "
-                f"{', '.join(repr(f) for f in [FILE_FORMAT, *sorted(_LOADERS)])}"
+                f"{', '.join(repr(f) for f in [FILE_FORMAT, *sorted({*_LOADERS, *_LOADER_MODULES})])}"
             )
         if _content_hash(arrays) != stored:
             raise MachineFileError(f"{os.fspath(path)!r} is corrupted or was altered: content hash mismatch")
         if fmt != FILE_FORMAT:  # built by components, or verified symbolically
+            if fmt not in _LOADERS:
+                importlib.import_module(_LOADER_MODULES[fmt])  # registers its loader
             return _LOADERS[fmt](path, arrays, digest)
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
