@@ -50,11 +50,6 @@ def test_bide_help_and_usage_errors_import_no_store_or_agent(argv: tuple[str, ..
 
 
 @pytest.mark.parametrize("prog", ["bide", "bide-audit"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="bide/audit/__init__.py and bide/approvals/__init__.py import their whole packages (SQLAlchemy, "
-    "cryptography, pydantic); `bide` lists approve/deny from bide.approvals._cli",
-)
 def test_bide_help_imports_no_heavy_library(prog: str) -> None:
     status, modules = loaded_by(prog, "--help")
     assert status == 0

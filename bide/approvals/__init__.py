@@ -12,16 +12,25 @@
   `UntrustedPolicy`.
 
 Signed bytes and record layouts are documented in docs/audit.md.
+
+The re-exports are lazy: `import bide.approvals` loads none of its submodules, and the first use of a name
+imports the submodule that defines it, so the `bide` command line starts without the journal, pydantic and
+cryptography. (Its exceptions are defined beside the code that raises them, which needs those libraries,
+so they are not loaded up front as bide's and bide.audit's are.)
 """
 
 from __future__ import annotations
 
-from ._gate import ApprovalGate
-from ._policy import ApprovalPolicy, Approver, decision_bytes
-from ._submit import ApprovalRefused, NoWaitingCall, PendingApproval, pending_approvals, submit_decision
-from ._tally import Count, count
-from ._trust import ApprovalTrust, UntrustedPolicy
-from ._verify import verify_approvals
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
+    from ._gate import ApprovalGate
+    from ._policy import ApprovalPolicy, Approver, decision_bytes
+    from ._submit import ApprovalRefused, NoWaitingCall, PendingApproval, pending_approvals, submit_decision
+    from ._tally import Count, count
+    from ._trust import ApprovalTrust, UntrustedPolicy
+    from ._verify import verify_approvals
 
 __all__ = [
     "ApprovalGate",
@@ -40,9 +49,49 @@ __all__ = [
     "verify_approvals",
 ]
 
-# Public classes report their public path (bide.approvals.X) in reprs and tracebacks.
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) and _obj.__module__.startswith("bide.approvals._"):
-        _obj.__module__ = "bide.approvals"
-del _name, _obj
+# Where each public name is defined, submodule -> names (a test checks this against the imports above).
+# fmt: off
+_SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
+    "_gate": ("ApprovalGate",),
+    "_policy": ("ApprovalPolicy", "Approver", "decision_bytes"),
+    "_submit": (
+        "ApprovalRefused", "NoWaitingCall", "PendingApproval", "pending_approvals", "submit_decision",
+    ),
+    "_tally": ("Count", "count"),
+    "_trust": ("ApprovalTrust", "UntrustedPolicy"),
+    "_verify": ("verify_approvals",),
+}
+# fmt: on
+_SUBMODULE_OF = {name: module for module, names in _SUBMODULE_NAMES.items() for name in names}
+
+
+def _publish(submodule: str) -> None:
+    """Import `submodule` and bind every public name it defines here, so later accesses are plain lookups.
+
+    Public classes report their public path (bide.approvals.ApprovalGate, not
+    bide.approvals._gate.ApprovalGate) in reprs and tracebacks.
+    """
+    module = _importlib.import_module(f"{__name__}.{submodule}")
+    for name in _SUBMODULE_NAMES[submodule]:
+        obj = getattr(module, name)
+        if isinstance(obj, type) and obj.__module__.startswith(f"{__name__}._"):
+            obj.__module__ = __name__
+        globals()[name] = obj
+
+
+# Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any
+# `bide.approvals.<typo>`.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """A public name not loaded yet: import its submodule (PEP 562)."""
+        submodule = _SUBMODULE_OF.get(name)
+        if submodule is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        _publish(submodule)
+        return globals()[name]
+
+
+def __dir__() -> list[str]:
+    """The loaded names and every public one, loaded or not."""
+    return sorted({*globals(), *__all__})

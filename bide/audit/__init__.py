@@ -9,31 +9,39 @@
 - The tree math itself: `MerkleTree`, `leaf_hash`, `node_hash`, `verify_inclusion`, `verify_consistency`.
 
 Formats are documented byte for byte in docs/audit.md.
+
+The re-exports are lazy: `import bide.audit` loads only its exceptions, and the first use of a name imports
+the submodule that defines it, so the `bide-audit` and `bide` command lines start without pydantic,
+cryptography and SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from ._anchor import AnchorError, DirectoryPublisher, HttpPublisher, Publisher
-from ._audited import AuditedStore
-from ._errors import AuditError, NotVerified, UnreadableInput
-from ._formats import (
-    ConsistencyProof,
-    EvidencePackage,
-    EvidenceRecord,
-    Inclusion,
-    ProofBundle,
-    SignedTreeHead,
-    check_head,
-    journal_leaf,
-    sign_head,
-    sth_signed_bytes,
-)
-from ._keys import PublicKey, SigningKey, generate_key, key_id, load_public_key, load_signing_key
-from ._log import AuditLog
-from ._merkle import EMPTY_ROOT, leaf_hash, node_hash, verify_consistency, verify_inclusion
-from ._strict import parse_artifact
-from ._tree import MerkleTree
-from ._verify import Verified, verify_bundle, verify_consistency_proof, verify_evidence
+import importlib as _importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
+    from ._anchor import AnchorError, DirectoryPublisher, HttpPublisher, Publisher
+    from ._audited import AuditedStore
+    from ._errors import AuditError, NotVerified, UnreadableInput
+    from ._formats import (
+        ConsistencyProof,
+        EvidencePackage,
+        EvidenceRecord,
+        Inclusion,
+        ProofBundle,
+        SignedTreeHead,
+        check_head,
+        journal_leaf,
+        sign_head,
+        sth_signed_bytes,
+    )
+    from ._keys import PublicKey, SigningKey, generate_key, key_id, load_public_key, load_signing_key
+    from ._log import AuditLog
+    from ._merkle import EMPTY_ROOT, leaf_hash, node_hash, verify_consistency, verify_inclusion
+    from ._strict import parse_artifact
+    from ._tree import MerkleTree
+    from ._verify import Verified, verify_bundle, verify_consistency_proof, verify_evidence
 
 __all__ = [
     "EMPTY_ROOT",
@@ -74,9 +82,58 @@ __all__ = [
     "verify_inclusion",
 ]
 
-# Public classes report their public path (bide.audit.X) in reprs and tracebacks.
-for _name in __all__:
-    _obj = globals()[_name]
-    if isinstance(_obj, type) and _obj.__module__.startswith("bide.audit._"):
-        _obj.__module__ = "bide.audit"
-del _name, _obj
+# Where each public name is defined, submodule -> names (a test checks this against the imports above).
+# fmt: off
+_SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
+    "_anchor": ("AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"),
+    "_audited": ("AuditedStore",),
+    "_errors": ("AuditError", "NotVerified", "UnreadableInput"),
+    "_formats": (
+        "ConsistencyProof", "EvidencePackage", "EvidenceRecord", "Inclusion", "ProofBundle", "SignedTreeHead",
+        "check_head", "journal_leaf", "sign_head", "sth_signed_bytes",
+    ),
+    "_keys": ("PublicKey", "SigningKey", "generate_key", "key_id", "load_public_key", "load_signing_key"),
+    "_log": ("AuditLog",),
+    "_merkle": ("EMPTY_ROOT", "leaf_hash", "node_hash", "verify_consistency", "verify_inclusion"),
+    "_strict": ("parse_artifact",),
+    "_tree": ("MerkleTree",),
+    "_verify": ("Verified", "verify_bundle", "verify_consistency_proof", "verify_evidence"),
+}
+# fmt: on
+_SUBMODULE_OF = {name: module for module, names in _SUBMODULE_NAMES.items() for name in names}
+
+
+def _publish(submodule: str) -> None:
+    """Import `submodule` and bind every public name it defines here, so later accesses are plain lookups.
+
+    Public classes report their public path (bide.audit.AuditLog, not bide.audit._log.AuditLog) in reprs
+    and tracebacks.
+    """
+    module = _importlib.import_module(f"{__name__}.{submodule}")
+    for name in _SUBMODULE_NAMES[submodule]:
+        obj = getattr(module, name)
+        if isinstance(obj, type) and obj.__module__.startswith(f"{__name__}._"):
+            obj.__module__ = __name__
+        globals()[name] = obj
+
+
+# Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any `bide.audit.<typo>`.
+if not _typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> object:
+        """A public name not loaded yet: import its submodule (PEP 562)."""
+        submodule = _SUBMODULE_OF.get(name)
+        if submodule is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        _publish(submodule)
+        return globals()[name]
+
+
+def __dir__() -> list[str]:
+    """The loaded names and every public one, loaded or not."""
+    return sorted({*globals(), *__all__})
+
+
+# The exceptions are published now (one small module): a traceback names bide.audit.NotVerified, not
+# bide.audit._errors.NotVerified, even when the program never spelled the class's name.
+_publish("_errors")

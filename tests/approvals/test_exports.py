@@ -1,29 +1,148 @@
 """The public surface of bide.approvals and bide.audit: __all__ is exactly the public names, each class
-shown under its public path, and the pinning API is part of it."""
+shown under its public path, loaded lazily (importing the package loads at most its exceptions, and a name's
+first use imports the submodule defining it), and the pinning API is part of it."""
 
 from __future__ import annotations
 
+import ast
+import importlib
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import pytest
 
 import bide.approvals
 import bide.audit
 
+PACKAGES = [bide.approvals, bide.audit]
+HEAVY = ("sqlalchemy", "cryptography", "pydantic", "bide._journal", "bide._records", "bide._sql")
+by_name = pytest.mark.parametrize("package", PACKAGES, ids=lambda p: p.__name__)
 
-@pytest.mark.parametrize("package", [bide.approvals, bide.audit], ids=lambda p: p.__name__)
+
+def python(code: str) -> str:
+    """What `code` prints, run in a fresh interpreter (nothing imported yet)."""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@by_name
 def test_all_is_the_public_surface(package: types.ModuleType) -> None:
-    public = {
-        n
-        for n, v in vars(package).items()
-        if not n.startswith("_") and n != "annotations" and not isinstance(v, types.ModuleType)
-    }
+    public = {n for n in dir(package) if not n.startswith("_") and n != "annotations"}
     assert sorted(package.__all__) == sorted(public)
     for name in package.__all__:
         obj = getattr(package, name)
         if isinstance(obj, type):
             assert obj.__module__ == package.__name__, name
             assert obj.__doc__, name
+
+
+@by_name
+def test_every_public_name_is_its_defining_modules_object(package: types.ModuleType) -> None:
+    assert sorted(package._SUBMODULE_OF) == sorted(package.__all__)
+    for name in package.__all__:
+        module = importlib.import_module(f"{package.__name__}.{package._SUBMODULE_OF[name]}")
+        assert getattr(package, name) is getattr(module, name), name
+
+
+@by_name
+def test_type_checkers_see_the_names_the_loader_knows(package: types.ModuleType) -> None:
+    """The `if TYPE_CHECKING:` imports (what mypy and IDEs read) say what the table `__getattr__` reads."""
+    assert package.__file__ is not None
+    tree = ast.parse(Path(package.__file__).read_text())
+    block = next(
+        node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    )
+    imported = {
+        alias.asname or alias.name: node.module
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == package._SUBMODULE_OF
+
+
+@by_name
+def test_unknown_names_still_raise_attribute_error(package: types.ModuleType) -> None:
+    assert not hasattr(package, "AuditLgo")
+    with pytest.raises(AttributeError, match="has no attribute 'AuditLgo'"):
+        package.AuditLgo  # noqa: B018
+
+
+def test_import_loads_only_the_exceptions() -> None:
+    loaded = python(
+        "import sys, bide.audit, bide.approvals\n"
+        "print(*sorted(m for m in sys.modules if m.startswith(('bide.', 'cryptography', 'pydantic'))))\n"
+        "print(bide.audit.NotVerified.__module__, 'AuditLog' in dir(bide.audit), "
+        "'count' in dir(bide.approvals))"
+    )
+    assert loaded.splitlines() == [
+        "bide._errors bide.approvals bide.audit bide.audit._errors",
+        "bide.audit True True",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("expression", "printed"),
+    [
+        ("bide.audit.MerkleTree", "<class 'bide.audit.MerkleTree'>"),
+        ("bide.audit.AuditLog", "<class 'bide.audit.AuditLog'>"),
+        ("bide.approvals.ApprovalGate", "<class 'bide.approvals.ApprovalGate'>"),
+        ("bide.approvals.UntrustedPolicy.__mro__[1]", "<class 'bide.audit.NotVerified'>"),
+    ],
+)
+def test_first_use_loads_the_defining_submodule(expression: str, printed: str) -> None:
+    assert python(f"import bide.audit, bide.approvals; print({expression})") == printed + "\n"
+
+
+def test_the_tree_math_needs_no_heavy_library() -> None:
+    """govern's event log uses bide.audit.MerkleTree: that must not bring the key and artifact libraries."""
+    loaded = python(
+        f"import sys; from bide.audit import MerkleTree; print(*[m for m in {HEAVY!r} if m in sys.modules])"
+    )
+    assert loaded.split() == []
+
+
+def audit_leaves_first() -> list[str]:
+    """bide.audit's submodules that define public names, each after every bide.audit submodule it imports
+    when it is imported (read from the source: module-level `from ._x import`)."""
+    here = Path(bide.audit.__file__ or "").parent
+    needs: dict[str, set[str]] = {}
+
+    def closure(module: str) -> set[str]:
+        if module not in needs:
+            body = ast.parse((here / f"{module}.py").read_text()).body
+            direct = {n.module for n in body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
+            needs[module] = set(direct)  # a cycle ends here
+            for dependency in direct:
+                needs[module] |= closure(dependency)
+        return needs[module]
+
+    return sorted(bide.audit._SUBMODULE_NAMES, key=lambda module: len(closure(module)))
+
+
+def test_artifacts_parse_whichever_name_is_used_first() -> None:
+    """A published class reports module `bide.audit`: a pydantic schema built after that over it would
+    resolve its annotations there and fail. Publishing leaves first (each class renamed before any submodule
+    that imports it is loaded) must still leave the artifacts buildable and parseable."""
+    order = audit_leaves_first()
+    assert order.index("_strict") < order.index("_formats") < order.index("_verify")
+    code = f"""
+import bide.audit as audit
+for module in {order!r}:
+    getattr(audit, audit._SUBMODULE_NAMES[module][0])
+key = audit.SigningKey.generate()
+record = b'{{"k":"run:start"}}'
+root = audit.leaf_hash(audit.journal_leaf(record))
+sth = audit.sign_head(key, "run-1", 1, root)
+package = audit.EvidencePackage(sth=sth, records=[audit.EvidenceRecord(index=0, record=record, path=[])])
+again = audit.parse_artifact(audit.EvidencePackage, package.to_json())
+audit.check_head(again.sth, key.public)
+print(again == package, type(again.sth).__module__)
+"""
+    assert python(code) == "True bide.audit\n"
 
 
 def test_pinning_is_public() -> None:
