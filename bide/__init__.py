@@ -11,8 +11,9 @@ does not pay for the agent, the stores and their dependencies.
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from ._lazy import LazyExports as _LazyExports
 
 if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
     from ._agent import Agent, RunResult, Thread
@@ -267,7 +268,6 @@ _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
     "_worker": ("PassReport", "Worker"),
 }
 # fmt: on
-_SUBMODULE_OF = {name: module for module, names in _SUBMODULE_NAMES.items() for name in names}
 _RENAMED = {"JOURNAL_FORMAT": "FORMAT"}  # public name -> its name in the defining submodule
 # Submodule -> one to import before it is published. `_records` builds the pydantic schema of journal records
 # at import, resolving the message classes' annotations in the module those classes name: they must still
@@ -275,38 +275,18 @@ _RENAMED = {"JOURNAL_FORMAT": "FORMAT"}  # public name -> its name in the defini
 _IMPORT_FIRST = {"_messages": "_records"}
 
 
-def _publish(submodule: str) -> None:
-    """Import `submodule` and bind every public name it defines here, so later accesses are plain lookups.
-
-    Public classes report their public path (bide.Agent, not bide._agent.Agent) in reprs and tracebacks.
-    """
-    if submodule in _IMPORT_FIRST:
-        _importlib.import_module(f"{__name__}.{_IMPORT_FIRST[submodule]}")
-    module = _importlib.import_module(f"{__name__}.{submodule}")
-    for name in _SUBMODULE_NAMES[submodule]:
-        obj = getattr(module, _RENAMED.get(name, name))
-        if isinstance(obj, type) and obj.__module__.startswith("bide._"):
-            obj.__module__ = "bide"
-        globals()[name] = obj
-
+_EXPORTS = _LazyExports(__name__, globals(), _SUBMODULE_NAMES, renamed=_RENAMED, import_first=_IMPORT_FIRST)
 
 # Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any `bide.<typo>`.
 if not _typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        """A public name not loaded yet: import its submodule (PEP 562)."""
-        submodule = _SUBMODULE_OF.get(name)
-        if submodule is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        _publish(submodule)
-        return globals()[name]
+    __getattr__ = _EXPORTS.load
 
 
 def __dir__() -> list[str]:
     """The loaded names and every public one, loaded or not."""
-    return sorted({*globals(), *__all__})
+    return _EXPORTS.names(__all__)
 
 
 # The exceptions are published now (one small module): a traceback names bide.RunHalted, not
 # bide._errors.RunHalted, even when the program never spelled the class's name.
-_publish("_errors")
+_EXPORTS.publish("_errors")

@@ -507,28 +507,17 @@ class Agent(Generic[T]):
                 # An in-process store answers at once: no coroutine for either request.
                 lease = self.store.lease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
                 journal.absorb(self.store.load(run_id, journal.last_seq))
-                if journal.has(END_KEY):
-                    return None
-                if lease.held:
-                    journal.fence = (holder, lease.token)
-                    return lease
-                now = self.clock()
-                if now >= give_up:
-                    raise self._in_flight(run_id, lease, now)
-                await asyncio.sleep(min(pause, give_up - now))
-                pause = min(pause * 2, 1.0)
-                now = self.clock()
-                continue
-            # Both requests go out together; the store answers the load as of the grant or later.
-            granted = self.store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
-            loaded = self.store.aload(run_id, journal.last_seq)
-            try:
-                lease = await granted
-            except BaseException:
-                if inspect.iscoroutine(loaded):
-                    loaded.close()  # never sent: nothing to wait for
-                raise
-            journal.absorb(await loaded)
+            else:
+                # Both requests go out together; the store answers the load as of the grant or later.
+                granted = self.store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
+                loaded = self.store.aload(run_id, journal.last_seq)
+                try:
+                    lease = await granted
+                except BaseException:
+                    if inspect.iscoroutine(loaded):
+                        loaded.close()  # never sent: nothing to wait for
+                    raise
+                journal.absorb(await loaded)
             if journal.has(END_KEY):
                 return None
             if lease.held:

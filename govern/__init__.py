@@ -22,8 +22,9 @@ imports the module that defines it, so building a machine does not load the even
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from bide._lazy import LazyExports as _LazyExports
 
 if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
     from ._errors import (
@@ -163,40 +164,19 @@ _MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "verify._report": ("PrunedPair", "Report"),
 }
 # fmt: on
-_MODULE_OF = {name: module for module, names in _MODULE_NAMES.items() for name in names}
-
-
-def _publish(module_name: str) -> None:
-    """Import `module_name` and bind every public name it defines here, so later accesses are plain lookups.
-
-    Public names report their public path (govern.Registry, not govern.machine._registry.Registry).
-    """
-    module = _importlib.import_module(f"{__name__}.{module_name}")
-    for name in _MODULE_NAMES[module_name]:
-        obj = getattr(module, name)
-        if any(part.startswith("_") for part in getattr(obj, "__module__", "").split(".")[1:]):
-            obj.__module__ = "govern"
-        globals()[name] = obj
-
+_EXPORTS = _LazyExports(__name__, globals(), _MODULE_NAMES)
 
 # Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any `govern.<typo>`.
 if not _typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        """A public name not loaded yet: import its module (PEP 562)."""
-        module_name = _MODULE_OF.get(name)
-        if module_name is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        _publish(module_name)
-        return globals()[name]
+    __getattr__ = _EXPORTS.load
 
 
 def __dir__() -> list[str]:
     """The loaded names and every public one, loaded or not."""
-    return sorted({*globals(), *__all__})
+    return _EXPORTS.names(__all__)
 
 
 # The exceptions are published now (two small modules): a traceback names govern.NotConvergent, not
 # govern._errors.NotConvergent, even when the program never spelled the class's name.
-_publish("_errors")
-_publish("certificate._errors")
+_EXPORTS.publish("_errors")
+_EXPORTS.publish("certificate._errors")

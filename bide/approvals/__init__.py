@@ -21,8 +21,9 @@ so they are not loaded up front as bide's and bide.audit's are.)
 
 from __future__ import annotations
 
-import importlib as _importlib
 import typing as _typing
+
+from .._lazy import LazyExports as _LazyExports
 
 if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
     from ._gate import ApprovalGate
@@ -62,36 +63,14 @@ _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
     "_verify": ("verify_approvals",),
 }
 # fmt: on
-_SUBMODULE_OF = {name: module for module, names in _SUBMODULE_NAMES.items() for name in names}
-
-
-def _publish(submodule: str) -> None:
-    """Import `submodule` and bind every public name it defines here, so later accesses are plain lookups.
-
-    Public classes report their public path (bide.approvals.ApprovalGate, not
-    bide.approvals._gate.ApprovalGate) in reprs and tracebacks.
-    """
-    module = _importlib.import_module(f"{__name__}.{submodule}")
-    for name in _SUBMODULE_NAMES[submodule]:
-        obj = getattr(module, name)
-        if isinstance(obj, type) and obj.__module__.startswith(f"{__name__}._"):
-            obj.__module__ = __name__
-        globals()[name] = obj
-
+_EXPORTS = _LazyExports(__name__, globals(), _SUBMODULE_NAMES)
 
 # Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any
 # `bide.approvals.<typo>`.
 if not _typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> object:
-        """A public name not loaded yet: import its submodule (PEP 562)."""
-        submodule = _SUBMODULE_OF.get(name)
-        if submodule is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        _publish(submodule)
-        return globals()[name]
+    __getattr__ = _EXPORTS.load
 
 
 def __dir__() -> list[str]:
     """The loaded names and every public one, loaded or not."""
-    return sorted({*globals(), *__all__})
+    return _EXPORTS.names(__all__)

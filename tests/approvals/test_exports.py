@@ -41,9 +41,9 @@ def test_all_is_the_public_surface(package: types.ModuleType) -> None:
 
 @by_name
 def test_every_public_name_is_its_defining_modules_object(package: types.ModuleType) -> None:
-    assert sorted(package._SUBMODULE_OF) == sorted(package.__all__)
+    assert sorted(package._EXPORTS.module_of) == sorted(package.__all__)
     for name in package.__all__:
-        module = importlib.import_module(f"{package.__name__}.{package._SUBMODULE_OF[name]}")
+        module = importlib.import_module(f"{package.__name__}.{package._EXPORTS.module_of[name]}")
         assert getattr(package, name) is getattr(module, name), name
 
 
@@ -61,7 +61,7 @@ def test_type_checkers_see_the_names_the_loader_knows(package: types.ModuleType)
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert imported == package._SUBMODULE_OF
+    assert imported == package._EXPORTS.module_of
 
 
 @by_name
@@ -79,7 +79,7 @@ def test_import_loads_only_the_exceptions() -> None:
         "'count' in dir(bide.approvals))"
     )
     assert loaded.splitlines() == [
-        "bide._errors bide.approvals bide.audit bide.audit._errors",
+        "bide._errors bide._lazy bide.approvals bide.audit bide.audit._errors",
         "bide.audit True True",
     ]
 

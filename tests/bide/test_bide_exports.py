@@ -69,10 +69,10 @@ def test_error_hierarchy() -> None:
 
 
 def test_every_public_name_is_its_defining_modules_object() -> None:
-    assert sorted(bide._SUBMODULE_OF) == sorted(bide.__all__)
+    assert sorted(bide._EXPORTS.module_of) == sorted(bide.__all__)
     for name in bide.__all__:
-        module = importlib.import_module(f"bide.{bide._SUBMODULE_OF[name]}")
-        assert getattr(bide, name) is getattr(module, bide._RENAMED.get(name, name)), name
+        module = importlib.import_module(f"bide.{bide._EXPORTS.module_of[name]}")
+        assert getattr(bide, name) is getattr(module, bide._EXPORTS.renamed.get(name, name)), name
     assert bide.JOURNAL_FORMAT == "bide.journal/1"
 
 
@@ -88,7 +88,7 @@ def test_type_checkers_see_the_names_the_loader_knows() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert imported == bide._SUBMODULE_OF
+    assert imported == bide._EXPORTS.module_of
 
 
 def test_unknown_names_still_raise_attribute_error() -> None:
@@ -101,7 +101,7 @@ def test_import_loads_only_the_exceptions() -> None:
         "import sys, bide; print(*sorted(m for m in sys.modules if m.startswith('bide')));"
         "print(bide.RunHalted.__module__, 'Agent' in dir(bide))"
     )
-    assert loaded.splitlines() == ["bide bide._errors", "bide True"]
+    assert loaded.splitlines() == ["bide bide._errors bide._lazy", "bide True"]
     assert python("import bide; print(bide.Agent)") == "<class 'bide.Agent'>\n"
     opened = "from bide import MemoryStore, open_store; print(type(open_store('memory://')) is MemoryStore)"
     assert python(opened) == "True\n"

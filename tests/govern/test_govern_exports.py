@@ -23,9 +23,9 @@ def python(code: str) -> str:
 
 
 def test_every_public_name_is_its_defining_modules_object() -> None:
-    assert sorted(govern._MODULE_OF) == sorted(govern.__all__)
+    assert sorted(govern._EXPORTS.module_of) == sorted(govern.__all__)
     for name in govern.__all__:
-        module = importlib.import_module(f"govern.{govern._MODULE_OF[name]}")
+        module = importlib.import_module(f"govern.{govern._EXPORTS.module_of[name]}")
         assert getattr(govern, name) is getattr(module, name), name
         if getattr(module, name).__module__.startswith("govern"):  # not `types` (the Counterexample union)
             assert getattr(govern, name).__module__ == "govern", name
@@ -43,7 +43,7 @@ def test_type_checkers_see_the_names_the_loader_knows() -> None:
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert imported == govern._MODULE_OF
+    assert imported == govern._EXPORTS.module_of
 
 
 def test_import_loads_only_the_exceptions() -> None:
@@ -52,7 +52,7 @@ def test_import_loads_only_the_exceptions() -> None:
         "print(govern.NotConvergent.__module__, govern.CertificateInvalid.__module__, 'numpy' in sys.modules)"
     )
     assert loaded.splitlines() == [
-        "govern govern._errors govern.certificate govern.certificate._errors",
+        "bide bide._errors bide._lazy govern govern._errors govern.certificate govern.certificate._errors",
         "govern govern False",
     ]
 
