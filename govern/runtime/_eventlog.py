@@ -329,9 +329,22 @@ def _plain_event(data: dict[str, Any]) -> dict[str, Any] | None:
         deps = fields["deps"] = tuple(deps)
     if deps and (not _plain_names(deps) or len(set(deps)) != len(deps)):
         return None
-    if not _plain_names(list(fields.values())[:5]) or not _DIGEST.fullmatch(fields["machine"]):
+    machine = fields["machine"]
+    names = (fields["id"], machine, fields["record"], fields["event"], fields["producer"])
+    if not _plain_names(names) or (machine not in _DIGESTS_SEEN and not _is_digest(machine)):
         return None
     return fields
+
+
+_DIGESTS_SEEN: set[str] = set()  # machine digests found well formed (a process sees a handful)
+
+
+def _is_digest(value: str) -> bool:
+    if not _DIGEST.fullmatch(value):
+        return False
+    if len(_DIGESTS_SEEN) < 64:
+        _DIGESTS_SEEN.add(value)
+    return True
 
 
 # The fields set of every event `_trusted` makes: all of them. One set serves them all (a set per event
@@ -601,6 +614,8 @@ class EventLog:
 
     def append(self, event: Event) -> Appended:
         """Append one event (idempotent by id); see the module docstring for every rule it enforces."""
+        if isinstance(event, Event):
+            return self._append_items([event])[0]
         return self.append_many([event])[0]
 
     def append_many(self, events: Sequence[Event]) -> list[Appended]:
@@ -618,6 +633,10 @@ class EventLog:
         machines = {e.machine for e in items}
         if len(machines) != 1:
             raise MachineMismatch(f"one append mixes events of machines {sorted(machines)}")
+        return self._append_items(items)
+
+    def _append_items(self, items: list[Event]) -> list[Appended]:
+        """`append_many` of events already known to be `Event`s of one machine (at least one)."""
         identity = self._identity
         if identity is not None and identity.events is not None and identity.digest == items[0].machine:
             _check_events(self.name, identity.events, items)  # refused before touching the database
