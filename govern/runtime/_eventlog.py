@@ -296,7 +296,9 @@ def _set_fields(model: BaseModel, fields: dict[str, Any], fields_set: set[str]) 
 def _plain_names(values: Iterable[object]) -> bool:
     """True when every value is a name in `_name_problem`'s common case (decided without encoding)."""
     for value in values:
-        if type(value) is not str or not 0 < len(value) <= _NAME_MAX or not value.isascii() or "\x00" in value:
+        if type(value) is not str or not 0 < len(value) <= _NAME_MAX:
+            return False
+        if not value.isascii() or "\x00" in value:
             return False
     return True
 
