@@ -1445,7 +1445,6 @@ class _MemoryLog:
     head: _Head | None = None
     events: list[LoggedEvent] = field(default_factory=list)
     by_id: dict[str, LoggedEvent] = field(default_factory=dict)
-    writers: dict[str, str] = field(default_factory=dict)
     by_record: dict[str, list[LoggedEvent]] = field(default_factory=dict)
     by_producer_seq: dict[tuple[str, int], LoggedEvent] = field(default_factory=dict)
     producer_max: dict[str, int] = field(default_factory=dict)
@@ -1503,20 +1502,21 @@ class _MemoryTx:
         return _Seen(head, known, positions, producer_next, record_next)
 
     def written_by(self, writer: str, ids: list[str]) -> set[str]:
-        return {i for i in ids if self.mem.writers.get(i) == writer}
+        # A memory transaction runs once and cannot lose its acknowledgement, so no event stored before it
+        # was written by its own call: none of `ids` was. Writer tokens need not be kept.
+        return set()
 
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
         return self.mem.by_producer_seq.get((producer, seq))
 
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
         mem = self.mem
-        stored, by_id, writers, by_record = mem.events, mem.by_id, mem.writers, mem.by_record
+        stored, by_id, by_record = mem.events, mem.by_id, mem.by_record
         by_producer_seq, producer_max = mem.by_producer_seq, mem.producer_max
         for e in events:
             assert e.position == len(stored)
             stored.append(e)
             by_id[e.id] = e
-            writers[e.id] = writer
             history = by_record.get(e.record)
             if history is None:
                 by_record[e.record] = [e]
