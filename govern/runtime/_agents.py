@@ -167,32 +167,33 @@ def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEv
 
 
 def _consequence(rules: DeliveryRules, log: EventLog, event: LoggedEvent, created: bool) -> dict[str, Any]:
-    result: dict[str, Any] = {
-        "event": event.event,
-        "event_id": event.id,
-        "record": event.record,
-        "position": event.position,
-    }
+    state_after: dict[str, Any] | None
     try:
         history = log.read_record(event.record, through=event.position)
-        state = rules.initial
+        state, index = rules.initial, rules.index
         for earlier in history[:-1]:
-            if earlier.event not in rules.index:
+            code = index.get(earlier.event)
+            if code is None:
                 raise LogCorrupted(
                     f"event {earlier.id!r} at position {earlier.position} names {earlier.event!r}"
                 )
-            state = rules.step(state, rules.index[earlier.event])
+            state = rules.step(state, code)
     except EventLogError as exc:
+        kind, state_after = "recorded", None
         why = (
             f"{event.event} is recorded at log position {event.position}, but the record's history could not "
             f"be read to tell its effect ({exc}); read the record again later instead of repeating the event"
         )
-        return result | {"outcome": "recorded", "why": why, "state": None, "newly_recorded": created}
-    outcome = rules.explain(state, rules.index[event.event])
-    state_after = rules.decode(outcome.after)
-    return result | {
-        "outcome": outcome.kind,
-        "why": outcome.why,
+    else:
+        outcome = rules.explain(state, index[event.event])
+        kind, why, state_after = outcome.kind, outcome.why, rules.decode(outcome.after)
+    return {
+        "event": event.event,
+        "event_id": event.id,
+        "record": event.record,
+        "position": event.position,
+        "outcome": kind,
+        "why": why,
         "state": state_after,
         "newly_recorded": created,
     }

@@ -198,6 +198,11 @@ class Event(BaseModel):
     deps: tuple[str, ...] = ()
 
     def __init__(self, **data: Any) -> None:
+        if type(self) is Event:
+            fields = _plain_event(data)
+            if fields is not None:
+                _set_fields(self, fields, set(data))
+                return
         try:
             super().__init__(**data)
         except ValidationError as exc:
@@ -274,18 +279,86 @@ class LoggedEvent(Event):
 
 
 _LOGGED_FIELDS = frozenset(LoggedEvent.model_fields)
+_EVENT_FIELDS = frozenset(Event.model_fields)
+
+
+def _set_fields(model: BaseModel, fields: dict[str, Any], fields_set: set[str]) -> None:
+    """Give `model` (made by `__new__`) its field values as pydantic stores them: what `model_construct`
+    does for these models (they have no aliases, extras, private attributes or post-init hook), without
+    that method's generic loop over the fields, which cost more than all the rest of an append's own
+    Python. Tests compare the two, so a pydantic that stores a model differently is caught."""
+    object.__setattr__(model, "__dict__", fields)
+    object.__setattr__(model, "__pydantic_fields_set__", fields_set)
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+
+
+def _plain_names(values: Iterable[object]) -> bool:
+    """True when every value is a name in `_name_problem`'s common case (decided without encoding)."""
+    for value in values:
+        if type(value) is not str or not 0 < len(value) <= _NAME_MAX:
+            return False
+        if not value.isascii() or "\x00" in value:
+            return False
+    return True
+
+
+def _plain_event(data: dict[str, Any]) -> dict[str, Any] | None:
+    """The values `Event(**data)` stores when every field is of the common, plainly valid kind (ASCII
+    names, a plain int or None, a tuple or list of distinct ids); None when any is not, and pydantic's
+    validation then decides and says what is wrong. This costs a fraction of pydantic's calls to the
+    Python validators; a test compares the two on valid and invalid inputs."""
+    if not data.keys() <= _EVENT_FIELDS:
+        return None
+    try:
+        fields = {
+            "id": data["id"],
+            "machine": data["machine"],
+            "record": data["record"],
+            "event": data["event"],
+            "producer": data["producer"],
+            "producer_seq": data.get("producer_seq"),
+            "deps": data.get("deps", ()),
+        }
+    except KeyError:
+        return None
+    seq, deps = fields["producer_seq"], fields["deps"]
+    if seq is not None and (type(seq) is not int or not 0 <= seq <= _SEQ_MAX):
+        return None
+    if type(deps) is not tuple:
+        if type(deps) is not list:
+            return None
+        deps = fields["deps"] = tuple(deps)
+    if deps and (not _plain_names(deps) or len(set(deps)) != len(deps)):
+        return None
+    machine = fields["machine"]
+    names = (fields["id"], machine, fields["record"], fields["event"], fields["producer"])
+    if not _plain_names(names) or (machine not in _DIGESTS_SEEN and not _is_digest(machine)):
+        return None
+    return fields
+
+
+_DIGESTS_SEEN: set[str] = set()  # machine digests found well formed (a process sees a handful)
+
+
+def _is_digest(value: str) -> bool:
+    if not _DIGEST.fullmatch(value):
+        return False
+    if len(_DIGESTS_SEEN) < 64:
+        _DIGESTS_SEEN.add(value)
+    return True
+
+
+# The fields set of every event `_trusted` makes: all of them. One set serves them all (a set per event
+# was about a third of a stored event's memory); the models are frozen, so pydantic never adds to it, and a
+# copy of a model gets a set of its own.
+_ALL_LOGGED_FIELDS = set(_LOGGED_FIELDS)
 
 
 def _trusted(fields: dict[str, Any]) -> LoggedEvent:
-    """A `LoggedEvent` of fields that are already valid, every one given: what `model_construct` makes for
-    this model (it has no aliases, extras, private attributes or post-init hook), without that method's
-    generic loop over the fields, which cost more than all the rest of an append's own Python. A test
-    compares the two, so a pydantic that stores a model differently is caught."""
+    """A `LoggedEvent` of fields that are already valid, every one given (see `_set_fields`)."""
     event = LoggedEvent.__new__(LoggedEvent)
-    object.__setattr__(event, "__dict__", fields)
-    object.__setattr__(event, "__pydantic_fields_set__", set(_LOGGED_FIELDS))
-    object.__setattr__(event, "__pydantic_extra__", None)
-    object.__setattr__(event, "__pydantic_private__", None)
+    _set_fields(event, fields, _ALL_LOGGED_FIELDS)
     return event
 
 
@@ -350,7 +423,7 @@ _Q_LAST_BY_PRODUCER = (
 )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: made once per append, and a frozen dataclass is slower to make
 class _Seen:
     """What an append reads before it writes, under the log's lock: the log's row, the stored events
     among the call's own ids (in full: a repeated id is compared field by field), the positions of the
@@ -543,6 +616,8 @@ class EventLog:
 
     def append(self, event: Event) -> Appended:
         """Append one event (idempotent by id); see the module docstring for every rule it enforces."""
+        if isinstance(event, Event):
+            return self._append_items([event])[0]
         return self.append_many([event])[0]
 
     def append_many(self, events: Sequence[Event]) -> list[Appended]:
@@ -560,6 +635,10 @@ class EventLog:
         machines = {e.machine for e in items}
         if len(machines) != 1:
             raise MachineMismatch(f"one append mixes events of machines {sorted(machines)}")
+        return self._append_items(items)
+
+    def _append_items(self, items: list[Event]) -> list[Appended]:
+        """`append_many` of events already known to be `Event`s of one machine (at least one)."""
         identity = self._identity
         if identity is not None and identity.events is not None and identity.digest == items[0].machine:
             _check_events(self.name, identity.events, items)  # refused before touching the database
@@ -1359,13 +1438,13 @@ class _SqlBackend:
 
 @dataclass(eq=False)
 class _MemoryLog:
-    """One log held in process memory: the same contract, no durability."""
+    """One log held in process memory: the same contract, no durability. `head` is kept current: its
+    length is always `len(events)`."""
 
     lock: threading.RLock = field(default_factory=threading.RLock)
     head: _Head | None = None
     events: list[LoggedEvent] = field(default_factory=list)
     by_id: dict[str, LoggedEvent] = field(default_factory=dict)
-    writers: dict[str, str] = field(default_factory=dict)
     by_record: dict[str, list[LoggedEvent]] = field(default_factory=dict)
     by_producer_seq: dict[tuple[str, int], LoggedEvent] = field(default_factory=dict)
     producer_max: dict[str, int] = field(default_factory=dict)
@@ -1383,57 +1462,78 @@ def _memory_backend(space: str, log: str) -> _MemoryBackend:
 
 
 class _MemoryTx:
+    """The append transaction on a memory log: it runs under the log's lock (`_MemoryBackend`)."""
+
     def __init__(self, mem: _MemoryLog) -> None:
         self.mem = mem
 
     def lock(self) -> _Head | None:
-        head = self.mem.head
-        return None if head is None else _Head(head.machine, len(self.mem.events), head.events)
+        return self.mem.head
 
     def create(self, machine: str, names: tuple[str, ...]) -> _Head:
-        self.mem.head = _Head(machine, 0, names)
+        self.mem.head = _Head(machine, len(self.mem.events), names)
         return self.mem.head
 
     def set_events(self, names: tuple[str, ...]) -> None:
         assert self.mem.head is not None
-        self.mem.head = _Head(self.mem.head.machine, 0, names)
+        self.mem.head = _Head(self.mem.head.machine, len(self.mem.events), names)
 
     def read(self, ids: list[str], deps: list[str], producers: list[str], records: list[str]) -> _Seen | None:
         mem = self.mem
-        head = self.lock()
+        head = mem.head
         if head is None:
             return None
-        by_id = mem.by_id
-        return _Seen(
-            head,
-            {i: by_id[i] for i in ids if i in by_id},
-            {d: by_id[d].position for d in deps if d in by_id},
-            {p: mem.producer_max.get(p, -1) + 1 for p in producers},
-            {r: len(mem.by_record.get(r, ())) for r in records},
-        )
+        by_id, producer_max, by_record = mem.by_id, mem.producer_max, mem.by_record
+        known = {}
+        for i in ids:
+            event = by_id.get(i)
+            if event is not None:
+                known[i] = event
+        positions = {}
+        for d in deps:
+            event = by_id.get(d)
+            if event is not None:
+                positions[d] = event.position
+        producer_next = {p: producer_max.get(p, -1) + 1 for p in producers}
+        record_next = {}
+        for r in records:
+            stored = by_record.get(r)
+            record_next[r] = 0 if stored is None else len(stored)
+        return _Seen(head, known, positions, producer_next, record_next)
 
     def written_by(self, writer: str, ids: list[str]) -> set[str]:
-        return {i for i in ids if self.mem.writers.get(i) == writer}
+        # A memory transaction runs once and cannot lose its acknowledgement, so no event stored before it
+        # was written by its own call: none of `ids` was. Writer tokens need not be kept.
+        return set()
 
     def holder(self, producer: str, seq: int) -> LoggedEvent | None:
         return self.mem.by_producer_seq.get((producer, seq))
 
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
         mem = self.mem
+        stored, by_id, by_record = mem.events, mem.by_id, mem.by_record
+        by_producer_seq, producer_max = mem.by_producer_seq, mem.producer_max
         for e in events:
-            assert e.position == len(mem.events)
-            mem.events.append(e)
-            mem.by_id[e.id] = e
-            mem.writers[e.id] = writer
-            mem.by_record.setdefault(e.record, []).append(e)
-            mem.by_producer_seq[e.producer, e.producer_seq] = e
-            mem.producer_max[e.producer] = max(mem.producer_max.get(e.producer, -1), e.producer_seq)
-        assert len(mem.events) == length
+            assert e.position == len(stored)
+            stored.append(e)
+            by_id[e.id] = e
+            history = by_record.get(e.record)
+            if history is None:
+                by_record[e.record] = [e]
+            else:
+                history.append(e)
+            producer, seq = e.producer, e.producer_seq
+            by_producer_seq[producer, seq] = e
+            if seq > producer_max.get(producer, -1):
+                producer_max[producer] = seq
+        assert len(stored) == length and mem.head is not None
+        mem.head = _Head(mem.head.machine, length, mem.head.events)
 
 
 class _MemoryBackend:
     def __init__(self, mem: _MemoryLog) -> None:
         self.mem = mem
+        self._tx = _MemoryTx(mem)  # it holds nothing of its own: one serves every transaction
 
     def transaction(self, body: Callable[[_Tx], _T]) -> _T:
         mem = self.mem
@@ -1442,15 +1542,13 @@ class _MemoryBackend:
             # create() or set_events() before a refusal is undone here.
             head = mem.head
             try:
-                return body(_MemoryTx(mem))
+                return body(self._tx)
             except BaseException:
                 mem.head = head
                 raise
 
     def head(self) -> _Head | None:
-        with self.mem.lock:
-            head = self.mem.head
-            return None if head is None else _Head(head.machine, len(self.mem.events), head.events)
+        return self.mem.head  # replaced whole, never changed in place: no lock needed to read it
 
     def read(self, start: int, limit: int) -> list[LoggedEvent]:
         with self.mem.lock:
@@ -1462,7 +1560,12 @@ class _MemoryBackend:
 
     def read_record(self, record: str, through: int) -> list[LoggedEvent]:
         with self.mem.lock:
-            return [e for e in self.mem.by_record.get(record, ()) if e.position <= through]
+            history = self.mem.by_record.get(record)
+            if history is None:
+                return []
+            if history[-1].position <= through:
+                return list(history)
+            return [e for e in history if e.position <= through]
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
         with self.mem.lock:
