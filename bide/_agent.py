@@ -49,7 +49,7 @@ from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
 from ._cancel import cancelled_answer
-from ._canonical import canonical_json, new_claim
+from ._canonical import canonical_json, known_json_text, new_claim
 from ._errors import (
     ApprovalPending,
     BideError,
@@ -1547,7 +1547,11 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:
-    content = res.result if isinstance(res.result, str) else canonical_json(res.result).decode()
+    result = res.result
+    if isinstance(result, str):
+        content = result
+    else:
+        content = known_json_text(result) or canonical_json(result).decode()
     return ToolMessage(tool_call_id=call.id, name=call.name, content=content, is_error=res.is_error)
 
 

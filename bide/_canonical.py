@@ -53,6 +53,28 @@ def json_text(value: Any) -> str:
     return _ENCODER.encode(value)
 
 
+# The last value `checked_json_text` encoded and its text: a tool's result is encoded once, to check that the
+# journal can hold it (bide._tools.journal_safe), and its result record and the model's tool message reuse
+# that text (`known_json_text`). One tuple, replaced whole, so a thread reads a value with its own text; it
+# holds the value, so no other object can have that identity while it is here. The values are the JSON copies
+# journal_safe makes, never changed after.
+_LAST_TEXT: tuple[object, str] = (object(), "")
+
+
+def checked_json_text(value: Any) -> str:
+    """`json_text(value)`, remembered for `known_json_text(value)` until the next call."""
+    global _LAST_TEXT
+    text = json_text(value)
+    _LAST_TEXT = (value, text)
+    return text
+
+
+def known_json_text(value: object) -> str | None:
+    """The text `checked_json_text` gave for this very object when it was the last one encoded, else None."""
+    last = _LAST_TEXT
+    return last[1] if last[0] is value else None
+
+
 def canonical_json(value: Any) -> bytes:
     """Encode a JSON value canonically (sorted keys, compact separators, UTF-8)."""
     try:

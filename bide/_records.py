@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
-from ._canonical import canonical_json, json_text, new_salt
+from ._canonical import canonical_json, json_text, known_json_text, new_salt
 from ._errors import StoreError
 from ._messages import AssistantMessage, ToolCall, Usage
 
@@ -355,6 +355,9 @@ def _any(value: Any) -> str:
         return "true"
     if value is False:
         return "false"
+    known = known_json_text(value)  # a tool's result, encoded when it was checked
+    if known is not None:
+        return known
     if t is dict and _flat(value):
         # A flat object of string keys and JSON scalars (what tool arguments usually are) is encoded as is.
         # Anything else goes through pydantic first: it converts other types (models, dates, bytes, NaN),

@@ -32,7 +32,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ._canonical import json_text
+from ._canonical import checked_json_text
 from ._deadline import run_with_deadline
 from ._errors import ConfigError, NotCalled
 from ._inflight import CallWindow
@@ -385,7 +385,7 @@ def journal_safe(tool: str, value: Any) -> Any:
             value.encode("utf-8")
             return value
         value = to_jsonable_python(value, fallback=str)
-        json_text(value).encode("utf-8")
+        checked_json_text(value).encode("utf-8")  # the result record and the tool message reuse the text
         return value
     except (ValueError, TypeError, RecursionError, UnicodeError, PydanticSerializationError) as exc:
         reason = _why_unencodable(exc)

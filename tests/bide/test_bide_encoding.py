@@ -247,3 +247,31 @@ def test_model_turns_written_before_usage_existed_still_read() -> None:
     assert (
         back.message.usage == Usage(input_tokens=3, output_tokens=4) and back.message.finish_reason == "stop"
     )
+
+
+@settings(max_examples=150, deadline=None)
+@given(values)
+def test_a_tool_result_checked_once_is_journaled_and_shown_as_the_generic_path_writes_it(value: Any) -> None:
+    """A tool's result is encoded once when it is checked (`journal_safe`); its result record and the
+    model's tool message reuse that text, which must be what the generic path writes."""
+    import asyncio
+
+    import bide
+    from bide.testing import ScriptedModel, call, reply
+
+    @bide.tool  # a side effect: its result is checked in the drive, then journaled
+    def give() -> Any:
+        """Return the value."""
+        return value
+
+    model = ScriptedModel([call("give"), reply("done")])
+    store = bide.open_store("memory://")
+    asyncio.run(bide.Agent(model, store=store, tools=[give]).run("r", "go"))
+    result = next(decode_record(e.key, e.data) for e in store.load("r") if e.key.startswith("result:"))
+    assert isinstance(result, ToolResult)
+    assert encode_record(result) == generic(result)
+    stored = next(e.data for e in store.load("r") if e.key.startswith("result:"))
+    assert stored == generic(result)
+    shown = model.requests[1].messages[-1].content
+    expected = result.result if isinstance(result.result, str) else canonical_json(result.result).decode()
+    assert shown == expected
