@@ -388,9 +388,9 @@ def _application_url(app: str, port: int | None = None) -> str:
 @contextmanager
 def backends_killed(app: str, every: float) -> Iterator[list[int]]:
     """Terminate a PostgreSQL backend of application `app` every `every` seconds, in a thread; the yielded
-    list holds the number of backends killed (filled when the block ends)."""
+    list holds the number of backends killed so far and the number of rounds the killer has made."""
     stop = threading.Event()
-    kills = [0]
+    kills = [0, 0]
 
     def killer() -> None:
         engine = sa.create_engine(POSTGRES_URL)
@@ -404,6 +404,7 @@ def backends_killed(app: str, every: float) -> Iterator[list[int]]:
             while not stop.is_set():
                 kills[0] += int(conn.execute(query, {"app": app}).scalar() or 0)
                 conn.commit()
+                kills[1] += 1
                 time.sleep(every)
         engine.dispose()
 
@@ -424,7 +425,7 @@ def test_appends_and_reads_survive_killed_backends(log_name: str) -> None:
     failures: list[BaseException] = []
     created: list[bool] = []
 
-    def writer(w: int) -> None:
+    def writer(w: int, kills: list[int]) -> None:
         try:
             for i in range(0, 60, 3):
                 batch = [
@@ -434,11 +435,17 @@ def test_appends_and_reads_survive_killed_backends(log_name: str) -> None:
                 created.extend(a.created for a in log.append_many(batch))
                 assert log.get(f"w{w}-{i}") is not None
                 log.read_record(f"r{i % 4}")
+                # Each batch waits for a round of the killer: the appends span its kills however fast
+                # they are (a fast log finished before ten kills).
+                seen = kills[1]
+                give_up = time.monotonic() + 5
+                while kills[1] == seen and time.monotonic() < give_up:
+                    time.sleep(0.002)
         except BaseException as exc:
             failures.append(exc)
 
     with backends_killed(app, every=0.03) as kills:
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(4)]
+        threads = [threading.Thread(target=writer, args=(w, kills)) for w in range(4)]
         for t in threads:
             t.start()
         for t in threads:
