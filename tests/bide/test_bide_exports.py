@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ast
-import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -66,29 +65,6 @@ def test_error_hierarchy() -> None:
     assert issubclass(bide.JournalFormatError, bide.StoreError)
     for cls in (bide.HaltInFlight, bide.HaltAlreadyResolved, bide.NoLiveAttempt):
         assert issubclass(cls, bide.ResolveRefused)
-
-
-def test_every_public_name_is_its_defining_modules_object() -> None:
-    assert sorted(bide._EXPORTS.module_of) == sorted(bide.__all__)
-    for name in bide.__all__:
-        module = importlib.import_module(f"bide.{bide._EXPORTS.module_of[name]}")
-        assert getattr(bide, name) is getattr(module, bide._EXPORTS.renamed.get(name, name)), name
-    assert bide.JOURNAL_FORMAT == "bide.journal/1"
-
-
-def test_type_checkers_see_the_names_the_loader_knows() -> None:
-    """The `if TYPE_CHECKING:` imports (what mypy and IDEs read) say what the table `__getattr__` reads."""
-    tree = ast.parse((BIDE / "__init__.py").read_text())
-    block = next(
-        node for node in tree.body if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-    )
-    imported = {
-        alias.asname or alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    assert imported == bide._EXPORTS.module_of
 
 
 def test_unknown_names_still_raise_attribute_error() -> None:

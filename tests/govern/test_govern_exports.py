@@ -3,8 +3,6 @@ imports the module defining it, and each name is that module's object under its 
 
 from __future__ import annotations
 
-import ast
-import importlib
 import subprocess
 import sys
 from pathlib import Path
@@ -20,30 +18,6 @@ def python(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
-
-
-def test_every_public_name_is_its_defining_modules_object() -> None:
-    assert sorted(govern._EXPORTS.module_of) == sorted(govern.__all__)
-    for name in govern.__all__:
-        module = importlib.import_module(f"govern.{govern._EXPORTS.module_of[name]}")
-        assert getattr(govern, name) is getattr(module, name), name
-        if getattr(module, name).__module__.startswith("govern"):  # not `types` (the Counterexample union)
-            assert getattr(govern, name).__module__ == "govern", name
-    assert set(govern.__all__) <= set(dir(govern))
-    assert not hasattr(govern, "Registy")
-
-
-def test_type_checkers_see_the_names_the_loader_knows() -> None:
-    """The `if TYPE_CHECKING:` imports (what mypy and IDEs read) say what the table `__getattr__` reads."""
-    tree = ast.parse((GOVERN / "__init__.py").read_text())
-    block = next(n for n in tree.body if isinstance(n, ast.If) and "TYPE_CHECKING" in ast.unparse(n.test))
-    imported = {
-        alias.name: node.module
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-    assert imported == govern._EXPORTS.module_of
 
 
 def test_import_loads_only_the_exceptions() -> None:
