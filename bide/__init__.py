@@ -275,16 +275,14 @@ _RENAMED = {"JOURNAL_FORMAT": "FORMAT"}  # public name -> its name in the defini
 _IMPORT_FIRST = {"_messages": "_records"}
 
 
-_EXPORTS = _LazyExports(__name__, globals(), _SUBMODULE_NAMES, renamed=_RENAMED, import_first=_IMPORT_FIRST)
+_EXPORTS = _LazyExports(
+    __name__, globals(), __all__, _SUBMODULE_NAMES, renamed=_RENAMED, import_first=_IMPORT_FIRST
+)
 
 # Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any `bide.<typo>`.
 if not _typing.TYPE_CHECKING:
     __getattr__ = _EXPORTS.load
-
-
-def __dir__() -> list[str]:
-    """The loaded names and every public one, loaded or not."""
-    return _EXPORTS.names(__all__)
+__dir__ = _EXPORTS.names  # the loaded names and every public one, loaded or not
 
 
 # The exceptions are published now (one small module): a traceback names bide.RunHalted, not

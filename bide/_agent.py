@@ -709,9 +709,7 @@ class Agent(Generic[T]):
                 if not rec.message.tool_calls:
                     msg = rec.message
                     after, output = self._final(seg, turn, msg.content, retries)
-                    records = [*self._opening(seg), rec, after] if needs_start else [rec, after]
-                    write = journal.awrite_exclusive(records)
-                    del records
+                    write = journal.awrite_exclusive([*self._opening(needs_start, seg), rec, after])
                     rec = None  # the records are the write's alone while it is awaited
                     if await write:
                         needs_start = False
@@ -730,7 +728,7 @@ class Agent(Generic[T]):
                     restarts = _restart(run_id, turn, restarts)
                     await journal.aload()  # lost a race: decide nothing from a stale journal
                     continue
-                pending = [*self._opening(seg), rec] if needs_start else [rec]
+                pending = [*self._opening(needs_start, seg), rec]
             msg = rec.message
             rec = None  # live runs keep only what they need while they wait (fewer objects for the GC)
             if not msg.tool_calls:
@@ -807,9 +805,11 @@ class Agent(Generic[T]):
         assert isinstance(stored, End)
         return self._ended_result(journal, seg, stored, replayed=False)
 
-    def _opening(self, seg: _Segment) -> tuple[Record, ...]:
-        """What a fresh turn of a segment not opened yet is journaled after: the run's start record, or a
+    def _opening(self, needs_start: bool, seg: _Segment) -> tuple[Record, ...]:
+        """What a fresh turn is journaled after: the run's start record for a run that has none yet, or a
         thread's new message. Made when needed, so no run holds one while it waits."""
+        if not needs_start:
+            return ()
         if seg.index == 0:
             entry = self.thread_entry if seg.thread else self.entry
             return (Start(key=START_KEY, entry=entry, input=seg.input),)

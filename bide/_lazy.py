@@ -18,7 +18,7 @@ __all__ = ["LazyExports"]
 
 
 class LazyExports:
-    """The lazy public names of package `package`, bound into its namespace `namespace` as they load.
+    """The lazy public names `public` of package `package`, bound into its namespace `namespace` as they load.
 
     `table` maps each submodule (relative, e.g. "_agent" or "machine._registry") to the public names it
     defines; `renamed` maps a public name to its name in the submodule where they differ; `import_first`
@@ -28,6 +28,7 @@ class LazyExports:
         self,
         package: str,
         namespace: dict[str, Any],
+        public: Iterable[str],
         table: Mapping[str, tuple[str, ...]],
         *,
         renamed: Mapping[str, str] | None = None,
@@ -35,6 +36,7 @@ class LazyExports:
     ) -> None:
         self.package = package
         self.namespace = namespace
+        self.public = tuple(public)
         self.table = table
         self.module_of = {name: module for module, names in table.items() for name in names}
         self.renamed = dict(renamed or {})
@@ -69,6 +71,6 @@ class LazyExports:
         self.publish(submodule)
         return self.namespace[name]
 
-    def names(self, public: Iterable[str]) -> list[str]:
+    def names(self) -> list[str]:
         """The package's `__dir__`: the names loaded so far and every public one."""
-        return sorted({*self.namespace, *public})
+        return sorted({*self.namespace, *self.public})

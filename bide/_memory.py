@@ -122,11 +122,7 @@ class MemoryStore(BlockingStore):
 
     def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
         with self._lock:
-            held = self._leases.get(run_id)
-            if held is None:  # never leased: granted with the first token (decide_lease's answer)
-                self._leases[run_id] = (holder, 1, now_ms + ttl_ms)
-                return Lease(run_id, holder, 1, now_ms + ttl_ms, True)
-            lease = decide_lease(run_id, Lease(run_id, *held), holder, now_ms, ttl_ms, token)
+            lease = decide_lease(run_id, self._lease(run_id), holder, now_ms, ttl_ms, token)
             if lease.held:
                 self._leases[run_id] = (holder, lease.token, lease.expires_ms)
         return lease
@@ -192,7 +188,7 @@ def _check(run_id: str, items: Sequence[tuple[str, bytes]]) -> None:
     for key, data in items:
         if not key:
             raise ConfigError("record key must be a non-empty string")
-        if type(data) is not bytes and not isinstance(data, (bytes, bytearray)):
+        if not isinstance(data, (bytes, bytearray)):
             raise ConfigError(f"record data for {key!r} must be bytes, got {type(data).__name__}")
         keys.add(key)
     if len(keys) != len(items):

@@ -164,16 +164,12 @@ _MODULE_NAMES: dict[str, tuple[str, ...]] = {
     "verify._report": ("PrunedPair", "Report"),
 }
 # fmt: on
-_EXPORTS = _LazyExports(__name__, globals(), _MODULE_NAMES)
+_EXPORTS = _LazyExports(__name__, globals(), __all__, _MODULE_NAMES)
 
 # Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any `govern.<typo>`.
 if not _typing.TYPE_CHECKING:
     __getattr__ = _EXPORTS.load
-
-
-def __dir__() -> list[str]:
-    """The loaded names and every public one, loaded or not."""
-    return _EXPORTS.names(__all__)
+__dir__ = _EXPORTS.names  # the loaded names and every public one, loaded or not
 
 
 # The exceptions are published now (two small modules): a traceback names govern.NotConvergent, not

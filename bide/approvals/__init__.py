@@ -63,14 +63,10 @@ _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
     "_verify": ("verify_approvals",),
 }
 # fmt: on
-_EXPORTS = _LazyExports(__name__, globals(), _SUBMODULE_NAMES)
+_EXPORTS = _LazyExports(__name__, globals(), __all__, _SUBMODULE_NAMES)
 
 # Hidden from type checkers: with a visible module `__getattr__`, mypy would accept any
 # `bide.approvals.<typo>`.
 if not _typing.TYPE_CHECKING:
     __getattr__ = _EXPORTS.load
-
-
-def __dir__() -> list[str]:
-    """The loaded names and every public one, loaded or not."""
-    return _EXPORTS.names(__all__)
+__dir__ = _EXPORTS.names  # the loaded names and every public one, loaded or not

@@ -4,11 +4,9 @@ first use imports the submodule defining it), and the pinning API is part of it.
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 import types
-from pathlib import Path
 
 import pytest
 
@@ -70,46 +68,6 @@ def test_the_tree_math_needs_no_heavy_library() -> None:
         f"import sys; from bide.audit import MerkleTree; print(*[m for m in {HEAVY!r} if m in sys.modules])"
     )
     assert loaded.split() == []
-
-
-def audit_leaves_first() -> list[str]:
-    """bide.audit's submodules that define public names, each after every bide.audit submodule it imports
-    when it is imported (read from the source: module-level `from ._x import`)."""
-    here = Path(bide.audit.__file__ or "").parent
-    needs: dict[str, set[str]] = {}
-
-    def closure(module: str) -> set[str]:
-        if module not in needs:
-            body = ast.parse((here / f"{module}.py").read_text()).body
-            direct = {n.module for n in body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
-            needs[module] = set(direct)  # a cycle ends here
-            for dependency in direct:
-                needs[module] |= closure(dependency)
-        return needs[module]
-
-    return sorted(bide.audit._SUBMODULE_NAMES, key=lambda module: len(closure(module)))
-
-
-def test_artifacts_parse_whichever_name_is_used_first() -> None:
-    """A published class reports module `bide.audit`: a pydantic schema built after that over it would
-    resolve its annotations there and fail. Publishing leaves first (each class renamed before any submodule
-    that imports it is loaded) must still leave the artifacts buildable and parseable."""
-    order = audit_leaves_first()
-    assert order.index("_strict") < order.index("_formats") < order.index("_verify")
-    code = f"""
-import bide.audit as audit
-for module in {order!r}:
-    getattr(audit, audit._SUBMODULE_NAMES[module][0])
-key = audit.SigningKey.generate()
-record = b'{{"k":"run:start"}}'
-root = audit.leaf_hash(audit.journal_leaf(record))
-sth = audit.sign_head(key, "run-1", 1, root)
-package = audit.EvidencePackage(sth=sth, records=[audit.EvidenceRecord(index=0, record=record, path=[])])
-again = audit.parse_artifact(audit.EvidencePackage, package.to_json())
-audit.check_head(again.sth, key.public)
-print(again == package, type(again.sth).__module__)
-"""
-    assert python(code) == "True bide.audit\n"
 
 
 def test_pinning_is_public() -> None:

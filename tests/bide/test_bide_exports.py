@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -86,37 +85,3 @@ def test_import_loads_only_the_exceptions() -> None:
 def test_import_govern_loads_no_heavy_bide_module() -> None:
     loaded = python(f"import sys, govern; print(*[m for m in {HEAVY!r} if m in sys.modules])")
     assert loaded.split() == []
-
-
-def leaves_first() -> list[str]:
-    """The submodules that define public names, each after every bide submodule it imports when it is
-    imported (read from the source: module-level `from .x import`)."""
-    needs: dict[str, set[str]] = {}
-
-    def closure(module: str) -> set[str]:
-        if module not in needs:
-            body = ast.parse((BIDE / f"{module}.py").read_text()).body
-            direct = {n.module for n in body if isinstance(n, ast.ImportFrom) and n.level == 1 and n.module}
-            needs[module] = set(direct)  # a cycle ends here
-            for dependency in direct:
-                needs[module] |= closure(dependency)
-        return needs[module]
-
-    return sorted(bide._SUBMODULE_NAMES, key=lambda module: len(closure(module)))
-
-
-def test_journal_records_decode_whichever_name_is_used_first() -> None:
-    """A published class reports module `bide`: a pydantic schema built after that over it would resolve its
-    annotations in `bide` and fail. Publishing leaves first (each class renamed before any submodule that
-    imports it is loaded) must still leave journal records decodable."""
-    order = leaves_first()
-    assert order.index("_messages") < order.index("_records")
-    code = f"""
-import bide
-for module in {order!r}:
-    getattr(bide, bide._SUBMODULE_NAMES[module][0])
-call = bide.ToolCall(id="c", name="charge", arguments={{"cents": 5}})
-turn = bide.ModelTurn(key="model:0", turn=0, message=bide.AssistantMessage(content="hi", tool_calls=[call]))
-print(bide.decode_record("model:0", bide.encode_record(turn)) == turn)
-"""
-    assert python(code) == "True\n"
