@@ -506,7 +506,9 @@ class Agent(Generic[T]):
             if self.store is self._direct_store:
                 # An in-process store answers at once: no coroutine for either request.
                 lease = self.store.lease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
-                journal.absorb(self.store.load(run_id, journal.last_seq))
+                entries = self.store.load(run_id, journal.last_seq)
+                if entries:  # none for a new run
+                    journal.absorb(entries)
             else:
                 # Both requests go out together; the store answers the load as of the grant or later.
                 granted = self.store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)

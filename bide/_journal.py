@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from ._errors import ConfigError, JournalFormatError, StoreError
 from ._records import FORMAT, HEADER_KEY, Header, Record, decode_record, encode_record
-from ._store import Entry, Fence, Store
+from ._store import BlockingStore, Entry, Fence, Store
 
 __all__ = ["Journal", "check_run_id"]
 
@@ -41,7 +41,7 @@ class Journal:
     holds it): the store refuses its writes with `LeaseLost` once someone else took the lease over.
     """
 
-    __slots__ = ("_has_header", "_last_seq", "_recs", "_rows", "fence", "run_id", "store")
+    __slots__ = ("_blocking", "_has_header", "_last_seq", "_recs", "_rows", "fence", "run_id", "store")
 
     def __init__(self, store: Store, run_id: str) -> None:
         self.store = store
@@ -54,6 +54,9 @@ class Journal:
         self._last_seq = 0
         self._has_header = False
         self.fence: Fence | None = None
+        # A store whose async insert is BlockingStore's own (it calls the blocking one and never suspends) is
+        # written to directly: the same answers, without a coroutine per write.
+        self._blocking = _blocking_insert(store)
 
     # -- reading -------------------------------------------------------------------------------------------
 
@@ -207,6 +210,8 @@ class Journal:
         """Append records in one transaction; returns (stored record, inserted) per record. A record whose
         key exists is not written, and the stored one is returned with inserted=False."""
         items = self._items(records)
+        if self._blocking:
+            return self._winners(records, self.store.insert_many(self.run_id, items, fence=self.fence))
         if self.fence is None:
             return self._winners(records, await self.store.ainsert_many(self.run_id, items))
         return self._winners(records, await self.store.ainsert_many(self.run_id, items, fence=self.fence))
@@ -217,12 +222,15 @@ class Journal:
         were written."""
         items = self._items(records)
         count = len(items)
-        if self.fence is None:
-            answer = self.store.ainsert_many(self.run_id, items, exclusive=True)
+        if self._blocking:
+            entries = self.store.insert_many(self.run_id, items, exclusive=True, fence=self.fence)
         else:
-            answer = self.store.ainsert_many(self.run_id, items, exclusive=True, fence=self.fence)
-        del items, records  # what the store has is its own: a waiting run holds nothing more
-        entries = await answer
+            if self.fence is None:
+                answer = self.store.ainsert_many(self.run_id, items, exclusive=True)
+            else:
+                answer = self.store.ainsert_many(self.run_id, items, exclusive=True, fence=self.fence)
+            del items, records  # what the store has is its own: a waiting run holds nothing more
+            entries = await answer
         if len(entries) == count and _all_inserted(entries):
             for entry in entries:
                 if entry.key not in self._rows:
@@ -240,11 +248,27 @@ class Journal:
         """`awrite` for one record."""
         # awrite's body, not a call to it: one coroutine fewer held by every run waiting on a write.
         items = self._items((record,))
+        if self._blocking:
+            return self._winners((record,), self.store.insert_many(self.run_id, items, fence=self.fence))[0]
         if self.fence is None:
             answer = self.store.ainsert_many(self.run_id, items)
         else:
             answer = self.store.ainsert_many(self.run_id, items, fence=self.fence)
         return self._winners((record,), await answer)[0]
+
+
+_BLOCKING: dict[type, bool] = {}
+
+
+def _blocking_insert(store: Store) -> bool:
+    """True when `store.ainsert_many` is BlockingStore's own (answered per store class, once)."""
+    kind = type(store)
+    blocking = _BLOCKING.get(kind)
+    if blocking is None:
+        blocking = _BLOCKING[kind] = (
+            issubclass(kind, BlockingStore) and kind.ainsert_many is BlockingStore.ainsert_many
+        )
+    return blocking
 
 
 def _all_inserted(entries: Sequence[Entry]) -> bool:

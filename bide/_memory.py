@@ -184,12 +184,10 @@ def _row_seq(row: tuple[int, str, bytes]) -> int:
 def _check(run_id: str, items: Sequence[tuple[str, bytes]]) -> None:
     if not run_id:
         raise ConfigError("run id must be a non-empty string")
-    keys = set()
     for key, data in items:
         if not key:
             raise ConfigError("record key must be a non-empty string")
-        if not isinstance(data, (bytes, bytearray)):
+        if type(data) is not bytes and not isinstance(data, (bytes, bytearray)):
             raise ConfigError(f"record data for {key!r} must be bytes, got {type(data).__name__}")
-        keys.add(key)
-    if len(keys) != len(items):
+    if len(items) > 1 and len(dict(items)) != len(items):  # dict(): no comprehension frame
         raise ConfigError("the keys of one insert_many call must be distinct")
