@@ -102,6 +102,7 @@ def event_tool(
         "right after the event, and whether the event applied, was a no-op or was compensated."
     )
     arguments = _arguments(tool_name, record is None, family)
+    in_memory = log.in_memory  # a log keeps its backend
 
     def effect(validated: BaseModel) -> dict[str, Any]:
         ctx = bide.current_call()
@@ -143,7 +144,7 @@ def event_tool(
     async def effect_async(validated: BaseModel) -> dict[str, Any]:
         # A database log blocks on I/O: run it in a worker thread (the call context travels with it). A
         # memory log answers in microseconds, so the thread hop would cost more than the work.
-        if log.in_memory:
+        if in_memory:
             return effect(validated)
         return await asyncio.to_thread(effect, validated)
 

@@ -1447,7 +1447,7 @@ class _MemoryLog:
     by_id: dict[str, LoggedEvent] = field(default_factory=dict)
     by_record: dict[str, list[LoggedEvent]] = field(default_factory=dict)
     by_producer_seq: dict[tuple[str, int], LoggedEvent] = field(default_factory=dict)
-    producer_max: dict[str, int] = field(default_factory=dict)
+    producer_last: dict[str, LoggedEvent] = field(default_factory=dict)  # each producer's highest seq
 
 
 _memory_logs: dict[tuple[str, str], _MemoryLog] = {}
@@ -1483,7 +1483,7 @@ class _MemoryTx:
         head = mem.head
         if head is None:
             return None
-        by_id, producer_max, by_record = mem.by_id, mem.producer_max, mem.by_record
+        by_id, producer_last, by_record = mem.by_id, mem.producer_last, mem.by_record
         known = {}
         for i in ids:
             event = by_id.get(i)
@@ -1494,7 +1494,10 @@ class _MemoryTx:
             event = by_id.get(d)
             if event is not None:
                 positions[d] = event.position
-        producer_next = {p: producer_max.get(p, -1) + 1 for p in producers}
+        producer_next = {}
+        for p in producers:
+            last = producer_last.get(p)
+            producer_next[p] = 0 if last is None else last.producer_seq + 1
         record_next = {}
         for r in records:
             stored = by_record.get(r)
@@ -1512,7 +1515,7 @@ class _MemoryTx:
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
         mem = self.mem
         stored, by_id, by_record = mem.events, mem.by_id, mem.by_record
-        by_producer_seq, producer_max = mem.by_producer_seq, mem.producer_max
+        by_producer_seq, producer_last = mem.by_producer_seq, mem.producer_last
         for e in events:
             assert e.position == len(stored)
             stored.append(e)
@@ -1524,8 +1527,9 @@ class _MemoryTx:
                 history.append(e)
             producer, seq = e.producer, e.producer_seq
             by_producer_seq[producer, seq] = e
-            if seq > producer_max.get(producer, -1):
-                producer_max[producer] = seq
+            last = producer_last.get(producer)
+            if last is None or seq > last.producer_seq:
+                producer_last[producer] = e
         assert len(stored) == length and mem.head is not None
         mem.head = _Head(mem.head.machine, length, mem.head.events)
 
@@ -1569,8 +1573,7 @@ class _MemoryBackend:
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
         with self.mem.lock:
-            top = self.mem.producer_max.get(producer)
-            return None if top is None else self.mem.by_producer_seq[producer, top]
+            return self.mem.producer_last.get(producer)
 
     def close(self) -> None:
         return None
