@@ -396,10 +396,13 @@ _logs, _events, _counters = schema.logs, schema.events, schema.counters
 _Q_LOG = sa.select(_logs.c.machine, _logs.c.length, _logs.c.events).where(_logs.c.name == _P("log"))
 # SQLite (layout 3) keeps no length: it is the highest position + 1, one lookup in the primary key.
 _SQLITE_LENGTH = 'coalesce((SELECT max("position") + 1 FROM govern_events WHERE "log" = {log}), 0)'
-_Q_LOG_SQLITE = sa.text(
-    f'SELECT "machine", {_SQLITE_LENGTH.format(log=":log")} AS "length", "events" FROM govern_logs '
-    'WHERE "name" = :log'
-)
+_Q_LOG_SQLITE = sa.select(
+    _logs.c.machine,
+    sa.func.coalesce(
+        sa.select(sa.func.max(_events.c.position) + 1).where(_events.c.log == _P("log")).scalar_subquery(), 0
+    ).label("length"),
+    _logs.c.events,
+).where(_logs.c.name == _P("log"))
 _Q_READ = (
     sa.select(_events)
     .where(_events.c.log == _P("log"), _events.c.position >= _P("start"))
