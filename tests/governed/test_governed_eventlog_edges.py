@@ -283,6 +283,18 @@ def test_a_layout_2_sqlite_log_moves_to_layout_3_and_goes_on(tmp_path: Path) -> 
     assert other.append(ev("b", seq=1)).event.position == 1
 
 
+def test_the_marker_names_the_layout_of_each_kind_of_database(log_url: str, log_name: str) -> None:
+    # SQLite moved to layout 3; PostgreSQL stays at 2, so an older govern can still share the database.
+    log = bound(log_url, log_name)
+    log.append(ev("a"))
+    engine = sa.create_engine(log_url)
+    with engine.connect() as conn:
+        marker = conn.execute(sa.text("SELECT format, version FROM govern_format")).all()
+    engine.dispose()
+    assert marker == [("govern-event-log", 3 if log_url.startswith("sqlite") else 2)]
+    assert log.length() == 1 and EventLog(log_url, name=log_name).length() == 1
+
+
 def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> None:
     path = tmp_path / "crm.db"
     with sqlite3.connect(path) as raw:
