@@ -8,6 +8,8 @@ Figures printed (one line each):
 - events appended/s, SQLite file and PostgreSQL (when reachable): one event per transaction, and
   batches of 100 and 1,000 per transaction (`EventLog.append_many`), beside the machine's floor
   measured in the same run (bare durable commits/s of a one-row insert on the same database);
+- pages a SQLite commit writes to the WAL, a one-event append's beside the bare one-row commit's:
+  counted, not timed, so the same on a busy machine (each page is 4 KiB written and synced);
 - read latency of `length()` and `read()` on SQLite while 4 writer processes append as fast as they
   can (p50, p99, max, and how many reads failed): readers take WAL snapshots and never wait for the
   write lock;
@@ -21,6 +23,7 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import sqlite3
 import sys
 import tempfile
 import time
@@ -122,6 +125,49 @@ def bench_reads_under_writers(machine: govern.Machine, seconds: float) -> None:
         log.close()
 
 
+def _wal_pages(path: Path, commit: Any, n: int) -> float:
+    """WAL pages per commit of `commit(i)` on the SQLite file `path`, over `n` commits: the WAL is
+    emptied first, and `n` is small enough that no automatic checkpoint (at 1,000 pages) runs between."""
+    counter = sqlite3.connect(path, isolation_level=None)
+    try:
+        counter.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        for i in range(n):
+            commit(i)
+        # (busy, pages in the WAL, pages checkpointed); a PASSIVE checkpoint leaves the WAL as it is.
+        return int(counter.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()[1]) / n
+    finally:
+        counter.close()
+
+
+def bench_wal_pages(machine: govern.Machine) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        log = govern.EventLog(f"sqlite:///{tmp}/events.db", name="main", machine=machine)
+        events = events_for(machine, 1100, 50, "pages")
+        for e in events[:1000]:  # a log past its first pages, whose B-trees have grown a level
+            log.append(e)
+        appended = _wal_pages(Path(tmp) / "events.db", lambda i: log.append(events[1000 + i]), 100)
+        log.close()
+        floor = sqlite3.connect(Path(tmp) / "floor.db", isolation_level=None)
+        floor.execute("PRAGMA journal_mode=WAL")
+        floor.execute("PRAGMA synchronous=FULL")
+        floor.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, body TEXT)")
+
+        def bare(i: int) -> None:
+            floor.execute("BEGIN IMMEDIATE")
+            floor.execute("INSERT INTO t VALUES (?, ?)", (i, "x" * 64))
+            floor.execute("COMMIT")
+
+        for i in range(1000):
+            bare(i)
+        bare_pages = _wal_pages(Path(tmp) / "floor.db", lambda i: bare(1000 + i), 100)
+        floor.close()
+    print(
+        f"SQLite WAL pages per commit: {appended:.2f} for a one-event append, {bare_pages:.2f} for the bare "
+        "one-row commit",
+        flush=True,
+    )
+
+
 def bench_late_arrival(machine: govern.Machine, sizes: list[int]) -> None:
     for n in sizes:
         log = govern.EventLog("memory://")
@@ -159,6 +205,7 @@ def main() -> int:
     single, batched = (100, 1000) if args.quick else (1000, 20_000)
     with tempfile.TemporaryDirectory() as tmp:
         bench_append(machine, str(Path(tmp) / "events.db"), "SQLite", single, batched)
+    bench_wal_pages(machine)
     if not args.skip_postgres:
         try:
             bench_append(machine, POSTGRES_URL, "PostgreSQL", single, batched)

@@ -394,6 +394,15 @@ _P = sa.bindparam
 _logs, _events, _counters = schema.logs, schema.events, schema.counters
 # Statements are built once: building SQLAlchemy expressions per call costs more than running them.
 _Q_LOG = sa.select(_logs.c.machine, _logs.c.length, _logs.c.events).where(_logs.c.name == _P("log"))
+# SQLite (layout 3) keeps no length: it is the highest position + 1, one lookup in the primary key.
+_SQLITE_LENGTH = 'coalesce((SELECT max("position") + 1 FROM govern_events WHERE "log" = {log}), 0)'
+_Q_LOG_SQLITE = sa.select(
+    _logs.c.machine,
+    sa.func.coalesce(
+        sa.select(sa.func.max(_events.c.position) + 1).where(_events.c.log == _P("log")).scalar_subquery(), 0
+    ).label("length"),
+    _logs.c.events,
+).where(_logs.c.name == _P("log"))
 _Q_READ = (
     sa.select(_events)
     .where(_events.c.log == _P("log"), _events.c.position >= _P("start"))
@@ -959,8 +968,6 @@ class _Dialect:
     set_events: str
     written_by: str
     holder: str
-    set_length: str
-    upsert_counters: str
 
 
 def _read_sql(dialect: str) -> str:
@@ -968,11 +975,12 @@ def _read_sql(dialect: str) -> str:
     columns of `_READ_COLUMNS`. Tags: 'h' the log's row (SQLite only: its length in "position", its
     machine, its event names in "deps"), 'e' a stored event among the call's own ids, 'd' the position of
     a stored event among its other dependencies, 'p' / 'r' the next number of a producer / record (the key
-    in "event_id", the number in "position"): its counter, or for a key whose counter row is missing one
-    past the highest number stored for it, or 0. Each number is two index lookups, whatever the log's
-    size (an `IN` over the pairs of the counters' key would scan every counter of the log)."""
+    in "event_id", the number in "position"; `_next_number`, `_sqlite_next_number`). Each number is one or
+    two index lookups, whatever the log's size (an `IN` over the pairs of the counters' key would scan
+    every counter of the log)."""
     sqlite = dialect == "sqlite"
     log = ":log" if sqlite else "%(log)s"
+    number = _sqlite_next_number if sqlite else _next_number
 
     def stored(name: str) -> str:
         """The stored events whose ids are in the list parameter `name` (on SQLite a join driven by the
@@ -992,12 +1000,11 @@ def _read_sql(dialect: str) -> str:
     parts = [
         row("e", **{c: f'"{c}"' for c in _READ_COLUMNS}) + f" FROM {stored('ids')}",
         row("d", position='"position"', event_id='"event_id"') + f" FROM {stored('deps')}",
-        row("p", position=_next_number(log, "p", "k.value"), event_id="k.value")
-        + f" FROM {each('producers')}",
-        row("r", position=_next_number(log, "r", "k.value"), event_id="k.value") + f" FROM {each('records')}",
+        row("p", position=number(log, "p", "k.value"), event_id="k.value") + f" FROM {each('producers')}",
+        row("r", position=number(log, "r", "k.value"), event_id="k.value") + f" FROM {each('records')}",
     ]
     if sqlite:
-        head = row("h", position='"length"', machine='"machine"', deps='"events"')
+        head = row("h", position=_SQLITE_LENGTH.format(log=log), machine='"machine"', deps='"events"')
         parts.insert(0, f'{head} FROM govern_logs WHERE "name" = {log}')
     return " UNION ALL ".join(parts)
 
@@ -1005,12 +1012,22 @@ def _read_sql(dialect: str) -> str:
 def _next_number(log: str, kind: str, key: str) -> str:
     """The next number of a producer (`kind` 'p') or record ('r') `key`: its counter, or for a key whose
     counter row is missing one past the highest number stored for it, or 0."""
-    column, number = ("producer", "producer_seq") if kind == "p" else ("record", "record_seq")
     return (
         f'coalesce((SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
-        f'AND "key" = {key}), (SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} '
-        f'AND "{column}" = {key}), 0)'
+        f'AND "key" = {key}), {_highest(log, kind, key)}, 0)'
     )
+
+
+def _sqlite_next_number(log: str, kind: str, key: str) -> str:
+    """`_next_number` on SQLite (layout 3, no counters): one past the highest number stored, or 0."""
+    return f"coalesce({_highest(log, kind, key)}, 0)"
+
+
+def _highest(log: str, kind: str, key: str) -> str:
+    """One past the highest number stored for a producer or record `key` (NULL for none): the last entry
+    of the key in its (log, producer, producer_seq) or (log, record, record_seq) index."""
+    column, number = ("producer", "producer_seq") if kind == "p" else ("record", "record_seq")
+    return f'(SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} AND "{column}" = {key})'
 
 
 # What a one-event append reads on SQLite, as one row: the log's length, machine and event names, the
@@ -1018,11 +1035,11 @@ def _next_number(log: str, kind: str, key: str) -> str:
 # object by id), and the next numbers of its producer and record. `_read_sql` answers the general case
 # in rows of many columns, most of them NULL, which cost more to build than this whole statement.
 _SQLITE_READ_ONE = (
-    'SELECT "length", "machine", "events", '
+    f'SELECT {_SQLITE_LENGTH.format(log=":log")}, "machine", "events", '
     '(SELECT "position" FROM govern_events WHERE "log" = :log AND "event_id" = :id), '
     '(SELECT json_group_object(k.value, "position") FROM json_each(:deps) AS k CROSS JOIN govern_events '
     'WHERE "log" = :log AND "event_id" = k.value), '
-    f"{_next_number(':log', 'p', ':producer')}, {_next_number(':log', 'r', ':record')} "
+    f"{_sqlite_next_number(':log', 'p', ':producer')}, {_sqlite_next_number(':log', 'r', ':record')} "
     'FROM govern_logs WHERE "name" = :log'
 )
 
@@ -1031,8 +1048,8 @@ def _dialect(name: str) -> _Dialect:
     def sql(text: str) -> str:
         return text if name == "sqlite" else text.replace("?", "%s")
 
-    keep = "greatest" if name == "postgresql" else "max"  # never move a counter back
-    lock = 'SELECT "machine", "length", "events" FROM govern_logs WHERE "name" = ?'
+    length = _SQLITE_LENGTH.format(log="?") if name == "sqlite" else '"length"'
+    lock = f'SELECT "machine", {length}, "events" FROM govern_logs WHERE "name" = ?'
     written_by = 'SELECT "event_id" FROM govern_events WHERE "log" = ? AND "writer" = ? AND '
     written_by += (
         '"event_id" IN (SELECT value FROM json_each(?))'
@@ -1050,11 +1067,6 @@ def _dialect(name: str) -> _Dialect:
         set_events=sql('UPDATE govern_logs SET "events" = ? WHERE "name" = ?'),
         written_by=sql(written_by),
         holder=sql(f'{_EVENT_SELECT} WHERE "log" = ? AND "producer" = ? AND "producer_seq" = ?'),
-        set_length=sql('UPDATE govern_logs SET "length" = ? WHERE "name" = ?'),
-        upsert_counters=sql(
-            'INSERT INTO govern_counters ("log", "kind", "key", "next") {rows} ON CONFLICT ("log", "kind", '
-            f'"key") DO UPDATE SET "next" = {keep}(govern_counters."next", excluded."next")'
-        ),
     )
 
 
@@ -1065,12 +1077,14 @@ _PG_EVENT_ARRAYS = ", ".join(
     for c in _EVENT_COLUMNS
 )
 _PG_COPY_EVENTS = "COPY govern_events (" + ", ".join(f'"{c}"' for c in _EVENT_COLUMNS) + ") FROM STDIN"
-# The log's new length and the counters in one statement (a data-modifying WITH): one round trip.
+# The log's new length and the counters in one statement (a data-modifying WITH): one round trip. A
+# counter never moves back (`greatest`).
 _PG_LENGTH_AND_COUNTERS = (
     'WITH grown AS (UPDATE govern_logs SET "length" = %s WHERE "name" = %s) '
-    + _DIALECTS["postgresql"].upsert_counters.format(
-        rows="SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[])"
-    )
+    'INSERT INTO govern_counters ("log", "kind", "key", "next") '
+    "SELECT * FROM unnest(%b::text[], %b::text[], %b::text[], %b::bigint[]) "
+    'ON CONFLICT ("log", "kind", "key") '
+    'DO UPDATE SET "next" = greatest(govern_counters."next", excluded."next")'
 )
 
 
@@ -1090,7 +1104,8 @@ class _SqlTx:
         self.sqlite = dialect.name == "sqlite"
 
     def lock(self) -> _Head | None:
-        self.cur.execute(self.d.lock, (self.log,))
+        # On SQLite the log's id is given twice: the length is read from its events (layout 3).
+        self.cur.execute(self.d.lock, (self.log, self.log) if self.sqlite else (self.log,))
         row = self.cur.fetchone()
         return None if row is None else _head_of(row[0], row[1], row[2])
 
@@ -1163,6 +1178,8 @@ class _SqlTx:
         return None if row is None else _from_tuple(row)
 
     def write(self, events: list[LoggedEvent], length: int, writer: str) -> None:
+        """Store the events; on PostgreSQL also the log's new length and counters (SQLite, layout 3,
+        derives both from the events' indexes)."""
         log = self.log
         rows = [
             (
@@ -1181,33 +1198,28 @@ class _SqlTx:
             )
             for e in events
         ]
+        if self.sqlite:
+            for i in range(0, len(rows), _ROWS_CHUNK):
+                chunk = rows[i : i + _ROWS_CHUNK]
+                self.cur.execute(_sqlite_insert(len(chunk)), list(itertools.chain.from_iterable(chunk)))
+            return
         nexts: dict[tuple[str, str], int] = {}
         for e in events:
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
         counters = [(log, kind, key, n) for (kind, key), n in nexts.items()]
-        if not self.sqlite:
-            if len(rows) >= _COPY_FROM:  # COPY costs the server about half what INSERT ... unnest does
-                with self.cur.copy(_PG_COPY_EVENTS) as copy:
-                    for row in rows:
-                        copy.write_row(row)
-            else:
-                self.cur.execute(_PG_INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
-            self.cur.execute(
-                _PG_LENGTH_AND_COUNTERS,
-                [length, log, *(list(column) for column in zip(*counters, strict=True))],
-            )
-            return
-        for i in range(0, len(rows), _ROWS_CHUNK):
-            chunk = rows[i : i + _ROWS_CHUNK]
-            self.cur.execute(_sqlite_insert(len(chunk)), list(itertools.chain.from_iterable(chunk)))
-        self.cur.execute(self.d.set_length, (length, log))
-        for i in range(0, len(counters), _COUNTERS_CHUNK):
-            some = counters[i : i + _COUNTERS_CHUNK]
-            self.cur.execute(_sqlite_counters(len(some)), list(itertools.chain.from_iterable(some)))
+        if len(rows) >= _COPY_FROM:  # COPY costs the server about half what INSERT ... unnest does
+            with self.cur.copy(_PG_COPY_EVENTS) as copy:
+                for row in rows:
+                    copy.write_row(row)
+        else:
+            self.cur.execute(_PG_INSERT_EVENTS, [list(column) for column in zip(*rows, strict=True)])
+        self.cur.execute(
+            _PG_LENGTH_AND_COUNTERS,
+            [length, log, *(list(column) for column in zip(*counters, strict=True))],
+        )
 
 
-_COUNTERS_CHUNK = 200  # counter rows per upsert: 200 * 4 parameters, under SQLite's old limit of 999
 _COLUMNS = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
 _PG_INSERT_EVENTS = f"INSERT INTO govern_events ({_COLUMNS}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})"
 
@@ -1217,12 +1229,6 @@ def _sqlite_insert(rows: int) -> str:
     """The INSERT of `rows` events (its text made once per size: at most `_ROWS_CHUNK` of them)."""
     row = "(" + ", ".join("?" * len(_EVENT_COLUMNS)) + ")"
     return f"INSERT INTO govern_events ({_COLUMNS}) VALUES " + ", ".join([row] * rows)
-
-
-@functools.cache
-def _sqlite_counters(rows: int) -> str:
-    """The upsert of `rows` counters (its text made once per size: at most `_COUNTERS_CHUNK`)."""
-    return _DIALECTS["sqlite"].upsert_counters.format(rows="VALUES " + ", ".join(["(?, ?, ?, ?)"] * rows))
 
 
 def _json_list(values: tuple[Any, ...]) -> str:
@@ -1288,7 +1294,9 @@ class _SqlBackend:
         self._writer: Any = None  # the kept connection, while no append is using it
         self._writer_lock = threading.Lock() if self.dialect == "sqlite" and pool_size > 1 else None
         try:
-            ready = self._run(lambda c: schema.check_marker(schema.read_marker(c), self.where), "open", True)
+            ready = self._run(
+                lambda c: schema.check_marker(schema.read_marker(c), self.where, self.dialect), "open", True
+            )
             if not ready:
                 self._run(lambda c: schema.prepare(c, self.dialect, self.where), "open", False)
         except BaseException:
@@ -1409,7 +1417,7 @@ class _SqlBackend:
         return self._run(lambda conn: list(conn.execute(statement, params)), "read", True)
 
     def head(self) -> _Head | None:
-        rows = self._rows(_Q_LOG, {"log": self.log})
+        rows = self._rows(_Q_LOG_SQLITE if self.dialect == "sqlite" else _Q_LOG, {"log": self.log})
         return _head(rows[0]) if rows else None
 
     def read(self, start: int, limit: int) -> list[LoggedEvent]:

@@ -1,15 +1,24 @@
 """The event log's tables and its format marker: which database layout a log is, checked on every open.
 
 A database holding event logs carries one row in ``govern_format``: the format name
-(``govern-event-log``) and the layout version. Opening a log checks it:
+(``govern-event-log``) and the layout version, which is per database kind (`LAYOUTS`). Opening a log
+checks it:
 
 - no govern tables yet: the tables and the marker are created (a SQLite file must also hold no other
   application's tables: an event log does not move into someone else's database);
 - the marker names this layout: nothing to do (one indexed read);
 - an older layout: upgraded in place, in one transaction, under a lock that serializes every opener;
   layout 1 (the unmarked tables of earlier versions) gains the columns for the machine's event names and
-  the writer of each event;
+  the writer of each event (layout 2); on SQLite, layout 2 becomes layout 3 (below);
 - a newer layout, or another format name: refused with `LogFormatError`, nothing touched.
+
+Layout 3 (SQLite) keeps each event in its primary key's B-tree (a WITHOUT ROWID table), and keeps no
+copy of what the events' indexes already tell in one lookup each: a log's length (its highest position
++ 1) and the next producer and record numbers (their highest + 1). An append then writes the event's
+row and its three index entries alone: about half the pages a layout 2 append committed (the rowid
+table and its primary key index, the log's row, two counter rows). ``govern_logs.length`` and
+``govern_counters`` stay in the file, unused. PostgreSQL stays at layout 2, which keeps them: there an
+extra row costs a commit little, and an older govern can still share the database.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ from sqlalchemy.engine import Connection
 from .._errors import GovernError
 
 FORMAT_NAME = "govern-event-log"
-LAYOUT = 2
+#: The layout this version writes, per database kind (see the module docstring).
+LAYOUTS = {"sqlite": 3, "postgresql": 2}
 NAME_MAX = 200
 
 metadata = sa.MetaData()
@@ -62,10 +72,12 @@ events = sa.Table(
     sa.UniqueConstraint("log", "event_id", name="govern_events_id"),
     sa.UniqueConstraint("log", "record", "record_seq", name="govern_events_record"),
     sa.UniqueConstraint("log", "producer", "producer_seq", name="govern_events_producer"),
+    sqlite_with_rowid=False,  # layout 3: the row is stored in its (log, position) key's B-tree
 )
 
-# The next producer_seq / record_seq per key, kept with the events in the same transaction: reading
-# MAX(...) per key would scan every earlier event of the key on some planners.
+# The next producer_seq / record_seq per key, kept with the events in the same transaction on PostgreSQL:
+# reading MAX(...) per key would scan every earlier event of the key on some planners. SQLite reads
+# MAX(...) from the events' indexes (one lookup each) and leaves this table empty (layout 3).
 counters = sa.Table(
     "govern_counters",
     metadata,
@@ -96,9 +108,10 @@ def read_marker(conn: Connection) -> tuple[str, int] | None:
     return None if row is None else (str(row.format), int(row.version))
 
 
-def check_marker(marker: tuple[str, int] | None, where: str) -> bool:
-    """True when the marker names this layout; False when the schema needs creating or upgrading;
-    raises `LogFormatError` for another format or a newer layout."""
+def check_marker(marker: tuple[str, int] | None, where: str, dialect: str) -> bool:
+    """True when the marker names this layout of `dialect`; False when the schema needs creating or
+    upgrading; raises `LogFormatError` for another format or a newer layout."""
+    layout = LAYOUTS[dialect]
     if marker is None:
         return False
     name, version = marker
@@ -107,12 +120,12 @@ def check_marker(marker: tuple[str, int] | None, where: str) -> bool:
             f"{where} holds a govern_format table for format {name!r}, not {FORMAT_NAME!r}: it is not an "
             "event log; open the log in a database of its own"
         )
-    if version > LAYOUT:
+    if version > layout:
         raise LogFormatError(
             f"{where} holds an event log of layout {version}, written by a newer govern; this version "
-            f"reads layouts up to {LAYOUT}: upgrade govern (nothing was changed)"
+            f"reads layouts up to {layout}: upgrade govern (nothing was changed)"
         )
-    return version == LAYOUT
+    return version == layout
 
 
 def prepare(conn: Connection, dialect: str, where: str) -> None:
@@ -120,7 +133,8 @@ def prepare(conn: Connection, dialect: str, where: str) -> None:
     SQLite the caller's BEGIN IMMEDIATE serializes openers; on PostgreSQL an advisory lock does."""
     if dialect == "postgresql":
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_SCHEMA_LOCK)))
-    if check_marker(read_marker(conn), where):
+    marker = read_marker(conn)
+    if check_marker(marker, where, dialect):
         return  # another opener prepared it while this one waited for the lock
     tables = set(sa.inspect(conn).get_table_names())
     ours = tables & _GOVERN_TABLES
@@ -139,9 +153,11 @@ def prepare(conn: Connection, dialect: str, where: str) -> None:
         )
     if ours:
         _upgrade_from_layout_1(conn)
+        if dialect == "sqlite" and (marker is None or marker[1] < 3):
+            _upgrade_sqlite_to_layout_3(conn)
     metadata.create_all(conn, checkfirst=True)
     conn.execute(sa.delete(format_table))
-    conn.execute(sa.insert(format_table).values(format=FORMAT_NAME, version=LAYOUT))
+    conn.execute(sa.insert(format_table).values(format=FORMAT_NAME, version=LAYOUTS[dialect]))
 
 
 def _upgrade_from_layout_1(conn: Connection) -> None:
@@ -151,3 +167,18 @@ def _upgrade_from_layout_1(conn: Connection) -> None:
         conn.exec_driver_sql("ALTER TABLE govern_logs ADD COLUMN events TEXT")
     if "writer" not in columns["govern_events"]:
         conn.exec_driver_sql("ALTER TABLE govern_events ADD COLUMN writer VARCHAR(32)")
+
+
+def _upgrade_sqlite_to_layout_3(conn: Connection) -> None:
+    """Layout 2 → 3 on SQLite: the events move, in position order, into a WITHOUT ROWID table of the
+    same columns, constraints and name; the counters, derived from the events from now on, are emptied
+    (a stale counter must never be read again)."""
+    columns = ", ".join(f'"{c.name}"' for c in events.columns)
+    conn.exec_driver_sql("ALTER TABLE govern_events RENAME TO govern_events_layout_2")
+    events.create(conn)
+    conn.exec_driver_sql(
+        f'INSERT INTO govern_events ({columns}) SELECT {columns} FROM govern_events_layout_2 '
+        'ORDER BY "log", "position"'
+    )
+    conn.exec_driver_sql("DROP TABLE govern_events_layout_2")
+    conn.execute(sa.delete(counters))

@@ -194,7 +194,7 @@ def test_a_layout_1_log_is_upgraded_and_asks_for_its_events_once(tmp_path: Path)
     log = EventLog(str(path))
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT format, version FROM govern_format").fetchall() == [
-            ("govern-event-log", 2)
+            ("govern-event-log", 3)
         ]
     assert [e.id for e in log.read()] == ["a"] and log.events() is None
     with pytest.raises(EventLogError, match="older govern"):
@@ -203,6 +203,96 @@ def test_a_layout_1_log_is_upgraded_and_asks_for_its_events_once(tmp_path: Path)
     b = log.append(ev("b", seq=1)).event
     assert (b.position, b.record_seq) == (1, 1)
     assert EventLog(str(path)).events() == EVENTS  # recorded for every later handle
+
+
+# Layout 2 exactly as govern wrote it before layout 3 (SQLAlchemy's DDL, a rowid table), with two logs.
+LAYOUT_2 = """
+CREATE TABLE govern_format (
+    format VARCHAR(200) NOT NULL, version INTEGER NOT NULL, PRIMARY KEY (format));
+CREATE TABLE govern_logs (
+    name VARCHAR(200) NOT NULL, machine VARCHAR(200) NOT NULL, length BIGINT NOT NULL, events TEXT,
+    PRIMARY KEY (name));
+CREATE TABLE govern_events (
+    log VARCHAR(200) NOT NULL, position BIGINT NOT NULL, event_id VARCHAR(200) NOT NULL,
+    machine VARCHAR(200) NOT NULL, record VARCHAR(200) NOT NULL, record_seq BIGINT NOT NULL,
+    event VARCHAR(200) NOT NULL, producer VARCHAR(200) NOT NULL, producer_seq BIGINT NOT NULL,
+    deps TEXT NOT NULL, "after" TEXT NOT NULL, writer VARCHAR(32), PRIMARY KEY (log, position),
+    CONSTRAINT govern_events_id UNIQUE (log, event_id),
+    CONSTRAINT govern_events_record UNIQUE (log, record, record_seq),
+    CONSTRAINT govern_events_producer UNIQUE (log, producer, producer_seq));
+CREATE TABLE govern_counters (
+    log VARCHAR(200) NOT NULL, kind VARCHAR(1) NOT NULL, "key" VARCHAR(200) NOT NULL, next BIGINT NOT NULL,
+    PRIMARY KEY (log, kind, "key"));
+INSERT INTO govern_format VALUES ('govern-event-log', 2);
+"""
+
+
+def test_a_layout_2_sqlite_log_moves_to_layout_3_and_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "layout2.db"
+    names = '["pay", "ship", "cancel"]'
+    with sqlite3.connect(path) as raw:
+        raw.executescript(LAYOUT_2)
+        raw.execute(
+            "INSERT INTO govern_logs VALUES ('main', ?, 3, ?), ('other', ?, 1, ?)", (DIGEST, names) * 2
+        )
+        rows = [
+            ("main", 0, "a", "o1", 0, "pay", "p", 0, "[]", "[]", "w1"),
+            ("main", 1, "b", "o2", 0, "ship", "p", 5, '["a"]', "[0]", "w1"),
+            ("main", 2, "c", "o1", 1, "ship", "q", 0, '["a"]', "[0]", "w2"),
+            ("other", 0, "a", "o1", 0, "cancel", "p", 0, "[]", "[]", "w3"),
+        ]
+        raw.executemany(
+            "INSERT INTO govern_events VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [(log, pos, i, DIGEST, *rest) for log, pos, i, *rest in rows],
+        )
+        raw.execute(
+            "INSERT INTO govern_counters VALUES ('main', 'p', 'p', 6), ('main', 'p', 'q', 1), "
+            "('main', 'r', 'o1', 2), ('main', 'r', 'o2', 1), ('other', 'p', 'p', 1), ('other', 'r', 'o1', 1)"
+        )
+    log = EventLog(str(path))
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT format, version FROM govern_format").fetchall() == [
+            ("govern-event-log", 3)
+        ]
+        (table,) = raw.execute("SELECT sql FROM sqlite_master WHERE name = 'govern_events'").fetchone()
+        assert table.rstrip().endswith("WITHOUT ROWID")
+        assert raw.execute("SELECT count(*) FROM govern_counters").fetchone() == (0,)
+        tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert tables == {"govern_format", "govern_logs", "govern_events", "govern_counters"}
+    # Everything reads as before.
+    assert log.length() == 3 and log.events() == EVENTS and log.machine() == DIGEST
+    stored = log.read()
+    assert [(e.id, e.position, e.record_seq, e.producer_seq, e.after) for e in stored] == [
+        ("a", 0, 0, 0, ()),
+        ("b", 1, 0, 5, (0,)),
+        ("c", 2, 1, 0, (0,)),
+    ]
+    assert [e.id for e in log.read_record("o1")] == ["a", "c"]
+    assert log.last_by_producer("p") == stored[1] and log.get("c") == stored[2]
+    assert EventLog(str(path), name="other").read()[0].event == "cancel"
+    # Appends go on from the stored numbers, and the old events still de-duplicate and conflict.
+    assert not log.append(ev("a")).created
+    with pytest.raises(govern.EventConflict, match="already used sequence number 5"):
+        log.append(ev("d", seq=5))
+    d = log.append(Event(id="d", machine=DIGEST, record="o1", event="pay", producer="p")).event
+    assert (d.position, d.record_seq, d.producer_seq) == (3, 2, 6)
+    e = log.append(Event(id="e", machine=DIGEST, record="o3", event="pay", producer="q", deps=["b"])).event
+    assert (e.position, e.record_seq, e.producer_seq, e.after) == (4, 0, 1, (1,))
+    assert EventLog(str(path)).length() == 5  # a later handle finds layout 3 ready
+    other = EventLog(str(path), name="other")
+    assert other.append(ev("b", seq=1)).event.position == 1
+
+
+def test_the_marker_names_the_layout_of_each_kind_of_database(log_url: str, log_name: str) -> None:
+    # SQLite moved to layout 3; PostgreSQL stays at 2, so an older govern can still share the database.
+    log = bound(log_url, log_name)
+    log.append(ev("a"))
+    engine = sa.create_engine(log_url)
+    with engine.connect() as conn:
+        marker = conn.execute(sa.text("SELECT format, version FROM govern_format")).all()
+    engine.dispose()
+    assert marker == [("govern-event-log", 3 if log_url.startswith("sqlite") else 2)]
+    assert log.length() == 1 and EventLog(log_url, name=log_name).length() == 1
 
 
 def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> None:
@@ -225,7 +315,7 @@ def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("update", "message"),
     [
-        ("UPDATE govern_format SET version = 3", "layout 3, written by a newer govern"),
+        ("UPDATE govern_format SET version = 4", "layout 4, written by a newer govern"),
         ("UPDATE govern_format SET format = 'someone-else'", "format 'someone-else'"),
         ("DROP TABLE govern_events", "only some of the event log's tables"),
     ],
