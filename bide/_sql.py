@@ -23,8 +23,8 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   seq counter on PostgreSQL, the run's lease (S9) and whether it has ended (S8). Every insert reads its run's
   row in its own transaction (locked on PostgreSQL, under the database lock on SQLite) to check the fence
   and the end. A transaction that only grants, renews or releases leases is not synced to disk on commit
-  (``synchronous=NORMAL`` on SQLite, on a connection kept for them in the event loop;
-  ``synchronous_commit=off`` on PostgreSQL): the next durable commit
+  (``synchronous=NORMAL`` on SQLite, set for that transaction alone; ``synchronous_commit=off`` on
+  PostgreSQL): the next durable commit
   syncs it (the write-ahead log is one sequence), and a grant lost to a crash is harmless, because fences
   compare the holder's random id as well as the token, so nobody can write under a grant the store forgot.
   On PostgreSQL a grant or renewal is one upsert (``INSERT ... ON CONFLICT DO UPDATE ... WHERE ...
@@ -106,14 +106,11 @@ class _HooksBroken(Exception):
 
 
 class _Slot:
-    """One connection, opened lazily and replaced after an error. A `lease_only` connection (SQLite, in the
-    event loop) runs only transactions that grant, renew or free leases, which need no sync on commit: it
-    stays at ``synchronous=NORMAL`` instead of switching for each of them."""
+    """One connection, opened lazily and replaced after an error."""
 
-    def __init__(self, store: SQLStore, *, in_loop: bool = False, lease_only: bool = False) -> None:
+    def __init__(self, store: SQLStore, *, in_loop: bool = False) -> None:
         self.store = store
         self.in_loop = in_loop
-        self.lease_only = lease_only
         self.raw: Any = None
 
     def get(self) -> Any:
@@ -126,8 +123,6 @@ class _Slot:
                     # Never wait for a lock inside the event loop: a busy database hands the batch to the
                     # store's thread, which waits with the full busy timeout.
                     driver.execute("PRAGMA busy_timeout=0")
-                if self.lease_only:
-                    driver.execute("PRAGMA synchronous=NORMAL")
             self.raw = raw
         return self.raw
 
@@ -155,7 +150,6 @@ class _LoopBatch(threading.local):
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.slot: _Slot | None = None
-        self.lease_slot: _Slot | None = None  # for batches that only grant, renew or free leases
 _IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -574,15 +568,12 @@ class SQLStore:
         batch, state.pending = state.pending, []
         state.scheduled = False
         try:
-            # A batch of leases alone commits without a sync, on a connection kept for that.
-            lease_only = _lease_only(batch)
-            slot = state.lease_slot if lease_only else state.slot
+            # One connection for every batch: SQLite empties a connection's page cache whenever another
+            # connection has written since its last transaction, so a second one (say, for leases) would
+            # read the pages it touches again each time.
+            slot = state.slot
             if slot is None:
-                slot = _Slot(self, in_loop=True, lease_only=lease_only)
-                if lease_only:
-                    state.lease_slot = slot
-                else:
-                    state.slot = slot
+                slot = state.slot = _Slot(self, in_loop=True)
                 with self._lock:
                     self._slots.append(slot)
             self._run_batch(batch, slot)
@@ -668,7 +659,7 @@ class SQLStore:
         def attempt() -> list[Any]:
             nonlocal hooks
             try:
-                return self._transaction(batch, slot.get(), hooks=hooks, unsynced=slot.lease_only)
+                return self._transaction(batch, slot.get(), hooks=hooks)
             except _HooksBroken:
                 slot.drop()
                 hooks = False  # the journal write goes ahead without them; derived data catches up later
@@ -703,11 +694,8 @@ class SQLStore:
             return
         self._answer_all(batch, results)
 
-    def _transaction(
-        self, batch: list[_Request], raw: Any, *, hooks: bool = True, unsynced: bool = False
-    ) -> list[Any]:
-        """Run `batch` as one transaction on `raw` (`unsynced`: a lease-only connection, already at
-        synchronous=NORMAL, which never gets a batch that writes records)."""
+    def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
+        """Run `batch` as one transaction on `raw`."""
         writes = False
         leases = False
         for r in batch:
@@ -717,9 +705,7 @@ class SQLStore:
                 leases = True
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
-        if unsynced and writes:
-            raise StoreError("a batch with records reached the lease-only connection; nothing was done")
-        toggle = lazy and not unsynced and self.dialect == "sqlite"
+        toggle = lazy and self.dialect == "sqlite"
         # SQLite: the driver's own cursor (the pool's wrapper adds a Python call per transaction).
         cur = (raw.dbapi_connection if self.dialect == "sqlite" else raw).cursor()
         hooked: list[WriteTransaction] = []
@@ -1195,17 +1181,6 @@ def _lease_columns() -> list[sa.Column[Any]]:
         sa.Column("expires_ms", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("ended", sa.Integer, nullable=False, server_default="0"),
     ]
-
-
-def _lease_only(batch: list[_Request]) -> bool:
-    """True when `batch` grants, renews or frees leases and writes no record."""
-    leases = False
-    for r in batch:
-        if r.op == "insert":
-            return False
-        if r.op in _LEASE_OPS:
-            leases = True
-    return leases
 
 
 def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, bytes]]:
