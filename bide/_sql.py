@@ -561,10 +561,12 @@ class SQLStore:
         state.pending.append(req)
         if not state.scheduled:
             state.scheduled = True
-            loop.call_soon(self._flush_local, state)
+            loop.call_soon(self._flush_local, state, loop)
         return fut
 
-    def _flush_local(self, state: _LoopBatch) -> None:
+    def _flush_local(self, state: _LoopBatch, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the requests made in this loop since the last flush as one batch (`loop`: the running loop,
+        passed along because asking asyncio for it costs a getpid system call)."""
         batch, state.pending = state.pending, []
         state.scheduled = False
         try:
@@ -576,19 +578,21 @@ class SQLStore:
                 slot = state.slot = _Slot(self, in_loop=True)
                 with self._lock:
                     self._slots.append(slot)
-            self._run_batch(batch, slot)
+            self._run_batch(batch, slot, loop)
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
             self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
-                          if r.afuture is not None and not r.afuture.done()])
+                          if r.afuture is not None and not r.afuture.done()], loop)
             if not isinstance(exc, Exception):
                 raise
 
-    def _answer(self, answers: list[tuple[_Request, Any, BaseException | None]]) -> None:
+    def _answer(
+        self,
+        answers: list[tuple[_Request, Any, BaseException | None]],
+        here: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        """Settle `answers`: the futures of `here` (the running loop, None in the store's thread) at once,
+        those of other loops through their own loop."""
         by_loop: dict[asyncio.AbstractEventLoop, list[_Answer]] = {}
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
         mine: list[_Answer] = []
         for req, result, error in answers:
             fut = req.afuture
@@ -603,13 +607,11 @@ class SQLStore:
             with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is waiting
                 loop.call_soon_threadsafe(_deliver, items)
 
-    def _answer_all(self, batch: list[_Request], results: list[Any]) -> None:
-        """Answer a committed batch: the futures of the running loop at once (the common, in-loop case),
-        everyone else through `_answer`."""
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
+    def _answer_all(
+        self, batch: list[_Request], results: list[Any], here: asyncio.AbstractEventLoop | None
+    ) -> None:
+        """Answer a committed batch: the futures of `here`, the running loop, at once (the common, in-loop
+        case), everyone else through `_answer`."""
         rest: list[tuple[_Request, Any, BaseException | None]] = []
         for req, res in zip(batch, results, strict=True):
             fut = req.afuture
@@ -623,7 +625,7 @@ class SQLStore:
             else:
                 rest.append((req, res, None))
         if rest:
-            self._answer(rest)
+            self._answer(rest, here)
 
     def _serve(self) -> None:
         while True:
@@ -642,15 +644,20 @@ class SQLStore:
                     break
                 batch.append(nxt)
             try:
-                self._run_batch(batch, self._worker_slot)
+                self._run_batch(batch, self._worker_slot, None)
             except BaseException as exc:  # never leave a caller waiting on a dead thread
                 self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
-                              if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())])
+                              if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())],
+                             None)
             if stop:
                 break
         self._worker_slot.close()
 
-    def _run_batch(self, batch: list[_Request], slot: _Slot) -> None:
+    def _run_batch(
+        self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None
+    ) -> None:
+        """Run `batch` on `slot` and answer it (`here`: the running event loop, None in the store's
+        thread)."""
         # Sorting by run id gives every transaction the same lock order on PostgreSQL (no deadlocks);
         # requests in one batch are concurrent, so their relative order is free.
         batch.sort(key=_by_run_id)
@@ -684,15 +691,15 @@ class SQLStore:
             if len(batch) > 1:
                 # Isolate the failing request: answer the others in their own transactions.
                 for req in batch:
-                    self._run_batch([req], slot)
+                    self._run_batch([req], slot, here)
                 return
             error = StoreError(
                 f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} failed; "
                 f"a write may or may not have committed: {exc}"
             )
-            self._answer([(batch[0], None, error)])
+            self._answer([(batch[0], None, error)], here)
             return
-        self._answer_all(batch, results)
+        self._answer_all(batch, results, here)
 
     def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
         """Run `batch` as one transaction on `raw`."""
