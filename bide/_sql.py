@@ -746,6 +746,10 @@ class SQLStore:
                 hooked = self._run_hooks(cur, batch, results)
             if self.dialect == "sqlite":
                 cur.execute("COMMIT")
+                if toggle:
+                    # Not suppressed: an error here drops the connection (see _run_batch), so a connection
+                    # left at NORMAL never commits a record.
+                    cur.execute("PRAGMA synchronous=FULL")
             else:
                 raw.commit()
         except BaseException:
@@ -758,11 +762,11 @@ class SQLStore:
                     raw.rollback()
             except Exception:
                 pass
-            raise
-        finally:
             if toggle:
                 with contextlib.suppress(Exception):  # a broken connection is dropped by the caller
                     cur.execute("PRAGMA synchronous=FULL")
+            raise
+        finally:
             cur.close()
         for txn in hooked:
             txn._finish(committed=True)

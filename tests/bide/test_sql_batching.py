@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bide._errors import RunEnded
+from bide._errors import RunEnded, StoreError
 from bide._sql import _CHUNK, SQLStore, _chunks, _retryable
 from bide._store import Entry, Lease, WriteTransaction
 
@@ -290,6 +290,31 @@ def test_records_commit_synced_and_lease_batches_alone_unsynced(store: SQLStore)
     assert commits == [1, 2, 2]  # NORMAL for the lease alone, FULL with records
     assert final_level == 2 and store._local.slot is not None and len(store._slots) == 1
     assert [e.key for e in loaded] == ["k", "k2"] and store.lease("s", "h", now_ms=2, ttl_ms=10, token=1).held
+
+
+def test_a_connection_that_stays_unsynced_is_dropped(store: SQLStore) -> None:
+    """If a lease batch cannot set its connection back to synchronous=FULL after its commit, the caller gets
+    an error and the connection is dropped: the next batch, with a record, commits on a new one at FULL."""
+
+    def deny_full_sync(action: int, arg1: str | None, arg2: str | None, *_: Any) -> int:
+        denied = action == sqlite3.SQLITE_PRAGMA and arg1 == "synchronous" and arg2 == "FULL"
+        return sqlite3.SQLITE_DENY if denied else sqlite3.SQLITE_OK
+
+    async def go() -> tuple[Any, Any]:
+        await store.aload("warm")  # opens the event loop's connection
+        slot = store._local.slot
+        assert slot is not None
+        before = slot.raw.driver_connection
+        before.set_authorizer(deny_full_sync)
+        with pytest.raises(StoreError):
+            await store.alease("r", "h", now_ms=1, ttl_ms=10)
+        await store.ainsert_many("r", [("k", b"v")])
+        return before, slot.raw.driver_connection
+
+    before, after = asyncio.run(go())
+    assert after is not before
+    assert int(after.execute("PRAGMA synchronous").fetchone()[0]) == 2  # FULL
+    assert [e.key for e in store.load("r")] == ["k"]
 
 
 def test_runs_ended_in_one_batch_are_all_sealed(store: SQLStore) -> None:
