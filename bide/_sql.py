@@ -23,8 +23,8 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   seq counter on PostgreSQL, the run's lease (S9) and whether it has ended (S8). Every insert reads its run's
   row in its own transaction (locked on PostgreSQL, under the database lock on SQLite) to check the fence
   and the end. A transaction that only grants, renews or releases leases is not synced to disk on commit
-  (``synchronous=NORMAL`` on SQLite, on a connection kept for them in the event loop;
-  ``synchronous_commit=off`` on PostgreSQL): the next durable commit
+  (``synchronous=NORMAL`` on SQLite, set for that transaction alone; ``synchronous_commit=off`` on
+  PostgreSQL): the next durable commit
   syncs it (the write-ahead log is one sequence), and a grant lost to a crash is harmless, because fences
   compare the holder's random id as well as the token, so nobody can write under a grant the store forgot.
   On PostgreSQL a grant or renewal is one upsert (``INSERT ... ON CONFLICT DO UPDATE ... WHERE ...
@@ -106,14 +106,11 @@ class _HooksBroken(Exception):
 
 
 class _Slot:
-    """One connection, opened lazily and replaced after an error. A `lease_only` connection (SQLite, in the
-    event loop) runs only transactions that grant, renew or free leases, which need no sync on commit: it
-    stays at ``synchronous=NORMAL`` instead of switching for each of them."""
+    """One connection, opened lazily and replaced after an error."""
 
-    def __init__(self, store: SQLStore, *, in_loop: bool = False, lease_only: bool = False) -> None:
+    def __init__(self, store: SQLStore, *, in_loop: bool = False) -> None:
         self.store = store
         self.in_loop = in_loop
-        self.lease_only = lease_only
         self.raw: Any = None
 
     def get(self) -> Any:
@@ -126,8 +123,6 @@ class _Slot:
                     # Never wait for a lock inside the event loop: a busy database hands the batch to the
                     # store's thread, which waits with the full busy timeout.
                     driver.execute("PRAGMA busy_timeout=0")
-                if self.lease_only:
-                    driver.execute("PRAGMA synchronous=NORMAL")
             self.raw = raw
         return self.raw
 
@@ -155,7 +150,6 @@ class _LoopBatch(threading.local):
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.slot: _Slot | None = None
-        self.lease_slot: _Slot | None = None  # for batches that only grant, renew or free leases
 _IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
@@ -567,37 +561,38 @@ class SQLStore:
         state.pending.append(req)
         if not state.scheduled:
             state.scheduled = True
-            loop.call_soon(self._flush_local, state)
+            loop.call_soon(self._flush_local, state, loop)
         return fut
 
-    def _flush_local(self, state: _LoopBatch) -> None:
+    def _flush_local(self, state: _LoopBatch, loop: asyncio.AbstractEventLoop) -> None:
+        """Run the requests made in this loop since the last flush as one batch (`loop`: the running loop,
+        passed along because asking asyncio for it costs a getpid system call)."""
         batch, state.pending = state.pending, []
         state.scheduled = False
         try:
-            # A batch of leases alone commits without a sync, on a connection kept for that.
-            lease_only = _lease_only(batch)
-            slot = state.lease_slot if lease_only else state.slot
+            # One connection for every batch: SQLite empties a connection's page cache whenever another
+            # connection has written since its last transaction, so a second one (say, for leases) would
+            # read the pages it touches again each time.
+            slot = state.slot
             if slot is None:
-                slot = _Slot(self, in_loop=True, lease_only=lease_only)
-                if lease_only:
-                    state.lease_slot = slot
-                else:
-                    state.slot = slot
+                slot = state.slot = _Slot(self, in_loop=True)
                 with self._lock:
                     self._slots.append(slot)
-            self._run_batch(batch, slot)
+            self._run_batch(batch, slot, loop)
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
             self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
-                          if r.afuture is not None and not r.afuture.done()])
+                          if r.afuture is not None and not r.afuture.done()], loop)
             if not isinstance(exc, Exception):
                 raise
 
-    def _answer(self, answers: list[tuple[_Request, Any, BaseException | None]]) -> None:
+    def _answer(
+        self,
+        answers: list[tuple[_Request, Any, BaseException | None]],
+        here: asyncio.AbstractEventLoop | None,
+    ) -> None:
+        """Settle `answers`: the futures of `here` (the running loop, None in the store's thread) at once,
+        those of other loops through their own loop."""
         by_loop: dict[asyncio.AbstractEventLoop, list[_Answer]] = {}
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
         mine: list[_Answer] = []
         for req, result, error in answers:
             fut = req.afuture
@@ -612,13 +607,11 @@ class SQLStore:
             with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is waiting
                 loop.call_soon_threadsafe(_deliver, items)
 
-    def _answer_all(self, batch: list[_Request], results: list[Any]) -> None:
-        """Answer a committed batch: the futures of the running loop at once (the common, in-loop case),
-        everyone else through `_answer`."""
-        try:
-            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
-        except RuntimeError:
-            here = None
+    def _answer_all(
+        self, batch: list[_Request], results: list[Any], here: asyncio.AbstractEventLoop | None
+    ) -> None:
+        """Answer a committed batch: the futures of `here`, the running loop, at once (the common, in-loop
+        case), everyone else through `_answer`."""
         rest: list[tuple[_Request, Any, BaseException | None]] = []
         for req, res in zip(batch, results, strict=True):
             fut = req.afuture
@@ -632,7 +625,7 @@ class SQLStore:
             else:
                 rest.append((req, res, None))
         if rest:
-            self._answer(rest)
+            self._answer(rest, here)
 
     def _serve(self) -> None:
         while True:
@@ -651,15 +644,20 @@ class SQLStore:
                     break
                 batch.append(nxt)
             try:
-                self._run_batch(batch, self._worker_slot)
+                self._run_batch(batch, self._worker_slot, None)
             except BaseException as exc:  # never leave a caller waiting on a dead thread
                 self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
-                              if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())])
+                              if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())],
+                             None)
             if stop:
                 break
         self._worker_slot.close()
 
-    def _run_batch(self, batch: list[_Request], slot: _Slot) -> None:
+    def _run_batch(
+        self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None
+    ) -> None:
+        """Run `batch` on `slot` and answer it (`here`: the running event loop, None in the store's
+        thread)."""
         # Sorting by run id gives every transaction the same lock order on PostgreSQL (no deadlocks);
         # requests in one batch are concurrent, so their relative order is free.
         batch.sort(key=_by_run_id)
@@ -668,7 +666,7 @@ class SQLStore:
         def attempt() -> list[Any]:
             nonlocal hooks
             try:
-                return self._transaction(batch, slot.get(), hooks=hooks, unsynced=slot.lease_only)
+                return self._transaction(batch, slot.get(), hooks=hooks)
             except _HooksBroken:
                 slot.drop()
                 hooks = False  # the journal write goes ahead without them; derived data catches up later
@@ -693,21 +691,18 @@ class SQLStore:
             if len(batch) > 1:
                 # Isolate the failing request: answer the others in their own transactions.
                 for req in batch:
-                    self._run_batch([req], slot)
+                    self._run_batch([req], slot, here)
                 return
             error = StoreError(
                 f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} failed; "
                 f"a write may or may not have committed: {exc}"
             )
-            self._answer([(batch[0], None, error)])
+            self._answer([(batch[0], None, error)], here)
             return
-        self._answer_all(batch, results)
+        self._answer_all(batch, results, here)
 
-    def _transaction(
-        self, batch: list[_Request], raw: Any, *, hooks: bool = True, unsynced: bool = False
-    ) -> list[Any]:
-        """Run `batch` as one transaction on `raw` (`unsynced`: a lease-only connection, already at
-        synchronous=NORMAL, which never gets a batch that writes records)."""
+    def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
+        """Run `batch` as one transaction on `raw`."""
         writes = False
         leases = False
         for r in batch:
@@ -717,9 +712,7 @@ class SQLStore:
                 leases = True
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
-        if unsynced and writes:
-            raise StoreError("a batch with records reached the lease-only connection; nothing was done")
-        toggle = lazy and not unsynced and self.dialect == "sqlite"
+        toggle = lazy and self.dialect == "sqlite"
         # SQLite: the driver's own cursor (the pool's wrapper adds a Python call per transaction).
         cur = (raw.dbapi_connection if self.dialect == "sqlite" else raw).cursor()
         hooked: list[WriteTransaction] = []
@@ -753,6 +746,10 @@ class SQLStore:
                 hooked = self._run_hooks(cur, batch, results)
             if self.dialect == "sqlite":
                 cur.execute("COMMIT")
+                if toggle:
+                    # Not suppressed: an error here drops the connection (see _run_batch), so a connection
+                    # left at NORMAL never commits a record.
+                    cur.execute("PRAGMA synchronous=FULL")
             else:
                 raw.commit()
         except BaseException:
@@ -765,11 +762,11 @@ class SQLStore:
                     raw.rollback()
             except Exception:
                 pass
-            raise
-        finally:
             if toggle:
                 with contextlib.suppress(Exception):  # a broken connection is dropped by the caller
                     cur.execute("PRAGMA synchronous=FULL")
+            raise
+        finally:
             cur.close()
         for txn in hooked:
             txn._finish(committed=True)
@@ -1195,17 +1192,6 @@ def _lease_columns() -> list[sa.Column[Any]]:
         sa.Column("expires_ms", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("ended", sa.Integer, nullable=False, server_default="0"),
     ]
-
-
-def _lease_only(batch: list[_Request]) -> bool:
-    """True when `batch` grants, renews or frees leases and writes no record."""
-    leases = False
-    for r in batch:
-        if r.op == "insert":
-            return False
-        if r.op in _LEASE_OPS:
-            leases = True
-    return leases
 
 
 def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, bytes]]:

@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bide._errors import RunEnded
+from bide._errors import RunEnded, StoreError
 from bide._sql import _CHUNK, SQLStore, _chunks, _retryable
 from bide._store import Entry, Lease, WriteTransaction
 
@@ -254,22 +254,67 @@ def test_leases_in_one_batch_answer_what_they_would_one_by_one(store: SQLStore) 
 
 
 def test_records_commit_synced_and_lease_batches_alone_unsynced(store: SQLStore) -> None:
-    """In the event loop a batch of leases alone (and the loads sent with it) commits on a connection kept
-    at synchronous=NORMAL; every batch with a record commits on one at FULL (durable on return, S3)."""
+    """In the event loop a batch of leases alone (and the loads sent with it) commits at synchronous=NORMAL;
+    every batch with a record commits at FULL (durable on return, S3). All of them run on one connection
+    (a second one would reread the pages the first wrote), which is back at FULL after each lease batch."""
+    statements: list[str] = []
 
-    def level(slot: Any) -> int:
-        return int(slot.raw.driver_connection.execute("PRAGMA synchronous").fetchone()[0])
+    def level(conn: sqlite3.Connection) -> int:
+        return int(conn.execute("PRAGMA synchronous").fetchone()[0])
 
-    async def go() -> tuple[int, int, list[Entry]]:
+    def levels_at_commit() -> list[int]:
+        """The synchronous level each traced transaction committed at."""
+        out: list[int] = []
+        current = 2
+        for sql in statements:
+            if sql.startswith("PRAGMA synchronous="):
+                current = {"NORMAL": 1, "FULL": 2}[sql.split("=")[1]]
+            elif sql == "COMMIT":
+                out.append(current)
+        return out
+
+    async def go() -> tuple[list[int], int, list[Entry]]:
+        await store.aload("warm")  # opens the event loop's connection
+        slot = store._local.slot
+        assert slot is not None
+        conn = slot.raw.driver_connection
+        conn.set_trace_callback(statements.append)
         await asyncio.gather(store.alease("r", "h", now_ms=1, ttl_ms=10), store.aload("r"))
+        await store.ainsert_many("r", [("k", b"v")])
         granted = store.alease("s", "h", now_ms=1, ttl_ms=10)
-        await asyncio.gather(granted, store.ainsert_many("r", [("k", b"v")]))
-        state = store._local
-        return level(state.lease_slot), level(state.slot), await store.aload("r")
+        await asyncio.gather(granted, store.ainsert_many("r", [("k2", b"v")]))
+        conn.set_trace_callback(None)
+        return levels_at_commit(), level(conn), await store.aload("r")
 
-    lease_level, record_level, loaded = asyncio.run(go())
-    assert (lease_level, record_level) == (1, 2)  # NORMAL, FULL
-    assert [e.key for e in loaded] == ["k"] and store.lease("s", "h", now_ms=2, ttl_ms=10, token=1).held
+    commits, final_level, loaded = asyncio.run(go())
+    assert commits == [1, 2, 2]  # NORMAL for the lease alone, FULL with records
+    assert final_level == 2 and store._local.slot is not None and len(store._slots) == 1
+    assert [e.key for e in loaded] == ["k", "k2"] and store.lease("s", "h", now_ms=2, ttl_ms=10, token=1).held
+
+
+def test_a_connection_that_stays_unsynced_is_dropped(store: SQLStore) -> None:
+    """If a lease batch cannot set its connection back to synchronous=FULL after its commit, the caller gets
+    an error and the connection is dropped: the next batch, with a record, commits on a new one at FULL."""
+
+    def deny_full_sync(action: int, arg1: str | None, arg2: str | None, *_: Any) -> int:
+        denied = action == sqlite3.SQLITE_PRAGMA and arg1 == "synchronous" and arg2 == "FULL"
+        return sqlite3.SQLITE_DENY if denied else sqlite3.SQLITE_OK
+
+    async def go() -> tuple[Any, Any]:
+        await store.aload("warm")  # opens the event loop's connection
+        slot = store._local.slot
+        assert slot is not None
+        before = slot.raw.driver_connection
+        before.set_authorizer(deny_full_sync)
+        with pytest.raises(StoreError):
+            await store.alease("r", "h", now_ms=1, ttl_ms=10)
+        await store.ainsert_many("r", [("k", b"v")])
+        return before, slot.raw.driver_connection
+
+    before, after = asyncio.run(go())
+    assert after is not before
+    assert int(after.execute("PRAGMA synchronous").fetchone()[0]) == 2  # FULL
+    assert [e.key for e in store.load("r")] == ["k"]
 
 
 def test_runs_ended_in_one_batch_are_all_sealed(store: SQLStore) -> None:
