@@ -565,7 +565,8 @@ def resolve(url: str, call_id: str, *what: str) -> None:
             text=True,
             timeout=60,
         )
-        if res.returncode != 4:
+        # Refused (exit 5) while the call's deadline plus the skew has not passed: wait and retry.
+        if res.returncode != 5 or "may still be running" not in res.stderr:
             break
         time.sleep(0.1)
     assert res.returncode == 0, res.stderr
