@@ -1,9 +1,10 @@
 """A drive's hold on its run's lease: renewed while it drives, freed when it stops.
 
 Renewals of every drive of one event loop share one registry and one timer (like tool deadlines, see
-bide/_deadline.py): a drive costs a heap entry and a dict entry, both tuples of atomic values (which the
-garbage collector stops tracking), not objects of its own, so thousands of live runs add nothing to
-collections. Most drives finish long before their first renewal (every third of the lease's ttl).
+bide/_deadline.py): a drive costs two dict entries, a tuple of atomic values (which the garbage collector
+stops tracking) and a float, not objects of its own, so thousands of live runs add nothing to collections.
+Most drives finish long before their first renewal (every third of the lease's ttl): a hold and its let
+go touch no heap, and the timer only when none is armed.
 
 A synchronous tool that runs on past its deadline cannot be stopped. Its drive ends (the run halts), but
 the lease must not be freed while the call may still act: `keep_overrun` renews it from a thread until
@@ -63,11 +64,19 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
     entry = None if renewals is None else renewals.held.pop(held, None)
     if entry is None or renewals is None:
         return None
-    if ended:
-        renewals.leave(held, entry[0])
-        return None
     gid, run_id, holder, token = entry
-    store, ttl, clock = renewals.leave(held, gid)
+    group = renewals.groups[gid]
+    store, clock = group.store, group.clock
+    group.due.pop(held, None)  # not there while it is being renewed or waits for a retry
+    group.users -= 1
+    if not group.users:  # an idle group keeps neither its store nor its clock (see _Group)
+        group.store = group.clock = None
+        if group is not renewals.last:
+            renewals.drop(group)
+    if ended:
+        return None
+    assert store is not None and clock is not None  # held by the group while it had a lease
+    ttl = group.ttl
     lease = Lease(run_id, holder, token, 0)
     if overrun:
         threading.Thread(
@@ -149,8 +158,9 @@ class _Group:
 class _Renewals:
     """The leases held by drives of one event loop, the renewals due, and one timer for the earliest.
 
-    Drives of one (store, ttl, clock) share a `_Group`, named by a number in `groups`; a group lives while
-    a lease of it is held, so a loop that used many stores keeps none of them once their drives are done.
+    Drives of one (store, ttl, clock) share a `_Group`, named by a number in `groups`; a group holds its
+    store while a lease of it is held (only the last one used stays once idle, holding no store), so a
+    loop that used many stores keeps none of them once their drives are done.
     A held lease is an entry `(group, run id, holder, token)` in `held` under a number of its own, a tuple
     of atomic values untracked by the garbage collector. A renewal that failed is tried again sooner, from
     `retries` (a heap of `(when, number)`): entries of leases let go stay there until they reach the top."""
@@ -175,7 +185,7 @@ class _Renewals:
         same ids may take it)."""
         last = self.last
         if last is not None and not last.users:
-            self._drop(last)
+            self.drop(last)
         key = (id(store), ttl, id(clock))
         gid = self.group_ids.get(key)
         if gid is not None:
@@ -187,22 +197,9 @@ class _Renewals:
         self.last = group
         return group
 
-    def _drop(self, group: _Group) -> None:
+    def drop(self, group: _Group) -> None:
+        """Forget the idle `group`."""
         del self.groups[group.gid], self.group_ids[(group.store_id, group.ttl, group.clock_id)]
-
-    def leave(self, number: int, gid: int) -> tuple[Store, float, Callable[[], float]]:
-        """The lease `number` of group `gid` is let go: the group's (store, ttl, clock). A group with no lease
-        left lets its store and clock go, and is dropped unless it is the last one used."""
-        group = self.groups[gid]
-        store, clock = group.store, group.clock
-        assert store is not None and clock is not None  # held by the group while it has a lease
-        group.due.pop(number, None)  # not there while it is being renewed or waits for a retry
-        group.users -= 1
-        if not group.users:
-            group.store = group.clock = None
-            if group is not self.last:
-                self._drop(group)
-        return store, group.ttl, clock
 
     def arm(self, when: float) -> None:
         if self.timer is not None:
