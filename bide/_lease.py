@@ -1,9 +1,10 @@
 """A drive's hold on its run's lease: renewed while it drives, freed when it stops.
 
 Renewals of every drive of one event loop share one registry and one timer (like tool deadlines, see
-bide/_deadline.py): a drive costs a heap entry and a dict entry, both tuples of atomic values (which the
-garbage collector stops tracking), not objects of its own, so thousands of live runs add nothing to
-collections. Most drives finish long before their first renewal (every third of the lease's ttl).
+bide/_deadline.py): a drive costs two dict entries, a tuple of atomic values (which the garbage collector
+stops tracking) and a float, not objects of its own, so thousands of live runs add nothing to collections.
+Most drives finish long before their first renewal (every third of the lease's ttl): a hold and its let
+go touch no heap, and the timer only when none is armed.
 
 A synchronous tool that runs on past its deadline cannot be stopped. Its drive ends (the run halts), but
 the lease must not be freed while the call may still act: `keep_overrun` renews it from a thread until
@@ -40,10 +41,16 @@ def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float
     renewals: _Renewals | None = getattr(_LOCAL, "renewals", None)
     if renewals is None or renewals.loop is not loop:
         renewals = _LOCAL.renewals = _Renewals(loop)
-    gid = renewals.join(store, ttl, clock)
+    group = renewals.last
+    if group is None or group.store_id != id(store) or group.ttl != ttl or group.clock_id != id(clock):
+        group = renewals.join(store, ttl, clock)
+    group.store, group.clock = store, clock  # an idle group holds neither
+    group.users += 1
     number = next(_NUMBERS)
-    renewals.held[number] = (gid, lease.run_id, lease.holder, lease.token)
-    renewals.push(number, ttl / 3)
+    renewals.held[number] = (group.gid, lease.run_id, lease.holder, lease.token)
+    when = group.due[number] = renewals.time() + group.period
+    if when < renewals.timer_at:
+        renewals.arm(when)
     return number
 
 
@@ -57,11 +64,19 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
     entry = None if renewals is None else renewals.held.pop(held, None)
     if entry is None or renewals is None:
         return None
-    if ended:
-        renewals.leave(entry[0])
-        return None
     gid, run_id, holder, token = entry
-    store, ttl, clock = renewals.leave(gid)
+    group = renewals.groups[gid]
+    store, clock = group.store, group.clock
+    group.due.pop(held, None)  # not there while it is being renewed or waits for a retry
+    group.users -= 1
+    if not group.users:  # an idle group keeps neither its store nor its clock (see _Group)
+        group.store = group.clock = None
+        if group is not renewals.last:
+            renewals.drop(group)
+    if ended:
+        return None
+    assert store is not None and clock is not None  # held by the group while it had a lease
+    ttl = group.ttl
     lease = Lease(run_id, holder, token, 0)
     if overrun:
         threading.Thread(
@@ -115,97 +130,135 @@ def keep_overrun(
         return
 
 
+class _Group:
+    """The leases held of one (store, ttl, clock) in one event loop, and when each one's renewal is due.
+
+    A group is named by the ids of its store and clock, and holds them only while a lease of it is held:
+    the last group used stays, idle, for the next hold (most drives of a loop share one), without keeping
+    its store alive.
+
+    Every lease waits `period` from its hold or its last renewal, in loop time, which never goes back: in
+    the order they were put in `due`, renewals are due in order too, so a hold or a let go is a dict
+    insertion or deletion (no heap), and the earliest due is the first entry."""
+
+    __slots__ = ("clock", "clock_id", "due", "gid", "period", "store", "store_id", "ttl", "users")
+
+    def __init__(self, gid: int, store: Store, ttl: float, clock: Callable[[], float]) -> None:
+        self.gid = gid
+        self.store: Store | None = store
+        self.store_id = id(store)
+        self.ttl = ttl
+        self.clock: Callable[[], float] | None = clock
+        self.clock_id = id(clock)
+        self.period = ttl / 3
+        self.users = 0  # leases held
+        self.due: dict[int, float] = {}  # number of a held lease -> loop time its renewal is due
+
+
 class _Renewals:
     """The leases held by drives of one event loop, the renewals due, and one timer for the earliest.
 
-    Drives of one (store, ttl, clock) share a group, named by a number in `groups`; a group lives while a
-    lease of it is held, so a loop that used many stores keeps none of them once their drives are done.
-    A held lease is an entry `(group, run id, holder, token)` in `held` under a number of its own; heap
-    entries are `(when, number)`. Both are tuples of atomic values, untracked by the garbage collector.
-    Entries of leases let go stay in the heap until they reach the top or the heap is rebuilt."""
-
-    _SLACK = 128
+    Drives of one (store, ttl, clock) share a `_Group`, named by a number in `groups`; a group holds its
+    store while a lease of it is held (only the last one used stays once idle, holding no store), so a
+    loop that used many stores keeps none of them once their drives are done.
+    A held lease is an entry `(group, run id, holder, token)` in `held` under a number of its own, a tuple
+    of atomic values untracked by the garbage collector. A renewal that failed is tried again sooner, from
+    `retries` (a heap of `(when, number)`): entries of leases let go stay there until they reach the top."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.heap: list[tuple[float, int]] = []
+        # The default loop's time is the monotonic clock: read it without a call of Python code per hold.
+        self.time = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
         self.held: dict[int, tuple[int, str, str, int]] = {}
-        self.groups: dict[int, tuple[Store, float, Callable[[], float]]] = {}
-        self.group_ids: dict[tuple[int, float, Callable[[], float]], int] = {}
-        self.users: dict[int, int] = {}  # leases held per group
+        self.groups: dict[int, _Group] = {}
+        self.group_ids: dict[tuple[int, float, int], int] = {}  # (store id, ttl, clock id) -> group
+        self.last: _Group | None = None  # the group of the last hold, kept while idle (see _Group)
         self._next_group = 0
+        self.retries: list[tuple[float, int]] = []
         self.timer: asyncio.TimerHandle | None = None
         self.timer_at = math.inf
         self.renewing: set[asyncio.Future[None]] = set()
 
-    def join(self, store: Store, ttl: float, clock: Callable[[], float]) -> int:
-        """The group of (store, ttl, clock), made if needed, with one more lease held. The group keeps the
-        store alive, so its id names no other store while the group lives."""
-        key = (id(store), ttl, clock)
+    def join(self, store: Store, ttl: float, clock: Callable[[], float]) -> _Group:
+        """The group of (store, ttl, clock), made if needed, now the last one used. While a group holds its
+        store and clock, their ids name no other objects; an idle one holds neither (any object with the
+        same ids may take it)."""
+        last = self.last
+        if last is not None and not last.users:
+            self.drop(last)
+        key = (id(store), ttl, id(clock))
         gid = self.group_ids.get(key)
-        if gid is None:
+        if gid is not None:
+            group = self.groups[gid]
+        else:
             gid = self.group_ids[key] = self._next_group
             self._next_group += 1
-            self.groups[gid] = (store, ttl, clock)
-            self.users[gid] = 0
-        self.users[gid] += 1
-        return gid
-
-    def leave(self, gid: int) -> tuple[Store, float, Callable[[], float]]:
-        """One lease of group `gid` is let go: the group's (store, ttl, clock), dropped with its last."""
-        group = self.groups[gid]
-        left = self.users[gid] - 1
-        if left:
-            self.users[gid] = left
-        else:
-            del self.groups[gid], self.users[gid], self.group_ids[(id(group[0]), group[1], group[2])]
+            group = self.groups[gid] = _Group(gid, store, ttl, clock)
+        self.last = group
         return group
 
-    def push(self, number: int, delay: float) -> None:
-        heap = self.heap
-        if len(heap) > 2 * len(self.held) + self._SLACK:
-            heap[:] = [item for item in heap if item[1] in self.held]
-            heapq.heapify(heap)
-        when = self.loop.time() + delay
-        heapq.heappush(heap, (when, number))
-        if when < self.timer_at:
-            if self.timer is not None:
-                self.timer.cancel()
-            self.timer_at = when
-            self.timer = self.loop.call_at(when, self._fire)
+    def drop(self, group: _Group) -> None:
+        """Forget the idle `group`."""
+        del self.groups[group.gid], self.group_ids[(group.store_id, group.ttl, group.clock_id)]
+
+    def arm(self, when: float) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        self.timer_at = when
+        self.timer = self.loop.call_at(when, self._fire)
 
     def _fire(self) -> None:
         self.timer, self.timer_at = None, math.inf
-        heap, held = self.heap, self.held
-        now = self.loop.time()
-        while heap and (heap[0][0] <= now or heap[0][1] not in held):
-            _, number = heapq.heappop(heap)
-            entry = held.get(number)
-            if entry is not None:
-                # The loop keeps only weak references to tasks: hold each renewal until it is done.
-                task = asyncio.ensure_future(self._renew(number, entry))
-                self.renewing.add(task)
-                task.add_done_callback(self.renewing.discard)
-        if heap:
-            self.timer_at = heap[0][0]
-            self.timer = self.loop.call_at(self.timer_at, self._fire)
+        now = self.time()
+        first = math.inf
+        for group in self.groups.values():
+            due = group.due
+            ready = []
+            for number, when in due.items():
+                if when > now:
+                    first = min(first, when)
+                    break
+                ready.append(number)
+            for number in ready:
+                del due[number]
+                self._start(number)
+        retries, held = self.retries, self.held
+        while retries and (retries[0][0] <= now or retries[0][1] not in held):
+            _, number = heapq.heappop(retries)
+            if number in held:
+                self._start(number)
+        if retries:
+            first = min(first, retries[0][0])
+        if first < math.inf:
+            self.arm(first)
+
+    def _start(self, number: int) -> None:
+        # The loop keeps only weak references to tasks: hold each renewal until it is done.
+        task = asyncio.ensure_future(self._renew(number, self.held[number]))
+        self.renewing.add(task)
+        task.add_done_callback(self.renewing.discard)
 
     async def _renew(self, number: int, entry: tuple[int, str, str, int]) -> None:
         gid, run_id, holder, token = entry
         group = self.groups.get(gid)
-        if group is None:
-            return  # let go (its group with it) between the timer and this task
-        store, ttl, clock = group
+        if group is None or group.store is None or group.clock is None or number not in self.held:
+            return  # let go between the timer and this task (its group may be idle)
         try:
-            now_ms = int(clock() * 1000)
-            renewed: Lease | None = await store.alease(
-                run_id, holder, now_ms=now_ms, ttl_ms=int(ttl * 1000), token=token
+            now_ms = int(group.clock() * 1000)
+            renewed: Lease | None = await group.store.alease(
+                run_id, holder, now_ms=now_ms, ttl_ms=int(group.ttl * 1000), token=token
             )
         except Exception:
             renewed = None  # the store hiccuped: try again sooner; the lease has two thirds left
         if number not in self.held or (renewed is not None and not renewed.held):
             return  # let go meanwhile, or taken over: every further write of the drive is refused
-        self.push(number, ttl / (3 if renewed is not None else 9))
+        if renewed is not None:
+            when = group.due[number] = self.time() + group.period  # later than every entry before it
+        else:
+            when = self.time() + group.ttl / 9
+            heapq.heappush(self.retries, (when, number))
+        if when < self.timer_at:
+            self.arm(when)
 
 
 _LOCAL = threading.local()
