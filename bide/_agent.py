@@ -639,15 +639,20 @@ class Agent(Generic[T]):
         seg = self._segment(journal, ask)
         if isinstance(journal, WatchedJournal):
             journal.begin(seg.first_turn, seg.stop)
-        end = self._end_of(journal, seg)
-        if end is not None:  # answered before this drive: its answer, from the journal
-            cancel = journal.get(CANCEL_KEY)
-            if seg.thread and ask.input is None and end.key != END_KEY and isinstance(cancel, Cancel):
-                return await self._end_cancelled(journal, cancel, seg)  # resuming an idle thread ends it
-            return self._ended_result(journal, seg, end, replayed=True)
+        # A new run: the journal loaded with the lease holds no record at all, so the segment has no end, no
+        # opening and no turn, and the run no cancel request. The start and the first turn's boundary checks
+        # below would all look these up and find nothing: a new run skips them (the common case).
+        new_run = not journal.exists
+        if not new_run:
+            end = self._end_of(journal, seg)
+            if end is not None:  # answered before this drive: its answer, from the journal
+                cancel = journal.get(CANCEL_KEY)
+                if seg.thread and ask.input is None and end.key != END_KEY and isinstance(cancel, Cancel):
+                    return await self._end_cancelled(journal, cancel, seg)  # resuming an idle thread ends it
+                return self._ended_result(journal, seg, end, replayed=True)
         # A new segment's opening record (a run's start, a thread message's `seg:<k>`) is written with its
         # first turn, in the same all-or-nothing write: a run exists once it has a turn.
-        needs_start = not journal.has(seg.open_key)
+        needs_start = new_run or not journal.has(seg.open_key)
         messages = self._history(journal, seg)
         own = len(messages)  # the segment's turns and tool results follow
         turn = seg.first_turn
@@ -656,28 +661,32 @@ class Agent(Generic[T]):
         first = True
         looked = time.monotonic()
         while True:
-            if needs_start and journal.has(seg.open_key):
-                # The journal shows the opening now: ours was written with our first turn (then `needs_start`
-                # is already False), so this one is another driver's, whose first turn won the race. It
-                # must be this drive's run (and message).
-                self._check_open(journal, seg)
-                needs_start = False
-            ended = journal.get(seg.end_key)
-            if ended is None and seg.thread:
-                ended = journal.get(END_KEY)  # the thread was cancelled
-            if isinstance(ended, End):
-                return self._ended_result(journal, seg, ended, replayed=False)
-            # A cancel request is honoured at a turn boundary: from the journal loaded with the lease on the
-            # drive's first, then from the store (another process may have written it) once `cancel_check`
-            # seconds have passed since the drive last looked.
-            cancel = journal.get(CANCEL_KEY)
-            if not first and cancel is None and time.monotonic() - looked >= self.cancel_check:
-                cancel = await self._cancel_request(run_id)
-                looked = time.monotonic()
-            first = False
-            if isinstance(cancel, Cancel):
-                return await self._end_cancelled(journal, cancel, seg)
-            rec = journal.get(model_key(turn))
+            if new_run:  # the first turn of a new run: nothing to look up (see above)
+                new_run = first = False
+                rec = None
+            else:
+                if needs_start and journal.has(seg.open_key):
+                    # The journal shows the opening now: ours was written with our first turn (then
+                    # `needs_start` is already False), so this one is another driver's, whose first turn won
+                    # the race. It must be this drive's run (and message).
+                    self._check_open(journal, seg)
+                    needs_start = False
+                ended = journal.get(seg.end_key)
+                if ended is None and seg.thread:
+                    ended = journal.get(END_KEY)  # the thread was cancelled
+                if isinstance(ended, End):
+                    return self._ended_result(journal, seg, ended, replayed=False)
+                # A cancel request is honoured at a turn boundary: from the journal loaded with the lease on
+                # the drive's first, then from the store (another process may have written it) once
+                # `cancel_check` seconds have passed since the drive last looked.
+                cancel = journal.get(CANCEL_KEY)
+                if not first and cancel is None and time.monotonic() - looked >= self.cancel_check:
+                    cancel = await self._cancel_request(run_id)
+                    looked = time.monotonic()
+                first = False
+                if isinstance(cancel, Cancel):
+                    return await self._end_cancelled(journal, cancel, seg)
+                rec = journal.get(model_key(turn))
             # A new turn is written together with the first thing that depends on it (its end record, or
             # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
             # first, nothing of ours is written and we go on with the turn the journal holds.

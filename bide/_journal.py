@@ -163,9 +163,11 @@ class Journal:
     def _items(self, records: Sequence[Record]) -> tuple[tuple[str, bytes], ...]:
         """The canonical (key, bytes) of `records`, after the header's for a new run. A tuple: the store keeps
         it as it is instead of copying it."""
-        items = [(r.key, encode_record(r)) for r in records]
+        items: list[tuple[str, bytes]] = []
         if not self._has_header and HEADER_KEY not in self._rows:
-            items.insert(0, (HEADER_KEY, encode_record(Header(key=HEADER_KEY))))
+            items.append((HEADER_KEY, encode_record(Header(key=HEADER_KEY))))
+        for r in records:  # a loop, not a comprehension: no function frame, on every write
+            items.append((r.key, encode_record(r)))
         return tuple(items)
 
     def _winners(self, records: Sequence[Record], entries: list[Entry]) -> list[tuple[Record, bool]]:

@@ -406,10 +406,15 @@ def _tool_call(c: Any) -> str:
 
 def _model_turn(r: Any) -> str:
     m = r.message
-    if type(m) is not AssistantMessage or any(type(c) is not ToolCall for c in m.tool_calls):
+    if type(m) is not AssistantMessage:
         # Subclasses serialize as the declared types in the generic path; leave those to it.
         return canonical_json(as_json(r)).decode("utf-8")
-    calls = ",".join([_tool_call(c) for c in m.tool_calls])
+    parts = []
+    for c in m.tool_calls:  # a loop, not any() over a generator: this runs for every turn
+        if type(c) is not ToolCall:
+            return canonical_json(as_json(r)).decode("utf-8")  # a subclass: as above
+        parts.append(_tool_call(c))
+    calls = ",".join(parts)
     u = m.usage
     if u is None:
         usage = "null"
