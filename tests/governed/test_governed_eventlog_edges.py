@@ -227,8 +227,8 @@ INSERT INTO govern_format VALUES ('govern-event-log', 2);
 """
 
 
-def test_a_layout_2_sqlite_log_moves_to_layout_3_and_goes_on(tmp_path: Path) -> None:
-    path = tmp_path / "layout2.db"
+def _layout_2_file(path: Path) -> None:
+    """A layout 2 SQLite file as govern wrote it: logs 'main' (events a, b, c) and 'other' (event a)."""
     names = '["pay", "ship", "cancel"]'
     with sqlite3.connect(path) as raw:
         raw.executescript(LAYOUT_2)
@@ -249,6 +249,11 @@ def test_a_layout_2_sqlite_log_moves_to_layout_3_and_goes_on(tmp_path: Path) -> 
             "INSERT INTO govern_counters VALUES ('main', 'p', 'p', 6), ('main', 'p', 'q', 1), "
             "('main', 'r', 'o1', 2), ('main', 'r', 'o2', 1), ('other', 'p', 'p', 1), ('other', 'r', 'o1', 1)"
         )
+
+
+def test_a_layout_2_sqlite_log_moves_to_layout_3_and_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "layout2.db"
+    _layout_2_file(path)
     log = EventLog(str(path))
     with sqlite3.connect(path) as raw:
         assert raw.execute("SELECT format, version FROM govern_format").fetchall() == [
@@ -281,6 +286,55 @@ def test_a_layout_2_sqlite_log_moves_to_layout_3_and_goes_on(tmp_path: Path) -> 
     assert EventLog(str(path)).length() == 5  # a later handle finds layout 3 ready
     other = EventLog(str(path), name="other")
     assert other.append(ev("b", seq=1)).event.position == 1
+
+
+_OPEN_AND_APPEND = """
+import sys, time
+from pathlib import Path
+from govern.runtime._eventlog import Event, EventLog
+path, go, me, digest = sys.argv[1:5]
+while not Path(go).exists():
+    time.sleep(0.001)
+log = EventLog(path)
+for k in range(10):
+    log.append(Event(id=f"{me}-{k}", machine=digest, record=f"o-{me}", event="pay", producer=me))
+print(log.length())
+"""
+
+
+@pytest.mark.slow
+def test_processes_opening_a_layout_2_file_at_once_upgrade_it_once(tmp_path: Path) -> None:
+    """Four processes open the same layout 2 file at the same moment and append: one upgrades it, the
+    others wait for it (the opener lock) and find layout 3 ready; nothing is lost or numbered twice."""
+    path = tmp_path / "layout2.db"
+    _layout_2_file(path)
+    go = tmp_path / "go"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPEN_AND_APPEND, str(path), str(go), f"w{i}", DIGEST],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    time.sleep(0.5)  # every process is waiting for the signal
+    go.touch()
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+    with sqlite3.connect(path) as raw:
+        assert raw.execute("SELECT version FROM govern_format").fetchall() == [(3,)]
+        tables = {name for (name,) in raw.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        assert tables == {"govern_format", "govern_logs", "govern_events", "govern_counters"}
+    stored = EventLog(str(path)).read()
+    assert [e.position for e in stored] == list(range(43))
+    assert [e.id for e in stored[:3]] == ["a", "b", "c"]
+    for i in range(4):
+        mine = [e for e in stored if e.producer == f"w{i}"]
+        assert [e.id for e in mine] == [f"w{i}-{k}" for k in range(10)]
+        assert [(e.producer_seq, e.record_seq) for e in mine] == [(k, k) for k in range(10)]
+    assert EventLog(str(path), name="other").length() == 1
 
 
 def test_the_marker_names_the_layout_of_each_kind_of_database(log_url: str, log_name: str) -> None:
