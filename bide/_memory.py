@@ -189,5 +189,12 @@ def _check(run_id: str, items: Sequence[tuple[str, bytes]]) -> None:
             raise ConfigError("record key must be a non-empty string")
         if type(data) is not bytes and not isinstance(data, (bytes, bytearray)):
             raise ConfigError(f"record data for {key!r} must be bytes, got {type(data).__name__}")
-    if len(items) > 1 and len(dict(items)) != len(items):  # dict(): no comprehension frame
-        raise ConfigError("the keys of one insert_many call must be distinct")
+    if len(items) > 1:
+        keys = dict(items)  # dict(): no comprehension frame
+        if len(keys) != len(items):
+            raise ConfigError("the keys of one insert_many call must be distinct")
+        if END_KEY in keys and items[-1][0] != END_KEY:
+            raise ConfigError(
+                f"{END_KEY!r} must be the last record of an insert_many call: nothing is stored after a "
+                "run's end (S8)"
+            )

@@ -276,6 +276,16 @@ class SQLStore:
                 f"({', '.join(['?'] * n)})"
                 for n in _chunk_sizes()
             }
+            # The insert requests of a batch that `_verdict` must look at: their run has ended, or their fence
+            # (holder, token; NULL for none) is not the run's lease. The rest are admitted without a row.
+            self._sql_admit_many = {
+                n: f"WITH q(i, run_id, holder, token) AS (VALUES {', '.join(['(?, ?, ?, ?)'] * n)}) "
+                f"SELECT q.i, r.run_id, r.holder, r.token, r.expires_ms, r.ended FROM q "
+                f"LEFT JOIN {p}runs AS r ON r.run_id = q.run_id WHERE r.ended OR (q.holder IS NOT NULL AND "
+                "(r.run_id IS NULL OR r.holder IS NOT q.holder OR r.token IS NOT q.token))"
+                for n in _chunk_sizes()
+                if n <= _CHUNK // 2
+            }
             self._sql_end_many = {
                 n: f"UPDATE {p}runs SET ended = 1 WHERE run_id IN ({', '.join(['?'] * n)})"
                 for n in _chunk_sizes()
@@ -845,8 +855,9 @@ class SQLStore:
                 gets.append(i)
             else:
                 others.append(i)
+        late: list[int] = []
         if inserts:
-            inserts = self._admit_sqlite(cur, batch, inserts, results)
+            inserts, late = self._admit_sqlite(cur, batch, inserts, results)
         # Leases before loads: a load requested with a lease sees the journal as of the grant.
         if leases:
             self._leases_sqlite(cur, batch, leases, results)
@@ -866,6 +877,8 @@ class SQLStore:
         elif ended:
             for start, size in _chunks(len(ended)):
                 cur.execute(self._sql_end_many[size], ended[start : start + size])
+        if late:
+            self._apply_late(cur, batch, late, results)
         if loads:
             self._load_batch_sqlite(cur, batch, loads, results)
         if len(gets) == 1:
@@ -907,25 +920,63 @@ class SQLStore:
 
     def _admit_sqlite(
         self, cur: Any, batch: list[_Request], inserts: list[int], results: list[Any]
-    ) -> list[int]:
-        """The insert requests (indexes into `batch`) the store accepts; the refused ones (a stale fence,
-        S10; a new record for an ended run, S8) get their answer in `results` now."""
-        rids = list({batch[i].run_id: None for i in inserts})
-        rows: dict[str, tuple[Any, ...]] = {}
-        for start, size in _chunks(len(rids)):
-            cur.execute(self._sql_rows_many[size], rids[start : start + size])
-            for row in cur.fetchall():
-                rows[row[0]] = row
-        admitted: list[int] = []
+    ) -> tuple[list[int], list[int]]:
+        """The insert requests (indexes into `batch`) the store accepts now, and those it decides only after
+        the others ran (`_apply_late`): a request for a run that an earlier request of the batch ends. The
+        refused ones (a stale fence, S10; a new record for an ended run, S8) get their answer in `results`.
+
+        The statement returns only the requests whose run has ended or whose fence does not match: none,
+        usually, so a batch builds no row tuples for the runs that pass (they would cost the garbage
+        collector more than the lookup)."""
+        params: list[Any] = []
+        last: dict[str, int] = {}  # each run's latest insert request so far
+        late: list[int] = []
         for i in inserts:
             req = batch[i]
-            row = rows.get(req.run_id)
-            verdict = self._verdict(cur, req, None if row is None else row[1:])
+            rid = req.run_id
+            fence = req.args[2]
+            earlier = last.get(rid)
+            last[rid] = i
+            if earlier is not None and (earlier in late or _has_end(batch[earlier].args[0])):
+                late.append(i)  # the run may have ended by then: decided after the batch's inserts
+            elif fence is None:
+                params += (i, rid, None, None)
+            else:
+                params += (i, rid, fence[0], fence[1])
+        flagged: dict[int, tuple[Any, ...] | None] = {}
+        for start, size in _chunks(len(params) // 4, _CHUNK // 2):  # 4 variables a row: under 999
+            cur.execute(self._sql_admit_many[size], params[4 * start : 4 * (start + size)])
+            for i, run_id, *row in cur.fetchall():
+                flagged[i] = None if run_id is None else tuple(row)
+        if not flagged and not late:
+            return inserts, late
+        admitted: list[int] = []
+        for i in inserts:
+            if i not in flagged:
+                if not late or i not in late:
+                    admitted.append(i)
+                continue
+            verdict = self._verdict(cur, batch[i], flagged[i])
             if verdict is None:
                 admitted.append(i)
             else:
                 results[i] = verdict
-        return admitted
+        return admitted, late
+
+    def _apply_late(self, cur: Any, batch: list[_Request], late: list[int], results: list[Any]) -> None:
+        """Run the inserts `_admit_sqlite` put off, one by one in batch order, each checked against its run's
+        row as the batch has left it."""
+        for i in late:
+            req = batch[i]
+            cur.execute(self._sql_rows_many[1], (req.run_id,))
+            row = cur.fetchone()
+            verdict = self._verdict(cur, req, None if row is None else tuple(row[1:]))
+            if verdict is not None:
+                results[i] = verdict
+                continue
+            out = results[i] = self._apply(cur, req)
+            if any(e.inserted and e.key == END_KEY for e in out):
+                cur.execute(self._sql_end, (req.run_id,))
 
     def _verdict(self, cur: Any, req: _Request, row: tuple[Any, ...] | None) -> Any:
         """None to go on with insert `req`, or its whole answer: `_Refused`, or the stored entries when the
@@ -1192,6 +1243,13 @@ def _lease_columns() -> list[sa.Column[Any]]:
         sa.Column("expires_ms", sa.BigInteger, nullable=False, server_default="0"),
         sa.Column("ended", sa.Integer, nullable=False, server_default="0"),
     ]
+
+
+def _has_end(items: Sequence[tuple[str, bytes]]) -> bool:
+    for key, _ in items:  # noqa: SIM110 (a loop: no generator, on a rare path)
+        if key == END_KEY:
+            return True
+    return False
 
 
 def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, bytes]]:

@@ -16,7 +16,9 @@ suite in tests/bide/test_bide_store.py, run against every store):
 - **S7 exclusive batches.** `insert_many(..., exclusive=True)` inserts all its records or none (when any
   key exists), so a record can be written only together with the record it depends on.
 - **S8 sealed at the end.** Once a run holds its `run:end` record, an insert that would add a record to it
-  raises `RunEnded` and writes nothing (keys that exist are answered as usual: that adds nothing).
+  raises `RunEnded` and writes nothing (keys that exist are answered as usual: that adds nothing). Within
+  one call `run:end` must be the last record (else `ConfigError`), and concurrent inserts answer as if
+  run one at a time: none adds a record after an end another one wrote.
 - **S9 leases.** Each run has at most one lease: a holder id, an expiry (Unix ms, the caller's clock) and a
   fencing token. `lease` grants it when it is free (never granted, released, or expired), renews it for
   the holder presenting the current token, and otherwise answers who holds it. Every grant to a new holder

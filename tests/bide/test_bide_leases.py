@@ -90,6 +90,38 @@ def test_async_fenced_writes_in_one_batch(store: bide.Store) -> None:
     assert [e.key for e in store.load("r2")] == ["j"]
 
 
+def test_run_end_is_the_last_record_of_an_insert(store: bide.Store) -> None:
+    """S8 within one call: a call that puts a record after `run:end` is refused and stores nothing."""
+    with pytest.raises(bide.ConfigError, match="last record"):
+        store.insert_many("r", [("run:end", b"end"), ("b", b"after")])
+    with pytest.raises(bide.ConfigError, match="last record"):
+        asyncio.run(_ainsert(store, "r", [("a", b"1"), ("run:end", b"end"), ("b", b"after")]))
+    assert store.load("r") == []
+    store.insert_many("r", [("a", b"1"), ("run:end", b"end")])
+    assert [e.key for e in store.load("r")] == ["a", "run:end"]
+
+
+def test_concurrent_inserts_add_nothing_after_an_end(store: bide.Store) -> None:
+    """S8 across calls: an end and an insert sent together (on SQLite: one batch) answer as if one ran
+    first; here the end is sent first, so the insert is refused."""
+
+    async def both() -> list[object]:
+        return await asyncio.gather(
+            asyncio.ensure_future(store.ainsert_many("r", [("a", b"1"), ("run:end", b"end")])),
+            asyncio.ensure_future(store.ainsert_many("r", [("b", b"2")])),
+            return_exceptions=True,
+        )
+
+    ended, late = asyncio.run(both())
+    keys = [e.key for e in store.load("r")]
+    assert keys[-1] == "run:end"
+    if isinstance(late, bide.RunEnded):
+        assert keys == ["a", "run:end"]
+    else:  # a store that ran the second insert first (a thread pool may): it came before the end
+        assert isinstance(late, list) and keys == ["b", "a", "run:end"]
+    assert isinstance(ended, list) and ended[-1].inserted
+
+
 def test_nothing_is_appended_after_run_end(store: bide.Store) -> None:
     store.insert_many("r", [("a", b"1"), ("run:end", b"end")])
     with pytest.raises(bide.RunEnded):

@@ -16,7 +16,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from bide._errors import RunEnded, StoreError
+from bide._errors import LeaseLost, RunEnded, StoreError
+from bide._memory import MemoryStore
 from bide._sql import _CHUNK, SQLStore, _chunks, _retryable
 from bide._store import Entry, Lease, WriteTransaction
 
@@ -495,3 +496,91 @@ def test_a_batch_waits_for_a_lock_held_elsewhere_then_commits(tmp_path: Path) ->
         assert store.load("r") == [Entry(out[0].seq, "k", b"v")]
     finally:
         store.close()
+
+
+_LEASE_STATES = st.sampled_from(["none", "held", "expired", "released"])
+_FENCES = st.sampled_from([None, "ours", "stale token", "other holder"])
+_fenced_insert = st.tuples(
+    st.sampled_from(RUNS),
+    # A run's end, when a request writes it, is its last record (the stores refuse anything else).
+    st.lists(st.sampled_from(KEYS), max_size=2, unique=True).flatmap(
+        lambda keys: st.sampled_from([[*keys, "run:end"], keys] if keys else [["run:end"]])
+    ),
+    st.booleans(),
+    _FENCES,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    leases=st.fixed_dictionaries({rid: _LEASE_STATES for rid in RUNS}),
+    ended=st.sets(st.sampled_from(RUNS)),
+    requests=st.lists(_fenced_insert, min_size=1, max_size=10),
+)
+def test_fences_and_ends_in_a_batch_answer_as_one_by_one(
+    leases: dict[str, str], ended: set[str], requests: list[tuple[str, list[str], bool, str | None]]
+) -> None:
+    """Fenced inserts (S10) and run ends (S8) in one SQLite batch get the answers the same requests get one
+    by one, in batch order, from the in-memory store: the same refusals, the same entries, and nothing
+    stored after a run's end, also when the end is written by a request of the same batch."""
+    with tempfile.TemporaryDirectory() as tmp:
+        batched = SQLStore(f"sqlite:///{Path(tmp) / 'batched.db'}")
+        single = MemoryStore()
+        try:
+            tokens: dict[tuple[int, str], int] = {}
+            for n, store in enumerate((batched, single)):
+                for rid in RUNS:
+                    store.insert_many(rid, [("a", b"old")])
+                    state = leases[rid]
+                    if state != "none":
+                        lease = store.lease(rid, "A", now_ms=1_000, ttl_ms=1 if state == "expired" else 10**9)
+                        tokens[n, rid] = lease.token
+                        if state == "released":
+                            assert store.release(rid, "A", lease.token)
+                    if rid in ended:
+                        store.insert_many(rid, [("run:end", b"ended before")])
+
+            def fence(n: int, rid: str, kind: str | None) -> tuple[str, int] | None:
+                token = tokens.get((n, rid), 0)
+                return {
+                    None: None,
+                    "ours": ("A", token),
+                    "stale token": ("A", token + 1),
+                    "other holder": ("B", token),
+                }[kind]
+
+            def payload(i: int, keys: list[str]) -> list[tuple[str, bytes]]:
+                return [(k, f"req {i} {k}".encode()) for k in keys]
+
+            def issue() -> list[Any]:
+                return [
+                    batched.ainsert_many(rid, payload(i, keys), exclusive=excl, fence=fence(0, rid, f))
+                    for i, (rid, keys, excl, f) in enumerate(requests)
+                ]
+
+            async def go() -> list[Any]:
+                return list(await asyncio.gather(*issue(), return_exceptions=True))
+
+            got = asyncio.run(go())
+            want: list[Any] = []
+            for i, (rid, keys, excl, f) in enumerate(requests):
+                try:
+                    fenced = fence(1, rid, f)
+                    want.append(single.insert_many(rid, payload(i, keys), exclusive=excl, fence=fenced))
+                except (LeaseLost, RunEnded) as exc:
+                    want.append(exc)
+
+            def shape(answer: Any) -> Any:
+                if isinstance(answer, BaseException):
+                    return type(answer).__name__
+                return [(e.key, e.data, e.inserted) for e in answer]
+
+            assert [shape(g) for g in got] == [shape(w) for w in want]
+            for rid in RUNS:
+                journal = [(e.key, e.data) for e in batched.load(rid)]
+                assert journal == [(e.key, e.data) for e in single.load(rid)]
+                keys = [k for k, _ in journal]
+                assert "run:end" not in keys or keys[-1] == "run:end"
+        finally:
+            batched.close()
+
