@@ -5,6 +5,7 @@ request gets exactly what it would get alone."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import sqlite3
 import tempfile
 import threading
@@ -584,3 +585,44 @@ def test_fences_and_ends_in_a_batch_answer_as_one_by_one(
         finally:
             batched.close()
 
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_large_batch_runs_with_the_garbage_collector_paused(store: SQLStore, enabled: bool) -> None:
+    """A batch of 128 requests or more runs with no collection in it (its objects are all in use), and
+    leaves the collector as it found it: enabled, or disabled by the application."""
+    collections: list[bool] = []  # per collection started: whether a batch was running
+    running = False
+    real_run_batch = store._run_batch
+
+    def watched(*args: Any) -> None:
+        nonlocal running
+        running = True
+        try:
+            real_run_batch(*args)
+        finally:
+            running = False
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(running)
+
+    store._run_batch = watched  # type: ignore[method-assign]
+    threshold = gc.get_threshold()
+    gc.set_threshold(50)  # without the pause, a batch this size would start collections
+    gc.callbacks.append(on_gc)
+    if not enabled:
+        gc.disable()
+    try:
+        results, commits = run_batch(
+            store, lambda: [store.ainsert_many(f"r{i}", [("k", b"v" * 10)]) for i in range(300)]
+        )
+        assert gc.isenabled() == enabled
+        assert commits == 1 and all(r[0].inserted for r in results)
+        assert not any(collections), "a collection ran inside the batch"
+        if enabled:
+            assert collections, "the collector ran before or after the batch, as usual"
+    finally:
+        gc.enable()
+        gc.callbacks.remove(on_gc)
+        gc.set_threshold(*threshold)
