@@ -154,9 +154,12 @@ class _LoopBatch(threading.local):
         self.scheduled = False
         self.loop: asyncio.AbstractEventLoop | None = None
         self.slot: _Slot | None = None
+
+
 # The in-loop batches from this many requests on run with the garbage collector paused (see _flush_local):
 # about where a batch allocates more objects than the collector's first threshold (700 by default).
 _GC_PAUSE_BATCH = 128
+
 _IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
 
 
