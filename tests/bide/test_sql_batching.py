@@ -586,7 +586,6 @@ def test_fences_and_ends_in_a_batch_answer_as_one_by_one(
             batched.close()
 
 
-
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_large_batch_runs_with_the_garbage_collector_paused(store: SQLStore, enabled: bool) -> None:
     """A batch of 128 requests or more runs with no collection in it (its objects are all in use), and
