@@ -228,6 +228,83 @@ def test_tokens_grow_and_fences_hold_across_processes(
         store.close()
 
 
+_ENDER = """
+import asyncio, json, random, sys
+import bide
+url, prefix, who, runs = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+store = bide.open_store(url, table_prefix=prefix)
+rng = random.Random(who)
+
+async def main():
+    # Each round sends, in one go (one batch on SQLite), records for every run and an end for some:
+    # several of them for one run, in a random order, racing the other processes doing the same.
+    answers = {}
+    for rnd in range(8):
+        sent = []
+        for r in range(runs):
+            for k in range(3):
+                sent.append((r, f"{who}-{rnd}-{k}"))
+            if rng.random() < 0.15:
+                sent.append((r, "run:end"))
+        rng.shuffle(sent)
+        futures = [
+            asyncio.ensure_future(store.ainsert_many(f"run{r}", [(key, f"{who} {key}".encode())]))
+            for r, key in sent
+        ]
+        for (r, key), got in zip(sent, await asyncio.gather(*futures, return_exceptions=True)):
+            if isinstance(got, bide.RunEnded):
+                answers[f"run{r}/{key}"] = "ended"
+            elif isinstance(got, BaseException):
+                raise got
+            else:
+                answers[f"run{r}/{key}"] = "inserted" if got[0].inserted else "existed"
+    return answers
+
+print(json.dumps(asyncio.run(main())))
+store.close()
+"""
+
+
+def test_nothing_follows_an_end_when_processes_race_to_end_and_append(
+    durable_store_spec: tuple[str, str], tmp_path: Path
+) -> None:
+    """S8 across processes and within their batches: three processes append to the same runs and end some
+    of them, all at once. In every run nothing follows `run:end`, and an insert refused with `RunEnded`
+    stored nothing."""
+    url, prefix = durable_store_spec
+    bide.open_store(url, table_prefix=prefix).close()
+    script = tmp_path / "ender.py"
+    script.write_text(_ENDER)
+    runs = 12
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(script), url, prefix, f"P{k}", str(runs)], stdout=subprocess.PIPE, text=True
+        )
+        for k in range(3)
+    ]
+    answers: dict[str, str] = {}
+    for p in procs:
+        out, _ = p.communicate(timeout=120)
+        assert p.returncode == 0
+        answers.update(json.loads(out))
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        ended = 0
+        for r in range(runs):
+            keys = [e.key for e in store.load(f"run{r}")]
+            if "run:end" in keys:
+                ended += 1
+                assert keys[-1] == "run:end", f"run{r} has records after its end: {keys}"
+            stored = set(keys)
+            for name, answer in answers.items():
+                run, key = name.split("/", 1)
+                if run == f"run{r}" and key != "run:end":
+                    assert (key in stored) == (answer == "inserted"), (name, answer)
+        assert ended, "no run was ended: the race was not exercised"
+    finally:
+        store.close()
+
+
 def test_sqlite_store_made_before_leases_is_upgraded(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     engine = sa.create_engine(f"sqlite:///{path}")
