@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, ModelError
-from ._http import HTTPModel, error_message, json_event, sse_events, unfinished
+from ._http import HTTPModel, error_message, json_event, json_index, json_object, sse_events, unfinished
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
 
@@ -148,22 +148,21 @@ class AnthropicModel(HTTPModel):
                     continue
                 kind = payload.get("type", event)
                 if kind == "message_start":
-                    message = payload.get("message") or {}
-                    usage.update(message.get("usage") or {})
+                    usage.update(json_object(json_object(payload.get("message")).get("usage")))
                 elif kind == "content_block_start":
-                    start = payload.get("content_block") or {}
-                    blocks[int(payload.get("index", len(blocks)))] = {
+                    start = json_object(payload.get("content_block"))
+                    first_text = start.get("text")
+                    blocks[json_index(self.name, payload.get("index"), len(blocks))] = {
                         "type": start.get("type"),
                         "id": start.get("id"),
                         "name": start.get("name"),
-                        "text": [start.get("text") or ""],
+                        "text": [first_text if isinstance(first_text, str) else ""],
                         "json": [],
                     }
                 elif kind == "content_block_delta":
-                    block = blocks.setdefault(
-                        int(payload.get("index", 0)), {"type": "text", "text": [], "json": []}
-                    )
-                    delta = payload.get("delta") or {}
+                    index = json_index(self.name, payload.get("index"), 0)
+                    block = blocks.setdefault(index, {"type": "text", "text": [], "json": []})
+                    delta = json_object(payload.get("delta"))
                     if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
                         block["text"].append(delta["text"])
                         yield TextDelta(text=delta["text"])
@@ -172,10 +171,10 @@ class AnthropicModel(HTTPModel):
                     ):
                         block["json"].append(delta["partial_json"])
                 elif kind == "message_delta":
-                    delta = payload.get("delta") or {}
-                    if delta.get("stop_reason"):
-                        finish = str(delta["stop_reason"])
-                    usage.update(payload.get("usage") or {})
+                    delta = json_object(payload.get("delta"))
+                    if isinstance(delta.get("stop_reason"), str) and delta["stop_reason"]:
+                        finish = delta["stop_reason"]
+                    usage.update(json_object(payload.get("usage")))
                 elif kind == "message_stop":
                     done = True
                     break

@@ -11,9 +11,11 @@ for it unless an HTTP model makes a request.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import email.utils
 import json
 import os
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -74,6 +76,10 @@ class TransientStatus(ModelError):
     def __init__(self, message: str, *, status: int, body: str, retry_after: float | None) -> None:
         super().__init__(message, status=status, body=body)
         self.retry_after = retry_after
+
+
+class RequestTimeout(ModelError):
+    """No whole answer within the model's `timeout` (retryable, like httpx's own timeouts)."""
 
 
 @dataclass(slots=True)
@@ -182,7 +188,7 @@ class HTTPModel:
         if isinstance(exc, TransientStatus):
             verdict: bool | float = True if exc.retry_after is None else exc.retry_after
             why = f"HTTP {exc.status}"
-        elif isinstance(exc, httpx.TransportError):
+        elif isinstance(exc, (httpx.TransportError, RequestTimeout)):
             verdict, why = True, f"{type(exc).__name__}: {exc}"
         else:
             return False
@@ -234,29 +240,43 @@ class HTTPModel:
         )
 
     async def _post(self, body: dict[str, Any]) -> Any:
-        """POST `body` and return the decoded JSON answer, retrying what may be retried."""
+        """POST `body` and return the decoded JSON answer, retrying what may be retried. The whole request
+        is bounded by `timeout`, and the answer is read as it arrives, refused past `MAX_RESPONSE_BYTES`."""
         import httpx
 
         url, headers = self._url(), self._headers()
 
-        async def attempt() -> Any:
-            response = await self.client().post(url, json=body, headers=headers)
-            content = response.content
-            if len(content) > MAX_RESPONSE_BYTES:
-                raise ModelError(f"model {self.name!r}: response larger than 32 MiB")
-            if response.status_code != 200:
-                raise self._refuse(response, response.text[:2000])
-            try:
-                return response.json()
-            except ValueError as exc:
-                raise ModelError(
-                    f"model {self.name!r} answered 200 with a body that is not JSON: {exc}"
-                ) from exc
+        async def attempt() -> bytes:
+            client = self.client()
+            async with self._deadline():
+                response = await client.send(
+                    client.build_request("POST", url, json=body, headers=headers), stream=True
+                )
+                try:
+                    if response.status_code != 200:
+                        raise self._refuse(response, await _error_text(response))
+                    return await _read_capped(response, self.name)
+                finally:
+                    await response.aclose()
 
         try:
-            return await self.retry.run(attempt, self._classify)
-        except (TransientStatus, httpx.TransportError) as exc:
+            content = await self.retry.run(attempt, self._classify)
+        except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             raise self._exhausted(exc) from exc
+        try:
+            return json.loads(content)
+        except ValueError as exc:
+            raise ModelError(f"model {self.name!r} answered 200 with a body that is not JSON: {exc}") from exc
+
+    @contextlib.asynccontextmanager
+    async def _deadline(self) -> AsyncIterator[None]:
+        """Bound what runs inside by `timeout` in total: httpx's own timeout bounds each network read, so a
+        server sending a byte now and then would hold a request forever under it alone."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                yield
+        except TimeoutError:
+            raise RequestTimeout(f"no answer within the model's timeout of {self.timeout:g}s") from None
 
     async def _open_stream(self, body: dict[str, Any]) -> httpx.Response:
         """Send a streaming request and return the response once it answered 200 (retrying like `_post`);
@@ -267,21 +287,88 @@ class HTTPModel:
 
         async def attempt() -> httpx.Response:
             client = self.client()
-            response = await client.send(
-                client.build_request("POST", url, json=body, headers=headers), stream=True
-            )
-            if response.status_code == 200:
-                return response
-            try:
-                text = (await response.aread())[:2000].decode("utf-8", "replace")
-            finally:
-                await response.aclose()
+            async with self._deadline():
+                response = await client.send(
+                    client.build_request("POST", url, json=body, headers=headers), stream=True
+                )
+                if response.status_code == 200:
+                    return response
+                try:
+                    text = await _error_text(response)
+                finally:
+                    await response.aclose()
             raise self._refuse(response, text)
 
         try:
             return await self.retry.run(attempt, self._classify)
-        except (TransientStatus, httpx.TransportError) as exc:
+        except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             raise self._exhausted(exc) from exc
+
+
+async def _read_capped(response: httpx.Response, name: str) -> bytes:
+    """The whole body, read as it arrives and refused once it passes `MAX_RESPONSE_BYTES` (counted after
+    any content decoding, so a compressed bomb is refused too): never held whole first."""
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
+        raise _too_large(name)
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise _too_large(name)
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+_ERROR_BODY_BYTES = 64 * 1024
+
+
+async def _error_text(response: httpx.Response) -> str:
+    """The start of a refusal's body (enough for its message; the rest is not read)."""
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        parts.append(chunk)
+        size += len(chunk)
+        if size >= _ERROR_BODY_BYTES:
+            break
+    return b"".join(parts)[:2000].decode("utf-8", "replace")
+
+
+def _too_large(name: str) -> ModelError:
+    return ModelError(
+        f"model {name!r}: the answer is larger than {MAX_RESPONSE_BYTES // 2**20} MiB, bide's limit; it was "
+        "not read further and nothing was journaled"
+    )
+
+
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+async def _lines(response: httpx.Response, name: str) -> AsyncIterator[str]:
+    """The lines of an event stream (ended by CRLF, LF or CR), decoded as UTF-8. Bytes are counted as they
+    arrive, so a stream past `MAX_RESPONSE_BYTES` is refused even if it never ends a line (httpx's own
+    line reader would hold such a line whole)."""
+    size = 0
+    line: list[bytes] = []  # the pieces of the line not ended yet
+    after_cr = False  # the last chunk ended with CR: a LF opening the next one belongs to it
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > MAX_RESPONSE_BYTES:
+            raise _too_large(name)
+        if after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        start = 0
+        for end in _LINE_END.finditer(chunk):
+            line.append(chunk[start : end.start()])
+            yield b"".join(line).decode("utf-8", "replace")
+            line = []
+            start = end.end()
+        if start < len(chunk):
+            line.append(chunk[start:])
+        after_cr = chunk.endswith(b"\r")
+    # A last line without its end is incomplete: dropped, like an event without its blank line.
 
 
 async def sse_events(response: httpx.Response, name: str) -> AsyncIterator[tuple[str, str]]:
@@ -289,13 +376,10 @@ async def sse_events(response: httpx.Response, name: str) -> AsyncIterator[tuple
     connection that breaks mid-stream raises ModelError: nothing of the turn is journaled, run again."""
     import httpx
 
-    event, size = "", 0
+    event = ""
     data: list[str] = []
     try:
-        async for line in response.aiter_lines():
-            size += len(line) + 1
-            if size > MAX_RESPONSE_BYTES:
-                raise ModelError(f"model {name!r}: streamed response larger than 32 MiB")
+        async for line in _lines(response, name):
             if not line:
                 if data:
                     yield event, "\n".join(data)
@@ -315,6 +399,32 @@ async def sse_events(response: httpx.Response, name: str) -> AsyncIterator[tuple
             f"model {name!r}: the stream broke off ({type(exc).__name__}: {exc}); nothing was journaled, run "
             "again to retry"
         ) from exc
+
+
+def json_object(value: Any) -> dict[str, Any]:
+    """`value` if the server sent a JSON object there, else an empty one: an optional part of an answer in
+    another shape reads as absent (what the turn needs is checked by the caller)."""
+    return value if isinstance(value, dict) else {}
+
+
+def json_list(value: Any) -> list[Any]:
+    """`value` if the server sent a JSON array there, else an empty one (see `json_object`)."""
+    return value if isinstance(value, list) else []
+
+
+def json_index(name: str, value: Any, default: int) -> int:
+    """A stream's block or call index: a JSON integer (`default` when absent); anything else raises
+    ModelError, since pieces of a tool call could not be put together without it."""
+    if value is None:
+        return default
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return value
+    raise malformed(name, f"a stream piece with the index {value!r}")
+
+
+def malformed(name: str, what: str) -> ModelError:
+    """The error for an answer whose shape is not the API's (a part a turn needs is missing or wrong)."""
+    return ModelError(f"model {name!r} sent {what}; nothing was journaled, run again to retry")
 
 
 def json_event(name: str, data: str) -> Any:

@@ -7,7 +7,16 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ModelError
-from ._http import HTTPModel, json_event, sse_events, unfinished
+from ._http import (
+    HTTPModel,
+    json_event,
+    json_index,
+    json_list,
+    json_object,
+    malformed,
+    sse_events,
+    unfinished,
+)
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
 
@@ -28,8 +37,11 @@ class OpenAIModel(HTTPModel):
     `bide.RetryPolicy`; by default `max_retries` retries with full-jitter exponential backoff from `backoff`
     seconds, capped at `max_backoff`), waiting at least what a ``Retry-After`` (seconds or an HTTP date) or
     ``retry-after-ms`` header asks, capped at the policy's maximum; any other 4xx raises `ModelError` at once
-    with the server's message. `timeout` bounds each HTTP request (seconds). `temperature` and extra body
-    fields are optional. Token `usage` and `finish_reason` are read from the answer.
+    with the server's message. `timeout` (seconds) bounds each try in total: a whole answer must have come
+    by then, and a stream must have started (after that, each wait between its pieces is bounded by it).
+    An answer past 32 MiB is refused as it arrives, and an answer of another shape than the API's raises
+    `ModelError`. `temperature` and extra body fields are optional. Token `usage` and `finish_reason` are
+    read from the answer.
 
     `stream(request)` streams a turn (``stream: true``, usage included): text deltas as they come, then the
     whole turn, tool calls assembled from their pieces.
@@ -145,21 +157,22 @@ class OpenAIModel(HTTPModel):
                     )
                 if isinstance(chunk.get("usage"), dict):
                     usage = _usage(chunk["usage"])
-                for choice in chunk.get("choices") or ():
+                for choice in json_list(chunk.get("choices")):
                     if not isinstance(choice, dict):
                         continue
-                    if choice.get("finish_reason"):
-                        finish = str(choice["finish_reason"])
-                    delta = choice.get("delta") or {}
+                    if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                        finish = choice["finish_reason"]
+                    delta = json_object(choice.get("delta"))
                     piece = delta.get("content")
                     if isinstance(piece, str) and piece:
                         text.append(piece)
                         yield TextDelta(text=piece)
-                    for raw in delta.get("tool_calls") or ():
-                        slot = calls.setdefault(int(raw.get("index", len(calls))), {"args": []})
+                    for piece_of_call in json_list(delta.get("tool_calls")):
+                        raw, fn = _call_parts(self.name, piece_of_call)
+                        index = json_index(self.name, raw.get("index"), len(calls))
+                        slot = calls.setdefault(index, {"args": []})
                         if raw.get("id"):
                             slot["id"] = str(raw["id"])
-                        fn = raw.get("function") or {}
                         if fn.get("name"):
                             slot["name"] = str(fn["name"])
                         if isinstance(fn.get("arguments"), str):
@@ -210,6 +223,15 @@ def _arguments(text: Any) -> dict[str, Any] | str:
     return decoded if isinstance(decoded, dict) else text
 
 
+def _call_parts(name: str, raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A tool call (or a streamed piece of one) and its function object ({} when absent); ModelError for
+    any other shape."""
+    fn = raw.get("function") if isinstance(raw, dict) else None
+    if not isinstance(raw, dict) or not isinstance(fn, dict | None):
+        raise malformed(name, f"a tool call that is not an object with a function object: {raw!r:.200}")
+    return raw, fn or {}
+
+
 def _parse(name: str, data: Any) -> AssistantMessage:
     try:
         choice = data["choices"][0]
@@ -218,9 +240,12 @@ def _parse(name: str, data: Any) -> AssistantMessage:
         raise ModelError(f"model {name!r} returned a response without choices[0].message: {exc!r}") from exc
     if not isinstance(message, dict):
         raise ModelError(f"model {name!r} returned a choices[0].message that is not an object")
+    raw_calls = message.get("tool_calls") or []
+    if not isinstance(raw_calls, list):
+        raise malformed(name, f"choices[0].message.tool_calls that is not a list: {raw_calls!r:.200}")
     calls: list[ToolCall] = []
-    for i, raw in enumerate(message.get("tool_calls") or []):
-        fn = raw.get("function") or {}
+    for i, one in enumerate(raw_calls):
+        raw, fn = _call_parts(name, one)
         calls.append(
             ToolCall(
                 id=str(raw.get("id") or f"call_{i}"),
