@@ -668,17 +668,17 @@ def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
     if isinstance(machine, Machine):
         if events is not None:
             raise InvalidInput("events", "give events only with a digest: a Machine knows its own events")
-        return _Identity(machine.digest, tuple(machine.events))
+        return _Identity(machine.digest, _loggable(machine.events))
     if isinstance(machine, Certificate):
         if events is not None:
             raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
-        return _Identity(_certified_digest(machine), tuple(e.name for e in machine.model.machine.events))
+        return _Identity(_certified_digest(machine), _loggable(e.name for e in machine.model.machine.events))
     from ..certificate._composed import ComposedCertificate
 
     if isinstance(machine, ComposedCertificate):  # a machine built by components
         if events is not None:
             raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
-        return _Identity(_composed_digest(machine), tuple(e.name for e in machine.model.machine.events))
+        return _Identity(_composed_digest(machine), _loggable(e.name for e in machine.model.machine.events))
     if isinstance(machine, str):
         digest = _check_digest("machine", machine)
         if events is None:
@@ -692,6 +692,21 @@ def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
     raise InvalidInput(
         "machine", f"must be a govern.Machine, a govern.Certificate or a digest, not {type(machine).__name__}"
     )
+
+
+def _loggable(names: Iterable[str]) -> tuple[str, ...]:
+    """A machine's event names, each one the log can store (a family's instance names can be long): one
+    that cannot is refused when the log is bound, not at the first append."""
+    out = tuple(names)
+    for name in out:
+        problem = _name_problem(name)
+        if problem is not None:
+            raise InvalidInput(
+                "events",
+                f"the machine's event {name[:60]!r}... {problem}, so no log can hold its events: shorten "
+                "the event's (or its family's parameter values') names",
+            )
+    return out
 
 
 def _certified_digest(certificate: Certificate) -> str:
@@ -840,6 +855,12 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         seq = event.producer_seq
         if seq is None:
             seq = producer_next[producer]
+            if seq > _SEQ_MAX:  # the stored counter must stay a signed 64-bit integer, on every backend
+                raise InvalidInput(
+                    "producer_seq",
+                    f"producer {producer!r} has used its last sequence number ({_SEQ_MAX}); nothing was "
+                    "appended: append its further events under another producer name",
+                )
         holder = None
         if seq < producer_stored[producer]:
             holder = tx.holder(producer, seq)

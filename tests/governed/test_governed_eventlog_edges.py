@@ -123,6 +123,44 @@ def test_the_largest_producer_number_and_any_unicode_round_trip(any_log_url: str
     assert log.last_by_producer("ç") == top
 
 
+def test_a_producer_past_its_last_number_is_refused_and_the_log_stays_readable(
+    any_log_url: str, log_name: str
+) -> None:
+    """After the largest producer number, an event the log would number itself is refused on every store
+    (SQLite stored 2**63 - 1 and then could not read its own log back; memory went on to 2**63)."""
+    log = bound(any_log_url, log_name)
+    top = log.append(ev("top", producer="p", seq=2**63 - 2)).event
+    for attempt in range(2):
+        with pytest.raises(InvalidInput, match="used its last sequence number") as refused:
+            log.append(Event(id=f"next-{attempt}", machine=DIGEST, record="o1", event="pay", producer="p"))
+        assert refused.value.field == "producer_seq"
+    other = log.append(Event(id="other", machine=DIGEST, record="o1", event="ship", producer="q")).event
+    assert log.read() == [top, other] and log.last_by_producer("p") == top
+    if any_log_url != "memory://":  # a memory:// log is private to its handle
+        assert EventLog(any_log_url, name=log_name).read() == [top, other]  # a fresh handle reads it too
+
+
+def test_a_machine_whose_event_names_no_log_can_hold_is_refused_when_bound(any_log_url: str) -> None:
+    """A family's instance names can pass 200 characters: the machine builds, but no log can store its
+    events. That is said when a log is bound to it, not at the first append an agent makes."""
+    registry = govern.Registry("long")
+    x = registry.int("x", 0, 3)
+    family = "set_the_value_of_the_counter_" * 8
+    registry.event(family, params={"v": [0, 1]}, effect=lambda v: {x: v})
+    registry.event("reset", effect={x: 0})
+    registry.ordered()
+    machine = registry.build()
+    with pytest.raises(InvalidInput, match="no log can hold its events") as refused:
+        EventLog(any_log_url, machine=machine)
+    assert refused.value.field == "events"
+    log = EventLog(any_log_url, name=f"long-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(InvalidInput, match="no log can hold its events"):
+        log.bind(machine)
+    with pytest.raises(InvalidInput, match="no log can hold its events"):
+        event_tool(machine, log, "reset")
+    assert log.length() == 0
+
+
 def test_bad_read_arguments_are_refused_naming_the_argument(any_log_url: str, log_name: str) -> None:
     log = bound(any_log_url, log_name)
     for call, field in (
