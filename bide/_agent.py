@@ -1356,6 +1356,13 @@ class Agent(Generic[T]):
         except BaseException as exc:
             if window.state != "started":
                 remember_unstarted(claim)  # cancelled before it started: provably not called
+            elif window.done is not None:
+                # The drive was cancelled (Ctrl-C, a timeout around it, a worker stopping) while a
+                # synchronous tool had started in its thread, which runs on (or has just returned, before
+                # its result was written): as for an overrun, this process keeps the run's lease until it
+                # returns and records its outcome, so no other driver decides meanwhile.
+                late = self._late_result(call, tool, idem, approval)
+                self._overruns.setdefault((run_id, journal.fence), []).append((window, late))
             if not isinstance(exc, Exception):
                 raise
             if tool.not_started and isinstance(exc, tool.not_started):

@@ -102,19 +102,23 @@ def keep_overrun(
 ) -> None:
     """Hold the run's lease while synchronous calls run on past their deadline, then journal what they
     returned (each `build` makes its call's record; None: its outcome stays unknown) and free the lease."""
+    run_id, holder, token, ttl_ms = lease.run_id, lease.holder, lease.token, int(ttl * 1000)
+    renew_at = time.monotonic() + ttl / 3
+    for window, _ in overruns:
+        assert window.done is not None
+        while not window.done.wait(max(0.0, renew_at - time.monotonic())):
+            try:
+                renewed = store.lease(run_id, holder, now_ms=int(clock() * 1000), ttl_ms=ttl_ms, token=token)
+            except Exception:
+                # A dropped connection or a restarting server: try again soon, as the drive's renewer does.
+                # Giving up would let the lease lapse while the call still runs, and another driver's
+                # reconciler could then decide it never happened and call it again.
+                renew_at = time.monotonic() + ttl / 9
+                continue
+            if not renewed.held:
+                return  # another driver holds the run now: its writes are fenced off from ours
+            renew_at = time.monotonic() + ttl / 3
     try:
-        renew_at = time.monotonic() + ttl / 3
-        for window, _ in overruns:
-            assert window.done is not None
-            while not window.done.wait(max(0.0, renew_at - time.monotonic())):
-                now_ms = int(clock() * 1000)
-                ttl_ms = int(ttl * 1000)
-                renewed = store.lease(
-                    lease.run_id, lease.holder, now_ms=now_ms, ttl_ms=ttl_ms, token=lease.token
-                )
-                if not renewed.held:
-                    return
-                renew_at = time.monotonic() + ttl / 3
         records = []
         for window, build in overruns:
             assert window.outcome is not None

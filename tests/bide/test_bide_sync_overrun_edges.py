@@ -1,0 +1,144 @@
+"""A synchronous side effect whose drive ends while its thread still runs: the process keeps the run's lease
+until the call returns, then records its outcome, whatever ended the drive (its timeout, a cancellation,
+Ctrl-C) and even when a lease renewal fails on the way. Another process's driver, with an honest reconciler,
+waits meanwhile instead of deciding that the call never happened and calling it again.
+
+Process A runs the call (it takes 3-5 s, past its 1 s timeout) and process B, here, keeps driving the same
+run until it completes; the effect is a line appended to a file, with the call's idempotency key."""
+
+from __future__ import annotations
+
+import os
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+import bide
+
+POSTGRES_URL = os.environ.get("BIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
+
+_AGENT = '''
+import asyncio, os, sys, time
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+
+def effects(path):
+    try:
+        with open(path) as f:
+            return [line for line in f.read().splitlines() if line]
+    except FileNotFoundError:
+        return []
+
+
+def make_agent(url, path, tag, seconds):
+    def find(attempt):
+        done = any(attempt.idempotency_key in line for line in effects(path))
+        return bide.Outcome.succeeded("charged") if done else bide.Outcome.not_started()
+
+    def charge(customer: str) -> str:
+        """Charge a customer (synchronous)."""
+        time.sleep(seconds)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        os.write(fd, f"{tag} {bide.current_call().idempotency_key}\\n".encode())
+        os.fsync(fd)
+        os.close(fd)
+        return "charged"
+
+    tool = bide.Tool.from_function(charge, timeout=1.0, reconcile=find)
+    model = ScriptedModel([call("charge", customer="alice"), reply("done")])
+    return bide.Agent(model, store=bide.open_store(url), tools=[tool], lease_ttl=1.5, clock_skew=0.5)
+
+
+if __name__ == "__main__":
+    url, run_id, path, how = sys.argv[1:5]
+    agent = make_agent(url, path, "A", 5.0 if how == "renewal fails" else 3.0)
+
+    async def drive():
+        if how == "cancelled":
+            await asyncio.wait_for(agent.run(run_id, "charge alice"), 0.3)
+        else:
+            await agent.run(run_id, "charge alice")
+
+    try:
+        asyncio.run(drive())
+    except BaseException as exc:
+        print("A:", type(exc).__name__, flush=True)
+'''
+
+
+def _kill_connections_of(application: str) -> int:
+    import psycopg
+
+    plain_url = POSTGRES_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain_url, autocommit=True) as c:
+        row = c.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name = %s AND pid <> pg_backend_pid()",
+            (application,),
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+@pytest.mark.parametrize(
+    ("backend", "how"),
+    [
+        ("sqlite", "cancelled"),
+        ("sqlite", "interrupted"),
+        pytest.param("postgres", "cancelled", marks=pytest.mark.postgres),
+        pytest.param("postgres", "renewal fails", marks=pytest.mark.postgres),
+    ],
+)
+def test_a_synchronous_call_that_outlives_its_drive_fires_once_and_is_recorded(
+    tmp_path: Path, backend: str, how: str
+) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db" if backend == "sqlite" else POSTGRES_URL
+    run_id, path = f"overrun-{uuid.uuid4().hex[:10]}", tmp_path / "effects"
+    script = tmp_path / "agent_a.py"
+    script.write_text(_AGENT)
+    child = runpy.run_path(str(script))  # B's agent and the effect file reader, as A has them
+    effects, make_agent = child["effects"], child["make_agent"]
+    store = bide.open_store(url)
+    application = f"bide-a-{uuid.uuid4().hex[:8]}"
+    a = subprocess.Popen(
+        [sys.executable, str(script), url, run_id, str(path), how],
+        env={**os.environ, "PGAPPNAME": application},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        while not any(r.key.startswith("attempt:") for r in store.load(run_id)):
+            assert a.poll() is None, a.communicate()
+            time.sleep(0.01)
+        if how == "interrupted":
+            time.sleep(0.3)
+            a.send_signal(signal.SIGINT)  # Ctrl-C while the tool runs in its thread
+        if how == "renewal fails":
+            time.sleep(1.2)  # past the call's deadline: a thread keeps the lease while the call runs on
+            assert _kill_connections_of(application) >= 1  # one dropped connection under that thread
+        # B drives the same run: past the deadline and the skew, its reconciler would find no effect yet
+        # and call the tool again, unless A still held the lease.
+        answer = None
+        for _ in range(60):
+            time.sleep(0.2)
+            try:
+                answer = make_agent(url, str(path), "B", 0.0).run_sync(run_id, "charge alice").answer
+                break
+            except (bide.RunInFlight, bide.OutcomeUnknown, bide.HaltInFlight):
+                continue
+        out, _ = a.communicate(timeout=30)
+    finally:
+        if a.poll() is None:
+            a.kill()
+    assert answer == "done", out
+    fired = effects(str(path))
+    assert len(fired) == 1 and fired[0].startswith("A "), fired  # A's call, once; B never called it
+    results = [r for r in bide.Journal(store, run_id).load().records() if isinstance(r, bide.ToolResult)]
+    assert [r.result for r in results] == ["charged"]  # A's outcome, recorded by A
+    assert bide.run_status(store, run_id).status == "completed"
