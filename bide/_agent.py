@@ -128,7 +128,7 @@ from ._tools import (
     idempotency_key_for,
     journal_safe,
 )
-from ._when import iso, when
+from ._when import iso, seconds, when
 
 __all__ = ["Agent", "RunResult", "Thread"]
 
@@ -238,10 +238,12 @@ class Agent(Generic[T]):
     ) -> None:
         if not callable(getattr(model, "complete", None)):
             raise ConfigError("model must have an async complete(request) method (see bide.Model)")
-        if not (isinstance(lease_ttl, (int, float)) and lease_ttl > 0):
-            raise ConfigError("lease_ttl must be a positive number of seconds")
-        if not (isinstance(lease_wait, (int, float)) and lease_wait >= 0):
-            raise ConfigError("lease_wait must be a number of seconds, 0 or more")
+        lease_ttl = seconds("lease_ttl", lease_ttl, zero=False)
+        lease_wait = seconds("lease_wait", lease_wait)
+        clock_skew = seconds("clock_skew", clock_skew)
+        cancel_check = seconds("cancel_check", cancel_check, zero=False)
+        if not (isinstance(max_turns, int) and not isinstance(max_turns, bool) and max_turns >= 1):
+            raise ConfigError(f"max_turns must be a whole number, 1 or more; got {max_turns!r}")
         if not (isinstance(max_parallel, int) and not isinstance(max_parallel, bool) and max_parallel >= 1):
             raise ConfigError(
                 "max_parallel must be a whole number, 1 or more (1: calls run one after another)"

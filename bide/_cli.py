@@ -46,7 +46,7 @@ from ._cli_common import (
 )
 from ._errors import BideError, ConfigError, NoLiveAttempt, ResolveRefused, StoreError
 from ._terminal import printable
-from ._when import iso, when
+from ._when import iso, seconds, when
 
 # The journal, the stores and their drivers (pydantic, SQLAlchemy) are imported by the commands that use
 # them, not here: `bide --help` and a usage error never pay for them.
@@ -370,6 +370,18 @@ def _waiting_text(w: dict[str, Any]) -> str:
     )
 
 
+def _skew(text: str) -> float:
+    """A --clock-skew value: seconds, finite and 0 or more (a NaN margin would let every deadline pass)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    try:
+        return seconds("--clock-skew", value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def _json_arg(text: str, what: str) -> Any:
     try:
         return json.loads(text)
@@ -431,7 +443,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     p.add_argument("run", help="run id")
     p.add_argument("--json", action="store_true", help="print JSON (records decoded)")
     p.add_argument(
-        "--clock-skew", type=float, default=1.0, help="the margin bide resolve will use (for the times shown)"
+        "--clock-skew", type=_skew, default=1.0, help="the margin bide resolve will use (for the times shown)"
     )
     p.set_defaults(handler=_cmd_show)
 
@@ -450,7 +462,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     what.add_argument("--failed", metavar="MESSAGE", help="the effect did not happen; do not retry")
     what.add_argument("--not-started", action="store_true", help="the effect did not happen; retry it")
     p.add_argument("--evidence", metavar="JSON", help="JSON evidence journaled with the resolution")
-    p.add_argument("--clock-skew", type=float, default=1.0, help="seconds to wait past the deadline")
+    p.add_argument("--clock-skew", type=_skew, default=1.0, help="seconds to wait past the deadline")
     p.set_defaults(handler=_cmd_resolve)
 
     p = sub.add_parser("keygen", help="create an Ed25519 signing key FILE (and FILE.pub), as govern keygen")

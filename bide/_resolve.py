@@ -44,7 +44,7 @@ from ._records import (
     timer_key,
 )
 from ._store import Store
-from ._when import when
+from ._when import seconds, when
 
 __all__ = ["DEFAULT_CLOCK_SKEW", "RunStatus", "aresolve_halt", "attempts_of", "resolve_halt", "run_status"]
 
@@ -169,6 +169,7 @@ async def aresolve_halt(
     clock: Callable[[], float] = time.time,
 ) -> None:
     """Async `resolve_halt`."""
+    clock_skew = seconds("clock_skew", clock_skew)
     if not isinstance(outcome, Outcome):
         raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
     # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are

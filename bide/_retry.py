@@ -49,10 +49,16 @@ class RetryPolicy:
     jitter: bool = True
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ValueError(f"RetryPolicy.attempts must be at least 1, got {self.attempts}")
-        if self.initial < 0 or self.maximum < 0 or self.multiplier < 1:
-            raise ValueError("RetryPolicy needs initial >= 0, maximum >= 0 and multiplier >= 1")
+        from ._errors import ConfigError  # a ValueError too
+        from ._when import seconds
+
+        if not isinstance(self.attempts, int) or isinstance(self.attempts, bool) or self.attempts < 1:
+            raise ConfigError(f"RetryPolicy.attempts must be at least 1, got {self.attempts!r}")
+        seconds("RetryPolicy.initial", self.initial)
+        seconds("RetryPolicy.maximum", self.maximum)
+        multiplier = self.multiplier
+        if not isinstance(multiplier, (int, float)) or not 1 <= multiplier <= 1000:  # NaN fails too
+            raise ConfigError(f"RetryPolicy.multiplier must be a number from 1 to 1000, got {multiplier!r}")
 
     def wait(self, retry: int, hint: float | None = None, *, rng: random.Random | None = None) -> float:
         """Seconds to wait before retry number `retry` (0 for the first retry), at least `hint` (capped)."""

@@ -39,6 +39,7 @@ from ._inflight import CallWindow
 from ._messages import ToolSpec
 from ._retry import RetryPolicy
 from ._telemetry import tool_call
+from ._when import seconds
 
 __all__ = [
     "AttemptInfo",
@@ -175,8 +176,7 @@ class Tool:
             )
         if not callable(fn):
             raise ConfigError(f"tool {name!r}: fn must be callable")
-        if not (isinstance(timeout, (int, float)) and timeout > 0):
-            raise ConfigError(f"tool {name!r}: timeout must be a positive number of seconds")
+        timeout = seconds(f"tool {name!r}: timeout", timeout, zero=False)
         if gate is not None and not callable(getattr(gate, "check", None)):
             raise ConfigError(f"tool {name!r}: gate must have a check(request) method (see bide.Gate)")
         if reconcile is not None and not callable(reconcile):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -168,6 +170,62 @@ def test_marker_without_result_halts_with_outcome_unknown() -> None:
     assert len(ledger.charges) == 1
     st = bide.run_status(store, "r")
     assert (st.status, st.call_id, st.tool) == ("halted", "c0.0", "charge_card")
+
+
+@pytest.mark.parametrize("skew", [float("nan"), -100.0, float("-inf"), float("inf"), "1", True])
+def test_a_clock_skew_that_is_not_a_duration_is_refused_before_anything_is_decided(skew: Any) -> None:
+    """A NaN margin made every "not yet" comparison false and a negative one moved the deadline earlier:
+    either let a resolver (or a reconciler) decide a call that could still be running, inside its window."""
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    _halt_by_losing_result(store, ledger, timeout=30.0)
+    with pytest.raises(bide.ConfigError, match="clock_skew must be a number of seconds"):
+        bide.resolve_halt(store, "r", "c0.0", outcome=bide.Outcome.not_started(), clock_skew=skew)
+    with pytest.raises(bide.ConfigError, match="clock_skew must be a number of seconds"):
+        bide.Agent(charge_script(), store=store, tools=[ledger.tool()], clock_skew=skew)
+    with pytest.raises(bide.HaltInFlight):  # inside the window, as with the default margin
+        bide.resolve_halt(store, "r", "c0.0", outcome=bide.Outcome.not_started())
+    assert bide.run_status(store, "r").status == "halted" and len(ledger.charges) == 1
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"lease_ttl": float("inf")},
+        {"lease_ttl": 0},
+        {"lease_wait": float("nan")},
+        {"cancel_check": float("nan")},
+        {"max_turns": "3"},
+        {"max_turns": 0},
+    ],
+)
+def test_agent_durations_and_counts_are_checked_when_it_is_made(options: dict[str, Any]) -> None:
+    """Each of these was accepted and failed later, inside a run (OverflowError, TypeError), after the model
+    had been called."""
+    with pytest.raises(bide.ConfigError, match=next(iter(options))):
+        bide.Agent(charge_script(), store=bide.open_store("memory://"), **options)
+
+
+def test_a_tool_timeout_must_be_a_finite_duration() -> None:
+    with pytest.raises(bide.ConfigError, match="timeout must be a number of seconds"):
+        Ledger().tool(timeout=float("inf"))
+
+
+@pytest.mark.parametrize("skew", ["nan", "-5", "inf", "soon"])
+def test_bide_resolve_refuses_a_clock_skew_that_is_not_a_duration(tmp_path: Any, skew: str) -> None:
+    url = f"sqlite:///{tmp_path}/runs.db"
+    store = bide.open_store(url)
+    _halt_by_losing_result(store, Ledger(), timeout=30.0)
+    store.close()
+    command = ["resolve", "--store", url, "r", "c0.0", "--not-started", f"--clock-skew={skew}"]
+    done = subprocess.run(
+        [sys.executable, "-m", "bide._cli", *command],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and "--clock-skew" in done.stderr, done
+    assert bide.run_status(bide.open_store(url), "r").status == "halted"
 
 
 def test_resolve_halt_refuses_while_call_may_run_then_records() -> None:

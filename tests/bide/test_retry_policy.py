@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bide import RetryPolicy
+from bide import ConfigError, RetryPolicy
 
 
 @given(
@@ -66,3 +66,13 @@ def test_run_sync_raises_the_last_exception_when_attempts_run_out() -> None:
 def test_a_policy_without_attempts_is_refused() -> None:
     with pytest.raises(ValueError, match="at least 1"):
         RetryPolicy(attempts=0)
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"initial": float("nan")}, {"maximum": float("inf")}, {"initial": -1.0}, {"multiplier": float("nan")}],
+)
+def test_a_policy_that_is_not_made_of_durations_is_refused(options: dict[str, float]) -> None:
+    """A NaN wait slept for no time at all (every comparison with it is false); an infinite one forever."""
+    with pytest.raises(ConfigError, match=next(iter(options))):
+        RetryPolicy(**options)
