@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -33,6 +34,7 @@ from ._eventlog import (
     InvalidInput,
     LogCorrupted,
     LoggedEvent,
+    LogTimeout,
     MachineMismatch,
     MissingDependency,
 )
@@ -103,8 +105,14 @@ def event_tool(
     )
     arguments = _arguments(tool_name, record is None, family)
     in_memory = log.in_memory  # a log keeps its backend
+    # The tool's timeout must never end a call whose append may still commit: the model would be told the
+    # call failed, call again, and a second event would be recorded. Each log call ends within twice the
+    # log's timeout (its retries stop at the timeout; the last try may run that long again), and a call
+    # makes at most four (the producer's last event, the append, reading it back, the record's history).
+    per_log_call = 2 * log.timeout
+    timeout = _LOG_CALLS * per_log_call + _SLACK
 
-    def effect(validated: BaseModel) -> dict[str, Any]:
+    def effect(validated: BaseModel, deadline: float | None = None) -> dict[str, Any]:
         ctx = bide.current_call()
         key = record if record is not None else str(validated.record)  # type: ignore[attr-defined]
         who = producer or ctx.run_id
@@ -116,6 +124,12 @@ def event_tool(
         # conflict (its producer's last event is now the event itself, so the dependency differs) and
         # resolved by reading the id back, like a concurrent retry. A first call saves a read.
         previous = log.last_by_producer(who)
+        if deadline is not None and time.monotonic() + (_LOG_CALLS - 1) * per_log_call > deadline:
+            raise LogTimeout(
+                f"the log answered too slowly for event {instance!r} on {key!r} to be appended and read "
+                f"back within the tool's {made.timeout:g} s timeout; nothing was appended (the tool's "
+                f"timeout should be at least {timeout:g} s with this log's {log.timeout:g} s timeout)"
+            )
         try:
             appended = log.append(
                 Event(
@@ -146,11 +160,22 @@ def event_tool(
         # memory log answers in microseconds, so the thread hop would cost more than the work.
         if in_memory:
             return effect(validated)
-        return await asyncio.to_thread(effect, validated)
+        # The deadline bide holds this call to: the tool's timeout as it is now (it may have been changed).
+        return await asyncio.to_thread(effect, validated, time.monotonic() + made.timeout)
 
-    return bide.Tool(
-        name=tool_name, description=what, args=arguments, fn=effect_async, safety=bide.Idempotent
+    made = bide.Tool(
+        name=tool_name,
+        description=what,
+        args=arguments,
+        fn=effect_async,
+        safety=bide.Idempotent,
+        timeout=timeout,
     )
+    return made
+
+
+_LOG_CALLS = 4  # the most log calls one tool call makes (see event_tool)
+_SLACK = 5.0  # seconds for the rest of the call (a worker thread to start, the result to encode)
 
 
 def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEvent:

@@ -20,6 +20,8 @@ import sqlalchemy as sa
 
 import bide
 import govern
+from bide.testing import ScriptedModel, reply
+from bide.testing import call as model_call
 from govern.runtime._agents import event_id_for, event_tool
 from govern.runtime._eventlog import (
     Event,
@@ -757,3 +759,58 @@ def test_agents_are_told_the_truth_while_their_backends_are_killed(log_name: str
         assert expected == {e.id for e in stored if e.producer == run}
     store.close()
     assert len(stored) == 60 and [e.position for e in stored] == list(range(60))
+
+
+@contextmanager
+def _write_lock_held(path: Path, seconds: float) -> Iterator[None]:
+    """Another process holds the SQLite file's write lock for `seconds` (a slow or paused writer)."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sqlite3, sys, time\n"
+            "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+            "c.execute('BEGIN IMMEDIATE'); print('held', flush=True)\n"
+            "time.sleep(float(sys.argv[2])); c.execute('COMMIT')\n",
+            str(path),
+            str(seconds),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.wait(timeout=60)
+
+
+@pytest.mark.parametrize("tool_timeout", [None, 2.0])
+def test_the_model_is_never_told_a_call_failed_while_its_event_may_still_be_appended(
+    tmp_path: Path, tool_timeout: float | None
+) -> None:
+    """A writer holds the log's lock for 3 s. With the tool's own timeout (from the log's, 10 s), the append
+    waits and the model is told it succeeded. With a timeout lowered below what the log may take (2 s),
+    the call refuses before appending, saying nothing was appended. Before, bide's timeout ended the call
+    at 2 s ("timed out") while its thread went on to commit the event: a model that called again recorded
+    it twice."""
+    machine = order_machine()
+    path = tmp_path / "events.db"
+    log = EventLog(f"sqlite:///{path}", machine=machine, timeout=10)
+    tool = event_tool(machine, log, "restock")
+    assert tool.timeout >= 4 * 2 * log.timeout  # four log calls at most, each within twice its timeout
+    if tool_timeout is not None:
+        tool.timeout = tool_timeout
+    store = bide.open_store("memory://")
+    model = ScriptedModel([model_call("restock", record="o1"), reply("done")])
+    with _write_lock_held(path, 3.0):
+        bide.Agent(model, store=store, tools=[tool]).run_sync("run", "restock o1")
+    time.sleep(2.0)  # an append left running in a worker thread would have committed by now
+    (result,) = [r for r in bide.Journal(store, "run").load().records() if isinstance(r, bide.ToolResult)]
+    events = log.read()
+    if tool_timeout is None:
+        assert not result.is_error and result.result["newly_recorded"] is True
+        assert [e.id for e in events] == [result.result["event_id"]]
+    else:
+        assert result.is_error and "nothing was appended" in str(result.result)
+        assert events == []
