@@ -30,7 +30,7 @@ from .._cli_common import (
 )
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
-from ._files import write_whole
+from ._files import check_output, write_whole
 
 # The artifact formats (pydantic), the keys (cryptography) and the checks are imported by the commands that
 # use them, not here: `bide-audit --help` and a usage error never pay for them.
@@ -128,8 +128,19 @@ def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
     return verify_approvals(pkg, key, call_id=args.call, trust=trust, max_skew_ns=args.max_clock_skew * 10**9)
 
 
-def _write_atomic(path: str, data: bytes) -> None:
-    write_whole(Path(path), data, mode=0o600)
+def _write_atomic(path: Path, data: bytes) -> None:
+    from .._errors import ConfigError
+
+    try:
+        write_whole(path, data, mode=0o600)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}; nothing was written") from exc
+
+
+def _store_files(path: str) -> list[str]:
+    # SQLite keeps committed records in its -wal (and -journal) beside the main file: replacing any of them
+    # loses the journal as surely as replacing the database.
+    return [path, *(path + suffix for suffix in ("-wal", "-shm", "-journal"))]
 
 
 def _cmd_export(args: argparse.Namespace) -> Verified:
@@ -141,9 +152,13 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     from ._log import AuditLog
     from ._verify import Verified
 
+    where = parse_store_url(args.store)
+    # Checked before the key is read, the store opened or a head published: a refused -o changes nothing.
+    # The key's .pub is guarded too: it is what verifiers pin.
+    inputs = [args.key, args.key + ".pub", *(_store_files(where.path) if where.kind == "sqlite" else [])]
+    output = check_output(args.output, inputs=inputs)
     key = load_signing_key(args.key)
     publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
-    where = parse_store_url(args.store)
     if where.kind == "sqlite" and not os.path.exists(where.path):
         # Opening a SQLite URL creates the file; a mistyped path must not leave an empty database behind.
         raise UnreadableInput(f"no SQLite store at {where.path!r}; pass --store sqlite:///path/to/bide.db")
@@ -167,7 +182,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         else:
             artifact = log.evidence(args.run)
             what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
-        _write_atomic(args.output, artifact.to_json())
+        _write_atomic(output, artifact.to_json())
     finally:
         store.close()
     return Verified(

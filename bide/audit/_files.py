@@ -6,9 +6,38 @@ import contextlib
 import errno
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["write_whole"]
+from .._errors import ConfigError
+
+__all__ = ["check_output", "write_whole"]
+
+
+def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), flag: str = "-o") -> Path:
+    """`output` as a Path, once it is known to be writable as a new or replaced file: its directory exists,
+    it is not itself a directory, and it is not the same file as any of `inputs` (by resolved path, and by
+    inode where both exist, so hard links and symlinks count). Raises ConfigError (a usage error) otherwise,
+    before anything has been written."""
+    path = Path(output)
+    if output.endswith(("/", os.sep)) or path.is_dir():
+        raise ConfigError(f"{flag} {output} is a directory; give the path of a file to write")
+    directory = path.parent
+    if not directory.is_dir():
+        raise ConfigError(f"{flag} {output}: the directory {directory} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise ConfigError(f"{flag} {output}: the directory {directory} is not writable")
+    resolved = path.resolve()
+    for item in inputs:
+        other = Path(item)
+        same = resolved == other.resolve()
+        if not same and path.exists() and other.exists():
+            same = os.path.samefile(path, other)
+        if same:
+            raise ConfigError(
+                f"{flag} {output} is the input file {os.fspath(other)}; writing there would destroy it"
+            )
+    return path
 
 
 def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool = True) -> None:

@@ -1,0 +1,103 @@
+"""What `bide-audit` (export, keygen) and `bide keygen` write, and what they refuse to write: an output that
+is one of the inputs, a missing directory, a half key pair, a replaced .pub, and limits that lift themselves.
+End to end through subprocesses; every refusal is a usage error that leaves every file as it was."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+import bide
+
+from .conftest import write_run
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+MODULES = {"bide": "bide._cli", "bide-audit": "bide.audit._cli"}
+
+
+def _run(prog: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    return subprocess.run(
+        [sys.executable, "-m", MODULES[prog], *args], capture_output=True, text=True, cwd=cwd, env=env,
+        timeout=120,
+    )
+
+
+def _run_all(prog: str, *calls: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda args: _run(prog, *args, cwd=cwd), calls))
+
+
+def _snapshot(directory: Path) -> dict[str, bytes | None]:
+    """Every path under `directory` with its bytes (None for a directory)."""
+    return {
+        str(p.relative_to(directory)): (None if p.is_dir() else p.read_bytes()) for p in directory.rglob("*")
+    }
+
+
+@pytest.fixture
+def exported(tmp_path: Path) -> Path:
+    """A directory with a SQLite store `store.db` holding run `r` and a signing key `log.key`."""
+    store = bide.open_store(f"sqlite:///{tmp_path / 'store.db'}")
+    try:
+        write_run(store, "r", 2)
+    finally:
+        store.close()
+    assert _run("bide-audit", "keygen", "log.key", cwd=tmp_path).returncode == 0
+    return tmp_path
+
+
+def test_export_refuses_an_output_that_is_one_of_its_inputs_and_writes_nothing(exported: Path) -> None:
+    (exported / "link.db").symlink_to("store.db")
+    os.link(exported / "log.key", exported / "hard.key")
+    before = _snapshot(exported)
+    base = ("export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key", "--anchor-dir", "a")
+    outputs = ["store.db", "./store.db", str(exported / "store.db"), "link.db", "log.key", "hard.key",
+               "log.key.pub", "store.db-wal"]
+    results = _run_all(
+        "bide-audit",
+        *((*base, "-o", out) for out in outputs),
+        (*base[:6], "hard.key", "-o", "log.key"),  # the key named through another link
+        (*base, "--head", "-o", "store.db"),
+        cwd=exported,
+    )
+    for result in results:
+        assert result.returncode == 2, result.stderr
+        assert "is the input file" in result.stderr and "would destroy it" in result.stderr
+    assert _snapshot(exported) == before  # store, key and .pub intact; no head published into a/
+    store = bide.open_store("sqlite:///" + str(exported / "store.db"))
+    try:
+        assert store.load("r")
+    finally:
+        store.close()
+
+
+def test_export_into_a_missing_directory_or_onto_a_directory_is_a_usage_error_and_publishes_nothing(
+    exported: Path,
+) -> None:
+    before = _snapshot(exported)
+    base = ("export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key")
+    missing, here, slash, record = _run_all(
+        "bide-audit",
+        (*base, "-o", "nodir/ev.json", "--anchor-dir", "anchor"),
+        (*base, "-o", ".", "--anchor-dir", "anchor"),
+        (*base, "-o", "new/", "--head"),
+        (*base, "-o", "nodir/b.json", "--record", "run:start", "--anchor-dir", "anchor"),
+        cwd=exported,
+    )
+    for result in (missing, record):
+        assert result.returncode == 2, result.stderr
+        assert "the directory nodir does not exist" in result.stderr
+    for result in (here, slash):
+        assert result.returncode == 2, result.stderr
+        assert "is a directory" in result.stderr
+    assert "INTERNAL" not in missing.stderr + here.stderr + slash.stderr + record.stderr
+    assert _snapshot(exported) == before  # no anchor/ (no head published), no new file
