@@ -410,11 +410,11 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:
-    from .audit._keys import generate_key
+    from .audit._keys import KeyFileExists, generate_key
 
     try:
         key = generate_key(args.path, overwrite=args.force)
-    except ConfigError as exc:
+    except KeyFileExists as exc:
         raise CLIError(f"{exc} (pass --force to replace it)", EXIT_USAGE) from exc
     say(f"private key: {args.path} (mode 0600; keep it secret, never commit it)")
     say(f"public key:  {args.path}.pub (give it to whoever pins approvers or verifies heads)")

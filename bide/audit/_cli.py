@@ -192,10 +192,14 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
 
 
 def _cmd_keygen(args: argparse.Namespace) -> Verified:
-    from ._keys import generate_key
+    from .._errors import ConfigError
+    from ._keys import KeyFileExists, generate_key
     from ._verify import Verified
 
-    key = generate_key(args.path, overwrite=args.force)
+    try:
+        key = generate_key(args.path, overwrite=args.force)
+    except KeyFileExists as exc:
+        raise ConfigError(f"{exc} (pass --force to replace it)") from exc
     return Verified(
         proven=f"Wrote signing key {key.key_id} to {args.path} (mode 0600) and its public key to "
         f"{args.path}.pub.",

@@ -23,7 +23,15 @@ from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
 from ._files import write_whole
 
-__all__ = ["PublicKey", "SigningKey", "generate_key", "key_id", "load_public_key", "load_signing_key"]
+__all__ = [
+    "KeyFileExists",
+    "PublicKey",
+    "SigningKey",
+    "generate_key",
+    "key_id",
+    "load_public_key",
+    "load_signing_key",
+]
 
 ALG = "ed25519"
 _HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
@@ -117,24 +125,48 @@ class SigningKey:
         )
 
 
+class KeyFileExists(ConfigError):
+    """A key file (or its .pub) is already there and `overwrite` was not asked for; nothing was written."""
+
+
 def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> SigningKey:
-    """Create a new key file at `path` (mode 0600) and its public key at `path.pub`; an existing key file is
-    refused unless `overwrite` (then it is removed first, so the new one is still created exclusively)."""
-    target = Path(path)
-    key = SigningKey.generate()
-    if overwrite:
-        with contextlib.suppress(FileNotFoundError):
-            target.unlink()
-    try:
-        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError as exc:
-        raise ConfigError(f"{target} already exists; refusing to overwrite a key file") from exc
-    with os.fdopen(fd, "wb") as out:
-        out.write(key.pem())
-        out.flush()
-        os.fsync(out.fileno())
+    """Create a new key file at `path` (mode 0600) and its public key at `path.pub`, both or neither.
+
+    Raises KeyFileExists when either file exists, unless `overwrite` (then both are replaced), and
+    ConfigError when the directory is missing or a target is a directory; those are checked before anything
+    is written. If the .pub cannot be written, the new private key is removed again: never a key without
+    its public half."""
+    text, target = os.fspath(path), Path(path)
+    if text.endswith(("/", os.sep)) or target.is_dir():
+        raise ConfigError(f"{text} is a directory; give the path of a key file to create")
     pub = target.with_name(target.name + ".pub")
-    write_whole(pub, key.public.pem())  # through a fresh temporary file: a planted symlink is not followed
+    if pub.is_dir():
+        raise ConfigError(f"{pub} is a directory; give the path of a key file to create")
+    if not target.parent.is_dir():
+        raise ConfigError(f"the directory {target.parent} of the key file {target} does not exist")
+    if not overwrite:
+        for name in (target, pub):
+            if os.path.lexists(name):
+                raise KeyFileExists(f"{name} already exists; refusing to overwrite a key file")
+    key = SigningKey.generate()
+    # Both through a fresh temporary file: a symlink planted at either name is never followed, and without
+    # `overwrite` each is linked into place exclusively (a file that appears meanwhile is not replaced).
+    try:
+        write_whole(target, key.pem(), mode=0o600, overwrite=overwrite)
+    except FileExistsError as exc:
+        raise KeyFileExists(f"{target} already exists; refusing to overwrite a key file") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot write the key file {target}: {exc.strerror or exc}") from exc
+    try:
+        write_whole(pub, key.public.pem(), overwrite=overwrite)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            target.unlink()
+        if isinstance(exc, FileExistsError):
+            raise KeyFileExists(f"{pub} already exists; refusing to overwrite a key file") from exc
+        raise ConfigError(
+            f"cannot write the public key {pub}: {exc.strerror or exc}; the private key was not kept either"
+        ) from exc
     return key
 
 

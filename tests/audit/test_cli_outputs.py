@@ -4,6 +4,7 @@ End to end through subprocesses; every refusal is a usage error that leaves ever
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import sys
@@ -101,3 +102,60 @@ def test_export_into_a_missing_directory_or_onto_a_directory_is_a_usage_error_an
         assert "is a directory" in result.stderr
     assert "INTERNAL" not in missing.stderr + here.stderr + slash.stderr + record.stderr
     assert _snapshot(exported) == before  # no anchor/ (no head published), no new file
+
+
+@pytest.mark.parametrize("prog", sorted(MODULES))
+def test_keygen_into_a_missing_directory_or_onto_a_directory_is_a_usage_error(
+    prog: str, tmp_path: Path
+) -> None:
+    (tmp_path / "d.pub").mkdir()
+    missing, here, slash, pub_dir, forced = _run_all(
+        prog,
+        ("keygen", "nodir/key"),
+        ("keygen", "."),
+        ("keygen", "new/"),
+        ("keygen", "d"),
+        ("keygen", "d", "--force"),
+        cwd=tmp_path,
+    )
+    assert missing.returncode == 2, missing.stderr
+    assert "the directory nodir" in missing.stderr and "does not exist" in missing.stderr
+    for result in (here, slash, pub_dir, forced):
+        assert result.returncode == 2 and "is a directory" in result.stderr, result.stderr
+    assert "--force" not in missing.stderr  # forcing would not help
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.pub"]  # no private key without its .pub
+
+
+def test_keygen_keeps_no_private_key_when_its_pub_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from bide._errors import ConfigError
+    from bide.audit import _keys
+
+    real = _keys.write_whole
+
+    def full_disk(path: Path, data: bytes, **kw: object) -> None:
+        if path.name.endswith(".pub"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_keys, "write_whole", full_disk)
+    with pytest.raises(ConfigError, match="No space left on device"):
+        _keys.generate_key(tmp_path / "k")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(_keys, "write_whole", real)
+    _keys.generate_key(tmp_path / "k")  # and a rerun is not refused
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.pub"]
+
+
+@pytest.mark.parametrize("prog", sorted(MODULES))
+def test_keygen_refuses_to_replace_an_existing_pub_without_force(prog: str, tmp_path: Path) -> None:
+    (tmp_path / "a.pub").write_text("alice's pinned public key\n")
+    refused = _run(prog, "keygen", "a", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert "a.pub already exists" in refused.stderr and "--force" in refused.stderr
+    assert (tmp_path / "a.pub").read_text() == "alice's pinned public key\n"
+    assert not (tmp_path / "a").exists()
+    forced = _run(prog, "keygen", "a", "--force", cwd=tmp_path)
+    assert forced.returncode == 0, forced.stderr
+    assert (tmp_path / "a.pub").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
