@@ -179,23 +179,32 @@ def _read(path: str | os.PathLike[str]) -> bytes:
 
 def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
     """Load a signing key file written by `generate_key` (PKCS#8 PEM, Ed25519, unencrypted); refuses a
-    file that other users may read or write (as `govern` does): such a key may already be someone else's."""
+    file that other users may read or write (as `govern` does): such a key may already be someone else's.
+    A public key file given instead is named as such."""
+    text = os.fspath(path)
     try:
         mode = os.stat(path).st_mode
     except OSError as exc:
-        raise UnreadableInput(f"cannot read key file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
-    if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise UnreadableInput(
-            f"the private key {os.fspath(path)!r} is accessible to other users (mode "
-            f"{stat.S_IMODE(mode):o}); run `chmod 600 {os.fspath(path)}`"
-        )
+        raise UnreadableInput(f"cannot read key file {text!r}: {exc.strerror or exc}") from exc
     data = _read(path)
+    # Parsed before the mode is judged: a .pub is meant to be readable by all, and "run chmod 600" on it
+    # would send the user the wrong way.
     try:
         key = serialization.load_pem_private_key(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise UnreadableInput(f"{os.fspath(path)!r} is not an unencrypted PEM private key") from exc
+        if b"PUBLIC KEY-----" in data:
+            raise UnreadableInput(
+                f"{text!r} is a public key, not a PEM private key; pass the private key file it was made "
+                f"beside (without .pub)"
+            ) from exc
+        raise UnreadableInput(f"{text!r} is not an unencrypted PEM private key") from exc
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UnreadableInput(
+            f"the private key {text!r} is accessible to other users (mode "
+            f"{stat.S_IMODE(mode):o}); run `chmod 600 {text}`"
+        )
     if not isinstance(key, Ed25519PrivateKey):
-        raise UnreadableInput(f"{os.fspath(path)!r} holds a {type(key).__name__}, not an Ed25519 key")
+        raise UnreadableInput(f"{text!r} holds a {type(key).__name__}, not an Ed25519 key")
     return SigningKey(key)
 
 

@@ -159,3 +159,15 @@ def test_keygen_refuses_to_replace_an_existing_pub_without_force(prog: str, tmp_
     forced = _run(prog, "keygen", "a", "--force", cwd=tmp_path)
     assert forced.returncode == 0, forced.stderr
     assert (tmp_path / "a.pub").read_bytes().startswith(b"-----BEGIN PUBLIC KEY-----")
+
+
+def test_a_public_key_given_as_the_signing_key_is_named_as_one(exported: Path) -> None:
+    os.chmod(exported / "log.key.pub", 0o644)
+    out = _run(
+        "bide-audit", "export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key.pub",
+        "-o", "ev.json", cwd=exported,
+    )
+    assert out.returncode == 4
+    assert "is a public key, not a PEM private key" in out.stderr
+    assert "chmod" not in out.stderr and "accessible to other users" not in out.stderr
+    assert not (exported / "ev.json").exists()
