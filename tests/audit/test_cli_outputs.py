@@ -171,3 +171,20 @@ def test_a_public_key_given_as_the_signing_key_is_named_as_one(exported: Path) -
     assert "is a public key, not a PEM private key" in out.stderr
     assert "chmod" not in out.stderr and "accessible to other users" not in out.stderr
     assert not (exported / "ev.json").exists()
+
+
+def test_negative_or_zero_limits_are_usage_errors(tmp_path: Path) -> None:
+    (tmp_path / "bundle.json").write_text("{}")
+    key = "00" * 32
+    results = _run_all(
+        "bide-audit",
+        ("verify", "bundle.json", "--pubkey", key, "--max-input-bytes", "-2"),
+        ("verify", "bundle.json", "--pubkey", key, "--max-input-bytes", "0"),
+        ("verify-evidence", "bundle.json", "--pubkey", key, "--max-input-bytes", "-1"),
+        ("verify", "bundle.json", "--pubkey", key, "--max-clock-skew", "-1"),
+        ("verify", "bundle.json", "--pubkey", key, "--max-input-bytes", "lots"),
+        cwd=tmp_path,
+    )
+    for result in results:
+        assert result.returncode == 2, result.stderr
+        assert "usage error: argument --max-" in result.stderr
