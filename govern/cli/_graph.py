@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -251,11 +252,18 @@ def _table_parts(certificate: AnyCertificate) -> list[tuple[str, Certificate]]:
 
 
 def render_files(
-    certificate: AnyCertificate, directory: Path, *, state_limit: int = DEFAULT_STATE_LIMIT, png: bool = False
+    certificate: AnyCertificate,
+    directory: Path,
+    *,
+    state_limit: int = DEFAULT_STATE_LIMIT,
+    png: bool = False,
+    keep: Sequence[tuple[str, Path]] = (),
 ) -> GraphFiles:
     """Write `NAME.events.dot` and (for small domains) `NAME.states.dot` into `directory` (for a composed
     certificate `NAME.componentC.states.dot` per component); with Graphviz installed also `.svg` (and
-    `.png` if asked), otherwise `.mmd` Mermaid files."""
+    `.png` if asked), otherwise `.mmd` Mermaid files. Writes nothing, raising `UsageError`, when one of
+    those files would be one of `keep` (what the command read, each with what it is)."""
+    from ._main import refuse_overwriting
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in certificate.name)
     dot = shutil.which("dot")
     written: list[Path] = []
@@ -274,6 +282,10 @@ def render_files(
             continue
         dot_text, mermaid_text = state_graph_dot(part, states), state_graph_mermaid(part, states)
         graphs.append((f"{stem}{suffix}.states", dot_text, mermaid_text))
+    formats = (["svg", "png"] if png else ["svg"]) if dot is not None else ["mmd"]
+    for base, _, _ in graphs:
+        for suffix in ("dot", *formats):
+            refuse_overwriting(directory / f"{base}.{suffix}", list(keep))
     for base, dot_text, mermaid_text in graphs:
         source = directory / f"{base}.dot"
         _write(source, dot_text)

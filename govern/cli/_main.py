@@ -254,6 +254,25 @@ def _safe_stem(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "machine"
 
 
+def same_file(a: Path, b: Path) -> bool:
+    """True when `a` and `b` name one file (through symlinks, `..` or hard links)."""
+    try:
+        if a.resolve() == b.resolve():
+            return True
+        return a.exists() and b.exists() and os.path.samefile(a, b)
+    except (OSError, RuntimeError):
+        return False
+
+
+def refuse_overwriting(output: Path, inputs: list[tuple[str, Path]]) -> None:
+    """Raise UsageError when `output` is one of `inputs` (each with what it is): writing it would
+    replace what the command reads."""
+    for what, path in inputs:
+        if same_file(output, path):
+            raise UsageError(f"{output} is the {what} ({path}); refusing to write over it: give another "
+                             "output path")
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file and a rename: all of it or nothing."""
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -317,8 +336,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
         certificate = certificate.signed(signer)
     outcome.certificate = certificate
     if not args.no_write:
-        default = target.source.parent / f"{_safe_stem(name)}.govern-cert.json"
-        path = Path(args.output) if args.output else default
+        path = _output_path(target, args)
         try:
             timed("write", lambda: write_atomically(path, certificate.to_bytes()))
         except OSError as exc:
@@ -330,8 +348,23 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
         from ._graph import render_files
 
         directory = outcome.path.parent if outcome.path else target.source.parent
-        render_files(certificate, directory)
+        render_files(certificate, directory, keep=_certify_inputs(target.source, args))
     return outcome
+
+
+def _output_path(target: Target, args: argparse.Namespace) -> Path:
+    """Where `certify` writes the certificate of `target`."""
+    if args.output:
+        return Path(args.output)
+    return target.source.parent / f"{_safe_stem(target.registry.name)}.govern-cert.json"
+
+
+def _certify_inputs(machine: Path, args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The files `certify` reads, which nothing it writes may replace."""
+    inputs = [("machine file", machine)]
+    if args.sign:
+        inputs.append(("signing key", Path(args.sign)))
+    return inputs
 
 
 def _rests_on(certificate: AnyCertificate) -> str:
@@ -403,7 +436,14 @@ def _print_outcome(console: Console, outcome: Outcome) -> None:
 
 
 def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
+    inputs = _certify_inputs(_split_spec(args.machine)[0], args)
+    if args.output and not args.no_write:
+        # Checked before the machine file is even imported: nothing may be written over an input.
+        refuse_overwriting(Path(args.output), inputs)
     targets = load_targets(args.machine)
+    if not args.no_write:
+        for target in targets:
+            refuse_overwriting(_output_path(target, args), inputs)
     if args.output and len(targets) > 1:
         raise UsageError(
             f"{args.machine} defines {len(targets)} registries; -o needs one (write PATH:NAME to pick it)"
@@ -685,8 +725,10 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
     directory = Path(args.output) if args.output else Path(source.rpartition(":")[0] or source).parent
     if not directory.is_dir():
         raise UsageError(f"{directory}: no such directory")
+    source_file = Path(source) if source.endswith(".json") else _split_spec(source)[0]
+    keep = [("certificate" if source.endswith(".json") else "machine file", source_file)]
     for certificate in certificates:
-        files = render_files(certificate, directory, state_limit=args.state_limit, png=args.png)
+        files = render_files(certificate, directory, state_limit=args.state_limit, png=args.png, keep=keep)
         for path in files.written:
             out.print(f"wrote {_safe(str(path))}")
         for reason in files.skipped:
