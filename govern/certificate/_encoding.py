@@ -22,6 +22,7 @@ from ._errors import CertificateUnreadable
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
+    "MAX_NESTING",
     "canonical_json",
     "decode_table",
     "encode_table",
@@ -30,6 +31,11 @@ __all__ = [
 
 #: Largest certificate `govern check` reads unless told otherwise (bytes on disk).
 DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
+
+#: Deepest nesting of arrays and objects a certificate may have (the document itself is level 1). The
+#: certificate models are read and written back by pydantic, which gives up near 255 levels; refusing
+#: deeper documents here, before anything recursive sees them, keeps that a clear "unreadable".
+MAX_NESTING: Final = 240
 
 #: Element types a table may have, with their little-endian numpy dtype.
 _DTYPES: Final[dict[str, np.dtype[Any]]] = {"u8": np.dtype("<u1"), "i32le": np.dtype("<i4")}
@@ -83,7 +89,7 @@ def parse_strict_json(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Any
     """Parse `data` as one JSON value, refusing anything the certificate format does not allow.
 
     Refused: more than `max_bytes` bytes, invalid UTF-8, a byte-order mark, duplicate object keys,
-    non-integer numbers, NaN/Infinity, trailing data, nesting too deep to read, and any text that is
+    non-integer numbers, NaN/Infinity, trailing data, nesting deeper than `MAX_NESTING`, and any text that is
     not exactly the canonical encoding of what it parses to (followed by one newline).
     """
     if len(data) > max_bytes:
@@ -110,6 +116,7 @@ def parse_strict_json(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Any
         raise CertificateUnreadable("the JSON is nested too deeply to read") from None
     except ValueError as exc:  # for example an integer with more digits than Python will convert
         raise CertificateUnreadable(f"not readable JSON: {exc}") from None
+    _check_nesting(value)
     try:
         expected = canonical_json(value) + b"\n"
     except (ValueError, UnicodeEncodeError):
@@ -126,6 +133,24 @@ def parse_strict_json(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Any
             f"first difference at byte {position}. Certificates must not be reformatted."
         )
     return value
+
+
+def _check_nesting(value: Any) -> None:
+    """Refuse a value nested deeper than `MAX_NESTING` (walked without recursion)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, level = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if level > MAX_NESTING:
+            raise CertificateUnreadable(
+                f"the JSON is nested more than {MAX_NESTING} levels deep, the format's limit"
+            )
+        stack.extend((child, level + 1) for child in children)
 
 
 def encode_table(values: npt.ArrayLike, dtype: str) -> str:

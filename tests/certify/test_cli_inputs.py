@@ -3,12 +3,22 @@ absurd option values, and --json on every exit path."""
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from govern.certificate._certificate import check_certificate
+from govern.certificate._checked import compute_digest
+from govern.certificate._composed import check_composed
+from govern.certificate._encoding import canonical_json
+from govern.certificate._errors import CertificateUnreadable
 from govern.certificate._make import certify
 
 from .conftest import govern, orders_registry
+from .test_cli import LARGE_MACHINES
 
 
 def test_certify_refuses_to_write_over_the_machine_file_or_the_key(machine_dir: Path) -> None:
@@ -43,3 +53,45 @@ def test_graph_of_a_certificate_refuses_to_write_over_it(tmp_path: Path) -> None
     assert "refusing to write over it" in done.stderr
     assert cert.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.events.dot", "orders.json"]
+
+
+def _nest(expression: Any, levels: int) -> Any:
+    for _ in range(levels):
+        expression = ["not", expression]
+    return expression
+
+
+def _deepen(document: dict[str, Any], levels: int) -> bytes:
+    """`document` with its first event's first effect expression wrapped in `levels` nots, digest redone."""
+    effect = document["machine"]["events"][0]["effect"]
+    effect[0][1] = _nest(effect[0][1], levels)
+    document["digest"] = compute_digest(document)
+    return canonical_json(document) + b"\n"
+
+
+def test_a_certificate_nested_too_deep_is_unreadable_not_an_internal_error(tmp_path: Path) -> None:
+    """Rule expressions nested past the format's limit, in a table, a symbolic and a composed certificate
+    (where pydantic used to give up with a bare ValueError): exit 4 from check, check --json, show and
+    graph, and CertificateUnreadable from the library."""
+    (tmp_path / "large.py").write_text(LARGE_MACHINES)
+    made = govern("certify", "large.py", cwd=tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    documents = {
+        "table": certify(orders_registry()).document(),
+        "symbolic": json.loads((tmp_path / "limits.govern-cert.json").read_bytes()),
+        "composed": json.loads((tmp_path / "rooms.govern-cert.json").read_bytes()),
+    }
+    for kind, document in documents.items():
+        data = _deepen(document, 300)  # past pydantic's ~255 levels, below the json module's ~1000
+        (tmp_path / f"{kind}.json").write_bytes(data)
+        with pytest.raises(CertificateUnreadable, match="nested more than"):
+            (check_composed if kind == "composed" else check_certificate)(data)
+        for command in (("check",), ("check", "--json"), ("show",), ("graph", "-o", "pictures")):
+            (tmp_path / "pictures").mkdir(exist_ok=True)
+            done = govern(*command, f"{kind}.json", cwd=tmp_path)
+            assert done.returncode == 4, (kind, command, done.stdout, done.stderr)
+            assert "internal error" not in done.stderr
+            if "--json" in command:
+                assert json.loads(done.stdout)["reason"] == "unreadable"
+            else:
+                assert "nested more than" in done.stderr, (kind, command, done.stderr)
