@@ -177,7 +177,11 @@ def _verify_signature(
         raise CertificateInvalid(f"the signature by {block.key_id} does not verify: the certificate "
                                  "or its signature block was altered")
     signed_at = datetime.strptime(block.signed_at, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
-    if signed_at > now + timedelta(seconds=max_clock_skew):
+    try:
+        latest = now + timedelta(seconds=max_clock_skew)
+    except OverflowError:
+        latest = datetime.max.replace(tzinfo=UTC)  # a skew past the calendar's end allows any date
+    if signed_at > latest:
         raise CertificateInvalid(
             f"signed at {block.signed_at}, in the future (this clock says "
             f"{now.strftime('%Y-%m-%dT%H:%M:%SZ')}, {max_clock_skew:g} s of skew allowed)"

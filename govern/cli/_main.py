@@ -79,6 +79,8 @@ T = TypeVar("T")
 #: checks that they agree).
 MAX_CLOCK_SKEW = 300
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
+#: The largest --max-clock-skew: a clock a year wrong is not skew (and far larger values overflow dates).
+MAX_CLOCK_SKEW_LIMIT = 366 * 24 * 3600
 
 
 def _safe(text: str, *, keep_newlines: bool = False) -> str:
@@ -757,6 +759,10 @@ def _seconds(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
     if value < 0:
         raise argparse.ArgumentTypeError("the clock skew cannot be negative")
+    if value > MAX_CLOCK_SKEW_LIMIT:
+        raise argparse.ArgumentTypeError(
+            f"{value} s is not a clock skew; at most {MAX_CLOCK_SKEW_LIMIT} (one year)"
+        )
     return value
 
 

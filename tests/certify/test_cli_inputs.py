@@ -16,6 +16,7 @@ from govern.certificate._composed import check_composed
 from govern.certificate._encoding import canonical_json
 from govern.certificate._errors import CertificateUnreadable
 from govern.certificate._make import certify
+from govern.certificate._signing import load_private_key
 
 from .conftest import govern, orders_registry
 from .test_cli import LARGE_MACHINES
@@ -95,3 +96,22 @@ def test_a_certificate_nested_too_deep_is_unreadable_not_an_internal_error(tmp_p
                 assert json.loads(done.stdout)["reason"] == "unreadable"
             else:
                 assert "nested more than" in done.stderr, (kind, command, done.stderr)
+
+
+def test_a_huge_clock_skew_is_a_usage_error(machine_dir: Path) -> None:
+    """`--max-clock-skew` past any sane value used to overflow the date arithmetic (exit 3)."""
+    assert govern("keygen", "ci-key", cwd=machine_dir).returncode == 0
+    made = govern("certify", "shop.py:orders", "--sign", "ci-key", "-o", "signed.json", cwd=machine_dir)
+    assert made.returncode == 0, made.stderr
+    done = govern("check", "signed.json", "--max-clock-skew", "999999999999", cwd=machine_dir)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "at most" in done.stderr and "internal error" not in done.stderr
+    assert govern("check", "signed.json", "--max-clock-skew", "31622400", cwd=machine_dir).returncode == 0
+
+
+def test_the_library_accepts_any_clock_skew(machine_dir: Path) -> None:
+    """A skew past the calendar's end allows any signing date rather than overflowing."""
+    assert govern("keygen", "ci-key", cwd=machine_dir).returncode == 0
+    signed = certify(orders_registry()).signed(load_private_key(machine_dir / "ci-key"))
+    result = check_certificate(signed.to_bytes(), max_clock_skew=1e15)
+    assert result.signature is not None
