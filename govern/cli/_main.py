@@ -842,6 +842,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _json_failure(args: argparse.Namespace, code: int, reason: str, message: str) -> None:
+    """With --json, the one JSON document on stdout for a command that failed before printing its own."""
+    if not getattr(args, "json", False):
+        return
+    document: dict[str, Any] = {"exit_code": code, "reason": reason, "message": message}
+    if args.command == "check":
+        document["valid"] = False
+    else:
+        document["results"] = []
+    print(json.dumps(document, indent=2, sort_keys=True))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the `govern` command; returns (and, as a console script, exits with) the exit code."""
     parser = build_parser()
@@ -857,11 +869,13 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         err.print(f"[bold red]error[/]: {_safe(str(exc))}")
         code = EXIT_USAGE
+        _json_failure(args, code, "usage error", str(exc))
     except SigningKeyError as exc:
         if args.debug:
             traceback.print_exc()
         err.print(f"[bold red]key error[/]: {_safe(str(exc))}")
         code = EXIT_USAGE
+        _json_failure(args, code, "key error", str(exc))
     except KeyboardInterrupt:
         err.print("interrupted")
         code = 130
@@ -871,5 +885,6 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[bold red]internal error[/]: {type(exc).__name__}: {_safe(str(exc))} "
                   "(this is a bug in govern; rerun with --debug and report the traceback)")
         code = EXIT_INTERNAL
+        _json_failure(args, code, "internal error", f"{type(exc).__name__}: {exc}")
     sys.stdout.flush()
     return code

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -115,3 +117,30 @@ def test_the_library_accepts_any_clock_skew(machine_dir: Path) -> None:
     signed = certify(orders_registry()).signed(load_private_key(machine_dir / "ci-key"))
     result = check_certificate(signed.to_bytes(), max_clock_skew=1e15)
     assert result.signature is not None
+
+
+CRASH = (
+    "import sys\n"
+    "import govern.certificate._certificate as certificates\n"
+    "from govern.cli._main import main\n"
+    "def crash(*args, **kwargs):\n"
+    "    raise RuntimeError('simulated bug')\n"
+    "certificates.check_certificate = crash\n"
+    "sys.exit(main(['check', '--json', sys.argv[1]]))\n"
+)
+
+
+def test_check_json_prints_one_document_on_every_exit(machine_dir: Path) -> None:
+    """`govern check --json` prints a JSON document for a missing file (exit 2) and an internal error
+    (exit 3), as it does for exits 0, 1 and 4."""
+    missing = govern("check", "--json", "nowhere.json", cwd=machine_dir)
+    assert missing.returncode == 2, missing.stdout + missing.stderr
+    document = json.loads(missing.stdout)
+    assert document["exit_code"] == 2 and document["valid"] is False and "nowhere.json" in document["message"]
+    assert govern("certify", "shop.py:orders", "-o", "orders.json", cwd=machine_dir).returncode == 0
+    crashed = subprocess.run([sys.executable, "-c", CRASH, "orders.json"], cwd=machine_dir,
+                             capture_output=True, text=True, timeout=120)
+    assert crashed.returncode == 3, crashed.stdout + crashed.stderr
+    document = json.loads(crashed.stdout)
+    assert document["exit_code"] == 3 and document["valid"] is False
+    assert document["reason"] == "internal error" and "simulated bug" in document["message"]
