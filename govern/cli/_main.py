@@ -79,8 +79,9 @@ T = TypeVar("T")
 #: checks that they agree).
 MAX_CLOCK_SKEW = 300
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-#: The largest --max-clock-skew: a clock a year wrong is not skew (and far larger values overflow dates).
-MAX_CLOCK_SKEW_LIMIT = 366 * 24 * 3600
+#: The largest --max-clock-skew, a century: enough to accept any plausible signing date on purpose, and
+#: far below the values that overflow date arithmetic.
+MAX_CLOCK_SKEW_LIMIT = 100 * 366 * 24 * 3600
 
 
 def _safe(text: str, *, keep_newlines: bool = False) -> str:
@@ -761,7 +762,7 @@ def _seconds(text: str) -> int:
         raise argparse.ArgumentTypeError("the clock skew cannot be negative")
     if value > MAX_CLOCK_SKEW_LIMIT:
         raise argparse.ArgumentTypeError(
-            f"{value} s is not a clock skew; at most {MAX_CLOCK_SKEW_LIMIT} (one year)"
+            f"{value} s is more than a century; at most {MAX_CLOCK_SKEW_LIMIT}"
         )
     return value
 
