@@ -152,9 +152,13 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     Returns the public key path and the key id. Refuses to replace an existing file unless
     `overwrite`; each file is written to a temporary file and renamed into place.
     """
+    if private_path.name in ("", ".", "..") or private_path.is_dir():
+        raise SigningKeyError(f"{private_path} is a directory; name a key file (FILE, then FILE.pub)")
     public_path = private_path.with_name(private_path.name + ".pub")
     if not private_path.parent.is_dir():
         raise SigningKeyError(f"{private_path.parent}: no such directory")
+    if public_path.is_dir():
+        raise SigningKeyError(f"{public_path} is a directory; the public key is written there")
     if not overwrite:
         for existing in (private_path, public_path):
             if existing.exists():
@@ -166,8 +170,11 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    _write_atomically(private_path, private_pem, 0o600)
-    _write_atomically(public_path, public_pem, 0o644)
+    try:
+        _write_atomically(private_path, private_pem, 0o600)
+        _write_atomically(public_path, public_pem, 0o644)
+    except OSError as exc:
+        raise SigningKeyError(f"cannot write the key pair {private_path}: {exc.strerror or exc}") from exc
     return public_path, key_id(key.public_key())
 
 

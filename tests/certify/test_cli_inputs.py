@@ -147,3 +147,14 @@ def test_check_json_prints_one_document_on_every_exit(machine_dir: Path) -> None
     document = json.loads(crashed.stdout)
     assert document["exit_code"] == 3 and document["valid"] is False
     assert document["reason"] == "internal error" and "simulated bug" in document["message"]
+
+
+def test_keygen_onto_a_directory_is_a_key_error_and_writes_nothing(tmp_path: Path) -> None:
+    """`govern keygen .` was an internal error (exit 3); `keygen k --force` with a directory at k.pub
+    wrote the private key and then failed."""
+    (tmp_path / "k.pub").mkdir()
+    (tmp_path / "sub").mkdir()
+    for args in (["keygen", "."], ["keygen", "sub"], ["keygen", "k", "--force"]):
+        result = govern(*args, cwd=tmp_path)
+        assert result.returncode == 2 and "is a directory" in result.stderr, (args, result.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.pub", "sub"]
