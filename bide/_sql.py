@@ -57,6 +57,7 @@ import gc
 import operator
 import queue
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -693,9 +694,11 @@ class SQLStore:
         # requests in one batch are concurrent, so their relative order is free.
         batch.sort(key=_by_run_id)
         hooks = True
+        started = 0.0
 
         def attempt() -> list[Any]:
-            nonlocal hooks
+            nonlocal hooks, started
+            started = time.monotonic()
             try:
                 return self._transaction(batch, slot.get(), hooks=hooks)
             except _HooksBroken:
@@ -710,7 +713,12 @@ class SQLStore:
             if isinstance(exc, _HooksBroken):
                 return True
             # The event loop never waits for a lock: a busy database hands the batch to the store's thread.
-            return not slot.in_loop and _retryable(exc)
+            if slot.in_loop or not _retryable(exc):
+                return False
+            # A SQLite lock held through the whole busy timeout will not clear in the next few milliseconds:
+            # say so now rather than wait that long again for every retry (8 tries of 30 s by default).
+            # A lock reported at once (a write racing another one in WAL mode) is worth trying again.
+            return self.dialect != "sqlite" or time.monotonic() - started < 0.9 * self._busy_ms / 1000
 
         try:
             results = _BATCH_RETRY.run_sync(attempt, classify)
@@ -718,6 +726,21 @@ class SQLStore:
             if slot.in_loop and _retryable(exc):
                 for req in batch:  # another process holds the write lock: wait for it off the loop
                     self._enqueue(req)
+                return
+            if _retryable(exc):
+                # Every try lost to another transaction and did nothing; trying each request alone would only
+                # wait as long again for each of them.
+                why = (
+                    f"the database stayed locked by another connection past the busy timeout "
+                    f"({self._busy_ms / 1000:g} s)"
+                    if self.dialect == "sqlite"
+                    else f"it lost to concurrent transactions {_BATCH_RETRY.attempts} times"
+                )
+                lost = StoreError(
+                    f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} wrote nothing: {why}; "
+                    f"run it again (or find the process holding the database) ({exc})"
+                )
+                self._answer([(r, None, lost) for r in batch], here)
                 return
             if len(batch) > 1:
                 # Isolate the failing request: answer the others in their own transactions.

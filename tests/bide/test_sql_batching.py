@@ -9,6 +9,7 @@ import gc
 import sqlite3
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -625,3 +626,23 @@ def test_a_large_batch_runs_with_the_garbage_collector_paused(store: SQLStore, e
         gc.enable()
         gc.callbacks.remove(on_gc)
         gc.set_threshold(*threshold)
+
+
+def test_a_lock_held_past_the_busy_timeout_is_reported_once_and_nothing_is_written(tmp_path: Path) -> None:
+    """Each try already waited the whole busy timeout: the store says so after one, instead of trying 8
+    times (4 minutes with the default 30 s), and says nothing was written."""
+    path = tmp_path / "held.db"
+    store = SQLStore(f"sqlite:///{path}", busy_timeout=0.5)
+    try:
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        started = time.monotonic()
+        with pytest.raises(StoreError, match=r"wrote nothing: the database stayed locked .* \(0.5 s\)"):
+            store.insert_many("r", [("k", b"v")])
+        took = time.monotonic() - started
+        holder.execute("ROLLBACK")
+        holder.close()
+        assert took < 2.0, took  # one busy timeout and a little; 8 tries took 4 s or more
+        assert store.load("r") == []
+    finally:
+        store.close()
