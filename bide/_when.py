@@ -7,8 +7,11 @@ import datetime as _dt
 import math
 import time
 
+from ._errors import ConfigError
+
 __all__ = ["iso", "seconds", "when"]
 
+_TINY = math.ulp(0.0)  # the least duration above 0
 MAX_SECONDS = 10**7  # about 116 days: longer than any lease, window or margin, and far from overflowing ms
 
 
@@ -16,11 +19,8 @@ def seconds(name: str, value: object, *, zero: bool = True) -> float:
     """`value` as a duration in seconds: a finite number from 0 (from just above 0 with `zero=False`) to
     `MAX_SECONDS`; anything else raises ConfigError naming `name`. NaN matters most: every comparison
     with it is false, so a NaN margin would let a deadline pass at once."""
-    from ._errors import ConfigError
-
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    least = 0.0 if zero else math.ulp(0.0)
-    if number and least <= value <= MAX_SECONDS:  # type: ignore[operator]
+    if number and (0.0 if zero else _TINY) <= value <= MAX_SECONDS:  # type: ignore[operator]
         return float(value)  # type: ignore[arg-type]
     floor = "0 or more" if zero else "more than 0"
     raise ConfigError(f"{name} must be a number of seconds, {floor}, at most {MAX_SECONDS:,}; got {value!r}")
