@@ -324,9 +324,7 @@ class Agent(Generic[T]):
         Logged on the "bide" logger, traced as an OpenTelemetry span when a tracer provider is set
         (bide._telemetry).
         """
-        if not isinstance(input, str):
-            raise ConfigError("input must be a string")
-        return await self._run(run_id, _Ask(input), None)
+        return await self._run(run_id, _Ask(_text(input, "input")), None)
 
     def stream(self, run_id: str, input: str) -> AsyncIterator[StreamEvent]:
         """`run`, as the events it journals: `async for event in agent.stream(run_id, input)`.
@@ -337,9 +335,7 @@ class Agent(Generic[T]):
         `result` is what `run` returns) or `Halted` (the halt `run` would raise). Other errors are raised.
         Leaving the loop early cancels the drive; a later `run` resumes it from the journal. Use
         `contextlib.aclosing` to have it cancelled at once rather than when the iterator is collected."""
-        if not isinstance(input, str):
-            raise ConfigError("input must be a string")
-        ask = _Ask(input)
+        ask = _Ask(_text(input, "input"))
         check_run_id(run_id)
         return stream_drive(run_id, lambda sink: self._run(run_id, ask, sink))
 
@@ -1663,12 +1659,27 @@ class Thread(Generic[T]):
         return messages
 
 
+def _text(value: object, what: str) -> str:
+    """`value` if it is text the journal can hold (a string of Unicode characters), else ConfigError before
+    anything is asked of the model."""
+    if not isinstance(value, str):
+        raise ConfigError(f"{what} must be a string")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ConfigError(
+                f"{what} is not Unicode text: it holds a lone surrogate ({value[exc.start]!r}) at position "
+                f"{exc.start}; decode bytes with errors='replace' or strip the surrogates first"
+            ) from None
+    return value
+
+
 def _thread_ask(message: object, segment: object) -> _Ask:
-    if not isinstance(message, str):
-        raise ConfigError("message must be a string")
+    text = _text(message, "message")
     if segment is not None and not (isinstance(segment, int) and segment >= 0):
         raise ConfigError("segment must be a message index (0, 1, ...) or None")
-    return _Ask(message, True, segment)
+    return _Ask(text, True, segment)
 
 
 def _segments(journal: Journal) -> list[_Segment]:

@@ -28,6 +28,11 @@ def check_run_id(run_id: object) -> str:
         raise ConfigError(f"run id is {len(run_id)} characters long; the limit is {MAX_RUN_ID}")
     if _CONTROL.search(run_id):
         raise ConfigError(f"run id {run_id!r} contains control characters")
+    if not run_id.isascii():
+        try:
+            run_id.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConfigError(f"run id {run_id!r} holds a lone surrogate, which no store can keep") from None
     return run_id
 
 

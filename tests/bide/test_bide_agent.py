@@ -884,3 +884,20 @@ def test_halt_follows_the_marker_not_the_current_declaration() -> None:
     with pytest.raises(bide.OutcomeUnknown):
         bide.Agent(charge_script(), store=store, tools=[changed]).run_sync("r", RUN_INPUT)
     assert len(ledger.charges) == 1 and "result:c0.0" not in keys(store, "r")
+
+
+@pytest.mark.parametrize("url", ["memory://", "sqlite"])
+def test_text_no_store_can_keep_is_refused_before_the_model_is_asked(url: str, tmp_path: Any) -> None:
+    """A lone surrogate in the input failed after the model was called (UnicodeEncodeError), and in a run id
+    as a StoreError that said a write "may or may not have committed"."""
+    store = bide.open_store(f"sqlite:///{tmp_path}/runs.db" if url == "sqlite" else url)
+    model = ScriptedModel([reply("ok")])
+    agent = bide.Agent(model, store=store)
+    with pytest.raises(bide.ConfigError, match="input is not Unicode text"):
+        agent.run_sync("r", "hi \ud800")
+    with pytest.raises(bide.ConfigError, match="lone surrogate"):
+        agent.run_sync("r\udfff", "hi")
+    with pytest.raises(bide.ConfigError, match="message is not Unicode text"):
+        agent.thread("t").send_sync("hi \ud800")
+    assert model.requests == [] and store.runs() == []
+    assert agent.run_sync("r", "hi").answer == "ok"  # the same run, with text, goes ahead
