@@ -223,3 +223,40 @@ def test_internal_errors_say_bug_and_show_a_traceback_only_with_debug(
         loud = capsys.readouterr().err
     assert "this is a bug" in quiet and "Traceback" not in quiet and "\x1b" not in quiet
     assert "Traceback" in loud
+
+
+def _with_stdout_closed(prog: str, *args: str, cwd: Path) -> tuple[int, str]:
+    """Run a command whose reader has gone away before it writes (`cmd | head -0`)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", COMMANDS[prog], *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=cwd,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    return proc.wait(timeout=120), err
+
+
+def test_a_reader_that_goes_away_does_not_change_the_verdict(tmp_path: Path) -> None:
+    """`govern check cert | head` exited 1 ("not valid") for a valid certificate, and bide-audit printed a
+    traceback: the exit code is the command's verdict, whatever happened to the reader."""
+    cert = str(ROOT / "certs" / "orders.govern-cert.json")
+    for args in (("check", cert), ("check", cert, "--json")):
+        assert _with_stdout_closed("govern", *args, cwd=tmp_path) == (0, "")
+    assert run("bide-audit", "keygen", "k", cwd=tmp_path).returncode == 0
+    (tmp_path / "bad.json").write_text("{nope")
+    verify = ("verify", "bad.json", "--pubkey", "k.pub", "--json")
+    code, err = _with_stdout_closed("bide-audit", *verify, cwd=tmp_path)
+    assert code == 4 and "Traceback" not in err, err
+    with open("/dev/full", "w") as full:  # the output cannot be written: that is not a verdict
+        lost = subprocess.run(
+            [sys.executable, "-m", COMMANDS["bide-audit"], *verify],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+    assert lost.returncode == 2 and "could not be written" in lost.stderr, lost.stderr

@@ -28,6 +28,7 @@ from .._cli_common import (
     Parser,
     add_standard_options,
 )
+from .._stdout import emitted
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
 from ._files import check_output, write_whole
@@ -323,16 +324,19 @@ def _emit(
     extra: str = "",
     facts: dict[str, Any] | None = None,
 ) -> int:
-    if args.json:
-        # json.dumps escapes every control and non-ASCII character: nothing from an input acts on a terminal.
-        doc = {"result": result, "exit_code": code, "message": text, "not_proven": extra, **(facts or {})}
-        print(json.dumps(doc))
-    else:
-        out = sys.stdout if code == VERIFIED else sys.stderr
-        print(printable(text), file=out)
-        if extra:
-            print(printable(extra), file=out)
-    return code
+    def write() -> None:
+        if args.json:
+            # json.dumps escapes every control and non-ASCII character: nothing from an input acts on a
+            # terminal.
+            doc = {"result": result, "exit_code": code, "message": text, "not_proven": extra, **(facts or {})}
+            print(json.dumps(doc))
+        else:
+            out = sys.stdout if code == VERIFIED else sys.stderr
+            print(printable(text), file=out)
+            if extra:
+                print(printable(extra), file=out)
+
+    return emitted(write, code)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -42,6 +42,7 @@ from bide._cli_common import (
     Parser,
     add_standard_options,
 )
+from bide._stdout import emitted, silence_stdout
 from bide._terminal import printable
 
 from .._errors import GovernError
@@ -462,7 +463,7 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
             outcomes.append(_certify_one(target, args, phases, signer))
     code = max((o.exit_code for o in outcomes), key=lambda c: (c == EXIT_INTERNAL, c == EXIT_USAGE, c))
     if args.json:
-        print(json.dumps({"exit_code": code, "results": [o.to_json() for o in outcomes]}, indent=2))
+        _print(json.dumps({"exit_code": code, "results": [o.to_json() for o in outcomes]}, indent=2))
     else:
         for outcome in outcomes:
             _print_outcome(out, outcome)
@@ -539,7 +540,7 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     except CertificateInvalid as exc:
         return _refuse(args, out, err, EXIT_INVALID, "not valid", str(exc))
     if args.json:
-        print(json.dumps(_check_json(result), indent=2))
+        _print(json.dumps(_check_json(result), indent=2))
         return EXIT_OK
     if isinstance(result, CheckResult) and result.solver is not None:
         # The weaker claim, first: no proof-derived checker ran on a symbolic certificate.
@@ -577,7 +578,7 @@ def _looks_like_python(path: Path) -> bool:
 
 def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, label: str, message: str) -> int:
     if getattr(args, "json", False):
-        print(json.dumps({"valid": False, "exit_code": code, "reason": label, "message": message}, indent=2))
+        _print(json.dumps({"valid": False, "exit_code": code, "reason": label, "message": message}, indent=2))
     else:
         err.print(f"[bold red]{label}[/]: {_safe(args.certificate)}: {_safe(message)}")
     return code
@@ -852,7 +853,15 @@ def _json_failure(args: argparse.Namespace, code: int, reason: str, message: str
         document["valid"] = False
     else:
         document["results"] = []
-    print(json.dumps(document, indent=2, sort_keys=True))
+    _print(json.dumps(document, indent=2, sort_keys=True))
+
+
+def _print(text: str) -> None:
+    """Print a JSON document; a reader that went away is not an error (see bide._stdout)."""
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:
+        silence_stdout()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -861,7 +870,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from rich.console import Console
 
-    out = Console(highlight=False, soft_wrap=True)
+    class Output(Console):
+        def on_broken_pipe(self) -> None:
+            # rich exits with 1 here, which `govern check` uses for "not valid": keep the real verdict.
+            self.quiet = True
+            silence_stdout()
+
+    out = Output(highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         code: int = args.run(args, out, err)
@@ -887,5 +902,4 @@ def main(argv: list[str] | None = None) -> int:
                   "(this is a bug in govern; rerun with --debug and report the traceback)")
         code = EXIT_INTERNAL
         _json_failure(args, code, "internal error", f"{type(exc).__name__}: {exc}")
-    sys.stdout.flush()
-    return code
+    return emitted(sys.stdout.flush, code)

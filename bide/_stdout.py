@@ -1,0 +1,44 @@
+"""Standard output that cannot be written, for the three command lines (`bide`, `bide-audit`, `govern`).
+
+A reader that went away (`govern check cert.json | head -1`, a closed pipe) is not a failure of the
+command: what it decided is in its exit code, which stays what it was. Output that cannot be written for
+another reason (a full disk behind `> result.json`) is: it is said on standard error, and the command
+exits with the usage-or-input code (2), never 0, since what it printed is lost or cut short.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+
+__all__ = ["OUTPUT_LOST", "emitted", "silence_stdout"]
+
+OUTPUT_LOST = 2
+
+
+def silence_stdout() -> None:
+    """Point standard output at /dev/null, so that nothing written later (the interpreter's own flush at
+    exit included) fails again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass  # no file descriptor behind stdout (a test's capture): nothing will be flushed to it
+    finally:
+        os.close(devnull)
+
+
+def emitted(write: Callable[[], None], code: int) -> int:
+    """Run `write` (the command's printing) and flush standard output; return `code`, or `OUTPUT_LOST` when
+    the output could not be written for a reason other than a closed pipe."""
+    try:
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+    except OSError as exc:
+        silence_stdout()
+        print(f"error: the output could not be written ({exc.strerror or exc})", file=sys.stderr)
+        return OUTPUT_LOST
+    return code
