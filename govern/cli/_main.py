@@ -144,7 +144,10 @@ def load_targets(spec: str) -> list[Target]:
     sys.path.insert(0, directory)
     sys.modules[module_name] = module
     try:
-        loader_spec.loader.exec_module(module)
+        # What the machine file prints goes to stderr: stdout carries only govern's own output (one JSON
+        # document with --json).
+        with contextlib.redirect_stdout(sys.stderr):
+            loader_spec.loader.exec_module(module)
     except SyntaxError as exc:
         raise UsageError(f"{exc.filename or path}:{exc.lineno}: syntax error: {exc.msg}") from exc
     except GovernError as exc:

@@ -20,7 +20,7 @@ from govern.certificate._errors import CertificateUnreadable
 from govern.certificate._make import certify
 from govern.certificate._signing import load_private_key
 
-from .conftest import govern, orders_registry
+from .conftest import MACHINES, govern, orders_registry
 from .test_cli import LARGE_MACHINES
 
 
@@ -158,3 +158,12 @@ def test_keygen_onto_a_directory_is_a_key_error_and_writes_nothing(tmp_path: Pat
         result = govern(*args, cwd=tmp_path)
         assert result.returncode == 2 and "is a directory" in result.stderr, (args, result.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k.pub", "sub"]
+
+
+def test_what_a_machine_file_prints_does_not_spoil_the_json_document(machine_dir: Path) -> None:
+    """A machine file that prints at import put its text before `certify --json`'s document on stdout."""
+    (machine_dir / "noisy.py").write_text('print("loading machine")\n' + MACHINES)
+    result = govern("certify", "noisy.py:orders", "--json", cwd=machine_dir)
+    assert result.returncode == 0, result.stderr
+    document = json.loads(result.stdout)
+    assert document["exit_code"] == 0 and "loading machine" in result.stderr
