@@ -11,6 +11,8 @@ The delivery rules (docs/governed-agents.md) come from the machine's build repor
 
 1. An event is applied at most once: duplicates are dropped by log position (the log gives every event id
    exactly one position). The report's not-idempotent events are the ones for which this is essential.
+   A copy is compared with the event held or applied at its position (by a fingerprint of every field),
+   and a different event there raises `LogCorrupted`, whichever of the two arrived first.
 2. An event is applied after every event it declares as a causal dependency.
 3. For every causal-order obligation `{a, b}` of the report, two events of the same record named `a` and
    `b` are applied in log order. To know which earlier events of a record exist, an event with an
@@ -26,16 +28,34 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any, Self
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from ..machine._machine import Machine
-from ._eventlog import EventLog, EventLogError, LogCorrupted, LoggedEvent, MachineMismatch
+from ._eventlog import (
+    EventLog,
+    EventLogError,
+    InvalidInput,
+    LogCorrupted,
+    LoggedEvent,
+    MachineMismatch,
+    _invalid,
+)
 from ._rules import DeliveryRules, delivery_rules
 
 __all__ = ["Checkpoint", "Replica", "ReplicaError"]
@@ -53,19 +73,89 @@ class ReplicaError(EventLogError):
         self.event = event
 
 
+_FORMAT_V1 = "govern-replica-checkpoint/1"  # not bound to the log's contents: read, never written
+_FORMAT = "govern-replica-checkpoint/2"
+_Count = Annotated[StrictInt, Field(ge=0)]
+
+
 class Checkpoint(BaseModel):
     """A replica's state after folding the log prefix `[0, position)`: restart a replica from it with
-    `Replica(machine, log, checkpoint=...)`. `states` maps record keys to machine state ids."""
+    `Replica(machine, log, checkpoint=...)`. `states` maps record keys to machine state ids.
+
+    `last_id` and `last_leaf` (the SHA-256 of `LoggedEvent.leaf()`) name the event at `position - 1`, so
+    a restore checks that the log holds that very event there (None at position 0, and in the older
+    format 1, which has neither). A value of a wrong type or range raises `InvalidInput` naming it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format: str = "govern-replica-checkpoint/1"
-    machine: str
-    log: str
-    position: int = Field(ge=0)
-    states: dict[str, int]
-    record_lengths: dict[str, int]
-    digest: str
+    format: StrictStr = _FORMAT
+    machine: StrictStr
+    log: StrictStr
+    position: _Count
+    states: dict[StrictStr, StrictInt]
+    record_lengths: dict[StrictStr, _Count]
+    digest: StrictStr
+    last_id: StrictStr | None = None
+    last_leaf: StrictStr | None = None
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _invalid(exc, "Checkpoint") from None
+
+    @field_validator("format")
+    @classmethod
+    def _format(cls, value: str) -> str:
+        if value not in (_FORMAT, _FORMAT_V1):
+            raise ValueError(f"must be {_FORMAT!r} (or the older {_FORMAT_V1!r}), not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        has_last = self.last_id is not None and self.last_leaf is not None
+        if self.format == _FORMAT and has_last != (self.position > 0):
+            raise ValueError(
+                "last_id and last_leaf name the event at position - 1: both are needed when position > 0 "
+                f"and absent at 0 (position {self.position}, last_id {self.last_id!r})"
+            )
+        if self.format == _FORMAT_V1 and (self.last_id is not None or self.last_leaf is not None):
+            raise ValueError(f"format {_FORMAT_V1!r} has no last_id or last_leaf")
+        return self
+
+
+def _fingerprint(event: LoggedEvent) -> int:
+    """A 64-bit hash of every field of `event`: equal events have equal fingerprints, and different ones
+    differ but with probability 2**-64 (Python's per-process string hash: kept in memory, never stored)."""
+    return hash(
+        (
+            event.id,
+            event.machine,
+            event.record,
+            event.event,
+            event.producer,
+            event.producer_seq,
+            event.deps,
+            event.log,
+            event.position,
+            event.record_seq,
+            event.after,
+        )
+    )
+
+
+def _leaf_digest(event: LoggedEvent) -> str:
+    return hashlib.sha256(event.leaf()).hexdigest()
+
+
+def _not_an_event(index: int, item: object) -> InvalidInput:
+    if isinstance(item, Mapping):
+        hint = "a dict: make it a LoggedEvent first (govern.LoggedEvent(**item)), which checks every field"
+    elif type(item).__name__ == "Event":
+        hint = "a plain Event, which has no log position: deliver the LoggedEvents of log.read()"
+    else:
+        hint = f"a {type(item).__name__}"
+    return InvalidInput(f"events[{index}]", f"must be a govern.LoggedEvent (read from a log), not {hint}")
 
 
 @dataclass(slots=True)
@@ -107,6 +197,21 @@ class Replica:
         checkpoint: Checkpoint | None = None,
         track_root: bool = False,
     ) -> None:
+        if not isinstance(machine, Machine):
+            raise InvalidInput(
+                "machine",
+                f"must be a built govern.Machine (Registry.build() or Machine.load()), not {machine!r}",
+            )
+        if not isinstance(log, EventLog):
+            raise InvalidInput("log", f"must be a govern.EventLog (govern.EventLog(url)), not {log!r}")
+        if checkpoint is not None and not isinstance(checkpoint, Checkpoint):
+            raise InvalidInput(
+                "checkpoint",
+                f"must be a govern.Checkpoint (read a saved one with Checkpoint.model_validate_json), "
+                f"not a {type(checkpoint).__name__}",
+            )
+        if not isinstance(track_root, bool):
+            raise InvalidInput("track_root", f"must be True or False, not {track_root!r}")
         self.machine = machine
         self.log = log
         self._rules: DeliveryRules = delivery_rules(machine)
@@ -118,7 +223,14 @@ class Replica:
             )
         self._records: dict[str, _Record] = {}
         self._position = 0  # every log position below this is applied
-        self._ahead: set[int] = set()  # applied positions at or above _position
+        # Applied events at positions at or above _position, kept until the prefix reaches them.
+        self._ahead: dict[int, LoggedEvent] = {}
+        # The fingerprint of every event applied at positions _base.. _position - 1 (8 bytes each), so a
+        # different event claiming an applied position is refused whenever it arrives.
+        self._base = 0
+        self._prints = array("q")
+        self._last: LoggedEvent | None = None  # the event at _position - 1, when this replica applied it
+        self._restored: Checkpoint | None = None
         self._buffer: dict[int, LoggedEvent] = {}
         self._dep_waiters: dict[int, list[int]] = defaultdict(list)  # position -> buffered positions waiting
         self.applied = 0
@@ -183,11 +295,26 @@ class Replica:
         return str(self._tree.root().hex())
 
     def checkpoint(self) -> Checkpoint:
-        """The replica's state as a `Checkpoint`; only at a clean prefix (nothing buffered or ahead)."""
+        """The replica's state as a `Checkpoint`; only at a clean prefix (nothing buffered or ahead). It
+        names the last event applied, so that it restores only onto a log holding that event there."""
         if self._buffer or self._ahead:
             raise ReplicaError(
                 "a checkpoint needs a clean log prefix: call sync() first so nothing is buffered or ahead"
             )
+        last_id = last_leaf = None
+        if self._last is not None:
+            last_id, last_leaf = self._last.id, _leaf_digest(self._last)
+        elif self._restored is not None and self._restored.last_id is not None:
+            last_id, last_leaf = self._restored.last_id, self._restored.last_leaf
+        elif self._position > 0:
+            # Restored from a format-1 checkpoint and nothing applied since: name the log's own event.
+            held = self.log.read(self._position - 1, 1)
+            if not held:
+                raise ReplicaError(
+                    f"log {self.log.name!r} no longer holds position {self._position - 1}, which this "
+                    "replica folded: rebuild it from scratch with Replica(machine, log)"
+                )
+            last_id, last_leaf = held[0].id, _leaf_digest(held[0])
         return Checkpoint(
             machine=self._rules.digest,
             log=self.log.name,
@@ -195,12 +322,17 @@ class Replica:
             states={k: r.state for k, r in self._records.items()},
             record_lengths={k: r.applied_prefix for k, r in self._records.items()},
             digest=self.digest(),
+            last_id=last_id,
+            last_leaf=last_leaf,
         )
 
     # -- feeding ------------------------------------------------------------------------------------------
 
     def sync(self, *, page: int = 5000) -> int:
-        """Apply every event of the log not applied yet, in log order; return how many were applied."""
+        """Apply every event of the log not applied yet, in log order, reading `page` events at a time;
+        return how many were applied."""
+        if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+            raise InvalidInput("page", f"must be an integer >= 1 (events read at a time), got {page!r}")
         before = self.applied
         while True:
             events = self.log.read(self._position, page)
@@ -216,9 +348,21 @@ class Replica:
         were applied by this call (including earlier buffered events this delivery unblocked).
 
         A run of consecutive log positions starting exactly at `position`, with nothing buffered, is log
-        order: every rule holds by construction, and it is folded in one vectorized replay."""
+        order: every rule holds by construction, and it is folded in one vectorized replay.
+
+        Anything but an iterable of `LoggedEvent`s raises `InvalidInput` naming it, before any event of the
+        call is applied or buffered."""
         before = self.applied
+        if isinstance(events, (str, bytes, Mapping, BaseModel)) or not isinstance(events, Iterable):
+            raise InvalidInput(
+                "events",
+                f"must be a list of govern.LoggedEvent (for one event: deliver([event])), "
+                f"not a {type(events).__name__}",
+            )
         batch = events if isinstance(events, list) else list(events)
+        for i, item in enumerate(batch):
+            if not isinstance(item, LoggedEvent):
+                raise _not_an_event(i, item)
         if len(batch) >= _BATCH_MIN and not self._buffer and not self._ahead:
             start = self._position
             if all(e.position == start + i for i, e in enumerate(batch)):
@@ -247,17 +391,20 @@ class Replica:
         start = self._position
         by_position: dict[int, LoggedEvent] = {}
         duplicates = 0
+        base, prints = self._base, self._prints
         for event in batch:
-            if event.log != name or event.machine != digest or event.event not in index:
+            if event.log != name or event.machine != digest or event.event not in index or _forward(event):
                 return False
             pos = event.position
             if pos < start:
+                if pos >= base and prints[pos - base] != _fingerprint(event):
+                    return False
                 duplicates += 1
                 continue
             held = by_position.get(pos)
             if held is None:
                 by_position[pos] = event
-            elif held is event or held == event:
+            elif held is event or _fingerprint(held) == _fingerprint(event):
                 duplicates += 1
             else:
                 return False
@@ -288,7 +435,7 @@ class Replica:
                 (
                     i
                     for i, e in enumerate(events)
-                    if e.machine != rules.digest or e.event not in rules.index or e.log != name
+                    if e.machine != rules.digest or e.event not in rules.index or e.log != name or _forward(e)
                 ),
                 None,
             )
@@ -336,6 +483,8 @@ class Replica:
         if self._tree is not None:
             for event in events:
                 self._tree.append(event.leaf())
+        self._prints.extend(map(_fingerprint, events))
+        self._last = events[-1]
         self._position += n
         self.applied += n
 
@@ -361,17 +510,32 @@ class Replica:
                 f"{rules.name!r} does not have (its events: {', '.join(rules.names)}){stop}",
                 event,
             )
+        if _forward(event):
+            raise LogCorrupted(
+                f"event {event.id!r} at log position {event.position} depends on positions "
+                f"{list(event.after)}, but a dependency lies before its event: it would wait forever{stop}"
+            )
 
     def _accept(self, event: LoggedEvent) -> None:
         rules = self._rules
         self._check(event)
         pos = event.position
         if pos < self._position or pos in self._ahead:
+            ahead = self._ahead.get(pos)
+            if ahead is not None:
+                same = ahead is event or _fingerprint(ahead) == _fingerprint(event)
+            else:
+                same = pos < self._base or self._prints[pos - self._base] == _fingerprint(event)
+            if not same:
+                raise LogCorrupted(
+                    f"two different events claim log position {pos}: the replica applied one there, and "
+                    f"{event.id!r} differs from it (the replica stays at position {self._position})"
+                )
             self.duplicates += 1
             return
         held = self._buffer.get(pos)
         if held is not None:
-            if held != event:
+            if held is not event and _fingerprint(held) != _fingerprint(event):
                 raise LogCorrupted(
                     f"two different events claim log position {pos}: {held.id!r} and {event.id!r}"
                 )
@@ -470,14 +634,17 @@ class Replica:
         if event.position == self._position:
             if tree is not None:
                 tree.append(event.leaf())
+            self._prints.append(_fingerprint(event))
+            self._last = event
             self._position += 1
             while self._position in self._ahead:
-                self._ahead.discard(self._position)
+                self._last = self._ahead.pop(self._position)
+                self._prints.append(_fingerprint(self._last))
                 if tree is not None:
                     tree.append(self._leaves.pop(self._position))
                 self._position += 1
         else:
-            self._ahead.add(event.position)
+            self._ahead[event.position] = event
             if tree is not None:
                 self._leaves[event.position] = event.leaf()
         self.applied += 1
@@ -489,6 +656,7 @@ class Replica:
             )
         if checkpoint.log != self.log.name:
             raise ReplicaError(f"checkpoint is of log {checkpoint.log!r}, not {self.log.name!r}")
+        self._check_log(checkpoint)
         for key, state in checkpoint.states.items():
             self._rules.decode(state)  # refuses a state id the machine does not have
             if not self.machine.in_domain(state):
@@ -498,9 +666,42 @@ class Replica:
                     f"checked domain ({self.machine.domain} states): the checkpoint was altered"
                 )
             self._records[key] = _Record(state, checkpoint.record_lengths.get(key, 0))
-        self._position = checkpoint.position
+        self._position = self._base = checkpoint.position
+        self._restored = checkpoint
         if self.digest() != checkpoint.digest:
             raise ReplicaError("checkpoint digest does not match its states: the checkpoint was altered")
+
+    def _check_log(self, checkpoint: Checkpoint) -> None:
+        """Refuse a checkpoint the log cannot continue: one past the log's end (a log restored from an
+        older backup, or another log), or one whose last event is not the log's event at that position."""
+        length = self.log.length()
+        where = f"log {self.log.name!r} ({self.log.url})"
+        if checkpoint.position > length:
+            raise ReplicaError(
+                f"checkpoint is at position {checkpoint.position}, but {where} holds only {length} events: "
+                "it is of another log or of a later state of this one (a log restored from an older backup); "
+                "rebuild the replica from scratch with Replica(machine, log)"
+            )
+        if checkpoint.last_id is None or checkpoint.position == 0:
+            return  # position 0, or format 1, which does not name its last event
+        held = self.log.read(checkpoint.position - 1, 1)
+        if not held or held[0].id != checkpoint.last_id or _leaf_digest(held[0]) != checkpoint.last_leaf:
+            if not held:
+                found = "no event"
+            elif held[0].id == checkpoint.last_id:
+                found = "an event of that id but other content"
+            else:
+                found = f"event {held[0].id!r}"
+            raise ReplicaError(
+                f"checkpoint was taken after event {checkpoint.last_id!r} at position "
+                f"{checkpoint.position - 1}, but {where} holds {found} there: the checkpoint is of another "
+                "log; rebuild the replica from scratch with Replica(machine, log)"
+            )
+
+
+def _forward(event: LoggedEvent) -> bool:
+    """True when the event depends on its own position or a later one: it could never apply."""
+    return bool(event.after) and max(event.after) >= event.position
 
 
 def fold(machine: Machine, events: Iterable[LoggedEvent]) -> Mapping[str, int]:
