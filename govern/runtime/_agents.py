@@ -54,7 +54,25 @@ def event_id_for(run_id: str, call_id: str, event: str, record: str) -> str:
 
 def _arguments(tool_name: str, takes_record: bool, family: EventFamily | None) -> type[BaseModel]:
     """The tool's argument model: the record key (unless fixed) and a family's parameters, each limited
-    to its declared values so a model cannot ask for an instance the machine was not verified with."""
+    to its declared values so a model cannot ask for an instance the machine was not verified with.
+
+    A value matches only one of its own type: `Literal` alone matches by equality, so `true` or `1.0`
+    would pass for 1, and 1 for true."""
+    # Local imports: only the argument models of families need them.
+    from typing import Annotated
+
+    from pydantic import BeforeValidator
+
+    def exact(values: tuple[Any, ...]) -> BeforeValidator:
+        def check(value: object) -> object:
+            if not any(type(value) is type(v) and value == v for v in values):
+                raise ValueError(
+                    f"must be exactly one of {list(values)}, not {value!r} ({type(value).__name__})"
+                )
+            return value
+
+        return BeforeValidator(check)
+
     fields: dict[str, Any] = {}
     if takes_record:
         fields["record"] = (
@@ -64,7 +82,7 @@ def _arguments(tool_name: str, takes_record: bool, family: EventFamily | None) -
     for param in family.params if family is not None else ():
         values = tuple(param.values)
         fields[param.name] = (
-            Literal[values],
+            Annotated[Literal[values], exact(values)],
             Field(description=f"{param.name} of {family.name if family else ''}: one of {list(values)}"),
         )
     model: type[BaseModel] = create_model(

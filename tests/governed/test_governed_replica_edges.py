@@ -1,4 +1,5 @@
-"""Replica edges: checkpoints bound to their log, conflicting events at one position, bad input."""
+"""Replica edges: checkpoints bound to their log, conflicting events at one position, bad input, and
+exact matching of a family's tool arguments."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import govern
+from bide._tools import ToolArgumentsInvalid
 from govern.runtime._eventlog import Event, EventLog, InvalidInput, LogCorrupted, LoggedEvent
 from govern.runtime._replica import Checkpoint, Replica, ReplicaError
 
@@ -235,3 +238,42 @@ def test_a_checkpoint_refuses_bad_fields() -> None:
         with pytest.raises(InvalidInput) as caught:
             Checkpoint(**{**good, **change})
         assert caught.value.field == field
+
+
+# -- #7: a family's tool arguments match exactly -----------------------------------------------------------
+
+
+def family_machine() -> govern.Machine:
+    r = govern.Registry("fam")
+    n = r.int("n", 0, 3)
+    flag = r.bool("flag")
+    r.event("setn", params={"v": [0, 1, 2]}, effect=lambda v: {n: v})
+    r.event("setf", params={"b": [True, False]}, effect=lambda b: {flag: b})
+    r.ordered()
+    return r.build()
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    st.one_of(
+        st.booleans(), st.integers(-3, 5), st.floats(-3, 5, allow_nan=False), st.text(max_size=3), st.none()
+    )
+)
+def test_family_arguments_match_a_declared_value_of_the_same_type_only(value: object) -> None:
+    machine = family_machine()
+    log = EventLog("memory://", machine=machine)
+    tools = {name: govern.event_tool(machine, log, name) for name in ("setn", "setf")}
+    for name, param, values in [("setn", "v", [0, 1, 2]), ("setf", "b", [True, False])]:
+        exact = any(type(value) is type(v) and value == v for v in values)
+        if exact:
+            assert getattr(tools[name].validate({param: value, "record": "x"}), param) is value
+        else:
+            with pytest.raises(ToolArgumentsInvalid, match=param):
+                tools[name].validate({param: value, "record": "x"})
+    assert log.length() == 0
+
+
+def test_family_tool_schema_still_lists_the_values() -> None:
+    machine = family_machine()
+    tool = govern.event_tool(machine, EventLog("memory://", machine=machine), "setn")
+    assert tool.spec.parameters["properties"]["v"]["enum"] == [0, 1, 2]
