@@ -104,6 +104,22 @@ class Checkpoint(BaseModel):
         except ValidationError as exc:
             raise _invalid(exc, "Checkpoint") from None
 
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        """A checkpoint from a dict; a bad one raises `InvalidInput` naming the field."""
+        try:
+            return super().model_validate(obj, **options)
+        except ValidationError as exc:
+            raise _unwrapped(exc) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
+        """A checkpoint from its JSON (a saved file); a bad one raises `InvalidInput` naming the field."""
+        try:
+            return super().model_validate_json(json_data, **options)
+        except ValidationError as exc:
+            raise _unwrapped(exc) from None
+
     @field_validator("format")
     @classmethod
     def _format(cls, value: str) -> str:
@@ -122,6 +138,13 @@ class Checkpoint(BaseModel):
         if self.format == _FORMAT_V1 and (self.last_id is not None or self.last_leaf is not None):
             raise ValueError(f"format {_FORMAT_V1!r} has no last_id or last_leaf")
         return self
+
+
+def _unwrapped(exc: ValidationError) -> InvalidInput:
+    """The `InvalidInput` of a validation: pydantic runs `Checkpoint.__init__` inside `model_validate`,
+    and wraps the `InvalidInput` that raises as a value error of the whole model."""
+    cause = exc.errors()[0].get("ctx", {}).get("error")
+    return cause if isinstance(cause, InvalidInput) else _invalid(exc, "Checkpoint")
 
 
 def _fingerprint(event: LoggedEvent) -> int:

@@ -238,6 +238,19 @@ def test_a_checkpoint_refuses_bad_fields() -> None:
         with pytest.raises(InvalidInput) as caught:
             Checkpoint(**{**good, **change})
         assert caught.value.field == field
+        with pytest.raises(InvalidInput) as caught:
+            Checkpoint.model_validate({**good, **change})
+        assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [("{", "Checkpoint"), ("[]", "Checkpoint"), ('{"format": "govern-replica-checkpoint/2"}', "machine")],
+)
+def test_reading_a_saved_checkpoint_that_is_not_one_names_the_problem(text: str, field: str) -> None:
+    with pytest.raises(InvalidInput) as caught:
+        Checkpoint.model_validate_json(text)
+    assert caught.value.field == field
 
 
 # -- #7: a family's tool arguments match exactly -----------------------------------------------------------
