@@ -564,6 +564,13 @@ class Replica:
                 )
             self.duplicates += 1
             return
+        known = self._records.get(event.record)
+        if known is not None and known.arrived(event.record_seq):
+            raise LogCorrupted(
+                f"event {event.id!r} at log position {pos} is number {event.record_seq} of record "
+                f"{event.record!r}, but an event at another position has that number (the replica stays at "
+                f"position {self._position})"
+            )
         if not self._buffer and pos == self._position and self._in_record_order(event):
             # The common case (log order): nothing can be waiting, so apply directly.
             self._apply(event)

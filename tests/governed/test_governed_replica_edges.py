@@ -151,6 +151,26 @@ def test_a_conflicting_copy_of_any_position_is_refused_in_any_delivery(
             replica.deliver(arrivals)
 
 
+@settings(max_examples=60, deadline=None)
+@given(ops.filter(bool), st.data(), st.randoms(use_true_random=False), st.booleans())
+def test_two_events_with_one_record_number_are_refused_in_any_delivery(
+    history: list[tuple[str, str]], data: st.DataObject, rnd: random.Random, one_at_a_time: bool
+) -> None:
+    log = order_log()
+    stored = fill(log, history * 2)
+    victim = stored[data.draw(st.integers(0, len(stored) - 1))]
+    forged = LoggedEvent(**{**victim.model_dump(), "id": "forged", "position": len(stored)})
+    arrivals = [*stored, forged]
+    rnd.shuffle(arrivals)
+    replica = Replica(order_machine(), log)
+    with pytest.raises(LogCorrupted, match=f"is number {victim.record_seq} of record"):
+        if one_at_a_time:
+            for event in arrivals:
+                replica.deliver([event])
+        else:
+            replica.deliver(arrivals)
+
+
 def test_an_identical_copy_of_an_applied_position_is_a_duplicate() -> None:
     log = order_log()
     stored = fill(log, [("o1", "pay"), ("o1", "restock")])
