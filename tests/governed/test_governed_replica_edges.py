@@ -55,6 +55,29 @@ def test_a_checkpoint_of_another_log_file_with_the_same_name_is_refused(tmp_path
     assert resumed.digest() == synced(a).digest()
 
 
+def test_a_checkpoint_is_checked_against_the_log_on_every_store(any_log_url: str, log_name: str) -> None:
+    """Taken of a memory log, a checkpoint is refused by a durable log of the same name whose event at
+    its last position differs, or of another name, and resumes on a durable copy of that log."""
+    source = order_log("memory://", name=log_name)
+    fill(source, [("o1", "pay"), ("o1", "restock")])
+    saved = synced(source).checkpoint()
+    target = order_log(any_log_url, name=log_name)
+    fill(target, [("o1", "pay"), ("o2", "restock")])
+    with pytest.raises(ReplicaError, match="holds an event of that id but other content"):
+        Replica(order_machine(), target, checkpoint=saved)
+    copy = order_log(any_log_url, name=f"{log_name}-copy")
+    fill(copy, [("o1", "pay"), ("o1", "restock"), ("o2", "ship")])
+    renamed = Checkpoint(**{**saved.model_dump(), "log": f"{log_name}-copy"})
+    with pytest.raises(ReplicaError, match="another log"):
+        Replica(order_machine(), copy, checkpoint=renamed)  # its leaf names the log: renaming is not enough
+    twin_source = order_log("memory://", name=f"{log_name}-twin")
+    fill(twin_source, [("o1", "pay"), ("o1", "restock")])
+    twin = order_log(any_log_url, name=f"{log_name}-twin")
+    fill(twin, [("o1", "pay"), ("o1", "restock"), ("o2", "ship")])
+    resumed = Replica(order_machine(), twin, checkpoint=synced(twin_source).checkpoint())
+    assert resumed.position == 2 and resumed.sync() == 1 and resumed.digest() == synced(twin).digest()
+
+
 def test_a_checkpoint_past_the_end_of_the_log_is_refused() -> None:
     log = order_log()
     fill(log, [("o1", "restock")] * 3)
