@@ -48,6 +48,7 @@ from pydantic import (
 
 from ..machine._machine import Machine
 from ._eventlog import (
+    Event,
     EventLog,
     EventLogError,
     InvalidInput,
@@ -149,7 +150,7 @@ def _unwrapped(exc: ValidationError) -> InvalidInput:
 
 def _fingerprint(event: LoggedEvent) -> int:
     """A 64-bit hash of every field of `event`: equal events have equal fingerprints, and different ones
-    differ but with probability 2**-64 (Python's per-process string hash: kept in memory, never stored)."""
+    differ but for a chance of about 2**-64 (Python's per-process hash: kept in memory, never stored)."""
     return hash(
         (
             event.id,
@@ -174,7 +175,7 @@ def _leaf_digest(event: LoggedEvent) -> str:
 def _not_an_event(index: int, item: object) -> InvalidInput:
     if isinstance(item, Mapping):
         hint = "a dict: make it a LoggedEvent first (govern.LoggedEvent(**item)), which checks every field"
-    elif type(item).__name__ == "Event":
+    elif isinstance(item, Event):
         hint = "a plain Event, which has no log position: deliver the LoggedEvents of log.read()"
     else:
         hint = f"a {type(item).__name__}"
