@@ -241,7 +241,7 @@ class Agent(Generic[T]):
         lease_ttl = seconds("lease_ttl", lease_ttl, zero=False)
         lease_wait = seconds("lease_wait", lease_wait)
         clock_skew = seconds("clock_skew", clock_skew)
-        cancel_check = seconds("cancel_check", cancel_check, zero=False)
+        cancel_check = seconds("cancel_check", cancel_check)
         if not (isinstance(max_turns, int) and not isinstance(max_turns, bool) and max_turns >= 1):
             raise ConfigError(f"max_turns must be a whole number, 1 or more; got {max_turns!r}")
         if not (isinstance(max_parallel, int) and not isinstance(max_parallel, bool) and max_parallel >= 1):

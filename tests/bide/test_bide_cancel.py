@@ -76,7 +76,7 @@ def test_a_halted_run_that_is_cancelled_is_ended_by_the_worker(store: bide.Store
 
     fired: list[int] = []
 
-    @bide.tool(timeout=0.05)
+    @bide.tool(timeout=2.0)
     def charge(cents: int) -> str:
         """Charge."""
         fired.append(cents)
