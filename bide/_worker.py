@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._agent import Agent
-from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight, RunSleeping
+from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight, RunSleeping, StoreError
 from ._journal import Journal
 from ._records import CANCEL_KEY, START_KEY, Start
 from ._resolve import status_of
@@ -120,13 +120,16 @@ class Worker:
     # -- public API ------------------------------------------------------------------------------------------
 
     async def run_once(self) -> PassReport:
-        """One pass: list the runs to recover now, drive each (`concurrency` at once), wait for them all."""
+        """One pass: list the runs to recover now, drive each (`concurrency` at once), wait for them all.
+
+        After `stop()` the pass takes no new runs; the drives in flight finish."""
         report = PassReport()
         slots = asyncio.Semaphore(self.concurrency)
 
         async def one(run_id: str) -> None:
             async with slots:
-                outcome = await self._recover(run_id, report)
+                # After stop(): drives in flight finish, runs not yet taken are left for the next pass.
+                outcome = "skipped" if self._stopping.is_set() else await self._recover(run_id, report)
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
@@ -137,8 +140,19 @@ class Worker:
     async def run_forever(self) -> None:
         """List the runs to recover every `poll_interval` seconds and drive them, until `stop()`."""
         stopping = self._stopping
+        listing_failures = 0
         while not stopping.is_set():
-            for run_id in await self._runs_to_recover():
+            wait = self.poll_interval
+            try:
+                run_ids = await self._runs_to_recover()
+                listing_failures = 0
+            except StoreError as exc:
+                # A dropped connection or a busy database is a hiccup: the store reconnects on the next call.
+                wait = max(wait, min(self.max_backoff, self.backoff * 2**listing_failures))
+                listing_failures += 1
+                log.error("listing the runs to recover failed, retrying in %.1f s: %s", wait, exc)
+                run_ids = []
+            for run_id in run_ids:
                 if len(self._in_flight) >= self.concurrency:
                     break
                 if run_id not in self._in_flight:
@@ -146,7 +160,7 @@ class Worker:
                     self._in_flight[run_id] = task
                     task.add_done_callback(self._finished)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stopping.wait(), self.poll_interval)
+                await asyncio.wait_for(stopping.wait(), wait)
         await self._drain()
 
     def _finished(self, task: asyncio.Task[str]) -> None:
@@ -155,7 +169,8 @@ class Worker:
             log.error("worker drive %s raised: %r", task.get_name(), task.exception())
 
     def stop(self) -> None:
-        """Take no new runs; `run_forever` returns once the drives in flight finished (or `grace` passed)."""
+        """Take no new runs; `run_forever` returns once the drives in flight finished (or `grace` passed),
+        `run_once` once its drives in flight finished."""
         self._stopping.set()
 
     # -- one run ---------------------------------------------------------------------------------------------
@@ -181,7 +196,10 @@ class Worker:
 
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
         """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped."""
-        journal = await Journal(self.store, run_id).aload()
+        try:
+            journal = await Journal(self.store, run_id).aload()
+        except StoreError as exc:
+            return self._failed(run_id, exc, report)
         start = journal.get(START_KEY)
         if not isinstance(start, Start):
             return self._skip(run_id, "never started: no run:start to resume from")
@@ -231,16 +249,19 @@ class Worker:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            self._back_off(state)
-            log.warning("run %s: drive failed, retrying with backoff: %s", run_id, exc)
-            if report is not None:
-                report.errors[run_id] = f"{type(exc).__name__}: {exc}"
-            return "failed"
+            return self._failed(run_id, exc, report)
         self._state.pop(run_id, None)
         if result.replayed:
             return "skipped"  # another driver finished it meanwhile
         log.info("run %s completed (%d turns)", run_id, result.turns)
         return "completed"
+
+    def _failed(self, run_id: str, exc: Exception, report: PassReport | None) -> str:
+        self._back_off(self._state.setdefault(run_id, _Backoff()))
+        log.warning("run %s: drive failed, retrying with backoff: %s", run_id, exc)
+        if report is not None:
+            report.errors[run_id] = f"{type(exc).__name__}: {exc}"
+        return "failed"
 
     def _skip(self, run_id: str, why: str) -> str:
         state = self._state.setdefault(run_id, _Backoff())

@@ -35,7 +35,7 @@ from ._terminal import printable
 if TYPE_CHECKING:
     from ._agent import Agent
     from ._store import Store
-    from ._worker import Worker
+    from ._worker import PassReport, Worker
 
 __all__ = ["register"]
 
@@ -55,14 +55,17 @@ def load_agents(spec: str, store: Store) -> list[Agent[Any]]:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise _AppError(f"cannot import {module_name!r} for --app: {exc}") from exc
+    except Exception as exc:  # the app's own code runs on import: any error in it is the app's, not ours
+        raise _AppError(f"cannot import {module_name!r} for --app: {type(exc).__name__}: {exc}") from exc
     try:
         value: Any = getattr(module, attribute)
     except AttributeError:
         raise _AppError(f"module {module_name!r} has no attribute {attribute!r} (--app {spec})") from None
     if callable(value) and not isinstance(value, Agent):
-        value = value(store)
+        try:
+            value = value(store)
+        except Exception as exc:
+            raise _AppError(f"--app {spec}: building the agents raised {type(exc).__name__}: {exc}") from exc
     agents = [value] if isinstance(value, Agent) else list(value) if isinstance(value, list | tuple) else None
     if not agents or not all(isinstance(a, Agent) for a in agents):
         raise _AppError(f"--app {spec} must give a bide.Agent or a list of them, got {type(value).__name__}")
@@ -113,7 +116,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             print(f"bide: {printable(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         if args.once:
-            report = asyncio.run(worker.run_once())
+            report = asyncio.run(_once(worker))
             if args.json:
                 print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True))
             else:
@@ -129,11 +132,22 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         store.close()
 
 
-async def _forever(worker: Worker) -> None:
+def _stop_on_signals(worker: Worker) -> None:
+    # SIGINT/SIGTERM stop the worker instead of cancelling its drives: a drive interrupted while its side
+    # effect runs would lose the effect's result and leave the run halted for a person.
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, worker.stop)
+
+
+async def _once(worker: Worker) -> PassReport:
+    _stop_on_signals(worker)
+    return await worker.run_once()
+
+
+async def _forever(worker: Worker) -> None:
+    _stop_on_signals(worker)
     await worker.run_forever()
 
 

@@ -1,0 +1,156 @@
+"""`bide worker` at the edges of operations: a dropped PostgreSQL connection, SIGINT during `--once`, an
+`--app` that fails to import or build. Each runs the real command in a child process on a real store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from conftest import PG_URL, drop_prefix
+
+import bide
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> Iterator[dict[str, str]]:
+    e = dict(os.environ)
+    e["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), e.get("PYTHONPATH", "")])
+    e["OPS_EFFECT_LOG"] = str(tmp_path / "effects.log")
+    yield e
+
+
+def worker_command(url: str, prefix: str, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--table-prefix", prefix,
+            "--app", "ops_app:build", *extra]  # fmt: skip
+
+
+def crash_run(url: str, prefix: str, run_id: str, env: dict[str, str]) -> None:
+    subprocess.run(
+        [sys.executable, str(HERE / "ops_app.py"), url, prefix, run_id], env=env, check=True, timeout=60
+    )
+
+
+def wait_until(predicate: object, what: str, timeout: float = 30.0) -> None:
+    assert callable(predicate)
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def status(url: str, prefix: str, run_id: str) -> str:
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        return bide.run_status(store, run_id).status
+    finally:
+        store.close()
+
+
+def backends(engine: sa.Engine, app_name: str) -> int:
+    with engine.connect() as conn:
+        return int(
+            conn.execute(
+                sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :n"), {"n": app_name}
+            ).scalar_one()
+        )
+
+
+def terminate(engine: sa.Engine, app_name: str) -> None:
+    with engine.connect() as conn:
+        conn.execute(
+            sa.text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = :n"),
+            {"n": app_name},
+        )
+
+
+@pytest.mark.postgres
+def test_worker_survives_a_dropped_postgres_connection_and_keeps_resuming(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    prefix = f"ops_{uuid.uuid4().hex[:8]}_"
+    app_name = f"bide_ops_{uuid.uuid4().hex[:8]}"
+    bide.open_store(PG_URL, table_prefix=prefix).close()
+    env["PGAPPNAME"] = app_name
+    engine = sa.create_engine(PG_URL)
+    with open(tmp_path / "worker.err", "w") as err:
+        worker = subprocess.Popen(
+            worker_command(PG_URL, prefix, "--poll", "0.2"),
+            env=env, cwd=HERE, stdout=subprocess.DEVNULL, stderr=err,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: backends(engine, app_name) > 0, "the worker to connect")
+        time.sleep(0.5)
+        terminate(engine, app_name)
+        time.sleep(1.5)
+        assert worker.poll() is None, (tmp_path / "worker.err").read_text()
+        # A run that crashes after the drop is still resumed.
+        crash_run(PG_URL, prefix, "after-drop", env)
+        wait_until(lambda: status(PG_URL, prefix, "after-drop") == "completed", "the run to be resumed")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+        engine.dispose()
+        drop_prefix(PG_URL, prefix)
+    assert "listing the runs to recover failed" in (tmp_path / "worker.err").read_text()
+
+
+def test_sigint_during_worker_once_keeps_the_side_effects_result(env: dict[str, str], tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'once.db'}"
+    crash_run(url, "bide_", "r0", env)
+    env["OPS_EFFECT_SECONDS"] = "1.5"
+    log = Path(env["OPS_EFFECT_LOG"])
+    worker = subprocess.Popen(
+        worker_command(url, "bide_", "--once"), env=env, cwd=HERE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: log.exists() and "start o" in log.read_text(), "the side effect to start")
+        worker.send_signal(signal.SIGINT)
+        out, errors = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert log.read_text().splitlines() == ["start o", "end o"]
+    assert worker.returncode == 0, errors
+    assert "1 completed" in out
+    assert status(url, "bide_", "r0") == "completed"
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("def build(store:\n", "SyntaxError"),
+        ("raise RuntimeError('no config')\n", "RuntimeError: no config"),
+        ("def build(store):\n    raise KeyError('API_KEY')\n", "KeyError: 'API_KEY'"),
+    ],
+    ids=["syntax-error", "raises-on-import", "build-raises"],
+)
+def test_worker_app_that_cannot_load_is_a_usage_error(tmp_path: Path, source: str, expected: str) -> None:
+    (tmp_path / "brokenapp.py").write_text(source)
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    bide.open_store(url).close()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "brokenapp:build", "--once"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert expected in done.stderr
+    assert "this is a bug" not in done.stderr
