@@ -145,12 +145,51 @@ def _leases(store: Store) -> dict[str, Lease]:
     return out
 
 
+class _Unreadable(Exception):
+    """One run's records cannot be decoded; the other runs can still be listed."""
+
+
+def _read(store: Store, run_id: str) -> Journal:
+    """The run's journal; `_Unreadable` when its records cannot be decoded (a store that fails raises
+    `StoreError`: the reading goes through the store, the decoding does not)."""
+    from ._journal import Journal
+
+    entries = store.load(run_id, 0)
+    journal = Journal(store, run_id)
+    try:
+        journal.absorb(entries)
+    except StoreError as exc:
+        raise _Unreadable(str(exc)) from exc
+    return journal
+
+
+def _report_unreadable(unreadable: dict[str, str]) -> int:
+    """Name each run that could not be read, after the listing; exit 4 when there was one."""
+    for run_id, why in unreadable.items():
+        say(f"bide: run {run_id!r} cannot be read and is not listed: {why}", file=sys.stderr)
+    return EXIT_NOT_FOUND if unreadable else EXIT_OK
+
+
+def _live(lease: Lease | None, now_ms: int) -> bool:
+    return lease is not None and lease.holder != "" and lease.expires_ms > now_ms
+
+
+def _shown(st: RunStatus, lease: Lease | None, now_ms: int) -> RunStatus:
+    """`st` as the CLI shows it: a call with no outcome under a live driver is running, not halted (halted
+    runs need a person; this one's driver is still executing the call and records its outcome)."""
+    from dataclasses import replace
+
+    if st.status == "halted" and _live(lease, now_ms):
+        return replace(st, status="running")
+    return st
+
+
 def _row(journal: Journal, st: RunStatus, lease: Lease | None, now_ms: int) -> dict[str, Any]:
     from ._records import Attempt
 
     entries = journal.entries()
     attempts = [r.attempted_at_ms for r in journal.records() if isinstance(r, Attempt)]
-    live = lease is not None and lease.holder != "" and lease.expires_ms > now_ms
+    live = _live(lease, now_ms)
     # Records carry no wall clock but attempts; a driver renews its lease while it works, so the later of
     # the last attempt and the lease's expiry is the last sign of life the store holds.
     moments = [*attempts, *([lease.expires_ms] if lease is not None and lease.expires_ms > 0 else [])]
@@ -171,37 +210,41 @@ def _row(journal: Journal, st: RunStatus, lease: Lease | None, now_ms: int) -> d
 
 
 def _cmd_runs(args: argparse.Namespace) -> int:
-    from ._journal import Journal
     from ._resolve import status_of
 
+    if args.limit < 1:
+        raise CLIError(f"--limit must be 1 or more, got {args.limit}", EXIT_USAGE)
     store = open_cli_store(args)
     now_ms = int(time.time() * 1000)
+    unreadable: dict[str, str] = {}
     try:
         leases = _leases(store)
+        # Every matching run is read: the N most recently active are known only once all are seen.
         rows: list[dict[str, Any]] = []
         after = ""
-        while len(rows) < args.limit:
-            batch = store.runs(prefix=args.prefix, after=after, limit=500)
-            if not batch:
-                break
+        while batch := store.runs(prefix=args.prefix, after=after, limit=500):
             for run_id in batch:
-                journal = Journal(store, run_id).load()
-                st = status_of(journal)
+                try:
+                    journal = _read(store, run_id)
+                except _Unreadable as exc:
+                    unreadable[run_id] = str(exc)
+                    continue
+                st = _shown(status_of(journal), leases.get(run_id), now_ms)
                 if args.status and st.status not in args.status:
                     continue
                 rows.append(_row(journal, st, leases.get(run_id), now_ms))
-                if len(rows) == args.limit:
-                    break
             after = batch[-1]
     finally:
         store.close()
     rows.sort(key=lambda r: (-r["_activity_ms"], r["run_id"]))
+    total = len(rows)
+    rows = rows[: args.limit]
     if args.json:
         print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
-        return EXIT_OK
+        return _cut(total, args.limit, unreadable)
     if not rows:
         print("No runs" + (f" with status {', '.join(args.status)}." if args.status else "."))
-        return EXIT_OK
+        return _cut(total, args.limit, unreadable)
     now = now_ms / 1000
     table(
         ("RUN", "STATUS", "LAST ACTIVITY", "LEASE", "RECORDS", "LAST RECORD"),
@@ -217,7 +260,17 @@ def _cmd_runs(args: argparse.Namespace) -> int:
             for r in rows
         ],
     )
-    return EXIT_OK
+    return _cut(total, args.limit, unreadable)
+
+
+def _cut(total: int, limit: int, unreadable: dict[str, str]) -> int:
+    if total > limit:
+        print(
+            f"bide: showing the {limit} most recently active of {total} runs (--limit {limit}); "
+            "raise --limit or narrow with --status/--prefix to see the rest",
+            file=sys.stderr,
+        )
+    return _report_unreadable(unreadable)
 
 
 def _lease_text(row: dict[str, Any], now: float) -> str:
@@ -241,8 +294,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
                 f"run {args.run!r} does not exist in {args.store} (`bide runs` lists the runs)",
                 EXIT_NOT_FOUND,
             )
-        st = status_of(journal)
         lease = _leases(store).get(args.run)
+        st = _shown(status_of(journal), lease, int(time.time() * 1000))
         records = [{"seq": e.seq, "key": e.key, "record": json.loads(e.data)} for e in journal.entries()]
     finally:
         store.close()
@@ -299,18 +352,32 @@ def _record_text(record: dict[str, Any]) -> str:
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
-    from ._journal import Journal
     from ._records import pause_key
     from ._resolve import status_of
-    from .approvals._submit import pending_approvals
+    from .approvals._submit import PendingApproval, _open_requests, _state
 
     store = open_cli_store(args)
+    unreadable: dict[str, str] = {}
+    found: list[PendingApproval] = []
     try:
         waiting: list[dict[str, Any]] = []
         after = ""
         while batch := store.runs(prefix=args.prefix, after=after, limit=500):
             for run_id in batch:
-                journal = Journal(store, run_id).load()
+                try:
+                    journal = _read(store, run_id)
+                except _Unreadable as exc:
+                    unreadable[run_id] = str(exc)
+                    continue
+                # What `pending_approvals` computes, on the journal already read (it would stop at the
+                # first unreadable run of the store).
+                try:
+                    opened = _open_requests(journal)
+                    latest = {data["call_id"]: (data, policy) for _, data, policy in opened}
+                    found.extend(_state(journal, data, policy) for data, policy in latest.values())
+                except StoreError as exc:
+                    unreadable[run_id] = str(exc)
+                    continue
                 st = status_of(journal)
                 if st.status == "awaiting_approval":
                     pause = journal.get(pause_key(st.call_id or ""))
@@ -325,7 +392,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                         }
                     )
             after = batch[-1]
-        approvals = {(p.run_id, p.call_id): p for p in pending_approvals(store, prefix=args.prefix)}
+        approvals = {(p.run_id, p.call_id): p for p in found}
     finally:
         store.close()
     for w in waiting:
@@ -340,10 +407,10 @@ def _cmd_pending(args: argparse.Namespace) -> int:
             }
     if args.json:
         print_json(waiting)
-        return EXIT_OK
+        return _report_unreadable(unreadable)
     if not waiting:
         print("No run is waiting at a gate.")
-        return EXIT_OK
+        return _report_unreadable(unreadable)
     table(
         ("RUN", "CALL", "TOOL", "WAITING FOR"),
         [
@@ -357,7 +424,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         ],
     )
     print("Approve or deny with `bide approve|deny RUN CALL --key FILE`, then run the agent again.")
-    return EXIT_OK
+    return _report_unreadable(unreadable)
 
 
 def _waiting_text(w: dict[str, Any]) -> str:
@@ -480,6 +547,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
         register = getattr(module, "register", None)
         if callable(register):
             register(sub)
+    for command in sub.choices.values():
+        # Every error says "rerun with --debug": it is accepted after the subcommand too. SUPPRESS keeps
+        # the subcommand from resetting a --debug given before it.
+        if "--debug" not in command._option_string_actions:
+            command.add_argument(
+                "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks for errors"
+            )
     return parser, sub
 
 

@@ -90,6 +90,15 @@ async def resolve_in(
             f"(is_error={existing.is_error}, result={existing.result!r}); it cannot be changed"
         )
     live = live_attempt(journal, call_id)
+    markers = attempts_of(journal, call_id)
+    if live is None and markers and markers[-1].by == "resolver":
+        # A resolver voided the last attempt: the call was resolved as not started (and not retried since).
+        if outcome.kind == "not_started":
+            return None
+        raise HaltAlreadyResolved(
+            f"call {call_id!r} of run {journal.run_id!r} was already resolved as not started; "
+            "it cannot be changed (run the agent to retry the call)"
+        )
     if live is None:
         raise NoLiveAttempt(
             f"call {call_id!r} of run {journal.run_id!r} has no attempt waiting for an outcome; "
@@ -174,14 +183,15 @@ async def aresolve_halt(
         raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
     # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are
     # fenced, so a driver that wakes up afterwards cannot write over the decision.
+    # A run that does not exist is refused before the lease is taken: a mistyped run id leaves no lease row.
+    if not (await Journal(store, run_id).aload()).exists:
+        raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
     holder = new_claim()
     now = clock()
     lease = await store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=RESOLVE_LEASE_MS)
     journal = Journal(store, run_id)
     try:
-        await journal.aload()
-        if not journal.exists:
-            raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
+        await journal.aload()  # again, under the lease: the decision is made on what it shows
         if not lease.held:
             if journal.has(END_KEY):
                 raise NoLiveAttempt(f"run {run_id!r} has ended; call {call_id!r} has nothing to resolve")

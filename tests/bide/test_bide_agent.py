@@ -263,8 +263,10 @@ def test_resolve_not_started_retries_the_call_once() -> None:
     _halt_by_losing_result(store, ledger, timeout=0.01, fire=False)
     time.sleep(0.02)
     bide.resolve_halt(store, "r", "c0.0", outcome=bide.Outcome.not_started(), clock_skew=0)
-    with pytest.raises(bide.NoLiveAttempt):
-        bide.resolve_halt(store, "r", "c0.0", outcome=bide.Outcome.not_started(), clock_skew=0)
+    # The same decision again is accepted (nothing more is written); a different one is refused.
+    bide.resolve_halt(store, "r", "c0.0", outcome=bide.Outcome.not_started(), clock_skew=0)
+    with pytest.raises(bide.HaltAlreadyResolved):
+        bide.resolve_halt(store, "r", "c0.0", outcome=bide.Outcome.failed("declined"), clock_skew=0)
     result = bide.Agent(charge_script(), store=store, tools=[ledger.tool()]).run_sync("r", RUN_INPUT)
     assert result.answer == "done"
     assert len(ledger.charges) == 1

@@ -1,0 +1,174 @@
+"""The `bide` command at the edges of operations, on real SQLite files: a resolve of a mistyped run leaves
+no trace, a second resolve of a resolved call is refused as such, a call executing under a live driver is
+not "halted", one unreadable run does not hide the others, `--limit` keeps the most recently active runs,
+and `--debug` is accepted after the subcommand.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "bide._cli", *args], capture_output=True, text=True, env=env, timeout=60
+    )
+
+
+@bide.tool(timeout=0.3)
+def send(to: str) -> str:
+    """Send a message (the connection drops after the request went out)."""
+    raise OSError("lost after the request went out")
+
+
+class _Hold:
+    def check(self, request: Any) -> bide.Pending:
+        return bide.Pending(f"hold for review of {request.tool}")
+
+
+@bide.tool(gate=_Hold())
+def wire(amount: int) -> str:
+    """Wire money."""
+    return "wired"
+
+
+def halt(store: bide.Store, run_id: str) -> None:
+    """Leave `run_id` halted on call c0.0 (send), its outcome unknown."""
+    agent = bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send])
+    with contextlib.suppress(bide.OutcomeUnknown):
+        agent.run_sync(run_id, "send it")
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> tuple[str, bide.Store]:
+    url = f"sqlite:///{tmp_path / 'b.db'}"
+    return url, bide.open_store(url)
+
+
+def test_resolve_of_a_run_that_does_not_exist_leaves_no_lease_row(db: tuple[str, bide.Store]) -> None:
+    url, store = db
+    halt(store, "stuck")
+    store.close()
+    done = cli("resolve", "--store", url, "stuk", "c0.0", "--not-started")
+    assert done.returncode == 4, done.stderr
+    assert "does not exist" in done.stderr
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+        assert conn.execute("SELECT run_id FROM bide_runs ORDER BY run_id").fetchall() == [("stuck",)]
+
+
+def test_a_second_resolve_of_a_resolved_call_is_refused_as_already_resolved(
+    db: tuple[str, bide.Store],
+) -> None:
+    url, store = db
+    halt(store, "stuck")
+    store.close()
+    time.sleep(0.4)  # past the call's deadline
+    first = cli("resolve", "--store", url, "stuck", "c0.0", "--not-started", "--clock-skew", "0")
+    assert first.returncode == 0, first.stderr
+    again = cli("resolve", "--store", url, "stuck", "c0.0", "--not-started", "--clock-skew", "0")
+    assert again.returncode == 0, again.stderr  # the same decision again is accepted
+    other = cli("resolve", "--store", url, "stuck", "c0.0", "--succeeded", '"sent"', "--clock-skew", "0")
+    assert other.returncode == 5, other.stderr
+    assert "already resolved as not started" in other.stderr
+    missing = cli("resolve", "--store", url, "stuck", "c9.9", "--not-started", "--clock-skew", "0")
+    assert missing.returncode == 4, missing.stderr
+
+
+def test_a_call_executing_under_a_live_driver_is_running_not_halted(db: tuple[str, bide.Store]) -> None:
+    url, store = db
+    entered, release = threading.Event(), threading.Event()
+
+    @bide.tool(timeout=60)
+    def slow(n: int) -> str:
+        """A side effect that takes a while."""
+        entered.set()
+        release.wait(60)
+        return "done"
+
+    agent = bide.Agent(ScriptedModel([call("slow", n=1), reply("fin")]), store=store, tools=[slow])
+    driver = threading.Thread(target=agent.run_sync, args=("live", "go"))
+    driver.start()
+    try:
+        assert entered.wait(30)
+        halted = cli("runs", "--store", url, "--status", "halted", "--json")
+        listed = cli("runs", "--store", url, "--json")
+        shown = cli("show", "--store", url, "live", "--json")
+    finally:
+        release.set()
+        driver.join(30)
+        store.close()
+    assert halted.returncode == 0, halted.stderr
+    assert json.loads(halted.stdout) == []
+    [row] = json.loads(listed.stdout)
+    assert (row["run_id"], row["status"], row["lease_live"]) == ("live", "running", True)
+    assert row["call_id"] == "c0.0"
+    assert json.loads(shown.stdout)["run"]["status"] == "running"
+
+
+def test_one_unreadable_run_does_not_hide_the_others(db: tuple[str, bide.Store]) -> None:
+    url, store = db
+    bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("done", "hello")
+    halt(store, "stuck")
+    held = bide.Agent(ScriptedModel([call("wire", amount=5), reply("ok")]), store=store, tools=[wire])
+    with contextlib.suppress(bide.ApprovalPending):
+        held.run_sync("held", "wire it")
+    store.close()
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+        broken = (b"{not json",)
+        conn.execute("UPDATE bide_records SET data = ? WHERE run_id = 'done' AND key = 'run:end'", broken)
+        conn.commit()
+    runs = cli("runs", "--store", url, "--json")
+    assert runs.returncode == 4, runs.stderr
+    assert sorted(r["run_id"] for r in json.loads(runs.stdout)) == ["held", "stuck"]
+    assert "run 'done' cannot be read" in runs.stderr and "run:end" in runs.stderr
+    pending = cli("pending", "--store", url, "--json")
+    assert pending.returncode == 4, pending.stderr
+    assert [w["run_id"] for w in json.loads(pending.stdout)] == ["held"]
+    assert "run 'done' cannot be read" in pending.stderr
+
+
+def test_runs_limit_keeps_the_most_recently_active(db: tuple[str, bide.Store]) -> None:
+    url, store = db
+    halt(store, "b-older")
+    time.sleep(0.05)
+    halt(store, "a-old")
+    time.sleep(0.05)
+    halt(store, "m-newest")
+    store.close()
+    done = cli("runs", "--store", url, "--limit", "2", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["run_id"] for r in json.loads(done.stdout)] == ["m-newest", "a-old"]
+    assert "showing the 2 most recently active of 3 runs" in done.stderr
+    everything = cli("runs", "--store", url, "--limit", "3", "--json")
+    assert len(json.loads(everything.stdout)) == 3 and everything.stderr == ""
+
+
+def test_debug_is_accepted_after_the_subcommand(db: tuple[str, bide.Store], tmp_path: Path) -> None:
+    url, store = db
+    halt(store, "stuck")
+    store.close()
+    for args in (["runs", "--store", url, "--debug"], ["--debug", "runs", "--store", url]):
+        done = cli(*args)
+        assert done.returncode == 0, done.stderr
+        assert "stuck" in done.stdout
+    worker = cli("worker", "--store", url, "--app", "nosuchmodule_xyz:build", "--once", "--debug")
+    assert worker.returncode == 2
+    assert "nosuchmodule_xyz" in worker.stderr and "unrecognized arguments" not in worker.stderr
