@@ -6,10 +6,12 @@ a store), `bide cancel` asks a run to stop.
 
 `module:attribute` names your agents: an `Agent`, a list of agents, or a function that takes the opened
 store and returns either (so the agents use the worker's store). The current directory is importable.
-Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases. `bide cancel` journals a
-cancel request that the run's drive honours at its next turn boundary (see `bide.cancel_run`). Exit codes
-are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app cannot be imported or is not
-agents); 4 no such store or run; 5 refused (the run has already ended); 6 the store failed.
+Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases; with `--once` either signal
+ends the pass once the drives in flight finished (an interrupt never drops a side effect's result).
+`bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
+`bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
+cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
+has already ended); 6 the store failed.
 """
 
 from __future__ import annotations
