@@ -283,12 +283,14 @@ def _lease_text(row: dict[str, Any], now: float) -> str:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from ._journal import Journal
     from ._resolve import status_of
 
     store = open_cli_store(args)
     try:
-        journal = Journal(store, args.run).load()
+        try:
+            journal = _read(store, args.run)
+        except _Unreadable as exc:
+            raise CLIError(f"run {args.run!r} cannot be read: {exc}", EXIT_NOT_FOUND) from exc
         if not journal.exists:
             raise CLIError(
                 f"run {args.run!r} does not exist in {args.store} (`bide runs` lists the runs)",

@@ -143,6 +143,9 @@ def test_one_unreadable_run_does_not_hide_the_others(db: tuple[str, bide.Store])
     assert pending.returncode == 4, pending.stderr
     assert [w["run_id"] for w in json.loads(pending.stdout)] == ["held"]
     assert "run 'done' cannot be read" in pending.stderr
+    shown = cli("show", "--store", url, "done")
+    assert shown.returncode == 4 and "run 'done' cannot be read" in shown.stderr, shown.stderr
+    assert cli("show", "--store", url, "stuck").returncode == 0
 
 
 def test_runs_limit_keeps_the_most_recently_active(db: tuple[str, bide.Store]) -> None:
