@@ -747,10 +747,12 @@ class SQLStore:
                 for req in batch:
                     self._run_batch([req], slot, here)
                 return
-            error = StoreError(
-                f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} failed; "
-                f"a write may or may not have committed: {exc}"
-            )
+            req = batch[0]
+            what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+            # Only an insert or a lease change writes; a failed read wrote nothing.
+            writes = req.op == "insert" or req.op in _LEASE_OPS
+            doubt = "a write may or may not have committed" if writes else "nothing was written"
+            error = StoreError(f"store {self.url}: {what} failed; {doubt}: {exc}")
             self._answer([(batch[0], None, error)], here)
             return
         self._answer_all(batch, results, here)

@@ -11,8 +11,8 @@ The delivery rules (docs/governed-agents.md) come from the machine's build repor
 
 1. An event is applied at most once: duplicates are dropped by log position (the log gives every event id
    exactly one position). The report's not-idempotent events are the ones for which this is essential.
-   A copy is compared with the event held or applied at its position (by a fingerprint of every field),
-   and a different event there raises `LogCorrupted`, whichever of the two arrived first.
+   A copy is compared with the event held at its position (every field) or applied there (its id), and
+   a different event there raises `LogCorrupted`, whichever of the two arrived first.
 2. An event is applied after every event it declares as a causal dependency.
 3. For every causal-order obligation `{a, b}` of the report, two events of the same record named `a` and
    `b` are applied in log order. To know which earlier events of a record exist, an event with an
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import operator
 from array import array
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -148,24 +149,16 @@ def _unwrapped(exc: ValidationError) -> InvalidInput:
     return cause if isinstance(cause, InvalidInput) else _invalid(exc, "Checkpoint")
 
 
+_ID = operator.attrgetter("id")
+
+
 def _fingerprint(event: LoggedEvent) -> int:
-    """A 64-bit hash of every field of `event`: equal events have equal fingerprints, and different ones
-    differ but for a chance of about 2**-64 (Python's per-process hash: kept in memory, never stored)."""
-    return hash(
-        (
-            event.id,
-            event.machine,
-            event.record,
-            event.event,
-            event.producer,
-            event.producer_seq,
-            event.deps,
-            event.log,
-            event.position,
-            event.record_seq,
-            event.after,
-        )
-    )
+    """What a replica keeps of each event it applied: the hash of its id (cached by the string, so this
+    costs next to nothing per event). A log gives an id to one event forever (appending other content
+    under it is refused), so a copy with another id at an applied position is another event; a copy
+    with the same id and other content cannot come from a log at all, and only the Merkle root tells it
+    apart (`track_root=True` and a signed head)."""
+    return hash(event.id)
 
 
 def _leaf_digest(event: LoggedEvent) -> str:
@@ -377,15 +370,18 @@ class Replica:
         Anything but an iterable of `LoggedEvent`s raises `InvalidInput` naming it, before any event of the
         call is applied or buffered."""
         before = self.applied
-        if isinstance(events, (str, bytes, Mapping, BaseModel)) or not isinstance(events, Iterable):
+        if type(events) is list:
+            batch = events  # the common call, and a list is what it must be
+        elif isinstance(events, (str, bytes, Mapping, BaseModel)) or not isinstance(events, Iterable):
             raise InvalidInput(
                 "events",
                 f"must be a list of govern.LoggedEvent (for one event: deliver([event])), "
                 f"not a {type(events).__name__}",
             )
-        batch = events if isinstance(events, list) else list(events)
+        else:
+            batch = list(events)
         for i, item in enumerate(batch):
-            if not isinstance(item, LoggedEvent):
+            if type(item) is not LoggedEvent and not isinstance(item, LoggedEvent):
                 raise _not_an_event(i, item)
         if len(batch) >= _BATCH_MIN and not self._buffer and not self._ahead:
             start = self._position
@@ -417,7 +413,10 @@ class Replica:
         duplicates = 0
         base, prints = self._base, self._prints
         for event in batch:
-            if event.log != name or event.machine != digest or event.event not in index or _forward(event):
+            after = event.after
+            if event.log != name or event.machine != digest or event.event not in index:
+                return False
+            if after and max(after) >= event.position:  # _forward(event), inline: once per event
                 return False
             pos = event.position
             if pos < start:
@@ -428,7 +427,7 @@ class Replica:
             held = by_position.get(pos)
             if held is None:
                 by_position[pos] = event
-            elif held is event or _fingerprint(held) == _fingerprint(event):
+            elif held is event or held == event:
                 duplicates += 1
             else:
                 return False
@@ -459,7 +458,10 @@ class Replica:
                 (
                     i
                     for i, e in enumerate(events)
-                    if e.machine != rules.digest or e.event not in rules.index or e.log != name or _forward(e)
+                    if e.machine != rules.digest
+                    or e.event not in rules.index
+                    or e.log != name
+                    or (e.after and max(e.after) >= e.position)  # _forward(e), inline
                 ),
                 None,
             )
@@ -507,7 +509,7 @@ class Replica:
         if self._tree is not None:
             for event in events:
                 self._tree.append(event.leaf())
-        self._prints.extend(map(_fingerprint, events))
+        self._prints.extend(map(hash, map(_ID, events)))
         self._last = events[-1]
         self._position += n
         self.applied += n
@@ -547,7 +549,7 @@ class Replica:
         if pos < self._position or pos in self._ahead:
             ahead = self._ahead.get(pos)
             if ahead is not None:
-                same = ahead is event or _fingerprint(ahead) == _fingerprint(event)
+                same = ahead is event or ahead == event
             else:
                 same = pos < self._base or self._prints[pos - self._base] == _fingerprint(event)
             if not same:
@@ -559,11 +561,16 @@ class Replica:
             return
         held = self._buffer.get(pos)
         if held is not None:
-            if held is not event and _fingerprint(held) != _fingerprint(event):
+            if held is not event and held != event:
                 raise LogCorrupted(
                     f"two different events claim log position {pos}: {held.id!r} and {event.id!r}"
                 )
             self.duplicates += 1
+            return
+        if not self._buffer and pos == self._position and self._in_record_order(event):
+            # The common case (log order): nothing can be waiting, so apply directly. (Its record_seq is
+            # the record's next one, which nothing buffered or applied ahead can hold.)
+            self._apply(event)
             return
         known = self._records.get(event.record)
         if known is not None and known.arrived(event.record_seq):
@@ -572,10 +579,6 @@ class Replica:
                 f"{event.record!r}, but an event at another position has that number (the replica stays at "
                 f"position {self._position})"
             )
-        if not self._buffer and pos == self._position and self._in_record_order(event):
-            # The common case (log order): nothing can be waiting, so apply directly.
-            self._apply(event)
-            return
         self._buffer[pos] = event
         rec = self._record(event.record)
         code = rules.index[event.event]
@@ -665,7 +668,7 @@ class Replica:
         if event.position == self._position:
             if tree is not None:
                 tree.append(event.leaf())
-            self._prints.append(_fingerprint(event))
+            self._prints.append(hash(event.id))  # _fingerprint, inline: this runs once per event
             self._last = event
             self._position += 1
             while self._position in self._ahead:
