@@ -1354,7 +1354,7 @@ class Agent(Generic[T]):
         except BaseException as exc:
             if window.state != "started":
                 remember_unstarted(claim)  # cancelled before it started: provably not called
-            elif window.done is not None:
+            elif window.done is not None and not isinstance(exc, Exception):
                 # The drive was cancelled (Ctrl-C, a timeout around it, a worker stopping) while a
                 # synchronous tool had started in its thread, which runs on (or has just returned, before
                 # its result was written): as for an overrun, this process keeps the run's lease until it
