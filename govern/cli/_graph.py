@@ -25,6 +25,7 @@ from ..certificate._composed import ComposedCertificate
 from ..certificate._model import initial_state
 from ..certificate._render import render_state, state_values
 from ..certificate._symbolic import SymbolicCertificate
+from ._paths import refuse_overwriting
 
 __all__ = [
     "GraphFiles",
@@ -263,7 +264,6 @@ def render_files(
     certificate `NAME.componentC.states.dot` per component); with Graphviz installed also `.svg` (and
     `.png` if asked), otherwise `.mmd` Mermaid files. Writes nothing, raising `UsageError`, when one of
     those files would be one of `keep` (what the command read, each with what it is)."""
-    from ._main import refuse_overwriting
     stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in certificate.name)
     dot = shutil.which("dot")
     written: list[Path] = []

@@ -52,6 +52,7 @@ from ..certificate._errors import (
     CertificateUnreadable,
     SigningKeyError,
 )
+from ._paths import UsageError, refuse_overwriting
 
 # The certificate modules (numpy, pydantic, cryptography) and rich are imported by the commands that use
 # them, not here: `govern --help` and a usage error never pay for them.
@@ -91,10 +92,6 @@ def _safe(text: str, *, keep_newlines: bool = False) -> str:
     from rich.markup import escape
 
     return escape(printable(text, keep_newlines=keep_newlines))
-
-
-class UsageError(Exception):
-    """Bad input from the person running the command (exit 2)."""
 
 
 def _version() -> str:
@@ -259,25 +256,6 @@ class Outcome:
 
 def _safe_stem(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name) or "machine"
-
-
-def same_file(a: Path, b: Path) -> bool:
-    """True when `a` and `b` name one file (through symlinks, `..` or hard links)."""
-    try:
-        if a.resolve() == b.resolve():
-            return True
-        return a.exists() and b.exists() and os.path.samefile(a, b)
-    except (OSError, RuntimeError):
-        return False
-
-
-def refuse_overwriting(output: Path, inputs: list[tuple[str, Path]]) -> None:
-    """Raise UsageError when `output` is one of `inputs` (each with what it is): writing it would
-    replace what the command reads."""
-    for what, path in inputs:
-        if same_file(output, path):
-            raise UsageError(f"{output} is the {what} ({path}); refusing to write over it: give another "
-                             "output path")
 
 
 def write_atomically(path: Path, data: bytes) -> None:
