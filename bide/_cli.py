@@ -356,7 +356,7 @@ def _record_text(record: dict[str, Any]) -> str:
 def _cmd_pending(args: argparse.Namespace) -> int:
     from ._records import pause_key
     from ._resolve import status_of
-    from .approvals._submit import PendingApproval, _open_requests, _state
+    from .approvals._submit import PendingApproval, pending_in
 
     store = open_cli_store(args)
     unreadable: dict[str, str] = {}
@@ -371,12 +371,9 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 except _Unreadable as exc:
                     unreadable[run_id] = str(exc)
                     continue
-                # What `pending_approvals` computes, on the journal already read (it would stop at the
-                # first unreadable run of the store).
+                # Not `pending_approvals(store)`: it would stop at the first unreadable run of the store.
                 try:
-                    opened = _open_requests(journal)
-                    latest = {data["call_id"]: (data, policy) for _, data, policy in opened}
-                    found.extend(_state(journal, data, policy) for data, policy in latest.values())
+                    found.extend(pending_in(journal))
                 except StoreError as exc:
                     unreadable[run_id] = str(exc)
                     continue

@@ -22,7 +22,14 @@ from ._tally import (
     turn_key,
 )
 
-__all__ = ["ApprovalRefused", "NoWaitingCall", "PendingApproval", "pending_approvals", "submit_decision"]
+__all__ = [
+    "ApprovalRefused",
+    "NoWaitingCall",
+    "PendingApproval",
+    "pending_approvals",
+    "pending_in",
+    "submit_decision",
+]
 
 
 class ApprovalRefused(ConfigError):
@@ -177,6 +184,12 @@ def _decision(
     return dkey, [(dkey, encode_record(record)), (marker.key, encode_record(marker))]
 
 
+def pending_in(journal: Journal) -> list[PendingApproval]:
+    """The calls of one loaded run waiting for approvers (what `pending_approvals` lists for each run)."""
+    latest = {data["call_id"]: (data, policy) for _, data, policy in _open_requests(journal)}
+    return [_state(journal, data, policy) for data, policy in latest.values()]
+
+
 def pending_approvals(store: Store, *, prefix: str = "") -> list[PendingApproval]:
     """Every call, in every run of `store` (whose id starts with `prefix`), waiting for approvers."""
     out: list[PendingApproval] = []
@@ -186,7 +199,5 @@ def pending_approvals(store: Store, *, prefix: str = "") -> list[PendingApproval
         if not runs:
             return out
         for run_id in runs:
-            journal = Journal(store, run_id).load()
-            latest = {data["call_id"]: (data, policy) for _, data, policy in _open_requests(journal)}
-            out.extend(_state(journal, data, policy) for data, policy in latest.values())
+            out.extend(pending_in(Journal(store, run_id).load()))
         after = runs[-1]
