@@ -103,6 +103,29 @@ def add_standard_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
 
 
+def byte_limit(text: str) -> int:
+    """An argparse type for a size limit in bytes: a whole number above 0 (a negative size given to
+    read() means "everything", which would lift the limit silently)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError("the size limit must be positive")
+    return value
+
+
+def skew_seconds(text: str) -> int:
+    """An argparse type for a clock-skew allowance: a whole number of seconds, 0 or more."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError("the clock skew cannot be negative")
+    return value
+
+
 def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:
     """Report an unexpected exception as a bug (exit 3); the traceback only with --debug."""
     if debug:

@@ -27,6 +27,8 @@ from .._cli_common import (
     EXIT_USAGE,
     Parser,
     add_standard_options,
+    byte_limit,
+    skew_seconds,
 )
 from .._stdout import emitted
 from .._terminal import printable
@@ -209,38 +211,17 @@ def _cmd_keygen(args: argparse.Namespace) -> Verified:
     )
 
 
-def _byte_limit(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
-    if value <= 0:
-        # A negative size given to read() means "everything": the limit would be silently lifted.
-        raise argparse.ArgumentTypeError("the size limit must be positive")
-    return value
-
-
-def _skew_seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("the clock skew cannot be negative")
-    return value
-
-
 def _parser() -> Parser:
     p = Parser(prog="bide-audit", description="Verify bide audit artifacts offline.")
     add_standard_options(p)
     common = Parser(add_help=False)
     common.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     common.add_argument(
-        "--max-input-bytes", type=_byte_limit, default=MAX_INPUT_BYTES, help="refuse larger inputs (bytes)"
+        "--max-input-bytes", type=byte_limit, default=MAX_INPUT_BYTES, help="refuse larger inputs (bytes)"
     )
     common.add_argument(
         "--max-clock-skew",
-        type=_skew_seconds,
+        type=skew_seconds,
         default=300,
         help="seconds a head may be dated in the future (default 300)",
     )

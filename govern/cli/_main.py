@@ -41,6 +41,8 @@ from bide._cli_common import (
     EXIT_USAGE,
     Parser,
     add_standard_options,
+    byte_limit,
+    skew_seconds,
 )
 from bide._stdout import emitted, silence_stdout
 from bide._terminal import printable
@@ -725,23 +727,8 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 # -- entry point ---------------------------------------------------------------------------------
 
-def _size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError("the size limit must be positive")
-    return value
-
-
 def _seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of seconds") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError("the clock skew cannot be negative")
+    value = skew_seconds(text)
     if value > MAX_CLOCK_SKEW_LIMIT:
         raise argparse.ArgumentTypeError(
             f"{value} s is more than a century; at most {MAX_CLOCK_SKEW_LIMIT}"
@@ -794,13 +781,13 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("--max-clock-skew", type=_seconds, default=MAX_CLOCK_SKEW, metavar="SECONDS",
                        help=f"refuse a signature dated more than this beyond this clock "
                             f"(default {MAX_CLOCK_SKEW})")
-    check.add_argument("--max-size", type=_size, default=DEFAULT_MAX_BYTES, metavar="BYTES",
+    check.add_argument("--max-size", type=byte_limit, default=DEFAULT_MAX_BYTES, metavar="BYTES",
                        help=f"refuse larger files (default {DEFAULT_MAX_BYTES})")
     check.set_defaults(run=cmd_check)
 
     show = commands.add_parser("show", help="render a certificate for people (does not verify it)")
     show.add_argument("certificate", metavar="CERT")
-    show.add_argument("--max-size", type=_size, default=DEFAULT_MAX_BYTES, metavar="BYTES")
+    show.add_argument("--max-size", type=byte_limit, default=DEFAULT_MAX_BYTES, metavar="BYTES")
     show.set_defaults(run=cmd_show)
 
     keygen = commands.add_parser("keygen", help="create an Ed25519 signing key pair")

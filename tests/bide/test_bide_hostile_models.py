@@ -157,6 +157,16 @@ def _reset(server: LoopbackServer) -> None:
         server.requests.clear()
 
 
+def _a_turn_or_a_model_error(server: LoopbackServer, kind: str, *, stream: bool) -> None:
+    """Ask the `kind` model once, as the server now answers: a turn comes back, or ModelError is raised."""
+    _reset(server)
+    try:
+        turn = asyncio.run(_turn(_models(server.url)[kind], stream=stream))
+    except bide.ModelError:
+        return
+    assert isinstance(turn, bide.AssistantMessage)
+
+
 _SETTINGS = settings(
     max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
@@ -170,12 +180,7 @@ def test_a_whole_answer_of_any_shape_is_a_turn_or_a_model_error(
     served, server = answers
     body = data.draw(OPENAI_ANSWER if kind == "openai" else ANTHROPIC_ANSWER)
     served.first = Reply(body=body)
-    _reset(server)
-    try:
-        turn = asyncio.run(_turn(_models(server.url)[kind], stream=False))
-    except bide.ModelError:
-        return
-    assert isinstance(turn, bide.AssistantMessage)
+    _a_turn_or_a_model_error(server, kind, stream=False)
 
 
 @_SETTINGS
@@ -191,12 +196,7 @@ def test_a_stream_of_any_shape_is_a_turn_or_a_model_error(
         payloads = data.draw(st.lists(ANTHROPIC_EVENT, max_size=5))
         events = [("", _json(p)) for p in payloads] + [("message_stop", '{"type": "message_stop"}')]
     served.first = Reply(events=events)
-    _reset(server)
-    try:
-        turn = asyncio.run(_turn(_models(server.url)[kind], stream=True))
-    except bide.ModelError:
-        return
-    assert isinstance(turn, bide.AssistantMessage)
+    _a_turn_or_a_model_error(server, kind, stream=True)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -154,6 +154,15 @@ def test_two_events_at_one_position_are_refused_in_every_arrival_order(order: tu
             replica.deliver([events[i]])
 
 
+def _deliver(replica: Replica, arrivals: list[LoggedEvent], one_at_a_time: bool) -> None:
+    """Deliver `arrivals` one event per call, or all in one call."""
+    if one_at_a_time:
+        for event in arrivals:
+            replica.deliver([event])
+    else:
+        replica.deliver(arrivals)
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops.filter(bool), st.data(), st.randoms(use_true_random=False), st.booleans())
 def test_a_conflicting_copy_of_any_position_is_refused_in_any_delivery(
@@ -165,13 +174,8 @@ def test_a_conflicting_copy_of_any_position_is_refused_in_any_delivery(
     forged = LoggedEvent(**{**victim.model_dump(), "id": "forged"})
     arrivals = [*stored, forged, *stored[:3]]
     rnd.shuffle(arrivals)
-    replica = Replica(order_machine(), log)
     with pytest.raises(LogCorrupted, match=f"claim log position {victim.position}"):
-        if one_at_a_time:
-            for event in arrivals:
-                replica.deliver([event])
-        else:
-            replica.deliver(arrivals)
+        _deliver(Replica(order_machine(), log), arrivals, one_at_a_time)
 
 
 @settings(max_examples=60, deadline=None)
@@ -185,13 +189,8 @@ def test_two_events_with_one_record_number_are_refused_in_any_delivery(
     forged = LoggedEvent(**{**victim.model_dump(), "id": "forged", "position": len(stored)})
     arrivals = [*stored, forged]
     rnd.shuffle(arrivals)
-    replica = Replica(order_machine(), log)
     with pytest.raises(LogCorrupted, match=f"is number {victim.record_seq} of record"):
-        if one_at_a_time:
-            for event in arrivals:
-                replica.deliver([event])
-        else:
-            replica.deliver(arrivals)
+        _deliver(Replica(order_machine(), log), arrivals, one_at_a_time)
 
 
 def test_an_identical_copy_of_an_applied_position_is_a_duplicate() -> None:
