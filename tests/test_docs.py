@@ -53,25 +53,3 @@ def test_readme_example_runs_twice(tmp_path: Path) -> None:
     finally:
         os.chdir(here)
 
-
-_CONSOLE = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
-
-
-def test_the_certificate_commands_run_as_written(tmp_path: Path) -> None:
-    """docs/certificate.md's first list of commands, run top to bottom from a checkout's layout (the
-    examples and an empty certs/ folder), each exits 0."""
-    import shutil
-    import subprocess
-    import sys
-
-    first = _CONSOLE.findall((DOCS / "certificate.md").read_text())[0]
-    commands = [line[2:].split("  #")[0].strip() for line in first.splitlines() if line.startswith("$ ")]
-    assert any("govern graph" in c for c in commands) and commands[0].startswith("govern keygen")
-    shutil.copytree(DOCS.parent / "examples", tmp_path / "examples")
-    (tmp_path / "certs").mkdir()
-    govern = f"{sys.executable} -m govern"
-    for command in commands:
-        done = subprocess.run(
-            command.replace("govern ", f"{govern} "), shell=True, cwd=tmp_path, capture_output=True, text=True
-        )
-        assert done.returncode == 0, (command, done.stdout, done.stderr)
