@@ -48,11 +48,12 @@ exit codes (the same for govern, bide and bide-audit):
   0  success: done, verified, certified
   1  checked and found wanting: not verified (bide-audit), certificate not valid (govern check),
      machine not convergent (govern certify: the counterexample is printed)
-  2  usage or input error: bad arguments, a missing or unimportable machine file, no registry found,
+  2  usage or input error: bad arguments, a machine file that does not import, no registry found,
      an unusable key, store URL or JSON argument
   3  internal error or engine/oracle disagreement: a bug; rerun with --debug and report the traceback
   4  unreadable or not found: a truncated, oversized, malformed or non-canonical artifact or
-     certificate, a missing input file (bide-audit), no such store, run or call (bide)
+     certificate, a missing input file (machine file, certificate, artifact, key), no such store,
+     run or call (bide)
   5  refused: the request contradicts what is recorded (already resolved, already decided, gate
      closed) or a policy you pinned (bide-audit verify-approvals); the message says why
   6  the store failed: the database is unreachable or answered with an error (bide)

@@ -5,7 +5,8 @@
         ├── CertificateUnreadable   the bytes are not a well-formed certificate (`govern check` exit 4)
         ├── CertificateInvalid      well-formed, but a claim in it does not hold (exit 1)
         ├── CertificateTooLarge     the machine's tables exceed what a certificate may hold
-        └── SigningKeyError         a key file is missing, malformed, or too widely readable
+        └── SigningKeyError         a key file is malformed, weak, or too widely readable
+            └── KeyFileUnreadable   a key file is missing or cannot be read (`govern` exit 4)
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ __all__ = [
     "CertificateInvalid",
     "CertificateTooLarge",
     "CertificateUnreadable",
+    "KeyFileUnreadable",
     "SigningKeyError",
 ]
 
@@ -42,3 +44,7 @@ class CertificateTooLarge(CertificateError):
 
 class SigningKeyError(CertificateError):
     """A signing or verification key cannot be used; the message says which file and why."""
+
+
+class KeyFileUnreadable(SigningKeyError):
+    """A key file does not exist or cannot be read (a directory, no permission); the message names it."""

@@ -26,7 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from ._errors import SigningKeyError
+from ._errors import KeyFileUnreadable, SigningKeyError
 
 __all__ = [
     "SIGNATURE_DOMAIN",
@@ -178,13 +178,21 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     return public_path, key_id(key.public_key())
 
 
+def _unreadable(path: Path, what: str, error: OSError) -> KeyFileUnreadable:
+    if isinstance(error, FileNotFoundError):
+        return KeyFileUnreadable(f"{path}: no such file; give the path of a {what} file (`govern keygen` "
+                                 "writes one)")
+    return KeyFileUnreadable(f"{path}: cannot read the {what} ({error.strerror or error})")
+
+
 def load_private_key(path: Path) -> Signer:
-    """Read a private key written by `govern keygen`; refuses one that others can read."""
+    """Read a private key written by `govern keygen`; refuses one that others can read (SigningKeyError),
+    and raises KeyFileUnreadable when the file is missing or cannot be read."""
     try:
         info = path.stat()
         data = path.read_bytes()
     except OSError as exc:
-        raise SigningKeyError(f"{path}: cannot read the signing key ({exc.strerror})") from None
+        raise _unreadable(path, "signing key", exc) from None
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SigningKeyError(
             f"{path}: the private key is accessible to other users (mode {stat.S_IMODE(info.st_mode):o}); "
@@ -200,11 +208,13 @@ def load_private_key(path: Path) -> Signer:
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
-    """Read a public key: the `.pub` PEM file `govern keygen` writes, or 32 raw bytes in base64."""
+    """Read a public key: the `.pub` PEM file `govern keygen` writes, or 32 raw bytes in base64. Raises
+    KeyFileUnreadable when the file is missing or cannot be read, SigningKeyError when it holds no usable
+    key."""
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise SigningKeyError(f"{path}: cannot read the public key ({exc.strerror})") from None
+        raise _unreadable(path, "public key", exc) from None
     if data.lstrip().startswith(b"-----BEGIN"):
         try:
             key = serialization.load_pem_public_key(data)

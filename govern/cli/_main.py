@@ -5,10 +5,11 @@ by `govern --help`); govern uses:
 
     0  success: certified / the certificate is valid
     1  not convergent (certify: a counterexample is printed) / read, and not valid (check)
-    2  usage or input error: bad arguments, a missing file, a machine file that does not import,
-       no registry found, an unusable key
+    2  usage or input error: bad arguments, a machine file that does not import, no registry found, an
+       unusable key
     3  engine/oracle disagreement or internal error (a bug: please report it)
-    4  unreadable certificate: truncated, oversized, malformed, not canonical (check, show)
+    4  unreadable or not found: a certificate that is truncated, oversized, malformed, not canonical
+       (check, show, graph); an input file (machine file, certificate, key) that is missing or unreadable
 
 Every string taken from a certificate, a machine or an error is printed through `_safe` (the shared
 sanitizer `bide._terminal.printable`, then rich markup escaping); --json output is ASCII-escaped JSON.
@@ -52,9 +53,10 @@ from ..certificate._errors import (
     CertificateInvalid,
     CertificateTooLarge,
     CertificateUnreadable,
+    KeyFileUnreadable,
     SigningKeyError,
 )
-from ._paths import UsageError, refuse_overwriting
+from ._paths import InputFileUnreadable, UsageError, input_file_size, refuse_overwriting, unreadable_input
 
 # The certificate modules (numpy, pydantic, cryptography) and rich are imported by the commands that use
 # them, not here: `govern --help` and a usage error never pay for them.
@@ -77,6 +79,10 @@ EXIT_INVALID = EXIT_FAILED
 EXIT_UNREADABLE = EXIT_NOT_FOUND
 
 T = TypeVar("T")
+
+#: What each kind of input file should be, for the message when it is missing.
+MACHINE_FILE = "a machine file (Python, defining a Registry at the top level)"
+CERTIFICATE_FILE = "a certificate (written by `govern certify`)"
 
 #: The defaults `--help` shows, written here so that it need not import the certificate modules; they are
 #: `govern.certificate._checked.MAX_CLOCK_SKEW` and `govern.certificate._encoding.DEFAULT_MAX_BYTES` (a test
@@ -123,14 +129,13 @@ def _split_spec(spec: str) -> tuple[Path, str | None]:
 def load_targets(spec: str) -> list[Target]:
     """Import the machine file in `spec` (`PATH[:NAME]`) and return its top-level registries.
 
-    NAME matches the attribute name or the registry's own name. Raises UsageError with a clear
-    message when the file is missing, does not import, or holds no (matching) registry.
+    NAME matches the attribute name or the registry's own name. Raises InputFileUnreadable when the file is
+    missing or cannot be read, and UsageError when it does not import or holds no (matching) registry.
     """
     from ..machine._registry import Registry
 
     path, name = _split_spec(spec)
-    if not path.is_file():
-        raise UsageError(f"{path}: no such file")
+    input_file_size(path, MACHINE_FILE)
     if path.suffix == ".json":
         raise UsageError(f"{path} is JSON, not a machine file (Python); to verify a certificate, run "
                          f"`govern check {spec}`")
@@ -456,13 +461,10 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
 # -- check ---------------------------------------------------------------------------------------
 
 def _read_input(path_text: str, max_bytes: int) -> bytes:
+    """The bytes of the certificate file `path_text`: InputFileUnreadable when it is missing or cannot be
+    read, CertificateUnreadable when it is over `max_bytes`."""
     path = Path(path_text)
-    try:
-        size = path.stat().st_size
-    except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror}") from None
-    if not path.is_file():
-        raise UsageError(f"{path}: not a file")
+    size = input_file_size(path, CERTIFICATE_FILE)
     if size > max_bytes:
         raise CertificateUnreadable(
             f"{path} is {size} bytes, over the {max_bytes}-byte limit (raise it with --max-size)"
@@ -471,7 +473,7 @@ def _read_input(path_text: str, max_bytes: int) -> bytes:
         with path.open("rb") as handle:
             return handle.read(max_bytes + 1)
     except OSError as exc:
-        raise UsageError(f"{path}: {exc.strerror}") from None
+        raise unreadable_input(path, CERTIFICATE_FILE, exc) from None
 
 
 def _check_rests_on(result: CheckResult | ComposedCheckResult) -> str:
@@ -854,6 +856,12 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[bold red]error[/]: {_safe(str(exc))}")
         code = EXIT_USAGE
         _json_failure(args, code, "usage error", str(exc))
+    except (InputFileUnreadable, KeyFileUnreadable) as exc:
+        if args.debug:
+            traceback.print_exc()
+        err.print(f"[bold red]error[/]: {_safe(str(exc))}")
+        code = EXIT_NOT_FOUND
+        _json_failure(args, code, "not found", str(exc))
     except SigningKeyError as exc:
         if args.debug:
             traceback.print_exc()

@@ -1,16 +1,49 @@
-"""Where a `govern` command may write: never over a file it reads (`refuse_overwriting`), and the error for
-any input the person running the command must change (`UsageError`, exit 2)."""
+"""Where a `govern` command may write: never over a file it reads (`refuse_overwriting`); the error for any
+input the person running the command must change (`UsageError`, exit 2), and for an input file that is not
+there to read (`InputFileUnreadable`, exit 4, as in `bide-audit`)."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
-__all__ = ["UsageError", "refuse_overwriting", "same_file"]
+__all__ = ["InputFileUnreadable", "UsageError", "input_file_size", "refuse_overwriting", "same_file",
+           "unreadable_input"]
 
 
 class UsageError(Exception):
     """Bad input from the person running the command (exit 2)."""
+
+
+class InputFileUnreadable(Exception):
+    """An input file (machine file, certificate, key) that does not exist or cannot be opened (exit 4): the
+    message names the path and says what to give instead."""
+
+
+def input_file_size(path: Path, what: str) -> int:
+    """The size in bytes of the input file at `path`, once it is known to be a regular file this process can
+    open. Raises InputFileUnreadable naming `path` when it is missing, a directory, some other kind of file
+    or unreadable; `what` says what the file should be ("a machine file"), for the message."""
+    try:
+        info = path.stat()
+        if stat.S_ISDIR(info.st_mode):
+            raise InputFileUnreadable(f"{path} is a directory; give the path of {what}")
+        if not stat.S_ISREG(info.st_mode):
+            # A pipe or a device would block or never end: only files are inputs.
+            raise InputFileUnreadable(f"{path} is not a regular file; give the path of {what}")
+        with path.open("rb"):
+            pass
+    except FileNotFoundError:
+        raise InputFileUnreadable(f"{path}: no such file; give the path of {what}") from None
+    except OSError as exc:
+        raise unreadable_input(path, what, exc) from None
+    return info.st_size
+
+
+def unreadable_input(path: Path, what: str, error: OSError) -> InputFileUnreadable:
+    """The error for an input file that exists but could not be read."""
+    return InputFileUnreadable(f"{path}: cannot be read ({error.strerror or error}); give the path of {what}")
 
 
 def same_file(a: Path, b: Path) -> bool:

@@ -103,3 +103,25 @@ def test_export_from_a_store_that_cannot_be_read_exits_4_and_writes_nothing(tmp_
     assert (tmp_path / "bad.db").read_text() == "this is not a database\n"  # the file is left as it was
     as_json = _audit(*args, "--json", cwd=tmp_path)
     assert as_json.returncode == 4 and json.loads(as_json.stdout)["result"] == "error"
+
+
+def test_a_missing_input_file_is_exit_4_naming_the_path(tmp_path: Path) -> None:
+    """Every input path of `bide-audit` (artifact, policy file, approver key, signing key) that does not exist
+    is "unreadable or not found", exit 4, as in `govern` (docs/cli.md), and the message names the path."""
+    from bide.audit import SigningKey
+
+    pub = SigningKey.generate().public.hex
+    store = f"sqlite:///{tmp_path / 'runs.db'}"
+    missing = {
+        ("verify", "gone.json", "--pubkey", pub): "gone.json",
+        ("verify-evidence", "gone.json", "--pubkey", pub, "--json"): "gone.json",
+        ("verify-consistency", "gone-old.json", "gone-new.json", "gone-proof.json"): "gone-old.json",
+        ("verify-approvals", "gone.json"): "gone.json",
+        ("verify-approvals", "gone.json", "--policy", "gone-policy.json"): "gone-policy.json",
+        ("verify-approvals", "gone.json", "--approver", "alice=gone-alice.pub"): "gone-alice.pub",
+        ("export", "--store", store, "--run", "r", "--key", "gone.key", "-o", "out.json"): "gone.key",
+    }
+    for (args, path), done in zip(missing.items(), _audit_all(*missing, cwd=tmp_path), strict=True):
+        assert done.returncode == 4, (args, done.stdout, done.stderr)
+        assert path in done.stdout + done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -21,7 +21,7 @@ from govern.certificate._make import certify
 from govern.certificate._signing import load_private_key
 
 from .conftest import MACHINES, govern, orders_registry
-from .test_cli import LARGE_MACHINES
+from .test_cli import LARGE_MACHINES, govern_all
 
 
 def test_certify_refuses_to_write_over_the_machine_file_or_the_key(machine_dir: Path) -> None:
@@ -100,6 +100,37 @@ def test_a_certificate_nested_too_deep_is_unreadable_not_an_internal_error(tmp_p
                 assert "nested more than" in done.stderr, (kind, command, done.stderr)
 
 
+def test_a_missing_input_file_is_exit_4_in_every_command_naming_the_path(machine_dir: Path) -> None:
+    """Every input path of every `govern` command (machine file, certificate, signing key, public key) that
+    does not exist is "not found", exit 4 as in `bide-audit` and docs/cli.md (it was 2), and the message
+    names the path. A machine file that exists and does not import stays exit 2."""
+    (machine_dir / "orders.json").write_bytes(certify(orders_registry()).to_bytes())
+    (machine_dir / "broken.py").write_text("from govern import Registry\nr = Registry('x'\n")
+    (machine_dir / "folder").mkdir()
+    missing = {
+        ("certify", "gone.py"): "gone.py",
+        ("certify", "gone.py:orders", "--json"): "gone.py",
+        ("certify", "folder"): "folder",
+        ("certify", "shop.py:orders", "--no-write", "--sign", "gone-key"): "gone-key",
+        ("check", "gone.json"): "gone.json",
+        ("check", "orders.json", "--pubkey", "gone-key.pub"): "gone-key.pub",
+        ("show", "gone.json"): "gone.json",
+        ("graph", "gone.json"): "gone.json",
+        ("graph", "gone.py:orders"): "gone.py",
+    }
+    *results, broken = govern_all(*missing, ("certify", "broken.py"), cwd=machine_dir)
+    for (args, path), done in zip(missing.items(), results, strict=True):
+        assert done.returncode == 4, (args, done.stdout, done.stderr)
+        assert path in done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+        assert len(done.stderr.strip().splitlines()) == 1, (args, done.stderr)  # one line
+        if "--json" in args:
+            assert json.loads(done.stdout)["exit_code"] == 4
+    assert broken.returncode == 2 and "syntax error" in broken.stderr, broken.stderr
+    assert sorted(p.name for p in machine_dir.iterdir()) == [
+        "broken.py", "divergent.py", "folder", "orders.json", "shop.py"
+    ]
+
+
 def test_a_huge_clock_skew_is_a_usage_error(machine_dir: Path) -> None:
     """`--max-clock-skew` past any sane value used to overflow the date arithmetic (exit 3)."""
     assert govern("keygen", "ci-key", cwd=machine_dir).returncode == 0
@@ -134,12 +165,12 @@ CRASH = (
 
 
 def test_check_json_prints_one_document_on_every_exit(machine_dir: Path) -> None:
-    """`govern check --json` prints a JSON document for a missing file (exit 2) and an internal error
+    """`govern check --json` prints a JSON document for a missing file (exit 4) and an internal error
     (exit 3), as it does for exits 0, 1 and 4."""
     missing = govern("check", "--json", "nowhere.json", cwd=machine_dir)
-    assert missing.returncode == 2, missing.stdout + missing.stderr
+    assert missing.returncode == 4, missing.stdout + missing.stderr
     document = json.loads(missing.stdout)
-    assert document["exit_code"] == 2 and document["valid"] is False and "nowhere.json" in document["message"]
+    assert document["exit_code"] == 4 and document["valid"] is False and "nowhere.json" in document["message"]
     assert govern("certify", "shop.py:orders", "-o", "orders.json", cwd=machine_dir).returncode == 0
     crashed = subprocess.run([sys.executable, "-c", CRASH, "orders.json"], cwd=machine_dir,
                              capture_output=True, text=True, timeout=120)

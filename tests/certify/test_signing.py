@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 
-from govern.certificate._errors import SigningKeyError
+from govern.certificate._errors import KeyFileUnreadable, SigningKeyError
 from govern.certificate._signing import (
     SIGNATURE_DOMAIN,
     generate_key_pair,
@@ -62,8 +62,10 @@ def test_unusable_key_files_are_refused(tmp_path: Path) -> None:
         load_private_key(tmp_path / "junk")
     with pytest.raises(SigningKeyError):
         load_public_key(tmp_path / "junk")
-    with pytest.raises(SigningKeyError, match="cannot read"):
+    with pytest.raises(KeyFileUnreadable, match="absent.pub: no such file"):
         load_public_key(tmp_path / "absent.pub")
+    with pytest.raises(KeyFileUnreadable, match="absent: no such file"):
+        load_private_key(tmp_path / "absent")
 
 
 def test_a_public_key_may_be_given_as_raw_base64(tmp_path: Path) -> None:
