@@ -62,7 +62,7 @@ def test_unusable_key_files_are_refused(tmp_path: Path) -> None:
         load_private_key(tmp_path / "junk")
     with pytest.raises(SigningKeyError):
         load_public_key(tmp_path / "junk")
-    with pytest.raises(KeyFileUnreadable, match="absent.pub: no such file"):
+    with pytest.raises(KeyFileUnreadable, match=r"absent\.pub: no such file"):
         load_public_key(tmp_path / "absent.pub")
     with pytest.raises(KeyFileUnreadable, match="absent: no such file"):
         load_private_key(tmp_path / "absent")
