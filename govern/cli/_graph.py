@@ -32,6 +32,7 @@ __all__ = [
     "StateGraph",
     "event_graph_dot",
     "event_graph_mermaid",
+    "file_stem",
     "render_files",
     "state_graph",
     "state_graph_dot",
@@ -221,6 +222,11 @@ class GraphFiles:
     graphviz: bool
 
 
+def file_stem(name: str) -> str:
+    """The start of the name of every file drawn for the machine `name` (`NAME.events.dot`, ...)."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
 def _write(path: Path, text: str) -> None:
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
@@ -264,7 +270,7 @@ def render_files(
     certificate `NAME.componentC.states.dot` per component); with Graphviz installed also `.svg` (and
     `.png` if asked), otherwise `.mmd` Mermaid files. Writes nothing, raising `UsageError`, when one of
     those files would be one of `keep` (what the command read, each with what it is)."""
-    stem = "".join(c if c.isalnum() or c in "-_." else "_" for c in certificate.name)
+    stem = file_stem(certificate.name)
     dot = shutil.which("dot")
     written: list[Path] = []
     skipped: list[str] = []

@@ -351,6 +351,36 @@ def _output_path(target: Target, args: argparse.Namespace) -> Path:
     return target.source.parent / f"{_safe_stem(target.registry.name)}.govern-cert.json"
 
 
+def _refuse_shared_output(targets: list[Target], file_of: Callable[[Target], Path], alone: str) -> None:
+    """Raise UsageError, before anything is written, when two of `targets` would write one file (`file_of`
+    gives a registry's file, named after the registry): the second would silently replace the first's.
+    `alone` is the command that handles one registry alone, with `{spec}` for its PATH:NAME.
+
+    File names that differ only in case count as one: they are one file on macOS and Windows, where a
+    certificate made in CI may be checked out."""
+    seen: dict[str, Target] = {}
+    for target in targets:
+        path = file_of(target)
+        first = seen.setdefault(str(path).casefold(), target)
+        if first is target:
+            continue
+        where = (str(path) if path == file_of(first)
+                 else f"{file_of(first)} and {path} (one file where case is ignored, as on macOS)")
+        spec = f"{target.source}:{target.attribute}"
+        raise UsageError(
+            f"{target.source}: registries {first.attribute!r} (named {first.registry.name!r}) and "
+            f"{target.attribute!r} (named {target.registry.name!r}) would both write {where}; give them "
+            f"distinct names, or take one at a time: {alone.format(spec=spec)}"
+        )
+
+
+def _events_graph_path(target: Target) -> Path:
+    """The first file `render_files` draws for `target` (all of them are named after the registry)."""
+    from ._graph import file_stem
+
+    return Path(f"{file_stem(target.registry.name)}.events.dot")
+
+
 def _certify_inputs(machine: Path, args: argparse.Namespace) -> list[tuple[str, Path]]:
     """The files `certify` reads, which nothing it writes may replace."""
     inputs = [("machine file", machine)]
@@ -440,6 +470,12 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
         raise UsageError(
             f"{args.machine} defines {len(targets)} registries; -o needs one (write PATH:NAME to pick it)"
         )
+    if not args.no_write:
+        _refuse_shared_output(
+            targets, lambda target: _output_path(target, args), "govern certify {spec} -o FILE"
+        )
+    if args.graph:
+        _refuse_shared_output(targets, _events_graph_path, "govern certify {spec} -o DIR/FILE --graph")
     if args.output and not Path(args.output).parent.is_dir():
         raise UsageError(f"-o {args.output}: the directory {Path(args.output).parent} does not exist")
     from ..certificate._signing import load_private_key
@@ -701,7 +737,9 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
         from .._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
         from ..certificate._make import certificate_for
 
-        for target in load_targets(source):
+        targets = load_targets(source)
+        _refuse_shared_output(targets, _events_graph_path, "govern graph {spec} -o DIR")
+        for target in targets:
             try:
                 certificates.append(certificate_for(target.registry.build(args.domain), version=_version()))
             except NotConvergent as exc:

@@ -198,3 +198,54 @@ def test_what_a_machine_file_prints_does_not_spoil_the_json_document(machine_dir
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
     assert document["exit_code"] == 0 and "loading machine" in result.stderr
+
+
+
+def _registries(**names: str) -> str:
+    """A machine file with one small convergent registry per keyword: variable name = registry name."""
+    lines = ["from govern import Registry", ""]
+    for attribute, name in names.items():
+        lines += [f"{attribute} = Registry({name!r})", f"on_{attribute} = {attribute}.bool('on')",
+                  f"{attribute}.event('switch_on', effect={{on_{attribute}: True}})", ""]
+    return "\n".join(lines)
+
+
+def test_two_registries_that_would_write_one_file_are_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """`govern certify` names each certificate after its registry, so a second registry with the same name
+    silently replaced the first one's certificate (and its drawings). Now both are named, exit 2, and
+    nothing is written or replaced; so for names that differ only in case (one file on macOS) or in
+    characters a file name does not keep."""
+    (tmp_path / "same.py").write_text(_registries(first="lights", second="lights"))
+    (tmp_path / "case.py").write_text(_registries(upper="Lights", lower="lights"))
+    (tmp_path / "chars.py").write_text(_registries(spaced="garden lights", joined="garden_lights"))
+    (tmp_path / "lights.govern-cert.json").write_bytes(b"an earlier certificate\n")
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    same, same_json, drawn, case, chars, unwritten, one = govern_all(
+        ("certify", "same.py"),
+        ("certify", "same.py:lights", "--json"),  # NAME matching both registries' name
+        ("graph", "same.py"),
+        ("certify", "case.py"),
+        ("certify", "chars.py", "--no-write", "--graph"),
+        ("certify", "same.py", "--no-write"),  # nothing written: nothing to refuse
+        ("certify", "same.py:second", "-o", "second.json"),
+        cwd=tmp_path,
+    )
+    for refused, first, second, file in (
+        (same, "first", "second", "lights.govern-cert.json"),
+        (drawn, "first", "second", "lights.events.dot"),
+        (case, "upper", "lower", "lights.govern-cert.json"),
+        (chars, "spaced", "joined", "garden_lights.events.dot"),
+    ):
+        assert refused.returncode == 2, refused.stdout + refused.stderr
+        assert f"'{first}'" in refused.stderr and f"'{second}'" in refused.stderr, refused.stderr
+        assert file in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert "take one at a time: govern certify same.py:second -o FILE" in same.stderr
+    document = json.loads(same_json.stdout)
+    assert same_json.returncode == 2 and document["exit_code"] == 2 and "'second'" in document["message"]
+    assert unwritten.returncode == 0, unwritten.stdout + unwritten.stderr
+    assert one.returncode == 0, one.stdout + one.stderr
+    after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    assert after.pop("second.json").startswith(b'{"digest":')
+    assert after == before
