@@ -49,7 +49,7 @@ exit codes (the same for govern, bide and bide-audit):
   1  checked and found wanting: not verified (bide-audit), certificate not valid (govern check),
      machine not convergent (govern certify: the counterexample is printed)
   2  usage or input error: bad arguments, a machine file that does not import, no registry found,
-     an unusable key, store URL or JSON argument
+     an unusable key, store URL or JSON argument, an output file that cannot be written
   3  internal error or engine/oracle disagreement: a bug; rerun with --debug and report the traceback
   4  unreadable or not found: a truncated, oversized, malformed or non-canonical artifact or
      certificate, a missing input file (machine file, certificate, artifact, key), no such store,

@@ -129,28 +129,31 @@ def verify_signature(public: Ed25519PublicKey, digest: str, key: str, signed_at:
     return True
 
 
-def _write_atomically(path: Path, data: bytes, mode: int) -> None:
-    # The temporary file is created with the final mode from the start, so the private key is never
-    # readable by others, not even for a moment; os.replace makes the write all-or-nothing.
-    directory = path.parent
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+def _staged(path: Path, data: bytes, mode: int) -> Path:
+    """A temporary file beside `path` holding `data` (fsynced), to be renamed over `path`; removed again
+    when writing it fails."""
+    # The temporary file has the final mode from the start, so the private key is never readable by others,
+    # not even for a moment.
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise
+    return Path(temp)
 
 
 def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[Path, str]:
     """Write a new Ed25519 key pair: `private_path` (PKCS#8 PEM, mode 0600) and `private_path.pub`.
 
     Returns the public key path and the key id. Refuses to replace an existing file unless
-    `overwrite`; each file is written to a temporary file and renamed into place.
+    `overwrite`. Both files are written in full to temporary files before either is renamed into place:
+    when writing fails (a full disk), SigningKeyError says so, no key file is left behind, and existing
+    key files keep their content.
     """
     if private_path.name in ("", ".", "..") or private_path.is_dir():
         raise SigningKeyError(f"{private_path} is a directory; name a key file (FILE, then FILE.pub)")
@@ -170,11 +173,27 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    staged: list[Path] = []
     try:
-        _write_atomically(private_path, private_pem, 0o600)
-        _write_atomically(public_path, public_pem, 0o644)
+        staged.append(_staged(private_path, private_pem, 0o600))
+        staged.append(_staged(public_path, public_pem, 0o644))
+        os.replace(staged[0], private_path)
+        try:
+            os.replace(staged[1], public_path)
+        except OSError as exc:
+            # Never a private key without its public half (or beside another key's).
+            private_path.unlink(missing_ok=True)
+            raise SigningKeyError(
+                f"cannot write the public key {public_path}: {exc.strerror or exc}; the new private key "
+                f"{private_path} was removed again: run keygen again"
+            ) from exc
     except OSError as exc:
-        raise SigningKeyError(f"cannot write the key pair {private_path}: {exc.strerror or exc}") from exc
+        raise SigningKeyError(
+            f"cannot write the key pair {private_path}: {exc.strerror or exc}; no key file was written"
+        ) from exc
+    finally:
+        for temp in staged:
+            temp.unlink(missing_ok=True)
     return public_path, key_id(key.public_key())
 
 

@@ -25,7 +25,7 @@ from ..certificate._composed import ComposedCertificate
 from ..certificate._model import initial_state
 from ..certificate._render import render_state, state_values
 from ..certificate._symbolic import SymbolicCertificate
-from ._paths import refuse_overwriting
+from ._paths import UsageError, refuse_overwriting
 
 __all__ = [
     "GraphFiles",
@@ -227,26 +227,33 @@ def file_stem(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def _write(path: Path, text: str) -> None:
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o644)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+def _staged(path: Path) -> Path:
+    """A new empty temporary file beside `path` (mode 0644), to be renamed over it once written."""
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o644)
+    os.close(fd)
+    return Path(temp)
 
 
-def _dot_render(dot: str, source: Path, formats: list[str]) -> list[Path]:
-    outputs = []
-    for fmt in formats:
-        target = source.with_suffix("." + fmt)
-        subprocess.run([dot, f"-T{fmt}", "-o", str(target), str(source)], check=True,
-                       capture_output=True, timeout=120)
-        outputs.append(target)
-    return outputs
+def _stage_text(path: Path, text: str, staged: list[tuple[Path, Path]]) -> Path:
+    """Write `text` to a temporary file beside `path`, recorded in `staged` with `path`; returns it."""
+    temp = _staged(path)
+    staged.append((temp, path))
+    with temp.open("w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    return temp
+
+
+def _stage_drawing(dot: str, source: Path, target: Path, staged: list[tuple[Path, Path]]) -> None:
+    """Have Graphviz draw the DOT file `source` in `target`'s format (its suffix) into a temporary file
+    beside `target`, recorded in `staged` with `target`."""
+    temp = _staged(target)
+    staged.append((temp, target))
+    fmt = target.suffix.lstrip(".")
+    subprocess.run([dot, f"-T{fmt}", "-o", str(temp), str(source)], check=True, capture_output=True,
+                   timeout=120)
 
 
 def _table_parts(certificate: AnyCertificate) -> list[tuple[str, Certificate]]:
@@ -269,7 +276,8 @@ def render_files(
     """Write `NAME.events.dot` and (for small domains) `NAME.states.dot` into `directory` (for a composed
     certificate `NAME.componentC.states.dot` per component); with Graphviz installed also `.svg` (and
     `.png` if asked), otherwise `.mmd` Mermaid files. Writes nothing, raising `UsageError`, when one of
-    those files would be one of `keep` (what the command read, each with what it is)."""
+    those files would be one of `keep` (what the command read, each with what it is), or when one cannot
+    be written (a full disk, a failing Graphviz): then every file there keeps what it held."""
     stem = file_stem(certificate.name)
     dot = shutil.which("dot")
     written: list[Path] = []
@@ -292,14 +300,35 @@ def render_files(
     for base, _, _ in graphs:
         for suffix in ("dot", *formats):
             refuse_overwriting(directory / f"{base}.{suffix}", list(keep))
-    for base, dot_text, mermaid_text in graphs:
-        source = directory / f"{base}.dot"
-        _write(source, dot_text)
-        written.append(source)
-        if dot is not None:
-            written.extend(_dot_render(dot, source, ["svg", "png"] if png else ["svg"]))
-        else:
-            mermaid = directory / f"{base}.mmd"
-            _write(mermaid, mermaid_text)
-            written.append(mermaid)
+    # Every file is written in full beside its place first, then all are renamed into place: a full disk or
+    # a failing Graphviz leaves no file half-written, no set half-drawn, and what was there unchanged.
+    staged: list[tuple[Path, Path]] = []
+    try:
+        for base, dot_text, mermaid_text in graphs:
+            source = directory / f"{base}.dot"
+            dot_file = _stage_text(source, dot_text, staged)
+            if dot is not None:
+                for fmt in formats:
+                    _stage_drawing(dot, dot_file, source.with_suffix("." + fmt), staged)
+            else:
+                _stage_text(directory / f"{base}.mmd", mermaid_text, staged)
+        for temp, path in staged:
+            os.replace(temp, path)
+            written.append(path)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise UsageError(_unwritten(certificate.name, directory, exc, written)) from exc
+    finally:
+        for temp, _ in staged:
+            temp.unlink(missing_ok=True)
     return GraphFiles(written, skipped, dot is not None)
+
+
+def _unwritten(name: str, directory: Path, error: Exception, written: list[Path]) -> str:
+    """Why the drawings of machine `name` could not be written into `directory`, and what was."""
+    if isinstance(error, subprocess.CalledProcessError):
+        output = error.stderr.decode("utf-8", "replace").strip() if isinstance(error.stderr, bytes) else ""
+        why = f"Graphviz `dot` failed: {output or f'exit {error.returncode}'}"
+    else:
+        why = (error.strerror if isinstance(error, OSError) else None) or str(error)
+    done = "no drawing was written" if not written else f"only {', '.join(p.name for p in written)} replaced"
+    return f"cannot write the drawings of {name!r} into {directory}: {why}; {done}"

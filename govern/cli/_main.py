@@ -6,7 +6,7 @@ by `govern --help`); govern uses:
     0  success: certified / the certificate is valid
     1  not convergent (certify: a counterexample is printed) / read, and not valid (check)
     2  usage or input error: bad arguments, a machine file that does not import, no registry found, an
-       unusable key
+       unusable key, an output file that cannot be written (nothing is left half-written)
     3  engine/oracle disagreement or internal error (a bug: please report it)
     4  unreadable or not found: a certificate that is truncated, oversized, malformed, not canonical
        (check, show, graph); an input file (machine file, certificate, key) that is missing or unreadable
@@ -333,14 +333,21 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
             timed("write", lambda: write_atomically(path, certificate.to_bytes()))
         except OSError as exc:
             outcome.exit_code = EXIT_USAGE
-            outcome.message = f"cannot write {path}: {exc.strerror}"
+            outcome.message = (f"cannot write {path}: {exc.strerror or exc}; nothing was written (a file "
+                               "already there is unchanged)")
             return outcome
         outcome.path = path
     if args.graph:
         from ._graph import render_files
 
         directory = outcome.path.parent if outcome.path else target.source.parent
-        render_files(certificate, directory, keep=_certify_inputs(target.source, args))
+        try:
+            render_files(certificate, directory, keep=_certify_inputs(target.source, args))
+        except UsageError as exc:
+            # The certificate is whole and stays; only the drawings are missing.
+            outcome.exit_code = EXIT_USAGE
+            written = f" (the certificate was written to {outcome.path})" if outcome.path else ""
+            outcome.message = f"{exc}{written}"
     return outcome
 
 
@@ -478,6 +485,13 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
         _refuse_shared_output(targets, _events_graph_path, "govern certify {spec} -o DIR/FILE --graph")
     if args.output and not Path(args.output).parent.is_dir():
         raise UsageError(f"-o {args.output}: the directory {Path(args.output).parent} does not exist")
+    if not args.no_write:
+        for target in targets:
+            path = _output_path(target, args)
+            # The rename that writes a certificate would replace a pipe or a device (-o /dev/null, as root).
+            if path.exists() and not path.is_file():
+                raise UsageError(f"{path} is not a regular file; give the path of a file to write "
+                                 "(or --no-write)")
     from ..certificate._signing import load_private_key
 
     signer = load_private_key(Path(args.sign)) if args.sign else None
