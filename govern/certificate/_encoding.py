@@ -26,6 +26,7 @@ __all__ = [
     "canonical_json",
     "decode_table",
     "encode_table",
+    "nesting_depth",
     "parse_strict_json",
 ]
 
@@ -136,21 +137,30 @@ def parse_strict_json(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Any
 
 
 def _check_nesting(value: Any) -> None:
-    """Refuse a value nested deeper than `MAX_NESTING` (walked without recursion)."""
+    """Refuse a value nested deeper than `MAX_NESTING`."""
+    if nesting_depth(value) > MAX_NESTING:
+        raise CertificateUnreadable(
+            f"the JSON is nested more than {MAX_NESTING} levels deep, the format's limit"
+        )
+
+
+def nesting_depth(value: Any) -> int:
+    """How many arrays and objects deep `value` nests: 0 for a string or a number, 1 for `[]` or `[1]`, 2
+    for `[[1]]` (walked without recursion). A certificate may nest at most `MAX_NESTING` levels; the writer
+    and the reader both measure with this function."""
+    deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, level = stack.pop()
         if isinstance(item, dict):
             children: Any = item.values()
-        elif isinstance(item, list):
+        elif isinstance(item, list | tuple):
             children = item
         else:
             continue
-        if level > MAX_NESTING:
-            raise CertificateUnreadable(
-                f"the JSON is nested more than {MAX_NESTING} levels deep, the format's limit"
-            )
+        deepest = max(deepest, level)
         stack.extend((child, level + 1) for child in children)
+    return deepest
 
 
 def encode_table(values: npt.ArrayLike, dtype: str) -> str:

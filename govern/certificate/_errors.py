@@ -4,7 +4,7 @@
     └── CertificateError
         ├── CertificateUnreadable   the bytes are not a well-formed certificate (`govern check` exit 4)
         ├── CertificateInvalid      well-formed, but a claim in it does not hold (exit 1)
-        ├── CertificateTooLarge     the machine's tables exceed what a certificate may hold
+        ├── CertificateTooLarge     the machine's tables or rules exceed what a certificate may hold
         └── SigningKeyError         a key file is malformed, weak, or too widely readable
             └── KeyFileUnreadable   a key file is missing or cannot be read (`govern` exit 4)
 """
@@ -39,7 +39,9 @@ class CertificateInvalid(CertificateError):
 
 
 class CertificateTooLarge(CertificateError):
-    """The machine has more states or apply entries than a certificate may hold (2^24 and 2^26)."""
+    """The machine does not fit in a certificate: more states or apply entries than one may hold (2^24 and
+    2^26), or rules nested so deep that the certificate would exceed the format's 240 levels. Raised before
+    anything is encoded."""
 
 
 class SigningKeyError(CertificateError):

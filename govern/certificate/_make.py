@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .._errors import OracleDisagreement
 from ._certificate import Certificate, CheckResult, assemble, check_certificate, symbolic_certificate
 from ._composed import ComposedCertificate, ComposedCheckResult, check_composed, composed_certificate_for
+from ._encoding import MAX_NESTING, nesting_depth
 from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
 from ._model import MAX_STATES, MAX_TABLE_ENTRIES
 from ._oracle import local_oracle_identity
@@ -71,12 +72,42 @@ def certificate_for(
     from ..machine._composed import ComposedMachine
 
     version = version or tool_version()
+    composed = isinstance(machine, ComposedMachine)
+    _refuse_too_deep(machine.rules(), _COMPONENT_MACHINE_LEVEL if composed else _MACHINE_LEVEL)
     if isinstance(machine, ComposedMachine):
         parts = [_plain_certificate(p, version) for p in machine.components]
         return composed_certificate_for(machine, parts, version=version)
     if machine.report.method == "symbolic":
         return symbolic_certificate(symbolic_document(machine, version=version))
     return _plain_certificate(machine, version)
+
+
+#: The nesting level of the machine JSON in a certificate (the document itself is level 1): a member of the
+#: document, and, in a composed certificate, also of each component's certificate, which is a member of an
+#: object in the `components` array: level 5.
+_MACHINE_LEVEL = 2
+_COMPONENT_MACHINE_LEVEL = 5
+
+
+def _refuse_too_deep(rules: dict[str, Any], level: int) -> None:
+    """Raise CertificateTooLarge when the machine JSON `rules`, placed at nesting `level` of its certificate,
+    would nest the certificate deeper than `MAX_NESTING`: no checker could read it back (`govern check`
+    exits 4 on it), so it is refused before anything is encoded. The message names the deepest rule."""
+    excess = level - 1 + nesting_depth(rules) - MAX_NESTING
+    if excess <= 0:
+        return
+    rules_by_depth = sorted(
+        ((nesting_depth(rule), f"{kind[:-1]} {rule['name']!r}") for kind in ("invariants", "events")
+         for rule in rules[kind]),
+        reverse=True,
+    )
+    deepest = f"the rules of {rules_by_depth[0][1]}" if rules_by_depth else "its rules"
+    levels = f"{excess} level{'s' if excess > 1 else ''}"
+    raise CertificateTooLarge(
+        f"machine {rules['name']!r}: {deepest} are nested {levels} too deep for a certificate, which "
+        f"nests at most {MAX_NESTING} levels so that every checker can read it back (each operator of an "
+        "expression is a level); write the expression less deeply nested"
+    )
 
 
 def _plain_certificate(machine: Machine, version: str) -> Certificate:

@@ -15,8 +15,8 @@ import pytest
 from govern.certificate._certificate import check_certificate
 from govern.certificate._checked import compute_digest
 from govern.certificate._composed import check_composed
-from govern.certificate._encoding import canonical_json
-from govern.certificate._errors import CertificateUnreadable
+from govern.certificate._encoding import MAX_NESTING, canonical_json
+from govern.certificate._errors import CertificateTooLarge, CertificateUnreadable
 from govern.certificate._make import certify
 from govern.certificate._signing import load_private_key
 
@@ -129,6 +129,49 @@ def test_a_missing_input_file_is_exit_4_in_every_command_naming_the_path(machine
     assert sorted(p.name for p in machine_dir.iterdir()) == [
         "broken.py", "divergent.py", "folder", "orders.json", "shop.py"
     ]
+
+
+def _deep_guard_machine(name: str, nots: int) -> str:
+    """A machine file whose one guard is `a >= 5` under `nots` negations, built with the declaration API.
+    Two integers of 2 * 10^9 values each: verified symbolically, so no proof-derived rules checker (which
+    reads expressions at most 120 deep) stands between the build and the certificate."""
+    return (
+        "from govern import Registry\n"
+        f"registry = Registry({name!r})\n"
+        "a = registry.int('a', 0, 2 * 10**9)\n"
+        "b = registry.int('b', 0, 2 * 10**9)\n"
+        "guard = a >= 5\n"
+        f"for _ in range({nots}):\n"
+        "    guard = ~guard\n"
+        "registry.event('floor', guard=guard, effect={b: 1000})\n"
+    )
+
+
+def test_certify_refuses_a_machine_whose_certificate_could_not_be_read_back(tmp_path: Path) -> None:
+    """A guard nested 236 to 254 levels deep was certified into a file `govern check` cannot read (its
+    reader stops at MAX_NESTING levels: exit 4); deeper, pydantic gave up with an internal error. Now
+    certify measures as the reader does: the deepest machine it certifies reads back and checks, one level
+    more is an input error (exit 2) naming the event, with nothing written."""
+    # The guard's array is at level 5 of the certificate; `a >= 5` adds 2 levels, each negation one.
+    deepest = MAX_NESTING - 5 - 1
+    depths = {"fits": deepest, "one_more": deepest + 1, "reported": 250, "past_pydantic": 300}
+    for name, nots in depths.items():
+        (tmp_path / f"{name}.py").write_text(_deep_guard_machine(name, nots))
+    fits, *refused = govern_all(*(("certify", f"{name}.py") for name in depths), cwd=tmp_path)
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    checked = govern("check", "fits.govern-cert.json", cwd=tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for name, done in zip(list(depths)[1:], refused, strict=True):
+        assert done.returncode == 2, (name, done.stdout, done.stderr)
+        assert "event 'floor'" in done.stdout and "too deep for a certificate" in done.stdout, done.stdout
+        assert "internal error" not in done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [*(f"{name}.py" for name in depths), "fits.govern-cert.json"]
+    )
+    namespace: dict[str, Any] = {}
+    exec(_deep_guard_machine("library", deepest + 1), namespace)
+    with pytest.raises(CertificateTooLarge, match="1 level too deep"):
+        certify(namespace["registry"])
 
 
 def test_a_huge_clock_skew_is_a_usage_error(machine_dir: Path) -> None:
