@@ -73,7 +73,7 @@ def certificate_for(
 
     version = version or tool_version()
     composed = isinstance(machine, ComposedMachine)
-    _refuse_too_deep(machine.rules(), _COMPONENT_MACHINE_LEVEL if composed else _MACHINE_LEVEL)
+    _refuse_too_deep(machine.rules(), level=_COMPONENT_MACHINE_LEVEL if composed else _MACHINE_LEVEL)
     if isinstance(machine, ComposedMachine):
         parts = [_plain_certificate(p, version) for p in machine.components]
         return composed_certificate_for(machine, parts, version=version)
@@ -89,7 +89,7 @@ _MACHINE_LEVEL = 2
 _COMPONENT_MACHINE_LEVEL = 5
 
 
-def _refuse_too_deep(rules: dict[str, Any], level: int) -> None:
+def _refuse_too_deep(rules: dict[str, Any], *, level: int) -> None:
     """Raise CertificateTooLarge when the machine JSON `rules`, placed at nesting `level` of its certificate,
     would nest the certificate deeper than `MAX_NESTING`: no checker could read it back (`govern check`
     exits 4 on it), so it is refused before anything is encoded. The message names the deepest rule."""

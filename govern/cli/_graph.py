@@ -227,18 +227,21 @@ def file_stem(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
 
 
-def _staged(path: Path) -> Path:
-    """A new empty temporary file beside `path` (mode 0644), to be renamed over it once written."""
+def _staged(path: Path, staged: list[tuple[Path, Path]]) -> Path:
+    """A new empty temporary file beside `path` (mode 0644), to be renamed over it once written; recorded
+    in `staged` with `path` at once, so that it is removed whatever fails next."""
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, 0o644)
-    os.close(fd)
+    staged.append((Path(temp), path))
+    try:
+        os.fchmod(fd, 0o644)
+    finally:
+        os.close(fd)
     return Path(temp)
 
 
 def _stage_text(path: Path, text: str, staged: list[tuple[Path, Path]]) -> Path:
     """Write `text` to a temporary file beside `path`, recorded in `staged` with `path`; returns it."""
-    temp = _staged(path)
-    staged.append((temp, path))
+    temp = _staged(path, staged)
     with temp.open("w", encoding="utf-8") as handle:
         handle.write(text)
         handle.flush()
@@ -249,8 +252,7 @@ def _stage_text(path: Path, text: str, staged: list[tuple[Path, Path]]) -> Path:
 def _stage_drawing(dot: str, source: Path, target: Path, staged: list[tuple[Path, Path]]) -> None:
     """Have Graphviz draw the DOT file `source` in `target`'s format (its suffix) into a temporary file
     beside `target`, recorded in `staged` with `target`."""
-    temp = _staged(target)
-    staged.append((temp, target))
+    temp = _staged(target, staged)
     fmt = target.suffix.lstrip(".")
     subprocess.run([dot, f"-T{fmt}", "-o", str(temp), str(source)], check=True, capture_output=True,
                    timeout=120)
