@@ -10,9 +10,11 @@ from typing import Literal
 
 import numpy as np
 
-from .._errors import StateSpaceTooLarge
+from .._errors import DeclarationError, StateSpaceTooLarge
 from ..model._declarations import Domain, Snapshot
+from ..model._expr import Expr
 from ..model._space import Space
+from ..oracle import _MAX_DEPTH as RULES_CHECKER_MAX_DEPTH
 from ..oracle._gate import run_gate
 from ..verify._symbolic import symbolic_problem
 from ..verify._tables import build_tables
@@ -77,6 +79,7 @@ def build_machine(
                 bytes_needed=exc.bytes_needed,
             ) from None
         return build_symbolic(snap, domain, enumerate_build=_enumerate_valid)
+    _refuse_rules_too_deep(snap)
     with timer.phase("tables"):
         tables = build_tables(snap, space)
     verdict = verify(snap, space, tables, domain, timer)
@@ -131,3 +134,29 @@ def _enumerate_valid(snap: Snapshot) -> Machine:
     """The engine's own build on the "valid" domain, by enumeration only: what the symbolic route's
     small model decides its representative machine with."""
     return build_machine(snap, "valid", method="enumerate", compose=False)
+
+
+def _refuse_rules_too_deep(snap: Snapshot) -> None:
+    """Raise DeclarationError, before any table is built, for an expression nested deeper than the
+    proof-derived rules checker reads: the build would otherwise end in an oracle failure that looks like
+    a bug. Only where that checker runs (every rule is an expression, the machine is enumerated)."""
+    if not snap.is_data():
+        return
+    parts: list[tuple[str, Expr]] = []
+    for inv in snap.invariants:
+        assert isinstance(inv.holds, Expr) and isinstance(inv.repair, tuple)
+        parts.append((f"the condition of invariant {inv.name!r}", inv.holds))
+        parts += [(f"the repair of invariant {inv.name!r}", e) for _, e in inv.repair]
+    for ev in snap.events:
+        assert isinstance(ev.guard, Expr) and isinstance(ev.effect, tuple)
+        parts.append((f"the guard of event {ev.name!r}", ev.guard))
+        parts += [(f"the effect of event {ev.name!r}", e) for _, e in ev.effect]
+    for where, expr in parts:
+        depth = expr.depth()
+        if depth > RULES_CHECKER_MAX_DEPTH:
+            raise DeclarationError(
+                f"{where[0].upper()}{where[1:]} nests {depth} operators deep; the proof-derived rules "
+                f"checker that re-checks every build reads at most {RULES_CHECKER_MAX_DEPTH}: write it "
+                "flatter (an isin() over n values nests n deep: split it as x.isin(first_values) | "
+                "x.isin(other_values))"
+            )

@@ -118,6 +118,17 @@ class Expr:
             return ["lit", self._payload]
         return [self._op, *(a.to_json() for a in self._args)]
 
+    def depth(self) -> int:
+        """How many operators are nested above its deepest variable or literal (0 for a variable or a
+        literal; `~(x < 3)` has depth 2)."""
+        deepest, todo = 0, [(self, 0)]
+        while todo:  # not recursive: a declaration may nest deeper than Python's stack
+            node, level = todo.pop()
+            if level > deepest:
+                deepest = level
+            todo.extend((a, level + 1) for a in node._args)
+        return deepest
+
     def reads(self) -> frozenset[int]:
         """Positions of the variables this expression reads (its exact read footprint)."""
         if self._op == "var":

@@ -174,6 +174,34 @@ def test_certify_refuses_a_machine_whose_certificate_could_not_be_read_back(tmp_
         certify(namespace["registry"])
 
 
+def _wide_isin_machine(name: str, values: int) -> str:
+    """A machine file over one enum of 130 labels whose one guard is `status.isin(...)` over `values`
+    labels: an isin() nests one `or` per value, so the guard is `values` operators deep."""
+    return (
+        "from govern import Registry\n"
+        f"registry = Registry({name!r})\n"
+        "labels = [f's{i}' for i in range(130)]\n"
+        "status = registry.enum('status', labels)\n"
+        f"registry.event('close', guard=status.isin(labels[1:{values + 1}]), effect={{status: 's0'}})\n"
+    )
+
+
+def test_a_rule_deeper_than_the_rules_checker_reads_is_an_input_error_not_a_bug(tmp_path: Path) -> None:
+    """An enumerated machine is re-checked by the proof-derived rules checker, which reads expressions at
+    most 120 operators deep. An isin() over 121 labels used to end the build in OracleUnavailable, which
+    `govern certify` reports as an internal error (exit 3, "a bug"); it is now a declaration error (exit 2)
+    naming the rule and how to split it, with nothing written. At the limit the machine certifies."""
+    for name, values in {"fits": 120, "wide": 121}.items():
+        (tmp_path / f"{name}.py").write_text(_wide_isin_machine(name, values))
+    fits, wide = govern_all(("certify", "fits.py"), ("certify", "wide.py"), cwd=tmp_path)
+    assert fits.returncode == 0, fits.stdout + fits.stderr
+    assert wide.returncode == 2, wide.stdout + wide.stderr
+    out = wide.stdout + wide.stderr
+    assert "guard of event 'close' nests 121 operators deep" in out and "x.isin(" in out, out
+    assert "internal error" not in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fits.govern-cert.json", "fits.py", "wide.py"]
+
+
 def test_a_huge_clock_skew_is_a_usage_error(machine_dir: Path) -> None:
     """`--max-clock-skew` past any sane value used to overflow the date arithmetic (exit 3)."""
     assert govern("keygen", "ci-key", cwd=machine_dir).returncode == 0

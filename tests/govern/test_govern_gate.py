@@ -15,7 +15,7 @@ import pytest
 from test_govern_build import orders
 
 import govern.oracle as oracle
-from govern import OracleDisagreement, OracleRejected, OracleUnavailable
+from govern import DeclarationError, OracleDisagreement, OracleRejected, OracleUnavailable, Registry
 
 REAL = oracle.check_tables
 
@@ -77,3 +77,37 @@ def test_a_missing_oracle_fails_closed(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delattr(sys.modules["govern"], "oracle", raising=False)
     with pytest.raises(OracleUnavailable, match="cannot be loaded"):
         orders().build()
+
+
+@pytest.mark.parametrize("where", ["guard", "effect", "holds", "repair"])
+def test_a_rule_the_rules_checker_cannot_read_is_refused_before_the_build_not_by_the_oracle(
+    where: str,
+) -> None:
+    """The rules checker reads expressions at most 120 operators deep; a build whose rules need more is a
+    DeclarationError naming the rule, raised before any table is built (the oracle would fail with
+    OracleUnavailable, which reads as a bug). 120 deep builds and the oracle accepts it."""
+
+    def registry(depth: int) -> Registry:
+        r = Registry(f"deep_{where}")
+        x = r.int("x", 0, 3)
+        flag = r.bool("flag")
+        cond = x < 3  # 1 deep
+        for _ in range(depth - 1):  # each `| flag` adds 1
+            cond = cond | flag
+        if where == "guard":
+            r.event("e", guard=cond, effect={x: 0})
+        elif where == "effect":
+            r.event("e", guard=flag, effect={flag: ~cond})
+        elif where == "holds":
+            r.invariant("i", holds=cond | (x == 3), repair={x: 0})
+        else:
+            r.invariant("i", holds=~flag, repair={flag: ~cond})
+        if where in ("holds", "repair"):
+            r.event("tick", guard=x < 3, effect={x: x + 1})
+        return r
+
+    extra = {"guard": 0, "effect": 1, "holds": 1, "repair": 1}[where]
+    fits = registry(120 - extra).build()
+    assert fits.report.oracle is not None and "checked" in fits.report.oracle["rules_checked"]
+    with pytest.raises(DeclarationError, match=r"nests 121 operators deep.*reads at most 120"):
+        registry(121 - extra).build()
