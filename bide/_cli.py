@@ -44,7 +44,7 @@ from ._cli_common import (
     print_json,
     table,
 )
-from ._errors import BideError, ConfigError, NoLiveAttempt, ResolveRefused, StoreError
+from ._errors import BideError, ConfigError, NoLiveAttempt, ResolveRefused, StoreError, StoreNotFound
 from ._terminal import printable
 from ._when import iso, seconds, when
 
@@ -91,19 +91,21 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table-prefix", default="bide_", help="SQL table prefix (default: bide_)")
 
 
-def open_store_or_exit_code(args: argparse.Namespace) -> Store | int:
+def open_store_or_exit_code(args: argparse.Namespace, *, create: bool = False) -> Store | int:
     """`open_cli_store` for subcommands defined in other modules: the store, or the exit code of the error
     it printed. (`CLIError` is caught here, in its own module: when bide._cli runs as __main__ the class
     exists twice and an extension could not catch it by class.)"""
     try:
-        return open_cli_store(args)
+        return open_cli_store(args, create=create)
     except CLIError as exc:
         print(f"bide: {printable(str(exc))}", file=sys.stderr)
         return exc.code
 
 
-def open_cli_store(args: argparse.Namespace) -> Store:
-    """Open the store named by --store, refusing a SQLite file that does not exist (no silent creation)."""
+def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+    """Open the store named by --store and --table-prefix. A store that is not there is exit 4 and is left
+    as it was: no SQLite file is ever created, and bide's tables are created in an existing database only
+    with `create` (`bide worker`, which serves a store rather than reading one)."""
     from ._open import open_store
     from ._url import StoreURLError, parse_store_url
 
@@ -114,7 +116,8 @@ def open_cli_store(args: argparse.Namespace) -> Store:
         raise CLIError(str(exc), EXIT_USAGE) from exc
     if where.kind == "sqlite" and not os.path.exists(where.path):
         raise CLIError(
-            f"no SQLite store at {where.path!r}; pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)",
+            f"no bide store at {where.path!r}: the file does not exist; pass --store "
+            "sqlite:///path/to/bide.db (or set $BIDE_STORE)",
             EXIT_NOT_FOUND,
         )
     if where.kind == "memory":
@@ -123,7 +126,9 @@ def open_cli_store(args: argparse.Namespace) -> Store:
             EXIT_USAGE,
         )
     try:
-        return open_store(url, table_prefix=args.table_prefix)
+        return open_store(url, table_prefix=args.table_prefix, create=create)
+    except StoreNotFound as exc:
+        raise CLIError(f"{exc}; check --store (or $BIDE_STORE) and --table-prefix", EXIT_NOT_FOUND) from exc
     except ConfigError as exc:
         raise CLIError(str(exc), EXIT_USAGE) from exc
     except Exception as exc:

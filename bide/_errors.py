@@ -7,6 +7,7 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     │   └── RunMismatch                   the run exists with another input or entry point
     ├── StoreError                        the store failed or holds something unexpected
     │   └── JournalFormatError            the run was written in another journal format
+    ├── StoreNotFound                     no store at that URL (opened with create=False)
     ├── ModelError                        the model call failed (after retries)
     ├── RunLimitExceeded                  the run used up max_turns
     ├── OutputInvalid                     the final answer never validated against output_type
@@ -56,6 +57,7 @@ __all__ = [
     "RunNotFound",
     "RunSleeping",
     "StoreError",
+    "StoreNotFound",
     "StoreURLError",
     "ToolError",
     "ToolNotStarted",
@@ -93,6 +95,12 @@ class StoreError(BideError):
     """The store failed, or returned something the journal cannot trust.
 
     A write that raised may or may not have committed; the journal treats it that way (see docs/guarantee.md).
+    """
+
+
+class StoreNotFound(BideError):
+    """`open_store(url, create=False)` found no store there: no SQLite file, or a database without bide's
+    tables under that table prefix. Nothing was created; check the URL and the table prefix.
     """
 
 

@@ -10,7 +10,7 @@ from ._url import parse_store_url
 __all__ = ["open_store"]
 
 
-def open_store(url: str = "sqlite:///bide.db", *, table_prefix: str = "bide_") -> Store:
+def open_store(url: str = "sqlite:///bide.db", *, table_prefix: str = "bide_", create: bool = True) -> Store:
     """Open the store at `url`.
 
     - ``bide.db`` or ``sqlite:///path/to/file.db``: durable, one machine (the default, ``bide.db`` in the
@@ -21,9 +21,11 @@ def open_store(url: str = "sqlite:///bide.db", *, table_prefix: str = "bide_") -
 
     `govern.EventLog` accepts the same forms. Anything else raises `bide.StoreURLError` (a `ConfigError`)
     saying what to write instead, before anything is created. `table_prefix` names the SQL tables
-    (``<prefix>records``, ``<prefix>runs``).
+    (``<prefix>records``, ``<prefix>runs``); they are created when missing. With `create=False` a store must
+    be there already: a missing SQLite file or a database without those tables raise `bide.StoreNotFound`,
+    and nothing is created or changed (a ``memory://`` store is always there).
     """
     where = parse_store_url(url)
     if where.kind == "memory":
         return MemoryStore(where.url)
-    return SQLStore(where.url, table_prefix=table_prefix)
+    return SQLStore(where.url, table_prefix=table_prefix, create=create)

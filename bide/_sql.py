@@ -55,9 +55,12 @@ import asyncio
 import contextlib
 import gc
 import operator
+import os
 import queue
+import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -66,7 +69,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from ._errors import ConfigError, StoreError, WriteRefused
+from ._errors import ConfigError, StoreError, StoreNotFound, WriteRefused
 from ._memory import _check
 from ._retry import RetryPolicy
 from ._store import (
@@ -82,6 +85,7 @@ from ._store import (
     refuse_fence,
     written_by,
 )
+from ._url import without_password
 
 __all__ = ["SQLStore"]
 
@@ -210,7 +214,13 @@ class SQLStore:
 
     durable = True
 
-    def __init__(self, url: str, *, table_prefix: str = "bide_", busy_timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, *, table_prefix: str = "bide_", busy_timeout: float = 30.0, create: bool = True
+    ) -> None:
+        """Open the store at `url` (``sqlite:///path`` or ``postgresql://...``; see `open_store`), creating
+        its tables if they are missing. With `create=False` nothing is created: a missing SQLite file or a
+        database without this prefix's tables raise `StoreNotFound`, and the file or database is left as
+        it was. Tables made by an earlier bide are brought up to date either way."""
         if not table_prefix or not set(table_prefix) <= _IDENT_OK:
             raise ConfigError(f"table_prefix must be letters, digits and underscores, got {table_prefix!r}")
         self.url = url
@@ -241,7 +251,11 @@ class SQLStore:
             self.engine = sa.create_engine(sa_url, pool_pre_ping=True, pool_size=2)
         self.metadata = sa.MetaData()
         self.records_table, self.runs_table = self._tables()
-        self._create_schema()
+        try:
+            self._prepare_schema(create=create)
+        except BaseException:
+            self.engine.dispose()
+            raise
         p = table_prefix
         # A lease alone makes a runs row; a run exists (is listed) from its first record on.
         has_records = f"EXISTS (SELECT 1 FROM {p}records AS r WHERE r.run_id = {p}runs.run_id)"
@@ -420,16 +434,46 @@ class SQLStore:
         )
         return records, runs
 
-    def _create_schema(self) -> None:
+    def _prepare_schema(self, *, create: bool) -> None:
+        if not create:
+            self._require_schema()
+
         # Several processes may open a new database at once; losing the CREATE race is fine: try again.
-        def create() -> None:
-            self.metadata.create_all(self.engine, checkfirst=True)
+        def prepare() -> None:
+            if create:
+                self.metadata.create_all(self.engine, checkfirst=True)
             self._add_lease_columns()
 
         try:
-            _SCHEMA_RETRY.run_sync(create, _schema_race)
+            _SCHEMA_RETRY.run_sync(prepare, _schema_race)
         except sa.exc.DBAPIError as exc:
-            raise StoreError(f"cannot create bide tables in {self.url}: {exc}") from exc
+            raise StoreError(f"cannot create bide tables in {without_password(self.url)}: {exc}") from exc
+
+    def _require_schema(self) -> None:
+        """Raise `StoreNotFound` unless the database holds this prefix's tables, changing nothing: a SQLite
+        file is read through a read-only connection of its own (the store's connections would switch it to
+        WAL mode, and a missing file would be created)."""
+        names = (self.records_table.name, self.runs_table.name)
+        where = without_password(self.url)
+        if self.dialect == "sqlite":
+            path = self.engine.url.database or ""
+            where = repr(path)
+            if not os.path.isfile(path):
+                raise StoreNotFound(f"no bide store at {where}: the file does not exist")
+            found = _sqlite_tables(path, where)
+        else:
+            try:
+                with self.engine.connect() as conn:
+                    inspector = sa.inspect(conn)
+                    found = {name for name in names if inspector.has_table(name)}
+            except sa.exc.DBAPIError as exc:
+                raise StoreError(f"cannot open store {where}: {exc}") from exc
+        missing = [name for name in names if name not in found]
+        if missing:
+            raise StoreNotFound(
+                f"no bide store at {where}: the database has no table {' or '.join(missing)} (is the table "
+                f"prefix {self.table_prefix!r} the store's?)"
+            )
 
     def _add_lease_columns(self) -> None:
         """Give a runs table made by an earlier bide its lease and end columns, marking the runs that
@@ -1322,6 +1366,19 @@ _PG_CONFLICT = frozenset({"40001", "40P01"})
 # soon as the other transaction ends.
 _BATCH_RETRY = RetryPolicy(attempts=8, initial=0.002, maximum=0.25)
 _SCHEMA_RETRY = RetryPolicy(attempts=5, initial=0.01, maximum=0.2)
+
+
+def _sqlite_tables(path: str, where: str) -> set[str]:
+    """The tables of the SQLite database at `path`, read without writing anything (not even a journal)."""
+    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    try:
+        with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
+            rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.DatabaseError as exc:
+        if exc.sqlite_errorname == "SQLITE_NOTADB":
+            raise StoreNotFound(f"no bide store at {where}: the file is not a database") from None
+        raise StoreError(f"cannot read the SQLite database {where}: {exc}") from exc
+    return {name for (name,) in rows}
 
 
 def _retryable(exc: BaseException) -> bool:

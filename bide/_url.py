@@ -24,10 +24,11 @@ from typing import Literal
 
 from ._errors import StoreURLError
 
-__all__ = ["StoreURL", "StoreURLError", "parse_store_url"]
+__all__ = ["StoreURL", "StoreURLError", "parse_store_url", "without_password"]
 
 _FORMS = "a file path (bide.db), sqlite:///path, postgresql://user@host/db, or memory://"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
+_PASSWORD = re.compile(r"^([^/]*//[^/@:]*):[^/@]*@")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,3 +102,9 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
     if scheme.startswith("postgresql+"):
         raise StoreURLError(f"{url!r}: bide talks to PostgreSQL through psycopg only; write postgresql://...")
     raise StoreURLError(f"unsupported {what} URL scheme {scheme!r} in {url!r}: use {_FORMS}")
+
+
+def without_password(url: str) -> str:
+    """`url` with its password, if any, shown as ``***``: for messages, which end up on terminals and in
+    logs."""
+    return _PASSWORD.sub(r"\1:***@", url)

@@ -74,10 +74,10 @@ def load_agents(spec: str, store: Store) -> list[Agent[Any]]:
     return agents
 
 
-def _open(args: argparse.Namespace) -> Store | int:
+def _open(args: argparse.Namespace, *, create: bool = False) -> Store | int:
     from ._cli import open_store_or_exit_code
 
-    return open_store_or_exit_code(args)
+    return open_store_or_exit_code(args, create=create)
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
@@ -107,7 +107,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from ._worker import Worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    store = _open(args)
+    # A worker serves a store (its app may start runs), so it creates bide's tables in an existing database.
+    store = _open(args, create=True)
     if isinstance(store, int):
         return store
     try:

@@ -204,7 +204,7 @@ def test_bide_exit_codes_follow_the_shared_table(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     for done in absent:
-        assert done.returncode == 4 and "no SQLite store" in done.stderr, done.args
+        assert done.returncode == 4 and "no bide store" in done.stderr, done.args
     assert not (tmp_path / "missing.db").exists()
     assert nope.returncode == 4
     assert bogus.returncode == 2

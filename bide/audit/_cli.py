@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -162,10 +161,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     output = check_output(args.output, inputs=inputs)
     key = load_signing_key(args.key)
     publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
-    if where.kind == "sqlite" and not os.path.exists(where.path):
-        # Opening a SQLite URL creates the file; a mistyped path must not leave an empty database behind.
-        raise UnreadableInput(f"no SQLite store at {where.path!r}; pass --store sqlite:///path/to/bide.db")
-    store = open_store(args.store)
+    store = open_store(args.store, create=False)  # a mistyped URL must not leave an empty store behind
     try:
         log = AuditLog(store, key, publisher)
         if not store.load(args.run):

@@ -68,7 +68,7 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
     assert list((tmp_path / "anchor").rglob("*.json"))
     assert no_key.returncode == 2
     assert no_run.returncode == 4
-    assert no_store.returncode == 4 and "no SQLite store" in no_store.stderr
+    assert no_store.returncode == 4 and "no bide store" in no_store.stderr
     assert not (tmp_path / "runz.db").exists()  # a mistyped path leaves no empty database behind
     assert unknown.returncode == 2
 

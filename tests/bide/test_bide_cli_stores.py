@@ -1,0 +1,132 @@
+"""`bide` and `bide-audit` pointed at a store that is not there, through subprocesses (docs/cli.md): a
+command that needs a store holding runs (every one but `bide worker` and `keygen`) answers "no bide store at
+..." with exit 4 and leaves the SQLite file, or the PostgreSQL database, exactly as it was: no file, no
+table, no WAL is created.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from conftest import PG_URL
+
+import bide
+from bide.audit._keys import generate_key
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAMS = {"bide": "bide._cli", "bide-audit": "bide.audit._cli"}
+
+# Every `bide` command that needs runs to read or a run to write to; the key file is made by `key_file`.
+NEEDS_A_STORE: list[tuple[str, ...]] = [
+    ("runs",),
+    ("runs", "--json"),
+    ("show", "r"),
+    ("pending",),
+    ("resolve", "r", "c0.0", "--not-started"),
+    ("cancel", "r"),
+    ("approve", "r", "c0.0", "--key", "approver.key"),
+    ("deny", "r", "c0.0", "--key", "approver.key"),
+]
+
+
+def run(prog: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env.pop("BIDE_STORE", None)
+    command = [sys.executable, "-m", PROGRAMS[prog], *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def run_all(prog: str, calls: list[tuple[str, ...]], cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """`run` for each of `calls`, two at once (they do not depend on each other)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda args: run(prog, *args, cwd=cwd), calls))
+
+
+def files(directory: Path) -> dict[str, bytes]:
+    """Every file in `directory`, by name, with its bytes: what a command must leave as it found it."""
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir())}
+
+
+@pytest.fixture
+def key_file(tmp_path: Path) -> Path:
+    generate_key(str(tmp_path / "approver.key"))
+    return tmp_path / "approver.key"
+
+
+@pytest.mark.parametrize("database", ["absent", "empty file", "another schema"])
+def test_a_command_needing_a_store_creates_none_in_a_sqlite_file(
+    database: str, tmp_path: Path, key_file: Path
+) -> None:
+    folder = tmp_path / "data"
+    folder.mkdir()
+    path = folder / "bide.db"
+    if database == "empty file":
+        path.touch()
+    elif database == "another schema":
+        with sqlite3.connect(path) as other:
+            other.execute("CREATE TABLE notes (body TEXT)")
+            other.execute("INSERT INTO notes VALUES ('keep me')")
+        other.close()
+    before = files(folder)
+    store = f"sqlite:///{path}"
+    calls = [(*args, "--store", store) for args in NEEDS_A_STORE]
+    for args, done in zip(calls, run_all("bide", calls, cwd=tmp_path), strict=True):
+        assert done.returncode == 4, (args, done.stderr)
+        assert "no bide store at" in done.stderr, (args, done.stderr)
+        assert "Traceback" not in done.stderr
+        assert files(folder) == before, args
+    key = str(key_file)
+    exported = run("bide-audit", "export", "--store", store, "--run", "r", "--key", key, "-o", "out.json",
+                   cwd=tmp_path)  # fmt: skip
+    assert exported.returncode == 4, exported.stdout + exported.stderr
+    assert "no bide store at" in exported.stdout + exported.stderr
+    assert files(folder) == before
+    assert not (tmp_path / "out.json").exists()
+
+
+def _tables_with_prefix(url: str, prefix: str) -> list[str]:
+    engine = sa.create_engine(url)
+    try:
+        return [name for name in sa.inspect(engine).get_table_names() if name.startswith(prefix)]
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_command_needing_a_store_creates_no_postgresql_table(tmp_path: Path, key_file: Path) -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    calls = [(*args, "--store", PG_URL, "--table-prefix", prefix) for args in NEEDS_A_STORE]
+    for args, done in zip(calls, run_all("bide", calls, cwd=tmp_path), strict=True):
+        assert done.returncode == 4, (args, done.stderr)
+        assert "no bide store at" in done.stderr and prefix in done.stderr, (args, done.stderr)
+    assert _tables_with_prefix(PG_URL, prefix) == []
+
+
+def test_open_store_without_create_opens_only_a_store_that_is_there(
+    durable_store_spec: tuple[str, str],
+) -> None:
+    url, prefix = durable_store_spec
+    with pytest.raises(bide.StoreNotFound):
+        bide.open_store(url, table_prefix=prefix, create=False)
+    if url.startswith("sqlite:///"):
+        assert not Path(url.removeprefix("sqlite:///")).exists()
+    else:
+        assert _tables_with_prefix(url, prefix) == []
+    made = bide.open_store(url, table_prefix=prefix)
+    made.insert_many("r", [("k", b"{}")])
+    made.close()
+    there = bide.open_store(url, table_prefix=prefix, create=False)
+    try:
+        assert [entry.key for entry in there.load("r")] == ["k"]
+    finally:
+        there.close()
