@@ -131,8 +131,8 @@ def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
         raise CLIError(f"{exc}; check --store (or $BIDE_STORE) and --table-prefix", EXIT_NOT_FOUND) from exc
     except ConfigError as exc:
         raise CLIError(str(exc), EXIT_USAGE) from exc
-    except Exception as exc:
-        raise CLIError(f"cannot open store {url}: {exc}", EXIT_STORE) from exc
+    except StoreError as exc:  # anything else is a bug (exit 3), not the store's failure
+        raise CLIError(f"the store failed: {exc}", EXIT_STORE) from exc
 
 
 def say(text: str, *, file: Any = None) -> None:

@@ -56,7 +56,8 @@ exit codes (the same for govern, bide and bide-audit):
      run or call (bide)
   5  refused: the request contradicts what is recorded (already resolved, already decided, gate
      closed) or a policy you pinned (bide-audit verify-approvals); the message says why
-  6  the store failed: the database is unreachable or answered with an error (bide)
+  6  the store failed: the database is unreachable or answered with an error (bide,
+     bide-audit export)
 """
 
 

@@ -12,11 +12,14 @@ Accepted, the same for both:
 Everything else is refused with `StoreURLError` and a hint: ``sqlite:/bide.db`` and ``sqlite://bide.db``
 (one or two slashes: it is not clear whether an absolute path was meant) get "did you mean
 sqlite:///bide.db?", ``memory`` gets "did you mean memory://?", a PostgreSQL URL without psycopg installed
-gets the pip command, an unknown scheme the list above.
+gets the pip command, an unknown scheme the list above. A PostgreSQL URL that no server could be asked for
+(a port that is not a port number, a host that is not a host name, an option libpq does not know) is
+refused here too, before any connection is tried: a typo is the caller's to fix, not a store failure.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 from dataclasses import dataclass
@@ -29,6 +32,8 @@ __all__ = ["StoreURL", "StoreURLError", "parse_store_url", "without_password"]
 _FORMS = "a file path (bide.db), sqlite:///path, postgresql://user@host/db, or memory://"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _PASSWORD = re.compile(r"^([^/]*//[^/@:]*):[^/@]*@")
+_HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_POSTGRESQL_FORM = "write postgresql://user:password@host:5432/dbname"
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +103,9 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
         if not rest.startswith("//"):
             raise StoreURLError(f"{url!r} is not a PostgreSQL URL; write postgresql://user@host/dbname")
         _require_psycopg()
-        return StoreURL("postgresql", url, sqlalchemy_url="postgresql+psycopg:" + rest)
+        sqlalchemy_url = "postgresql+psycopg:" + rest
+        _check_postgresql(url, sqlalchemy_url)
+        return StoreURL("postgresql", url, sqlalchemy_url=sqlalchemy_url)
     if scheme.startswith("postgresql+"):
         raise StoreURLError(f"{url!r}: bide talks to PostgreSQL through psycopg only; write postgresql://...")
     raise StoreURLError(f"unsupported {what} URL scheme {scheme!r} in {url!r}: use {_FORMS}")
@@ -108,3 +115,56 @@ def without_password(url: str) -> str:
     """`url` with its password, if any, shown as ``***``: for messages, which end up on terminals and in
     logs."""
     return _PASSWORD.sub(r"\1:***@", url)
+
+
+def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
+    """Refuse a PostgreSQL URL that names no server: the options SQLAlchemy would hand psycopg must be a
+    connection string libpq reads, with port numbers for ports and host names, IP addresses or socket
+    directories for hosts. Nothing is connected to."""
+    from psycopg import Error as PsycopgError
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    shown = without_password(url)
+    # The port is checked before SQLAlchemy reads it: its own complaint is int()'s.
+    authority = sqlalchemy_url.split("//", 1)[1].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
+    _, colon, port = (authority.rpartition("]")[2] if authority.startswith("[") else authority).partition(":")
+    if colon:
+        _check_port(shown, port)
+    try:
+        parsed = make_url(sqlalchemy_url)
+        _, params = parsed.get_dialect()().create_connect_args(parsed)
+        options = conninfo_to_dict(make_conninfo("", **params))
+    except (ValueError, ArgumentError, PsycopgError) as exc:
+        reason = str(exc).strip().replace("\n", " ").replace(sqlalchemy_url, without_password(sqlalchemy_url))
+        raise StoreURLError(
+            f"{shown!r} is not a usable PostgreSQL URL ({reason}); {_POSTGRESQL_FORM}"
+        ) from None
+    for each in str(options.get("port", "")).split(","):
+        if each:
+            _check_port(shown, each)
+    for host in str(options.get("host", "")).split(","):
+        if host and not _is_host(host):
+            raise StoreURLError(
+                f"{shown!r} is not a usable PostgreSQL URL: the host {host!r} is not a host name, an IP "
+                f"address or a socket directory; {_POSTGRESQL_FORM}"
+            )
+
+
+def _check_port(shown: str, port: str) -> None:
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        raise StoreURLError(
+            f"{shown!r} is not a usable PostgreSQL URL: the port {port!r} is not a port number (1 to 65535); "
+            f"{_POSTGRESQL_FORM}"
+        )
+
+
+def _is_host(host: str) -> bool:
+    if host.startswith(("/", "@")):  # a Unix socket directory (or, with @, Linux's abstract namespace)
+        return True
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return _HOST_NAME.fullmatch(host) is not None
+    return True

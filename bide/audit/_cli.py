@@ -1,10 +1,11 @@
 """`bide-audit`: verify bide's audit artifacts offline; `export` is the one command that reads a store.
 
 Exit codes are the table shared with `bide` and `govern` (`bide._cli_common`, printed by `--help`):
-0 verified (or artifact written); 1 read and NOT verified; 2 usage error; 3 internal error; 4 input
-unreadable (missing file, not JSON, malformed, wrong format, bad key file); 5 refused: (verify-approvals)
-the gates check out but under a policy other than the one pinned with --policy-digest, --approver, --need
-or --policy. Every string taken from an input is printed through `bide._terminal.printable`.
+0 verified (or artifact written); 1 read and NOT verified; 2 usage error (a malformed store URL too); 3
+internal error; 4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file; no such
+store or run for `export`); 5 refused: (verify-approvals) the gates check out but under a policy other than
+the one pinned with --policy-digest, --approver, --need or --policy; 6 (`export`) the store failed.
+Every string taken from an input is printed through `bide._terminal.printable`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .._cli_common import (
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
+    EXIT_STORE,
     EXIT_USAGE,
     Parser,
     add_standard_options,
@@ -48,7 +50,7 @@ __all__ = ["main"]
 MAX_INPUT_BYTES = 256 * 1024 * 1024
 
 VERIFIED, NOT_VERIFIED, USAGE = EXIT_OK, EXIT_FAILED, EXIT_USAGE
-INTERNAL, UNREADABLE, UNTRUSTED = EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_REFUSED
+INTERNAL, UNREADABLE, UNTRUSTED, STORE_FAILED = EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STORE
 
 
 def _read(path: str, limit: int) -> bytes:
@@ -319,7 +321,7 @@ def _emit(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `bide-audit`; returns (and exits with) the exit code."""
     args = _parser().parse_args(argv)
-    from .._errors import BideError
+    from .._errors import BideError, StoreError
     from ..approvals._trust import UntrustedPolicy
 
     fn: Callable[[argparse.Namespace], Verified] = args.fn
@@ -331,6 +333,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _emit(args, NOT_VERIFIED, "not_verified", f"NOT VERIFIED: {exc}")
     except UnreadableInput as exc:
         code = _emit(args, UNREADABLE, "unusable_input", f"UNREADABLE INPUT: {exc}")
+    except StoreError as exc:
+        code = _emit(args, STORE_FAILED, "error", f"ERROR: the store failed: {exc}")
     except BideError as exc:
         code = _emit(args, USAGE if isinstance(exc, ValueError) else UNREADABLE, "error", f"ERROR: {exc}")
     except Exception as exc:  # a bug must never look like "verified" or "not verified"

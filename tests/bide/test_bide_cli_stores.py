@@ -1,7 +1,12 @@
-"""`bide` and `bide-audit` pointed at a store that is not there, through subprocesses (docs/cli.md): a
-command that needs a store holding runs (every one but `bide worker` and `keygen`) answers "no bide store at
-..." with exit 4 and leaves the SQLite file, or the PostgreSQL database, exactly as it was: no file, no
-table, no WAL is created.
+"""`bide` and `bide-audit` pointed at a store that is not there, or at a URL that names no place, through
+subprocesses (docs/cli.md):
+
+- a command that needs a store holding runs (every one but `bide worker` and `keygen`) answers "no bide
+  store at ..." with exit 4 and leaves the SQLite file, or the PostgreSQL database, exactly as it was: no
+  file, no table, no WAL is created;
+- a malformed PostgreSQL URL is a usage error (exit 2, the message names what is wrong) for `bide`, `bide
+  worker` and `bide-audit export` alike, where a well-formed URL of a server that does not answer is "the
+  store failed" (exit 6).
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import sqlalchemy as sa
 from conftest import PG_URL
 
 import bide
+from bide._url import parse_store_url
 from bide.audit._keys import generate_key
 
 pytestmark = pytest.mark.slow
@@ -130,3 +136,64 @@ def test_open_store_without_create_opens_only_a_store_that_is_there(
         assert [entry.key for entry in there.load("r")] == ["k"]
     finally:
         there.close()
+
+
+MALFORMED = [
+    ("postgresql://user@host:notaport/db", "notaport"),
+    ("postgresql+psycopg://@:99999999/x", "99999999"),
+    ("postgresql://user@ho st/db", "ho st"),
+    ("postgresql://user@%%%/db", "%%%"),
+    ("postgresql://user@host/db?nonsense=1", "nonsense"),
+    ("postgres://user:secret@host:5432,other:5433/db", "5432,other:5433"),
+]
+
+
+@pytest.mark.parametrize(("url", "named"), MALFORMED)
+def test_a_malformed_postgresql_url_is_a_usage_error_everywhere(
+    url: str, named: str, tmp_path: Path, key_file: Path
+) -> None:
+    key = str(key_file)
+    runs, worker, cancel = run_all(
+        "bide",
+        [("runs", "--store", url), ("worker", "--store", url, "--app", "no.such:app", "--once"),
+         ("cancel", "r", "--store", url)],
+        cwd=tmp_path,
+    )  # fmt: skip
+    exported = run("bide-audit", "export", "--store", url, "--run", "r", "--key", key, "-o", "x.json",
+                   cwd=tmp_path)  # fmt: skip
+    for done in (runs, worker, cancel, exported):
+        said = done.stdout + done.stderr
+        assert done.returncode == 2, (done.args, said)
+        assert "PostgreSQL URL" in said and named in said, (done.args, said)
+        assert "secret" not in said  # the password is not repeated on a terminal or in a log
+        assert "Traceback" not in said
+
+
+def test_a_well_formed_url_of_a_server_that_does_not_answer_is_a_store_failure(
+    tmp_path: Path, key_file: Path
+) -> None:
+    url = "postgresql://nobody@127.0.0.1:1/none"
+    runs, worker = run_all(
+        "bide", [("runs", "--store", url), ("worker", "--store", url, "--app", "no.such:app", "--once")],
+        cwd=tmp_path,
+    )  # fmt: skip
+    key = str(key_file)
+    exported = run("bide-audit", "export", "--store", url, "--run", "r", "--key", key, "-o", "x.json",
+                   cwd=tmp_path)  # fmt: skip
+    for done in (runs, worker, exported):
+        assert done.returncode == 6, (done.args, done.stdout + done.stderr)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql://postgres@127.0.0.1:5432/test",
+        "postgres://user:p%40ss@db.example.com/app",
+        "postgresql+psycopg://user@[::1]:5432/app",
+        "postgresql:///app?host=/var/run/postgresql",
+        "postgresql://user@db_1.internal/app?sslmode=require&connect_timeout=5",
+        "postgresql://user@/app?host=h1,h2&port=5432,5433",
+    ],
+)
+def test_well_formed_postgresql_urls_are_accepted_without_connecting(url: str) -> None:
+    assert parse_store_url(url).kind == "postgresql"
