@@ -19,7 +19,7 @@ from ._journal import Journal
 from ._records import CANCEL_KEY, END_KEY, Cancel, End
 from ._store import Store
 
-__all__ = ["acancel_run", "cancel_run", "cancelled_answer"]
+__all__ = ["acancel_run", "cancel_request", "cancel_run", "cancelled_answer"]
 
 
 def cancelled_answer(request: Cancel) -> str:
@@ -27,17 +27,23 @@ def cancelled_answer(request: Cancel) -> str:
     return f"Cancelled: {request.reason}" if request.reason else "Cancelled."
 
 
+def cancel_request(journal: Journal, *, reason: str = "", clock: Callable[[], float] = time.time) -> Cancel:
+    """The cancel request to journal for the run `journal` has loaded. Raises `RunNotFound` for a run that
+    does not exist and `RunEnded` for one that has ended."""
+    if not journal.exists:
+        raise RunNotFound(f"run {journal.run_id!r} does not exist in {journal.store.url}; nothing to cancel")
+    end = journal.get(END_KEY)
+    if isinstance(end, End):
+        raise RunEnded(f"run {journal.run_id!r} has already ended ({end.status}); nothing to cancel")
+    return Cancel(key=CANCEL_KEY, reason=reason, requested_at_ms=int(clock() * 1000))
+
+
 async def acancel_run(
     store: Store, run_id: str, *, reason: str = "", clock: Callable[[], float] = time.time
 ) -> bool:
     """Async `cancel_run`."""
     journal = await Journal(store, run_id).aload()
-    if not journal.exists:
-        raise RunNotFound(f"run {run_id!r} does not exist in {store.url}; nothing to cancel")
-    end = journal.get(END_KEY)
-    if isinstance(end, End):
-        raise RunEnded(f"run {run_id!r} has already ended ({end.status}); nothing to cancel")
-    request = Cancel(key=CANCEL_KEY, reason=reason, requested_at_ms=int(clock() * 1000))
+    request = cancel_request(journal, reason=reason, clock=clock)
     stored, inserted = await journal.awrite_one(request)
     assert isinstance(stored, Cancel)
     return inserted

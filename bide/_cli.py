@@ -24,12 +24,16 @@ Extending: a module may add subcommands with `register(subparsers)`; each subcom
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
+import signal
 import sys
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from ._cli_common import (
@@ -56,11 +60,14 @@ if TYPE_CHECKING:
     from ._store import Lease, Store
 
 __all__ = [
+    "EXIT_INTERRUPTED",
     "EXIT_NOT_FOUND",
     "EXIT_REFUSED",
     "EXIT_STORE",
+    "StoppedWaiting",
     "add_store_argument",
     "build_parser",
+    "interrupts_around_a_write",
     "main",
     "open_cli_store",
     "open_store_or_exit_code",
@@ -73,6 +80,7 @@ STATUSES = (
     "not_started",
 )  # fmt: skip
 _EVERY_LEASE_MS = 2**62  # expired_leases at this instant lists every lease of an unfinished run
+EXIT_INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
 
 
 class CLIError(Exception):
@@ -133,6 +141,52 @@ def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
         raise CLIError(str(exc), EXIT_USAGE) from exc
     except StoreError as exc:  # anything else is a bug (exit 3), not the store's failure
         raise CLIError(f"the store failed: {exc}", EXIT_STORE) from exc
+
+
+class StoppedWaiting(BaseException):
+    """A second SIGINT came while a write was with the store: the command stops waiting for the store's
+    answer (a BaseException, like KeyboardInterrupt, so that no `except Exception` swallows it)."""
+
+
+@contextlib.contextmanager
+def interrupts_around_a_write(what: str) -> Iterator[Callable[[], None]]:
+    """SIGINT handling for a command that writes through a store, so that what it says is what was recorded.
+
+    The block gets `sending`, to call just before the write goes to the store. Until then a SIGINT
+    interrupts as usual (KeyboardInterrupt: nothing was sent). From then on the write commits or fails
+    whatever this process does (the store's thread carries it out, and closing the store waits for it), so
+    the first SIGINT only says that bide waits for the store's answer, which the command then reports as
+    usual. A second raises `StoppedWaiting`: the command must then say that `what` may or may not have been
+    recorded, and exit without closing the store (closing would wait for the answer too).
+    """
+    sent = False
+    interrupted = False
+
+    def sending() -> None:
+        nonlocal sent
+        sent = True
+
+    def on_interrupt(signum: int, frame: FrameType | None) -> None:
+        nonlocal interrupted
+        if not sent:
+            raise KeyboardInterrupt
+        if interrupted:
+            raise StoppedWaiting
+        interrupted = True
+        say(
+            f"bide: interrupted while {what} is with the store: waiting for its answer, so that what bide "
+            "says next is what was recorded (interrupt again to stop waiting without knowing)",
+            file=sys.stderr,
+        )
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield sending
+        return
+    previous = signal.signal(signal.SIGINT, on_interrupt)
+    try:
+        yield sending
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def say(text: str, *, file: Any = None) -> None:
@@ -588,7 +642,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_REFUSED
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:
         return internal_error("bide", exc, debug=args.debug)
 

@@ -11,7 +11,9 @@ ends the pass once the drives in flight finished (an interrupt never drops a sid
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
-has already ended); 6 the store failed.
+has already ended); 6 the store failed. `bide cancel` interrupted (SIGINT) before its request is sent says
+nothing was sent (130); after, it waits for the store's answer and reports it, unless interrupted again
+(130, "may or may not have been recorded"): see `bide._cli.interrupts_around_a_write`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import importlib
 import json
 import logging
 import os
+import shlex
 import signal
 import sys
 from dataclasses import asdict
@@ -81,26 +84,46 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Store | int:
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
-    from ._cancel import cancel_run
+    from ._cancel import cancel_request
+    from ._cli import EXIT_INTERRUPTED, StoppedWaiting, interrupts_around_a_write, say
+    from ._journal import Journal
 
     store = _open(args)
     if isinstance(store, int):
         return store
-    try:
-        recorded = cancel_run(store, args.run, reason=args.reason)
-    except RunNotFound as exc:
-        print(f"bide: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_NOT_FOUND
-    except RunEnded as exc:
-        print(f"bide: refused: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_REFUSED
-    finally:
-        store.close()
-    if recorded:
-        print(f"cancel requested for run {printable(args.run)}: it ends at its next turn boundary")
-    else:
-        print(f"run {printable(args.run)} already has a cancel request (the first reason stands)")
-    return EXIT_OK
+    run = args.run
+    with interrupts_around_a_write(f"the cancel request for run {run}") as sending:
+        abandoned = False
+        try:
+            journal = Journal(store, run).load()
+            request = cancel_request(journal, reason=args.reason)
+            sending()
+            [(_, recorded)] = journal.write([request])
+        except KeyboardInterrupt:  # before the request was sent
+            say(f"bide: interrupted; no cancel request was sent for run {run}", file=sys.stderr)
+            return EXIT_INTERRUPTED
+        except StoppedWaiting:
+            abandoned = True
+            say(
+                f"bide: stopped waiting: the cancel request for run {run} may or may not have been recorded; "
+                f"`bide show {shlex.quote(run)}` tells",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
+        except RunNotFound as exc:
+            say(f"bide: {exc}", file=sys.stderr)
+            return EXIT_NOT_FOUND
+        except RunEnded as exc:
+            say(f"bide: refused: {exc}", file=sys.stderr)
+            return EXIT_REFUSED
+        finally:
+            if not abandoned:
+                store.close()
+        if recorded:
+            say(f"cancel requested for run {run}: it ends at its next turn boundary")
+        else:
+            say(f"run {run} already has a cancel request (the first reason stands)")
+        return EXIT_OK
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:

@@ -1,0 +1,207 @@
+"""`bide cancel` interrupted (SIGINT, Ctrl-C) says what the store recorded, through a real child process.
+
+The test holds the store's write lock (SQLite: `BEGIN IMMEDIATE` on its own connection; PostgreSQL: `LOCK
+TABLE ... IN EXCLUSIVE MODE`), so the command's cancel request waits; it sends SIGINT once it sees the
+command waiting (SQLite: a thread of the command asleep in SQLite's busy handler; PostgreSQL: a lock not
+granted), then lets the lock go. Once the request is with the store it commits or fails whatever the
+command does, so the command waits for the answer and reports it: the run's journal and the command's exit
+code and words must agree. A second SIGINT stops the waiting, and the command then says it does not know.
+Interrupted before the request is sent (while it reads the run), the command stops and says nothing was
+sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import queue
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from conftest import PG_URL, drop_prefix
+
+import bide
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+ANSWER_AWAITED = "waiting for its answer"
+
+
+@contextlib.contextmanager
+def write_lock(url: str, prefix: str, *, reads_too: bool = False) -> Iterator[Callable[[], None]]:
+    """Hold the store's write lock (reads go on, but with `reads_too` on PostgreSQL) until the yielded
+    function is called."""
+    if url.startswith("sqlite:///"):
+        holder = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            yield lambda: holder.execute("ROLLBACK").close()
+        finally:
+            holder.close()
+        return
+    engine = sa.create_engine(url)
+    conn = engine.connect()
+    transaction = conn.begin()
+    mode = "ACCESS EXCLUSIVE" if reads_too else "EXCLUSIVE"
+    conn.exec_driver_sql(f"LOCK TABLE {prefix}records IN {mode} MODE")
+    try:
+        yield transaction.rollback
+    finally:
+        conn.close()
+        engine.dispose()
+
+
+def sqlite_busy_wait_syscall(path: str) -> str:
+    """The system call (its number, as /proc shows it) a thread sleeps in while SQLite waits for the lock
+    the test holds: learnt here, by waiting for it too, so that no architecture's numbering is assumed."""
+    seen: queue.SimpleQueue[str] = queue.SimpleQueue()
+    waiting = threading.Event()
+
+    def wait_for_the_lock() -> None:
+        waiter = sqlite3.connect(path, isolation_level=None, timeout=2.0, check_same_thread=False)
+        seen.put(str(threading.get_native_id()))
+        waiting.set()
+        with contextlib.suppress(sqlite3.OperationalError):
+            waiter.execute("BEGIN IMMEDIATE")
+        waiter.close()
+
+    thread = threading.Thread(target=wait_for_the_lock)
+    thread.start()
+    waiting.wait()
+    task = Path(f"/proc/self/task/{seen.get()}/syscall")
+    number = ""
+    while thread.is_alive() and not number:
+        first = task.read_text().split()[0] if task.exists() else "running"
+        number = "" if first in ("running", "-1") else first
+    thread.join()
+    assert number, "could not see SQLite's busy handler asleep"
+    return number
+
+
+def waits_for_the_lock(pid: int, url: str, prefix: str, sleep_syscall: str) -> bool:
+    """Whether the command `pid` waits for the lock the test holds."""
+    if url.startswith("sqlite:///"):
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError, IndexError):
+                if (task / "syscall").read_text().split()[0] == sleep_syscall:
+                    return True
+        return False
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            query = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = to_regclass(%(table)s)"
+            return bool(conn.exec_driver_sql(query, {"table": f"{prefix}records"}).scalar())
+    finally:
+        engine.dispose()
+
+
+def lines_of(stream: object) -> queue.SimpleQueue[str]:
+    """The lines `stream` gives, as they come (read by a thread: the test waits on them with a deadline)."""
+    lines: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def read() -> None:
+        for line in stream:  # type: ignore[attr-defined]
+            lines.put(line)
+        lines.put("")
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def rest(lines: queue.SimpleQueue[str]) -> str:
+    out = []
+    while line := lines.get(timeout=120):
+        out.append(line)
+    return "".join(out)
+
+
+def start_a_run(url: str, prefix: str) -> None:
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        bide.Journal(store, "r").load().write([bide.Start(key="run:start", entry="agent:test", input="go")])
+    finally:
+        store.close()
+
+
+def cancel_recorded(url: str, prefix: str) -> bool:
+    store = bide.open_store(url, table_prefix=prefix, create=False)
+    try:
+        return store.get("r", "run:cancel") is not None
+    finally:
+        store.close()
+
+
+def interrupted_cancel(
+    url: str, prefix: str, *, interrupts: int, reads_too: bool = False
+) -> tuple[int, str, str]:
+    """Run `bide cancel r` while the test holds the lock (`write_lock`), send it SIGINT once it waits for
+    the lock (a second one once it answered the first, if `interrupts` is 2), then let the lock go. Returns
+    the exit code, stdout and stderr."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "bide._cli", "cancel", "r", "--store", url, "--table-prefix", prefix]
+    with write_lock(url, prefix, reads_too=reads_too) as release:
+        sqlite = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+        sleep_syscall = sqlite_busy_wait_syscall(sqlite) if sqlite else ""
+        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        errors = lines_of(child.stderr)
+        try:
+            while not waits_for_the_lock(child.pid, url, prefix, sleep_syscall):
+                assert child.poll() is None, rest(errors)
+                time.sleep(0.02)
+            child.send_signal(signal.SIGINT)
+            # Until the command answers the interrupt, the lock stays held: nothing can commit behind its
+            # back. (No answer in 20 s means it ignored the interrupt; the lock goes anyway.)
+            answered = ""
+            with contextlib.suppress(queue.Empty):
+                answered = errors.get(timeout=20)
+            if interrupts == 2:
+                child.send_signal(signal.SIGINT)
+                child.wait(timeout=60)
+            release()
+            out, _ = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+    return child.returncode, out, answered + rest(errors)
+
+
+@pytest.mark.parametrize("interrupts", [1, 2])
+def test_an_interrupted_cancel_says_what_the_store_recorded(
+    durable_store_spec: tuple[str, str], interrupts: int
+) -> None:
+    url, prefix = durable_store_spec
+    start_a_run(url, prefix)
+    code, out, said = interrupted_cancel(url, prefix, interrupts=interrupts)
+    recorded = cancel_recorded(url, prefix)
+    if interrupts == 1:  # the command waited for the store's answer: it reports it
+        reported = code == 0 and "cancel requested for run r" in out
+        assert reported == recorded, (recorded, code, out, said)
+        assert recorded  # the lock was let go, so the request committed
+    else:  # it stopped waiting: it says it does not know
+        assert code == 130 and out == "", (code, out)
+        assert "may or may not have been recorded" in said and "bide show r" in said, said
+    assert ANSWER_AWAITED in said, said
+
+
+@pytest.mark.postgres
+def test_a_cancel_interrupted_before_its_request_is_sent_sends_none() -> None:
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    start_a_run(PG_URL, prefix)
+    try:
+        # The test's lock holds up the command's reading of the run, before it sends anything.
+        code, out, said = interrupted_cancel(PG_URL, prefix, interrupts=1, reads_too=True)
+        assert not cancel_recorded(PG_URL, prefix)
+        assert code == 130 and out == "", (code, out, said)
+        assert "no cancel request was sent for run r" in said, said
+    finally:
+        drop_prefix(PG_URL, prefix)
