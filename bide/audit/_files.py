@@ -11,7 +11,7 @@ from pathlib import Path
 
 from .._errors import ConfigError
 
-__all__ = ["check_output", "write_whole"]
+__all__ = ["check_output", "staged", "sync_directory", "write_whole"]
 
 
 def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), flag: str = "-o") -> Path:
@@ -43,23 +43,16 @@ def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), 
 def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool = True) -> None:
     """Write `data` to `path`, all of it or nothing.
 
-    The bytes go to a fresh temporary file beside `path` (created exclusively under an unpredictable name,
-    so a symlink planted there is never followed), are fsynced, and then the file is renamed over `path`
-    (`overwrite`), or linked to `path` exclusively (not `overwrite`: `FileExistsError` when `path` exists,
-    with no window between that check and the write). The new directory entry is fsynced too.
+    The bytes go to a fresh temporary file beside `path` (`staged`), and then the file is renamed over
+    `path` (`overwrite`), or linked to `path` exclusively (not `overwrite`: `FileExistsError` when `path`
+    exists, with no window between that check and the write). The new directory entry is fsynced too.
 
     On a filesystem without hard links (some network and object-store mounts) the exclusive write creates
     `path` itself with O_EXCL and writes it there: still never overwriting, but a crash in the middle can
     leave a short file, which a later write of the same bytes then reports as existing with other contents.
     """
-    directory = path.parent if str(path.parent) else Path(".")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    tmp = staged(path, data, mode=mode)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, mode)
         if overwrite:
             os.replace(tmp, path)
         else:
@@ -74,7 +67,31 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool =
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)  # after the rename, or the link: only the temporary name goes
-    dir_fd = os.open(directory, os.O_RDONLY)
+    sync_directory(path)
+
+
+def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+    """A fresh temporary file beside `path` holding all of `data`, fsynced, with `mode`: created exclusively
+    under an unpredictable name, so a symlink planted there is never followed. The caller renames it into
+    place (then `sync_directory`) or removes it; if writing fails, nothing is left."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, mode)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return Path(tmp)
+
+
+def sync_directory(path: Path) -> None:
+    """Fsync the directory holding `path`, so that a rename or link into it survives a crash."""
+    dir_fd = os.open(path.parent if str(path.parent) else Path("."), os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:

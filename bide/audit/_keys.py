@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from .._errors import ConfigError
 from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
-from ._files import write_whole
+from ._files import staged, sync_directory, write_whole
 
 __all__ = [
     "KeyFileExists",
@@ -149,16 +149,19 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
             if os.path.lexists(name):
                 raise KeyFileExists(f"{name} already exists; refusing to overwrite a key file")
     key = SigningKey.generate()
-    # Both through a fresh temporary file: a symlink planted at either name is never followed, and without
-    # `overwrite` each is linked into place exclusively (a file that appears meanwhile is not replaced).
+    if overwrite:
+        _replace_pair(target, pub, key)
+        return key
+    # Both through a fresh temporary file: a symlink planted at either name is never followed, and each is
+    # linked into place exclusively (a file that appears meanwhile is not replaced).
     try:
-        write_whole(target, key.pem(), mode=0o600, overwrite=overwrite)
+        write_whole(target, key.pem(), mode=0o600, overwrite=False)
     except FileExistsError as exc:
         raise KeyFileExists(f"{target} already exists; refusing to overwrite a key file") from exc
     except OSError as exc:
         raise ConfigError(f"cannot write the key file {target}: {exc.strerror or exc}") from exc
     try:
-        write_whole(pub, key.public.pem(), overwrite=overwrite)
+        write_whole(pub, key.public.pem(), overwrite=False)
     except OSError as exc:
         with contextlib.suppress(OSError):
             target.unlink()
@@ -169,6 +172,36 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
         ) from exc
     return key
 
+
+
+def _replace_pair(target: Path, pub: Path, key: SigningKey) -> None:
+    """Replace the key pair at `target` and `pub` with `key`'s: both files are written in full before either
+    is renamed into place, so a write that fails (a full disk) leaves the old pair as it was."""
+    temps: list[Path] = []
+    try:
+        temps.append(staged(target, key.pem(), mode=0o600))
+        temps.append(staged(pub, key.public.pem()))
+    except OSError as exc:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
+        raise ConfigError(
+            f"cannot write the key pair {target}: {exc.strerror or exc}; the existing key files were kept"
+        ) from exc
+    try:
+        os.replace(temps[0], target)
+        try:
+            os.replace(temps[1], pub)
+        except OSError as exc:
+            # Never a private key beside another key's public half.
+            target.unlink(missing_ok=True)
+            raise ConfigError(
+                f"cannot place the public key {pub}: {exc.strerror or exc}; the new private key was removed "
+                "again: run keygen again"
+            ) from exc
+        sync_directory(target)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
 
 def _read(path: str | os.PathLike[str]) -> bytes:
     try:

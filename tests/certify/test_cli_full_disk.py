@@ -59,20 +59,29 @@ def test_a_key_pair_that_does_not_fit_is_a_key_error_and_leaves_no_half_pair(
     assert _files(small_disk.path) == {}
 
 
+@pytest.mark.parametrize("disk", ["tmpfs", "fsync fails"])
 def test_a_forced_key_pair_that_does_not_fit_keeps_the_old_pair(
-    small_disk: SmallDisk, tmp_path: Path
+    small_disk: SmallDisk, tmp_path: Path, disk: str
 ) -> None:
     """`keygen --force` over an existing pair writes both new files before replacing either: when they do
-    not fit, the old pair stays, whole and matching."""
-    key = small_disk.path / "ci-key"
-    made = small_disk.run("govern", "keygen", str(key), cwd=tmp_path)
-    assert made.returncode == 0, made.stderr
-    before = _files(small_disk.path)
-    small_disk.fill(PAGE)  # room for one new key file, not two
-    done = small_disk.run("govern", "keygen", str(key), "--force", cwd=tmp_path)
-    assert done.returncode == 2, done.stdout + done.stderr
-    assert "No space left on device" in done.stderr
-    assert _files(small_disk.path) == before
+    not fit, the old pair stays, whole and matching. The same for `bide-audit keygen --force`, which
+    replaced the private key first and, when its .pub could not be written, removed it: no private key at
+    all. ("fsync fails": in-process, the disk reports ENOSPC when the second new file is flushed, freeing
+    nothing meanwhile; on the tmpfs, the old private key's page was freed by the rename, so the .pub fit.)"""
+    if disk == "fsync fails":
+        small_disk = SmallDisk(tmp_path / "simulated", mounted=False)
+        small_disk.path.mkdir()
+    for prog in ("govern", "bide-audit"):
+        key = small_disk.path / f"{prog}-key"
+        small_disk.fill(8 * PAGE)
+        made = small_disk.run(prog, "keygen", str(key), cwd=tmp_path)
+        assert made.returncode == 0, made.stdout + made.stderr
+        before = _files(small_disk.path)
+        small_disk.fill(PAGE)  # room for one new key file, not two
+        done = small_disk.run(prog, "keygen", str(key), "--force", cwd=tmp_path)
+        assert done.returncode == 2, (prog, done.stdout, done.stderr)
+        assert "No space left on device" in done.stdout + done.stderr
+        assert _files(small_disk.path) == before, prog
 
 
 def test_drawings_that_do_not_fit_are_a_usage_error_and_none_is_left(
