@@ -146,8 +146,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True))
             else:
+                runs = "run" if report.driven == 1 else "runs"
                 print(
-                    f"resumed {report.driven} runs: {report.completed} completed, {report.halted} halted "
+                    f"resumed {report.driven} {runs}: {report.completed} completed, {report.halted} halted "
                     f"(need a person), {report.waiting} waiting, {report.failed} failed; "
                     f"{report.skipped} skipped"
                 )

@@ -401,7 +401,7 @@ def test_operations_worker_commands_run_as_written(tmp_path: Path) -> None:
     with sqlite_store(tmp_path) as store:
         crash(store, app, "support", "ticket-9", "Where is order o-7?", first)
     report = sh.run(once).stdout
-    assert "resumed 1 runs: 1 completed" in report
+    assert "resumed 1 run: 1 completed" in report
     with sqlite_store(tmp_path) as store:
         assert bide.run_status(store, "ticket-9").answer == "o-7 is paid."
 
@@ -448,7 +448,7 @@ def test_audit_shell_commands_run_as_written(tmp_path: Path, monkeypatch: pytest
     said = "\n".join(done.values())
     assert "a signed head of run 'invoice-7' at 5 records to head-then.json" in said  # the "# 5 records"
     assert "waiting for alice, bob, carol" in said  # bide pending
-    assert "resumed 1 runs: 1 completed" in said  # the gate counted 2 of 3 and wire ran
+    assert "resumed 1 run: 1 completed" in said  # the gate counted 2 of 3 and wire ran
     assert "was approved by alice (" in said and "carol (" in said
     assert "extends, unchanged, the journal at 5 records" in said
     assert [p.suffix for p in anchor.rglob("*") if p.is_file()] == [".json"]  # the anchored head

@@ -41,7 +41,9 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     try:
         key = load_signing_key(args.key)
     except UnreadableInput as exc:
-        return _fail(str(exc), EXIT_USAGE)
+        # A key file that is not there is a missing input (4); one that is there but holds no usable key is
+        # a usage error (2), as in `govern` (docs/cli.md).
+        return _fail(str(exc), EXIT_NOT_FOUND if isinstance(exc.__cause__, OSError) else EXIT_USAGE)
     store = _open(args)
     if isinstance(store, int):
         return store

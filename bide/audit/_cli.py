@@ -148,7 +148,6 @@ def _store_files(path: str) -> list[str]:
 
 
 def _cmd_export(args: argparse.Namespace) -> Verified:
-    from .._errors import ConfigError
     from .._open import open_store
     from .._url import parse_store_url
     from ._anchor import DirectoryPublisher
@@ -177,7 +176,10 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             what = f"a signed head of run {args.run!r} at {artifact.size} records"
         elif args.record:
             if store.get(args.run, args.record) is None:  # refuse before a head is signed and published
-                raise ConfigError(f"run {args.run!r} has no record {args.record!r}")
+                raise UnreadableInput(
+                    f"run {args.run!r} in the store {args.store} has no record {args.record!r}; "
+                    f"`bide show {args.run}` lists its record keys"
+                )
             artifact = log.prove(args.run, args.record)
             what = f"a proof bundle for record {args.record!r} of run {args.run!r}"
         else:

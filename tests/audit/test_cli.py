@@ -63,7 +63,8 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert proof.returncode == 0 and bundle.returncode == 0 and evidence.returncode == 0
-    assert missing.returncode == 2 and "no record 'no-such-key'" in missing.stdout + missing.stderr
+    # A record that is not there is "not found" (4), as a run that is not there is (docs/cli.md).
+    assert missing.returncode == 4 and "no record 'no-such-key'" in missing.stdout + missing.stderr
     assert not (tmp_path / "x.json").exists() and not list((tmp_path / "unused").rglob("*.json"))
     assert list((tmp_path / "anchor").rglob("*.json"))
     assert no_key.returncode == 2
