@@ -1,12 +1,14 @@
 """The approver's commands of the `bide` CLI: `bide approve`, `bide deny` (`bide pending` lists the calls).
 
-Exit codes are the shared table (`bide._cli_common`): 0 done; 2 usage (or an unreadable key file); 4 no such
-store, run or waiting call; 5 refused (gate closed, key holds no seat, already decided); 6 the store failed.
+Exit codes are the shared table (`bide._cli_common`): 0 done; 2 usage (or a key file that holds no key); 4 no
+such store, key file, run or waiting call; 5 refused (gate closed, key holds no seat, already decided); 6 the
+store failed; 130 interrupted (and the message says whether the decision was sent).
 """
 
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from typing import Any
 
@@ -34,6 +36,7 @@ def _open(args: argparse.Namespace) -> Store | int:
 
 
 def _decide(args: argparse.Namespace, approve: bool) -> int:
+    from .._cli import EXIT_INTERRUPTED, StoppedWaiting, interrupts_around_a_write
     from ..audit._errors import UnreadableInput
     from ..audit._keys import load_signing_key
     from ._submit import ApprovalRefused, NoWaitingCall, pending_approvals, submit_decision
@@ -47,20 +50,33 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     store = _open(args)
     if isinstance(store, int):
         return store
-    try:
-        record = submit_decision(store, args.run, args.call, key, approve=approve)
-        left = [
-            p
-            for p in pending_approvals(store, prefix=args.run)
-            if p.run_id == args.run and p.call_id == args.call
-        ]
-    except NoWaitingCall as exc:
-        return _fail(str(exc), EXIT_NOT_FOUND)
-    except ApprovalRefused as exc:
-        return _fail(f"refused: {exc}", EXIT_REFUSED)
-    finally:
-        store.close()
     verb = "approval" if approve else "denial"
+    with interrupts_around_a_write(f"the signed {verb} of call {args.call} in run {args.run}") as sending:
+        abandoned = False
+        try:
+            record = submit_decision(store, args.run, args.call, key, approve=approve, sending=sending)
+            left = [
+                p
+                for p in pending_approvals(store, prefix=args.run)
+                if p.run_id == args.run and p.call_id == args.call
+            ]
+        except KeyboardInterrupt:  # before the decision was sent
+            return _fail(f"interrupted; no {verb} was sent for call {args.call} in run {args.run}",
+                         EXIT_INTERRUPTED)
+        except StoppedWaiting:
+            abandoned = True
+            return _fail(
+                f"stopped waiting: the {verb} of call {args.call} in run {args.run} may or may not have been "
+                f"recorded; `bide pending` or `bide show {shlex.quote(args.run)}` tells",
+                EXIT_INTERRUPTED,
+            )
+        except NoWaitingCall as exc:
+            return _fail(str(exc), EXIT_NOT_FOUND)
+        except ApprovalRefused as exc:
+            return _fail(f"refused: {exc}", EXIT_REFUSED)
+        finally:
+            if not abandoned:
+                store.close()
     _say(f"Recorded the signed {verb} as {record!r} in run {args.run!r}.")
     if left:
         p = left[0]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,7 +97,15 @@ def _state(journal: Journal, data: dict[str, Any], policy: ApprovalPolicy) -> Pe
     )
 
 
-def submit_decision(store: Store, run_id: str, call_id: str, key: SigningKey, *, approve: bool) -> str:
+def submit_decision(
+    store: Store,
+    run_id: str,
+    call_id: str,
+    key: SigningKey,
+    *,
+    approve: bool,
+    sending: Callable[[], None] | None = None,
+) -> str:
     """Sign and journal one decision on a waiting call; returns the record key.
 
     Refused (ConfigError) when the call has no open approval request, the gate already closed (a tally
@@ -104,10 +113,13 @@ def submit_decision(store: Store, run_id: str, call_id: str, key: SigningKey, *,
     written with the call's next turn, all or nothing: if the gate's tally (or another decision) takes
     that turn first, the journal is read again and the checks are made again, so a decision is never
     recorded unseen by a tally that precedes it. The run itself continues on its next drive
-    (`agent.run(run_id, ...)` again).
+    (`agent.run(run_id, ...)` again). `sending`, if given, is called just before a decision goes to the
+    store (the `bide approve` command learns there that an interrupt can no longer stop it).
     """
     for _ in range(100):
         dkey, items = _decision(store, run_id, call_id, key, approve)
+        if sending is not None:
+            sending()
         written = store.insert_many(run_id, items, exclusive=True)
         if len(written) == len(items) and all(e.inserted for e in written):
             return dkey

@@ -1,4 +1,5 @@
-"""`bide cancel` interrupted (SIGINT, Ctrl-C) says what the store recorded, through a real child process.
+"""`bide cancel` and `bide approve` interrupted (SIGINT, Ctrl-C) say what the store recorded, through a real
+child process.
 
 The test holds the store's write lock (SQLite: `BEGIN IMMEDIATE` on its own connection; PostgreSQL: `LOCK
 TABLE ... IN EXCLUSIVE MODE`), so the command's cancel request waits; it sends SIGINT once it sees the
@@ -144,15 +145,24 @@ def cancel_recorded(url: str, prefix: str) -> bool:
 def interrupted_cancel(
     url: str, prefix: str, *, interrupts: int, reads_too: bool = False
 ) -> tuple[int, str, str]:
-    """Run `bide cancel r` while the test holds the lock (`write_lock`), send it SIGINT once it waits for
+    """`interrupted` on `bide cancel r`."""
+    return interrupted(["cancel", "r"], url, prefix, interrupts=interrupts, reads_too=reads_too)
+
+
+def interrupted(
+    arguments: list[str], url: str, prefix: str, *, interrupts: int, reads_too: bool = False, cwd: Path = REPO
+) -> tuple[int, str, str]:
+    """Run `bide ARGUMENTS` while the test holds the lock (`write_lock`), send it SIGINT once it waits for
     the lock (a second one once it answered the first, if `interrupts` is 2), then let the lock go. Returns
     the exit code, stdout and stderr."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "bide._cli", "cancel", "r", "--store", url, "--table-prefix", prefix]
+    command = [sys.executable, "-m", "bide._cli", *arguments, "--store", url, "--table-prefix", prefix]
     with write_lock(url, prefix, reads_too=reads_too) as release:
         sqlite = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
         sleep_syscall = sqlite_busy_wait_syscall(sqlite) if sqlite else ""
-        child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        child = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
+        )
         errors = lines_of(child.stderr)
         try:
             while not waits_for_the_lock(child.pid, url, prefix, sleep_syscall):
@@ -205,3 +215,60 @@ def test_a_cancel_interrupted_before_its_request_is_sent_sends_none() -> None:
         assert "no cancel request was sent for run r" in said, said
     finally:
         drop_prefix(PG_URL, prefix)
+
+
+def a_call_waiting_for_alice(url: str, prefix: str, keys: Path) -> str:
+    """Run `r` of an agent whose `wire` tool needs alice's approval (1 of 1) until it waits for it; alice's
+    key file is `keys/alice.key`. Returns the waiting call's id."""
+    from bide.approvals import ApprovalGate
+    from bide.audit import generate_key
+    from bide.testing import ScriptedModel, call, reply
+
+    alice = generate_key(keys / "alice.key")
+
+    @bide.tool(gate=ApprovalGate.k_of_n(1, {"alice": alice.public}))
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return f"sent {amount}"
+
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        agent = bide.Agent(ScriptedModel([call("wire", amount=5), reply("done")]), store=store, tools=[wire])
+        with pytest.raises(bide.ApprovalPending) as pause:
+            agent.run_sync("r", "pay")
+        return pause.value.call_id
+    finally:
+        store.close()
+
+
+def approved_by(url: str, prefix: str) -> list[str]:
+    from bide.approvals import pending_approvals
+
+    store = bide.open_store(url, table_prefix=prefix, create=False)
+    try:
+        [waiting] = pending_approvals(store)
+        return list(waiting.approved_by)
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("interrupts", [1, 2])
+def test_an_interrupted_approval_says_what_the_store_recorded(
+    durable_store_spec: tuple[str, str], interrupts: int, tmp_path: Path
+) -> None:
+    """`bide approve`, as `bide cancel`: it printed "interrupted" (130) while closing the store committed
+    the signed approval. Now a first SIGINT once the decision is with the store waits for the answer and
+    reports it; a second says it does not know."""
+    url, prefix = durable_store_spec
+    call_id = a_call_waiting_for_alice(url, prefix, tmp_path)
+    arguments = ["approve", "r", call_id, "--key", "alice.key"]
+    code, out, said = interrupted(arguments, url, prefix, interrupts=interrupts, cwd=tmp_path)
+    recorded = approved_by(url, prefix) == ["alice"]
+    if interrupts == 1:
+        reported = code == 0 and "Recorded the signed approval" in out
+        assert reported == recorded, (recorded, code, out, said)
+        assert recorded  # the lock was let go, so the decision committed
+    else:
+        assert code == 130 and out == "", (code, out)
+        assert "may or may not have been recorded" in said and "bide pending" in said, said
+    assert ANSWER_AWAITED in said, said
