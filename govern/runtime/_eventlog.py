@@ -582,6 +582,11 @@ class EventLog:
         _check_name("event_id", event_id)
         return self._backend.by_ids([event_id]).get(event_id)
 
+    def _stored(self, ids: list[str]) -> dict[str, LoggedEvent]:
+        """The stored events of these ids (names already checked, as a `LoggedEvent`'s are), by id: the
+        events a replica compares redelivered copies with, in one read."""
+        return self._backend.by_ids(ids)
+
     def read_record(self, record: str, *, through: int | None = None) -> list[LoggedEvent]:
         """The events of one record in log order (those at positions <= `through`, when given), with no
         gaps in their `record_seq`."""

@@ -11,8 +11,11 @@ The delivery rules (docs/governed-agents.md) come from the machine's build repor
 
 1. An event is applied at most once: duplicates are dropped by log position (the log gives every event id
    exactly one position). The report's not-idempotent events are the ones for which this is essential.
-   A copy is compared with the event held at its position (every field) or applied there (its id), and
-   a different event there raises `LogCorrupted`, whichever of the two arrived first.
+   A copy is a duplicate only when it is the same event, every field equal: it is compared with the
+   event buffered or applied at its position. Of an event applied in the folded prefix the replica
+   keeps a fingerprint (id, record, event, record_seq), and compares every field with the tree's leaf
+   (`track_root=True`) or else with the log's event at that position. A different copy raises
+   `LogCorrupted` and changes nothing.
 2. An event is applied after every event it declares as a causal dependency.
 3. For every causal-order obligation `{a, b}` of the report, two events of the same record named `a` and
    `b` are applied in log order. To know which earlier events of a record exist, an event with an
@@ -151,15 +154,89 @@ def _unwrapped(exc: ValidationError) -> InvalidInput:
 
 _ID = operator.attrgetter("id")
 _EVENT_TYPES = frozenset({LoggedEvent})
+_FIELDS = tuple(LoggedEvent.model_fields)
 
 
-def _fingerprint(event: LoggedEvent) -> int:
-    """What a replica keeps of each event it applied: the hash of its id (cached by the string, so this
-    costs next to nothing per event). A log gives an id to one event forever (appending other content
-    under it is refused), so a copy with another id at an applied position is another event; a copy
-    with the same id and other content cannot come from a log at all, and only the Merkle root tells it
-    apart (`track_root=True` and a signed head)."""
-    return hash(event.id)
+def _fingerprint(event: LoggedEvent, code: int) -> int:
+    """What a replica keeps of each event it applied (8 bytes): the hash of its id, record, event (`code`,
+    its index in the machine) and record_seq, the fields that decide what applying it does. A copy that
+    matches it is compared in every field on the duplicate path only (`Replica._unlike_applied`), and
+    `machine` and `log` are checked on every event.
+
+    The string hashes are keyed per process, so a different copy with the same fingerprint is not found
+    by accident; it is still a hash, not a proof (a signed Merkle root is that)."""
+    return hash((event.id, event.record, code, event.record_seq))
+
+
+# CPython's hash of a tuple (Objects/tupleobject.c, xxHash's round on each item's hash), for 64-bit
+# hashes; `_fingerprints` computes it for a whole batch with numpy, from arrays the fold builds anyway.
+_U = np.uint64
+_XXPRIME_1, _XXPRIME_2 = _U(11400714785074694791), _U(14029467366897019727)
+_XXPRIME_5 = 2870177450012600261
+_TUPLE_TAIL = _U(4 ^ (_XXPRIME_5 ^ 3527539))  # for a tuple of 4 items
+_INT_MODULUS = np.int64(2**61 - 1)  # hash(n) for an int n >= 0 is n % (2**61 - 1)
+
+
+def _tuple_hashes(ids: np.ndarray, records: np.ndarray, codes: np.ndarray, seqs: np.ndarray) -> np.ndarray:
+    """hash((id, record, code, record_seq)) of many events: the hashes of their ids and records (int64),
+    their codes and record_seqs (int64 >= 0). uint64 arithmetic wraps mod 2**64, as CPython's does."""
+    if seqs.size and seqs.max() >= _INT_MODULUS:
+        seqs = seqs % _INT_MODULUS  # n % m is n below m: only a huge record_seq needs it
+    lanes = (ids.view(_U), records.view(_U), codes.astype(_U), seqs.view(_U))
+    acc = np.full(ids.shape, _XXPRIME_5, dtype=_U)
+    for lane in lanes:
+        acc += lane * _XXPRIME_2
+        acc = (acc << _U(31)) | (acc >> _U(33))
+        acc *= _XXPRIME_1
+    acc += _TUPLE_TAIL
+    out = acc.view(np.int64)
+    out[out == -1] = 1546275796  # -1 is no hash: CPython returns this instead
+    return out
+
+
+def _numpy_matches_hash() -> bool:
+    """True when `_tuple_hashes` is this interpreter's hash() of a tuple (checked once, at import): on
+    another one (32-bit hashes, another implementation) the fold hashes its tuples one by one."""
+    ids, records = ["", "e0", "ev-" + "9" * 40, "\u00e9\U0001f600"], ["o", "order-1", "r" * 200, "x\ty"]
+    codes, seqs = [0, 1, 7, 2**31], [0, 1, 2**61 - 2, 2**63 - 1]
+    cases = [(i, r, c, q) for i in ids for r in records for c in codes for q in seqs]
+    try:
+        got = _tuple_hashes(
+            np.array([hash(c[0]) for c in cases], dtype=np.int64),
+            np.array([hash(c[1]) for c in cases], dtype=np.int64),
+            np.array([c[2] for c in cases], dtype=np.int64),
+            np.array([c[3] for c in cases], dtype=np.int64),
+        )
+    except (OverflowError, ValueError, TypeError):
+        return False
+    return bool(got.tolist() == [hash(c) for c in cases])
+
+
+_NUMPY_FINGERPRINTS = _numpy_matches_hash()
+
+
+def _fingerprints(
+    events: list[LoggedEvent], names: list[str], rec: np.ndarray, codes: np.ndarray, seqs: np.ndarray
+) -> bytes:
+    """The `_fingerprint`s of `events` (their record keys are `names[rec[i]]`, their codes and record_seqs
+    `codes` and `seqs`), as the bytes of an array("q")."""
+    if _NUMPY_FINGERPRINTS:
+        ids = np.fromiter(map(hash, map(_ID, events)), dtype=np.int64, count=len(events))
+        records = np.fromiter(map(hash, names), dtype=np.int64, count=len(names))[rec]
+        return _tuple_hashes(ids, records, codes, seqs).tobytes()
+    keys = [names[i] for i in rec.tolist()]
+    return array(
+        "q", map(hash, zip(map(_ID, events), keys, codes.tolist(), seqs.tolist(), strict=True))
+    ).tobytes()
+
+
+def _differences(copy: LoggedEvent, other: LoggedEvent) -> str:
+    """The fields in which `copy` differs from `other`, with both values."""
+    return ", ".join(
+        f"{name} {getattr(copy, name)!r} (there: {getattr(other, name)!r})"
+        for name in _FIELDS
+        if getattr(copy, name) != getattr(other, name)
+    )
 
 
 def _leaf_digest(event: LoggedEvent) -> str:
@@ -406,13 +483,17 @@ class Replica:
         record comes first), and which events the rules let apply is the same whatever order a batch is
         examined in (applying an event never makes another one wait), so the outcome is the one
         event-by-event delivery reaches. Returns False, having changed nothing, when the batch holds an
-        event the replica must refuse or two different events at one position: the per-event path then
-        applies what comes before it in delivery order and raises there."""
+        event the replica must refuse or two different events at one position (a copy of an applied
+        event that is not the same event included): the per-event path then applies what comes before
+        it in delivery order and raises there."""
         rules = self._rules
         name, digest, index = self.log.name, rules.digest, rules.index
         start = self._position
         by_position: dict[int, LoggedEvent] = {}
         duplicates = 0
+        # Copies of applied events, and their positions: compared with the log before anything changes.
+        copies: list[LoggedEvent] = []
+        positions: list[int] = []
         base, prints = self._base, self._prints
         for event in batch:
             after = event.after
@@ -422,9 +503,12 @@ class Replica:
                 return False
             pos = event.position
             if pos < start:
-                if pos >= base and prints[pos - base] != _fingerprint(event):
+                if pos >= base and prints[pos - base] != hash(  # _fingerprint, inline
+                    (event.id, event.record, index[event.event], event.record_seq)
+                ):
                     return False
-                duplicates += 1
+                copies.append(event)
+                positions.append(pos)
                 continue
             held = by_position.get(pos)
             if held is None:
@@ -433,6 +517,9 @@ class Replica:
                 duplicates += 1
             else:
                 return False
+        if copies and self._unlike_applied(copies, positions) is not None:
+            return False
+        duplicates += len(copies)
         ordered = sorted(by_position)
         run = 0
         for pos in ordered:  # positions are distinct and >= start: the run ends at the first gap
@@ -511,7 +598,7 @@ class Replica:
         if self._tree is not None:
             for event in events:
                 self._tree.append(event.leaf())
-        self._prints.extend(map(hash, map(_ID, events)))
+        self._prints.frombytes(_fingerprints(events, names, rec, codes_flat, seqs))
         self._last = events[-1]
         self._position += n
         self.applied += n
@@ -544,6 +631,104 @@ class Replica:
                 f"{list(event.after)}, but a dependency lies before its event: it would wait forever{stop}"
             )
 
+    def _unlike_applied(self, copies: list[LoggedEvent], positions: list[int]) -> LogCorrupted | None:
+        """The error for the first of `copies` (of events applied in the folded prefix, at `positions`,
+        their fingerprints equal to the applied ones) that is not the event applied at its position, or
+        None when each one is.
+
+        A replica tracking the root compares every field with the tree's leaf of that position. Others
+        compare every field with the log's event at that position, read on the duplicate path only: in
+        one read of the range the copies span when they are dense in it (a redelivered window), else in
+        one read of their ids and one of each position whose id the log holds elsewhere or not at all. A
+        position the log does not hold (a replica fed events its log never had) leaves the fingerprint as
+        all there was to compare."""
+        tree = self._tree
+        if tree is not None:
+            from bide.audit import leaf_hash  # here: only auditing needs bide
+
+            for copy in copies:
+                if tree.leaf(copy.position) != leaf_hash(copy.leaf()):
+                    return self._not_applied(copy)
+            return None
+        low, high = min(positions), max(positions)
+        if high - low < 2 * len(positions) + 64:  # reading the range costs little more than the copies
+            held = self.log.read(low, high - low + 1)
+            logged = [held[p - low] if p - low < len(held) else None for p in positions]
+        else:
+            found = {e.position: e for e in self.log._stored(list(map(_ID, copies))).values()}
+            for pos in set(positions) - found.keys():
+                found.update((e.position, e) for e in self.log.read(pos, 1))
+            logged = [found.get(p) for p in positions]
+        for copy, other in zip(copies, logged, strict=True):
+            if other is not None and other is not copy and other != copy:
+                return self._conflict(copy, other, "the log's event there", True)
+        return None
+
+    def _not_applied(self, event: LoggedEvent) -> LogCorrupted:
+        """The error for a copy that differs from the event applied at its position, of which the replica
+        kept a fingerprint (and the tree's leaf, tracking the root): the log's event there tells which of
+        the two is not the log's, and names the differences when it is the one applied."""
+        pos = event.position
+        stays = f"Nothing was applied from this copy (the replica stays at position {self._position})"
+        try:
+            held = self.log.read(pos, 1)
+        except EventLogError:
+            held = []
+        logged = held[0] if held and held[0].position == pos else None
+        if logged is not None and self._applied_here(logged):
+            return self._conflict(event, logged, "the event this replica applied there, the log's", True)
+        if logged is not None and (logged is event or logged == event):
+            return LogCorrupted(
+                f"two different copies of event {event.id!r} claim log position {pos}: this one is the "
+                "log's event, and the one this replica applied there differs from it (forged, damaged, or "
+                "rewritten in transit), so the replica's state is not the log's: rebuild it with "
+                f"Replica(machine, log) and sync(), and fix what delivered the other copy. {stays}"
+            )
+        kept = "any field" if self._tree is not None else "its id, record, event or record_seq"
+        return LogCorrupted(
+            f"two different events claim log position {pos}: the replica applied one there, and this copy "
+            f"of {event.id!r} differs from it in {kept}; compare both with the log's (log.read({pos}, 1)) "
+            f"and fix what delivered the wrong one. {stays}"
+        )
+
+    def _applied_here(self, event: LoggedEvent) -> bool:
+        """True when what the replica kept of the event applied at `event.position` matches `event`."""
+        pos = event.position
+        if self._tree is not None:
+            from bide.audit import leaf_hash
+
+            return bool(self._tree.leaf(pos) == leaf_hash(event.leaf()))
+        code = self._rules.index.get(event.event)
+        return (
+            code is not None
+            and pos >= self._base
+            and _fingerprint(event, code) == self._prints[pos - self._base]
+        )
+
+    def _conflict(self, event: LoggedEvent, other: LoggedEvent, where: str, logs: bool) -> LogCorrupted:
+        """The error for `event`, a copy at a position where `other` (described by `where`; `logs`: it is
+        the log's own event) differs."""
+        pos = event.position
+        stays = f"Nothing was applied from this copy (the replica stays at position {self._position})"
+        if event.id != other.id:
+            return LogCorrupted(
+                f"two different events claim log position {pos}: {other.id!r} and {event.id!r}. {stays}"
+            )
+        if logs:
+            which = (
+                "this copy is not the log's event (forged, damaged, or rewritten in transit): fix what "
+                "delivered it"
+            )
+        else:
+            which = (
+                "so one of them is not the log's event (forged, damaged, or rewritten in transit): compare "
+                f"both with log.get({event.id!r}) and fix what delivered the wrong one"
+            )
+        return LogCorrupted(
+            f"two different copies of event {event.id!r} claim log position {pos}: this one differs from "
+            f"{where} in {_differences(event, other)}. An event id names one event forever: {which}. {stays}"
+        )
+
     def _accept(self, event: LoggedEvent) -> None:
         rules = self._rules
         self._check(event)
@@ -551,21 +736,23 @@ class Replica:
         if pos < self._position or pos in self._ahead:
             ahead = self._ahead.get(pos)
             if ahead is not None:
-                same = ahead is event or ahead == event
+                if ahead is not event and ahead != event:
+                    raise self._conflict(event, ahead, "the event this replica applied there", False)
             else:
-                same = pos < self._base or self._prints[pos - self._base] == _fingerprint(event)
-            if not same:
-                raise LogCorrupted(
-                    f"two different events claim log position {pos}: the replica applied one there, and "
-                    f"{event.id!r} differs from it (the replica stays at position {self._position})"
-                )
+                if pos >= self._base and self._prints[pos - self._base] != _fingerprint(
+                    event, rules.index[event.event]
+                ):
+                    raise self._not_applied(event)
+                error = self._unlike_applied([event], [pos])
+                if error is not None:
+                    raise error
             self.duplicates += 1
             return
         held = self._buffer.get(pos)
         if held is not None:
             if held is not event and held != event:
-                raise LogCorrupted(
-                    f"two different events claim log position {pos}: {held.id!r} and {event.id!r}"
+                raise self._conflict(
+                    event, held, "the event this replica holds there, not applied yet", False
                 )
             self.duplicates += 1
             return
@@ -652,30 +839,32 @@ class Replica:
                 heapq.heappush(work, waiter)
 
     def _apply(self, event: LoggedEvent) -> None:
-        rec = self._record(event.record)
+        record, seq = event.record, event.record_seq
+        rec = self._record(record)
         code = self._rules.index[event.event]
         rec.state = self._rules.step(rec.state, code)
-        if rec.known.pop(event.record_seq, None) is not None:
+        if rec.known.pop(seq, None) is not None:
             heap = rec.unapplied[code]
             while heap and rec.known.get(heap[0]) != code:
                 heapq.heappop(heap)  # keep the heaps as small as what is still buffered
-        if event.record_seq == rec.applied_prefix:
+        if seq == rec.applied_prefix:
             rec.applied_prefix += 1
             while rec.applied_prefix in rec.ahead:
                 rec.ahead.discard(rec.applied_prefix)
                 rec.applied_prefix += 1
         else:
-            rec.ahead.add(event.record_seq)
+            rec.ahead.add(seq)
         tree = self._tree
         if event.position == self._position:
             if tree is not None:
                 tree.append(event.leaf())
-            self._prints.append(hash(event.id))  # _fingerprint, inline: this runs once per event
+            # _fingerprint, inline: this runs once per event
+            self._prints.append(hash((event.id, record, code, seq)))
             self._last = event
             self._position += 1
             while self._position in self._ahead:
                 self._last = self._ahead.pop(self._position)
-                self._prints.append(_fingerprint(self._last))
+                self._prints.append(_fingerprint(self._last, self._rules.index[self._last.event]))
                 if tree is not None:
                     tree.append(self._leaves.pop(self._position))
                 self._position += 1

@@ -7,12 +7,14 @@ import random
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
 import govern
 from bide._tools import ToolArgumentsInvalid
+from govern.runtime import _replica
 from govern.runtime._eventlog import Event, EventLog, InvalidInput, LogCorrupted, LoggedEvent
 from govern.runtime._replica import Checkpoint, Replica, ReplicaError
 
@@ -22,12 +24,16 @@ RECORDS = ["o1", "o2", "o3"]
 
 
 def fill(
-    log: EventLog, events: list[tuple[str, str]], prefix: str = "e", start: int = 0
+    log: EventLog, events: list[tuple[str, str]], prefix: str = "e", start: int = 0, chained: bool = False
 ) -> list[LoggedEvent]:
-    """Append (record, event) pairs with ids prefix0, prefix1, ...; return the whole stored log."""
+    """Append (record, event) pairs with ids prefix0, prefix1, ...; return the whole stored log. `chained`:
+    each event depends on the one before it."""
     digest = order_machine().digest
     for i, (record, name) in enumerate(events, start):
-        log.append(Event(id=f"{prefix}{i}", machine=digest, record=record, event=name, producer="p"))
+        deps = (f"{prefix}{i - 1}",) if chained and i > start else ()
+        log.append(
+            Event(id=f"{prefix}{i}", machine=digest, record=record, event=name, producer="p", deps=deps)
+        )
     return log.read()
 
 
@@ -199,6 +205,243 @@ def test_an_identical_copy_of_an_applied_position_is_a_duplicate() -> None:
     replica = synced(log)
     copy = LoggedEvent(**stored[0].model_dump())
     assert replica.deliver([copy, stored[1]]) == 0 and replica.duplicates == 2
+
+
+# -- a copy of an applied event is a duplicate only when every field is equal -------------------------------
+
+CONTENT = ["record", "event", "record_seq", "producer", "producer_seq", "deps", "after"]
+FINGERPRINTED = {"record", "event", "record_seq"}  # with the id: what a replica keeps of an applied event
+# How the replica applied the log: its vectorized fold, a shuffled delivery, one event per call, a restore
+# from a checkpoint (the positions before it have no fingerprint), or tracking the Merkle root.
+BUILT = ["sync", "shuffled", "one_at_a_time", "checkpoint", "track_root"]
+
+
+def _changed(victim: LoggedEvent, field: str, data: st.DataObject) -> LoggedEvent:
+    """`victim` with `field` set to another value (an `after` still names earlier positions only)."""
+    values: dict[str, st.SearchStrategy[Any]] = {
+        "record": st.sampled_from([*RECORDS, "o9"]),
+        "event": st.sampled_from(order_machine().events),
+        "record_seq": st.integers(0, 60),
+        "producer": st.sampled_from(["p", "q", "mallory"]),
+        "producer_seq": st.integers(0, 60),
+        "deps": st.sampled_from([(), ("e0",), ("e0", "e1"), ("x",)]),
+        "after": st.lists(st.integers(0, max(victim.position - 1, 0)), max_size=2, unique=True).map(
+            lambda positions: tuple(sorted(positions))
+        ),
+    }
+    value = data.draw(values[field].filter(lambda v: v != getattr(victim, field)), label=field)
+    return LoggedEvent(**{**victim.model_dump(), field: value})
+
+
+def _built(log: EventLog, stored: list[LoggedEvent], how: str, rnd: random.Random) -> Replica:
+    """A replica that applied all of `stored` (the whole log) the way `how` names."""
+    if how == "checkpoint":
+        first = Replica(order_machine(), log)
+        first.deliver(stored[: len(stored) // 2])
+        replica = Replica(order_machine(), log, checkpoint=first.checkpoint())
+        replica.sync()
+        return replica
+    replica = Replica(order_machine(), log, track_root=how == "track_root")
+    if how == "sync":
+        replica.sync()
+    else:
+        arrivals = list(stored)
+        rnd.shuffle(arrivals)
+        _deliver(replica, arrivals, how == "one_at_a_time")
+    return replica
+
+
+def _observed(replica: Replica) -> tuple[Any, ...]:
+    """Everything a replica's user can read of its state."""
+    root = replica.root() if replica._tree is not None else None
+    return replica.digest(), replica.states(), replica.position, replica.pending, replica.applied, root
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    ops.filter(bool),
+    st.booleans(),
+    st.sampled_from(BUILT),
+    st.sampled_from(CONTENT),
+    st.data(),
+    st.randoms(use_true_random=False),
+    st.booleans(),
+)
+def test_a_copy_of_an_applied_event_with_one_field_changed_is_refused_and_changes_nothing(
+    history: list[tuple[str, str]],
+    chained: bool,
+    how: str,
+    field: str,
+    data: st.DataObject,
+    rnd: random.Random,
+    one_at_a_time: bool,
+) -> None:
+    """Among identical copies of the whole log (redelivered, each one a duplicate), a copy of one applied
+    event with any one field changed is refused, naming its id and that field; everything delivered
+    before it counts as the duplicate it is, and the replica's state is what it was. Identical copies
+    delivered afterwards are still duplicates."""
+    log = order_log()
+    stored = fill(log, history * 2, chained=chained)  # at least 2 events, often more than a batch
+    replica = _built(log, stored, how, rnd)
+    victim = stored[data.draw(st.integers(0, len(stored) - 1), label="victim")]
+    assume(field != "after" or victim.position > 0)
+    forged = _changed(victim, field, data)
+    copies = [LoggedEvent(**e.model_dump()) for e in stored]  # equal to the applied events, not them
+    rnd.shuffle(copies)
+    k = data.draw(st.integers(0, len(copies)), label="where")
+    before, duplicates = _observed(replica), replica.duplicates
+    with pytest.raises(
+        LogCorrupted, match=rf"event '{victim.id}' claim log position {victim.position}"
+    ) as refused:
+        _deliver(replica, [*copies[:k], forged, *copies[k:]], one_at_a_time)
+    assert f"in {field} " in str(refused.value) or f", {field} " in str(refused.value)
+    assert _observed(replica) == before and replica.duplicates == duplicates + k
+    assert replica.deliver(copies) == 0 and replica.duplicates == duplicates + k + len(copies)
+    assert _observed(replica) == before
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    ops.filter(bool),
+    st.booleans(),
+    st.sampled_from(["shuffled", "one_at_a_time", "track_root"]),
+    st.sampled_from(CONTENT),
+    st.data(),
+    st.booleans(),
+)
+def test_the_logs_event_after_a_different_copy_was_applied_is_refused(
+    history: list[tuple[str, str]],
+    chained: bool,
+    how: str,
+    field: str,
+    data: st.DataObject,
+    one_at_a_time: bool,
+) -> None:
+    """A changed copy applied first, the log's own event arriving after it is refused too when they differ
+    in what the replica keeps (its fingerprint, and every field when it tracks the root). When they
+    differ only in a field that applying ignores (producer, producer_seq, deps, after), a replica that
+    does not track the root cannot tell, and its state is the log's either way."""
+    log = order_log()
+    stored = fill(log, history * 2, chained=chained)
+    victim = stored[data.draw(st.integers(0, len(stored) - 1), label="victim")]
+    assume(field != "after" or victim.position > 0)
+    forged = _changed(victim, field, data)
+    replica = Replica(order_machine(), log, track_root=how == "track_root")
+    try:
+        _deliver(
+            replica, [forged if e is victim else e for e in stored], how == "one_at_a_time" or one_at_a_time
+        )
+    except LogCorrupted:
+        event("the changed copy contradicts the log's record numbers on its own")
+        return
+    if replica.position <= victim.position:
+        event("the changed copy waits for an event that never comes")
+        return
+    before = _observed(replica)
+    if field in FINGERPRINTED or how == "track_root":
+        event("the log's event is refused")
+        with pytest.raises(LogCorrupted, match=rf"event '{victim.id}' claim log position {victim.position}"):
+            replica.deliver([victim])
+        assert _observed(replica) == before
+    else:
+        event("the log's event is a duplicate, and the state is the log's")
+        assert replica.deliver([victim]) == 0
+        assert replica.digest() == synced(log).digest()
+
+
+@pytest.mark.parametrize("field", CONTENT)
+def test_copies_spread_over_a_long_log_are_compared_with_the_log_too(field: str) -> None:
+    """Copies far apart in the log are looked up by id (not by reading the range they span), and a copy
+    whose id the log holds at another position by its position."""
+    log = order_log()
+    stored = fill(log, [(RECORDS[i % 3], "restock") for i in range(300)], chained=True)
+    spread = [*stored[0:300:20], stored[299]]  # a batch: the replica compares its copies all at once
+    replica = synced(log)
+    assert replica.deliver([LoggedEvent(**e.model_dump()) for e in spread]) == 0 and replica.duplicates == 16
+    value = {"record": "o9", "event": "pay", "record_seq": 5, "producer": "q", "producer_seq": 1,
+             "deps": (), "after": (1,)}[field]  # fmt: skip
+    forged = LoggedEvent(**{**stored[140].model_dump(), field: value})
+    before = _observed(replica)
+    with pytest.raises(LogCorrupted, match=f"event 'e140' claim log position 140.* in {field} "):
+        replica.deliver([*spread[:7], forged, *spread[8:]])
+    assert _observed(replica) == before and replica.duplicates == 16 + 7
+    elsewhere = LoggedEvent(**{**stored[0].model_dump(), "id": "e150"})  # the log holds e150 at 150
+    foreign = Replica(order_machine(), log)
+    foreign.deliver([elsewhere, *stored[1:]])
+    with pytest.raises(LogCorrupted, match="two different events claim log position 0: 'e0' and 'e150'"):
+        foreign.deliver([elsewhere, *spread[1:]])
+
+
+def test_copies_are_compared_with_a_durable_log(log_url: str, log_name: str) -> None:
+    """The events a durable log reads back are equal to the ones it was given, so their copies are
+    duplicates there too (read by another handle, one at a time or in a batch), and a changed one is
+    refused."""
+    log = order_log(log_url, name=log_name)
+    stored = fill(log, [(RECORDS[i % 3], order_machine().events[i % 5]) for i in range(24)], chained=True)
+    replica = synced(log)
+    copies = order_log(log_url, name=log_name).read()
+    random.Random(1).shuffle(copies)
+    assert replica.deliver(copies) == 0 and replica.deliver(copies[:3]) == 0 and replica.duplicates == 27
+    forged = LoggedEvent(**{**stored[5].model_dump(), "producer_seq": 99})
+    with pytest.raises(LogCorrupted, match="differs from the log's event there in producer_seq 99"):
+        replica.deliver([*copies, forged])
+    with pytest.raises(LogCorrupted, match="differs from the log's event there in producer_seq 99"):
+        replica.deliver([forged])
+    assert replica.position == 24 and replica.digest() == synced(log).digest()
+
+
+def test_a_copy_is_compared_with_a_log_that_does_not_hold_its_event_by_its_fingerprint_only() -> None:
+    """Events delivered by hand to a replica of an empty log: a copy of an applied one is refused when its
+    id, record, event or record_seq differ, and taken as a duplicate otherwise (the log has nothing to
+    compare the rest with)."""
+    replica = Replica(order_machine(), order_log())
+    first = logged(0, 0, "restock", "e0")
+    replica.deliver([first])
+    with pytest.raises(LogCorrupted, match="claim log position 0"):
+        replica.deliver([logged(0, 0, "pay", "e0")])
+    assert replica.deliver([LoggedEvent(**{**first.model_dump(), "producer": "q"})]) == 0
+    assert replica.duplicates == 1 and replica.state("o")["stock"] == 1
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.text(max_size=20), st.text(max_size=20), st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1)
+        ),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_the_folds_fingerprints_are_the_ones_a_single_event_gets(
+    rows: list[tuple[str, str, int, int]],
+) -> None:
+    """The fold computes `hash((id, record, code, record_seq))` for a whole batch with numpy, from the
+    hashes of the ids and records, the codes (int32) and the record_seqs: it is Python's own hash."""
+    assert _replica._NUMPY_FINGERPRINTS
+    got = _replica._tuple_hashes(
+        np.array([hash(r[0]) for r in rows], dtype=np.int64),
+        np.array([hash(r[1]) for r in rows], dtype=np.int64),
+        np.array([r[2] for r in rows], dtype=np.int32),
+        np.array([r[3] for r in rows], dtype=np.int64),
+    )
+    assert got.tolist() == [hash(r) for r in rows]
+
+
+@pytest.mark.parametrize("vectorized", [True, False])
+def test_a_fold_keeps_the_fingerprint_of_each_event(
+    monkeypatch: pytest.MonkeyPatch, vectorized: bool
+) -> None:
+    """Hashed with numpy, or tuple by tuple (an interpreter whose hash numpy does not reproduce), a fold
+    keeps the fingerprint a single event gets, and a copy that differs from it is refused."""
+    monkeypatch.setattr(_replica, "_NUMPY_FINGERPRINTS", vectorized)
+    log = order_log()
+    stored = fill(log, [(RECORDS[i % 3], order_machine().events[i % 5]) for i in range(40)], chained=True)
+    replica = synced(log)
+    index = {name: i for i, name in enumerate(order_machine().events)}
+    assert replica._prints.tolist() == [_replica._fingerprint(e, index[e.event]) for e in stored]
+    with pytest.raises(LogCorrupted, match="differs from the event this replica applied there"):
+        replica.deliver([*stored, LoggedEvent(**{**stored[7].model_dump(), "event": "refund"})])
 
 
 # -- dependencies that can never be applied -----------------------------------------------------------------
