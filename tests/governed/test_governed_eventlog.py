@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from hypothesis import given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from govern.runtime._eventlog import (
@@ -19,6 +20,7 @@ from govern.runtime._eventlog import (
     EventLog,
     EventLogError,
     LogCorrupted,
+    LoggedEvent,
     MachineMismatch,
     MissingDependency,
 )
@@ -86,6 +88,50 @@ def test_same_id_different_content_is_refused(any_log_url: str, log_name: str) -
     with pytest.raises(EventConflict, match="sequence number 0"):
         log.append(ev("other", name="pay"))
     assert log.length() == 1
+
+
+CHANGES: dict[str, st.SearchStrategy[Any]] = {
+    "record": st.sampled_from(["o1", "o2", "o9"]),
+    "event": st.sampled_from(EVENTS),
+    "producer": st.sampled_from(["p", "q", "mallory"]),
+    "producer_seq": st.integers(0, 2**63 - 2),
+    "deps": st.sampled_from([(), ("a",), ("b",), ("a", "b"), ("missing",)]),
+}
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.sampled_from(sorted(CHANGES)), st.data())
+def test_an_id_names_one_content_on_every_store(any_log_url: str, field: str, data: st.DataObject) -> None:
+    """An event whose id the log holds is taken as a retry (the existing position, nothing written) only
+    with the same content; any one field changed is refused with `EventConflict`, whether it is
+    appended alone, in a batch (nothing of which is written), or copied from another log."""
+    log = bound(any_log_url, f"log-{uuid.uuid4().hex[:12]}")
+    log.append_many([ev("a"), ev("b", record="o2", producer="q", seq=0), ev("c", seq=1, deps=("a", "b"))])
+    stored = log.read()
+    victim = stored[data.draw(st.integers(0, 2), label="victim")]
+    fields = victim.model_dump(include=set(Event.model_fields))
+    value = data.draw(CHANGES[field].filter(lambda v: v != fields[field]), label=field)
+    if field == "deps":
+        assume(sorted(value) != sorted(victim.deps))  # the order of dependencies is not content
+    changed = Event(**{**fields, field: value})
+    # The same change as another log holds it: its own name, position and numbers.
+    copied = LoggedEvent(
+        **{**victim.model_dump(), field: value, "log": "other", "position": 7, "record_seq": 3}
+    )
+    for attempt in (
+        lambda: log.append(changed),
+        lambda: log.append_many([changed]),
+        lambda: log.append_many([ev("new", seq=7), changed]),
+        lambda: log.append(copied),
+    ):
+        with pytest.raises(
+            EventConflict, match=f"event id {victim.id!r} is already at position {victim.position}"
+        ):
+            attempt()
+        assert log.read() == stored
+    again = [log.append(Event(**fields)), log.append(LoggedEvent(**{**victim.model_dump(), "position": 9}))]
+    assert [(a.created, a.event) for a in again] == [(False, victim), (False, victim)]
+    assert log.read() == stored
 
 
 def test_dependencies_must_already_be_in_the_log(any_log_url: str, log_name: str) -> None:
