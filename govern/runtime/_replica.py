@@ -158,76 +158,39 @@ _FIELDS = tuple(LoggedEvent.model_fields)
 
 
 def _fingerprint(event: LoggedEvent, code: int) -> int:
-    """What a replica keeps of each event it applied (8 bytes): the hash of its id, record, event (`code`,
-    its index in the machine) and record_seq, the fields that decide what applying it does. A copy that
+    """What a replica keeps of each event it applied (8 bytes): a mix of its id, record, event (`code`, its
+    index in the machine) and record_seq, the fields that decide what applying it does. A copy that
     matches it is compared in every field on the duplicate path only (`Replica._unlike_applied`), and
     `machine` and `log` are checked on every event.
 
     The string hashes are keyed per process, so a different copy with the same fingerprint is not found
     by accident; it is still a hash, not a proof (a signed Merkle root is that)."""
-    return hash((event.id, event.record, code, event.record_seq))
+    return _mix(hash(event.id), hash(event.record), code, event.record_seq)
 
 
-# CPython's hash of a tuple (Objects/tupleobject.c, xxHash's round on each item's hash), for 64-bit
-# hashes; `_fingerprints` computes it for a whole batch with numpy, from arrays the fold builds anyway.
-_U = np.uint64
-_XXPRIME_1, _XXPRIME_2 = _U(11400714785074694791), _U(14029467366897019727)
-_XXPRIME_5 = 2870177450012600261
-_TUPLE_TAIL = _U(4 ^ (_XXPRIME_5 ^ 3527539))  # for a tuple of 4 items
-_INT_MODULUS = np.int64(2**61 - 1)  # hash(n) for an int n >= 0 is n % (2**61 - 1)
+# Odd 64-bit multipliers: each is invertible modulo 2**64, so a change in any one input changes the mix.
+_K_RECORD, _K_EVENT, _K_SEQ = 0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9
+_K = np.array([_K_RECORD, _K_EVENT, _K_SEQ], dtype=np.uint64)
+_MASK = 2**64 - 1
 
 
-def _tuple_hashes(ids: np.ndarray, records: np.ndarray, codes: np.ndarray, seqs: np.ndarray) -> np.ndarray:
-    """hash((id, record, code, record_seq)) of many events: the hashes of their ids and records (int64),
-    their codes and record_seqs (int64 >= 0). uint64 arithmetic wraps mod 2**64, as CPython's does."""
-    if seqs.size and seqs.max() >= _INT_MODULUS:
-        seqs = seqs % _INT_MODULUS  # n % m is n below m: only a huge record_seq needs it
-    lanes = (ids.view(_U), records.view(_U), codes.astype(_U), seqs.view(_U))
-    acc = np.full(ids.shape, _XXPRIME_5, dtype=_U)
-    for lane in lanes:
-        acc += lane * _XXPRIME_2
-        acc = (acc << _U(31)) | (acc >> _U(33))
-        acc *= _XXPRIME_1
-    acc += _TUPLE_TAIL
-    out = acc.view(np.int64)
-    out[out == -1] = 1546275796  # -1 is no hash: CPython returns this instead
-    return out
-
-
-def _numpy_matches_hash() -> bool:
-    """True when `_tuple_hashes` is this interpreter's hash() of a tuple (checked once, at import): on
-    another one (32-bit hashes, another implementation) the fold hashes its tuples one by one."""
-    ids, records = ["", "e0", "ev-" + "9" * 40, "\u00e9\U0001f600"], ["o", "order-1", "r" * 200, "x\ty"]
-    codes, seqs = [0, 1, 7, 2**31], [0, 1, 2**61 - 2, 2**63 - 1]
-    cases = [(i, r, c, q) for i in ids for r in records for c in codes for q in seqs]
-    try:
-        got = _tuple_hashes(
-            np.array([hash(c[0]) for c in cases], dtype=np.int64),
-            np.array([hash(c[1]) for c in cases], dtype=np.int64),
-            np.array([c[2] for c in cases], dtype=np.int64),
-            np.array([c[3] for c in cases], dtype=np.int64),
-        )
-    except (OverflowError, ValueError, TypeError):
-        return False
-    return bool(got.tolist() == [hash(c) for c in cases])
-
-
-_NUMPY_FINGERPRINTS = _numpy_matches_hash()
+def _mix(id_hash: int, record_hash: int, code: int, record_seq: int) -> int:
+    """id_hash + K1 * record_hash + K2 * code + K3 * record_seq modulo 2**64, as a signed 64-bit int:
+    the same number `_fingerprints` computes with numpy for a whole batch."""
+    mixed = (id_hash + _K_RECORD * record_hash + _K_EVENT * code + _K_SEQ * record_seq) & _MASK
+    return mixed - (1 << 64) if mixed >> 63 else mixed
 
 
 def _fingerprints(
     events: list[LoggedEvent], names: list[str], rec: np.ndarray, codes: np.ndarray, seqs: np.ndarray
 ) -> bytes:
     """The `_fingerprint`s of `events` (their record keys are `names[rec[i]]`, their codes and record_seqs
-    `codes` and `seqs`), as the bytes of an array("q")."""
-    if _NUMPY_FINGERPRINTS:
-        ids = np.fromiter(map(hash, map(_ID, events)), dtype=np.int64, count=len(events))
-        records = np.fromiter(map(hash, names), dtype=np.int64, count=len(names))[rec]
-        return _tuple_hashes(ids, records, codes, seqs).tobytes()
-    keys = [names[i] for i in rec.tolist()]
-    return array(
-        "q", map(hash, zip(map(_ID, events), keys, codes.tolist(), seqs.tolist(), strict=True))
-    ).tobytes()
+    `codes` and `seqs`, integers >= 0), as the bytes of an array("q"): `_mix` in uint64 arithmetic, which
+    wraps modulo 2**64."""
+    ids = np.fromiter(map(hash, map(_ID, events)), dtype=np.int64, count=len(events)).view(np.uint64)
+    records = np.fromiter(map(hash, names), dtype=np.int64, count=len(names)).view(np.uint64)[rec]
+    mixed = ids + records * _K[0] + codes.astype(np.uint64) * _K[1] + seqs.astype(np.uint64) * _K[2]
+    return bytes(mixed.view(np.int64).tobytes())
 
 
 def _differences(copy: LoggedEvent, other: LoggedEvent) -> str:
@@ -503,9 +466,7 @@ class Replica:
                 return False
             pos = event.position
             if pos < start:
-                if pos >= base and prints[pos - base] != hash(  # _fingerprint, inline
-                    (event.id, event.record, index[event.event], event.record_seq)
-                ):
+                if pos >= base and prints[pos - base] != _fingerprint(event, index[event.event]):
                     return False
                 copies.append(event)
                 positions.append(pos)
@@ -858,8 +819,7 @@ class Replica:
         if event.position == self._position:
             if tree is not None:
                 tree.append(event.leaf())
-            # _fingerprint, inline: this runs once per event
-            self._prints.append(hash((event.id, record, code, seq)))
+            self._prints.append(_mix(hash(event.id), hash(record), code, seq))  # _fingerprint, inline
             self._last = event
             self._position += 1
             while self._position in self._ahead:

@@ -4,6 +4,7 @@ exact matching of a family's tool arguments."""
 from __future__ import annotations
 
 import random
+from array import array
 from pathlib import Path
 from typing import Any
 
@@ -416,25 +417,25 @@ def test_a_copy_is_compared_with_a_log_that_does_not_hold_its_event_by_its_finge
 def test_the_folds_fingerprints_are_the_ones_a_single_event_gets(
     rows: list[tuple[str, str, int, int]],
 ) -> None:
-    """The fold computes `hash((id, record, code, record_seq))` for a whole batch with numpy, from the
-    hashes of the ids and records, the codes (int32) and the record_seqs: it is Python's own hash."""
-    assert _replica._NUMPY_FINGERPRINTS
-    got = _replica._tuple_hashes(
-        np.array([hash(r[0]) for r in rows], dtype=np.int64),
-        np.array([hash(r[1]) for r in rows], dtype=np.int64),
-        np.array([r[2] for r in rows], dtype=np.int32),
-        np.array([r[3] for r in rows], dtype=np.int64),
-    )
-    assert got.tolist() == [hash(r) for r in rows]
+    """The fold mixes the hashes of the ids and records with the codes (int32) and the record_seqs for a
+    whole batch with numpy (uint64, wrapping): the same numbers `_mix` gives one event at a time."""
+    events = [
+        LoggedEvent(
+            id=f"e{i}-{r[0]!r}", machine="0" * 64, record=f"r-{r[1]!r}", event="pay", producer="p",
+            producer_seq=i, record_seq=r[3], position=i, log="l",
+        )
+        for i, r in enumerate(rows)
+    ]
+    names = sorted({e.record for e in events})
+    rec = np.array([names.index(e.record) for e in events], dtype=np.int64)
+    codes = np.array([r[2] for r in rows], dtype=np.int32)
+    seqs = np.array([r[3] for r in rows], dtype=np.int64)
+    got = array("q", _replica._fingerprints(events, names, rec, codes, seqs)).tolist()
+    assert got == [_replica._fingerprint(e, r[2]) for e, r in zip(events, rows, strict=True)]
 
 
-@pytest.mark.parametrize("vectorized", [True, False])
-def test_a_fold_keeps_the_fingerprint_of_each_event(
-    monkeypatch: pytest.MonkeyPatch, vectorized: bool
-) -> None:
-    """Hashed with numpy, or tuple by tuple (an interpreter whose hash numpy does not reproduce), a fold
-    keeps the fingerprint a single event gets, and a copy that differs from it is refused."""
-    monkeypatch.setattr(_replica, "_NUMPY_FINGERPRINTS", vectorized)
+def test_a_fold_keeps_the_fingerprint_of_each_event() -> None:
+    """A fold keeps the fingerprint a single event gets, and a copy that differs from it is refused."""
     log = order_log()
     stored = fill(log, [(RECORDS[i % 3], order_machine().events[i % 5]) for i in range(40)], chained=True)
     replica = synced(log)
