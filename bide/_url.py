@@ -130,6 +130,11 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
     # The port is checked before SQLAlchemy reads it: its own complaint is int()'s.
     authority = sqlalchemy_url.split("//", 1)[1].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
     _, colon, port = (authority.rpartition("]")[2] if authority.startswith("[") else authority).partition(":")
+    if colon and "," in authority:
+        raise StoreURLError(
+            f"{shown!r}: several hosts go in the query, not before the path: write "
+            "postgresql://user@/dbname?host=host1:5432&host=host2:5432"
+        )
     if colon:
         _check_port(shown, port)
     try:
