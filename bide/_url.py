@@ -132,8 +132,8 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
     _, colon, port = (authority.rpartition("]")[2] if authority.startswith("[") else authority).partition(":")
     if colon and "," in authority:
         raise StoreURLError(
-            f"{shown!r}: several hosts go in the query, not before the path: write "
-            "postgresql://user@/dbname?host=host1:5432&host=host2:5432"
+            f"{shown!r} is not a usable PostgreSQL URL: several hosts go in the query, not before the "
+            "path: write postgresql://user@/dbname?host=host1:5432&host=host2:5432"
         )
     if colon:
         _check_port(shown, port)
