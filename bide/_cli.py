@@ -112,8 +112,8 @@ def open_store_or_exit_code(args: argparse.Namespace, *, create: bool = False) -
 
 def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     """Open the store named by --store and --table-prefix. A store that is not there is exit 4 and is left
-    as it was: no SQLite file is ever created, and bide's tables are created in an existing database only
-    with `create` (`bide worker`, which serves a store rather than reading one)."""
+    as it was: no SQLite file or PostgreSQL database is ever created, and bide's tables are created in an
+    existing database only with `create` (`bide worker`, which serves a store rather than reading one)."""
     from ._open import open_store
     from ._url import StoreURLError, parse_store_url
 

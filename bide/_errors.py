@@ -7,7 +7,7 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     │   └── RunMismatch                   the run exists with another input or entry point
     ├── StoreError                        the store failed or holds something unexpected
     │   └── JournalFormatError            the run was written in another journal format
-    ├── StoreNotFound                     no store at that URL (opened with create=False)
+    ├── StoreNotFound                     no store at that URL (create=False), no such PostgreSQL database
     ├── ModelError                        the model call failed (after retries)
     ├── RunLimitExceeded                  the run used up max_turns
     ├── OutputInvalid                     the final answer never validated against output_type
@@ -100,7 +100,8 @@ class StoreError(BideError):
 
 class StoreNotFound(BideError):
     """`open_store(url, create=False)` found no store there: no SQLite file, or a database without bide's
-    tables under that table prefix. Nothing was created; check the URL and the table prefix.
+    tables under that table prefix. Nothing was created; check the URL and the table prefix. Raised with
+    `create=True` too for a PostgreSQL database that does not exist: bide creates tables, never databases.
     """
 
 

@@ -23,7 +23,8 @@ def open_store(url: str = "sqlite:///bide.db", *, table_prefix: str = "bide_", c
     saying what to write instead, before anything is created. `table_prefix` names the SQL tables
     (``<prefix>records``, ``<prefix>runs``); they are created when missing. With `create=False` a store must
     be there already: a missing SQLite file or a database without those tables raise `bide.StoreNotFound`,
-    and nothing is created or changed (a ``memory://`` store is always there).
+    and nothing is created or changed (a ``memory://`` store is always there). A PostgreSQL database that
+    does not exist raises `bide.StoreNotFound` with `create=True` too: bide creates tables, never databases.
     """
     where = parse_store_url(url)
     if where.kind == "memory":

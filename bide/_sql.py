@@ -57,6 +57,7 @@ import gc
 import operator
 import os
 import queue
+import shlex
 import sqlite3
 import threading
 import time
@@ -85,7 +86,7 @@ from ._store import (
     refuse_fence,
     written_by,
 )
-from ._url import without_password
+from ._url import refused_option, without_password
 
 __all__ = ["SQLStore"]
 
@@ -220,7 +221,8 @@ class SQLStore:
         """Open the store at `url` (``sqlite:///path`` or ``postgresql://...``; see `open_store`), creating
         its tables if they are missing. With `create=False` nothing is created: a missing SQLite file or a
         database without this prefix's tables raise `StoreNotFound`, and the file or database is left as
-        it was. Tables made by an earlier bide are brought up to date either way."""
+        it was. A PostgreSQL database that does not exist raises `StoreNotFound` either way (bide creates
+        tables, never databases). Tables made by an earlier bide are brought up to date either way."""
         if not table_prefix or not set(table_prefix) <= _IDENT_OK:
             raise ConfigError(f"table_prefix must be letters, digits and underscores, got {table_prefix!r}")
         self.url = url
@@ -435,6 +437,8 @@ class SQLStore:
         return records, runs
 
     def _prepare_schema(self, *, create: bool) -> None:
+        if self.dialect == "postgresql":
+            self._connect_once()
         if not create:
             self._require_schema()
 
@@ -448,6 +452,27 @@ class SQLStore:
             _SCHEMA_RETRY.run_sync(prepare, _schema_race)
         except sa.exc.DBAPIError as exc:
             raise StoreError(f"cannot create bide tables in {without_password(self.url)}: {exc}") from exc
+
+    def _connect_once(self) -> None:
+        """Connect to PostgreSQL before the tables are looked at: a database that does not exist raises
+        `StoreNotFound` and an option value libpq refuses `StoreURLError`; any other failure is the
+        store's (`StoreError`)."""
+        where = without_password(self.url)
+        try:
+            with self.engine.connect():
+                pass
+        except sa.exc.DBAPIError as exc:
+            database = _missing_database(exc.orig)
+            if database is not None:
+                raise StoreNotFound(
+                    f'no bide store at {where}: the database "{database}" does not exist, and bide creates '
+                    f"tables, never databases: create it (e.g. createdb {shlex.quote(database)}) or name an "
+                    "existing database"
+                ) from exc
+            refused = refused_option(self.url, self.engine.url.query, str(exc.orig))
+            if refused is not None:
+                raise refused from exc
+            raise StoreError(f"cannot connect to the store {where}: {exc}") from exc
 
     def _require_schema(self) -> None:
         """Raise `StoreNotFound` unless the database holds this prefix's tables, changing nothing: a SQLite
@@ -1379,6 +1404,21 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
             raise StoreNotFound(f"no bide store at {where}: the file is not a database") from None
         raise StoreError(f"cannot read the SQLite database {where}: {exc}") from exc
     return {name for (name,) in rows}
+
+
+def _missing_database(error: BaseException | None) -> str | None:
+    """The name of the database, when connecting failed because the server has none by that name
+    (SQLSTATE 3D000); else None."""
+    pgconn = getattr(error, "pgconn", None)
+    if pgconn is None:
+        return None
+    name: str = pgconn.db.decode(errors="replace")
+    # psycopg gives no SQLSTATE for an error at connect (libpq keeps the server's fields to itself), so the
+    # server's message for the very name asked for stands in for it; a server that answers in another
+    # language leaves the failure a store failure.
+    if getattr(error, "sqlstate", None) == "3D000" or f'database "{name}" does not exist' in str(error):
+        return name
+    return None
 
 
 def _retryable(exc: BaseException) -> bool:

@@ -13,8 +13,11 @@ Everything else is refused with `StoreURLError` and a hint: ``sqlite:/bide.db`` 
 (one or two slashes: it is not clear whether an absolute path was meant) get "did you mean
 sqlite:///bide.db?", ``memory`` gets "did you mean memory://?", a PostgreSQL URL without psycopg installed
 gets the pip command, an unknown scheme the list above. A PostgreSQL URL that no server could be asked for
-(a port that is not a port number, a host that is not a host name, an option libpq does not know) is
-refused here too, before any connection is tried: a typo is the caller's to fix, not a store failure.
+(a port that is not a port number, a host that is not a host name, an option libpq does not know, a
+connect_timeout psycopg cannot read) is refused here too, before any connection is tried: a typo is the
+caller's to fix, not a store failure. libpq checks the values of its other options (``sslmode``,
+``target_session_attrs``, ...) only when it starts connecting, before it connects to the server;
+`refused_option` turns that refusal into the same `StoreURLError`.
 """
 
 from __future__ import annotations
@@ -22,18 +25,26 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
 
 from ._errors import StoreURLError
 
-__all__ = ["StoreURL", "StoreURLError", "parse_store_url", "without_password"]
+__all__ = ["StoreURL", "StoreURLError", "parse_store_url", "refused_option", "without_password"]
 
 _FORMS = "a file path (bide.db), sqlite:///path, postgresql://user@host/db, or memory://"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _PASSWORD = re.compile(r"^([^/]*//[^/@:]*):[^/@]*@")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _POSTGRESQL_FORM = "write postgresql://user:password@host:5432/dbname"
+_LIBPQ_OPTIONS = "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS"
+# libpq's messages for an option value it refuses (fe-connect.c): 'invalid sslmode value: "bogus"', and
+# 'invalid integer value "abc" for connection option "keepalives"'.
+_LIBPQ_REFUSED = re.compile(
+    r'invalid (?P<option>\w+) value: "[^"\n]*"'
+    r'|invalid integer value "[^"\n]*" for connection option "(?P<integer>\w+)"'
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,10 +130,10 @@ def without_password(url: str) -> str:
 
 def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
     """Refuse a PostgreSQL URL that names no server: the options SQLAlchemy would hand psycopg must be a
-    connection string libpq reads, with port numbers for ports and host names, IP addresses or socket
-    directories for hosts. Nothing is connected to."""
+    connection string libpq reads, with port numbers for ports, host names, IP addresses or socket
+    directories for hosts, and a connect_timeout psycopg reads. Nothing is connected to."""
     from psycopg import Error as PsycopgError
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
@@ -141,6 +152,8 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
         parsed = make_url(sqlalchemy_url)
         _, params = parsed.get_dialect()().create_connect_args(parsed)
         options = conninfo_to_dict(make_conninfo("", **params))
+        if "connect_timeout" in options:  # psycopg reads it itself, before libpq sees the URL
+            timeout_from_conninfo(options)
     except (ValueError, ArgumentError, PsycopgError) as exc:
         reason = str(exc).strip().replace("\n", " ").replace(sqlalchemy_url, without_password(sqlalchemy_url))
         raise StoreURLError(
@@ -155,6 +168,19 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
                 f"{shown!r} is not a usable PostgreSQL URL: the host {host!r} is not a host name, an IP "
                 f"address or a socket directory; {_POSTGRESQL_FORM}"
             )
+
+
+def refused_option(url: str, options: Collection[str], error: str) -> StoreURLError | None:
+    """The `StoreURLError` for a connection that failed because libpq refused the value of one of
+    `options`, the options the URL sets; `error` is the connect error's message. None for any other
+    failure."""
+    match = _LIBPQ_REFUSED.search(error)
+    if match is None or (option := match["option"] or match["integer"]) not in options:
+        return None
+    return StoreURLError(
+        f"{without_password(url)!r} is not a usable PostgreSQL URL: libpq refuses its option {option} "
+        f"({match.group(0)}); the options and the values they take: {_LIBPQ_OPTIONS}"
+    )
 
 
 def _check_port(shown: str, port: str) -> None:

@@ -79,6 +79,7 @@ def test_the_same_forms_open_both(opener: str, form: str, in_tmp: Path) -> None:
         ("postgresql+asyncpg://u@h/db", "psycopg only"),
         ("postgresql:db", "postgresql://user@host/dbname"),
         ("postgresql://u@h1:5432,h2:5433/db", "?host=host1:5432&host=host2:5432"),
+        ("postgresql://u@h/db?connect_timeout=abc", "connect_timeout"),
         ("", "URL is required"),
         ("nowhere/at/all/x.db", "does not exist"),
     ],

@@ -5,8 +5,10 @@ subprocesses (docs/cli.md):
   store at ..." with exit 4 and leaves the SQLite file, or the PostgreSQL database, exactly as it was: no
   file, no table, no WAL is created;
 - a malformed PostgreSQL URL is a usage error (exit 2, the message names what is wrong) for `bide`, `bide
-  worker` and `bide-audit export` alike, where a well-formed URL of a server that does not answer is "the
-  store failed" (exit 6).
+  worker` and `bide-audit export` alike, and so is an option value libpq refuses (``?sslmode=bogus``),
+  where a well-formed URL of a server that does not answer is "the store failed" (exit 6);
+- a database the server does not have is "no bide store" (exit 4) for them all, `bide worker` included:
+  bide creates tables, never databases.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import sys
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -182,6 +185,80 @@ def test_a_well_formed_url_of_a_server_that_does_not_answer_is_a_store_failure(
                    cwd=tmp_path)  # fmt: skip
     for done in (runs, worker, exported):
         assert done.returncode == 6, (done.args, done.stdout + done.stderr)
+
+
+def _pg_url(**parts: Any) -> str:
+    """PG_URL with `parts` (database, password, port, query) replaced, the password written out."""
+    return sa.make_url(PG_URL).set(**parts).render_as_string(hide_password=False)
+
+
+def _databases() -> set[str]:
+    engine = sa.create_engine(PG_URL)
+    try:
+        with engine.connect() as conn:
+            return set(conn.exec_driver_sql("SELECT datname FROM pg_database").scalars())
+    finally:
+        engine.dispose()
+
+
+def _every_command(url: str, prefix: str, key: Path, cwd: Path) -> list[subprocess.CompletedProcess[str]]:
+    """`bide runs`, `show`, `worker --once` and `cancel`, and `bide-audit export`, on the store at `url`."""
+    store = ("--store", url, "--table-prefix", prefix)
+    calls = [("runs", *store), ("show", "r", *store), ("worker", "--app", "no.such:app", "--once", *store),
+             ("cancel", "r", *store)]  # fmt: skip
+    exported = run("bide-audit", "export", "--store", url, "--run", "r", "--key", str(key), "-o", "x.json",
+                   cwd=cwd)  # fmt: skip
+    return [*run_all("bide", calls, cwd), exported]
+
+
+@pytest.mark.postgres
+def test_a_postgresql_database_that_does_not_exist_is_not_found_everywhere(
+    tmp_path: Path, key_file: Path
+) -> None:
+    name = f"bide_absent_{uuid.uuid4().hex[:10]}"
+    url = _pg_url(database=name, password="secret")
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    for done in _every_command(url, prefix, key_file, tmp_path):
+        said = done.stdout + done.stderr
+        assert done.returncode == 4, (done.args, said)
+        assert f'database "{name}" does not exist' in said and f"createdb {name}" in said, (done.args, said)
+        assert "never databases" in said
+        assert "secret" not in said and "***" in said
+        assert "Traceback" not in said
+    assert name not in _databases()
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("sslmode", "bogus"), ("connect_timeout", "abc"), ("target_session_attrs", "nonsense"),
+     ("keepalives", "often")],
+)  # fmt: skip
+def test_an_option_value_libpq_refuses_is_a_usage_error_everywhere(
+    option: str, value: str, tmp_path: Path, key_file: Path
+) -> None:
+    url = _pg_url(password="secret", query={option: value})
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    for done in _every_command(url, prefix, key_file, tmp_path):
+        said = done.stdout + done.stderr
+        assert done.returncode == 2, (done.args, said)
+        assert "not a usable PostgreSQL URL" in said and option in said and value in said, (done.args, said)
+        assert "secret" not in said
+        assert "Traceback" not in said
+    assert _tables_with_prefix(PG_URL, prefix) == []
+    assert not (tmp_path / "x.json").exists()
+    # Refused before any connection: a server that is not there makes no difference.
+    nowhere = run("bide", "runs", "--store", _pg_url(port=1, query={option: value}), cwd=tmp_path)
+    assert nowhere.returncode == 2, nowhere.stderr
+
+
+@pytest.mark.postgres
+def test_open_store_refuses_a_missing_database_and_a_refused_option_value_even_with_create() -> None:
+    with pytest.raises(bide.StoreNotFound, match="does not exist"):
+        bide.open_store(_pg_url(database=f"bide_absent_{uuid.uuid4().hex[:10]}"), create=True)
+    with pytest.raises(bide.StoreURLError, match="sslmode"):
+        bide.open_store(_pg_url(query={"sslmode": "bogus"}), create=True)
 
 
 @pytest.mark.parametrize(
