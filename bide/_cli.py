@@ -12,7 +12,10 @@
 
 `--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes are the table shared with `govern`
 and `bide-audit` (`bide._cli_common`, printed by `bide --help`): 0 done; 2 bad usage; 3 a bug; 4 no such
-store, run or call; 5 refused (the message says why and what to do); 6 the store failed.
+store, run or call; 5 refused (the message says why and what to do); 6 the store failed. `bide resolve`
+interrupted (SIGINT) before its resolution is sent says none was recorded (130); after, it waits for the
+store's answer and reports it, unless interrupted again (130, "may or may not have been recorded"): see
+`interrupts_around_a_write`.
 
 Run ids, inputs, answers, record keys and every other string from the store are printed through
 `printable` (control characters shown as escapes); `--json` output is ASCII-escaped JSON.
@@ -28,13 +31,14 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._cli_common import (
     EXIT_NOT_FOUND,
@@ -55,6 +59,8 @@ from ._when import iso, seconds, when
 # The journal, the stores and their drivers (pydantic, SQLAlchemy) are imported by the commands that use
 # them, not here: `bide --help` and a usage error never pay for them.
 if TYPE_CHECKING:
+    from concurrent.futures import Future
+
     from ._journal import Journal
     from ._resolve import RunStatus
     from ._store import Lease, Store
@@ -81,6 +87,7 @@ STATUSES = (
 )  # fmt: skip
 _EVERY_LEASE_MS = 2**62  # expired_leases at this instant lists every lease of an unfinished run
 EXIT_INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
+_T = TypeVar("_T")
 
 
 class CLIError(Exception):
@@ -152,24 +159,32 @@ class StoppedWaiting(BaseException):
 def interrupts_around_a_write(what: str) -> Iterator[Callable[[], None]]:
     """SIGINT handling for a command that writes through a store, so that what it says is what was recorded.
 
-    The block gets `sending`, to call just before the write goes to the store. Until then a SIGINT
-    interrupts as usual (KeyboardInterrupt: nothing was sent). From then on the write commits or fails
-    whatever this process does (the store's thread carries it out, and closing the store waits for it), so
-    the first SIGINT only says that bide waits for the store's answer, which the command then reports as
-    usual. A second raises `StoppedWaiting`: the command must then say that `what` may or may not have been
-    recorded, and exit without closing the store (closing would wait for the answer too).
+    The block gets `sending`, to call just before the write goes to the store (from any thread). Until then
+    a SIGINT interrupts as usual (KeyboardInterrupt: nothing was sent), and `sending` called after it raises
+    KeyboardInterrupt too: a write made in another thread is never sent once the command took the interrupt.
+    Once `sending` was called the write commits or fails whatever this process does (the store's thread
+    carries it out, and closing the store waits for it), so the first SIGINT only says that bide waits for
+    the store's answer, which the command then reports as usual. A second raises `StoppedWaiting`: the
+    command must then say that `what` may or may not have been recorded, and exit without closing the store
+    (closing would wait for the answer too).
     """
-    sent = False
-    interrupted = False
+    sent = stopped = interrupted = False
+    # Reentrant: the handler runs in the main thread, which may be inside `sending` when the signal comes.
+    decided = threading.RLock()
 
     def sending() -> None:
         nonlocal sent
-        sent = True
+        with decided:
+            if stopped:
+                raise KeyboardInterrupt
+            sent = True
 
     def on_interrupt(signum: int, frame: FrameType | None) -> None:
-        nonlocal interrupted
-        if not sent:
-            raise KeyboardInterrupt
+        nonlocal stopped, interrupted
+        with decided:
+            if not sent:
+                stopped = True
+                raise KeyboardInterrupt
         if interrupted:
             raise StoppedWaiting
         interrupted = True
@@ -516,7 +531,7 @@ def _json_arg(text: str, what: str) -> Any:
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
     from ._outcome import Outcome
-    from ._resolve import resolve_halt
+    from ._resolve import aresolve_halt
 
     evidence = _json_arg(args.evidence, "--evidence") if args.evidence is not None else None
     if args.succeeded is not None:
@@ -526,12 +541,59 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     else:
         outcome = Outcome.not_started(evidence=evidence)
     store = open_cli_store(args)
-    try:
-        resolve_halt(store, args.run, args.call, outcome=outcome, clock_skew=args.clock_skew)
-    finally:
-        store.close()
-    say(f"resolved call {args.call} of run {args.run} as {outcome.kind}; run the agent again to go on")
+    run, call = args.run, args.call
+    with interrupts_around_a_write(f"the resolution of call {call} in run {run}") as sending:
+        resolving = _in_a_thread(
+            aresolve_halt(store, run, call, outcome=outcome, clock_skew=args.clock_skew, sending=sending)
+        )
+        abandoned = False
+        try:
+            resolving.result()
+        except KeyboardInterrupt:  # before the resolution was sent: `sending` now refuses to send it
+            say(
+                f"bide: interrupted; no resolution was recorded for call {call} of run {run}", file=sys.stderr
+            )
+            try:
+                resolving.exception()  # it gives back the run's lease, if it took it
+            except KeyboardInterrupt:
+                # Interrupted again: a lease it holds is left to expire (RESOLVE_LEASE_MS); nothing was sent.
+                abandoned = True
+            return EXIT_INTERRUPTED
+        except StoppedWaiting:
+            abandoned = True
+            say(
+                f"bide: stopped waiting: the resolution of call {call} in run {run} may or may not have been "
+                f"recorded; `bide show {shlex.quote(run)}` tells",
+                file=sys.stderr,
+            )
+            return EXIT_INTERRUPTED
+        finally:
+            if not abandoned:
+                store.close()
+    say(f"resolved call {call} of run {run} as {outcome.kind}; run the agent again to go on")
     return EXIT_OK
+
+
+def _in_a_thread(coroutine: Coroutine[Any, Any, _T]) -> Future[_T]:
+    """Run `coroutine` to its end on an event loop of its own, in a daemon thread.
+
+    The main thread waits on the future, so a SIGINT reaches it at once and it may stop waiting: in an
+    event loop the exception a signal handler raises lands anywhere, and asyncio swallows `StoppedWaiting`
+    raised in a callback. A daemon thread does not keep the process alive once the command gave up on it.
+    """
+    import asyncio
+    from concurrent.futures import Future
+
+    done: Future[_T] = Future()
+
+    def run() -> None:
+        try:
+            done.set_result(asyncio.run(coroutine))
+        except BaseException as exc:  # the main thread reports it (KeyboardInterrupt from `sending` too)
+            done.set_exception(exc)
+
+    threading.Thread(target=run, name="bide-resolve", daemon=True).start()
+    return done
 
 
 def _cmd_keygen(args: argparse.Namespace) -> int:

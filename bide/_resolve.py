@@ -78,9 +78,16 @@ def _same(result: ToolResult, outcome: Outcome) -> bool:
 
 
 async def resolve_in(
-    journal: Journal, call_id: str, outcome: Outcome, *, clock_skew: float, now: float | None = None
+    journal: Journal,
+    call_id: str,
+    outcome: Outcome,
+    *,
+    clock_skew: float,
+    now: float | None = None,
+    sending: Callable[[], None] | None = None,
 ) -> ToolResult | None:
-    """Record `outcome` for the call's live attempt. Returns the recorded result (None for not_started)."""
+    """Record `outcome` for the call's live attempt. Returns the recorded result (None for not_started).
+    `sending`, if given, is called just before the first record of the resolution goes to the store."""
     existing = journal.get(result_key(call_id))
     if isinstance(existing, ToolResult):
         if outcome.kind != "not_started" and _same(existing, outcome):
@@ -132,6 +139,8 @@ async def resolve_in(
         deadline_ms=now_ms,
         by="resolver",
     )
+    if sending is not None:
+        sending()
     stored, _ = await journal.awrite_one(marker)
     if not isinstance(stored, Attempt) or stored.claim != claim:
         raise HaltInFlight(
@@ -176,8 +185,11 @@ async def aresolve_halt(
     outcome: Outcome,
     clock_skew: float = DEFAULT_CLOCK_SKEW,
     clock: Callable[[], float] = time.time,
+    sending: Callable[[], None] | None = None,
 ) -> None:
-    """Async `resolve_halt`."""
+    """Async `resolve_halt`. `sending`, if given, is called just before the resolution goes to the store
+    (`bide resolve` learns there that an interrupt can no longer stop it); an exception it raises stops the
+    resolution, and the run's lease is given back."""
     clock_skew = seconds("clock_skew", clock_skew)
     if not isinstance(outcome, Outcome):
         raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
@@ -203,7 +215,7 @@ async def aresolve_halt(
                 retry_after=expires,
             )
         journal.fence = (holder, lease.token)
-        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew, now=clock())
+        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew, now=clock(), sending=sending)
     finally:
         if lease.held:
             await store.arelease(run_id, holder, lease.token)

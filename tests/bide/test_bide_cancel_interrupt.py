@@ -1,5 +1,5 @@
-"""`bide cancel` and `bide approve` interrupted (SIGINT, Ctrl-C) say what the store recorded, through a real
-child process.
+"""`bide cancel`, `bide approve` and `bide resolve` interrupted (SIGINT, Ctrl-C) say what the store
+recorded, through a real child process.
 
 The test holds the store's write lock (SQLite: `BEGIN IMMEDIATE` on its own connection; PostgreSQL: `LOCK
 TABLE ... IN EXCLUSIVE MODE`), so the command's cancel request waits; it sends SIGINT once it sees the
@@ -9,6 +9,10 @@ command does, so the command waits for the answer and reports it: the run's jour
 code and words must agree. A second SIGINT stops the waiting, and the command then says it does not know.
 Interrupted before the request is sent (while it reads the run), the command stops and says nothing was
 sent.
+
+`bide resolve` takes the run's lease before it writes, and the lease is a write too (on SQLite it waits for
+the test's lock): resolve_child.py pauses it once it holds the lease, so that the test takes the lock then,
+or interrupts it there.
 """
 
 from __future__ import annotations
@@ -149,22 +153,56 @@ def interrupted_cancel(
     return interrupted(["cancel", "r"], url, prefix, interrupts=interrupts, reads_too=reads_too)
 
 
+def bide_command(
+    arguments: list[str], url: str, prefix: str, *, cwd: Path = REPO, pause: Path | None = None
+) -> subprocess.Popen[str]:
+    """Start `bide ARGUMENTS` on the store; with `pause` (a directory), through resolve_child.py, which
+    stops once the resolver holds the run's lease until the test creates `pause`/go."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    program = [sys.executable, "-m", "bide._cli"]
+    if pause is not None:
+        program = [sys.executable, str(Path(__file__).with_name("resolve_child.py")), str(pause)]
+    command = [*program, *arguments, "--store", url, "--table-prefix", prefix]
+    return subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
+    )
+
+
+def wait_until_paused(child: subprocess.Popen[str], pause: Path) -> None:
+    """Wait until the child of `bide_command(..., pause=pause)` holds the run's lease and waits for go."""
+    while not (pause / "leased").exists():
+        assert child.poll() is None, child.communicate()
+        time.sleep(0.02)
+
+
 def interrupted(
-    arguments: list[str], url: str, prefix: str, *, interrupts: int, reads_too: bool = False, cwd: Path = REPO
+    arguments: list[str],
+    url: str,
+    prefix: str,
+    *,
+    interrupts: int,
+    reads_too: bool = False,
+    cwd: Path = REPO,
+    pause: Path | None = None,
 ) -> tuple[int, str, str]:
     """Run `bide ARGUMENTS` while the test holds the lock (`write_lock`), send it SIGINT once it waits for
-    the lock (a second one once it answered the first, if `interrupts` is 2), then let the lock go. Returns
+    the lock (a second one once it answered the first, if `interrupts` is 2), then let the lock go. With
+    `pause` the lock is taken once the command paused holding the run's lease (`bide_command`). Returns
     the exit code, stdout and stderr."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "bide._cli", *arguments, "--store", url, "--table-prefix", prefix]
-    with write_lock(url, prefix, reads_too=reads_too) as release:
-        sqlite = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
-        sleep_syscall = sqlite_busy_wait_syscall(sqlite) if sqlite else ""
-        child = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=cwd
-        )
-        errors = lines_of(child.stderr)
-        try:
+    child = None
+    try:
+        if pause is not None:
+            child = bide_command(arguments, url, prefix, cwd=cwd, pause=pause)
+            wait_until_paused(child, pause)
+        with write_lock(url, prefix, reads_too=reads_too) as release:
+            sqlite = url.removeprefix("sqlite:///") if url.startswith("sqlite:///") else None
+            sleep_syscall = sqlite_busy_wait_syscall(sqlite) if sqlite else ""
+            if pause is None:
+                child = bide_command(arguments, url, prefix, cwd=cwd)
+            else:
+                (pause / "go").touch()
+            assert child is not None
+            errors = lines_of(child.stderr)
             while not waits_for_the_lock(child.pid, url, prefix, sleep_syscall):
                 assert child.poll() is None, rest(errors)
                 time.sleep(0.02)
@@ -179,9 +217,9 @@ def interrupted(
                 child.wait(timeout=60)
             release()
             out, _ = child.communicate(timeout=120)
-        finally:
-            if child.poll() is None:
-                child.kill()
+    finally:
+        if child is not None and child.poll() is None:
+            child.kill()
     return child.returncode, out, answered + rest(errors)
 
 
@@ -271,4 +309,109 @@ def test_an_interrupted_approval_says_what_the_store_recorded(
     else:
         assert code == 130 and out == "", (code, out)
         assert "may or may not have been recorded" in said and "bide pending" in said, said
+    assert ANSWER_AWAITED in said, said
+
+
+@bide.tool(timeout=0.2)
+def send(to: str) -> str:
+    """Send a message (the connection drops after the request went out)."""
+    raise OSError("lost after the request went out")
+
+
+def a_halted_call(url: str, prefix: str) -> str:
+    """Leave run `r` halted on its `send` call, whose outcome is unknown, past the call's deadline (the
+    tests resolve with --clock-skew 0). Returns the call's id."""
+    from bide.testing import ScriptedModel, call, reply
+
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        agent = bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send])
+        with pytest.raises(bide.OutcomeUnknown) as halt:
+            agent.run_sync("r", "send it")
+    finally:
+        store.close()
+    time.sleep(0.3)  # past the deadline
+    return halt.value.call_id
+
+
+def where_run_r_stands(url: str, prefix: str) -> tuple[str, int]:
+    """Run r's status and its number of records."""
+    store = bide.open_store(url, table_prefix=prefix, create=False)
+    try:
+        status = bide.run_status(store, "r")
+        return status.status, status.records
+    finally:
+        store.close()
+
+
+def lease_is_free(url: str, prefix: str) -> bool:
+    """Whether another driver gets run r's lease now (it is given back again at once)."""
+    store = bide.open_store(url, table_prefix=prefix, create=False)
+    try:
+        lease = store.lease("r", "another driver", now_ms=int(time.time() * 1000), ttl_ms=60_000)
+        if lease.held:
+            store.release("r", "another driver", lease.token)
+        return lease.held
+    finally:
+        store.close()
+
+
+def resolve_arguments(call_id: str) -> list[str]:
+    return ["resolve", "r", call_id, "--succeeded", '"sent"', "--clock-skew", "0"]
+
+
+@pytest.mark.parametrize("waiting", ["holding the lease", "for the store"])
+def test_a_resolve_interrupted_before_sending_records_nothing_and_gives_back_the_lease(
+    durable_store_spec: tuple[str, str], waiting: str, tmp_path: Path
+) -> None:
+    """Interrupted before the resolution is sent (paused with the run's lease; or waiting for the store,
+    which the test holds: SQLite for the lease, PostgreSQL for the first read), `bide resolve` says no
+    resolution was recorded, sends none, gives back the lease it took and exits 130."""
+    url, prefix = durable_store_spec
+    call_id = a_halted_call(url, prefix)
+    before = where_run_r_stands(url, prefix)
+    assert before[0] == "halted"
+    if waiting == "holding the lease":
+        child = bide_command(resolve_arguments(call_id), url, prefix, pause=tmp_path)
+        try:
+            wait_until_paused(child, tmp_path)
+            child.send_signal(signal.SIGINT)
+            errors = lines_of(child.stderr)
+            answered = errors.get(timeout=20)
+            (tmp_path / "go").touch()  # on it goes, to where it would send the resolution
+            out, _ = child.communicate(timeout=120)
+        finally:
+            if child.poll() is None:
+                child.kill()
+        code, said = child.returncode, answered + rest(errors)
+    else:
+        code, out, said = interrupted(resolve_arguments(call_id), url, prefix, interrupts=1, reads_too=True)
+    assert code == 130 and out == "", (code, out, said)
+    assert f"no resolution was recorded for call {call_id} of run r" in said, said
+    assert where_run_r_stands(url, prefix) == before
+    assert lease_is_free(url, prefix)
+
+
+@pytest.mark.parametrize("interrupts", [1, 2])
+def test_an_interrupted_resolve_says_what_the_store_recorded(
+    durable_store_spec: tuple[str, str], interrupts: int, tmp_path: Path
+) -> None:
+    """`bide resolve`, as `bide cancel`: once its resolution is with the store (the test takes the lock
+    while the command pauses holding the run's lease, before it writes), a first SIGINT waits for the
+    answer and reports it; a second says it does not know and exits at once."""
+    url, prefix = durable_store_spec
+    call_id = a_halted_call(url, prefix)
+    before = where_run_r_stands(url, prefix)
+    code, out, said = interrupted(
+        resolve_arguments(call_id), url, prefix, interrupts=interrupts, pause=tmp_path
+    )
+    status, records = where_run_r_stands(url, prefix)
+    if interrupts == 1:  # it waited: the lock was let go, so the resolution committed, and it says so
+        assert code == 0 and f"resolved call {call_id} of run r as succeeded" in out, (code, out, said)
+        assert status == "running" and records > before[1], (status, records)
+        assert lease_is_free(url, prefix)
+    else:  # it stopped waiting while its write waited for the lock: it says it does not know
+        assert code == 130 and out == "", (code, out, said)
+        assert "may or may not have been recorded" in said and "bide show r" in said, said
+        assert (status, records) == before  # the write died with the command, before the lock went
     assert ANSWER_AWAITED in said, said
