@@ -305,17 +305,19 @@ class Tool:
         never started."""
         if isinstance(args, dict) and self._inject_key:
             args = {**args, _INJECTED: ctx.idempotency_key}
-        if window is None:
-            window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
         token = _CURRENT.set(ctx)
         observed = tool_call(self, ctx)
         try:
             if self._is_async:
-                left = window.start()
+                # A claimed call starts only inside its window; an unclaimed one (a retry-safe tool's) starts
+                # now, with its whole timeout, and needs no window object.
+                left = self.timeout if window is None else window.start()
                 # Nothing of the tool runs until its coroutine is awaited, under the deadline.
                 coroutine = self.fn(**args) if isinstance(args, dict) else self.fn(args)
                 value = await run_with_deadline(coroutine, left)
                 return journal_safe(self.name, value)
+            if window is None:
+                window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
             if isinstance(args, dict):
                 call: Callable[[], Any] = functools.partial(self.fn, **args)
             else:
