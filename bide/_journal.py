@@ -26,7 +26,7 @@ def check_run_id(run_id: object) -> str:
         raise ConfigError("run id must be a non-empty string")
     if len(run_id) > MAX_RUN_ID:
         raise ConfigError(f"run id is {len(run_id)} characters long; the limit is {MAX_RUN_ID}")
-    if _CONTROL.search(run_id):
+    if not run_id.isprintable() and _CONTROL.search(run_id):  # printable text holds no control character
         raise ConfigError(f"run id {run_id!r} contains control characters")
     if not run_id.isascii():
         try:
@@ -239,9 +239,10 @@ class Journal:
             del items, records  # what the store has is its own: a waiting run holds nothing more
             entries = await answer
         if len(entries) == count and _all_inserted(entries):
+            rows = self._rows
             for entry in entries:
-                if entry.key not in self._rows:
-                    self._keep(entry, None)
+                if entry.key not in rows:
+                    rows[entry.key] = (entry.seq, entry.data)  # `_keep` without a record to cache
             self._has_header = True
             return True
         for entry in entries:

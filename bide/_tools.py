@@ -212,6 +212,11 @@ class Tool:
         self._fields = tuple(args.model_fields)
         self._inject_key = _inject_key
         self._is_async = inspect.iscoroutinefunction(fn)
+        # An argument model that keeps pydantic's own `model_validate` is validated by calling what that
+        # method calls, its schema validator, without the method's Python wrapper (half of a small model's
+        # validation time); one that overrides it is validated through its override.
+        validate = getattr(args.model_validate, "__func__", None)
+        self._own_validate = validate is not getattr(BaseModel.model_validate, "__func__", None)
         try:
             schema = args.model_json_schema()
         except Exception as exc:
@@ -278,7 +283,10 @@ class Tool:
         if isinstance(arguments, str):
             raise ToolArgumentsInvalid(f"arguments must be a JSON object, got {arguments[:200]!r}")
         try:
-            return self.args.model_validate(arguments)
+            if self._own_validate:
+                return self.args.model_validate(arguments)
+            validated: BaseModel = self.args.__pydantic_validator__.validate_python(arguments)
+            return validated
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
