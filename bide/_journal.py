@@ -239,10 +239,9 @@ class Journal:
             del items, records  # what the store has is its own: a waiting run holds nothing more
             entries = await answer
         if len(entries) == count and _all_inserted(entries):
-            rows = self._rows
             for entry in entries:
-                if entry.key not in rows:
-                    rows[entry.key] = (entry.seq, entry.data)  # `_keep` without a record to cache
+                if entry.key not in self._rows:
+                    self._keep(entry, None)
             self._has_header = True
             return True
         for entry in entries:
