@@ -82,6 +82,7 @@ from ._messages import (
     TextDelta,
     ToolCall,
     ToolMessage,
+    ToolSpec,
     Usage,
     UserMessage,
 )
@@ -294,13 +295,15 @@ class Agent(Generic[T]):
         # Synchronous calls running past their deadline, by (run id, fence) of the drive that started them.
         self._overruns: dict[tuple[str, Fence | None], list[Overrun]] = {}
         self.tools: dict[str, Tool] = {}
+        specs: list[ToolSpec] = []  # gathered in the same loop: no generator frame per agent
         for t in tools:
             if not isinstance(t, Tool):
                 raise ConfigError(f"{t!r} is not a bide tool; decorate it with @bide.tool")
             if t.name in self.tools:
                 raise ConfigError(f"two tools are named {t.name!r}")
             self.tools[t.name] = t
-        self._specs = tuple(t.spec for t in self.tools.values())
+            specs.append(t.spec)
+        self._specs = tuple(specs)
         self._system_message: SystemMessage | None = None
 
     @property
@@ -1057,7 +1060,11 @@ class Agent(Generic[T]):
             if not await _flush(journal, pending):
                 return None
             return self._result(call, str(exc), is_error=True, safety=safety)
-        arguments: dict[str, Any] = validated.model_dump(mode="json")
+        # The arguments as JSON values, for what reads or records them: a timer, a gate, a side effect's
+        # attempt marker. A retry-safe call without a gate (the common call) needs none of them.
+        arguments: dict[str, Any] = {}
+        if tool.safety is SideEffect or tool.gate is not None or isinstance(tool, TimerTool):
+            arguments = validated.model_dump(mode="json")
         if isinstance(tool, TimerTool):
             if not await _flush(journal, pending):
                 return None

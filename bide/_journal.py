@@ -26,7 +26,7 @@ def check_run_id(run_id: object) -> str:
         raise ConfigError("run id must be a non-empty string")
     if len(run_id) > MAX_RUN_ID:
         raise ConfigError(f"run id is {len(run_id)} characters long; the limit is {MAX_RUN_ID}")
-    if _CONTROL.search(run_id):
+    if not run_id.isprintable() and _CONTROL.search(run_id):  # printable text holds no control character
         raise ConfigError(f"run id {run_id!r} contains control characters")
     if not run_id.isascii():
         try:

@@ -158,6 +158,12 @@ class _Group:
         self.users = 0  # leases held
         self.due: dict[int, float] = {}  # number of a held lease -> loop time its renewal is due
 
+    def rename(self, store: Store, ttl: float, clock: Callable[[], float]) -> None:
+        """Make this idle group (no lease held, so nothing due) the group of (store, ttl, clock)."""
+        self.store, self.store_id = store, id(store)
+        self.clock, self.clock_id = clock, id(clock)
+        self.ttl, self.period = ttl, ttl / 3
+
 
 class _Renewals:
     """The leases held by drives of one event loop, the renewals due, and one timer for the earliest.
@@ -188,12 +194,23 @@ class _Renewals:
         store and clock, their ids name no other objects; an idle one holds neither (any object with the
         same ids may take it)."""
         last = self.last
-        if last is not None and not last.users:
-            self.drop(last)
+        idle = last if last is not None and not last.users else None
         key = (id(store), ttl, id(clock))
         gid = self.group_ids.get(key)
         if gid is not None:
             group = self.groups[gid]
+            if idle is not None and idle is not group:
+                self.drop(idle)
+        elif idle is not None:
+            # The idle last group serves the new key: a loop whose drives each bring a store of their own
+            # (a memory store per run, say) renames one group instead of dropping it and making another.
+            # Nothing refers to an idle group's number: it holds no lease, and a renewal task still running
+            # for one of its former leases finds that lease's number gone from `held` (numbers are never
+            # reused) before it looks at the group.
+            del self.group_ids[(idle.store_id, idle.ttl, idle.clock_id)]
+            idle.rename(store, ttl, clock)
+            self.group_ids[key] = idle.gid
+            group = idle
         else:
             gid = self.group_ids[key] = self._next_group
             self._next_group += 1

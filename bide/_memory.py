@@ -78,7 +78,10 @@ class MemoryStore(BlockingStore):
                 order = self._order[run_id]
             if records:
                 if exclusive:
-                    clash = [Entry(*records[key]) for key, _ in items if key in records]
+                    clash = []
+                    for key, _ in items:  # a loop, not a comprehension: no function frame, on most writes
+                        if key in records:
+                            clash.append(Entry(*records[key]))
                     if clash:
                         return clash
                 if END_KEY in records and any(key not in records for key, _ in items):
@@ -92,7 +95,8 @@ class MemoryStore(BlockingStore):
                         out.append(Entry(*existing))
                         continue
                     seq += 1
-                    row = (seq, key, bytes(data))
+                    # The store keeps its own bytes (a bytearray is copied); bytes are immutable already.
+                    row = (seq, key, data if type(data) is bytes else bytes(data))
                     records[key] = row
                     order.append(row)
                     out.append(Entry(seq, key, row[2], True))

@@ -212,6 +212,11 @@ class Tool:
         self._fields = tuple(args.model_fields)
         self._inject_key = _inject_key
         self._is_async = inspect.iscoroutinefunction(fn)
+        # An argument model that keeps pydantic's own `model_validate` is validated by calling what that
+        # method calls, its schema validator, without the method's Python wrapper (half of a small model's
+        # validation time); one that overrides it is validated through its override.
+        validate = getattr(args.model_validate, "__func__", None)
+        self._own_validate = validate is not getattr(BaseModel.model_validate, "__func__", None)
         try:
             schema = args.model_json_schema()
         except Exception as exc:
@@ -278,7 +283,10 @@ class Tool:
         if isinstance(arguments, str):
             raise ToolArgumentsInvalid(f"arguments must be a JSON object, got {arguments[:200]!r}")
         try:
-            return self.args.model_validate(arguments)
+            if self._own_validate:
+                return self.args.model_validate(arguments)
+            validated: BaseModel = self.args.__pydantic_validator__.validate_python(arguments)
+            return validated
         except ValidationError as exc:
             problems = "; ".join(
                 f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
@@ -305,17 +313,19 @@ class Tool:
         never started."""
         if isinstance(args, dict) and self._inject_key:
             args = {**args, _INJECTED: ctx.idempotency_key}
-        if window is None:
-            window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
         token = _CURRENT.set(ctx)
         observed = tool_call(self, ctx)
         try:
             if self._is_async:
-                left = window.start()
+                # A claimed call starts only inside its window; an unclaimed one (a retry-safe tool's) starts
+                # now, with its whole timeout, and needs no window object.
+                left = self.timeout if window is None else window.start()
                 # Nothing of the tool runs until its coroutine is awaited, under the deadline.
                 coroutine = self.fn(**args) if isinstance(args, dict) else self.fn(args)
                 value = await run_with_deadline(coroutine, left)
                 return journal_safe(self.name, value)
+            if window is None:
+                window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
             if isinstance(args, dict):
                 call: Callable[[], Any] = functools.partial(self.fn, **args)
             else:

@@ -19,6 +19,8 @@ def seconds(name: str, value: object, *, zero: bool = True) -> float:
     """`value` as a duration in seconds: a finite number from 0 (from just above 0 with `zero=False`) to
     `MAX_SECONDS`; anything else raises ConfigError naming `name`. NaN matters most: every comparison
     with it is false, so a NaN margin would let a deadline pass at once."""
+    if type(value) is float and (0.0 if zero else _TINY) <= value <= MAX_SECONDS:
+        return value  # the common case (a float in range; NaN fails the comparison), decided at once
     number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if number and (0.0 if zero else _TINY) <= value <= MAX_SECONDS:  # type: ignore[operator]
         return float(value)  # type: ignore[arg-type]
