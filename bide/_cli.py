@@ -143,7 +143,8 @@ def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     try:
         return open_store(url, table_prefix=args.table_prefix, create=create)
     except StoreNotFound as exc:
-        raise CLIError(f"{exc}; check --store (or $BIDE_STORE) and --table-prefix", EXIT_NOT_FOUND) from exc
+        check = "--store (or $BIDE_STORE)" + (" and --table-prefix" if exc.missing == "tables" else "")
+        raise CLIError(f"{exc}; check {check}", EXIT_NOT_FOUND) from exc
     except ConfigError as exc:
         raise CLIError(str(exc), EXIT_USAGE) from exc
     except StoreError as exc:  # anything else is a bug (exit 3), not the store's failure

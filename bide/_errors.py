@@ -33,7 +33,7 @@ Halts are exceptions on purpose: a halted run can never be mistaken for a finish
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 __all__ = [
     "ApprovalPending",
@@ -102,7 +102,13 @@ class StoreNotFound(BideError):
     """`open_store(url, create=False)` found no store there: no SQLite file, or a database without bide's
     tables under that table prefix. Nothing was created; check the URL and the table prefix. Raised with
     `create=True` too for a PostgreSQL database that does not exist: bide creates tables, never databases.
+    `missing` says which: ``"file"``, ``"database"`` or ``"tables"`` (only then can the table prefix be
+    the cause).
     """
+
+    def __init__(self, message: str, *, missing: Literal["file", "database", "tables"] = "tables") -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class JournalFormatError(StoreError):

@@ -467,7 +467,8 @@ class SQLStore:
                 raise StoreNotFound(
                     f'no bide store at {where}: the database "{database}" does not exist, and bide creates '
                     f"tables, never databases: create it (e.g. createdb {shlex.quote(database)}) or name an "
-                    "existing database"
+                    "existing database",
+                    missing="database",
                 ) from exc
             refused = refused_option(self.url, self.engine.url.query, str(exc.orig))
             if refused is not None:
@@ -484,7 +485,7 @@ class SQLStore:
             path = self.engine.url.database or ""
             where = repr(path)
             if not os.path.isfile(path):
-                raise StoreNotFound(f"no bide store at {where}: the file does not exist")
+                raise StoreNotFound(f"no bide store at {where}: the file does not exist", missing="file")
             found = _sqlite_tables(path, where)
         else:
             try:
@@ -497,7 +498,8 @@ class SQLStore:
         if missing:
             raise StoreNotFound(
                 f"no bide store at {where}: the database has no table {' or '.join(missing)} (is the table "
-                f"prefix {self.table_prefix!r} the store's?)"
+                f"prefix {self.table_prefix!r} the store's?)",
+                missing="tables",
             )
 
     def _add_lease_columns(self) -> None:
@@ -1401,7 +1403,9 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
     except sqlite3.DatabaseError as exc:
         if exc.sqlite_errorname == "SQLITE_NOTADB":
-            raise StoreNotFound(f"no bide store at {where}: the file is not a database") from None
+            raise StoreNotFound(
+                f"no bide store at {where}: the file is not a database", missing="file"
+            ) from None
         raise StoreError(f"cannot read the SQLite database {where}: {exc}") from exc
     return {name for (name,) in rows}
 
