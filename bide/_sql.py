@@ -86,7 +86,7 @@ from ._store import (
     refuse_fence,
     written_by,
 )
-from ._url import refused_option, without_password
+from ._url import missing_database, refused_option, without_password
 
 __all__ = ["SQLStore"]
 
@@ -462,7 +462,7 @@ class SQLStore:
             with self.engine.connect():
                 pass
         except sa.exc.DBAPIError as exc:
-            database = _missing_database(exc.orig)
+            database = missing_database(exc.orig)
             if database is not None:
                 raise StoreNotFound(
                     f'no bide store at {where}: the database "{database}" does not exist, and bide creates '
@@ -1408,21 +1408,6 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
             ) from None
         raise StoreError(f"cannot read the SQLite database {where}: {exc}") from exc
     return {name for (name,) in rows}
-
-
-def _missing_database(error: BaseException | None) -> str | None:
-    """The name of the database, when connecting failed because the server has none by that name
-    (SQLSTATE 3D000); else None."""
-    pgconn = getattr(error, "pgconn", None)
-    if pgconn is None:
-        return None
-    name: str = pgconn.db.decode(errors="replace")
-    # psycopg gives no SQLSTATE for an error at connect (libpq keeps the server's fields to itself), so the
-    # server's message for the very name asked for stands in for it; a server that answers in another
-    # language leaves the failure a store failure.
-    if getattr(error, "sqlstate", None) == "3D000" or f'database "{name}" does not exist' in str(error):
-        return name
-    return None
 
 
 def _retryable(exc: BaseException) -> bool:

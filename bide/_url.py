@@ -31,7 +31,16 @@ from typing import Literal
 
 from ._errors import StoreURLError
 
-__all__ = ["StoreURL", "StoreURLError", "parse_store_url", "refused_option", "without_password"]
+__all__ = [
+    "StoreURL",
+    "StoreURLError",
+    "missing_database",
+    "parse_store_url",
+    "refused_for_good",
+    "refused_option",
+    "refused_option_value",
+    "without_password",
+]
 
 _FORMS = "a file path (bide.db), sqlite:///path, postgresql://user@host/db, or memory://"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
@@ -39,6 +48,12 @@ _PASSWORD = re.compile(r"^([^/]*//[^/@:]*):[^/@]*@")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 _POSTGRESQL_FORM = "write postgresql://user:password@host:5432/dbname"
 _LIBPQ_OPTIONS = "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS"
+# The server's messages for a login it refuses for good (auth.c), besides a role that does not exist.
+_REFUSED_FOR_GOOD = (
+    "password authentication failed for user",
+    "no pg_hba.conf entry for",
+    "pg_hba.conf rejects",
+)
 # libpq's messages for an option value it refuses (fe-connect.c): 'invalid sslmode value: "bogus"', and
 # 'invalid integer value "abc" for connection option "keepalives"'.
 _LIBPQ_REFUSED = re.compile(
@@ -174,13 +189,59 @@ def refused_option(url: str, options: Collection[str], error: str) -> StoreURLEr
     """The `StoreURLError` for a connection that failed because libpq refused the value of one of
     `options`, the options the URL sets; `error` is the connect error's message. None for any other
     failure."""
-    match = _LIBPQ_REFUSED.search(error)
-    if match is None or (option := match["option"] or match["integer"]) not in options:
+    refused = refused_option_value(error)
+    if refused is None or refused[0] not in options:
         return None
+    option, said = refused
     return StoreURLError(
         f"{without_password(url)!r} is not a usable PostgreSQL URL: libpq refuses its option {option} "
-        f"({match.group(0)}); the options and the values they take: {_LIBPQ_OPTIONS}"
+        f"({said}); the options and the values they take: {_LIBPQ_OPTIONS}"
     )
+
+
+def refused_option_value(error: str) -> tuple[str, str] | None:
+    """(the option, libpq's words) when `error`, a connect error's message, is libpq refusing the value of
+    one of its options (set in the URL, or by an environment variable such as PGSSLMODE); else None."""
+    match = _LIBPQ_REFUSED.search(error)
+    if match is None:
+        return None
+    return match["option"] or match["integer"], match.group(0)
+
+
+def missing_database(error: BaseException | None) -> str | None:
+    """The name of the database, when `error` is psycopg's failure to connect because the server has no
+    database by that name (SQLSTATE 3D000); else None."""
+    pgconn = getattr(error, "pgconn", None)
+    if pgconn is None:
+        return None
+    try:
+        name: str = pgconn.db.decode(errors="replace")
+    except Exception:  # psycopg's PGconn of a connection already closed has no name to give
+        return None
+    # psycopg gives no SQLSTATE for an error at connect (libpq keeps the server's fields to itself), so the
+    # server's message for the very name asked for stands in for it; a server that answers in another
+    # language leaves the failure as it was (a store failure; a retry in govern's event log).
+    if getattr(error, "sqlstate", None) == "3D000" or f'database "{name}" does not exist' in str(error):
+        return name
+    return None
+
+
+def refused_for_good(error: BaseException | None) -> str | None:
+    """The server's words, when `error` is psycopg's failure to connect because the server refuses this
+    user for good: no such role, a wrong password, or no pg_hba.conf rule that lets it in (SQLSTATE class
+    28); else None. Retrying cannot change these; the URL (or the server's setup) must."""
+    if getattr(error, "pgconn", None) is None:
+        return None
+    text = str(error)
+    # As in `missing_database`: the server's English message stands in for the SQLSTATE psycopg hides.
+    if not (
+        getattr(error, "sqlstate", None) in ("28000", "28P01")
+        or re.search(r'role "[^"\n]*" does not exist', text)
+        or any(words in text for words in _REFUSED_FOR_GOOD)
+    ):
+        return None
+    fatal = [line.strip() for line in text.splitlines() if "FATAL:" in line]
+    return fatal[0] if fatal else text.strip().splitlines()[0]
 
 
 def _check_port(shown: str, port: str) -> None:

@@ -1374,6 +1374,8 @@ class _SqlBackend:
                 f"{where} kept failing for {self.timeout:g} s ({attempts + 1} attempts): {reason}; the "
                 f"database is unreachable, overloaded, or another session holds its write lock{safe}"
             )
+        if kind == "refused":
+            return LogURLError(f"{where} failed: {reason}; fix the URL")
         return EventLogError(f"{where} failed: {reason}{safe}")
 
     def transaction(self, body: Callable[[_Tx], _T]) -> _T:

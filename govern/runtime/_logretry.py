@@ -10,7 +10,11 @@ A failure is classified from the driver's own error, never from a flag SQLAlchem
   (40001), a deadlock (40P01), and SQLite's busy/locked (its lock wait ran out or was refused at once);
 - **timeout**: a bounded wait ran out: PostgreSQL's `lock_timeout` (55P03) or `statement_timeout`
   (57014), or no free connection in the pool. Retrying would only wait again: the caller is told;
-- **fail**: everything else (a constraint the log's own checks should have prevented, a damaged file).
+- **refused**: libpq refuses the value of one of its options (``sslmode=bogus``): the URL must change;
+- **fail**: everything else (a constraint the log's own checks should have prevented, a damaged file),
+  and a server that refuses the connection for good: no such database, no such role, a wrong password
+  or no pg_hba.conf rule for it. Retrying these for the log's whole timeout only hid them behind
+  "unreachable or overloaded".
 
 Every retry loop runs until the operation's deadline (the log's `timeout` after it began), waiting as
 bide's one retry policy says (`bide.RetryPolicy`: jittered exponential backoff from 1 ms to 100 ms); the
@@ -28,8 +32,9 @@ from typing import Literal
 import sqlalchemy as sa
 
 from bide._retry import RetryPolicy
+from bide._url import missing_database, refused_for_good, refused_option_value
 
-Kind = Literal["retry", "timeout", "fail"]
+Kind = Literal["retry", "timeout", "refused", "fail"]
 
 _RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03"}
 _TIMEOUT_STATES = {"55P03": "lock_timeout", "57014": "statement_timeout"}
@@ -72,7 +77,28 @@ def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
         return None
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)):
-        return "retry", f"the connection broke: {_first_line(orig)}", True
+        return _refused_for_good(orig) or ("retry", f"the connection broke: {_first_line(orig)}", True)
+    return None
+
+
+def _refused_for_good(orig: BaseException) -> tuple[Kind, str, bool] | None:
+    """A connection the server or libpq refuses whatever the timing: told at once, not retried."""
+    database = missing_database(orig)
+    if database is not None:
+        return (
+            "fail",
+            f'the server has no database "{database}": create it (createdb {database}) or name an existing '
+            "one in the URL; the event log creates tables, never databases",
+            True,
+        )
+    refused = refused_option_value(str(orig))
+    if refused is not None:
+        option, said = refused
+        where = "set in the URL or by a PG... environment variable"
+        return "refused", f"libpq refuses the value of its option {option} ({said}), {where}", True
+    words = refused_for_good(orig)
+    if words is not None:
+        return "fail", f"the server refuses this login ({words}): fix the URL's user or password", True
     return None
 
 

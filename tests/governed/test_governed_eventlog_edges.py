@@ -564,6 +564,42 @@ def test_failures_are_classified_by_what_the_driver_reports() -> None:
         assert classify(chained)[0] == "retry"
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("url", "error", "said"),
+    [
+        (
+            "postgresql+psycopg://postgres@127.0.0.1:5432/govern_absent_db",
+            EventLogError,
+            'no database "govern_absent_db": create it (createdb govern_absent_db)',
+        ),
+        (
+            "postgresql+psycopg://govern_absent_role@127.0.0.1:5432/test",
+            EventLogError,
+            'refuses this login (connection failed: connection to server at "127.0.0.1", port 5432 failed: '
+            'FATAL:  role "govern_absent_role" does not exist): fix the URL\'s user or password',
+        ),
+        (
+            f"{POSTGRES_URL}?sslmode=bogus",
+            govern.LogURLError,
+            'libpq refuses the value of its option sslmode (invalid sslmode value: "bogus")',
+        ),
+    ],
+)
+def test_a_connection_refused_for_good_is_told_at_once_not_retried(
+    url: str, error: type[EventLogError], said: str
+) -> None:
+    """A database or role the server does not have, or an option value libpq refuses, is the URL's to fix:
+    the log says so on its first try, instead of retrying for its whole timeout and calling the database
+    unreachable or overloaded (a LogTimeout, which is what a server that does not answer still gets)."""
+    with pytest.raises(error) as refused:
+        EventLog(url, machine=order_machine(), timeout=5)
+    assert not isinstance(refused.value, LogTimeout)
+    assert said in str(refused.value) and "kept failing" not in str(refused.value)
+    with pytest.raises(LogTimeout, match="kept failing"):
+        EventLog("postgresql+psycopg://postgres@127.0.0.1:1/test", machine=order_machine(), timeout=0.2)
+
+
 def _application_url(app: str, port: int | None = None) -> str:
     base = POSTGRES_URL if port is None else f"postgresql+psycopg://postgres@127.0.0.1:{port}/test"
     return f"{base}?application_name={app}&sslmode=disable"
