@@ -73,6 +73,7 @@ __all__ = [
     "StoppedWaiting",
     "add_store_argument",
     "build_parser",
+    "close_after_answer",
     "interrupts_around_a_write",
     "main",
     "open_cli_store",
@@ -570,9 +571,17 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         finally:
             if not abandoned:
-                store.close()
+                close_after_answer(store)
     say(f"resolved call {call} of run {run} as {outcome.kind}; run the agent again to go on")
     return EXIT_OK
+
+
+def close_after_answer(store: Store) -> None:
+    """Close `store` in a command of `interrupts_around_a_write` once the store has answered its write. A
+    second SIGINT while it closes stops that wait and is not reported: what the command says next is the
+    store's answer, already in hand, and nothing of the write waits on the close."""
+    with contextlib.suppress(StoppedWaiting):
+        store.close()
 
 
 def _in_a_thread(coroutine: Coroutine[Any, Any, _T]) -> Future[_T]:

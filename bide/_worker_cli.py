@@ -85,7 +85,7 @@ def _open(args: argparse.Namespace, *, create: bool = False) -> Store | int:
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
     from ._cancel import cancel_request
-    from ._cli import EXIT_INTERRUPTED, StoppedWaiting, interrupts_around_a_write, say
+    from ._cli import EXIT_INTERRUPTED, StoppedWaiting, close_after_answer, interrupts_around_a_write, say
     from ._journal import Journal
 
     store = _open(args)
@@ -118,7 +118,7 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
             return EXIT_REFUSED
         finally:
             if not abandoned:
-                store.close()
+                close_after_answer(store)
         if recorded:
             say(f"cancel requested for run {run}: it ends at its next turn boundary")
         else:

@@ -36,7 +36,7 @@ def _open(args: argparse.Namespace) -> Store | int:
 
 
 def _decide(args: argparse.Namespace, approve: bool) -> int:
-    from .._cli import EXIT_INTERRUPTED, StoppedWaiting, interrupts_around_a_write
+    from .._cli import EXIT_INTERRUPTED, StoppedWaiting, close_after_answer, interrupts_around_a_write
     from ..audit._errors import UnreadableInput
     from ..audit._keys import load_signing_key
     from ._submit import ApprovalRefused, NoWaitingCall, pending_approvals, submit_decision
@@ -76,7 +76,7 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
             return _fail(f"refused: {exc}", EXIT_REFUSED)
         finally:
             if not abandoned:
-                store.close()
+                close_after_answer(store)
     _say(f"Recorded the signed {verb} as {record!r} in run {args.run!r}.")
     if left:
         p = left[0]

@@ -415,3 +415,52 @@ def test_an_interrupted_resolve_says_what_the_store_recorded(
         assert "may or may not have been recorded" in said and "bide show r" in said, said
         assert (status, records) == before  # the write died with the command, before the lock went
     assert ANSWER_AWAITED in said, said
+
+
+@pytest.mark.parametrize("command", ["cancel", "approve", "resolve"])
+def test_two_interrupts_while_the_store_closes_keep_the_answer(
+    durable_store_spec: tuple[str, str],
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Once the store has answered, two SIGINTs while the command closes the store stop that wait, not the
+    report: the command says what was recorded and exits 0 (the second SIGINT was a traceback). In process:
+    the store's own close sends the signals, so that they land in that moment."""
+    from bide._cli import main
+    from bide._sql import SQLStore
+
+    url, prefix = durable_store_spec
+    if command == "cancel":
+        start_a_run(url, prefix)
+        arguments, reported = ["cancel", "r"], "cancel requested for run r"
+    elif command == "approve":
+        call_id = a_call_waiting_for_alice(url, prefix, tmp_path)
+        arguments = ["approve", "r", call_id, "--key", str(tmp_path / "alice.key")]
+        reported = "Recorded the signed approval"
+    else:
+        arguments, reported = resolve_arguments(a_halted_call(url, prefix)), "resolved call"
+    close = SQLStore.close
+    left_open: list[SQLStore] = []
+
+    def interrupted_close(store: SQLStore) -> None:
+        left_open.append(store)
+        os.kill(os.getpid(), signal.SIGINT)  # "waiting for its answer"
+        os.kill(os.getpid(), signal.SIGINT)  # stops the wait: raised here, before the close proper
+        close(store)
+
+    monkeypatch.setattr(SQLStore, "close", interrupted_close)
+    code = main([*arguments, "--store", url, "--table-prefix", prefix])
+    monkeypatch.undo()
+    for store in left_open:
+        close(store)
+    out, said = capsys.readouterr()
+    assert code == 0 and reported in out, (code, out, said)
+    assert ANSWER_AWAITED in said and "may or may not" not in said, said
+    if command == "cancel":
+        assert cancel_recorded(url, prefix)
+    elif command == "approve":
+        assert approved_by(url, prefix) == ["alice"]
+    else:
+        assert where_run_r_stands(url, prefix)[0] != "halted"
