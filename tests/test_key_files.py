@@ -8,6 +8,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from bide._files import SecondNotPlaced, replace_pair
 from bide.audit import generate_key, load_signing_key
 from bide.audit import load_public_key as load_audit_public_key
 from govern.certificate._signing import load_private_key, load_public_key, verify_signature
@@ -36,3 +39,31 @@ def test_a_bide_audit_key_signs_and_verifies_for_govern(tmp_path: Path) -> None:
     public = load_public_key(Path(str(key) + ".pub"))
     assert verify_signature(public, "sha256:" + "ab" * 32, signer.key_id, signed_at, value)
     assert not verify_signature(public, "sha256:" + "cd" * 32, signer.key_id, signed_at, value)
+
+
+def test_a_key_pair_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
+    """`replace_pair`, which both keygens use with --force: a pair whose second file cannot be written
+    leaves the old pair as it was; one whose second file cannot be renamed into place leaves no new first
+    file (never a new private key beside an old public half); no temporary file is left either way."""
+    first, second = tmp_path / "k", tmp_path / "k.pub"
+    first.write_bytes(b"old private")
+    second.write_bytes(b"old public")
+    with pytest.raises(FileNotFoundError):  # the second cannot be written: its directory is not there
+        replace_pair(first, b"new private", 0o600, tmp_path / "gone" / "k.pub", b"new public", 0o644)
+    assert first.read_bytes() == b"old private" and second.read_bytes() == b"old public"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.pub"]
+
+    second.unlink()
+    second.mkdir()  # a rename of a file over a directory fails
+    (second / "inside").write_bytes(b"")
+    with pytest.raises(SecondNotPlaced) as refused:
+        replace_pair(first, b"new private", 0o600, second, b"new public", 0o644)
+    assert isinstance(refused.value, OSError) and isinstance(refused.value.__cause__, OSError)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.pub"]
+
+    second.joinpath("inside").unlink()
+    second.rmdir()
+    replace_pair(first, b"new private", 0o600, second, b"new public", 0o644)
+    assert first.read_bytes() == b"new private" and second.read_bytes() == b"new public"
+    assert first.stat().st_mode & 0o777 == 0o600
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.pub"]

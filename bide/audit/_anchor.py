@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from .._files import write_whole
 from ._errors import AuditError
-from ._files import write_whole
 from ._formats import SignedTreeHead
 
 __all__ = ["AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"]

@@ -31,10 +31,10 @@ from .._cli_common import (
     byte_limit,
     skew_seconds,
 )
+from .._files import check_output, write_whole
 from .._stdout import emitted
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
-from ._files import check_output, write_whole
 
 # The artifact formats (pydantic), the keys (cryptography) and the checks are imported by the commands that
 # use them, not here: `bide-audit --help` and a usage error never pay for them.

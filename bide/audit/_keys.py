@@ -19,9 +19,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .._errors import ConfigError
+from .._files import SecondNotPlaced, replace_pair, write_whole
 from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
-from ._files import staged, sync_directory, write_whole
 
 __all__ = [
     "KeyFileExists",
@@ -175,33 +175,20 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
 
 
 def _replace_pair(target: Path, pub: Path, key: SigningKey) -> None:
-    """Replace the key pair at `target` and `pub` with `key`'s: both files are written in full before either
-    is renamed into place, so a write that fails (a full disk) leaves the old pair as it was."""
-    temps: list[Path] = []
+    """Replace the key pair at `target` and `pub` with `key`'s (`replace_pair`): a write that fails (a full
+    disk) leaves the old pair as it was."""
     try:
-        temps.append(staged(target, key.pem(), mode=0o600))
-        temps.append(staged(pub, key.public.pem()))
+        replace_pair(target, key.pem(), 0o600, pub, key.public.pem(), 0o644)
+    except SecondNotPlaced as exc:
+        raise ConfigError(
+            f"cannot place the public key {pub}: {exc.strerror or exc}; the new private key was removed "
+            "again: run keygen again"
+        ) from exc
     except OSError as exc:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
         raise ConfigError(
             f"cannot write the key pair {target}: {exc.strerror or exc}; the existing key files were kept"
         ) from exc
-    try:
-        os.replace(temps[0], target)
-        try:
-            os.replace(temps[1], pub)
-        except OSError as exc:
-            # Never a private key beside another key's public half.
-            target.unlink(missing_ok=True)
-            raise ConfigError(
-                f"cannot place the public key {pub}: {exc.strerror or exc}; the new private key was removed "
-                "again: run keygen again"
-            ) from exc
-        sync_directory(target)
-    finally:
-        for tmp in temps:
-            tmp.unlink(missing_ok=True)
+
 
 def _read(path: str | os.PathLike[str]) -> bytes:
     try:

@@ -13,10 +13,8 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import os
 import re
 import stat
-import tempfile
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -25,6 +23,8 @@ from typing import Final
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from bide._files import SecondNotPlaced, replace_pair
 
 from ._errors import KeyFileUnreadable, SigningKeyError
 
@@ -129,24 +129,6 @@ def verify_signature(public: Ed25519PublicKey, digest: str, key: str, signed_at:
     return True
 
 
-def _staged(path: Path, data: bytes, mode: int) -> Path:
-    """A temporary file beside `path` holding `data` (fsynced), to be renamed over `path`; removed again
-    when writing it fails."""
-    # The temporary file has the final mode from the start, so the private key is never readable by others,
-    # not even for a moment.
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    return Path(temp)
-
-
 def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[Path, str]:
     """Write a new Ed25519 key pair: `private_path` (PKCS#8 PEM, mode 0600) and `private_path.pub`.
 
@@ -173,27 +155,18 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    staged: list[Path] = []
     try:
-        staged.append(_staged(private_path, private_pem, 0o600))
-        staged.append(_staged(public_path, public_pem, 0o644))
-        os.replace(staged[0], private_path)
-        try:
-            os.replace(staged[1], public_path)
-        except OSError as exc:
-            # Never a private key without its public half (or beside another key's).
-            private_path.unlink(missing_ok=True)
-            raise SigningKeyError(
-                f"cannot write the public key {public_path}: {exc.strerror or exc}; the new private key "
-                f"{private_path} was removed again: run keygen again"
-            ) from exc
+        replace_pair(private_path, private_pem, 0o600, public_path, public_pem, 0o644)
+    except SecondNotPlaced as exc:
+        # Never a private key without its public half (or beside another key's).
+        raise SigningKeyError(
+            f"cannot write the public key {public_path}: {exc.strerror or exc}; the new private key "
+            f"{private_path} was removed again: run keygen again"
+        ) from exc
     except OSError as exc:
         raise SigningKeyError(
             f"cannot write the key pair {private_path}: {exc.strerror or exc}; no key file was written"
         ) from exc
-    finally:
-        for temp in staged:
-            temp.unlink(missing_ok=True)
     return public_path, key_id(key.public_key())
 
 

@@ -9,9 +9,9 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from .._errors import ConfigError
+from ._errors import ConfigError
 
-__all__ = ["check_output", "staged", "sync_directory", "write_whole"]
+__all__ = ["SecondNotPlaced", "check_output", "replace_pair", "staged", "sync_directory", "write_whole"]
 
 
 def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), flag: str = "-o") -> Path:
@@ -87,6 +87,37 @@ def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
             os.unlink(tmp)
         raise
     return Path(tmp)
+
+
+class SecondNotPlaced(OSError):
+    """`replace_pair` placed the first file but could not place the second, and removed the first again
+    (its cause is the rename's error)."""
+
+
+def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, second_data: bytes,
+                 second_mode: int) -> None:  # fmt: skip
+    """Write two files that belong together (a private key and its public half), replacing any there, so
+    that no failure leaves a new first file beside an old second one.
+
+    Both are written in full to temporary files beside their targets (`staged`) before either is renamed
+    into place: a write that fails (a full disk) raises OSError and leaves the old files as they were. If
+    the second rename fails once the first is done, the new first file is removed again and
+    `SecondNotPlaced` is raised.
+    """
+    temps: list[Path] = []
+    try:
+        temps.append(staged(first, first_data, mode=first_mode))
+        temps.append(staged(second, second_data, mode=second_mode))
+        os.replace(temps[0], first)
+        try:
+            os.replace(temps[1], second)
+        except OSError as exc:
+            first.unlink(missing_ok=True)
+            raise SecondNotPlaced(exc.errno, exc.strerror) from exc
+        sync_directory(first)
+    finally:
+        for tmp in temps:
+            tmp.unlink(missing_ok=True)
 
 
 def sync_directory(path: Path) -> None:
