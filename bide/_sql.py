@@ -86,7 +86,7 @@ from ._store import (
     refuse_fence,
     written_by,
 )
-from ._url import missing_database, refused_option, without_password
+from ._url import missing_database, refused_for_good, refused_option, without_password
 
 __all__ = ["SQLStore"]
 
@@ -473,7 +473,12 @@ class SQLStore:
             refused = refused_option(self.url, self.engine.url.query, str(exc.orig))
             if refused is not None:
                 raise refused from exc
-            raise StoreError(f"cannot connect to the store {where}: {exc}") from exc
+            # The driver's words on one line, without SQLAlchemy's wrapper and its link.
+            said = " ".join(line.strip() for line in str(exc.orig).splitlines() if line.strip())
+            login = refused_for_good(exc.orig)
+            if login is not None:
+                said = f"the server refuses this login ({login}); fix the user or password in the URL"
+            raise StoreError(f"cannot connect to the store {where}: {said}") from exc
 
     def _require_schema(self) -> None:
         """Raise `StoreNotFound` unless the database holds this prefix's tables, changing nothing: a SQLite

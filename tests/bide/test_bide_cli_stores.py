@@ -185,7 +185,21 @@ def test_a_well_formed_url_of_a_server_that_does_not_answer_is_a_store_failure(
     exported = run("bide-audit", "export", "--store", url, "--run", "r", "--key", key, "-o", "x.json",
                    cwd=tmp_path)  # fmt: skip
     for done in (runs, worker, exported):
-        assert done.returncode == 6, (done.args, done.stdout + done.stderr)
+        said = done.stdout + done.stderr
+        assert done.returncode == 6, (done.args, said)
+        assert "Connection refused" in said and "sqlalche.me" not in said and "\\x0a" not in said, said
+
+
+@pytest.mark.postgres
+def test_a_login_the_server_refuses_is_a_store_failure_that_says_what_to_fix(
+    tmp_path: Path, key_file: Path
+) -> None:
+    url = _pg_url(username="bide_absent_role", password="secret")
+    for done in _every_command(url, "bide_", key_file, tmp_path):
+        said = done.stdout + done.stderr
+        assert done.returncode == 6, (done.args, said)
+        assert 'role "bide_absent_role" does not exist' in said and "fix the user or password" in said, said
+        assert "secret" not in said and "sqlalche.me" not in said and "Traceback" not in said, said
 
 
 def _pg_url(**parts: Any) -> str:
