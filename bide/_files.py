@@ -102,7 +102,8 @@ def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, 
     Both are written in full to temporary files beside their targets (`staged`) before either is renamed
     into place: a write that fails (a full disk) raises OSError and leaves the old files as they were. If
     the second rename fails once the first is done, the new first file is removed again and
-    `SecondNotPlaced` is raised.
+    `SecondNotPlaced` is raised. The caller fsyncs the directory afterwards (`sync_directory`): an error
+    there comes once the new pair is in place, so it is not one of these.
     """
     temps: list[Path] = []
     try:
@@ -114,7 +115,6 @@ def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, 
         except OSError as exc:
             first.unlink(missing_ok=True)
             raise SecondNotPlaced(exc.errno, exc.strerror) from exc
-        sync_directory(first)
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)

@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .._errors import ConfigError
-from .._files import SecondNotPlaced, replace_pair, write_whole
+from .._files import SecondNotPlaced, replace_pair, sync_directory, write_whole
 from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
 
@@ -188,6 +188,7 @@ def _replace_pair(target: Path, pub: Path, key: SigningKey) -> None:
         raise ConfigError(
             f"cannot write the key pair {target}: {exc.strerror or exc}; the existing key files were kept"
         ) from exc
+    sync_directory(target)
 
 
 def _read(path: str | os.PathLike[str]) -> bytes:

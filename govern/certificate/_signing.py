@@ -24,7 +24,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from bide._files import SecondNotPlaced, replace_pair
+from bide._files import SecondNotPlaced, replace_pair, sync_directory
 
 from ._errors import KeyFileUnreadable, SigningKeyError
 
@@ -167,6 +167,7 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
         raise SigningKeyError(
             f"cannot write the key pair {private_path}: {exc.strerror or exc}; no key file was written"
         ) from exc
+    sync_directory(private_path)
     return public_path, key_id(key.public_key())
 
 

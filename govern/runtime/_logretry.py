@@ -24,6 +24,7 @@ its timeout.
 
 from __future__ import annotations
 
+import shlex
 import sqlite3
 import sys
 import time
@@ -87,8 +88,8 @@ def _refused_for_good(orig: BaseException) -> tuple[Kind, str, bool] | None:
     if database is not None:
         return (
             "fail",
-            f'the server has no database "{database}": create it (createdb {database}) or name an existing '
-            "one in the URL; the event log creates tables, never databases",
+            f'the server has no database "{database}": create it (createdb {shlex.quote(database)}) or name '
+            "an existing one in the URL; the event log creates tables, never databases",
             True,
         )
     refused = refused_option_value(str(orig))
