@@ -223,6 +223,14 @@ def interrupted(
     return child.returncode, out, answered + rest(errors)
 
 
+def caught_before_sending(code: int, out: str, said: str, recorded: bool) -> bool:
+    """Whether a command that said it sent nothing kept its word. On SQLite a read of the command can, now
+    and then, wait in SQLite's busy handler too (the test holds the write lock), and the test cannot tell
+    that wait from the write's: the SIGINT then lands before anything was sent. That is still a case of
+    the rule under test: nothing recorded, exit 130, no answer awaited."""
+    return code == 130 and out == "" and not recorded and ANSWER_AWAITED not in said
+
+
 @pytest.mark.parametrize("interrupts", [1, 2])
 def test_an_interrupted_cancel_says_what_the_store_recorded(
     durable_store_spec: tuple[str, str], interrupts: int
@@ -231,6 +239,9 @@ def test_an_interrupted_cancel_says_what_the_store_recorded(
     start_a_run(url, prefix)
     code, out, said = interrupted_cancel(url, prefix, interrupts=interrupts)
     recorded = cancel_recorded(url, prefix)
+    if "no cancel request was sent" in said:  # see `caught_before_sending`
+        assert caught_before_sending(code, out, said, recorded)
+        return
     if interrupts == 1:  # the command waited for the store's answer: it reports it
         reported = code == 0 and "cancel requested for run r" in out
         assert reported == recorded, (recorded, code, out, said)
@@ -302,6 +313,9 @@ def test_an_interrupted_approval_says_what_the_store_recorded(
     arguments = ["approve", "r", call_id, "--key", "alice.key"]
     code, out, said = interrupted(arguments, url, prefix, interrupts=interrupts, cwd=tmp_path)
     recorded = approved_by(url, prefix) == ["alice"]
+    if "no approval was sent" in said:  # see `caught_before_sending`
+        assert caught_before_sending(code, out, said, recorded)
+        return
     if interrupts == 1:
         reported = code == 0 and "Recorded the signed approval" in out
         assert reported == recorded, (recorded, code, out, said)
