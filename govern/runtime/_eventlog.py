@@ -462,7 +462,12 @@ class _Tx(Protocol):
 
 
 class _Backend(Protocol):
-    def transaction(self, body: Callable[[_Tx], _T]) -> _T: ...
+    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
+        """Run `body` in one exclusive transaction on the log. `pipelined`: the body writes fewer than
+        `_COPY_FROM` events, so a PostgreSQL backend may send its statements and the COMMIT without
+        waiting for each answer (only a fetch waits)."""
+        ...
+
     def head(self) -> _Head | None: ...
     def read(self, start: int, limit: int) -> list[LoggedEvent]: ...
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
@@ -657,7 +662,9 @@ class EventLog:
         if identity is not None and identity.events is not None and identity.digest == items[0].machine:
             _check_events(self.name, identity.events, items)  # refused before touching the database
         writer = f"{self._writer_prefix}{next(self._calls):x}"  # at most 32 characters
-        return self._backend.transaction(lambda tx: _append(self.name, tx, items, writer, identity))
+        return self._backend.transaction(
+            lambda tx: _append(self.name, tx, items, writer, identity), pipelined=len(items) < _COPY_FROM
+        )
 
 
 def _check_count(field: str, value: object) -> None:
@@ -1152,13 +1159,7 @@ class _SqlTx:
                     {records[0]: int(record_next)},
                 )
         head = None
-        if self.sqlite:  # BEGIN IMMEDIATE holds the lock: the log's row comes with the rest
-            lists: Callable[[list[str]], Any] = _json
-        else:
-            head = self.lock()
-            if head is None:
-                return None
-            lists = list
+        lists: Callable[[list[str]], Any] = _json if self.sqlite else list
         params = {
             "log": self.log,
             "ids": lists(ids),
@@ -1166,7 +1167,24 @@ class _SqlTx:
             "producers": lists(producers),
             "records": lists(records),
         }
-        self.cur.execute(self.d.read, params)
+        if self.sqlite:  # BEGIN IMMEDIATE holds the lock: the log's row comes with the rest
+            self.cur.execute(self.d.read, params)
+        else:
+            # BEGIN, the lock and the read go out in one round trip (a pipeline): the server runs them in
+            # order, so the read's snapshot is taken once the lock is held and sees every earlier append.
+            conn = self.cur.connection
+            # (In the pipeline a small append runs in, a nested one would cost a round trip to leave.)
+            with contextlib.nullcontext() if conn.pgconn.pipeline_status else conn.pipeline():
+                locking = conn.cursor()
+                try:
+                    locking.execute(self.d.lock, (self.log,))
+                    self.cur.execute(self.d.read, params)
+                    locked = locking.fetchone()
+                finally:
+                    locking.close()
+            if locked is None:
+                return None
+            head = _head_of(locked[0], locked[1], locked[2])
         known: dict[str, LoggedEvent] = {}
         positions: dict[str, int] = {}
         numbers: dict[str, dict[str, int]] = {"p": {}, "r": {}}
@@ -1234,7 +1252,9 @@ class _SqlTx:
             nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
             nexts["r", e.record] = e.record_seq + 1
         counters = [(log, kind, key, n) for (kind, key), n in nexts.items()]
-        if len(rows) >= _COPY_FROM:  # COPY costs the server about half what INSERT ... unnest does
+        # COPY costs the server about half what INSERT ... unnest does (and is not allowed in a pipeline,
+        # which a smaller append runs in).
+        if len(rows) >= _COPY_FROM:
             with self.cur.copy(_PG_COPY_EVENTS) as copy:
                 for row in rows:
                     copy.write_row(row)
@@ -1248,6 +1268,18 @@ class _SqlTx:
 
 _COLUMNS = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
 _PG_INSERT_EVENTS = f"INSERT INTO govern_events ({_COLUMNS}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})"
+
+
+def _left_pipeline(driver: Any) -> bool:
+    """Whether a psycopg connection whose pipelined append failed (and was rolled back) is back to how
+    the pool hands connections out: out of pipeline mode, idle, autocommit off."""
+    if driver.pgconn.pipeline_status:
+        return False
+    try:
+        driver.autocommit = False  # refused unless the connection is idle
+    except Exception:
+        return False
+    return True
 
 
 @functools.cache
@@ -1378,24 +1410,25 @@ class _SqlBackend:
             return LogURLError(f"{where} failed: {reason}; fix the URL")
         return EventLogError(f"{where} failed: {reason}{safe}")
 
-    def transaction(self, body: Callable[[_Tx], _T]) -> _T:
-        return self._write(lambda cursor: body(_SqlTx(cursor, self.log, self._sql)))
+    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
+        return self._write(lambda cursor: body(_SqlTx(cursor, self.log, self._sql)), pipelined)
 
-    def _write(self, body: Callable[[Any], _T]) -> _T:
-        """Run `body` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite; psycopg
-        begins one itself), retried like `_run`: the append's hot path, without SQLAlchemy's
+    def _write(self, body: Callable[[Any], _T], pipelined: bool = False) -> _T:
+        """Run `body` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite; on
+        PostgreSQL psycopg begins one itself, or with `pipelined` the statements go out in a pipeline, and
+        `body` must not COPY), retried like `_run`: the append's hot path, without SQLAlchemy's
         per-statement work."""
         backoff = Backoff(self.timeout)
         while True:
             try:
-                return self._write_once(body, backoff)
+                return self._write_once(body, backoff, pipelined)
             except self._errors as exc:
                 kind, reason, _ = classify(exc)
                 if kind == "retry" and backoff.wait():
                     continue
                 raise self._error(kind, reason, "append", backoff.attempts) from exc
 
-    def _write_once(self, body: Callable[[Any], _T], backoff: Backoff) -> _T:
+    def _write_once(self, body: Callable[[Any], _T], backoff: Backoff, pipelined: bool) -> _T:
         """One attempt of `_write`, on the kept writer connection (SQLite) or a pooled one. A failed
         attempt is rolled back and its connection goes back to the pool (a broken one is discarded)."""
         lock = self._writer_lock
@@ -1418,12 +1451,25 @@ class _SqlBackend:
                         cursor.execute("BEGIN IMMEDIATE")
                         result = body(cursor)
                         cursor.execute("COMMIT")
+                    elif pipelined:
+                        # A small append is two round trips: BEGIN, the lock and the read (whose answer
+                        # it waits for), then the writes and the COMMIT. The BEGIN and COMMIT are the
+                        # pipeline's own statements, on a connection in autocommit mode meanwhile:
+                        # psycopg's would each wait for an answer of their own.
+                        driver.autocommit = True
+                        with driver.pipeline():
+                            cursor.execute("BEGIN")
+                            result = body(cursor)
+                            cursor.execute("COMMIT")
+                        driver.autocommit = False
                     else:
                         result = body(cursor)
                         driver.commit()
                 except BaseException:
                     with contextlib.suppress(Exception):  # the first failure is the one to report
                         driver.rollback()
+                    if self.dialect != "sqlite" and not _left_pipeline(driver):
+                        raw.invalidate()  # never hand out a connection in pipeline or autocommit mode
                     raise
                 finally:
                     cursor.close()
@@ -1431,7 +1477,7 @@ class _SqlBackend:
                     self._writer, kept = raw, True
                 return result
             except self._errors as exc:
-                if classify(exc)[2]:
+                if classify(exc)[2] and raw.is_valid:  # (a pipeline left busy was invalidated already)
                     raw.invalidate()  # the connection broke under the driver: never hand it out again
                 raise
             finally:
@@ -1575,7 +1621,7 @@ class _MemoryBackend:
         self.mem = mem
         self._tx = _MemoryTx(mem)  # it holds nothing of its own: one serves every transaction
 
-    def transaction(self, body: Callable[[_Tx], _T]) -> _T:
+    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
         mem = self.mem
         with mem.lock:
             # A refused append leaves nothing behind: write() is its last step, and a binding made by

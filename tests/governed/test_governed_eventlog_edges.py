@@ -682,7 +682,9 @@ class CommitDropper:
     and then cuts the connection before the acknowledgement comes back: the commit lands, the client
     sees a dropped connection."""
 
-    COMMIT = b"Q\x00\x00\x00\x0bCOMMIT\x00"  # the simple-query message psycopg sends to commit
+    # The COMMIT psycopg sends: a simple query, or in a pipeline (a small append's) an extended-protocol
+    # Parse message whose statement name is empty.
+    COMMITS = (b"Q\x00\x00\x00\x0bCOMMIT\x00", b"\x00COMMIT\x00")
     WRITE = b"INSERT INTO govern_events"
 
     def __init__(self) -> None:
@@ -708,7 +710,8 @@ class CommitDropper:
         try:
             while data := client.recv(65536):
                 wrote = wrote or self.WRITE in data
-                if self.armed and wrote and self.COMMIT in data:
+                commits = any(c in data for c in self.COMMITS)
+                if self.armed and wrote and commits:
                     self.armed -= 1
                     cut.set()
                     self.dropped += 1
@@ -716,7 +719,7 @@ class CommitDropper:
                     time.sleep(0.3)  # the server commits; its answer is never relayed
                     break
                 server.sendall(data)
-                if self.COMMIT in data:
+                if commits:
                     wrote = False
         except OSError:
             pass
@@ -758,6 +761,55 @@ def test_a_lost_commit_acknowledgement_is_resolved_by_reading_the_writer_back(lo
         assert tool_log.length() == 1
     finally:
         proxy.close()
+
+
+@contextmanager
+def counters_refused(log_name: str, key: str) -> Iterator[None]:
+    """A trigger that makes PostgreSQL refuse log `log_name`'s counter row for record `key`: an append of
+    an event on that record fails at its last statement, after its events were written."""
+    function, trigger = f"refuse_{uuid.uuid4().hex[:8]}", f"refuse_{uuid.uuid4().hex[:8]}"
+    engine = sa.create_engine(POSTGRES_URL)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            f"CREATE FUNCTION {function}() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.\"log\" = '{log_name}' AND NEW.\"key\" = '{key}' THEN "
+            "RAISE EXCEPTION 'counter refused by the test'; END IF; RETURN NEW; END $$"
+        )
+        conn.exec_driver_sql(
+            f"CREATE TRIGGER {trigger} BEFORE INSERT ON govern_counters FOR EACH ROW "
+            f"EXECUTE FUNCTION {function}()"
+        )
+    try:
+        yield
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP TRIGGER {trigger} ON govern_counters")
+            conn.exec_driver_sql(f"DROP FUNCTION {function}()")
+        engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_refused_small_append_hands_its_connection_back_as_it_came(log_name: str) -> None:
+    """A small append runs as a pipeline on a connection switched to autocommit (two round trips). When the
+    server refuses its last statement, nothing is stored, and the connection goes back to the pool out of
+    pipeline and autocommit mode: a batch appended on it next is still one transaction (in autocommit its
+    events, written before the refused statement, would stay)."""
+    log = bound(POSTGRES_URL, log_name, pool_size=1)  # one connection: the refused append's serves the rest
+    log.append(ev("a"))
+    with counters_refused(log_name, "refused-record"):
+        with pytest.raises(EventLogError, match="counter refused by the test"):
+            log.append(ev("b", record="refused-record", seq=1))
+        assert [e.id for e in log.read()] == ["a"]
+        with pytest.raises(EventLogError, match="counter refused by the test"):
+            log.append_many([ev("c", seq=1), ev("d", record="refused-record", seq=2)])
+        batch = [ev(f"e{i}", record=f"o{i}", seq=2 + i) for i in range(20)]
+        with pytest.raises(EventLogError, match="counter refused by the test"):  # 21 events: not pipelined
+            log.append_many([*batch, ev("f", record="refused-record", seq=22)])
+        assert [e.id for e in log.read()] == ["a"]
+        assert log.append(ev("g", seq=1)).created
+    assert [e.id for e in log.read()] == ["a", "g"]
+    assert log.append_many(batch)[0].created
+    assert log.length() == 22
 
 
 @pytest.mark.postgres
