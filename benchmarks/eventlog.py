@@ -1,13 +1,17 @@
 """The shared event log at its edges: append rates, read latency under concurrent writers, and how a
 replica copes with an early event that arrives late.
 
-    python benchmarks/eventlog.py [--quick] [--skip-postgres]
+    python benchmarks/eventlog.py [--quick] [--skip-postgres] [--latency-ms MS]
 
 Figures printed (one line each):
 
 - events appended/s, SQLite file and PostgreSQL (when reachable): one event per transaction, and
   batches of 100 and 1,000 per transaction (`EventLog.append_many`), beside the machine's floor
   measured in the same run (bare durable commits/s of a one-row insert on the same database);
+- the same PostgreSQL figures through a proxy on loopback that delays every packet by `--latency-ms`
+  each way (0.5 ms by default: a server in the same data centre), where round trips, not the server,
+  set the rate: a small append is two round trips, the bare commit three (BEGIN, INSERT, COMMIT)
+  (the client CPU figures of these lines include the proxy's own threads);
 - pages a SQLite commit writes to the WAL, a one-event append's beside the bare one-row commit's:
   counted, not timed, so the same on a busy machine (each page is 4 KiB written and synced);
 - read latency of `length()` and `read()` on SQLite while 4 writer processes append as fast as they
@@ -23,12 +27,16 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
+import queue
+import socket
 import sqlite3
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from governed import bench_append  # the same measurement as benchmarks/governed.py, on this machine
 
@@ -195,10 +203,98 @@ def bench_late_arrival(machine: govern.Machine, sizes: list[int]) -> None:
         )
 
 
+class DelayingProxy:
+    """A TCP proxy on loopback to `target` that delivers each chunk `delay` seconds after it arrived, in
+    both directions: a network with that one-way latency (chunks sent together stay together, as on a
+    real link; nothing is serialized behind a sleep)."""
+
+    def __init__(self, target: tuple[str, int], delay: float) -> None:
+        self.target, self.delay = target, delay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for s in (client, server):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._relay(client, server)
+            self._relay(server, client)
+
+    def _relay(self, source: socket.socket, sink: socket.socket) -> None:
+        due: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
+
+        def receive() -> None:
+            try:
+                while data := source.recv(65536):
+                    due.put((time.monotonic() + self.delay, data))
+            except OSError:
+                pass
+            due.put(None)
+
+        def deliver() -> None:
+            while (item := due.get()) is not None:
+                wait = item[0] - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                try:
+                    sink.sendall(item[1])
+                except OSError:
+                    break
+            for s in (source, sink):
+                s.close()
+
+        threading.Thread(target=receive, daemon=True).start()
+        threading.Thread(target=deliver, daemon=True).start()
+
+    def url(self, url: str) -> str:
+        """`url` with its host and port replaced by the proxy's."""
+        parts = urlsplit(url)
+        user = parts.netloc.rpartition("@")[0]
+        here = f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=f"{user}@{here}" if user else here))
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def bench_append_far(machine: govern.Machine, latency_ms: float, single: int, batched: int) -> None:
+    """`bench_append` on PostgreSQL through a `DelayingProxy` of `latency_ms` each way, with the round trip
+    it adds measured beside (a `SELECT 1`, median of 50)."""
+    import psycopg
+
+    parts = urlsplit(POSTGRES_URL)
+    proxy = DelayingProxy((parts.hostname or "127.0.0.1", parts.port or 5432), latency_ms / 1000)
+    try:
+        url = proxy.url(POSTGRES_URL)
+        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
+            times = []
+            for _ in range(50):
+                t = time.perf_counter()
+                conn.execute("SELECT 1").fetchone()
+                times.append(time.perf_counter() - t)
+        rtt = sorted(times)[len(times) // 2] * 1000
+        label = f"PostgreSQL, {latency_ms:g} ms each way (round trip {rtt:.2f} ms)"
+        bench_append(machine, url, label, single, batched)
+    finally:
+        proxy.close()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the script runs")
     parser.add_argument("--skip-postgres", action="store_true", help="do not try the PostgreSQL server")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.5,
+        help="also append to PostgreSQL through a proxy adding this latency each way (0: skip; default 0.5)",
+    )
     args = parser.parse_args()
     machine = counter_machine()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
@@ -209,6 +305,8 @@ def main() -> int:
     if not args.skip_postgres:
         try:
             bench_append(machine, POSTGRES_URL, "PostgreSQL", single, batched)
+            if args.latency_ms > 0:
+                bench_append_far(machine, args.latency_ms, single // 4, batched // 10)
         except govern.EventLogError as exc:
             print(f"append PostgreSQL: skipped, server not reachable ({str(exc).splitlines()[0][:100]})")
     bench_reads_under_writers(machine, 2.0 if args.quick else 8.0)
