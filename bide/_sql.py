@@ -337,10 +337,13 @@ class SQLStore:
             self._sql_lease_get = (
                 f"SELECT holder, token, expires_ms FROM {p}runs WHERE run_id = %s FOR UPDATE"
             )
+            # Every item of an insert request in one statement: one round trip, whatever its size.
             self._sql_ins = (
-                f"INSERT INTO {p}records(run_id, key, seq, data) VALUES (%s, %s, %s, %s) "
-                "ON CONFLICT (run_id, key) DO NOTHING RETURNING seq"
+                f"INSERT INTO {p}records(run_id, key, seq, data) SELECT %s, u.key, u.seq, u.data "
+                "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS u(key, seq, data) "
+                "ON CONFLICT (run_id, key) DO NOTHING RETURNING key, seq"
             )
+            self._sql_delete = f"DELETE FROM {p}records WHERE run_id = %s AND seq = ANY(%s::bigint[])"
             self._sql_get = f"SELECT seq, data FROM {p}records WHERE run_id = %s AND key = %s"
             self._sql_load = (
                 f"SELECT seq, key, data FROM {p}records WHERE run_id = %s AND seq > %s ORDER BY seq"
@@ -1249,18 +1252,15 @@ class SQLStore:
             if verdict is not None:
                 return verdict
             base = int(top) - len(items)
-            if not exclusive:
-                out = self._insert_pg(cur, req.run_id, items, base)
-            else:
-                # All or nothing: a savepoint undoes this request's inserts on any conflict.
-                cur.execute("SAVEPOINT bide_exclusive")
-                out = self._insert_pg(cur, req.run_id, items, base)
-                if not all(e.inserted for e in out):
-                    cur.execute("ROLLBACK TO SAVEPOINT bide_exclusive")
-                    cur.execute("RELEASE SAVEPOINT bide_exclusive")
-                    stored = [self._read(cur, req.run_id, k) for k, _ in items]
-                    return [e for e in stored if e is not None]
-                cur.execute("RELEASE SAVEPOINT bide_exclusive")
+            out = self._insert_pg(cur, req.run_id, items, base)
+            if exclusive and not all(e.inserted for e in out):
+                # All or nothing, as on SQLite: the run's row is locked until commit (every insert locks
+                # it first), so nobody inserted meanwhile: delete what this request inserted. The same
+                # effect as a savepoint rolled back, without two round trips on the common path.
+                mine = [e.seq for e in out if e.inserted]
+                if mine:
+                    cur.execute(self._sql_delete, (req.run_id, mine))
+                return [e for e in out if not e.inserted]
             if any(e.inserted and e.key == END_KEY for e in out):
                 cur.execute(self._sql_end, (req.run_id,))
             return out
@@ -1319,13 +1319,17 @@ class SQLStore:
         return out
 
     def _insert_pg(self, cur: Any, run_id: str, items: Sequence[tuple[str, bytes]], base: int) -> list[Entry]:
-        """PostgreSQL: insert each absent item with seq numbers from base + 1 on (reserved by the caller)."""
+        """PostgreSQL: insert each absent item with seq numbers from base + 1 on (reserved by the caller), in
+        one statement; an item already stored is read back."""
+        keys = [key for key, _ in items]
+        seqs = list(range(base + 1, base + 1 + len(items)))
+        cur.execute(self._sql_ins, (run_id, keys, seqs, [data for _, data in items]))
+        inserted = {str(key): int(seq) for key, seq in cur.fetchall()}
         out: list[Entry] = []
-        for i, (key, data) in enumerate(items):
-            cur.execute(self._sql_ins, (run_id, key, base + i + 1, data))
-            row = cur.fetchone()
-            if row is not None:
-                out.append(Entry(int(row[0]), key, data, True))
+        for key, data in items:  # (the keys of one request are distinct: `_check`)
+            seq = inserted.get(key)
+            if seq is not None:
+                out.append(Entry(seq, key, data, True))
             else:
                 out.append(self._existing(cur, run_id, key, data))
         return out
