@@ -328,20 +328,26 @@ class SQLStore:
                 for n in _chunk_sizes()
             }
         else:
-            self._sql_run = (
-                f"INSERT INTO {p}runs(run_id, next_seq) VALUES (%s, %s) ON CONFLICT (run_id) DO UPDATE "
-                f"SET next_seq = {p}runs.next_seq + EXCLUDED.next_seq "
-                "RETURNING next_seq, holder, token, expires_ms, ended"
+            # An insert request in one statement (one round trip, whatever its size): lock the run's row
+            # and reserve the request's seq numbers (the upsert, whose RETURNING is the row as locked), then
+            # insert every absent item if the lease and the end allow it (what `_verdict` checks after, on
+            # that row), answering the row and what was inserted.
+            self._sql_write = (
+                f"WITH run AS (INSERT INTO {p}runs(run_id, next_seq) VALUES (%(run)s, %(n)s) "
+                f"ON CONFLICT (run_id) DO UPDATE SET next_seq = {p}runs.next_seq + EXCLUDED.next_seq "
+                "RETURNING next_seq, holder, token, expires_ms, ended), "
+                f"written AS (INSERT INTO {p}records(run_id, key, seq, data) "
+                "SELECT %(run)s, u.key, run.next_seq - %(n)s + u.i, u.data "
+                "FROM run, unnest(%(keys)s::text[], %(data)s::bytea[]) WITH ORDINALITY AS u(key, data, i) "
+                "WHERE run.ended = 0 AND (%(holder)s::text IS NULL "
+                "OR (run.holder = %(holder)s::text AND run.token = %(token)s::bigint)) "
+                "ON CONFLICT (run_id, key) DO NOTHING RETURNING key, seq) "
+                "SELECT run.holder, run.token, run.expires_ms, run.ended, "
+                "(SELECT array_agg(key) FROM written), (SELECT array_agg(seq) FROM written) FROM run"
             )
             self._sql_lease_row = f"INSERT INTO {p}runs(run_id) VALUES (%s) ON CONFLICT (run_id) DO NOTHING"
             self._sql_lease_get = (
                 f"SELECT holder, token, expires_ms FROM {p}runs WHERE run_id = %s FOR UPDATE"
-            )
-            # Every item of an insert request in one statement: one round trip, whatever its size.
-            self._sql_ins = (
-                f"INSERT INTO {p}records(run_id, key, seq, data) SELECT %s, u.key, u.seq, u.data "
-                "FROM unnest(%s::text[], %s::bigint[], %s::bytea[]) AS u(key, seq, data) "
-                "ON CONFLICT (run_id, key) DO NOTHING RETURNING key, seq"
             )
             self._sql_delete = f"DELETE FROM {p}records WHERE run_id = %s AND seq = ANY(%s::bigint[])"
             self._sql_get = f"SELECT seq, data FROM {p}records WHERE run_id = %s AND key = %s"
@@ -1240,19 +1246,22 @@ class SQLStore:
 
     def _apply(self, cur: Any, req: _Request) -> Any:
         if req.op == "insert":
-            items, exclusive, _ = req.args
+            items, exclusive, fence = req.args
             if self.dialect == "sqlite":  # admitted by _admit_sqlite already
                 if not exclusive:
                     return self._insert(cur, req.run_id, items)
                 return self._insert_all_or_none_sqlite(cur, req.run_id, items)
-            # The run's row, locked until commit: seq numbers, the lease and the end, checked here.
-            cur.execute(self._sql_run, (req.run_id, len(items)))
-            top, *row = cur.fetchone()
+            # The run's row is locked until commit: its seq numbers, lease and end hold for the transaction.
+            holder, token = (None, None) if fence is None else fence
+            keys = [key for key, _ in items]
+            params = {"run": req.run_id, "n": len(items), "keys": keys, "data": [d for _, d in items]}
+            cur.execute(self._sql_write, {**params, "holder": holder, "token": token})
+            *row, keys_in, seqs_in = cur.fetchone()
             verdict = self._verdict(cur, req, tuple(row))
             if verdict is not None:
-                return verdict
-            base = int(top) - len(items)
-            out = self._insert_pg(cur, req.run_id, items, base)
+                return verdict  # nothing was inserted: the statement checked the same row
+            inserted = dict(zip(keys_in or (), seqs_in or (), strict=True))
+            out = self._stored_pg(cur, req.run_id, items, inserted)
             if exclusive and not all(e.inserted for e in out):
                 # All or nothing, as on SQLite: the run's row is locked until commit (every insert locks
                 # it first), so nobody inserted meanwhile: delete what this request inserted. The same
@@ -1318,18 +1327,16 @@ class SQLStore:
                 out.append(self._existing(cur, run_id, key, data))
         return out
 
-    def _insert_pg(self, cur: Any, run_id: str, items: Sequence[tuple[str, bytes]], base: int) -> list[Entry]:
-        """PostgreSQL: insert each absent item with seq numbers from base + 1 on (reserved by the caller), in
-        one statement; an item already stored is read back."""
-        keys = [key for key, _ in items]
-        seqs = list(range(base + 1, base + 1 + len(items)))
-        cur.execute(self._sql_ins, (run_id, keys, seqs, [data for _, data in items]))
-        inserted = {str(key): int(seq) for key, seq in cur.fetchall()}
+    def _stored_pg(
+        self, cur: Any, run_id: str, items: Sequence[tuple[str, bytes]], inserted: dict[str, int]
+    ) -> list[Entry]:
+        """PostgreSQL: the entries of an insert request, given the seq numbers of the items it inserted (by
+        key); an item already stored is read back."""
         out: list[Entry] = []
         for key, data in items:  # (the keys of one request are distinct: `_check`)
             seq = inserted.get(key)
             if seq is not None:
-                out.append(Entry(seq, key, data, True))
+                out.append(Entry(int(seq), key, data, True))
             else:
                 out.append(self._existing(cur, run_id, key, data))
         return out
