@@ -124,7 +124,7 @@ class _Slot:
         self.raw: Any = None
 
     def get(self) -> Any:
-        if self.raw is None:
+        if self.raw is None or not self.raw.is_valid:  # (invalidated: see SQLStore._pipelined)
             raw = self.store.engine.raw_connection()
             if self.store.dialect == "sqlite":
                 driver: Any = raw.driver_connection
@@ -364,6 +364,7 @@ class SQLStore:
         )
         self._sql_release = (
             f"UPDATE {p}runs SET expires_ms = 0 WHERE run_id = {ph} AND holder = {ph} AND token = {ph}"
+            + ("" if self.dialect == "sqlite" else " RETURNING run_id")
         )
         self._sql_expired = (
             f"SELECT run_id, holder, token, expires_ms FROM {p}runs WHERE run_id > {ph} AND ended = 0 AND "
@@ -853,6 +854,8 @@ class SQLStore:
                 leases = True
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
+        if self.dialect != "sqlite" and not (writes and hooks and self._hooks.hooks):
+            return self._pipelined(batch, raw, lazy=lazy, writes=writes)
         toggle = lazy and self.dialect == "sqlite"
         # SQLite: the driver's own cursor (the pool's wrapper adds a Python call per transaction).
         cur = (raw.dbapi_connection if self.dialect == "sqlite" else raw).cursor()
@@ -918,6 +921,41 @@ class SQLStore:
                 if len(self._known_runs) > 100_000:
                     self._known_runs.clear()
                 self._known_runs |= new_runs
+        return results
+
+    def _pipelined(self, batch: list[_Request], raw: Any, *, lazy: bool, writes: bool) -> list[Any]:
+        """Run a PostgreSQL `batch` (without write hooks, which may COPY) as one transaction in a pipeline:
+        statements go out without waiting for their answers, and only a statement whose answer the batch
+        needs waits, so BEGIN travels with the first such statement and COMMIT with whatever follows the
+        last one. A one-request write is two round trips (four without the pipeline)."""
+        driver = raw.driver_connection
+        cur = driver.cursor()
+        # psycopg waits for the answer to a BEGIN and a COMMIT of its own: in autocommit mode, ours are
+        # statements of the pipeline like the rest.
+        driver.autocommit = True
+        try:
+            with driver.pipeline():
+                cur.execute("BEGIN")
+                if lazy:
+                    cur.execute("SET LOCAL synchronous_commit TO OFF")
+                results = [self._apply(cur, req) for req in batch]
+                cur.execute("COMMIT")
+            driver.autocommit = False
+        except BaseException as exc:
+            with contextlib.suppress(Exception):
+                driver.rollback()
+            try:
+                driver.autocommit = False  # refused unless the connection is idle and out of the pipeline
+            except Exception:
+                # Never use a connection that could commit statement by statement again: after an
+                # Exception the caller drops it; after anything else (Ctrl-C), it is discarded here.
+                if not isinstance(exc, Exception):
+                    raw.invalidate()
+            raise
+        finally:
+            cur.close()
+        if writes:
+            self.commits += 1
         return results
 
     def _run_hooks(self, cur: Any, batch: list[_Request], results: list[Any]) -> list[WriteTransaction]:
@@ -1278,7 +1316,9 @@ class SQLStore:
         if req.op == "release":
             holder, token = req.args
             cur.execute(self._sql_release, (req.run_id, holder, token))
-            return cur.rowcount == 1
+            if self.dialect == "sqlite":
+                return cur.rowcount == 1
+            return cur.fetchone() is not None  # RETURNING: in a pipeline, rowcount waits for a sync
         if req.op == "expired":
             now_ms, after, limit = req.args
             cur.execute(self._sql_expired, (after, now_ms, limit))

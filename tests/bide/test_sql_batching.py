@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 import sqlite3
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -22,6 +26,8 @@ from bide._errors import LeaseLost, RunEnded, StoreError
 from bide._memory import MemoryStore
 from bide._sql import _CHUNK, SQLStore, _chunks, _retryable
 from bide._store import Entry, Lease, WriteTransaction
+
+POSTGRES_URL = os.environ.get("BIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
 @pytest.fixture
@@ -513,6 +519,31 @@ _fenced_insert = st.tuples(
 )
 
 
+@contextmanager
+def fresh_sql_store(dialect: str) -> Iterator[SQLStore]:
+    """An empty SQLStore: a SQLite file, or tables of a prefix of their own in the test PostgreSQL."""
+    if dialect == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            store = SQLStore(f"sqlite:///{Path(tmp) / 'batched.db'}")
+            try:
+                yield store
+            finally:
+                store.close()
+        return
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    store = SQLStore(POSTGRES_URL, table_prefix=prefix)
+    try:
+        yield store
+    finally:
+        store.close()
+        engine = sa.create_engine(POSTGRES_URL)
+        with engine.begin() as conn:
+            for table in ("records", "runs"):
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prefix}{table}")
+        engine.dispose()
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     leases=st.fixed_dictionaries({rid: _LEASE_STATES for rid in RUNS}),
@@ -520,13 +551,17 @@ _fenced_insert = st.tuples(
     requests=st.lists(_fenced_insert, min_size=1, max_size=10),
 )
 def test_fences_and_ends_in_a_batch_answer_as_one_by_one(
-    leases: dict[str, str], ended: set[str], requests: list[tuple[str, list[str], bool, str | None]]
+    dialect: str,
+    leases: dict[str, str],
+    ended: set[str],
+    requests: list[tuple[str, list[str], bool, str | None]],
 ) -> None:
-    """Fenced inserts (S10) and run ends (S8) in one SQLite batch get the answers the same requests get one
-    by one, in batch order, from the in-memory store: the same refusals, the same entries, and nothing
-    stored after a run's end, also when the end is written by a request of the same batch."""
-    with tempfile.TemporaryDirectory() as tmp:
-        batched = SQLStore(f"sqlite:///{Path(tmp) / 'batched.db'}")
+    """Fenced inserts (S10) and run ends (S8) issued together get the answers the same requests get one by
+    one, in issue order, from the in-memory store: the same refusals, the same entries, and nothing stored
+    after a run's end, also when the end is written by a request of the same batch. On SQLite they form
+    one batch with multi-row statements; on PostgreSQL the store's thread takes them in batches sorted by
+    run (one transaction each, its statements sent as a pipeline), which keeps each run's order."""
+    with fresh_sql_store(dialect) as batched:
         single = MemoryStore()
         try:
             tokens: dict[tuple[int, str], int] = {}
@@ -584,7 +619,7 @@ def test_fences_and_ends_in_a_batch_answer_as_one_by_one(
                 keys = [k for k, _ in journal]
                 assert "run:end" not in keys or keys[-1] == "run:end"
         finally:
-            batched.close()
+            single.close()
 
 
 @pytest.mark.parametrize("enabled", [True, False])
@@ -646,3 +681,28 @@ def test_a_lock_held_past_the_busy_timeout_is_reported_once_and_nothing_is_writt
         assert store.load("r") == []
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_an_interrupted_pipeline_leaves_no_connection_committing_statement_by_statement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A PostgreSQL batch runs as a pipeline on a connection switched to autocommit (its BEGIN and COMMIT
+    are statements of the pipeline). Interrupted in the middle by something that is not an Exception (a
+    Ctrl-C, after which the store keeps its connection), nothing of the batch is stored and the connection
+    the store keeps is back out of autocommit mode (or discarded), so the next write is one transaction."""
+    with fresh_sql_store("postgresql") as store:
+        store.insert_many("r", [("a", b"1")])
+
+        def interrupted(*args: Any) -> Any:
+            raise KeyboardInterrupt
+
+        with monkeypatch.context() as patch:
+            patch.setattr(SQLStore, "_stored_pg", interrupted)  # after the insert statement ran
+            with pytest.raises(StoreError, match="KeyboardInterrupt"):
+                store.insert_many("r", [("b", b"2")])
+        raw = store._worker_slot.raw  # (looked at before the next batch, which sets autocommit itself)
+        assert raw is None or not raw.is_valid or raw.driver_connection.autocommit is False
+        assert [e.key for e in store.load("r")] == ["a"]
+        assert store.insert_many("r", [("c", b"3")])[0].inserted
+        assert [e.key for e in store.load("r")] == ["a", "c"]
