@@ -34,7 +34,7 @@ pytest:
 	$(PYTHON) -m pytest -q
 
 bench: install
-	for b in benchmarks/*.py; do $(PYTHON) $$b || exit 1; done
+	for b in benchmarks/[!_]*.py; do $(PYTHON) $$b || exit 1; done
 
 clean:
 	rm -rf build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache $(VENV)

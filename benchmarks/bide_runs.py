@@ -1,13 +1,15 @@
 """Durable runs per second for a one-tool run (model turn, side-effect tool, final answer).
 
-    python benchmarks/bide_runs.py [--quick]
+    python benchmarks/bide_runs.py [--quick] [--skip-postgres] [--latency-ms MS]
 
 Prints: the bare durable SQLite commit rate on this machine; sequential ms/run on SQLite (synchronous=FULL,
 WAL) and memory; concurrent runs/s (group commit) against that commit rate, for 5,000 runs started at once
 and by runs in flight (with CPython's default garbage collector setting, then with the one
 docs/performance.md suggests for services); 5,000 concurrent runs whose model call sleeps 100 ms; records
-and transactions per run. The scripted model is offline. The load average is printed too: figures from a
-busy machine are not comparable.
+and transactions per run; on PostgreSQL (when reachable): ms per sequential run on loopback and through a
+proxy that delays every packet by `--latency-ms` each way (a server across a data centre, where round
+trips set the time), and runs/s with 2,000 at once. The scripted model is offline. The load average is
+printed too: figures from a busy machine are not comparable.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from _latency import proxied, round_trip_ms
+
 import bide
 from bide.testing import ScriptedModel, call, reply
 
@@ -35,6 +39,7 @@ from bide.testing import ScriptedModel, call, reply
 REFERENCE_COMMITS_PER_S = 6_000
 # The garbage collector setting docs/performance.md suggests for a service with thousands of runs in flight.
 SERVICE_GC = (50_000, 20, 20)
+POSTGRES_URL = os.environ.get("BIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 T = TypeVar("T")
 
 
@@ -135,6 +140,13 @@ def main() -> None:
         action="store_true",
         help=f"gc.set_threshold{SERVICE_GC} for everything (what docs/performance.md suggests for services)",
     )
+    parser.add_argument("--skip-postgres", action="store_true", help="do not try the PostgreSQL server")
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.5,
+        help="PostgreSQL runs also through a proxy adding this latency each way (0: skip; default 0.5)",
+    )
     args = parser.parse_args()
     if args.tune_gc:
         gc.set_threshold(*SERVICE_GC)
@@ -209,6 +221,9 @@ def main() -> None:
             print(f"  SQLite runs/s by runs in flight{label} (x bare commit rate): " + ", ".join(figures))
         sql.close()
 
+        if not args.skip_postgres:
+            postgres_runs(seq_n, conc_n // 10 * 4, args.latency_ms)
+
         # Each in a fresh interpreter, as a service would run them: the garbage the earlier scenarios left
         # in this process would otherwise be scanned by every collection of this one.
         wall_mem, cpu_mem = in_fresh_process(big_case, "memory://", big_n, args.tune_gc)
@@ -218,6 +233,48 @@ def main() -> None:
             f"wall {wall_mem:.3f} s memory (target < 0.6 s; CPU {cpu_mem:.3f} s), {wall_sql:.3f} s SQLite "
             f"(target < 1.5 s; CPU {cpu_sql:.3f} s)"
         )
+
+
+def postgres_runs(seq_n: int, conc_n: int, latency_ms: float) -> None:
+    """The one-tool run on PostgreSQL: sequential ms per run on loopback and, with `latency_ms`, through a
+    `DelayingProxy`; runs/s with `conc_n` at once. Each in tables of a prefix of its own, dropped after."""
+    prefix = f"bench{os.getpid()}_"
+    try:
+        store = bide.open_store(POSTGRES_URL, table_prefix=prefix)
+    except bide.BideError as exc:
+        print(f"PostgreSQL: skipped, server not reachable ({str(exc).splitlines()[0][:100]})")
+        return
+    try:
+        ms = asyncio.run(sequential(store, seq_n, "pg-seq"))
+        dt = asyncio.run(concurrent(store, conc_n, "pg-conc"))
+        rtt = round_trip_ms(POSTGRES_URL)
+        line = (
+            f"PostgreSQL on loopback (round trip {rtt:.2f} ms): sequential one-tool run {ms:.3f} ms/run "
+            f"(CPU {CPU['pg-seq']:.0f} us/run); {conc_n:,} runs at once {conc_n / dt:,.0f} runs/s"
+        )
+        if latency_ms > 0:
+            proxy, url = proxied(POSTGRES_URL, latency_ms)
+            far = bide.open_store(url, table_prefix=prefix)
+            try:
+                far_ms = asyncio.run(sequential(far, max(seq_n // 10, 10), "pg-far"))
+                rtt = round_trip_ms(url)
+                line += (
+                    f"; through a proxy adding {latency_ms:g} ms each way (round trip {rtt:.2f} ms): "
+                    f"{far_ms:.2f} ms/run = {far_ms / rtt:.1f} round trips"
+                )
+            finally:
+                far.close()
+                proxy.close()
+        print(line)
+    finally:
+        store.close()
+        import sqlalchemy as sa
+
+        engine = sa.create_engine(POSTGRES_URL)
+        with engine.begin() as conn:
+            for table in ("records", "runs"):
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prefix}{table}")
+        engine.dispose()
 
 
 def big_case(url: str, n: int, tune_gc: bool) -> tuple[float, float]:

@@ -27,17 +27,14 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import queue
-import socket
 import sqlite3
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from _latency import proxied, round_trip_ms
 from governed import bench_append  # the same measurement as benchmarks/governed.py, on this machine
 
 import govern
@@ -203,83 +200,12 @@ def bench_late_arrival(machine: govern.Machine, sizes: list[int]) -> None:
         )
 
 
-class DelayingProxy:
-    """A TCP proxy on loopback to `target` that delivers each chunk `delay` seconds after it arrived, in
-    both directions: a network with that one-way latency (chunks sent together stay together, as on a
-    real link; nothing is serialized behind a sleep)."""
-
-    def __init__(self, target: tuple[str, int], delay: float) -> None:
-        self.target, self.delay = target, delay
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.create_connection(self.target)
-            for s in (client, server):
-                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._relay(client, server)
-            self._relay(server, client)
-
-    def _relay(self, source: socket.socket, sink: socket.socket) -> None:
-        due: queue.Queue[tuple[float, bytes] | None] = queue.Queue()
-
-        def receive() -> None:
-            try:
-                while data := source.recv(65536):
-                    due.put((time.monotonic() + self.delay, data))
-            except OSError:
-                pass
-            due.put(None)
-
-        def deliver() -> None:
-            while (item := due.get()) is not None:
-                wait = item[0] - time.monotonic()
-                if wait > 0:
-                    time.sleep(wait)
-                try:
-                    sink.sendall(item[1])
-                except OSError:
-                    break
-            for s in (source, sink):
-                s.close()
-
-        threading.Thread(target=receive, daemon=True).start()
-        threading.Thread(target=deliver, daemon=True).start()
-
-    def url(self, url: str) -> str:
-        """`url` with its host and port replaced by the proxy's."""
-        parts = urlsplit(url)
-        user = parts.netloc.rpartition("@")[0]
-        here = f"127.0.0.1:{self.port}"
-        return urlunsplit(parts._replace(netloc=f"{user}@{here}" if user else here))
-
-    def close(self) -> None:
-        self.listener.close()
-
-
 def bench_append_far(machine: govern.Machine, latency_ms: float, single: int, batched: int) -> None:
     """`bench_append` on PostgreSQL through a `DelayingProxy` of `latency_ms` each way, with the round trip
-    it adds measured beside (a `SELECT 1`, median of 50)."""
-    import psycopg
-
-    parts = urlsplit(POSTGRES_URL)
-    proxy = DelayingProxy((parts.hostname or "127.0.0.1", parts.port or 5432), latency_ms / 1000)
+    it adds measured beside."""
+    proxy, url = proxied(POSTGRES_URL, latency_ms)
     try:
-        url = proxy.url(POSTGRES_URL)
-        with psycopg.connect(url.replace("postgresql+psycopg://", "postgresql://"), autocommit=True) as conn:
-            times = []
-            for _ in range(50):
-                t = time.perf_counter()
-                conn.execute("SELECT 1").fetchone()
-                times.append(time.perf_counter() - t)
-        rtt = sorted(times)[len(times) // 2] * 1000
-        label = f"PostgreSQL, {latency_ms:g} ms each way (round trip {rtt:.2f} ms)"
+        label = f"PostgreSQL, {latency_ms:g} ms each way (round trip {round_trip_ms(url):.2f} ms)"
         bench_append(machine, url, label, single, batched)
     finally:
         proxy.close()
