@@ -59,6 +59,7 @@ import os
 import queue
 import shlex
 import sqlite3
+import sys
 import threading
 import time
 import urllib.parse
@@ -951,6 +952,9 @@ class SQLStore:
                 # Exception the caller drops it; after anything else (Ctrl-C), it is discarded here.
                 if not isinstance(exc, Exception):
                     raw.invalidate()
+            lost = lost_in_pipeline(driver, exc)
+            if lost is not None:
+                raise lost from exc
             raise
         finally:
             cur.close()
@@ -1464,6 +1468,19 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
             ) from None
         raise StoreError(f"cannot read the SQLite database {where}: {exc}") from exc
     return {name for (name,) in rows}
+
+
+def lost_in_pipeline(driver: Any, exc: BaseException) -> Exception | None:
+    """psycopg's report of a lost connection (an `OperationalError`) for an error other than that, raised on
+    a connection that broke meanwhile; else None. In a pipeline, a statement whose answer never came can
+    surface as the stale result of an earlier one ("the last operation didn't produce records")."""
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(exc, psycopg.Error) or isinstance(exc, psycopg.OperationalError):
+        return None
+    if not driver.broken:
+        return None
+    lost: Exception = psycopg.OperationalError(f"the connection to the server was lost ({exc})")
+    return lost
 
 
 def _retryable(exc: BaseException) -> bool:

@@ -50,6 +50,8 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from sqlalchemy.engine import Connection, Engine
 
+from bide._sql import lost_in_pipeline
+
 from .._errors import GovernError
 from . import _logschema as schema
 from ._logretry import Backoff, classify
@@ -1465,11 +1467,15 @@ class _SqlBackend:
                     else:
                         result = body(cursor)
                         driver.commit()
-                except BaseException:
+                except BaseException as exc:
                     with contextlib.suppress(Exception):  # the first failure is the one to report
                         driver.rollback()
-                    if self.dialect != "sqlite" and not _left_pipeline(driver):
-                        raw.invalidate()  # never hand out a connection in pipeline or autocommit mode
+                    if self.dialect != "sqlite":
+                        if not _left_pipeline(driver):
+                            raw.invalidate()  # never hand out a connection in pipeline or autocommit mode
+                        lost = lost_in_pipeline(driver, exc)
+                        if lost is not None:
+                            raise lost from exc  # retried, as any lost connection
                     raise
                 finally:
                     cursor.close()

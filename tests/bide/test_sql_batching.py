@@ -706,3 +706,28 @@ def test_an_interrupted_pipeline_leaves_no_connection_committing_statement_by_st
         assert [e.key for e in store.load("r")] == ["a"]
         assert store.insert_many("r", [("c", b"3")])[0].inserted
         assert [e.key for e in store.load("r")] == ["a", "c"]
+
+
+@pytest.mark.postgres
+def test_an_error_on_a_connection_lost_in_a_pipeline_is_reported_as_the_loss() -> None:
+    """In a pipeline, a statement whose answer never came (its backend killed) can surface as the stale
+    result of an earlier statement, a psycopg ProgrammingError; on a connection that broke it is reported
+    as the lost connection it is (an OperationalError: retried by the event log, "may or may not have
+    committed" in the store), while the same error on a live connection stays what it is."""
+    import psycopg
+
+    from bide._sql import lost_in_pipeline
+
+    stale = psycopg.ProgrammingError("the last operation didn't produce records (command status: BEGIN)")
+    plain = POSTGRES_URL.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(plain) as conn, psycopg.connect(plain, autocommit=True) as killer:
+        assert lost_in_pipeline(conn, stale) is None
+        pid = conn.info.backend_pid
+        killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(psycopg.OperationalError):
+            conn.execute("SELECT 1")
+        assert conn.broken
+        lost = lost_in_pipeline(conn, stale)
+        assert isinstance(lost, psycopg.OperationalError) and "connection to the server was lost" in str(lost)
+        assert lost_in_pipeline(conn, psycopg.OperationalError("already the loss")) is None
+        assert lost_in_pipeline(conn, ValueError("not the driver's")) is None
