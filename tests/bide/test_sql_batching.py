@@ -1,6 +1,8 @@
 """SQLStore's in-loop group commit on SQLite: requests made before the loop gets back to its callbacks run as
 one transaction, with multi-row statements. These tests form such batches on purpose and check that each
-request gets exactly what it would get alone."""
+request gets exactly what it would get alone. On PostgreSQL the store's thread batches what is queued and
+runs each batch as a pipeline: the tests marked postgres check that too, and what an interrupted or broken
+pipeline leaves behind."""
 
 from __future__ import annotations
 
