@@ -3,6 +3,7 @@ data centre (imported by the scripts beside it; not a benchmark itself)."""
 
 from __future__ import annotations
 
+import argparse
 import queue
 import socket
 import threading
@@ -89,3 +90,13 @@ def round_trip_ms(url: str) -> float:
             conn.execute("SELECT 1").fetchone()
             times.append(time.perf_counter() - t)
     return sorted(times)[len(times) // 2] * 1000
+
+
+def add_latency_option(parser: argparse.ArgumentParser, what: str) -> None:
+    """The scripts' `--latency-ms` (0.5 by default; 0 skips): `what` is measured through the proxy too."""
+    parser.add_argument(
+        "--latency-ms",
+        type=float,
+        default=0.5,
+        help=f"also {what} through a proxy adding this latency each way (0: skip; default 0.5)",
+    )

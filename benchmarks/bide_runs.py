@@ -28,7 +28,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from _latency import proxied, round_trip_ms
+import sqlalchemy as sa
+from _latency import add_latency_option, proxied, round_trip_ms
 
 import bide
 from bide.testing import ScriptedModel, call, reply
@@ -141,12 +142,7 @@ def main() -> None:
         help=f"gc.set_threshold{SERVICE_GC} for everything (what docs/performance.md suggests for services)",
     )
     parser.add_argument("--skip-postgres", action="store_true", help="do not try the PostgreSQL server")
-    parser.add_argument(
-        "--latency-ms",
-        type=float,
-        default=0.5,
-        help="PostgreSQL runs also through a proxy adding this latency each way (0: skip; default 0.5)",
-    )
+    add_latency_option(parser, "run on PostgreSQL")
     args = parser.parse_args()
     if args.tune_gc:
         gc.set_threshold(*SERVICE_GC)
@@ -268,8 +264,6 @@ def postgres_runs(seq_n: int, conc_n: int, latency_ms: float) -> None:
         print(line)
     finally:
         store.close()
-        import sqlalchemy as sa
-
         engine = sa.create_engine(POSTGRES_URL)
         with engine.begin() as conn:
             for table in ("records", "runs"):

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _latency import proxied, round_trip_ms
+from _latency import add_latency_option, proxied, round_trip_ms
 from governed import bench_append  # the same measurement as benchmarks/governed.py, on this machine
 
 import govern
@@ -215,12 +215,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the script runs")
     parser.add_argument("--skip-postgres", action="store_true", help="do not try the PostgreSQL server")
-    parser.add_argument(
-        "--latency-ms",
-        type=float,
-        default=0.5,
-        help="also append to PostgreSQL through a proxy adding this latency each way (0: skip; default 0.5)",
-    )
+    add_latency_option(parser, "append to PostgreSQL")
     args = parser.parse_args()
     machine = counter_machine()
     print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")

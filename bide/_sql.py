@@ -945,13 +945,10 @@ class SQLStore:
         except BaseException as exc:
             with contextlib.suppress(Exception):
                 driver.rollback()
-            try:
-                driver.autocommit = False  # refused unless the connection is idle and out of the pipeline
-            except Exception:
-                # Never use a connection that could commit statement by statement again: after an
-                # Exception the caller drops it; after anything else (Ctrl-C), it is discarded here.
-                if not isinstance(exc, Exception):
-                    raw.invalidate()
+            # After an Exception the caller drops the connection; after anything else (Ctrl-C) it is kept,
+            # so one still in pipeline or autocommit mode is discarded here.
+            if not out_of_pipeline(driver) and not isinstance(exc, Exception):
+                raw.invalidate()
             lost = lost_in_pipeline(driver, exc)
             if lost is not None:
                 raise lost from exc
@@ -1468,6 +1465,19 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
             ) from None
         raise StoreError(f"cannot read the SQLite database {where}: {exc}") from exc
     return {name for (name,) in rows}
+
+
+def out_of_pipeline(driver: Any) -> bool:
+    """Whether a psycopg connection whose pipelined transaction failed (and was rolled back) is back to how
+    connections are handed out: out of pipeline mode, idle, autocommit off (else it must be discarded: it
+    could commit statement by statement)."""
+    if driver.pgconn.pipeline_status:
+        return False
+    try:
+        driver.autocommit = False  # refused unless the connection is idle
+    except Exception:
+        return False
+    return True
 
 
 def lost_in_pipeline(driver: Any, exc: BaseException) -> Exception | None:

@@ -50,7 +50,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from sqlalchemy.engine import Connection, Engine
 
-from bide._sql import lost_in_pipeline
+from bide._sql import lost_in_pipeline, out_of_pipeline
 
 from .._errors import GovernError
 from . import _logschema as schema
@@ -1272,18 +1272,6 @@ _COLUMNS = ", ".join(f'"{c}"' for c in _EVENT_COLUMNS)
 _PG_INSERT_EVENTS = f"INSERT INTO govern_events ({_COLUMNS}) SELECT * FROM unnest({_PG_EVENT_ARRAYS})"
 
 
-def _left_pipeline(driver: Any) -> bool:
-    """Whether a psycopg connection whose pipelined append failed (and was rolled back) is back to how
-    the pool hands connections out: out of pipeline mode, idle, autocommit off."""
-    if driver.pgconn.pipeline_status:
-        return False
-    try:
-        driver.autocommit = False  # refused unless the connection is idle
-    except Exception:
-        return False
-    return True
-
-
 @functools.cache
 def _sqlite_insert(rows: int) -> str:
     """The INSERT of `rows` events (its text made once per size: at most `_ROWS_CHUNK` of them)."""
@@ -1471,7 +1459,7 @@ class _SqlBackend:
                     with contextlib.suppress(Exception):  # the first failure is the one to report
                         driver.rollback()
                     if self.dialect != "sqlite":
-                        if not _left_pipeline(driver):
+                        if not out_of_pipeline(driver):
                             raw.invalidate()  # never hand out a connection in pipeline or autocommit mode
                         lost = lost_in_pipeline(driver, exc)
                         if lost is not None:
