@@ -34,10 +34,21 @@ Tables (names carry the store's `table_prefix`, default ``bide_``):
   RETURNING``) applying the rule `decide_lease` states; a refused one reads the live lease to answer who
   holds it. On SQLite the store reads the row, decides with `decide_lease` and writes.
 
-A transaction that loses to another one (SQLite: the database stayed locked past the busy timeout;
-PostgreSQL: a serialization failure or deadlock) did nothing and is run again under the one retry policy,
-`bide.RetryPolicy` (`_BATCH_RETRY`); errors are told apart by SQLite result code and SQLSTATE, not by
-their text. Inside the event loop nothing waits: a locked database hands the batch to the store's thread.
+A transaction that loses to another one (SQLite: the database was locked; PostgreSQL: a serialization
+failure or deadlock) did nothing and is run again under the one retry policy, `bide.RetryPolicy`
+(`_BATCH_RETRY`); errors are told apart by SQLite result code and SQLSTATE, not by their text. A lock held
+elsewhere is waited for at most the store's busy timeout, on both databases (PostgreSQL: `lock_timeout`,
+set on every connection), and is then reported: nothing was written. Inside the event loop nothing waits:
+a locked database hands the batch to the store's thread.
+
+A PostgreSQL batch whose connection broke (a backend killed, a server restarting or failing over, an
+acknowledgement lost on the way back) is sent again on a new connection, with growing pauses, until the
+busy timeout. The lost try may have committed, so the answer of a resent batch counts what that try wrote
+as its own (`_own`): an item stored with exactly the request's bytes was written by it (every journal
+record carries 32 random bytes: equal bytes are the same record), and a lease held by the request's holder
+(a random id per drive) was granted to it. Every record is fenced and insert-if-absent, so sending a batch
+again never writes twice; its lock waits are bounded by what is left of the busy timeout. Past it, every
+request of the batch is told that a write may or may not have committed.
 
 Write hooks (`SQLStore.add_write_hook`, see `HookedStore` in bide/_store.py): in a transaction that
 inserted records, after the inserts and before COMMIT, each hook is called with the transaction's cursor
@@ -87,7 +98,13 @@ from ._store import (
     refuse_fence,
     written_by,
 )
-from ._url import missing_database, refused_for_good, refused_option, without_password
+from ._url import (
+    missing_database,
+    refused_for_good,
+    refused_option,
+    refused_option_value,
+    without_password,
+)
 
 __all__ = ["SQLStore"]
 
@@ -211,7 +228,9 @@ class SQLStore:
     """A durable `Store` in SQLite (one machine) or PostgreSQL (many processes and machines).
 
     SQLite runs in WAL mode with ``synchronous=FULL`` (a committed record survives power loss) and a busy
-    timeout; it is for processes on one machine and one local disk (not NFS).
+    timeout; it is for processes on one machine and one local disk (not NFS). On PostgreSQL the busy
+    timeout bounds lock waits too, and how long a request whose connection broke is sent again (see the
+    module docstring).
     """
 
     durable = True
@@ -252,6 +271,7 @@ class SQLStore:
             sa.event.listen(self.engine, "connect", self._sqlite_pragmas)
         else:
             self.engine = sa.create_engine(sa_url, pool_pre_ping=True, pool_size=2)
+            sa.event.listen(self.engine, "connect", self._postgresql_session)
         self.metadata = sa.MetaData()
         self.records_table, self.runs_table = self._tables()
         try:
@@ -447,6 +467,13 @@ class SQLStore:
         )
         return records, runs
 
+    def _postgresql_session(self, dbapi_conn: Any, _record: Any) -> None:
+        # A lock held elsewhere (a session idle in a transaction, a LOCK TABLE) is waited for as long as a
+        # SQLite store waits for its file: the busy timeout, then the request fails (wrote nothing).
+        with dbapi_conn.cursor() as cur:
+            cur.execute(f"SET lock_timeout = {self._busy_ms}")
+        dbapi_conn.commit()
+
     def _prepare_schema(self, *, create: bool) -> None:
         if self.dialect == "postgresql":
             self._connect_once()
@@ -462,7 +489,14 @@ class SQLStore:
         try:
             _SCHEMA_RETRY.run_sync(prepare, _schema_race)
         except sa.exc.DBAPIError as exc:
-            raise StoreError(f"cannot create bide tables in {without_password(self.url)}: {exc}") from exc
+            where = without_password(self.url)
+            if _lock_timeout(exc):
+                raise StoreError(
+                    f"cannot open the store {where}: its tables stayed locked by another session past the "
+                    f"busy timeout ({self._busy_ms / 1000:g} s); find that session (pg_stat_activity: one "
+                    "'idle in transaction', or one holding LOCK TABLE) and end it"
+                ) from exc
+            raise StoreError(f"cannot create bide tables in {where}: {exc}") from exc
 
     def _connect_once(self) -> None:
         """Connect to PostgreSQL before the tables are looked at: a database that does not exist raises
@@ -782,12 +816,17 @@ class SQLStore:
         batch.sort(key=_by_run_id)
         hooks = True
         started = 0.0
+        # PostgreSQL: a try that lost its connection may have committed. The batch is sent again until the
+        # busy timeout (`resent`, see `_own`), its lock waits bounded by what is left of it.
+        resent = False
+        reconnect_until = 0.0
 
         def attempt() -> list[Any]:
             nonlocal hooks, started
             started = time.monotonic()
+            lock_ms = max(1, int((reconnect_until - started) * 1000)) if resent else 0
             try:
-                return self._transaction(batch, slot.get(), hooks=hooks)
+                return self._transaction(batch, slot.get(), hooks=hooks, lock_timeout_ms=lock_ms)
             except _HooksBroken:
                 slot.drop()
                 hooks = False  # the journal write goes ahead without them; derived data catches up later
@@ -802,50 +841,80 @@ class SQLStore:
             # The event loop never waits for a lock: a busy database hands the batch to the store's thread.
             if slot.in_loop or not _retryable(exc):
                 return False
-            # A SQLite lock held through the whole busy timeout will not clear in the next few milliseconds:
-            # say so now rather than wait that long again for every retry (8 tries of 30 s by default).
-            # A lock reported at once (a write racing another one in WAL mode) is worth trying again.
-            return self.dialect != "sqlite" or time.monotonic() - started < 0.9 * self._busy_ms / 1000
+            # A lock held through the whole busy timeout will not clear in the next few milliseconds: say so
+            # now rather than wait that long again for every retry (8 tries of 30 s by default). A lock
+            # reported at once (a write racing another one in WAL mode, a serialization failure or deadlock on
+            # PostgreSQL) is worth trying again.
+            return time.monotonic() - started < 0.9 * self._busy_ms / 1000
 
-        try:
-            results = _BATCH_RETRY.run_sync(attempt, classify)
-        except Exception as exc:
-            if slot.in_loop and _retryable(exc):
-                for req in batch:  # another process holds the write lock: wait for it off the loop
-                    self._enqueue(req)
-                return
-            if _retryable(exc):
-                # Every try lost to another transaction and did nothing; trying each request alone would only
-                # wait as long again for each of them.
-                why = (
-                    f"the database stayed locked by another connection past the busy timeout "
-                    f"({self._busy_ms / 1000:g} s)"
-                    if self.dialect == "sqlite"
-                    else f"it lost to concurrent transactions {_BATCH_RETRY.attempts} times"
-                )
-                lost = StoreError(
-                    f"store {self.url}: {batch[0].op} on run {batch[0].run_id!r} wrote nothing: {why}; "
-                    f"run it again (or find the process holding the database) ({exc})"
-                )
-                self._answer([(r, None, lost) for r in batch], here)
-                return
-            if len(batch) > 1:
-                # Isolate the failing request: answer the others in their own transactions.
-                for req in batch:
-                    self._run_batch([req], slot, here)
-                return
-            req = batch[0]
-            what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
-            # Only an insert or a lease change writes; a failed read wrote nothing.
-            writes = req.op == "insert" or req.op in _LEASE_OPS
-            doubt = "a write may or may not have committed" if writes else "nothing was written"
-            error = StoreError(f"store {self.url}: {what} failed; {doubt}: {exc}")
-            self._answer([(batch[0], None, error)], here)
-            return
+        reconnects = 0
+        while True:
+            try:
+                results = _BATCH_RETRY.run_sync(attempt, classify)
+                break
+            except Exception as exc:
+                if self.dialect == "sqlite" or not connection_lost(exc):
+                    self._fail(batch, slot, here, exc)
+                    return
+                now = time.monotonic()
+                if not resent:
+                    resent, reconnect_until = True, now + self._busy_ms / 1000
+                pause = _RECONNECT.wait(reconnects)
+                reconnects += 1
+                if now + pause >= reconnect_until:
+                    # The requests share the lost connection: none is worth trying alone.
+                    error = StoreError(
+                        f"store {self.url}: the connection to the database was lost and could not be "
+                        f"restored within the store's busy timeout ({self._busy_ms / 1000:g} s, {reconnects} "
+                        f"tries); {_doubt(batch)}; run it again once the database answers ({exc})"
+                    )
+                    self._answer([(r, None, error) for r in batch], here)
+                    return
+                time.sleep(pause)
+        if resent:
+            results = [_own(req, res) for req, res in zip(batch, results, strict=True)]
         self._answer_all(batch, results, here)
 
-    def _transaction(self, batch: list[_Request], raw: Any, *, hooks: bool = True) -> list[Any]:
-        """Run `batch` as one transaction on `raw`."""
+    def _fail(
+        self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, exc: Exception
+    ) -> None:
+        """Answer `batch`, whose transaction failed with `exc` (not a lost connection) after its retries."""
+        if slot.in_loop and _retryable(exc):
+            for req in batch:  # another process holds the write lock: wait for it off the loop
+                self._enqueue(req)
+            return
+        if _retryable(exc):
+            # Every try lost to another transaction and did nothing; trying each request alone would only
+            # wait as long again for each of them.
+            why = (
+                f"the database stayed locked by another connection past the busy timeout "
+                f"({self._busy_ms / 1000:g} s)"
+                if self.dialect == "sqlite" or _lock_timeout(exc)
+                else f"it lost to concurrent transactions {_BATCH_RETRY.attempts} times"
+            )
+            first = batch[0]
+            what = f"{first.op} on run {first.run_id!r}" if first.run_id else first.op
+            lost = StoreError(
+                f"store {self.url}: {what} wrote nothing: {why}; run it again (or find the process "
+                f"holding the database) ({_first_line(exc)})"
+            )
+            self._answer([(r, None, lost) for r in batch], here)
+            return
+        if len(batch) > 1:
+            # Isolate the failing request: answer the others in their own transactions.
+            for req in batch:
+                self._run_batch([req], slot, here)
+            return
+        req = batch[0]
+        what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+        error = StoreError(f"store {self.url}: {what} failed; {_doubt(batch)}: {exc}")
+        self._answer([(req, None, error)], here)
+
+    def _transaction(
+        self, batch: list[_Request], raw: Any, *, hooks: bool = True, lock_timeout_ms: int = 0
+    ) -> list[Any]:
+        """Run `batch` as one transaction on `raw` (PostgreSQL: waiting at most `lock_timeout_ms` for a lock
+        when it is not 0)."""
         writes = False
         leases = False
         for r in batch:
@@ -856,7 +925,7 @@ class SQLStore:
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
         if self.dialect != "sqlite" and not (writes and hooks and self._hooks.hooks):
-            return self._pipelined(batch, raw, lazy=lazy, writes=writes)
+            return self._pipelined(batch, raw, lazy=lazy, writes=writes, lock_timeout_ms=lock_timeout_ms)
         toggle = lazy and self.dialect == "sqlite"
         # SQLite: the driver's own cursor (the pool's wrapper adds a Python call per transaction).
         cur = (raw.dbapi_connection if self.dialect == "sqlite" else raw).cursor()
@@ -866,8 +935,11 @@ class SQLStore:
                 if toggle:
                     cur.execute("PRAGMA synchronous=NORMAL")
                 cur.execute("BEGIN IMMEDIATE" if writes or leases else "BEGIN")
-            elif lazy:
-                cur.execute("SET LOCAL synchronous_commit TO OFF")
+            else:
+                if lazy:
+                    cur.execute("SET LOCAL synchronous_commit TO OFF")
+                if lock_timeout_ms:
+                    cur.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
             new_runs: set[str] = set()
             if self.dialect == "sqlite":
                 # One runs row per run (for listing): written once, outside any savepoint, and remembered
@@ -924,7 +996,9 @@ class SQLStore:
                 self._known_runs |= new_runs
         return results
 
-    def _pipelined(self, batch: list[_Request], raw: Any, *, lazy: bool, writes: bool) -> list[Any]:
+    def _pipelined(
+        self, batch: list[_Request], raw: Any, *, lazy: bool, writes: bool, lock_timeout_ms: int = 0
+    ) -> list[Any]:
         """Run a PostgreSQL `batch` (without write hooks, which may COPY) as one transaction in a pipeline:
         statements go out without waiting for their answers, and only a statement whose answer the batch
         needs waits, so BEGIN travels with the first such statement and COMMIT with whatever follows the
@@ -939,6 +1013,8 @@ class SQLStore:
                 cur.execute("BEGIN")
                 if lazy:
                     cur.execute("SET LOCAL synchronous_commit TO OFF")
+                if lock_timeout_ms:
+                    cur.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
                 results = [self._apply(cur, req) for req in batch]
                 cur.execute("COMMIT")
             driver.autocommit = False
@@ -1443,13 +1519,18 @@ def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, byt
 # PostgreSQL's SQLSTATEs for a transaction aborted by a conflict (serialization failure, deadlock): the
 # transaction did nothing and may be run again.
 _SQLITE_BUSY = frozenset({5, 6})
-_PG_CONFLICT = frozenset({"40001", "40P01"})
+# Serialization failure, deadlock, and a lock wait that ran out (`lock_timeout`, the store's busy timeout).
+_PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
+_PG_SHUTDOWN = frozenset({"57P01", "57P02", "57P03"})  # admin shutdown, crash shutdown, cannot connect now
 
 # The one retry policy (bide.RetryPolicy) for store transactions. A SQLite connection has already waited up
 # to its busy timeout before it reports a lock, so the waits here are short; PostgreSQL conflicts clear as
 # soon as the other transaction ends.
 _BATCH_RETRY = RetryPolicy(attempts=8, initial=0.002, maximum=0.25)
 _SCHEMA_RETRY = RetryPolicy(attempts=5, initial=0.01, maximum=0.2)
+# The waits between tries of a PostgreSQL batch whose connection was lost (a server restarting, a failover);
+# the store's busy timeout, not a count, ends them.
+_RECONNECT = RetryPolicy(initial=0.01, maximum=0.5)
 
 
 def _sqlite_tables(path: str, where: str) -> set[str]:
@@ -1493,6 +1574,47 @@ def lost_in_pipeline(driver: Any, exc: BaseException) -> Exception | None:
     return lost
 
 
+def connection_lost(exc: BaseException) -> bool:
+    """True when `exc` (a DBAPI error, or SQLAlchemy's wrapper of one) says the connection to PostgreSQL
+    broke or could not be made, for a reason that may pass: SQLSTATE class 08, a server shutting down or
+    starting (57P01-57P03), or a psycopg `OperationalError` or `InterfaceError` without SQLSTATE (the
+    connection broke under the driver, or connecting failed), unless the server refuses this login for
+    good (no such database or role, a wrong password) or libpq refuses one of its options."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None)
+    if isinstance(state, str):
+        return state.startswith("08") or state in _PG_SHUTDOWN
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)):
+        return False
+    return (
+        missing_database(orig) is None
+        and refused_for_good(orig) is None
+        and refused_option_value(str(orig)) is None
+    )
+
+
+def _own(req: _Request, result: Any) -> Any:
+    """The answer of `req`, sent again after a try lost its connection (maybe after its commit), as if the
+    first try had been answered: an item found stored with this request's bytes was written by that try
+    (every journal record carries 32 random bytes, so nobody else writes them), and a lease found held by
+    this request's holder (a random id per drive) was granted by it."""
+    if req.op == "insert" and type(result) is list:
+        sent = dict(req.args[0])
+        return [e if e.inserted or sent.get(e.key) != e.data else Entry(e.seq, e.key, e.data, True)
+                for e in result]
+    if req.op == "lease" and not result.held and result.holder == req.args[0]:
+        return result._replace(held=True)
+    return result
+
+
+def _doubt(batch: list[_Request]) -> str:
+    """What a failed `batch` may have left: only an insert or a lease change writes."""
+    if any(r.op == "insert" or r.op in _LEASE_OPS for r in batch):
+        return "a write may or may not have committed"
+    return "nothing was written"
+
+
 def _retryable(exc: BaseException) -> bool:
     """True when `exc` (a DBAPI error, or SQLAlchemy's wrapper of one) says the transaction lost to another
     one and did nothing: a lock held elsewhere, a serialization failure or a deadlock."""
@@ -1503,9 +1625,21 @@ def _retryable(exc: BaseException) -> bool:
     return getattr(orig, "sqlstate", None) in _PG_CONFLICT
 
 
+def _first_line(exc: BaseException) -> str:
+    """The driver's words, without SQLAlchemy's wrapper and without the statement PostgreSQL quotes."""
+    text = str(getattr(exc, "orig", None) or exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _lock_timeout(exc: BaseException) -> bool:
+    """True when `exc` is PostgreSQL's lock wait running out (55P03: the store's busy timeout passed)."""
+    return getattr(getattr(exc, "orig", None) or exc, "sqlstate", None) == "55P03"
+
+
 def _schema_race(exc: BaseException) -> bool:
-    """Creating the tables failed, maybe because another process created them at the same moment: retry."""
-    return isinstance(exc, sa.exc.DBAPIError)
+    """Creating the tables failed, maybe because another process created them at the same moment: retry
+    (not after a lock wait that ran out: that would only wait as long again)."""
+    return isinstance(exc, sa.exc.DBAPIError) and not _lock_timeout(exc)
 
 
 def _chunk_sizes() -> list[int]:

@@ -67,7 +67,8 @@ Fence = tuple[str, int]
 @dataclass(slots=True)
 class Entry:
     """A stored record. `inserted` is True when this very call wrote it (False when the key existed, even
-    with the same bytes)."""
+    with the same bytes; a SQL store that sent the call again after its connection broke counts what the
+    lost try wrote as this call's)."""
 
     seq: int
     key: str
