@@ -273,6 +273,23 @@ def _model_calls(record: dict[str, Any]) -> list[Any]:
     return calls
 
 
+def _kind_of_key(key: str, call: str) -> str | None:
+    """The record kind `key` is the key of for exactly call `call` (``attempt:<call>:<gen>``,
+    ``not-started:<call>:<gen>``, ``result:<call>``, ``pause:<call>``), or None. Matched exactly, never by
+    prefix: call ``c0.1`` owns ``pause:c0.1``, not ``pause:c0.10``."""
+    if key == f"result:{call}":
+        return "tool_result"
+    if key == f"pause:{call}":
+        return "pause"
+    head, _, gen = key.rpartition(":")
+    if gen.isascii() and gen.isdigit():
+        if head == f"attempt:{call}":
+            return "attempt"
+        if head == f"not-started:{call}":
+            return "not_started"
+    return None
+
+
 def _check_executed(
     gate: _Gate, request_index: int, tally_key_: str, records: list[dict[str, Any]], complete: bool
 ) -> None:
@@ -280,7 +297,6 @@ def _check_executed(
     NotVerified on any that differs, and decide whether the package proves what ran (`executed_proven`)."""
     call, tool, digest, ti = gate.call, gate.tool, gate.digest, gate.tally_index
     approved = gate.count.outcome == "approved"
-    own_keys = (f"attempt:{call}:", f"not-started:{call}:", f"pause:{call}")
     side_effect_result = False
     for r in records:
         key, kind, idx = r["key"], r.get("kind"), r["index"]
@@ -299,16 +315,10 @@ def _check_executed(
                 if _digest_of(c.get("arguments")) != digest:
                     gate.model_arguments_match = False
             continue
-        ours = key.startswith(own_keys) or key == f"result:{call}" or r.get("call_id") == call
-        if not ours:
+        key_kind = _kind_of_key(key, call)
+        if key_kind is None and r.get("call_id") != call:
             continue
-        expected = (
-            "attempt" if key.startswith(f"attempt:{call}:")
-            else "not_started" if key.startswith(f"not-started:{call}:")
-            else "pause" if key.startswith(f"pause:{call}")
-            else "tool_result" if key == f"result:{call}"
-            else kind
-        )
+        expected = key_kind or kind
         if kind != expected or r.get("call_id") != call:
             raise NotVerified(
                 f"record {key!r} at position {idx} is not a well-formed {expected} record of call {call!r}"

@@ -1,10 +1,11 @@
 """`bide-audit`: verify bide's audit artifacts offline; `export` is the one command that reads a store.
 
 Exit codes are the table shared with `bide` and `govern` (`bide._cli_common`, printed by `--help`):
-0 verified (or artifact written); 1 read and NOT verified; 2 usage error (a malformed store URL too); 3
-internal error; 4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file; no such
-store or run for `export`); 5 refused: (verify-approvals) the gates check out but under a policy other than
-the one pinned with --policy-digest, --approver, --need or --policy; 6 (`export`) the store failed.
+0 verified (or artifact written); 1 read and NOT verified; 2 usage error (a malformed store URL, a missing
+-o or --anchor-dir directory); 3 internal error; 4 input unreadable (missing file, not JSON, malformed, wrong
+format, bad key file; no such store or run for `export`); 5 refused: (verify-approvals) the gates check out
+but under a policy other than the one pinned with --policy-digest, --approver, --need or --policy; 6
+(`export`) the store failed.
 Every string taken from an input is printed through `bide._terminal.printable`.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -93,25 +95,35 @@ def _cmd_verify_consistency(args: argparse.Namespace) -> Verified:
     from ._strict import parse_artifact
     from ._verify import verify_consistency_proof
 
-    key = _key(args) if args.pubkey else None
     skew = args.max_clock_skew * 10**9
     heads: list[SignedTreeHead] = []
     unreadable: list[UnreadableInput] = []
+    key: PublicKey | None = None
+    if args.pubkey:
+        try:
+            key = _key(args)
+        except UnreadableInput as exc:
+            unreadable.append(exc)
     for path in (args.old_head, args.new_head):
         try:
             heads.append(parse_artifact(SignedTreeHead, _read(path, args.max_input_bytes), what=path))
         except UnreadableInput as exc:
             unreadable.append(exc)
+    proof: ConsistencyProof | None = None
     try:
         proof = parse_artifact(ConsistencyProof, _read(args.proof, args.max_input_bytes), what=args.proof)
     except UnreadableInput as exc:
         unreadable.append(exc)
     if unreadable:
-        # A forged head beside an unreadable file is reported as forged (exit 1 before exit 4).
+        # A forged head beside an unreadable file is reported as forged (exit 1 before exit 4); so are heads
+        # and a proof that disagree beside an unreadable --pubkey (the hashes are checked without it).
         if key is not None:
             for head in heads:
                 check_head(head, key, max_skew_ns=skew)
+        elif len(heads) == 2 and proof is not None:
+            verify_consistency_proof(heads[0], heads[1], proof, None, max_skew_ns=skew)
         raise unreadable[0]
+    assert proof is not None
     return verify_consistency_proof(heads[0], heads[1], proof, key, max_skew_ns=skew)
 
 
@@ -121,15 +133,43 @@ def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
     from ._formats import EvidencePackage
     from ._strict import parse_artifact
 
-    trust = ApprovalTrust.of(
-        policy_digests=args.policy_digest,
-        approvers=args.approver or None,
-        need=args.need,
-        policy_files=args.policy,
-    )
-    pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
-    key = _key(args) if args.pubkey else None
-    return verify_approvals(pkg, key, call_id=args.call, trust=trust, max_skew_ns=args.max_clock_skew * 10**9)
+    skew = args.max_clock_skew * 10**9
+    # The pins and the key are read first, but an unreadable one only decides the exit code after the
+    # package was checked as far as it can be without it: a forgery beside an unreadable key or policy file
+    # is reported as forged (exit 1 before exit 4), as in verify-consistency.
+    unreadable: list[UnreadableInput] = []
+    trust: ApprovalTrust | None = None
+    try:
+        trust = ApprovalTrust.of(
+            policy_digests=args.policy_digest,
+            approvers=args.approver or None,
+            need=args.need,
+            policy_files=args.policy,
+        )
+    except UnreadableInput as exc:
+        unreadable.append(exc)
+    key: PublicKey | None = None
+    if args.pubkey:
+        try:
+            key = _key(args)
+        except UnreadableInput as exc:
+            unreadable.append(exc)
+    try:
+        pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
+    except UnreadableInput as exc:
+        if not unreadable:
+            raise
+        # Nothing can be checked: name every unreadable input.
+        raise UnreadableInput("; ".join(str(e) for e in (*unreadable, exc))) from exc
+    if unreadable:
+        # Without every pin there is no trust verdict: check the package's own proofs (and its head, under a
+        # readable --pubkey) and recount its gates under no pin; NotVerified propagates (exit 1).
+        verify_approvals(pkg, key, call_id=args.call, max_skew_ns=skew)
+        raise UnreadableInput(
+            f"{unreadable[0]} (the package was checked as far as it can be without it and shows no "
+            "forgery, but nothing is verified until every input is readable)"
+        ) from unreadable[0]
+    return verify_approvals(pkg, key, call_id=args.call, trust=trust, max_skew_ns=skew)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:
@@ -147,10 +187,38 @@ def _store_files(path: str) -> list[str]:
     return [path, *(path + suffix for suffix in ("-wal", "-shm", "-journal"))]
 
 
+def _anchor_publisher(directory: str) -> _RecordingPublisher:
+    """The publisher of `export --anchor-dir`, once `directory` is known to exist and be writable: like
+    `-o`, a missing directory is refused (exit 2), never created, so a typo in a path cannot scatter heads
+    where no one looks for them."""
+    from .._errors import ConfigError
+
+    path = Path(directory)
+    if not path.is_dir():
+        what = "is not a directory" if path.exists() else "does not exist (create it first)"
+        raise ConfigError(f"--anchor-dir {directory} {what}; nothing was published or written")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError(f"--anchor-dir {directory} is not writable; nothing was published or written")
+    return _RecordingPublisher(path)
+
+
+class _RecordingPublisher:
+    """A `DirectoryPublisher` that remembers where each head went (size, file), for the export message."""
+
+    def __init__(self, directory: Path) -> None:
+        from ._anchor import DirectoryPublisher
+
+        self.inner = DirectoryPublisher(directory)
+        self.published: list[tuple[int, Path]] = []
+
+    def publish(self, sth: SignedTreeHead) -> None:
+        self.inner.publish(sth)
+        self.published.append((sth.size, self.inner.path_for(sth)))
+
+
 def _cmd_export(args: argparse.Namespace) -> Verified:
     from .._open import open_store
     from .._url import parse_store_url
-    from ._anchor import DirectoryPublisher
     from ._keys import load_signing_key
     from ._log import AuditLog
     from ._verify import Verified
@@ -160,8 +228,8 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     # The key's .pub is guarded too: it is what verifiers pin.
     inputs = [args.key, args.key + ".pub", *(_store_files(where.path) if where.kind == "sqlite" else [])]
     output = check_output(args.output, inputs=inputs)
+    publisher = _anchor_publisher(args.anchor_dir) if args.anchor_dir else None
     key = load_signing_key(args.key)
-    publisher = DirectoryPublisher(args.anchor_dir) if args.anchor_dir else None
     store = open_store(args.store, create=False)  # a mistyped URL must not leave an empty store behind
     try:
         log = AuditLog(store, key, publisher)
@@ -188,8 +256,15 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         _write_atomic(output, artifact.to_json())
     finally:
         store.close()
+    anchored = ""
+    if publisher is not None:
+        sent = [f" Published its signed head ({n} records) to {path}." for n, path in publisher.published]
+        anchored = "".join(sent) or (
+            f" No head was signed (a consistency proof needs none), so nothing was published to "
+            f"{args.anchor_dir}."
+        )
     return Verified(
-        proven=f"Wrote {what} to {args.output}.",
+        proven=f"Wrote {what} to {args.output}.{anchored}",
         not_proven="Nothing was verified; run a verify command on the file.",
     )
 
@@ -308,9 +383,9 @@ def _emit(
     def write() -> None:
         if args.json:
             # json.dumps escapes every control and non-ASCII character: nothing from an input acts on a
-            # terminal.
+            # terminal. Keys are sorted, as every command's --json (docs/cli.md).
             doc = {"result": result, "exit_code": code, "message": text, "not_proven": extra, **(facts or {})}
-            print(json.dumps(doc))
+            print(json.dumps(doc, sort_keys=True, ensure_ascii=True))
         else:
             out = sys.stdout if code == VERIFIED else sys.stderr
             print(printable(text), file=out)

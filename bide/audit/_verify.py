@@ -159,6 +159,18 @@ def verify_consistency_proof(
         raise NotVerified(
             f"the heads and proof name different runs: {old.log_id!r}, {new.log_id!r}, {proof.log_id!r}"
         )
+    if old.size > new.size:
+        swapped = (proof.old_size, proof.new_size) == (new.size, old.size)
+        raise NotVerified(
+            f"the first head ({old.size} records) is larger than the second ({new.size} records): the older, "
+            "smaller head comes first"
+            + (
+                "; the proof is for these two heads the other way round: were they given in the wrong "
+                "order? Swap them"
+                if swapped
+                else ""
+            )
+        )
     if proof.old_size != old.size or proof.new_size != new.size:
         raise NotVerified(
             f"the proof is for sizes {proof.old_size} -> {proof.new_size}, the heads are "

@@ -13,10 +13,19 @@ from typing import Any
 
 import pytest
 
-from bide.approvals import ApprovalTrust, UntrustedPolicy, verify_approvals
+import bide
+from bide.approvals import (
+    ApprovalGate,
+    ApprovalTrust,
+    UntrustedPolicy,
+    pending_approvals,
+    submit_decision,
+    verify_approvals,
+)
 from bide.audit import NotVerified, SigningKey
+from bide.testing import Call, ScriptedModel, Turn, reply
 
-from .helpers import APPROVERS, LOG_KEY, approved_run, audit_cli, evidence, rewrite
+from .helpers import APPROVERS, LOG_KEY, approved_run, audit_cli, evidence, records, rewrite
 
 pytestmark = pytest.mark.slow
 
@@ -182,3 +191,96 @@ def test_forgery_beside_an_untrusted_policy_reports_forgery(tmp_path: Path) -> N
 
     pins = [a for n, k in APPROVERS.items() for a in ("--approver", f"{n}={k.public.hex}")]
     assert _verify(tmp_path, rewrite(store, mallory), *pins)[0] == 1
+
+
+
+@pytest.mark.parametrize(
+    "pins",
+    [
+        pytest.param(["--approver", "carol=missing.pub", "--approver", "alice=@a"], id="key-missing-first"),
+        pytest.param(["--approver", "alice=@a", "--approver", "carol=missing.pub"], id="key-missing-last"),
+        pytest.param(["--policy", "missing.json", "--need", "2"], id="policy-missing"),
+        pytest.param(["--need", "2", "--policy", "truncated.json"], id="policy-truncated"),
+        pytest.param(["--pubkey", "missing.pub", "--need", "2"], id="log-key-missing"),
+    ],
+)
+def test_an_unreadable_pin_never_hides_a_forgery(tmp_path: Path, run: Any, pins: list[str]) -> None:
+    """Exit 1 when the package is forged, whichever pin is unreadable; exit 4 naming it when it is not."""
+    store, call_id = run
+    (tmp_path / "truncated.json").write_text('{"need":2,"approvers":[')
+    pins = [a.replace("@a", APPROVERS["alice"].public.hex) for a in pins]
+    key = [] if "--pubkey" in pins else ["--pubkey", LOG_KEY.public.hex]
+
+    def mallory(key: str, rec: dict[str, Any]) -> dict[str, Any]:
+        if key.startswith(f"attempt:{call_id}:"):
+            rec["arguments"]["amount"] = 7
+        return rec
+
+    (tmp_path / "forged.json").write_bytes(evidence(rewrite(store, mallory)).to_json())
+    (tmp_path / "genuine.json").write_bytes(evidence(store).to_json())
+    done = audit_cli("verify-approvals", "forged.json", *key, *pins, "--json", cwd=tmp_path)
+    out = json.loads(done.stdout)
+    assert (done.returncode, out["result"]) == (1, "not_verified"), done
+    assert "do not hash to the approved digest" in out["message"]
+    done = audit_cli("verify-approvals", "genuine.json", *key, *pins, "--json", cwd=tmp_path)
+    out = json.loads(done.stdout)
+    assert (done.returncode, out["result"]) == (4, "unusable_input"), done
+    unreadable = next(a for a in pins if "missing" in a or "truncated" in a).rpartition("=")[2]
+    assert unreadable in out["message"] and "shows no forgery" in out["message"], out
+    # The package itself unreadable, with every pin readable: exit 4 naming the package.
+    done = audit_cli("verify-approvals", "nothing.json", "--need", "2", "--json", cwd=tmp_path)
+    assert done.returncode == 4 and "nothing.json" in json.loads(done.stdout)["message"], done
+
+
+def _eleven_call_run() -> bide.MemoryStore:
+    """One model turn makes 11 calls (c0.0 .. c0.10); c0.1 and c0.10 go to a gated tool, both approved."""
+    alice = APPROVERS["alice"]
+    gate = ApprovalGate.single("alice", alice.public)
+
+    @bide.tool(gate=gate)
+    def wire(amount: int, to: str) -> str:
+        """Wire money."""
+        return f"sent {amount} to {to}"
+
+    @bide.tool
+    def look(n: int) -> str:
+        """Look something up."""
+        return f"looked {n}"
+
+    calls = tuple(
+        Call("wire", {"amount": 100 + i, "to": "acme"}) if i in (1, 10) else Call("look", {"n": i})
+        for i in range(11)
+    )
+    store = bide.MemoryStore()
+    for _ in range(3):
+        agent = bide.Agent(ScriptedModel([Turn(calls=calls), reply("done")]), store=store, tools=[wire, look])
+        try:
+            assert agent.run_sync("r", "go").answer == "done"
+            return store
+        except bide.ApprovalPending:
+            for c in ("c0.1", "c0.10"):
+                if any(p.call_id == c for p in pending_approvals(store, prefix="r")):
+                    submit_decision(store, "r", c, alice, approve=True)
+    raise AssertionError("the run did not complete")
+
+
+def test_a_call_id_that_starts_with_another_is_not_taken_for_it() -> None:
+    # c0.1 owns pause:c0.1, attempt:c0.1:<gen>, result:c0.1; never pause:c0.10 or attempt:c0.10:<gen>.
+    store = _eleven_call_run()
+    keys = [k for k, _ in records(store)]
+    assert "pause:c0.10" in keys and "result:c0.10" in keys
+    pkg = evidence(store)
+    for c in ("c0.1", "c0.10"):
+        facts = verify_approvals(pkg, LOG_KEY.public, call_id=c).facts
+        assert facts["calls"][0]["call_id"] == c and facts["executed_calls_proven"] is True
+    assert verify_approvals(pkg, LOG_KEY.public).facts["executed_calls_proven"] is True
+
+    # Exact matching still binds each call's own records: a pause of c0.10 naming another tool is forgery.
+    def mallory(key: str, rec: dict[str, Any]) -> dict[str, Any]:
+        if key == "pause:c0.10":
+            rec["tool"] = "look"
+        return rec
+
+    with pytest.raises(NotVerified, match=r"pause record of call 'c0\.10'"):
+        verify_approvals(evidence(rewrite(store, mallory)), LOG_KEY.public, call_id="c0.10")
+    verify_approvals(evidence(rewrite(store, mallory)), LOG_KEY.public, call_id="c0.1")

@@ -50,6 +50,8 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
         store.close()
     assert _audit("export", *base, "--head", "-o", "new.json", cwd=tmp_path).returncode == 0
     typo = f"sqlite:///{tmp_path / 'runz.db'}"
+    (tmp_path / "unused").mkdir()  # --anchor-dir must exist: export never creates it
+    (tmp_path / "anchor").mkdir()
     # The tree is current from here on: the other exports only read the store, and the refusals write nothing.
     proof, bundle, missing, evidence, no_key, no_run, no_store, unknown = _audit_all(
         ("export", *base, "--consistency-from", "5", "-o", "proof.json"),
@@ -73,11 +75,13 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
     assert not (tmp_path / "runz.db").exists()  # a mistyped path leaves no empty database behind
     assert unknown.returncode == 2
 
-    ok, extends, nokey, backwards, out, approvals = _audit_all(
+    ok, extends, nokey, backwards, backwards_gone_key, gone_key, out, approvals = _audit_all(
         ("verify", "bundle.json", "--pubkey", "log.key.pub"),
         ("verify-consistency", "old.json", "new.json", "proof.json", "--pubkey", "log.key.pub"),
         ("verify-consistency", "old.json", "new.json", "proof.json"),
         ("verify-consistency", "new.json", "old.json", "proof.json"),
+        ("verify-consistency", "new.json", "old.json", "proof.json", "--pubkey", "gone.pub"),
+        ("verify-consistency", "old.json", "new.json", "proof.json", "--pubkey", "gone.pub"),
         ("verify-evidence", "evidence.json", "--pubkey", "log.key.pub", "--json"),
         ("verify-approvals", "evidence.json"),
         cwd=tmp_path,
@@ -87,7 +91,13 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
     assert extends.returncode == 0 and "extends, unchanged" in extends.stdout
     assert nokey.returncode == 0 and "not checked" in nokey.stdout
     assert backwards.returncode == 1
+    assert "larger than the second" in backwards.stderr and "Swap them" in backwards.stderr, backwards.stderr
+    # An unreadable --pubkey does not hide heads and a proof that disagree (exit 1 before exit 4).
+    assert backwards_gone_key.returncode == 1, backwards_gone_key.stderr
+    assert gone_key.returncode == 4 and "gone.pub" in gone_key.stderr, gone_key.stderr
     assert out.returncode == 0 and json.loads(out.stdout)["result"] == "verified"
+    keys = list(json.loads(out.stdout))
+    assert keys == sorted(keys) and {"result", "exit_code", "message", "not_proven", "key_id"} <= set(keys)
     assert approvals.returncode == 1  # no gate in this run
     assert not (tmp_path / "x.json").exists()
 
@@ -104,6 +114,36 @@ def test_export_from_a_store_that_cannot_be_read_exits_4_and_writes_nothing(tmp_
     assert (tmp_path / "bad.db").read_text() == "this is not a database\n"  # the file is left as it was
     as_json = _audit(*args, "--json", cwd=tmp_path)
     assert as_json.returncode == 4 and json.loads(as_json.stdout)["result"] == "error"
+
+
+def test_exit_4_prints_unreadable_input_but_error_for_a_store_it_cannot_open(tmp_path: Path) -> None:
+    """docs/audit.md, "Exit codes": exit 4 is `UNREADABLE INPUT:` / `unusable_input` for an input that cannot
+    be used (no such run or record, a private key as --pubkey, another artifact's format), and `ERROR:` /
+    `error` only for a store `export` cannot open. --json keys are sorted (docs/cli.md)."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = bide.open_store(url)
+    try:
+        write_run(store, "r", 1)
+    finally:
+        store.close()
+    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    base = ["--key", "log.key", "--json"]
+    exported = _audit("export", "--store", url, "--run", "r", "-o", "ev.json", *base, cwd=tmp_path)
+    assert exported.returncode == 0, exported
+    unusable = _audit_all(
+        ("export", "--store", url, "--run", "nope", "-o", "x.json", *base),
+        ("export", "--store", url, "--run", "r", "--record", "nope", "-o", "x.json", *base),
+        ("verify-evidence", "ev.json", "--pubkey", "log.key", "--json"),
+        ("verify", "ev.json", "--pubkey", "log.key.pub", "--json"),
+        cwd=tmp_path,
+    )
+    no_store = _audit("export", "--store", url + "x", "--run", "r", "-o", "x.json", *base, cwd=tmp_path)
+    for done, result, prefix in [*((d, "unusable_input", "UNREADABLE INPUT: ") for d in unusable),
+                                 (no_store, "error", "ERROR: ")]:
+        assert done.returncode == 4, done
+        doc = json.loads(done.stdout)
+        assert (doc["exit_code"], doc["result"]) == (4, result) and doc["message"].startswith(prefix), doc
+        assert list(doc) == sorted(doc), doc
 
 
 def test_a_missing_input_file_is_exit_4_naming_the_path(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ End to end through subprocesses; every refusal is a usage error that leaves ever
 from __future__ import annotations
 
 import errno
+import json
 import os
 import subprocess
 import sys
@@ -102,6 +103,38 @@ def test_export_into_a_missing_directory_or_onto_a_directory_is_a_usage_error_an
         assert "is a directory" in result.stderr
     assert "INTERNAL" not in missing.stderr + here.stderr + slash.stderr + record.stderr
     assert _snapshot(exported) == before  # no anchor/ (no head published), no new file
+
+
+def test_export_refuses_a_missing_anchor_dir_and_says_where_a_head_was_published(exported: Path) -> None:
+    """Like -o, --anchor-dir is never created (a typo must not scatter heads where no one looks): a missing
+    or non-directory anchor is a usage error before anything is read or written; a published head is named."""
+    (exported / "afile").write_text("x")
+    before = _snapshot(exported)
+    base = ("export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key")
+    nested, flat, file, head = _run_all(
+        "bide-audit",
+        (*base, "-o", "ev.json", "--anchor-dir", "anchors/nested"),
+        (*base, "-o", "ev.json", "--anchor-dir", "anchors", "--json"),
+        (*base, "-o", "h.json", "--head", "--anchor-dir", "afile"),
+        (*base, "-o", "h.json", "--head", "--anchor-dir", "missing"),
+        cwd=exported,
+    )
+    for result, name in ((nested, "anchors/nested"), (file, "afile"), (head, "missing")):
+        assert result.returncode == 2, result.stderr
+        assert f"--anchor-dir {name} " in result.stderr and "nothing was published" in result.stderr
+    assert "does not exist (create it first)" in nested.stderr and "is not a directory" in file.stderr
+    as_json = json.loads(flat.stdout)
+    assert as_json["exit_code"] == 2 and "does not exist" in as_json["message"]
+    assert _snapshot(exported) == before  # no anchors/ created, no ev.json or h.json
+    (exported / "anchors").mkdir()
+    done = _run("bide-audit", *base, "-o", "ev.json", "--anchor-dir", "anchors", cwd=exported)
+    assert done.returncode == 0, done.stderr
+    [published] = list((exported / "anchors").rglob("*.json"))
+    where = published.relative_to(exported)
+    assert f"Published its signed head (4 records) to {where}." in done.stdout, done.stdout
+    done = _run("bide-audit", *base, "-o", "p.json", "--consistency-from", "1", "--anchor-dir", "anchors",
+                cwd=exported)
+    assert done.returncode == 0 and "nothing was published to anchors" in done.stdout, done
 
 
 @pytest.mark.parametrize("prog", sorted(MODULES))
