@@ -186,6 +186,13 @@ def load_private_key(path: Path) -> Signer:
         data = path.read_bytes()
     except OSError as exc:
         raise _unreadable(path, "signing key", exc) from None
+    # Named before the mode is judged: a .pub is meant to be readable by all, and "run chmod 600" on it
+    # would send the user the wrong way.
+    if b"PUBLIC KEY-----" in data and b"PRIVATE KEY-----" not in data:
+        raise SigningKeyError(
+            f"{path} is a public key, not a PEM private key; pass the private key file it was made beside "
+            "(without .pub)"
+        )
     if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise SigningKeyError(
             f"{path}: the private key is accessible to other users (mode {stat.S_IMODE(info.st_mode):o}); "

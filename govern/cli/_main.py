@@ -158,7 +158,9 @@ def load_targets(spec: str) -> list[Target]:
         raise UsageError(f"{path}: the machine declaration is invalid: {exc}") from exc
     except SystemExit as exc:
         raise UsageError(f"{path}: the file called sys.exit({exc.code!r}) while being imported") from exc
-    except Exception as exc:
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # an Exception, or e.g. asyncio.CancelledError: the file does not import
         raise UsageError(f"{path}: importing the file raised {type(exc).__name__}: {exc}") from exc
     finally:
         with contextlib.suppress(ValueError):
@@ -174,8 +176,9 @@ def load_targets(spec: str) -> list[Target]:
     if name is not None:
         chosen = [t for t in found if name in (t.attribute, t.registry.name)]
         if not chosen:
-            names = ", ".join(t.attribute for t in found)
-            raise UsageError(f"{path}: no registry named {name!r} (found: {names})")
+            # Either name selects a registry: its variable's, or the name it was given.
+            names = ", ".join(sorted({n for t in found for n in (t.attribute, t.registry.name)}))
+            raise UsageError(f"{path}: no registry named {name!r} (these names select one: {names})")
         return chosen
     return found
 
@@ -501,7 +504,8 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
             outcomes.append(_certify_one(target, args, phases, signer))
     code = max((o.exit_code for o in outcomes), key=lambda c: (c == EXIT_INTERNAL, c == EXIT_USAGE, c))
     if args.json:
-        _print(json.dumps({"exit_code": code, "results": [o.to_json() for o in outcomes]}, indent=2))
+        document = {"exit_code": code, "results": [o.to_json() for o in outcomes]}
+        _print(json.dumps(document, indent=2, sort_keys=True))
     else:
         for outcome in outcomes:
             _print_outcome(out, outcome)
@@ -575,7 +579,7 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     except CertificateInvalid as exc:
         return _refuse(args, out, err, EXIT_INVALID, "not valid", str(exc))
     if args.json:
-        _print(json.dumps(_check_json(result), indent=2))
+        _print(json.dumps(_check_json(result), indent=2, sort_keys=True))
         return EXIT_OK
     if isinstance(result, CheckResult) and result.solver is not None:
         # The weaker claim, first: no proof-derived checker ran on a symbolic certificate.
@@ -613,7 +617,8 @@ def _looks_like_python(path: Path) -> bool:
 
 def _refuse(args: argparse.Namespace, out: Console, err: Console, code: int, label: str, message: str) -> int:
     if getattr(args, "json", False):
-        _print(json.dumps({"valid": False, "exit_code": code, "reason": label, "message": message}, indent=2))
+        _print(json.dumps({"valid": False, "exit_code": code, "reason": label, "message": message}, indent=2,
+                          sort_keys=True))
     else:
         err.print(f"[bold red]{label}[/]: {_safe(args.certificate)}: {_safe(message)}")
     return code

@@ -24,7 +24,14 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import ForeignState, MachineFileError, OracleDisagreement, OracleUnavailable, UnknownEvent
+from .._errors import (
+    DeclarationError,
+    ForeignState,
+    MachineFileError,
+    OracleDisagreement,
+    OracleUnavailable,
+    UnknownEvent,
+)
 from ..model._declarations import Domain, Snapshot
 from ..model._expr import canonical_json
 from ..model._space import Space
@@ -51,6 +58,7 @@ from ._machine import (
     rules_digest,
     write_machine_file,
 )
+from ._rules_snapshot import snapshot_from_rules
 
 __all__ = ["COMPOSED_FORMAT", "ComposedMachine", "ProductTables", "build_composed", "composed_digest"]
 
@@ -534,7 +542,7 @@ def load_composed(
             tuple(Component(tuple(c["variables"]), tuple(c["invariants"]), tuple(c["events"])) for c in comps)
         )
         try:
-            check_decomposition(rules, decomp)
+            decomposition_theorem = check_decomposition(rules, decomp)
         except OracleDisagreement as exc:
             raise MachineFileError(
                 f"machine file {where!r} claims a decomposition the extracted checker refuses; it was altered"
@@ -553,16 +561,41 @@ def load_composed(
                 raise ValueError(f"component {c} is not the projection of the machine's rules")
         space = Space(tuple(_spec(v) for v in rules["variables"]))
         initial = space.id_of(rules["initial"])
+        # The report handed out is the one the re-checked components and decomposition give; the
+        # stored one must claim the same (only its timings are taken as they are).
+        snap = snapshot_from_rules(rules)
+        found = _composed_report(snap, rules["domain"], space, decomp, parts, initial, decomposition_theorem)
+        found = replace(found, timings=dict(report.timings))
     except MachineFileError:
         raise
-    except (KeyError, ValueError, IndexError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+    except (KeyError, ValueError, IndexError, TypeError, AttributeError, UnicodeDecodeError, RecursionError,
+            OverflowError, DeclarationError) as exc:
         raise MachineFileError(f"machine file {where!r} is inconsistent: {exc}") from exc
+    said, derived = _without_identity(report.to_dict()), _without_identity(found.to_dict())
+    differs = sorted(k for k in said if said[k] != derived.get(k))
+    if differs:
+        raise MachineFileError(
+            f"machine file {where!r} fails the re-check: its report is not what its re-checked components "
+            f"and decomposition give ({', '.join(differs)} differ), so it was altered (or damaged) after "
+            "it was saved; rebuild the machine from its registry"
+        )
+    report = found
     machine = ComposedMachine(rules, space, parts, decomp, initial, report)
     if digest is not None and machine.digest != digest:
         raise MachineFileError(
             f"machine file {where!r} holds machine {machine.digest}, not the expected {digest}"
         )
     return machine
+
+
+def _without_identity(x: Any) -> Any:
+    """`x` without the oracle identities in it: which oracle build checked a file is not a claim about
+    the machine (the load's own oracle re-checks it, and the loaded report names that one)."""
+    if isinstance(x, dict):
+        return {k: _without_identity(v) for k, v in x.items() if k not in ("identity", "module_sha256")}
+    if isinstance(x, list):
+        return [_without_identity(v) for v in x]
+    return x
 
 
 register_loader(COMPOSED_FORMAT, load_composed)

@@ -17,7 +17,7 @@ import tempfile
 import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +27,10 @@ import numpy.typing as npt
 from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
 from ..model._expr import canonical_json
 from ..model._families import EventFamily, families_of
-from ..model._space import Space, Value, VarSpec
+from ..model._space import MAX_STATES, Space, Value, VarSpec
 from ..verify._report import Report
 from ._load_check import recheck
+from ._rules_snapshot import check_rule_names, variable_spec, variable_specs
 
 __all__ = [
     "FILE_FORMAT",
@@ -447,10 +448,16 @@ class Machine:
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
             report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
-            space = Space(tuple(_spec(v) for v in rules["variables"]))
+            space = Space(variable_specs(rules["variables"]))
+            check_rule_names(rules)
             n = space.n
+            if n > MAX_STATES:
+                raise ValueError(f"its variables span {n:,} states, more than a machine's tables hold")
             n_ev = len(rules["events"])
-            valid = np.unpackbits(arrays["valid_bits"], count=n).astype(np.bool_)
+            bits = arrays["valid_bits"]
+            if bits.dtype != np.uint8 or bits.shape != ((n + 7) // 8,):
+                raise ValueError(f"valid_bits has dtype {bits.dtype} and shape {bits.shape}, not {n} bits")
+            valid = np.unpackbits(bits, count=n).astype(np.bool_)
             raw = RawTables(
                 valid,
                 _ids(arrays["repair"], (n,), n, "repair"),
@@ -463,10 +470,11 @@ class Machine:
             initial = int(arrays["initial"][0])
             if not 0 <= initial < n or not valid[initial]:
                 raise ValueError("the initial state is not a valid state")
-            problems = recheck(
+            problems, checked_by = recheck(
                 rules, space, valid, raw.repair, raw.apply, raw.nf, initial, domain_ids, report
             )
-        except (KeyError, ValueError, IndexError, TypeError, AttributeError, DeclarationError) as exc:
+        except (KeyError, ValueError, IndexError, TypeError, AttributeError, OverflowError, RecursionError,
+                UnicodeDecodeError, DeclarationError) as exc:
             raise MachineFileError(f"machine file {os.fspath(path)!r} is inconsistent: {exc}") from exc
         if problems:
             raise MachineFileError(
@@ -474,6 +482,8 @@ class Machine:
                 "was altered (or damaged) after it was saved; rebuild the machine from its registry:\n  - "
                 + "\n  - ".join(problems)
             )
+        # Every claim of the report is now what the re-check found; it names the oracle that re-checked it.
+        report = replace(report, oracle=checked_by)
         machine = cls(rules, space, raw, initial, domain_ids, report)
         if digest is not None and machine.digest != digest:
             raise MachineFileError(
@@ -486,11 +496,8 @@ class Machine:
 
 
 def _spec(v: dict[str, Any]) -> VarSpec:
-    if v["kind"] == "bool":
-        return VarSpec(v["name"], "bool", 0, 1)
-    if v["kind"] == "enum":
-        return VarSpec(v["name"], "enum", 0, len(v["labels"]) - 1, tuple(v["labels"]))
-    return VarSpec(v["name"], "int", int(v["min"]), int(v["max"]))
+    """A variable of a file's rules, read back strictly (`ValueError` for what a build never writes)."""
+    return variable_spec(v)
 
 
 def rules_digest(rules: Mapping[str, Any]) -> str:

@@ -15,7 +15,7 @@ from ..model._declarations import EventRule, InvariantRule, Snapshot
 from ..model._expr import BOOL, INT, Expr, ExprType, _arith, _bool_op, _cmp, _eq, _lit, _not
 from ..model._space import VarSpec
 
-__all__ = ["snapshot_from_rules"]
+__all__ = ["check_rule_names", "snapshot_from_rules", "variable_spec", "variable_specs"]
 
 _ARITY = {"add": 2, "sub": 2, "min": 2, "max": 2, "ite": 3, "eq": 2, "lt": 2, "le": 2, "and": 2, "or": 2,
           "not": 1}
@@ -71,26 +71,62 @@ def _assign(part: Any, specs: tuple[VarSpec, ...]) -> tuple[tuple[int, Expr], ..
     return tuple(out)
 
 
-def _spec(v: Any) -> VarSpec:
-    if v["kind"] == "bool":
-        return VarSpec(str(v["name"]), "bool", 0, 1)
-    if v["kind"] == "enum":
-        labels = tuple(str(label) for label in v["labels"])
-        if not labels:
-            raise ValueError(f"variable {v['name']!r} has no labels")
-        return VarSpec(str(v["name"]), "enum", 0, len(labels) - 1, labels)
-    if v["kind"] != "int":
-        raise ValueError(f"variable {v['name']!r} has unknown kind {v['kind']!r}")
-    low, high = _int(v["min"], "a minimum"), _int(v["max"], "a maximum")
+def variable_spec(v: Any) -> VarSpec:
+    """One variable of a machine given as data, read back strictly (the input may be hostile): a name,
+    and a kind with what `Registry` accepts for it (an enum's labels are at least two distinct strings,
+    an int's bounds are integers with min <= max); raises `ValueError`."""
+    if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"]:
+        raise ValueError(f"{v!r} is not a variable {{name, kind, ...}}")
+    name, kind = v["name"], v.get("kind")
+    if kind == "bool":
+        return VarSpec(name, "bool", 0, 1)
+    if kind == "enum":
+        labels = v.get("labels")
+        if (
+            not isinstance(labels, list)
+            or len(labels) < 2
+            or not all(isinstance(label, str) for label in labels)
+            or len(set(labels)) != len(labels)
+        ):
+            raise ValueError(
+                f"variable {name!r}: the labels must be at least two distinct strings, got {labels!r}"
+            )
+        return VarSpec(name, "enum", 0, len(labels) - 1, tuple(labels))
+    if kind != "int":
+        raise ValueError(f"variable {name!r} has unknown kind {kind!r}")
+    low, high = _int(v.get("min"), f"the minimum of {name!r}"), _int(v.get("max"), f"the maximum of {name!r}")
     if low > high:
-        raise ValueError(f"variable {v['name']!r} has min above max")
-    return VarSpec(str(v["name"]), "int", low, high)
+        raise ValueError(f"variable {name!r} has min above max")
+    return VarSpec(name, "int", low, high)
+
+
+def variable_specs(variables: Any) -> tuple[VarSpec, ...]:
+    """Every variable of a machine given as data (`variable_spec`), their names distinct."""
+    if not isinstance(variables, list):
+        raise ValueError("the variables are not a list")
+    specs = tuple(variable_spec(v) for v in variables)
+    names = [v.name for v in specs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"the variable names {names} are not distinct")
+    return specs
+
+
+def check_rule_names(rules: dict[str, Any]) -> None:
+    """The invariants' names, and the events' names, are non-empty distinct strings (as a build writes
+    them: a machine finds an event by its name); raises `ValueError`."""
+    for kind in ("invariants", "events"):
+        if not isinstance(rules[kind], list) or not all(isinstance(r, dict) for r in rules[kind]):
+            raise ValueError(f"the {kind} are not a list of rules")
+        names = [r.get("name") for r in rules[kind]]
+        if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"the {kind}' names {names!r} are not distinct non-empty strings")
 
 
 def snapshot_from_rules(rules: dict[str, Any]) -> Snapshot:
     """The declarations of a machine given as data, every rule an expression; raises `ValueError`,
     `KeyError` or `TypeError` for anything else."""
-    specs = tuple(_spec(v) for v in rules["variables"])
+    specs = variable_specs(rules["variables"])
+    check_rule_names(rules)
     initial = rules["initial"]
     if not isinstance(initial, list) or len(initial) != len(specs):
         raise ValueError("the initial state needs one value per variable")

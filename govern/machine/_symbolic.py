@@ -92,7 +92,7 @@ def build_symbolic(
     rules = snap.rules_json(domain)
     if rules["initial"] is None:
         rules["initial"] = list(verdict.initial)
-    solver = dict(verdict.solver, queries=str(verdict.queries))
+    solver = dict(verdict.solver, queries=verdict.queries)
     rests = (
         f"every verdict rests on {solver['name']} {solver['version']} ({solver['package']}): "
         f"{verdict.queries} queries, unsatisfiable ones taken as verdicts, satisfiable ones replayed "

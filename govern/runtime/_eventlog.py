@@ -1342,9 +1342,7 @@ class _SqlBackend:
         self._writer: Any = None  # the kept connection, while no append is using it
         self._writer_lock = threading.Lock() if self.dialect == "sqlite" and pool_size > 1 else None
         try:
-            ready = self._run(
-                lambda c: schema.check_marker(schema.read_marker(c), self.where, self.dialect), "open", True
-            )
+            ready = self._run(lambda c: schema.check_open(c, self.where, self.dialect), "open", True)
             if not ready:
                 self._run(lambda c: schema.prepare(c, self.dialect, self.where), "open", False)
         except BaseException:

@@ -108,6 +108,28 @@ def read_marker(conn: Connection) -> tuple[str, int] | None:
     return None if row is None else (str(row.format), int(row.version))
 
 
+def check_open(conn: Connection, where: str, dialect: str) -> bool:
+    """What opening a log checks, in one catalog query and one indexed read: True when the marker names
+    this layout of `dialect` and every table of that layout is there; False when the schema needs
+    creating or upgrading; raises `LogFormatError` for another format, a newer layout, or a marker
+    beside only some of the tables (nothing is changed)."""
+    tables = set(sa.inspect(conn).get_table_names())
+    marker = None
+    if "govern_format" in tables:
+        row = conn.execute(sa.select(format_table.c.format, format_table.c.version)).first()
+        marker = None if row is None else (str(row.format), int(row.version))
+    if not check_marker(marker, where, dialect):
+        return False
+    missing = sorted(_GOVERN_TABLES - tables)
+    if missing:
+        raise LogFormatError(
+            f"{where} holds only some of the event log's tables (the format marker is there, "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not): it is damaged or another "
+            "program's; restore it from a backup or use a new database (nothing was changed)"
+        )
+    return True
+
+
 def check_marker(marker: tuple[str, int] | None, where: str, dialect: str) -> bool:
     """True when the marker names this layout of `dialect`; False when the schema needs creating or
     upgrading; raises `LogFormatError` for another format or a newer layout."""

@@ -425,6 +425,46 @@ def test_a_newer_or_foreign_layout_is_refused(tmp_path: Path, update: str, messa
         EventLog(str(path))
 
 
+@pytest.mark.parametrize("table", ["govern_events", "govern_logs", "govern_counters"])
+def test_a_marker_beside_only_some_of_the_tables_is_refused_untouched(tmp_path: Path, table: str) -> None:
+    # governed-agents.md, "The format marker": only some of the tables is refused, and nothing is changed,
+    # also when the marker row is intact (the open check reads the table list with the marker).
+    path = tmp_path / "events.db"
+    bound(str(path)).append(ev("a"))
+    with sqlite3.connect(path) as raw:
+        raw.execute(f"DROP TABLE {table}")
+        before = sorted(raw.execute("SELECT type, name FROM sqlite_master"))
+    with pytest.raises(LogFormatError, match=rf"only some of the event log's tables .*{table}"):
+        EventLog(str(path))
+    with sqlite3.connect(path) as raw:
+        assert sorted(raw.execute("SELECT type, name FROM sqlite_master")) == before
+
+
+@pytest.mark.postgres
+def test_a_marker_beside_only_some_of_the_tables_is_refused_on_postgresql() -> None:
+    # A database of its own: the test database's tables are shared with every other test.
+    database = f"govern_partial_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {database}"))
+    url = POSTGRES_URL.rsplit("/", 1)[0] + "/" + database
+    own = sa.create_engine(url)
+    try:
+        bound(url, "partial").append(ev("a"))
+        with own.begin() as conn:
+            conn.execute(sa.text("DROP TABLE govern_events"))
+        with pytest.raises(LogFormatError, match=r"only some of the event log's tables .*govern_events"):
+            EventLog(url, name="partial")
+        with own.connect() as conn:
+            tables = set(sa.inspect(conn).get_table_names())
+        assert tables == {"govern_format", "govern_logs", "govern_counters"}
+    finally:
+        own.dispose()
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+        admin.dispose()
+
+
 def test_lost_counter_rows_are_rebuilt_from_the_events(log_url: str, log_name: str) -> None:
     log = bound(log_url, log_name)
     log.append_many([Event(id=i, machine=DIGEST, record="o1", event="pay", producer="p") for i in "ab"])
