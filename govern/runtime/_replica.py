@@ -241,6 +241,21 @@ class _Record:
             self.frontier += 1
 
 
+@dataclass(slots=True)
+class _FoldPlan:
+    """Consecutive log events grouped by record for one vectorized replay (`Replica._fold_plan`)."""
+
+    names: list[str]  # record keys, by record index
+    known: list[_Record | None]  # their entries (None: a record not seen yet)
+    rec: np.ndarray  # record index of each event
+    codes: np.ndarray  # event code of each event
+    seqs: np.ndarray  # record_seq of each event
+    order: np.ndarray  # event indexes grouped by record (stable)
+    counts: np.ndarray  # events per record
+    grouped: np.ndarray  # rec[order]
+    column: np.ndarray  # each event's place among its record's events, in `order`
+
+
 class Replica:
     """One replica of a machine's records, fed from an `EventLog` (see the module docstring).
 
@@ -290,6 +305,10 @@ class Replica:
         self._last: LoggedEvent | None = None  # the event at _position - 1, when this replica applied it
         self._restored: Checkpoint | None = None
         self._buffer: dict[int, LoggedEvent] = {}
+        # How many record_seqs are applied ahead of their record's applied prefix, over every record. Only an
+        # event with a forged record_seq leaves one when nothing is applied ahead (`_ahead` empty): the
+        # batch paths then deliver one event at a time.
+        self._gapped = 0
         self._dep_waiters: dict[int, list[int]] = defaultdict(list)  # position -> buffered positions waiting
         self.applied = 0
         self.duplicates = 0
@@ -425,16 +444,17 @@ class Replica:
             for i, item in enumerate(batch):
                 if not isinstance(item, LoggedEvent):
                     raise _not_an_event(i, item)
-        if len(batch) >= _BATCH_MIN and not self._buffer and not self._ahead:
+        if len(batch) >= _BATCH_MIN and not self._buffer and not self._ahead and not self._gapped:
             start = self._position
             if all(e.position == start + i for i, e in enumerate(batch)):
-                self._fold_in_order(batch)
-            elif not self._deliver_sorted(batch):
-                for event in batch:
-                    self._accept(event)
-        else:
-            for event in batch:
-                self._accept(event)
+                folded = self._fold_in_order(batch)
+            else:
+                folded = self._deliver_sorted(batch)
+            if folded:
+                return self.applied - before
+        # One event at a time, in delivery order: what every batch path must match exactly.
+        for event in batch:
+            self._accept(event)
         return self.applied - before
 
     def _deliver_sorted(self, batch: list[LoggedEvent]) -> bool:
@@ -445,10 +465,16 @@ class Replica:
         Log order is one of the orders the rules allow (every dependency and every earlier event of a
         record comes first), and which events the rules let apply is the same whatever order a batch is
         examined in (applying an event never makes another one wait), so the outcome is the one
-        event-by-event delivery reaches. Returns False, having changed nothing, when the batch holds an
-        event the replica must refuse or two different events at one position (a copy of an applied
-        event that is not the same event included): the per-event path then applies what comes before
-        it in delivery order and raises there."""
+        event-by-event delivery reaches, as long as no event of the batch is refused. Which one is refused,
+        and what was applied before it, depends on the delivery order, so this returns False, having
+        changed nothing, whenever one event-by-event delivery could refuse one (or count a copy
+        differently): an event of another log or machine, an unknown name or a forward dependency; two
+        different events at one position; a copy of an applied event that is not the same event; an
+        identical pair of copies that differ from the log's event at their position (the second one is
+        compared with the log once the first is folded); two events at different positions with one
+        record and record_seq, or one with the record_seq of an applied event; a record_seq that does
+        not follow its record's in the folded run. The caller then delivers the batch one event at a
+        time, in delivery order."""
         rules = self._rules
         name, digest, index = self.log.name, rules.digest, rules.index
         start = self._position
@@ -457,6 +483,7 @@ class Replica:
         # Copies of applied events, and their positions: compared with the log before anything changes.
         copies: list[LoggedEvent] = []
         positions: list[int] = []
+        twins: list[int] = []  # positions >= start delivered more than once (identical copies)
         base, prints = self._base, self._prints
         for event in batch:
             after = event.after
@@ -476,51 +503,84 @@ class Replica:
                 by_position[pos] = event
             elif held is event or held == event:
                 duplicates += 1
+                twins.append(pos)
             else:
                 return False
-        if copies and self._unlike_applied(copies, positions) is not None:
+        if twins and self._tree is None:
+            # One at a time, a copy that arrives after the first is folded is compared with the log's event
+            # (a replica tracking the root compares it with the leaf of the first: equal).
+            for pos in twins:
+                copies.append(by_position[pos])
+                positions.append(pos)
+            if self._unlike_applied(copies, positions) is not None:
+                return False
+        elif copies and self._unlike_applied(copies, positions) is not None:
             return False
-        duplicates += len(copies)
+        duplicates += len(copies) - (len(twins) if self._tree is None else 0)
         ordered = sorted(by_position)
         run = 0
         for pos in ordered:  # positions are distinct and >= start: the run ends at the first gap
             if pos != start + run:
                 break
             run += 1
+        events = [by_position[p] for p in ordered[:run]]
+        plan = self._fold_plan(events) if run else None
+        if run and plan is None:
+            return False  # a record_seq out of its record's order in the run
+        rest = [by_position[p] for p in ordered[run:]]
+        if rest and not self._distinct_numbers(rest, plan):
+            return False
         self.duplicates += duplicates
-        if run:
-            self._fold_in_order([by_position[p] for p in ordered[:run]], checked=True)
-        for pos in ordered[run:]:
-            self._accept(by_position[pos])
+        if plan is not None:
+            self._fold_commit(events, plan)
+        for event in rest:
+            self._accept(event)  # past the run's gap: nothing here is refused (checked above)
         return True
 
-    def _fold_in_order(self, events: list[LoggedEvent], checked: bool = False) -> None:
-        """Fold consecutive log events from `position`: group them by record with numpy and run one
-        vectorized replay (`Machine.replay_ids`) over every record's stream at once. `checked`: the
-        caller has already made sure every event is of this log, machine and event names."""
+    def _distinct_numbers(self, rest: list[LoggedEvent], plan: _FoldPlan | None) -> bool:
+        """True when no event of `rest` has the record and record_seq of another one, of an event folded
+        in `plan`, or of an applied event (below its record's applied prefix: nothing is applied ahead)."""
+        folded = {} if plan is None else dict(zip(plan.names, plan.counts.tolist(), strict=True))
+        records = self._records
+        seen: set[tuple[str, int]] = set()
+        for event in rest:
+            key, seq = event.record, event.record_seq
+            entry = records.get(key)
+            if seq < (0 if entry is None else entry.applied_prefix) + folded.get(key, 0):
+                return False
+            number = (key, seq)
+            if number in seen:
+                return False
+            seen.add(number)
+        return True
+
+    def _fold_in_order(self, events: list[LoggedEvent]) -> bool:
+        """Fold consecutive log events from `position` in one vectorized replay; False, having changed
+        nothing, when one of them is not of this log, machine and event names, depends on a later
+        position, or has a record_seq other than its record's next one (the caller then delivers them one
+        at a time, which applies every event before that one and refuses it)."""
+        rules = self._rules
+        name = self.log.name
+        for e in events:
+            if (
+                e.machine != rules.digest
+                or e.event not in rules.index
+                or e.log != name
+                or (e.after and max(e.after) >= e.position)  # _forward(e), inline
+            ):
+                return False
+        plan = self._fold_plan(events)
+        if plan is None:
+            return False
+        self._fold_commit(events, plan)
+        return True
+
+    def _fold_plan(self, events: list[LoggedEvent]) -> _FoldPlan | None:
+        """Group consecutive log events from `position` (each of this log, machine and event names) by
+        record with numpy, for `_fold_commit`; None when an event's record_seq is not its record's next
+        one. Changes nothing."""
         rules = self._rules
         n = len(events)
-        name = self.log.name
-        bad = (
-            None
-            if checked
-            else next(
-                (
-                    i
-                    for i, e in enumerate(events)
-                    if e.machine != rules.digest
-                    or e.event not in rules.index
-                    or e.log != name
-                    or (e.after and max(e.after) >= e.position)  # _forward(e), inline
-                ),
-                None,
-            )
-        )
-        if bad is not None:
-            # Apply every event before the first bad one, then stop there and say why.
-            self.deliver(events[:bad])
-            self._check(events[bad])
-            raise AssertionError(f"event at position {events[bad].position} passed the check it failed")
         keys: dict[str, int] = {}
         rec = np.fromiter((keys.setdefault(e.record, len(keys)) for e in events), dtype=np.int64, count=n)
         codes_flat = np.fromiter((rules.index[e.event] for e in events), dtype=np.int32, count=n)
@@ -528,26 +588,24 @@ class Replica:
         names = list(keys)
         known = [self._records.get(k) for k in names]
         first_seq = np.array([0 if r is None else r.applied_prefix for r in known], dtype=np.int64)
-        # Python ints: a machine built by components has ids beyond 32 (and 64) bits.
-        starts = [rules.initial if r is None else r.state for r in known]
         order = np.argsort(rec, kind="stable")
         counts = np.bincount(rec, minlength=len(names))
         grouped = rec[order]
         column = np.arange(n, dtype=np.int64) - (np.cumsum(counts) - counts)[grouped]
-        wrong = np.flatnonzero(seqs[order] != first_seq[grouped] + column)
-        if wrong.size:
-            first = int(order[wrong].min())  # the first wrong event in log order
-            self.deliver(events[:first])
-            event = events[first]
-            entry = self._records.get(event.record)
-            before = 0 if entry is None else entry.applied_prefix
-            raise LogCorrupted(
-                f"event {event.id!r} at position {event.position} is number {event.record_seq} of record "
-                f"{event.record!r}, but the log before it holds {before} events of that record; the replica "
-                f"stopped after the events before it (position {self._position})"
-            )
+        if np.any(seqs[order] != first_seq[grouped] + column):
+            return None
+        return _FoldPlan(names, known, rec, codes_flat, seqs, order, counts, grouped, column)
+
+    def _fold_commit(self, events: list[LoggedEvent], plan: _FoldPlan) -> None:
+        """Run the vectorized replay `plan` groups (`Machine.replay_ids`, every record's stream at once)
+        and apply its outcome."""
+        rules = self._rules
+        names, known, counts = plan.names, plan.known, plan.counts
+        n = len(events)
+        # Python ints: a machine built by components has ids beyond 32 (and 64) bits.
+        starts = [rules.initial if r is None else r.state for r in known]
         codes = np.full((len(names), int(counts.max())), -1, dtype=np.int32)
-        codes[grouped, column] = codes_flat[order]
+        codes[plan.grouped, plan.column] = plan.codes[plan.order]
         finals = self.machine.replay_ids(codes, starts).tolist()
         for i, key in enumerate(names):
             entry = known[i]
@@ -559,7 +617,7 @@ class Replica:
         if self._tree is not None:
             for event in events:
                 self._tree.append(event.leaf())
-        self._prints.frombytes(_fingerprints(events, names, rec, codes_flat, seqs))
+        self._prints.frombytes(_fingerprints(events, names, plan.rec, plan.codes, plan.seqs))
         self._last = events[-1]
         self._position += n
         self.applied += n
@@ -729,6 +787,16 @@ class Replica:
                 f"{event.record!r}, but an event at another position has that number (the replica stays at "
                 f"position {self._position})"
             )
+        if pos == self._position:
+            # Every earlier position is applied, so every earlier event of its record is: it must be the
+            # record's next number (a number from the future would wait for events the log cannot hold).
+            before = 0 if known is None else known.applied_prefix
+            if event.record_seq != before:
+                raise LogCorrupted(
+                    f"event {event.id!r} at position {pos} is number {event.record_seq} of record "
+                    f"{event.record!r}, but the log before it holds {before} events of that record; the "
+                    f"replica stopped after the events before it (position {self._position})"
+                )
         self._buffer[pos] = event
         rec = self._record(event.record)
         code = rules.index[event.event]
@@ -812,9 +880,11 @@ class Replica:
             rec.applied_prefix += 1
             while rec.applied_prefix in rec.ahead:
                 rec.ahead.discard(rec.applied_prefix)
+                self._gapped -= 1
                 rec.applied_prefix += 1
         else:
             rec.ahead.add(seq)
+            self._gapped += 1
         tree = self._tree
         if event.position == self._position:
             if tree is not None:
