@@ -48,6 +48,7 @@ from typing import Any, Generic, cast
 from pydantic import TypeAdapter, ValidationError
 from typing_extensions import TypeVar
 
+from ._blocking import run_blocking
 from ._cancel import cancelled_answer
 from ._canonical import canonical_json, known_json_text, new_claim
 from ._errors import (
@@ -316,8 +317,9 @@ class Agent(Generic[T]):
         return f"thread:{self.name}"
 
     def run_sync(self, run_id: str, input: str) -> RunResult[T]:
-        """`run` for synchronous code (must not be called from a running event loop)."""
-        return asyncio.run(self.run(run_id, input))
+        """`run` for synchronous code. Refused (`ConfigError`) inside a running event loop (an async
+        function, Jupyter): use `await agent.run(...)` there."""
+        return run_blocking(lambda: self.run(run_id, input), "run_sync", "await agent.run(...)")
 
     async def run(self, run_id: str, input: str) -> RunResult[T]:
         """Drive the run to its answer, resuming from the journal; see the module docstring.
@@ -1640,8 +1642,10 @@ class Thread(Generic[T]):
         return await self.agent._run(self.thread_id, _thread_ask(message, segment), None)
 
     def send_sync(self, message: str, *, segment: int | None = None) -> RunResult[T]:
-        """`send` for synchronous code (must not be called from a running event loop)."""
-        return asyncio.run(self.send(message, segment=segment))
+        """`send` for synchronous code. Refused (`ConfigError`) inside a running event loop (an async
+        function, Jupyter): use `await thread.send(...)` there."""
+        send = lambda: self.send(message, segment=segment)  # noqa: E731
+        return run_blocking(send, "send_sync", "await thread.send(...)")
 
     def stream(self, message: str, *, segment: int | None = None) -> AsyncIterator[StreamEvent]:
         """`send`, as events (see `Agent.stream`); only this message's events are streamed."""

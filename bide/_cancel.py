@@ -10,10 +10,10 @@ whose outcome was unknown stays in the journal, unresolved.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
+from ._blocking import run_blocking
 from ._errors import RunEnded, RunNotFound
 from ._journal import Journal
 from ._records import CANCEL_KEY, END_KEY, Cancel, End
@@ -54,6 +54,7 @@ def cancel_run(store: Store, run_id: str, *, reason: str = "") -> bool:
 
     Returns True when this call recorded the request, False when one was recorded already (the first
     reason stands). Raises `RunNotFound` for a run that does not exist and `RunEnded` for one that has
-    ended. Must not be called from a running event loop (use `acancel_run`).
+    ended. Refused (`ConfigError`) inside a running event loop: use `await acancel_run(...)` there.
     """
-    return asyncio.run(acancel_run(store, run_id, reason=reason))
+    cancel = lambda: acancel_run(store, run_id, reason=reason)  # noqa: E731
+    return run_blocking(cancel, "cancel_run", "await acancel_run(...)")

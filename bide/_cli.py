@@ -62,7 +62,8 @@ if TYPE_CHECKING:
     from concurrent.futures import Future
 
     from ._journal import Journal
-    from ._resolve import RunStatus
+    from ._outcome import Outcome
+    from ._resolve import Resolved, RunStatus
     from ._store import Lease, Store
 
 __all__ = [
@@ -86,6 +87,15 @@ STATUSES = (
     "running", "halted", "awaiting_approval", "sleeping", "idle", "completed", "cancelled", "failed",
     "not_started",
 )  # fmt: skip
+# Commands people try that `bide` names otherwise (not close by spelling, so no typo suggestion finds them).
+SYNONYMS = {
+    "status": "show",
+    "inspect": "show",
+    "list": "runs",
+    "ls": "runs",
+    "resume": "worker",
+    "stop": "cancel",
+}
 _EVERY_LEASE_MS = 2**62  # expired_leases at this instant lists every lease of an unfinished run
 EXIT_INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
 _T = TypeVar("_T")
@@ -97,10 +107,21 @@ class CLIError(Exception):
         self.code = code
 
 
+class _StoreOption(argparse.Action):
+    """--store, remembering that it was given (an error about the URL then does not blame $BIDE_STORE)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.store_given = True
+
+
 def add_store_argument(parser: argparse.ArgumentParser) -> None:
     """Add the shared --store option to a subcommand."""
     parser.add_argument(
         "--store",
+        action=_StoreOption,
         default=os.environ.get("BIDE_STORE", "sqlite:///bide.db"),
         help="store URL (default: $BIDE_STORE or sqlite:///bide.db)",
     )
@@ -126,30 +147,37 @@ def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     from ._url import StoreURLError, parse_store_url
 
     url: str = args.store
+    # Without --store the URL is $BIDE_STORE's when it is set: an error about it says where it came from.
+    env = not getattr(args, "store_given", False) and "BIDE_STORE" in os.environ
+    came = " (the store URL came from $BIDE_STORE; --store overrides it)" if env else ""
     try:
         where = parse_store_url(url)
     except StoreURLError as exc:
-        raise CLIError(str(exc), EXIT_USAGE) from exc
+        raise CLIError(f"{exc}{came}", EXIT_USAGE) from exc
     if where.kind == "sqlite" and not os.path.exists(where.path):
-        raise CLIError(
-            f"no bide store at {where.path!r}: the file does not exist; pass --store "
-            "sqlite:///path/to/bide.db (or set $BIDE_STORE)",
-            EXIT_NOT_FOUND,
+        fix = (
+            "$BIDE_STORE names it: fix $BIDE_STORE, or pass --store sqlite:///path/to/bide.db"
+            if env
+            else "pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)"
         )
+        raise CLIError(f"no bide store at {where.path!r}: the file does not exist; {fix}", EXIT_NOT_FOUND)
     if where.kind == "memory":
         raise CLIError(
-            "a memory:// store lives inside one process; the CLI needs sqlite:/// or postgresql://",
+            f"a memory:// store lives inside one process; the CLI needs sqlite:/// or postgresql://{came}",
             EXIT_USAGE,
         )
     try:
         return open_store(url, table_prefix=args.table_prefix, create=create)
     except StoreNotFound as exc:
-        check = "--store (or $BIDE_STORE)" + (" and --table-prefix" if exc.missing == "tables" else "")
+        check = (
+            "$BIDE_STORE (the store URL came from it; or pass --store)" if env else "--store (or $BIDE_STORE)"
+        )
+        check += " and --table-prefix" if exc.missing == "tables" else ""
         raise CLIError(f"{exc}; check {check}", EXIT_NOT_FOUND) from exc
     except ConfigError as exc:
-        raise CLIError(str(exc), EXIT_USAGE) from exc
+        raise CLIError(f"{exc}{came}", EXIT_USAGE) from exc
     except StoreError as exc:  # anything else is a bug (exit 3), not the store's failure
-        raise CLIError(f"the store failed: {exc}", EXIT_STORE) from exc
+        raise CLIError(f"the store failed: {exc}{came}", EXIT_STORE) from exc
 
 
 class StoppedWaiting(BaseException):
@@ -222,7 +250,8 @@ def _leases(store: Store) -> dict[str, Lease]:
 
 
 class _Unreadable(Exception):
-    """One run's records cannot be decoded; the other runs can still be listed."""
+    """One run's records cannot be decoded; the other runs can still be listed. The message is one line:
+    the run, the damaged record and what is wrong with it."""
 
 
 def _read(store: Store, run_id: str) -> Journal:
@@ -232,17 +261,44 @@ def _read(store: Store, run_id: str) -> Journal:
 
     entries = store.load(run_id, 0)
     journal = Journal(store, run_id)
-    try:
-        journal.absorb(entries)
-    except StoreError as exc:
-        raise _Unreadable(str(exc)) from exc
+    for entry in entries:  # one at a time, to name the record that cannot be decoded
+        try:
+            journal.absorb([entry])
+        except StoreError as exc:
+            raise _Unreadable(
+                f"run {run_id!r} cannot be read: its record {entry.key!r} (seq {entry.seq}) is damaged "
+                f"({_why_damaged(exc)})"
+            ) from exc
     return journal
+
+
+def _why_damaged(exc: StoreError) -> str:
+    """What is wrong with a record, in a few words (not the decoder's multi-line report)."""
+    from pydantic import ValidationError
+
+    cause = exc.__cause__
+    while isinstance(cause, StoreError) and cause.__cause__ is not None:  # an unreadable header's cause
+        cause = cause.__cause__
+    if isinstance(cause, ValidationError):
+        first = cause.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        more = f" (and {cause.error_count() - 1} more)" if cause.error_count() > 1 else ""
+        if first.get("type") == "union_tag_not_found":
+            return f"it has no 'kind' field{more}"
+        if first.get("type") == "union_tag_invalid":
+            got = first.get("input")
+            kind = got.get("kind") if isinstance(got, dict) else None
+            return f"its kind {kind!r} is not a kind of record bide writes{more}"
+        return f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}{more}"
+    if isinstance(cause, ValueError):
+        return "it is not JSON"
+    return str(exc).splitlines()[0]
 
 
 def _report_unreadable(unreadable: dict[str, str]) -> int:
     """Name each run that could not be read, after the listing; exit 4 when there was one."""
-    for run_id, why in unreadable.items():
-        say(f"bide: run {run_id!r} cannot be read and is not listed: {why}", file=sys.stderr)
+    for why in unreadable.values():
+        say(f"bide: {why}; it is not listed", file=sys.stderr)
     return EXIT_NOT_FOUND if unreadable else EXIT_OK
 
 
@@ -319,7 +375,8 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
         return _cut(total, args.limit, unreadable)
     if not rows:
-        print("No runs" + (f" with status {', '.join(args.status)}." if args.status else "."))
+        none = "No readable runs" if unreadable else "No runs"
+        print(none + (f" with status {', '.join(args.status)}." if args.status else "."))
         return _cut(total, args.limit, unreadable)
     now = now_ms / 1000
     table(
@@ -366,7 +423,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         try:
             journal = _read(store, args.run)
         except _Unreadable as exc:
-            raise CLIError(f"run {args.run!r} cannot be read: {exc}", EXIT_NOT_FOUND) from exc
+            raise CLIError(str(exc), EXIT_NOT_FOUND) from exc
         if not journal.exists:
             raise CLIError(
                 f"run {args.run!r} does not exist in {args.store} (`bide runs` lists the runs)",
@@ -451,7 +508,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 try:
                     found.extend(pending_in(journal))
                 except StoreError as exc:
-                    unreadable[run_id] = str(exc)
+                    unreadable[run_id] = f"run {run_id!r} cannot be read: {str(exc).splitlines()[0]}"
                     continue
                 st = status_of(journal)
                 if st.status == "awaiting_approval":
@@ -464,6 +521,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                             "arguments": st.arguments,
                             "reason": getattr(pause, "reason", None),
                             "approval": None,
+                            "gate": "approval" if _at_approval_gate(journal, st.call_id or "") else "custom",
                         }
                     )
             after = batch[-1]
@@ -498,14 +556,41 @@ def _cmd_pending(args: argparse.Namespace) -> int:
             for w in waiting
         ],
     )
-    print("Approve or deny with `bide approve|deny RUN CALL --key FILE`, then run the agent again.")
+    if any(w["gate"] == "approval" for w in waiting):
+        print(
+            "Approve or deny a call at an approval gate with `bide approve|deny RUN CALL --key FILE`, then "
+            "run the agent again."
+        )
+    if any(w["gate"] == "custom" for w in waiting):
+        print(_CUSTOM_GATE)
     return _report_unreadable(unreadable)
+
+
+_CUSTOM_GATE = (
+    "A call at a custom gate waits for what that gate's code checks, not for `bide approve`: once the gate "
+    "would answer Approved or Denied, run the agent again (same run id and input) and it asks the gate again."
+)
+
+
+def _at_approval_gate(journal: Journal, call_id: str) -> bool:
+    """The call waits at a `bide.approvals.ApprovalGate` (the gate journaled its approval request), not at a
+    gate of the application's own."""
+    from ._records import GateRecord
+
+    return any(
+        isinstance(r, GateRecord)
+        and r.key.startswith("approval:request:")
+        and isinstance(r.data, dict)
+        and r.data.get("call_id") == call_id
+        for r in journal.records()
+    )
 
 
 def _waiting_text(w: dict[str, Any]) -> str:
     a = w["approval"]
     if a is None:
-        return f"its gate: {w['reason'] or 'no reason given'}"
+        gate = "approval gate" if w["gate"] == "approval" else "custom gate"
+        return f"{gate}: {w['reason'] or 'no reason given'}"
     return (
         f"{len(a['approved_by'])}/{a['need']} approvals of {len(a['approvers'])}; "
         f"denied by {', '.join(a['denied_by']) or 'nobody'}; waiting for {', '.join(a['waiting_for'])}"
@@ -533,7 +618,7 @@ def _json_arg(text: str, what: str) -> Any:
 
 def _cmd_resolve(args: argparse.Namespace) -> int:
     from ._outcome import Outcome
-    from ._resolve import aresolve_halt
+    from ._resolve import aresolve
 
     evidence = _json_arg(args.evidence, "--evidence") if args.evidence is not None else None
     if args.succeeded is not None:
@@ -546,11 +631,11 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     run, call = args.run, args.call
     with interrupts_around_a_write(f"the resolution of call {call} in run {run}") as sending:
         resolving = _in_a_thread(
-            aresolve_halt(store, run, call, outcome=outcome, clock_skew=args.clock_skew, sending=sending)
+            aresolve(store, run, call, outcome=outcome, clock_skew=args.clock_skew, sending=sending)
         )
         abandoned = False
         try:
-            resolving.result()
+            resolved = resolving.result()
         except KeyboardInterrupt:  # before the resolution was sent: `sending` now refuses to send it
             say(
                 f"bide: interrupted; no resolution was recorded for call {call} of run {run}", file=sys.stderr
@@ -572,7 +657,37 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         finally:
             if not abandoned:
                 close_after_answer(store)
-    say(f"resolved call {call} of run {run} as {outcome.kind}; run the agent again to go on")
+    if resolved.written:
+        say(f"resolved call {call} of run {run} as {outcome.kind}; run the agent again to go on")
+        return EXIT_OK
+    return _already_resolved(run, call, outcome, resolved)
+
+
+def _already_resolved(run: str, call: str, outcome: Outcome, resolved: Resolved) -> int:
+    """`bide resolve` of a call that already had the offered outcome: nothing was written. The same
+    evidence is exit 0; other evidence contradicts the record (exit 5, as another outcome is)."""
+    from ._canonical import canonical_json
+
+    rec = resolved.result
+    then = "the run has ended" if resolved.ended else "run the agent again to go on"
+    if rec is None:  # resolved as not started (its evidence is in the record's reason; not compared)
+        say(f"call {call} of run {run} was already resolved as not_started; nothing was written; {then}")
+        return EXIT_OK
+    kind = "failed" if rec.is_error else "succeeded"
+    how = "resolved" if rec.reconciled else "recorded by its tool"
+    recorded = canonical_json(rec.evidence).decode()
+    if canonical_json(rec.evidence) != canonical_json(outcome.evidence):
+        say(
+            f"bide: refused: call {call} of run {run} was already {how} as {kind} with evidence {recorded}, "
+            f"not {canonical_json(outcome.evidence).decode()}; nothing was written (a recorded outcome and "
+            "its evidence cannot be changed)",
+            file=sys.stderr,
+        )
+        return EXIT_REFUSED
+    say(
+        f"call {call} of run {run} was already {how} as {kind} (evidence {recorded}); nothing was written; "
+        f"{then}"
+    )
     return EXIT_OK
 
 
@@ -621,7 +736,11 @@ def _cmd_keygen(args: argparse.Namespace) -> int:
 
 def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     """The parser and its subparsers object (extensions add subcommands to the latter)."""
-    parser = Parser(prog="bide", description="Inspect durable bide runs, resolve halts, approve calls.")
+    parser = Parser(
+        prog="bide",
+        description="Inspect durable bide runs, resolve halts, approve calls.",
+        synonyms=SYNONYMS,
+    )
     add_standard_options(parser)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

@@ -13,7 +13,7 @@ import difflib
 import json
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NoReturn
 
 from ._terminal import printable
@@ -74,12 +74,14 @@ def version() -> str:
 
 class Parser(argparse.ArgumentParser):
     """An argparse parser that prints the exit-code table in `--help`, exits 2 on bad arguments, and
-    suggests the nearest command for a mistyped one."""
+    suggests the nearest command for a mistyped one. `synonyms` maps words people try that are not a
+    command, nor close to one by spelling (`bide status`), to the command that does it (`show`)."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, synonyms: Mapping[str, str] | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("epilog", EXIT_CODES_HELP)
         kwargs.setdefault("formatter_class", argparse.RawDescriptionHelpFormatter)
         super().__init__(*args, **kwargs)
+        self.synonyms = dict(synonyms or {})
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -94,6 +96,9 @@ def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             close = difflib.get_close_matches(wrong, list(action.choices), n=1)
+            synonym = getattr(parser, "synonyms", {}).get(wrong.lower())
+            if not close and synonym in action.choices:
+                close = [synonym]
             if close:
                 return f"\n  did you mean `{parser.prog} {close[0]}`?"
     return ""

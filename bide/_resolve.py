@@ -11,12 +11,12 @@ if another driver or resolver holds it, resolution is refused too, so two decide
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._blocking import run_blocking
 from ._canonical import canonical_json, new_claim
 from ._errors import ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
 from ._inflight import running
@@ -46,7 +46,16 @@ from ._records import (
 from ._store import Store
 from ._when import seconds, when
 
-__all__ = ["DEFAULT_CLOCK_SKEW", "RunStatus", "aresolve_halt", "attempts_of", "resolve_halt", "run_status"]
+__all__ = [
+    "DEFAULT_CLOCK_SKEW",
+    "Resolved",
+    "RunStatus",
+    "aresolve",
+    "aresolve_halt",
+    "attempts_of",
+    "resolve_halt",
+    "run_status",
+]
 
 DEFAULT_CLOCK_SKEW = 1.0
 RESOLVE_LEASE_MS = 30_000
@@ -154,7 +163,7 @@ async def resolve_in(
                 call_id=call_id,
                 gen=marker.gen,
                 claim=claim,
-                reason="resolved as not started",
+                reason=_not_started_reason(outcome),
             )
         )
         return None
@@ -177,6 +186,36 @@ async def resolve_in(
     return rec
 
 
+def _not_started_reason(outcome: Outcome) -> str:
+    """The reason a resolver's not-started record gives, with the resolution's evidence (the record has no
+    evidence field of its own; its reason is what an auditor reads)."""
+    if outcome.evidence is None:
+        return "resolved as not started"
+    return f"resolved as not started; evidence: {canonical_json(outcome.evidence).decode()}"
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a resolution found and did (for `bide resolve`, which must say whether it wrote anything).
+
+    `written` is False when the call already had the offered outcome: nothing was written, and `result`
+    (None for "not started") is the record that stands, with the evidence recorded then. `ended`: the run
+    has its `run:end` record.
+    """
+
+    written: bool
+    result: ToolResult | None
+    ended: bool
+
+
+def _decided(journal: Journal, call_id: str) -> bool:
+    """The call already has an outcome, or was resolved as not started (and not retried since)."""
+    if isinstance(journal.get(result_key(call_id)), ToolResult):
+        return True
+    markers = attempts_of(journal, call_id)
+    return live_attempt(journal, call_id) is None and bool(markers) and markers[-1].by == "resolver"
+
+
 async def aresolve_halt(
     store: Store,
     run_id: str,
@@ -190,6 +229,22 @@ async def aresolve_halt(
     """Async `resolve_halt`. `sending`, if given, is called just before the resolution goes to the store
     (`bide resolve` learns there that an interrupt can no longer stop it); an exception it raises stops the
     resolution, and the run's lease is given back."""
+    await aresolve(
+        store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock, sending=sending
+    )
+
+
+async def aresolve(
+    store: Store,
+    run_id: str,
+    call_id: str,
+    *,
+    outcome: Outcome,
+    clock_skew: float = DEFAULT_CLOCK_SKEW,
+    clock: Callable[[], float] = time.time,
+    sending: Callable[[], None] | None = None,
+) -> Resolved:
+    """`aresolve_halt`, saying whether it wrote the resolution or found the same outcome recorded already."""
     clock_skew = seconds("clock_skew", clock_skew)
     if not isinstance(outcome, Outcome):
         raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
@@ -206,6 +261,9 @@ async def aresolve_halt(
         await journal.aload()  # again, under the lease: the decision is made on what it shows
         if not lease.held:
             if journal.has(END_KEY):
+                if _decided(journal, call_id):  # the same outcome again is accepted, writing nothing
+                    result = await resolve_in(journal, call_id, outcome, clock_skew=clock_skew, now=clock())
+                    return Resolved(written=False, result=result, ended=True)
                 raise NoLiveAttempt(f"run {run_id!r} has ended; call {call_id!r} has nothing to resolve")
             expires = lease.expires_ms / 1000
             raise HaltInFlight(
@@ -215,7 +273,11 @@ async def aresolve_halt(
                 retry_after=expires,
             )
         journal.fence = (holder, lease.token)
-        await resolve_in(journal, call_id, outcome, clock_skew=clock_skew, now=clock(), sending=sending)
+        decided = _decided(journal, call_id)
+        result = await resolve_in(
+            journal, call_id, outcome, clock_skew=clock_skew, now=clock(), sending=sending
+        )
+        return Resolved(written=not decided, result=result, ended=journal.has(END_KEY))
     finally:
         if lease.held:
             await store.arelease(run_id, holder, lease.token)
@@ -236,10 +298,14 @@ def resolve_halt(
     driver or resolver claims the call concurrently; refused (`HaltAlreadyResolved`) when a different
     outcome is recorded already (the same outcome again is accepted); refused (`NoLiveAttempt`) when the
     call has no attempt waiting, and (`HaltInFlight`) while a live driver holds the run's lease. `clock` (Unix
-    seconds) judges deadlines and stamps the resolver's lease. Must not be called from inside a running
-    event loop (use `aresolve_halt`).
+    seconds) judges deadlines and stamps the resolver's lease. Refused (`ConfigError`) inside a running
+    event loop (an async function, Jupyter): use `await aresolve_halt(...)` there.
     """
-    asyncio.run(aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock))
+    run_blocking(
+        lambda: aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock),
+        "resolve_halt",
+        "await aresolve_halt(...)",
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,7 +184,13 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("worker", help="resume runs whose driver died (their lease expired)")
     add_store_argument(p)
-    p.add_argument("--app", required=True, help="module:attribute naming the agents (see bide worker -h)")
+    p.add_argument(
+        "--app",
+        required=True,
+        metavar="MODULE:ATTRIBUTE",
+        help="module:attribute giving an Agent, a list (or tuple) of Agents, or a function(store) returning "
+        "either, called with the worker's store; the current directory is importable",
+    )
     p.add_argument("--concurrency", type=int, default=16, help="drives at once (default 16)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks for runs (default 1)")
     p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")

@@ -9,7 +9,8 @@ from typing import Any
 
 from .._errors import ConfigError, StoreError
 from .._journal import Journal
-from .._records import GateRecord, encode_record
+from .._records import GateRecord, encode_record, pause_key
+from .._resolve import status_of
 from .._store import Store
 from ..audit._keys import SigningKey
 from ._policy import ApprovalPolicy, decision_bytes
@@ -129,6 +130,21 @@ def submit_decision(
     )
 
 
+def _not_waiting(journal: Journal, call_id: str) -> str:
+    """Why no decision can be recorded for `call_id`, which has no open approval request: it waits at a
+    gate of the application's own (no signed decision opens that), or it waits for nothing."""
+    status = status_of(journal)
+    if status.status == "awaiting_approval" and status.call_id == call_id:
+        reason = getattr(journal.get(pause_key(call_id)), "reason", None) or "no reason given"
+        return (
+            f"call {call_id!r} of run {journal.run_id!r} waits at a custom gate, not an approval gate (its "
+            f"gate says {reason!r}): signed decisions open only a bide.approvals.ApprovalGate; open this "
+            "gate as its code checks, then run the agent again (same run id and input) and it asks the "
+            "gate again"
+        )
+    return f"run {journal.run_id!r} has no call {call_id!r} waiting for approval (see `bide pending`)"
+
+
 def _decision(
     store: Store, run_id: str, call_id: str, key: SigningKey, approve: bool
 ) -> tuple[str, list[tuple[str, bytes]]]:
@@ -143,9 +159,7 @@ def _decision(
         )
     candidates = [(k, d, p) for k, d, p in _open_requests(journal) if d.get("call_id") == call_id]
     if not candidates:
-        raise NoWaitingCall(
-            f"run {run_id!r} has no call {call_id!r} waiting for approval (see `bide pending`)"
-        )
+        raise NoWaitingCall(_not_waiting(journal, call_id))
     _, data, policy = candidates[-1]
     if not arguments_match(data):
         raise ApprovalRefused(

@@ -273,6 +273,19 @@ def test_resolve_not_started_retries_the_call_once() -> None:
     assert "attempt:c0.0:2" in keys(store, "r")  # gen 0 lost, gen 1 the resolver, gen 2 the real call
 
 
+def test_a_not_started_resolution_journals_its_evidence() -> None:
+    """The not-started record has no evidence field: its reason carries the resolver's evidence (it was
+    dropped, so an auditor could not see why a call was declared never made)."""
+    store = bide.open_store("memory://")
+    _halt_by_losing_result(store, Ledger(), timeout=0.01, fire=False)
+    time.sleep(0.02)
+    outcome = bide.Outcome.not_started(evidence={"ledger": "no charge", "by": "ops"})
+    bide.resolve_halt(store, "r", "c0.0", outcome=outcome, clock_skew=0)
+    voided = [r for r in Journal(store, "r").load().records() if isinstance(r, bide.NotStarted)]
+    said = 'resolved as not started; evidence: {"by":"ops","ledger":"no charge"}'
+    assert [r.reason for r in voided] == [said]
+
+
 def test_resolve_failed_gives_model_an_error() -> None:
     store = bide.open_store("memory://")
     ledger = Ledger()

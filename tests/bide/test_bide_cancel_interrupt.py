@@ -319,7 +319,7 @@ def test_an_interrupted_approval_says_what_the_store_recorded(
     if interrupts == 1:
         reported = code == 0 and "Recorded the signed approval" in out
         assert reported == recorded, (recorded, code, out, said)
-        assert recorded  # the lock was let go, so the decision committed
+        assert recorded, (code, out, said)  # the lock was let go, so the decision committed
     else:
         assert code == 130 and out == "", (code, out)
         assert "may or may not have been recorded" in said and "bide pending" in said, said

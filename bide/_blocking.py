@@ -1,0 +1,30 @@
+"""The blocking twins of bide's async calls (`run_sync`, `send_sync`, `resolve_halt`, `cancel_run`).
+
+A twin runs its coroutine to the end with `asyncio.run`, which cannot run inside an event loop (an async
+function, a Jupyter cell). Asked there, a twin refuses with a `ConfigError` naming the async call to await
+instead, before the coroutine is made: no "coroutine was never awaited" warning follows the error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from ._errors import ConfigError
+
+__all__ = ["run_blocking"]
+
+T = TypeVar("T")
+
+
+def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], name: str, instead: str) -> T:
+    """`asyncio.run(make())`, or `ConfigError` inside a running event loop (`name` is the blocking call,
+    `instead` what to await there)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # no loop runs in this thread: the coroutine is made only now
+        return asyncio.run(make())
+    raise ConfigError(
+        f"{name} cannot run inside an event loop (an async function, Jupyter); use {instead} there"
+    )
