@@ -304,7 +304,7 @@ def bench_agents(machine: govern.Machine, total: int) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--agents", type=int, default=100_000, help="governed agents to run (default 100,000)"
+        "--agents", type=int, default=100_000, help="governed agents to run (default 100,000; 0: none)"
     )
     parser.add_argument("--million", action="store_true", help="also run 1,000,000 agents (takes long)")
     parser.add_argument("--quick", action="store_true", help="small sizes, to check the script runs")
@@ -330,9 +330,10 @@ def main() -> int:
             bench_append(machine, POSTGRES_URL, "PostgreSQL", single, batched)
         except govern.EventLogError as exc:
             print(f"append PostgreSQL: skipped, server not reachable ({str(exc).splitlines()[0][:100]})")
-    if not args.agents_only:
+    if not args.agents_only and fold_n:
         bench_fold(machine, fold_n)
-    bench_agents(machine, agents)
+    if agents:  # --agents 0: only the log and fold figures
+        bench_agents(machine, agents)
     if args.million and not args.quick:
         bench_agents(machine, 1_000_000)
     return 0

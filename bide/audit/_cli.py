@@ -72,22 +72,38 @@ def _key(args: argparse.Namespace) -> PublicKey:
     return load_public_key(args.pubkey)
 
 
+def _key_or_why(args: argparse.Namespace) -> PublicKey | UnreadableInput:
+    """The --pubkey key, or why it cannot be read (raised by the caller after checking what it can)."""
+    try:
+        return _key(args)
+    except UnreadableInput as exc:
+        return exc
+
+
 def _cmd_verify(args: argparse.Namespace) -> Verified:
     from ._formats import ProofBundle
     from ._strict import parse_artifact
-    from ._verify import verify_bundle
+    from ._verify import check_bundle_proofs, verify_bundle
 
+    key = _key_or_why(args)
     bundle = parse_artifact(ProofBundle, _read(args.bundle, args.max_input_bytes), what=args.bundle)
-    return verify_bundle(bundle, _key(args), max_skew_ns=args.max_clock_skew * 10**9)
+    if isinstance(key, UnreadableInput):
+        check_bundle_proofs(bundle)  # a forgery is reported (1) before the unreadable key (4)
+        raise key
+    return verify_bundle(bundle, key, max_skew_ns=args.max_clock_skew * 10**9)
 
 
 def _cmd_verify_evidence(args: argparse.Namespace) -> Verified:
     from ._formats import EvidencePackage
     from ._strict import parse_artifact
-    from ._verify import verify_evidence
+    from ._verify import check_evidence_proofs, verify_evidence
 
+    key = _key_or_why(args)
     pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
-    return verify_evidence(pkg, _key(args), max_skew_ns=args.max_clock_skew * 10**9)
+    if isinstance(key, UnreadableInput):
+        check_evidence_proofs(pkg)  # a forgery is reported (1) before the unreadable key (4)
+        raise key
+    return verify_evidence(pkg, key, max_skew_ns=args.max_clock_skew * 10**9)
 
 
 def _cmd_verify_consistency(args: argparse.Namespace) -> Verified:

@@ -51,8 +51,14 @@ def verify_bundle(
 ) -> Verified:
     """Check a proof bundle: the head is signed by `key`, the record's bytes are the leaf at the stated
     position of that head's tree, and they are a salted journal record. Raises NotVerified otherwise."""
+    check_head(bundle.sth, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
+    return check_bundle_proofs(bundle)
+
+
+def check_bundle_proofs(bundle: ProofBundle) -> Verified:
+    """`verify_bundle` without the head's signature: what the bundle proves if its head is genuine (the
+    command checks this much when the key cannot be read, so that a forgery is never hidden behind it)."""
     sth = bundle.sth
-    check_head(sth, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
     inc = bundle.inclusion
     if inc.size != sth.size:
         raise NotVerified(f"the inclusion proof is for a tree of {inc.size} records, the head for {sth.size}")
@@ -86,8 +92,13 @@ def verify_evidence(
     """Check an evidence package: the head is signed by `key`; every record is, at its stated position,
     a leaf of that head's tree and a salted journal record; positions strictly increase. When positions
     0..size-1 are all present the package is complete (nothing of the journal omitted)."""
+    check_head(pkg.sth, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
+    return check_evidence_proofs(pkg)
+
+
+def check_evidence_proofs(pkg: EvidencePackage) -> Verified:
+    """`verify_evidence` without the head's signature (see `check_bundle_proofs`)."""
     sth = pkg.sth
-    check_head(sth, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
     if not pkg.records:
         raise NotVerified("the evidence package holds no records; an empty package proves nothing")
     last = -1

@@ -102,6 +102,41 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
     assert not (tmp_path / "x.json").exists()
 
 
+def test_an_unreadable_key_never_hides_a_forged_bundle_or_package(tmp_path: Path) -> None:
+    """verify and verify-evidence with a --pubkey that cannot be read: they exited 4 before looking at the
+    proofs; a record swapped for another one (not in the tree at that position) is now exit 1 first."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = bide.open_store(url)
+    try:
+        write_run(store, "run-1", 3)
+    finally:
+        store.close()
+    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    base = ["--store", url, "--run", "run-1", "--key", "log.key"]
+    made = _audit_all(
+        ("export", *base, "--record", "run:start", "-o", "bundle.json"),
+        ("export", *base, "-o", "evidence.json"),
+        cwd=tmp_path,
+    )
+    assert [m.returncode for m in made] == [0, 0], [m.stderr for m in made]
+    evidence = json.loads((tmp_path / "evidence.json").read_text())
+    bundle = json.loads((tmp_path / "bundle.json").read_text())
+    bundle["record"] = next(r["record"] for r in evidence["records"] if r["record"] != bundle["record"])
+    (tmp_path / "forged-bundle.json").write_text(json.dumps(bundle, separators=(",", ":")) + "\n")
+    first, second = evidence["records"][0], evidence["records"][1]
+    first["record"], second["record"] = second["record"], first["record"]
+    (tmp_path / "forged-evidence.json").write_text(json.dumps(evidence, separators=(",", ":")) + "\n")
+    results = _audit_all(
+        ("verify", "forged-bundle.json", "--pubkey", "gone.pub"),
+        ("verify-evidence", "forged-evidence.json", "--pubkey", "gone.pub"),
+        ("verify", "bundle.json", "--pubkey", "gone.pub"),
+        ("verify-evidence", "evidence.json", "--pubkey", "gone.pub"),
+        cwd=tmp_path,
+    )
+    assert [r.returncode for r in results] == [1, 1, 4, 4], [r.stderr for r in results]
+    assert all("gone.pub" in r.stderr for r in results[2:]), [r.stderr for r in results[2:]]
+
+
 def test_export_from_a_store_that_cannot_be_read_exits_4_and_writes_nothing(tmp_path: Path) -> None:
     assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
     (tmp_path / "bad.db").write_text("this is not a database\n")
