@@ -742,8 +742,16 @@ def _read_any(data: bytes, max_bytes: int) -> AnyCertificate:
 
 
 def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
+    import shutil
+
     from ._graph import render_files
 
+    if args.png and shutil.which("dot") is None:
+        # Asked for a picture that cannot be drawn: say so before anything is written, not exit 0 without it.
+        raise UsageError(
+            "--png needs Graphviz's `dot`, which is not installed (apt-get install graphviz, brew install "
+            "graphviz); nothing was written. Without --png, govern graph writes DOT and Mermaid text"
+        )
     source = args.source
     certificates: list[AnyCertificate] = []
     if source.endswith(".json"):

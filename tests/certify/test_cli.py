@@ -246,6 +246,22 @@ def test_graph_writes_dot_and_mermaid_or_svg(machine_dir: Path, certified: Path)
     assert (machine_dir / "lamp.events.dot").exists()
 
 
+def test_graph_png_without_graphviz_is_refused_and_writes_nothing(machine_dir: Path, tmp_path: Path) -> None:
+    """--png without Graphviz exited 0 having drawn no PNG (and said only that SVG was replaced)."""
+    bare = tmp_path / "bin"  # a PATH holding this Python and no `dot`
+    bare.mkdir()
+    (bare / "python").symlink_to(sys.executable)
+    out = machine_dir / "pictures"
+    out.mkdir()
+    result = subprocess.run(
+        [sys.executable, "-m", "govern", "graph", "shop.py:orders", "--png", "-o", "pictures"],
+        cwd=machine_dir, capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PATH": str(bare), "COLUMNS": "200", "NO_COLOR": "1"},
+    )  # fmt: skip
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "--png needs Graphviz" in result.stderr and list(out.iterdir()) == []
+
+
 def test_graph_of_a_bad_machine_is_an_input_error_not_a_bug(tmp_path: Path) -> None:
     (tmp_path / "counter.py").write_text(
         "from govern import Registry\n"
