@@ -21,7 +21,7 @@ import numpy.typing as npt
 
 from .._errors import DeclarationError
 from ..model._space import Space, Value
-from ..oracle._gate import oracle_identity, oracle_module
+from ..oracle._gate import certified_record, oracle_module
 from ..verify._concrete import Concrete
 from ..verify._counterexample import Divergence, Step
 from ..verify._report import Report, guarantee_text
@@ -99,19 +99,7 @@ def recheck(
         if not r.matches:
             return [f"the tables are not what the rules mean: {r.detail}"], None
         rules_checked = f"checked: the tables are exactly what the rules mean ({r.theorem})"
-    identity = oracle_identity()
-    record = {
-        "verdict": "certified",
-        "theorem": str(v.theorem),
-        "delivery": {
-            "obligations": [list(p) for p in v.obligations],
-            "not_idempotent": list(v.not_idempotent),
-            "theorem": oracle.THEOREM_DELIVERY,
-        },
-        "rules_checked": rules_checked,
-        "identity": identity,
-        "module_sha256": identity["generated_sha256"],
-    }
+    record = certified_record(v, rules_checked)
     problems += _report_problems(
         rules, space, valid, repair, apply, nf, domain_ids, report, events, record, bool(v.cc2)
     )

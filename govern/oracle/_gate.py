@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from .._errors import OracleDisagreement, OracleRejected, OracleUnavailable
 
-__all__ = ["oracle_identity", "oracle_module", "run_gate"]
+__all__ = ["certified_record", "oracle_identity", "oracle_module", "run_gate"]
 
 
 def oracle_module() -> Any:
@@ -149,6 +149,13 @@ def run_gate(
                 "please report this bug with the registry."
             )
         rules_checked = f"checked: the tables are exactly what the rules mean ({r.theorem})"
+    return certified_record(v, rules_checked)
+
+
+def certified_record(v: Any, rules_checked: str) -> dict[str, Any]:
+    """What a report records of the oracle that certified a machine: its verdict `v` (the oracle's own
+    answer), the delivery rules it derived, how the rules were checked, and which oracle it was."""
+    oracle = oracle_module()
     identity = oracle_identity()
     return {
         "verdict": "certified",
