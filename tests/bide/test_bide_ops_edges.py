@@ -116,6 +116,38 @@ def test_worker_rides_over_a_dropped_postgres_connection_and_keeps_resuming(
     assert "failed" not in (tmp_path / "worker.err").read_text()
 
 
+def test_worker_survives_a_listing_that_fails_and_keeps_resuming(env: dict[str, str], tmp_path: Path) -> None:
+    """A listing that fails (here the runs table is renamed away under the worker, then put back) is logged
+    and retried with a backoff; the worker keeps running and resumes a run that crashes afterwards."""
+    import sqlite3
+
+    db = tmp_path / "ops.db"
+    url, prefix = f"sqlite:///{db}", "bide_"
+    bide.open_store(url, table_prefix=prefix).close()
+    errors = tmp_path / "worker.err"
+    with open(errors, "w") as err:
+        worker = subprocess.Popen(
+            worker_command(url, prefix, "--poll", "0.2"), env=env, cwd=HERE, stdout=subprocess.DEVNULL,
+            stderr=err,
+        )  # fmt: skip
+    try:
+        time.sleep(0.5)
+        with sqlite3.connect(db) as conn:
+            conn.execute(f"ALTER TABLE {prefix}runs RENAME TO {prefix}runs_away")
+        wait_until(lambda: "listing the runs to recover failed" in errors.read_text(), "a failed listing")
+        with sqlite3.connect(db) as conn:
+            conn.execute(f"ALTER TABLE {prefix}runs_away RENAME TO {prefix}runs")
+        assert worker.poll() is None, errors.read_text()
+        crash_run(url, prefix, "after-failure", env)
+        wait_until(lambda: status(url, prefix, "after-failure") == "completed", "the run to be resumed")
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0, errors.read_text()
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
 def test_sigint_during_worker_once_keeps_the_side_effects_result(env: dict[str, str], tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'once.db'}"
     crash_run(url, "bide_", "r0", env)
