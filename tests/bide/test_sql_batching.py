@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
+from conftest import drop_prefix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -538,11 +538,7 @@ def fresh_sql_store(dialect: str) -> Iterator[SQLStore]:
         yield store
     finally:
         store.close()
-        engine = sa.create_engine(POSTGRES_URL)
-        with engine.begin() as conn:
-            for table in ("records", "runs"):
-                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prefix}{table}")
-        engine.dispose()
+        drop_prefix(POSTGRES_URL, prefix)
 
 
 @pytest.mark.parametrize("dialect", ["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
