@@ -13,7 +13,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import psycopg
 import pytest
@@ -32,7 +32,8 @@ COMMITTED = b"C\x00\x00\x00\x0bCOMMIT\x00"
 class AckDropper:
     """A TCP proxy to the PostgreSQL server that, when armed with `arm(k)`, relays nothing of the server's
     answer holding the k-th COMMIT's acknowledgement from then on and cuts that connection: the transaction
-    committed, the client sees its connection break. `stop_upstream()` refuses every new connection."""
+    committed, the client sees its connection break. `stop_upstream()` refuses every new connection;
+    `go_silent()` cuts every connection and accepts new ones without ever answering (a frozen server)."""
 
     def __init__(self) -> None:
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -41,6 +42,7 @@ class AckDropper:
         self.cut_at = 0  # the commit number whose acknowledgement is dropped (0: none)
         self.dropped = 0
         self.refuse = False
+        self.silent = False
         self.lock = threading.Lock()
         self.sockets: list[socket.socket] = []
         threading.Thread(target=self._accept, daemon=True).start()
@@ -60,6 +62,10 @@ class AckDropper:
                 return
             if self.refuse:
                 client.close()
+                continue
+            if self.silent:
+                with self.lock:
+                    self.sockets.append(client)
                 continue
             server = socket.create_connection(("127.0.0.1", 5432))
             with self.lock:
@@ -88,6 +94,12 @@ class AckDropper:
         self.refuse = True
         with self.lock:
             _cut(*self.sockets)
+
+    def go_silent(self) -> None:
+        self.silent = True
+        with self.lock:
+            _cut(*self.sockets)
+            self.sockets = []
 
     def close(self) -> None:
         self.stop_upstream()
@@ -220,6 +232,60 @@ def test_past_the_busy_timeout_a_lost_connection_is_reported_with_its_doubt(pref
         store.close()
         proxy.close()
     assert 0.5 <= took < 5, took
+
+
+def _raised_within(seconds: float, fn: Callable[[], object]) -> BaseException | None:
+    """What `fn` raised, run in a thread that must end within `seconds` (a hang fails, not blocks)."""
+    raised: list[BaseException | None] = [None]
+
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as exc:
+            raised[0] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still waiting after {seconds} s"
+    return raised[0]
+
+
+def test_a_server_that_never_answers_is_reported_within_the_busy_timeout(prefix: str) -> None:
+    """libpq alone waits forever for a server that accepts a connection and never answers (a frozen
+    server, a half-open firewall): the store bounds each connect attempt by its busy timeout."""
+    proxy = AckDropper()
+    try:
+        proxy.go_silent()
+        error = _raised_within(
+            10, lambda: bide.SQLStore(proxy.url("rc-frozen-open"), table_prefix=prefix, busy_timeout=1)
+        )
+        assert isinstance(error, bide.StoreError) and "cannot connect to the store" in str(error)
+        proxy.silent = False
+        store = bide.SQLStore(proxy.url("rc-frozen"), table_prefix=prefix, busy_timeout=1.0)
+        try:
+            assert store.insert_many("r", [("a", b"1")])[0].inserted
+            proxy.go_silent()  # the connection breaks, and every new one hangs
+            error = _raised_within(10, lambda: store.insert_many("r", [("b", b"2")]))
+            assert isinstance(error, bide.StoreError)
+            assert "could not be restored within the store's busy timeout" in str(error)
+        finally:
+            store.close()
+    finally:
+        proxy.close()
+
+
+def test_a_connect_timeout_in_the_url_wins_over_the_busy_timeout(prefix: str) -> None:
+    proxy = AckDropper()
+    try:
+        proxy.go_silent()
+        url = proxy.url("rc-url-timeout") + "&connect_timeout=3"
+        started = time.monotonic()
+        error = _raised_within(10, lambda: bide.SQLStore(url, table_prefix=prefix, busy_timeout=0.1))
+        assert isinstance(error, bide.StoreError) and "cannot connect to the store" in str(error)
+        assert time.monotonic() - started > 2.5
+    finally:
+        proxy.close()
 
 
 def test_a_write_resent_after_its_commit_is_the_callers_and_a_lease_its_holders(prefix: str) -> None:
