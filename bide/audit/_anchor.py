@@ -39,7 +39,8 @@ class DirectoryPublisher:
     Point it at a directory the operator cannot rewrite (another machine's mount, an append-only bucket
     synced elsewhere, a WORM volume): a directory on the same disk only guards against accidents.
     Files are written whole (temporary file, fsync, then an exclusive link into place) and never
-    overwritten.
+    overwritten. The directory must exist: it is never created (a head published under a mistyped path
+    would sit where nobody looks for it), only the per-log folder inside it.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -53,8 +54,14 @@ class DirectoryPublisher:
     def publish(self, sth: SignedTreeHead) -> None:
         target = self.path_for(sth)
         data = sth.to_json()
+        if not self.directory.is_dir():
+            what = "is not a directory" if self.directory.exists() else "does not exist"
+            raise AnchorError(
+                f"cannot publish the tree head: the anchor directory {self.directory} {what}; create it "
+                "(DirectoryPublisher never creates it, so a mistyped path cannot hide a head)"
+            )
         try:
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target.parent.mkdir(exist_ok=True)
             # Linked into place exclusively: no window between a check and the write, so an anchored head
             # is never overwritten (not even by a racing publisher) and never seen half-written.
             try:

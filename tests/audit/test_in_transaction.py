@@ -287,6 +287,7 @@ def test_group_committed_appends_of_many_runs_each_advance_their_tree(
 def test_anchoring_still_follows_each_committed_append(
     store: bide.Store, log_key: SigningKey, tmp_path: Any
 ) -> None:
+    (tmp_path / "anchor").mkdir()
     anchor = DirectoryPublisher(tmp_path / "anchor")
     audited = AuditedStore(store, AuditLog(store, log_key, anchor))
     assert audited.in_transaction

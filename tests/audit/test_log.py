@@ -127,6 +127,7 @@ def test_concurrent_syncs_agree(tmp_path: Path, log_key: SigningKey) -> None:
 
 def test_directory_publisher_anchors_every_head(tmp_path: Path, log_key: SigningKey) -> None:
     store = bide.MemoryStore()
+    (tmp_path / "anchor").mkdir()
     anchor = DirectoryPublisher(tmp_path / "anchor")
     log = AuditLog(store, log_key, anchor)
     write_run(store, "r", 1)
@@ -142,6 +143,20 @@ def test_directory_publisher_anchors_every_head(tmp_path: Path, log_key: Signing
     forged = h2.model_copy(update={"root": bytes(32)})
     with pytest.raises(AnchorError):
         anchor.publish(forged)
+
+
+def test_directory_publisher_never_creates_its_directory(tmp_path: Path, log_key: SigningKey) -> None:
+    """A mistyped anchor path is refused, not created: a head published there would sit where nobody looks."""
+    store = bide.MemoryStore()
+    write_run(store, "r", 1)
+    missing = tmp_path / "no-such-mount" / "anchor"
+    log = AuditLog(store, log_key, DirectoryPublisher(missing))
+    with pytest.raises(AnchorError, match="does not exist"):
+        log.sign_head("r")
+    assert not (tmp_path / "no-such-mount").exists()
+    (tmp_path / "a-file").write_text("x")
+    with pytest.raises(AnchorError, match="is not a directory"):
+        AuditLog(store, log_key, DirectoryPublisher(tmp_path / "a-file")).sign_head("r")
 
 
 def test_http_publisher_posts_heads_and_reports_refusals(log_key: SigningKey) -> None:
@@ -189,6 +204,7 @@ def test_audited_store_anchors_every_growth_of_an_agent_run(tmp_path: Path, log_
         return q.upper()
 
     inner = bide.open_store(f"sqlite:///{tmp_path / 'a.db'}")
+    (tmp_path / "anchor").mkdir()
     anchor = DirectoryPublisher(tmp_path / "anchor")
     store = AuditedStore(inner, AuditLog(inner, log_key, anchor))
     try:

@@ -146,6 +146,7 @@ def test_concurrent_publishers_never_overwrite_an_anchored_head(tmp_path: Path) 
     ctx = multiprocessing.get_context("fork")
     for attempt in range(12):
         directory = str(tmp_path / f"anchor{attempt}")
+        os.mkdir(directory)
         n = 6
         barrier, out = ctx.Barrier(n), ctx.Queue()
         procs = [
