@@ -356,19 +356,27 @@ def status_of(journal: Journal) -> RunStatus:
         last = rec
         turn += 1
     if last is not None:
+        # The calls of one turn can wait for different things: the run waits for the one that needs the
+        # most, as a drive ranks them (a lost outcome needs a person, then an approval, then only time),
+        # the first in call order of that kind.
+        waiting: dict[str, RunStatus] = {}
         for call in last.message.tool_calls:
             if journal.has(result_key(call.call_id)):
                 continue
             live = live_attempt(journal, call.call_id)
             if live is not None:
-                return RunStatus(rid, "halted", inp, None, call.call_id, call.name, live.arguments, n)
-            if isinstance(journal.get(timer_key(call.call_id)), Timer):
-                return RunStatus(rid, "sleeping", inp, None, call.call_id, call.name, call.arguments, n)
-            if isinstance(journal.get(pause_key(call.call_id)), Pause):
-                return RunStatus(
-                    rid, "awaiting_approval", inp, None, call.call_id, call.name, call.arguments, n
-                )
-            break
+                status, arguments = "halted", live.arguments
+            elif isinstance(journal.get(pause_key(call.call_id)), Pause):
+                status, arguments = "awaiting_approval", call.arguments
+            elif isinstance(journal.get(timer_key(call.call_id)), Timer):
+                status, arguments = "sleeping", call.arguments
+            else:
+                continue
+            found = RunStatus(rid, status, inp, None, call.call_id, call.name, arguments, n)
+            waiting.setdefault(status, found)
+        for status in ("halted", "awaiting_approval", "sleeping"):
+            if status in waiting:
+                return waiting[status]
     return RunStatus(rid, "running", inp, records=n)
 
 

@@ -231,6 +231,44 @@ def test_a_halt_and_a_sleep_in_one_turn_raise_the_halt() -> None:
     with pytest.raises(bide.OutcomeUnknown) as halt:
         agent.run_sync("r", "go")
     assert [type(e) for e in halt.value.also] == [bide.RunSleeping]
+    # The run's status says the same (it waits for a person, not for time), whatever the call order.
+    status = bide.run_status(agent.store, "r")
+    assert (status.status, status.call_id, status.tool) == ("halted", "c0.1", "lost")
+
+
+def test_a_run_waits_for_the_call_that_needs_the_most() -> None:
+    """Whatever their order in the turn: a call never started says nothing, an approval outranks a timer,
+    a lost outcome outranks both."""
+
+    @bide.tool(timeout=0.5)
+    async def lost() -> str:
+        """Lose the outcome."""
+        raise RuntimeError("boom")
+
+    class Hold:
+        async def check(self, request: bide.GateRequest) -> bide.GateDecision:
+            return bide.Pending("a manager must approve")
+
+    @bide.tool(gate=Hold())
+    async def pay() -> str:
+        """Pay."""
+        return "paid"
+
+    def status_after(*calls: tuple[str, dict[str, Any]]) -> tuple[str, str | None]:
+        store = bide.open_store("memory://")
+        agent = bide.Agent(
+            ScriptedModel([turn_of(*calls), reply("ok")]), store=store, tools=[lost, pay, bide.timer()]
+        )
+        with pytest.raises((bide.OutcomeUnknown, bide.ApprovalPending, bide.RunSleeping)):
+            agent.run_sync("r", "go")
+        status = bide.run_status(store, "r")
+        return status.status, status.tool
+
+    wait = ("wait", {"seconds": 3600})
+    assert status_after(wait, ("pay", {})) == ("awaiting_approval", "pay")
+    assert status_after(("pay", {}), wait) == ("awaiting_approval", "pay")
+    assert status_after(wait, ("pay", {}), ("lost", {})) == ("halted", "lost")
+    assert status_after(("lost", {}), wait) == ("halted", "lost")
 
 
 def test_a_cancelled_drive_cancels_its_calls_and_voids_the_unstarted_ones() -> None:
