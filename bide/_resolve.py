@@ -360,6 +360,7 @@ def status_of(journal: Journal) -> RunStatus:
         # most, as a drive ranks them (a lost outcome needs a person, then an approval, then only time),
         # the first in call order of that kind.
         waiting: dict[str, RunStatus] = {}
+        arguments: Any
         for call in last.message.tool_calls:
             if journal.has(result_key(call.call_id)):
                 continue
