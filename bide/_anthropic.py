@@ -7,7 +7,16 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, ModelError
-from ._http import HTTPModel, error_message, json_event, json_index, json_object, sse_events, unfinished
+from ._http import (
+    HTTPModel,
+    error_message,
+    json_event,
+    json_index,
+    json_object,
+    read_json,
+    sse_events,
+    unfinished,
+)
 from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
 from ._retry import RetryPolicy
 
@@ -195,7 +204,7 @@ class AnthropicModel(HTTPModel):
             elif block["type"] == "tool_use":
                 raw = "".join(block["json"]) or "{}"
                 try:
-                    args: dict[str, Any] | str = json.loads(raw)
+                    args: dict[str, Any] | str = read_json(raw)
                 except ValueError:
                     args = raw
                 calls.append(
@@ -215,7 +224,7 @@ def _input(arguments: dict[str, Any] | str) -> dict[str, Any]:
     if isinstance(arguments, dict):
         return arguments
     try:
-        decoded = json.loads(arguments)
+        decoded = read_json(arguments)
     except ValueError:
         decoded = None
     return decoded if isinstance(decoded, dict) else {"raw": arguments}

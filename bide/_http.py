@@ -56,10 +56,19 @@ def parse_retry_after(headers: httpx.Headers, now: Callable[[], float] = time.ti
     return max(0.0, when.timestamp() - now())
 
 
+def read_json(text: str | bytes) -> Any:
+    """`json.loads(text)`; a text nested too deeply for Python's parser raises the ValueError any other
+    unreadable text raises (not a RecursionError), so one `except ValueError` covers every bad answer."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to read") from None
+
+
 def error_message(text: str) -> str:
     """The human part of an error body (`{"error": {"message": ...}}` in both APIs), else the text."""
     try:
-        data = json.loads(text)
+        data = read_json(text)
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):
             return str(err["message"])
@@ -264,7 +273,7 @@ class HTTPModel:
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             raise self._exhausted(exc) from exc
         try:
-            return json.loads(content)
+            return read_json(content)
         except ValueError as exc:
             raise ModelError(f"model {self.name!r} answered 200 with a body that is not JSON: {exc}") from exc
 
@@ -429,7 +438,7 @@ def malformed(name: str, what: str) -> ModelError:
 
 def json_event(name: str, data: str) -> Any:
     try:
-        return json.loads(data)
+        return read_json(data)
     except ValueError as exc:
         raise ModelError(
             f"model {name!r} streamed an event that is not JSON: {data[:200]!r}; nothing was journaled, run "

@@ -14,6 +14,7 @@ from ._http import (
     json_list,
     json_object,
     malformed,
+    read_json,
     sse_events,
     unfinished,
 )
@@ -217,7 +218,7 @@ def _arguments(text: Any) -> dict[str, Any] | str:
     if not isinstance(text, str):
         return text if isinstance(text, dict) else str(text)
     try:
-        decoded = json.loads(text or "{}")
+        decoded = read_json(text or "{}")
     except ValueError:
         return text
     return decoded if isinstance(decoded, dict) else text

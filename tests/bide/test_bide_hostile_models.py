@@ -387,3 +387,76 @@ def test_a_server_that_trickles_bytes_is_cut_off_at_the_timeout(
         asyncio.run(_turn(model, stream))
     took = time.monotonic() - started
     assert took < 4, took  # two tries of 0.5 s; the trickle alone lasts 8 s or more
+
+
+# -- JSON nested past what Python's parser reads -----------------------------------------------------------
+
+_DEEP = "[" * 100_000 + "]" * 100_000  # well-formed; json.loads raises RecursionError on it
+
+
+def _answering(status: int, body: str, stream: bool) -> Callable[[socket.socket], None]:
+    def answer(conn: socket.socket) -> None:
+        kind = b"text/event-stream" if stream else b"application/json"
+        data = body.encode()
+        conn.sendall(
+            b"HTTP/1.1 %d X\r\ncontent-type: %s\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % (status, kind, len(data))
+        )
+        conn.sendall(data)
+
+    return answer
+
+
+def _deep_tool_call(kind: str) -> str:
+    """A well-formed answer whose one tool call's arguments are the deep text."""
+    if kind == "openai":
+        call = {"id": "c", "type": "function", "function": {"name": "pay", "arguments": _DEEP}}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return json.dumps({"choices": [{"message": message, "finish_reason": "tool_calls"}]})
+    start = {
+        "type": "content_block_start",
+        "index": 0,
+        "content_block": {"type": "tool_use", "id": "t", "name": "pay"},
+    }
+    delta = {
+        "type": "content_block_delta",
+        "index": 0,
+        "delta": {"type": "input_json_delta", "partial_json": _DEEP},
+    }
+    events = [
+        {"type": "message_start", "message": {}},
+        start,
+        delta,
+        {"type": "content_block_stop", "index": 0},
+    ]
+    events.append({"type": "message_delta", "delta": {"stop_reason": "tool_use"}})
+    events.append({"type": "message_stop"})
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("where", ["body", "stream event", "error body"])
+def test_json_nested_too_deeply_is_a_model_error(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str, where: str
+) -> None:
+    """Well-formed JSON nested 100,000 deep (Python's parser gives up with RecursionError) in a body, a
+    stream event or an error body is a ModelError like any other unreadable answer."""
+    stream = where == "stream event"
+    body = f"data: {_DEEP}\n\n" if stream else _DEEP
+    server = raw_server(_answering(400 if where == "error body" else 200, body, stream))
+    model = _models(server.url.removesuffix("/v1"))[kind]
+    with pytest.raises(bide.ModelError):
+        asyncio.run(_turn(model, stream))
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_tool_arguments_nested_too_deeply_are_kept_as_text(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str
+) -> None:
+    """Arguments Python cannot parse are the call's raw text, as any other arguments that are not a JSON
+    object (the tool then answers the model that they are not valid)."""
+    stream = kind == "anthropic"
+    server = raw_server(_answering(200, _deep_tool_call(kind), stream))
+    turn = asyncio.run(_turn(_models(server.url)[kind], stream))
+    [call] = turn.tool_calls
+    assert call.name == "pay" and call.arguments == _DEEP
