@@ -211,7 +211,11 @@ class Tool:
         # a descriptor, on every call).
         self._fields = tuple(args.model_fields)
         self._inject_key = _inject_key
-        self._is_async = inspect.iscoroutinefunction(fn)
+        # An object whose __call__ is async (a client, say) is as async as a coroutine function: it runs in
+        # the event loop, where cancelling the drive cancels it before its effect (not in a thread).
+        self._is_async = inspect.iscoroutinefunction(fn) or (
+            not inspect.isroutine(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+        )
         # An argument model that keeps pydantic's own `model_validate` is validated by calling what that
         # method calls, its schema validator, without the method's Python wrapper (half of a small model's
         # validation time); one that overrides it is validated through its override.
@@ -332,7 +336,14 @@ class Tool:
                 call = functools.partial(self.fn, args)
             value = await self._in_thread(call, window)
             if inspect.isawaitable(value):
-                value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
+                # The function only made the awaitable: the call is over when it is, and its window records
+                # that outcome (cancelled or timed out here: not known), never the awaitable as a result.
+                try:
+                    value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
+                except BaseException as exc:
+                    window.finish(False, exc)
+                    raise
+                window.finish(True, value)
         except BaseException as exc:
             if observed is not None:
                 observed.failed(exc)
@@ -357,7 +368,8 @@ class Tool:
             except BaseException as exc:
                 window.finish(False, exc)
                 raise
-            window.finish(True, value)
+            if not inspect.isawaitable(value):  # else the call goes on in the awaitable (see _invoke)
+                window.finish(True, value)
             return value
 
         window.threaded()

@@ -13,9 +13,12 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from pathlib import Path
+from typing import Any
 
 import pytest
+from pydantic import BaseModel
 
 import bide
 from bide.testing import Fail, ScriptedModel, call, reply
@@ -47,6 +50,60 @@ def test_a_cancelled_run_ends_cancelled_at_its_next_drive(store: bide.Store) -> 
         bide.cancel_run(store, "r")
     with pytest.raises(bide.RunNotFound):
         bide.cancel_run(store, "no-such-run")
+
+
+class _PayArgs(BaseModel):
+    to: str
+
+
+@pytest.mark.parametrize("shape", ["object with async __call__", "function returning a coroutine"])
+def test_a_drive_cancelled_while_an_awaitable_tool_waits_never_records_it_as_done(
+    store: bide.Store, shape: str
+) -> None:
+    """A tool whose function hands back an awaitable (an object with `async def __call__`, or a plain
+    function returning a coroutine) has not performed its effect until that awaitable is done: a drive
+    cancelled while it waits leaves the outcome unknown (the next drive halts), never a success record."""
+    effects: list[str] = []
+
+    async def pay_now(args: _PayArgs) -> str:
+        await asyncio.sleep(30)  # waits for a connection, say; the effect comes after
+        effects.append(args.to)
+        return f"paid {args.to}"
+
+    class Payer:
+        async def __call__(self, args: _PayArgs) -> str:
+            return await pay_now(args)
+
+    def payment(args: _PayArgs) -> Coroutine[Any, Any, str]:
+        return pay_now(args)
+
+    fn: Callable[[_PayArgs], Any] = Payer() if shape.startswith("object") else payment
+    pay = bide.Tool(name="pay", description="Pay someone.", args=_PayArgs, fn=fn, timeout=60)
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("pay", to="acme"), reply("Paid.")])
+        return bide.Agent(model, store=store, tools=[pay], lease_ttl=1)
+
+    async def cancelled_drive() -> None:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(agent().run("r", "pay acme"), 0.3)
+
+    asyncio.run(cancelled_drive())
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            agent().run_sync("r", "pay acme")
+        except bide.RunInFlight:  # the cancelled drive's lease, until it is freed or expires
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+            continue
+        except bide.OutcomeUnknown as halt:
+            assert halt.call_id == "c0.0"
+            break
+        pytest.fail("the run went on as if the payment had been made")
+    assert effects == []
+    assert not bide.Journal(store, "r").load().has("result:c0.0")
+    assert bide.run_status(store, "r").status == "halted"
 
 
 def test_a_call_in_flight_finishes_and_the_next_turn_is_not_taken(store: bide.Store) -> None:
