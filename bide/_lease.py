@@ -29,7 +29,7 @@ from ._journal import Journal
 from ._records import Record
 from ._store import Lease, Store
 
-__all__ = ["Overrun", "hold_lease", "keep_overrun", "let_go"]
+__all__ = ["Overrun", "hold_lease", "join_keepers", "keep_overrun", "let_go"]
 
 Overrun = tuple[CallWindow, Callable[[bool, Any], Record | None]]
 
@@ -79,14 +79,29 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
     ttl = group.ttl
     lease = Lease(run_id, holder, token, 0)
     if overrun:
-        threading.Thread(
+        # Not a daemon: a process that ends normally waits for it, so the outcome is journaled.
+        keeper = threading.Thread(
             target=keep_overrun,
             args=(store, lease, ttl, clock, list(overrun)),
             name=f"bide-overrun:{run_id}",
-            daemon=True,
-        ).start()
+        )
+        keeper.start()
+        kept = getattr(_LOCAL, "keepers", None)
+        if kept is None:
+            kept = _LOCAL.keepers = []
+        kept[:] = [k for k in kept if k.is_alive()]
+        kept.append(keeper)
         return None
     return _release(store, lease)
+
+
+def join_keepers() -> None:
+    """Wait until every overrun keeper started from this thread has journaled its calls' outcomes (the
+    calls have returned: a blocking drive waits for its tool threads), so a caller that then closes its
+    store or exits loses none of them."""
+    kept: list[threading.Thread] = getattr(_LOCAL, "keepers", None) or []
+    while kept:
+        kept.pop().join()
 
 
 async def _release(store: Store, lease: Lease) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import bide
+from bide.testing import ScriptedModel, call, reply
 
 POSTGRES_URL = os.environ.get("BIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -142,3 +143,63 @@ def test_a_synchronous_call_that_outlives_its_drive_fires_once_and_is_recorded(
     results = [r for r in bide.Journal(store, run_id).load().records() if isinstance(r, bide.ToolResult)]
     assert [r.result for r in results] == ["charged"]  # A's outcome, recorded by A
     assert bide.run_status(store, run_id).status == "completed"
+
+
+_ENDS_RIGHT_AFTER = '''
+import asyncio, sys, time
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+url, how = sys.argv[1:3]
+
+
+@bide.tool(timeout=0.3)
+def charge(customer: str) -> str:
+    """Charge a customer (synchronous, past its timeout)."""
+    time.sleep(1.0)
+    return "charged"
+
+
+store = bide.open_store(url)
+agent = bide.Agent(ScriptedModel([call("charge", customer="alice"), reply("done")]), store=store,
+                   tools=[charge], lease_ttl=30)
+try:
+    if how == "run_sync, then close":
+        agent.run_sync("r", "charge alice")
+    else:
+        asyncio.run(agent.run("r", "charge alice"))
+except bide.OutcomeUnknown as exc:
+    print("halted:", exc.cause, flush=True)
+if how == "run_sync, then close":
+    store.close()
+'''
+
+
+@pytest.mark.parametrize("how", ["run_sync, then close", "asyncio.run, then exit"])
+def test_a_script_that_ends_right_after_an_overrun_still_records_its_outcome(
+    tmp_path: Path, how: str
+) -> None:
+    """A synchronous call runs past its timeout; the drive halts, and the script then closes its store or
+    simply ends. The outcome is journaled first (run_sync returns only once it is; a normal exit waits for
+    the keeper), so the next drive goes on from it instead of halting for a person."""
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    script = tmp_path / "ends.py"
+    script.write_text(_ENDS_RIGHT_AFTER)
+    done = subprocess.run([sys.executable, str(script), url, how], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "still running past its 0.3s timeout" in done.stdout
+    store = bide.open_store(url, create=False)
+    try:
+        results = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
+        assert [r.result for r in results] == ["charged"]
+
+        @bide.tool
+        def charge(customer: str) -> str:
+            """Charge a customer."""
+            raise AssertionError("charged twice")
+
+        model = ScriptedModel([call("charge", customer="alice"), reply("done")])  # turn 0 is replayed
+        again = bide.Agent(model, store=store, tools=[charge])
+        assert again.run_sync("r", "charge alice").answer == "done"  # the lease was freed, the result read
+    finally:
+        store.close()
