@@ -67,6 +67,13 @@ def _condition(
     return arr, frozenset(reads), True
 
 
+def _as_int32(value: int) -> int:
+    """`value` wrapped to int32 as NumPy wraps an int64 column cast to int32 (values may lie anywhere in
+    the 64-bit range): a difference of two values of one enumerable variable fits in int32, so subtracting
+    the wrapped forms gives it exactly, where casting the plain int would overflow."""
+    return (value + 2**31) % 2**32 - 2**31
+
+
 def _assign(
     part: Assignment | Callable[[Any], Any], space: Space, idx: IntArray | None, rule: str
 ) -> tuple[IntArray, frozenset[int], frozenset[int]]:
@@ -106,7 +113,7 @@ def _assign(
         if isinstance(v, np.ndarray) and v.dtype == np.bool_:
             v = v.view(np.int8)
         elif not isinstance(v, np.ndarray):
-            v = int(v)
+            v = _as_int32(int(v))
         d = np.subtract(v, column(j), dtype=np.int32)
         if space.strides[j] != 1:
             d *= np.int32(space.strides[j])

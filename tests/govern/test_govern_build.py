@@ -298,3 +298,41 @@ def test_a_registry_needs_variables_and_events() -> None:
         r.build()
     r.event("keep", effect={x: 5})
     assert dict(r.build().replay(["keep", "keep"])) == {"x": 5}
+
+
+def _shifted(offset: int, size: int) -> govern.Machine:
+    """One machine over x in [offset, offset + size): the same rules wherever its values lie."""
+    r = Registry("shifted")
+    x = r.int("x", offset, offset + size - 1)
+    flag = r.bool("flag")
+    r.invariant("flag_only_high", holds=~flag | (x >= offset + 2), repair={flag: False})
+    r.event("set", effect={x: offset + 1})  # a constant assignment
+    r.event("bump", guard=x < offset + size - 1, effect={x: x + 1})
+    r.event("raise_flag", effect={flag: True})
+    r.event("floor", effect={x: govern.max_(x, offset + 2)})
+    r.independent("set", "raise_flag")  # they commute; the other pairs are obligations
+    return r.build()
+
+
+@pytest.mark.parametrize("offset", [10**10, -(5 * 10**11), 2**62 - 16, -(2**62)])
+def test_int_values_anywhere_in_the_64_bit_range_build_like_small_ones(offset: int) -> None:
+    """The docs allow an int variable's values anywhere within +-2**62: a machine whose values lie past
+    int32 (enumerated, a few states) has the verdict, obligations and replays of the same machine at 0
+    (a constant assignment there raised numpy's OverflowError, exit 3 from `govern certify`)."""
+    small, big = _shifted(0, 6), _shifted(offset, 6)
+    assert big.report.method == small.report.method
+    assert [(o.events, o.condition) for o in big.report.obligations] == [
+        (o.events, o.condition) for o in small.report.obligations
+    ]
+    for events in (["set"], ["bump", "raise_flag"], ["raise_flag", "set", "floor"], ["floor", "bump"]):
+        s, b = small.replay(events), big.replay(events)
+        assert (b["x"] - offset, b["flag"]) == (s["x"], s["flag"]), events
+
+
+def test_a_huge_domain_below_int32_is_decided_symbolically() -> None:
+    """A variable of 10**12 values from -5*10**11 takes the symbolic route; its small-model pre-pass
+    enumerates a representative machine that kept the low bound, and crashed there."""
+    machine, small = _shifted(-(5 * 10**11), 10**12), _shifted(0, 6)
+    assert machine.report.method == "symbolic"
+    assert [o.events for o in machine.report.obligations] == [o.events for o in small.report.obligations]
+    assert machine.replay(["set", "bump"])["x"] == -(5 * 10**11) + 2
