@@ -362,11 +362,7 @@ def if_(cond: ExprLike, then: ExprLike, otherwise: ExprLike) -> Expr:
     """The conditional value: `then` where `cond` holds, else `otherwise` (both of one type; two
     labels take the type of the enum variable they are assigned to or compared with)."""
     c = _need_bool(coerce(cond, BOOL, "if_ condition"), "if_")
-    if (
-        not isinstance(then, Expr)
-        and not isinstance(otherwise, Expr)
-        and all(isinstance(x, str | _PendingLabels) for x in (then, otherwise))
-    ):
+    if all(isinstance(x, str | _PendingLabels) for x in (then, otherwise)):  # labels, or nested choices
         return _PendingLabels(c, (then, otherwise))
     if isinstance(then, _PendingLabels) or isinstance(otherwise, _PendingLabels):
         typ = _infer(tuple(x for x in (then, otherwise) if not isinstance(x, _PendingLabels)), "if_")

@@ -96,6 +96,20 @@ def test_label_choice_takes_the_enum_type_where_assigned() -> None:
         r.event("bad", effect={paid: if_(paid, "shipped", "pending")})
 
 
+def test_nested_label_choices_take_the_enum_type_where_assigned() -> None:
+    """`if_(c, if_(d, "a", "b"), "c")`: label choices nest like any other values of one type (this was
+    refused with "cannot tell the type")."""
+    r, status, paid, stock = _orders()
+    r.event("pick", effect={status: if_(paid, if_(stock > 0, "shipped", "paid"), "pending")})
+    assert r.snapshot().rules_json("valid")["events"][0]["effect"] == [
+        [0, ["ite", ["var", 1], ["ite", ["lt", ["lit", 0], ["var", 2]], ["lit", 2], ["lit", 1]], ["lit", 0]]]
+    ]
+    with pytest.raises(DeclarationError):
+        r.event("bad", effect={stock: if_(paid, if_(paid, "shipped", "paid"), "pending")})
+    with pytest.raises(DeclarationError):
+        r.event("mixed", effect={status: if_(paid, if_(paid, "shipped", "paid"), 3)})
+
+
 def test_digest_is_stable_and_domain_separated() -> None:
     _, status, paid, _ = _orders()
     e = (status != "shipped") | paid
