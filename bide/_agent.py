@@ -1377,9 +1377,7 @@ class Agent(Generic[T]):
                 raise await self._void(journal, tool, call, gen, claim, exc) from exc
             cause = f"the tool raised {type(exc).__name__}: {exc}"
             raise self._unknown(journal, marker, cause, options=True) from exc
-        return self._result(
-            call, value, is_error=False, safety=_safety(tool), idem=idem, approval=approval
-        )
+        return self._result(call, value, is_error=False, safety=_safety(tool), idem=idem, approval=approval)
 
     async def _void(
         self, journal: Journal, tool: Tool, call: ToolCall, gen: int, claim: str, exc: BaseException
@@ -1509,8 +1507,10 @@ def _check_reply(reply: object) -> None:
     if not isinstance(reply, AssistantMessage):
         raise ModelError(f"model returned {type(reply).__name__}, not an AssistantMessage")
     if not isinstance(reply.content, str) or not isinstance(reply.tool_calls, list):
-        raise ModelError("model returned an AssistantMessage whose content is not a string or whose "
-                         "tool_calls is not a list")
+        raise ModelError(
+            "model returned an AssistantMessage whose content is not a string or whose "
+            "tool_calls is not a list"
+        )
     calls = reply.tool_calls
     for c in calls:
         if not (
@@ -1519,15 +1519,19 @@ def _check_reply(reply: object) -> None:
             and isinstance(c.name, str)
             and isinstance(c.arguments, (dict, str))
         ):
-            raise ModelError(f"model returned a malformed tool call {c!r}: expected ToolCall(id=str, "
-                             "name=str, arguments=dict or str)")
+            raise ModelError(
+                f"model returned a malformed tool call {c!r}: expected ToolCall(id=str, "
+                "name=str, arguments=dict or str)"
+            )
     if len(calls) > 1:
         ids: set[str] = set()
         for c in calls:
             if c.id in ids:
                 # Two calls under one provider id cannot both be answered; nothing of the turn is journaled.
-                raise ModelError(f"model returned two tool calls with the id {c.id!r} in one turn; run "
-                                 "again to ask the model again")
+                raise ModelError(
+                    f"model returned two tool calls with the id {c.id!r} in one turn; run "
+                    "again to ask the model again"
+                )
             ids.add(c.id)
     usage = reply.usage
     if usage is not None and not (
