@@ -163,7 +163,7 @@ class RunResult(Generic[T]):
     usage: Usage = Usage()  # noqa: RUF009 (a frozen value)
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)  # a value, never changed; not frozen: a frozen dataclass is slower to make, per drive
 class _Ask:
     """What a drive was asked for: a run's input, a thread's message (`segment`: its expected index, if the
     caller knows it), or (input None) the thread's unfinished message."""
@@ -252,9 +252,10 @@ class Agent(Generic[T]):
             )
         if not (isinstance(output_retries, int) and output_retries >= 0):
             raise ConfigError("output_retries must be a whole number, 0 or more")
-        for method in ("ainsert_many", "aload", "alease", "arelease", "insert_many", "load", "lease"):
-            if not callable(getattr(store, method, None)):
-                raise ConfigError("store must be a bide store (use bide.open_store(url))")
+        if not isinstance(store, BlockingStore):  # a BlockingStore defines every method asked for here
+            for method in ("ainsert_many", "aload", "alease", "arelease", "insert_many", "load", "lease"):
+                if not callable(getattr(store, method, None)):
+                    raise ConfigError("store must be a bide store (use bide.open_store(url))")
         self.model = model
         self.store = store
         self.system = system
@@ -262,9 +263,9 @@ class Agent(Generic[T]):
         self.max_turns = max_turns
         self.clock_skew = clock_skew
         self.clock = clock
-        self.lease_ttl = float(lease_ttl)
-        self.lease_wait = float(lease_wait)
-        self.cancel_check = float(cancel_check)
+        self.lease_ttl = lease_ttl
+        self.lease_wait = lease_wait
+        self.cancel_check = cancel_check
         self.max_parallel = max_parallel
         self.output_type = output_type
         self.output_retries = output_retries
@@ -980,12 +981,15 @@ class Agent(Generic[T]):
         """The record of the model's reply for turn `turn` (not written yet), with bide's call ids."""
         _check_reply(reply)
         assert isinstance(reply, AssistantMessage)
-        calls: list[ToolCall] = []
-        for i, c in enumerate(reply.tool_calls):
-            calls.append(ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}"))
-        message = AssistantMessage(
-            content=reply.content, tool_calls=calls, usage=reply.usage, finish_reason=reply.finish_reason
-        )
+        if not reply.tool_calls and type(reply) is AssistantMessage:
+            message = reply  # no call ids to fill in: a final answer is journaled as the model gave it
+        else:
+            calls: list[ToolCall] = []
+            for i, c in enumerate(reply.tool_calls):
+                calls.append(ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}"))
+            message = AssistantMessage(
+                content=reply.content, tool_calls=calls, usage=reply.usage, finish_reason=reply.finish_reason
+            )
         rec = ModelTurn(
             key=model_key(turn), turn=turn, message=message, model=str(getattr(self.model, "name", ""))
         )
