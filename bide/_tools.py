@@ -315,7 +315,7 @@ class Tool:
         """`invoke` with the arguments `_call_args` made. With a `window` (a claimed side effect), the call
         starts only inside it and runs for the time left in it (else for `timeout`); NotCalled proves it
         never started."""
-        if isinstance(args, dict) and self._inject_key:
+        if self._inject_key and isinstance(args, dict):
             args = {**args, _INJECTED: ctx.idempotency_key}
         token = _CURRENT.set(ctx)
         observed = tool_call(self, ctx)
@@ -403,11 +403,16 @@ def journal_safe(tool: str, value: Any) -> Any:
     strings, bytes and numbers.
     """
     try:
+        # Text holds a lone surrogate only if it is not ASCII (which str knows without reading it): only such
+        # text is encoded, to find out.
         if type(value) is str:
-            value.encode("utf-8")
+            if not value.isascii():
+                value.encode("utf-8")
             return value
         value = to_jsonable_python(value, fallback=str)
-        checked_json_text(value).encode("utf-8")  # the result record and the tool message reuse the text
+        text = checked_json_text(value)  # the result record and the tool message reuse the text
+        if not text.isascii():
+            text.encode("utf-8")
         return value
     except (ValueError, TypeError, RecursionError, UnicodeError, PydanticSerializationError) as exc:
         reason = _why_unencodable(exc)
