@@ -408,12 +408,7 @@ class Agent(Generic[T]):
             journal.begin(seg.first_turn, seg.stop)
         if not seg.thread or journal.has(seg.open_key):
             return self._result_of(journal, seg, replayed=True)
-        end = journal.get(END_KEY)
-        status = end.status if isinstance(end, End) else "ended"
-        raise RunMismatch(
-            f"thread {journal.run_id!r} has ended ({status}): it takes no more messages; start a new thread "
-            "for new work"
-        )
+        raise _thread_ended(journal)
 
     def _result_of(self, journal: Journal, seg: _Segment, *, replayed: bool) -> RunResult[T]:
         end = self._end_of(journal, seg)
@@ -585,6 +580,8 @@ class Agent(Generic[T]):
         if not done:
             if last.input == ask.input and ask.segment is None:
                 return last  # the message being answered, sent again: resume it
+            if journal.has(END_KEY):  # cancelled while it answered: the thread ended there
+                raise _thread_ended(journal)
             raise RunMismatch(
                 f"thread {run_id!r} is still answering message {last.index} ({last.input[:80]!r}); resume it "
                 "(thread.resume(), or send that message again) before sending another"
@@ -1454,6 +1451,16 @@ async def _retried(tool: Tool, call_args: Any, ctx: CallContext) -> Any:
         return await tool._invoke(call_args, ctx)
 
     return await tool.retry.run(attempt, _retry_safe)
+
+
+def _thread_ended(journal: Journal) -> RunMismatch:
+    """The refusal of a new message to a thread that holds `run:end`."""
+    end = journal.get(END_KEY)
+    status = end.status if isinstance(end, End) else "ended"
+    return RunMismatch(
+        f"thread {journal.run_id!r} has ended ({status}): it takes no more messages; start a new thread "
+        "for new work"
+    )
 
 
 # How bad a failure of one call of a parallel turn is: the worst is raised, the others ride along in its

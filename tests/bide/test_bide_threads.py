@@ -131,6 +131,31 @@ def test_a_cancelled_thread_takes_no_more_messages(store: bide.Store) -> None:
     assert thread.send_sync("one", segment=0).answer == "a"  # what was answered stays readable
 
 
+def test_a_thread_cancelled_while_answering_says_it_ended_to_a_new_message(store: bide.Store) -> None:
+    """Cancelled while a live drive answered a message (its segment never ended): a new message is told the
+    thread has ended, not to resume a message that can no longer be answered."""
+
+    @bide.tool(safety=bide.ReadOnly)
+    async def look(x: str) -> str:
+        """Look something up (slowly)."""
+        await asyncio.sleep(0.5)
+        return x
+
+    model = ScriptedModel([reply("hi"), call("look", x="a"), reply("never")])
+    thread = bide.Agent(model, store=store, tools=[look], cancel_check=0).thread("t")
+
+    async def cancelled_while_answering() -> bide.RunResult[str]:
+        await thread.send("hello")
+        answering = asyncio.ensure_future(thread.send("look something up"))
+        await asyncio.sleep(0.2)
+        await bide.acancel_run(store, "t", reason="user left")
+        return await answering
+
+    assert asyncio.run(cancelled_while_answering()).status == "cancelled"
+    assert thread.send_sync("look something up").status == "cancelled"  # that message, sent again
+    with pytest.raises(bide.RunMismatch, match=r"has ended \(cancelled\): it takes no more messages"):
+        thread.send_sync("a new message")
+
 def test_the_worker_resumes_a_threads_unanswered_message_and_leaves_idle_threads(store: bide.Store) -> None:
     fired: list[str] = []
     bide.Agent(ScriptedModel([reply("hi back")]), store=store).thread("idle").send_sync("hi")
