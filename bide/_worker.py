@@ -77,6 +77,15 @@ class _Backoff:
     failures: int = 0
     not_before: float = 0.0
     halted_at_records: int = -1  # a halted run is skipped while its journal has this many records
+    # A run found needing nothing from a worker (an idle thread, a run halted for a person) is parked: not
+    # listed again while its lease token is this one (anything that changes the run takes its lease: a
+    # resolution, a new message), and looked at again after `parked_until` (a cancel request takes none).
+    parked_token: int | None = None
+    parked_until: float = 0.0
+
+
+# How long a parked run is left alone if its lease does not change (see _Backoff).
+PARKED_RECHECK_S = 30.0
 
 
 class Worker:
@@ -114,6 +123,7 @@ class Worker:
         self.grace = float(grace)
         self.clock = clock
         self._state: dict[str, _Backoff] = {}
+        self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
         self._in_flight: dict[str, asyncio.Task[str]] = {}
         self._stopping = asyncio.Event()  # binds to the loop that first waits on it
 
@@ -153,7 +163,12 @@ class Worker:
                 log.error("listing the runs to recover failed, retrying in %.1f s: %s", wait, exc)
                 run_ids = []
             for run_id in run_ids:
-                if len(self._in_flight) >= self.concurrency:
+                # With every slot taken, wait for one to free rather than leave the rest of the listing to
+                # the next poll: the runs listed first (say, many idle threads, quickly found to need
+                # nothing) must not take every slot of every poll and starve the runs after them.
+                while len(self._in_flight) >= self.concurrency and not stopping.is_set():
+                    await self._slot_or_stop()
+                if stopping.is_set():
                     break
                 if run_id not in self._in_flight:
                     task = asyncio.create_task(self._recover(run_id, None), name=f"bide-worker:{run_id}")
@@ -162,6 +177,15 @@ class Worker:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), wait)
         await self._drain()
+
+    async def _slot_or_stop(self) -> None:
+        """Wait until a drive in flight ends or `stop()` is called."""
+        stop = asyncio.ensure_future(self._stopping.wait())
+        try:
+            await asyncio.wait([stop, *self._in_flight.values()], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        await asyncio.sleep(0)  # the ended drive's done callback frees its slot
 
     def _finished(self, task: asyncio.Task[str]) -> None:
         self._in_flight.pop(task.get_name().removeprefix("bide-worker:"), None)
@@ -182,17 +206,30 @@ class Worker:
     def _list_runs_to_recover(self) -> list[str]:
         now = self.clock()
         out: list[str] = []
+        tokens: dict[str, int] = {}
         after = ""
         while True:
             page = self.store.expired_leases(now_ms=int(now * 1000), after=after, limit=500)
             for lease in page:
-                state = self._state.get(lease.run_id)
-                if lease.run_id in self._in_flight or (state is not None and state.not_before > now):
+                run_id = lease.run_id
+                state = self._state.get(run_id)
+                if run_id in self._in_flight:
                     continue
-                out.append(lease.run_id)
+                if state is not None and (
+                    state.not_before > now or (state.parked_token == lease.token and state.parked_until > now)
+                ):
+                    continue
+                out.append(run_id)
+                tokens[run_id] = lease.token
             if len(page) < 500:
+                self._tokens = tokens
                 return out
             after = page[-1].run_id
+
+    def _park(self, run_id: str, state: _Backoff) -> None:
+        """Leave `run_id` out of the listings while its lease stays as listed (see _Backoff)."""
+        state.parked_token = self._tokens.get(run_id)
+        state.parked_until = self.clock() + max(PARKED_RECHECK_S, self.poll_interval)
 
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
         """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped."""
@@ -208,19 +245,21 @@ class Worker:
         if agent is None:
             return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know")
         status = status_of(journal)
+        state = self._state.setdefault(run_id, _Backoff())
         if status.status == "idle" and not journal.has(CANCEL_KEY):
             # A thread waiting for its next message: nothing to drive (its lease is free between messages).
             # One with a cancel request is resumed, which ends it.
-            self._state.pop(run_id, None)
+            self._park(run_id, state)
             return "skipped"
-        state = self._state.setdefault(run_id, _Backoff())
         # A halted run with a cancel request is driven: the drive ends it as cancelled.
         if status.status == "halted" and not journal.has(CANCEL_KEY):
             if len(journal.records()) == state.halted_at_records:
+                self._park(run_id, state)
                 return "skipped"  # nothing was recorded since it halted: still waiting for a person
             tool = agent.tools.get(status.tool or "")
             if tool is None or tool.reconcile is None:
                 state.halted_at_records = len(journal.records())
+                self._park(run_id, state)
                 log.info("run %s halted on call %s (%s): needs a person", run_id, status.call_id, status.tool)
                 return "halted"
         try:

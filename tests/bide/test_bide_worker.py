@@ -82,7 +82,7 @@ def test_a_halted_run_waits_for_a_person_then_goes_on(store: bide.Store) -> None
     first = asyncio.run(worker.run_once())
     assert (first.halted, first.completed) == (1, 0)
     second = asyncio.run(worker.run_once())
-    assert second.driven == 0 and second.skipped == 1  # unchanged: still waiting for a person
+    assert second.driven == 0  # unchanged: still waiting for a person (parked, not read again)
     assert charges == [5]
 
     time.sleep(0.51)  # past the call's deadline
@@ -171,6 +171,60 @@ def test_run_forever_resumes_runs_and_stops_when_asked(store: bide.Store) -> Non
         await asyncio.wait_for(forever, 5)
 
     asyncio.run(scenario())
+
+
+def test_runs_needing_nothing_never_starve_a_crashed_run_listed_after_them(store: bide.Store) -> None:
+    """More idle threads and runs halted for a person than the worker drives at once, all listed before a
+    crashed run (run ids sort them first): run_forever resumes the crashed run within a poll or two, and
+    a halted run it parked is driven as soon as a person's resolution changes its lease, not at the next
+    recheck."""
+
+    @bide.tool(safety=bide.ReadOnly)
+    def look() -> str:
+        """Look."""
+        return "seen"
+
+    @bide.tool(timeout=0.05)
+    async def wire() -> str:
+        """Send a wire (its outcome is lost)."""
+        raise ConnectionResetError("lost after sending")
+
+    def agent(script: list[Any]) -> bide.Agent:
+        return bide.Agent(ScriptedModel(script), store=store, tools=[look, wire], name="a", lease_ttl=5.0)
+
+    for i in range(6):
+        agent([reply("hello")]).thread(f"a-idle-{i}").send_sync("hi")
+        with pytest.raises(bide.OutcomeUnknown):
+            agent([call("wire"), reply("sent")]).run_sync(f"b-halted-{i}", "pay")
+    with pytest.raises(bide.ModelError):
+        agent([call("look"), Fail(bide.ModelError("down"))]).run_sync("z-crashed", "go")
+
+    async def scenario() -> None:
+        worker = bide.Worker(store, agent([call("wire"), reply("done")]), concurrency=2, poll_interval=0.05)
+        forever = asyncio.create_task(worker.run_forever())
+        try:
+            deadline = time.monotonic() + 5
+            while bide.run_status(store, "z-crashed").status != "completed":
+                assert time.monotonic() < deadline, "the crashed run was never resumed"
+                await asyncio.sleep(0.02)
+            await asyncio.sleep(0.1)  # a few polls: every halted run is parked by now
+            assert bide.run_status(store, "b-halted-0").status == "halted"
+            call_id = bide.run_status(store, "b-halted-0").call_id
+            assert call_id is not None
+            await asyncio.sleep(0.06)  # past the call's deadline
+            outcome = bide.Outcome.succeeded("sent")
+            await bide.aresolve_halt(store, "b-halted-0", call_id, outcome=outcome, clock_skew=0.0)
+            deadline = time.monotonic() + 5  # the recheck of a parked run is 30 s away
+            while bide.run_status(store, "b-halted-0").status != "completed":
+                assert time.monotonic() < deadline, "the resolved run was not driven"
+                await asyncio.sleep(0.02)
+        finally:
+            worker.stop()
+            await asyncio.wait_for(forever, 10)
+
+    asyncio.run(scenario())
+    assert [bide.run_status(store, f"a-idle-{i}").status for i in range(6)] == ["idle"] * 6
+    assert [bide.run_status(store, f"b-halted-{i}").status for i in range(1, 6)] == ["halted"] * 5
 
 
 # -- across processes -------------------------------------------------------------------------------------
