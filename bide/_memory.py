@@ -168,7 +168,8 @@ class MemoryStore(BlockingStore):
             order = self._order.get(run_id)
             if not order:
                 return []
-            rows = list(order) if after <= 0 else [r for r in order if r[0] > after]
+            # Records are in seq order: the ones after `after` are found by bisection, not a scan.
+            rows = order[bisect.bisect_right(order, after, key=_row_seq) :] if after > 0 else list(order)
         return [Entry(*r) for r in rows]
 
     def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
