@@ -44,8 +44,10 @@ class AuditedStore:
         self.anchor = anchor
         self.errors: list[Exception] = []
         self._on_error = on_error
-        self._locks: dict[str, threading.Lock] = {}
-        self._guard = threading.Lock()
+        # One anchoring per run at a time: a fixed set of locks, a run's chosen by its id, so that a
+        # long-lived process holds no lock per run it ever wrote (two runs may share one: they then anchor
+        # one after the other).
+        self._locks = tuple(threading.Lock() for _ in range(64))
         # In the same transaction when the store can and the tree lives beside it (not another store's).
         self.in_transaction = isinstance(store, HookedStore) and self.log.store is store
         if self.in_transaction:
@@ -71,8 +73,7 @@ class AuditedStore:
         return getattr(self.inner, name)
 
     def _after(self, run_id: str) -> None:
-        with self._guard:
-            lock = self._locks.setdefault(run_id, threading.Lock())
+        lock = self._locks[hash(run_id) % len(self._locks)]
         with lock:  # one anchoring per run at a time, so heads are published in size order
             try:
                 self.log.sync(run_id)  # a no-op read when the hook already advanced the tree

@@ -233,7 +233,7 @@ class SQLHashes:
         self._conn: Any = None  # a DBAPI connection (through the engine's pool)
         # Per run: (size, last_seq) -> the right edge and partial tiles of that tree, as last committed by
         # this object. Keyed by the state, so an entry that is not the tree's current state is never used.
-        self._edges: dict[str, _Edges] = {}
+        self._edges: dict[str, _Edges] = _RecentEdges()
         # Raw SQL through the driver: SQLAlchemy's per-row parameter processing costs more than the
         # database itself on the hot paths (a proof's one read, a sync's bulk write).
         q = "?" if engine.dialect.paramstyle == "qmark" else "%s"
@@ -483,6 +483,30 @@ class SQLHashes:
 
 
 _Edges = tuple[tuple[int, int], dict[int, bytes], dict[tuple[int, int], bytes]]
+
+# How many runs' edges one SQLHashes keeps: a long-lived process appends to ever more runs, and a run no
+# longer written to must not pin its edges for the life of the process.
+_EDGES_KEPT = 1024
+
+
+class _RecentEdges(dict[str, _Edges]):
+    """The edges of the `_EDGES_KEPT` runs stored most recently; a run whose edges were dropped has them
+    read again from its tiles at its next append."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()  # a commit callback may store edges outside SQLHashes's own lock
+
+    def __setitem__(self, run_id: str, edges: _Edges) -> None:
+        with self._lock:
+            self.pop(run_id, None)  # to the end: the most recent
+            super().__setitem__(run_id, edges)
+            while len(self) > _EDGES_KEPT:
+                try:
+                    oldest = next(iter(self))
+                except RuntimeError:  # a pop elsewhere changed the dict between the two steps: look again
+                    continue
+                self.pop(oldest, None)
 
 
 def _fetch_with(
