@@ -249,7 +249,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     store = open_store(args.store, create=False)  # a mistyped URL must not leave an empty store behind
     try:
         log = AuditLog(store, key, publisher)
-        if not store.load(args.run):
+        if store.runs(prefix=args.run, limit=1) != [args.run]:  # (the run sorts first among its prefix's)
             raise UnreadableInput(f"the store {args.store} has no run {args.run!r}")
         artifact: Any
         if args.consistency_from is not None:

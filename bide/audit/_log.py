@@ -123,9 +123,8 @@ class AuditLog:
 
     # -- exports ------------------------------------------------------------------------------------------
 
-    def _entries(
-        self, run_id: str, sth: SignedTreeHead | None
-    ) -> tuple[SignedTreeHead, list[Entry], list[bytes]]:
+    def _head(self, run_id: str, sth: SignedTreeHead | None) -> SignedTreeHead:
+        """`sth` (signed now when None), checked to be this run's and to be the root of its stored tree."""
         if sth is None:
             sth = self.sign_head(run_id)
         if sth.log_id != run_id:
@@ -138,19 +137,37 @@ class AuditLog:
         # Bind proofs to the head given: the stored tree must reproduce its root.
         if self.root(run_id, sth.size) != sth.root:
             raise NotVerified(f"the store's journal of run {run_id!r} does not hash to the given head's root")
+        return sth
+
+    def _entries(
+        self, run_id: str, sth: SignedTreeHead | None
+    ) -> tuple[SignedTreeHead, list[Entry], list[bytes]]:
+        """The checked head, the records it covers and their leaf hashes, each record checked against its
+        leaf."""
+        sth = self._head(run_id, sth)
         entries = self.store.load(run_id)[: sth.size]
         leaves = self._hashes.read(run_id, [(0, i) for i in range(len(entries))]) if entries else []
         for i, (e, leaf) in enumerate(zip(entries, leaves, strict=True)):
-            if _leaf_hash(e.data) != leaf:
-                raise StoreError(f"record {i} ({e.key!r}) of run {run_id!r} no longer matches its audit hash")
+            self._check_leaf(run_id, i, e, leaf)
         return sth, entries, list(leaves)
+
+    @staticmethod
+    def _check_leaf(run_id: str, index: int, entry: Entry, leaf: bytes) -> None:
+        if _leaf_hash(entry.data) != leaf:
+            raise StoreError(
+                f"record {index} ({entry.key!r}) of run {run_id!r} no longer matches its audit hash"
+            )
 
     def prove(self, run_id: str, key: str, sth: SignedTreeHead | None = None) -> ProofBundle:
         """A proof bundle for the record stored under `key`: its bytes, audit path, and the signed head
         (signed now when `sth` is None)."""
-        sth, entries, _ = self._entries(run_id, sth)
-        for i, e in enumerate(entries):
+        sth = self._head(run_id, sth)
+        # Only the proven record is hashed and checked against its leaf (the path binds it to the root); the
+        # journal is read to find its position, which the store does not index.
+        for i, e in enumerate(self.store.load(run_id)[: sth.size]):
             if e.key == key:
+                [leaf] = self._hashes.read(run_id, [(0, i)])
+                self._check_leaf(run_id, i, e, leaf)
                 path = self.inclusion(run_id, i, sth.size)
                 return ProofBundle(
                     record=e.data, inclusion=Inclusion(index=i, size=sth.size, path=path), sth=sth

@@ -318,3 +318,31 @@ def test_tables_of_the_earlier_layout_are_not_read(tmp_path: Path) -> None:
         assert log.root("r") == _reference_root(store, "r")
     finally:
         store.close()
+
+
+def test_a_record_altered_in_the_store_after_it_was_hashed_is_not_proven(
+    tmp_path: Path, log_key: SigningKey
+) -> None:
+    """`prove` checks the one record it proves against its leaf hash (not every record of the run): an
+    altered record is refused, the others are still proven, and `evidence` refuses the whole run."""
+    url = f"sqlite:///{tmp_path / 'a.db'}"
+    store = bide.open_store(url)
+    try:
+        write_run(store, "r", 3)
+        log = AuditLog(store, log_key)
+        head = log.sign_head("r")
+        engine = sa.create_engine(url)
+        with engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE bide_records SET data = :d WHERE run_id = 'r' AND key = 'approval:note:1'"),
+                {"d": b'{"altered": true}'},
+            )
+        engine.dispose()
+        with pytest.raises(bide.StoreError, match="no longer matches its audit hash"):
+            log.prove("r", "approval:note:1", head)
+        bundle = log.prove("r", "approval:note:2", head)
+        assert verify_bundle(bundle, log_key.public).proven
+        with pytest.raises(bide.StoreError, match="no longer matches its audit hash"):
+            log.evidence("r", head)
+    finally:
+        store.close()
