@@ -87,6 +87,7 @@ STATUSES = (
     "running", "halted", "awaiting_approval", "sleeping", "idle", "completed", "cancelled", "failed",
     "not_started",
 )  # fmt: skip
+ENDED_STATUSES = ("completed", "cancelled", "failed")  # a run with one of these holds run:end
 # Commands people try that `bide` names otherwise (not close by spelling, so no typo suggestion finds them).
 SYNONYMS = {
     "status": "show",
@@ -351,10 +352,12 @@ def _cmd_runs(args: argparse.Namespace) -> int:
     unreadable: dict[str, str] = {}
     try:
         leases = _leases(store)
-        # Every matching run is read: the N most recently active are known only once all are seen.
+        # Every matching run is read: the N most recently active are known only once all are seen. Asked
+        # only for statuses of runs that have not ended, the store leaves the ended ones out unread.
+        open_only = bool(args.status) and not set(args.status) & set(ENDED_STATUSES)
         rows: list[dict[str, Any]] = []
         after = ""
-        while batch := store.runs(prefix=args.prefix, after=after, limit=500):
+        while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=open_only):
             for run_id in batch:
                 try:
                     journal = _read(store, run_id)
@@ -497,7 +500,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     try:
         waiting: list[dict[str, Any]] = []
         after = ""
-        while batch := store.runs(prefix=args.prefix, after=after, limit=500):
+        while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=True):
             for run_id in batch:
                 try:
                     journal = _read(store, run_id)

@@ -172,9 +172,15 @@ class MemoryStore(BlockingStore):
             rows = order[bisect.bisect_right(order, after, key=_row_seq) :] if after > 0 else list(order)
         return [Entry(*r) for r in rows]
 
-    def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
+    def runs(
+        self, *, prefix: str = "", after: str = "", limit: int = 500, open_only: bool = False
+    ) -> list[str]:
         with self._lock:
-            ids = sorted(r for r in self._runs if r.startswith(prefix) and r > after and self._runs[r])
+            ids = sorted(
+                r
+                for r, records in self._runs.items()
+                if r.startswith(prefix) and r > after and records and not (open_only and END_KEY in records)
+            )
         return ids[:limit]
 
 

@@ -305,7 +305,7 @@ class SQLStore:
             )
             self._sql_runs = (
                 f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? AND {has_records} "
-                "ORDER BY run_id LIMIT ?"
+                "{open} ORDER BY run_id LIMIT ?"
             )
             # Multi-row forms for a batch, by row count (powers of two, see _CHUNK).
             self._sql_runs_many = {
@@ -390,8 +390,11 @@ class SQLStore:
             )
             self._sql_runs = (
                 f"SELECT run_id FROM {p}runs WHERE run_id > %s AND left(run_id, %s) = %s AND {has_records} "
-                "ORDER BY run_id LIMIT %s"
+                "{open} ORDER BY run_id LIMIT %s"
             )
+        # Every run, or (`open_only`) the runs that have not ended.
+        self._sql_open_runs = self._sql_runs.format(open="AND ended = 0")
+        self._sql_runs = self._sql_runs.format(open="")
         ph = "?" if self.dialect == "sqlite" else "%s"
         self._sql_lease_set = (
             f"UPDATE {p}runs SET holder = {ph}, token = {ph}, expires_ms = {ph} WHERE run_id = {ph}"
@@ -619,8 +622,10 @@ class SQLStore:
         result: list[Entry] = self._submit(run_id, "load", after).result()
         return result
 
-    def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
-        result: list[str] = self._submit("", "runs", (prefix, after, limit)).result()
+    def runs(
+        self, *, prefix: str = "", after: str = "", limit: int = 500, open_only: bool = False
+    ) -> list[str]:
+        result: list[str] = self._submit("", "runs", (prefix, after, limit, open_only)).result()
         return result
 
     # -- public async API ----------------------------------------------------------------------------------
@@ -1420,8 +1425,8 @@ class SQLStore:
         if req.op == "load":
             cur.execute(self._sql_load, (req.run_id, req.args))
             return [Entry(int(s), k, bytes(d)) for s, k, d in cur.fetchall()]
-        prefix, after, limit = req.args
-        cur.execute(self._sql_runs, (after, len(prefix), prefix, limit))
+        prefix, after, limit, open_only = req.args
+        cur.execute(self._sql_open_runs if open_only else self._sql_runs, (after, len(prefix), prefix, limit))
         return [r[0] for r in cur.fetchall()]
 
     def _lease(self, cur: Any, run_id: str, holder: str, now_ms: int, ttl_ms: int, token: int) -> Lease:

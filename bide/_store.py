@@ -131,8 +131,12 @@ class Store(Protocol):
         """Every record of the run with seq > after, in seq order."""
         ...
 
-    def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
-        """Run ids with at least one record, in byte order, starting after `after`, at most `limit`."""
+    def runs(
+        self, *, prefix: str = "", after: str = "", limit: int = 500, open_only: bool = False
+    ) -> list[str]:
+        """Run ids with at least one record, in byte order, starting after `after`, at most `limit`; with
+        `open_only`, only runs that have not ended (no `run:end` record: not completed, failed or
+        cancelled)."""
         ...
 
     # The async forms return awaitables: a coroutine (`async def`) or, as SQLStore does, a future, which

@@ -217,11 +217,12 @@ def pending_in(journal: Journal) -> list[PendingApproval]:
 
 
 def pending_approvals(store: Store, *, prefix: str = "") -> list[PendingApproval]:
-    """Every call, in every run of `store` (whose id starts with `prefix`), waiting for approvers."""
+    """Every call, in every run of `store` (whose id starts with `prefix`) that has not ended, waiting for
+    approvers (a run that ended takes no more decisions)."""
     out: list[PendingApproval] = []
     after = ""
     while True:
-        runs = store.runs(prefix=prefix, after=after, limit=500)
+        runs = store.runs(prefix=prefix, after=after, limit=500, open_only=True)
         if not runs:
             return out
         for run_id in runs:

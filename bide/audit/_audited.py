@@ -102,8 +102,10 @@ class AuditedStore:
     def load(self, run_id: str, after: int = 0) -> list[Entry]:
         return self.inner.load(run_id, after)
 
-    def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
-        return self.inner.runs(prefix=prefix, after=after, limit=limit)
+    def runs(
+        self, *, prefix: str = "", after: str = "", limit: int = 500, open_only: bool = False
+    ) -> list[str]:
+        return self.inner.runs(prefix=prefix, after=after, limit=limit, open_only=open_only)
 
     async def aget(self, run_id: str, key: str) -> Entry | None:
         return await self.inner.aget(run_id, key)

@@ -228,9 +228,11 @@ class CrashingStore(BlockingStore):
         result: list[Entry] = self.inner.load(run_id, after)
         return result
 
-    def runs(self, *, prefix: str = "", after: str = "", limit: int = 500) -> list[str]:
+    def runs(
+        self, *, prefix: str = "", after: str = "", limit: int = 500, open_only: bool = False
+    ) -> list[str]:
         self._alive()
-        result: list[str] = self.inner.runs(prefix=prefix, after=after, limit=limit)
+        result: list[str] = self.inner.runs(prefix=prefix, after=after, limit=limit, open_only=open_only)
         return result
 
 

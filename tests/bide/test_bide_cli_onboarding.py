@@ -32,7 +32,7 @@ import pytest
 import bide
 from bide.approvals import ApprovalGate
 from bide.audit._keys import generate_key
-from bide.testing import ScriptedModel, call, reply
+from bide.testing import Fail, ScriptedModel, call, reply
 
 pytestmark = pytest.mark.slow
 
@@ -202,10 +202,18 @@ def test_a_damaged_record_is_one_line_naming_run_and_record(tmp_path: Path) -> N
     path = tmp_path / "bide.db"
     store = bide.open_store(f"sqlite:///{path}")
     bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("ok-1", "hello")
-    bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("wire-1", "hello")
+    # A run that has not ended (its model went down after a first turn): `bide pending` reads only such runs.
+    @bide.tool(safety=bide.ReadOnly)
+    def look() -> str:
+        """Look."""
+        return "seen"
+
+    with pytest.raises(bide.ModelError):
+        model = ScriptedModel([call("look"), Fail(bide.ModelError("down"))])
+        bide.Agent(model, store=store, tools=[look]).run_sync("wire-1", "hello")
     store.close()
     with contextlib.closing(sqlite3.connect(path)) as db, db:
-        db.execute("UPDATE bide_records SET data = ? WHERE run_id = 'wire-1' AND key = 'model:0'", (b"{}",))
+        db.execute("UPDATE bide_records SET data = ? WHERE run_id = 'wire-1' AND key = 'run:start'", (b"{}",))
     url = f"sqlite:///{path}"
     listed, shown, pending, only_damaged = run_all(
         ("runs", "--store", url),
@@ -215,7 +223,8 @@ def test_a_damaged_record_is_one_line_naming_run_and_record(tmp_path: Path) -> N
         cwd=tmp_path,
     )
     line = (
-        r"run 'wire-1' cannot be read: its record 'model:0' \(seq \d+\) is damaged \(it has no 'kind' field\)"
+        r"run 'wire-1' cannot be read: its record 'run:start' \(seq \d+\) is damaged "
+        r"\(it has no 'kind' field\)"
     )
     for done in (listed, shown, pending, only_damaged):
         assert done.returncode == 4, done.stderr

@@ -68,6 +68,21 @@ def test_runs_listing(store: bide.Store) -> None:
     assert store.runs(after="b", limit=2) == ["c", "tenant/x"]
 
 
+def test_runs_listing_of_runs_that_have_not_ended(store: bide.Store) -> None:
+    """`open_only` leaves out the runs holding run:end, whatever wrote it and however many there are."""
+    for rid in ["b", "a", "tenant/x", "tenant/y", "c"]:
+        store.insert_many(rid, [("k", b"v")])
+    store.insert_many("b", [("run:end", b"{}")])
+    store.insert_many("tenant/x", [("k2", b"v"), ("run:end", b"{}")])
+    assert store.runs(open_only=True) == ["a", "c", "tenant/y"]
+    assert store.runs(prefix="tenant/", open_only=True) == ["tenant/y"]
+    assert store.runs(after="a", limit=1, open_only=True) == ["c"]
+    assert store.runs() == ["a", "b", "c", "tenant/x", "tenant/y"]  # all of them still, by default
+    agent = bide.Agent(bide.testing.ScriptedModel([bide.testing.reply("done")]), store=store)
+    agent.run_sync("d-completed", "go")
+    assert "d-completed" in store.runs() and "d-completed" not in store.runs(open_only=True)
+
+
 def test_bad_input_refused(store: bide.Store) -> None:
     with pytest.raises(bide.ConfigError):
         store.insert_many("", [("k", b"v")])
