@@ -349,14 +349,20 @@ class Agent(Generic[T]):
         """The conversation thread `thread_id`: many user messages, one journal (see `Thread`)."""
         return Thread(self, check_run_id(thread_id))
 
-    async def _run(self, run_id: str, ask: _Ask, sink: Sink | None) -> RunResult[T]:
+    async def _run(
+        self, run_id: str, ask: _Ask, sink: Sink | None, journal: Journal | None = None
+    ) -> RunResult[T]:
         """One drive of a run or of a thread's message, under the run's lease, logged and traced
         (bide._telemetry). One coroutine holds the lease and the telemetry: every live run holds one object
-        fewer than with a wrapper around the drive."""
+        fewer than with a wrapper around the drive. `journal`: the run's journal as an earlier drive in this
+        process left it (only the records written since are read), else a new one."""
         watch = run_watch(self, run_id)  # None when nobody listens below WARNING
         held = -1  # the lease this drive holds (a number from hold_lease), once it holds one
         ended = False  # the run ended: nothing can be written to it, no need to free the lease
-        journal = Journal(self.store, run_id) if sink is None else WatchedJournal(self.store, run_id, sink)
+        if journal is None and sink is not None:
+            journal = WatchedJournal(self.store, run_id, sink)
+        elif journal is None:
+            journal = Journal(self.store, run_id)
         try:
             lease = await self._take_lease(journal)
             if lease is None:  # the run had ended: its answer, from the journal
@@ -1646,15 +1652,26 @@ class Thread(Generic[T]):
     thread (`bide.cancel_run`) ends it: it takes no more messages.
     """
 
-    __slots__ = ("agent", "thread_id")
+    __slots__ = ("_journal", "agent", "thread_id")
 
     def __init__(self, agent: Agent[T], thread_id: str) -> None:
         self.agent = agent
         self.thread_id = thread_id
+        # The journal as this object's last send left it: the next send reads only what was written since,
+        # instead of reading and decoding the whole conversation again (the journal is append-only).
+        self._journal: Journal | None = None
 
     async def send(self, message: str, *, segment: int | None = None) -> RunResult[T]:
         """Send the next user message and drive the agent to its answer (`result.segment` is its index)."""
-        return await self.agent._run(self.thread_id, _thread_ask(message, segment), None)
+        # Taken, so that a send running at the same time starts from a journal of its own; kept again only
+        # after a drive that returned, whose journal is what the store holds (a failed write may have left
+        # one that is not).
+        journal, self._journal = self._journal, None
+        if journal is None:
+            journal = Journal(self.agent.store, self.thread_id)
+        result = await self.agent._run(self.thread_id, _thread_ask(message, segment), None, journal)
+        self._journal = journal
+        return result
 
     def send_sync(self, message: str, *, segment: int | None = None) -> RunResult[T]:
         """`send` for synchronous code. Refused (`ConfigError`) inside a running event loop (an async

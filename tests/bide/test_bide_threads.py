@@ -118,6 +118,25 @@ def test_run_ids_of_threads_and_runs_are_not_mixed_up(store: bide.Store) -> None
         other.thread("t").send_sync("hello")
 
 
+def test_a_thread_object_sees_what_others_wrote_between_its_sends(store: bide.Store) -> None:
+    """A Thread keeps its journal between sends and reads only what was written since: a message another
+    Thread object (another process, say) sent in between is in the next request's history, and a send
+    whose drive failed starts the next from the store again."""
+    model = ScriptedModel([reply("one"), reply("two"), Fail(bide.ModelError("down")), reply("three")])
+    mine = bide.Agent(model, store=store).thread("t")
+    other = bide.Agent(ScriptedModel([reply("never"), reply("two")]), store=store).thread("t")
+    assert mine.send_sync("first").answer == "one"
+    assert other.send_sync("second").answer == "two"
+    with pytest.raises(bide.RunMismatch, match="is 'second', not this one"):
+        mine.send_sync("my second", segment=1)
+    with pytest.raises(bide.ModelError):
+        mine.send_sync("third")
+    result = mine.send_sync("third")
+    assert (result.answer, result.segment) == ("three", 2)
+    users = [m.content for m in model.requests[-1].messages if m.role == "user"]
+    assert users == ["first", "second", "third"]
+
+
 def test_a_cancelled_thread_takes_no_more_messages(store: bide.Store) -> None:
     agent = bide.Agent(ScriptedModel([reply("a"), reply("b")]), store=store)
     thread = agent.thread("t")
