@@ -139,10 +139,10 @@ def test_one_unreadable_run_does_not_hide_the_others(db: tuple[str, bide.Store])
     assert runs.returncode == 4, runs.stderr
     assert sorted(r["run_id"] for r in json.loads(runs.stdout)) == ["held", "stuck"]
     assert "run 'done' cannot be read" in runs.stderr and "run:end" in runs.stderr
+    # `bide pending` reads only runs that have not ended: 'done' (its run:end damaged) is not read there.
     pending = cli("pending", "--store", url, "--json")
-    assert pending.returncode == 4, pending.stderr
+    assert pending.returncode == 0, pending.stderr
     assert [w["run_id"] for w in json.loads(pending.stdout)] == ["held"]
-    assert "run 'done' cannot be read" in pending.stderr
     shown = cli("show", "--store", url, "done")
     assert shown.returncode == 4 and "run 'done' cannot be read" in shown.stderr, shown.stderr
     assert cli("show", "--store", url, "stuck").returncode == 0
