@@ -16,15 +16,23 @@ __all__ = ["SecondNotPlaced", "check_output", "replace_pair", "staged", "sync_di
 
 def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), flag: str = "-o") -> Path:
     """`output` as a Path, once it is known to be writable as a new or replaced file: its directory exists,
-    it is not itself a directory, and it is not the same file as any of `inputs` (by resolved path, and by
-    inode where both exist, so hard links and symlinks count). Raises ConfigError (a usage error) otherwise,
-    before anything has been written."""
+    it is not itself a directory nor anything else but a regular file (a device, a pipe: the rename that
+    writes it would replace `/dev/null` itself), and it is not the same file as any of `inputs` (by
+    resolved path, and by inode where both exist, so hard links and symlinks count). Raises ConfigError (a
+    usage error) otherwise, before anything has been written."""
     path = Path(output)
-    if output.endswith(("/", os.sep)) or path.is_dir():
-        raise ConfigError(f"{flag} {output} is a directory; give the path of a file to write")
-    directory = path.parent
-    if not directory.is_dir():
-        raise ConfigError(f"{flag} {output}: the directory {directory} does not exist")
+    try:
+        if output.endswith(("/", os.sep)) or path.is_dir():
+            raise ConfigError(f"{flag} {output} is a directory; give the path of a file to write")
+        if path.exists() and not path.is_file():
+            raise ConfigError(
+                f"{flag} {output} is not a regular file (a device or a pipe); give the path of a file"
+            )
+        directory = path.parent
+        if not directory.is_dir():
+            raise ConfigError(f"{flag} {output}: the directory {directory} does not exist")
+    except OSError as exc:  # a name longer than the filesystem takes, say
+        raise ConfigError(f"{flag} {output} cannot be a file here: {exc.strerror or exc}") from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {output}: the directory {directory} is not writable")
     resolved = path.resolve()

@@ -105,6 +105,31 @@ def test_export_into_a_missing_directory_or_onto_a_directory_is_a_usage_error_an
     assert _snapshot(exported) == before  # no anchor/ (no head published), no new file
 
 
+def test_export_onto_a_pipe_or_a_device_or_a_name_too_long_is_a_usage_error(exported: Path) -> None:
+    """The rename that writes the package would replace a FIFO or a device node (as root, -o /dev/null
+    replaced /dev/null with a file): refused, exit 2, the pipe left as it was. A name longer than the
+    filesystem takes is a usage error too, not an internal one."""
+    os.mkfifo(exported / "pipe")
+    (exported / "to-pipe").symlink_to("pipe")
+    base = ("export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key")
+    results = _run_all(
+        "bide-audit",
+        (*base, "-o", "pipe"),
+        (*base, "-o", "to-pipe", "--head"),
+        (*base, "-o", "x" * 300 + ".json"),
+        (*base, "-o", "x" * 300 + ".json", "--json"),
+        cwd=exported,
+    )
+    for result in results[:2]:
+        assert result.returncode == 2, result.stderr
+        assert "is not a regular file" in result.stderr
+    for result in results[2:]:
+        assert result.returncode == 2, result.stderr
+        assert "cannot be a file here" in result.stderr + result.stdout and "INTERNAL" not in result.stderr
+    assert (exported / "pipe").is_fifo() and (exported / "to-pipe").is_symlink()
+    assert not [p.name for p in exported.iterdir() if p.name.endswith((".json", ".tmp"))]
+
+
 def test_export_refuses_a_missing_anchor_dir_and_says_where_a_head_was_published(exported: Path) -> None:
     """Like -o, --anchor-dir is never created (a typo must not scatter heads where no one looks): a missing
     or non-directory anchor is a usage error before anything is read or written; a published head is named."""
