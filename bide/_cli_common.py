@@ -58,6 +58,7 @@ exit codes (the same for govern, bide and bide-audit):
      closed) or a policy you pinned (bide-audit verify-approvals); the message says why
   6  the store failed: the database is unreachable or answered with an error (bide,
      bide-audit export)
+  130  interrupted (Ctrl-C): what was written is whole, and the message says what was sent
 """
 
 

@@ -5,13 +5,40 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
 from ._errors import ConfigError
 
-__all__ = ["SecondNotPlaced", "check_output", "replace_pair", "staged", "sync_directory", "write_whole"]
+__all__ = [
+    "KEY_FILE_LIMIT",
+    "SecondNotPlaced",
+    "check_output",
+    "read_small_file",
+    "replace_pair",
+    "staged",
+    "sync_directory",
+    "write_whole",
+]
+
+#: Far more than any key file holds (an Ed25519 PEM is about 120 bytes).
+KEY_FILE_LIMIT = 64 * 1024
+
+
+def read_small_file(path: str | os.PathLike[str], limit: int = KEY_FILE_LIMIT) -> bytes:
+    """The bytes of the regular file `path`, at most `limit` of them. Anything else raises OSError saying
+    what it is: a pipe with no writer would block forever, a device like /dev/zero never ends, and a file
+    of gigabytes is not a key."""
+    target = Path(path)
+    if not stat.S_ISREG(target.stat().st_mode):
+        raise OSError(errno.EINVAL, "not a regular file (a pipe, a device or a directory)")
+    with target.open("rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(errno.EFBIG, f"larger than {limit:,} bytes: not a key file")
+    return data
 
 
 def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), flag: str = "-o") -> Path:
@@ -120,9 +147,11 @@ def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, 
         os.replace(temps[0], first)
         try:
             os.replace(temps[1], second)
-        except OSError as exc:
+        except BaseException as exc:  # Ctrl-C between the renames too: never a new first beside an old second
             first.unlink(missing_ok=True)
-            raise SecondNotPlaced(exc.errno, exc.strerror) from exc
+            if isinstance(exc, OSError):
+                raise SecondNotPlaced(exc.errno, exc.strerror) from exc
+            raise
     finally:
         for tmp in temps:
             tmp.unlink(missing_ok=True)

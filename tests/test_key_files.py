@@ -67,3 +67,78 @@ def test_a_key_pair_is_replaced_whole_or_not_at_all(tmp_path: Path) -> None:
     assert first.read_bytes() == b"new private" and second.read_bytes() == b"new public"
     assert first.stat().st_mode & 0o777 == 0o600
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.pub"]
+
+
+def test_an_interrupt_between_the_two_renames_leaves_no_new_first_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the private key was renamed into place and before its public half was: the new private
+    key is removed again, as for a failed rename (never a new private key beside an old public half)."""
+    import os
+
+    first, second = tmp_path / "k", tmp_path / "k.pub"
+    first.write_bytes(b"old private")
+    second.write_bytes(b"old public")
+    real_replace, renames = os.replace, []
+
+    def interrupted_second(src: object, dst: object) -> None:
+        renames.append(dst)
+        if len(renames) == 2:
+            raise KeyboardInterrupt
+        real_replace(src, dst)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "replace", interrupted_second)
+    with pytest.raises(KeyboardInterrupt):
+        replace_pair(first, b"new private", 0o600, second, b"new public", 0o644)
+    assert not first.exists() and second.read_bytes() == b"old public"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.pub"]  # no temporary file left
+
+
+@pytest.mark.parametrize("prog", ["govern", "bide-audit"])
+def test_concurrent_keygens_of_one_file_never_both_succeed(prog: str, tmp_path: Path) -> None:
+    """Keys are created exclusively: of several keygens of one FILE at once, one writes the pair and the
+    others are refused; the pair on disk is the winner's (its private key matches its .pub)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    module = {"govern": "govern", "bide-audit": "bide.audit._cli"}[prog]
+    for round_ in range(4):
+        key = tmp_path / f"k{round_}"
+        command = [sys.executable, "-m", module, "keygen", str(key)]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            runs = list(pool.map(lambda c: subprocess.run(c, capture_output=True, text=True), [command] * 4))
+        assert sorted(r.returncode for r in runs) == [0, 2, 2, 2], [r.stderr for r in runs]
+        assert load_private_key(key).key_id == load_audit_public_key(Path(str(key) + ".pub")).key_id
+
+
+@pytest.mark.parametrize("name", ["", "dir/", "x" * 300])
+def test_govern_keygen_refuses_a_name_that_is_no_key_file(name: str, tmp_path: Path) -> None:
+    (tmp_path / "dir").mkdir()
+    done = subprocess.run(
+        [sys.executable, "-m", "govern", "keygen", name], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 2, done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dir"]  # nothing written (no default name either)
+
+
+def test_a_key_that_is_a_pipe_or_a_device_or_huge_is_unreadable_not_a_hang(tmp_path: Path) -> None:
+    """A FIFO with no writer would block a plain read forever, /dev/zero never ends: every reader of key
+    files refuses what is not a small regular file."""
+    import os
+
+    from bide.audit._errors import UnreadableInput
+    from govern.certificate._errors import KeyFileUnreadable
+
+    fifo = tmp_path / "fifo.key"
+    os.mkfifo(fifo)
+    huge = tmp_path / "huge.key"
+    with huge.open("wb") as f:
+        f.truncate(10**9)  # sparse: a gigabyte of zeros without the disk space
+    for path in (fifo, Path("/dev/zero"), huge):
+        with pytest.raises(KeyFileUnreadable):
+            load_private_key(path)
+        with pytest.raises(KeyFileUnreadable):
+            load_public_key(path)
+        with pytest.raises(UnreadableInput):
+            load_signing_key(path)
+        with pytest.raises(UnreadableInput):
+            load_audit_public_key(path)

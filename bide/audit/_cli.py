@@ -53,6 +53,7 @@ MAX_INPUT_BYTES = 256 * 1024 * 1024
 
 VERIFIED, NOT_VERIFIED, USAGE = EXIT_OK, EXIT_FAILED, EXIT_USAGE
 INTERNAL, UNREADABLE, UNTRUSTED, STORE_FAILED = EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STORE
+INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
 
 
 def _read(path: str, limit: int) -> bytes:
@@ -430,6 +431,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _emit(args, STORE_FAILED, "error", f"ERROR: the store failed: {exc}")
     except BideError as exc:
         code = _emit(args, USAGE if isinstance(exc, ValueError) else UNREADABLE, "error", f"ERROR: {exc}")
+    except KeyboardInterrupt:  # files are written whole (a key pair both or neither): nothing half-written
+        code = _emit(args, INTERRUPTED, "interrupted", "INTERRUPTED: nothing was left half-written")
     except Exception as exc:  # a bug must never look like "verified" or "not verified"
         if args.debug:
             traceback.print_exception(exc)

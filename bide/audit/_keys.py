@@ -19,7 +19,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .._errors import ConfigError
-from .._files import SecondNotPlaced, replace_pair, sync_directory, write_whole
+from .._files import SecondNotPlaced, read_small_file, replace_pair, sync_directory, write_whole
 from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
 
@@ -129,14 +129,8 @@ class KeyFileExists(ConfigError):
     """A key file (or its .pub) is already there and `overwrite` was not asked for; nothing was written."""
 
 
-def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> SigningKey:
-    """Create a new key file at `path` (mode 0600) and its public key at `path.pub`, both or neither.
-
-    Raises KeyFileExists when either file exists, unless `overwrite` (then both are replaced), and
-    ConfigError when the directory is missing or a target is a directory; those are checked before anything
-    is written. If the .pub cannot be written, the new private key is removed again: never a key without
-    its public half."""
-    text, target = os.fspath(path), Path(path)
+def _check_targets(text: str, target: Path, *, overwrite: bool) -> Path:
+    """The public key's path, once both key files can be written (OSError when a name is unusable)."""
     if text.endswith(("/", os.sep)) or target.is_dir():
         raise ConfigError(f"{text} is a directory; give the path of a key file to create")
     pub = target.with_name(target.name + ".pub")
@@ -148,6 +142,21 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
         for name in (target, pub):
             if os.path.lexists(name):
                 raise KeyFileExists(f"{name} already exists; refusing to overwrite a key file")
+    return pub
+
+
+def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> SigningKey:
+    """Create a new key file at `path` (mode 0600) and its public key at `path.pub`, both or neither.
+
+    Raises KeyFileExists when either file exists, unless `overwrite` (then both are replaced), and
+    ConfigError when the directory is missing or a target is a directory; those are checked before anything
+    is written. If the .pub cannot be written, the new private key is removed again: never a key without
+    its public half."""
+    text, target = os.fspath(path), Path(path)
+    try:
+        pub = _check_targets(text, target, overwrite=overwrite)
+    except OSError as exc:  # a name longer than the filesystem takes, say
+        raise ConfigError(f"{text} cannot be a key file here: {exc.strerror or exc}") from None
     key = SigningKey.generate()
     if overwrite:
         _replace_pair(target, pub, key)
@@ -162,14 +171,17 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
         raise ConfigError(f"cannot write the key file {target}: {exc.strerror or exc}") from exc
     try:
         write_whole(pub, key.public.pem(), overwrite=False)
-    except OSError as exc:
+    except BaseException as exc:  # Ctrl-C too: never a key without its public half
         with contextlib.suppress(OSError):
             target.unlink()
         if isinstance(exc, FileExistsError):
             raise KeyFileExists(f"{pub} already exists; refusing to overwrite a key file") from exc
-        raise ConfigError(
-            f"cannot write the public key {pub}: {exc.strerror or exc}; the private key was not kept either"
-        ) from exc
+        if isinstance(exc, OSError):
+            raise ConfigError(
+                f"cannot write the public key {pub}: {exc.strerror or exc}; the private key was not kept "
+                "either"
+            ) from exc
+        raise
     return key
 
 
@@ -193,7 +205,7 @@ def _replace_pair(target: Path, pub: Path, key: SigningKey) -> None:
 
 def _read(path: str | os.PathLike[str]) -> bytes:
     try:
-        return Path(path).read_bytes()
+        return read_small_file(path)
     except OSError as exc:
         raise UnreadableInput(f"cannot read key file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
 

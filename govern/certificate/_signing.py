@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import os
 import re
 import stat
 from dataclasses import dataclass
@@ -24,7 +25,7 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from bide._files import SecondNotPlaced, replace_pair, sync_directory
+from bide._files import SecondNotPlaced, read_small_file, replace_pair, sync_directory, write_whole
 
 from ._errors import KeyFileUnreadable, SigningKeyError
 
@@ -137,17 +138,10 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     when writing fails (a full disk), SigningKeyError says so, no key file is left behind, and existing
     key files keep their content.
     """
-    if private_path.name in ("", ".", "..") or private_path.is_dir():
-        raise SigningKeyError(f"{private_path} is a directory; name a key file (FILE, then FILE.pub)")
-    public_path = private_path.with_name(private_path.name + ".pub")
-    if not private_path.parent.is_dir():
-        raise SigningKeyError(f"{private_path.parent}: no such directory")
-    if public_path.is_dir():
-        raise SigningKeyError(f"{public_path} is a directory; the public key is written there")
-    if not overwrite:
-        for existing in (private_path, public_path):
-            if existing.exists():
-                raise SigningKeyError(f"{existing} already exists; pass --force to replace it")
+    try:
+        public_path = _check_targets(private_path, overwrite=overwrite)
+    except OSError as exc:  # a name longer than the filesystem takes, say
+        raise SigningKeyError(f"{private_path} cannot be a key file here: {exc.strerror or exc}") from None
     key = Ed25519PrivateKey.generate()
     private_pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -155,6 +149,9 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     public_pem = key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
+    if not overwrite:
+        _create_pair(private_path, private_pem, public_path, public_pem)
+        return public_path, key_id(key.public_key())
     try:
         replace_pair(private_path, private_pem, 0o600, public_path, public_pem, 0o644)
     except SecondNotPlaced as exc:
@@ -171,6 +168,46 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
     return public_path, key_id(key.public_key())
 
 
+def _check_targets(private_path: Path, *, overwrite: bool) -> Path:
+    """The public key's path, once both key files can be written (OSError when a name is unusable)."""
+    if private_path.name in ("", ".", "..") or private_path.is_dir():
+        raise SigningKeyError(f"{private_path} is a directory; name a key file (FILE, then FILE.pub)")
+    public_path = private_path.with_name(private_path.name + ".pub")
+    if not private_path.parent.is_dir():
+        raise SigningKeyError(f"{private_path.parent}: no such directory")
+    if public_path.is_dir():
+        raise SigningKeyError(f"{public_path} is a directory; the public key is written there")
+    if not overwrite:
+        for existing in (private_path, public_path):
+            if os.path.lexists(existing):  # a dangling symlink too
+                raise SigningKeyError(f"{existing} already exists; pass --force to replace it")
+    return public_path
+
+
+def _create_pair(private_path: Path, private_pem: bytes, public_path: Path, public_pem: bytes) -> None:
+    """Create both key files exclusively (a keygen racing this one, or a file that appears meanwhile, is
+    never replaced): the private key first, removed again if the public one cannot be placed."""
+    try:
+        write_whole(private_path, private_pem, mode=0o600, overwrite=False)
+    except FileExistsError:
+        raise SigningKeyError(f"{private_path} already exists; pass --force to replace it") from None
+    except OSError as exc:
+        raise SigningKeyError(
+            f"cannot write the key pair {private_path}: {exc.strerror or exc}; no key file was written"
+        ) from exc
+    try:
+        write_whole(public_path, public_pem, overwrite=False)
+    except BaseException as exc:  # Ctrl-C too: never a private key without its public half
+        private_path.unlink(missing_ok=True)
+        if isinstance(exc, FileExistsError):
+            raise SigningKeyError(f"{public_path} already exists; pass --force to replace it") from None
+        if isinstance(exc, OSError):
+            raise SigningKeyError(
+                f"cannot write the public key {public_path}: {exc.strerror or exc}; no key file was written"
+            ) from exc
+        raise
+
+
 def _unreadable(path: Path, what: str, error: OSError) -> KeyFileUnreadable:
     if isinstance(error, FileNotFoundError):
         return KeyFileUnreadable(f"{path}: no such file; give the path of a {what} file (`govern keygen` "
@@ -183,7 +220,7 @@ def load_private_key(path: Path) -> Signer:
     and raises KeyFileUnreadable when the file is missing or cannot be read."""
     try:
         info = path.stat()
-        data = path.read_bytes()
+        data = read_small_file(path)
     except OSError as exc:
         raise _unreadable(path, "signing key", exc) from None
     # Named before the mode is judged: a .pub is meant to be readable by all, and "run chmod 600" on it
@@ -212,7 +249,7 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
     KeyFileUnreadable when the file is missing or cannot be read, SigningKeyError when it holds no usable
     key."""
     try:
-        data = path.read_bytes()
+        data = read_small_file(path)
     except OSError as exc:
         raise _unreadable(path, "public key", exc) from None
     if data.lstrip().startswith(b"-----BEGIN"):

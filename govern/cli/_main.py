@@ -718,7 +718,10 @@ def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
                          "give one: govern keygen FILE")
     from ..certificate._signing import generate_key_pair
 
-    private = Path(args.path or args.output or "govern-signing-key")
+    given = args.path if args.path is not None else args.output
+    if given is not None and (not given or given.endswith(("/", os.sep))):
+        raise UsageError(f"{given!r} is not a key file name; give FILE (the public key goes to FILE.pub)")
+    private = Path(given or "govern-signing-key")
     public, identifier = generate_key_pair(private, overwrite=args.force)
     out.print(f"private key: {_safe(str(private))} (mode 0600; keep it secret, never commit it)")
     out.print(f"public key:  {_safe(str(public))} (give this to whoever runs `govern check --pubkey`)")
