@@ -23,6 +23,7 @@ if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run
     from ._errors import (
         ApprovalPending,
         BideError,
+        CallInDoubt,
         ConfigError,
         HaltAlreadyResolved,
         HaltInFlight,
@@ -126,6 +127,7 @@ __all__ = [
     "AttemptInfo",
     "BideError",
     "CallContext",
+    "CallInDoubt",
     "Cancel",
     "ConfigError",
     "Denied",
@@ -233,7 +235,7 @@ _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
     "_cancel": ("acancel_run", "cancel_run"),
     "_canonical": ("canonical_json",),
     "_errors": (
-        "ApprovalPending", "BideError", "ConfigError", "HaltAlreadyResolved", "HaltInFlight",
+        "ApprovalPending", "BideError", "CallInDoubt", "ConfigError", "HaltAlreadyResolved", "HaltInFlight",
         "JournalFormatError", "LeaseLost", "ModelError", "NoLiveAttempt", "NotCalled", "OutcomeUnknown",
         "OutputInvalid", "ResolveRefused", "RunEnded", "RunHalted", "RunInFlight", "RunLimitExceeded",
         "RunMismatch", "RunNotFound", "RunSleeping", "StoreError", "StoreNotFound", "StoreURLError",

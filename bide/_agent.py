@@ -54,6 +54,7 @@ from ._canonical import canonical_json, known_json_text, new_claim
 from ._errors import (
     ApprovalPending,
     BideError,
+    CallInDoubt,
     ConfigError,
     ModelError,
     NotCalled,
@@ -1094,6 +1095,8 @@ class Agent(Generic[T]):
                     value = await tool._invoke(tool._call_args(validated), ctx)
                 else:
                     value = await _retried(tool, tool._call_args(validated), ctx)
+            except CallInDoubt:
+                raise  # nothing journaled: the next drive calls it again, with the same key
             except TimeoutError:
                 return self._result(
                     call,

@@ -18,6 +18,7 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     │   └── RunEnded                      the run has ended: nothing is appended after run:end
     ├── ToolError                         raised BY a tool: a known failure the model should see
     ├── NotCalled                         raised BY a tool: the effect was provably not performed
+    ├── CallInDoubt                       raised BY a retry-safe tool: its outcome is unknown; run again
     ├── RunNotFound                       no run with that id in the store
     ├── ResolveRefused                    resolve_halt refused to record an outcome
     │   ├── HaltInFlight                  another driver may still be running the call; wait
@@ -38,6 +39,7 @@ from typing import Any, Literal
 __all__ = [
     "ApprovalPending",
     "BideError",
+    "CallInDoubt",
     "ConfigError",
     "HaltAlreadyResolved",
     "HaltInFlight",
@@ -193,6 +195,17 @@ class NotCalled(BideError):
     """Raise from a tool to prove that its effect was not performed (for example, refused before sending).
 
     bide records the attempt as not started, so the next run of the same run id retries the call.
+    """
+
+
+class CallInDoubt(BideError):
+    """Raise from a retry-safe tool (Idempotent or ReadOnly) that cannot tell whether its effect happened
+    (the system it called went away after the request was sent, and stayed away).
+
+    Nothing is journaled for the call and the drive stops with this error: the model is not told the call
+    failed (it would call again, as a new call). The next drive of the run calls the tool again for the
+    same call, with the same idempotency key, which settles it. From a side-effect tool it is an unknown
+    outcome like any other exception: the run halts.
     """
 
 

@@ -10,8 +10,9 @@ was compensated (an invariant's repair changed the outcome).
 Once the append has committed, the call succeeds: the model is never told "failed" about an event that is
 in the log (it would retry, and a non-idempotent event would be recorded twice). If the record's history
 cannot be read afterwards, the result says the event is recorded and that its consequence is not known.
-An append whose outcome is uncertain (the connection dropped at commit and stayed down) is resolved by
-reading the event id back.
+An append whose outcome is uncertain (the connection dropped at commit) is resolved by reading the event
+id back; if that fails too (the log stayed down), the call raises `bide.CallInDoubt`: nothing is journaled,
+the drive stops, and the next drive calls again with the same event id.
 """
 
 from __future__ import annotations
@@ -166,7 +167,12 @@ def event_tool(
             # won). Any other failure may have come after the commit landed. Either way the log knows:
             # read the id back. The id is this call's own, so unless it was there before, this call
             # wrote it.
-            stored = _read_back(log, event_id, exc)
+            try:
+                stored = _read_back(log, event_id, exc)
+            except _InDoubt as doubt:
+                # The model must not be told the call failed (it would call again, as a new call with a
+                # new event id): the drive stops, and the next one calls again with this event id.
+                raise bide.CallInDoubt(str(doubt)) from exc
             created = not isinstance(exc, EventConflict)
         else:
             stored, created = appended.event, appended.created
@@ -196,14 +202,20 @@ _LOG_CALLS = 4  # the most log calls one tool call makes (see event_tool)
 _SLACK = 5.0  # seconds for the rest of the call (a worker thread to start, the result to encode)
 
 
+class _InDoubt(EventLogError):
+    """An append whose outcome the log could not tell, even by reading the event back."""
+
+
 def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEvent:
-    """The event with `event_id` after an append that raised `failure`: stored, or `failure` re-raised."""
+    """The event with `event_id` after an append that raised `failure`: stored, or `failure` re-raised
+    (`_InDoubt` when it cannot be read back either)."""
     try:
         stored = log.get(event_id)
     except EventLogError as exc:
-        raise EventLogError(
+        raise _InDoubt(
             f"{failure}; reading event {event_id!r} back failed too ({exc}), so it may or may not be in "
-            "the log: the same call, retried, appends it at most once"
+            "the log: the next drive of the run calls again with the same event id, which appends it at "
+            "most once"
         ) from failure
     if stored is None:
         raise failure

@@ -14,7 +14,7 @@ import bide
 import govern
 from bide.testing import Call, CrashingStore, ScriptedModel, SimulatedCrash, Turn, reply
 from govern.runtime._agents import event_id_for, event_tool
-from govern.runtime._eventlog import Appended, Event, EventLog, EventLogError, LogTimeout
+from govern.runtime._eventlog import Appended, Event, EventLog, LogTimeout
 from govern.runtime._replica import Replica
 
 from .machines import order_log, order_machine
@@ -175,9 +175,50 @@ def test_an_append_that_failed_before_its_commit_is_an_error(monkeypatch: pytest
 
     calls: list[str] = []
     monkeypatch.setattr(log, "get", unreadable)
-    with pytest.raises(EventLogError, match="may or may not be in the log"):
+    with pytest.raises(bide.CallInDoubt, match="may or may not be in the log"):
         invoke_tool(log, "pay", "run-b", "c1.0")
     assert log.length() == 0 and len(calls) == 1
+
+
+def test_an_append_in_doubt_stops_the_drive_and_the_next_drive_appends_it_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The commit landed, its answer was lost and the log stayed unreachable past the read back: the call
+    is in doubt. The model is not told it failed (it would call again, a new call with a new event id, and
+    the event would be recorded twice): nothing is journaled for the call, the drive raises CallInDoubt,
+    and the next drive calls again with the same event id, which finds the event already appended."""
+    log = order_log()
+    append, get = log.append, log.get
+    down = [True]
+
+    def committed_then_lost(event: Event) -> Appended:
+        appended = append(event)
+        if down[0]:
+            raise LogTimeout("append kept failing: the connection broke at commit")
+        return appended
+
+    def unreadable(event_id: str) -> object:
+        if down[0]:
+            raise LogTimeout("read kept failing: the log is unreachable")
+        return get(event_id)
+
+    monkeypatch.setattr(log, "append", committed_then_lost)
+    monkeypatch.setattr(log, "get", unreadable)
+    store = bide.MemoryStore()
+    machine = order_machine()
+    model = ScriptedModel([Turn(calls=(Call("restock", {"record": "o1"}),)), reply("restocked")])
+    agent = bide.Agent(model, store=store, tools=[event_tool(machine, log, "restock")], name="clerk")
+    with pytest.raises(bide.CallInDoubt, match="may or may not be in the log"):
+        agent.run_sync("r", "restock o1")
+    journal = bide.Journal(store, "r").load()
+    assert not [r for r in journal.records() if isinstance(r, bide.ToolResult)]  # the model was told nothing
+    assert log.length() == 1  # the commit landed
+    down[0] = False
+    assert agent.run_sync("r", "restock o1").answer == "restocked"
+    assert [e.event for e in log.read()] == ["restock"]  # once
+    [result] = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
+    assert not result.is_error and result.result["newly_recorded"] is False
+    assert len(model.requests) == 2  # turn 0 once, then turn 1 with the settled result
 
 
 def test_unknown_event_is_refused() -> None:
