@@ -147,6 +147,7 @@ def load_targets(spec: str) -> list[Target]:
     directory = str(path.resolve().parent)
     sys.path.insert(0, directory)
     sys.modules[module_name] = module
+    cwd = os.getcwd()
     try:
         # What the machine file prints goes to stderr: stdout carries only govern's own output (one JSON
         # document with --json).
@@ -165,6 +166,11 @@ def load_targets(spec: str) -> list[Target]:
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(directory)
+        # A file that changes the working directory (os.chdir(os.path.dirname(__file__)), a common idiom)
+        # must not move where -o, --sign and the default output are looked for, nor what they are
+        # checked against: every path on the command line means what it meant when the command started.
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
     found: list[Target] = []
     seen: set[int] = set()
     for attribute, value in vars(module).items():

@@ -44,6 +44,30 @@ def test_certify_refuses_to_write_over_the_machine_file_or_the_key(machine_dir: 
     assert not list(machine_dir.glob("*.govern-cert.json"))
 
 
+def test_a_machine_file_that_changes_directory_moves_no_path_of_the_command(tmp_path: Path) -> None:
+    """A machine file with the idiom os.chdir(os.path.dirname(__file__)): -o, --sign and the default output
+    keep meaning what they meant when the command started (`-o m.py` overwrote machines/m.py itself, the
+    machine file, and --sign looked for the key beside the machine)."""
+    (tmp_path / "machines").mkdir()
+    text = (
+        "import os\nos.chdir(os.path.dirname(os.path.abspath(__file__)))\n"
+        "from govern import Registry\nregistry = Registry('orders')\n"
+        "status = registry.enum('status', ['pending', 'paid'])\n"
+        "registry.event('pay', guard=status == 'pending', effect={status: 'paid'})\n"
+    )
+    (tmp_path / "machines" / "m.py").write_text(text)
+    assert govern("keygen", "ci.key", cwd=tmp_path).returncode == 0
+    done = govern("certify", "machines/m.py", "-o", "m.py", "--sign", "ci.key", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (tmp_path / "machines" / "m.py").read_text() == text  # the machine file is intact
+    assert json.loads((tmp_path / "m.py").read_text())["signature"] is not None  # written where asked
+    moved = govern("certify", "machines/m.py", "-o", "machines/m.py", cwd=tmp_path)
+    assert moved.returncode == 2 and "refusing to write over it" in moved.stderr
+    assert (tmp_path / "machines" / "m.py").read_text() == text
+    assert govern("certify", "machines/m.py", cwd=tmp_path).returncode == 0
+    assert (tmp_path / "machines" / "orders.govern-cert.json").is_file()  # next to the machine file
+
+
 def test_graph_of_a_certificate_refuses_to_write_over_it(tmp_path: Path) -> None:
     """`govern graph` writing NAME.events.dot over the certificate it draws: refused, nothing written."""
     cert = tmp_path / "orders.events.dot"
