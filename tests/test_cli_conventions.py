@@ -260,3 +260,15 @@ def test_a_reader_that_goes_away_does_not_change_the_verdict(tmp_path: Path) -> 
             cwd=tmp_path,
         )
     assert lost.returncode == 2 and "could not be written" in lost.stderr, lost.stderr
+    for args in (("check", cert), ("check", cert, "--json"), ("show", cert)):
+        # exit 1 from `govern check` means "not valid": a full disk behind stdout made it say so
+        with open("/dev/full", "w") as full:
+            lost = subprocess.run(
+                [sys.executable, "-m", COMMANDS["govern"], *args],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=tmp_path,
+            )
+        assert lost.returncode == 2 and "could not be written" in lost.stderr, (args, lost.stderr)
+        assert "Traceback" not in lost.stderr
