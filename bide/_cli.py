@@ -53,6 +53,7 @@ from ._cli_common import (
     table,
 )
 from ._errors import BideError, ConfigError, NoLiveAttempt, ResolveRefused, StoreError, StoreNotFound
+from ._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, silence_stdout
 from ._terminal import printable
 from ._when import iso, seconds, when
 
@@ -813,9 +814,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `bide` console script; returns the exit code."""
     parser, _ = build_parser()
     args = parser.parse_args(argv)
+    # A reader that goes away (`bide runs | head`) drops the rest of the output, and the command ends with
+    # its own exit code; a full disk behind `> file` is OUTPUT_LOST (see bide._stdout).
+    stdout, sys.stdout = sys.stdout, GuardedStdout(sys.stdout)
     try:
         code: int = args.handler(args)
+        sys.stdout.flush()
         return code
+    except OutputLost as exc:
+        silence_stdout()
+        say(f"bide: the output could not be written ({exc})", file=sys.stderr)
+        return OUTPUT_LOST
     except CLIError as exc:
         say(f"bide: {exc}", file=sys.stderr)
         return exc.code
@@ -839,6 +848,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except Exception as exc:
         return internal_error("bide", exc, debug=args.debug)
+    finally:
+        sys.stdout = stdout
 
 
 if __name__ == "__main__":

@@ -8,11 +8,13 @@ exits with the usage-or-input code (2), never 0, since what it printed is lost o
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from collections.abc import Callable
+from typing import TextIO
 
-__all__ = ["OUTPUT_LOST", "emitted", "silence_stdout"]
+__all__ = ["OUTPUT_LOST", "GuardedStdout", "OutputLost", "emitted", "silence_stdout"]
 
 OUTPUT_LOST = 2
 
@@ -42,3 +44,49 @@ def emitted(write: Callable[[], None], code: int) -> int:
         print(f"error: the output could not be written ({exc.strerror or exc})", file=sys.stderr)
         return OUTPUT_LOST
     return code
+
+
+class OutputLost(Exception):
+    """Standard output could not be written for another reason than a closed pipe (a full disk)."""
+
+
+class GuardedStdout(io.TextIOBase):
+    """Standard output as a command prints to it: once the reader went away, what is printed is dropped and
+    the command goes on to its own exit code; a write that fails for another reason raises OutputLost, for
+    the command to report as `OUTPUT_LOST` (never as a verdict or a bug)."""
+
+    def __init__(self, inner: TextIO) -> None:
+        super().__init__()
+        self._inner = inner
+        self._gone = False
+
+    def write(self, text: str) -> int:
+        if not self._gone:
+            try:
+                self._inner.write(text)
+            except BrokenPipeError:
+                self._gone = True
+                silence_stdout()
+            except OSError as exc:
+                raise OutputLost(exc.strerror or str(exc)) from exc
+        return len(text)
+
+    def flush(self) -> None:
+        if not self._gone:
+            try:
+                self._inner.flush()
+            except BrokenPipeError:
+                self._gone = True
+                silence_stdout()
+            except OSError as exc:
+                raise OutputLost(exc.strerror or str(exc)) from exc
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
+        return self._inner.encoding

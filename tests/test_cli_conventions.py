@@ -272,3 +272,33 @@ def test_a_reader_that_goes_away_does_not_change_the_verdict(tmp_path: Path) -> 
             )
         assert lost.returncode == 2 and "could not be written" in lost.stderr, (args, lost.stderr)
         assert "Traceback" not in lost.stderr
+
+
+def test_bide_keeps_its_exit_code_when_the_reader_goes_and_reports_a_lost_output(tmp_path: Path) -> None:
+    """`bide runs --json | head` exited 3 (a BrokenPipeError reported as a bug), `bide show | head -1` 1,
+    and `bide runs > /dev/full` 3: a reader that went away leaves the command's own exit code, a full disk
+    is exit 2 with a message."""
+    import bide
+    from bide.testing import ScriptedModel, reply
+
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    store = bide.open_store(url)
+    try:
+        for i in range(300):  # more output than a pipe holds
+            bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync(f"run-{i:03d}", "hello " * 20)
+    finally:
+        store.close()
+    commands = [("runs", "--store", url, "--json"), ("runs", "--store", url)]
+    commands.append(("show", "--store", url, "run-000"))
+    for args in commands:
+        code, err = _with_stdout_closed("bide", *args, cwd=tmp_path)
+        assert (code, err) == (0, ""), (args, code, err)
+        with open("/dev/full", "w") as full:
+            lost = subprocess.run(
+                [sys.executable, "-m", COMMANDS["bide"], *args],
+                stdout=full,
+                stderr=subprocess.PIPE,
+                text=True,
+                cwd=tmp_path,
+            )
+        assert lost.returncode == 2 and "could not be written" in lost.stderr, (args, lost.stderr)

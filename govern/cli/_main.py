@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import hashlib
 import importlib.util
-import io
 import json
 import os
 import sys
@@ -46,7 +45,7 @@ from bide._cli_common import (
     byte_limit,
     skew_seconds,
 )
-from bide._stdout import OUTPUT_LOST, emitted, silence_stdout
+from bide._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, emitted, silence_stdout
 from bide._terminal import printable
 
 from .._errors import GovernError
@@ -901,46 +900,10 @@ def _json_failure(args: argparse.Namespace, code: int, reason: str, message: str
     _print(json.dumps(document, indent=2, sort_keys=True))
 
 
-class _OutputLost(Exception):
-    """Standard output could not be written for another reason than a closed pipe (a full disk)."""
-
-
-class _GuardedStdout(io.TextIOBase):
-    """Standard output as govern prints to it: a write that fails for another reason than a closed pipe
-    raises _OutputLost, which `main` reports as output lost (exit 2), never as a verdict or a bug: exit 1
-    from `govern check` means "not valid"."""
-
-    def write(self, text: str) -> int:
-        try:
-            return sys.stdout.write(text)
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _OutputLost(exc.strerror or str(exc)) from exc
-
-    def flush(self) -> None:
-        try:
-            sys.stdout.flush()
-        except BrokenPipeError:
-            raise
-        except OSError as exc:
-            raise _OutputLost(exc.strerror or str(exc)) from exc
-
-    def isatty(self) -> bool:
-        return sys.stdout.isatty()
-
-    def fileno(self) -> int:
-        return sys.stdout.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]  # (what rich encodes for; read-only here)
-        return sys.stdout.encoding
-
-
 def _print(text: str) -> None:
     """Print a JSON document; a reader that went away is not an error (see bide._stdout)."""
     try:
-        print(text, file=_GuardedStdout(), flush=True)
+        print(text, file=GuardedStdout(sys.stdout), flush=True)
     except BrokenPipeError:
         silence_stdout()
 
@@ -957,7 +920,7 @@ def main(argv: list[str] | None = None) -> int:
             self.quiet = True
             silence_stdout()
 
-    out = Output(file=cast("IO[str]", _GuardedStdout()), highlight=False, soft_wrap=True)
+    out = Output(file=cast("IO[str]", GuardedStdout(sys.stdout)), highlight=False, soft_wrap=True)
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     try:
         code: int = args.run(args, out, err)
@@ -982,7 +945,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         code = 130
-    except _OutputLost as exc:
+    except OutputLost as exc:
         silence_stdout()
         err.print(f"[bold red]error[/]: the output could not be written ({_safe(str(exc))})")
         return OUTPUT_LOST
