@@ -911,7 +911,17 @@ def _print(text: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the `govern` command; returns (and, as a console script, exits with) the exit code."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    given = sys.argv[1:] if argv is None else argv
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        # `check --json` and `certify --json` print one JSON document on every exit, a usage error too.
+        command = next((word for word in given if word in ("check", "certify")), None)
+        if exc.code == EXIT_USAGE and command is not None and "--json" in given:
+            refused = argparse.Namespace(json=True, command=command)
+            said = "the arguments were refused (see standard error)"
+            _json_failure(refused, EXIT_USAGE, "usage error", said)
+        raise
     from rich.console import Console
 
     class Output(Console):
@@ -945,6 +955,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print("interrupted")
         code = 130
+        said = "interrupted (Ctrl-C): each file is written whole or not at all"
+        _json_failure(args, code, "interrupted", said)
     except OutputLost as exc:
         silence_stdout()
         err.print(f"[bold red]error[/]: the output could not be written ({_safe(str(exc))})")

@@ -421,3 +421,20 @@ def test_symbolic_certificates_in_process(tmp_path: Path, capsys: pytest.Capture
     assert main(["certify", str(tmp_path / "bad.py:racy"), "--no-write", "--json"]) == 1
     [racy] = json.loads(capsys.readouterr().out)["results"]
     assert racy["status"] == "not-convergent" and racy["counterexample"]["condition"] == "CC1"
+
+
+def test_json_is_one_document_on_a_usage_error_and_on_an_interrupt(tmp_path: Path) -> None:
+    """`check --json` and `certify --json` print one JSON document on every exit: bad arguments (argparse
+    printed its usage only) and Ctrl-C (nothing at all) included."""
+    refused = govern("check", "any.json", "--json", "--max-clock-skew", "abc", cwd=tmp_path)
+    assert refused.returncode == 2
+    assert json.loads(refused.stdout) == {
+        "exit_code": 2, "message": "the arguments were refused (see standard error)", "reason": "usage error",
+        "valid": False,
+    }  # fmt: skip
+    assert "not a whole number of seconds" in refused.stderr
+    (tmp_path / "m.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n")
+    interrupted = govern("certify", "m.py", "--json", cwd=tmp_path)
+    assert interrupted.returncode == 130
+    document = json.loads(interrupted.stdout)
+    assert (document["exit_code"], document["reason"], document["results"]) == (130, "interrupted", [])
