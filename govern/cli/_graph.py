@@ -301,7 +301,15 @@ def render_files(
     formats = (["svg", "png"] if png else ["svg"]) if dot is not None else ["mmd"]
     for base, _, _ in graphs:
         for suffix in ("dot", *formats):
-            refuse_overwriting(directory / f"{base}.{suffix}", list(keep))
+            target = directory / f"{base}.{suffix}"
+            refuse_overwriting(target, list(keep))
+            # Checked before any file is renamed into place: a rename that fails half-way through the set
+            # (onto a directory, say) would leave the drawings half replaced.
+            if target.exists() and not target.is_file():
+                raise UsageError(
+                    f"{target} is not a regular file (a directory, a pipe or a device): the drawings of "
+                    f"{certificate.name!r} would replace it; no drawing was written"
+                )
     # Every file is written in full beside its place first, then all are renamed into place: a full disk or
     # a failing Graphviz leaves no file half-written, no set half-drawn, and what was there unchanged.
     staged: list[tuple[Path, Path]] = []

@@ -262,6 +262,24 @@ def test_graph_png_without_graphviz_is_refused_and_writes_nothing(machine_dir: P
     assert "--png needs Graphviz" in result.stderr and list(out.iterdir()) == []
 
 
+def test_graph_with_a_directory_in_the_way_replaces_no_drawing(machine_dir: Path) -> None:
+    """A set of drawings is written whole or not at all: with one of its names taken by a directory, the
+    renames stopped there and three old drawings were already replaced."""
+    out = machine_dir / "pictures"
+    out.mkdir()
+    assert govern("graph", "shop.py:orders", "-o", "pictures", cwd=machine_dir).returncode == 0
+    drawings = sorted(p for p in out.iterdir())
+    for path in drawings:
+        path.write_text("OLD")
+    in_the_way = drawings[-1]
+    in_the_way.unlink()
+    in_the_way.mkdir()
+    result = govern("graph", "shop.py:orders", "-o", "pictures", cwd=machine_dir)
+    assert result.returncode == 2 and "is not a regular file" in result.stderr, result.stderr
+    assert [p.read_text() for p in drawings[:-1]] == ["OLD"] * (len(drawings) - 1)
+    assert in_the_way.is_dir()
+
+
 def test_graph_of_a_bad_machine_is_an_input_error_not_a_bug(tmp_path: Path) -> None:
     (tmp_path / "counter.py").write_text(
         "from govern import Registry\n"
