@@ -189,13 +189,17 @@ def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
     return verify_approvals(pkg, key, call_id=args.call, trust=trust, max_skew_ns=skew)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def _write_atomic(path: Path, data: bytes, publisher: _RecordingPublisher | None = None) -> None:
     from .._errors import ConfigError
 
     try:
         write_whole(path, data, mode=0o600)
     except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}; nothing was written") from exc
+        # The head the output holds was signed, and published, before the output could be staged.
+        heads = publisher.published if publisher is not None else []
+        sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
+        why = exc.strerror or exc
+        raise ConfigError(f"cannot write {path}: {why}; {path} was not written{sent}") from exc
 
 
 def _store_files(path: str) -> list[str]:
@@ -270,7 +274,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         else:
             artifact = log.evidence(args.run)
             what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
-        _write_atomic(output, artifact.to_json())
+        _write_atomic(output, artifact.to_json(), publisher)
     finally:
         store.close()
     anchored = ""

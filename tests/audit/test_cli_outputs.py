@@ -206,6 +206,32 @@ def test_keygen_keeps_no_private_key_when_its_pub_cannot_be_written(
     assert sorted(p.name for p in tmp_path.iterdir()) == ["k", "k.pub"]
 
 
+def test_an_export_whose_output_does_not_fit_says_the_head_it_published(
+    exported: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The head an export holds is signed and published before its output is written: when the output then
+    does not fit, the message said "nothing was written" while the head sat in the anchor directory."""
+    from bide.audit import _cli
+
+    (exported / "anchors").mkdir()
+    real = _cli.write_whole
+
+    def full_disk(path: Path, data: bytes, **kw: object) -> None:
+        if path.name == "ev.json":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, data, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(_cli, "write_whole", full_disk)
+    monkeypatch.chdir(exported)
+    argv = ["export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key", "-o", "ev.json"]
+    assert _cli.main([*argv, "--anchor-dir", "anchors"]) == 2
+    err = capsys.readouterr().err
+    [head] = list((exported / "anchors").rglob("*.json"))
+    assert "ev.json was not written" in err
+    assert f"was published to anchors/{head.parent.name}/{head.name}" in err
+    assert not (exported / "ev.json").exists()
+
+
 @pytest.mark.parametrize("prog", sorted(MODULES))
 def test_keygen_refuses_to_replace_an_existing_pub_without_force(prog: str, tmp_path: Path) -> None:
     (tmp_path / "a.pub").write_text("alice's pinned public key\n")
