@@ -240,6 +240,13 @@ def _with_stdout_closed(prog: str, *args: str, cwd: Path) -> tuple[int, str]:
     return proc.wait(timeout=120), err
 
 
+def _with_stdout_full(prog: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """Run a command whose standard output is a full disk (`cmd > /dev/full`)."""
+    with open("/dev/full", "w") as full:
+        command = [sys.executable, "-m", COMMANDS[prog], *args]
+        return subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, cwd=cwd)
+
+
 def test_a_reader_that_goes_away_does_not_change_the_verdict(tmp_path: Path) -> None:
     """`govern check cert | head` exited 1 ("not valid") for a valid certificate, and bide-audit printed a
     traceback: the exit code is the command's verdict, whatever happened to the reader."""
@@ -251,25 +258,11 @@ def test_a_reader_that_goes_away_does_not_change_the_verdict(tmp_path: Path) -> 
     verify = ("verify", "bad.json", "--pubkey", "k.pub", "--json")
     code, err = _with_stdout_closed("bide-audit", *verify, cwd=tmp_path)
     assert code == 4 and "Traceback" not in err, err
-    with open("/dev/full", "w") as full:  # the output cannot be written: that is not a verdict
-        lost = subprocess.run(
-            [sys.executable, "-m", COMMANDS["bide-audit"], *verify],
-            stdout=full,
-            stderr=subprocess.PIPE,
-            text=True,
-            cwd=tmp_path,
-        )
+    lost = _with_stdout_full("bide-audit", *verify, cwd=tmp_path)  # the output is lost: not a verdict
     assert lost.returncode == 2 and "could not be written" in lost.stderr, lost.stderr
     for args in (("check", cert), ("check", cert, "--json"), ("show", cert)):
         # exit 1 from `govern check` means "not valid": a full disk behind stdout made it say so
-        with open("/dev/full", "w") as full:
-            lost = subprocess.run(
-                [sys.executable, "-m", COMMANDS["govern"], *args],
-                stdout=full,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=tmp_path,
-            )
+        lost = _with_stdout_full("govern", *args, cwd=tmp_path)
         assert lost.returncode == 2 and "could not be written" in lost.stderr, (args, lost.stderr)
         assert "Traceback" not in lost.stderr
 
@@ -293,12 +286,5 @@ def test_bide_keeps_its_exit_code_when_the_reader_goes_and_reports_a_lost_output
     for args in commands:
         code, err = _with_stdout_closed("bide", *args, cwd=tmp_path)
         assert (code, err) == (0, ""), (args, code, err)
-        with open("/dev/full", "w") as full:
-            lost = subprocess.run(
-                [sys.executable, "-m", COMMANDS["bide"], *args],
-                stdout=full,
-                stderr=subprocess.PIPE,
-                text=True,
-                cwd=tmp_path,
-            )
+        lost = _with_stdout_full("bide", *args, cwd=tmp_path)
         assert lost.returncode == 2 and "could not be written" in lost.stderr, (args, lost.stderr)
