@@ -336,14 +336,7 @@ class Tool:
                 call = functools.partial(self.fn, args)
             value = await self._in_thread(call, window)
             if inspect.isawaitable(value):
-                # The function only made the awaitable: the call is over when it is, and its window records
-                # that outcome (cancelled or timed out here: not known), never the awaitable as a result.
-                try:
-                    value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
-                except BaseException as exc:
-                    window.finish(False, exc)
-                    raise
-                window.finish(True, value)
+                value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
         except BaseException as exc:
             if observed is not None:
                 observed.failed(exc)
@@ -368,7 +361,11 @@ class Tool:
             except BaseException as exc:
                 window.finish(False, exc)
                 raise
-            if not inspect.isawaitable(value):  # else the call goes on in the awaitable (see _invoke)
+            if inspect.isawaitable(value):
+                # The function only made the awaitable, which the event loop awaits next: what the thread
+                # returned is no outcome of the call (a drive that ends now leaves it unknown).
+                window.finish(False, value)
+            else:
                 window.finish(True, value)
             return value
 
