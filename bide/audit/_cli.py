@@ -81,6 +81,17 @@ def _key_or_why(args: argparse.Namespace) -> PublicKey | UnreadableInput:
         return exc
 
 
+def _key_if_given(args: argparse.Namespace, unreadable: list[UnreadableInput]) -> PublicKey | None:
+    """The --pubkey key, when one is given and can be read; why it cannot goes to `unreadable`."""
+    if not args.pubkey:
+        return None
+    found = _key_or_why(args)
+    if isinstance(found, UnreadableInput):
+        unreadable.append(found)
+        return None
+    return found
+
+
 def _cmd_verify(args: argparse.Namespace) -> Verified:
     from ._formats import ProofBundle
     from ._strict import parse_artifact
@@ -115,12 +126,7 @@ def _cmd_verify_consistency(args: argparse.Namespace) -> Verified:
     skew = args.max_clock_skew * 10**9
     heads: list[SignedTreeHead] = []
     unreadable: list[UnreadableInput] = []
-    key: PublicKey | None = None
-    if args.pubkey:
-        try:
-            key = _key(args)
-        except UnreadableInput as exc:
-            unreadable.append(exc)
+    key = _key_if_given(args, unreadable)
     for path in (args.old_head, args.new_head):
         try:
             heads.append(parse_artifact(SignedTreeHead, _read(path, args.max_input_bytes), what=path))
@@ -165,12 +171,7 @@ def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
         )
     except UnreadableInput as exc:
         unreadable.append(exc)
-    key: PublicKey | None = None
-    if args.pubkey:
-        try:
-            key = _key(args)
-        except UnreadableInput as exc:
-            unreadable.append(exc)
+    key = _key_if_given(args, unreadable)
     try:
         pkg = parse_artifact(EvidencePackage, _read(args.package, args.max_input_bytes), what=args.package)
     except UnreadableInput as exc:

@@ -31,14 +31,21 @@ def _audit_all(*calls: tuple[str, ...], cwd: Path) -> list[subprocess.CompletedP
         return list(pool.map(lambda args: _audit(*args, cwd=cwd), calls))
 
 
-def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
+def _store_and_key(tmp_path: Path, run_id: str, records: int) -> str:
+    """A SQLite store in `tmp_path` holding run `run_id` (`records` gate records) and a signing key
+    `log.key` beside it; the store's URL."""
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     store = bide.open_store(url)
     try:
-        write_run(store, "run-1", 3)
+        write_run(store, run_id, records)
     finally:
         store.close()
     assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    return url
+
+
+def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
+    url = _store_and_key(tmp_path, "run-1", 3)
     assert (tmp_path / "log.key.pub").exists()
     assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 2  # never overwrites a key
     base = ["--store", url, "--run", "run-1", "--key", "log.key"]
@@ -105,13 +112,7 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
 def test_an_unreadable_key_never_hides_a_forged_bundle_or_package(tmp_path: Path) -> None:
     """verify and verify-evidence with a --pubkey that cannot be read: they exited 4 before looking at the
     proofs; a record swapped for another one (not in the tree at that position) is now exit 1 first."""
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    store = bide.open_store(url)
-    try:
-        write_run(store, "run-1", 3)
-    finally:
-        store.close()
-    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    url = _store_and_key(tmp_path, "run-1", 3)
     base = ["--store", url, "--run", "run-1", "--key", "log.key"]
     made = _audit_all(
         ("export", *base, "--record", "run:start", "-o", "bundle.json"),
@@ -155,13 +156,7 @@ def test_exit_4_prints_unreadable_input_but_error_for_a_store_it_cannot_open(tmp
     """docs/audit.md, "Exit codes": exit 4 is `UNREADABLE INPUT:` / `unusable_input` for an input that cannot
     be used (no such run or record, a private key as --pubkey, another artifact's format), and `ERROR:` /
     `error` only for a store `export` cannot open. --json keys are sorted (docs/cli.md)."""
-    url = f"sqlite:///{tmp_path / 'runs.db'}"
-    store = bide.open_store(url)
-    try:
-        write_run(store, "r", 1)
-    finally:
-        store.close()
-    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    url = _store_and_key(tmp_path, "r", 1)
     base = ["--key", "log.key", "--json"]
     exported = _audit("export", "--store", url, "--run", "r", "-o", "ev.json", *base, cwd=tmp_path)
     assert exported.returncode == 0, exported
