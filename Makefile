@@ -17,6 +17,7 @@ test: install
 	@tests/infra/ensure-postgres.sh
 	@tests/infra/ensure-coq.sh
 	@tests/infra/ensure-spin.sh
+	@tests/infra/ensure-iproute.sh
 	$(MAKE) rocq
 	$(MAKE) lint typecheck
 	$(MAKE) pytest

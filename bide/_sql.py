@@ -65,7 +65,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import math
 import operator
 import os
 import queue
@@ -100,6 +99,7 @@ from ._store import (
     written_by,
 )
 from ._url import (
+    libpq_bounds,
     missing_database,
     refused_for_good,
     refused_option,
@@ -127,11 +127,6 @@ class _Refused:
     """The answer of an insert the store refused (S8, S10): the caller gets `error`, the batch goes on."""
 
     error: WriteRefused
-
-
-def _connect_s(busy_timeout: float) -> int:
-    """libpq's connect_timeout (whole seconds, at least 2) for a store with this busy timeout."""
-    return max(2, math.ceil(busy_timeout))
 
 
 class _HooksBroken(Exception):
@@ -276,13 +271,10 @@ class SQLStore:
             )
             sa.event.listen(self.engine, "connect", self._sqlite_pragmas)
         else:
-            # libpq waits for a server that accepts and never answers (or a host that drops packets) for
-            # as long as the operating system lets it, minutes or forever, unless connect_timeout bounds
-            # each attempt: by default it is the busy timeout, so no wait is unbounded. libpq rounds
-            # anything under 2 s up to 2 s. A connect_timeout in the URL wins.
-            bounded = {"connect_timeout": _connect_s(busy_timeout)}
-            if "connect_timeout" in sa_url.query:
-                bounded = {}
+            # libpq waits for a server that accepts and never answers, or for an answer on a path that went
+            # silent, as long as the operating system lets it: minutes or forever. The busy timeout bounds
+            # each connection attempt and a silent connection (libpq_bounds); options in the URL win.
+            bounded = libpq_bounds(sa_url.query, busy_timeout)
             self.engine = sa.create_engine(sa_url, pool_pre_ping=True, pool_size=2, connect_args=bounded)
             sa.event.listen(self.engine, "connect", self._postgresql_session)
         self.metadata = sa.MetaData()

@@ -23,6 +23,7 @@ caller's to fix, not a store failure. libpq checks the values of its other optio
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import re
 from collections.abc import Collection
@@ -34,6 +35,7 @@ from ._errors import StoreURLError
 __all__ = [
     "StoreURL",
     "StoreURLError",
+    "libpq_bounds",
     "missing_database",
     "parse_store_url",
     "refused_for_good",
@@ -183,6 +185,27 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
                 f"{shown!r} is not a usable PostgreSQL URL: the host {host!r} is not a host name, an IP "
                 f"address or a socket directory; {_POSTGRESQL_FORM}"
             )
+
+
+def libpq_bounds(given: Collection[str], wait_s: float) -> dict[str, int]:
+    """libpq options that bound every wait on the network to about `wait_s` seconds (at least 2): each
+    connection attempt (``connect_timeout``), and a request whose network path goes silent while it waits
+    for the answer (a dead route, an expired NAT entry: no reset ever comes). For that one, TCP keepalives
+    probe a connection silent for half of `wait_s` and give up after three unanswered probes, and
+    ``tcp_user_timeout`` gives up on data unacknowledged for `wait_s`: the kernel closes the connection
+    after about `wait_s` of silence and the driver reports it lost, which the caller handles like any lost
+    connection. A live server's kernel answers the probes however long a statement runs, so nothing alive
+    is cut. An option named in the URL (`given`) wins."""
+    s = max(2, math.ceil(wait_s))
+    bounds = {
+        "connect_timeout": s,
+        "keepalives": 1,
+        "keepalives_idle": max(1, s // 2),
+        "keepalives_interval": max(1, math.ceil(s / 6)),
+        "keepalives_count": 3,
+        "tcp_user_timeout": s * 1000,
+    }
+    return {name: value for name, value in bounds.items() if name not in given}
 
 
 def refused_option(url: str, options: Collection[str], error: str) -> StoreURLError | None:

@@ -51,6 +51,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from sqlalchemy.engine import Connection, Engine
 
 from bide._sql import lost_in_pipeline, out_of_pipeline
+from bide._url import libpq_bounds
 
 from .._errors import GovernError
 from . import _logschema as schema
@@ -932,13 +933,14 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
 
 def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
     """An engine for `url` (a SQLAlchemy URL from `bide._url.parse_store_url`), and its dialect ("sqlite" or
-    "postgresql"). Every wait is bounded by `timeout`:
-    the pool checkout, PostgreSQL's lock_timeout and statement_timeout, SQLite's busy timeout."""
+    "postgresql"). Every wait is bounded by `timeout`: the pool checkout, PostgreSQL's lock_timeout and
+    statement_timeout, each connection attempt and a network gone silent (`libpq_bounds`), SQLite's busy
+    timeout."""
     pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": timeout}
     ms = int(timeout * 1000)
     if url.startswith("postgresql"):
         options = f"-c lock_timeout={ms} -c statement_timeout={ms}"
-        connect = {"connect_timeout": max(1, round(timeout)), "options": options}
+        connect = {**libpq_bounds(sa.engine.make_url(url).query, timeout), "options": options}
         return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
     engine = sa.create_engine(url, connect_args={"timeout": timeout, "check_same_thread": False}, **pool)
 
