@@ -22,7 +22,7 @@ import itertools
 import math
 import threading
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 __all__ = ["run_with_deadline"]
@@ -96,16 +96,20 @@ def _deadlines(loop: asyncio.AbstractEventLoop) -> _Deadlines:
     return current
 
 
-async def run_with_deadline(awaitable: Awaitable[T], timeout: float) -> T:
+async def run_with_deadline(awaitable: Awaitable[T], timeout: float | Callable[[], float]) -> T:
     """`await awaitable` in the current task, cancelled after `timeout` seconds with `asyncio.timeout`'s
-    semantics (see the module docstring): TimeoutError when the deadline cancelled it."""
+    semantics (see the module docstring): TimeoutError when the deadline cancelled it. `timeout` may be a
+    function answering the seconds left on another clock: it is read as the deadline is set, so time lost
+    before (a paused process) is not given back."""
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("run_with_deadline must be awaited inside a task")
     loop = task.get_loop()
     deadlines = _deadlines(loop)
     cancelling = task.cancelling()
-    token = deadlines.add(task, loop.time() + timeout)
+    # The loop's clock first: a pause between the two reads only sets the deadline earlier.
+    now = loop.time()
+    token = deadlines.add(task, now + (timeout() if callable(timeout) else timeout))
     try:
         value = await awaitable
     except BaseException as exc:

@@ -321,12 +321,16 @@ class Tool:
         observed = tool_call(self, ctx)
         try:
             if self._is_async:
-                # A claimed call starts only inside its window; an unclaimed one (a retry-safe tool's) starts
-                # now, with its whole timeout, and needs no window object.
-                left = self.timeout if window is None else window.start()
                 # Nothing of the tool runs until its coroutine is awaited, under the deadline.
                 coroutine = self.fn(**args) if isinstance(args, dict) else self.fn(args)
-                value = await run_with_deadline(coroutine, left)
+                if window is None:  # an unclaimed call (a retry-safe tool's) starts now, with its timeout
+                    value = await run_with_deadline(coroutine, self.timeout)
+                else:
+                    # A claimed call: the deadline is set from the window's clock as it is armed, then the
+                    # window is checked just before the tool's first step. A pause anywhere before that
+                    # step ends in NotCalled, or in the cancellation at the tool's first await: never in
+                    # a call given a fresh timeout after its marker's deadline.
+                    value = await run_with_deadline(_started_inside(window, coroutine), window.remaining)
                 return journal_safe(self.name, value)
             if window is None:
                 window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
@@ -435,6 +439,18 @@ def _why_unencodable(exc: BaseException) -> str:
 
 async def _await(value: Awaitable[Any]) -> Any:
     return await value
+
+
+async def _started_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
+    """Await an async tool's `awaitable` only if its claimed `window` is still open now, right before its
+    first step (NotCalled otherwise, nothing of it run)."""
+    try:
+        window.start()
+    except BaseException:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()  # never started: no "was never awaited" warning
+        raise
+    return await awaitable
 
 
 class ToolArgumentsInvalid(Exception):
