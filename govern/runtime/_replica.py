@@ -153,6 +153,7 @@ def _unwrapped(exc: ValidationError) -> InvalidInput:
 
 
 _ID = operator.attrgetter("id")
+_POSITION = operator.attrgetter("position")
 _EVENT_TYPES = frozenset({LoggedEvent})
 _FIELDS = tuple(LoggedEvent.model_fields)
 
@@ -304,6 +305,10 @@ class Replica:
         self._prints = array("q")
         self._last: LoggedEvent | None = None  # the event at _position - 1, when this replica applied it
         self._restored: Checkpoint | None = None
+        # The lowest position deliver() may have applied from a copy not compared with the log's own event
+        # since (None: none): sync() reads the log again from there, so a wrong copy applied first is found
+        # when the log's event comes, and checkpoint() waits for that.
+        self._unconfirmed: int | None = None
         self._buffer: dict[int, LoggedEvent] = {}
         # How many record_seqs are applied ahead of their record's applied prefix, over every record. Only an
         # event with a forged record_seq leaves one when nothing is applied ahead (`_ahead` empty): the
@@ -378,6 +383,7 @@ class Replica:
             raise ReplicaError(
                 "a checkpoint needs a clean log prefix: call sync() first so nothing is buffered or ahead"
             )
+        self._confirm_delivered()
         last_id = last_leaf = None
         if self._last is not None:
             last_id, last_leaf = self._last.id, _leaf_digest(self._last)
@@ -403,21 +409,56 @@ class Replica:
             last_leaf=last_leaf,
         )
 
+    def _confirm_delivered(self) -> None:
+        """Compare what deliver() applied below `position` since the log was last read there with the log's
+        own events (`LogCorrupted` for a copy that was not the log's event; `ReplicaError` when the log does
+        not hold the position), so that a checkpoint holds only the log's state."""
+        start, end = self._unconfirmed, self._position
+        if start is None:
+            return
+        held: list[LoggedEvent] = []
+        while start < end:
+            held = self.log.read(start, min(end - start, 5000))
+            if not held or held[0].position != start:
+                raise ReplicaError(
+                    f"log {self.log.name!r} does not hold position {start}, which this replica applied from "
+                    "an event given to deliver(): a checkpoint holds only what the log holds; call sync() "
+                    "once the log has it, or rebuild the replica with Replica(machine, log)"
+                )
+            for event in held:
+                if not self._applied_here(event):
+                    raise self._not_applied(event)
+            start = held[-1].position + 1
+        if held and self._last is not None and self._last.position == end - 1:
+            self._last = held[-1]  # equal in what applying it does; the log's copy names it in the checkpoint
+        self._unconfirmed = None
+
     # -- feeding ------------------------------------------------------------------------------------------
 
     def sync(self, *, page: int = 5000) -> int:
         """Apply every event of the log not applied yet, in log order, reading `page` events at a time;
-        return how many were applied."""
+        return how many were applied.
+
+        Positions applied from copies `deliver()` was given are read again and compared with the log's
+        own events (`LogCorrupted` when the copy applied was not the log's event)."""
         if isinstance(page, bool) or not isinstance(page, int) or page < 1:
             raise InvalidInput("page", f"must be an integer >= 1 (events read at a time), got {page!r}")
         before = self.applied
+        start = self._position if self._unconfirmed is None else min(self._unconfirmed, self._position)
+        last: LoggedEvent | None = None
         while True:
-            events = self.log.read(self._position, page)
+            events = self.log.read(start, page)
             if not events:
                 break
-            self.deliver(events)
+            self._feed(events)
+            last = events[-1]
+            start = last.position + 1
             if len(events) < page:
                 break
+        if last is not None and last.position == self._position - 1:
+            self._last = last  # the log's own copy names the prefix's end in a checkpoint
+        # Everything below `start` came from the log; what was applied at or past it came from deliver().
+        self._unconfirmed = start if self._position > start or self._ahead else None
         return self.applied - before
 
     def deliver(self, events: Iterable[LoggedEvent]) -> int:
@@ -428,8 +469,8 @@ class Replica:
         order: every rule holds by construction, and it is folded in one vectorized replay.
 
         Anything but an iterable of `LoggedEvent`s raises `InvalidInput` naming it, before any event of the
-        call is applied or buffered."""
-        before = self.applied
+        call is applied or buffered. What is applied is compared with the log's own events by the next
+        `sync()`."""
         if type(events) is list:
             batch = events  # the common call, and a list is what it must be
         elif isinstance(events, (str, bytes, Mapping, BaseModel)) or not isinstance(events, Iterable):
@@ -444,6 +485,15 @@ class Replica:
             for i, item in enumerate(batch):
                 if not isinstance(item, LoggedEvent):
                     raise _not_an_event(i, item)
+        if batch:
+            low = max(min(map(_POSITION, batch)), self._position)
+            if self._unconfirmed is None or low < self._unconfirmed:
+                self._unconfirmed = low
+        return self._feed(batch)
+
+    def _feed(self, batch: list[LoggedEvent]) -> int:
+        """`deliver` of a list of `LoggedEvent`s (checked), from a caller or read from the log."""
+        before = self.applied
         if len(batch) >= _BATCH_MIN and not self._buffer and not self._ahead and not self._gapped:
             start = self._position
             if all(e.position == start + i for i, e in enumerate(batch)):

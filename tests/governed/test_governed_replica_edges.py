@@ -350,6 +350,87 @@ def test_the_logs_event_after_a_different_copy_was_applied_is_refused(
         assert replica.digest() == synced(log).digest()
 
 
+@settings(max_examples=120, deadline=None)
+@given(ops.filter(bool), st.booleans(), st.sampled_from(CONTENT), st.data(), st.booleans(), st.booleans())
+def test_sync_and_checkpoint_find_a_wrong_copy_that_deliver_applied(
+    history: list[tuple[str, str]],
+    chained: bool,
+    field: str,
+    data: st.DataObject,
+    one_at_a_time: bool,
+    then_checkpoint: bool,
+) -> None:
+    """The log's own event never arrives by deliver() after a wrong copy was applied: sync() reads the log
+    again from the first position deliver() applied and compares, and checkpoint() compares before it
+    saves; either refuses a copy that differs in what the replica keeps. A copy differing only in what
+    applying ignores leaves the log's state, and the checkpoint names the log's own event."""
+    log = order_log()
+    stored = fill(log, history * 2, chained=chained)
+    victim = stored[data.draw(st.integers(0, len(stored) - 1), label="victim")]
+    assume(field != "after" or victim.position > 0)
+    forged = _changed(victim, field, data)
+    replica = Replica(order_machine(), log)
+    upto = data.draw(st.integers(victim.position + 1, len(stored)), label="delivered up to")
+    try:
+        _deliver(replica, [forged if e is victim else e for e in stored[:upto]], one_at_a_time)
+    except LogCorrupted:
+        event("the changed copy contradicts the log's record numbers on its own")
+        return
+    if replica.position <= victim.position:
+        event("the changed copy waits for an event that never comes")
+        return
+    check = replica.checkpoint if then_checkpoint else replica.sync
+    if field in FINGERPRINTED:
+        event("the wrong copy is found")
+        with pytest.raises(LogCorrupted, match=rf"claim log position {victim.position}"):
+            check()
+        with pytest.raises(LogCorrupted):  # and again: the state stays refused, not silently the log's
+            replica.sync()
+    else:
+        event("the state is the log's")
+        check()
+        replica.sync()
+        assert replica.digest() == synced(log).digest() and replica.position == len(stored)
+        saved = replica.checkpoint()
+        assert saved.last_id == stored[-1].id
+        Replica(order_machine(), log, checkpoint=saved)  # restores onto the log it names
+
+
+def test_a_copy_applied_past_the_logs_end_is_compared_when_the_log_reaches_it() -> None:
+    """A forged event at the log's next position, applied by deliver(); the log's real event lands there
+    later: sync() refuses it instead of reading on past it, and a checkpoint is refused meanwhile (the log
+    does not hold what the replica applied)."""
+    log = order_log()
+    stored = fill(log, [("o1", "restock"), ("o1", "pay")])
+    replica = synced(log)
+    forged = LoggedEvent(**{**stored[1].model_dump(), "id": "forged", "position": 2, "record_seq": 2,
+                            "event": "ship", "after": ()})  # fmt: skip
+    assert replica.deliver([forged]) == 1 and replica.position == 3
+    with pytest.raises(ReplicaError, match="does not hold position 2"):
+        replica.checkpoint()
+    assert replica.sync() == 0  # the log holds nothing there yet
+    fill(log, [("o1", "cancel"), ("o2", "pay")], start=2)
+    with pytest.raises(LogCorrupted, match="claim log position 2"):
+        replica.sync()
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops.filter(bool), st.randoms(use_true_random=False), st.booleans())
+def test_the_logs_own_events_delivered_in_any_order_pass_syncs_comparison(
+    history: list[tuple[str, str]], rng: random.Random, checkpoint_first: bool
+) -> None:
+    log = order_log()
+    stored = fill(log, history)
+    arrivals = stored[:]
+    rng.shuffle(arrivals)
+    replica = Replica(order_machine(), log)
+    replica.deliver(arrivals)
+    if checkpoint_first:
+        replica.checkpoint()
+    assert replica.sync() == 0
+    assert replica.digest() == synced(log).digest() and replica.checkpoint().position == len(stored)
+
+
 @pytest.mark.parametrize("field", CONTENT)
 def test_copies_spread_over_a_long_log_are_compared_with_the_log_too(field: str) -> None:
     """Copies far apart in the log are looked up by id (not by reading the range they span), and a copy
