@@ -8,6 +8,7 @@ without rebuilding, re-checked by the proof-derived oracle (`_load_check`).
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib
 import io
@@ -24,10 +25,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from bide._files import read_small_file
+
 from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
 from ..model._expr import canonical_json
 from ..model._families import EventFamily, families_of
-from ..model._space import MAX_STATES, Space, Value, VarSpec
+from ..model._space import MAX_STATES, Space, Value, VarSpec, available_memory
 from ..verify._report import Report
 from ._load_check import recheck
 from ._rules_snapshot import check_rule_names, variable_spec, variable_specs
@@ -423,8 +426,29 @@ class Machine:
         Raises `MachineFileError` when the file is unreadable, truncated, of another format, its
         content hash does not match, or it fails the re-check (it says what differs), and
         `OracleUnavailable` when the oracle cannot be loaded."""
+        # Read whole, so a file larger than the memory left is refused before it is read; a pipe (which
+        # blocks) or a device like /dev/zero (which never ends) is refused by `read_small_file`.
         try:
-            data = Path(path).read_bytes()
+            size = os.stat(path).st_size
+            memory = available_memory()
+            if size > memory:
+                raise OSError(
+                    errno.EFBIG, f"it is {size:,} bytes, more than the {memory:,} bytes of memory left"
+                )
+            try:
+                data = read_small_file(path, size)
+            except OSError as exc:
+                if exc.errno != errno.EFBIG:
+                    raise
+                raise OSError(
+                    errno.EFBIG, f"it grew past {size:,} bytes while it was read: load it once it is written"
+                ) from exc
+        except OSError as exc:
+            raise MachineFileError(
+                f"cannot read machine file {os.fspath(path)!r}: {exc.strerror or exc}; give the path of a "
+                "file Machine.save wrote"
+            ) from exc
+        try:
             with np.load(io.BytesIO(data), allow_pickle=False) as z:
                 arrays = {k: z[k] for k in z.files}
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:

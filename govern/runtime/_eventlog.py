@@ -44,7 +44,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _quote  # C: one JSON string, non-ASCII kept as is
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
@@ -80,7 +80,8 @@ __all__ = [
 ]
 
 _NAME_MAX = schema.NAME_MAX
-_SEQ_MAX = 2**63 - 2  # a producer_seq + 1 must still fit the signed 64-bit counter
+_INT64_MAX = 2**63 - 1  # the largest number a log's database holds (signed 64-bit integers)
+_SEQ_MAX = _INT64_MAX - 1  # a producer_seq + 1 must still fit the signed 64-bit counter
 _DIGEST = re.compile(r"[0-9a-f]{64}")
 _LEAF_TAG = b"govern.event.v1\n"
 _T = TypeVar("_T")
@@ -164,6 +165,15 @@ def _check_name(field: str, value: object) -> str:
     return value
 
 
+def _number_problem(value: object) -> str | None:
+    """What is wrong with `value` as a stored number (a position, a record's number), or None."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be an integer, not {type(value).__name__}"
+    if not 0 <= value <= _INT64_MAX:
+        return f"must be between 0 and {_INT64_MAX} (2**63 - 1), got {value}"
+    return None
+
+
 def _check_digest(field: str, value: object) -> str:
     if not isinstance(value, str) or not _DIGEST.fullmatch(value):
         raise InvalidInput(
@@ -245,6 +255,13 @@ class Event(BaseModel):
             raise ValueError(f"lists an id twice: {list(value)}")
         return tuple(value)
 
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with `update`, validated as a new event is (pydantic's own copy takes any value
+        unchecked, and a replica or a log relies on an event's fields being what validation admits)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self)(**{**self.model_dump(), **update})
+
     def same_content(self, other: Event) -> bool:
         """True when `other` is the same event: every field equal (dependency order is irrelevant, and a
         producer_seq left to the log matches whatever number the log gave)."""
@@ -265,13 +282,33 @@ class Event(BaseModel):
 
 class LoggedEvent(Event):
     """An event as the log holds it: the `log` it is in, its `position` there, `record_seq` within its
-    record, and `after`, the positions of its dependencies (each lower than `position`)."""
+    record, and `after`, the positions of its dependencies (each lower than `position`). Each of these
+    numbers is an integer from 0 to 2**63 - 1, what a database's 64-bit column holds."""
 
     log: str
     producer_seq: int = Field(ge=0)
     position: int = Field(ge=0)
     record_seq: int = Field(ge=0)
     after: tuple[int, ...] = ()
+
+    @field_validator("position", "record_seq", mode="before")
+    @classmethod
+    def _stored_number(cls, value: object) -> object:
+        problem = _number_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
+    @field_validator("after", mode="before")
+    @classmethod
+    def _after(cls, value: object) -> tuple[int, ...]:
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise ValueError(f"must be a list of log positions, not {type(value).__name__}")
+        for position in value:
+            problem = _number_problem(position)
+            if problem is not None:
+                raise ValueError(f"a dependency's position {problem}")
+        return tuple(value)
 
     def leaf(self) -> bytes:
         """The event's leaf in the log's RFC 6962 Merkle tree: a domain tag and the canonical JSON of every
@@ -902,6 +939,15 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
                 f"event {event_id!r} depends on {missing}, which are not in log {log!r}; "
                 "append dependencies first"
             )
+        record_seq = record_next[record]
+        # An append never gets near these, one event per number: only an edited log does.
+        if length > _SEQ_MAX or record_seq > _SEQ_MAX:
+            used = f"log {log!r}" if length > _SEQ_MAX else f"record {record!r} of log {log!r}"
+            raise LogCorrupted(
+                f"{used} has used its last number ({_SEQ_MAX}), which only an edited or damaged log "
+                "does (each number is one appended event); nothing was appended: restore the log from a "
+                "backup"
+            )
         # Every field was validated when the Event was made, or computed here: no second validation.
         logged = _trusted(
             {
@@ -914,7 +960,7 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
                 "deps": event_deps,
                 "log": log,
                 "position": length,
-                "record_seq": record_next[record],
+                "record_seq": record_seq,
                 "after": tuple(sorted(after)) if len(after) > 1 else tuple(after),
             }
         )
@@ -949,8 +995,7 @@ def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout={ms}")
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=FULL")
+        cursor.execute("PRAGMA synchronous=FULL")  # (WAL: `_SqlBackend._use_wal`, once the file is a log)
         cursor.close()
 
     # The driver's own transaction handling would start a write transaction lazily, which lets two appenders
@@ -1158,9 +1203,9 @@ class _SqlTx:
                 return _Seen(
                     _head_of(machine, length, names),
                     {},
-                    {} if found == "{}" else json.loads(found),
-                    {producers[0]: int(producer_next)},
-                    {records[0]: int(record_next)},
+                    {} if found == "{}" else _positions(json.loads(found)),
+                    {producers[0]: _counted(producer_next, f"the next number of producer {producers[0]!r}")},
+                    {records[0]: _counted(record_next, f"the next number of record {records[0]!r}")},
                 )
         head = None
         lists: Callable[[list[str]], Any] = _json if self.sqlite else list
@@ -1197,11 +1242,12 @@ class _SqlTx:
                 event = _from_tuple(tuple(row))
                 known[event.id] = event
             elif tag == "d":
-                positions[str(row[2])] = int(row[1])
+                positions[str(row[2])] = _counted(row[1], f"the position of event {row[2]!r}")
             elif tag == "h":
                 head = _head_of(row[3], row[1], row[9])
             else:
-                numbers[tag][str(row[2])] = int(row[1])
+                kind = "producer" if tag == "p" else "record"
+                numbers[tag][str(row[2])] = _counted(row[1], f"the next number of {kind} {row[2]!r}")
         if head is None:
             return None
         return _Seen(head, known, positions, numbers["p"], numbers["r"])
@@ -1285,12 +1331,32 @@ def _json_list(values: tuple[Any, ...]) -> str:
     return json.dumps(list(values), separators=(",", ":")) if values else "[]"
 
 
+def _counted(value: Any, what: str) -> int:
+    """A number the database computed for an append (one past the highest stored, or a stored position),
+    which must be an integer: a stored number of another type, or past 2**63 - 1 (SQLite makes a float
+    of it), was edited in, and raises `LogCorrupted`."""
+    if type(value) is not int:
+        raise LogCorrupted(
+            f"{what} reads as {value!r}, not an integer: the log was edited or is damaged; nothing was "
+            "appended: restore the log from a backup"
+        )
+    return value
+
+
+def _positions(found: dict[str, Any]) -> dict[str, int]:
+    """The positions of stored dependencies by id, as SQLite's json_group_object gave them."""
+    return {dep: _counted(position, f"the position of event {dep!r}") for dep, position in found.items()}
+
+
 def _head_of(machine: Any, length: Any, events: Any) -> _Head:
     try:
+        if type(length) is not int or not 0 <= length <= _INT64_MAX:
+            # (SQLite makes a float of a length past 2**63 - 1: an edited last position)
+            raise ValueError(f"its length reads as {length!r}, not a number of events")
         names = None if events is None else _parse_names(str(events))
-        return _Head(str(machine), int(length), names)
-    except (ValueError, TypeError) as exc:
-        raise LogCorrupted(f"the log's row is unreadable: {exc}") from exc
+        return _Head(str(machine), length, names)
+    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        raise LogCorrupted(f"the log's row is unreadable: {exc}; restore the log from a backup") from exc
 
 
 def _head(row: Any) -> _Head:
@@ -1347,9 +1413,31 @@ class _SqlBackend:
             ready = self._run(lambda c: schema.check_open(c, self.where, self.dialect), "open", True)
             if not ready:
                 self._run(lambda c: schema.prepare(c, self.dialect, self.where), "open", False)
+            if self.dialect == "sqlite":
+                self._use_wal()
         except BaseException:
             self.engine.dispose()
             raise
+
+    def _use_wal(self) -> None:
+        """Switch the SQLite file, now known to be an event log, to WAL. The file keeps the mode, so every
+        later connection uses it; switching before the schema check would change a file the check then
+        refuses, which must be left as it was. (Outside a transaction: SQLite switches in none.)"""
+        backoff = Backoff(self.timeout)
+        while True:
+            try:
+                raw = self.engine.raw_connection()
+                try:
+                    driver: Any = raw.driver_connection
+                    driver.execute("PRAGMA journal_mode=WAL")
+                finally:
+                    raw.close()
+                return
+            except self._errors as exc:
+                kind, reason, _ = classify(exc)
+                if kind == "retry" and backoff.wait():
+                    continue
+                raise self._error(kind, reason, "open", backoff.attempts) from exc
 
     def _run(self, body: Callable[[Connection], _T], what: str, read_only: bool) -> _T:
         backoff = Backoff(self.timeout)
@@ -1664,6 +1752,7 @@ def _from_tuple(row: tuple[Any, ...]) -> LoggedEvent:
     untrusted input, and a damaged one raises `LogCorrupted`)."""
     log, position, event_id, machine, record, record_seq, event, producer, producer_seq, deps, after = row
     try:
+        # Each value as stored, never converted: an edited 1.5 or "2" is refused, not read as another number.
         return LoggedEvent(
             log=log,
             id=event_id,
@@ -1671,11 +1760,21 @@ def _from_tuple(row: tuple[Any, ...]) -> LoggedEvent:
             record=record,
             event=event,
             producer=producer,
-            producer_seq=int(producer_seq),
-            deps=tuple(json.loads(deps)),
-            after=tuple(json.loads(after)),
-            position=int(position),
-            record_seq=int(record_seq),
+            producer_seq=producer_seq,
+            deps=_json_column("deps", deps),
+            after=_json_column("after", after),
+            position=position,
+            record_seq=record_seq,
         )
-    except (ValueError, TypeError) as exc:
-        raise LogCorrupted(f"unreadable event row at position {position}: {exc}") from exc
+    except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        raise LogCorrupted(
+            f"unreadable event row at position {position!r} of log {log!r}: {exc}; restore the log from a "
+            "backup"
+        ) from exc
+
+
+def _json_column(name: str, value: Any) -> Any:
+    """The JSON text of a stored column, parsed (its shape is checked by `LoggedEvent`)."""
+    if type(value) is not str:
+        raise TypeError(f"{name} must be JSON text, not {type(value).__name__}")
+    return json.loads(value)

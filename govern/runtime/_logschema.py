@@ -88,7 +88,8 @@ counters = sa.Table(
 )
 
 _GOVERN_TABLES = {t.name for t in metadata.sorted_tables}
-_LAYOUT_1_TABLES = {"govern_logs", "govern_events"}
+# Layout 1 already had every table but the marker: without one of them a log is damaged, not old.
+_LAYOUT_1_TABLES = _GOVERN_TABLES - {"govern_format"}
 # Any constant: every opener of a PostgreSQL database takes this transaction-scoped advisory lock
 # while it creates or upgrades the tables, so two processes never race on DDL.
 _PG_SCHEMA_LOCK = 0x676F7665726E  # "govern"
@@ -100,12 +101,25 @@ class LogFormatError(GovernError):
     database, or upgrade govern."""
 
 
-def read_marker(conn: Connection) -> tuple[str, int] | None:
-    """The format marker, or None when the database has no marker table."""
+def read_marker(conn: Connection, where: str) -> tuple[str, int] | None:
+    """The format marker, or None when the database has no marker table (or an empty one)."""
     if "govern_format" not in set(sa.inspect(conn).get_table_names()):
         return None
+    return _marker_row(conn, where)
+
+
+def _marker_row(conn: Connection, where: str) -> tuple[str, int] | None:
+    """The marker's row, or None when the table is empty; `LogFormatError` when its version is not an
+    integer (an edited marker: no govern wrote it)."""
     row = conn.execute(sa.select(format_table.c.format, format_table.c.version)).first()
-    return None if row is None else (str(row.format), int(row.version))
+    if row is None:
+        return None
+    if type(row.version) is not int:
+        raise LogFormatError(
+            f"{where} holds a format marker whose version is {row.version!r}, not an integer: it was edited "
+            "or is another program's; restore it from a backup or use a new database (nothing was changed)"
+        )
+    return str(row.format), row.version
 
 
 def check_open(conn: Connection, where: str, dialect: str) -> bool:
@@ -114,10 +128,7 @@ def check_open(conn: Connection, where: str, dialect: str) -> bool:
     creating or upgrading; raises `LogFormatError` for another format, a newer layout, or a marker
     beside only some of the tables (nothing is changed)."""
     tables = set(sa.inspect(conn).get_table_names())
-    marker = None
-    if "govern_format" in tables:
-        row = conn.execute(sa.select(format_table.c.format, format_table.c.version)).first()
-        marker = None if row is None else (str(row.format), int(row.version))
+    marker = _marker_row(conn, where) if "govern_format" in tables else None
     if not check_marker(marker, where, dialect):
         return False
     missing = sorted(_GOVERN_TABLES - tables)
@@ -155,7 +166,7 @@ def prepare(conn: Connection, dialect: str, where: str) -> None:
     SQLite the caller's BEGIN IMMEDIATE serializes openers; on PostgreSQL an advisory lock does."""
     if dialect == "postgresql":
         conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_SCHEMA_LOCK)))
-    marker = read_marker(conn)
+    marker = read_marker(conn, where)
     if check_marker(marker, where, dialect):
         return  # another opener prepared it while this one waited for the lock
     tables = set(sa.inspect(conn).get_table_names())
@@ -168,10 +179,12 @@ def prepare(conn: Connection, dialect: str, where: str) -> None:
                 f"{where} is another application's database (it holds the tables {shown}) and no event "
                 "log: give the event log a file of its own (nothing was changed)"
             )
-    if ours and not ours >= _LAYOUT_1_TABLES:
+    missing = sorted(_LAYOUT_1_TABLES - ours)
+    if ours and missing:
         raise LogFormatError(
-            f"{where} holds only some of the event log's tables ({', '.join(sorted(ours))}): it is damaged "
-            "or another program's; restore it from a backup or use a new database (nothing was changed)"
+            f"{where} holds only some of the event log's tables ({', '.join(sorted(ours))}; "
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not there): it is damaged or "
+            "another program's; restore it from a backup or use a new database (nothing was changed)"
         )
     if ours:
         _upgrade_from_layout_1(conn)
@@ -184,10 +197,10 @@ def prepare(conn: Connection, dialect: str, where: str) -> None:
 
 def _upgrade_from_layout_1(conn: Connection) -> None:
     """Layout 1 → 2: add the columns layout 2 reads (existing rows keep NULL: unknown)."""
-    columns = {table: {c["name"] for c in sa.inspect(conn).get_columns(table)} for table in _LAYOUT_1_TABLES}
-    if "events" not in columns["govern_logs"]:
+    inspector = sa.inspect(conn)
+    if "events" not in {c["name"] for c in inspector.get_columns("govern_logs")}:
         conn.exec_driver_sql("ALTER TABLE govern_logs ADD COLUMN events TEXT")
-    if "writer" not in columns["govern_events"]:
+    if "writer" not in {c["name"] for c in inspector.get_columns("govern_events")}:
         conn.exec_driver_sql("ALTER TABLE govern_events ADD COLUMN writer VARCHAR(32)")
 
 

@@ -431,6 +431,21 @@ def test_the_logs_own_events_delivered_in_any_order_pass_syncs_comparison(
     assert replica.digest() == synced(log).digest() and replica.checkpoint().position == len(stored)
 
 
+@pytest.mark.parametrize(
+    "update",
+    [{"position": "3"}, {"record_seq": 2**63}, {"after": ("0",)}, {"event": ""}, {"producer_seq": True}],
+)
+def test_a_changed_copy_is_validated_as_a_new_event_is(update: dict[str, Any]) -> None:
+    """pydantic's model_copy(update=...) takes any value unchecked; an event's copy is validated, so a
+    replica never meets a field of another type (a forged position "3" crashed deliver with TypeError)."""
+    log = order_log()
+    stored = fill(log, [("o1", "restock"), ("o1", "pay"), ("o2", "pay"), ("o1", "ship")])
+    with pytest.raises(InvalidInput, match=next(iter(update))):
+        stored[3].model_copy(update=update)
+    assert stored[3].model_copy() == stored[3]
+    assert stored[3].model_copy(update={"event": "cancel"}).event == "cancel"  # a valid change is made
+
+
 @pytest.mark.parametrize("field", CONTENT)
 def test_copies_spread_over_a_long_log_are_compared_with_the_log_too(field: str) -> None:
     """Copies far apart in the log are looked up by id (not by reading the range they span), and a copy

@@ -1,0 +1,444 @@
+"""Hostile files: an event log edited by hand (with sqlite3, or SQL on PostgreSQL), another program's
+database, and a machine file that is a pipe, a device or larger than memory. Each is refused with a govern
+error saying what is wrong; none is read as something else, changed, crashed on, or waited on forever."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sqlite3
+import subprocess
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from govern.model._space import available_memory
+from govern.runtime._eventlog import Event, EventLog, InvalidInput, LogCorrupted, LogFormatError, LoggedEvent
+from govern.runtime._replica import Replica
+
+from .conftest import POSTGRES_URL
+from .machines import order_log, order_machine
+
+INT64_MAX = 2**63 - 1
+NESTED = "[" * 100_000 + "]" * 100_000  # deeper than any JSON parser recurses
+
+
+def filled(url: str, name: str = "main") -> EventLog:
+    """A log of `order_machine` holding four events of record o1 by producer p, each depending on the one
+    before: restock, pay, ship, restock (positions, record numbers and producer numbers 0 to 3)."""
+    log = order_log(url, name=name)
+    digest = order_machine().digest
+    previous: list[str] = []
+    for i, event in enumerate(["restock", "pay", "ship", "restock"]):
+        log.append(Event(id=f"e{i}", machine=digest, record="o1", event=event, producer="p", deps=previous))
+        previous = [f"e{i}"]
+    return log
+
+
+def edit(url: str, sql: str, **params: Any) -> None:
+    """Run one statement on the log's database behind govern's back: sqlite3 on the file itself, or
+    SQLAlchemy on PostgreSQL (the statement's :name parameters suit both)."""
+    if url.startswith("sqlite:///"):
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as raw, raw:
+            raw.execute(sql, params)
+        return
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text(sql), params)
+    finally:
+        engine.dispose()
+
+
+def new_event(event_id: str = "new", *, deps: tuple[str, ...] = ()) -> Event:
+    return Event(
+        id=event_id, machine=order_machine().digest, record="o1", event="pay", producer="p", deps=deps
+    )
+
+
+# -- another program's file is left as it was --------------------------------------------------------------
+
+
+def _foreign(path: Path) -> None:
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.execute("CREATE TABLE users (name TEXT)")
+        raw.execute("INSERT INTO users VALUES ('ada')")
+
+
+def _log_in_rollback_mode(path: Path, damage: str) -> None:
+    """A log govern wrote, then put back in SQLite's default journal mode and damaged by `damage`."""
+    filled(f"sqlite:///{path}").close()
+    journal_mode(path, "delete")
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.executescript(damage)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (_foreign, "another application's database"),
+        (
+            lambda path: _log_in_rollback_mode(path, "DROP TABLE govern_counters; DROP TABLE govern_format;"),
+            "only some of the event log's tables",
+        ),
+        (lambda path: _log_in_rollback_mode(path, "UPDATE govern_format SET version = 4"), "newer govern"),
+    ],
+    ids=["another-application", "some-tables", "newer-layout"],
+)
+def test_a_refused_sqlite_file_is_left_byte_for_byte(tmp_path: Path, make: Any, message: str) -> None:
+    # governed-agents.md: such a file is "refused, and left as it was" (its journal mode included).
+    path = tmp_path / "app.db"
+    make(path)
+    before = path.read_bytes()
+    with pytest.raises(LogFormatError, match=message):
+        EventLog(f"sqlite:///{path}")
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]  # no -wal or -shm file beside it
+    assert journal_mode(path) == "delete"
+
+
+def test_an_accepted_sqlite_log_uses_wal_from_its_first_open(tmp_path: Path) -> None:
+    path = tmp_path / "events.db"
+    log = filled(f"sqlite:///{path}")
+    assert journal_mode(path) == "wal" and log.length() == 4
+    # A log copied back in rollback mode goes to WAL again, and every handle goes on reading and appending.
+    log.close()
+    journal_mode(path, "delete")
+    reader, writer = order_log(f"sqlite:///{path}"), order_log(f"sqlite:///{path}")
+    assert reader.length() == 4 and journal_mode(path) == "wal"
+    assert writer.append(new_event(deps=("e3",))).event.position == 4
+    assert [e.id for e in reader.read(3)] == ["e3", "new"]
+
+
+def journal_mode(path: Path, change: str | None = None) -> str:
+    """The SQLite file's journal mode, after setting it to `change` when given."""
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        (mode,) = raw.execute("PRAGMA journal_mode" + (f"={change}" if change else "")).fetchone()
+    return str(mode)
+
+
+# -- edited rows are refused, never read as something else -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "where"),
+    [
+        ('UPDATE govern_events SET "deps" = :value WHERE "log" = :log AND "position" = 2', "position 2"),
+        ('UPDATE govern_events SET "after" = :value WHERE "log" = :log AND "position" = 2', "position 2"),
+        ('UPDATE govern_logs SET "events" = :value WHERE "name" = :log', "the log's row is unreadable"),
+    ],
+    ids=["deps", "after", "events"],
+)
+def test_deeply_nested_json_in_a_row_is_a_corrupted_log(
+    log_url: str, log_name: str, sql: str, where: str
+) -> None:
+    filled(log_url, log_name).close()
+    edit(log_url, sql, value=NESTED, log=log_name)
+    log = order_log(log_url, name=log_name)
+    calls: list[Callable[[], object]] = [lambda: Replica(order_machine(), log).sync()]
+    if "govern_logs" in sql:  # the log's row: read by every call that needs the log's length or events
+        calls += [log.length, log.events, lambda: log.append(new_event())]
+    else:  # the event at position 2: read by every call that reads it, a retried append of it too
+        retry = Event(
+            id="e2", machine=order_machine().digest, record="o1", event="ship", producer="p", deps=["e1"]
+        )
+        calls += [log.read, lambda: log.get("e2"), lambda: log.append(retry)]
+    for call in calls:
+        with pytest.raises(LogCorrupted, match=where):
+            call()
+
+
+ROW_EDITS = [
+    ("deps", '"e1"', "a list of event ids, not str"),  # was read as the dependencies ('e', '1')
+    ("deps", "[1]", "dependency id must be a string"),
+    ("deps", '{"e1": 0}', "a list of event ids, not dict"),
+    ("after", '"1"', "a list of log positions, not str"),  # was read as the position 1
+    ("after", '["1"]', "must be an integer, not str"),
+    ("after", "[1.5]", "must be an integer, not float"),
+    ("after", f"[{2**63}]", "must be between 0 and"),
+]
+SQLITE_ROW_EDITS = [
+    ("producer_seq", 1.5, "producer_seq: must be an integer, not float"),  # was read as 1
+    ("record_seq", 1.5, "record_seq: must be an integer, not float"),
+    ("record_seq", "one", "record_seq: must be an integer, not str"),
+    ("deps", b'["e1"]', "deps must be JSON text, not bytes"),
+]
+
+
+@pytest.mark.parametrize(("column", "value", "message"), ROW_EDITS)
+def test_a_row_value_of_the_wrong_type_is_a_corrupted_log(
+    log_url: str, log_name: str, column: str, value: str, message: str
+) -> None:
+    _check_wrong_type(log_url, log_name, column, value, message)
+
+
+@pytest.mark.parametrize(("column", "value", "message"), SQLITE_ROW_EDITS)
+def test_a_sqlite_row_value_of_the_wrong_type_is_a_corrupted_log(
+    tmp_path: Path, column: str, value: object, message: str
+) -> None:
+    _check_wrong_type(f"sqlite:///{tmp_path}/events.db", "main", column, value, message)
+
+
+def _check_wrong_type(url: str, name: str, column: str, value: object, message: str) -> None:
+    filled(url, name).close()
+    edit(url, f'UPDATE govern_events SET "{column}" = :value WHERE "log" = :log AND "position" = 2',
+         value=value, log=name)  # fmt: skip
+    log = EventLog(url, name=name)
+    expected = rf"unreadable event row at position 2 of log '{name}': .*{message}"
+    for read in (log.read, lambda: log.read(2, 1), lambda: log.read_record("o1"), lambda: log.get("e2")):
+        with pytest.raises(LogCorrupted, match=expected):
+            read()
+    with pytest.raises(LogCorrupted, match=expected):
+        Replica(order_machine(), log).sync()
+
+
+@pytest.mark.parametrize(
+    ("sql", "deps", "message"),
+    [
+        # The highest producer number, read as 2.5 + 1: the next was numbered 3.
+        (
+            'UPDATE govern_events SET "producer_seq" = 3.5 WHERE "position" = 3',
+            (),
+            "next number of producer 'p'",
+        ),
+        (
+            'UPDATE govern_events SET "record_seq" = 3.5 WHERE "position" = 3',
+            (),
+            "next number of record 'o1'",
+        ),
+        # A dependency's position, once stored as the new event's `after`.
+        ('UPDATE govern_events SET "position" = 2.5 WHERE "position" = 2', ("e2",), "position of event 'e2'"),
+    ],
+    ids=["producer_seq", "record_seq", "position"],
+)
+def test_an_append_refuses_a_number_of_the_wrong_type(
+    tmp_path: Path, sql: str, deps: tuple[str, ...], message: str
+) -> None:
+    path = tmp_path / "events.db"
+    filled(f"sqlite:///{path}").close()
+    edit(f"sqlite:///{path}", sql)
+    log = order_log(f"sqlite:///{path}")
+    for append in (
+        lambda: log.append(new_event(deps=deps)),
+        lambda: log.append_many([new_event(deps=deps), new_event("b")]),
+    ):
+        with pytest.raises(LogCorrupted, match=rf"{message} reads as .*, not an integer"):
+            append()
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        assert raw.execute("SELECT count(*) FROM govern_events").fetchone() == (4,)
+
+
+# -- numbers past what a 64-bit column holds ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        # SQLite computes the next position or number past 2**63 - 1 as a float.
+        (
+            f'UPDATE govern_events SET "position" = {INT64_MAX} WHERE "position" = 3',
+            "the log's row is unreadable",
+        ),
+        (
+            f'UPDATE govern_events SET "record_seq" = {INT64_MAX} WHERE "position" = 3',
+            "next number of record 'o1'",
+        ),
+        # One below: the next position is 2**63 - 1 exactly, which an append refuses to use.
+        (
+            f'UPDATE govern_events SET "position" = {INT64_MAX - 1} WHERE "position" = 3',
+            "log 'main' has used its last",
+        ),
+        (
+            f'UPDATE govern_events SET "record_seq" = {INT64_MAX - 1} WHERE "position" = 3',
+            "record 'o1' of log 'main' has used its last",
+        ),
+    ],
+    ids=["position", "record_seq", "position-1", "record_seq-1"],
+)
+def test_an_sqlite_log_at_the_last_64_bit_number_refuses_appends(
+    tmp_path: Path, sql: str, message: str
+) -> None:
+    path = tmp_path / "events.db"
+    filled(f"sqlite:///{path}").close()
+    edit(f"sqlite:///{path}", sql)
+    log = order_log(f"sqlite:///{path}")
+    for append in (lambda: log.append(new_event()), lambda: log.append_many([new_event(), new_event("b")])):
+        with pytest.raises(LogCorrupted, match=message):
+            append()
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        assert raw.execute("SELECT count(*) FROM govern_events").fetchone() == (4,)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ('UPDATE govern_logs SET "length" = :top WHERE "name" = :log', "log '{log}' has used its last"),
+        (
+            "UPDATE govern_counters SET \"next\" = :top WHERE \"log\" = :log AND kind = 'r' AND key = 'o1'",
+            "record 'o1' of log '{log}' has used its last",
+        ),
+    ],
+    ids=["position", "record_seq"],
+)
+def test_a_postgresql_log_at_the_last_64_bit_number_refuses_appends(
+    log_name: str, sql: str, message: str
+) -> None:
+    filled(POSTGRES_URL, log_name).close()
+    edit(POSTGRES_URL, sql, top=INT64_MAX, log=log_name)
+    log = order_log(POSTGRES_URL, name=log_name)
+    with pytest.raises(LogCorrupted, match=message.format(log=log_name)):
+        log.append(new_event())
+    assert log.get("new") is None
+
+
+@pytest.mark.parametrize("field", ["position", "record_seq"])
+def test_a_logged_event_holds_only_what_a_64_bit_column_holds(field: str) -> None:
+    event = filled("memory://").read()[3]
+    assert getattr(LoggedEvent(**{**event.model_dump(), field: INT64_MAX}), field) == INT64_MAX
+    for value, message in [
+        (INT64_MAX + 1, "must be between 0 and 9223372036854775807"),
+        (-1, "must be between 0 and"),
+        ("3", "must be an integer, not str"),
+        (3.0, "must be an integer, not float"),
+    ]:
+        with pytest.raises(InvalidInput, match=f"{field}: {message}") as caught:
+            LoggedEvent(**{**event.model_dump(), field: value})
+        assert caught.value.field == field
+
+
+def test_a_logged_events_dependency_positions_are_64_bit_integers() -> None:
+    event = filled("memory://").read()[3]
+    assert LoggedEvent(**{**event.model_dump(), "after": [INT64_MAX]}).after == (INT64_MAX,)
+    for value, message in [
+        ((INT64_MAX + 1,), "a dependency's position must be between 0 and 9223372036854775807"),
+        ((-1,), "a dependency's position must be between 0 and"),
+        (("2",), "a dependency's position must be an integer, not str"),
+        ((True,), "a dependency's position must be an integer, not bool"),
+        ("2", "must be a list of log positions, not str"),
+    ]:
+        with pytest.raises(InvalidInput, match=f"after: {message}"):
+            LoggedEvent(**{**event.model_dump(), "after": value})
+    with pytest.raises(InvalidInput, match="producer_seq: must be between 0 and"):
+        LoggedEvent(**{**event.model_dump(), "producer_seq": INT64_MAX + 1})
+
+
+# -- the format marker and the tables -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["'3a'", "3.5", "x'03'"])
+def test_a_marker_version_that_is_no_integer_is_refused(tmp_path: Path, version: str) -> None:
+    path = tmp_path / "events.db"
+    filled(f"sqlite:///{path}").close()
+    edit(f"sqlite:///{path}", f"UPDATE govern_format SET version = {version}")
+    before = path.read_bytes()
+    with pytest.raises(LogFormatError, match=r"format marker whose version is .*, not an integer"):
+        EventLog(f"sqlite:///{path}")
+    assert path.read_bytes() == before
+
+
+@pytest.mark.parametrize("dropped", [["govern_counters"], ["govern_counters", "govern_logs"]])
+def test_a_sqlite_log_without_its_marker_and_some_tables_is_refused_untouched(
+    tmp_path: Path, dropped: list[str]
+) -> None:
+    path = tmp_path / "events.db"
+    filled(f"sqlite:///{path}").close()
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        raw.executescript("".join(f"DROP TABLE {table};" for table in [*dropped, "govern_format"]))
+        schema = sorted(raw.execute("SELECT type, name, sql FROM sqlite_master"))
+    with pytest.raises(LogFormatError, match=rf"only some of the event log's tables .*{dropped[-1]}"):
+        EventLog(f"sqlite:///{path}")
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        assert sorted(raw.execute("SELECT type, name, sql FROM sqlite_master")) == schema
+
+
+@pytest.fixture
+def own_postgres_database() -> Iterator[str]:
+    """The URL of a PostgreSQL database of its own (the test database's tables are shared), dropped after."""
+    database = f"govern_hostile_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(POSTGRES_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(sa.text(f"CREATE DATABASE {database}"))
+    try:
+        yield POSTGRES_URL.rsplit("/", 1)[0] + "/" + database
+    finally:
+        with admin.connect() as conn:
+            conn.execute(sa.text(f"DROP DATABASE IF EXISTS {database} WITH (FORCE)"))
+        admin.dispose()
+
+
+@pytest.mark.postgres
+def test_a_postgresql_log_without_its_marker_and_counters_is_refused_untouched(
+    own_postgres_database: str,
+) -> None:
+    url = own_postgres_database
+    filled(url).close()
+    edit(url, "DROP TABLE govern_counters")
+    edit(url, "DROP TABLE govern_format")
+    with pytest.raises(
+        LogFormatError, match=r"only some of the event log's tables .*govern_counters is not there"
+    ):
+        EventLog(url)
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            assert set(sa.inspect(conn).get_table_names()) == {"govern_logs", "govern_events"}
+    finally:
+        engine.dispose()
+
+
+# -- machine files that are no files ------------------------------------------------------------------------
+
+# In a child process with its address space capped and a deadline, so that a load which blocks on a pipe or
+# reads without end fails this test instead of hanging it or exhausting the machine's memory.
+_LOAD = """
+import resource, sys
+resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+import govern
+try:
+    govern.Machine.load(sys.argv[1])
+except govern.MachineFileError as exc:
+    print("MachineFileError:", exc)
+"""
+
+
+def _fifo(path: Path) -> None:
+    os.mkfifo(path)
+
+
+def _device(path: Path) -> None:
+    path.symlink_to("/dev/zero")
+
+
+def _larger_than_memory(path: Path) -> None:
+    with path.open("wb") as f:  # sparse: no disk is used
+        f.truncate(2 * available_memory() + (1 << 30))
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (_fifo, "not a regular file"),
+        (_device, "not a regular file"),
+        (_larger_than_memory, r"it is [\d,]+ bytes, more than the [\d,]+ bytes of memory left"),
+    ],
+    ids=["fifo", "dev-zero", "larger-than-memory"],
+)
+def test_a_machine_file_that_is_no_regular_file_or_too_large_is_refused(
+    tmp_path: Path, make: Any, message: str
+) -> None:
+    path = tmp_path / "orders.govern"
+    make(path)
+    done = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.startswith(f"MachineFileError: cannot read machine file {str(path)!r}: "), done.stderr[
+        -2000:
+    ]
+    assert re.search(message, done.stdout), done.stdout
