@@ -401,8 +401,9 @@ class SQLStore:
         )
         self._sql_end = f"UPDATE {p}runs SET ended = 1 WHERE run_id = {ph}"
         # The lease rule S9 (`decide_lease`) as one statement: grant (a new runs row, or a free or expired
-        # lease: the token grows) or renew (the holder presenting the current token), answering the token;
-        # no row back means another holder's live lease, read by `_sql_lease_get`.
+        # lease asked for without a token: the token grows) or renew (the holder presenting the current
+        # token), answering the token; no row back means another holder's live lease or a stale renewal,
+        # read by `_sql_lease_get`.
         if self.dialect == "sqlite":
             run, holder, token, expires, now = ":run_id", ":holder", ":token", ":expires", ":now"
         else:
@@ -414,7 +415,8 @@ class SQLStore:
             f"ON CONFLICT (run_id) DO UPDATE SET "
             f"token = CASE WHEN {renewal} THEN {p}runs.token ELSE {p}runs.token + 1 END, "
             f"holder = {holder}, expires_ms = {expires} "
-            f"WHERE {renewal} OR {p}runs.holder IS NULL OR {p}runs.expires_ms <= {now} RETURNING token"
+            f"WHERE {renewal} OR {p}runs.holder IS NULL OR ({token} = 0 AND {p}runs.expires_ms <= {now}) "
+            "RETURNING token"
         )
         # PostgreSQL takes the upsert (one round trip instead of three). SQLite reads, decides and writes: its
         # RETURNING buffers the row in a temporary table, and in-process statements cost no round trip, so

@@ -112,7 +112,8 @@ class Store(Protocol):
         ...
 
     def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
-        """Grant, renew (`token` is the holder's current one) or refuse the run's lease (S9)."""
+        """Grant (`token` 0), renew (`token` is the holder's current one) or refuse the run's lease (S9):
+        a renewal with a token that is no longer current is refused, even when the lease is free."""
         ...
 
     def release(self, run_id: str, holder: str, token: int) -> bool:
@@ -291,10 +292,13 @@ def decide_lease(
     run_id: str, current: Lease | None, holder: str, now_ms: int, ttl_ms: int, token: int
 ) -> Lease:
     """The lease rule S9, shared by every store: `current` is the stored lease (None: never granted).
-    Returns the lease to store and answer (`held` True) or the live lease of another holder."""
+    Returns the lease to store and answer (`held` True), or the stored one (`held` False): another
+    holder's live lease, or a renewal (`token` given) of a token that is no longer current. A renewal
+    never takes a lease again once it was taken over or freed: that holder's drive has lost it (its
+    writes are refused), and a fresh grant to it would only keep the run from every other driver."""
     if current is not None and token and current.holder == holder and current.token == token:
         return Lease(run_id, holder, token, now_ms + ttl_ms, True)  # a renewal
-    if current is None or current.expires_ms <= now_ms:
+    if current is None or (not token and current.expires_ms <= now_ms):
         top = current.token if current is not None else 0
         return Lease(run_id, holder, top + 1, now_ms + ttl_ms, True)  # granted, with a new token
     return Lease(run_id, current.holder, current.token, current.expires_ms, False)

@@ -37,6 +37,15 @@ def test_grant_renew_refuse_and_take_over(store: bide.Store) -> None:
     assert not stale.held and stale.holder == "B"
     # A holder asking without its token is a new grant only when the lease is free.
     assert not store.lease("r", "B", now_ms=T0 + 2000, ttl_ms=1000).held
+    # Nor once B freed it or let it expire: a renewal never takes a lease again (A's drive lost it, and a
+    # fresh grant to A would only keep every other driver out for a ttl).
+    assert store.release("r", "B", b.token)
+    again = store.lease("r", "A", now_ms=T0 + 2100, ttl_ms=1000, token=a.token)
+    assert not again.held and again.holder == "B" and again.token == b.token
+    c = store.lease("r", "C", now_ms=T0 + 2100, ttl_ms=1000)
+    assert c.held and c.token == b.token + 1
+    expired = store.lease("r", "C", now_ms=T0 + 5000, ttl_ms=1000, token=c.token - 1)
+    assert not expired.held and expired.holder == "C"
 
 
 def test_release_frees_and_tokens_keep_growing(store: bide.Store) -> None:
