@@ -111,15 +111,21 @@ def add_standard_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show tracebacks for errors")
 
 
+#: The largest size limit an option takes: 1 TiB, far above any input that fits in memory.
+MAX_BYTE_LIMIT = 1 << 40
+
+
 def byte_limit(text: str) -> int:
-    """An argparse type for a size limit in bytes: a whole number above 0 (a negative size given to
-    read() means "everything", which would lift the limit silently)."""
+    """An argparse type for a size limit in bytes: a whole number from 1 to `MAX_BYTE_LIMIT` (a negative
+    size given to read() means "everything", which would lift the limit silently)."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of bytes") from None
     if value <= 0:
         raise argparse.ArgumentTypeError("the size limit must be positive")
+    if value > MAX_BYTE_LIMIT:
+        raise argparse.ArgumentTypeError(f"the size limit can be at most {MAX_BYTE_LIMIT} bytes (1 TiB)")
     return value
 
 

@@ -4,7 +4,9 @@ Accepted, the same for both:
 
 - ``bide.db``, ``data/bide.db``, ``/var/lib/bide.db``: a SQLite file (a plain path, relative to the working
   directory or absolute);
-- ``sqlite:///bide.db`` (relative) and ``sqlite:////var/lib/bide.db`` (absolute): the same, as URLs;
+- ``sqlite:///bide.db`` (relative) and ``sqlite:////var/lib/bide.db`` (absolute): the same, as URLs
+  (percent-decoded, as SQLAlchemy reads them: ``sqlite:///my%20data.db`` is the file ``my data.db``; a
+  query such as ``?timeout=30`` is refused: the store sets its own busy timeout);
 - ``postgresql://user@host/db`` (also ``postgres://`` and ``postgresql+psycopg://``): PostgreSQL through
   the psycopg driver (``pip install 'bide[postgres]'``);
 - ``memory://`` (and ``memory://NAME``): held by this process only, gone when it exits.
@@ -29,6 +31,7 @@ import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Literal
+from urllib.parse import unquote
 
 from ._errors import StoreURLError
 
@@ -68,7 +71,8 @@ _LIBPQ_REFUSED = re.compile(
 class StoreURL:
     """A parsed store URL. `url` is the canonical form (``sqlite:///path``, the PostgreSQL URL as given,
     ``memory://NAME``); `sqlalchemy_url` is what SQLAlchemy opens (psycopg named for PostgreSQL); `path` is
-    the SQLite file and `name` the memory space (empty for a private one)."""
+    the SQLite file the store opens (percent-decoded: the file to guard against being overwritten) and `name`
+    the memory space (empty for a private one)."""
 
     kind: Literal["sqlite", "postgresql", "memory"]
     url: str
@@ -78,6 +82,7 @@ class StoreURL:
 
 
 def _sqlite(path: str, what: str) -> StoreURL:
+    """The SQLite store at the file `path`, exactly as given (no percent-decoding, no query)."""
     if path in ("", ":memory:"):
         raise StoreURLError(f"a SQLite {what} needs a file path, such as sqlite:///bide.db; for one that "
                             "lives in this process only, use memory://")
@@ -85,8 +90,24 @@ def _sqlite(path: str, what: str) -> StoreURL:
     if not os.path.isdir(directory):
         raise StoreURLError(f"the directory {directory!r} of the SQLite {what} {path!r} does not exist; "
                             "create it first")
-    url = "sqlite:///" + path
+    # SQLAlchemy percent-decodes the path of a URL and reads what follows a "?" as options: the two
+    # characters are encoded so that the URL opens the very file `path` names (the file the CLIs guard).
+    url = "sqlite:///" + path.replace("%", "%25").replace("?", "%3F")
     return StoreURL("sqlite", url, sqlalchemy_url=url, path=path)
+
+
+def _sqlite_url(url: str, rest: str, what: str) -> StoreURL:
+    """The SQLite store of a ``sqlite:///`` URL: its path percent-decoded, as SQLAlchemy opens it. A query
+    is refused: none of SQLite's options changes what the store does except for the worse (its busy
+    timeout and pragmas are set per connection, overriding ``?timeout=``; ``?uri=true&mode=memory`` and
+    the like would open another database than the file named)."""
+    path, question, query = rest.partition("?")
+    if question:
+        raise StoreURLError(
+            f"{url!r}: a SQLite {what} URL takes no options (?{query}); remove them (the {what} sets its "
+            f"own busy timeout). A file whose name has a '?' in it: write it as %3F, or give the plain path"
+        )
+    return _sqlite(unquote(path), what)
 
 
 def _require_psycopg() -> None:
@@ -119,7 +140,7 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
         return StoreURL("memory", url, name=rest[2:])
     if scheme in ("sqlite", "sqlite+pysqlite"):
         if rest.startswith("///"):
-            return _sqlite(rest[3:], what)
+            return _sqlite_url(url, rest[3:], what)
         bare = rest.lstrip("/")
         if not bare:
             return _sqlite("", what)

@@ -10,10 +10,13 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._cli_common import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE
 from .._store import Store
+
+if TYPE_CHECKING:
+    from ._submit import PendingApproval
 
 __all__ = ["register"]
 
@@ -39,7 +42,7 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
     from .._cli import EXIT_INTERRUPTED, StoppedWaiting, close_after_answer, interrupts_around_a_write
     from ..audit._errors import UnreadableInput
     from ..audit._keys import load_signing_key
-    from ._submit import ApprovalRefused, NoWaitingCall, pending_approvals, submit_decision
+    from ._submit import ApprovalRefused, NoWaitingCall, submit_decision
 
     try:
         key = load_signing_key(args.key)
@@ -55,11 +58,7 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
         abandoned = False
         try:
             record = submit_decision(store, args.run, args.call, key, approve=approve, sending=sending)
-            left = [
-                p
-                for p in pending_approvals(store, prefix=args.run)
-                if p.run_id == args.run and p.call_id == args.call
-            ]
+            left = _still_waiting(store, args.run, args.call)
         except KeyboardInterrupt:  # before the decision was sent
             return _fail(f"interrupted; no {verb} was sent for call {args.call} in run {args.run}",
                          EXIT_INTERRUPTED)
@@ -78,7 +77,9 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
             if not abandoned:
                 close_after_answer(store)
     _say(f"Recorded the signed {verb} as {record!r} in run {args.run!r}.")
-    if left:
+    if isinstance(left, str):
+        _say(f"bide: {left}", file=sys.stderr)
+    elif left:
         p = left[0]
         _say(
             f"Call {p.call_id} needs {p.need} of {len(p.approvers)}: approved by "
@@ -87,6 +88,23 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
         )
     print("Run the agent again (same run id and input) so its gate counts the decisions and the run goes on.")
     return 0
+
+
+def _still_waiting(store: Store, run_id: str, call_id: str) -> list[PendingApproval] | str:
+    """What the call still waits for, read from this run's journal alone; or, when it cannot be read, why
+    (the decision is recorded by then: a failed read afterwards is said, never made the command's failure)."""
+    from .._errors import BideError
+    from .._journal import Journal
+    from ._submit import pending_in
+
+    try:
+        waiting = pending_in(Journal(store, run_id).load())
+    except BideError as exc:
+        return (
+            f"could not read what call {call_id} still waits for ({exc}); `bide pending` or `bide show "
+            f"{shlex.quote(run_id)}` tells"
+        )
+    return [p for p in waiting if p.call_id == call_id]
 
 
 def _approve(args: argparse.Namespace) -> int:

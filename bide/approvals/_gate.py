@@ -11,10 +11,15 @@ from ..audit._keys import PublicKey
 from ._policy import ApprovalPolicy
 from ._tally import (
     Count,
+    asked_data,
+    asked_key,
+    asked_prefix,
     count,
+    current_request,
     decision_prefix,
     request_data,
     request_key,
+    request_prefix,
     tally_data,
     tally_key,
     turn_data,
@@ -88,6 +93,8 @@ class ApprovalGate:
                     request.call_id, request.tool, request.arguments, request.arguments_digest, policy
                 ),
             )
+        else:
+            await self._ask_again(request, rkey)
         # The tally is written together with the next turn (one past the decision records it counts), all
         # or nothing. A decision that lands after our read takes that turn first; then the tally is not
         # written, and we read again and recount, so a tally always names every decision before it.
@@ -114,6 +121,19 @@ class ApprovalGate:
             f"the approval gate of call {request.call_id!r} kept losing its turn to new decisions; "
             "run it again"
         )
+
+    async def _ask_again(self, request: GateRequest, rkey: str) -> None:
+        """Make the request under `rkey` the one approvers answer again, when the call's latest request is
+        another policy's: the policy was rotated, then rolled back to this one. Without the asked record,
+        `bide approve` and `bide pending` would follow the other policy's request, which this gate does
+        not count."""
+        journal, call = request.journal, request.call_id
+        prefixes = (request_prefix(call), asked_prefix(call))
+        mine = [k for k in journal.keys("approval:") if k.startswith(prefixes)]
+        if current_request(call, [(k, journal.get(k)) for k in mine]) == rkey:
+            return
+        n = sum(1 for k in mine if k.startswith(asked_prefix(call))) + 1
+        await journal.put(asked_key(call, n), asked_data(call, rkey))
 
     def _count(self, request: GateRequest) -> Count:
         journal = request.journal

@@ -17,6 +17,7 @@ from ._policy import ApprovalPolicy, decision_bytes
 from ._tally import (
     arguments_match,
     count,
+    current_request,
     decision_key,
     decision_prefix,
     tally_key,
@@ -59,19 +60,32 @@ class PendingApproval:
     waiting_for: list[str]
 
 
-def _open_requests(journal: Journal) -> list[tuple[str, dict[str, Any], ApprovalPolicy]]:
-    """(request key, data, policy) of requests whose call has no tally yet, latest per call last."""
-    out = []
+def _open_requests(journal: Journal) -> dict[str, tuple[str, dict[str, Any], ApprovalPolicy]]:
+    """Per call whose gate has no tally yet: (request key, data, policy) of the request its gate waits on
+    (`current_request`: the latest, or the one an asked record names again)."""
+    asked: dict[str, list[tuple[str, Any]]] = {}
     for rec in journal.records():
-        if isinstance(rec, GateRecord) and rec.key.startswith("approval:request:"):
-            data = rec.data
-            if not isinstance(data, dict) or journal.get(tally_key(str(data.get("call_id")))) is not None:
-                continue
-            try:
-                policy = ApprovalPolicy.from_json(data.get("policy"))
-            except ConfigError:
-                continue
-            out.append((rec.key, data, policy))
+        if (
+            isinstance(rec, GateRecord)
+            and rec.key.startswith(("approval:request:", "approval:asked:"))
+            and isinstance(rec.data, dict)
+            and isinstance(rec.data.get("call_id"), str)
+        ):
+            asked.setdefault(rec.data["call_id"], []).append((rec.key, rec.data))
+    out = {}
+    for call, records in asked.items():
+        rkey = current_request(call, records)
+        request = journal.get(rkey) if rkey is not None else None
+        if not isinstance(request, GateRecord) or journal.get(tally_key(call)) is not None:
+            continue
+        data = request.data
+        if not isinstance(data, dict) or data.get("call_id") != call:
+            continue
+        try:
+            policy = ApprovalPolicy.from_json(data.get("policy"))
+        except ConfigError:
+            continue
+        out[call] = (request.key, data, policy)
     return out
 
 
@@ -157,10 +171,10 @@ def _decision(
             f"the approval gate of call {call_id!r} in run {run_id!r} is closed (its tally is "
             "recorded); a decision now would not count"
         )
-    candidates = [(k, d, p) for k, d, p in _open_requests(journal) if d.get("call_id") == call_id]
-    if not candidates:
+    waiting = _open_requests(journal).get(call_id)
+    if waiting is None:
         raise NoWaitingCall(_not_waiting(journal, call_id))
-    _, data, policy = candidates[-1]
+    _, data, policy = waiting
     if not arguments_match(data):
         raise ApprovalRefused(
             f"the request of call {call_id!r} shows arguments that do not hash to the digest "
@@ -212,8 +226,7 @@ def _decision(
 
 def pending_in(journal: Journal) -> list[PendingApproval]:
     """The calls of one loaded run waiting for approvers (what `pending_approvals` lists for each run)."""
-    latest = {data["call_id"]: (data, policy) for _, data, policy in _open_requests(journal)}
-    return [_state(journal, data, policy) for data, policy in latest.values()]
+    return [_state(journal, data, policy) for _, data, policy in _open_requests(journal).values()]
 
 
 def pending_approvals(store: Store, *, prefix: str = "") -> list[PendingApproval]:

@@ -4,6 +4,8 @@ Gate records (kind "gate", under the reserved ``approval:`` keys) for a call `C`
 
 - ``approval:request:C:<policy digest hex>``: the call put to the approvers and the policy that governs it;
 - ``approval:decision:C:<approver>:<hex SHA-256 of the signature>``: one signed decision;
+- ``approval:asked:C:<n>``: the gate went back to a policy it had requested before (a rotation rolled
+  back): the request it names is again the one the gate waits on (`current_request`);
 - ``approval:tally:C``: the gate's final count, journaled before the tool runs (or before the model is
   told of a denial); once it exists the gate is closed and nothing later counts;
 - ``approval:turn:C:<n>``: written in one all-or-nothing batch with the n-th decision record on C, or with
@@ -21,7 +23,7 @@ reach `need`, denied when the approvers left (n minus denials) can no longer rea
 from __future__ import annotations
 
 import base64
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,10 +31,14 @@ from ._policy import ApprovalPolicy, decision_bytes
 
 __all__ = [
     "Count",
+    "asked_data",
+    "asked_key",
     "count",
+    "current_request",
     "decision_key",
     "decision_prefix",
     "request_key",
+    "request_prefix",
     "tally_key",
     "turn_data",
     "turn_key",
@@ -40,7 +46,39 @@ __all__ = [
 
 
 def request_key(call_id: str, policy: ApprovalPolicy) -> str:
-    return f"approval:request:{call_id}:{policy.digest.hex()}"
+    return f"{request_prefix(call_id)}{policy.digest.hex()}"
+
+
+def request_prefix(call_id: str) -> str:
+    return f"approval:request:{call_id}:"
+
+
+def asked_prefix(call_id: str) -> str:
+    return f"approval:asked:{call_id}:"
+
+
+def asked_key(call_id: str, n: int) -> str:
+    return f"{asked_prefix(call_id)}{n}"
+
+
+def asked_data(call_id: str, request: str) -> dict[str, Any]:
+    """The data of an asked record: the gate of `call_id` waits on the request under key `request` again."""
+    return {"type": "asked", "call_id": call_id, "request": request}
+
+
+def current_request(call_id: str, records: Iterable[tuple[str, Any]]) -> str | None:
+    """The key of the request the gate of `call_id` waits on, from approval records `(key, data)` in
+    journal order: the latest request record, unless a later asked record names an earlier request (the
+    gate's policy was rotated and then rolled back). None before the gate has asked."""
+    current = None
+    for key, data in records:
+        if key.startswith(request_prefix(call_id)):
+            current = key
+        elif key.startswith(asked_prefix(call_id)) and isinstance(data, dict):
+            named = data.get("request")
+            if isinstance(named, str) and named.startswith(request_prefix(call_id)):
+                current = named
+    return current
 
 
 def decision_prefix(call_id: str) -> str:

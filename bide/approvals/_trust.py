@@ -119,9 +119,10 @@ class ApprovalTrust:
 def policy_from_file(path: str | os.PathLike[str]) -> ApprovalPolicy:
     """Read a policy file: the JSON of a request record's ``policy`` member,
     ``{"need": k, "approvers": [{"name": ..., "public_key": 64 hex}, ...]}`` (read strictly)."""
+    from ..audit._input import read_limited
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(_MAX_POLICY_FILE + 1)
+        data = read_limited(path, _MAX_POLICY_FILE)
     except OSError as exc:
         raise UnreadableInput(f"cannot read policy file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
     value: Any = strict_json(data, what=f"policy file {Path(path).name!r}", max_bytes=_MAX_POLICY_FILE)

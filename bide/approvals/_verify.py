@@ -11,6 +11,7 @@ so (`executed_call_proven` is false in the facts).
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,11 +70,72 @@ def _hex64(value: Any) -> bool:
     return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
 
 
+@dataclass
+class _Index:
+    """The package's records indexed once, so that checking a gate reads only the records of its call
+    (checking every gate against every record took time quadratic in the package)."""
+
+    by_key: dict[str, dict[str, Any]]
+    decisions: list[tuple[str, int, dict[str, Any]]]  # (key, position, record), sorted: see decisions_on
+    by_call_id: dict[str, list[dict[str, Any]]]  # records whose call_id field names the call
+    by_key_call: dict[str, list[dict[str, Any]]]  # attempt/not-started/result/pause records, by their key
+    model_calls: dict[str, list[tuple[dict[str, Any], Any]]]  # (model turn, its tool call), by call id
+    malformed_turns: list[dict[str, Any]]
+
+    @classmethod
+    def of(cls, records: list[dict[str, Any]]) -> _Index:
+        index = cls({}, [], {}, {}, {}, [])
+        for r in records:
+            key = r["key"]
+            index.by_key[key] = r
+            if key.startswith("approval:decision:"):
+                index.decisions.append((key, r["index"], r))
+            call_id = r.get("call_id")
+            if isinstance(call_id, str):
+                index.by_call_id.setdefault(call_id, []).append(r)
+            named = _call_of_key(key)
+            if named is not None:
+                index.by_key_call.setdefault(named, []).append(r)
+            if r.get("kind") == "model_turn":
+                message = r.get("message")
+                calls = message.get("tool_calls") if isinstance(message, dict) else None
+                if not isinstance(calls, list):
+                    index.malformed_turns.append(r)
+                    continue
+                for c in calls:
+                    if isinstance(c, dict) and isinstance(c.get("call_id"), str):
+                        index.model_calls.setdefault(c["call_id"], []).append((r, c))
+        index.decisions.sort(key=lambda d: (d[0], d[1]))
+        return index
+
+    def decisions_on(self, call: str) -> list[dict[str, Any]]:
+        """The decision records on `call` (keys starting with its decision prefix), in journal order."""
+        # The keys with a given prefix are one run of the sorted list, found by bisection.
+        prefix = decision_prefix(call)
+        decisions = self.decisions
+        out = []
+        for i in range(bisect.bisect_left(decisions, (prefix,)), len(decisions)):
+            key, _, record = decisions[i]
+            if not key.startswith(prefix):
+                break
+            out.append(record)
+        return sorted(out, key=lambda r: r["index"])
+
+    def of_call(self, call: str) -> list[tuple[dict[str, Any], list[Any]]]:
+        """What `_check_executed` must look at for `call`, in journal order: each record with, for a model
+        turn, its tool calls with this call id (a malformed model turn comes with none, and fails)."""
+        found: dict[int, tuple[dict[str, Any], list[Any]]] = {}
+        for r in (*self.by_call_id.get(call, ()), *self.by_key_call.get(call, ()), *self.malformed_turns):
+            found[r["index"]] = (r, [])
+        for r, c in self.model_calls.get(call, ()):
+            found.setdefault(r["index"], (r, []))[1].append(c)
+        return [found[i] for i in sorted(found)]
+
+
 def _check_gate(
     run_id: str,
     tally: dict[str, Any],
-    by_key: dict[str, dict[str, Any]],
-    records: list[dict[str, Any]],
+    index: _Index,
     complete: bool,
 ) -> _Gate:
     td = tally.get("data")
@@ -85,6 +147,7 @@ def _check_gate(
         raise NotVerified(f"tally {tally['key']!r} is stored under the wrong key")
     if not (isinstance(td["tool"], str) and _hex64(td["arguments_digest"]) and _hex64(td["policy_digest"])):
         raise NotVerified(f"the tally of call {call!r} has a malformed tool or digest")
+    by_key = index.by_key
     rkey = f"approval:request:{call}:{td['policy_digest']}"
     req = by_key.get(rkey)
     if req is None:
@@ -159,20 +222,21 @@ def _check_gate(
         )
     if c.outcome == "pending":
         raise NotVerified(f"the tally of call {call!r} records an undecided gate")
-    before = [r for r in records if r["key"].startswith(decision_prefix(call)) and r["index"] < ti]
-    unnamed = [r for r in before if r["key"] not in set(named)]
+    on_call = index.decisions_on(call)
+    counted = set(named)
+    unnamed = [r for r in on_call if r["index"] < ti and r["key"] not in counted]
     if unnamed:
         raise NotVerified(
             f"decision(s) {[r['key'] for r in unnamed]} recorded before the tally of call {call!r} "
             "are not named by it (an omitted decision)"
         )
     gate = _Gate(call, td["tool"], td["arguments_digest"], policy, c, ti, len(named))
-    after = [r for r in records if r["key"].startswith(decision_prefix(call)) and r["index"] > ti]
+    after = [r for r in on_call if r["index"] > ti]
     if after:
         gate.notes.append(
             f"{len(after)} decision(s) on call {call!r} came after its gate closed and do not count"
         )
-    _check_executed(gate, req["index"], tally["key"], records, complete)
+    _check_executed(gate, req["index"], tally["key"], index.of_call(call), complete)
     return gate
 
 
@@ -218,6 +282,12 @@ class _Gate:
                 ", and the call did not run (no attempt; its result is the denial)"
                 if self.executed_proven
                 else ", and no attempt of it is in the package"
+            )
+        if self.attempts and not self.executed_proven:
+            return out + (
+                f"; the {len(self.attempts)} attempt(s) and {len(self.results)} result(s) of the call it "
+                f"holds carry the approved tool and arguments (digest {self.digest}), but the package is "
+                "partial, so what ran is not proven"
             )
         if self.attempts:
             first = min(self.attempts + self.results)
@@ -273,6 +343,20 @@ def _model_calls(record: dict[str, Any]) -> list[Any]:
     return calls
 
 
+def _call_of_key(key: str) -> str | None:
+    """The call whose attempt, not-started, result or pause record `key` is the key of (the call for which
+    `_kind_of_key` is not None), or None."""
+    for kind in ("result:", "pause:"):
+        if key.startswith(kind):
+            return key[len(kind):]
+    head, _, gen = key.rpartition(":")
+    if gen.isascii() and gen.isdigit():
+        for kind in ("attempt:", "not-started:"):
+            if head.startswith(kind):
+                return head[len(kind):]
+    return None
+
+
 def _kind_of_key(key: str, call: str) -> str | None:
     """The record kind `key` is the key of for exactly call `call` (``attempt:<call>:<gen>``,
     ``not-started:<call>:<gen>``, ``result:<call>``, ``pause:<call>``), or None. Matched exactly, never by
@@ -291,19 +375,23 @@ def _kind_of_key(key: str, call: str) -> str | None:
 
 
 def _check_executed(
-    gate: _Gate, request_index: int, tally_key_: str, records: list[dict[str, Any]], complete: bool
+    gate: _Gate,
+    request_index: int,
+    tally_key_: str,
+    records: list[tuple[dict[str, Any], list[Any]]],
+    complete: bool,
 ) -> None:
-    """Bind every record of the call that the package holds to the approved tool and arguments; raise
+    """Bind every record of the call that the package holds (`records`: those `_Index.of_call` gives, in
+    journal order) to the approved tool and arguments; raise
     NotVerified on any that differs, and decide whether the package proves what ran (`executed_proven`)."""
     call, tool, digest, ti = gate.call, gate.tool, gate.digest, gate.tally_index
     approved = gate.count.outcome == "approved"
     side_effect_result = False
-    for r in records:
+    for r, calls in records:
         key, kind, idx = r["key"], r.get("kind"), r["index"]
         if kind == "model_turn":
-            for c in _model_calls(r):
-                if not isinstance(c, dict) or c.get("call_id") != call:
-                    continue
+            _model_calls(r)  # a malformed model turn fails
+            for c in calls:
                 if c.get("name") != tool:
                     raise NotVerified(
                         f"the model's call {call!r} at position {idx} names tool {c.get('name')!r}, but "
@@ -415,7 +503,6 @@ def verify_approvals(
     policy digest, approvers and counted approvers with key ids, positions, `executed_call_proven`).
     """
     records, signed = _records(pkg, key, max_skew_ns)
-    by_key = {r["key"]: r for r in records}
     run_id = pkg.sth.log_id
     tallies = [r for r in records if r.get("kind") == "gate" and r["key"].startswith("approval:tally:")]
     if call_id is not None:
@@ -424,7 +511,8 @@ def verify_approvals(
         what = f"call {call_id!r}" if call_id is not None else "any call"
         raise NotVerified(f"the package holds no decided approval gate for {what}")
     complete = len(records) == pkg.sth.size
-    gates = [_check_gate(run_id, t, by_key, records, complete) for t in tallies]
+    index = _Index.of(records)
+    gates = [_check_gate(run_id, t, index, complete) for t in tallies]
     trust = trust or ApprovalTrust()
     untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
     if untrusted:

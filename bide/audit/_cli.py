@@ -57,9 +57,10 @@ INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
 
 
 def _read(path: str, limit: int) -> bytes:
+    from ._input import read_limited
+
     try:
-        with open(path, "rb") as f:
-            data = f.read(limit + 1)
+        data = read_limited(path, limit)
     except OSError as exc:
         raise UnreadableInput(f"cannot read {path}: {exc.strerror or exc}") from exc
     if len(data) > limit:

@@ -34,7 +34,7 @@ __all__ = [
 ]
 
 ALG = "ed25519"
-_HEX_KEY = re.compile(r"^[0-9a-f]{64}$")
+_HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
 
 
 def key_id(public_key: bytes) -> str:
@@ -246,7 +246,7 @@ def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:
     public key. A private key file is refused: a verifier never needs one, and passing it is a mistake
     that spreads the secret (give the `.pub` file)."""
     text = os.fspath(spec)
-    if _HEX_KEY.match(text):
+    if _HEX_KEY.fullmatch(text):
         return PublicKey.from_raw(bytes.fromhex(text))
     data = _read(text)
     if b"PRIVATE KEY-----" in data:

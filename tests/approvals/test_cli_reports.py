@@ -1,0 +1,96 @@
+"""What `bide approve` and `bide-audit verify-approvals` say in edge cases: an approval recorded beside a
+damaged run whose id starts with this one's is a success (exit 0), and a package that leaves out only
+`run:end` never says "before the tool ran"."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide.approvals import ApprovalGate
+from bide.audit import AuditLog, generate_key
+from bide.testing import ScriptedModel, call, reply
+
+from .helpers import APPROVERS, LOG_KEY, ROOT, approved_run, audit_cli
+
+pytestmark = pytest.mark.slow
+
+
+def _bide(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", "bide._cli", *args], capture_output=True, text=True, cwd=cwd,
+        env={**os.environ, "PYTHONPATH": path}, timeout=120,
+    )
+
+
+def test_approve_succeeds_when_another_run_sharing_its_prefix_is_damaged(tmp_path: Path) -> None:
+    keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
+    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
+
+    @bide.tool(gate=gate)
+    def wire(amount: int) -> str:
+        """Wire."""
+        return f"sent {amount}"
+
+    db = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{db}")
+    try:
+        for run in ("order-3", "order-30"):
+            with pytest.raises(bide.ApprovalPending):
+                model = ScriptedModel([call("wire", amount=1), reply("done")])
+                bide.Agent(model, store=store, tools=[wire]).run_sync(run, "go")
+    finally:
+        store.close()
+    with sqlite3.connect(db) as conn:
+        conn.execute("update bide_records set data = cast('{\"damaged\":1}' as blob) "
+                     "where run_id = 'order-30' and key = 'run:start'")
+    approve = ("approve", "--store", "sqlite:///bide.db", "order-3", "c0.0", "--key", "alice.key")
+    done = _bide(*approve, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "Recorded the signed approval" in done.stdout
+    assert "approved by alice, denied by nobody; waiting for bob" in done.stdout
+    again = _bide(*approve, cwd=tmp_path)
+    assert again.returncode == 5 and "already decided" in again.stderr
+
+
+def test_a_package_without_only_its_run_end_says_what_ran_is_not_proven(tmp_path: Path) -> None:
+    store, call_id = approved_run()
+    log = AuditLog(store, LOG_KEY)
+    keys = [e.key for e in store.load("r") if e.key != "run:end"]
+    pkg = log.evidence("r", log.sign_head("r"), keys=keys)
+    assert len(pkg.records) == pkg.sth.size - 1
+    (tmp_path / "partial.json").write_bytes(pkg.to_json())
+    pub = LOG_KEY.public.hex
+    text = audit_cli("verify-approvals", "partial.json", "--pubkey", pub, cwd=tmp_path)
+    assert text.returncode == 0, text.stderr
+    proven = text.stdout.split("Not proven:")[0]
+    assert "before the tool ran" not in proven
+    assert "but the package is partial, so what ran is not proven" in proven
+    as_json = audit_cli("verify-approvals", "partial.json", "--pubkey", pub, "--json", cwd=tmp_path)
+    out = json.loads(as_json.stdout)
+    assert out["complete"] is False and out["calls"][0]["executed_call_proven"] is False
+    assert out["calls"][0]["attempts"] and "before the tool ran" not in out["message"]
+    assert f"what call {call_id!r} ran with: the package is partial" in out["not_proven"]
+
+
+def test_a_policy_pipe_with_no_writer_is_refused_and_an_upper_case_approver_key_is_a_key(
+    tmp_path: Path,
+) -> None:
+    store, _ = approved_run()
+    (tmp_path / "evidence.json").write_bytes(AuditLog(store, LOG_KEY).evidence("r").to_json())
+    os.mkfifo(tmp_path / "policy.json")
+    done = audit_cli("verify-approvals", "evidence.json", "--policy", "policy.json", cwd=tmp_path)
+    assert done.returncode == 4, done.stderr
+    assert "a pipe with no writer" in done.stderr
+    approvers = [f"--approver={n}={k.public.hex.upper()}" for n, k in APPROVERS.items()]
+    pinned = audit_cli("verify-approvals", "evidence.json", *approvers, cwd=tmp_path)
+    assert pinned.returncode == 0, pinned.stderr
+    assert "Every gate counted under a policy you pinned" in pinned.stdout
