@@ -13,6 +13,7 @@ from ._http import (
     json_event,
     json_index,
     json_object,
+    malformed,
     read_json,
     sse_events,
     unfinished,
@@ -38,7 +39,8 @@ class AnthropicModel(HTTPModel):
     cache's (``cache_creation_input_tokens`` and ``cache_read_input_tokens``); `finish_reason` is the
     ``stop_reason`` ("end_turn", "tool_use", "max_tokens", ...).
 
-    Pooling, retries (429, 529 overloaded, 5xx, connection errors; ``Retry-After`` honoured), `aclose` and
+    Pooling, retries (the same statuses, 529 overloaded among them, and connection errors; ``Retry-After``
+    honoured), `aclose` and
     streaming work as for `bide.OpenAIModel`.
     """
 
@@ -172,7 +174,10 @@ class AnthropicModel(HTTPModel):
                     index = json_index(self.name, payload.get("index"), 0)
                     block = blocks.setdefault(index, {"type": "text", "text": [], "json": []})
                     delta = json_object(payload.get("delta"))
-                    if delta.get("type") == "text_delta" and isinstance(delta.get("text"), str):
+                    if delta.get("type") == "text_delta":
+                        piece = delta.get("text")
+                        if not isinstance(piece, str):
+                            raise malformed(self.name, f"a text delta that is not a string: {piece!r:.200}")
                         block["text"].append(delta["text"])
                         yield TextDelta(text=delta["text"])
                     elif delta.get("type") == "input_json_delta" and isinstance(
@@ -249,7 +254,10 @@ def _parse(name: str, data: Any) -> AssistantMessage:
     for block in data["content"]:
         if not isinstance(block, dict):
             continue
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
+        if block.get("type") == "text":
+            if not isinstance(block.get("text"), str):
+                # Not the API's shape: skipping it would journal an answer the model did not give.
+                raise malformed(name, f"a text block whose text is not a string: {block.get('text')!r:.200}")
             text.append(block["text"])
         elif block.get("type") == "tool_use":
             args = block.get("input")

@@ -34,15 +34,15 @@ class OpenAIModel(HTTPModel):
     ``https://api.openai.com/v1``). One pooled HTTP client serves every call of this model (per event loop);
     close it with `await model.aclose()` or ``async with model:``.
 
-    Transient failures (connection errors, timeouts, 408/409/425/429/5xx) are retried by `retry` (a
-    `bide.RetryPolicy`; by default `max_retries` retries with full-jitter exponential backoff from `backoff`
-    seconds, capped at `max_backoff`), waiting at least what a ``Retry-After`` (seconds or an HTTP date) or
-    ``retry-after-ms`` header asks, capped at the policy's maximum; any other 4xx raises `ModelError` at once
-    with the server's message. `timeout` (seconds) bounds each try in total: a whole answer must have come
-    by then, and a stream must have started (after that, each wait between its pieces is bounded by it).
-    An answer past 32 MiB is refused as it arrives, and an answer of another shape than the API's raises
-    `ModelError`. `temperature` and extra body fields are optional. Token `usage` and `finish_reason` are
-    read from the answer.
+    Transient failures (connection errors, timeouts, HTTP 408, 409, 425, 429, 500, 502, 503, 504 and 529)
+    are retried by `retry` (a `bide.RetryPolicy`; by default `max_retries` retries with full-jitter
+    exponential backoff from `backoff` seconds, capped at `max_backoff`), waiting at least what a
+    ``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms`` header asks, capped at the policy's
+    maximum; any other status raises `ModelError` at once with the server's message. `timeout` (seconds)
+    bounds each try in total: a whole answer must have come by then, and a stream must have started (after
+    that, each wait between its pieces is bounded by it). An answer past 32 MiB is refused as it arrives,
+    and an answer of another shape than the API's raises `ModelError`. `temperature` and extra body fields
+    are optional. Token `usage` and `finish_reason` are read from the answer.
 
     `stream(request)` streams a turn (``stream: true``, usage included): text deltas as they come, then the
     whole turn, tool calls assembled from their pieces.
@@ -165,7 +165,9 @@ class OpenAIModel(HTTPModel):
                         finish = choice["finish_reason"]
                     delta = json_object(choice.get("delta"))
                     piece = delta.get("content")
-                    if isinstance(piece, str) and piece:
+                    if piece is not None and not isinstance(piece, str):
+                        raise malformed(self.name, f"a delta whose content is not a string: {piece!r:.200}")
+                    if piece:
                         text.append(piece)
                         yield TextDelta(text=piece)
                     for piece_of_call in json_list(delta.get("tool_calls")):
@@ -255,9 +257,12 @@ def _parse(name: str, data: Any) -> AssistantMessage:
             )
         )
     content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        # Not the API's shape: journaling it as an empty answer would end the run on it for good.
+        raise malformed(name, f"choices[0].message.content that is not a string or null: {content!r:.200}")
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
     return AssistantMessage(
-        content=content if isinstance(content, str) else "",
+        content=content or "",
         tool_calls=calls,
         usage=_usage(data.get("usage") if isinstance(data, dict) else None),
         finish_reason=reason if isinstance(reason, str) else "",

@@ -460,3 +460,42 @@ def test_tool_arguments_nested_too_deeply_are_kept_as_text(
     turn = asyncio.run(_turn(_models(server.url)[kind], stream))
     [call] = turn.tool_calls
     assert call.name == "pay" and call.arguments == _DEEP
+
+
+@pytest.mark.parametrize("content", [5, {"text": "hi"}, ["hi"], True])
+def test_an_openai_content_that_is_not_text_is_a_model_error_and_ends_no_run(
+    answers: tuple[_Answers, LoopbackServer], content: Any
+) -> None:
+    """A `content` of another type than a string (or null) is not the API's shape: it used to become an
+    empty answer that ended the run for good."""
+    served, server = answers
+    whole = Reply(body={"choices": [{"message": {"content": content}, "finish_reason": "stop"}]})
+    streamed = Reply(events=[("", _json({"choices": [{"delta": {"content": content}}]})), ("", "[DONE]")])
+    for reply, stream in ((whole, False), (streamed, True)):
+        served.first = reply
+        _reset(server)
+        with pytest.raises(bide.ModelError, match="content"):
+            asyncio.run(_turn(_models(server.url)["openai"], stream=stream))
+    served.first, served.then = whole, openai_completion("done")
+    _reset(server)
+    store = bide.open_store("memory://")
+    agent = bide.Agent(_models(server.url)["openai"], store=store)
+    with pytest.raises(bide.ModelError):
+        agent.run_sync("run", "hi")
+    assert "run:end" not in [record.key for record in store.load("run")]
+    assert agent.run_sync("run", "hi").answer == "done"  # running again asks again
+
+
+@pytest.mark.parametrize("text", [5, {"t": "hi"}, None])
+def test_an_anthropic_text_that_is_not_text_is_a_model_error(
+    answers: tuple[_Answers, LoopbackServer], text: Any
+) -> None:
+    served, server = answers
+    whole = Reply(body={"content": [{"type": "text", "text": text}], "stop_reason": "end_turn"})
+    delta = {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}
+    streamed = Reply(events=[("", _json(delta)), ("message_stop", '{"type": "message_stop"}')])
+    for reply, stream in ((whole, False), (streamed, True)):
+        served.first = reply
+        _reset(server)
+        with pytest.raises(bide.ModelError, match="text"):
+            asyncio.run(_turn(_models(server.url)["anthropic"], stream=stream))
