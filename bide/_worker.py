@@ -16,10 +16,12 @@ Rules:
   picked up again once its journal changes (a resolution was recorded). A halted run that was cancelled
   (`bide cancel`) is driven, and its drive ends it as cancelled.
 - **Waiting is not failing.** A run sleeping on a durable timer (`bide.timer`) is driven again once it is
-  due; a run paused at an approval gate is consulted again with backoff until its gate decides; a run that
-  failed (model down, store error) is retried with exponential backoff.
+  due; a run paused at an approval gate is consulted again with backoff until its gate decides, or as soon
+  as a decision is journaled; both are read every `PARKED_RECHECK_S` meanwhile, so a cancel request ends
+  them within that time. A run that failed (model down, store error) is retried with exponential backoff.
 - **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
-  running after `grace` seconds are cancelled, which frees their leases.
+  running after `grace` seconds (None: no limit) are cancelled, which frees their leases. `cancel_drives()`
+  cancels them at once (a side effect interrupted that way may halt its run for a person).
 """
 
 from __future__ import annotations
@@ -82,6 +84,11 @@ class _Backoff:
     # resolution, a new message), and looked at again after `parked_until` (a cancel request takes none).
     parked_token: int | None = None
     parked_until: float = 0.0
+    # A sleeping run, or one at an approval gate, is driven again at `drive_after` (its timer, the gate's
+    # backoff), or before if its journal no longer has `waiting_at_records` records (a decision came; -1:
+    # only the time counts); it is read every PARKED_RECHECK_S meanwhile, for a cancel request.
+    drive_after: float = 0.0
+    waiting_at_records: int = -1
 
 
 # How long a parked run is left alone if its lease does not change (see _Backoff).
@@ -106,7 +113,7 @@ class Worker:
         poll_interval: float = 1.0,
         backoff: float = 1.0,
         max_backoff: float = 300.0,
-        grace: float = 30.0,
+        grace: float | None = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
         if not callable(getattr(store, "expired_leases", None)):
@@ -120,7 +127,7 @@ class Worker:
         self.poll_interval = float(poll_interval)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
-        self.grace = float(grace)
+        self.grace = None if grace is None else float(grace)
         self.clock = clock
         self._state: dict[str, _Backoff] = {}
         self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
@@ -197,6 +204,18 @@ class Worker:
         `run_once` once its drives in flight finished."""
         self._stopping.set()
 
+    def cancel_drives(self) -> None:
+        """Stop, and cancel `run_forever`'s drives in flight now instead of waiting for them: their leases are
+        freed, and a side effect interrupted that way may leave its run halted for a person."""
+        self._stopping.set()
+        for task in list(self._in_flight.values()):
+            task.cancel()
+
+    @property
+    def in_flight(self) -> int:
+        """How many drives `run_forever` has running."""
+        return len(self._in_flight)
+
     # -- one run ---------------------------------------------------------------------------------------------
 
     async def _runs_to_recover(self) -> list[str]:
@@ -251,6 +270,11 @@ class Worker:
             # One with a cancel request is resumed, which ends it.
             self._park(run_id, state)
             return "skipped"
+        if status.status in ("sleeping", "awaiting_approval") and not journal.has(CANCEL_KEY):
+            now = self.clock()
+            if now < state.drive_after and state.waiting_at_records in (-1, len(journal.records())):
+                state.not_before = min(state.drive_after, now + PARKED_RECHECK_S)
+                return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
         # A halted run with a cancel request is driven: the drive ends it as cancelled.
         if status.status == "halted" and not journal.has(CANCEL_KEY):
             if len(journal.records()) == state.halted_at_records:
@@ -280,10 +304,14 @@ class Worker:
             state.not_before = max(exc.retry_after, self.clock() + self.poll_interval)
             return "waiting"
         except RunSleeping as exc:
-            state.not_before = exc.wake_at  # a timer: driven again once it is due
+            # A timer: driven again once it is due, looked at every PARKED_RECHECK_S for a cancel request.
+            self._wait_until(state, exc.wake_at, -1)
             return "waiting"
         except ApprovalPending:
             self._back_off(state)
+            # The gate is consulted again with backoff, or as soon as a decision is journaled.
+            journal = await Journal(self.store, run_id).aload()
+            self._wait_until(state, state.not_before, len(journal.records()))
             return "waiting"
         except asyncio.CancelledError:
             raise
@@ -308,6 +336,10 @@ class Worker:
             log.info("run %s not resumed: %s", run_id, why)
         self._back_off(state)
         return "skipped"
+
+    def _wait_until(self, state: _Backoff, when: float, records: int) -> None:
+        state.drive_after, state.waiting_at_records = when, records
+        state.not_before = min(when, self.clock() + max(PARKED_RECHECK_S, self.poll_interval))
 
     def _back_off(self, state: _Backoff) -> None:
         delay = min(self.max_backoff, self.backoff * 2**state.failures)

@@ -6,8 +6,9 @@ a store), `bide cancel` asks a run to stop.
 
 `module:attribute` names your agents: an `Agent`, a list of agents, or a function that takes the opened
 store and returns either (so the agents use the worker's store). The current directory is importable.
-Without `--once` it runs until SIGINT or SIGTERM, then hands back its leases; with `--once` either signal
-ends the pass once the drives in flight finished (an interrupt never drops a side effect's result).
+Without `--once` it runs until SIGINT or SIGTERM, waits for the drives in flight to finish however long
+they take (a second signal cancels them), then hands back its leases; with `--once` either signal ends the
+pass once the drives in flight finished (an interrupt never drops a side effect's result).
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -137,7 +138,8 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     try:
         try:
             agents = load_agents(args.app, store)
-            worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll)
+            # No grace: a stopping worker waits for its drives (a second signal cancels them).
+            worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll, grace=None)
         except (_AppError, ConfigError) as exc:
             print(f"bide: {printable(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
@@ -168,13 +170,40 @@ def _stop_on_signals(worker: Worker) -> None:
             loop.add_signal_handler(sig, worker.stop)
 
 
+def _stop_then_cancel_on_signals(worker: Worker) -> None:
+    # The first signal stops the worker and waits for its drives however long they take (a side effect
+    # running then has its result journaled); only a second one cancels them, which the operator is told.
+    loop = asyncio.get_running_loop()
+    signals = 0
+
+    def on_signal() -> None:
+        nonlocal signals
+        signals += 1
+        if signals == 1:
+            worker.stop()
+            if worker.in_flight:
+                print(
+                    f"bide worker: stopping; waiting for the {worker.in_flight} drive(s) in flight to finish "
+                    "(a second SIGINT or SIGTERM cancels them: a side effect running then halts its run for "
+                    "a person)",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        else:
+            worker.cancel_drives()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, on_signal)
+
+
 async def _once(worker: Worker) -> PassReport:
     _stop_on_signals(worker)
     return await worker.run_once()
 
 
 async def _forever(worker: Worker) -> None:
-    _stop_on_signals(worker)
+    _stop_then_cancel_on_signals(worker)
     await worker.run_forever()
 
 

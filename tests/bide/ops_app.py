@@ -2,11 +2,13 @@
 to leave a run crashed (its first model turn fails) for the worker to resume.
 
 Resumed, the run calls `effect` once and answers. `effect` is a side effect that appends "start" and "end"
-lines to $OPS_EFFECT_LOG around a sleep of $OPS_EFFECT_SECONDS (default 0).
+lines to $OPS_EFFECT_LOG around a sleep of $OPS_EFFECT_SECONDS (default 0); a coroutine with
+$OPS_EFFECT_ASYNC=1.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import sys
@@ -36,9 +38,19 @@ def effect(order: str) -> str:
     return "done"
 
 
+@bide.tool(name="effect", timeout=300)
+async def async_effect(order: str) -> str:
+    """The same side effect, written as a coroutine (used when $OPS_EFFECT_ASYNC is 1)."""
+    _log(f"start {order}")
+    await asyncio.sleep(float(os.environ.get("OPS_EFFECT_SECONDS", "0")))
+    _log(f"end {order}")
+    return "done"
+
+
 def build(store: bide.Store) -> bide.Agent:
     script = ScriptedModel([call("peek", order="o"), call("effect", order="o"), reply("finished")])
-    return bide.Agent(script, store=store, tools=[peek, effect], name="ops", lease_ttl=1.0)
+    chosen = async_effect if os.environ.get("OPS_EFFECT_ASYNC") == "1" else effect
+    return bide.Agent(script, store=store, tools=[peek, chosen], name="ops", lease_ttl=1.0)
 
 
 def crash(url: str, prefix: str, run_id: str) -> None:

@@ -171,6 +171,63 @@ def test_sigint_during_worker_once_keeps_the_side_effects_result(env: dict[str, 
     assert status(url, "bide_", "r0") == "completed"
 
 
+def _async_effect_running(
+    env: dict[str, str], tmp_path: Path, seconds: float
+) -> tuple[str, subprocess.Popen[str]]:
+    """A worker (no --once) driving a crashed run into an async side effect of `seconds`, started."""
+    url = f"sqlite:///{tmp_path / 'forever.db'}"
+    crash_run(url, "bide_", "r0", env)
+    env["OPS_EFFECT_SECONDS"], env["OPS_EFFECT_ASYNC"] = str(seconds), "1"
+    log = Path(env["OPS_EFFECT_LOG"])
+    worker = subprocess.Popen(
+        worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    wait_until(lambda: log.exists() and "start o" in log.read_text(), "the side effect to start")
+    return url, worker
+
+
+@pytest.mark.slow
+def test_sigterm_lets_a_worker_drive_finish_however_long_its_side_effect_runs(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """SIGTERM stops `bide worker` taking runs and waits for its drives: an async side effect running past
+    the library's default grace (30 s, after which the worker used to cancel it and leave the run halted
+    for a person) still has its result journaled."""
+    url, worker = _async_effect_running(env, tmp_path, 32.0)
+    try:
+        worker.send_signal(signal.SIGTERM)
+        _, errors = worker.communicate(timeout=90)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, errors
+    assert "waiting for the 1 drive(s) in flight to finish" in errors
+    assert Path(env["OPS_EFFECT_LOG"]).read_text().splitlines() == ["start o", "end o"]
+    assert status(url, "bide_", "r0") == "completed"
+
+
+def test_a_second_signal_cancels_the_drives_a_stopping_worker_waits_for(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    url, worker = _async_effect_running(env, tmp_path, 120.0)
+    try:
+        worker.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert worker.poll() is None  # still waiting for the drive
+        worker.send_signal(signal.SIGINT)
+        _, errors = worker.communicate(timeout=10)  # at once, not after a grace period
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, errors
+    assert Path(env["OPS_EFFECT_LOG"]).read_text().splitlines() == ["start o"]
+    # The call was interrupted: its outcome is unknown, and a person decides (nothing fires it again).
+    assert status(url, "bide_", "r0") == "halted"
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [

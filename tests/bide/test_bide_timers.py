@@ -107,3 +107,24 @@ def test_a_sleeping_run_survives_a_restart(durable_store_spec: tuple[str, str], 
     time.sleep(max(0.0, slept.value.wake_at - time.time()) + 0.05)
     assert resumed.run_sync("r", "follow up").answer == "followed up"
     again.close()
+
+
+def test_a_worker_ends_a_cancelled_sleeping_run_at_its_recheck_not_at_the_wake_up(store: bide.Store) -> None:
+    """A cancel request takes no lease, so nothing tells the worker of it: a sleeping run is read again every
+    PARKED_RECHECK_S (it used to be left alone until its timer, a day here), and the cancel ends it."""
+    from bide._worker import PARKED_RECHECK_S
+
+    clock = FakeClock()
+    model = ScriptedModel(script(86_400))
+    agent = bide.Agent(model, store=store, tools=[bide.timer()], clock=clock, name="a")
+    with pytest.raises(bide.RunSleeping):
+        agent.run_sync("c", "follow up tomorrow")
+    worker = bide.Worker(store, agent, clock=clock)
+    clock.now += 60  # the drive's lease has long expired
+    assert asyncio.run(worker.run_once()).waiting == 1  # driven: still sleeping
+    clock.now += 5
+    assert asyncio.run(worker.run_once()).driven == 0  # its timer is not due: nothing to drive
+    bide.cancel_run(store, "c", reason="the customer called")
+    clock.now += PARKED_RECHECK_S + 1
+    asyncio.run(worker.run_once())
+    assert bide.run_status(store, "c").status == "cancelled"

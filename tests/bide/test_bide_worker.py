@@ -330,3 +330,40 @@ def test_two_workers_racing_resume_each_run_once(
     lines = ledger_lines(env)
     for r in runs:
         assert lines.count(f"{r} 1") == 1 and lines.count(f"{r} 2") == 1, (r, lines)
+
+
+def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(store: bide.Store) -> None:
+    """A run paused at a gate is consulted again with backoff (here hours), but read every
+    PARKED_RECHECK_S: a decision journaled meanwhile (it takes no lease) is acted on then, and a cancel
+    request the same way."""
+    from bide._worker import PARKED_RECHECK_S
+    from bide.approvals import ApprovalGate, submit_decision
+    from bide.audit import SigningKey
+
+    alice = SigningKey.generate()
+    clock = [1_800_000_000.0]
+
+    @bide.tool(gate=ApprovalGate.k_of_n(1, {"alice": alice.public}))
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return f"sent {amount}"
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("wire", amount=5), reply("done")])
+        return bide.Agent(model, store=store, tools=[wire], clock=lambda: clock[0], name="payer")
+
+    for run_id in ("approved", "cancelled"):
+        with pytest.raises(bide.ApprovalPending):
+            agent().run_sync(run_id, "pay")
+    worker = bide.Worker(store, agent(), clock=lambda: clock[0], backoff=7200, max_backoff=7200)
+    clock[0] += 60
+    assert asyncio.run(worker.run_once()).waiting == 2  # consulted: still pending
+    clock[0] += 5
+    assert asyncio.run(worker.run_once()).driven == 0  # no news, backoff not over: nothing driven
+    [call_id] = [r.call_id for r in bide.approvals.pending_approvals(store) if r.run_id == "approved"]
+    submit_decision(store, "approved", call_id, alice, approve=True)
+    bide.cancel_run(store, "cancelled", reason="not needed")
+    clock[0] += PARKED_RECHECK_S + 1
+    asyncio.run(worker.run_once())
+    assert bide.run_status(store, "approved").status == "completed"
+    assert bide.run_status(store, "cancelled").status == "cancelled"
