@@ -48,6 +48,8 @@ from ._cli_common import (
     EXIT_USAGE,
     Parser,
     add_standard_options,
+    close_store,
+    give_up_on,
     internal_error,
     print_json,
     table,
@@ -371,7 +373,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 rows.append(_row(journal, st, leases.get(run_id), now_ms))
             after = batch[-1]
     finally:
-        store.close()
+        close_store(store)
     rows.sort(key=lambda r: (-r["_activity_ms"], r["run_id"]))
     total = len(rows)
     rows = rows[: args.limit]
@@ -437,7 +439,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         st = _shown(status_of(journal), lease, int(time.time() * 1000))
         records = [{"seq": e.seq, "key": e.key, "record": json.loads(e.data)} for e in journal.entries()]
     finally:
-        store.close()
+        close_store(store)
     now_ms = int(time.time() * 1000)
     row = _row(journal, st, lease, now_ms)
     info = {
@@ -531,7 +533,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
             after = batch[-1]
         approvals = {(p.run_id, p.call_id): p for p in found}
     finally:
-        store.close()
+        close_store(store)
     for w in waiting:
         p = approvals.get((w["run_id"], w["call_id"]))
         if p is not None:
@@ -641,6 +643,7 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         try:
             resolved = resolving.result()
         except KeyboardInterrupt:  # before the resolution was sent: `sending` now refuses to send it
+            give_up_on(store)
             say(
                 f"bide: interrupted; no resolution was recorded for call {call} of run {run}", file=sys.stderr
             )

@@ -29,6 +29,8 @@ __all__ = [
     "EXIT_USAGE",
     "Parser",
     "add_standard_options",
+    "close_store",
+    "give_up_on",
     "internal_error",
     "print_json",
     "table",
@@ -150,6 +152,22 @@ def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:
         file=sys.stderr,
     )
     return EXIT_INTERNAL
+
+
+def give_up_on(store: Any) -> None:
+    """Cancel what `store` is running now for a command that was interrupted (Ctrl-C) before it sent any
+    write: a read waiting on a lock held elsewhere fails at once instead of when the busy timeout ends."""
+    interrupt = getattr(store, "interrupt", None)
+    if callable(interrupt):
+        interrupt()
+
+
+def close_store(store: Any) -> None:
+    """Close a command's store; when a KeyboardInterrupt passes through the caller's `finally` (the command
+    leaves on Ctrl-C, having sent no write), `give_up_on` it first, so closing does not wait for it."""
+    if isinstance(sys.exc_info()[1], KeyboardInterrupt):
+        give_up_on(store)
+    store.close()
 
 
 def print_json(value: Any) -> None:

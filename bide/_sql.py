@@ -665,6 +665,23 @@ class SQLStore:
             slot.close()
         self.engine.dispose()
 
+    def interrupt(self) -> None:
+        """Cancel the statements this store's connections are running now (PostgreSQL: a cancel request to
+        the server; SQLite: sqlite3's interrupt); their callers get a `StoreError`. For a caller that gave
+        up waiting on them (Ctrl-C): a write among them may or may not have committed."""
+        with self._lock:
+            slots = [self._worker_slot, *self._slots]
+        for slot in slots:
+            raw = slot.raw
+            if raw is None:
+                continue
+            with contextlib.suppress(Exception):  # a connection closing meanwhile has nothing to cancel
+                driver: Any = raw.driver_connection
+                if self.dialect == "postgresql":
+                    driver.cancel()
+                else:
+                    driver.interrupt()
+
     def add_write_hook(self, hook: WriteHook, *, on_error: Callable[[Exception], None] | None = None) -> None:
         """Call `hook` in every transaction that inserts records, before its COMMIT, in a savepoint (see
         `HookedStore` in bide/_store.py)."""

@@ -32,7 +32,7 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from ._cli_common import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from ._cli_common import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, give_up_on
 from ._errors import ConfigError, RunEnded, RunNotFound
 from ._terminal import printable
 
@@ -101,6 +101,7 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
             sending()
             [(_, recorded)] = journal.write([request])
         except KeyboardInterrupt:  # before the request was sent
+            give_up_on(store)
             say(f"bide: interrupted; no cancel request was sent for run {run}", file=sys.stderr)
             return EXIT_INTERRUPTED
         except StoppedWaiting:

@@ -12,7 +12,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._cli_common import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE
+from .._cli_common import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, give_up_on
 from .._store import Store
 
 if TYPE_CHECKING:
@@ -60,6 +60,7 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
             record = submit_decision(store, args.run, args.call, key, approve=approve, sending=sending)
             left = _still_waiting(store, args.run, args.call)
         except KeyboardInterrupt:  # before the decision was sent
+            give_up_on(store)
             return _fail(f"interrupted; no {verb} was sent for call {args.call} in run {args.run}",
                          EXIT_INTERRUPTED)
         except StoppedWaiting:

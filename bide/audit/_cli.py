@@ -31,6 +31,7 @@ from .._cli_common import (
     Parser,
     add_standard_options,
     byte_limit,
+    close_store,
     skew_seconds,
 )
 from .._files import check_output, write_whole
@@ -278,7 +279,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
         _write_atomic(output, artifact.to_json(), publisher)
     finally:
-        store.close()
+        close_store(store)
     anchored = ""
     if publisher is not None:
         sent = [f" Published its signed head ({n} records) to {path}." for n, path in publisher.published]

@@ -289,3 +289,58 @@ def test_open_store_refuses_a_missing_database_and_a_refused_option_value_even_w
 )
 def test_well_formed_postgresql_urls_are_accepted_without_connecting(url: str) -> None:
     assert parse_store_url(url).kind == "postgresql"
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("command", [("runs",), ("show", "r"), ("pending",), ("cancel", "r")])
+def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
+    tmp_path: Path, command: tuple[str, ...]
+) -> None:
+    """Another session holds a lock on the records table: the command's read waits for it (up to the store's
+    busy timeout, 30 s). Ctrl-C stops the command at once, exit 130, and `bide cancel` sent nothing: the read
+    it gave up on is cancelled instead of being waited for when the store closes."""
+    import signal
+    import time
+
+    from bide._records import CANCEL_KEY
+    from bide.testing import ScriptedModel, call, reply
+
+    prefix = f"i{uuid.uuid4().hex[:10]}_"
+    store = bide.open_store(PG_URL, table_prefix=prefix)
+    try:
+        model = ScriptedModel([call("wait", seconds=3600), reply("later")])
+        with pytest.raises(bide.RunSleeping):  # an open run: a cancel request would be recorded
+            bide.Agent(model, store=store, tools=[bide.timer()]).run_sync("r", "go")
+        locker = sa.create_engine(PG_URL).connect()
+        transaction = locker.begin()
+        locker.exec_driver_sql(f"LOCK TABLE {prefix}records IN ACCESS EXCLUSIVE MODE")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        args = [*command, "--store", PG_URL, "--table-prefix", prefix]
+        child = subprocess.Popen(
+            [sys.executable, "-m", "bide._cli", *args], env=env, cwd=tmp_path, text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            time.sleep(2.0)  # started, and waiting for the lock
+            assert child.poll() is None
+            child.send_signal(signal.SIGINT)
+            started = time.monotonic()
+            _, errors = child.communicate(timeout=25)
+            took = time.monotonic() - started
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+            transaction.rollback()
+            locker.close()
+        assert child.returncode == 130, errors
+        assert took < 5, f"{took:.1f} s from Ctrl-C to exit"
+        assert CANCEL_KEY not in [e.key for e in store.load("r")]
+        assert bide.run_status(store, "r").status == "sleeping"
+    finally:
+        store.close()
+        drop = sa.create_engine(PG_URL)
+        with drop.begin() as conn:
+            for table in ("records", "runs"):
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prefix}{table}")
+        drop.dispose()
