@@ -8,7 +8,6 @@ import os
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -31,13 +30,9 @@ def _run(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]
 
 
 @pytest.fixture
-def in_tmp(tmp_path: Path) -> Iterator[Path]:
-    here = os.getcwd()
-    os.chdir(tmp_path)
-    try:
-        yield tmp_path
-    finally:
-        os.chdir(here)
+def in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
 
 
 @pytest.mark.parametrize(

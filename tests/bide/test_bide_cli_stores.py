@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from conftest import PG_URL
+from conftest import PG_URL, drop_prefix
 
 import bide
 from bide._url import parse_store_url
@@ -339,8 +339,4 @@ def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
         assert bide.run_status(store, "r").status == "sleeping"
     finally:
         store.close()
-        drop = sa.create_engine(PG_URL)
-        with drop.begin() as conn:
-            for table in ("records", "runs"):
-                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prefix}{table}")
-        drop.dispose()
+        drop_prefix(PG_URL, prefix)

@@ -301,6 +301,22 @@ def test_a_copy_of_an_applied_event_with_one_field_changed_is_refused_and_change
     assert _observed(replica) == before
 
 
+def _applied_a_wrong_copy(
+    replica: Replica, arrivals: list[LoggedEvent], one_at_a_time: bool, victim: LoggedEvent
+) -> bool:
+    """Deliver `arrivals`, one of them a changed copy of `victim`: True when that copy was applied; False
+    (noted) when it was refused on its own or waits for an event that never comes."""
+    try:
+        _deliver(replica, arrivals, one_at_a_time)
+    except LogCorrupted:
+        event("the changed copy contradicts the log's record numbers on its own")
+        return False
+    if replica.position <= victim.position:
+        event("the changed copy waits for an event that never comes")
+        return False
+    return True
+
+
 @settings(max_examples=120, deadline=None)
 @given(
     ops.filter(bool),
@@ -328,15 +344,8 @@ def test_the_logs_event_after_a_different_copy_was_applied_is_refused(
     assume(field != "after" or victim.position > 0)
     forged = _changed(victim, field, data)
     replica = Replica(order_machine(), log, track_root=how == "track_root")
-    try:
-        _deliver(
-            replica, [forged if e is victim else e for e in stored], how == "one_at_a_time" or one_at_a_time
-        )
-    except LogCorrupted:
-        event("the changed copy contradicts the log's record numbers on its own")
-        return
-    if replica.position <= victim.position:
-        event("the changed copy waits for an event that never comes")
+    arrivals = [forged if e is victim else e for e in stored]
+    if not _applied_a_wrong_copy(replica, arrivals, how == "one_at_a_time" or one_at_a_time, victim):
         return
     before = _observed(replica)
     if field in FINGERPRINTED or how == "track_root":
@@ -371,13 +380,8 @@ def test_sync_and_checkpoint_find_a_wrong_copy_that_deliver_applied(
     forged = _changed(victim, field, data)
     replica = Replica(order_machine(), log)
     upto = data.draw(st.integers(victim.position + 1, len(stored)), label="delivered up to")
-    try:
-        _deliver(replica, [forged if e is victim else e for e in stored[:upto]], one_at_a_time)
-    except LogCorrupted:
-        event("the changed copy contradicts the log's record numbers on its own")
-        return
-    if replica.position <= victim.position:
-        event("the changed copy waits for an event that never comes")
+    arrivals = [forged if e is victim else e for e in stored[:upto]]
+    if not _applied_a_wrong_copy(replica, arrivals, one_at_a_time, victim):
         return
     check = replica.checkpoint if then_checkpoint else replica.sync
     if field in FINGERPRINTED:
