@@ -340,7 +340,11 @@ class Tool:
                 call = functools.partial(self.fn, args)
             value = await self._in_thread(call, window)
             if inspect.isawaitable(value):
-                value = await asyncio.wait_for(_await(value), max(window.remaining(), 0.001))
+                # The function handed back its real work: that starts only while the window is still open
+                # (checked just before its first step, the deadline armed from the window's clock), as
+                # for an async tool; the function itself ran, so a closed window leaves the outcome
+                # unknown (TimeoutError), never "not started".
+                value = await run_with_deadline(_awaited_inside(window, value), window.remaining)
         except BaseException as exc:
             if observed is not None:
                 observed.failed(exc)
@@ -437,10 +441,6 @@ def _why_unencodable(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-async def _await(value: Awaitable[Any]) -> Any:
-    return await value
-
-
 async def _started_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
     """Await an async tool's `awaitable` only if its claimed `window` is still open now, right before its
     first step (NotCalled otherwise, nothing of it run)."""
@@ -450,6 +450,20 @@ async def _started_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
         if inspect.iscoroutine(awaitable):
             awaitable.close()  # never started: no "was never awaited" warning
         raise
+    return await awaitable
+
+
+async def _awaited_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
+    """Await what a synchronous tool function returned only if its `window` is still open now, right before
+    its first step; else raise TimeoutError (the function ran, what it handed back never started)."""
+    left = window.remaining()
+    if left <= 0:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        raise TimeoutError(
+            f"tool {window.tool!r} returned an awaitable that could not start inside its window: the "
+            f"deadline its attempt marker recorded passed {-left:.3f} s before"
+        )
     return await awaitable
 
 

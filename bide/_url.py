@@ -107,7 +107,10 @@ def _sqlite_url(url: str, rest: str, what: str) -> StoreURL:
             f"{url!r}: a SQLite {what} URL takes no options (?{query}); remove them (the {what} sets its "
             f"own busy timeout). A file whose name has a '?' in it: write it as %3F, or give the plain path"
         )
-    return _sqlite(unquote(path), what)
+    decoded = unquote(path)
+    if "\x00" in decoded:
+        raise StoreURLError(f"{url!r}: the file name has a NUL byte (%00), which no file name can hold")
+    return _sqlite(decoded, what)
 
 
 def _require_psycopg() -> None:

@@ -146,7 +146,10 @@ class Worker:
         async def one(run_id: str) -> None:
             async with slots:
                 # After stop(): drives in flight finish, runs not yet taken are left for the next pass.
-                outcome = "skipped" if self._stopping.is_set() else await self._recover(run_id, report)
+                try:
+                    outcome = "skipped" if self._stopping.is_set() else await self._recover(run_id, report)
+                except Exception as exc:  # one run's failure must not cancel the pass's other drives
+                    outcome = self._failed(run_id, exc, report)
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
@@ -296,8 +299,9 @@ class Worker:
             if tool is not None and tool.reconcile is not None:
                 self._back_off(state)  # its reconciler decides once the call's deadline has passed
                 return "waiting"
-            journal = await Journal(self.store, run_id).aload()
-            state.halted_at_records = len(journal.records())
+            with contextlib.suppress(StoreError):  # unread: driven again at the next poll, to halt again
+                journal = await Journal(self.store, run_id).aload()
+                state.halted_at_records = len(journal.records())
             log.warning("run %s halted: %s", run_id, exc)
             return "halted"
         except RunInFlight as exc:
@@ -310,8 +314,9 @@ class Worker:
         except ApprovalPending:
             self._back_off(state)
             # The gate is consulted again with backoff, or as soon as a decision is journaled.
-            journal = await Journal(self.store, run_id).aload()
-            self._wait_until(state, state.not_before, len(journal.records()))
+            with contextlib.suppress(StoreError):  # unread: consulted again after the backoff only
+                journal = await Journal(self.store, run_id).aload()
+                self._wait_until(state, state.not_before, len(journal.records()))
             return "waiting"
         except asyncio.CancelledError:
             raise

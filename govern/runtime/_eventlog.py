@@ -985,8 +985,12 @@ def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
     pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": timeout}
     ms = int(timeout * 1000)
     if url.startswith("postgresql"):
-        options = f"-c lock_timeout={ms} -c statement_timeout={ms}"
-        connect = {**libpq_bounds(sa.engine.make_url(url).query, timeout), "options": options}
+        query = sa.engine.make_url(url).query
+        # The URL's own server options (a search_path naming a tenant's schema, say) are kept, before ours.
+        given = query.get("options", ())
+        options = " ".join([*([given] if isinstance(given, str) else given), f"-c lock_timeout={ms}",
+                            f"-c statement_timeout={ms}"])  # fmt: skip
+        connect = {**libpq_bounds(query, timeout), "options": options}
         return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
     engine = sa.create_engine(url, connect_args={"timeout": timeout, "check_same_thread": False}, **pool)
 

@@ -66,6 +66,16 @@ def test_a_sqlite_url_with_options_is_refused_and_creates_nothing(query: str, in
     assert list(in_tmp.iterdir()) == []
 
 
+def test_a_percent_encoded_nul_is_refused_like_a_raw_one(in_tmp: Path) -> None:
+    import govern
+
+    with pytest.raises(bide.StoreURLError, match="NUL"):
+        bide.open_store("sqlite:///a%00b.db")
+    with pytest.raises(govern.LogURLError, match="NUL"):
+        govern.EventLog("sqlite:///a%00b.db")
+    assert list(in_tmp.iterdir()) == []
+
+
 @pytest.fixture
 def exported(tmp_path: Path) -> Path:
     store = bide.open_store(f"sqlite:///{tmp_path / 'bide.db'}")

@@ -106,6 +106,32 @@ def test_a_drive_cancelled_while_an_awaitable_tool_waits_never_records_it_as_don
     assert bide.run_status(store, "r").status == "halted"
 
 
+def test_an_awaitable_a_sync_tool_returns_never_starts_once_its_window_closed(store: bide.Store) -> None:
+    """The process pauses right after a synchronous tool function returned its coroutine (here the agent's
+    clock jumps past the marker's deadline, as a pause does): another driver may already have resolved the
+    call, so the coroutine must not take its first step. It never starts, and the outcome stays unknown
+    (the function itself ran): the run halts. It used to get at least a millisecond, enough to act."""
+    clock = [1_800_000_000.0]
+    effects: list[str] = []
+
+    async def pay_now(args: _PayArgs) -> str:
+        effects.append(args.to)  # the effect is the coroutine's first step
+        return f"paid {args.to}"
+
+    def payment(args: _PayArgs) -> Coroutine[Any, Any, str]:
+        clock[0] += 3600  # a pause lands here, after the function returned
+        return pay_now(args)
+
+    pay = bide.Tool(name="pay", description="Pay someone.", args=_PayArgs, fn=payment, timeout=5)
+    model = ScriptedModel([call("pay", to="acme"), reply("Paid.")])
+    agent = bide.Agent(model, store=store, tools=[pay], clock=lambda: clock[0])
+    with pytest.raises(bide.OutcomeUnknown) as halted:
+        agent.run_sync("r", "pay acme")
+    assert halted.value.call_id == "c0.0"
+    assert effects == []
+    assert not bide.Journal(store, "r").load().has("result:c0.0")
+
+
 def test_a_call_in_flight_finishes_and_the_next_turn_is_not_taken(store: bide.Store) -> None:
     charges: list[int] = []
 

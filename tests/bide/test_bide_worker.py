@@ -367,3 +367,57 @@ def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(sto
     asyncio.run(worker.run_once())
     assert bide.run_status(store, "approved").status == "completed"
     assert bide.run_status(store, "cancelled").status == "cancelled"
+
+
+def test_a_store_failure_reading_one_run_again_does_not_cancel_the_passs_other_drives() -> None:
+    """After a drive pauses at a gate the worker reads its journal again (to see when a decision comes);
+    that read failing used to escape `run_once`, whose task group then cancelled every other drive in
+    flight, an async side effect included (its run left halted for a person)."""
+    store = bide.MemoryStore()
+    failing = {"armed": False}
+    read = store.aload
+
+    async def flaky(run_id: str, after: int = 0) -> list[bide.Entry]:
+        if failing["armed"] and run_id == "gated":
+            failing["armed"] = False
+            raise bide.StoreError("the connection was lost")
+        return await read(run_id, after)
+
+    store.aload = flaky  # type: ignore[method-assign]
+
+    class Manager:
+        async def check(self, request: Any) -> Any:
+            failing["armed"] = True  # the worker's next read of this run fails
+            return bide.Pending("a manager must approve")
+
+    charges: list[int] = []
+
+    @bide.tool
+    async def charge(n: int) -> str:
+        """Charge."""
+        await asyncio.sleep(0.5)
+        charges.append(n)
+        return "charged"
+
+    @bide.tool(gate=Manager())
+    async def wire(n: int) -> str:
+        """Wire."""
+        return "wired"
+
+    @bide.tool(safety=bide.ReadOnly)
+    def peek() -> str:
+        """Look."""
+        return "seen"
+
+    def agent(name: str, turns: list[Any], tool: bide.Tool) -> bide.Agent:
+        return bide.Agent(ScriptedModel(turns), store=store, tools=[peek, tool], name=name)
+
+    for name, tool in (("slow", charge), ("gated", wire)):  # each run's second model turn fails
+        with pytest.raises(bide.ModelError):
+            agent(name, [call("peek"), Fail(bide.ModelError("down"))], tool).run_sync(name, "go")
+    resumers = [agent(name, [call("peek"), call(tool.name, n=1), reply("Done.")], tool) for name, tool in
+                (("slow", charge), ("gated", wire))]  # fmt: skip (a scripted model answers by turn)
+    report = asyncio.run(bide.Worker(store, resumers, concurrency=4).run_once())
+    assert bide.run_status(store, "slow").status == "completed" and charges == [1]
+    assert bide.run_status(store, "gated").status == "awaiting_approval"
+    assert report.completed == 1 and report.waiting == 1

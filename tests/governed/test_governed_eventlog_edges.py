@@ -942,3 +942,31 @@ def test_the_model_is_never_told_a_call_failed_while_its_event_may_still_be_appe
     else:
         assert result.is_error and "nothing was appended" in str(result.result)
         assert events == []
+
+
+@pytest.mark.postgres
+def test_a_postgresql_urls_own_server_options_are_kept() -> None:
+    """`?options=-csearch_path=...` puts a tenant's log in its own schema, as it puts bide's store there; the
+    log's own lock and statement timeouts used to replace the URL's options, so two tenants' logs silently
+    shared the public schema."""
+    schema = f"tenant_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    try:
+        log = EventLog(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}", machine=order_machine())
+        try:
+            log.append(Event(id="e1", machine=order_machine().digest, record="o1", event="pay", producer="p"))
+            assert log.length() == 1
+        finally:
+            log.close()
+        with admin.connect() as conn:
+            found = conn.exec_driver_sql(
+                "SELECT table_schema FROM information_schema.tables WHERE table_name = 'govern_events' "
+                "AND table_schema = %(schema)s", {"schema": schema}
+            ).all()
+        assert found == [(schema,)]
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        admin.dispose()
