@@ -27,18 +27,30 @@ __all__ = [
 KEY_FILE_LIMIT = 64 * 1024
 
 
-def read_small_file(path: str | os.PathLike[str], limit: int = KEY_FILE_LIMIT) -> bytes:
+def read_small_file(
+    path: str | os.PathLike[str], limit: int = KEY_FILE_LIMIT, *, too_large: str = "not a key file"
+) -> bytes:
     """The bytes of the regular file `path`, at most `limit` of them. Anything else raises OSError saying
     what it is: a pipe with no writer would block forever, a device like /dev/zero never ends, and a file
-    of gigabytes is not a key."""
-    target = Path(path)
-    if not stat.S_ISREG(target.stat().st_mode):
-        raise OSError(errno.EINVAL, "not a regular file (a pipe, a device or a directory)")
-    with target.open("rb") as f:
-        data = f.read(limit + 1)
+    of gigabytes is not a key (EFBIG, its message ending in `too_large`). The file is opened once and
+    checked and read through that descriptor: a path replaced meanwhile (a save by rename) is read whole,
+    old or new, never a mix."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # opening a pipe does not wait for a writer
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise OSError(errno.EINVAL, "not a regular file (a pipe, a device or a directory)")
+        if info.st_size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit:,} bytes: {too_large}")
+        data = bytearray()
+        while len(data) <= limit:  # in pieces: a limit of gigabytes allocates no more than the file holds
+            piece = f.read(min(1 << 20, limit + 1 - len(data)))
+            if not piece:
+                break
+            data += piece
     if len(data) > limit:
-        raise OSError(errno.EFBIG, f"larger than {limit:,} bytes: not a key file")
-    return data
+        raise OSError(errno.EFBIG, f"larger than {limit:,} bytes: {too_large}")
+    return bytes(data)
 
 
 def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), flag: str = "-o") -> Path:

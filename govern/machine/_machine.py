@@ -8,7 +8,6 @@ without rebuilding, re-checked by the proof-derived oracle (`_load_check`).
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import importlib
 import io
@@ -426,23 +425,11 @@ class Machine:
         Raises `MachineFileError` when the file is unreadable, truncated, of another format, its
         content hash does not match, or it fails the re-check (it says what differs), and
         `OracleUnavailable` when the oracle cannot be loaded."""
-        # Read whole, so a file larger than the memory left is refused before it is read; a pipe (which
-        # blocks) or a device like /dev/zero (which never ends) is refused by `read_small_file`.
+        # Read whole (from one descriptor: a file saved by rename meanwhile is read old or new, whole), so
+        # a file larger than the memory left is refused before it is read; a pipe (which blocks) or a
+        # device like /dev/zero (which never ends) is refused as not a regular file.
         try:
-            size = os.stat(path).st_size
-            memory = available_memory()
-            if size > memory:
-                raise OSError(
-                    errno.EFBIG, f"it is {size:,} bytes, more than the {memory:,} bytes of memory left"
-                )
-            try:
-                data = read_small_file(path, size)
-            except OSError as exc:
-                if exc.errno != errno.EFBIG:
-                    raise
-                raise OSError(
-                    errno.EFBIG, f"it grew past {size:,} bytes while it was read: load it once it is written"
-                ) from exc
+            data = read_small_file(path, available_memory(), too_large="more than the memory left")
         except OSError as exc:
             raise MachineFileError(
                 f"cannot read machine file {os.fspath(path)!r}: {exc.strerror or exc}; give the path of a "

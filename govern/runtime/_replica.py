@@ -425,9 +425,7 @@ class Replica:
                     "an event given to deliver(): a checkpoint holds only what the log holds; call sync() "
                     "once the log has it, or rebuild the replica with Replica(machine, log)"
                 )
-            for event in held:
-                if not self._applied_here(event):
-                    raise self._not_applied(event)
+            self._compare_applied(held)  # nothing is buffered or ahead: every one of them is applied
             start = held[-1].position + 1
         if held and self._last is not None and self._last.position == end - 1:
             self._last = held[-1]  # equal in what applying it does; the log's copy names it in the checkpoint
@@ -450,16 +448,46 @@ class Replica:
             events = self.log.read(start, page)
             if not events:
                 break
-            self._feed(events)
+            fresh = self._compare_applied(events)
+            if fresh:
+                self._feed(fresh)
             last = events[-1]
             start = last.position + 1
             if len(events) < page:
                 break
         if last is not None and last.position == self._position - 1:
             self._last = last  # the log's own copy names the prefix's end in a checkpoint
-        # Everything below `start` came from the log; what was applied at or past it came from deliver().
-        self._unconfirmed = start if self._position > start or self._ahead else None
+        # Every position below `start` was read from the log and compared; a copy deliver() was given at or
+        # past it (applied, applied ahead, or buffered, to be applied later) was not.
+        self._unconfirmed = start if self._position > start or self._ahead or self._buffer else None
         return self.applied - before
+
+    def _compare_applied(self, events: list[LoggedEvent]) -> list[LoggedEvent]:
+        """Compare the log's `events` at positions this replica applied or holds from copies deliver() was
+        given with those copies (the fingerprint or the tree's leaf of the prefix; every field of one
+        applied ahead or buffered): one that is not the log's event raises `LogCorrupted`. Return the
+        events it has no copy of."""
+        position, ahead, buffer = self._position, self._ahead, self._buffer
+        if events[0].position >= position and not ahead and not buffer:
+            return events  # the common sync: nothing of the page is here yet
+        fresh: list[LoggedEvent] = []
+        for event in events:
+            pos = event.position
+            if pos < position:
+                if not self._applied_here(event):
+                    raise self._not_applied(event)
+                continue
+            held = ahead.get(pos) or buffer.get(pos)
+            if held is None:
+                fresh.append(event)
+            elif held is not event and held != event:
+                where = "applied there (ahead of its prefix)" if pos in ahead else "holds there (not applied)"
+                raise LogCorrupted(
+                    f"two different events claim log position {pos}: the log's is {event.id!r}, and the copy "
+                    f"this replica {where} differs from it in {_differences(held, event)}: rebuild the "
+                    "replica with Replica(machine, log) and sync(), and fix what delivered the other copy"
+                )
+        return fresh
 
     def deliver(self, events: Iterable[LoggedEvent]) -> int:
         """Accept events in any order (duplicates allowed); apply each once the rules allow; return how many

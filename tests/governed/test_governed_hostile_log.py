@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
+import govern
 from govern.model._space import available_memory
 from govern.runtime._eventlog import Event, EventLog, InvalidInput, LogCorrupted, LogFormatError, LoggedEvent
 from govern.runtime._replica import Replica
@@ -426,7 +427,7 @@ def _larger_than_memory(path: Path) -> None:
     [
         (_fifo, "not a regular file"),
         (_device, "not a regular file"),
-        (_larger_than_memory, r"it is [\d,]+ bytes, more than the [\d,]+ bytes of memory left"),
+        (_larger_than_memory, r"larger than [\d,]+ bytes: more than the memory left"),
     ],
     ids=["fifo", "dev-zero", "larger-than-memory"],
 )
@@ -442,3 +443,41 @@ def test_a_machine_file_that_is_no_regular_file_or_too_large_is_refused(
         -2000:
     ]
     assert re.search(message, done.stdout), done.stdout
+
+
+def test_a_machine_file_saved_by_rename_while_it_is_loaded_loads_whole(tmp_path: Path) -> None:
+    """A writer replacing the machine file by rename (as a save does), with a larger one and back, while it
+    is loaded: each load reads one whole file, old or new. (Taking the size of one file and the bytes of
+    the next refused about one load in ten as a file that "grew while it was read".)"""
+    import threading
+
+    bigger = govern.Registry("bigger")
+    a, b = bigger.int("a", 0, 200), bigger.int("b", 0, 50)
+    bigger.event("inc_a", guard=a < 200, effect={a: a + 1})
+    bigger.event("inc_b", guard=b < 50, effect={b: b + 1})
+    machines = [order_machine(), bigger.build()]
+    files = []
+    for i, machine in enumerate(machines):
+        machine.save(tmp_path / f"m{i}.govern")
+        files.append((tmp_path / f"m{i}.govern").read_bytes())
+    assert len(files[0]) != len(files[1])
+    path, spare = tmp_path / "live.govern", tmp_path / "spare.govern"
+    path.write_bytes(files[0])
+    stop = threading.Event()
+
+    def replace_again_and_again() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            spare.write_bytes(files[i % 2])
+            os.replace(spare, path)
+
+    writer = threading.Thread(target=replace_again_and_again)
+    writer.start()
+    try:
+        digests = {m.digest for m in machines}
+        for _ in range(300):
+            assert govern.Machine.load(path).digest in digests
+    finally:
+        stop.set()
+        writer.join()

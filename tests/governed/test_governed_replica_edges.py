@@ -418,6 +418,39 @@ def test_a_copy_applied_past_the_logs_end_is_compared_when_the_log_reaches_it() 
         replica.sync()
 
 
+@pytest.mark.parametrize("then_checkpoint", [False, True])
+def test_a_wrong_copy_buffered_across_a_sync_is_compared_once_it_is_applied(then_checkpoint: bool) -> None:
+    """A wrong copy waits in the buffer (an earlier event of its record has not come) while a sync reads the
+    log up to just before it; a later deliver() releases it into the prefix. The sync after that (or a
+    checkpoint) still compares its position with the log's event."""
+    log = order_log()
+    stored = fill(log, [("o1", "restock")])
+    replica = synced(log)
+    forged = LoggedEvent(**{**stored[0].model_dump(), "id": "z", "position": 2, "record_seq": 2,
+                            "event": "cancel", "producer_seq": 2})  # fmt: skip
+    assert replica.deliver([forged]) == 0 and replica.pending == 1  # o1 #1 has not come
+    fill(log, [("o2", "pay")], start=1)
+    replica.sync()  # position 2: the forged copy still waits
+    stored = fill(log, [("o3", "restock"), ("o1", "pay")], start=2)  # the log's 'z' is o3's restock
+    assert replica.deliver([stored[3]]) == 2  # o1 #1, and the forged copy it releases
+    with pytest.raises(LogCorrupted, match="claim log position 2"):
+        replica.checkpoint() if then_checkpoint else replica.sync()
+
+
+def test_sync_after_deliver_compares_without_counting_duplicates_or_applying_twice() -> None:
+    log = order_log()
+    stored = fill(log, [(RECORDS[i % 3], "restock") for i in range(40)])
+    replica = Replica(order_machine(), log)
+    arrivals = [e for e in stored if e.position != 17]  # one lost in transit
+    replica.deliver(arrivals)
+    assert replica.position == 17 and replica.pending > 0
+    before = replica.applied
+    assert replica.sync() == 40 - before  # the lost event, and what waited for it
+    assert replica.sync() == 0
+    assert replica.duplicates == 0 and replica.applied == 40 and replica.pending == 0
+    assert replica.digest() == synced(log).digest() and replica.checkpoint().position == 40
+
+
 @settings(max_examples=60, deadline=None)
 @given(ops.filter(bool), st.randoms(use_true_random=False), st.booleans())
 def test_the_logs_own_events_delivered_in_any_order_pass_syncs_comparison(
