@@ -2,10 +2,13 @@
 leaves and store-backed (SQLite), against a pure-Python hashing-alone baseline.
 
     python benchmarks/audit.py [--leaves 1000000] [--sql-leaves 100000] [--pymerkle-sizes 100000,1000000]
+                               [--gates 1000,4000]
 
 When pymerkle is importable (it is not a dependency: `pip install pymerkle==7.0.0`), a last section measures
 it side by side with ours in the same run, in memory and on SQLite; otherwise it says it is not installed.
-Every figure printed is measured in the run.
+Every figure printed is measured in the run. A last section checks approvals offline: `verify_approvals` on
+the evidence package of a real run whose one turn made N gated calls, each approved with a signed decision
+and run (its time grows with the package: four times the gates, about four times as long).
 
 Prints figures and ratios; asserts nothing (speed is measured here, never in tests). Short measurements
 are the best of 5 runs, so other load on the machine disturbs them less.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import hashlib
 import random
 import tempfile
@@ -383,6 +387,40 @@ def _side_by_side_at(pymerkle: Any, n: int, samples: int) -> None:
         line(what, f"{mine * scale:.4f} {unit}", f"pymerkle {other * scale:.4f} {unit}: {other / mine:.1f}x")
 
 
+def approvals_offline(gates: list[int]) -> None:
+    """verify_approvals on the evidence package of a run with `n` approved calls, for each n in `gates`."""
+    from bide.approvals import ApprovalGate, pending_approvals, submit_decision, verify_approvals
+    from bide.audit import SigningKey
+    from bide.testing import ScriptedModel, Turn, call, reply
+
+    print("\nApprovals checked offline (bide.approvals.verify_approvals)")
+    approver, log_key = SigningKey.generate(), SigningKey.generate()
+    gate = ApprovalGate.k_of_n(1, {"alice": approver.public})
+
+    @bide.tool(gate=gate)
+    def wire(i: int) -> str:
+        """Wire money."""
+        return f"sent {i}"
+
+    for n in gates:
+        store = bide.MemoryStore()
+        turns = [Turn(calls=tuple(call("wire", i=i).calls[0] for i in range(n))), reply("done")]
+        agent = bide.Agent(ScriptedModel(turns), store=store, tools=[wire], max_parallel=64)
+        with contextlib.suppress(bide.ApprovalPending):  # every call waits for its approver
+            agent.run_sync("big", "pay everyone")
+        for waiting in pending_approvals(store):
+            submit_decision(store, "big", waiting.call_id, approver, approve=True)
+        assert agent.run_sync("big", "pay everyone").answer == "done"
+        package = AuditLog(store, log_key).evidence("big")
+        took = timed(lambda: verify_approvals(package, log_key.public), repeat=1)  # noqa: B023
+        line(
+            f"{n:,} approved calls",
+            f"{took:.2f} s",
+            f"({len(package.records):,} records, {len(package.to_json()) / 1e6:.1f} MB; "
+            f"{took / len(package.records) * 1e6:.0f} us per record)",
+        )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--leaves", type=int, default=1_000_000)
@@ -394,12 +432,16 @@ def main() -> None:
         default="100000",
         help="comma-separated tree sizes for the side-by-side pymerkle section (when pymerkle is installed)",
     )
+    ap.add_argument(
+        "--gates", default="1000,4000", help="comma-separated numbers of approved calls for verify_approvals"
+    )
     args = ap.parse_args()
     random.seed(1)
     memory(args.leaves, args.samples)
     ours_sql = store_backed(args.sql_leaves, min(args.samples, 2000), args.appends)
     sizes = [int(x) for x in args.pymerkle_sizes.split(",") if x]
     pymerkle_side_by_side(sizes, min(args.samples, 2000), args.sql_leaves, ours_sql)
+    approvals_offline([int(x) for x in args.gates.split(",") if x])
 
 
 if __name__ == "__main__":
