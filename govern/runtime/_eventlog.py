@@ -165,12 +165,13 @@ def _check_name(field: str, value: object) -> str:
     return value
 
 
-def _number_problem(value: object) -> str | None:
-    """What is wrong with `value` as a stored number (a position, a record's number), or None."""
+def _number_problem(value: object, top: int = _INT64_MAX) -> str | None:
+    """What is wrong with `value` as a stored number (a position, a record's number; at most `top`), or
+    None."""
     if isinstance(value, bool) or not isinstance(value, int):
         return f"must be an integer, not {type(value).__name__}"
-    if not 0 <= value <= _INT64_MAX:
-        return f"must be between 0 and {_INT64_MAX} (2**63 - 1), got {value}"
+    if not 0 <= value <= top:
+        return f"must be between 0 and {top} (2**63 - {2**63 - top}), got {value}"
     return None
 
 
@@ -236,10 +237,9 @@ class Event(BaseModel):
     def _seq(cls, value: object) -> object:
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"must be an integer, not {type(value).__name__}")
-        if not 0 <= value <= _SEQ_MAX:
-            raise ValueError(f"must be between 0 and {_SEQ_MAX} (2**63 - 2), got {value}")
+        problem = _number_problem(value, _SEQ_MAX)
+        if problem is not None:
+            raise ValueError(problem)
         return value
 
     @field_validator("deps", mode="before")
