@@ -65,6 +65,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import logging
 import operator
 import os
 import queue
@@ -74,7 +75,8 @@ import sys
 import threading
 import time
 import urllib.parse
-from collections.abc import Callable, Sequence
+import weakref
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -762,8 +764,14 @@ class SQLStore:
                 if paused:
                     gc.enable()
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
-            self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
-                          if r.afuture is not None and not r.afuture.done()], loop)
+            self._answer(
+                [
+                    (r, None, StoreError(f"store {self.url} failed: {exc!r}"))
+                    for r in batch
+                    if r.afuture is not None and not r.afuture.done()
+                ],
+                loop,
+            )
             if not isinstance(exc, Exception):
                 raise
 
@@ -828,16 +836,19 @@ class SQLStore:
             try:
                 self._run_batch(batch, self._worker_slot, None)
             except BaseException as exc:  # never leave a caller waiting on a dead thread
-                self._answer([(r, None, StoreError(f"store {self.url} failed: {exc!r}")) for r in batch
-                              if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())],
-                             None)
+                self._answer(
+                    [
+                        (r, None, StoreError(f"store {self.url} failed: {exc!r}"))
+                        for r in batch
+                        if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())
+                    ],
+                    None,
+                )
             if stop:
                 break
         self._worker_slot.close()
 
-    def _run_batch(
-        self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None
-    ) -> None:
+    def _run_batch(self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None) -> None:
         """Run `batch` on `slot` and answer it (`here`: the running event loop, None in the store's
         thread)."""
         # Sorting by run id gives every transaction the same lock order on PostgreSQL (no deadlocks);
@@ -1038,7 +1049,7 @@ class SQLStore:
         # statements of the pipeline like the rest.
         driver.autocommit = True
         try:
-            with driver.pipeline():
+            with pipeline(driver):
                 cur.execute("BEGIN")
                 if lazy:
                     cur.execute("SET LOCAL synchronous_commit TO OFF")
@@ -1577,6 +1588,34 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
     return {name for (name,) in rows}
 
 
+@contextlib.contextmanager
+def pipeline(driver: Any) -> Iterator[Any]:
+    """`driver.pipeline()` of a psycopg connection, except that psycopg does not log its own failure to
+    leave pipeline mode after an error raised in the block: that error (the connection was lost, say) is
+    what the caller reports, and psycopg's warning would only repeat it on stderr, once per connection a
+    server restart cuts. Other pipelines, the application's own, keep their warning."""
+    with driver.pipeline() as pipe:
+        _QUIET_PIPELINES.add(pipe)
+        yield pipe
+
+
+class _QuietPipelines(logging.Filter):
+    """Drops psycopg's "error ignored terminating" warning for the pipelines `pipeline` opened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args
+        return not (
+            record.msg == "error ignored terminating %r: %s"
+            and isinstance(args, tuple)
+            and bool(args)
+            and args[0] in _QUIET_PIPELINES
+        )
+
+
+_QUIET_PIPELINES: weakref.WeakSet[Any] = weakref.WeakSet()
+logging.getLogger("psycopg").addFilter(_QuietPipelines())
+
+
 def out_of_pipeline(driver: Any) -> bool:
     """Whether a psycopg connection whose pipelined transaction failed (and was rolled back) is back to how
     connections are handed out: out of pipeline mode, idle, autocommit off (else it must be discarded: it
@@ -1630,8 +1669,10 @@ def _own(req: _Request, result: Any) -> Any:
     this request's holder (a random id per drive) was granted by it."""
     if req.op == "insert" and type(result) is list:
         sent = dict(req.args[0])
-        return [e if e.inserted or sent.get(e.key) != e.data else Entry(e.seq, e.key, e.data, True)
-                for e in result]
+        return [
+            e if e.inserted or sent.get(e.key) != e.data else Entry(e.seq, e.key, e.data, True)
+            for e in result
+        ]
     if req.op == "lease" and not result.held and result.holder == req.args[0]:
         return result._replace(held=True)
     return result

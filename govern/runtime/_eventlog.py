@@ -50,7 +50,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from sqlalchemy.engine import Connection, Engine
 
-from bide._sql import lost_in_pipeline, out_of_pipeline
+from bide._sql import lost_in_pipeline, out_of_pipeline, pipeline
 from bide._url import libpq_bounds
 
 from .._errors import GovernError
@@ -1227,7 +1227,7 @@ class _SqlTx:
             # order, so the read's snapshot is taken once the lock is held and sees every earlier append.
             conn = self.cur.connection
             # (In the pipeline a small append runs in, a nested one would cost a round trip to leave.)
-            with contextlib.nullcontext() if conn.pgconn.pipeline_status else conn.pipeline():
+            with contextlib.nullcontext() if conn.pgconn.pipeline_status else pipeline(conn):
                 locking = conn.cursor()
                 try:
                     locking.execute(self.d.lock, (self.log,))
@@ -1539,7 +1539,7 @@ class _SqlBackend:
                         # pipeline's own statements, on a connection in autocommit mode meanwhile:
                         # psycopg's would each wait for an answer of their own.
                         driver.autocommit = True
-                        with driver.pipeline():
+                        with pipeline(driver):
                             cursor.execute("BEGIN")
                             result = body(cursor)
                             cursor.execute("COMMIT")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import socket
 import threading
 import time
@@ -339,3 +340,33 @@ def test_a_lock_held_elsewhere_is_waited_for_the_busy_timeout_then_reported(pref
         assert [e.key for e in store.load("r")] == ["a", "b"]
     finally:
         store.close()
+
+
+def test_a_lost_pipelined_connection_is_not_reported_twice_by_psycopg(
+    prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run whose pipelined write meets a backend the server terminated rides over it, and psycopg's own
+    warning about the pipeline it could not close ("error ignored terminating <psycopg.Pipeline [BAD]>")
+    is not logged: it reached stderr (and `bide runs`' output) once per cut connection. An application's
+    own pipeline keeps the warning."""
+    application = f"rc-quiet-{uuid.uuid4().hex[:6]}"
+    store = bide.open_store(f"{PG_URL}?application_name={application}", table_prefix=prefix)
+    fired: list[str] = []
+    caplog.set_level(logging.WARNING, logger="psycopg")
+    try:
+        for i in range(3):
+            assert _agent(store, fired).run_sync(f"quiet-{i}", "charge alice").answer == "done"
+            assert _terminate(application) >= 1
+    finally:
+        store.close()
+    assert len(fired) == 3
+    assert not [r for r in caplog.records if "error ignored terminating" in r.getMessage()]
+
+    own = psycopg.connect(f"{PLAIN_URL}?application_name={application}-own", autocommit=True)
+    try:
+        with contextlib.suppress(psycopg.OperationalError), own.pipeline():
+            _terminate(f"{application}-own")
+            own.execute("SELECT 1").fetchone()
+    finally:
+        own.close()
+    assert [r for r in caplog.records if "error ignored terminating" in r.getMessage()]

@@ -3,6 +3,7 @@ acknowledgements, held locks, an exhausted pool, foreign or newer databases, and
 
 from __future__ import annotations
 
+import logging
 import socket
 import sqlite3
 import subprocess
@@ -717,6 +718,36 @@ def test_appends_and_reads_survive_killed_backends(log_name: str) -> None:
     assert created.count(True) == 240, "each event is reported created by exactly the call that wrote it"
 
 
+@pytest.mark.postgres
+def test_a_lost_pipelined_connection_is_not_reported_twice_by_psycopg(
+    log_name: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A small append (a pipeline) meeting a backend the server terminated is retried, and psycopg's own
+    warning about the pipeline it could not close ("error ignored terminating <psycopg.Pipeline [BAD]>")
+    is not logged: it reached stderr once per cut connection."""
+    app = f"govern-quiet-{uuid.uuid4().hex[:8]}"
+    log = bound(_application_url(app), log_name)
+    caplog.set_level(logging.WARNING, logger="psycopg")
+    engine = sa.create_engine(POSTGRES_URL)
+    try:
+        for i in range(3):
+            assert log.append(ev(f"quiet-{i}", record=f"r{i}", seq=i)).created
+            with engine.connect() as conn:
+                killed = conn.execute(
+                    sa.text(
+                        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                        "WHERE application_name = :app"
+                    ),
+                    {"app": app},
+                ).scalar()
+                conn.commit()
+            assert killed
+    finally:
+        engine.dispose()
+    assert [e.id for e in log.read()] == ["quiet-0", "quiet-1", "quiet-2"]
+    assert not [r for r in caplog.records if "error ignored terminating" in r.getMessage()]
+
+
 class CommitDropper:
     """A TCP proxy to PostgreSQL that, when armed, forwards the COMMIT of a transaction that wrote events
     and then cuts the connection before the acknowledgement comes back: the commit lands, the client
@@ -963,7 +994,8 @@ def test_a_postgresql_urls_own_server_options_are_kept() -> None:
         with admin.connect() as conn:
             found = conn.exec_driver_sql(
                 "SELECT table_schema FROM information_schema.tables WHERE table_name = 'govern_events' "
-                "AND table_schema = %(schema)s", {"schema": schema}
+                "AND table_schema = %(schema)s",
+                {"schema": schema},
             ).all()
         assert found == [(schema,)]
     finally:
