@@ -18,6 +18,7 @@ test: install
 	@tests/infra/ensure-coq.sh
 	@tests/infra/ensure-spin.sh
 	@tests/infra/ensure-iproute.sh
+	@tests/infra/ensure-capsh.sh
 	$(MAKE) rocq
 	$(MAKE) lint typecheck
 	$(MAKE) pytest

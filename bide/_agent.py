@@ -118,7 +118,7 @@ from ._records import (
     timer_key,
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
-from ._store import BlockingStore, Fence, Lease, Store
+from ._store import BlockingStore, Fence, Lease, Store, taking_lease
 from ._stream import Sink, StreamEvent, WatchedJournal, stream_drive
 from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
@@ -503,21 +503,21 @@ class Agent(Generic[T]):
         """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
         `lease_wait` for a live lease of another driver, then raises RunInFlight."""
         run_id = journal.run_id
-        ttl_ms = int(self.lease_ttl * 1000)
         holder = new_claim()
         now = self.clock()
-        give_up = now + self.lease_wait
+        give_up = time.monotonic() + self.lease_wait  # a local wait: a wall clock step must not stretch it
         pause = 0.01
         while True:
+            now_ms, ttl_ms = taking_lease(now, self.lease_ttl, self.clock_skew)
             if self.store is self._direct_store:
                 # An in-process store answers at once: no coroutine for either request.
-                lease = self.store.lease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
+                lease = self.store.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
                 entries = self.store.load(run_id, journal.last_seq)
                 if entries:  # none for a new run
                     journal.absorb(entries)
             else:
                 # Both requests go out together; the store answers the load as of the grant or later.
-                granted = self.store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=ttl_ms)
+                granted = self.store.alease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
                 loaded = self.store.aload(run_id, journal.last_seq)
                 try:
                     lease = await granted
@@ -531,10 +531,10 @@ class Agent(Generic[T]):
             if lease.held:
                 journal.fence = (holder, lease.token)
                 return lease
-            now = self.clock()
-            if now >= give_up:
-                raise self._in_flight(run_id, lease, now)
-            await asyncio.sleep(min(pause, give_up - now))
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise self._in_flight(run_id, lease, self.clock())
+            await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, 1.0)
             now = self.clock()
 
@@ -543,12 +543,13 @@ class Agent(Generic[T]):
         expires = lease.expires_ms / 1000
         return RunInFlight(
             f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
-            f"{lease.token}, expires {when(expires, now)} unless renewed); nothing was done. Run "
-            "it again later, or give the agent a lease_wait to wait for it",
+            f"{lease.token}, expires {when(expires, now)} unless renewed, free {self.clock_skew:g} s "
+            "later: the clock skew margin); nothing was done. Run it again later, or give the agent a "
+            "lease_wait to wait for it",
             run_id=run_id,
             holder=lease.holder,
             expires_at=expires,
-            retry_after=min(expires, now + self.lease_ttl / 3),
+            retry_after=min(expires + self.clock_skew, now + self.lease_ttl / 3),
         )
 
     # -- segments (a run is one; a thread has one per message) ---------------------------------------------
@@ -792,10 +793,11 @@ class Agent(Generic[T]):
             assert isinstance(stored, Timer)
             timer = stored
         wake_at = timer.wake_at_ms / 1000
-        left = wake_at - self.clock()
+        now = self.clock()
+        left = wake_at - now
         if left > tool.inline:
             raise RunSleeping(
-                f"run {journal.run_id!r} sleeps until {iso(wake_at)} ({when(wake_at)}) on call "
+                f"run {journal.run_id!r} sleeps until {when(wake_at, now)} on call "
                 f"{call.call_id} ({tool.name}); drive it again then (a bide.Worker does): it will not wait "
                 "from zero",
                 run_id=journal.run_id,

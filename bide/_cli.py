@@ -147,6 +147,7 @@ def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     """Open the store named by --store and --table-prefix. A store that is not there is exit 4 and is left
     as it was: no SQLite file or PostgreSQL database is ever created, and bide's tables are created in an
     existing database only with `create` (`bide worker`, which serves a store rather than reading one)."""
+    from ._dbfile import out_of_reach
     from ._open import open_store
     from ._url import StoreURLError, parse_store_url
 
@@ -158,6 +159,9 @@ def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
         where = parse_store_url(url)
     except StoreURLError as exc:
         raise CLIError(f"{exc}{came}", EXIT_USAGE) from exc
+    blocked = out_of_reach(where.path) if where.kind == "sqlite" else None
+    if blocked is not None:
+        raise CLIError(f"cannot open the store: {blocked}{came}", EXIT_STORE)
     if where.kind == "sqlite" and not os.path.exists(where.path):
         fix = (
             "$BIDE_STORE names it: fix $BIDE_STORE, or pass --store sqlite:///path/to/bide.db"

@@ -43,7 +43,7 @@ from ._records import (
     segment_key,
     timer_key,
 )
-from ._store import Store
+from ._store import Store, taking_lease
 from ._when import seconds, when
 
 __all__ = [
@@ -255,7 +255,8 @@ async def aresolve(
         raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
     holder = new_claim()
     now = clock()
-    lease = await store.alease(run_id, holder, now_ms=int(now * 1000), ttl_ms=RESOLVE_LEASE_MS)
+    now_ms, ttl_ms = taking_lease(now, RESOLVE_LEASE_MS / 1000, clock_skew)
+    lease = await store.alease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
     journal = Journal(store, run_id)
     try:
         await journal.aload()  # again, under the lease: the decision is made on what it shows
@@ -268,9 +269,10 @@ async def aresolve(
             expires = lease.expires_ms / 1000
             raise HaltInFlight(
                 f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
-                f"{lease.token}, expires {when(expires, now)} unless renewed); nobody decides a call "
-                "while a live driver holds the run. Retry after that",
-                retry_after=expires,
+                f"{lease.token}, expires {when(expires, now)} unless renewed, free {clock_skew:g} s later: "
+                "the clock skew margin); nobody decides a call while a live driver holds the run. Retry "
+                "after that",
+                retry_after=expires + clock_skew,
             )
         journal.fence = (holder, lease.token)
         decided = _decided(journal, call_id)

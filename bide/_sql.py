@@ -84,6 +84,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
+from ._dbfile import OpenedFile, connect_existing, out_of_reach, why_unwritable
 from ._errors import ConfigError, StoreError, StoreNotFound, WriteRefused
 from ._memory import _check
 from ._retry import RetryPolicy
@@ -266,11 +267,12 @@ class SQLStore:
                 f"unsupported store URL {url!r}: use memory://, sqlite:///path or postgresql://..."
             )
         self._busy_ms = int(busy_timeout * 1000)
+        self._file: OpenedFile | None = None  # SQLite: the file, once open (see bide/_dbfile.py)
         if self.dialect == "sqlite":
-            # Connections are per thread; check_same_thread=False only so close() can close them all.
-            self.engine = sa.create_engine(
-                sa_url, poolclass=sa.pool.NullPool, connect_args={"check_same_thread": False}
-            )
+            # The path is made absolute once: a later os.chdir must not point new connections elsewhere.
+            self._path = os.path.abspath(sa_url.database or "")
+            sa_url = sa_url.set(database=self._path)
+            self.engine = sa.create_engine(sa_url, poolclass=sa.pool.NullPool, creator=self._open_sqlite)
             sa.event.listen(self.engine, "connect", self._sqlite_pragmas)
         else:
             # libpq waits for a server that accepts and never answers, or for an answer on a path that went
@@ -283,6 +285,8 @@ class SQLStore:
         self.records_table, self.runs_table = self._tables()
         try:
             self._prepare_schema(create=create)
+            if self.dialect == "sqlite":
+                self._file = OpenedFile.at(self._path)
         except BaseException:
             self.engine.dispose()
             raise
@@ -438,6 +442,35 @@ class SQLStore:
 
     # -- schema -------------------------------------------------------------------------------------------
 
+    def _open_sqlite(self) -> sqlite3.Connection:
+        """A connection to the store's file (connections are per thread; check_same_thread=False only so
+        close() can close them all). Once the store is open, only to the file it opened, never creating
+        one: a store file deleted or replaced meanwhile raises `StoreError`."""
+        if self._file is None:
+            return sqlite3.connect(self._path, timeout=self._busy_ms / 1000, check_same_thread=False)
+        conn = connect_existing(self._file, self._busy_ms / 1000)
+        if isinstance(conn, str):
+            raise StoreError(self._swapped(conn))
+        return conn
+
+    def _swapped(self, what: str, *, committed: bool = False) -> str:
+        done = (
+            "this write committed into the old file and is lost with it"
+            if committed
+            else "nothing more is written through this store object"
+        )
+        return (
+            f"the store file {self._path!r} {what} while this process had it open: {done}. Stop every "
+            "process using the store; then put the file back (or restore it from a backup with no process "
+            "running) and open the store again"
+        )
+
+    def _check_file(self, *, committed: bool) -> None:
+        """Raise `StoreError` when the store's file is no longer at its path (see bide/_dbfile.py)."""
+        swapped = None if self._file is None else self._file.swapped()
+        if swapped is not None:
+            raise StoreError(self._swapped(swapped, committed=committed))
+
     def _sqlite_pragmas(self, dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
@@ -508,7 +541,11 @@ class SQLStore:
                     f"busy timeout ({self._busy_ms / 1000:g} s); find that session (pg_stat_activity: one "
                     "'idle in transaction', or one holding LOCK TABLE) and end it"
                 ) from exc
-            raise StoreError(f"cannot create bide tables in {where}: {exc}") from exc
+            if self.dialect == "sqlite":
+                raise StoreError(
+                    f"cannot open the store {where}: {_first_line(exc)}{why_unwritable(self._path)}"
+                ) from exc
+            raise StoreError(f"cannot create bide tables in {where}: {_first_line(exc)}") from exc
 
     def _connect_once(self) -> None:
         """Connect to PostgreSQL before the tables are looked at: a database that does not exist raises
@@ -546,6 +583,9 @@ class SQLStore:
         if self.dialect == "sqlite":
             path = self.engine.url.database or ""
             where = repr(path)
+            reach = out_of_reach(path)
+            if reach is not None:
+                raise StoreError(f"cannot open the store {where}: {reach}")
             if not os.path.isfile(path):
                 raise StoreNotFound(f"no bide store at {where}: the file does not exist", missing="file")
             found = _sqlite_tables(path, where)
@@ -1002,6 +1042,8 @@ class SQLStore:
             if writes and hooks and self._hooks.hooks:
                 hooked = self._run_hooks(cur, batch, results)
             if self.dialect == "sqlite":
+                if writes or leases:
+                    self._check_file(committed=False)  # (rolled back below: nothing reaches the file)
                 cur.execute("COMMIT")
                 if toggle:
                     # Not suppressed: an error here drops the connection (see _run_batch), so a connection
@@ -1027,6 +1069,8 @@ class SQLStore:
             cur.close()
         for txn in hooked:
             txn._finish(committed=True)
+        if self.dialect == "sqlite" and (writes or leases):
+            self._check_file(committed=True)
         if writes:
             self.commits += 1
         if new_runs:
@@ -1584,7 +1628,7 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
             raise StoreNotFound(
                 f"no bide store at {where}: the file is not a database", missing="file"
             ) from None
-        raise StoreError(f"cannot read the SQLite database {where}: {exc}") from exc
+        raise StoreError(f"cannot read the SQLite database {where}: {exc}{why_unwritable(path)}") from exc
     return {name for (name,) in rows}
 
 

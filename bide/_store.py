@@ -304,6 +304,17 @@ def decide_lease(
     return Lease(run_id, current.holder, current.token, current.expires_ms, False)
 
 
+def taking_lease(now: float, ttl: float, clock_skew: float) -> tuple[int, int]:
+    """The `now_ms` and `ttl_ms` to ask a store for a fresh lease with (token 0) at `now` on the caller's
+    clock: a lease for `ttl` seconds from `now`, granted over another holder's only once that one's expiry
+    is `clock_skew` seconds past on this clock. Expiries are written on their holder's clock: a holder
+    whose clock is behind this one by up to `clock_skew` is still live on its own clock until then (taken
+    at its bare expiry, it lost its lease within a renewal period, and a synchronous call it keeps the lease
+    for while it overruns was then decided by another driver and fired again)."""
+    margin = int(clock_skew * 1000)
+    return int(now * 1000) - margin, int(ttl * 1000) + margin
+
+
 def refuse_fence(run_id: str, current: Lease | None, fence: Fence) -> None:
     """Raise `LeaseLost` unless `current` is the lease `fence` names (S10)."""
     if current is None or (current.holder, current.token) != fence:

@@ -12,9 +12,13 @@ pass once the drives in flight finished (an interrupt never drops a side effect'
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
-has already ended); 6 the store failed. `bide cancel` interrupted (SIGINT) before its request is sent says
-nothing was sent (130); after, it waits for the store's answer and reports it, unless interrupted again
-(130, "may or may not have been recorded"): see `bide._cli.interrupts_around_a_write`.
+has already ended); 6 the store failed. `bide worker --once` exits 6 when the store failed listing the runs
+or in any drive, else 1 when a drive failed otherwise (the model down, a tool that did not run: retried at
+the next pass), else 0: a run completed, halted for a person, waiting, or ended as failed by its drive
+(`OutputInvalid`) is a run's outcome, not the worker's failure. `bide cancel` interrupted (SIGINT) before
+its request is sent says nothing was sent (130); after, it waits for the store's answer and reports it,
+unless interrupted again (130, "may or may not have been recorded"): see
+`bide._cli.interrupts_around_a_write`.
 """
 
 from __future__ import annotations
@@ -32,8 +36,16 @@ import sys
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from ._cli_common import EXIT_NOT_FOUND, EXIT_OK, EXIT_REFUSED, EXIT_USAGE, give_up_on
-from ._errors import ConfigError, RunEnded, RunNotFound
+from ._cli_common import (
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_STORE,
+    EXIT_USAGE,
+    give_up_on,
+)
+from ._errors import ConfigError, OutputInvalid, RunEnded, RunNotFound, StoreError
 from ._terminal import printable
 
 # The agent loop, the worker and the stores are imported by the commands, not here: `bide` imports this
@@ -145,7 +157,18 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             print(f"bide: {printable(str(exc))}", file=sys.stderr)
             return EXIT_USAGE
         if args.once:
-            report = asyncio.run(_once(worker))
+            try:
+                report = asyncio.run(_once(worker))
+            except ExceptionGroup as group:  # the pass's task group wraps a listing's failure
+                failed, rest = group.split(StoreError)
+                if failed is None or rest is not None:
+                    raise
+                print(
+                    f"bide worker: the store failed listing the runs to recover, so none was driven: "
+                    f"{printable(str(failed.exceptions[0]))}",
+                    file=sys.stderr,
+                )
+                return EXIT_STORE
             if args.json:
                 print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True))
             else:
@@ -155,11 +178,43 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                     f"(need a person), {report.waiting} waiting, {report.failed} failed; "
                     f"{report.skipped} skipped"
                 )
-            return EXIT_OK
+            code, why = _once_exit_code(report)
+            if why:
+                print(f"bide worker: {printable(why)}", file=sys.stderr)
+            return code
         asyncio.run(_forever(worker))
         return EXIT_OK
     finally:
         store.close()
+
+
+def _kinds(cls: type[BaseException]) -> set[str]:
+    """The names of `cls` and of its subclasses, as a pass report's errors start with them."""
+    return {cls.__name__}.union(*(_kinds(sub) for sub in cls.__subclasses__()))
+
+
+def _once_exit_code(report: PassReport) -> tuple[int, str]:
+    """The exit code of a `--once` pass and, unless it is 0, what to say: EXIT_STORE when a drive failed
+    because the store failed, else EXIT_FAILED when one failed otherwise, else EXIT_OK. A drive that ended
+    its run as failed (`OutputInvalid`) gave the run's outcome, as a halt does: the worker did not fail."""
+    store, ended = _kinds(StoreError), _kinds(OutputInvalid)
+    by_store: list[str] = []
+    other: list[str] = []
+    for run_id, error in sorted(report.errors.items()):  # each "<exception type>: <message>"
+        kind = error.partition(":")[0]
+        if kind not in ended:
+            (by_store if kind in store else other).append(f"run {run_id}: {error}")
+    failed = by_store or other
+    if not failed:
+        return EXIT_OK, ""
+    shown = "; ".join(failed[:3]) + (f"; and {len(failed) - 3} more" if len(failed) > 3 else "")
+    drives = "drive" if len(failed) == 1 else "drives"
+    if by_store:
+        return (
+            EXIT_STORE,
+            f"the store failed in {len(failed)} {drives} ({shown}); tried again at the next pass",
+        )
+    return EXIT_FAILED, f"{len(failed)} {drives} failed ({shown}); tried again at the next pass"
 
 
 def _stop_on_signals(worker: Worker) -> None:
@@ -208,11 +263,28 @@ async def _forever(worker: Worker) -> None:
     await worker.run_forever()
 
 
+_WORKER_DESCRIPTION = """\
+Resume runs whose driver died (their lease expired). Without --once it runs until SIGINT or SIGTERM,
+then exits 0.
+
+--once makes one pass and exits:
+  0  every drive ended as a run does: completed, halted for a person, waiting, or ended as failed by
+     its drive (OutputInvalid): those are the runs' outcomes, not the worker's failure
+  1  a drive failed otherwise (the model down, a tool that did not run): retried at the next pass
+  6  the store failed, listing the runs or in any drive (whatever else failed): retried at the
+     next pass
+"""
+
+
 def register(sub: Any) -> None:
     """Add `bide worker` and `bide cancel` to the `bide` command."""
     from ._cli import add_store_argument
 
-    p = sub.add_parser("worker", help="resume runs whose driver died (their lease expired)")
+    p = sub.add_parser(
+        "worker",
+        help="resume runs whose driver died (their lease expired)",
+        description=_WORKER_DESCRIPTION,
+    )
     add_store_argument(p)
     p.add_argument(
         "--app",
@@ -223,7 +295,9 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--concurrency", type=int, default=16, help="drives at once (default 16)")
     p.add_argument("--poll", type=float, default=1.0, help="seconds between looks for runs (default 1)")
-    p.add_argument("--once", action="store_true", help="one pass, then exit (for cron)")
+    p.add_argument(
+        "--once", action="store_true", help="one pass, then exit (for cron; how it exits: see above)"
+    )
     p.add_argument("--json", action="store_true", help="with --once: print the pass as JSON")
     p.set_defaults(handler=_cmd_worker)
 

@@ -8,6 +8,7 @@ size without the mismatch showing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 from pathlib import Path
@@ -40,7 +41,8 @@ class DirectoryPublisher:
     synced elsewhere, a WORM volume): a directory on the same disk only guards against accidents.
     Files are written whole (temporary file, fsync, then an exclusive link into place) and never
     overwritten. The directory must exist: it is never created (a head published under a mistyped path
-    would sit where nobody looks for it), only the per-log folder inside it.
+    would sit where nobody looks for it), only the per-log folder inside it, which a failed write (a full
+    disk: AnchorError caused by the OSError) removes again if it created it and it is still empty.
     """
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
@@ -60,8 +62,13 @@ class DirectoryPublisher:
                 f"cannot publish the tree head: the anchor directory {self.directory} {what}; create it "
                 "(DirectoryPublisher never creates it, so a mistyped path cannot hide a head)"
             )
+        created = False
         try:
-            target.parent.mkdir(exist_ok=True)
+            try:
+                target.parent.mkdir()
+                created = True
+            except FileExistsError:
+                pass
             # Linked into place exclusively: no window between a check and the write, so an anchored head
             # is never overwritten (not even by a racing publisher) and never seen half-written.
             try:
@@ -73,6 +80,9 @@ class DirectoryPublisher:
                     f"{target} exists with other contents; refusing to overwrite an anchored head"
                 ) from None
         except OSError as exc:
+            if created:  # an empty folder would look like a log whose heads were lost
+                with contextlib.suppress(OSError):  # not empty: a racing publisher's head is in it
+                    target.parent.rmdir()
             raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
 
 

@@ -2,10 +2,11 @@
 
 Exit codes are the table shared with `bide` and `govern` (`bide._cli_common`, printed by `--help`):
 0 verified (or artifact written); 1 read and NOT verified; 2 usage error (a malformed store URL, a missing
--o or --anchor-dir directory); 3 internal error; 4 input unreadable (missing file, not JSON, malformed, wrong
-format, bad key file; no such store or run for `export`); 5 refused: (verify-approvals) the gates check out
-but under a policy other than the one pinned with --policy-digest, --approver, --need or --policy; 6
-(`export`) the store failed.
+-o or --anchor-dir directory, an output or anchored head that cannot be written: a full disk); 3 internal
+error; 4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file; no such store or
+run for `export`; a different head already anchored under the same name); 5 refused: (verify-approvals)
+the gates check out but under a policy other than the one pinned with --policy-digest, --approver, --need
+or --policy; 6 (`export`) the store failed.
 Every string taken from an input is printed through `bide._terminal.printable`.
 """
 
@@ -211,10 +212,11 @@ def _store_files(path: str) -> list[str]:
     return [path, *(path + suffix for suffix in ("-wal", "-shm", "-journal"))]
 
 
-def _anchor_publisher(directory: str) -> _RecordingPublisher:
+def _anchor_publisher(directory: str, output: Path) -> _RecordingPublisher:
     """The publisher of `export --anchor-dir`, once `directory` is known to exist and be writable: like
     `-o`, a missing directory is refused (exit 2), never created, so a typo in a path cannot scatter heads
-    where no one looks for them."""
+    where no one looks for them; a head that cannot be written there (a full disk) is exit 2 too, before
+    `output` is written."""
     from .._errors import ConfigError
 
     path = Path(directory)
@@ -223,20 +225,36 @@ def _anchor_publisher(directory: str) -> _RecordingPublisher:
         raise ConfigError(f"--anchor-dir {directory} {what}; nothing was published or written")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ConfigError(f"--anchor-dir {directory} is not writable; nothing was published or written")
-    return _RecordingPublisher(path)
+    return _RecordingPublisher(path, output)
 
 
 class _RecordingPublisher:
     """A `DirectoryPublisher` that remembers where each head went (size, file), for the export message."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, output: Path) -> None:
         from ._anchor import DirectoryPublisher
 
         self.inner = DirectoryPublisher(directory)
+        self.output = output
         self.published: list[tuple[int, Path]] = []
 
     def publish(self, sth: SignedTreeHead) -> None:
-        self.inner.publish(sth)
+        """Publish `sth`; a head the directory cannot take (an OSError) is a ConfigError, as for `-o`."""
+        from .._errors import ConfigError
+        from ._anchor import AnchorError
+
+        try:
+            self.inner.publish(sth)
+        except AnchorError as exc:
+            cause = exc.__cause__
+            if not isinstance(cause, OSError):  # a different head already there, or no directory: as before
+                raise
+            why = cause.strerror or cause
+            raise ConfigError(
+                f"cannot write the signed head to --anchor-dir {self.inner.directory} "
+                f"({self.inner.path_for(sth)}): {why}; nothing was published, and {self.output} was not "
+                "written"
+            ) from exc
         self.published.append((sth.size, self.inner.path_for(sth)))
 
 
@@ -252,7 +270,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     # The key's .pub is guarded too: it is what verifiers pin.
     inputs = [args.key, args.key + ".pub", *(_store_files(where.path) if where.kind == "sqlite" else [])]
     output = check_output(args.output, inputs=inputs)
-    publisher = _anchor_publisher(args.anchor_dir) if args.anchor_dir else None
+    publisher = _anchor_publisher(args.anchor_dir, output) if args.anchor_dir else None
     key = load_signing_key(args.key)
     store = open_store(args.store, create=False)  # a mistyped URL must not leave an empty store behind
     try:

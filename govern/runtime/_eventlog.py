@@ -36,6 +36,7 @@ import contextlib
 import functools
 import itertools
 import json
+import os
 import re
 import secrets
 import sqlite3
@@ -50,6 +51,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from sqlalchemy.engine import Connection, Engine
 
+from bide._dbfile import OpenedFile, connect_existing
 from bide._sql import lost_in_pipeline, out_of_pipeline, pipeline
 from bide._url import libpq_bounds
 
@@ -977,11 +979,13 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
 # -- SQL backend (SQLite file, PostgreSQL) -------------------------------------------------------------------
 
 
-def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
+def _engine(
+    url: str, timeout: float, pool_size: int, sqlite_creator: Callable[[], Any]
+) -> tuple[Engine, str]:
     """An engine for `url` (a SQLAlchemy URL from `bide._url.parse_store_url`), and its dialect ("sqlite" or
     "postgresql"). Every wait is bounded by `timeout`: the pool checkout, PostgreSQL's lock_timeout and
     statement_timeout, each connection attempt and a network gone silent (`libpq_bounds`), SQLite's busy
-    timeout."""
+    timeout. SQLite connections come from `sqlite_creator`."""
     pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": timeout}
     ms = int(timeout * 1000)
     if url.startswith("postgresql"):
@@ -992,7 +996,7 @@ def _engine(url: str, timeout: float, pool_size: int) -> tuple[Engine, str]:
                             f"-c statement_timeout={ms}"])  # fmt: skip
         connect = {**libpq_bounds(query, timeout), "options": options}
         return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
-    engine = sa.create_engine(url, connect_args={"timeout": timeout, "check_same_thread": False}, **pool)
+    engine = sa.create_engine(url, creator=sqlite_creator, **pool)
 
     @sa.event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -1399,7 +1403,12 @@ class _SqlBackend:
         self.log = log
         self.timeout = timeout
         self.pool_size = pool_size
-        self.engine, self.dialect = _engine(url, timeout, pool_size)
+        # SQLite: the file's path, made absolute once (a later os.chdir must not move the log), and the file
+        # itself once open (see bide/_dbfile.py).
+        sqlite_path = sa.engine.make_url(url).database if url.startswith("sqlite") else None
+        self._path = os.path.abspath(sqlite_path or "") if sqlite_path else ""
+        self._file: OpenedFile | None = None
+        self.engine, self.dialect = _engine(url, timeout, pool_size, self._open_sqlite)
         self._sql = _DIALECTS[self.dialect]
         errors: list[type[BaseException]] = [sa.exc.SQLAlchemyError, sqlite3.Error]
         psycopg = sys.modules.get("psycopg")  # imported by the engine when the URL names it
@@ -1419,9 +1428,38 @@ class _SqlBackend:
                 self._run(lambda c: schema.prepare(c, self.dialect, self.where), "open", False)
             if self.dialect == "sqlite":
                 self._use_wal()
+                self._file = OpenedFile.at(self._path)
         except BaseException:
             self.engine.dispose()
             raise
+
+    def _open_sqlite(self) -> sqlite3.Connection:
+        """A connection to the log's SQLite file; once the log is open, only to the file it opened, never
+        creating one (`EventLogError` when the file was deleted or replaced meanwhile)."""
+        if self._file is None:
+            return sqlite3.connect(self._path, timeout=self.timeout, check_same_thread=False)
+        conn = connect_existing(self._file, self.timeout)
+        if isinstance(conn, str):
+            raise EventLogError(self._swapped(conn, committed=False))
+        return conn
+
+    def _swapped(self, what: str, *, committed: bool) -> str:
+        done = (
+            "this append committed into the old file and is lost with it (appending the same events again, "
+            "once the file is back, is safe: the log is idempotent by id)"
+            if committed
+            else "nothing more is written through this EventLog"
+        )
+        return (
+            f"the event log file {self._path!r} {what} while this process had it open: {done}. Stop every "
+            "process using the log; then put the file back (or restore it from a backup with no process "
+            "running) and open the log again"
+        )
+
+    def _check_file(self, *, committed: bool) -> None:
+        swapped = None if self._file is None else self._file.swapped()
+        if swapped is not None:
+            raise EventLogError(self._swapped(swapped, committed=committed))
 
     def _use_wal(self) -> None:
         """Switch the SQLite file, now known to be an event log, to WAL. The file keeps the mode, so every
@@ -1532,7 +1570,9 @@ class _SqlBackend:
                     if self.dialect == "sqlite":
                         cursor.execute("BEGIN IMMEDIATE")
                         result = body(cursor)
+                        self._check_file(committed=False)  # (rolled back below: nothing reaches the file)
                         cursor.execute("COMMIT")
+                        self._check_file(committed=True)
                     elif pipelined:
                         # A small append is two round trips: BEGIN, the lock and the read (whose answer
                         # it waits for), then the writes and the COMMIT. The BEGIN and COMMIT are the

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -230,6 +231,62 @@ def test_an_export_whose_output_does_not_fit_says_the_head_it_published(
     assert "ev.json was not written" in err
     assert f"was published to anchors/{head.parent.name}/{head.name}" in err
     assert not (exported / "ev.json").exists()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a 64 KiB tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
+    path = tmp_path / "small-disk"
+    path.mkdir()
+    try:
+        mounted = (
+            subprocess.run(
+                ["mount", "-t", "tmpfs", "-o", "size=65536", "tmpfs", str(path)], capture_output=True
+            ).returncode
+            == 0
+        )
+    except OSError:  # no mount command
+        mounted = False
+    if not mounted:
+        pytest.skip("a full disk needs a tmpfs, which only root can mount")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def _fill(disk: Path) -> None:
+    """Leave no room on `disk` for a new file's data."""
+    free = os.statvfs(disk)
+    (disk / ".filler").write_bytes(b"\0" * (free.f_bavail * free.f_frsize))
+
+
+def test_an_anchor_dir_on_a_full_disk_is_a_usage_error_that_leaves_it_as_it_was(
+    exported: Path, small_disk: Path
+) -> None:
+    """A head that does not fit in --anchor-dir was exit 4 ("unreadable input"), where `-o` on the same disk
+    is 2, and left behind the empty per-log folder created for it; a head anchored before stays as it was."""
+    anchors = small_disk / "anchors"
+    anchors.mkdir()
+    base = ("export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key", "-o", "ev.json",
+            "--anchor-dir", str(anchors))  # fmt: skip
+    _fill(small_disk)
+    full = _run("bide-audit", *base, cwd=exported)
+    assert full.returncode == 2, full.stderr
+    assert f"ERROR: cannot write the signed head to --anchor-dir {anchors} (" in full.stderr
+    assert "No space left on device; nothing was published, and ev.json was not written" in full.stderr
+    assert list(anchors.iterdir()) == [] and not (exported / "ev.json").exists()
+
+    (small_disk / ".filler").unlink()
+    assert _run("bide-audit", *base, cwd=exported).returncode == 0
+    (exported / "ev.json").unlink()
+    before = _snapshot(anchors)
+    [(folder, is_folder), (head, _)] = sorted(before.items())
+    assert is_folder is None and head.startswith(f"{folder}/")  # the per-log folder and the head in it
+    _fill(small_disk)
+    full = _run("bide-audit", *base, cwd=exported)
+    assert full.returncode == 2 and "No space left on device" in full.stderr, full.stderr
+    assert _snapshot(anchors) == before and not (exported / "ev.json").exists()  # no temporary file either
 
 
 @pytest.mark.parametrize("prog", sorted(MODULES))

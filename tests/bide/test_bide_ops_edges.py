@@ -131,7 +131,10 @@ def test_worker_survives_a_listing_that_fails_and_keeps_resuming(env: dict[str, 
             stderr=err,
         )  # fmt: skip
     try:
-        time.sleep(0.5)
+        # The worker is up and listing once it resumed a run (renamed before it opened the store, the table
+        # would only be made again).
+        crash_run(url, prefix, "before-failure", env)
+        wait_until(lambda: status(url, prefix, "before-failure") == "completed", "the worker to resume a run")
         with sqlite3.connect(db) as conn:
             conn.execute(f"ALTER TABLE {prefix}runs RENAME TO {prefix}runs_away")
         wait_until(lambda: "listing the runs to recover failed" in errors.read_text(), "a failed listing")

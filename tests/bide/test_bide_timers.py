@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 import bide
+from bide._when import iso, when
 from bide.testing import ScriptedModel, call, reply
 
 
@@ -47,6 +48,10 @@ def test_a_long_wait_sleeps_and_never_starts_again_from_zero(store: bide.Store) 
         agent.run_sync("l", "follow up")
     wake = clock.now + 3600
     assert first.value.wake_at == pytest.approx(wake)
+    # The distance on the agent's clock, the time said once (it was measured on the machine's clock, the
+    # time printed twice).
+    said = str(first.value)
+    assert when(wake, clock.now) in said and said.count(iso(wake)) == 1
     status = bide.run_status(store, "l")
     assert (status.status, status.call_id, status.tool) == ("sleeping", "c0.0", "wait")
     clock.now += 1800

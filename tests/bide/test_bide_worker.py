@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -421,3 +422,143 @@ def test_a_store_failure_reading_one_run_again_does_not_cancel_the_passs_other_d
     assert bide.run_status(store, "slow").status == "completed" and charges == [1]
     assert bide.run_status(store, "gated").status == "awaiting_approval"
     assert report.completed == 1 and report.waiting == 1
+
+
+# -- `bide worker --once`: how the pass exits ---------------------------------------------------------------
+
+ONCE_APP = '''"""The app of the `bide worker --once` exit-code tests: $WORKER_MODE says how its drives go."""
+import os
+
+import bide
+from bide.testing import Fail, ScriptedModel, call, reply
+
+
+@bide.tool
+def charge(n: int) -> str:
+    """Charge (one line in $WORKER_LEDGER per real fire)."""
+    with open(os.environ["WORKER_LEDGER"], "a") as f:
+        f.write(f"{n}\\n")
+    return "charged"
+
+
+def agent(store, last):
+    model = ScriptedModel([call("charge", n=1), call("charge", n=2), last])
+    return bide.Agent(model, store=store, tools=[charge], name="pay", output_type=int, output_retries=0)
+
+
+def seed(store, run_id):
+    """Start `run_id` and leave it to a worker: its model goes down after the first charge."""
+    try:
+        bide.Agent(ScriptedModel([call("charge", n=1), Fail(bide.ModelError("down"))]), store=store,
+                   tools=[charge], name="pay", output_type=int).run_sync(run_id, "pay")
+    except bide.ModelError:
+        pass
+
+
+def build(store):
+    mode = os.environ.get("WORKER_MODE", "answers")
+    if mode == "listing fails":
+        def expired_leases(**kwargs):
+            raise bide.StoreError("the connection was lost")
+
+        store.expired_leases = expired_leases
+    if mode == "model down":
+        return agent(store, Fail(bide.ModelError("the model is down")))
+    return agent(store, reply("not a number" if mode == "answer invalid" else "7"))
+'''
+
+
+@pytest.fixture
+def once_app(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> str:
+    """A SQLite store URL holding run `w1`, started by ONCE_APP's agent and left to a worker after one
+    charge; the app is importable by `bide worker` run in `tmp_path`."""
+    import importlib.util
+
+    (tmp_path / "once_app.py").write_text(ONCE_APP)
+    spec = importlib.util.spec_from_file_location("once_app", tmp_path / "once_app.py")
+    assert spec is not None and spec.loader is not None
+    app = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(app)
+    monkeypatch.setenv("WORKER_LEDGER", env["WORKER_LEDGER"])
+    url = f"sqlite:///{tmp_path / 'once.db'}"
+    store = bide.open_store(url)
+    try:
+        app.seed(store, "w1")
+    finally:
+        store.close()
+    assert ledger_lines(env) == ["1"]
+    return url
+
+
+def worker_once(
+    url: str, env: dict[str, str], cwd: Path, mode: str = "answers", *, wrap: list[str] | None = None
+) -> tuple[int, dict[str, Any] | None, str]:
+    """Run `bide worker --once --json` over ONCE_APP: its exit code, its report (None: none) and stderr."""
+    done = subprocess.run(
+        [*(wrap or []), sys.executable, "-m", "bide._cli", "worker", "--store", url,
+         "--app", "once_app:build", "--once", "--json"],
+        capture_output=True, text=True, env=env | {"WORKER_MODE": mode}, cwd=cwd, timeout=120,
+    )  # fmt: skip
+    lines = done.stdout.strip().splitlines()
+    return done.returncode, json.loads(lines[-1]) if lines else None, done.stderr
+
+
+def test_worker_once_exits_6_when_the_store_cannot_be_written_and_the_next_pass_loses_nothing(
+    once_app: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """Every drive of the pass failed because the store refused its writes (a read-only store file): the
+    pass used to exit 0, as if the runs had been driven."""
+    wrap: list[str] = []
+    if os.geteuid() == 0:  # root writes read-only files: the worker runs without that privilege
+        assert shutil.which("capsh"), "make test installs capsh (libcap2-bin): root writes read-only files"
+        wrap = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c",
+                'exec "$@"', "--"]  # fmt: skip
+    database = tmp_path / "once.db"
+    database.chmod(0o444)
+    try:
+        code, report, errors = worker_once(once_app, env, tmp_path, wrap=wrap)
+    finally:  # SQLite gave the -shm it created the database's mode: the operator's fix covers both
+        for path in tmp_path.glob("once.db*"):
+            path.chmod(0o644)
+    assert code == 6, errors
+    assert report is not None and (report["failed"], report["completed"]) == (1, 0), report
+    assert report["errors"]["w1"].startswith("StoreError: ") and "readonly database" in report["errors"]["w1"]
+    assert "bide worker: the store failed in 1 drive (run w1: StoreError: " in errors
+    assert ledger_lines(env) == ["1"]  # the drive failed before the second charge
+    code, report, errors = worker_once(once_app, env, tmp_path, wrap=wrap)
+    assert (code, report and report["completed"]) == (0, 1), errors
+    assert ledger_lines(env) == ["1", "2"]  # each charge once
+
+
+def test_worker_once_exits_6_when_the_store_fails_listing_the_runs(
+    once_app: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """A listing that fails used to escape the pass's task group as an ExceptionGroup: an internal error
+    (exit 3, "this is a bug") instead of the store's failure."""
+    code, report, errors = worker_once(once_app, env, tmp_path, "listing fails")
+    assert (code, report) == (6, None), errors
+    assert (
+        "the store failed listing the runs to recover, so none was driven: the connection was lost" in errors
+    )
+    assert "internal error" not in errors and ledger_lines(env) == ["1"]
+
+
+def test_worker_once_exits_1_when_a_drive_fails_otherwise_and_0_when_a_drive_ends_its_run(
+    once_app: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """The model down is a failed drive (exit 1, retried at the next pass); a drive that ends its run as
+    failed (its answer never validated: OutputInvalid) gave the run's outcome, as a halt does (exit 0)."""
+    code, report, errors = worker_once(once_app, env, tmp_path, "model down")
+    assert code == 1, errors
+    assert report is not None and report["errors"] == {"w1": "ModelError: the model is down"}
+    assert "bide worker: 1 drive failed (run w1: ModelError: the model is down)" in errors
+    code, report, errors = worker_once(once_app, env, tmp_path, "answer invalid")
+    assert code == 0, errors
+    assert report is not None and report["errors"]["w1"].startswith("OutputInvalid: "), report
+    assert "bide worker:" not in errors
+    store = bide.open_store(once_app, create=False)
+    try:
+        assert bide.run_status(store, "w1").status == "failed"
+    finally:
+        store.close()
+    assert ledger_lines(env) == ["1", "2"]

@@ -222,6 +222,40 @@ CREATE TABLE govern_counters (
 """
 
 
+@pytest.mark.parametrize("how", ["deleted", "moved", "replaced"])
+def test_a_log_file_gone_or_replaced_while_open_refuses_appends(tmp_path: Path, how: str) -> None:
+    """Before, appends went on into the unlinked file and said `created`, and the next connection made an
+    empty log at the path: appends whose events nobody would read again, reported as done."""
+    path = tmp_path / "events.db"
+    log = bound(f"sqlite:///{path}")
+    other = tmp_path / "other.db"
+    bound(f"sqlite:///{other}").close()
+    try:
+        for i in range(3):
+            log.append(ev(f"e{i}", seq=i))
+        if how == "deleted":
+            path.unlink()
+        elif how == "moved":
+            path.rename(tmp_path / "moved.db")
+        else:
+            other.replace(path)
+        said = "was replaced by another file" if how == "replaced" else "was deleted or moved away"
+        for i in range(3, 5):
+            with pytest.raises(EventLogError, match=said):
+                log.append(ev(f"e{i}", seq=i))
+    finally:
+        log.close()
+    if how == "deleted":
+        assert not path.exists()
+    if how == "moved":
+        # Put back beside its write-ahead log, the log holds what was appended before, and nothing after.
+        (tmp_path / "moved.db").rename(path)
+    if how != "deleted":
+        assert {e.id for e in bound(f"sqlite:///{path}").read()}.isdisjoint({"e3", "e4"})
+    if how == "moved":
+        assert [e.id for e in bound(f"sqlite:///{path}").read()] == ["e0", "e1", "e2"]
+
+
 def test_a_layout_1_log_is_upgraded_and_asks_for_its_events_once(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as raw:

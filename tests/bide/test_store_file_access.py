@@ -1,0 +1,95 @@
+"""A SQLite store the user cannot reach or open for writing says why, with the store failure's exit code.
+
+Before: a store in a directory the user may not enter was "no bide store ...: the file does not exist"
+(exit 4: an operator would think it deleted), and a store on a full disk or a read-only file system was
+"cannot create bide tables in ...: (sqlite3.OperationalError) disk I/O error" with SQLAlchemy's link,
+naming neither the cause nor that the tables were there.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide.testing import ScriptedModel, reply
+
+# Root reaches every file: the command runs without the capabilities that let it (as another user would).
+WITHOUT_ROOTS_REACH = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c",
+                       'exec "$@"', "--"]  # fmt: skip
+
+
+def _bide(*args: str, wrap: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*(wrap or []), "bide", *args], capture_output=True, text=True, timeout=120)
+
+
+def _make_store(path: Path) -> None:
+    store = bide.open_store(f"sqlite:///{path}")
+    try:
+        bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("r1", "hi")
+    finally:
+        store.close()
+
+
+@pytest.fixture
+def small_disk(tmp_path: Path) -> Iterator[Path]:
+    """A directory on a 1 MiB tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
+    path = tmp_path / "disk"
+    path.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True)
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", str(path)], check=True)
+
+
+def test_a_store_in_a_directory_the_user_may_not_enter_is_not_called_missing(tmp_path: Path) -> None:
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    _make_store(closed / "bide.db")
+    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
+    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    closed.chmod(0)
+    try:
+        done = _bide("runs", "--store", f"sqlite:///{closed / 'bide.db'}", wrap=wrap)
+    finally:
+        closed.chmod(0o755)
+    assert done.returncode == 6, done.stderr
+    assert "permission denied reaching" in done.stderr and "does not exist" not in done.stderr
+
+
+def test_a_store_on_a_read_only_file_system_says_so(small_disk: Path) -> None:
+    _make_store(small_disk / "bide.db")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
+    try:
+        for command in (["runs"], ["show", "r1"]):
+            done = _bide(*command, "--store", f"sqlite:///{small_disk / 'bide.db'}")
+            assert done.returncode == 6, done.stderr
+            assert "is mounted read-only" in done.stderr, done.stderr
+            assert "sqlalche.me" not in done.stderr
+    finally:
+        subprocess.run(["mount", "-o", "remount,rw", str(small_disk)], check=True)
+
+
+def test_a_store_on_a_full_disk_says_the_disk_is_full(small_disk: Path) -> None:
+    _make_store(small_disk / "bide.db")  # closed: its -wal and -shm files are gone
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:  # no space left
+        pass
+    finally:
+        os.close(fd)
+    done = _bide("runs", "--store", f"sqlite:///{small_disk / 'bide.db'}")
+    filler.unlink()
+    assert done.returncode == 6, done.stderr
+    assert "is full" in done.stderr and "sqlalche.me" not in done.stderr, done.stderr
+    again = _bide("runs", "--store", f"sqlite:///{small_disk / 'bide.db'}")
+    assert again.returncode == 0 and "r1" in again.stdout, again.stderr

@@ -1,0 +1,142 @@
+"""A SQLite store file deleted, moved away or replaced while a store holds it open.
+
+Open connections write through their file descriptors: before, a run went on committing into the unlinked
+file and reported `completed`, the next connection created an empty file at the path, and a backup renamed
+over the store got the old file's pages from the write-ahead log ("database disk image is malformed").
+Now every write checks the path before and after its commit, and later connections open only the file the
+store opened.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+
+def _agent(store: bide.Store, fired: list[str], tamper: Callable[[], None]) -> bide.Agent:
+    @bide.tool
+    def charge(customer: str) -> str:
+        """Charge a customer."""
+        fired.append(customer)
+        tamper()  # after the attempt marker committed: the tool's result is the next write
+        return f"charged {customer}"
+
+    return bide.Agent(
+        ScriptedModel([call("charge", customer="alice"), reply("done")]), store=store, tools=[charge]
+    )
+
+
+def _warm(store: bide.Store) -> None:
+    """A run before, so that the store's connections are open when the file goes."""
+    bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("warm", "hi")
+
+
+@pytest.mark.parametrize("how", ["deleted", "moved"])
+def test_a_store_file_gone_while_a_run_writes_is_reported_and_not_recreated(tmp_path: Path, how: str) -> None:
+    path = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{path}")
+    fired: list[str] = []
+
+    def tamper() -> None:
+        if how == "deleted":
+            path.unlink()
+        else:
+            path.rename(tmp_path / "moved.db")
+
+    try:
+        _warm(store)
+        with pytest.raises(bide.StoreError, match="was deleted or moved away while this process had it open"):
+            _agent(store, fired, tamper).run_sync("r1", "charge alice")
+        # Nothing more goes through this store object, and no empty store appears at the path.
+        with pytest.raises(bide.StoreError, match="deleted or moved away"):
+            bide.run_status(store, "r1")
+        assert not path.exists()
+    finally:
+        store.close()
+    assert fired == ["alice"]
+    if how == "moved":
+        # Put back beside its write-ahead log, which holds the run's attempt marker and no result: a later
+        # drive halts (the call's outcome is unknown) instead of firing again.
+        (tmp_path / "moved.db").rename(path)
+        again = bide.open_store(f"sqlite:///{path}")
+        try:
+            records = bide.Journal(again, "r1").load().records()
+            assert [type(r) for r in records if isinstance(r, (bide.Attempt, bide.ToolResult))] == [
+                bide.Attempt
+            ]
+            assert bide.run_status(again, "r1").status != "completed"
+        finally:
+            again.close()
+        assert fired == ["alice"]
+
+
+def test_a_backup_renamed_over_an_open_store_is_left_intact(tmp_path: Path) -> None:
+    path = tmp_path / "bide.db"
+    backup = tmp_path / "backup.db"
+    old = bide.open_store(f"sqlite:///{backup}")
+    try:
+        for i in range(20):
+            bide.Agent(ScriptedModel([reply("old " * 200)]), store=old).run_sync(f"old-{i}", "hi")
+    finally:
+        old.close()
+    store = bide.open_store(f"sqlite:///{path}")
+    fired: list[str] = []
+
+    def restore_backup() -> None:
+        # As SQLite does on its own every 1,000 pages: the write-ahead log is folded into the file first.
+        conn = sqlite3.connect(path)
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        conn.close()
+        os.replace(backup, path)
+
+    try:
+        _warm(store)
+        with pytest.raises(bide.StoreError, match="was replaced by another file"):
+            _agent(store, fired, restore_backup).run_sync("r1", "charge alice")
+    finally:
+        store.close()
+    assert fired == ["alice"]
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+        runs = {r for (r,) in conn.execute("SELECT DISTINCT run_id FROM bide_records")}
+    finally:
+        conn.close()
+    assert runs == {f"old-{i}" for i in range(20)}
+
+
+def test_a_store_opened_by_a_relative_path_stays_on_its_file_after_chdir(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    store = bide.open_store("sqlite:///bide.db")
+    answers: list[object] = []
+
+    def in_a_new_thread() -> None:  # a thread of its own opens a connection of its own
+        try:
+            answers.append(
+                bide.Agent(ScriptedModel([reply("later")]), store=store).run_sync("later", "hi").answer
+            )
+        except BaseException as exc:
+            answers.append(exc)
+
+    try:
+        _warm(store)
+        monkeypatch.chdir(tmp_path / "b")
+        thread = threading.Thread(target=in_a_new_thread)
+        thread.start()
+        thread.join()
+    finally:
+        store.close()
+    assert answers == ["later"]
+    assert not (tmp_path / "b" / "bide.db").exists()
