@@ -223,17 +223,26 @@ class Worker:
 
     async def _runs_to_recover(self) -> list[str]:
         # The listing is a blocking store call: in a thread, so that drives in flight keep going.
-        return await asyncio.to_thread(self._list_runs_to_recover)
+        out, listed = await asyncio.to_thread(self._list_runs_to_recover)
+        # What the worker kept of a run no longer listed goes (it ended, or a live driver holds it): else a
+        # worker that runs for months keeps an entry for every run it ever parked or backed off (an idle
+        # thread between messages, a halt someone else resolved and finished).
+        for run_id in [r for r in self._state if r not in listed and r not in self._in_flight]:
+            del self._state[run_id]
+        return out
 
-    def _list_runs_to_recover(self) -> list[str]:
+    def _list_runs_to_recover(self) -> tuple[list[str], set[str]]:
+        """The runs to drive now, and every run listed (those too that wait for their backoff)."""
         now = self.clock()
         out: list[str] = []
+        listed: set[str] = set()
         tokens: dict[str, int] = {}
         after = ""
         while True:
             page = self.store.expired_leases(now_ms=int(now * 1000), after=after, limit=500)
             for lease in page:
                 run_id = lease.run_id
+                listed.add(run_id)
                 state = self._state.get(run_id)
                 if run_id in self._in_flight:
                     continue
@@ -245,7 +254,7 @@ class Worker:
                 tokens[run_id] = lease.token
             if len(page) < 500:
                 self._tokens = tokens
-                return out
+                return out, listed
             after = page[-1].run_id
 
     def _park(self, run_id: str, state: _Backoff) -> None:

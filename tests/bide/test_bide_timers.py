@@ -133,3 +133,24 @@ def test_a_worker_ends_a_cancelled_sleeping_run_at_its_recheck_not_at_the_wake_u
     clock.now += PARKED_RECHECK_S + 1
     asyncio.run(worker.run_once())
     assert bide.run_status(store, "c").status == "cancelled"
+
+
+def test_a_worker_forgets_the_runs_it_no_longer_lists(store: bide.Store) -> None:
+    """A worker keeps a little state per run it backs off or parks (a sleeping run's wake-up time here). A
+    run finished by another driver is no longer listed, and its state goes at the next pass: it stayed for
+    good before, one entry per such run over a worker's whole life."""
+    clock = FakeClock()
+    model = ScriptedModel(script(3600) * 20)
+    agent = bide.Agent(model, store=store, tools=[bide.timer()], clock=clock, name="a")
+    for i in range(20):
+        with pytest.raises(bide.RunSleeping):
+            agent.run_sync(f"s{i}", "follow up")
+    worker = bide.Worker(store, agent, clock=clock)
+    report = asyncio.run(worker.run_once())
+    assert report.waiting == 20 and len(worker._state) == 20
+    clock.now += 3601
+    for i in range(15):  # woken and finished by another process's drive, not by this worker
+        assert agent.run_sync(f"s{i}", "follow up").answer == "followed up"
+    asyncio.run(worker.run_once())
+    assert sorted(worker._state) == []  # the 5 left were due: driven and finished by this pass
+    assert [bide.run_status(store, f"s{i}").status for i in range(20)] == ["completed"] * 20
