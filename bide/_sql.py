@@ -433,7 +433,8 @@ class SQLStore:
         self._thread: threading.Thread | None = None
         self._worker_slot = _Slot(self)
         self._local = _LoopBatch()
-        self._slots: list[_Slot] = []
+        # The in-loop connections, each with the thread that uses it (see _flush_local).
+        self._slots: list[tuple[weakref.ref[threading.Thread], _Slot]] = []
         self._closed = False
         self.commits = 0  # transactions committed by this store object (for benchmarks)
         self._known_runs: set[str] = set()  # SQLite: runs whose runs row is committed
@@ -703,7 +704,7 @@ class SQLStore:
         if thread is not None:
             self._queue.put(_STOP)
             thread.join()
-        for slot in self._slots:
+        for _, slot in self._slots:
             slot.close()
         self.engine.dispose()
 
@@ -712,7 +713,7 @@ class SQLStore:
         the server; SQLite: sqlite3's interrupt); their callers get a `StoreError`. For a caller that gave
         up waiting on them (Ctrl-C): a write among them may or may not have committed."""
         with self._lock:
-            slots = [self._worker_slot, *self._slots]
+            slots = [self._worker_slot, *(slot for _, slot in self._slots)]
         for slot in slots:
             raw = slot.raw
             if raw is None:
@@ -790,7 +791,20 @@ class SQLStore:
             if slot is None:
                 slot = state.slot = _Slot(self, in_loop=True)
                 with self._lock:
-                    self._slots.append(slot)
+                    # The connections of threads that ended are closed here, when a new thread comes: an
+                    # application that calls run_sync from short-lived threads (one per request) held two
+                    # file descriptors per thread it ever had, until "too many open files".
+                    live: list[tuple[weakref.ref[threading.Thread], _Slot]] = []
+                    ended: list[_Slot] = []
+                    for user, kept in self._slots:
+                        thread = user()
+                        if thread is not None and thread.is_alive():
+                            live.append((user, kept))
+                        else:
+                            ended.append(kept)
+                    self._slots = [*live, (weakref.ref(threading.current_thread()), slot)]
+                for gone in ended:
+                    gone.close()
             # A large batch pauses the cyclic garbage collector (the loop's thread is blocked for it anyway):
             # everything it allocates (rows, entries, answers, the callbacks that wake the runs) is in use
             # until the runs take their answers, so a collection in the middle frees nothing and only
