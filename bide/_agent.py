@@ -75,6 +75,7 @@ from ._inflight import CallWindow, forget_started, never_started, remember_unsta
 from ._journal import Journal, check_run_id
 from ._lease import Overrun, hold_lease, let_go
 from ._messages import (
+    MAX_TOOL_CALLS,
     AssistantMessage,
     Message,
     Model,
@@ -1524,8 +1525,8 @@ def _drain(pending: list[Record], *more: Record) -> list[Record]:
 
 
 def _check_reply(reply: object) -> None:
-    """The model port is a boundary: refuse a reply that is not a well-formed AssistantMessage before any
-    of it is journaled."""
+    """The model port is a boundary: refuse a reply that is not a well-formed AssistantMessage, or that
+    holds more than `MAX_TOOL_CALLS` tool calls, before any of it is journaled."""
     if not isinstance(reply, AssistantMessage):
         raise ModelError(f"model returned {type(reply).__name__}, not an AssistantMessage")
     if not isinstance(reply.content, str) or not isinstance(reply.tool_calls, list):
@@ -1534,6 +1535,13 @@ def _check_reply(reply: object) -> None:
             "tool_calls is not a list"
         )
     calls = reply.tool_calls
+    if len(calls) > MAX_TOOL_CALLS:
+        # Each call is journaled and run: millions of them would take the memory and the journal.
+        raise ModelError(
+            f"model returned {len(calls)} tool calls in one turn, more than bide's limit of "
+            f"{MAX_TOOL_CALLS}; nothing was journaled: run again to ask the model again (and ask it for "
+            "fewer calls at a time)"
+        )
     for c in calls:
         if not (
             isinstance(c, ToolCall)

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, ModelError
 from ._http import (
+    STREAM_TIMEOUT,
     HTTPModel,
+    cut_off,
     error_message,
     json_event,
     json_index,
@@ -16,9 +18,18 @@ from ._http import (
     malformed,
     read_json,
     sse_events,
+    too_many_calls,
     unfinished,
 )
-from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
+from ._messages import (
+    MAX_TOOL_CALLS,
+    AssistantMessage,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    ToolMessage,
+    Usage,
+)
 from ._retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -40,8 +51,9 @@ class AnthropicModel(HTTPModel):
     ``stop_reason`` ("end_turn", "tool_use", "max_tokens", ...).
 
     Pooling, retries (the same statuses, 529 overloaded among them, and connection errors; ``Retry-After``
-    honoured), `aclose` and
-    streaming work as for `bide.OpenAIModel`.
+    honoured), `aclose`, streaming, `timeout`, `stream_timeout` and the limits on answers work as for
+    `bide.OpenAIModel`; a turn cut off at `max_tokens` (stop_reason "max_tokens") with tool calls raises
+    `ModelError`, and a streamed tool call counts only once its block has ended.
     """
 
     provider = "anthropic"
@@ -57,6 +69,7 @@ class AnthropicModel(HTTPModel):
         base_url: str | None = None,
         max_tokens: int = 4096,
         timeout: float = 60.0,
+        stream_timeout: float = STREAM_TIMEOUT,
         max_retries: int = 4,
         backoff: float = 0.5,
         max_backoff: float = 20.0,
@@ -72,6 +85,7 @@ class AnthropicModel(HTTPModel):
             api_key=api_key,
             base_url=base_url,
             timeout=timeout,
+            stream_timeout=stream_timeout,
             retry=retry,
             max_retries=max_retries,
             backoff=backoff,
@@ -148,42 +162,50 @@ class AnthropicModel(HTTPModel):
         body = self.body(request)
         body["stream"] = True
         response = await self._open_stream(body)
-        blocks: dict[int, dict[str, Any]] = {}
+        clock = self._stream_clock()
+        blocks: dict[int, _Block] = {}
+        tools = 0
         usage: dict[str, Any] = {}
         finish = ""
-        done = False
+        started = done = False
         try:
-            async for event, data in sse_events(response, self.name):
+            async for event, data in sse_events(response, self.name, clock):
                 payload = json_event(self.name, data)
                 if not isinstance(payload, dict):
                     continue
                 kind = payload.get("type", event)
+                if isinstance(kind, str) and kind in _ADDING:
+                    clock.progress()
                 if kind == "message_start":
+                    if started:
+                        raise malformed(self.name, "a second message_start in one answer")
+                    started = True
                     usage.update(json_object(json_object(payload.get("message")).get("usage")))
                 elif kind == "content_block_start":
-                    start = json_object(payload.get("content_block"))
-                    first_text = start.get("text")
-                    blocks[json_index(self.name, payload.get("index"), len(blocks))] = {
-                        "type": start.get("type"),
-                        "id": start.get("id"),
-                        "name": start.get("name"),
-                        "text": [first_text if isinstance(first_text, str) else ""],
-                        "json": [],
-                    }
+                    index = json_index(self.name, payload.get("index"), len(blocks))
+                    if index in blocks:
+                        # A block started again would lose what the first start received.
+                        raise malformed(self.name, f"a second content_block_start for block {index}")
+                    block = _Block(self.name, index, json_object(payload.get("content_block")))
+                    if block.type == "tool_use":
+                        tools += 1
+                        if tools > MAX_TOOL_CALLS:
+                            raise too_many_calls(self.name)
+                    blocks[index] = block
                 elif kind == "content_block_delta":
-                    index = json_index(self.name, payload.get("index"), 0)
-                    block = blocks.setdefault(index, {"type": "text", "text": [], "json": []})
                     delta = json_object(payload.get("delta"))
-                    if delta.get("type") == "text_delta":
-                        piece = delta.get("text")
-                        if not isinstance(piece, str):
-                            raise malformed(self.name, f"a text delta that is not a string: {piece!r:.200}")
-                        block["text"].append(delta["text"])
-                        yield TextDelta(text=delta["text"])
-                    elif delta.get("type") == "input_json_delta" and isinstance(
-                        delta.get("partial_json"), str
-                    ):
-                        block["json"].append(delta["partial_json"])
+                    if any(value for key, value in delta.items() if key != "type"):
+                        clock.progress()  # not an empty piece
+                    piece = _add_delta(self.name, blocks, payload, delta)
+                    if piece is not None:
+                        yield TextDelta(text=piece)
+                elif kind == "content_block_stop":
+                    index = json_index(self.name, payload.get("index"), 0)
+                    ending = blocks.get(index)
+                    if ending is None or ending.stopped:
+                        where = "without its content_block_start" if ending is None else "twice"
+                        raise malformed(self.name, f"a content_block_stop for block {index} {where}")
+                    ending.stopped = True
                 elif kind == "message_delta":
                     delta = json_object(payload.get("delta"))
                     if isinstance(delta.get("stop_reason"), str) and delta["stop_reason"]:
@@ -199,29 +221,105 @@ class AnthropicModel(HTTPModel):
                     )
         finally:
             await response.aclose()
-        if not done:
+        if not (done and started and finish):
+            # Without its message_start and stop_reason the answer may be cut short: an empty or partial
+            # answer would end the run for good.
             raise unfinished(self.name)
+        ordered = [block for _, block in sorted(blocks.items())]
+        if finish == "max_tokens" and any(block.type == "tool_use" for block in ordered):
+            raise cut_off(self.name, finish, "max_tokens (AnthropicModel(max_tokens=...))")
         text: list[str] = []
         calls: list[ToolCall] = []
-        for _, block in sorted(blocks.items()):
-            if block["type"] == "text":
-                text.extend(block["text"])
-            elif block["type"] == "tool_use":
-                raw = "".join(block["json"]) or "{}"
-                try:
-                    args: dict[str, Any] | str = read_json(raw)
-                except ValueError:
-                    args = raw
+        for block in ordered:
+            if block.type == "text":
+                text.extend(block.text)
+            elif block.type == "tool_use":
                 calls.append(
                     ToolCall(
-                        id=str(block.get("id") or f"toolu_{len(calls)}"),
-                        name=str(block.get("name") or ""),
-                        arguments=args if isinstance(args, dict) else raw,
+                        id=str(block.id or f"toolu_{len(calls)}"),
+                        name=str(block.name or ""),
+                        arguments=block.arguments(),
                     )
                 )
         yield AssistantMessage(
             content="".join(text), tool_calls=calls, usage=_usage(usage), finish_reason=finish
         )
+
+
+# The events that add to an answer (a `ping`, or an event of a kind bide does not know, does not).
+_ADDING = frozenset(
+    {"message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"}
+)
+
+
+class _Block:
+    """A content block of a streamed answer, from its content_block_start to its content_block_stop."""
+
+    __slots__ = ("_model", "id", "index", "input", "json", "name", "stopped", "text", "type")
+
+    def __init__(self, model: str, index: int, start: dict[str, Any]) -> None:
+        self.index = index
+        self.type = start.get("type")
+        self.id = start.get("id")
+        self.name = start.get("name")
+        first_text = start.get("text")
+        self.text: list[str] = [first_text if isinstance(first_text, str) else ""]
+        self.json: list[str] = []
+        given = start.get("input", {})
+        if self.type == "tool_use" and not isinstance(given, dict):
+            raise malformed(model, f"a tool_use block whose input is not an object: {given!r:.200}")
+        self.input: dict[str, Any] = given if isinstance(given, dict) else {}
+        self.stopped = False
+        self._model = model
+
+    def arguments(self) -> dict[str, Any] | str:
+        """The call's input: its input_json pieces, else the input its start held (not both); text that
+        is not a JSON object stays text (the tool answers the model that its arguments are not valid)."""
+        if not self.stopped:
+            # Pieces may be missing: the call would run with what came (defaults for the rest).
+            raise malformed(
+                self._model, f"a tool_use block (block {self.index}) without its content_block_stop"
+            )
+        raw = "".join(self.json)
+        if not raw.strip():
+            return self.input
+        if self.input:
+            raise malformed(
+                self._model,
+                f"a tool_use block (block {self.index}) with an input in its start and input_json pieces",
+            )
+        try:
+            decoded = read_json(raw)
+        except ValueError:
+            return raw
+        return decoded if isinstance(decoded, dict) else raw
+
+
+def _add_delta(
+    model: str, blocks: dict[int, _Block], payload: dict[str, Any], delta: dict[str, Any]
+) -> str | None:
+    """Add a content_block_delta to its block; the text it adds (None: it adds none)."""
+    index = json_index(model, payload.get("index"), 0)
+    kind = delta.get("type")
+    piece = delta.get("text")
+    if kind == "text_delta" and not isinstance(piece, str):
+        raise malformed(model, f"a text delta that is not a string: {piece!r:.200}")
+    block = blocks.get(index)
+    if block is None or block.stopped:
+        # Pieces of a block not started (or ended) would be lost, and the call run without them.
+        where = "before its content_block_start" if block is None else "after its content_block_stop"
+        raise malformed(model, f"a content_block_delta for block {index} {where}")
+    if kind == "text_delta":
+        if block.type != "text":
+            raise malformed(model, f"a text delta for block {index}, a {block.type!s:.50} block")
+        assert isinstance(piece, str)
+        block.text.append(piece)
+        return piece
+    if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        if block.type == "text":
+            raise malformed(model, f"an input_json delta for block {index}, a text block")
+        block.json.append(delta["partial_json"])
+    return None
 
 
 def _input(arguments: dict[str, Any] | str) -> dict[str, Any]:
@@ -254,6 +352,8 @@ def _parse(name: str, data: Any) -> AssistantMessage:
     for block in data["content"]:
         if not isinstance(block, dict):
             continue
+        if len(calls) >= MAX_TOOL_CALLS and block.get("type") == "tool_use":
+            raise too_many_calls(name)
         if block.get("type") == "text":
             if not isinstance(block.get("text"), str):
                 # Not the API's shape: skipping it would journal an answer the model did not give.
@@ -269,6 +369,8 @@ def _parse(name: str, data: Any) -> AssistantMessage:
                 )
             )
     reason = data.get("stop_reason")
+    if reason == "max_tokens" and calls:
+        raise cut_off(name, reason, "max_tokens (AnthropicModel(max_tokens=...))")
     return AssistantMessage(
         content="".join(text),
         tool_calls=calls,

@@ -14,38 +14,74 @@ from __future__ import annotations
 import os
 import sqlite3
 import urllib.parse
-from dataclasses import dataclass
 
-__all__ = ["OpenedFile", "connect_existing", "out_of_reach", "why_unwritable"]
+__all__ = ["OpenedFile", "connect_existing", "out_of_reach", "sqlite_uri", "why_unwritable"]
 
 
-@dataclass(frozen=True)
 class OpenedFile:
-    """The file at `path` when it was opened (its device and inode)."""
+    """The file at `path` when it was opened (its device and inode). Once it is found gone or replaced,
+    it stays so for this object, whatever the path names later: a file restored there may even get the old
+    file's inode number back, once nothing holds the old one open."""
 
-    path: str
-    device: int
-    inode: int
-
-    @classmethod
-    def at(cls, path: str) -> OpenedFile:
-        """The file at `path` now (OSError if there is none)."""
+    def __init__(self, path: str, label: str) -> None:
+        """The file at `path` now (OSError if there is none), called `label` ("the store file") in what
+        `swapped` says."""
         info = os.stat(path)
-        return cls(path, info.st_dev, info.st_ino)
+        self.path = path
+        self.label = label
+        self.identity = (info.st_dev, info.st_ino)
+        self.gone: str | None = None
 
-    def swapped(self) -> str | None:
-        """None while `path` still names the file opened; else what became of it, in words. A path that
-        cannot be looked at for another reason (a directory made unreadable) counts as unchanged: the
-        connections' own reads and writes say what they can."""
-        try:
-            info = os.stat(self.path)
-        except (FileNotFoundError, NotADirectoryError):
-            return "was deleted or moved away"
-        except OSError:
+    def swapped(self, connection: dict[str, object] | None = None) -> str | None:
+        """None while `path` still names the file opened and, given `connection` (a dict kept with one open
+        connection, like SQLAlchemy's `info`), the write-ahead log beside it is still the one that
+        connection writes to; else what became of them, in words. A path that cannot be looked at for
+        another reason (a directory made unreadable) counts as unchanged: the connections' own reads and
+        writes say what they can."""
+        if self.gone is None:
+            changed = _changed(self.path, self.identity, "was deleted or moved away", "was replaced")
+            self.gone = None if changed is None else f"{self.label} {self.path!r} {changed}"
+        if self.gone is None and connection is not None:
+            self.gone = self._wal_swapped(connection)
+        return self.gone
+
+    def _wal_swapped(self, connection: dict[str, object]) -> str | None:
+        # SQLite deletes the -wal file only when the last connection closes: while this one is open, the
+        # file it wrote its first commit to stays at the path. (None at that first look: no -wal, so not in
+        # WAL mode, and nothing to check.)
+        wal = self.path + "-wal"
+        if "bide_wal" not in connection:
+            try:
+                info = os.stat(wal)
+            except OSError:
+                connection["bide_wal"] = None
+                return None
+            connection["bide_wal"] = (info.st_dev, info.st_ino)
             return None
-        if (info.st_dev, info.st_ino) != (self.device, self.inode):
-            return "was replaced by another file"
+        seen = connection["bide_wal"]
+        if not isinstance(seen, tuple):
+            return None
+        changed = _changed(wal, seen, "was deleted", "was replaced")
+        if changed is None:
+            return None
+        return f"the write-ahead log {wal!r} of {self.label} {self.path!r} {changed}"
+
+
+def _changed(path: str, identity: tuple[int, int], gone: str, replaced: str) -> str | None:
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return gone
+    except OSError:
         return None
+    return None if (info.st_dev, info.st_ino) == identity else f"{replaced} by another file"
+
+
+def sqlite_uri(path: str, mode: str) -> str:
+    """The URI SQLite opens the file at absolute `path` by, in `mode` (ro, rw, rwc). The authority is empty
+    ("file://" then the path): a path starting with "//", which POSIX allows, would otherwise be read as a
+    host name."""
+    return f"file://{urllib.parse.quote(path)}?mode={mode}"
 
 
 def connect_existing(opened: OpenedFile, timeout: float) -> sqlite3.Connection | str:
@@ -54,9 +90,10 @@ def connect_existing(opened: OpenedFile, timeout: float) -> sqlite3.Connection |
     swapped = opened.swapped()
     if swapped is not None:
         return swapped
-    uri = f"file:{urllib.parse.quote(opened.path)}?mode=rw"
     try:
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout, check_same_thread=False)
+        conn = sqlite3.connect(
+            sqlite_uri(opened.path, "rw"), uri=True, timeout=timeout, check_same_thread=False
+        )
     except sqlite3.OperationalError:
         swapped = opened.swapped()  # gone between the look and the open; else SQLite's own reason stands
         if swapped is not None:

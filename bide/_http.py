@@ -1,5 +1,5 @@
 """What the HTTP model adapters share: one pooled client per model, retries through `RetryPolicy` honouring
-`Retry-After`, error messages, and a server-sent-events reader.
+`Retry-After`, error messages, bodies read and decoded within bounds, and a server-sent-events reader.
 
 The pooled `httpx.AsyncClient` belongs to the event loop it was made on: `Agent.run_sync` runs each call on a
 fresh loop, so a client whose loop is gone (closed, or another one) is dropped and a new one made.
@@ -17,21 +17,35 @@ import json
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ._errors import ConfigError, ModelError
+from ._messages import MAX_TOOL_CALLS
 from ._retry import RetryPolicy
 from ._telemetry import LOGGER
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["MAX_RESPONSE_BYTES", "TRANSIENT", "HTTPModel", "parse_retry_after"]
+__all__ = [
+    "ACCEPT_ENCODING",
+    "MAX_RESPONSE_BYTES",
+    "STREAM_TIMEOUT",
+    "TRANSIENT",
+    "HTTPModel",
+    "StreamClock",
+    "parse_retry_after",
+]
 
 TRANSIENT = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 529})
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
+# What bide decodes itself (a bounded piece at a time, see `_Inflater`), and so all it asks for.
+ACCEPT_ENCODING = "gzip, deflate"
+# The default bound of a whole streamed answer: long answers take minutes, none should take ten.
+STREAM_TIMEOUT = 600.0
 
 
 def parse_retry_after(headers: httpx.Headers, now: Callable[[], float] = time.time) -> float | None:
@@ -57,12 +71,26 @@ def parse_retry_after(headers: httpx.Headers, now: Callable[[], float] = time.ti
 
 
 def read_json(text: str | bytes) -> Any:
-    """`json.loads(text)`; a text nested too deeply for Python's parser raises the ValueError any other
-    unreadable text raises (not a RecursionError), so one `except ValueError` covers every bad answer."""
+    """`json.loads(text)`; a text nested too deeply for Python's parser, or an object with a key twice,
+    raises the ValueError any other unreadable text raises (not a RecursionError), so one `except
+    ValueError` covers every bad answer."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:
         raise ValueError("JSON nested too deeply to read") from None
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    # json.loads keeps the last of two equal keys: arguments {"n": 1, "n": 2} would run a tool with n=2,
+    # which the model may not have meant. Such JSON is refused, as unreadable JSON is.
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"a JSON object with the key {key!r} twice")
+            seen.add(key)
+    return obj
 
 
 def error_message(text: str) -> str:
@@ -88,7 +116,8 @@ class TransientStatus(ModelError):
 
 
 class RequestTimeout(ModelError):
-    """No whole answer within the model's `timeout` (retryable, like httpx's own timeouts)."""
+    """No whole answer within the model's `timeout`, or a stream past its bounds (see `StreamClock`):
+    retryable, like httpx's own timeouts, since nothing of the turn was journaled."""
 
 
 @dataclass(slots=True)
@@ -107,6 +136,7 @@ class HTTPModel:
     extra_body: dict[str, Any]
     provider: str = ""
     timeout: float
+    stream_timeout: float
     retry: RetryPolicy
     # What each adapter names: the prefix of its environment variables (<_env>_API_KEY, <_env>_BASE_URL), its
     # default base URL, and a model name for the error message of a missing one.
@@ -121,6 +151,7 @@ class HTTPModel:
         api_key: str | None,
         base_url: str | None,
         timeout: float,
+        stream_timeout: float,
         retry: RetryPolicy | None,
         max_retries: int,
         backoff: float,
@@ -140,6 +171,16 @@ class HTTPModel:
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
         self.timeout = timeout
+        if not (
+            isinstance(stream_timeout, (int, float))
+            and not isinstance(stream_timeout, bool)
+            and 0 < stream_timeout < float("inf")
+        ):
+            raise ConfigError(
+                f"{type(self).__name__} needs stream_timeout, a positive number of seconds that bounds a "
+                f"whole streamed answer (default {STREAM_TIMEOUT:g}), not {stream_timeout!r}"
+            )
+        self.stream_timeout = float(stream_timeout)
         self.retry = retry or RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
         self._transport = transport
         self._limits = limits
@@ -186,6 +227,10 @@ class HTTPModel:
 
     def _headers(self) -> dict[str, str]:
         raise NotImplementedError
+
+    def _request_headers(self) -> dict[str, str]:
+        """The adapter's headers, asking for no content encoding but those bide decodes itself."""
+        return {**self._headers(), "accept-encoding": ACCEPT_ENCODING}
 
     def _url(self) -> str:
         raise NotImplementedError
@@ -253,7 +298,7 @@ class HTTPModel:
         is bounded by `timeout`, and the answer is read as it arrives, refused past `MAX_RESPONSE_BYTES`."""
         import httpx
 
-        url, headers = self._url(), self._headers()
+        url, headers = self._url(), self._request_headers()
 
         async def attempt() -> bytes:
             client = self.client()
@@ -263,7 +308,7 @@ class HTTPModel:
                 )
                 try:
                     if response.status_code != 200:
-                        raise self._refuse(response, await _error_text(response))
+                        raise self._refuse(response, await _error_text(response, self.name))
                     return await _read_capped(response, self.name)
                 finally:
                     await response.aclose()
@@ -292,7 +337,7 @@ class HTTPModel:
         the caller reads and closes it."""
         import httpx
 
-        url, headers = self._url(), self._headers()
+        url, headers = self._url(), self._request_headers()
 
         async def attempt() -> httpx.Response:
             client = self.client()
@@ -303,7 +348,7 @@ class HTTPModel:
                 if response.status_code == 200:
                     return response
                 try:
-                    text = await _error_text(response)
+                    text = await _error_text(response, self.name)
                 finally:
                     await response.aclose()
             raise self._refuse(response, text)
@@ -313,35 +358,85 @@ class HTTPModel:
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             raise self._exhausted(exc) from exc
 
+    def _stream_clock(self) -> StreamClock:
+        """The bounds of a stream that just opened: `timeout` between pieces that add to the answer, and
+        `stream_timeout` for all of it."""
+        return StreamClock(self.name, idle=self.timeout, total=self.stream_timeout)
+
+
+class StreamClock:
+    """The bounds of one streamed answer, counted while bide waits for the server (not while the caller
+    handles a piece): a wait for a piece that adds to the answer is cut off after `idle` seconds, however
+    many keep-alive comments, pings or empty pieces came meanwhile (`progress` marks one that adds), and the
+    waits of the whole stream together after `total` seconds. Either raises `RequestTimeout`."""
+
+    def __init__(self, name: str, *, idle: float, total: float) -> None:
+        self.name = name
+        self.idle = idle
+        self.total = total
+        self.quiet = 0.0  # waited since the last piece that added to the answer
+        self.waited = 0.0  # waited in all
+
+    def progress(self) -> None:
+        """A piece that adds to the answer arrived: the wait for the next one starts from zero."""
+        self.quiet = 0.0
+
+    async def read(self, chunks: AsyncIterator[bytes]) -> bytes | None:
+        """The next chunk of `chunks` (None at its end), within what is left of both bounds."""
+        loop = asyncio.get_running_loop()
+        idle_left, total_left = self.idle - self.quiet, self.total - self.waited
+        started = loop.time()
+        try:
+            async with asyncio.timeout(max(0.0, min(idle_left, total_left))):
+                return await anext(chunks, None)
+        except TimeoutError:
+            if total_left <= idle_left:
+                raise RequestTimeout(
+                    f"model {self.name!r}: the stream did not end within the model's stream_timeout of "
+                    f"{self.total:g}s; nothing was journaled, run again to retry (raise stream_timeout "
+                    "for longer answers)"
+                ) from None
+            raise RequestTimeout(
+                f"model {self.name!r}: the stream sent nothing that adds to the answer for {self.idle:g}s "
+                "(the model's timeout; keep-alive comments, pings and empty pieces do not count); nothing "
+                "was journaled, run again to retry"
+            ) from None
+        finally:
+            spent = loop.time() - started
+            self.quiet += spent
+            self.waited += spent
+
 
 async def _read_capped(response: httpx.Response, name: str) -> bytes:
     """The whole body, read as it arrives and refused once it passes `MAX_RESPONSE_BYTES` (counted after
-    any content decoding, so a compressed bomb is refused too): never held whole first."""
+    content decoding too, so a compressed bomb is refused): never held whole first."""
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
         raise _too_large(name)
     parts: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > MAX_RESPONSE_BYTES:
-            raise _too_large(name)
-        parts.append(chunk)
+    async with contextlib.aclosing(_body(response, name)) as pieces:
+        async for piece in pieces:
+            parts.append(piece)
     return b"".join(parts)
 
 
 _ERROR_BODY_BYTES = 64 * 1024
 
 
-async def _error_text(response: httpx.Response) -> str:
+async def _error_text(response: httpx.Response, name: str) -> str:
     """The start of a refusal's body (enough for its message; the rest is not read)."""
     parts: list[bytes] = []
     size = 0
-    async for chunk in response.aiter_bytes():
-        parts.append(chunk)
-        size += len(chunk)
-        if size >= _ERROR_BODY_BYTES:
-            break
+    try:
+        async with contextlib.aclosing(_body(response, name)) as pieces:
+            async for piece in pieces:
+                parts.append(piece)
+                size += len(piece)
+                if size >= _ERROR_BODY_BYTES:
+                    break
+    except ModelError:
+        # The status says what happened (a 429 is still waited out and retried); only its text is lost.
+        return "(a body bide could not decode)"
     return b"".join(parts)[:2000].decode("utf-8", "replace")
 
 
@@ -352,56 +447,166 @@ def _too_large(name: str) -> ModelError:
     )
 
 
+# The most one step of decompression writes: memory stays small whatever a few compressed bytes inflate to.
+_INFLATE_STEP = 64 * 1024
+
+
+class _Inflater:
+    """One layer of gzip or deflate undone a bounded step at a time (`zlib` with a `max_length`; httpx's
+    own decoder inflates each network chunk in one call, so a few KB could take gigabytes before any
+    limit is checked). Corrupt, cut-off or trailing data raises ModelError."""
+
+    def __init__(self, name: str, encoding: str) -> None:
+        self.name = name
+        self.encoding = encoding
+        self._z = zlib.decompressobj(zlib.MAX_WBITS | 16) if encoding == "gzip" else None
+        self._head = b""  # the first bytes of a deflate body, until they tell whether it is zlib-wrapped
+        self._fed = False
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        """What `data` inflates to, in pieces of at most `_INFLATE_STEP` bytes."""
+        self._fed = self._fed or bool(data)
+        z = self._z
+        if z is None:
+            # "deflate" is zlib-wrapped by the standard, but some servers send it raw (httpx reads both).
+            self._head += data
+            if len(self._head) < 2:
+                return
+            data, self._head = self._head, b""
+            wrapped = data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+            z = self._z = zlib.decompressobj(zlib.MAX_WBITS if wrapped else -zlib.MAX_WBITS)
+        while True:
+            if z.eof:
+                if data or z.unused_data:
+                    raise self._bad("data follows the end of its compressed body")
+                return
+            try:
+                out = z.decompress(data, _INFLATE_STEP)
+            except zlib.error as exc:
+                raise self._bad(f"its {self.encoding} data is corrupt ({exc})") from None
+            data = z.unconsumed_tail
+            if out:
+                yield out
+            if not data and len(out) < _INFLATE_STEP and not z.eof:
+                return  # all of `data` is in; a full step may have left output behind, so only then
+
+    def end(self) -> None:
+        """The body ended: it must have ended its compressed data too (an empty body is empty)."""
+        if self._fed and (self._z is None or not self._z.eof):
+            raise self._bad(f"it ended in the middle of its {self.encoding} data")
+
+    def _bad(self, why: str) -> ModelError:
+        return ModelError(
+            f"model {self.name!r} sent a {self.encoding}-encoded answer bide cannot decode: {why}; nothing "
+            "was journaled, run again to retry"
+        )
+
+
+def _inflater(response: httpx.Response, name: str) -> _Inflater | None:
+    """The decoder of the body's Content-Encoding (None: not encoded). Only what `ACCEPT_ENCODING` asks for
+    is read: anything else, or two layers, raises ModelError."""
+    codings = [c.strip().lower() for c in response.headers.get_list("content-encoding", split_commas=True)]
+    codings = [c for c in codings if c and c != "identity"]
+    if not codings:
+        return None
+    if len(codings) == 1 and codings[0] in ("gzip", "x-gzip", "deflate"):
+        return _Inflater(name, "deflate" if codings[0] == "deflate" else "gzip")
+    raise ModelError(
+        f"model {name!r} answered with Content-Encoding {', '.join(codings)!r}, which bide does not decode "
+        f"(it asks for {ACCEPT_ENCODING!r}: at most one layer of gzip or deflate); nothing was read or "
+        "journaled: check the server, or a proxy in between"
+    )
+
+
+async def _body(
+    response: httpx.Response, name: str, clock: StreamClock | None = None
+) -> AsyncGenerator[bytes, None]:
+    """The body as it arrives, content decoding undone by bide in bounded steps: past `MAX_RESPONSE_BYTES`
+    as sent or as decoded, ModelError. With a `clock`, each wait is within its bounds."""
+    inflater = _inflater(response, name)
+    sent = size = 0
+    # httpx types it as an iterator; it is an async generator, closed here when the reading stops.
+    raw = cast("AsyncGenerator[bytes, None]", response.aiter_raw())
+    async with contextlib.aclosing(raw) as chunks:
+        while True:
+            chunk = await (clock.read(chunks) if clock is not None else anext(chunks, None))
+            if chunk is None:
+                break
+            sent += len(chunk)
+            if sent > MAX_RESPONSE_BYTES:
+                raise _too_large(name)
+            for piece in (chunk,) if inflater is None else inflater.pieces(chunk):
+                size += len(piece)
+                if size > MAX_RESPONSE_BYTES:
+                    raise _too_large(name)
+                yield piece
+    if inflater is not None:
+        inflater.end()
+
+
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-async def _lines(response: httpx.Response, name: str) -> AsyncIterator[str]:
-    """The lines of an event stream (ended by CRLF, LF or CR), decoded as UTF-8. Bytes are counted as they
-    arrive, so a stream past `MAX_RESPONSE_BYTES` is refused even if it never ends a line (httpx's own
-    line reader would hold such a line whole)."""
-    size = 0
+async def _lines(response: httpx.Response, name: str, clock: StreamClock) -> AsyncGenerator[str, None]:
+    """The lines of an event stream (ended by CRLF, LF or CR), decoded as UTF-8 (bytes that are not
+    UTF-8 raise ModelError, as they do in a whole answer). Bytes are counted as they arrive, so a stream
+    past `MAX_RESPONSE_BYTES` is refused even if it never ends a line (httpx's own line reader would hold
+    such a line whole); each wait is within the `clock`'s bounds."""
     line: list[bytes] = []  # the pieces of the line not ended yet
     after_cr = False  # the last chunk ended with CR: a LF opening the next one belongs to it
-    async for chunk in response.aiter_bytes():
-        size += len(chunk)
-        if size > MAX_RESPONSE_BYTES:
-            raise _too_large(name)
-        if after_cr and chunk.startswith(b"\n"):
-            chunk = chunk[1:]
-        start = 0
-        for end in _LINE_END.finditer(chunk):
-            line.append(chunk[start : end.start()])
-            yield b"".join(line).decode("utf-8", "replace")
-            line = []
-            start = end.end()
-        if start < len(chunk):
-            line.append(chunk[start:])
-        after_cr = chunk.endswith(b"\r")
+    async with contextlib.aclosing(_body(response, name, clock)) as chunks:
+        async for chunk in chunks:
+            if after_cr and chunk.startswith(b"\n"):
+                chunk = chunk[1:]
+            start = 0
+            for end in _LINE_END.finditer(chunk):
+                line.append(chunk[start : end.start()])
+                yield _utf8(name, b"".join(line))
+                line = []
+                start = end.end()
+            if start < len(chunk):
+                line.append(chunk[start:])
+            after_cr = chunk.endswith(b"\r")
     # A last line without its end is incomplete: dropped, like an event without its blank line.
 
 
-async def sse_events(response: httpx.Response, name: str) -> AsyncIterator[tuple[str, str]]:
-    """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none). A
-    connection that breaks mid-stream raises ModelError: nothing of the turn is journaled, run again."""
+def _utf8(name: str, line: bytes) -> str:
+    try:
+        return line.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        # Replacing the bytes would hand a tool arguments the model did not write.
+        raise ModelError(
+            f"model {name!r} streamed a line that is not UTF-8 ({exc.reason} at byte {exc.start}: "
+            f"{line[max(0, exc.start - 20) : exc.start + 20]!r}); nothing was journaled, run again to retry"
+        ) from None
+
+
+async def sse_events(
+    response: httpx.Response, name: str, clock: StreamClock
+) -> AsyncGenerator[tuple[str, str], None]:
+    """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none), read
+    within the `clock`'s bounds. A connection that breaks mid-stream raises ModelError: nothing of the turn
+    is journaled, run again."""
     import httpx
 
     event = ""
     data: list[str] = []
     try:
-        async for line in _lines(response, name):
-            if not line:
-                if data:
-                    yield event, "\n".join(data)
-                event, data = "", []
-                continue
-            if line.startswith(":"):
-                continue
-            field, _, value = line.partition(":")
-            value = value.removeprefix(" ")
-            if field == "event":
-                event = value
-            elif field == "data":
-                data.append(value)
+        async with contextlib.aclosing(_lines(response, name, clock)) as lines:
+            async for line in lines:
+                if not line:
+                    if data:
+                        yield event, "\n".join(data)
+                    event, data = "", []
+                    continue
+                if line.startswith(":"):
+                    continue
+                field, _, value = line.partition(":")
+                value = value.removeprefix(" ")
+                if field == "event":
+                    event = value
+                elif field == "data":
+                    data.append(value)
         # An event not ended by a blank line is incomplete: dropped (the caller sees its stream had no end).
     except httpx.TransportError as exc:
         raise ModelError(
@@ -441,12 +646,30 @@ def json_event(name: str, data: str) -> Any:
         return read_json(data)
     except ValueError as exc:
         raise ModelError(
-            f"model {name!r} streamed an event that is not JSON: {data[:200]!r}; nothing was journaled, run "
-            "again to retry"
+            f"model {name!r} streamed an event that is not JSON ({exc}): {data[:200]!r}; nothing was "
+            "journaled, run again to retry"
         ) from exc
 
 
 def unfinished(name: str) -> ModelError:
     return ModelError(
         f"model {name!r}: the stream ended before the turn did; nothing was journaled, run again to retry"
+    )
+
+
+def cut_off(name: str, reason: str, limit: str) -> ModelError:
+    """The error for a turn the token limit cut off while it held tool calls: what they carry may be
+    missing or partial (an argument left out runs the tool with its default), so none of them runs."""
+    return ModelError(
+        f"model {name!r} was cut off at its output token limit (finish reason {reason!r}) in a turn with "
+        f"tool calls, whose arguments may be missing or cut short; none was run and nothing was journaled: "
+        f"raise {limit}, then run again"
+    )
+
+
+def too_many_calls(name: str) -> ModelError:
+    """The error for a turn with more tool calls than `MAX_TOOL_CALLS` (the rest of it is not read)."""
+    return ModelError(
+        f"model {name!r} sent more than {MAX_TOOL_CALLS} tool calls in one turn, bide's limit; nothing was "
+        "journaled: run again to ask again (and ask the model for fewer calls at a time)"
     )

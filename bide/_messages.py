@@ -32,6 +32,12 @@ __all__ = [
 ]
 
 
+# The most tool calls one model turn may hold (bide's agent refuses a turn with more, from any model,
+# before any of it is journaled): enough for any real fan-out, and a turn of millions of calls from a
+# broken or hostile server cannot take the memory and the journal with it.
+MAX_TOOL_CALLS = 256
+
+
 @dataclass(slots=True, kw_only=True)
 class ToolCall:
     """One tool call the model asked for.

@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from ._errors import ModelError
 from ._http import (
+    STREAM_TIMEOUT,
     HTTPModel,
+    cut_off,
     json_event,
     json_index,
     json_list,
@@ -16,9 +18,18 @@ from ._http import (
     malformed,
     read_json,
     sse_events,
+    too_many_calls,
     unfinished,
 )
-from ._messages import AssistantMessage, ModelRequest, TextDelta, ToolCall, ToolMessage, Usage
+from ._messages import (
+    MAX_TOOL_CALLS,
+    AssistantMessage,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    ToolMessage,
+    Usage,
+)
 from ._retry import RetryPolicy
 
 if TYPE_CHECKING:
@@ -39,9 +50,13 @@ class OpenAIModel(HTTPModel):
     exponential backoff from `backoff` seconds, capped at `max_backoff`), waiting at least what a
     ``Retry-After`` (seconds or an HTTP date) or ``retry-after-ms`` header asks, capped at the policy's
     maximum; any other status raises `ModelError` at once with the server's message. `timeout` (seconds)
-    bounds each try in total: a whole answer must have come by then, and a stream must have started (after
-    that, each wait between its pieces is bounded by it). An answer past 32 MiB is refused as it arrives,
-    and an answer of another shape than the API's raises `ModelError`. `temperature` and extra body fields
+    bounds each try in total: a whole answer must have come by then, and a stream must have started. After
+    that, each wait for a piece that adds to the answer is bounded by `timeout` (keep-alive comments, pings
+    and empty pieces do not count), and all the waits of the stream together by `stream_timeout` (600 s by
+    default); either raises `ModelError`, and nothing is journaled. An answer past 32 MiB (as sent or as
+    decoded) is refused as it arrives; it may come gzip- or deflate-encoded, one layer. An answer of
+    another shape than the API's, with more than 256 tool calls, or cut off at the token limit
+    (``finish_reason`` "length") with tool calls raises `ModelError`. `temperature` and extra body fields
     are optional. Token `usage` and `finish_reason` are read from the answer.
 
     `stream(request)` streams a turn (``stream: true``, usage included): text deltas as they come, then the
@@ -60,6 +75,7 @@ class OpenAIModel(HTTPModel):
         api_key: str | None = None,
         base_url: str | None = None,
         timeout: float = 60.0,
+        stream_timeout: float = STREAM_TIMEOUT,
         max_retries: int = 4,
         backoff: float = 0.5,
         max_backoff: float = 20.0,
@@ -74,6 +90,7 @@ class OpenAIModel(HTTPModel):
             api_key=api_key,
             base_url=base_url,
             timeout=timeout,
+            stream_timeout=stream_timeout,
             retry=retry,
             max_retries=max_retries,
             backoff=backoff,
@@ -138,13 +155,14 @@ class OpenAIModel(HTTPModel):
         body["stream"] = True
         body["stream_options"] = {"include_usage": True}
         response = await self._open_stream(body)
+        clock = self._stream_clock()
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage: Usage | None = None
         finish = ""
         done = False
         try:
-            async for _, data in sse_events(response, self.name):
+            async for _, data in sse_events(response, self.name, clock):
                 if data.strip() == "[DONE]":
                     done = True
                     break
@@ -158,12 +176,19 @@ class OpenAIModel(HTTPModel):
                     )
                 if isinstance(chunk.get("usage"), dict):
                     usage = _usage(chunk["usage"])
+                    clock.progress()
                 for choice in json_list(chunk.get("choices")):
                     if not isinstance(choice, dict):
                         continue
+                    if json_index(self.name, choice.get("index"), 0) != 0:
+                        # bide asks for one choice: pieces of another would be spliced into this one's calls.
+                        raise malformed(self.name, f"a piece of a second choice (index {choice['index']})")
+                    delta = json_object(choice.get("delta"))
                     if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                         finish = choice["finish_reason"]
-                    delta = json_object(choice.get("delta"))
+                        clock.progress()
+                    if any(value for key, value in delta.items() if key != "role"):
+                        clock.progress()  # text, call pieces, reasoning: not an empty keep-alive delta
                     piece = delta.get("content")
                     if piece is not None and not isinstance(piece, str):
                         raise malformed(self.name, f"a delta whose content is not a string: {piece!r:.200}")
@@ -173,17 +198,20 @@ class OpenAIModel(HTTPModel):
                     for piece_of_call in json_list(delta.get("tool_calls")):
                         raw, fn = _call_parts(self.name, piece_of_call)
                         index = json_index(self.name, raw.get("index"), len(calls))
-                        slot = calls.setdefault(index, {"args": []})
-                        if raw.get("id"):
-                            slot["id"] = str(raw["id"])
-                        if fn.get("name"):
-                            slot["name"] = str(fn["name"])
-                        if isinstance(fn.get("arguments"), str):
-                            slot["args"].append(fn["arguments"])
+                        slot = calls.get(index)
+                        if slot is None:
+                            if len(calls) >= MAX_TOOL_CALLS:
+                                raise too_many_calls(self.name)
+                            slot = calls[index] = {"args": []}
+                        _add_piece(self.name, index, slot, raw, fn)
         finally:
             await response.aclose()
-        if not done:
+        if not done or not finish:
+            # Without its finish reason (even with [DONE]) the turn may be cut short: an empty answer
+            # would end the run for good.
             raise unfinished(self.name)
+        if finish == "length" and calls:
+            raise cut_off(self.name, finish, _TOKEN_LIMIT)
         tool_calls = [
             ToolCall(
                 id=slot.get("id") or f"call_{i}",
@@ -195,6 +223,25 @@ class OpenAIModel(HTTPModel):
         yield AssistantMessage(
             content="".join(text), tool_calls=tool_calls, usage=usage, finish_reason=finish
         )
+
+
+_TOKEN_LIMIT = "the request's output token limit (max_tokens or max_completion_tokens, in extra_body)"
+
+
+def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any], fn: dict[str, Any]) -> None:
+    """Add a streamed piece of tool call `index` to its `slot`. A piece may repeat its call's id and name
+    or leave them out; another id or name at the same index is another call spliced in: ModelError."""
+    for key, value in (("id", raw.get("id")), ("name", fn.get("name"))):
+        if value:
+            value = str(value)
+            if slot.setdefault(key, value) != value:
+                raise malformed(
+                    name,
+                    f"pieces of tool call {index} with the {key}s {slot[key]!r:.100} and {value!r:.100} "
+                    "(two calls spliced into one)",
+                )
+    if isinstance(fn.get("arguments"), str):
+        slot["args"].append(fn["arguments"])
 
 
 def _error_text(err: Any) -> str:
@@ -246,6 +293,11 @@ def _parse(name: str, data: Any) -> AssistantMessage:
     raw_calls = message.get("tool_calls") or []
     if not isinstance(raw_calls, list):
         raise malformed(name, f"choices[0].message.tool_calls that is not a list: {raw_calls!r:.200}")
+    if len(raw_calls) > MAX_TOOL_CALLS:
+        raise too_many_calls(name)
+    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
+    if reason == "length" and raw_calls:
+        raise cut_off(name, reason, _TOKEN_LIMIT)
     calls: list[ToolCall] = []
     for i, one in enumerate(raw_calls):
         raw, fn = _call_parts(name, one)
@@ -260,7 +312,6 @@ def _parse(name: str, data: Any) -> AssistantMessage:
     if content is not None and not isinstance(content, str):
         # Not the API's shape: journaling it as an empty answer would end the run on it for good.
         raise malformed(name, f"choices[0].message.content that is not a string or null: {content!r:.200}")
-    reason = choice.get("finish_reason") if isinstance(choice, dict) else None
     return AssistantMessage(
         content=content or "",
         tool_calls=calls,

@@ -74,7 +74,6 @@ import sqlite3
 import sys
 import threading
 import time
-import urllib.parse
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
@@ -84,7 +83,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from ._dbfile import OpenedFile, connect_existing, out_of_reach, why_unwritable
+from ._dbfile import OpenedFile, connect_existing, out_of_reach, sqlite_uri, why_unwritable
 from ._errors import ConfigError, StoreError, StoreNotFound, WriteRefused
 from ._memory import _check
 from ._retry import RetryPolicy
@@ -130,6 +129,11 @@ class _Refused:
     """The answer of an insert the store refused (S8, S10): the caller gets `error`, the batch goes on."""
 
     error: WriteRefused
+
+
+class _CommittedElsewhere(StoreError):
+    """A transaction committed, but into a store file (or write-ahead log) no longer at the store's path:
+    its writes are lost with that file. Never run again: not as a batch, not request by request."""
 
 
 class _HooksBroken(Exception):
@@ -286,7 +290,7 @@ class SQLStore:
         try:
             self._prepare_schema(create=create)
             if self.dialect == "sqlite":
-                self._file = OpenedFile.at(self._path)
+                self._file = OpenedFile(self._path, "the store file")
         except BaseException:
             self.engine.dispose()
             raise
@@ -461,16 +465,17 @@ class SQLStore:
             else "nothing more is written through this store object"
         )
         return (
-            f"the store file {self._path!r} {what} while this process had it open: {done}. Stop every "
-            "process using the store; then put the file back (or restore it from a backup with no process "
-            "running) and open the store again"
+            f"{what} while this process had it open: {done}. Stop every process using the store; then put "
+            "the file back (or restore it from a backup with no process running) and open the store again"
         )
 
-    def _check_file(self, *, committed: bool) -> None:
-        """Raise `StoreError` when the store's file is no longer at its path (see bide/_dbfile.py)."""
-        swapped = None if self._file is None else self._file.swapped()
+    def _check_file(self, raw: Any, *, committed: bool) -> None:
+        """Raise `StoreError` (`_CommittedElsewhere` after a commit) when the store's file, or the
+        write-ahead log connection `raw` writes to, is no longer at its path (see bide/_dbfile.py)."""
+        swapped = None if self._file is None else self._file.swapped(raw.info)
         if swapped is not None:
-            raise StoreError(self._swapped(swapped, committed=committed))
+            error = _CommittedElsewhere if committed else StoreError
+            raise error(self._swapped(swapped, committed=committed))
 
     def _sqlite_pragmas(self, dbapi_conn: Any, _record: Any) -> None:
         cur = dbapi_conn.cursor()
@@ -973,6 +978,16 @@ class SQLStore:
         self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, exc: Exception
     ) -> None:
         """Answer `batch`, whose transaction failed with `exc` (not a lost connection) after its retries."""
+        if isinstance(exc, StoreError):
+            # The store's own refusal (its file gone or replaced): the same for every request, and a batch
+            # that committed into the old file must not be run again request by request.
+            answers: list[tuple[_Request, Any, BaseException | None]] = []
+            for req in batch:
+                what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+                said = f"{what}: {exc}" if isinstance(exc, _CommittedElsewhere) else f"{what} failed: {exc}"
+                answers.append((req, None, StoreError(f"store {self.url}: {said}")))
+            self._answer(answers, here)
+            return
         if slot.in_loop and _retryable(exc):
             for req in batch:  # another process holds the write lock: wait for it off the loop
                 self._enqueue(req)
@@ -1057,7 +1072,7 @@ class SQLStore:
                 hooked = self._run_hooks(cur, batch, results)
             if self.dialect == "sqlite":
                 if writes or leases:
-                    self._check_file(committed=False)  # (rolled back below: nothing reaches the file)
+                    self._check_file(raw, committed=False)  # (rolled back below: nothing reaches the file)
                 cur.execute("COMMIT")
                 if toggle:
                     # Not suppressed: an error here drops the connection (see _run_batch), so a connection
@@ -1084,7 +1099,7 @@ class SQLStore:
         for txn in hooked:
             txn._finish(committed=True)
         if self.dialect == "sqlite" and (writes or leases):
-            self._check_file(committed=True)
+            self._check_file(raw, committed=True)
         if writes:
             self.commits += 1
         if new_runs:
@@ -1633,7 +1648,7 @@ _RECONNECT = RetryPolicy(initial=0.01, maximum=0.5)
 
 def _sqlite_tables(path: str, where: str) -> set[str]:
     """The tables of the SQLite database at `path`, read without writing anything (not even a journal)."""
-    uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro"
+    uri = sqlite_uri(os.path.abspath(path), "ro")
     try:
         with contextlib.closing(sqlite3.connect(uri, uri=True)) as conn:
             rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()

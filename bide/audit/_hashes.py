@@ -39,6 +39,7 @@ from typing import Any, Protocol
 
 import sqlalchemy as sa
 
+from .._dbfile import why_unwritable
 from .._errors import StoreError
 from .._retry import RetryPolicy
 from .._store import Entry, WriteTransaction
@@ -226,9 +227,21 @@ class SQLHashes:
             sa.Column("last_seq", sa.BigInteger, nullable=False),
         )
         # Two processes creating the tables at once: the loser's CREATE fails and the next look finds them.
-        _CREATE_RETRIES.run_sync(
-            lambda: md.create_all(engine, checkfirst=True), lambda exc: isinstance(exc, sa.exc.DBAPIError)
-        )
+        try:
+            _CREATE_RETRIES.run_sync(
+                lambda: md.create_all(engine, checkfirst=True), lambda exc: isinstance(exc, sa.exc.DBAPIError)
+            )
+        except sa.exc.DBAPIError as exc:
+            # A store this user may only read (an auditor's copy, a read-only file): the audit log keeps its
+            # hashes beside the journal, so it needs to write there once.
+            where = engine.url.render_as_string(hide_password=True)
+            said = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+            hint = why_unwritable(engine.url.database or "") if self.dialect == "sqlite" else ""
+            raise StoreError(
+                f"cannot create the audit log's hash tables in {where}: {said}{hint}; the audit log keeps "
+                "its hashes beside the journal, so it needs to write to the store once (export from a "
+                "writable copy of it)"
+            ) from exc
         self._lock = threading.Lock()
         self._conn: Any = None  # a DBAPI connection (through the engine's pool)
         # Per run: (size, last_seq) -> the right edge and partial tiles of that tree, as last committed by

@@ -1428,7 +1428,7 @@ class _SqlBackend:
                 self._run(lambda c: schema.prepare(c, self.dialect, self.where), "open", False)
             if self.dialect == "sqlite":
                 self._use_wal()
-                self._file = OpenedFile.at(self._path)
+                self._file = OpenedFile(self._path, "the event log file")
         except BaseException:
             self.engine.dispose()
             raise
@@ -1451,13 +1451,14 @@ class _SqlBackend:
             else "nothing more is written through this EventLog"
         )
         return (
-            f"the event log file {self._path!r} {what} while this process had it open: {done}. Stop every "
-            "process using the log; then put the file back (or restore it from a backup with no process "
-            "running) and open the log again"
+            f"{what} while this process had it open: {done}. Stop every process using the log; then put the "
+            "file back (or restore it from a backup with no process running) and open the log again"
         )
 
-    def _check_file(self, *, committed: bool) -> None:
-        swapped = None if self._file is None else self._file.swapped()
+    def _check_file(self, raw: Any, *, committed: bool) -> None:
+        """Raise `EventLogError` when the log's file, or the write-ahead log connection `raw` writes to, is
+        no longer at its path (see bide/_dbfile.py)."""
+        swapped = None if self._file is None else self._file.swapped(raw.info)
         if swapped is not None:
             raise EventLogError(self._swapped(swapped, committed=committed))
 
@@ -1570,9 +1571,9 @@ class _SqlBackend:
                     if self.dialect == "sqlite":
                         cursor.execute("BEGIN IMMEDIATE")
                         result = body(cursor)
-                        self._check_file(committed=False)  # (rolled back below: nothing reaches the file)
+                        self._check_file(raw, committed=False)  # (rolled back below: nothing written)
                         cursor.execute("COMMIT")
-                        self._check_file(committed=True)
+                        self._check_file(raw, committed=True)
                     elif pipelined:
                         # A small append is two round trips: BEGIN, the lock and the read (whose answer
                         # it waits for), then the writes and the COMMIT. The BEGIN and COMMIT are the

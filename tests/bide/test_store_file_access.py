@@ -93,3 +93,27 @@ def test_a_store_on_a_full_disk_says_the_disk_is_full(small_disk: Path) -> None:
     assert "is full" in done.stderr and "sqlalche.me" not in done.stderr, done.stderr
     again = _bide("runs", "--store", f"sqlite:///{small_disk / 'bide.db'}")
     assert again.returncode == 0 and "r1" in again.stdout, again.stderr
+
+
+def test_a_read_only_store_is_read_and_the_audit_export_says_what_it_needs(tmp_path: Path) -> None:
+    """Reading commands work on a read-only store file as before; `bide-audit export`, which keeps its hashes
+    beside the journal, said "INTERNAL ERROR: attempt to write a readonly database" (exit 3)."""
+    path = tmp_path / "bide.db"
+    _make_store(path)
+    key = tmp_path / "log.key"
+    assert subprocess.run(["bide-audit", "keygen", str(key)], capture_output=True).returncode == 0
+    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
+    path.chmod(0o444)
+    try:
+        runs = _bide("runs", "--store", f"sqlite:///{path}", wrap=wrap)
+        exported = subprocess.run(
+            [*wrap, "bide-audit", "export", "--store", f"sqlite:///{path}", "--run", "r1", "-o",
+             str(tmp_path / "ev.json"), "--key", str(key)],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+    finally:
+        path.chmod(0o644)
+    assert runs.returncode == 0 and "r1" in runs.stdout, runs.stderr
+    assert exported.returncode == 6, exported.stderr
+    assert "hash tables" in exported.stderr and "is not writable by this user" in exported.stderr
+    assert not (tmp_path / "ev.json").exists()

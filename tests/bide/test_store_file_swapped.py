@@ -9,7 +9,9 @@ store opened.
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import bide
+from bide._dbfile import OpenedFile
 from bide.testing import ScriptedModel, call, reply
 
 
@@ -140,3 +143,85 @@ def test_a_store_opened_by_a_relative_path_stays_on_its_file_after_chdir(
         store.close()
     assert answers == ["later"]
     assert not (tmp_path / "b" / "bide.db").exists()
+
+
+def test_a_path_starting_with_two_slashes_is_written_as_before(tmp_path: Path) -> None:
+    """POSIX keeps a leading "//"; SQLite read "file://tmp/..." as a host named tmp (writes failed with
+    "invalid uri authority")."""
+    path = "/" + str(tmp_path / "double.db")
+    store = bide.open_store(f"sqlite:///{path}")
+    try:
+        assert bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("r", "hi").answer == "hi"
+    finally:
+        store.close()
+    again = bide.open_store(f"sqlite:///{path}", create=False)
+    try:
+        assert bide.run_status(again, "r").status == "completed"
+    finally:
+        again.close()
+
+
+def test_a_store_found_gone_stays_gone_though_a_restored_file_gets_its_inode_back(tmp_path: Path) -> None:
+    """Once the old file is closed its inode number is free: a copy restored at the path may get it back
+    (ext4 does at the first try), and the store object that had refused wrote into the restored file."""
+    path = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{path}")
+    try:
+        store.insert_many("r", [("k0", b"x")])
+        shutil.copyfile(path, tmp_path / "backup.db")
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        with pytest.raises(bide.StoreError, match="deleted or moved away"):
+            store.insert_many("r", [("k1", b"x")])
+        for _ in range(20):  # a restore that gets the old inode number, as ext4 gives it
+            shutil.copyfile(tmp_path / "backup.db", path)
+            with pytest.raises(bide.StoreError, match="deleted or moved away"):
+                store.insert_many("r", [("k2", b"x")])
+            path.unlink()
+    finally:
+        store.close()
+
+
+def test_a_batch_that_committed_into_the_old_file_is_told_so_and_not_run_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three writes of one transaction: the file is moved away while they commit (after the check before
+    the commit). Each was told "nothing more is written" after the batch was run again request by request
+    (which the check before the commit refused); each is told its write went into the old file."""
+    path = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{path}")
+    real = OpenedFile.swapped
+    armed = [False]
+
+    def moved_during_the_commit(self: OpenedFile, *connection: dict[str, object] | None) -> str | None:
+        found = real(self, *connection)
+        if armed[0] and found is None:
+            armed[0] = False
+            path.rename(tmp_path / "moved.db")
+        return found
+
+    async def three_writes() -> list[object]:
+        await store.ainsert_many("warm", [("k", b"x")])
+        armed[0] = True
+        writes = (store.ainsert_many(f"r{i}", [("k", b"x")]) for i in range(3))
+        return await asyncio.gather(*writes, return_exceptions=True)
+
+    monkeypatch.setattr(OpenedFile, "swapped", moved_during_the_commit)
+    try:
+        answers = asyncio.run(three_writes())
+    finally:
+        store.close()
+    assert all(isinstance(a, bide.StoreError) and "committed into the old file" in str(a) for a in answers)
+
+
+def test_a_write_ahead_log_deleted_under_the_store_refuses_the_next_write(tmp_path: Path) -> None:
+    """Commits went on into the unlinked -wal file, reported as done, and were lost at the next crash."""
+    path = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{path}")
+    try:
+        store.insert_many("r", [("k0", b"x")])
+        Path(f"{path}-wal").unlink()
+        with pytest.raises(bide.StoreError, match=r"write-ahead log .* was deleted"):
+            store.insert_many("r", [("k1", b"x")])
+    finally:
+        store.close()

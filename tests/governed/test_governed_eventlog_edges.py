@@ -222,7 +222,7 @@ CREATE TABLE govern_counters (
 """
 
 
-@pytest.mark.parametrize("how", ["deleted", "moved", "replaced"])
+@pytest.mark.parametrize("how", ["deleted", "moved", "replaced", "its write-ahead log deleted"])
 def test_a_log_file_gone_or_replaced_while_open_refuses_appends(tmp_path: Path, how: str) -> None:
     """Before, appends went on into the unlinked file and said `created`, and the next connection made an
     empty log at the path: appends whose events nobody would read again, reported as done."""
@@ -237,9 +237,14 @@ def test_a_log_file_gone_or_replaced_while_open_refuses_appends(tmp_path: Path, 
             path.unlink()
         elif how == "moved":
             path.rename(tmp_path / "moved.db")
-        else:
+        elif how == "replaced":
             other.replace(path)
-        said = "was replaced by another file" if how == "replaced" else "was deleted or moved away"
+        else:
+            Path(f"{path}-wal").unlink()
+        said = {
+            "replaced": "was replaced by another file",
+            "its write-ahead log deleted": "events.db-wal' of the event log file .* was deleted",
+        }.get(how, "was deleted or moved away")
         for i in range(3, 5):
             with pytest.raises(EventLogError, match=said):
                 log.append(ev(f"e{i}", seq=i))
@@ -250,7 +255,7 @@ def test_a_log_file_gone_or_replaced_while_open_refuses_appends(tmp_path: Path, 
     if how == "moved":
         # Put back beside its write-ahead log, the log holds what was appended before, and nothing after.
         (tmp_path / "moved.db").rename(path)
-    if how != "deleted":
+    if how in ("moved", "replaced"):
         assert {e.id for e in bound(f"sqlite:///{path}").read()}.isdisjoint({"e3", "e4"})
     if how == "moved":
         assert [e.id for e in bound(f"sqlite:///{path}").read()] == ["e0", "e1", "e2"]

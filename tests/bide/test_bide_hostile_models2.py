@@ -1,0 +1,887 @@
+"""Model servers that misbehave, part two: compressed bodies that inflate past any limit, turns cut off at
+the token limit, pieces of two tool calls spliced into one, streams that never end or end empty, bytes
+that are not UTF-8, turns with millions of tool calls, keys named twice. Each is a `bide.ModelError` with
+nothing of the turn journaled (or, for arguments, an error the model sees), never a side-effect tool
+fired on the strength of it, in bounded memory and time; and the run resumes on a model that behaves."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import gzip
+import json
+import socket
+import threading
+import time
+import tracemalloc
+import zlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+import bide
+from bide.testing import Call as ScriptedCall
+from bide.testing import (
+    LoopbackServer,
+    Received,
+    Reply,
+    ScriptedModel,
+    Turn,
+    anthropic_message,
+    anthropic_stream,
+    openai_completion,
+    openai_stream,
+)
+
+# -- servers -------------------------------------------------------------------------------------------------
+
+
+class _RawServer:
+    """A loopback HTTP server that reads each request (keeping its headers) and then runs `answer(conn)`,
+    one connection per request."""
+
+    def __init__(self, answer: Callable[[socket.socket], None]) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        self.headers: list[dict[str, str]] = []
+        self._answer = answer
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self._listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
+
+    def _one(self, conn: socket.socket) -> None:
+        with conn:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                got = conn.recv(65536)
+                if not got:
+                    return
+                data += got
+            head, _, body = data.partition(b"\r\n\r\n")
+            fields = dict(line.decode().split(":", 1) for line in head.split(b"\r\n")[1:] if b":" in line)
+            headers = {k.strip().lower(): v.strip() for k, v in fields.items()}
+            self.headers.append(headers)
+            while len(body) < int(headers.get("content-length", "0")):
+                body += conn.recv(65536)
+            with contextlib.suppress(OSError):  # the client gave up: what these tests want
+                self._answer(conn)
+
+    def close(self) -> None:
+        self._listener.close()
+
+
+@pytest.fixture
+def raw_server() -> Iterator[Callable[[Callable[[socket.socket], None]], _RawServer]]:
+    servers: list[_RawServer] = []
+
+    def start(answer: Callable[[socket.socket], None]) -> _RawServer:
+        servers.append(_RawServer(answer))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Callable[[Received], Reply]], LoopbackServer]]:
+    servers: list[LoopbackServer] = []
+
+    def start(respond: Callable[[Received], Reply]) -> LoopbackServer:
+        servers.append(LoopbackServer(respond))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def _answer(
+    body: bytes, *, status: int = 200, stream: bool = False, headers: dict[str, str] | None = None
+) -> Callable[[socket.socket], None]:
+    """An answer of `body` with its length, as JSON or an event stream, with extra `headers`."""
+
+    def answer(conn: socket.socket) -> None:
+        kind = "text/event-stream" if stream else "application/json"
+        extra = "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items())
+        head = f"HTTP/1.1 {status} X\r\ncontent-type: {kind}\r\ncontent-length: {len(body)}\r\n{extra}"
+        conn.sendall(head.encode() + b"connection: close\r\n\r\n" + body)
+
+    return answer
+
+
+def _forever(head: bytes, piece: bytes, every: float) -> Callable[[socket.socket], None]:
+    """An event stream that sends `head`, then `piece` every `every` seconds until the client leaves."""
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n" + head
+        )
+        for _ in range(100_000):
+            conn.sendall(piece)
+            time.sleep(every)
+
+    return answer
+
+
+# -- models, requests and runs -------------------------------------------------------------------------------
+
+_ONCE = bide.RetryPolicy(attempts=1)
+
+
+def _model(kind: str, url: str, **options: Any) -> bide.OpenAIModel | bide.AnthropicModel:
+    options.setdefault("retry", _ONCE)
+    options.setdefault("timeout", 10)
+    if kind == "openai":
+        return bide.OpenAIModel("m", api_key="k", base_url=f"{url}/v1", **options)
+    return bide.AnthropicModel("m", api_key="k", base_url=url, **options)
+
+
+def _request() -> bide.ModelRequest:
+    return bide.ModelRequest(run_id="r", turn=0, messages=[bide.UserMessage(content="hi")], tools=())
+
+
+async def _turn_async(model: bide.Model, stream: bool) -> bide.AssistantMessage:
+    if not stream:
+        return await model.complete(_request())
+    last: object = None
+    async for piece in model.stream(_request()):  # type: ignore[attr-defined]
+        last = piece
+    assert isinstance(last, bide.AssistantMessage)
+    return last
+
+
+def _turn(model: bide.Model, stream: bool, *, within: float = 30) -> bide.AssistantMessage:
+    """One turn of `model`; a call that outlasts `within` seconds fails the test (instead of hanging)."""
+    return asyncio.run(asyncio.wait_for(_turn_async(model, stream), within))
+
+
+def _sse(*payloads: Any) -> bytes:
+    return b"".join(
+        b"data: " + (p if isinstance(p, bytes) else json.dumps(p).encode()) + b"\n\n" for p in payloads
+    )
+
+
+def _oa_chunk(delta: dict[str, Any], finish: str | None = None, index: int = 0) -> dict[str, Any]:
+    return {"choices": [{"index": index, "delta": delta, "finish_reason": finish}]}
+
+
+def _oa_call_piece(index: int, args: str, cid: str | None = None, name: str | None = None) -> dict[str, Any]:
+    piece: dict[str, Any] = {"index": index, "function": {"arguments": args}}
+    if cid is not None:
+        piece["id"] = cid
+        piece["type"] = "function"
+    if name is not None:
+        piece["function"]["name"] = name
+    return _oa_chunk({"tool_calls": [piece]})
+
+
+def _ev(kind: str, **data: Any) -> tuple[str, str]:
+    return kind, json.dumps({"type": kind, **data})
+
+
+def _an_events(blocks: list[tuple[str, str]], stop: str = "tool_use", start: bool = True) -> Reply:
+    """An Anthropic stream: message_start (unless not `start`), `blocks`, message_delta with `stop`,
+    message_stop."""
+    events = (
+        [_ev("message_start", message={"usage": {"input_tokens": 1, "output_tokens": 1}})] if start else []
+    )
+    events += blocks
+    events.append(_ev("message_delta", delta={"stop_reason": stop}, usage={"output_tokens": 1}))
+    events.append(_ev("message_stop"))
+    return Reply(events=events)
+
+
+def _tool_start(index: int, cid: str = "t1", given: Any = None) -> tuple[str, str]:
+    block = {"type": "tool_use", "id": cid, "name": "fire", "input": {} if given is None else given}
+    return _ev("content_block_start", index=index, content_block=block)
+
+
+def _json_delta(index: int, text: str) -> tuple[str, str]:
+    return _ev("content_block_delta", index=index, delta={"type": "input_json_delta", "partial_json": text})
+
+
+def _block_stop(index: int) -> tuple[str, str]:
+    return _ev("content_block_stop", index=index)
+
+
+class _Fired:
+    """A side-effect tool `fire(n=1, note="")` (its defaults matter: a call without arguments still runs)
+    and the `n` of each call it fired."""
+
+    def __init__(self) -> None:
+        self.calls: list[int] = []
+        fired = self.calls
+
+        @bide.tool
+        def fire(n: int = 1, note: str = "") -> str:
+            """Fire the side effect."""
+            fired.append(n)
+            return f"fired {n} {note}"
+
+        self.tool = fire
+
+
+def _tool_results_sent(request: Received) -> bool:
+    """Whether the request carries a tool result (the run is past its call)."""
+    for m in request.body.get("messages", []):
+        if m.get("role") == "tool":
+            return True
+        if isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"]):
+            return True
+    return False
+
+
+def _good(kind: str, request: Received) -> Reply:
+    """A model that behaves: it calls fire(n=3) once, then answers "done"."""
+    stream = bool(request.body.get("stream"))
+    if kind == "openai":
+        if _tool_results_sent(request):
+            return openai_stream(["done"]) if stream else openai_completion("done")
+        calls = [("g1", "fire", {"n": 3})]
+        return openai_stream(calls=calls) if stream else openai_completion(calls=calls)
+    if _tool_results_sent(request):
+        return anthropic_stream(["done"]) if stream else anthropic_message("done")
+    calls = [("g1", "fire", {"n": 3})]
+    return anthropic_stream(calls=calls) if stream else anthropic_message(calls=calls)
+
+
+async def _drive_async(agent: bide.Agent[Any], run_id: str, stream: bool) -> bide.RunResult[Any]:
+    if not stream:
+        return await agent.run(run_id, "please fire once")
+    last: object = None
+    async for event in agent.stream(run_id, "please fire once"):
+        last = event
+    assert isinstance(last, bide.Finished)
+    return last.result  # type: ignore[no-any-return]
+
+
+def _drive(agent: bide.Agent[Any], run_id: str, stream: bool) -> bide.RunResult[Any]:
+    return asyncio.run(asyncio.wait_for(_drive_async(agent, run_id, stream), 30))
+
+
+def _refused_then_resumed(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+    kind: str,
+    stream: bool,
+    hostile: Reply,
+    match: str,
+) -> None:
+    """A run whose first model turn is `hostile`: ModelError matching `match`, the tool not fired, nothing
+    journaled; run again on a model that behaves, it completes and fires once, with that model's n=3."""
+    server = serve(lambda request: hostile if request.n == 1 else _good(kind, request))
+    fired = _Fired()
+    store = bide.open_store("memory://")
+    agent = bide.Agent(_model(kind, server.url), store=store, tools=[fired.tool])
+    with pytest.raises(bide.ModelError, match=match):
+        _drive(agent, "run", stream)
+    assert fired.calls == []
+    assert store.load("run") == []  # nothing of the turn (nor of the run) was journaled
+    result = _drive(agent, "run", stream)
+    assert result.answer == "done"
+    assert fired.calls == [3]
+
+
+# -- compressed bodies ---------------------------------------------------------------------------------------
+
+_BOMB_BYTES = 256 * 2**20
+
+
+@functools.cache
+def _bomb() -> bytes:
+    """gzip of 256 MiB of zeros (about 250 KB)."""
+    z = zlib.compressobj(9, zlib.DEFLATED, zlib.MAX_WBITS | 16)
+    block = bytes(2**20)
+    return b"".join([z.compress(block) for _ in range(_BOMB_BYTES // len(block))] + [z.flush()])
+
+
+def _peak(call: Callable[[], object]) -> tuple[int, bide.ModelError]:
+    """The most memory Python held while `call` ran, and the ModelError it raised."""
+    tracemalloc.start()
+    try:
+        with pytest.raises(bide.ModelError) as caught:
+            call()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return peak, caught.value
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_body_gzipped_twice_is_refused_unread(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], stream: bool
+) -> None:
+    """`Content-Encoding: gzip, gzip`, a few hundred bytes that inflate to 256 MiB: httpx inflated each
+    network chunk in one call, so the whole 256 MiB was held before the size limit was checked (a
+    2 GiB one took 2 GB). bide decodes one layer itself and refuses a second."""
+    server = raw_server(
+        _answer(gzip.compress(_bomb()), stream=stream, headers={"content-encoding": "gzip, gzip"})
+    )
+    peak, error = _peak(functools.partial(_turn, _model("openai", server.url), stream))
+    assert peak < 16 * 2**20, peak
+    assert "Content-Encoding 'gzip, gzip'" in str(error)
+    assert server.headers[0]["accept-encoding"] == "gzip, deflate"  # what bide decodes, nothing else
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_gzip_bomb_is_inflated_only_a_step_past_the_limit(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], stream: bool
+) -> None:
+    """One layer of gzip inflating to 256 MiB: refused at 32 MiB, each network chunk inflated a bounded
+    step at a time (httpx inflated a 64 KiB chunk to 64 MiB at once)."""
+    server = raw_server(_answer(_bomb(), stream=stream, headers={"content-encoding": "gzip"}))
+    peak, error = _peak(functools.partial(_turn, _model("openai", server.url), stream))
+    assert peak < 40 * 2**20, peak  # the 32 MiB read up to the limit, and a little
+    assert "larger than 32 MiB" in str(error)
+
+
+def test_an_error_body_gzipped_twice_is_not_inflated_and_the_status_still_counts(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+) -> None:
+    """A 429 whose body inflates to 256 MiB: its text is not read, and it is still waited out and retried
+    like any 429 (two tries here), then reported."""
+    bomb = gzip.compress(_bomb())
+    server = raw_server(
+        _answer(bomb, status=429, headers={"content-encoding": "gzip, gzip", "retry-after": "0"})
+    )
+    model = _model("openai", server.url, retry=bide.RetryPolicy(attempts=2, initial=0.01))
+    peak, error = _peak(functools.partial(_turn, model, False))
+    assert peak < 16 * 2**20, peak
+    assert "failed after 2 attempts: HTTP 429" in str(error)
+    assert len(server.headers) == 2
+
+
+def _deflate_raw(data: bytes) -> bytes:
+    z = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    return z.compress(data) + z.flush()
+
+
+@pytest.mark.parametrize(
+    ("encoding", "encode"),
+    [
+        ("gzip", gzip.compress),
+        ("x-gzip", gzip.compress),
+        ("deflate", zlib.compress),  # zlib-wrapped, as the standard says
+        ("deflate", _deflate_raw),  # raw, as some servers send it
+        ("identity", lambda data: data),
+        ("GZIP, identity", gzip.compress),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_in_one_layer_of_gzip_or_deflate_is_read(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    encoding: str,
+    encode: Callable[[bytes], bytes],
+    stream: bool,
+) -> None:
+    long_text = "Sunny in Paris. " * 20_000  # 320 KB: many steps of inflation
+    if stream:
+        body = _sse(_oa_chunk({"content": long_text}), _oa_chunk({}, "stop"), b"[DONE]")
+    else:
+        body = json.dumps(openai_completion(long_text).body).encode()
+    server = raw_server(_answer(encode(body), stream=stream, headers={"content-encoding": encoding}))
+    turn = _turn(_model("openai", server.url), stream)
+    assert turn.content == long_text
+
+
+@pytest.mark.parametrize(
+    ("encoding", "body", "match"),
+    [
+        ("gzip", b"\x1f\x8b\x08\x00garbage, not gzip" * 10, "corrupt"),
+        ("deflate", b"\x78\x9c" + b"\xff" * 40, "corrupt"),
+        ("gzip", gzip.compress(b'{"choices": []}')[:-6], "ended in the middle"),
+        ("gzip", gzip.compress(b'{"choices": []}') + b"trailing junk", "follows the end"),
+        ("br", b"\x0b\x02\x80{}\x03", "Content-Encoding 'br'"),
+        ("gzip, deflate", zlib.compress(gzip.compress(b"{}")), "Content-Encoding 'gzip, deflate'"),
+    ],
+)
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_body_bide_cannot_decode_is_a_model_error(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    encoding: str,
+    body: bytes,
+    match: str,
+    stream: bool,
+) -> None:
+    """Corrupt, cut-off, trailing or unasked-for encodings: ModelError (httpx raised its own DecodingError
+    for a corrupt body, which is no bide error)."""
+    server = raw_server(_answer(body, stream=stream, headers={"content-encoding": encoding}))
+    with pytest.raises(bide.ModelError, match=match):
+        _turn(_model("openai", server.url), stream)
+
+
+# -- a turn cut off at the token limit -----------------------------------------------------------------------
+
+
+def _cut_off(kind: str, stream: bool) -> Reply:
+    """A turn the token limit cut off right after its tool call's name: no arguments at all."""
+    if kind == "openai" and not stream:
+        message = {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [{"id": "c1", "function": {"name": "fire"}}],
+        }
+        return Reply(body={"choices": [{"index": 0, "message": message, "finish_reason": "length"}]})
+    if kind == "openai":
+        events = [
+            _sse_event(_oa_call_piece(0, "", "c1", "fire")),
+            _sse_event(_oa_chunk({}, "length")),
+            ("", "[DONE]"),
+        ]
+        return Reply(events=events)
+    if not stream:
+        block = {"type": "tool_use", "id": "t1", "name": "fire", "input": {}}
+        return Reply(body={"content": [block], "stop_reason": "max_tokens"})
+    return _an_events([_tool_start(0)], stop="max_tokens")
+
+
+def _sse_event(payload: Any) -> tuple[str, str]:
+    return "", json.dumps(payload)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_cut_off_at_the_token_limit_fires_no_tool(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, stream: bool
+) -> None:
+    """The missing arguments used to become {} and the side effect fired with its defaults."""
+    _refused_then_resumed(serve, kind, stream, _cut_off(kind, stream), "cut off at its output token limit")
+
+
+def test_a_cut_off_text_answer_is_still_an_answer(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+) -> None:
+    """Only tool calls are refused: a text answer cut short is the model's answer, its finish reason
+    journaled with it."""
+    server = serve(lambda request: openai_completion("Sunny in", finish_reason="length"))
+    turn = _turn(_model("openai", server.url), False)
+    assert turn.content == "Sunny in" and turn.finish_reason == "length"
+
+
+# -- OpenAI: pieces of two calls, or of two choices, spliced into one ----------------------------------------
+
+
+def _spliced(how: str) -> Reply:
+    first = _sse_event(_oa_call_piece(0, '{"n": ', "A", "fire"))
+    if how == "id":
+        second = _sse_event(_oa_call_piece(0, "7}", "B"))
+    elif how == "name":
+        second = _sse_event(_oa_call_piece(0, "7}", "A", "other"))
+    else:
+        second = _sse_event(
+            {
+                "choices": [
+                    {"index": 1, "delta": {"tool_calls": [{"index": 0, "function": {"arguments": "7}"}}]}}
+                ]
+            }
+        )
+    return Reply(events=[first, second, _sse_event(_oa_chunk({}, "tool_calls")), ("", "[DONE]")])
+
+
+@pytest.mark.parametrize(
+    ("how", "match"), [("id", "ids 'A' and 'B'"), ("name", "names"), ("choice", "second choice")]
+)
+def test_pieces_of_two_openai_calls_are_not_spliced_into_one(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], how: str, match: str
+) -> None:
+    """`{"n": ` of call A and `7}` of call B (or of choice 1) made one call {"n": 7} that fired."""
+    _refused_then_resumed(serve, "openai", True, _spliced(how), match)
+
+
+def test_openai_pieces_that_repeat_their_id_and_name_are_one_call(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+) -> None:
+    """Some servers repeat a call's id and name in each piece (or send an empty name): still one call."""
+    events = [
+        _sse_event(_oa_call_piece(0, '{"n": ', "A", "fire")),
+        _sse_event(_oa_call_piece(0, "4", "A", "")),
+        _sse_event(_oa_call_piece(0, "}", "A", "fire")),
+        _sse_event(_oa_chunk({}, "tool_calls")),
+        ("", "[DONE]"),
+    ]
+    server = serve(lambda request: Reply(events=events))
+    [call] = _turn(_model("openai", server.url), True).tool_calls
+    assert (call.id, call.name, call.arguments) == ("A", "fire", {"n": 4})
+
+
+# -- Anthropic: blocks out of order --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("blocks", "match"),
+    [
+        ([_json_delta(0, '{"n": 5}'), _tool_start(0), _block_stop(0)], "before its content_block_start"),
+        (
+            [_tool_start(0), _json_delta(0, '{"n": 5}'), _tool_start(0, "t2"), _block_stop(0)],
+            "second content_block_start",
+        ),
+        ([_tool_start(0), _json_delta(0, '{"n": 5}')], "without its content_block_stop"),
+        ([_tool_start(0), _block_stop(0), _json_delta(0, '{"n": 5}')], "after its content_block_stop"),
+        ([_tool_start(0, given={"n": 5}), _json_delta(0, '{"n": 6}'), _block_stop(0)], "input in its start"),
+        ([_tool_start(0, given="n=5"), _block_stop(0)], "input is not an object"),
+        ([_block_stop(0)], "without its content_block_start"),
+    ],
+    ids=[
+        "delta-before-start",
+        "started-twice",
+        "no-stop",
+        "delta-after-stop",
+        "input-twice",
+        "bad-input",
+        "stop-only",
+    ],
+)
+def test_anthropic_blocks_out_of_order_fire_no_tool(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], blocks: list[tuple[str, str]], match: str
+) -> None:
+    """A delta before its start, or a block started again, dropped the received input and the tool ran
+    with its defaults; a block never stopped may be cut short."""
+    _refused_then_resumed(serve, "anthropic", True, _an_events(blocks), match)
+
+
+def test_an_anthropic_input_given_in_the_block_start_is_the_calls_input(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+) -> None:
+    """A start carrying the whole input, and no deltas, came out as {}."""
+    server = serve(lambda request: _an_events([_tool_start(0, given={"n": 9}), _block_stop(0)]))
+    [call] = _turn(_model("anthropic", server.url), True).tool_calls
+    assert call.arguments == {"n": 9}
+
+
+# -- streams that never end ----------------------------------------------------------------------------------
+
+_OPENAI_TEXT = _sse(_oa_chunk({"content": "Sunny"}))
+
+
+@pytest.mark.parametrize(
+    ("kind", "piece"),
+    [
+        ("openai", b": keep-alive\n\n"),
+        ("openai", _sse(_oa_chunk({}))),  # an empty delta
+        ("openai", _sse(_oa_chunk({"role": "assistant", "content": ""}))),
+        ("openai", b":"),  # one line of colons that never ends
+        ("anthropic", b'event: ping\ndata: {"type": "ping"}\n\n'),
+        (
+            "anthropic",
+            _sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ""}}),
+        ),
+    ],
+    ids=["comment", "empty-delta", "role-only", "colons", "ping", "empty-text"],
+)
+def test_a_stream_of_keep_alives_is_cut_off_after_the_timeout(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str, piece: bytes
+) -> None:
+    """A piece every 0.05 s that adds nothing to the answer held a stream forever (each wait between
+    pieces was bounded, nothing else): now the wait for a piece that adds is bounded by `timeout`."""
+    head = b""
+    if kind == "anthropic":
+        head = _sse(
+            {"type": "message_start", "message": {"usage": {}}},
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        )
+    server = raw_server(_forever(head, piece, 0.05))
+    started = time.monotonic()
+    with pytest.raises(bide.ModelError, match=r"nothing that adds to the answer for 0\.5s"):
+        _turn(_model(kind, server.url, timeout=0.5), True, within=20)
+    assert time.monotonic() - started < 5
+
+
+def test_a_stream_that_writes_forever_is_cut_off_at_the_stream_timeout(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+) -> None:
+    """Real text every 0.05 s, forever: every piece adds, so only the bound of the whole stream ends it."""
+    server = raw_server(_forever(b"", _OPENAI_TEXT, 0.05))
+    started = time.monotonic()
+    with pytest.raises(bide.ModelError, match="did not end within the model's stream_timeout of 1s"):
+        _turn(_model("openai", server.url, timeout=0.5, stream_timeout=1), True, within=20)
+    assert time.monotonic() - started < 5
+
+
+def test_a_run_on_a_stream_that_never_ends_fails_and_resumes(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+) -> None:
+    """Through `agent.stream`: the stream of keep-alives ends the drive with ModelError (it held it
+    forever), nothing is journaled, and the run resumes on a model that behaves."""
+    hostile = raw_server(_forever(b"", b": keep-alive\n\n", 0.05))
+    fired = _Fired()
+    store = bide.open_store("memory://")
+    agent = bide.Agent(_model("openai", hostile.url, timeout=0.5), store=store, tools=[fired.tool])
+    with pytest.raises(bide.ModelError, match="nothing that adds"):
+        _drive(agent, "run", True)
+    assert store.load("run") == []
+    good = serve(lambda request: _good("openai", request))
+    agent = bide.Agent(_model("openai", good.url), store=store, tools=[fired.tool])
+    assert _drive(agent, "run", True).answer == "done" and fired.calls == [3]
+
+
+def test_keep_alives_between_pieces_that_add_do_not_cut_a_stream(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+) -> None:
+    """A slow but honest stream: a piece of text every 0.3 s, keep-alives between, a timeout of 0.5 s."""
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        for word in ("Sunny ", "in ", "Paris."):
+            for _ in range(3):
+                conn.sendall(b": keep-alive\n\n")
+                time.sleep(0.1)
+            conn.sendall(_sse(_oa_chunk({"content": word})))
+        conn.sendall(_sse(_oa_chunk({}, "stop"), b"[DONE]"))
+
+    server = raw_server(answer)
+    assert _turn(_model("openai", server.url, timeout=0.5), True).content == "Sunny in Paris."
+
+
+def test_the_time_a_caller_takes_between_pieces_is_not_the_servers(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+) -> None:
+    """The bounds count the waits for the server: a caller that takes 0.4 s over each piece of a stream
+    sent at once is not cut off by a timeout of 0.3 s or a stream_timeout of 1 s."""
+    words = [f"w{i} " for i in range(4)]
+    body = _sse(*[_oa_chunk({"content": w}) for w in words], _oa_chunk({}, "stop"), b"[DONE]")
+    server = raw_server(_answer(body, stream=True))
+    model = _model("openai", server.url, timeout=0.3, stream_timeout=1)
+
+    async def slow_reader() -> bide.AssistantMessage:
+        async for piece in model.stream(_request()):
+            if isinstance(piece, bide.AssistantMessage):
+                return piece
+            await asyncio.sleep(0.4)
+        raise AssertionError("no turn")
+
+    assert asyncio.run(slow_reader()).content == "".join(words)
+
+
+@pytest.mark.parametrize("value", [0, -1, float("inf"), float("nan"), "60", True, None])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_stream_timeout_must_be_a_positive_number(kind: str, value: Any) -> None:
+    with pytest.raises(bide.ConfigError, match="stream_timeout"):
+        _model(kind, "http://127.0.0.1:9", stream_timeout=value)
+
+
+def test_stream_timeout_defaults_to_ten_minutes() -> None:
+    assert _model("openai", "http://127.0.0.1:9").stream_timeout == 600.0
+    assert _model("anthropic", "http://127.0.0.1:9", stream_timeout=30).stream_timeout == 30.0
+
+
+# -- bytes that are not UTF-8 --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["arguments", "text"])
+def test_a_stream_line_that_is_not_utf8_is_a_model_error(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+    where: str,
+) -> None:
+    """The bytes were replaced by U+FFFD and the tool fired with arguments the model did not write (a
+    whole answer with the same bytes was refused already)."""
+    if where == "arguments":
+        piece = b'{"index":0,"function":{"arguments":"{\\"n\\": 1, \\"note\\": \\"caf\xe9\\"}"}}'
+        bad = b'{"choices":[{"index":0,"delta":{"tool_calls":[' + piece + b"]}}]}"
+    else:
+        bad = b'{"choices":[{"index":0,"delta":{"content":"caf\xe9 \xff"}}]}'
+    body = _sse(_oa_call_piece(0, "", "c1", "fire"), bad, _oa_chunk({}, "tool_calls"), b"[DONE]")
+    hostile = raw_server(_answer(body, stream=True))
+    fired = _Fired()
+    store = bide.open_store("memory://")
+    agent = bide.Agent(_model("openai", hostile.url), store=store, tools=[fired.tool])
+    with pytest.raises(bide.ModelError, match="not UTF-8"):
+        _drive(agent, "run", True)
+    assert fired.calls == [] and store.load("run") == []
+    good = serve(lambda request: _good("openai", request))
+    agent = bide.Agent(_model("openai", good.url), store=store, tools=[fired.tool])
+    assert _drive(agent, "run", True).answer == "done" and fired.calls == [3]
+
+
+def test_utf8_split_across_network_chunks_is_read(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+) -> None:
+    """Strict decoding is of whole lines: a character split between two chunks is one character."""
+    line = b"data: " + json.dumps(_oa_chunk({"content": "café ☕"}), ensure_ascii=False).encode() + b"\n\n"
+    cut = line.index("☕".encode()) + 1
+
+    def answer(conn: socket.socket) -> None:
+        conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
+        conn.sendall(line[:cut])
+        time.sleep(0.1)
+        conn.sendall(line[cut:] + _sse(_oa_chunk({}, "stop"), b"[DONE]"))
+
+    assert _turn(_model("openai", raw_server(answer).url), True).content == "café ☕"
+
+
+# -- streams that end without a turn -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "reply"),
+    [
+        ("openai", Reply(events=[("", "[DONE]")])),
+        ("openai", Reply(events=[_sse_event(_oa_chunk({"content": "partial"})), ("", "[DONE]")])),
+        ("anthropic", Reply(events=[_ev("message_stop")])),
+        (
+            "anthropic",
+            Reply(
+                events=[
+                    _ev("content_block_start", index=0, content_block={"type": "text", "text": ""}),
+                    _ev("content_block_delta", index=0, delta={"type": "text_delta", "text": "partial"}),
+                    _ev("content_block_stop", index=0),
+                    _ev("message_stop"),
+                ]
+            ),
+        ),
+        (
+            "anthropic",
+            Reply(events=[_ev("message_start", message={"usage": {}}), _ev("message_stop")]),
+        ),
+    ],
+    ids=["done-only", "no-finish-reason", "stop-only", "no-message-start", "no-stop-reason"],
+)
+def test_a_stream_that_ends_without_its_turn_ends_no_run(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, reply: Reply
+) -> None:
+    """An empty (or unfinished) answer used to end the run for good."""
+    _refused_then_resumed(serve, kind, True, reply, "the stream ended before the turn did")
+
+
+# -- millions of tool calls ----------------------------------------------------------------------------------
+
+
+def test_the_agent_refuses_a_turn_with_more_tool_calls_than_its_limit() -> None:
+    """From any model (here a scripted one): 257 calls are refused before anything is journaled; 256 run."""
+    fired: list[int] = []
+
+    @bide.tool(safety=bide.ReadOnly)
+    def look(n: int) -> str:
+        """Look something up."""
+        fired.append(n)
+        return "ok"
+
+    def turn(count: int) -> Turn:
+        return Turn(calls=tuple(ScriptedCall("look", {"n": i}) for i in range(count)))
+
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([turn(257), Turn(text="done")]), store=store, tools=[look])
+    with pytest.raises(bide.ModelError, match="257 tool calls in one turn, more than bide's limit of 256"):
+        agent.run_sync("many", "go")
+    assert fired == [] and store.load("many") == []
+    agent = bide.Agent(ScriptedModel([turn(256), Turn(text="done")]), store=store, tools=[look])
+    assert agent.run_sync("enough", "go").answer == "done"
+    assert sorted(fired) == list(range(256))
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_adapter_stops_reading_calls_past_the_limit(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str, stream: bool
+) -> None:
+    """20,000 calls in one answer: refused by the adapter, before it makes a ToolCall of each."""
+    count = 20_000
+    if kind == "openai" and not stream:
+        calls = [{"id": f"c{i}", "function": {"name": "fire", "arguments": "{}"}} for i in range(count)]
+        message = {"role": "assistant", "content": None, "tool_calls": calls}
+        body = json.dumps({"choices": [{"message": message, "finish_reason": "tool_calls"}]}).encode()
+    elif kind == "openai":
+        pieces = [
+            {"index": i, "id": f"c{i}", "function": {"name": "fire", "arguments": "{}"}} for i in range(count)
+        ]
+        body = _sse(_oa_chunk({"tool_calls": pieces}), _oa_chunk({}, "tool_calls"), b"[DONE]")
+    elif not stream:
+        blocks = [{"type": "tool_use", "id": f"t{i}", "name": "fire", "input": {}} for i in range(count)]
+        body = json.dumps({"content": blocks, "stop_reason": "tool_use"}).encode()
+    else:
+        events: list[dict[str, Any]] = [{"type": "message_start", "message": {"usage": {}}}]
+        for i in range(count):
+            block = {"type": "tool_use", "id": f"t{i}", "name": "fire", "input": {}}
+            events += [
+                {"type": "content_block_start", "index": i, "content_block": block},
+                {"type": "content_block_stop", "index": i},
+            ]
+        events += [{"type": "message_delta", "delta": {"stop_reason": "tool_use"}}, {"type": "message_stop"}]
+        body = _sse(*events)
+    server = raw_server(_answer(body, stream=stream))
+    with pytest.raises(bide.ModelError, match="more than 256 tool calls in one turn"):
+        _turn(_model(kind, server.url), stream)
+
+
+# -- keys named twice ----------------------------------------------------------------------------------------
+
+
+_TWICE = '{"n": 1, "n": 2}'
+
+
+@pytest.mark.parametrize(
+    ("kind", "stream", "hostile"),
+    [
+        (
+            "openai",
+            False,
+            Reply(
+                body={
+                    "choices": [
+                        {
+                            "message": {
+                                "content": None,
+                                "tool_calls": [
+                                    {"id": "c1", "function": {"name": "fire", "arguments": _TWICE}}
+                                ],
+                            },
+                            "finish_reason": "tool_calls",
+                        }
+                    ]
+                }
+            ),
+        ),
+        (
+            "openai",
+            True,
+            Reply(
+                events=[
+                    _sse_event(_oa_call_piece(0, _TWICE, "c1", "fire")),
+                    _sse_event(_oa_chunk({}, "tool_calls")),
+                    ("", "[DONE]"),
+                ]
+            ),
+        ),
+        ("anthropic", True, _an_events([_tool_start(0), _json_delta(0, _TWICE), _block_stop(0)])),
+    ],
+    ids=["openai", "openai-stream", "anthropic-stream"],
+)
+def test_arguments_that_name_a_key_twice_are_invalid_arguments(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, stream: bool, hostile: Reply
+) -> None:
+    """{"n": 1, "n": 2} ran the tool with n=2 (the last won). As any arguments that are not one JSON
+    object, they go back to the model as invalid and the tool does not run."""
+    server = serve(lambda request: hostile if request.n == 1 else _good(kind, request))
+    fired = _Fired()
+    agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool])
+    assert _drive(agent, "run", stream).answer == "done"  # the model was told, then answered
+    assert fired.calls == []
+    [told] = [r for r in server.requests if _tool_results_sent(r)]
+    assert "arguments must be a JSON object" in json.dumps(told.body)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_answer_that_names_a_key_twice_is_a_model_error(
+    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], stream: bool
+) -> None:
+    """Elsewhere than in arguments text (here a whole Anthropic answer, whose `input` is part of the body's
+    JSON, or a stream event), JSON with a key twice is not read: which one the model meant is unknown."""
+    if stream:
+        twice = b'{"choices": [{"delta": {"content": "a"}}], "choices": [{"delta": {"content": "b"}}]}'
+        body = _sse(twice, _oa_chunk({}, "stop"), b"[DONE]")
+        model = _model("openai", raw_server(_answer(body, stream=True)).url)
+    else:
+        body = b'{"content": [{"type": "tool_use", "id": "t1", "name": "fire", "input": {"n": 1, "n": 2}}], '
+        body += b'"stop_reason": "tool_use"}'
+        model = _model("anthropic", raw_server(_answer(body)).url)
+    with pytest.raises(bide.ModelError, match=r"key '(n|choices)' twice"):
+        _turn(model, stream)
