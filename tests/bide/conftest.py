@@ -1,14 +1,17 @@
-"""Fixtures for the bide runtime tests: one `store_url` per store kind (memory, SQLite, PostgreSQL)."""
+"""Fixtures for the bide runtime tests: one `store_url` per store kind (memory, SQLite, PostgreSQL), and
+`raw_server` for the hostile-model tests."""
 
 from __future__ import annotations
 
 import os
+import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from raw_http import RawServer, StartServer
 
 import bide
 
@@ -54,3 +57,16 @@ def durable_store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
     else:
         yield PG_URL, prefix
         drop_prefix(PG_URL, prefix)
+
+
+@pytest.fixture
+def raw_server() -> Iterator[StartServer]:
+    servers: list[RawServer] = []
+
+    def start(answer: Callable[[socket.socket], None]) -> RawServer:
+        servers.append(RawServer(answer))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()

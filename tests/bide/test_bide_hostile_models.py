@@ -6,10 +6,8 @@ and a run driven by such a model completes or raises a `bide.BideError` with not
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
-import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
@@ -18,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from raw_http import StartServer
 
 import bide
 from bide.testing import LoopbackServer, Received, Reply, anthropic_message, openai_completion
@@ -255,55 +254,6 @@ def test_the_same_run_on_well_formed_answers_completes(
 # -- bodies past the limit, endless lines, trickling bytes ---------------------------------------------------
 
 
-class _RawServer:
-    """A loopback HTTP server that reads one request and then runs `answer(connection)`."""
-
-    def __init__(self, answer: Callable[[socket.socket], None]) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self._answer = answer
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                data += conn.recv(65536)
-            head, _, body = data.partition(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length")
-            )
-            while len(body) < length:
-                body += conn.recv(65536)
-            with contextlib.suppress(OSError):  # the client gave up: what these tests want
-                self._answer(conn)
-
-    def close(self) -> None:
-        self._listener.close()
-
-
-@pytest.fixture
-def raw_server() -> Iterator[Callable[[Callable[[socket.socket], None]], _RawServer]]:
-    servers: list[_RawServer] = []
-
-    def start(answer: Callable[[socket.socket], None]) -> _RawServer:
-        servers.append(_RawServer(answer))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def _chunk(data: bytes) -> bytes:
@@ -336,7 +286,7 @@ def _endless_line(conn: socket.socket) -> None:
     ("answer", "stream"), [(_sized_body, False), (_chunked_body, False), (_endless_line, True)]
 )
 def test_an_answer_past_the_size_limit_is_refused_as_it_arrives(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
     answer: Callable[[socket.socket], None],
     stream: bool,
 ) -> None:
@@ -371,7 +321,7 @@ def _trickled_headers(conn: socket.socket) -> None:
 
 @pytest.mark.parametrize(("answer", "stream"), [(_trickle, False), (_trickled_headers, True)])
 def test_a_server_that_trickles_bytes_is_cut_off_at_the_timeout(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
     answer: Callable[[socket.socket], None],
     stream: bool,
 ) -> None:
@@ -437,7 +387,7 @@ def _deep_tool_call(kind: str) -> str:
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 @pytest.mark.parametrize("where", ["body", "stream event", "error body"])
 def test_json_nested_too_deeply_is_a_model_error(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str, where: str
+    raw_server: StartServer, kind: str, where: str
 ) -> None:
     """Well-formed JSON nested 100,000 deep (Python's parser gives up with RecursionError) in a body, a
     stream event or an error body is a ModelError like any other unreadable answer."""
@@ -451,7 +401,7 @@ def test_json_nested_too_deeply_is_a_model_error(
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 def test_tool_arguments_nested_too_deeply_are_kept_as_text(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str
+    raw_server: StartServer, kind: str
 ) -> None:
     """Arguments Python cannot parse are the call's raw text, as any other arguments that are not a JSON
     object (the tool then answers the model that they are not valid)."""

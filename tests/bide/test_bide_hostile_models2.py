@@ -7,12 +7,10 @@ fired on the strength of it, in bounded memory and time; and the run resumes on 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import gzip
 import json
 import socket
-import threading
 import time
 import tracemalloc
 import zlib
@@ -20,6 +18,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from raw_http import StartServer
 
 import bide
 from bide.testing import Call as ScriptedCall
@@ -37,58 +36,6 @@ from bide.testing import (
 
 # -- servers -------------------------------------------------------------------------------------------------
 
-
-class _RawServer:
-    """A loopback HTTP server that reads each request (keeping its headers) and then runs `answer(conn)`,
-    one connection per request."""
-
-    def __init__(self, answer: Callable[[socket.socket], None]) -> None:
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        self.headers: list[dict[str, str]] = []
-        self._answer = answer
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self) -> None:
-        while True:
-            try:
-                conn, _ = self._listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._one, args=(conn,), daemon=True).start()
-
-    def _one(self, conn: socket.socket) -> None:
-        with conn:
-            data = b""
-            while b"\r\n\r\n" not in data:
-                got = conn.recv(65536)
-                if not got:
-                    return
-                data += got
-            head, _, body = data.partition(b"\r\n\r\n")
-            fields = dict(line.decode().split(":", 1) for line in head.split(b"\r\n")[1:] if b":" in line)
-            headers = {k.strip().lower(): v.strip() for k, v in fields.items()}
-            self.headers.append(headers)
-            while len(body) < int(headers.get("content-length", "0")):
-                body += conn.recv(65536)
-            with contextlib.suppress(OSError):  # the client gave up: what these tests want
-                self._answer(conn)
-
-    def close(self) -> None:
-        self._listener.close()
-
-
-@pytest.fixture
-def raw_server() -> Iterator[Callable[[Callable[[socket.socket], None]], _RawServer]]:
-    servers: list[_RawServer] = []
-
-    def start(answer: Callable[[socket.socket], None]) -> _RawServer:
-        servers.append(_RawServer(answer))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 @pytest.fixture
@@ -317,7 +264,7 @@ def _peak(call: Callable[[], object]) -> tuple[int, bide.ModelError]:
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_body_gzipped_twice_is_refused_unread(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], stream: bool
+    raw_server: StartServer, stream: bool
 ) -> None:
     """`Content-Encoding: gzip, gzip`, a few hundred bytes that inflate to 256 MiB: httpx inflated each
     network chunk in one call, so the whole 256 MiB was held before the size limit was checked (a
@@ -333,7 +280,7 @@ def test_a_body_gzipped_twice_is_refused_unread(
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_gzip_bomb_is_inflated_only_a_step_past_the_limit(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], stream: bool
+    raw_server: StartServer, stream: bool
 ) -> None:
     """One layer of gzip inflating to 256 MiB: refused at 32 MiB, each network chunk inflated a bounded
     step at a time (httpx inflated a 64 KiB chunk to 64 MiB at once)."""
@@ -344,7 +291,7 @@ def test_a_gzip_bomb_is_inflated_only_a_step_past_the_limit(
 
 
 def test_an_error_body_gzipped_twice_is_not_inflated_and_the_status_still_counts(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
 ) -> None:
     """A 429 whose body inflates to 256 MiB: its text is not read, and it is still waited out and retried
     like any 429 (two tries here), then reported."""
@@ -377,7 +324,7 @@ def _deflate_raw(data: bytes) -> bytes:
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_answer_in_one_layer_of_gzip_or_deflate_is_read(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
     encoding: str,
     encode: Callable[[bytes], bytes],
     stream: bool,
@@ -405,7 +352,7 @@ def test_an_answer_in_one_layer_of_gzip_or_deflate_is_read(
 )
 @pytest.mark.parametrize("stream", [False, True])
 def test_a_body_bide_cannot_decode_is_a_model_error(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
     encoding: str,
     body: bytes,
     match: str,
@@ -577,7 +524,7 @@ _OPENAI_TEXT = _sse(_oa_chunk({"content": "Sunny"}))
     ids=["comment", "empty-delta", "role-only", "colons", "ping", "empty-text"],
 )
 def test_a_stream_of_keep_alives_is_cut_off_after_the_timeout(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str, piece: bytes
+    raw_server: StartServer, kind: str, piece: bytes
 ) -> None:
     """A piece every 0.05 s that adds nothing to the answer held a stream forever (each wait between
     pieces was bounded, nothing else): now the wait for a piece that adds is bounded by `timeout`."""
@@ -595,7 +542,7 @@ def test_a_stream_of_keep_alives_is_cut_off_after_the_timeout(
 
 
 def test_a_stream_that_writes_forever_is_cut_off_at_the_stream_timeout(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
 ) -> None:
     """Real text every 0.05 s, forever: every piece adds, so only the bound of the whole stream ends it."""
     server = raw_server(_forever(b"", _OPENAI_TEXT, 0.05))
@@ -606,7 +553,7 @@ def test_a_stream_that_writes_forever_is_cut_off_at_the_stream_timeout(
 
 
 def test_a_run_on_a_stream_that_never_ends_fails_and_resumes(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
     serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
 ) -> None:
     """Through `agent.stream`: the stream of keep-alives ends the drive with ModelError (it held it
@@ -624,7 +571,7 @@ def test_a_run_on_a_stream_that_never_ends_fails_and_resumes(
 
 
 def test_keep_alives_between_pieces_that_add_do_not_cut_a_stream(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
 ) -> None:
     """A slow but honest stream: a piece of text every 0.3 s, keep-alives between, a timeout of 0.5 s."""
 
@@ -642,7 +589,7 @@ def test_keep_alives_between_pieces_that_add_do_not_cut_a_stream(
 
 
 def test_the_time_a_caller_takes_between_pieces_is_not_the_servers(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
 ) -> None:
     """The bounds count the waits for the server: a caller that takes 0.4 s over each piece of a stream
     sent at once is not cut off by a timeout of 0.3 s or a stream_timeout of 1 s."""
@@ -678,7 +625,7 @@ def test_stream_timeout_defaults_to_ten_minutes() -> None:
 
 @pytest.mark.parametrize("where", ["arguments", "text"])
 def test_a_stream_line_that_is_not_utf8_is_a_model_error(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
     serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
     where: str,
 ) -> None:
@@ -703,7 +650,7 @@ def test_a_stream_line_that_is_not_utf8_is_a_model_error(
 
 
 def test_utf8_split_across_network_chunks_is_read(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer],
+    raw_server: StartServer,
 ) -> None:
     """Strict decoding is of whole lines: a character split between two chunks is one character."""
     line = b"data: " + json.dumps(_oa_chunk({"content": "café ☕"}), ensure_ascii=False).encode() + b"\n\n"
@@ -781,7 +728,7 @@ def test_the_agent_refuses_a_turn_with_more_tool_calls_than_its_limit() -> None:
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_adapter_stops_reading_calls_past_the_limit(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], kind: str, stream: bool
+    raw_server: StartServer, kind: str, stream: bool
 ) -> None:
     """20,000 calls in one answer: refused by the adapter, before it makes a ToolCall of each."""
     count = 20_000
@@ -871,7 +818,7 @@ def test_arguments_that_name_a_key_twice_are_invalid_arguments(
 
 @pytest.mark.parametrize("stream", [False, True])
 def test_an_answer_that_names_a_key_twice_is_a_model_error(
-    raw_server: Callable[[Callable[[socket.socket], None]], _RawServer], stream: bool
+    raw_server: StartServer, stream: bool
 ) -> None:
     """Elsewhere than in arguments text (here a whole Anthropic answer, whose `input` is part of the body's
     JSON, or a stream event), JSON with a key twice is not read: which one the model meant is unknown."""
