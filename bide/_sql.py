@@ -131,7 +131,12 @@ class _Refused:
     error: WriteRefused
 
 
-class _CommittedElsewhere(StoreError):
+class _FileGone(StoreError):
+    """The store's file (or the write-ahead log a connection writes to) is no longer at the store's path:
+    nothing more is written through this store object, for any request."""
+
+
+class _CommittedElsewhere(_FileGone):
     """A transaction committed, but into a store file (or write-ahead log) no longer at the store's path:
     its writes are lost with that file. Never run again: not as a batch, not request by request."""
 
@@ -455,7 +460,7 @@ class SQLStore:
             return sqlite3.connect(self._path, timeout=self._busy_ms / 1000, check_same_thread=False)
         conn = connect_existing(self._file, self._busy_ms / 1000)
         if isinstance(conn, str):
-            raise StoreError(self._swapped(conn))
+            raise _FileGone(self._swapped(conn))
         return conn
 
     def _swapped(self, what: str, *, committed: bool = False) -> str:
@@ -470,11 +475,11 @@ class SQLStore:
         )
 
     def _check_file(self, raw: Any, *, committed: bool) -> None:
-        """Raise `StoreError` (`_CommittedElsewhere` after a commit) when the store's file, or the
+        """Raise `_FileGone` (`_CommittedElsewhere` after a commit) when the store's file, or the
         write-ahead log connection `raw` writes to, is no longer at its path (see bide/_dbfile.py)."""
         swapped = None if self._file is None else self._file.swapped(raw.info)
         if swapped is not None:
-            error = _CommittedElsewhere if committed else StoreError
+            error = _CommittedElsewhere if committed else _FileGone
             raise error(self._swapped(swapped, committed=committed))
 
     def _sqlite_pragmas(self, dbapi_conn: Any, _record: Any) -> None:
@@ -978,7 +983,7 @@ class SQLStore:
         self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, exc: Exception
     ) -> None:
         """Answer `batch`, whose transaction failed with `exc` (not a lost connection) after its retries."""
-        if isinstance(exc, StoreError):
+        if isinstance(exc, _FileGone):
             # The store's own refusal (its file gone or replaced): the same for every request, and a batch
             # that committed into the old file must not be run again request by request.
             answers: list[tuple[_Request, Any, BaseException | None]] = []
