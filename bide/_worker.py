@@ -36,7 +36,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._agent import Agent
-from ._errors import ApprovalPending, ConfigError, OutcomeUnknown, RunInFlight, RunSleeping, StoreError
+from ._errors import (
+    ApprovalPending,
+    ConfigError,
+    OutcomeUnknown,
+    OutputInvalid,
+    RunInFlight,
+    RunSleeping,
+    StoreError,
+)
 from ._journal import Journal
 from ._records import CANCEL_KEY, START_KEY, Start
 from ._resolve import status_of
@@ -59,7 +67,9 @@ class PassReport:
     `waiting`: runs that will be tried again (a timer not due, an approval pending, a reconciler waiting
     for a call's deadline, another live driver). `failed`: drives that raised an error (backed off).
     `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, or started by
-    an agent this worker does not know).
+    an agent this worker does not know). `errors` says what each failed drive raised ("<type>: <message>")
+    and `causes` why it failed: "store" (the store failed), "output" (the run ended as failed: its final
+    answer never validated, `OutputInvalid`) or "error" (anything else: the model down, a bug).
     """
 
     completed: int = 0
@@ -68,6 +78,7 @@ class PassReport:
     failed: int = 0
     skipped: int = 0
     errors: dict[str, str] = field(default_factory=dict)
+    causes: dict[str, str] = field(default_factory=dict)
 
     @property
     def driven(self) -> int:
@@ -102,6 +113,10 @@ class Worker:
     agent, or a function from a name to an agent (None: not ours). Every agent must use `store`.
     `concurrency` bounds the drives in flight; `poll_interval` (seconds) is the time between listings in
     `run_forever`; failed drives are retried after `backoff` seconds, doubling up to `max_backoff`.
+
+    `clock` (the wall clock by default) decides which leases have expired, as the agents' clocks do. The
+    worker's own waits (backoffs, parked runs, a timer's wake-up once read) run on a monotonic clock, so a
+    wall clock stepped back does not hold them up; a `clock` given here (a test's fake clock) times them too.
     """
 
     def __init__(
@@ -114,7 +129,7 @@ class Worker:
         backoff: float = 1.0,
         max_backoff: float = 300.0,
         grace: float | None = 30.0,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
     ) -> None:
         if not callable(getattr(store, "expired_leases", None)):
             raise ConfigError("store must be a bide store with leases (use bide.open_store(url))")
@@ -128,7 +143,9 @@ class Worker:
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.grace = None if grace is None else float(grace)
-        self.clock = clock
+        self.clock = time.time if clock is None else clock
+        # The worker's own deadlines (in _Backoff) are on this clock.
+        self._timer = time.monotonic if clock is None else clock
         self._state: dict[str, _Backoff] = {}
         self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
         self._in_flight: dict[str, asyncio.Task[str]] = {}
@@ -233,13 +250,13 @@ class Worker:
 
     def _list_runs_to_recover(self) -> tuple[list[str], set[str]]:
         """The runs to drive now, and every run listed (those too that wait for their backoff)."""
-        now = self.clock()
+        wall, now = self.clock(), self._timer()
         out: list[str] = []
         listed: set[str] = set()
         tokens: dict[str, int] = {}
         after = ""
         while True:
-            page = self.store.expired_leases(now_ms=int(now * 1000), after=after, limit=500)
+            page = self.store.expired_leases(now_ms=int(wall * 1000), after=after, limit=500)
             for lease in page:
                 run_id = lease.run_id
                 listed.add(run_id)
@@ -260,7 +277,7 @@ class Worker:
     def _park(self, run_id: str, state: _Backoff) -> None:
         """Leave `run_id` out of the listings while its lease stays as listed (see _Backoff)."""
         state.parked_token = self._tokens.get(run_id)
-        state.parked_until = self.clock() + max(PARKED_RECHECK_S, self.poll_interval)
+        state.parked_until = self._timer() + max(PARKED_RECHECK_S, self.poll_interval)
 
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
         """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped."""
@@ -283,7 +300,7 @@ class Worker:
             self._park(run_id, state)
             return "skipped"
         if status.status in ("sleeping", "awaiting_approval") and not journal.has(CANCEL_KEY):
-            now = self.clock()
+            now = self._timer()
             if now < state.drive_after and state.waiting_at_records in (-1, len(journal.records())):
                 state.not_before = min(state.drive_after, now + PARKED_RECHECK_S)
                 return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
@@ -314,11 +331,11 @@ class Worker:
             log.warning("run %s halted: %s", run_id, exc)
             return "halted"
         except RunInFlight as exc:
-            state.not_before = max(exc.retry_after, self.clock() + self.poll_interval)
+            state.not_before = max(self._local(exc.retry_after), self._timer() + self.poll_interval)
             return "waiting"
         except RunSleeping as exc:
             # A timer: driven again once it is due, looked at every PARKED_RECHECK_S for a cancel request.
-            self._wait_until(state, exc.wake_at, -1)
+            self._wait_until(state, self._local(exc.wake_at), -1)
             return "waiting"
         except ApprovalPending:
             self._back_off(state)
@@ -342,6 +359,8 @@ class Worker:
         log.warning("run %s: drive failed, retrying with backoff: %s", run_id, exc)
         if report is not None:
             report.errors[run_id] = f"{type(exc).__name__}: {exc}"
+            cause = "output" if isinstance(exc, OutputInvalid) else "error"
+            report.causes[run_id] = "store" if isinstance(exc, StoreError) else cause
         return "failed"
 
     def _skip(self, run_id: str, why: str) -> str:
@@ -351,14 +370,20 @@ class Worker:
         self._back_off(state)
         return "skipped"
 
+    def _local(self, wall: float) -> float:
+        """The time on the worker's own timer when `clock` will read `wall` (a wake-up, a retry-after)."""
+        return self._timer() + (wall - self.clock())
+
     def _wait_until(self, state: _Backoff, when: float, records: int) -> None:
+        """Drive the run again at `when` (on the worker's timer), or sooner once its journal no longer has
+        `records` records (-1: only the time counts)."""
         state.drive_after, state.waiting_at_records = when, records
-        state.not_before = min(when, self.clock() + max(PARKED_RECHECK_S, self.poll_interval))
+        state.not_before = min(when, self._timer() + max(PARKED_RECHECK_S, self.poll_interval))
 
     def _back_off(self, state: _Backoff) -> None:
         delay = min(self.max_backoff, self.backoff * 2**state.failures)
         state.failures += 1
-        state.not_before = self.clock() + random.uniform(delay / 2, delay)
+        state.not_before = self._timer() + random.uniform(delay / 2, delay)
 
     async def _drain(self) -> None:
         tasks = list(self._in_flight.values())

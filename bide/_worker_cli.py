@@ -45,7 +45,7 @@ from ._cli_common import (
     EXIT_USAGE,
     give_up_on,
 )
-from ._errors import ConfigError, OutputInvalid, RunEnded, RunNotFound, StoreError
+from ._errors import ConfigError, RunEnded, RunNotFound, StoreError
 from ._terminal import printable
 
 # The agent loop, the worker and the stores are imported by the commands, not here: `bide` imports this
@@ -188,22 +188,16 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         store.close()
 
 
-def _kinds(cls: type[BaseException]) -> set[str]:
-    """The names of `cls` and of its subclasses, as a pass report's errors start with them."""
-    return {cls.__name__}.union(*(_kinds(sub) for sub in cls.__subclasses__()))
-
-
 def _once_exit_code(report: PassReport) -> tuple[int, str]:
     """The exit code of a `--once` pass and, unless it is 0, what to say: EXIT_STORE when a drive failed
     because the store failed, else EXIT_FAILED when one failed otherwise, else EXIT_OK. A drive that ended
     its run as failed (`OutputInvalid`) gave the run's outcome, as a halt does: the worker did not fail."""
-    store, ended = _kinds(StoreError), _kinds(OutputInvalid)
     by_store: list[str] = []
     other: list[str] = []
-    for run_id, error in sorted(report.errors.items()):  # each "<exception type>: <message>"
-        kind = error.partition(":")[0]
-        if kind not in ended:
-            (by_store if kind in store else other).append(f"run {run_id}: {error}")
+    for run_id, error in sorted(report.errors.items()):
+        cause = report.causes.get(run_id, "error")
+        if cause != "output":
+            (by_store if cause == "store" else other).append(f"run {run_id}: {error}")
     failed = by_store or other
     if not failed:
         return EXIT_OK, ""

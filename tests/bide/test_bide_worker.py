@@ -370,6 +370,31 @@ def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(sto
     assert bide.run_status(store, "cancelled").status == "cancelled"
 
 
+def test_a_wall_clock_stepped_back_does_not_hold_up_a_backed_off_run(store: bide.Store) -> None:
+    """A failed drive is retried after its backoff, measured on the worker's monotonic timer: an NTP step
+    of the wall clock back by an hour made a 0.2 s backoff last an hour more (the deadline was on the wall
+    clock). The lease listing still reads the wall clock, as the agents' leases are on it."""
+
+    @bide.tool(safety=bide.ReadOnly)
+    def note(text: str) -> str:
+        """Take a note."""
+        return text
+
+    model = ScriptedModel(
+        [call("note", text="x"), Fail(bide.ModelError("down")), Fail(bide.ModelError("down")), reply("done")]
+    )
+    agent = bide.Agent(model, store=store, tools=[note], name="a", lease_ttl=5.0)
+    with pytest.raises(bide.ModelError):
+        agent.run_sync("r", "go")
+    worker = bide.Worker(store, agent, backoff=0.2, max_backoff=0.2)
+    assert asyncio.run(worker.run_once()).failed == 1  # backed off for 0.1-0.2 s
+    worker.clock = lambda: time.time() - 3600  # the wall clock stepped back by an hour
+    time.sleep(0.25)
+    report = asyncio.run(worker.run_once())
+    assert (report.completed, report.skipped) == (1, 0), report
+    assert bide.run_status(store, "r").status == "completed"
+
+
 def test_a_store_failure_reading_one_run_again_does_not_cancel_the_passs_other_drives() -> None:
     """After a drive pauses at a gate the worker reads its journal again (to see when a decision comes);
     that read failing used to escape `run_once`, whose task group then cancelled every other drive in
@@ -523,6 +548,7 @@ def test_worker_once_exits_6_when_the_store_cannot_be_written_and_the_next_pass_
     assert code == 6, errors
     assert report is not None and (report["failed"], report["completed"]) == (1, 0), report
     assert report["errors"]["w1"].startswith("StoreError: ") and "readonly database" in report["errors"]["w1"]
+    assert report["causes"] == {"w1": "store"}
     assert "bide worker: the store failed in 1 drive (run w1: StoreError: " in errors
     assert ledger_lines(env) == ["1"]  # the drive failed before the second charge
     code, report, errors = worker_once(once_app, env, tmp_path, wrap=wrap)
@@ -551,10 +577,12 @@ def test_worker_once_exits_1_when_a_drive_fails_otherwise_and_0_when_a_drive_end
     code, report, errors = worker_once(once_app, env, tmp_path, "model down")
     assert code == 1, errors
     assert report is not None and report["errors"] == {"w1": "ModelError: the model is down"}
+    assert report["causes"] == {"w1": "error"}
     assert "bide worker: 1 drive failed (run w1: ModelError: the model is down)" in errors
     code, report, errors = worker_once(once_app, env, tmp_path, "answer invalid")
     assert code == 0, errors
     assert report is not None and report["errors"]["w1"].startswith("OutputInvalid: "), report
+    assert report["causes"] == {"w1": "output"}
     assert "bide worker:" not in errors
     store = bide.open_store(once_app, create=False)
     try:
