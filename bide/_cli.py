@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from ._journal import Journal
     from ._outcome import Outcome
     from ._resolve import Resolved, RunStatus
-    from ._store import Lease, Store
+    from ._store import Entry, Lease, Store
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -262,12 +262,14 @@ class _Unreadable(Exception):
     the run, the damaged record and what is wrong with it."""
 
 
-def _read(store: Store, run_id: str) -> Journal:
-    """The run's journal; `_Unreadable` when its records cannot be decoded (a store that fails raises
-    `StoreError`: the reading goes through the store, the decoding does not)."""
+def _read(store: Store, run_id: str, entries: list[Entry] | None = None) -> Journal:
+    """The run's journal (from `entries` when they were read already); `_Unreadable` when its records
+    cannot be decoded (a store that fails raises `StoreError`: the reading goes through the store, the
+    decoding does not)."""
     from ._journal import Journal
 
-    entries = store.load(run_id, 0)
+    if entries is None:
+        entries = store.load(run_id, 0)
     journal = Journal(store, run_id)
     for entry in entries:  # one at a time, to name the record that cannot be decoded
         try:
@@ -278,6 +280,17 @@ def _read(store: Store, run_id: str) -> Journal:
                 f"({_why_damaged(exc)})"
             ) from exc
     return journal
+
+
+def _load_many(store: Store, run_ids: list[str]) -> list[list[Entry]]:
+    """The entries of each of `run_ids`, read together: a SQL store answers them in one transaction, where
+    a load per run costs a round trip through the store's thread (a listing of 50,000 runs took 9 s)."""
+    import asyncio
+
+    async def load() -> list[list[Entry]]:
+        return list(await asyncio.gather(*(store.aload(run_id, 0) for run_id in run_ids)))
+
+    return asyncio.run(load())
 
 
 def _why_damaged(exc: StoreError) -> str:
@@ -363,11 +376,12 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         # only for statuses of runs that have not ended, the store leaves the ended ones out unread.
         open_only = bool(args.status) and not set(args.status) & set(ENDED_STATUSES)
         rows: list[dict[str, Any]] = []
+        total = 0
         after = ""
         while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=open_only):
-            for run_id in batch:
+            for run_id, entries in zip(batch, _load_many(store, batch), strict=True):
                 try:
-                    journal = _read(store, run_id)
+                    journal = _read(store, run_id, entries)
                 except _Unreadable as exc:
                     unreadable[run_id] = str(exc)
                     continue
@@ -375,12 +389,13 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 if args.status and st.status not in args.status:
                     continue
                 rows.append(_row(journal, st, leases.get(run_id), now_ms))
+                total += 1
+            if len(rows) > 2 * args.limit + 1000:  # only the `limit` most recent are kept: bounded memory
+                rows = _most_recent(rows, args.limit)
             after = batch[-1]
     finally:
         close_store(store)
-    rows.sort(key=lambda r: (-r["_activity_ms"], r["run_id"]))
-    total = len(rows)
-    rows = rows[: args.limit]
+    rows = _most_recent(rows, args.limit)
     if args.json:
         print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
         return _cut(total, args.limit, unreadable)
@@ -404,6 +419,12 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         ],
     )
     return _cut(total, args.limit, unreadable)
+
+
+def _most_recent(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The `limit` rows most recently active, most recent first (ties by run id)."""
+    rows.sort(key=lambda r: (-r["_activity_ms"], r["run_id"]))
+    return rows[:limit]
 
 
 def _cut(total: int, limit: int, unreadable: dict[str, str]) -> int:
@@ -508,9 +529,9 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         waiting: list[dict[str, Any]] = []
         after = ""
         while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=True):
-            for run_id in batch:
+            for run_id, entries in zip(batch, _load_many(store, batch), strict=True):
                 try:
-                    journal = _read(store, run_id)
+                    journal = _read(store, run_id, entries)
                 except _Unreadable as exc:
                     unreadable[run_id] = str(exc)
                     continue

@@ -164,6 +164,40 @@ def test_runs_limit_keeps_the_most_recently_active(db: tuple[str, bide.Store]) -
     assert len(json.loads(everything.stdout)) == 3 and everything.stderr == ""
 
 
+def test_runs_limit_keeps_the_most_recent_across_pages_of_runs(db: tuple[str, bide.Store]) -> None:
+    """`bide runs` reads the runs 500 at a time and keeps only the `--limit` most recent as it goes (it kept
+    a row per run, 1.5 GB for a million): the most recent runs come first in run-id order here, so they must
+    survive every later page of older runs."""
+    import asyncio
+
+    url, store = db
+    n = 1600
+
+    @bide.tool()
+    def charge(cents: int) -> str:
+        """Charge a card."""
+        return "charged"
+
+    async def make() -> None:
+        async def one(i: int) -> None:
+            agent = bide.Agent(
+                ScriptedModel([call("charge", cents=i), reply("ok")]),
+                store=store,
+                tools=[charge],
+                clock=lambda: 1_800_000_000.0 + i,  # run i acted at second i
+            )
+            await agent.run(f"r{n - i:05d}", "charge")
+
+        await asyncio.gather(*(one(i) for i in range(n)))
+
+    asyncio.run(make())
+    store.close()
+    done = cli("runs", "--store", url, "--limit", "3", "--json")
+    assert done.returncode == 0, done.stderr
+    assert [r["run_id"] for r in json.loads(done.stdout)] == ["r00001", "r00002", "r00003"]
+    assert f"showing the 3 most recently active of {n} runs" in done.stderr
+
+
 def test_debug_is_accepted_after_the_subcommand(db: tuple[str, bide.Store], tmp_path: Path) -> None:
     url, store = db
     halt(store, "stuck")
