@@ -208,7 +208,8 @@ class _InDoubt(EventLogError):
 
 def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEvent:
     """The event with `event_id` after an append that raised `failure`: stored, or `failure` re-raised
-    (`_InDoubt` when it cannot be read back either)."""
+    (`_InDoubt` when it cannot be read back either, or when it is not there but `failure` was a wait that
+    timed out: another session, maybe an earlier drive of this call, may still commit it)."""
     try:
         stored = log.get(event_id)
     except EventLogError as exc:
@@ -218,6 +219,15 @@ def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEv
             "most once"
         ) from failure
     if stored is None:
+        if isinstance(failure, LogTimeout):
+            # This call's append wrote nothing, but the session holding the lock it waited for may be an
+            # earlier drive of this same call (paused past its lease, say), whose append of this event id
+            # can still commit: telling the model the call failed would have it call again as a new call.
+            raise _InDoubt(
+                f"{failure}; event {event_id!r} is not in the log, but the session that held the log may be "
+                "an earlier drive of this call whose append can still commit: the next drive of the run "
+                "calls again with the same event id, which appends it at most once"
+            ) from failure
         raise failure
     return stored
 

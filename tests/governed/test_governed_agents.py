@@ -14,7 +14,7 @@ import bide
 import govern
 from bide.testing import Call, CrashingStore, ScriptedModel, SimulatedCrash, Turn, reply
 from govern.runtime._agents import event_id_for, event_tool
-from govern.runtime._eventlog import Appended, Event, EventLog, LogTimeout
+from govern.runtime._eventlog import Appended, Event, EventLog, EventLogError, LogTimeout
 from govern.runtime._replica import Replica
 
 from .machines import order_log, order_machine
@@ -156,14 +156,26 @@ def test_an_append_that_failed_after_its_commit_is_reported_as_done(monkeypatch:
     assert log.length() == 1
 
 
-def test_an_append_that_failed_before_its_commit_is_an_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_append_that_failed_before_its_commit_is_an_error_or_in_doubt(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Not in the log after a failure of this call's own append: the call failed. Not in the log after a
+    wait on the log's lock that timed out: in doubt, as the session holding the lock may be an earlier drive
+    of this call whose append can still commit (tests/governed/test_governed_paused_driver.py)."""
     log = order_log()
 
-    def refused(event: Event) -> Appended:
+    def broken(event: Event) -> Appended:
+        raise EventLogError("append failed: the disk holding the log is full")
+
+    monkeypatch.setattr(log, "append", broken)
+    with pytest.raises(EventLogError, match="disk holding the log is full"):
+        invoke_tool(log, "pay", "run-b", "c0.0")
+
+    def waited(event: Event) -> Appended:
         raise LogTimeout("append gave up: another session holds the log's lock")
 
-    monkeypatch.setattr(log, "append", refused)
-    with pytest.raises(LogTimeout, match="holds the log's lock"):
+    monkeypatch.setattr(log, "append", waited)
+    with pytest.raises(bide.CallInDoubt, match=r"holds the log's lock.*earlier drive of this call"):
         invoke_tool(log, "pay", "run-b", "c0.0")
     get = log.get
 
