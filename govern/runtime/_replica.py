@@ -775,11 +775,12 @@ class Replica:
         if logged is not None and self._applied_here(logged):
             return self._conflict(event, logged, "the event this replica applied there, the log's", True)
         if logged is not None and (logged is event or logged == event):
+            # The replica kept only a fingerprint of what it applied: that event's id is not known here.
             return LogCorrupted(
-                f"two different copies of event {event.id!r} claim log position {pos}: this one is the "
-                "log's event, and the one this replica applied there differs from it (forged, damaged, or "
-                "rewritten in transit), so the replica's state is not the log's: rebuild it with "
-                f"Replica(machine, log) and sync(), and fix what delivered the other copy. {stays}"
+                f"two different events claim log position {pos}: the log's event {event.id!r}, and the one "
+                "this replica applied there, which differs from it (forged, damaged, or rewritten in "
+                "transit), so the replica's state is not the log's: rebuild it with Replica(machine, log) "
+                f"and sync(), and fix what delivered the other event. {stays}"
             )
         kept = "any field" if self._tree is not None else "its id, record, event or record_seq"
         return LogCorrupted(
