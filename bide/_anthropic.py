@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ConfigError, ModelError
 from ._http import (
     STREAM_TIMEOUT,
     HTTPModel,
+    absent_arguments,
     cut_off,
     error_message,
     json_event,
@@ -28,6 +29,7 @@ from ._messages import (
     TextDelta,
     ToolCall,
     ToolMessage,
+    ToolSpec,
     Usage,
 )
 from ._retry import RetryPolicy
@@ -53,7 +55,9 @@ class AnthropicModel(HTTPModel):
     Pooling, retries (the same statuses, 529 overloaded among them, and connection errors; ``Retry-After``
     honoured), `aclose`, streaming, `timeout`, `stream_timeout` and the limits on answers work as for
     `bide.OpenAIModel`; a turn cut off at `max_tokens` (stop_reason "max_tokens") with tool calls raises
-    `ModelError`, and a streamed tool call counts only once its block has ended.
+    `ModelError`, and a streamed tool call counts only once its block has ended. A tool_use block without
+    input (absent or null; streamed, no input_json pieces) is not read as {}: the model is told, and the
+    tool does not run, unless it takes no parameters.
     """
 
     provider = "anthropic"
@@ -156,7 +160,7 @@ class AnthropicModel(HTTPModel):
         return self._with_options(body)
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:
-        return _parse(self.name, await self._post(self.body(request)))
+        return _parse(self.name, await self._post(self.body(request)), request.tools)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
         body = self.body(request)
@@ -234,11 +238,13 @@ class AnthropicModel(HTTPModel):
             if block.type == "text":
                 text.extend(block.text)
             elif block.type == "tool_use":
+                tool = str(block.name or "")
+                arguments = block.arguments()
                 calls.append(
                     ToolCall(
                         id=str(block.id or f"toolu_{len(calls)}"),
-                        name=str(block.name or ""),
-                        arguments=block.arguments(),
+                        name=tool,
+                        arguments=absent_arguments(request.tools, tool) if arguments is None else arguments,
                     )
                 )
         yield AssistantMessage(
@@ -272,9 +278,10 @@ class _Block:
         self.stopped = False
         self._model = model
 
-    def arguments(self) -> dict[str, Any] | str:
+    def arguments(self) -> dict[str, Any] | str | None:
         """The call's input: its input_json pieces, else the input its start held (not both); text that
-        is not a JSON object stays text (the tool answers the model that its arguments are not valid)."""
+        is not a JSON object stays text (the tool answers the model that its arguments are not valid).
+        None: no input came (no pieces, and an empty input in the start)."""
         if not self.stopped:
             # Pieces may be missing: the call would run with what came (defaults for the rest).
             raise malformed(
@@ -282,7 +289,8 @@ class _Block:
             )
         raw = "".join(self.json)
         if not raw.strip():
-            return self.input
+            # The start's empty input is the API's placeholder for the pieces, not an input the model sent.
+            return self.input or None
         if self.input:
             raise malformed(
                 self._model,
@@ -323,9 +331,12 @@ def _add_delta(
 
 
 def _input(arguments: dict[str, Any] | str) -> dict[str, Any]:
-    """A tool call's arguments as the API's `input` object (raw text that is not one goes under "raw")."""
+    """A tool call's arguments as the API's `input` object (raw text that is not one goes under "raw";
+    none at all is the empty object)."""
     if isinstance(arguments, dict):
         return arguments
+    if not arguments:
+        return {}
     try:
         decoded = read_json(arguments)
     except ValueError:
@@ -344,7 +355,7 @@ def _usage(raw: Any) -> Usage | None:
     return Usage(input_tokens=max(inp, 0), output_tokens=max(out, 0))
 
 
-def _parse(name: str, data: Any) -> AssistantMessage:
+def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise ModelError(f"model {name!r} returned a response without a content list")
     text: list[str] = []
@@ -360,13 +371,14 @@ def _parse(name: str, data: Any) -> AssistantMessage:
                 raise malformed(name, f"a text block whose text is not a string: {block.get('text')!r:.200}")
             text.append(block["text"])
         elif block.get("type") == "tool_use":
+            tool = str(block.get("name") or "")
             args = block.get("input")
+            if args is None:  # absent or null: not {}, on which the tool would run with its defaults
+                arguments: dict[str, Any] | str = absent_arguments(tools, tool)
+            else:
+                arguments = args if isinstance(args, dict) else json.dumps(args)
             calls.append(
-                ToolCall(
-                    id=str(block.get("id") or f"toolu_{len(calls)}"),
-                    name=str(block.get("name") or ""),
-                    arguments=args if isinstance(args, dict) else json.dumps(args),
-                )
+                ToolCall(id=str(block.get("id") or f"toolu_{len(calls)}"), name=tool, arguments=arguments)
             )
     reason = data.get("stop_reason")
     if reason == "max_tokens" and calls:

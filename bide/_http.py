@@ -18,12 +18,12 @@ import os
 import re
 import time
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
 from ._errors import ConfigError, ModelError
-from ._messages import MAX_TOOL_CALLS
+from ._messages import MAX_TOOL_CALLS, ToolSpec
 from ._retry import RetryPolicy
 from ._telemetry import LOGGER
 
@@ -318,7 +318,8 @@ class HTTPModel:
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             raise self._exhausted(exc) from exc
         try:
-            return read_json(content)
+            # Decoded here, not by json.loads, which would also take UTF-16 or UTF-32 and a second BOM.
+            return read_json(content.removeprefix(_BOM).decode("utf-8"))
         except ValueError as exc:
             raise ModelError(f"model {self.name!r} answered 200 with a body that is not JSON: {exc}") from exc
 
@@ -437,7 +438,7 @@ async def _error_text(response: httpx.Response, name: str) -> str:
     except ModelError:
         # The status says what happened (a 429 is still waited out and retried); only its text is lost.
         return "(a body bide could not decode)"
-    return b"".join(parts)[:2000].decode("utf-8", "replace")
+    return b"".join(parts).removeprefix(_BOM)[:2000].decode("utf-8", "replace")
 
 
 def _too_large(name: str) -> ModelError:
@@ -545,17 +546,27 @@ async def _body(
 
 
 _LINE_END = re.compile(rb"\r\n|\r|\n")
+# The UTF-8 byte-order mark: one opening a body is not part of its text (the SSE standard says so of streams).
+_BOM = b"\xef\xbb\xbf"
 
 
 async def _lines(response: httpx.Response, name: str, clock: StreamClock) -> AsyncGenerator[str, None]:
     """The lines of an event stream (ended by CRLF, LF or CR), decoded as UTF-8 (bytes that are not
-    UTF-8 raise ModelError, as they do in a whole answer). Bytes are counted as they arrive, so a stream
-    past `MAX_RESPONSE_BYTES` is refused even if it never ends a line (httpx's own line reader would hold
-    such a line whole); each wait is within the `clock`'s bounds."""
+    UTF-8 raise ModelError, as they do in a whole answer), a byte-order mark opening the stream dropped.
+    Bytes are counted as they arrive, so a stream past `MAX_RESPONSE_BYTES` is refused even if it never
+    ends a line (httpx's own line reader would hold such a line whole); each wait is within the `clock`'s
+    bounds."""
     line: list[bytes] = []  # the pieces of the line not ended yet
     after_cr = False  # the last chunk ended with CR: a LF opening the next one belongs to it
+    opening: bytes | None = b""  # the stream's first bytes, until they show whether a BOM opens it
     async with contextlib.aclosing(_body(response, name, clock)) as chunks:
         async for chunk in chunks:
+            if opening is not None:
+                # One leading BOM is dropped, even split across chunks; a second one is text.
+                opening += chunk
+                if len(opening) < len(_BOM) and _BOM.startswith(opening):
+                    continue
+                chunk, opening = opening.removeprefix(_BOM), None
             if after_cr and chunk.startswith(b"\n"):
                 chunk = chunk[1:]
             start = 0
@@ -664,6 +675,30 @@ def cut_off(name: str, reason: str, limit: str) -> ModelError:
         f"model {name!r} was cut off at its output token limit (finish reason {reason!r}) in a turn with "
         f"tool calls, whose arguments may be missing or cut short; none was run and nothing was journaled: "
         f"raise {limit}, then run again"
+    )
+
+
+def absent_arguments(tools: Sequence[ToolSpec], tool: str) -> dict[str, Any] | str:
+    """The arguments of a call of `tool` that came without any (absent, null or empty text): {} when the
+    request declares `tool` without parameters; else "", text that is not a JSON object, so the model is
+    told its arguments are invalid and the tool does not run (as {} it would run on its defaults)."""
+    for spec in tools:
+        if spec.name == tool:
+            return {} if _takes_nothing(spec.parameters) else ""
+    return ""
+
+
+def _takes_nothing(schema: Any) -> bool:
+    """Whether an argument schema takes nothing: an object with no properties, none required and no others
+    allowed (pydantic's for a model without fields, which leaves additionalProperties out when it ignores
+    other keys and sets it false when it forbids them)."""
+    return (
+        isinstance(schema, dict)
+        and schema.get("type") == "object"
+        and not schema.get("properties")
+        and not schema.get("required")
+        and schema.get("additionalProperties", False) is False
+        and not any(key in schema for key in ("patternProperties", "anyOf", "oneOf", "allOf", "$ref"))
     )
 
 

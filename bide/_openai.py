@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._errors import ModelError
 from ._http import (
     STREAM_TIMEOUT,
     HTTPModel,
+    absent_arguments,
     cut_off,
     json_event,
     json_index,
@@ -28,6 +29,7 @@ from ._messages import (
     TextDelta,
     ToolCall,
     ToolMessage,
+    ToolSpec,
     Usage,
 )
 from ._retry import RetryPolicy
@@ -55,9 +57,11 @@ class OpenAIModel(HTTPModel):
     and empty pieces do not count), and all the waits of the stream together by `stream_timeout` (600 s by
     default); either raises `ModelError`, and nothing is journaled. An answer past 32 MiB (as sent or as
     decoded) is refused as it arrives; it may come gzip- or deflate-encoded, one layer. An answer of
-    another shape than the API's, with more than 256 tool calls, or cut off at the token limit
-    (``finish_reason`` "length") with tool calls raises `ModelError`. `temperature` and extra body fields
-    are optional. Token `usage` and `finish_reason` are read from the answer.
+    another shape than the API's, with more than one choice or more than 256 tool calls, or cut off at
+    the token limit (``finish_reason`` "length") with tool calls raises `ModelError`. A tool call without
+    arguments (absent, null or empty) is not read as {}: the model is told, and the tool does not run,
+    unless it takes no parameters. `temperature` and extra body fields are optional. Token `usage` and
+    `finish_reason` are read from the answer.
 
     `stream(request)` streams a turn (``stream: true``, usage included): text deltas as they come, then the
     whole turn, tool calls assembled from their pieces.
@@ -148,7 +152,7 @@ class OpenAIModel(HTTPModel):
         return headers
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:
-        return _parse(self.name, await self._post(self.body(request)))
+        return _parse(self.name, await self._post(self.body(request)), request.tools)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
         body = self.body(request)
@@ -216,7 +220,7 @@ class OpenAIModel(HTTPModel):
             ToolCall(
                 id=slot.get("id") or f"call_{i}",
                 name=slot.get("name", ""),
-                arguments=_arguments("".join(slot["args"])),
+                arguments=_arguments("".join(slot["args"]), request.tools, slot.get("name", "")),
             )
             for i, slot in sorted(calls.items())
         ]
@@ -263,11 +267,15 @@ def _usage(raw: Any) -> Usage | None:
     return Usage(input_tokens=max(inp, 0), output_tokens=max(out, 0))
 
 
-def _arguments(text: Any) -> dict[str, Any] | str:
+def _arguments(text: Any, tools: Sequence[ToolSpec], tool: str) -> dict[str, Any] | str:
+    """A call's `arguments` as sent: an object, else the text (the model is told it is not valid);
+    absent, null or empty is not {} but `absent_arguments` (a tool never runs on its defaults for it)."""
+    if text is None or text == "":
+        return absent_arguments(tools, tool)
     if not isinstance(text, str):
         return text if isinstance(text, dict) else str(text)
     try:
-        decoded = read_json(text or "{}")
+        decoded = read_json(text)
     except ValueError:
         return text
     return decoded if isinstance(decoded, dict) else text
@@ -282,12 +290,19 @@ def _call_parts(name: str, raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return raw, fn or {}
 
 
-def _parse(name: str, data: Any) -> AssistantMessage:
+def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
     try:
         choice = data["choices"][0]
         message = choice["message"]
     except (KeyError, IndexError, TypeError) as exc:
         raise ModelError(f"model {name!r} returned a response without choices[0].message: {exc!r}") from exc
+    if len(data["choices"]) > 1:
+        # bide asks for one choice: which of several the run should act on is not bide's to pick.
+        raise ModelError(
+            f"model {name!r} answered with {len(data['choices'])} choices where bide asks for one; nothing "
+            "was journaled: remove `n` (or any option asking for several choices) from extra_body, or use "
+            "a server that honours one choice, then run again"
+        )
     if not isinstance(message, dict):
         raise ModelError(f"model {name!r} returned a choices[0].message that is not an object")
     raw_calls = message.get("tool_calls") or []
@@ -301,11 +316,12 @@ def _parse(name: str, data: Any) -> AssistantMessage:
     calls: list[ToolCall] = []
     for i, one in enumerate(raw_calls):
         raw, fn = _call_parts(name, one)
+        tool = str(fn.get("name") or "")
         calls.append(
             ToolCall(
                 id=str(raw.get("id") or f"call_{i}"),
-                name=str(fn.get("name") or ""),
-                arguments=_arguments(fn.get("arguments") or "{}"),
+                name=tool,
+                arguments=_arguments(fn.get("arguments"), tools, tool),
             )
         )
     content = message.get("content")

@@ -1,12 +1,15 @@
-"""A loopback HTTP server for the hostile-model tests: it reads each request and hands the connection to a
-function that answers it however badly the test wants (the `raw_server` fixture in conftest.py)."""
+"""What the hostile-model tests share: a loopback HTTP server that reads each request and hands the
+connection to a function that answers it however badly the test wants (the `raw_server` fixture in
+conftest.py), and `one_turn`, a model asked once, whole or streamed."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+
+import bide
 
 
 class RawServer:
@@ -51,3 +54,23 @@ class RawServer:
 
 StartServer = Callable[[Callable[[socket.socket], None]], RawServer]
 """The `raw_server` fixture: start a `RawServer` answering with a function; closed after the test."""
+
+
+def hi(tools: Sequence[bide.ToolSpec] = ()) -> bide.ModelRequest:
+    """A first turn that says "hi" and offers `tools`."""
+    messages: list[bide.Message] = [bide.UserMessage(content="hi")]
+    return bide.ModelRequest(run_id="r", turn=0, messages=messages, tools=tuple(tools))
+
+
+async def one_turn(
+    model: bide.Model, stream: bool, request: bide.ModelRequest | None = None
+) -> bide.AssistantMessage:
+    """`model`'s turn for `request` (by default `hi()`): its whole answer, or the turn ending its stream."""
+    request = request or hi()
+    if not stream:
+        return await model.complete(request)
+    last: object = None
+    async for piece in model.stream(request):  # type: ignore[attr-defined]
+        last = piece
+    assert isinstance(last, bide.AssistantMessage)
+    return last

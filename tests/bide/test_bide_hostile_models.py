@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from raw_http import StartServer
+from raw_http import StartServer, one_turn
 
 import bide
 from bide.testing import LoopbackServer, Received, Reply, anthropic_message, openai_completion
@@ -137,20 +137,6 @@ def _models(url: str) -> dict[str, bide.Model]:
     }
 
 
-def _request() -> bide.ModelRequest:
-    return bide.ModelRequest(messages=[bide.UserMessage(content="hi")], tools=[], run_id="r", turn=0)
-
-
-async def _turn(model: bide.Model, stream: bool) -> bide.AssistantMessage:
-    if not stream:
-        return await model.complete(_request())
-    last: object = None
-    async for piece in model.stream(_request()):  # type: ignore[attr-defined]
-        last = piece
-    assert isinstance(last, bide.AssistantMessage)
-    return last
-
-
 def _reset(server: LoopbackServer) -> None:
     with server._lock:
         server.requests.clear()
@@ -160,7 +146,7 @@ def _a_turn_or_a_model_error(server: LoopbackServer, kind: str, *, stream: bool)
     """Ask the `kind` model once, as the server now answers: a turn comes back, or ModelError is raised."""
     _reset(server)
     try:
-        turn = asyncio.run(_turn(_models(server.url)[kind], stream=stream))
+        turn = asyncio.run(one_turn(_models(server.url)[kind], stream=stream))
     except bide.ModelError:
         return
     assert isinstance(turn, bide.AssistantMessage)
@@ -297,7 +283,7 @@ def test_an_answer_past_the_size_limit_is_refused_as_it_arrives(
     tracemalloc.start()
     try:
         with pytest.raises(bide.ModelError, match="larger than 32 MiB"):
-            asyncio.run(_turn(model, stream))
+            asyncio.run(one_turn(model, stream))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -334,7 +320,7 @@ def test_a_server_that_trickles_bytes_is_cut_off_at_the_timeout(
     )
     started = time.monotonic()
     with pytest.raises(bide.ModelError, match="failed after 2 attempts: RequestTimeout"):
-        asyncio.run(_turn(model, stream))
+        asyncio.run(one_turn(model, stream))
     took = time.monotonic() - started
     assert took < 4, took  # two tries of 0.5 s; the trickle alone lasts 8 s or more
 
@@ -396,7 +382,7 @@ def test_json_nested_too_deeply_is_a_model_error(
     server = raw_server(_answering(400 if where == "error body" else 200, body, stream))
     model = _models(server.url.removesuffix("/v1"))[kind]
     with pytest.raises(bide.ModelError):
-        asyncio.run(_turn(model, stream))
+        asyncio.run(one_turn(model, stream))
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
@@ -407,7 +393,7 @@ def test_tool_arguments_nested_too_deeply_are_kept_as_text(
     object (the tool then answers the model that they are not valid)."""
     stream = kind == "anthropic"
     server = raw_server(_answering(200, _deep_tool_call(kind), stream))
-    turn = asyncio.run(_turn(_models(server.url)[kind], stream))
+    turn = asyncio.run(one_turn(_models(server.url)[kind], stream))
     [call] = turn.tool_calls
     assert call.name == "pay" and call.arguments == _DEEP
 
@@ -425,7 +411,7 @@ def test_an_openai_content_that_is_not_text_is_a_model_error_and_ends_no_run(
         served.first = reply
         _reset(server)
         with pytest.raises(bide.ModelError, match="content"):
-            asyncio.run(_turn(_models(server.url)["openai"], stream=stream))
+            asyncio.run(one_turn(_models(server.url)["openai"], stream=stream))
     served.first, served.then = whole, openai_completion("done")
     _reset(server)
     store = bide.open_store("memory://")
@@ -448,4 +434,4 @@ def test_an_anthropic_text_that_is_not_text_is_a_model_error(
         served.first = reply
         _reset(server)
         with pytest.raises(bide.ModelError, match="text"):
-            asyncio.run(_turn(_models(server.url)["anthropic"], stream=stream))
+            asyncio.run(one_turn(_models(server.url)["anthropic"], stream=stream))

@@ -1,8 +1,10 @@
 """Model servers that misbehave, part two: compressed bodies that inflate past any limit, turns cut off at
 the token limit, pieces of two tool calls spliced into one, streams that never end or end empty, bytes
-that are not UTF-8, turns with millions of tool calls, keys named twice. Each is a `bide.ModelError` with
-nothing of the turn journaled (or, for arguments, an error the model sees), never a side-effect tool
-fired on the strength of it, in bounded memory and time; and the run resumes on a model that behaves."""
+that are not UTF-8, turns with millions of tool calls, keys named twice, tool calls without arguments,
+answers with several choices. Each is a `bide.ModelError` with nothing of the turn journaled (or, for
+arguments, an error the model sees), never a side-effect tool fired on the strength of it, in bounded
+memory and time; and the run resumes on a model that behaves. A byte-order mark opening an answer is
+not part of it."""
 
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from raw_http import StartServer
+from raw_http import StartServer, hi, one_turn
 
 import bide
 from bide.testing import Call as ScriptedCall
@@ -92,23 +94,11 @@ def _model(kind: str, url: str, **options: Any) -> bide.OpenAIModel | bide.Anthr
     return bide.AnthropicModel("m", api_key="k", base_url=url, **options)
 
 
-def _request() -> bide.ModelRequest:
-    return bide.ModelRequest(run_id="r", turn=0, messages=[bide.UserMessage(content="hi")], tools=())
-
-
-async def _turn_async(model: bide.Model, stream: bool) -> bide.AssistantMessage:
-    if not stream:
-        return await model.complete(_request())
-    last: object = None
-    async for piece in model.stream(_request()):  # type: ignore[attr-defined]
-        last = piece
-    assert isinstance(last, bide.AssistantMessage)
-    return last
-
-
-def _turn(model: bide.Model, stream: bool, *, within: float = 30) -> bide.AssistantMessage:
+def _turn(
+    model: bide.Model, stream: bool, *, within: float = 30, request: bide.ModelRequest | None = None
+) -> bide.AssistantMessage:
     """One turn of `model`; a call that outlasts `within` seconds fails the test (instead of hanging)."""
-    return asyncio.run(asyncio.wait_for(_turn_async(model, stream), within))
+    return asyncio.run(asyncio.wait_for(one_turn(model, stream, request), within))
 
 
 def _sse(*payloads: Any) -> bytes:
@@ -147,8 +137,8 @@ def _an_events(blocks: list[tuple[str, str]], stop: str = "tool_use", start: boo
     return Reply(events=events)
 
 
-def _tool_start(index: int, cid: str = "t1", given: Any = None) -> tuple[str, str]:
-    block = {"type": "tool_use", "id": cid, "name": "fire", "input": {} if given is None else given}
+def _tool_start(index: int, cid: str = "t1", given: Any = None, name: str = "fire") -> tuple[str, str]:
+    block = {"type": "tool_use", "id": cid, "name": name, "input": {} if given is None else given}
     return _ev("content_block_start", index=index, content_block=block)
 
 
@@ -599,7 +589,7 @@ def test_the_time_a_caller_takes_between_pieces_is_not_the_servers(
     model = _model("openai", server.url, timeout=0.3, stream_timeout=1)
 
     async def slow_reader() -> bide.AssistantMessage:
-        async for piece in model.stream(_request()):
+        async for piece in model.stream(hi()):
             if isinstance(piece, bide.AssistantMessage):
                 return piece
             await asyncio.sleep(0.4)
@@ -832,3 +822,262 @@ def test_an_answer_that_names_a_key_twice_is_a_model_error(
         model = _model("anthropic", raw_server(_answer(body)).url)
     with pytest.raises(bide.ModelError, match=r"key '(n|choices)' twice"):
         _turn(model, stream)
+
+
+# -- tool calls without arguments ----------------------------------------------------------------------------
+
+
+def _without_arguments(kind: str, stream: bool, how: str, tool: str) -> Reply:
+    """A turn with one call of `tool` whose arguments are absent, null or empty (`how`), as `kind` sends
+    it whole or streamed."""
+    if kind == "openai":
+        function: dict[str, Any] = {"name": tool}
+        if how != "absent":
+            function["arguments"] = None if how == "null" else ""
+        if not stream:
+            call = {"id": "c1", "type": "function", "function": function}
+            message = {"role": "assistant", "content": None, "tool_calls": [call]}
+            return Reply(body={"choices": [{"index": 0, "message": message, "finish_reason": "tool_calls"}]})
+        pieces = [{"index": 0, "id": "c1", "type": "function", "function": function}]
+        pieces.append({"index": 0, "function": {k: v for k, v in function.items() if k != "name"}})
+        events = [_sse_event(_oa_chunk({"tool_calls": [piece]})) for piece in pieces]
+        return Reply(events=[*events, _sse_event(_oa_chunk({}, "tool_calls")), ("", "[DONE]")])
+    if not stream:
+        block: dict[str, Any] = {"type": "tool_use", "id": "t1", "name": tool}
+        if how == "null":
+            block["input"] = None
+        return Reply(body={"content": [block], "stop_reason": "tool_use"})
+    if how == "absent":  # a start without an input, and no pieces
+        start = _ev(
+            "content_block_start", index=0, content_block={"type": "tool_use", "id": "t1", "name": tool}
+        )
+        return _an_events([start, _block_stop(0)])
+    pieces_of_input = [_json_delta(0, "")] if how == "empty" else []  # else the start's placeholder {} only
+    return _an_events([_tool_start(0, name=tool), *pieces_of_input, _block_stop(0)])
+
+
+_NO_ARGUMENTS = [
+    ("openai", False, "absent"),
+    ("openai", False, "null"),
+    ("openai", False, "empty"),
+    ("openai", True, "absent"),
+    ("openai", True, "null"),
+    ("openai", True, "empty"),
+    ("anthropic", False, "absent"),
+    ("anthropic", False, "null"),
+    ("anthropic", True, "absent"),
+    ("anthropic", True, "placeholder"),
+    ("anthropic", True, "empty"),
+]
+
+
+def _pinged() -> tuple[bide.Tool, list[str]]:
+    """A side-effect tool that takes no arguments, and the list of its calls."""
+    pings: list[str] = []
+
+    @bide.tool
+    def ping() -> str:
+        """Ping the service."""
+        pings.append("ping")
+        return "pong"
+
+    return ping, pings
+
+
+@pytest.mark.parametrize(("kind", "stream", "how"), _NO_ARGUMENTS)
+def test_a_call_without_arguments_does_not_run_a_tool_on_its_defaults(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, stream: bool, how: str
+) -> None:
+    """The missing arguments became {} and fire ran with n=1, a value the model never sent. As arguments
+    that are not a JSON object, they go back to the model as invalid and the tool does not run."""
+    hostile = _without_arguments(kind, stream, how, "fire")
+    server = serve(lambda request: hostile if request.n == 1 else _good(kind, request))
+    fired, (ping, pings) = _Fired(), _pinged()
+    agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool, ping])
+    assert _drive(agent, "run", stream).answer == "done"  # the model was told, then answered
+    assert fired.calls == [] and pings == []
+    [told] = [r for r in server.requests if _tool_results_sent(r)]
+    assert "arguments must be a JSON object, got ''" in json.dumps(told.body)
+
+
+@pytest.mark.parametrize(("kind", "stream", "how"), _NO_ARGUMENTS)
+def test_a_call_without_arguments_runs_a_tool_that_takes_none(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, stream: bool, how: str
+) -> None:
+    """A tool without parameters has no defaults to fall back on: a call of it needs no arguments."""
+    hostile = _without_arguments(kind, stream, how, "ping")
+    server = serve(lambda request: hostile if request.n == 1 else _good(kind, request))
+    fired, (ping, pings) = _Fired(), _pinged()
+    agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool, ping])
+    assert _drive(agent, "run", stream).answer == "done"
+    assert pings == ["ping"] and fired.calls == []
+    [sent] = [r for r in server.requests if _tool_results_sent(r)]
+    assert "pong" in json.dumps(sent.body) and "arguments must be" not in json.dumps(sent.body)
+
+
+_PING_SCHEMA = {"type": "object", "properties": {}, "additionalProperties": False}
+
+
+def _offer(name: str, parameters: dict[str, Any]) -> bide.ToolSpec:
+    return bide.ToolSpec(name=name, description="", parameters=parameters)
+
+
+@pytest.mark.parametrize(
+    ("offered", "arguments"),
+    [
+        ([_offer("ping", _PING_SCHEMA)], {}),
+        ([_offer("ping", {"type": "object", "properties": {}})], {}),  # extra keys ignored
+        ([], ""),
+        ([_offer("pong", _PING_SCHEMA)], ""),
+        ([_offer("ping", {"type": "object", "properties": {"n": {"type": "integer"}}})], ""),
+        ([_offer("ping", {**_PING_SCHEMA, "additionalProperties": True})], ""),
+        ([_offer("ping", {"anyOf": [_PING_SCHEMA, {"type": "object"}]})], ""),
+    ],
+    ids=["no-parameters", "no-properties", "not-offered", "another-tool", "a-parameter", "any-key", "anyOf"],
+)
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_call_without_arguments_is_empty_only_for_a_tool_offered_without_parameters(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+    kind: str,
+    stream: bool,
+    offered: list[bide.ToolSpec],
+    arguments: Any,
+) -> None:
+    """Read from the schema the request offered the model: a tool it may call only with {} gets {}; for
+    any other (not offered, or that takes something), the arguments are the absent text ""."""
+    server = serve(lambda request: _without_arguments(kind, stream, "absent", "ping"))
+    [call] = _turn(_model(kind, server.url), stream, request=hi(offered)).tool_calls
+    assert call.arguments == arguments
+
+
+@pytest.mark.parametrize(
+    ("kind", "stream", "hostile"),
+    [
+        ("openai", False, openai_completion(calls=[("c1", "fire", {})])),
+        ("openai", True, openai_stream(calls=[("c1", "fire", {})])),
+        ("anthropic", False, anthropic_message(calls=[("t1", "fire", {})])),
+        ("anthropic", True, anthropic_stream(calls=[("t1", "fire", {})])),
+    ],
+    ids=["openai", "openai-stream", "anthropic", "anthropic-stream"],
+)
+def test_an_empty_object_the_model_sent_is_its_arguments(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, stream: bool, hostile: Reply
+) -> None:
+    """`{}` sent as the arguments is the model's choice of every default: the tool runs, with n=1."""
+    server = serve(lambda request: hostile if request.n == 1 else _good(kind, request))
+    fired = _Fired()
+    agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool])
+    assert _drive(agent, "run", stream).answer == "done"
+    assert fired.calls == [1]
+
+
+# -- several choices -----------------------------------------------------------------------------------------
+
+
+def test_a_whole_answer_with_several_choices_is_a_model_error(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+) -> None:
+    """bide asks for one choice; choice 0 of two was run and choice 1 dropped, which the run had no
+    ground to prefer. (A stream with a piece of a second choice was refused already.)"""
+    choices = [
+        {
+            "index": i,
+            "message": {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {"id": f"c{i}", "function": {"name": "fire", "arguments": json.dumps({"n": n})}}
+                ],
+            },
+            "finish_reason": "tool_calls",
+        }
+        for i, n in enumerate((5, 6))
+    ]
+    hostile = Reply(body={"choices": choices})
+    _refused_then_resumed(serve, "openai", False, hostile, "2 choices where bide asks for one.*remove `n`")
+
+
+# -- byte-order marks ----------------------------------------------------------------------------------------
+
+_BOM = "\ufeff".encode()
+
+
+def _opening_with(head: bytes, body: bytes, stream: bool, split: bool) -> Callable[[socket.socket], None]:
+    """An answer of `head` + `body` (unsized), the bytes of `head` sent one at a time when `split`."""
+
+    def answer(conn: socket.socket) -> None:
+        kind = "text/event-stream" if stream else "application/json"
+        conn.sendall(f"HTTP/1.1 200 OK\r\ncontent-type: {kind}\r\nconnection: close\r\n\r\n".encode())
+        for piece in [bytes([b]) for b in head] if split else [head]:
+            conn.sendall(piece)
+            time.sleep(0.05 if split else 0)
+        conn.sendall(body)
+
+    return answer
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("split", [False, True], ids=["whole", "split"])
+def test_a_byte_order_mark_opening_a_stream_is_dropped(
+    raw_server: StartServer, kind: str, split: bool
+) -> None:
+    """The SSE standard ignores one BOM opening a stream: it was read as part of the first field's name,
+    so the first event was dropped (OpenAI's first text, Anthropic's message_start and the turn)."""
+    if kind == "openai":
+        body = _sse(
+            _oa_chunk({"content": "Sunny "}), _oa_chunk({"content": "in Paris."}), _oa_chunk({}, "stop")
+        )
+        body += _sse(b"[DONE]")
+    else:
+        text = {"type": "text", "text": ""}
+        body = _sse(
+            {"type": "message_start", "message": {"usage": {"input_tokens": 1, "output_tokens": 1}}},
+            {"type": "content_block_start", "index": 0, "content_block": text},
+            {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "Sunny in Paris."},
+            },
+            {"type": "content_block_stop", "index": 0},
+            {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 4}},
+            {"type": "message_stop"},
+        )
+    server = raw_server(_opening_with(_BOM, body, True, split))
+    turn = _turn(_model(kind, server.url), True)
+    assert turn.content == "Sunny in Paris."
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_byte_order_mark_opening_a_whole_answer_is_dropped(raw_server: StartServer, kind: str) -> None:
+    """Read before too (json.loads of bytes drops one); now bide drops it itself, as in a stream."""
+    reply = openai_completion("Sunny in Paris.") if kind == "openai" else anthropic_message("Sunny in Paris.")
+    server = raw_server(_opening_with(_BOM, json.dumps(reply.body).encode(), False, False))
+    assert _turn(_model(kind, server.url), False).content == "Sunny in Paris."
+
+
+def test_a_byte_order_mark_opening_an_error_body_is_dropped(raw_server: StartServer) -> None:
+    """The server's message was lost: the body with its BOM did not read as JSON, so the whole text was
+    shown instead of the message."""
+    body = _BOM + json.dumps({"error": {"message": "no such model"}}).encode()
+    server = raw_server(_answer(body, status=404))
+    with pytest.raises(bide.ModelError, match="answered 404: no such model; this is not retried"):
+        _turn(_model("openai", server.url), False)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        _BOM + _BOM + json.dumps(openai_completion("Sunny.").body).encode(),
+        json.dumps(openai_completion("Sunny.").body).encode("utf-16"),
+    ],
+    ids=["two-boms", "utf-16"],
+)
+def test_a_whole_answer_is_utf8_with_at_most_one_byte_order_mark(
+    raw_server: StartServer, body: bytes
+) -> None:
+    """Exactly one BOM is dropped, and the body is read as UTF-8: json.loads of the bytes took any UTF-16
+    or UTF-32 body too, while a stream must be UTF-8."""
+    server = raw_server(_answer(body))
+    with pytest.raises(bide.ModelError, match="not JSON"):
+        _turn(_model("openai", server.url), False)
