@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import stat
 import tempfile
 from collections.abc import Iterable
@@ -120,8 +121,20 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool =
 def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
     """A fresh temporary file beside `path` holding all of `data`, fsynced, with `mode`: created exclusively
     under an unpredictable name, so a symlink planted there is never followed. The caller renames it into
-    place (then `sync_directory`) or removes it; if writing fails, nothing is left."""
+    place (then `sync_directory`) or removes it; if writing fails, nothing is left.
+
+    On Linux the bytes are written to an unnamed file (O_TMPFILE) that gets its name only once it is
+    whole: a process killed while writing (SIGKILL, or a SIGTERM it does not handle: what `timeout`,
+    systemd and `docker stop` send) leaves nothing behind, not a partial hidden file per try."""
     directory = path.parent if str(path.parent) else Path(".")
+    unnamed = _written_unnamed(directory, data, mode)
+    if unnamed is not None:
+        try:
+            return _named(unnamed, directory, path.name)
+        except OSError:
+            pass  # no /proc to name it through: written again the portable way below
+        finally:
+            os.close(unnamed)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as out:
@@ -134,6 +147,43 @@ def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
             os.unlink(tmp)
         raise
     return Path(tmp)
+
+
+def _written_unnamed(directory: Path, data: bytes, mode: int) -> int | None:
+    """An open descriptor of an unnamed file in `directory` holding all of `data`, fsynced, with `mode`;
+    None where the system or the filesystem has no unnamed files (then nothing was written)."""
+    flag = getattr(os, "O_TMPFILE", 0)
+    if not flag:
+        return None
+    try:
+        fd = os.open(directory, flag | os.O_WRONLY, 0o600)
+    except OSError as exc:
+        if exc.errno in (errno.EOPNOTSUPP, errno.EISDIR, errno.EINVAL, errno.ENOTSUP):
+            return None
+        raise
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fchmod(fd, mode)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)  # an unnamed file goes with its last descriptor
+        raise
+    return fd
+
+
+def _named(fd: int, directory: Path, name: str) -> Path:
+    """Give the unnamed file `fd` a fresh unpredictable name beside `name` in `directory` (a link never
+    follows a symlink planted at its target: it fails, and another name is drawn)."""
+    for _ in range(100):
+        tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"
+        try:
+            os.link(f"/proc/self/fd/{fd}", tmp, follow_symlinks=True)
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(errno.EEXIST, f"no free temporary name beside {name} in {directory}")
 
 
 class SecondNotPlaced(OSError):
