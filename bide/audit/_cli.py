@@ -259,12 +259,15 @@ class _RecordingPublisher:
 
 
 def _cmd_export(args: argparse.Namespace) -> Verified:
+    from .._errors import ConfigError
     from .._open import open_store
     from .._url import parse_store_url
     from ._keys import load_signing_key
     from ._log import AuditLog
     from ._verify import Verified
 
+    if args.consistency_to is not None and args.consistency_from is None:
+        raise ConfigError("--consistency-to needs --consistency-from SIZE (the size of the older head)")
     where = parse_store_url(args.store)
     # Checked before the key is read, the store opened or a head published: a refused -o changes nothing.
     # The key's .pub is guarded too: it is what verifiers pin.
@@ -279,7 +282,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             raise UnreadableInput(f"the store {args.store} has no run {args.run!r}")
         artifact: Any
         if args.consistency_from is not None:
-            artifact = log.consistency(args.run, args.consistency_from)
+            artifact = log.consistency(args.run, args.consistency_from, args.consistency_to)
             what = f"a consistency proof {artifact.old_size} -> {artifact.new_size} for run {args.run!r}"
         elif args.head:
             artifact = log.sign_head(args.run)
@@ -404,6 +407,13 @@ def _parser() -> Parser:
     kind.add_argument("--head", action="store_true", help="only a signed tree head")
     kind.add_argument(
         "--consistency-from", type=int, metavar="SIZE", help="a consistency proof from SIZE records to now"
+    )
+    s.add_argument(
+        "--consistency-to",
+        type=int,
+        metavar="SIZE",
+        help="with --consistency-from: prove up to SIZE records (the size of the newer head you hold), "
+        "not to now, so records appended since do not matter",
     )
     s.set_defaults(fn=_cmd_export)
 

@@ -196,3 +196,44 @@ def test_a_missing_input_file_is_exit_4_naming_the_path(tmp_path: Path) -> None:
         assert done.returncode == 4, (args, done.stdout, done.stderr)
         assert path in done.stdout + done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_consistency_proof_to_the_size_of_a_head_held_verifies_after_the_run_grew(tmp_path: Path) -> None:
+    """The documented workflow (a head now, then a proof from an older head) failed as forged (exit 1:
+    "the proof is for sizes 5 -> 7, the heads are 5 -> 6") when a record was appended between the two
+    exports: the proof ran to the journal's size at its own export. `--consistency-to` names the newer
+    head's size."""
+    url = _store_and_key(tmp_path, "run-1", 3)
+    base = ["--store", url, "--run", "run-1", "--key", "log.key"]
+    assert _audit("export", *base, "--head", "-o", "old.json", cwd=tmp_path).returncode == 0
+    old = json.loads((tmp_path / "old.json").read_text())["size"]
+
+    def append(key: str) -> None:
+        store = bide.open_store(url)
+        try:
+            bide.Journal(store, "run-1").load().write([bide.GateRecord(key=key, data="x")])
+        finally:
+            store.close()
+
+    append("approval:later")
+    assert _audit("export", *base, "--head", "-o", "new.json", cwd=tmp_path).returncode == 0
+    new = json.loads((tmp_path / "new.json").read_text())["size"]
+    append("approval:later-still")  # the run goes on between the two exports
+    late, held, alone, beyond = _audit_all(
+        ("export", *base, "--consistency-from", str(old), "-o", "late.json"),
+        ("export", *base, "--consistency-from", str(old), "--consistency-to", str(new), "-o", "held.json"),
+        ("export", *base, "--consistency-to", str(new), "-o", "x.json"),
+        ("export", *base, "--consistency-from", str(old), "--consistency-to", str(new + 5), "-o", "x.json"),
+        cwd=tmp_path,
+    )
+    assert late.returncode == held.returncode == 0, late.stderr + held.stderr
+    assert alone.returncode == 2 and "--consistency-to needs --consistency-from" in alone.stderr
+    assert beyond.returncode == 2 and f"cannot prove {old} -> {new + 5}" in beyond.stderr
+    assert not (tmp_path / "x.json").exists()
+    stale, fits = _audit_all(
+        ("verify-consistency", "old.json", "new.json", "late.json", "--pubkey", "log.key.pub"),
+        ("verify-consistency", "old.json", "new.json", "held.json", "--pubkey", "log.key.pub"),
+        cwd=tmp_path,
+    )
+    assert stale.returncode == 1  # to now: one record past the newer head
+    assert fits.returncode == 0 and "extends, unchanged" in fits.stdout, fits.stderr
