@@ -170,7 +170,7 @@ def test_publishing_without_hard_links_still_never_overwrites(
     """A mount that refuses hard links (EPERM): the head is created exclusively in place instead."""
     import errno
 
-    def no_links(src: object, dst: object) -> None:
+    def no_links(src: object, dst: object, **_: object) -> None:
         raise PermissionError(errno.EPERM, "hard links not supported here")
 
     monkeypatch.setattr(os, "link", no_links)
