@@ -568,6 +568,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 "approved_by": list(p.approved_by),
                 "denied_by": list(p.denied_by),
                 "waiting_for": list(p.waiting_for),
+                "notes": list(p.notes),
             }
     if args.json:
         print_json(waiting)
@@ -587,6 +588,9 @@ def _cmd_pending(args: argparse.Namespace) -> int:
             for w in waiting
         ],
     )
+    for w in waiting:
+        for note in (w["approval"] or {}).get("notes", ()):
+            print(printable(f"Note on {w['run_id']} {w['call_id']}: {note}."))
     if any(w["gate"] == "approval" for w in waiting):
         print(
             "Approve or deny a call at an approval gate with `bide approve|deny RUN CALL --key FILE`, then "

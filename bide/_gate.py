@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from ._canonical import canonical_json
 from ._errors import ConfigError
-from ._records import RESERVED_GATE_PREFIX, GateRecord
+from ._records import HEADER_KEY, RESERVED_GATE_PREFIX, GateRecord
 
 if TYPE_CHECKING:
     from ._journal import Journal
@@ -66,6 +66,12 @@ class GateJournal:
     @property
     def run_id(self) -> str:
         return self._journal.run_id
+
+    def header_bytes(self) -> bytes | None:
+        """The stored bytes of the run's header record (its random salt names this journal and no other),
+        or None before the run has one."""
+        entry = self._journal.entry(HEADER_KEY)
+        return None if entry is None else entry.data
 
     def keys(self, prefix: str = RESERVED_GATE_PREFIX) -> list[str]:
         """Keys of the loaded journal starting with `prefix`, in journal order."""

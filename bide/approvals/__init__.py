@@ -1,13 +1,16 @@
 """bide.approvals: tools that wait for k of n signed human decisions.
 
 - `ApprovalGate(policy)` (or `ApprovalGate.k_of_n(k, {name: public key})`, `ApprovalGate.single(name, key)`):
-  give it to a tool (`@bide.tool(gate=...)`); the run pauses (`awaiting_approval`) until decided.
+  give it to a tool (`@bide.tool(gate=...)`); the run pauses (`awaiting_approval`) until decided. It acts
+  on a journaled tally only once its own recount of the signed decisions agrees (`ApprovalRecordsInvalid`
+  otherwise: nothing runs).
 - `ApprovalPolicy`, `Approver`: the fixed, named seats; one key per seat.
 - `submit_decision(store, run_id, call_id, key, approve=...)`, `pending_approvals(store)`: the approver's side
   (also the `bide approve`, `bide deny` and `bide pending` commands); refusals raise `ApprovalRefused`
   (`NoWaitingCall` when there is no such waiting call).
 - `count`: the counting rule, shared by the gate and the offline recount `verify_approvals`
-  (`bide-audit verify-approvals`), which also binds the call that ran to the approval.
+  (`bide-audit verify-approvals`), which also binds the call that ran to the approval; `decision_bytes`
+  and `journal_digest_of`: what an approver signs, bound to one journal by the digest of its header.
 - `ApprovalTrust`: the policy an auditor pins (digest, approvers, k); a gate under another raises
   `UntrustedPolicy`.
 
@@ -26,8 +29,8 @@ import typing as _typing
 from .._lazy import LazyExports as _LazyExports
 
 if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
-    from ._gate import ApprovalGate
-    from ._policy import ApprovalPolicy, Approver, decision_bytes
+    from ._gate import ApprovalGate, ApprovalRecordsInvalid
+    from ._policy import ApprovalPolicy, Approver, decision_bytes, journal_digest_of
     from ._submit import ApprovalRefused, NoWaitingCall, PendingApproval, pending_approvals, submit_decision
     from ._tally import Count, count
     from ._trust import ApprovalTrust, UntrustedPolicy
@@ -36,6 +39,7 @@ if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run
 __all__ = [
     "ApprovalGate",
     "ApprovalPolicy",
+    "ApprovalRecordsInvalid",
     "ApprovalRefused",
     "ApprovalTrust",
     "Approver",
@@ -45,6 +49,7 @@ __all__ = [
     "UntrustedPolicy",
     "count",
     "decision_bytes",
+    "journal_digest_of",
     "pending_approvals",
     "submit_decision",
     "verify_approvals",
@@ -53,8 +58,8 @@ __all__ = [
 # Where each public name is defined, submodule -> names (a test checks this against the imports above).
 # fmt: off
 _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
-    "_gate": ("ApprovalGate",),
-    "_policy": ("ApprovalPolicy", "Approver", "decision_bytes"),
+    "_gate": ("ApprovalGate", "ApprovalRecordsInvalid"),
+    "_policy": ("ApprovalPolicy", "Approver", "decision_bytes", "journal_digest_of"),
     "_submit": (
         "ApprovalRefused", "NoWaitingCall", "PendingApproval", "pending_approvals", "submit_decision",
     ),

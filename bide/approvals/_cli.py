@@ -87,6 +87,8 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
             f"{', '.join(p.approved_by) or 'nobody'}, denied by {', '.join(p.denied_by) or 'nobody'}; "
             f"waiting for {', '.join(p.waiting_for) or 'nobody'}."
         )
+        for note in p.notes:
+            _say(f"Note: {note}.")
     print("Run the agent again (same run id and input) so its gate counts the decisions and the run goes on.")
     return 0
 

@@ -6,14 +6,21 @@ u64 is unsigned 64-bit big-endian, field(x) = u64(len(x)) || x, text is UTF-8:
                                || for each approver, sorted by the UTF-8 bytes of its name:
                                   field(name) || field(raw 32-byte public key))
     policy_digest    = SHA-256("bide.approval.policy.v1\\x00" || u64(need) || approvers_digest)
-    decision bytes   = "bide.approval.decision.v1\\x00" || field(run_id) || field(call_id) || field(tool)
-                       || arguments_digest (32 bytes) || field(approver) || (0x01 approve | 0x00 deny)
-                       || u64(need) || approvers_digest (32 bytes)
+    journal_digest   = SHA-256(the stored bytes of the run's "@journal" header record)
+    decision bytes   = "bide.approval.decision.v2\\x00" || journal_digest (32 bytes) || field(run_id)
+                       || field(call_id) || field(tool) || arguments_digest (32 bytes) || field(approver)
+                       || (0x01 approve | 0x00 deny) || u64(need) || approvers_digest (32 bytes)
+
+The header carries a random salt, so the journal digest names one journal: a decision signed for run R in
+one store does not verify in another store's run R. Decisions signed as "bide.approval.decision.v1"
+(before the journal digest was signed) verify nowhere.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
+import re
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -24,11 +31,19 @@ from ..audit._errors import UnreadableInput
 from ..audit._formats import field, u64
 from ..audit._keys import PublicKey, load_public_key
 
-__all__ = ["ApprovalPolicy", "Approver", "decision_bytes"]
+__all__ = ["ApprovalPolicy", "Approver", "decision_bytes", "journal_digest_of"]
 
 APPROVERS_TAG = b"bide.approval.approvers.v1\x00"
 POLICY_TAG = b"bide.approval.policy.v1\x00"
-DECISION_TAG = b"bide.approval.decision.v1\x00"
+DECISION_TAG = b"bide.approval.decision.v2\x00"
+# A key id is "ed25519:" and 64 hex characters of SHA-256(key), as bide-audit prints it; a public key given
+# as text is 64 hex characters too, so a key id pasted without its prefix reads as a (usually weak) key.
+_KEY_ID = re.compile(r"(ed25519:)?[0-9a-fA-F]{64}")
+KEY_ID_HINT = (
+    "a key id (ed25519:<64 hex>, as bide-audit prints it: a hash of the key, which cannot be turned back "
+    "into it) may have been given where a public key is needed: give the approver's public key file (the "
+    ".pub written beside their key by `bide keygen` or `bide-audit keygen`) or its 64 hex characters"
+)
 
 
 @dataclass(frozen=True)
@@ -95,7 +110,7 @@ class ApprovalPolicy:
             elif isinstance(key, bytes):
                 pk = PublicKey.from_raw(key)
             else:
-                pk = load_public_key(key)
+                pk = load_approver_key(name, key)
             seats.append(Approver(name, pk))
         return cls(need, tuple(seats))
 
@@ -185,12 +200,16 @@ def decision_bytes(
     approve: bool,
     need: int,
     approvers_digest: bytes,
+    *,
+    journal_digest: bytes,
 ) -> bytes:
-    """The exact bytes an approver signs for one decision (see the module docstring)."""
-    if len(arguments_digest) != 32 or len(approvers_digest) != 32:
+    """The exact bytes an approver signs for one decision in the journal whose header hashes to
+    `journal_digest` (`journal_digest_of`; see the module docstring)."""
+    if len(arguments_digest) != 32 or len(approvers_digest) != 32 or len(journal_digest) != 32:
         raise ValueError("digests are 32 bytes")
     return (
         DECISION_TAG
+        + journal_digest
         + field(run_id.encode())
         + field(call_id.encode())
         + field(tool.encode())
@@ -200,6 +219,22 @@ def decision_bytes(
         + u64(need)
         + approvers_digest
     )
+
+
+def journal_digest_of(header: bytes) -> bytes:
+    """SHA-256 of the stored bytes of a run's ``@journal`` header record: what binds a decision to one
+    journal (the header's random salt tells two journals of the same run id apart)."""
+    return hashlib.sha256(header).digest()
+
+
+def load_approver_key(name: str, spec: str | os.PathLike[str]) -> PublicKey:
+    """`load_public_key` for approver `name`; when a key id was likely given instead, the error says so."""
+    try:
+        return load_public_key(spec)
+    except UnreadableInput as exc:
+        if isinstance(spec, str) and _KEY_ID.fullmatch(spec):
+            raise UnreadableInput(f"the key given for approver {name!r}: {exc}; {KEY_ID_HINT}") from exc
+        raise
 
 
 def names_of(values: Iterable[Approver]) -> list[str]:

@@ -9,13 +9,17 @@ from typing import Any
 
 from .._errors import ConfigError, StoreError
 from .._journal import Journal
-from .._records import GateRecord, encode_record, pause_key
+from .._records import HEADER_KEY, GateRecord, encode_record, pause_key
 from .._resolve import status_of
 from .._store import Store
 from ..audit._keys import SigningKey
-from ._policy import ApprovalPolicy, decision_bytes
+from ._policy import ApprovalPolicy, decision_bytes, journal_digest_of
 from ._tally import (
+    OLD_FORMAT,
+    OTHER_JOURNAL,
     arguments_match,
+    changed_key,
+    changed_text,
     count,
     current_request,
     decision_key,
@@ -46,7 +50,9 @@ class NoWaitingCall(ApprovalRefused):
 
 @dataclass(frozen=True)
 class PendingApproval:
-    """A call waiting for approvers: who approved and denied so far, who has not spoken."""
+    """A call waiting for approvers: who approved and denied so far, who has not spoken, and `notes`:
+    sentences approvers must read (the call's arguments changed between drives, so no approval can count;
+    decisions that count nowhere because of their format or journal)."""
 
     run_id: str
     call_id: str
@@ -58,6 +64,15 @@ class PendingApproval:
     approved_by: list[str]
     denied_by: list[str]
     waiting_for: list[str]
+    notes: tuple[str, ...] = ()
+
+
+def journal_digest(journal: Journal) -> str:
+    """The hex digest of the loaded run's header record, which every decision in it signs."""
+    entry = journal.entry(HEADER_KEY)
+    if entry is None:
+        raise StoreError(f"run {journal.run_id!r} has no {HEADER_KEY!r} header; the store is damaged")
+    return journal_digest_of(entry.data).hex()
 
 
 def _open_requests(journal: Journal) -> dict[str, tuple[str, dict[str, Any], ApprovalPolicy]]:
@@ -96,7 +111,15 @@ def _state(journal: Journal, data: dict[str, Any], policy: ApprovalPolicy) -> Pe
         for r in journal.records()
         if isinstance(r, GateRecord) and r.key.startswith(decision_prefix(call))
     ]
-    c = count(journal.run_id, call, data["tool"], data["arguments_digest"], policy, decisions)
+    c = count(
+        journal.run_id,
+        call,
+        data["tool"],
+        data["arguments_digest"],
+        policy,
+        decisions,
+        journal_digest=journal_digest(journal),
+    )
     waiting = [n for n in policy.names if n not in c.approved_by and n not in c.denied_by]
     return PendingApproval(
         journal.run_id,
@@ -109,7 +132,30 @@ def _state(journal: Journal, data: dict[str, Any], policy: ApprovalPolicy) -> Pe
         c.approved_by,
         c.denied_by,
         waiting,
+        _notes(journal, data, dict(decisions), c.excluded),
     )
+
+
+def _notes(
+    journal: Journal, request: dict[str, Any], decisions: dict[str, Any], excluded: list[dict[str, str]]
+) -> tuple[str, ...]:
+    """What approvers must be told beside the count (see `PendingApproval`)."""
+    notes = []
+    changed = journal.get(changed_key(request["call_id"]))
+    now = (
+        changed.data.get("arguments_digest")
+        if isinstance(changed, GateRecord) and isinstance(changed.data, dict)
+        else None
+    )
+    if now is not None and now != request["arguments_digest"]:
+        notes.append(changed_text(journal.run_id, request["call_id"], request["arguments_digest"], str(now)))
+    for reason in (OLD_FORMAT, OTHER_JOURNAL):
+        names = sorted(
+            {str(decisions[e["record"]].get("approver")) for e in excluded if e["reason"] == reason}
+        )
+        if names:
+            notes.append(f"the decision record(s) of {', '.join(names)}: {reason}")
+    return tuple(notes)
 
 
 def submit_decision(
@@ -175,6 +221,13 @@ def _decision(
     if waiting is None:
         raise NoWaitingCall(_not_waiting(journal, call_id))
     _, data, policy = waiting
+    journal_id = journal_digest(journal)
+    if data.get("journal_digest", journal_id) != journal_id:
+        raise ApprovalRefused(
+            f"the request of call {call_id!r} in run {run_id!r} was made in another journal (its journal "
+            f"digest is {data.get('journal_digest')!r}, this run's is {journal_id}): it was copied from "
+            "another store or forged; do not sign"
+        )
     if not arguments_match(data):
         raise ApprovalRefused(
             f"the request of call {call_id!r} shows arguments that do not hash to the digest "
@@ -190,6 +243,7 @@ def _decision(
     if seat.name in state.approved_by or seat.name in state.denied_by:
         raise ApprovalRefused(
             f"{seat.name!r} has already decided on call {call_id!r}; one decision per approver"
+            + "".join(f". Note: {note}" for note in state.notes)
         )
     msg = decision_bytes(
         run_id,
@@ -200,6 +254,7 @@ def _decision(
         approve,
         policy.need,
         policy.approvers_digest,
+        journal_digest=bytes.fromhex(journal_id),
     )
     sig = key.sign(msg)
     dkey = decision_key(call_id, seat.name, sig)
@@ -207,6 +262,7 @@ def _decision(
         key=dkey,
         data={
             "type": "decision",
+            "journal_digest": journal_id,
             "call_id": call_id,
             "tool": data["tool"],
             "arguments_digest": data["arguments_digest"],

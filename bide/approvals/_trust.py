@@ -9,6 +9,7 @@ and public key) and optionally k, or by a policy file. A gate under any other po
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -17,9 +18,9 @@ from typing import Any
 
 from .._errors import ConfigError
 from ..audit._errors import NotVerified, UnreadableInput
-from ..audit._keys import PublicKey, load_public_key
+from ..audit._keys import PublicKey
 from ..audit._strict import strict_json
-from ._policy import ApprovalPolicy
+from ._policy import KEY_ID_HINT, ApprovalPolicy, load_approver_key
 
 __all__ = ["ApprovalTrust", "UntrustedPolicy"]
 
@@ -87,7 +88,9 @@ class ApprovalTrust:
             for name, spec_key in pairs:
                 if name in seats:
                     raise ConfigError(f"approver {name!r} is pinned twice")
-                seats[name] = spec_key if isinstance(spec_key, PublicKey) else load_public_key(spec_key)
+                seats[name] = (
+                    spec_key if isinstance(spec_key, PublicKey) else load_approver_key(name, spec_key)
+                )
             if not seats:
                 seats = None
         if need is not None and (isinstance(need, bool) or not isinstance(need, int) or need < 1):
@@ -106,10 +109,18 @@ class ApprovalTrust:
             if have != want:
                 extra = sorted(n for n in have if want.get(n) != have[n])
                 missing = sorted(n for n in want if have.get(n) != want[n])
+                # A key id that happens to decode as a key: the pinned "key" is the hash of the seat's key.
+                ids = sorted(n for n in missing if n in have and hashlib.sha256(have[n]).digest() == want[n])
                 return (
                     "its approvers are not the ones you pinned"
                     + (f" (seats not pinned, or under another key: {', '.join(extra)})" if extra else "")
                     + (f" (pinned seats it lacks: {', '.join(missing)})" if missing else "")
+                    + (
+                        f"; the key pinned for {', '.join(ids)} is the key id of the package's key for that "
+                        f"seat, not a public key: {KEY_ID_HINT}"
+                        if ids
+                        else ""
+                    )
                 )
         if self.need is not None and policy.need != self.need:
             return f"it needs {policy.need} approvals, you pinned {self.need}"

@@ -2,7 +2,8 @@
 which ran is the call the approvers signed.
 
 For each decided gate (a tally record): the request, the policy, the decisions and the recount (see
-docs/audit.md), then the executed call. Every record of the call (its model tool call, attempt markers,
+docs/audit.md), with every decision bound to this journal (the digest of the header at position 0, which the
+package must hold), then the executed call. Every record of the call (its model tool call, attempt markers,
 result, pause) must name the approved tool, and every attempt marker (what the tool was called with) must
 carry arguments whose canonical JSON hashes to the approved arguments digest; none may come before the
 tally. A package that leaves records out cannot show that no other attempt exists: it proves less, and says
@@ -23,28 +24,25 @@ from ..audit._formats import MAX_SKEW_NS, EvidencePackage, decode_record_bytes, 
 from ..audit._keys import PublicKey
 from ..audit._merkle import leaf_hash, verify_inclusion
 from ..audit._verify import Verified, verify_evidence
-from ._policy import ApprovalPolicy
-from ._tally import Count, arguments_match, count, decision_prefix, tally_key
+from ._policy import ApprovalPolicy, journal_digest_of
+from ._tally import (
+    OLD_FORMAT,
+    OTHER_JOURNAL,
+    TALLY_FIELDS,
+    Count,
+    arguments_match,
+    count,
+    decision_prefix,
+    tally_key,
+)
 from ._trust import ApprovalTrust, UntrustedPolicy
 
 __all__ = ["verify_approvals"]
 
-_REQUEST_FIELDS = {"type", "call_id", "tool", "arguments", "arguments_digest", "policy", "policy_digest"}
-_TALLY_FIELDS = {
-    "type",
-    "call_id",
-    "tool",
-    "arguments_digest",
-    "need",
-    "approvers",
-    "policy_digest",
-    "outcome",
-    "approved_by",
-    "denied_by",
-    "excluded",
-    "superseded",
-    "records",
-}
+# A request written before requests named their journal lacks journal_digest; it is still read (what binds
+# a decision to the journal is its signature, checked against the header the package holds).
+_OLD_REQUEST_FIELDS = {"type", "call_id", "tool", "arguments", "arguments_digest", "policy", "policy_digest"}
+_REQUEST_FIELDS = _OLD_REQUEST_FIELDS | {"journal_digest"}
 
 
 def _records(
@@ -132,15 +130,30 @@ class _Index:
         return [found[i] for i in sorted(found)]
 
 
+def _journal_digest(pkg: EvidencePackage) -> str:
+    """The hex digest of the journal's header record (position 0), which every decision signs."""
+    first = pkg.records[0] if pkg.records else None
+    if first is None or first.index != 0:
+        raise NotVerified(
+            "the package does not hold the journal's header (position 0), to which every approval decision "
+            "is bound, so no decision can be checked; export the whole run (`bide-audit export --run RUN`)"
+        )
+    header = decode_record_bytes(first.record)
+    if header.get("key") != "@journal" or header.get("kind") != "header":
+        raise NotVerified(f"the record at position 0 is {header.get('key')!r}, not the journal's header")
+    return journal_digest_of(first.record).hex()
+
+
 def _check_gate(
     run_id: str,
+    journal: str,
     tally: dict[str, Any],
     index: _Index,
     complete: bool,
 ) -> _Gate:
     td = tally.get("data")
     ti = tally["index"]
-    if not isinstance(td, dict) or set(td) != _TALLY_FIELDS or td.get("type") != "tally":
+    if not isinstance(td, dict) or set(td) != TALLY_FIELDS or td.get("type") != "tally":
         raise NotVerified(f"record {tally['key']!r} is not a well-formed tally")
     call = td["call_id"]
     if not isinstance(call, str) or tally["key"] != tally_key(call):
@@ -161,10 +174,16 @@ def _check_gate(
     if (
         req.get("kind") != "gate"
         or not isinstance(rd, dict)
-        or set(rd) != _REQUEST_FIELDS
+        or set(rd) not in (_REQUEST_FIELDS, _OLD_REQUEST_FIELDS)
         or rd.get("type") != "request"
     ):
         raise NotVerified(f"record {rkey!r} is not a well-formed request")
+    if rd.get("journal_digest", journal) != journal:
+        raise NotVerified(
+            f"the request of call {call!r} names journal digest {rd.get('journal_digest')!r}, but this "
+            f"journal's header hashes to {journal}: it was made in another journal (copied from another "
+            "store's run of this id)"
+        )
     try:
         policy = ApprovalPolicy.from_json(rd.get("policy"))
     except ConfigError as exc:
@@ -212,13 +231,21 @@ def _check_gate(
             )
         last = rec["index"]
         decisions.append((k, rec.get("data")))
-    c = count(run_id, call, td["tool"], td["arguments_digest"], policy, decisions)
+    c = count(run_id, call, td["tool"], td["arguments_digest"], policy, decisions, journal_digest=journal)
     recorded = (td["outcome"], td["approved_by"], td["denied_by"], td["excluded"], td["superseded"])
     if (c.outcome, c.approved_by, c.denied_by, c.excluded, c.superseded) != recorded:
+        why = sorted({e["reason"] for e in c.excluded} & {OLD_FORMAT, OTHER_JOURNAL})
         raise NotVerified(
             f"the recount of call {call!r} differs from its recorded tally: recount {c.outcome} "
             f"(approved by {c.approved_by}, denied by {c.denied_by}), tally {td['outcome']} "
             f"(approved by {td['approved_by']}, denied by {td['denied_by']})"
+            + "".join(f"; {w}" for w in why)
+            + (
+                " (approvals given with a bide that did not yet bind decisions to their journal cannot "
+                "be verified by this one)"
+                if OLD_FORMAT in why
+                else ""
+            )
         )
     if c.outcome == "pending":
         raise NotVerified(f"the tally of call {call!r} records an undecided gate")
@@ -490,13 +517,15 @@ def verify_approvals(
     """Recount every decided approval gate (or only `call_id`'s) in an evidence package, and bind the call
     that ran to the approval.
 
-    Detected (`NotVerified`): a decision the tally names but the package omits; a decision recorded before
-    the tally but left out of it; a recount that differs from the recorded tally; a policy changed between
-    the request, the decisions and the tally; a tool attempt or result recorded before the tally; a denied
-    call that ran; an attempt whose arguments do not hash to the approved digest; an attempt, result,
-    pause or model call of the call naming another tool. With `key` the package's signed head is checked
-    too (`verify_evidence`). With `trust`, a gate under a policy it does not pin raises `UntrustedPolicy`
-    (after every gate was checked, so a forgery is reported as such).
+    Detected (`NotVerified`): a package without the journal's header (position 0), to which every decision is
+    bound; a decision made for another journal, or in the format before decisions named their journal (neither
+    counts, so the recount differs); a decision the tally names but the package omits; a decision recorded
+    before the tally but left out of it; a recount that differs from the recorded tally; a policy changed
+    between the request, the decisions and the tally; a tool attempt or result recorded before the tally; a
+    denied call that ran; an attempt whose arguments do not hash to the approved digest; an attempt, result,
+    pause or model call of the call naming another tool. With `key` the package's signed head is checked too
+    (`verify_evidence`). With `trust`, a gate under a policy it does not pin raises `UntrustedPolicy` (after
+    every gate was checked, so a forgery is reported as such).
 
     `facts` holds, for machines: `complete` (the package holds every record), `pinned`,
     `executed_calls_proven` (every checked call's executed call is proven) and `calls` (per gate: outcome,
@@ -511,8 +540,9 @@ def verify_approvals(
         what = f"call {call_id!r}" if call_id is not None else "any call"
         raise NotVerified(f"the package holds no decided approval gate for {what}")
     complete = len(records) == pkg.sth.size
+    journal = _journal_digest(pkg)
     index = _Index.of(records)
-    gates = [_check_gate(run_id, t, index, complete) for t in tallies]
+    gates = [_check_gate(run_id, journal, t, index, complete) for t in tallies]
     trust = trust or ApprovalTrust()
     untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
     if untrusted:

@@ -120,7 +120,13 @@ def check_head(
     There is no maximum age: an old head stays valid; whether it is the latest is the auditor's question.
     """
     if sth.key_id != key.key_id:
-        raise NotVerified(f"the tree head names key {sth.key_id}, but the key given is {key.key_id}")
+        # The key given may be the head's key id read as a key (both are 64 hex characters).
+        given_id = "ed25519:" + key.raw.hex() == sth.key_id
+        raise NotVerified(
+            f"the tree head names key {sth.key_id}, but the key given is {key.key_id}"
+            + ("; what was given is the head's key id, not its public key: give the log's .pub file, or its "
+               "64 hex characters" if given_id else "")
+        )
     msg = sth_signed_bytes(sth.alg, sth.key_id, sth.log_id, sth.size, sth.root, sth.timestamp_ns)
     if not key.verify(sth.signature, msg):
         raise NotVerified(f"the tree head's signature does not verify under key {key.key_id}")

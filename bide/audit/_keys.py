@@ -35,6 +35,13 @@ __all__ = [
 
 ALG = "ed25519"
 _HEX_KEY = re.compile(r"[0-9a-fA-F]{64}")
+_KEY_ID = re.compile(r"ed25519:[0-9a-fA-F]{64}")
+# A key id is 64 hex characters too (of the key's SHA-256): one pasted as a key reads as a (usually weak) key.
+KEY_ID_HINT = (
+    "a key id (ed25519:<64 hex>, as bide-audit prints it: a hash of the key, which cannot be turned back "
+    "into it) may have been given where a public key is needed: give the public key file (the .pub written "
+    "beside the private key by keygen, or the one the anchor's operator gave you) or its 64 hex characters"
+)
 
 
 def key_id(public_key: bytes) -> str:
@@ -246,8 +253,13 @@ def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:
     public key. A private key file is refused: a verifier never needs one, and passing it is a mistake
     that spreads the secret (give the `.pub` file)."""
     text = os.fspath(spec)
+    if _KEY_ID.fullmatch(text):
+        raise UnreadableInput(f"{text!r} is a key id, not a public key: {KEY_ID_HINT}")
     if _HEX_KEY.fullmatch(text):
-        return PublicKey.from_raw(bytes.fromhex(text))
+        try:
+            return PublicKey.from_raw(bytes.fromhex(text))
+        except UnreadableInput as exc:
+            raise UnreadableInput(f"{exc}; {KEY_ID_HINT}") from exc
     data = _read(text)
     if b"PRIVATE KEY-----" in data:
         raise UnreadableInput(f"{text!r} is a private key file; pass its public key ({text}.pub) instead")

@@ -88,3 +88,17 @@ def audit_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         env=env,
         timeout=120,
     )
+
+
+def bide_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`bide ARGS` in a subprocess (the worktree on the path)."""
+    path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
+    return subprocess.run(
+        [sys.executable, "-m", "bide._cli", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=120,
+    )

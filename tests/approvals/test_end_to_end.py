@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import bide
-from bide.approvals import ApprovalGate, submit_decision, verify_approvals
+from bide.approvals import ApprovalGate, ApprovalRecordsInvalid, submit_decision, verify_approvals
 from bide.approvals._tally import tally_key
 from bide.audit import AuditLog, NotVerified, SigningKey, generate_key, load_public_key
 
@@ -311,7 +311,8 @@ def test_one_of_one_gate_denial_and_a_policy_change_after_the_fact() -> None:
     submit_decision(store, "r", exc.value.call_id, boss, approve=False)
     assert agent(single, store).run_sync("r", "go").answer == "ok"
     assert fired == []
-    # the decided gate stays decided even if the code now names a laxer policy
+    # A gate acts on a tally only once it recounted it under its own policy: one whose code now names a
+    # laxer policy refuses the tally (nothing runs), and the run, whose call has its result, is not touched.
     import asyncio
 
     lax = ApprovalGate.k_of_n(1, {"boss": boss.public, "intern": SigningKey.generate().public})
@@ -324,7 +325,9 @@ def test_one_of_one_gate_denial_and_a_policy_change_after_the_fact() -> None:
         *bide.GateRequest.digest_of(args),
         bide.GateJournal(bide.Journal(store, "r").load()),
     )
-    assert isinstance(asyncio.run(lax.check(request)), bide.Denied)
+    with pytest.raises(ApprovalRecordsInvalid, match="not this gate's 1-of-2 policy"):
+        asyncio.run(lax.check(request))
+    assert isinstance(asyncio.run(single.check(request)), bide.Denied)
     assert agent(lax, store).run_sync("r", "go").answer == "ok" and fired == []
     log_key = SigningKey.generate()
     v = verify_approvals(AuditLog(store, log_key).evidence("r"), log_key.public)

@@ -13,7 +13,7 @@ import pytest
 import bide.approvals._verify as verify_module
 from bide._canonical import canonical_json, new_salt
 from bide.approvals import verify_approvals
-from bide.approvals._policy import ApprovalPolicy, decision_bytes
+from bide.approvals._policy import ApprovalPolicy, decision_bytes, journal_digest_of
 from bide.approvals._tally import count, decision_key, request_data, request_key, tally_data, tally_key
 from bide.audit import NotVerified, SigningKey
 from bide.audit._formats import EvidencePackage, EvidenceRecord, journal_leaf, sign_head
@@ -29,8 +29,11 @@ def _package(n: int, *, forge: int | None = None) -> EvidencePackage:
     that call's attempt carries other arguments than approved."""
     calls = [{"arguments": {"i": i}, "call_id": f"c0.{i}", "id": f"id{i}", "name": "t"} for i in range(n)]
     message = {"content": "", "finish_reason": "", "role": "assistant", "usage": None, "tool_calls": calls}
+    header = canonical_json(
+        {"key": "@journal", "kind": "header", "format": "bide.journal/1", "salt": new_salt()}
+    )
+    journal = journal_digest_of(header)
     records: list[dict[str, Any]] = [
-        {"key": "@journal", "kind": "header", "format": "bide.journal/1"},
         {"key": "run:start", "kind": "start", "entry": "agent:agent", "input": "x"},
         {"key": "model:0", "kind": "model_turn", "model": "m", "turn": 0, "message": message},
     ]
@@ -38,24 +41,25 @@ def _package(n: int, *, forge: int | None = None) -> EvidencePackage:
         c, args = f"c0.{i}", {"i": i}
         digest = hashlib.sha256(canonical_json(args)).hexdigest()
         sig = ALICE.sign(decision_bytes("big", c, "t", bytes.fromhex(digest), "alice", True, 1,
-                                        POLICY.approvers_digest))
+                                        POLICY.approvers_digest, journal_digest=journal))
         dkey = decision_key(c, "alice", sig)
-        decision = {"type": "decision", "call_id": c, "tool": "t", "arguments_digest": digest,
-                    "approver": "alice", "decision": "approve", "need": 1,
+        decision = {"type": "decision", "journal_digest": journal.hex(), "call_id": c, "tool": "t",
+                    "arguments_digest": digest, "approver": "alice", "decision": "approve", "need": 1,
                     "approvers_digest": POLICY.approvers_digest.hex(), "key_id": ALICE.key_id,
                     "signature": base64.b64encode(sig).decode()}
-        tally = tally_data(c, "t", digest, POLICY, count("big", c, "t", digest, POLICY, [(dkey, decision)]))
+        counted = count("big", c, "t", digest, POLICY, [(dkey, decision)], journal_digest=journal.hex())
+        tally = tally_data(c, "t", digest, POLICY, counted)
         ran = {"i": -1} if i == forge else args
         records += [
             {"key": request_key(c, POLICY), "kind": "gate",
-             "data": request_data(c, "t", args, digest, POLICY)},
+             "data": request_data(c, "t", args, digest, POLICY, journal_digest=journal.hex())},
             {"key": dkey, "kind": "gate", "data": decision},
             {"key": tally_key(c), "kind": "gate", "data": tally},
             {"key": f"attempt:{c}:1", "kind": "attempt", "call_id": c, "tool": "t", "gen": 1,
              "arguments": ran, "at": 0},
         ]
     tree = MerkleTree()
-    datas = [canonical_json({**r, "salt": new_salt()}) for r in records]
+    datas = [header, *(canonical_json({**r, "salt": new_salt()}) for r in records)]
     for data in datas:
         tree.append(journal_leaf(data))
     sth = sign_head(LOG_KEY, "big", tree.size, tree.root())

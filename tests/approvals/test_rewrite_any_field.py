@@ -23,14 +23,14 @@ assert HONEST.facts["executed_calls_proven"] and not HONEST.facts["calls"][0]["n
 
 Path = tuple[str | int, ...]
 
-# Records the approval claim does not rest on: the header, the run's input, the final turn and answer,
-# and the turn records (which only order writers at runtime; docs/audit.md: verify-approvals does not
-# read them).
-_FREE_RECORDS = re.compile(r"^(@journal|run:start|run:end|model:1|approval:turn:.*)$")
+# Records the approval claim does not rest on: the run's input, the final turn and answer, and the turn
+# records (which only order writers at runtime; docs/audit.md: verify-approvals does not read them). The
+# header is not one: every decision signs the digest of its bytes.
+_FREE_RECORDS = re.compile(r"^(run:start|run:end|model:1|approval:turn:.*)$")
 # Fields of the other records the claim does not cover (what the tool returned, timings, the claim id,
 # the salt, the stored key of records found by their call id).
 _FREE_FIELDS: list[tuple[str, Path]] = [
-    (".*", ("salt",)),
+    ("(?!@journal).*", ("salt",)),
     ("model:0", ("key",)),
     ("model:0", ("turn",)),
     ("model:0", ("model",)),

@@ -12,13 +12,14 @@ from hypothesis import strategies as st
 
 import bide
 from bide.approvals import ApprovalPolicy, Approver, count, decision_bytes
-from bide.approvals._tally import decision_key
+from bide.approvals._tally import OLD_FORMAT, OTHER_JOURNAL, decision_key
 from bide.audit import SigningKey
 
 KEYS = {name: SigningKey.generate() for name in ["alice", "bob", "carol", "dave"]}
 POLICY = ApprovalPolicy.of(2, {n: KEYS[n].public for n in ["alice", "bob", "carol"]})
 DIGEST = hashlib.sha256(b'{"amount":5}').hexdigest()
 RUN, CALL, TOOL = "run-1", "c0.0", "pay"
+JOURNAL = hashlib.sha256(b"the header of run-1's journal").digest()
 
 
 def decision(
@@ -31,15 +32,25 @@ def decision(
     tool: str = TOOL,
     digest: str = DIGEST,
     policy: ApprovalPolicy = POLICY,
+    journal: bytes = JOURNAL,
 ) -> tuple[str, dict[str, Any]]:
     signer = key or KEYS[name]
     sig = signer.sign(
         decision_bytes(
-            run, call, tool, bytes.fromhex(digest), name, approve, policy.need, policy.approvers_digest
+            run,
+            call,
+            tool,
+            bytes.fromhex(digest),
+            name,
+            approve,
+            policy.need,
+            policy.approvers_digest,
+            journal_digest=journal,
         )
     )
     return decision_key(CALL, name, sig), {
         "type": "decision",
+        "journal_digest": JOURNAL.hex(),
         "call_id": CALL,
         "tool": TOOL,
         "arguments_digest": DIGEST,
@@ -53,7 +64,7 @@ def decision(
 
 
 def tally(*decisions: tuple[str, Any]) -> Any:
-    return count(RUN, CALL, TOOL, DIGEST, POLICY, list(decisions))
+    return count(RUN, CALL, TOOL, DIGEST, POLICY, list(decisions), journal_digest=JOURNAL.hex())
 
 
 def test_policy_refuses_shared_keys_lookalike_names_and_bad_need() -> None:
@@ -90,13 +101,14 @@ def test_policy_digest_binds_need_names_and_keys_and_round_trips() -> None:
 
 
 def test_decision_bytes_layout() -> None:
-    msg = decision_bytes("r", "c", "t", bytes(32), "a", True, 2, b"\x01" * 32)
+    msg = decision_bytes("r", "c", "t", bytes(32), "a", True, 2, b"\x01" * 32, journal_digest=b"\x02" * 32)
 
     def u(n: int) -> bytes:
         return n.to_bytes(8, "big")
 
     assert msg == (
-        b"bide.approval.decision.v1\x00"
+        b"bide.approval.decision.v2\x00"
+        + b"\x02" * 32
         + u(1)
         + b"r"
         + u(1)
@@ -126,6 +138,7 @@ def test_invalid_records_never_occupy_a_seat() -> None:
     d_unknown = decision("dave", True)
     d_other_call = decision("alice", True, call="c9.9")
     d_other_run = decision("alice", True, run="run-2")
+    d_other_journal = decision("alice", True, journal=bytes(32))  # signed for another journal
     d_other_args = decision("alice", True, digest=hashlib.sha256(b"x").hexdigest())
     d_wrong_key = decision("bob", True, key=KEYS["alice"])
     other_policy = ApprovalPolicy.of(1, {n: KEYS[n].public for n in ["alice", "bob", "carol"]})
@@ -136,6 +149,7 @@ def test_invalid_records_never_occupy_a_seat() -> None:
         d_unknown,
         d_other_call,
         d_other_run,
+        d_other_journal,
         d_other_args,
         d_wrong_key,
         d_other_policy,
@@ -143,10 +157,39 @@ def test_invalid_records_never_occupy_a_seat() -> None:
         ("approval:decision:c0.0:x:1", "garbage"),
     )
     assert c.outcome == "pending" and c.approved_by == [] and c.denied_by == []
-    assert len(c.excluded) == 8
+    assert len(c.excluded) == 9
     # after all those, valid decisions still count from a clean slate
     c = tally(d_wrong_key, decision("bob", True), decision("alice", True))
     assert (c.outcome, c.approved_by) == ("approved", ["bob", "alice"])
+
+
+def test_a_decision_for_another_journal_or_in_the_old_format_counts_nowhere() -> None:
+    """A decision names the journal it was made for (the digest of its header, whose salt is random): one
+    made in another store's run of the same id does not count, whatever its record claims, and one in the
+    format before the binding (no journal_digest, signed as decision.v1) counts nowhere."""
+    key, replayed = decision("alice", True, journal=bytes(32))
+    relabelled = {**replayed, "journal_digest": bytes(32).hex()}
+    c = tally((key, replayed), (key + "x", relabelled), decision("bob", True))
+    assert c.approved_by == ["bob"] and c.outcome == "pending"
+    assert [e["reason"] for e in c.excluded][1] == OTHER_JOURNAL
+    assert "signature does not verify for this journal" in c.excluded[0]["reason"]
+
+    old_key, old = decision("carol", True)
+    del old["journal_digest"]
+    old["signature"] = base64.b64encode(  # what bide signed before decisions named their journal
+        KEYS["carol"].sign(
+            b"bide.approval.decision.v1\x00"
+            + b"".join(len(x).to_bytes(8, "big") + x for x in (RUN.encode(), CALL.encode(), TOOL.encode()))
+            + bytes.fromhex(DIGEST)
+            + len(b"carol").to_bytes(8, "big")
+            + b"carol\x01"
+            + POLICY.need.to_bytes(8, "big")
+            + POLICY.approvers_digest
+        )
+    ).decode()
+    c = tally((old_key, old), decision("bob", True))
+    assert c.outcome == "pending" and c.excluded == [{"record": old_key, "reason": OLD_FORMAT}]
+    assert "counts nowhere" in OLD_FORMAT and "must decide again" in OLD_FORMAT
 
 
 def test_first_valid_decision_per_approver_counts() -> None:

@@ -237,3 +237,22 @@ def test_a_consistency_proof_to_the_size_of_a_head_held_verifies_after_the_run_g
     )
     assert stale.returncode == 1  # to now: one record past the newer head
     assert fits.returncode == 0 and "extends, unchanged" in fits.stdout, fits.stderr
+
+
+def test_a_key_id_given_as_a_public_key_is_named_as_one(tmp_path: Path) -> None:
+    """bide-audit prints key ids (ed25519:<64 hex>); pasted into --pubkey, one was "a weak Ed25519 public key
+    (small-order, mixed-order or non-canonical)" or, read as a key, a bare mismatch of keys."""
+    url = _store_and_key(tmp_path, "run-1", 3)
+    base = ["--store", url, "--run", "run-1", "--key", "log.key"]
+    assert _audit("export", *base, "--head", "-o", "head.json", cwd=tmp_path).returncode == 0
+    assert _audit("export", *base, "--record", "run:start", "-o", "bundle.json", cwd=tmp_path).returncode == 0
+    key_id = json.loads((tmp_path / "head.json").read_text())["key_id"]
+    assert key_id.startswith("ed25519:")
+    whole, bare = _audit_all(
+        ("verify", "bundle.json", "--pubkey", key_id),
+        ("verify", "bundle.json", "--pubkey", key_id.removeprefix("ed25519:")),
+        cwd=tmp_path,
+    )
+    assert whole.returncode == 4 and "is a key id, not a public key" in whole.stderr, whole.stderr
+    assert bare.returncode in (1, 4), bare.stderr  # a weak key (4), or a key read from it that differs (1)
+    assert "key id" in bare.stderr and ".pub" in bare.stderr, bare.stderr
