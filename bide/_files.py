@@ -19,6 +19,7 @@ __all__ = [
     "check_output",
     "read_small_file",
     "replace_pair",
+    "replaced_file",
     "staged",
     "sync_directory",
     "write_whole",
@@ -92,13 +93,16 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool =
     """Write `data` to `path`, all of it or nothing.
 
     The bytes go to a fresh temporary file beside `path` (`staged`), and then the file is renamed over
-    `path` (`overwrite`), or linked to `path` exclusively (not `overwrite`: `FileExistsError` when `path`
-    exists, with no window between that check and the write). The new directory entry is fsynced too.
+    `path` (`overwrite`; a symlink there is written through, see `replaced_file`), or linked to `path`
+    exclusively (not `overwrite`: `FileExistsError` when `path` exists, with no window between that check
+    and the write). The new directory entry is fsynced too.
 
     On a filesystem without hard links (some network and object-store mounts) the exclusive write creates
     `path` itself with O_EXCL and writes it there: still never overwriting, but a crash in the middle can
     leave a short file, which a later write of the same bytes then reports as existing with other contents.
     """
+    if overwrite:
+        path = replaced_file(path)
     tmp = staged(path, data, mode=mode)
     try:
         if overwrite:
@@ -116,6 +120,30 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool =
         with contextlib.suppress(OSError):
             os.unlink(tmp)  # after the rename, or the link: only the temporary name goes
     sync_directory(path)
+
+
+def replaced_file(path: Path) -> Path:
+    """The file an overwrite of `path` replaces: `path` itself, or where the symlinks at `path` lead (a
+    certificate deployed through a link is updated where it lives; renaming over the link would leave the
+    file it points to stale). Only links owned by this user (or root) are followed, as the kernel's
+    protected_symlinks does: a link planted by someone else raises PermissionError instead of being
+    written through."""
+    me = os.geteuid() if hasattr(os, "geteuid") else 0
+    for _ in range(40):  # the kernel's own limit on links in a row
+        try:
+            info = os.lstat(path)
+        except FileNotFoundError:
+            return path
+        if not stat.S_ISLNK(info.st_mode):
+            return path
+        if info.st_uid not in (me, 0):
+            raise PermissionError(
+                errno.EACCES,
+                f"{path} is a symbolic link owned by another user, not written through (give the path of "
+                "the file itself)",
+            )
+        path = path.parent / os.readlink(path)
+    raise OSError(errno.ELOOP, f"too many levels of symbolic links at {path}")
 
 
 def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Path:

@@ -4,6 +4,7 @@ SIGKILL and for a SIGTERM the program does not handle (what `timeout`, systemd a
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -40,3 +41,42 @@ def test_a_writer_killed_mid_write_leaves_no_file_behind(sig: signal.Signals, tm
         assert left == [], f"left behind by a writer killed with {sig.name}: {left}"
         return
     pytest.fail("the writer finished before every kill: make SIZE larger")
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_an_output_that_is_a_symlink_is_written_through_when_it_is_the_users_own(tmp_path: Path) -> None:
+    """`govern certify -o LINK` (LINK pointing at the deployed certificate) replaced the link by a regular
+    file and left the deployed one stale, with exit 0. The file the link leads to is written now (a dangling
+    link's target is created); a link owned by another user is not written through (a link planted in a
+    shared directory must not redirect the write): exit 2, nothing changed."""
+    deploy = tmp_path / "deploy"
+    deploy.mkdir()
+    deployed = deploy / "current.json"
+    deployed.write_text('{"old": true}')
+    (tmp_path / "ledger.json").symlink_to("deploy/current.json")
+    (tmp_path / "dangling.json").symlink_to("deploy/next.json")
+    machine = REPO / "examples" / "ledger.py"
+
+    def certify(output: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "govern", "certify", str(machine), "-o", output]
+        return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, timeout=300)
+
+    done = certify("ledger.json")
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "ledger.json").is_symlink() and deployed.read_text().startswith('{"digest":')
+    assert certify("dangling.json").returncode == 0
+    assert (tmp_path / "dangling.json").is_symlink()
+    assert (deploy / "next.json").read_text() == deployed.read_text()
+
+    planted = tmp_path / "planted.json"
+    planted.symlink_to("deploy/current.json")
+    os.lchown(planted, 65534, 65534)  # nobody's link (the tests run as root)
+    before = deployed.read_bytes()
+    refused = certify("planted.json")
+    assert refused.returncode == 2, refused.stderr
+    assert "symbolic link owned by another user" in refused.stderr + refused.stdout
+    assert planted.is_symlink() and deployed.read_bytes() == before
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["dangling.json", "deploy", "ledger.json", "planted.json"]

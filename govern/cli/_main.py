@@ -24,7 +24,6 @@ import importlib.util
 import json
 import os
 import sys
-import tempfile
 import textwrap
 import threading
 import time
@@ -275,18 +274,11 @@ def _safe_stem(name: str) -> str:
 
 
 def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file and a rename: all of it or nothing."""
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, 0o644)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    """Write `data` to `path` through a temporary file and a rename: all of it or nothing (a symlink at
+    `path` owned by this user is written through: see `bide._files.replaced_file`)."""
+    from bide._files import write_whole
+
+    write_whole(path, data, mode=0o644)
 
 
 def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signer: Any) -> Outcome:
