@@ -132,22 +132,28 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--table-prefix", default="bide_", help="SQL table prefix (default: bide_)")
 
 
-def open_store_or_exit_code(args: argparse.Namespace, *, create: bool = False) -> Store | int:
+def open_store_or_exit_code(
+    args: argparse.Namespace, *, create: bool = False, before_opening: Callable[[], None] | None = None
+) -> Store | int:
     """`open_cli_store` for subcommands defined in other modules: the store, or the exit code of the error
     it printed. (`CLIError` is caught here, in its own module: when bide._cli runs as __main__ the class
     exists twice and an extension could not catch it by class.)"""
     try:
-        return open_cli_store(args, create=create)
+        return open_cli_store(args, create=create, before_opening=before_opening)
     except CLIError as exc:
         print(f"bide: {printable(str(exc))}", file=sys.stderr)
         return exc.code
 
 
-def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
+def open_cli_store(
+    args: argparse.Namespace, *, create: bool = False, before_opening: Callable[[], None] | None = None
+) -> Store:
     """Open the store named by --store and --table-prefix. A store that is not there is exit 4 and is left
     as it was: no SQLite file or PostgreSQL database is ever created, and bide's tables are created in an
-    existing database only with `create` (`bide worker`, which serves a store rather than reading one)."""
-    from ._dbfile import out_of_reach
+    existing database only with `create` (`bide worker`, which serves a store rather than reading one).
+    `before_opening` runs once the URL and the file passed their checks, before anything touches the store
+    (an error it raises leaves the store as it was)."""
+    from ._dbfile import not_a_database, out_of_reach
     from ._open import open_store
     from ._url import StoreURLError, parse_store_url
 
@@ -162,18 +168,23 @@ def open_cli_store(args: argparse.Namespace, *, create: bool = False) -> Store:
     blocked = out_of_reach(where.path) if where.kind == "sqlite" else None
     if blocked is not None:
         raise CLIError(f"cannot open the store: {blocked}{came}", EXIT_STORE)
+    fix = (
+        "$BIDE_STORE names it: fix $BIDE_STORE, or pass --store sqlite:///path/to/bide.db"
+        if env
+        else "pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)"
+    )
     if where.kind == "sqlite" and not os.path.exists(where.path):
-        fix = (
-            "$BIDE_STORE names it: fix $BIDE_STORE, or pass --store sqlite:///path/to/bide.db"
-            if env
-            else "pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)"
-        )
         raise CLIError(f"no bide store at {where.path!r}: the file does not exist; {fix}", EXIT_NOT_FOUND)
+    wrong = not_a_database(where.path) if where.kind == "sqlite" else None
+    if wrong is not None:  # before anything opens it: `bide worker` would write there (and exit 6)
+        raise CLIError(f"no bide store at {where.path!r}: {wrong}; {fix}", EXIT_NOT_FOUND)
     if where.kind == "memory":
         raise CLIError(
             f"a memory:// store lives inside one process; the CLI needs sqlite:/// or postgresql://{came}",
             EXIT_USAGE,
         )
+    if before_opening is not None:
+        before_opening()
     try:
         return open_store(url, table_prefix=args.table_prefix, create=create)
     except StoreNotFound as exc:

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import stat
 import urllib.parse
 
-__all__ = ["OpenedFile", "connect_existing", "out_of_reach", "sqlite_uri", "why_unwritable"]
+__all__ = ["OpenedFile", "connect_existing", "not_a_database", "out_of_reach", "sqlite_uri", "why_unwritable"]
 
 
 class OpenedFile:
@@ -104,6 +105,33 @@ def connect_existing(opened: OpenedFile, timeout: float) -> sqlite3.Connection |
         conn.close()
         return swapped
     return conn
+
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def not_a_database(path: str) -> str | None:
+    """Why the existing `path` cannot be a SQLite database file, or None (it is one, an empty file SQLite
+    makes one of, or nothing is there): a directory, a pipe or device (opening one could block forever), or
+    a file whose first bytes are not SQLite's."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    if stat.S_ISDIR(info.st_mode):
+        return "it is a directory, not a SQLite database file"
+    if not stat.S_ISREG(info.st_mode):
+        return "it is not a regular file (a pipe or a device), so not a SQLite database file"
+    if info.st_size == 0:
+        return None
+    try:
+        with open(path, "rb") as f:
+            head = f.read(len(_SQLITE_MAGIC))
+    except OSError:
+        return None  # unreadable: opening it says why
+    if head != _SQLITE_MAGIC:
+        return "the file is not a SQLite database (another kind of file)"
+    return None
 
 
 def out_of_reach(path: str) -> str | None:

@@ -51,6 +51,8 @@ from ._terminal import printable
 # The agent loop, the worker and the stores are imported by the commands, not here: `bide` imports this
 # module to list its subcommands, and `bide --help` should not pay for them.
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from ._agent import Agent
     from ._store import Store
     from ._worker import PassReport, Worker
@@ -62,10 +64,9 @@ class _AppError(Exception):
     pass
 
 
-def load_agents(spec: str, store: Store) -> list[Agent[Any]]:
-    """The agents `module:attribute` names (a function is called with the store)."""
-    from ._agent import Agent
-
+def app_attribute(spec: str) -> Any:
+    """What `module:attribute` names: an agent, a list of them, or a function of the store giving them.
+    Imported before the store is opened, so that a mistyped --app leaves the store as it was."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise _AppError(f"--app must be module:attribute (for example myapp.agents:build), got {spec!r}")
@@ -76,9 +77,15 @@ def load_agents(spec: str, store: Store) -> list[Agent[Any]]:
     except Exception as exc:  # the app's own code runs on import: any error in it is the app's, not ours
         raise _AppError(f"cannot import {module_name!r} for --app: {type(exc).__name__}: {exc}") from exc
     try:
-        value: Any = getattr(module, attribute)
+        return getattr(module, attribute)
     except AttributeError:
         raise _AppError(f"module {module_name!r} has no attribute {attribute!r} (--app {spec})") from None
+
+
+def agents_of(value: Any, spec: str, store: Store) -> list[Agent[Any]]:
+    """The agents of the --app `spec` whose attribute is `value` (a function is called with the store)."""
+    from ._agent import Agent
+
     if callable(value) and not isinstance(value, Agent):
         try:
             value = value(store)
@@ -90,10 +97,12 @@ def load_agents(spec: str, store: Store) -> list[Agent[Any]]:
     return agents
 
 
-def _open(args: argparse.Namespace, *, create: bool = False) -> Store | int:
+def _open(
+    args: argparse.Namespace, *, create: bool = False, before_opening: Callable[[], None] | None = None
+) -> Store | int:
     from ._cli import open_store_or_exit_code
 
-    return open_store_or_exit_code(args, create=create)
+    return open_store_or_exit_code(args, create=create, before_opening=before_opening)
 
 
 def _cmd_cancel(args: argparse.Namespace) -> int:
@@ -144,13 +153,22 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     from ._worker import Worker
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    # A worker serves a store (its app may start runs), so it creates bide's tables in an existing database.
-    store = _open(args, create=True)
+    app: list[Any] = []
+
+    def import_app() -> None:  # once the store's URL is checked, before the store is opened or written
+        app.append(app_attribute(args.app))
+
+    try:
+        # A worker serves a store (its app may start runs): it creates bide's tables in an existing database.
+        store = _open(args, create=True, before_opening=import_app)
+    except _AppError as exc:
+        print(f"bide: {printable(str(exc))}", file=sys.stderr)
+        return EXIT_USAGE
     if isinstance(store, int):
         return store
     try:
         try:
-            agents = load_agents(args.app, store)
+            agents = agents_of(app[0], args.app, store)
             # No grace: a stopping worker waits for its drives (a second signal cancels them).
             worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll, grace=None)
         except (_AppError, ConfigError) as exc:

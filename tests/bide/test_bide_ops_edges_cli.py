@@ -209,3 +209,61 @@ def test_debug_is_accepted_after_the_subcommand(db: tuple[str, bide.Store], tmp_
     worker = cli("worker", "--store", url, "--app", "nosuchmodule_xyz:build", "--once", "--debug")
     assert worker.returncode == 2
     assert "nosuchmodule_xyz" in worker.stderr and "unrecognized arguments" not in worker.stderr
+
+
+APP = '''import bide
+from bide.testing import ScriptedModel, reply
+
+
+def build(store):
+    return bide.Agent(ScriptedModel([reply("ok")]), store=store, name="a")
+'''
+
+
+def _in(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    command = [sys.executable, "-m", "bide._cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, cwd=where, timeout=60)
+
+
+def test_a_store_path_that_is_no_database_is_no_store_for_every_command_the_worker_included(
+    tmp_path: Path,
+) -> None:
+    """`bide worker` exited 6 ("the store failed", which a cron job retries as an outage) for a --store that
+    is a text file, a directory or a pipe, where the other commands exit 4; and `bide runs` called a
+    directory or a pipe "the file does not exist". Each is "no bide store" (exit 4), saying what is there,
+    and nothing is written to it."""
+    (tmp_path / "app.py").write_text(APP)
+    (tmp_path / "notes.db").write_text("hello, not sqlite\n")
+    (tmp_path / "adir").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    said = {
+        "notes.db": "the file is not a SQLite database",
+        "adir": "it is a directory",
+        "pipe": "it is not a regular file (a pipe or a device)",
+    }
+    for name, why in said.items():
+        for command in (("runs",), ("worker", "--app", "app:build", "--once")):
+            done = _in(tmp_path, *command, "--store", f"sqlite:///{name}")
+            assert done.returncode == 4, (name, command, done.stderr)
+            assert "no bide store at" in done.stderr and why in done.stderr, done.stderr
+    assert (tmp_path / "notes.db").read_text() == "hello, not sqlite\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith("__")) == [
+        "adir", "app.py", "notes.db", "pipe"
+    ]  # fmt: skip
+
+
+def test_a_worker_whose_app_does_not_import_leaves_another_applications_database_as_it_was(
+    tmp_path: Path,
+) -> None:
+    """A mistyped --app was refused (exit 2) only after the worker had made bide's tables in the database
+    and switched it to write-ahead logging for good: the app is imported before the store is opened."""
+    path = tmp_path / "crm.db"
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE customers (id INTEGER PRIMARY KEY)")
+        conn.commit()
+    before = path.read_bytes()
+    done = _in(tmp_path, "worker", "--store", f"sqlite:///{path}", "--app", "no_such_module:build", "--once")
+    assert done.returncode == 2 and "cannot import 'no_such_module'" in done.stderr, done.stderr
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["crm.db"]
