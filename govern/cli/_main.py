@@ -153,7 +153,8 @@ def load_targets(spec: str) -> list[Target]:
         with contextlib.redirect_stdout(sys.stderr):
             loader_spec.loader.exec_module(module)
     except SyntaxError as exc:
-        raise UsageError(f"{exc.filename or path}:{exc.lineno}: syntax error: {exc.msg}") from exc
+        line = "" if exc.lineno is None else f":{exc.lineno}"  # None: the file is not text Python reads
+        raise UsageError(f"{exc.filename or path}{line}: syntax error: {exc.msg}") from exc
     except GovernError as exc:
         raise UsageError(f"{path}: the machine declaration is invalid: {exc}") from exc
     except SystemExit as exc:

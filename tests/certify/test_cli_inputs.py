@@ -344,3 +344,14 @@ def test_two_registries_that_would_write_one_file_are_refused_before_anything_is
     after = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     assert after.pop("second.json").startswith(b'{"digest":')
     assert after == before
+
+
+def test_a_machine_file_that_is_not_text_is_a_syntax_error_without_a_none_line(tmp_path: Path) -> None:
+    """A NUL byte gives a SyntaxError without a line number: the message said "nul.py:None: syntax
+    error". Bytes that are not UTF-8 name their line."""
+    (tmp_path / "nonutf8.py").write_bytes(b'x = "\xff\xfe"\n')
+    (tmp_path / "nul.py").write_bytes(b"x = 1\x00\n")
+    for name in ("nonutf8.py", "nul.py"):
+        done = govern("certify", name, cwd=tmp_path)
+        assert done.returncode == 2 and "syntax error" in done.stderr, done.stderr
+        assert ":None" not in done.stderr and "Traceback" not in done.stderr, done.stderr
