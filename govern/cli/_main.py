@@ -28,10 +28,10 @@ import textwrap
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from bide._cli_common import (
     EXIT_FAILED,
@@ -150,8 +150,10 @@ def load_targets(spec: str) -> list[Target]:
     try:
         # What the machine file prints goes to stderr: stdout carries only govern's own output (one JSON
         # document with --json).
-        with contextlib.redirect_stdout(sys.stderr):
+        with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
             loader_spec.loader.exec_module(module)
+    except _HardExit as exc:
+        raise UsageError(f"{path}: the file called os._exit({exc.code!r}) while being imported") from None
     except SyntaxError as exc:
         line = "" if exc.lineno is None else f":{exc.lineno}"  # None: the file is not text Python reads
         raise UsageError(f"{exc.filename or path}{line}: syntax error: {exc.msg}") from exc
@@ -268,6 +270,30 @@ class Outcome:
         if self.counterexample is not None:
             out["counterexample"] = self.counterexample
         return out
+
+
+class _HardExit(BaseException):
+    """os._exit called by a machine file while it is imported."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+@contextlib.contextmanager
+def _no_hard_exit() -> Iterator[None]:
+    """Make os._exit raise `_HardExit` meanwhile: a machine file ending the process with status 0 while
+    it is imported made `govern certify` exit 0, "certified", with no certificate (a CI gate passed)."""
+
+    def refused(status: int) -> NoReturn:
+        raise _HardExit(status)
+
+    real = os._exit
+    os._exit = refused
+    try:
+        yield
+    finally:
+        os._exit = real
 
 
 def _safe_stem(name: str) -> str:
