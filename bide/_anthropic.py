@@ -281,7 +281,7 @@ class _Block:
     def arguments(self) -> dict[str, Any] | str | None:
         """The call's input: its input_json pieces, else the input its start held (not both); text that
         is not a JSON object stays text (the tool answers the model that its arguments are not valid).
-        None: no input came (no pieces, and an empty input in the start)."""
+        None: no input came (not one piece, and an empty input in the start)."""
         if not self.stopped:
             # Pieces may be missing: the call would run with what came (defaults for the rest).
             raise malformed(
@@ -289,7 +289,11 @@ class _Block:
             )
         raw = "".join(self.json)
         if not raw.strip():
-            # The start's empty input is the API's placeholder for the pieces, not an input the model sent.
+            if self.json:
+                # Empty input_json pieces are how the API streams an input of {}: the model sent {}.
+                return self.input
+            # No piece at all: the start's empty input is only the API's placeholder for the pieces, which
+            # did not come (a proxy dropping them would run every call on its defaults).
             return self.input or None
         if self.input:
             raise malformed(
