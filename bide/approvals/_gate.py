@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import StoreError
+from .._errors import BideError, StoreError
 from .._gate import Approved, Denied, GateDecision, GateJournal, GateRequest, Pending
 from .._records import HEADER_KEY
 from ..audit._keys import PublicKey
@@ -36,7 +36,7 @@ from ._tally import (
 __all__ = ["ApprovalGate", "ApprovalRecordsInvalid"]
 
 
-class ApprovalRecordsInvalid(StoreError):
+class ApprovalRecordsInvalid(BideError):
     """The journaled approval tally of a call does not match the signed decisions journaled for it (a tally
     written around bide, one under another policy than the gate's own, or one that counted decisions which
     no longer count). The gate refused to act on it: nothing was run. The message says what to do."""
@@ -178,7 +178,7 @@ class ApprovalGate:
         keys = journal.keys("approval:")  # in journal order; read again after each refresh
         tkey = tally_key(request.call_id)
         tally = journal.get(tkey)
-        if tally is not None:
+        if tally is not None or tkey in keys:  # (a record there that is no gate record reads as None)
             return self._closed(request, tally, digest, keys)
         changed = await self._arguments_changed(request, keys)
         if changed is not None:

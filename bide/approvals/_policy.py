@@ -233,7 +233,9 @@ def load_approver_key(name: str, spec: str | os.PathLike[str]) -> PublicKey:
         return load_public_key(spec)
     except UnreadableInput as exc:
         if isinstance(spec, str) and _KEY_ID.fullmatch(spec):
-            raise UnreadableInput(f"the key given for approver {name!r}: {exc}; {KEY_ID_HINT}") from exc
+            # The audit loader's own hint speaks of logs and anchors: the approver's replaces it.
+            why = str(exc).split("; a key id", 1)[0].split(": a key id", 1)[0]
+            raise UnreadableInput(f"the key given for approver {name!r}: {why}; {KEY_ID_HINT}") from exc
         raise
 
 

@@ -19,7 +19,6 @@ from ._tally import (
     OTHER_JOURNAL,
     arguments_match,
     changed_key,
-    changed_text,
     count,
     current_request,
     decision_key,
@@ -148,7 +147,17 @@ def _notes(
         else None
     )
     if now is not None and now != request["arguments_digest"]:
-        notes.append(changed_text(journal.run_id, request["call_id"], request["arguments_digest"], str(now)))
+        # A record of what one drive saw, not of what the next one will: drives that validate the arguments
+        # as asked again (the deploy that differed is gone) count the approvals as usual.
+        call, run = request["call_id"], journal.run_id
+        notes.append(
+            f"a drive validated the arguments of call {call!r} to digest {now}, not to the digest "
+            f"{request['arguments_digest']} the approvers were asked about; while drives do so, no approval "
+            "can count. If every drive does (a default_factory making a uuid or a timestamp: a gated tool's "
+            f"arguments must validate the same way every time), cancel the run (`bide cancel {run}`) and "
+            "start the work as a new run; if one deploy differed, approvals count once drives validate the "
+            "arguments as asked"
+        )
     for reason in (OLD_FORMAT, OTHER_JOURNAL):
         names = sorted(
             {str(decisions[e["record"]].get("approver")) for e in excluded if e["reason"] == reason}

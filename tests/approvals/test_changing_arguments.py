@@ -62,15 +62,15 @@ def test_arguments_that_change_between_drives_are_named_as_the_reason_a_call_wai
 
     [waiting] = pending_approvals(s.store)
     assert waiting.approved_by == ["alice", "carol"]  # what they signed: the first drive's arguments
-    assert any("changed between drives" in note for note in waiting.notes)
+    assert any("a drive validated the arguments of call 'c0.0'" in note for note in waiting.notes)
     shown = bide_cli("pending", *s.cli, cwd=tmp_path)
-    assert shown.returncode == 0 and "Note on inv c0.0: the arguments of call 'c0.0' changed" in shown.stdout
+    assert shown.returncode == 0 and "Note on inv c0.0: a drive validated the arguments" in shown.stdout
     listed = bide_cli("pending", *s.cli, "--json", cwd=tmp_path)
     [entry] = json.loads(listed.stdout)
-    assert any("changed between drives" in note for note in entry["approval"]["notes"])
+    assert any("no approval can count" in note for note in entry["approval"]["notes"])
     bob = bide_cli("approve", *s.cli, "inv", "c0.0", "--key", "bob.key", cwd=tmp_path)
     assert bob.returncode == 0, bob.stderr
-    assert "Note: the arguments of call 'c0.0' changed between drives" in bob.stdout
+    assert "Note: a drive validated the arguments of call 'c0.0'" in bob.stdout
     again = bide_cli("approve", *s.cli, "inv", "c0.0", "--key", "alice.key", cwd=tmp_path)
     assert again.returncode == 5
-    assert "already decided" in again.stderr and "changed between drives" in again.stderr
+    assert "already decided" in again.stderr and "a drive validated the arguments" in again.stderr

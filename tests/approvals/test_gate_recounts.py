@@ -94,7 +94,7 @@ def _refused(store: bide.Store, match: str) -> None:
     text = str(refused.value)
     assert "do not match their signed decisions" in text and "Nothing was run" in text
     assert f"bide cancel {RUN}" in text
-    assert isinstance(refused.value, bide.StoreError)
+    assert isinstance(refused.value, bide.BideError) and not isinstance(refused.value, bide.StoreError)
     assert bide.run_status(store, RUN).status == "awaiting_approval"
 
 
@@ -105,6 +105,19 @@ def test_an_unsigned_tally_does_not_open_the_gate(real_store: Callable[[str], Re
         "type": "tally", "call_id": "c0.0", "tool": "wire", "arguments_digest": DIGEST,
         "outcome": "approved", "approved_by": ["mallory"], "denied_by": [],
     })])
+    _refused(store, "the tally record is not well formed")
+
+
+def test_a_record_of_another_kind_under_the_tally_key_does_not_open_the_gate(
+    real_store: Callable[[str], RealStore],
+) -> None:
+    """Not a gate record (a pause here), so the gate read no tally there and retried its own tally write
+    100 times, then said it "kept losing its turn to new decisions; run it again"."""
+    store = real_store("s").store
+    _waiting(store)
+    key = tally_key("c0.0")
+    pause = bide.Pause(key=key, call_id="c0.0", tool="wire", reason="written around bide")
+    store.insert_many(RUN, [(key, bide.encode_record(pause))])
     _refused(store, "the tally record is not well formed")
 
 
