@@ -100,6 +100,9 @@ class _Backoff:
     # only the time counts); it is read every PARKED_RECHECK_S meanwhile, for a cancel request.
     drive_after: float = 0.0
     waiting_at_records: int = -1
+    # A timer's wake-up on the wall clock (0: none): due once the wall clock reaches it too, for a clock that
+    # jumped forward (an NTP step, a machine resumed from suspend, which the monotonic clock does not count).
+    wake_wall: float = 0.0
 
 
 # How long a parked run is left alone if its lease does not change (see _Backoff).
@@ -264,7 +267,8 @@ class Worker:
                 if run_id in self._in_flight:
                     continue
                 if state is not None and (
-                    state.not_before > now or (state.parked_token == lease.token and state.parked_until > now)
+                    (state.not_before > now and not 0 < state.wake_wall <= wall)
+                    or (state.parked_token == lease.token and state.parked_until > now)
                 ):
                     continue
                 out.append(run_id)
@@ -301,7 +305,9 @@ class Worker:
             return "skipped"
         if status.status in ("sleeping", "awaiting_approval") and not journal.has(CANCEL_KEY):
             now = self._timer()
-            if now < state.drive_after and state.waiting_at_records in (-1, len(journal.records())):
+            due = 0 < state.wake_wall <= self.clock()
+            unchanged = state.waiting_at_records in (-1, len(journal.records()))
+            if not due and now < state.drive_after and unchanged:
                 state.not_before = min(state.drive_after, now + PARKED_RECHECK_S)
                 return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
         # A halted run with a cancel request is driven: the drive ends it as cancelled.
@@ -336,6 +342,7 @@ class Worker:
         except RunSleeping as exc:
             # A timer: driven again once it is due, looked at every PARKED_RECHECK_S for a cancel request.
             self._wait_until(state, self._local(exc.wake_at), -1)
+            state.wake_wall = exc.wake_at
             return "waiting"
         except ApprovalPending:
             self._back_off(state)
@@ -377,7 +384,7 @@ class Worker:
     def _wait_until(self, state: _Backoff, when: float, records: int) -> None:
         """Drive the run again at `when` (on the worker's timer), or sooner once its journal no longer has
         `records` records (-1: only the time counts)."""
-        state.drive_after, state.waiting_at_records = when, records
+        state.drive_after, state.waiting_at_records, state.wake_wall = when, records, 0.0
         state.not_before = min(when, self._timer() + max(PARKED_RECHECK_S, self.poll_interval))
 
     def _back_off(self, state: _Backoff) -> None:

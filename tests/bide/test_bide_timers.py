@@ -154,3 +154,26 @@ def test_a_worker_forgets_the_runs_it_no_longer_lists(store: bide.Store) -> None
     asyncio.run(worker.run_once())
     assert sorted(worker._state) == []  # the 5 left were due: driven and finished by this pass
     assert [bide.run_status(store, f"s{i}").status for i in range(20)] == ["completed"] * 20
+
+
+def test_a_worker_drives_a_timer_due_on_the_wall_clock_after_the_clock_jumped_forward(
+    store: bide.Store,
+) -> None:
+    """The worker waits on its monotonic timer, which a wall clock stepped forward (NTP) or a machine resumed
+    from suspend does not move: a timer read as an hour away, then due on the wall clock, was left sleeping
+    for the hour. It is driven at the next pass."""
+    offset = [0.0]
+
+    def wall() -> float:
+        return time.time() + offset[0]
+
+    agent = bide.Agent(ScriptedModel(script(3600)), store=store, tools=[bide.timer()], clock=wall, name="a")
+    with pytest.raises(bide.RunSleeping):
+        agent.run_sync("j", "follow up in an hour")
+    worker = bide.Worker(store, agent)
+    worker.clock = wall  # the worker's wall clock; its own waits stay on the monotonic timer
+    offset[0] = 60  # the drive's lease has expired
+    assert asyncio.run(worker.run_once()).waiting == 1  # read: an hour to go
+    offset[0] = 3700  # the wall clock jumps forward past the wake-up
+    assert asyncio.run(worker.run_once()).completed == 1
+    assert bide.run_status(store, "j").status == "completed"
