@@ -293,15 +293,21 @@ def _read(store: Store, run_id: str, entries: list[Entry] | None = None) -> Jour
     return journal
 
 
-def _load_many(store: Store, run_ids: list[str]) -> list[list[Entry]]:
-    """The entries of each of `run_ids`, read together: a SQL store answers them in one transaction, where
-    a load per run costs a round trip through the store's thread (a listing of 50,000 runs took 9 s)."""
+def _load_many(store: Store, run_ids: list[str]) -> Iterator[tuple[str, list[Entry]]]:
+    """Each of `run_ids` with its entries, read _LOADED_TOGETHER runs at a time: a SQL store answers them in
+    one transaction, where a load per run costs a round trip through the store's thread (a listing of 50,000
+    runs took 9 s), while only that many journals are held at once (long threads can be megabytes each)."""
     import asyncio
 
-    async def load() -> list[list[Entry]]:
-        return list(await asyncio.gather(*(store.aload(run_id, 0) for run_id in run_ids)))
+    async def load(some: list[str]) -> list[list[Entry]]:
+        return list(await asyncio.gather(*(store.aload(run_id, 0) for run_id in some)))
 
-    return asyncio.run(load())
+    for start in range(0, len(run_ids), _LOADED_TOGETHER):
+        some = run_ids[start : start + _LOADED_TOGETHER]
+        yield from zip(some, asyncio.run(load(some)), strict=True)
+
+
+_LOADED_TOGETHER = 32
 
 
 def _why_damaged(exc: StoreError) -> str:
@@ -390,7 +396,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         total = 0
         after = ""
         while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=open_only):
-            for run_id, entries in zip(batch, _load_many(store, batch), strict=True):
+            for run_id, entries in _load_many(store, batch):
                 try:
                     journal = _read(store, run_id, entries)
                 except _Unreadable as exc:
@@ -540,7 +546,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         waiting: list[dict[str, Any]] = []
         after = ""
         while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=True):
-            for run_id, entries in zip(batch, _load_many(store, batch), strict=True):
+            for run_id, entries in _load_many(store, batch):
                 try:
                     journal = _read(store, run_id, entries)
                 except _Unreadable as exc:

@@ -165,9 +165,9 @@ def test_runs_limit_keeps_the_most_recently_active(db: tuple[str, bide.Store]) -
 
 
 def test_runs_limit_keeps_the_most_recent_across_pages_of_runs(db: tuple[str, bide.Store]) -> None:
-    """`bide runs` reads the runs 500 at a time and keeps only the `--limit` most recent as it goes (it kept
-    a row per run, 1.5 GB for a million): the most recent runs come first in run-id order here, so they must
-    survive every later page of older runs."""
+    """`bide runs` reads the runs in pages (journals 32 at a time) and keeps only the `--limit` most recent
+    as it goes (it kept a row per run, 1.5 GB for a million): the most recent runs come first in run-id
+    order here, so they must survive every later page of older runs."""
     import asyncio
 
     url, store = db
