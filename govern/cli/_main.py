@@ -153,7 +153,7 @@ def load_targets(spec: str) -> list[Target]:
         with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
             loader_spec.loader.exec_module(module)
     except _HardExit as exc:
-        raise UsageError(f"{path}: the file called os._exit({exc.code!r}) while being imported") from None
+        raise UsageError(f"{path}: the file called os.{exc.what} while being imported") from None
     except SyntaxError as exc:
         line = "" if exc.lineno is None else f":{exc.lineno}"  # None: the file is not text Python reads
         raise UsageError(f"{exc.filename or path}{line}: syntax error: {exc.msg}") from exc
@@ -273,27 +273,43 @@ class Outcome:
 
 
 class _HardExit(BaseException):
-    """os._exit called by a machine file while it is imported."""
+    """A machine file, while imported, tried to end or replace the process (os._exit, an exec)."""
 
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
+# What ends or replaces the process without unwinding Python (no SystemExit to catch): os's and posix's.
+_HARD_EXITS = ("_exit", "execl", "execle", "execlp", "execlpe", "execv", "execve", "execvp", "execvpe")
 
 
 @contextlib.contextmanager
 def _no_hard_exit() -> Iterator[None]:
-    """Make os._exit raise `_HardExit` meanwhile: a machine file ending the process with status 0 while
-    it is imported made `govern certify` exit 0, "certified", with no certificate (a CI gate passed)."""
+    """Make os._exit and the exec functions raise `_HardExit` meanwhile: a machine file ending the process
+    with status 0 while it is imported made `govern certify` exit 0, "certified", with no certificate (a
+    CI gate passed). (Code run from the file can still end the process other ways, through ctypes or a
+    signal to itself: certify machine files you trust, and have CI check the certificate it wrote.)"""
+    import posix
 
-    def refused(status: int) -> NoReturn:
-        raise _HardExit(status)
+    saved: list[tuple[object, str, object]] = []
+    for module in (os, posix):
+        for name in _HARD_EXITS:
+            real = getattr(module, name, None)
+            if real is None:
+                continue
 
-    real = os._exit
-    os._exit = refused
+            def refused(*args: object, _name: str = name, **kwargs: object) -> NoReturn:
+                shown = f"{_name}({args[0]!r})" if _name == "_exit" and args else f"{_name}(...)"
+                raise _HardExit(shown)
+
+            saved.append((module, name, real))
+            setattr(module, name, refused)
     try:
         yield
     finally:
-        os._exit = real
+        for owner, name, real in saved:
+            setattr(owner, name, real)
 
 
 def _safe_stem(name: str) -> str:

@@ -358,11 +358,19 @@ def test_a_machine_file_that_is_not_text_is_a_syntax_error_without_a_none_line(t
 
 
 def test_a_machine_file_that_ends_the_process_while_imported_is_not_certified(tmp_path: Path) -> None:
-    """os._exit(0) in a machine file made `govern certify` exit 0 ("certified") with no output and no
-    certificate, so a CI gate on it passed; sys.exit(0) was already refused."""
-    (tmp_path / "hard.py").write_text("import os\nos._exit(0)\n")
-    (tmp_path / "soft.py").write_text("import sys\nsys.exit(0)\n")
-    for name, call in (("hard.py", "os._exit(0)"), ("soft.py", "sys.exit(0)")):
+    """os._exit(0) in a machine file (or posix._exit, or an exec replacing the process) made `govern
+    certify` exit 0 ("certified") with no output and no certificate, so a CI gate on it passed; sys.exit(0)
+    was already refused."""
+    files = {
+        "hard.py": ("import os\nos._exit(0)\n", "os._exit(0)"),
+        "posix.py": ("import posix\nposix._exit(0)\n", "os._exit(0)"),
+        "early.py": ("from os import _exit\n_exit(0)\n", "os._exit(0)"),
+        "exec.py": ("import os\nos.execv('/bin/true', ['true'])\n", "os.execv(...)"),
+        "soft.py": ("import sys\nsys.exit(0)\n", "sys.exit(0)"),
+    }
+    for name, (text, _) in files.items():
+        (tmp_path / name).write_text(text)
+    for name, (_, call) in files.items():
         done = govern("certify", name, cwd=tmp_path)
         assert done.returncode == 2 and f"called {call} while being imported" in done.stderr, done.stderr
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["hard.py", "soft.py"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)
