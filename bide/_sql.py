@@ -83,7 +83,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from ._dbfile import OpenedFile, connect_existing, out_of_reach, sqlite_uri, why_unwritable
+from ._dbfile import OpenedFile, connect_existing, not_a_database, out_of_reach, sqlite_uri, why_unwritable
 from ._errors import ConfigError, StoreError, StoreNotFound, WriteRefused
 from ._memory import _check
 from ._retry import RetryPolicy
@@ -598,7 +598,8 @@ class SQLStore:
             if reach is not None:
                 raise StoreError(f"cannot open the store {where}: {reach}")
             if not os.path.isfile(path):
-                raise StoreNotFound(f"no bide store at {where}: the file does not exist", missing="file")
+                what = not_a_database(path) or "the file does not exist"  # a directory, a pipe, or nothing
+                raise StoreNotFound(f"no bide store at {where}: {what}", missing="file")
             found = _sqlite_tables(path, where)
         else:
             try:

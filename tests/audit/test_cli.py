@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -256,3 +257,19 @@ def test_a_key_id_given_as_a_public_key_is_named_as_one(tmp_path: Path) -> None:
     assert whole.returncode == 4 and "is a key id, not a public key" in whole.stderr, whole.stderr
     assert bare.returncode in (1, 4), bare.stderr  # a weak key (4), or a key read from it that differs (1)
     assert "key id" in bare.stderr and ".pub" in bare.stderr, bare.stderr
+
+
+def test_export_from_a_store_path_that_is_a_directory_or_a_pipe_says_what_is_there(tmp_path: Path) -> None:
+    """`bide-audit export` called a directory or a pipe given as the store "the file does not exist"."""
+    assert _audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    (tmp_path / "adir").mkdir()
+    os.mkfifo(tmp_path / "pipe")
+    base = ["export", "--run", "r", "--head", "-o", "out.json", "--key", "log.key"]
+    folder, pipe = _audit_all(
+        (*base, "--store", f"sqlite:///{tmp_path / 'adir'}"),
+        (*base, "--store", f"sqlite:///{tmp_path / 'pipe'}"),
+        cwd=tmp_path,
+    )
+    assert folder.returncode == 4 and "it is a directory" in folder.stderr, folder.stderr
+    assert pipe.returncode == 4 and "not a regular file (a pipe or a device)" in pipe.stderr, pipe.stderr
+    assert not (tmp_path / "out.json").exists()
