@@ -76,29 +76,19 @@ def evidence(store: bide.Store, run_id: str = "r") -> EvidencePackage:
     return AuditLog(store, LOG_KEY).evidence(run_id)
 
 
-def audit_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """`bide-audit ARGS` in a subprocess (the worktree on the path)."""
+def _module_cli(module: str, args: tuple[str, ...], cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`python -m MODULE ARGS` in a subprocess, the worktree on the path."""
     path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    return subprocess.run(
-        [sys.executable, "-m", "bide.audit._cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    command = [sys.executable, "-m", module, *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def audit_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`bide-audit ARGS` in a subprocess (the worktree on the path)."""
+    return _module_cli("bide.audit._cli", args, cwd)
 
 
 def bide_cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`bide ARGS` in a subprocess (the worktree on the path)."""
-    path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p)}
-    return subprocess.run(
-        [sys.executable, "-m", "bide._cli", *args],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=120,
-    )
+    return _module_cli("bide._cli", args, cwd)
