@@ -62,6 +62,7 @@ from ._when import iso, seconds, when
 # The journal, the stores and their drivers (pydantic, SQLAlchemy) are imported by the commands that use
 # them, not here: `bide --help` and a usage error never pay for them.
 if TYPE_CHECKING:
+    import asyncio
     from concurrent.futures import Future
 
     from ._journal import Journal
@@ -293,10 +294,13 @@ def _read(store: Store, run_id: str, entries: list[Entry] | None = None) -> Jour
     return journal
 
 
-def _load_many(store: Store, run_ids: list[str]) -> Iterator[tuple[str, list[Entry]]]:
-    """Each of `run_ids` with its entries, read _LOADED_TOGETHER runs at a time: a SQL store answers them in
-    one transaction, where a load per run costs a round trip through the store's thread (a listing of 50,000
-    runs took 9 s), while only that many journals are held at once (long threads can be megabytes each)."""
+def _load_many(
+    store: Store, run_ids: list[str], runner: asyncio.Runner
+) -> Iterator[tuple[str, list[Entry]]]:
+    """Each of `run_ids` with its entries, read _LOADED_TOGETHER runs at a time on `runner`'s event loop
+    (one for the whole listing): a SQL store answers them in one transaction, where a load per run costs a
+    round trip through the store's thread (a listing of 50,000 runs took 9 s), while only that many
+    journals are held at once (long threads can be megabytes each)."""
     import asyncio
 
     async def load(some: list[str]) -> list[list[Entry]]:
@@ -304,7 +308,7 @@ def _load_many(store: Store, run_ids: list[str]) -> Iterator[tuple[str, list[Ent
 
     for start in range(0, len(run_ids), _LOADED_TOGETHER):
         some = run_ids[start : start + _LOADED_TOGETHER]
-        yield from zip(some, asyncio.run(load(some)), strict=True)
+        yield from zip(some, runner.run(load(some)), strict=True)
 
 
 _LOADED_TOGETHER = 32
@@ -384,9 +388,12 @@ def _cmd_runs(args: argparse.Namespace) -> int:
 
     if args.limit < 1:
         raise CLIError(f"--limit must be 1 or more, got {args.limit}", EXIT_USAGE)
+    import asyncio
+
     store = open_cli_store(args)
     now_ms = int(time.time() * 1000)
     unreadable: dict[str, str] = {}
+    runner = asyncio.Runner()  # one event loop for every page's loads
     try:
         leases = _leases(store)
         # Every matching run is read: the N most recently active are known only once all are seen. Asked
@@ -396,7 +403,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         total = 0
         after = ""
         while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=open_only):
-            for run_id, entries in _load_many(store, batch):
+            for run_id, entries in _load_many(store, batch, runner):
                 try:
                     journal = _read(store, run_id, entries)
                 except _Unreadable as exc:
@@ -411,6 +418,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
                 rows = _most_recent(rows, args.limit)
             after = batch[-1]
     finally:
+        runner.close()
         close_store(store)
     rows = _most_recent(rows, args.limit)
     if args.json:
@@ -535,6 +543,8 @@ def _record_text(record: dict[str, Any]) -> str:
 
 
 def _cmd_pending(args: argparse.Namespace) -> int:
+    import asyncio
+
     from ._records import pause_key
     from ._resolve import status_of
     from .approvals._submit import PendingApproval, pending_in
@@ -542,11 +552,12 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     store = open_cli_store(args)
     unreadable: dict[str, str] = {}
     found: list[PendingApproval] = []
+    runner = asyncio.Runner()  # one event loop for every page's loads
     try:
         waiting: list[dict[str, Any]] = []
         after = ""
         while batch := store.runs(prefix=args.prefix, after=after, limit=500, open_only=True):
-            for run_id, entries in _load_many(store, batch):
+            for run_id, entries in _load_many(store, batch, runner):
                 try:
                     journal = _read(store, run_id, entries)
                 except _Unreadable as exc:
@@ -575,6 +586,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
             after = batch[-1]
         approvals = {(p.run_id, p.call_id): p for p in found}
     finally:
+        runner.close()
         close_store(store)
     for w in waiting:
         p = approvals.get((w["run_id"], w["call_id"]))

@@ -7,9 +7,8 @@ from typing import Any
 
 from .._errors import BideError, StoreError
 from .._gate import Approved, Denied, GateDecision, GateJournal, GateRequest, Pending
-from .._records import HEADER_KEY
 from ..audit._keys import PublicKey
-from ._policy import ApprovalPolicy, journal_digest_of
+from ._policy import ApprovalPolicy, run_journal_digest
 from ._tally import (
     OLD_FORMAT,
     OTHER_JOURNAL,
@@ -44,10 +43,7 @@ class ApprovalRecordsInvalid(BideError):
 
 def journal_digest(journal: GateJournal) -> str:
     """The hex digest of the run's header record (`journal_digest_of`), which every decision signs."""
-    header = journal.header_bytes()
-    if header is None:
-        raise StoreError(f"run {journal.run_id!r} has no {HEADER_KEY!r} header; the store is damaged")
-    return journal_digest_of(header).hex()
+    return run_journal_digest(journal.run_id, journal.header_bytes())
 
 
 class ApprovalGate:

@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import ConfigError
+from .._errors import ConfigError, StoreError
 from ..audit._errors import UnreadableInput
 from ..audit._formats import field, u64
 from ..audit._keys import PublicKey, load_public_key
@@ -225,6 +225,13 @@ def journal_digest_of(header: bytes) -> bytes:
     """SHA-256 of the stored bytes of a run's ``@journal`` header record: what binds a decision to one
     journal (the header's random salt tells two journals of the same run id apart)."""
     return hashlib.sha256(header).digest()
+
+
+def run_journal_digest(run_id: str, header: bytes | None) -> str:
+    """The hex `journal_digest_of` the run's stored header bytes (StoreError when the run has none)."""
+    if header is None:
+        raise StoreError(f"run {run_id!r} has no '@journal' header; the store is damaged")
+    return journal_digest_of(header).hex()
 
 
 def load_approver_key(name: str, spec: str | os.PathLike[str]) -> PublicKey:

@@ -13,7 +13,7 @@ from .._records import HEADER_KEY, GateRecord, encode_record, pause_key
 from .._resolve import status_of
 from .._store import Store
 from ..audit._keys import SigningKey
-from ._policy import ApprovalPolicy, decision_bytes, journal_digest_of
+from ._policy import ApprovalPolicy, decision_bytes, run_journal_digest
 from ._tally import (
     OLD_FORMAT,
     OTHER_JOURNAL,
@@ -69,9 +69,7 @@ class PendingApproval:
 def journal_digest(journal: Journal) -> str:
     """The hex digest of the loaded run's header record, which every decision in it signs."""
     entry = journal.entry(HEADER_KEY)
-    if entry is None:
-        raise StoreError(f"run {journal.run_id!r} has no {HEADER_KEY!r} header; the store is damaged")
-    return journal_digest_of(entry.data).hex()
+    return run_journal_digest(journal.run_id, None if entry is None else entry.data)
 
 
 def _open_requests(journal: Journal) -> dict[str, tuple[str, dict[str, Any], ApprovalPolicy]]:
