@@ -73,7 +73,7 @@ from ._errors import (
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
 from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
 from ._journal import Journal, check_run_id
-from ._lease import Overrun, hold_lease, let_go
+from ._lease import Overrun, hold_lease, let_go, record_when_done
 from ._messages import (
     MAX_TOOL_CALLS,
     AssistantMessage,
@@ -165,10 +165,11 @@ class RunResult(Generic[T]):
     usage: Usage = Usage()  # noqa: RUF009 (a frozen value)
 
 
-@dataclass(slots=True)  # a value, never changed; not frozen: a frozen dataclass is slower to make, per drive
+@dataclass(slots=True)  # not frozen: a frozen dataclass is slower to make, per drive
 class _Ask:
     """What a drive was asked for: a run's input, a thread's message (`segment`: its expected index, if the
-    caller knows it), or (input None) the thread's unfinished message."""
+    caller knows it), or (input None) the thread's unfinished message. Changed only while the drive waits
+    for the lease (see `_pin_unfinished`), never after."""
 
     input: str | None
     thread: bool = False
@@ -366,7 +367,7 @@ class Agent(Generic[T]):
         elif journal is None:
             journal = Journal(self.store, run_id)
         try:
-            lease = await self._take_lease(journal)
+            lease = await self._take_lease(journal, ask)
             if lease is None:  # the run had ended: its answer, from the journal
                 result = self._sealed(journal, ask)
             else:
@@ -377,11 +378,11 @@ class Agent(Generic[T]):
                 try:
                     result = await self._drive(journal, ask, sink)
                 except WriteRefused as refused:
-                    # Another driver took the lease over, or ended the run: see what the journal says now.
+                    # Another driver took the lease over, or ended the run: see what the journal says now
+                    # about the segment this drive drove (found from the journal as the drive left it).
+                    driven = self._driven(journal, ask)
                     await journal.aload()
-                    if not journal.has(END_KEY):
-                        raise self._taken_over(run_id, refused) from refused
-                    result = self._sealed(journal, ask)
+                    result = self._after_takeover(journal, ask, driven, refused)
                 # A run that ended needs no lease; a thread waiting for its next message hands it back.
                 ended = not ask.thread or journal.has(END_KEY)
         except BaseException as exc:
@@ -396,6 +397,37 @@ class Agent(Generic[T]):
         if watch is not None:
             watch.finished(result)
         return result
+
+    def _driven(self, journal: Journal, ask: _Ask) -> _Segment | None:
+        """The segment a drive of `ask` drove, from the journal as the drive left it (None: unclear)."""
+        try:
+            return self._segment(journal, ask)
+        except BideError:
+            return None
+
+    def _after_takeover(
+        self, journal: Journal, ask: _Ask, driven: _Segment | None, refused: WriteRefused
+    ) -> RunResult[T]:
+        """What a drive whose write was refused (`refused`: another driver took its lease over) returns,
+        from the journal reloaded since: the answer the other driver journaled for the segment this drive
+        drove (`driven`), or RunInFlight while it has none. A thread's message is matched by its index
+        and its text: the thread's next message, sent again without its index, would be a new one."""
+        if driven is None:
+            if not journal.has(END_KEY):
+                raise self._taken_over(journal.run_id, refused) from refused
+            return self._sealed(journal, ask)
+        seg: _Segment | None = driven
+        if driven.thread and journal.has(START_KEY):
+            segs = _segments(journal)
+            k = driven.index
+            seg = segs[k] if k < len(segs) and segs[k].input == driven.input else None
+        if seg is not None and journal.has(seg.open_key):
+            end = self._end_of(journal, seg)
+            if end is not None:
+                return self._ended_result(journal, seg, end, replayed=True)
+        elif driven.thread and journal.has(END_KEY):
+            raise _thread_ended(journal) from refused
+        raise self._taken_over(journal.run_id, refused) from refused
 
     def _taken_over(self, run_id: str, refused: WriteRefused) -> RunInFlight:
         now = self.clock()
@@ -500,7 +532,7 @@ class Agent(Generic[T]):
         )
         return End(key=seg.end_key, status="failed", answer=answer), None
 
-    async def _take_lease(self, journal: Journal) -> Lease | None:
+    async def _take_lease(self, journal: Journal, ask: _Ask) -> Lease | None:
         """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
         `lease_wait` for a live lease of another driver, then raises RunInFlight."""
         run_id = journal.run_id
@@ -532,6 +564,7 @@ class Agent(Generic[T]):
             if lease.held:
                 journal.fence = (holder, lease.token)
                 return lease
+            _pin_unfinished(journal, ask)
             left = give_up - time.monotonic()
             if left <= 0:
                 raise self._in_flight(run_id, lease, self.clock())
@@ -658,7 +691,11 @@ class Agent(Generic[T]):
             if end is not None:  # answered before this drive: its answer, from the journal
                 cancel = journal.get(CANCEL_KEY)
                 if seg.thread and ask.input is None and end.key != END_KEY and isinstance(cancel, Cancel):
-                    return await self._end_cancelled(journal, cancel, seg)  # resuming an idle thread ends it
+                    # Resuming an idle thread that was asked to cancel ends it (so the thread had not
+                    # finished before this drive); its last message keeps the answer it was given, which is
+                    # what every later resume returns too.
+                    await self._end_cancelled(journal, cancel)
+                    return self._ended_result(journal, seg, end, replayed=False)
                 return self._ended_result(journal, seg, end, replayed=True)
         # A new segment's opening record (a run's start, a thread message's `seg:<k>`) is written with its
         # first turn, in the same all-or-nothing write: a run exists once it has a turn.
@@ -695,7 +732,8 @@ class Agent(Generic[T]):
                     looked = time.monotonic()
                 first = False
                 if isinstance(cancel, Cancel):
-                    return await self._end_cancelled(journal, cancel, seg)
+                    ended = await self._end_cancelled(journal, cancel)
+                    return self._ended_result(journal, seg, ended, replayed=False)
                 rec = journal.get(model_key(turn))
             # A new turn is written together with the first thing that depends on it (its end record, or
             # its first side effect's attempt marker), all or nothing. If another driver wrote this turn
@@ -818,14 +856,14 @@ class Agent(Generic[T]):
         record = decode_record(entry.key, entry.data)
         return record if isinstance(record, Cancel) else None
 
-    async def _end_cancelled(self, journal: Journal, cancel: Cancel, seg: _Segment) -> RunResult[T]:
-        """End the run as cancelled (or, if another driver ended it first, as that driver did). A thread's
-        cancel ends the thread: its `run:end` seals it."""
+    async def _end_cancelled(self, journal: Journal, cancel: Cancel) -> End:
+        """End the run as cancelled; the run's end record (another driver's, if it ended the run first). A
+        thread's cancel ends the thread: its `run:end` seals it."""
         stored, _ = await journal.awrite_one(
             End(key=END_KEY, status="cancelled", answer=cancelled_answer(cancel))
         )
         assert isinstance(stored, End)
-        return self._ended_result(journal, seg, stored, replayed=False)
+        return stored
 
     def _opening(self, needs_start: bool, seg: _Segment) -> tuple[Record, ...]:
         """What a fresh turn is journaled after: the run's start record for a run that has none yet, or a
@@ -1364,8 +1402,7 @@ class Agent(Generic[T]):
             if window.running():
                 # A synchronous tool cannot be stopped: it runs on past its deadline, as a live call of this
                 # process, whose lease the drive hands to a keeper that records what it returns.
-                late = self._late_result(call, tool, idem, approval)
-                self._overruns.setdefault((run_id, journal.fence), []).append((window, late))
+                self._keep_recording(journal, window, self._late_result(call, tool, idem, approval))
                 cause = (
                     f"still running past its {tool.timeout:g}s timeout in this process (a synchronous tool "
                     "cannot be stopped); this process keeps the run's lease and records its outcome when "
@@ -1381,8 +1418,7 @@ class Agent(Generic[T]):
                 # synchronous tool had started in its thread, which runs on (or has just returned, before
                 # its result was written): as for an overrun, this process keeps the run's lease until it
                 # returns and records its outcome, so no other driver decides meanwhile.
-                late = self._late_result(call, tool, idem, approval)
-                self._overruns.setdefault((run_id, journal.fence), []).append((window, late))
+                self._keep_recording(journal, window, self._late_result(call, tool, idem, approval))
             if not isinstance(exc, Exception):
                 raise
             if tool.not_started and isinstance(exc, tool.not_started):
@@ -1414,6 +1450,15 @@ class Agent(Generic[T]):
             f"tool {tool.name!r} (call {call.call_id!r} of run {journal.run_id!r}) did not run: {why}. "
             "Run again to retry the call"
         )
+
+    def _keep_recording(
+        self, journal: Journal, window: CallWindow, build: Callable[[bool, Any], ToolResult | None]
+    ) -> None:
+        """A synchronous call of this drive runs on past its deadline: journal its outcome as soon as it
+        returns, and have the drive hand its lease to a keeper that holds it until then (bide/_lease.py)."""
+        run_id = journal.run_id
+        overrun = record_when_done(self.store, run_id, journal.fence, window, build)
+        self._overruns.setdefault((run_id, journal.fence), []).append(overrun)
 
     def _late_result(
         self, call: ToolCall, tool: Tool, idem: str, approval: Any
@@ -1699,7 +1744,8 @@ class Thread(Generic[T]):
 
     async def resume(self) -> RunResult[T]:
         """Drive the message the thread is answering (after a crash, say); for an idle thread, the last
-        message's recorded answer. Raises RunNotFound for a thread with no message yet."""
+        message's recorded answer (and, if the thread was asked to cancel, the thread ends). Raises
+        RunNotFound for a thread with no message yet."""
         return await self.agent._run(self.thread_id, _Ask(None, True), None)
 
     async def history(self) -> list[Message]:
@@ -1736,6 +1782,17 @@ def _thread_ask(message: object, segment: object) -> _Ask:
     if segment is not None and not (isinstance(segment, int) and segment >= 0):
         raise ConfigError("segment must be a message index (0, 1, ...) or None")
     return _Ask(text, True, segment)
+
+
+def _pin_unfinished(journal: Journal, ask: _Ask) -> None:
+    """A thread's message sent without its index while another driver answers the same text: the send
+    is that message's (docs/bide.md), so it is pinned to its index now. Otherwise, once that driver had
+    answered it, the thread would be idle when this drive gets the lease, and the text a new message."""
+    if not ask.thread or ask.segment is not None or ask.input is None or not journal.has(START_KEY):
+        return
+    last = _segments(journal)[-1]
+    if last.input == ask.input and not journal.has(last.end_key) and not journal.has(END_KEY):
+        ask.segment = last.index
 
 
 def _segments(journal: Journal) -> list[_Segment]:

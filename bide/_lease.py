@@ -7,9 +7,11 @@ Most drives finish long before their first renewal (every third of the lease's t
 go touch no heap, and the timer only when none is armed.
 
 A synchronous tool that runs on past its deadline cannot be stopped. Its drive ends (the run halts), but
-the lease must not be freed while the call may still act: `keep_overrun` renews it from a thread until
-the call returns (every such call of the drive: calls of one turn run in parallel), journals the calls'
-outcomes under the lease, and only then frees it.
+the lease must not be freed while the call may still act. `record_when_done` journals the call's outcome
+from a thread as soon as it returns, under the drive's lease, also while the drive still runs (its other
+calls of the turn, which run in parallel): a result is journaled as soon as its call returns, so a crash
+after that finds it. Once the drive has ended, `keep_overrun` renews the lease from a thread until every
+such call of the drive is recorded, and only then frees it.
 """
 
 from __future__ import annotations
@@ -27,11 +29,53 @@ from typing import Any
 from ._inflight import CallWindow
 from ._journal import Journal
 from ._records import Record
-from ._store import Lease, Store
+from ._store import Fence, Lease, Store
 
-__all__ = ["Overrun", "hold_lease", "join_keepers", "keep_overrun", "let_go"]
+__all__ = ["Overrun", "hold_lease", "join_keepers", "keep_overrun", "let_go", "record_when_done"]
 
-Overrun = tuple[CallWindow, Callable[[bool, Any], Record | None]]
+
+class Overrun:
+    """A synchronous call of a drive running on past its deadline, and the thread that journals its outcome
+    when it returns (`recorded`: it did, or the outcome was unknown and there was nothing to journal)."""
+
+    __slots__ = ("recorded", "window", "writer")
+
+    def __init__(self, window: CallWindow, writer: threading.Thread) -> None:
+        self.window = window
+        self.writer = writer
+        self.recorded = False
+
+
+def record_when_done(
+    store: Store,
+    run_id: str,
+    fence: Fence | None,
+    window: CallWindow,
+    build: Callable[[bool, Any], Record | None],
+) -> Overrun:
+    """Journal the outcome of the call of `window` as soon as it returns (`build` makes its record from what
+    it returned or raised; None: the outcome stays unknown), from a thread, under the drive's `fence`. A
+    refused or failed write leaves the call halted for a decision (and `recorded` False)."""
+    assert window.done is not None  # a call running in a worker thread
+
+    def record() -> None:
+        assert window.done is not None
+        window.done.wait()
+        assert window.outcome is not None
+        try:
+            made = build(*window.outcome)
+            if made is not None:
+                journal = Journal(store, run_id)
+                journal.fence = fence
+                journal.write([made])
+        except Exception:  # a store failure, or another driver holds the run now (its writes are fenced)
+            return
+        overrun.recorded = True
+
+    # Not a daemon: a process that ends normally waits for it, so the outcome is journaled.
+    overrun = Overrun(window, threading.Thread(target=record, name=f"bide-overrun-result:{run_id}"))
+    overrun.writer.start()
+    return overrun
 
 
 def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float]) -> int:
@@ -115,13 +159,15 @@ async def _release(store: Store, lease: Lease) -> None:
 def keep_overrun(
     store: Store, lease: Lease, ttl: float, clock: Callable[[], float], overruns: list[Overrun]
 ) -> None:
-    """Hold the run's lease while synchronous calls run on past their deadline, then journal what they
-    returned (each `build` makes its call's record; None: its outcome stays unknown) and free the lease."""
+    """Hold the run's lease while synchronous calls run on past their deadline, until each one's outcome is
+    journaled (`record_when_done`), then free the lease."""
     run_id, holder, token, ttl_ms = lease.run_id, lease.holder, lease.token, int(ttl * 1000)
     renew_at = time.monotonic() + ttl / 3
-    for window, _ in overruns:
-        assert window.done is not None
-        while not window.done.wait(max(0.0, renew_at - time.monotonic())):
+    for overrun in overruns:
+        while True:
+            overrun.writer.join(max(0.0, renew_at - time.monotonic()))
+            if not overrun.writer.is_alive():
+                break
             try:
                 renewed = store.lease(run_id, holder, now_ms=int(clock() * 1000), ttl_ms=ttl_ms, token=token)
             except Exception:
@@ -133,20 +179,10 @@ def keep_overrun(
             if not renewed.held:
                 return  # another driver holds the run now: its writes are fenced off from ours
             renew_at = time.monotonic() + ttl / 3
-    try:
-        records = []
-        for window, build in overruns:
-            assert window.outcome is not None
-            record = build(*window.outcome)
-            if record is not None:
-                records.append(record)
-        if records:
-            journal = Journal(store, lease.run_id).load()
-            journal.fence = (lease.holder, lease.token)
-            journal.write(records)
+    if not all(overrun.recorded for overrun in overruns):
+        return  # the store failed: the lease expires and the call stays halted for a decision
+    with contextlib.suppress(Exception):  # a lease not freed only expires
         store.release(lease.run_id, lease.holder, lease.token)
-    except Exception:  # the store failed: the lease expires and the call stays halted for a decision
-        return
 
 
 class _Group:

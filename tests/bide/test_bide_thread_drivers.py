@@ -12,6 +12,8 @@ second driver either raised `RunInFlight` (no `lease_wait`), waited and got the 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -178,3 +180,44 @@ def test_two_new_messages_at_once_are_both_answered_one_after_the_other(race: Ra
     assert all(out["outcome"] == "completed" and not out["replayed"] for out in outcomes)
     assert effect_lines(race.effect) == ["m0", first, second]
     assert race.history() == answered("m0", first, second)
+
+
+@pytest.mark.slow
+def test_a_paused_driver_whose_message_another_driver_answered_returns_that_answer(race: Race) -> None:
+    """The driver of message 1 (sent without its index) is paused (SIGSTOP) in its answering turn, past its
+    lease; another driver resumes the thread and answers the message. The paused one, woken, has its write
+    refused (the lease is no longer its own) and returns the recorded answer instead of RunInFlight, which
+    would have its caller send the text again: a second message 1, and a second side effect."""
+    (proc,) = race.start("answer", ("m1", "-", "send", 0.0))
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        other = asyncio.run(agent(race.store, str(race.effect), 30.0).thread(THREAD).resume())
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    assert (other.answer, other.segment, other.replayed) == ("answered m1", 1, False)
+    (woken,) = race.let_go([proc])
+    assert woken == {"outcome": "completed", "answer": "answered m1", "segment": 1, "replayed": True}
+    assert effect_lines(race.effect) == ["m0", "m1"]
+    assert race.history() == answered("m0", "m1")
+
+
+@pytest.mark.slow
+def test_the_same_text_sent_while_another_driver_answers_it_waits_for_that_answer(race: Race) -> None:
+    """Message 1 is being answered by one driver (held in its answering turn) when a second driver sends the
+    same text without an index, with a lease_wait: that send is the message's (docs/bide.md), so once the
+    first driver answers, it returns that answer (replayed) instead of sending the text again as message
+    2 once the thread is idle (which would fire its side effect a second time)."""
+    (proc,) = race.start("answer", ("m1", "-", "send", 0.0))
+
+    async def send_again() -> bide.RunResult[str]:
+        sending = asyncio.ensure_future(agent(race.store, str(race.effect), 60.0).thread(THREAD).send("m1"))
+        await asyncio.sleep(0.5)  # it found the first driver's lease (the assertions do not rest on it)
+        race.release.write_text("go")
+        return await sending
+
+    again = asyncio.run(send_again())
+    (first,) = race.let_go([proc])
+    assert first == {"outcome": "completed", "answer": "answered m1", "segment": 1, "replayed": False}
+    assert (again.answer, again.segment, again.replayed) == ("answered m1", 1, True)
+    assert effect_lines(race.effect) == ["m0", "m1"]
+    assert race.history() == answered("m0", "m1")

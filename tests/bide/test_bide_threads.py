@@ -175,6 +175,7 @@ def test_a_thread_cancelled_while_answering_says_it_ended_to_a_new_message(store
     with pytest.raises(bide.RunMismatch, match=r"has ended \(cancelled\): it takes no more messages"):
         thread.send_sync("a new message")
 
+
 def test_the_worker_resumes_a_threads_unanswered_message_and_leaves_idle_threads(store: bide.Store) -> None:
     fired: list[str] = []
     bide.Agent(ScriptedModel([reply("hi back")]), store=store).thread("idle").send_sync("hi")
@@ -240,6 +241,21 @@ def test_a_worker_ends_an_idle_thread_that_was_cancelled(store: bide.Store) -> N
     assert report.completed == 1
     st_ = bide.run_status(store, "t")
     assert (st_.status, st_.answer) == ("cancelled", "Cancelled: closed by support")
+
+
+def test_resuming_a_cancelled_idle_thread_ends_it_and_keeps_its_last_answer(store: bide.Store) -> None:
+    """The first resume after the cancel request ends the thread (so it is not a replay); it and every later
+    resume return the last message's recorded answer (it was answered, not cancelled)."""
+    thread = bide.Agent(ScriptedModel([reply("hi")]), store=store).thread("t")
+    thread.send_sync("hello")
+    bide.cancel_run(store, "t", reason="closed by support")
+    for replayed in (False, True):
+        result = asyncio.run(thread.resume())
+        assert (result.status, result.answer, result.segment) == ("completed", "hi", 0)
+        assert result.replayed is replayed
+        assert bide.run_status(store, "t").status == "cancelled"
+    with pytest.raises(bide.RunMismatch, match="has ended"):
+        thread.send_sync("anyone there?")
 
 
 def test_output_type_str_is_the_plain_answer(store: bide.Store) -> None:

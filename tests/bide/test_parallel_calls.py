@@ -640,3 +640,64 @@ def test_sigkill_between_two_side_effects_of_a_parallel_turn(point: str, tmp_pat
     resolve(url, "c0.2", "--not-started")
     assert finished(child(url, effects)) == {"outcome": "completed", "answer": "done"}
     assert fired(effects) == {"a": 1, "b": 1, "c": 1}
+
+
+@pytest.mark.parametrize("url", ["sqlite", "memory"])
+def test_an_overrunning_call_is_journaled_as_soon_as_it_returns_while_its_turn_runs_on(
+    url: str, tmp_path: Path
+) -> None:
+    """A synchronous side effect runs past its timeout while a sibling call of its turn still runs. Its
+    result is journaled (committed, seen by another store object) as soon as it returns, not when the whole
+    turn ends: a crash between the two finds the result instead of halting a call whose outcome was known.
+    The drive still halts on it (it overran), and the next drive goes on with the journaled result."""
+    import threading
+
+    returned = threading.Event()
+    fired: list[str] = []
+
+    @bide.tool(timeout=0.2)
+    def charge(to: str) -> str:
+        """Charge, slowly (past the timeout)."""
+        time.sleep(0.5)
+        fired.append(to)
+        returned.set()
+        return f"charged {to}"
+
+    sibling_may_end = asyncio.Event()
+
+    @bide.tool(timeout=30.0)
+    async def ship(to: str) -> str:
+        """Ship, once the test lets it."""
+        await sibling_may_end.wait()
+        return f"shipped {to}"
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}" if url == "sqlite" else "memory://"
+    store = bide.open_store(url)
+    reader = bide.open_store(url) if url.startswith("sqlite") else store
+    script = [turn_of(("charge", {"to": "x"}), ("ship", {"to": "x"})), reply("done")]
+
+    def agent() -> bide.Agent:
+        return bide.Agent(ScriptedModel(script), store=store, tools=[charge, ship], lease_ttl=3.0)
+
+    async def scenario() -> list[str]:
+        drive = asyncio.ensure_future(agent().run("r", "go"))
+        await asyncio.to_thread(returned.wait, 10)
+        seen: list[str] = []
+        for _ in range(500):  # up to 5 s; the sibling call is still running all along
+            seen = keys(reader, "r")
+            if "result:c0.0" in seen:
+                break
+            await asyncio.sleep(0.01)
+        assert not drive.done()
+        sibling_may_end.set()
+        with pytest.raises(bide.OutcomeUnknown, match="still running past"):
+            await drive
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert "result:c0.0" in seen and "result:c0.1" not in seen
+    late = Journal(store, "r").load().get("result:c0.0")
+    assert isinstance(late, bide.ToolResult) and late.result == "charged x"
+    again = bide.Agent(ScriptedModel(script), store=store, tools=[charge, ship], lease_wait=10)
+    result = asyncio.run(again.run("r", "go"))
+    assert result.answer == "done" and fired == ["x"]

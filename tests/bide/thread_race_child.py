@@ -5,8 +5,9 @@ as another process (a start barrier), and prints what it saw.
 
 SEGMENT is the message's index, or "-" for none; VIA is "send" or "stream". The model (`EchoModel`)
 answers each message with one side-effect call `record(text=<message>)`, which appends the message to
-EFFECT_FILE, then with "answered <message>". With BIDE_TEST_HOLD=model (or tool), the first model turn of
-a message (or the tool) writes its pid to BIDE_TEST_HELD and waits until the file BIDE_TEST_RELEASE exists:
+EFFECT_FILE, then with "answered <message>". With BIDE_TEST_HOLD=model (or tool, or answer), the first
+model turn of a message (or the tool, or the answering turn) writes its pid to BIDE_TEST_HELD and waits
+until the file BIDE_TEST_RELEASE exists:
 the parent holds the driver that got the thread's lease there while the other one tries. BIDE_TEST_GO is
 the start barrier.
 
@@ -57,6 +58,7 @@ class EchoModel:
             await hold("model")
             call = bide.ToolCall(id=f"call_{turn}", name="record", arguments={"text": messages[-1].content})
             return bide.AssistantMessage(content="", tool_calls=[call])
+        await hold("answer")
         asked = next(m.content for m in reversed(messages) if m.role == "user")
         return bide.AssistantMessage(content=f"answered {asked}")
 
