@@ -41,6 +41,8 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ._cli_common import (
+    EXIT_FAILED,
+    EXIT_INTERNAL,
     EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
@@ -887,30 +889,52 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"bide: the output could not be written ({exc})", file=sys.stderr)
         return OUTPUT_LOST
     except CLIError as exc:
-        say(f"bide: {exc}", file=sys.stderr)
-        return exc.code
+        return _failed(args, exc.code, str(exc))
     except NoLiveAttempt as exc:
-        say(f"bide: {exc}", file=sys.stderr)
-        return EXIT_NOT_FOUND
+        return _failed(args, EXIT_NOT_FOUND, str(exc))
     except ResolveRefused as exc:
-        say(f"bide: refused: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        return _failed(args, EXIT_REFUSED, f"refused: {exc}")
     except ConfigError as exc:
-        say(f"bide: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        return _failed(args, EXIT_USAGE, str(exc))
     except StoreError as exc:
-        say(f"bide: store error: {exc}", file=sys.stderr)
-        return EXIT_STORE
+        return _failed(args, EXIT_STORE, f"store error: {exc}")
     except BideError as exc:
-        say(f"bide: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
+        return _failed(args, EXIT_REFUSED, str(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
+        _json_failure(args, EXIT_INTERRUPTED, "interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
-        return internal_error("bide", exc, debug=args.debug)
+        code = internal_error("bide", exc, debug=args.debug)
+        _json_failure(args, code, f"internal error: {type(exc).__name__}: {exc}")
+        return code
     finally:
         sys.stdout = stdout
+
+
+_REASONS = {
+    EXIT_FAILED: "failed",
+    EXIT_USAGE: "usage error",
+    EXIT_INTERNAL: "internal error",
+    EXIT_NOT_FOUND: "not found",
+    EXIT_REFUSED: "refused",
+    EXIT_STORE: "store failed",
+    EXIT_INTERRUPTED: "interrupted",
+}
+
+
+def _failed(args: argparse.Namespace, code: int, message: str) -> int:
+    """Report a command's failure (`code`, and `message` for people on stderr); returns `code`."""
+    say(f"bide: {message}", file=sys.stderr)
+    _json_failure(args, code, message)
+    return code
+
+
+def _json_failure(args: argparse.Namespace, code: int, message: str) -> None:
+    """With --json, the one JSON document a failed command prints (on stdout, as its data would have been):
+    `exit_code`, `reason` (a word for the code, as in the table of `--help`) and `message`."""
+    if getattr(args, "json", False):
+        print_json({"exit_code": code, "reason": _REASONS.get(code, "failed"), "message": message})
 
 
 if __name__ == "__main__":

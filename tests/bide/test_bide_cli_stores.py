@@ -13,6 +13,7 @@ subprocesses (docs/cli.md):
 
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import subprocess
@@ -346,3 +347,24 @@ def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
     finally:
         store.close()
         drop_prefix(PG_URL, prefix)
+
+
+def test_with_json_a_failed_command_prints_one_json_document_saying_why(tmp_path: Path) -> None:
+    """`--json` output is for programs on every exit (docs/cli.md): a command that fails prints one JSON
+    document on stdout (`exit_code`, `reason`, `message`) beside its message for people on stderr, and
+    without `--json` nothing on stdout."""
+    bide.open_store(f"sqlite:///{tmp_path / 'runs.db'}").close()
+    cases = [
+        (("runs", "--store", f"sqlite:///{tmp_path / 'missing.db'}", "--json"), 4, "not found"),
+        (("show", "--store", f"sqlite:///{tmp_path / 'runs.db'}", "nope", "--json"), 4, "not found"),
+        (("pending", "--store", "memory://", "--json"), 2, "usage error"),
+        (("runs", "--store", "postgresql://postgres@127.0.0.1:1/x", "--json"), 6, "store failed"),
+    ]
+    outcomes = run_all("bide", [args for args, _, _ in cases], tmp_path)
+    for (args, code, reason), done in zip(cases, outcomes, strict=True):
+        assert done.returncode == code, (args, done.stderr)
+        document = json.loads(done.stdout)
+        assert (document["exit_code"], document["reason"]) == (code, reason)
+        assert done.stderr == f"bide: {document['message']}\n"
+    plain = run("bide", "show", "--store", f"sqlite:///{tmp_path / 'runs.db'}", "nope", cwd=tmp_path)
+    assert (plain.returncode, plain.stdout) == (4, "")
