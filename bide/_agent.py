@@ -567,19 +567,23 @@ class Agent(Generic[T]):
             _pin_unfinished(journal, ask)
             left = give_up - time.monotonic()
             if left <= 0:
-                raise self._in_flight(run_id, lease, self.clock())
+                raise self._in_flight(run_id, lease, self.clock(), ask)
             await asyncio.sleep(min(pause, left))
             pause = min(pause * 2, 1.0)
             now = self.clock()
 
-    def _in_flight(self, run_id: str, lease: Lease, now: float) -> RunInFlight:
+    def _in_flight(self, run_id: str, lease: Lease, now: float, ask: _Ask) -> RunInFlight:
         """What a drive raises when another driver's live lease outlasted its `lease_wait`."""
         expires = lease.expires_ms / 1000
+        again = "Run it again later"
+        if ask.thread and ask.input is not None and ask.segment is not None:
+            # Sent again without its index once answered, the text would be a new message, answered twice.
+            again = f"Send it again later with segment={ask.segment} (its answer, once given, is returned)"
         return RunInFlight(
             f"run {run_id!r} is being driven by another driver (lease holder {lease.holder}, token "
             f"{lease.token}, expires {when(expires, now)} unless renewed, free {self.clock_skew:g} s "
-            "later: the clock skew margin); nothing was done. Run it again later, or give the agent a "
-            "lease_wait to wait for it",
+            f"later: the clock skew margin); nothing was done. {again}, or give the agent a lease_wait "
+            "to wait for it",
             run_id=run_id,
             holder=lease.holder,
             expires_at=expires,
@@ -1788,7 +1792,9 @@ def _pin_unfinished(journal: Journal, ask: _Ask) -> None:
     """A thread's message sent without its index while another driver answers the same text: the send
     is that message's (docs/bide.md), so it is pinned to its index now. Otherwise, once that driver had
     answered it, the thread would be idle when this drive gets the lease, and the text a new message."""
-    if not ask.thread or ask.segment is not None or ask.input is None or not journal.has(START_KEY):
+    if not ask.thread or ask.segment is not None or ask.input is None:
+        return
+    if not isinstance(journal.get(START_KEY), Start):  # a new thread (or a journal the drive will refuse)
         return
     last = _segments(journal)[-1]
     if last.input == ask.input and not journal.has(last.end_key) and not journal.has(END_KEY):

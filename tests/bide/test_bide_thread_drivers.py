@@ -221,3 +221,20 @@ def test_the_same_text_sent_while_another_driver_answers_it_waits_for_that_answe
     assert (again.answer, again.segment, again.replayed) == ("answered m1", 1, True)
     assert effect_lines(race.effect) == ["m0", "m1"]
     assert race.history() == answered("m0", "m1")
+
+
+@pytest.mark.slow
+def test_the_same_text_refused_as_in_flight_is_told_the_index_that_sends_it_once(race: Race) -> None:
+    """Without a lease_wait, the same text sent while another driver answers it is refused (RunInFlight),
+    and told to send it again with the message's index: sent again without it once answered, it would be a
+    new message, answered (and its side effect fired) a second time."""
+    (proc,) = race.start("answer", ("m1", "-", "send", 0.0))
+    try:
+        with pytest.raises(bide.RunInFlight, match=r"Send it again later with segment=1 \(its answer"):
+            agent(race.store, str(race.effect), 0.0).thread(THREAD).send_sync("m1")
+    finally:
+        (first,) = race.let_go([proc])
+    assert first == {"outcome": "completed", "answer": "answered m1", "segment": 1, "replayed": False}
+    again = agent(race.store, str(race.effect), 0.0).thread(THREAD).send_sync("m1", segment=1)
+    assert (again.answer, again.replayed) == ("answered m1", True)
+    assert effect_lines(race.effect) == ["m0", "m1"]
