@@ -18,9 +18,11 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import drop_prefix
 
 import bide
-from bide.testing import ScriptedModel, call, reply
+from bide._journal import Journal
+from bide.testing import Call, ScriptedModel, Turn, call, reply
 
 POSTGRES_URL = os.environ.get("BIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -203,3 +205,85 @@ def test_a_script_that_ends_right_after_an_overrun_still_records_its_outcome(
         assert again.run_sync("r", "charge alice").answer == "done"  # the lease was freed, the result read
     finally:
         store.close()
+
+
+_SLOW_SIBLING = '''
+import asyncio, os, sys, time
+import bide
+from bide.testing import Call, ScriptedModel, Turn, reply
+
+url, effects = sys.argv[1:3]
+
+
+@bide.tool(timeout=0.3)
+def charge(customer: str) -> str:
+    """Charge a customer (synchronous, past its timeout)."""
+    time.sleep(0.8)
+    fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, b"charged\\n")
+    os.fsync(fd)
+    os.close(fd)
+    return "charged"
+
+
+@bide.tool(timeout=60.0, safety=bide.Idempotent)
+async def ship(customer: str) -> str:
+    """Ship (waits until the process is killed)."""
+    await asyncio.sleep(3600)
+    return "shipped"
+
+
+turn = Turn(calls=(Call("charge", {"customer": "alice"}), Call("ship", {"customer": "alice"})))
+store = bide.open_store(url, table_prefix=sys.argv[3])
+agent = bide.Agent(ScriptedModel([turn, reply("done")]), store=store, tools=[charge, ship], lease_ttl=2.0)
+asyncio.run(agent.run("r", "charge and ship"))
+'''
+
+
+@pytest.mark.parametrize("backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_sigkill_while_a_sibling_runs_keeps_the_result_of_a_call_that_overran_and_returned(
+    tmp_path: Path, backend: str
+) -> None:
+    """A synchronous side effect runs past its timeout and then returns, while the other call of its turn
+    still runs; the process is killed (SIGKILL) right after. The call's result was journaled when it
+    returned, so the next drive goes on from it: no halt for a person, no second charge."""
+    prefix = f"ovk{uuid.uuid4().hex[:8]}_"
+    url = f"sqlite:///{tmp_path}/runs.db" if backend == "sqlite" else POSTGRES_URL
+    effects = tmp_path / "effects"
+    script = tmp_path / "slow_sibling.py"
+    script.write_text(_SLOW_SIBLING)
+    child = subprocess.Popen([sys.executable, str(script), url, str(effects), prefix])
+    try:
+        deadline = time.monotonic() + 60
+        while not effects.exists() and time.monotonic() < deadline:
+            assert child.poll() is None
+            time.sleep(0.01)
+        time.sleep(0.3)  # the sibling still runs: before the fix, the result waited for it
+    finally:
+        child.kill()
+        child.wait()
+    assert effects.read_text() == "charged\n"
+
+    @bide.tool(timeout=60.0)
+    def charge(customer: str) -> str:
+        """Charge a customer (must not run again)."""
+        raise AssertionError("charged twice")
+
+    @bide.tool(timeout=60.0, safety=bide.Idempotent)
+    async def ship(customer: str) -> str:
+        """Ship."""
+        return "shipped"
+
+    turn = Turn(calls=(Call("charge", {"customer": "alice"}), Call("ship", {"customer": "alice"})))
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        model = ScriptedModel([turn, reply("done")])
+        agent = bide.Agent(model, store=store, tools=[charge, ship], lease_ttl=2.0, lease_wait=60)
+        assert agent.run_sync("r", "charge and ship").answer == "done"
+        journal = Journal(store, "r").load()
+        results = {r.call_id: r.result for r in journal.records() if isinstance(r, bide.ToolResult)}
+        assert results == {"c0.0": "charged", "c0.1": "shipped"}
+    finally:
+        store.close()
+        if backend == "postgres":
+            drop_prefix(POSTGRES_URL, prefix)
