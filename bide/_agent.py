@@ -1413,6 +1413,13 @@ class Agent(Generic[T]):
                     "it returns"
                 )
                 raise self._unknown(journal, marker, cause) from exc
+            if window.outcome is not None:
+                # A synchronous tool that returned as its deadline passed (after the timeout fired, before
+                # the drive got here): what it returned, or the ToolError it raised, is known, and a known
+                # outcome is never halted as unknown.
+                known = self._late_result(call, tool, idem, approval)(*window.outcome)
+                if known is not None:
+                    return known
             raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s", options=True) from exc
         except BaseException as exc:
             if window.state != "started":

@@ -20,7 +20,7 @@ from typing import Any
 from ._errors import RunHalted
 from ._journal import Journal
 from ._messages import AssistantMessage, TextDelta, ToolCall
-from ._records import ModelTurn, OutputRetry, Record, ToolResult
+from ._records import ModelTurn, OutputRetry, Record, Segment, ToolResult
 from ._store import Entry, Store
 
 __all__ = [
@@ -140,15 +140,17 @@ def events_of(
 class WatchedJournal(Journal):
     """A journal that hands the events of every record it takes in to `sink`, in seq order.
 
-    Records taken in before `begin(first_turn)` (the load with the lease) are replayed; those loaded or
-    written after it are live."""
+    Records taken in before `begin(first_turn)` (the load with the lease) are replayed, and so are those
+    another driver wrote, loaded later; those this drive writes are live. Only the drive's own segment is
+    streamed: a thread's next message (its `seg:<k>` record, loaded after another driver answered this one
+    and went on) ends it."""
 
     __slots__ = ("_first_turn", "_fresh", "_sent", "_stop", "sink")
 
     def __init__(self, store: Store, run_id: str, sink: Sink) -> None:
         super().__init__(store, run_id)
         self.sink = sink
-        self._fresh: list[tuple[str, Record | None]] = []
+        self._fresh: list[tuple[str, Record | None]] = []  # a record kept without its decoded form: ours
         self._sent: dict[str, Record] = {}  # records of the write in progress, by key
         self._first_turn: int | None = None
         self._stop: int | None = None
@@ -161,8 +163,9 @@ class WatchedJournal(Journal):
 
     def _keep(self, entry: Entry, rec: Record | None) -> None:
         super()._keep(entry, rec)
-        # A record kept without its decoded form is one this journal wrote (or the header).
-        self._fresh.append((entry.key, rec if rec is not None else self._sent.get(entry.key)))
+        # A record kept without its decoded form is one this journal wrote (or the header); `_flush` looks
+        # it up in `_sent`.
+        self._fresh.append((entry.key, rec))
 
     def begin(self, first_turn: int, stop: int | None = None) -> None:
         """The drive knows its segment (turns `first_turn` up to `stop`): stream the records loaded so far
@@ -179,12 +182,20 @@ class WatchedJournal(Journal):
         rows = self._rows
         fresh = sorted(self._fresh, key=lambda kr: rows[kr[0]][0])
         self._fresh.clear()
-        self._sent.clear()
+        sent, self._sent = self._sent, {}
         for key, record in fresh:
+            theirs = record is not None
             if record is None:
-                record = self.get(key)
+                record = sent.get(key)
+                if record is None:
+                    record = self.get(key)
+            if isinstance(record, Segment) and record.turn > first:
+                # A later message of the thread: this drive's segment ends where it starts.
+                if self._stop is None or record.turn < self._stop:
+                    self._stop = record.turn
+                continue
             if record is not None:
-                for event in events_of(self.run_id, record, first, self._stop, replayed):
+                for event in events_of(self.run_id, record, first, self._stop, replayed or theirs):
                     self.sink(event)
 
     async def aload(self) -> Journal:

@@ -287,3 +287,41 @@ def test_a_sigkill_while_a_sibling_runs_keeps_the_result_of_a_call_that_overran_
         store.close()
         if backend == "postgres":
             drop_prefix(POSTGRES_URL, prefix)
+
+
+def test_a_synchronous_call_that_returns_as_its_deadline_passes_keeps_its_result() -> None:
+    """The call returns after its timeout fired but before the drive took in the timeout (an event loop
+    busy with other runs widens that gap): what it returned is known, so it is the call's result, not a
+    halt for a person. The loop is held past the deadline, then the call is let return while the drive's
+    wake-up for the timeout is still queued behind it."""
+    import asyncio
+    import threading
+
+    may_return, returned = threading.Event(), threading.Event()
+
+    @bide.tool(timeout=0.5)
+    def charge(customer: str) -> str:
+        """Charge a customer (synchronous)."""
+        may_return.wait(10)
+        returned.set()
+        return "charged"
+
+    store = bide.open_store("memory://")
+    model = ScriptedModel([call("charge", customer="alice"), reply("done")])
+    agent = bide.Agent(model, store=store, tools=[charge])
+
+    def let_it_return() -> None:
+        may_return.set()
+        returned.wait(10)
+        time.sleep(0.05)  # its thread records what it returned
+
+    async def scenario() -> bide.RunResult:
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.3, time.sleep, 0.6)  # the loop is busy until past the call's deadline ...
+        loop.call_later(0.7, let_it_return)  # ... then this runs after the timeout fired, before the drive
+        return await agent.run("r", "charge alice")
+
+    result = asyncio.run(scenario())
+    assert result.answer == "done"
+    outcome = Journal(store, "r").load().get("result:c0.0")
+    assert isinstance(outcome, bide.ToolResult) and outcome.result == "charged"

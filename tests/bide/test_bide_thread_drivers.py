@@ -238,3 +238,26 @@ def test_the_same_text_refused_as_in_flight_is_told_the_index_that_sends_it_once
     again = agent(race.store, str(race.effect), 0.0).thread(THREAD).send_sync("m1", segment=1)
     assert (again.answer, again.replayed) == ("answered m1", True)
     assert effect_lines(race.effect) == ["m0", "m1"]
+
+
+@pytest.mark.slow
+def test_a_paused_streamer_streams_only_its_message_and_marks_the_other_drivers_turns(race: Race) -> None:
+    """As above, through `thread.stream`, and the other driver also answers message 2 before the paused one
+    wakes. The woken stream ends with message 1's answer; it streams none of message 2's turns, and the
+    answering turn the other driver journaled is marked replayed (this drive did not produce it)."""
+    (proc,) = race.start("answer", ("m1", "-", "stream", 0.0))
+    os.kill(proc.pid, signal.SIGSTOP)
+    try:
+        other = agent(race.store, str(race.effect), 30.0).thread(THREAD)
+        assert asyncio.run(other.resume()).answer == "answered m1"
+        assert other.send_sync("m2").segment == 2
+    finally:
+        os.kill(proc.pid, signal.SIGCONT)
+    (woken,) = race.let_go([proc])
+    assert (woken["answer"], woken["segment"], woken["replayed"]) == ("answered m1", 1, True)
+    assert woken["events"] == [
+        "ModelTurnEvent", "ToolCallStarted", "ToolCallFinished",
+        "ModelTurnEvent(replayed)", "Finished(replayed)",
+    ]  # fmt: skip
+    assert effect_lines(race.effect) == ["m0", "m1", "m2"]
+    assert race.history() == answered("m0", "m1", "m2")
