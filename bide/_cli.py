@@ -82,6 +82,7 @@ __all__ = [
     "build_parser",
     "close_after_answer",
     "interrupts_around_a_write",
+    "json_failure",
     "main",
     "open_cli_store",
     "open_store_or_exit_code",
@@ -145,6 +146,7 @@ def open_store_or_exit_code(
         return open_cli_store(args, create=create, before_opening=before_opening)
     except CLIError as exc:
         print(f"bide: {printable(str(exc))}", file=sys.stderr)
+        json_failure(args, exc.code, str(exc))
         return exc.code
 
 
@@ -902,11 +904,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _failed(args, EXIT_REFUSED, str(exc))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        _json_failure(args, EXIT_INTERRUPTED, "interrupted")
+        json_failure(args, EXIT_INTERRUPTED, "interrupted")
         return EXIT_INTERRUPTED
     except Exception as exc:
         code = internal_error("bide", exc, debug=args.debug)
-        _json_failure(args, code, f"internal error: {type(exc).__name__}: {exc}")
+        json_failure(args, code, f"internal error: {type(exc).__name__}: {exc}")
         return code
     finally:
         sys.stdout = stdout
@@ -926,11 +928,11 @@ _REASONS = {
 def _failed(args: argparse.Namespace, code: int, message: str) -> int:
     """Report a command's failure (`code`, and `message` for people on stderr); returns `code`."""
     say(f"bide: {message}", file=sys.stderr)
-    _json_failure(args, code, message)
+    json_failure(args, code, message)
     return code
 
 
-def _json_failure(args: argparse.Namespace, code: int, message: str) -> None:
+def json_failure(args: argparse.Namespace, code: int, message: str) -> None:
     """With --json, the one JSON document a failed command prints (on stdout, as its data would have been):
     `exit_code`, `reason` (a word for the code, as in the table of `--help`) and `message`."""
     if getattr(args, "json", False):

@@ -16,8 +16,9 @@ Rules:
   picked up again once its journal changes (a resolution was recorded). A halted run that was cancelled
   (`bide cancel`) is driven, and its drive ends it as cancelled.
 - **Waiting is not failing.** A run sleeping on a durable timer (`bide.timer`) is driven again once it is
-  due; a run paused at an approval gate is consulted again with backoff until its gate decides, or as soon
-  as a decision is journaled; both are read every `PARKED_RECHECK_S` meanwhile, so a cancel request ends
+  due; a run paused at an approval gate is consulted again with backoff until its gate decides, or at the
+  next pass once a decision is journaled (`submit_decision` takes and frees the run's lease, so its token
+  changes in the listing); both are read every `PARKED_RECHECK_S` meanwhile, so a cancel request ends
   them within that time. A run that failed (model down, store error) is retried with exponential backoff.
 - **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
   running after `grace` seconds (None: no limit) are cancelled, which frees their leases. `cancel_drives()`
@@ -100,6 +101,9 @@ class _Backoff:
     # only the time counts); it is read every PARKED_RECHECK_S meanwhile, for a cancel request.
     drive_after: float = 0.0
     waiting_at_records: int = -1
+    # The lease token such a run is listed with while it waits (None: not waiting; -1: the next listing's):
+    # a token that changes (a decision was submitted, a person resolved a call) has it read at once.
+    waiting_token: int | None = None
     # A timer's wake-up on the wall clock (0: none): due once the wall clock reaches it too, for a clock that
     # jumped forward (an NTP step, a machine resumed from suspend, which the monotonic clock does not count).
     wake_wall: float = 0.0
@@ -266,8 +270,14 @@ class Worker:
                 state = self._state.get(run_id)
                 if run_id in self._in_flight:
                     continue
+                if state is not None and state.waiting_token == -1:
+                    state.waiting_token = lease.token  # its drive's own lease is the last one taken
                 if state is not None and (
-                    (state.not_before > now and not 0 < state.wake_wall <= wall)
+                    (
+                        state.not_before > now
+                        and not 0 < state.wake_wall <= wall
+                        and state.waiting_token in (None, lease.token)
+                    )
                     or (state.parked_token == lease.token and state.parked_until > now)
                 ):
                     continue
@@ -309,6 +319,7 @@ class Worker:
             unchanged = state.waiting_at_records in (-1, len(journal.records()))
             if not due and now < state.drive_after and unchanged:
                 state.not_before = min(state.drive_after, now + PARKED_RECHECK_S)
+                state.waiting_token = self._tokens.get(run_id, -1)  # as listed now: read again if it changes
                 return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
         # A halted run with a cancel request is driven: the drive ends it as cancelled.
         if status.status == "halted" and not journal.has(CANCEL_KEY):
@@ -386,10 +397,12 @@ class Worker:
         `records` records (-1: only the time counts)."""
         state.drive_after, state.waiting_at_records, state.wake_wall = when, records, 0.0
         state.not_before = min(when, self._timer() + max(PARKED_RECHECK_S, self.poll_interval))
+        state.waiting_token = -1
 
     def _back_off(self, state: _Backoff) -> None:
         delay = min(self.max_backoff, self.backoff * 2**state.failures)
         state.failures += 1
+        state.waiting_token = None  # a failed drive waits for its backoff, whatever changes meanwhile
         state.not_before = self._timer() + random.uniform(delay / 2, delay)
 
     async def _drain(self) -> None:

@@ -150,8 +150,16 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    from ._cli import json_failure
     from ._worker import Worker
 
+    def refuse(code: int, message: str) -> int:
+        print(f"bide: {printable(message)}", file=sys.stderr)
+        json_failure(args, code, message)
+        return code
+
+    if args.json and not args.once:
+        return refuse(EXIT_USAGE, "worker --json needs --once (a worker serving until stopped has no report)")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     app: list[Any] = []
 
@@ -162,8 +170,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         # A worker serves a store (its app may start runs): it creates bide's tables in an existing database.
         store = _open(args, create=True, before_opening=import_app)
     except _AppError as exc:
-        print(f"bide: {printable(str(exc))}", file=sys.stderr)
-        return EXIT_USAGE
+        return refuse(EXIT_USAGE, str(exc))
     if isinstance(store, int):
         return store
     try:
@@ -172,8 +179,7 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             # No grace: a stopping worker waits for its drives (a second signal cancels them).
             worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll, grace=None)
         except (_AppError, ConfigError) as exc:
-            print(f"bide: {printable(str(exc))}", file=sys.stderr)
-            return EXIT_USAGE
+            return refuse(EXIT_USAGE, str(exc))
         if args.once:
             try:
                 report = asyncio.run(_once(worker))
@@ -181,11 +187,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                 failed, rest = group.split(StoreError)
                 if failed is None or rest is not None:
                     raise
-                print(
-                    f"bide worker: the store failed listing the runs to recover, so none was driven: "
-                    f"{printable(str(failed.exceptions[0]))}",
-                    file=sys.stderr,
-                )
+                cause = failed.exceptions[0]
+                why = f"the store failed listing the runs to recover, so none was driven: {cause}"
+                print(f"bide worker: {printable(why)}", file=sys.stderr)
+                json_failure(args, EXIT_STORE, why)
                 return EXIT_STORE
             if args.json:
                 print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True))

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import base64
+import contextlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .._canonical import new_claim
 from .._errors import ConfigError, StoreError
 from .._journal import Journal
 from .._records import HEADER_KEY, GateRecord, encode_record, pause_key
-from .._resolve import status_of
-from .._store import Store
+from .._resolve import DEFAULT_CLOCK_SKEW, status_of
+from .._store import Store, taking_lease
 from ..audit._keys import SigningKey
 from ._policy import ApprovalPolicy, decision_bytes, run_journal_digest
 from ._tally import (
@@ -181,8 +184,9 @@ def submit_decision(
     written with the call's next turn, all or nothing: if the gate's tally (or another decision) takes
     that turn first, the journal is read again and the checks are made again, so a decision is never
     recorded unseen by a tally that precedes it. The run itself continues on its next drive
-    (`agent.run(run_id, ...)` again). `sending`, if given, is called just before a decision goes to the
-    store (the `bide approve` command learns there that an interrupt can no longer stop it).
+    (`agent.run(run_id, ...)` again; a `bide.Worker` drives it at its next pass). `sending`, if given, is
+    called just before a decision goes to the store (the `bide approve` command learns there that an
+    interrupt can no longer stop it).
     """
     for _ in range(100):
         dkey, items = _decision(store, run_id, call_id, key, approve)
@@ -190,11 +194,28 @@ def submit_decision(
             sending()
         written = store.insert_many(run_id, items, exclusive=True)
         if len(written) == len(items) and all(e.inserted for e in written):
+            _announce(store, run_id)
             return dkey
     raise StoreError(
         f"call {call_id!r} in run {run_id!r} kept changing while this decision was being recorded; "
         "try again"
     )
+
+
+def _announce(store: Store, run_id: str) -> None:
+    """Take the run's lease and free it at once, so that its token changes: a worker lists runs by their
+    lease, and reads a run waiting at its gate again when the token changes, instead of after its backoff.
+    A run whose lease is live is left alone (its driver consults the gate itself); a store that fails here
+    only delays the drive (the decision is journaled)."""
+    holder = new_claim()
+    now_ms, ttl_ms = taking_lease(time.time(), _ANNOUNCE_LEASE_S, DEFAULT_CLOCK_SKEW)
+    with contextlib.suppress(StoreError):
+        lease = store.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
+        if lease.held:
+            store.release(run_id, holder, lease.token)
+
+
+_ANNOUNCE_LEASE_S = 5.0  # held for two store calls; if this process dies between them, it expires soon
 
 
 def _not_waiting(journal: Journal, call_id: str) -> str:

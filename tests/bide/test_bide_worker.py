@@ -370,6 +370,37 @@ def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(sto
     assert bide.run_status(store, "cancelled").status == "cancelled"
 
 
+def test_a_submitted_decision_is_acted_on_at_the_next_pass(store: bide.Store) -> None:
+    """A decision changes the run's lease token (`submit_decision` takes and frees the lease), so the worker
+    reads the waiting run at its next pass and drives it: not after its gate's backoff (here hours) nor its
+    PARKED_RECHECK_S (the clock does not move). A pass without news drives nothing."""
+    from bide.approvals import ApprovalGate, submit_decision
+    from bide.audit import SigningKey
+
+    alice = SigningKey.generate()
+    clock = [1_800_000_000.0]
+
+    @bide.tool(gate=ApprovalGate.k_of_n(1, {"alice": alice.public}))
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return f"sent {amount}"
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("wire", amount=5), reply("done")])
+        return bide.Agent(model, store=store, tools=[wire], clock=lambda: clock[0], name="payer")
+
+    with pytest.raises(bide.ApprovalPending):
+        agent().run_sync("r", "pay")
+    worker = bide.Worker(store, agent(), clock=lambda: clock[0], backoff=7200, max_backoff=7200)
+    assert asyncio.run(worker.run_once()).waiting == 1  # consulted: still pending
+    for _ in range(3):
+        assert asyncio.run(worker.run_once()).driven == 0  # no news: nothing driven, whatever it read
+    [pending] = bide.approvals.pending_approvals(store)
+    submit_decision(store, "r", pending.call_id, alice, approve=True)
+    assert asyncio.run(worker.run_once()).completed == 1
+    assert bide.run_status(store, "r").status == "completed"
+
+
 def test_a_wall_clock_stepped_back_does_not_hold_up_a_backed_off_run(store: bide.Store) -> None:
     """A failed drive is retried after its backoff, measured on the worker's monotonic timer: an NTP step
     of the wall clock back by an hour made a 0.2 s backoff last an hour more (the deadline was on the wall
@@ -518,14 +549,14 @@ def once_app(tmp_path: Path, env: dict[str, str], monkeypatch: pytest.MonkeyPatc
 def worker_once(
     url: str, env: dict[str, str], cwd: Path, mode: str = "answers", *, wrap: list[str] | None = None
 ) -> tuple[int, dict[str, Any] | None, str]:
-    """Run `bide worker --once --json` over ONCE_APP: its exit code, its report (None: none) and stderr."""
+    """Run `bide worker --once --json` over ONCE_APP: its exit code, its JSON document (the pass's report, or
+    the failure's when there was no pass; None: none) and stderr."""
     done = subprocess.run(
         [*(wrap or []), sys.executable, "-m", "bide._cli", "worker", "--store", url,
          "--app", "once_app:build", "--once", "--json"],
         capture_output=True, text=True, env=env | {"WORKER_MODE": mode}, cwd=cwd, timeout=120,
     )  # fmt: skip
-    lines = done.stdout.strip().splitlines()
-    return done.returncode, json.loads(lines[-1]) if lines else None, done.stderr
+    return done.returncode, json.loads(done.stdout) if done.stdout.strip() else None, done.stderr
 
 
 def test_worker_once_exits_6_when_the_store_cannot_be_written_and_the_next_pass_loses_nothing(
@@ -556,16 +587,32 @@ def test_worker_once_exits_6_when_the_store_cannot_be_written_and_the_next_pass_
     assert ledger_lines(env) == ["1", "2"]  # each charge once
 
 
+def test_worker_json_without_once_is_a_usage_error(
+    once_app: str, env: dict[str, str], tmp_path: Path
+) -> None:
+    """`--json` is the report of a `--once` pass: a worker serving until stopped never prints one, so the
+    two are refused together (exit 2, before the store is opened) instead of serving silently."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", once_app,
+         "--app", "once_app:build", "--json"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "worker --json needs --once" in done.stderr
+    assert json.loads(done.stdout)["reason"] == "usage error"
+    assert ledger_lines(env) == ["1"]  # nothing was driven
+
+
 def test_worker_once_exits_6_when_the_store_fails_listing_the_runs(
     once_app: str, env: dict[str, str], tmp_path: Path
 ) -> None:
     """A listing that fails used to escape the pass's task group as an ExceptionGroup: an internal error
     (exit 3, "this is a bug") instead of the store's failure."""
     code, report, errors = worker_once(once_app, env, tmp_path, "listing fails")
-    assert (code, report) == (6, None), errors
-    assert (
-        "the store failed listing the runs to recover, so none was driven: the connection was lost" in errors
-    )
+    assert report is not None, errors
+    assert (code, report["exit_code"], report["reason"]) == (6, 6, "store failed"), errors
+    why = "the store failed listing the runs to recover, so none was driven: the connection was lost"
+    assert why in errors and report["message"].startswith(why)
     assert "internal error" not in errors and ledger_lines(env) == ["1"]
 
 
