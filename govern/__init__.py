@@ -42,7 +42,7 @@ if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run
         StateSpaceTooLarge,
         UnknownEvent,
     )
-    from .certificate._certificate import Certificate, CheckResult, check_certificate, read_certificate
+    from .certificate._certificate import Certificate, CheckResult, check_certificate
     from .certificate._errors import (
         CertificateError,
         CertificateInvalid,
@@ -51,6 +51,7 @@ if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run
         SigningKeyError,
     )
     from .certificate._make import certify
+    from .certificate._read import read_certificate
     from .machine._machine import Machine, MachineTables, State
     from .machine._registry import Registry
     from .model._expr import Expr, Var, if_, implies, max_, min_
@@ -144,12 +145,13 @@ _MODULE_NAMES: dict[str, tuple[str, ...]] = {
         "NotConvergent", "OracleDisagreement", "OracleError", "OracleRejected", "OracleUnavailable",
         "RuleError", "StateSpaceTooLarge", "UnknownEvent",
     ),
-    "certificate._certificate": ("Certificate", "CheckResult", "check_certificate", "read_certificate"),
+    "certificate._certificate": ("Certificate", "CheckResult", "check_certificate"),
     "certificate._errors": (
         "CertificateError", "CertificateInvalid", "CertificateTooLarge", "CertificateUnreadable",
         "SigningKeyError",
     ),
     "certificate._make": ("certify",),
+    "certificate._read": ("read_certificate",),
     "machine._machine": ("Machine", "MachineTables", "State"),
     "machine._registry": ("Registry",),
     "model._expr": ("Expr", "Var", "if_", "implies", "max_", "min_"),

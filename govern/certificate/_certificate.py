@@ -46,7 +46,8 @@ __all__ = [
     "assemble",
     "check_certificate",
     "compute_digest",
-    "read_certificate",
+    "read_table_certificate",
+    "table_certificate",
 ]
 
 IntArray = npt.NDArray[np.int64]
@@ -108,15 +109,19 @@ def assemble(
         "oracle": dict(oracle),
     }
     document["digest"] = compute_digest(document)
-    return read_certificate(canonical_json(document) + b"\n")
+    return read_table_certificate(canonical_json(document) + b"\n")
 
 
-def read_certificate(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Certificate:
-    """Parse and decode a certificate strictly, without judging its claims.
+def read_table_certificate(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Certificate:
+    """Parse and decode a table certificate (`govern-certificate/1`) strictly, without judging its claims.
 
-    Raises `CertificateUnreadable` for anything that is not a well-formed certificate.
+    Raises `CertificateUnreadable` for anything that is not a well-formed table certificate.
     """
-    value = parse_strict_json(data, max_bytes=max_bytes)
+    return table_certificate(parse_strict_json(data, max_bytes=max_bytes))
+
+
+def table_certificate(value: Any) -> Certificate:
+    """The table certificate whose parsed JSON is `value` (`CertificateUnreadable` when it is none)."""
     model = parse_document(value)
     # The model must say exactly what the bytes say: no value may have been coerced on the way in
     # (1 read as true, say), or the digest of the model would not be the digest of the file.
@@ -208,7 +213,7 @@ def check_certificate(
         return _check_symbolic(
             SymbolicCertificate(parse_symbolic(value)), public_key, require_signature, now, max_clock_skew
         )
-    certificate = read_certificate(data, max_bytes=max_bytes)
+    certificate = table_certificate(value)
     model = certificate.model
     steps, signature = check_front_matter(
         certificate,

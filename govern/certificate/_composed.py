@@ -42,6 +42,7 @@ __all__ = [
     "ComposedCheckResult",
     "check_composed",
     "composed_certificate_for",
+    "composed_of",
     "is_composed",
     "read_composed",
 ]
@@ -136,12 +137,17 @@ def composed_certificate_for(
 
 def read_composed(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ComposedCertificate:
     """Parse a composed certificate strictly, without judging its claims (`CertificateUnreadable`)."""
-    from ._certificate import read_certificate
+    return composed_of(parse_strict_json(data, max_bytes=max_bytes), max_bytes=max_bytes)
 
-    value = parse_strict_json(data, max_bytes=max_bytes)
+
+def composed_of(value: Any, *, max_bytes: int = DEFAULT_MAX_BYTES) -> ComposedCertificate:
+    """The composed certificate whose parsed JSON is `value`, read strictly (`CertificateUnreadable`); each
+    component's certificate is held to `max_bytes` too."""
+    from ._certificate import read_table_certificate
+
     model = validate_model(ComposedCertificateModel, value, "govern composed certificate")
     # The model must say exactly what the document says (strict types: no 1 read as true); each
-    # component's document is held to the same by read_certificate.
+    # component's document is held to the same by read_table_certificate.
     top = model.model_dump(mode="json", exclude={"signature", "components"})
     if top != {k: v for k, v in value.items() if k not in ("signature", "components")} or [
         {k: v for k, v in e.items() if k != "certificate"} for e in value["components"]
@@ -154,7 +160,7 @@ def read_composed(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Compose
     for i, entry in enumerate(value["components"]):
         try:
             part = canonical_json(entry["certificate"]) + b"\n"
-            components.append(read_certificate(part, max_bytes=max_bytes))
+            components.append(read_table_certificate(part, max_bytes=max_bytes))
         except CertificateUnreadable as exc:
             raise CertificateUnreadable(f"components.{i}.certificate: {exc}") from None
     return ComposedCertificate(model, tuple(components), value, canonical_json(value) + b"\n")

@@ -17,7 +17,7 @@ from ._certificate import Certificate, CheckResult, assemble, check_certificate,
 from ._composed import ComposedCertificate, ComposedCheckResult, check_composed, composed_certificate_for
 from ._encoding import MAX_NESTING, nesting_depth
 from ._errors import CertificateInvalid, CertificateTooLarge, CertificateUnreadable
-from ._model import MAX_STATES, MAX_TABLE_ENTRIES
+from ._model import MAX_NAME, MAX_STATES, MAX_TABLE_ENTRIES
 from ._oracle import local_oracle_identity
 from ._signing import load_private_key
 from ._symbolic import SymbolicCertificate, symbolic_document
@@ -74,7 +74,10 @@ def certificate_for(
     version = version or tool_version()
     composed = isinstance(machine, ComposedMachine)
     _refuse_too_deep(machine.rules(), level=_COMPONENT_MACHINE_LEVEL if composed else _MACHINE_LEVEL)
+    _refuse_long_names(machine.rules())
     if isinstance(machine, ComposedMachine):
+        for part in machine.components:
+            _refuse_long_names(part.rules())
         parts = [_plain_certificate(p, version) for p in machine.components]
         return composed_certificate_for(machine, parts, version=version)
     if machine.report.method == "symbolic":
@@ -108,6 +111,25 @@ def _refuse_too_deep(rules: dict[str, Any], *, level: int) -> None:
         f"nests at most {MAX_NESTING} levels so that every checker can read it back (each operator of an "
         "expression is a level); write the expression less deeply nested"
     )
+
+
+def _refuse_long_names(rules: dict[str, Any]) -> None:
+    """Raise CertificateTooLarge when a name in the machine JSON `rules` (the machine's, a variable's, a
+    label, an invariant's or an event's) is longer than a certificate holds (`MAX_NAME` characters): no
+    checker could read it back, so it is refused before anything is encoded."""
+    names: list[tuple[str, str]] = [("machine", rules["name"])]
+    for variable in rules["variables"]:
+        names.append(("variable", variable["name"]))
+        labels = variable.get("labels", ())
+        names.extend((f"label of variable {variable['name'][:40]!r}", label) for label in labels)
+    names.extend(("invariant", rule["name"]) for rule in rules["invariants"])
+    names.extend(("event", rule["name"]) for rule in rules["events"])
+    for what, name in names:
+        if len(name) > MAX_NAME:
+            raise CertificateTooLarge(
+                f"the {what} name {name[:40]!r}... is {len(name)} characters long; a certificate holds names "
+                f"of at most {MAX_NAME} characters (so that every checker can read it back): shorten it"
+            )
 
 
 def _plain_certificate(machine: Machine, version: str) -> Certificate:

@@ -20,6 +20,7 @@ __all__ = [
     "ARITY",
     "COMPOSED_FORMAT",
     "FORMAT",
+    "MAX_NAME",
     "MAX_STATES",
     "MAX_TABLE_ENTRIES",
     "BoolVariable",
@@ -51,6 +52,8 @@ FORMAT: Final = "govern-certificate/1"
 #: A checker refuses machines whose tables would exceed these (before decompressing anything).
 MAX_STATES: Final = 1 << 24
 MAX_TABLE_ENTRIES: Final = 1 << 26
+#: The longest name (of the machine, a variable, a label, an invariant or an event) a certificate holds.
+MAX_NAME: Final = 200
 
 #: Every integer in a machine (bounds, literals) lies in the 64-bit range, as the engine requires.
 INT64_MIN: Final = -(2**63)
@@ -64,7 +67,7 @@ ARITY: Final = {
 
 _STRICT = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-Name = Annotated[str, Field(min_length=1, max_length=200)]
+Name = Annotated[str, Field(min_length=1, max_length=MAX_NAME)]
 Digest = Annotated[str, Field(pattern=r"^sha256:[0-9a-f]{64}$")]
 NonNeg = Annotated[int, Field(ge=0)]
 
@@ -224,7 +227,7 @@ class ComponentEntry(BaseModel):
     variables: Annotated[list[NonNeg], Field(min_length=1)]
     invariants: list[NonNeg]
     events: Annotated[list[NonNeg], Field(min_length=1)]
-    certificate: dict[str, Any]  # a whole govern-certificate/1 document, read by read_certificate
+    certificate: dict[str, Any]  # a whole govern-certificate/1 document, read by read_table_certificate
 
 
 class ComposedCertificateModel(BaseModel):

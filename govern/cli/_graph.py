@@ -25,7 +25,7 @@ from ..certificate._composed import ComposedCertificate
 from ..certificate._model import initial_state
 from ..certificate._render import render_state, state_values
 from ..certificate._symbolic import SymbolicCertificate
-from ._paths import UsageError, refuse_overwriting
+from ._paths import UsageError, is_other_than_file, refuse_overwriting
 
 __all__ = [
     "GraphFiles",
@@ -305,7 +305,7 @@ def render_files(
             refuse_overwriting(target, list(keep))
             # Checked before any file is renamed into place: a rename that fails half-way through the set
             # (onto a directory, say) would leave the drawings half replaced.
-            if target.exists() and not target.is_file():
+            if is_other_than_file(target):
                 raise UsageError(
                     f"{target} is not a regular file (a directory, a pipe or a device): the drawings of "
                     f"{certificate.name!r} would replace it; no drawing was written"

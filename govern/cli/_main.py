@@ -6,10 +6,12 @@ by `govern --help`); govern uses:
     0  success: certified / the certificate is valid
     1  not convergent (certify: a counterexample is printed) / read, and not valid (check)
     2  usage or input error: bad arguments, a machine file that does not import, no registry found, an
-       unusable key, an output file that cannot be written (nothing is left half-written)
+       unusable key, an output file that cannot be written or named (a name too long: nothing is left
+       half-written)
     3  engine/oracle disagreement or internal error (a bug: please report it)
     4  unreadable or not found: a certificate that is truncated, oversized, malformed, not canonical
-       (check, show, graph); an input file (machine file, certificate, key) that is missing or unreadable
+       (check, show, graph); an input file (machine file, certificate, key) that is missing or unreadable,
+       or a machine file over --max-size
 
 Every string taken from a certificate, a machine or an error is printed through `_safe` (the shared
 sanitizer `bide._terminal.printable`, then rich markup escaping); --json output is ASCII-escaped JSON.
@@ -55,7 +57,15 @@ from ..certificate._errors import (
     KeyFileUnreadable,
     SigningKeyError,
 )
-from ._paths import InputFileUnreadable, UsageError, input_file_size, refuse_overwriting, unreadable_input
+from ._paths import (
+    InputFileUnreadable,
+    UsageError,
+    input_file_size,
+    is_directory,
+    is_other_than_file,
+    refuse_overwriting,
+    unreadable_input,
+)
 
 # The certificate modules (numpy, pydantic, cryptography) and rich are imported by the commands that use
 # them, not here: `govern --help` and a usage error never pay for them.
@@ -118,23 +128,37 @@ class Target:
     source: Path
 
 
+def _exists(path: Path) -> bool:
+    """Path.exists(), False for a name that cannot be looked up (too long, say): reading it says why."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def _split_spec(spec: str) -> tuple[Path, str | None]:
-    path_text, _, name = spec.rpartition(":") if ":" in spec and not Path(spec).exists() else (spec, "", "")
+    path_text, _, name = spec.rpartition(":") if ":" in spec and not _exists(Path(spec)) else (spec, "", "")
     if not path_text:
         path_text, name = spec, ""
     return Path(path_text), (name or None)
 
 
-def load_targets(spec: str) -> list[Target]:
+def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
     """Import the machine file in `spec` (`PATH[:NAME]`) and return its top-level registries.
 
     NAME matches the attribute name or the registry's own name. Raises InputFileUnreadable when the file is
-    missing or cannot be read, and UsageError when it does not import or holds no (matching) registry.
+    missing, cannot be read or is larger than `max_bytes` (refused before it is read), and UsageError when
+    it does not import or holds no (matching) registry.
     """
     from ..machine._registry import Registry
 
     path, name = _split_spec(spec)
-    input_file_size(path, MACHINE_FILE)
+    size = input_file_size(path, MACHINE_FILE)
+    if size > max_bytes:
+        raise InputFileUnreadable(
+            f"{path} is {size} bytes, over the {max_bytes}-byte limit for a machine file (raise it with "
+            "--max-size)"
+        )
     if path.suffix == ".json":
         raise UsageError(f"{path} is JSON, not a machine file (Python); to verify a certificate, run "
                          f"`govern check {spec}`")
@@ -513,7 +537,7 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
     if args.output and not args.no_write:
         # Checked before the machine file is even imported: nothing may be written over an input.
         refuse_overwriting(Path(args.output), inputs)
-    targets = load_targets(args.machine)
+    targets = load_targets(args.machine, args.max_size)
     if not args.no_write:
         for target in targets:
             refuse_overwriting(_output_path(target, args), inputs)
@@ -527,13 +551,13 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
         )
     if args.graph:
         _refuse_shared_output(targets, _events_graph_path, "govern certify {spec} -o DIR/FILE --graph")
-    if args.output and not Path(args.output).parent.is_dir():
+    if args.output and not is_directory(Path(args.output).parent):
         raise UsageError(f"-o {args.output}: the directory {Path(args.output).parent} does not exist")
     if not args.no_write:
         for target in targets:
             path = _output_path(target, args)
             # The rename that writes a certificate would replace a pipe or a device (-o /dev/null, as root).
-            if path.exists() and not path.is_file():
+            if is_other_than_file(path):
                 raise UsageError(f"{path} is not a regular file; give the path of a file to write "
                                  "(or --no-write)")
     from ..certificate._signing import load_private_key
@@ -774,14 +798,8 @@ def cmd_keygen(args: argparse.Namespace, out: Console, err: Console) -> int:
 
 def _read_any(data: bytes, max_bytes: int) -> AnyCertificate:
     """A certificate of any format, read strictly (`CertificateUnreadable`), not checked."""
-    from ..certificate._certificate import read_certificate
-    from ..certificate._composed import is_composed, read_composed
-    from ..certificate._symbolic import is_symbolic, read_symbolic
+    from ..certificate._read import read_certificate
 
-    if is_composed(data):
-        return read_composed(data, max_bytes=max_bytes)
-    if is_symbolic(data):
-        return read_symbolic(data, max_bytes=max_bytes)
     return read_certificate(data, max_bytes=max_bytes)
 
 
@@ -800,7 +818,7 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
     certificates: list[AnyCertificate] = []
     if source.endswith(".json"):
         try:
-            certificates.append(_read_any(_read_input(source, DEFAULT_MAX_BYTES), DEFAULT_MAX_BYTES))
+            certificates.append(_read_any(_read_input(source, args.max_size), args.max_size))
         except CertificateUnreadable as exc:
             err.print(f"[bold red]unreadable[/]: {_safe(source)}: {_safe(str(exc))}")
             return EXIT_UNREADABLE
@@ -808,7 +826,7 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
         from .._errors import DeclarationError, NotConvergent, StateSpaceTooLarge
         from ..certificate._make import certificate_for
 
-        targets = load_targets(source)
+        targets = load_targets(source, args.max_size)
         _refuse_shared_output(targets, _events_graph_path, "govern graph {spec} -o DIR")
         for target in targets:
             try:
@@ -821,7 +839,7 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
                 # The machine's own fault, as in `certify`: an input error, not a bug in govern.
                 raise UsageError(f"{target.registry.name}: {exc}") from exc
     directory = Path(args.output) if args.output else Path(source.rpartition(":")[0] or source).parent
-    if not directory.is_dir():
+    if not is_directory(directory):
         raise UsageError(f"{directory}: no such directory")
     source_file = Path(source) if source.endswith(".json") else _split_spec(source)[0]
     keep = [("certificate" if source.endswith(".json") else "machine file", source_file)]
@@ -876,6 +894,8 @@ def build_parser() -> argparse.ArgumentParser:
                          help="checked domain: every valid state (default) or those reachable from the "
                               "initial state")
     certify.add_argument("--no-write", action="store_true", help="verify and report, but write no file")
+    certify.add_argument("--max-size", type=byte_limit, default=DEFAULT_MAX_BYTES, metavar="BYTES",
+                         help=f"refuse a larger machine file before reading it (default {DEFAULT_MAX_BYTES})")
     certify.set_defaults(run=cmd_certify)
 
     check = commands.add_parser(
@@ -919,6 +939,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="draw the state graph only for domains of at most N states (default 64)")
     graph.add_argument("--png", action="store_true", help="also write PNG (needs Graphviz)")
     graph.add_argument("--domain", choices=("valid", "reachable"), default="valid")
+    graph.add_argument("--max-size", type=byte_limit, default=DEFAULT_MAX_BYTES, metavar="BYTES",
+                       help=f"refuse a larger machine file or certificate (default {DEFAULT_MAX_BYTES})")
     graph.set_defaults(run=cmd_graph)
     return parser
 

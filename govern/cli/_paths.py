@@ -8,8 +8,8 @@ import os
 import stat
 from pathlib import Path
 
-__all__ = ["InputFileUnreadable", "UsageError", "input_file_size", "refuse_overwriting", "same_file",
-           "unreadable_input"]
+__all__ = ["InputFileUnreadable", "UsageError", "input_file_size", "is_directory", "is_other_than_file",
+           "output_status", "refuse_overwriting", "same_file", "unreadable_input"]
 
 
 class UsageError(Exception):
@@ -44,6 +44,33 @@ def input_file_size(path: Path, what: str) -> int:
 def unreadable_input(path: Path, what: str, error: OSError) -> InputFileUnreadable:
     """The error for an input file that exists but could not be read."""
     return InputFileUnreadable(f"{path}: cannot be read ({error.strerror or error}); give the path of {what}")
+
+
+def output_status(path: Path) -> os.stat_result | None:
+    """What is at the output path `path` (through symlinks): its status, or None when nothing is there
+    yet. Raises UsageError naming `path` when it cannot be looked up at all: a name longer than the file
+    system takes, a directory this process may not search, a loop of symbolic links."""
+    try:
+        return path.stat()
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # nothing there: writing it says what is wrong, if anything is
+    except OSError as exc:
+        # Path.exists() and is_dir() raise these too (only "no such file" is False): bad input, not a bug.
+        raise UsageError(f"{path}: cannot be written ({exc.strerror or exc}); nothing was written: give "
+                         "another path") from None
+
+
+def is_directory(path: Path) -> bool:
+    """True when `path` is a directory (UsageError when it cannot be looked up, as `output_status`)."""
+    info = output_status(path)
+    return info is not None and stat.S_ISDIR(info.st_mode)
+
+
+def is_other_than_file(path: Path) -> bool:
+    """True when something other than a regular file is at the output path `path` (a directory, a pipe, a
+    device), which writing it would replace; UsageError when it cannot be looked up, as `output_status`."""
+    info = output_status(path)
+    return info is not None and not stat.S_ISREG(info.st_mode)
 
 
 def same_file(a: Path, b: Path) -> bool:

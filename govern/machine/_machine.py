@@ -19,7 +19,7 @@ import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +43,7 @@ __all__ = [
     "machine_digest",
     "register_loader",
     "rules_digest",
+    "symbolic_digest",
     "write_machine_file",
 ]
 
@@ -64,7 +65,10 @@ _LOADER_MODULES: dict[str, str] = {
 _RULES_DOMAIN = b"govern.rules.v1\x00"
 _TABLES_DOMAIN = b"govern.tables.v1\x00"
 _MACHINE_DOMAIN = b"govern.machine.v1\x00"
+_SYMBOLIC_DOMAIN = b"govern.machine.symbolic.v1\x00"
 _FILE_DOMAIN = b"govern.machine-file.v1\x00"
+#: How much of a machine file's array is copied at a time while it is read (small chunks stay in cache).
+_READ_CHUNK = 1 << 20
 
 
 class MachineTables:
@@ -424,7 +428,9 @@ class Machine:
 
         Raises `MachineFileError` when the file is unreadable, truncated, of another format, its
         content hash does not match, or it fails the re-check (it says what differs), and
-        `OracleUnavailable` when the oracle cannot be loaded."""
+        `OracleUnavailable` when the oracle cannot be loaded. A file is never decompressed and no array
+        is allocated beyond what the file holds: one whose arrays are compressed (`save` stores them as
+        they are) or declare more data than is there raises `MachineFileError` before they are read."""
         # Read whole (from one descriptor: a file saved by rename meanwhile is read old or new, whole), so
         # a file larger than the memory left is refused before it is read; a pipe (which blocks) or a
         # device like /dev/zero (which never ends) is refused as not a regular file.
@@ -436,10 +442,13 @@ class Machine:
                 "file Machine.save wrote"
             ) from exc
         try:
-            with np.load(io.BytesIO(data), allow_pickle=False) as z:
-                arrays = {k: z[k] for k in z.files}
+            arrays = _read_arrays(data)
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
             raise MachineFileError(f"cannot read machine file {os.fspath(path)!r}: {exc}") from exc
+        except MemoryError:
+            raise MachineFileError(
+                f"cannot read machine file {os.fspath(path)!r}: its arrays do not fit in the memory left"
+            ) from None
         try:
             fmt = bytes(arrays.pop("format")).decode()
             stored = bytes(arrays.pop("content_sha256")).hex()
@@ -523,6 +532,13 @@ def machine_digest(rules_digest_hex: str, raw: RawTables) -> str:
     return hashlib.sha256(_MACHINE_DOMAIN + bytes.fromhex(rules_digest_hex) + tables).hexdigest()
 
 
+def symbolic_digest(rules_digest_hex: str) -> str:
+    """A symbolically verified machine's identity from its rules digest alone (domain
+    "govern.machine.symbolic.v1"; it has no tables): what `Machine.digest` is for such a machine,
+    computable from its certificate's rules."""
+    return hashlib.sha256(_SYMBOLIC_DOMAIN + bytes.fromhex(rules_digest_hex)).hexdigest()
+
+
 def _tables_digest(t: RawTables) -> str:
     h = hashlib.sha256(_TABLES_DOMAIN)
     h.update(np.array([t.apply.shape[1], t.apply.shape[0]], dtype="<i8").tobytes())
@@ -565,6 +581,63 @@ def write_machine_file(path: str | os.PathLike[str], fmt: str, arrays: dict[str,
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _read_arrays(data: bytes) -> dict[str, npt.NDArray[Any]]:
+    """The arrays of the machine file `data` (an .npz as `write_machine_file` writes it), by name.
+
+    Nothing the file declares is allocated before it is known to be there: members must be stored
+    uncompressed (as np.savez stores them), their sizes must add up to at most the file's, and each
+    member's .npy header must declare exactly as many bytes as the member holds after it. So a small
+    file never takes more memory than its size (a deflate bomb, or a header claiming terabytes, was
+    decompressed or allocated first). Raises ValueError or zipfile.BadZipFile saying what is wrong."""
+    arrays: dict[str, npt.NDArray[Any]] = {}
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        members = archive.infolist()
+        for member in members:
+            if member.compress_type != zipfile.ZIP_STORED:
+                raise ValueError(
+                    f"member {member.filename!r} is compressed; Machine.save stores arrays as they are"
+                )
+        if sum(member.file_size for member in members) > len(data):
+            raise ValueError("its members claim more bytes than the file holds")
+        for member in members:
+            name = member.filename.removesuffix(".npy")
+            if name == member.filename or name in arrays:
+                raise ValueError(f"member {member.filename!r} is not one .npy array of a machine file")
+            with archive.open(member) as stream:
+                arrays[name] = _read_npy(stream, member.file_size, member.filename)
+    return arrays
+
+
+def _read_npy(stream: IO[bytes], size: int, what: str) -> npt.NDArray[Any]:
+    """The array in the .npy member `stream` of `size` bytes, allocated only once its header is known to
+    describe exactly the bytes that follow it (ValueError otherwise)."""
+    version = np.lib.format.read_magic(stream)
+    if version == (1, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_1_0(stream)
+    elif version == (2, 0):
+        shape, fortran_order, dtype = np.lib.format.read_array_header_2_0(stream)
+    else:
+        raise ValueError(f"member {what!r} is a .npy file of version {version}, which no Machine.save writes")
+    # Only the plain numbers a machine file holds: no objects (pickles), strings or records.
+    if dtype.kind not in "biu" or any(dim < 0 for dim in shape):
+        raise ValueError(f"member {what!r} holds an array of type {dtype} and shape {shape}, not numbers")
+    count = 1
+    for dim in shape:
+        count *= dim
+    declared, held = count * dtype.itemsize, size - stream.tell()
+    if declared != held:
+        raise ValueError(f"member {what!r} declares {declared} bytes of data but holds {held}")
+    array = np.empty(count, dtype=dtype)
+    flat, done = array.view(np.uint8), 0
+    while done < held:
+        chunk = stream.read(min(held - done, _READ_CHUNK))
+        if not chunk:
+            raise ValueError(f"member {what!r} is truncated")
+        flat[done : done + len(chunk)] = np.frombuffer(chunk, dtype=np.uint8)
+        done += len(chunk)
+    return array.reshape(shape[::-1]).transpose() if fortran_order else array.reshape(shape)
 
 
 def _content_hash(arrays: Mapping[str, npt.NDArray[Any]]) -> str:

@@ -9,7 +9,6 @@ integers, so they may exceed 32 bits); the table views answer one `[event, state
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -34,7 +33,7 @@ from ..verify._report import Report
 from ..verify._smallmodel import Enumerate, refute_small
 from ..verify._symbolic import DEFAULT_MAX_DEPTH, symbolic_problem, verify_symbolic
 from ..verify._timing import PhaseTimer
-from ._machine import Machine, State, register_loader, rules_digest, write_machine_file
+from ._machine import Machine, State, register_loader, rules_digest, symbolic_digest, write_machine_file
 from ._rules_snapshot import snapshot_from_rules
 from ._verified_report import verified_report
 
@@ -50,7 +49,6 @@ __all__ = [
 #: The format tag of a saved symbolic machine (rules and report, no tables).
 SYMBOLIC_FORMAT = "govern.machine.symbolic.v1"
 
-_SYMBOLIC_DOMAIN = b"govern.machine.symbolic.v1\x00"
 #: The automatic route is taken only when some integer variable has more values than this.
 SYMBOLIC_MIN_INT_VALUES = 1 << 16
 #: State ids must fit in int64 (replicas keep them in numpy arrays).
@@ -202,7 +200,7 @@ class SymbolicMachine(Machine):
     def digest(self) -> str:
         """SHA-256 over the rules digest, domain "govern.machine.symbolic.v1"."""
         if self._digest is None:
-            self._digest = hashlib.sha256(_SYMBOLIC_DOMAIN + bytes.fromhex(self._rules_digest)).hexdigest()
+            self._digest = symbolic_digest(self._rules_digest)
         return self._digest
 
     def tables(self) -> Any:

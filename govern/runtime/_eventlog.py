@@ -63,7 +63,11 @@ from ._logschema import LogFormatError
 if TYPE_CHECKING:
     from ..certificate._certificate import Certificate
     from ..certificate._composed import ComposedCertificate
+    from ..certificate._symbolic import SymbolicCertificate
     from ..machine._machine import Machine
+
+    #: What a log can be bound by: the machine, or any certificate of it (`govern.read_certificate`).
+    MachineOrCertificate = Machine | Certificate | SymbolicCertificate | ComposedCertificate
 
 __all__ = [
     "Appended",
@@ -527,7 +531,7 @@ class EventLog:
     """A named, append-only log of governed events (see the module docstring for every promise). The
     default URL is the SQLite file ``govern-events.db`` in the working directory.
 
-    `machine` (a `Machine` or its `Certificate`) tells this handle the log's machine, so its first append
+    `machine` (a `Machine` or its certificate) tells this handle the log's machine, so its first append
     binds an empty log; `bind()` does the same explicitly. `timeout` (seconds) bounds every wait of one
     call: a lock held by another session, a free pooled connection, a statement, and the retries of a
     dropped connection; past it the call raises `LogTimeout`. At most `pool_size` connections are open
@@ -542,7 +546,7 @@ class EventLog:
         url: str = "sqlite:///govern-events.db",
         *,
         name: str = "main",
-        machine: Machine | Certificate | None = None,
+        machine: MachineOrCertificate | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         pool_size: int = DEFAULT_POOL_SIZE,
     ) -> None:
@@ -666,11 +670,13 @@ class EventLog:
 
     # -- writing -----------------------------------------------------------------------------------------
 
-    def bind(self, machine: Machine | Certificate | str, events: Iterable[str] | None = None) -> None:
-        """Bind the log to a machine: a `Machine`, its `Certificate`, or a machine digest with the
-        machine's event names in `events`. An empty log records the digest and the names; a log bound to
-        the same machine is left as it is (one bound by an older govern records the names now); a log
-        bound to another machine raises `MachineMismatch`. Later appends on this handle use it too."""
+    def bind(self, machine: MachineOrCertificate | str, events: Iterable[str] | None = None) -> None:
+        """Bind the log to a machine: a `Machine`, its certificate (any `govern.certify` makes or
+        `govern.read_certificate` reads: table, symbolic or composed; binding by either is the same
+        binding), or a machine digest with the machine's event names in `events`. An empty log records
+        the digest and the names; a log bound to the same machine is left as it is (one bound by an
+        older govern records the names now); a log bound to another machine raises `MachineMismatch`.
+        Later appends on this handle use it too."""
         identity = _identity_of(machine, events)
         self._backend.transaction(lambda tx: _bind(self.name, tx, identity))
         self._identity = identity
@@ -715,9 +721,10 @@ def _check_count(field: str, value: object) -> None:
 
 
 def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
-    """The digest and event names of `machine`: a Machine, a Certificate, or a digest with `events`."""
+    """The digest and event names of `machine`: a Machine, a certificate, or a digest with `events`."""
     from ..certificate._certificate import Certificate
-    from ..machine._machine import Machine
+    from ..certificate._symbolic import SymbolicCertificate
+    from ..machine._machine import Machine, rules_digest, symbolic_digest
 
     if isinstance(machine, Machine):
         if events is not None:
@@ -727,6 +734,11 @@ def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
         if events is not None:
             raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
         return _Identity(_certified_digest(machine), _loggable(e.name for e in machine.model.machine.events))
+    if isinstance(machine, SymbolicCertificate):  # a machine verified symbolically: no tables
+        if events is not None:
+            raise InvalidInput("events", "give events only with a digest: a Certificate lists its events")
+        digest = symbolic_digest(rules_digest(machine.document()["machine"]))
+        return _Identity(digest, _loggable(e.name for e in machine.model.machine.events))
     from ..certificate._composed import ComposedCertificate
 
     if isinstance(machine, ComposedCertificate):  # a machine built by components
@@ -744,7 +756,9 @@ def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
             raise InvalidInput("events", f"must name each event of the machine once: {list(names)}")
         return _Identity(digest, names)
     raise InvalidInput(
-        "machine", f"must be a govern.Machine, a govern.Certificate or a digest, not {type(machine).__name__}"
+        "machine",
+        f"must be a govern.Machine, its certificate (govern.certify, govern.read_certificate) or a digest, "
+        f"not {type(machine).__name__}",
     )
 
 

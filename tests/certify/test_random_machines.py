@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from govern import Registry
 from govern._errors import NotConvergent
-from govern.certificate._certificate import check_certificate, read_certificate
+from govern.certificate._certificate import check_certificate, read_table_certificate
 from govern.certificate._make import certify
 from govern.model._expr import max_, min_
 
@@ -76,7 +76,7 @@ def test_every_machine_that_builds_certifies_and_checks(spec: dict[str, Any]) ->
     data = certificate.to_bytes()
     result = check_certificate(data)
     assert result.rules_checked
-    assert read_certificate(data).to_bytes() == data
+    assert read_table_certificate(data).to_bytes() == data
     verdict = certificate.model.verdict
     report = machine.report
     fields = ("states", "valid_states", "domain_states", "max_repair_depth", "cc2")
