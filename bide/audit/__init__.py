@@ -24,7 +24,7 @@ from .._lazy import LazyExports as _LazyExports
 if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
     from ._anchor import AnchorError, DirectoryPublisher, HttpPublisher, Publisher
     from ._audited import AuditedStore
-    from ._errors import AuditError, NotVerified, UnreadableInput
+    from ._errors import AuditError, JournalDamaged, NotVerified, UnreadableInput
     from ._formats import (
         ConsistencyProof,
         EvidencePackage,
@@ -56,6 +56,7 @@ __all__ = [
     "EvidenceRecord",
     "HttpPublisher",
     "Inclusion",
+    "JournalDamaged",
     "MerkleTree",
     "NotVerified",
     "ProofBundle",
@@ -88,7 +89,7 @@ __all__ = [
 _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
     "_anchor": ("AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"),
     "_audited": ("AuditedStore",),
-    "_errors": ("AuditError", "NotVerified", "UnreadableInput"),
+    "_errors": ("AuditError", "JournalDamaged", "NotVerified", "UnreadableInput"),
     "_formats": (
         "ConsistencyProof", "EvidencePackage", "EvidenceRecord", "Inclusion", "ProofBundle", "SignedTreeHead",
         "check_head", "journal_leaf", "sign_head", "sth_signed_bytes",

@@ -281,6 +281,8 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         if store.runs(prefix=args.run, limit=1) != [args.run]:  # (the run sorts first among its prefix's)
             raise UnreadableInput(f"the store {args.store} has no run {args.run!r}")
         artifact: Any
+        # Nothing is signed, proven or exported over a journal that is not the one its tree was built from.
+        log.check_journal(args.run)
         if args.consistency_from is not None:
             artifact = log.consistency(args.run, args.consistency_from, args.consistency_to)
             what = f"a consistency proof {artifact.old_size} -> {artifact.new_size} for run {args.run!r}"

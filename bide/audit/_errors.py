@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .._errors import BideError
 
-__all__ = ["AuditError", "NotVerified", "UnreadableInput"]
+__all__ = ["AuditError", "JournalDamaged", "NotVerified", "UnreadableInput"]
 
 
 class AuditError(BideError):
@@ -15,6 +15,13 @@ class NotVerified(AuditError):
     """The artifact was read and understood, and what it claims does not hold (a wrong signature, a proof
     that does not lead to the signed root, a recount that differs). Treat the artifact as forged or
     corrupt."""
+
+
+class JournalDamaged(NotVerified):
+    """The store's journal is not the one its audit tree was built from: a record was changed, removed or
+    inserted behind bide (or the audit tables were). Nothing is signed, proven or exported over it: a head
+    or proof would vouch for records the journal no longer holds. Restore the store from a backup, and
+    compare it with the heads you anchored."""
 
 
 class UnreadableInput(AuditError):

@@ -8,7 +8,7 @@ from typing import Any
 from .._errors import ConfigError, StoreError
 from .._store import Entry, Store, WriteTransaction
 from ._anchor import Publisher
-from ._errors import NotVerified
+from ._errors import JournalDamaged, NotVerified
 from ._formats import (
     ConsistencyProof,
     EvidencePackage,
@@ -112,6 +112,30 @@ class AuditLog:
             raise ConfigError("this AuditLog has no signing key; pass key=bide.audit.load_signing_key(path)")
         return self.key
 
+    def check_journal(self, run_id: str) -> int:
+        """Read the run's whole journal again and check that it is the one its audit tree was built from:
+        as many records, each hashing to its leaf. Returns the tree's size; raises `JournalDamaged` naming
+        where they part. O(n) (`sign_head` is O(log n) and trusts the tree): `bide-audit export` runs it
+        before it signs, proves or exports anything, so no head vouches for records the journal lost."""
+        size = self.sync(run_id)
+        entries = self.store.load(run_id)
+        shared = min(size, len(entries))
+        leaves = self._hashes.read(run_id, [(0, i) for i in range(shared)]) if shared else []
+        pairs = zip(entries[:shared], leaves, strict=True)
+        differs = [i for i, (entry, leaf) in enumerate(pairs) if _leaf_hash(entry.data) != leaf]
+        if not differs and len(entries) == size:
+            return size
+        found = []
+        if len(entries) != size:
+            found.append(f"holds {len(entries)} records where its audit tree has {size}")
+        if differs:
+            i = differs[0]
+            found.append(f"its record {i} ({entries[i].key!r} now) is not the one the tree holds there")
+        raise JournalDamaged(
+            f"the journal of run {run_id!r} {' and '.join(found)}: records were changed, removed or "
+            "inserted behind bide"
+        )
+
     def sign_head(self, run_id: str, *, publish: bool = True) -> SignedTreeHead:
         """Sync, sign the run's current head, and hand it to the publisher (if any)."""
         key = self._signing_key()
@@ -154,8 +178,10 @@ class AuditLog:
     @staticmethod
     def _check_leaf(run_id: str, index: int, entry: Entry, leaf: bytes) -> None:
         if _leaf_hash(entry.data) != leaf:
-            raise StoreError(
-                f"record {index} ({entry.key!r}) of run {run_id!r} no longer matches its audit hash"
+            raise JournalDamaged(
+                f"record {index} of the journal of run {run_id!r} ({entry.key!r}, now) does not hash to "
+                f"leaf {index} of its audit tree: a record at or before that position was changed, removed "
+                "or inserted behind bide"
             )
 
     def prove(self, run_id: str, key: str, sth: SignedTreeHead | None = None) -> ProofBundle:
@@ -188,7 +214,9 @@ class AuditLog:
         for leaf in leaves:
             tree.append_hash(leaf)
         if tree.root() != sth.root:
-            raise StoreError(f"the audit tables of run {run_id!r} disagree with its leaf hashes (damaged)")
+            raise JournalDamaged(
+                f"the audit tables of run {run_id!r} disagree with its leaf hashes (damaged)"
+            )
         wanted = None if keys is None else set(keys)
         out = [
             EvidenceRecord(index=i, record=e.data, path=tree.inclusion_proof(i))

@@ -273,3 +273,42 @@ def test_export_from_a_store_path_that_is_a_directory_or_a_pipe_says_what_is_the
     assert folder.returncode == 4 and "it is a directory" in folder.stderr, folder.stderr
     assert pipe.returncode == 4 and "not a regular file (a pipe or a device)" in pipe.stderr, pipe.stderr
     assert not (tmp_path / "out.json").exists()
+
+
+@pytest.mark.parametrize("damage", ["a record deleted", "a record rewritten"])
+def test_export_signs_and_proves_nothing_over_a_journal_changed_behind_bide(
+    tmp_path: Path, damage: str
+) -> None:
+    """A head and a consistency proof came from the audit tree alone: after a record was deleted or
+    rewritten in the store, `export --head` signed (and anchored) a head of records the journal no longer
+    holds, and a consistency proof to it verified. Every export re-reads the journal first and refuses
+    (exit 1, NOT VERIFIED, naming what differs), writing and anchoring nothing."""
+    import sqlite3
+
+    url = _store_and_key(tmp_path, "r", 6)
+    base = ["--store", url, "--run", "r", "--key", "log.key"]
+    assert _audit("export", *base, "--head", "-o", "then.json", cwd=tmp_path).returncode == 0
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        if damage == "a record deleted":
+            db.execute("DELETE FROM bide_records WHERE run_id = 'r' AND key = 'approval:note:2'")
+        else:
+            db.execute(
+                "UPDATE bide_records SET data = ? WHERE run_id = 'r' AND key = 'approval:note:2'",
+                (b'{"altered": true}',),
+            )
+    (tmp_path / "anchors").mkdir()
+    exports = [
+        ("--head", "-o", "now.json", "--anchor-dir", "anchors"),
+        ("--consistency-from", "3", "-o", "proof.json"),
+        ("-o", "evidence.json"),
+        ("--record", "approval:note:1", "-o", "bundle.json"),
+    ]
+    outcomes = _audit_all(*[("export", *base, *options) for options in exports], cwd=tmp_path)
+    for options, done in zip(exports, outcomes, strict=True):
+        assert done.returncode == 1, (options, done.stdout, done.stderr)
+        said = done.stdout + done.stderr
+        assert "NOT VERIFIED: the journal of run 'r'" in said and "behind bide" in said, (options, said)
+        if damage == "a record deleted":
+            assert "holds 7 records where its audit tree has 8" in said, said
+    assert not (tmp_path / "now.json").exists() and not list((tmp_path / "anchors").iterdir())
+    assert not list(tmp_path.glob("proof.json")) and not list(tmp_path.glob("evidence.json"))

@@ -17,6 +17,7 @@ from bide.audit import (
     DirectoryPublisher,
     EvidencePackage,
     HttpPublisher,
+    JournalDamaged,
     MerkleTree,
     NotVerified,
     ProofBundle,
@@ -100,8 +101,10 @@ def test_rewritten_record_in_sql_store_is_detected(tmp_path: Path, log_key: Sign
                 sa.text("UPDATE bide_records SET data = :d WHERE key = 'run:start'"),
                 {"d": b'{"entry":"agent:evil","input":"go","key":"run:start","kind":"start"}'},
             )
-        with pytest.raises(bide.StoreError, match="no longer matches"):
+        with pytest.raises(JournalDamaged, match="record 1 of the journal of run 'r'"):
             log.evidence("r", sth)
+        with pytest.raises(JournalDamaged, match=r"its record 1 \('run:start' now\) is not the one"):
+            log.check_journal("r")
     finally:
         store.close()
 
@@ -338,11 +341,11 @@ def test_a_record_altered_in_the_store_after_it_was_hashed_is_not_proven(
                 {"d": b'{"altered": true}'},
             )
         engine.dispose()
-        with pytest.raises(bide.StoreError, match="no longer matches its audit hash"):
+        with pytest.raises(JournalDamaged, match="does not hash to leaf"):
             log.prove("r", "approval:note:1", head)
         bundle = log.prove("r", "approval:note:2", head)
         assert verify_bundle(bundle, log_key.public).proven
-        with pytest.raises(bide.StoreError, match="no longer matches its audit hash"):
+        with pytest.raises(JournalDamaged, match="does not hash to leaf"):
             log.evidence("r", head)
     finally:
         store.close()
