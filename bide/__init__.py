@@ -22,6 +22,7 @@ if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run
     from ._canonical import canonical_json
     from ._errors import (
         ApprovalPending,
+        AttemptChanged,
         BideError,
         CallInDoubt,
         ConfigError,
@@ -124,6 +125,7 @@ __all__ = [
     "Approved",
     "AssistantMessage",
     "Attempt",
+    "AttemptChanged",
     "AttemptInfo",
     "BideError",
     "CallContext",
@@ -235,7 +237,8 @@ _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
     "_cancel": ("acancel_run", "cancel_run"),
     "_canonical": ("canonical_json",),
     "_errors": (
-        "ApprovalPending", "BideError", "CallInDoubt", "ConfigError", "HaltAlreadyResolved", "HaltInFlight",
+        "ApprovalPending", "AttemptChanged", "BideError", "CallInDoubt", "ConfigError", "HaltAlreadyResolved",
+        "HaltInFlight",
         "JournalFormatError", "LeaseLost", "ModelError", "NoLiveAttempt", "NotCalled", "OutcomeUnknown",
         "OutputInvalid", "ResolveRefused", "RunEnded", "RunHalted", "RunInFlight", "RunLimitExceeded",
         "RunMismatch", "RunNotFound", "RunSleeping", "StoreError", "StoreNotFound", "StoreURLError",

@@ -382,7 +382,17 @@ class Agent(Generic[T]):
                     # about the segment this drive drove (found from the journal as the drive left it).
                     driven = self._driven(journal, ask)
                     await journal.aload()
-                    result = self._after_takeover(journal, ask, driven, refused)
+                    result = self._after_takeover(journal, ask, driven, f"{refused}")
+                except OutcomeUnknown as halt:
+                    # A halt decided from this drive's view of the call. If the call has an outcome now,
+                    # another driver took the run over meanwhile (this process was paused past its lease)
+                    # and decided it: the halt is stale, and the run's answer is that driver's.
+                    driven = self._driven(journal, ask)
+                    await journal.aload()
+                    if not journal.has(result_key(halt.call_id)):
+                        raise
+                    why = f"it recorded the outcome of call {halt.call_id!r} this drive halted on"
+                    result = self._after_takeover(journal, ask, driven, why)
                 # A run that ended needs no lease; a thread waiting for its next message hands it back.
                 ended = not ask.thread or journal.has(END_KEY)
         except BaseException as exc:
@@ -406,15 +416,15 @@ class Agent(Generic[T]):
             return None
 
     def _after_takeover(
-        self, journal: Journal, ask: _Ask, driven: _Segment | None, refused: WriteRefused
+        self, journal: Journal, ask: _Ask, driven: _Segment | None, why: str
     ) -> RunResult[T]:
-        """What a drive whose write was refused (`refused`: another driver took its lease over) returns,
-        from the journal reloaded since: the answer the other driver journaled for the segment this drive
-        drove (`driven`), or RunInFlight while it has none. A thread's message is matched by its index
-        and its text: the thread's next message, sent again without its index, would be a new one."""
+        """What a drive that another driver took over (`why`: what shows it) returns, from the journal
+        reloaded since: the answer the other driver journaled for the segment this drive drove (`driven`),
+        or RunInFlight while it has none. A thread's message is matched by its index and its text: the
+        thread's next message, sent again without its index, would be a new one."""
         if driven is None:
             if not journal.has(END_KEY):
-                raise self._taken_over(journal.run_id, refused) from refused
+                raise self._taken_over(journal.run_id, why)
             return self._sealed(journal, ask)
         seg: _Segment | None = driven
         if driven.thread and journal.has(START_KEY):
@@ -426,14 +436,14 @@ class Agent(Generic[T]):
             if end is not None:
                 return self._ended_result(journal, seg, end, replayed=True)
         elif driven.thread and journal.has(END_KEY):
-            raise _thread_ended(journal) from refused
-        raise self._taken_over(journal.run_id, refused) from refused
+            raise _thread_ended(journal)
+        raise self._taken_over(journal.run_id, why)
 
-    def _taken_over(self, run_id: str, refused: WriteRefused) -> RunInFlight:
+    def _taken_over(self, run_id: str, why: str) -> RunInFlight:
         now = self.clock()
         return RunInFlight(
             f"run {run_id!r} is being driven by another driver, which took over this drive's lease "
-            f"({refused}); nothing more was written by this drive. Run it again after "
+            f"({why}); nothing more was written by this drive. Run it again after "
             f"{when(now + self.lease_ttl, now)}",
             run_id=run_id,
             holder=None,
@@ -1208,6 +1218,7 @@ class Agent(Generic[T]):
                 tool=tool.name,
                 arguments=arguments,
                 reason=decision.reason,
+                records=len(journal.records()),
             )
         raise ConfigError(
             f"gate of tool {tool.name!r} returned {decision!r}; expected Approved, Denied or Pending"
@@ -1266,10 +1277,16 @@ class Agent(Generic[T]):
                 last.deadline_ms / 1000,
                 last.gen,
             )
+            reconcile = tool.reconcile
             try:
-                outcome = tool.reconcile(info)
-                if inspect.isawaitable(outcome):
-                    outcome = await outcome
+                if inspect.iscoroutinefunction(reconcile):
+                    outcome = await reconcile(info)
+                else:
+                    # A lookup in the system of record (an HTTP request, say) must not stop this event
+                    # loop: the lease renewals and deadlines of its other drives run on it.
+                    outcome = await asyncio.to_thread(reconcile, info)
+                    if inspect.isawaitable(outcome):
+                        outcome = await outcome
             except Exception as exc:
                 outcome, cause = None, exc
             if outcome is not None:
@@ -1279,7 +1296,12 @@ class Agent(Generic[T]):
                         "bide.Outcome or None"
                     )
                 recorded = await resolve_in(
-                    journal, call.call_id, outcome, clock_skew=self.clock_skew, now=self.clock()
+                    journal,
+                    call.call_id,
+                    outcome,
+                    clock_skew=self.clock_skew,
+                    now=self.clock(),
+                    attempt=last.gen,
                 )
                 return recorded
         why = "crashed"
@@ -1296,8 +1318,8 @@ class Agent(Generic[T]):
             f"run {journal.run_id!r} halted: side-effect call {marker.call_id!r} ({marker.tool} {args}) was "
             f"attempted at {iso(marker.attempted_at_ms / 1000)} but its outcome was not recorded "
             f"({cause}); it fired zero times or once. Check the system of record, then call "
-            f"bide.resolve_halt(store, "
-            f"{journal.run_id!r}, {marker.call_id!r}, outcome=...) and run again"
+            f"bide.resolve_halt(store, {journal.run_id!r}, {marker.call_id!r}, outcome=..., "
+            f"attempt={marker.gen}) and run again"
             + (_OPTIONS if options else ""),
             run_id=journal.run_id,
             call_id=marker.call_id,
@@ -1306,6 +1328,7 @@ class Agent(Generic[T]):
             cause=cause,
             attempted_at=marker.attempted_at_ms / 1000,
             deadline=marker.deadline_ms / 1000,
+            attempt=marker.gen,
         )
 
     async def _side_effect_retried(

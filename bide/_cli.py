@@ -3,7 +3,7 @@
     bide runs    [--store URL] [--status S] [--prefix P] [--limit N] [--json]
     bide show    [--store URL] RUN [--json]
     bide pending [--store URL] [--prefix P] [--json]
-    bide resolve [--store URL] RUN CALL (--succeeded JSON | --failed MESSAGE | --not-started)
+    bide resolve [--store URL] RUN CALL (--succeeded JSON | --failed MESSAGE | --not-started) [--attempt N]
                  [--evidence JSON]
     bide approve | deny [--store URL] RUN CALL --key FILE
     bide keygen  FILE [--force]
@@ -504,6 +504,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         "call_id": st.call_id,
         "tool": st.tool,
         "arguments": st.arguments,
+        "attempt": st.attempt,
         "lease_holder": row["lease_holder"],
         "lease_live": row["lease_live"],
         "lease_expires": row["lease_expires"],
@@ -524,9 +525,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
             last = attempts[-1]
             deadline = last["deadline_ms"] / 1000
             say(
-                f"  attempted {when(last['attempted_at_ms'] / 1000)}; deadline {when(deadline)}; "
-                f"bide resolve accepts an outcome from {when(deadline + args.clock_skew)} on "
-                f"(--clock-skew {args.clock_skew:g})"
+                f"  attempt {st.attempt}, attempted {when(last['attempted_at_ms'] / 1000)}; deadline "
+                f"{when(deadline)}; bide resolve accepts an outcome from {when(deadline + args.clock_skew)} "
+                f"on (--clock-skew {args.clock_skew:g}; --attempt {st.attempt})"
             )
     if row["lease_holder"] is not None:
         say(f"  lease:  {_lease_text(row, now_ms / 1000)}")
@@ -684,6 +685,12 @@ def _json_arg(text: str, what: str) -> Any:
         raise CLIError(f"{what} must be JSON (quote strings: '\"ok\"'): {exc}", EXIT_USAGE) from exc
 
 
+def _attempt_number(text: str) -> int:
+    if not (text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(f"attempts are numbered 0, 1, 2, ... (see bide show), not {text!r}")
+    return int(text)
+
+
 def _cmd_resolve(args: argparse.Namespace) -> int:
     from ._outcome import Outcome
     from ._resolve import aresolve
@@ -699,7 +706,15 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
     run, call = args.run, args.call
     with interrupts_around_a_write(f"the resolution of call {call} in run {run}") as sending:
         resolving = _in_a_thread(
-            aresolve(store, run, call, outcome=outcome, clock_skew=args.clock_skew, sending=sending)
+            aresolve(
+                store,
+                run,
+                call,
+                outcome=outcome,
+                clock_skew=args.clock_skew,
+                sending=sending,
+                attempt=args.attempt,
+            )
         )
         abandoned = False
         try:
@@ -847,6 +862,13 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     what.add_argument("--failed", metavar="MESSAGE", help="the effect did not happen; do not retry")
     what.add_argument("--not-started", action="store_true", help="the effect did not happen; retry it")
     p.add_argument("--evidence", metavar="JSON", help="JSON evidence journaled with the resolution")
+    p.add_argument(
+        "--attempt",
+        type=_attempt_number,
+        metavar="N",
+        help="the attempt the outcome is for (bide show names it); needed once the call was tried more than "
+        "once, and refused if the call was tried again since",
+    )
     p.add_argument("--clock-skew", type=_skew, default=1.0, help="seconds to wait past the deadline")
     p.set_defaults(handler=_cmd_resolve)
 

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 __all__ = [
     "ApprovalPending",
+    "AttemptChanged",
     "BideError",
     "CallInDoubt",
     "ConfigError",
@@ -228,6 +229,17 @@ class HaltAlreadyResolved(ResolveRefused):
     """The call already has a recorded outcome that differs from the one offered."""
 
 
+class AttemptChanged(ResolveRefused):
+    """The outcome offered is not for the call's live attempt: the call was tried again since the attempt
+    it names, or it names none and the call was tried more than once (so what the system of record showed
+    its decider may predate the live attempt). Check the system of record for attempt `attempt`, then
+    resolve that one (`attempt=`, `bide resolve --attempt`)."""
+
+    def __init__(self, message: str, *, attempt: int) -> None:
+        super().__init__(message)
+        self.attempt = attempt
+
+
 class RunNotFound(BideError):
     """No run with that id exists in the store (it has no records): check the run id and the store."""
 
@@ -266,7 +278,8 @@ class OutcomeUnknown(RunHalted):
     bide will not call it again on its own. Look the outcome up in the system of record and call
     `bide.resolve_halt(store, run_id, call_id, outcome=...)`, or give the tool a reconciler; then run again.
     `cause` is "crashed" (no result after the attempt) or "contended" (another driver claimed the call).
-    `attempted_at` and `deadline` are Unix seconds taken from the attempt marker.
+    `attempt` is the attempt's number (0 for the call's first; pass it to `resolve_halt`), `attempted_at`
+    and `deadline` are Unix seconds taken from its marker.
     """
 
     status = "halted"
@@ -282,9 +295,11 @@ class OutcomeUnknown(RunHalted):
         cause: str,
         attempted_at: float,
         deadline: float,
+        attempt: int = 0,
     ) -> None:
         super().__init__(message, run_id=run_id, call_id=call_id, tool=tool, arguments=arguments)
         self.cause = cause
+        self.attempt = attempt
         self.attempted_at = attempted_at
         self.deadline = deadline
 
@@ -308,13 +323,24 @@ class RunSleeping(RunHalted):
 class ApprovalPending(RunHalted):
     """A gated call waits for approval; the run is paused with status "awaiting_approval".
 
-    Running the same run id again consults the gate again; nothing has been called.
+    Running the same run id again consults the gate again; nothing has been called. `records` is how many
+    journal records the gate was consulted on (-1: not known): a journal that has more since may hold a
+    decision.
     """
 
     status = "awaiting_approval"
 
     def __init__(
-        self, message: str, *, run_id: str, call_id: str, tool: str, arguments: Any, reason: str
+        self,
+        message: str,
+        *,
+        run_id: str,
+        call_id: str,
+        tool: str,
+        arguments: Any,
+        reason: str,
+        records: int = -1,
     ) -> None:
         super().__init__(message, run_id=run_id, call_id=call_id, tool=tool, arguments=arguments)
         self.reason = reason
+        self.records = records

@@ -18,7 +18,7 @@ from typing import Any
 
 from ._blocking import run_blocking
 from ._canonical import canonical_json, new_claim
-from ._errors import ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
+from ._errors import AttemptChanged, ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
 from ._inflight import running
 from ._journal import Journal
 from ._outcome import Outcome
@@ -44,7 +44,7 @@ from ._records import (
     timer_key,
 )
 from ._store import Store, taking_lease
-from ._when import seconds, when
+from ._when import iso, seconds, when
 
 __all__ = [
     "DEFAULT_CLOCK_SKEW",
@@ -94,9 +94,12 @@ async def resolve_in(
     clock_skew: float,
     now: float | None = None,
     sending: Callable[[], None] | None = None,
+    attempt: int | None = None,
 ) -> ToolResult | None:
     """Record `outcome` for the call's live attempt. Returns the recorded result (None for not_started).
-    `sending`, if given, is called just before the first record of the resolution goes to the store."""
+    `sending`, if given, is called just before the first record of the resolution goes to the store.
+    `attempt` is the attempt the outcome is for: refused (`AttemptChanged`) unless it is the live one; with
+    None, refused unless the live attempt is the call's first (see `_check_attempt`)."""
     existing = journal.get(result_key(call_id))
     if isinstance(existing, ToolResult):
         if outcome.kind != "not_started" and _same(existing, outcome):
@@ -120,6 +123,7 @@ async def resolve_in(
             f"call {call_id!r} of run {journal.run_id!r} has no attempt waiting for an outcome; "
             "nothing to resolve (run the agent to go on)"
         )
+    _check_attempt(journal, call_id, live, attempt)
     now = time.time() if now is None else now
     if running(live.claim) is not None:
         raise HaltInFlight(
@@ -186,6 +190,38 @@ async def resolve_in(
     return rec
 
 
+def _check_attempt(journal: Journal, call_id: str, live: Attempt, attempt: int | None) -> None:
+    """Refuse an outcome that may be for an earlier attempt than the live one.
+
+    A decider looks the call up in the system of record, then resolves. If the call was tried again in
+    between (another resolver voided the attempt and a driver called the tool anew, which fired and
+    crashed), an outcome applied to whatever attempt is live would be for one its decider never saw: "not
+    started" for a call that fired, and the next drive fires it again. So the outcome names its attempt
+    (`OutcomeUnknown.attempt`, `bide show`), and only the first attempt may go unnamed: before it there
+    was none to confuse it with."""
+    if attempt is None and live.gen == 0:
+        return
+    if attempt == live.gen:
+        return
+    started = iso(live.attempted_at_ms / 1000)
+    if attempt is None:
+        why = (
+            f"call {call_id!r} of run {journal.run_id!r} was tried more than once: its live attempt is "
+            f"attempt {live.gen} (started {started}), and an outcome must name the attempt it is for"
+        )
+    else:
+        why = (
+            f"call {call_id!r} of run {journal.run_id!r} was tried again since attempt {attempt}: its live "
+            f"attempt is attempt {live.gen} (started {started}), which that outcome was not decided for"
+        )
+    raise AttemptChanged(
+        f"{why}. Check the system of record for attempt {live.gen} (its idempotency key is the call's), "
+        f"then resolve it with attempt={live.gen} (`bide resolve ... --attempt {live.gen}`); nothing was "
+        "written",
+        attempt=live.gen,
+    )
+
+
 def _not_started_reason(outcome: Outcome) -> str:
     """The reason a resolver's not-started record gives, with the resolution's evidence (the record has no
     evidence field of its own; its reason is what an auditor reads)."""
@@ -225,12 +261,20 @@ async def aresolve_halt(
     clock_skew: float = DEFAULT_CLOCK_SKEW,
     clock: Callable[[], float] = time.time,
     sending: Callable[[], None] | None = None,
+    attempt: int | None = None,
 ) -> None:
     """Async `resolve_halt`. `sending`, if given, is called just before the resolution goes to the store
     (`bide resolve` learns there that an interrupt can no longer stop it); an exception it raises stops the
     resolution, and the run's lease is given back."""
     await aresolve(
-        store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock, sending=sending
+        store,
+        run_id,
+        call_id,
+        outcome=outcome,
+        clock_skew=clock_skew,
+        clock=clock,
+        sending=sending,
+        attempt=attempt,
     )
 
 
@@ -243,11 +287,14 @@ async def aresolve(
     clock_skew: float = DEFAULT_CLOCK_SKEW,
     clock: Callable[[], float] = time.time,
     sending: Callable[[], None] | None = None,
+    attempt: int | None = None,
 ) -> Resolved:
     """`aresolve_halt`, saying whether it wrote the resolution or found the same outcome recorded already."""
     clock_skew = seconds("clock_skew", clock_skew)
     if not isinstance(outcome, Outcome):
         raise ConfigError("outcome must be a bide.Outcome (Outcome.succeeded/failed/not_started)")
+    if attempt is not None and (isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0):
+        raise ConfigError("attempt must be an attempt number (0, 1, ...) or None")
     # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are
     # fenced, so a driver that wakes up afterwards cannot write over the decision.
     # A run that does not exist is refused before the lease is taken: a mistyped run id leaves no lease row.
@@ -277,7 +324,7 @@ async def aresolve(
         journal.fence = (holder, lease.token)
         decided = _decided(journal, call_id)
         result = await resolve_in(
-            journal, call_id, outcome, clock_skew=clock_skew, now=clock(), sending=sending
+            journal, call_id, outcome, clock_skew=clock_skew, now=clock(), sending=sending, attempt=attempt
         )
         return Resolved(written=not decided, result=result, ended=journal.has(END_KEY))
     finally:
@@ -293,10 +340,14 @@ def resolve_halt(
     outcome: Outcome,
     clock_skew: float = DEFAULT_CLOCK_SKEW,
     clock: Callable[[], float] = time.time,
+    attempt: int | None = None,
 ) -> None:
     """Record what really happened to a call that halted a run with `OutcomeUnknown`; the next `run` goes on.
 
-    Refused (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds has passed, and when another
+    `attempt` is the number of the attempt the outcome is for (`OutcomeUnknown.attempt`, shown by `bide
+    show`); it may be left out only for a call's first attempt. Refused (`AttemptChanged`) when the live
+    attempt is another one: the call was tried again after its decider looked it up. Refused
+    (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds has passed, and when another
     driver or resolver claims the call concurrently; refused (`HaltAlreadyResolved`) when a different
     outcome is recorded already (the same outcome again is accepted); refused (`NoLiveAttempt`) when the
     call has no attempt waiting, and (`HaltInFlight`) while a live driver holds the run's lease. `clock` (Unix
@@ -304,7 +355,9 @@ def resolve_halt(
     event loop (an async function, Jupyter): use `await aresolve_halt(...)` there.
     """
     run_blocking(
-        lambda: aresolve_halt(store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock),
+        lambda: aresolve_halt(
+            store, run_id, call_id, outcome=outcome, clock_skew=clock_skew, clock=clock, attempt=attempt
+        ),
         "resolve_halt",
         "await aresolve_halt(...)",
     )
@@ -320,7 +373,8 @@ class RunStatus:
     wake-up time), "completed", "cancelled", "failed" (the final answer never validated against the agent's
     output_type), and for a conversation thread "idle" (its last message is answered; it waits for the next:
     `input` and `answer` are that message's).
-    `call_id`, `tool`, `arguments` name the blocking call for halted and awaiting_approval runs.
+    `call_id`, `tool`, `arguments` name the blocking call for halted and awaiting_approval runs, and
+    `attempt` the number of a halted call's live attempt (what a resolution names).
     """
 
     run_id: str
@@ -331,6 +385,7 @@ class RunStatus:
     tool: str | None = None
     arguments: Any = None
     records: int = 0
+    attempt: int | None = None
 
 
 def status_of(journal: Journal) -> RunStatus:
@@ -367,15 +422,16 @@ def status_of(journal: Journal) -> RunStatus:
             if journal.has(result_key(call.call_id)):
                 continue
             live = live_attempt(journal, call.call_id)
+            attempt = None
             if live is not None:
-                status, arguments = "halted", live.arguments
+                status, arguments, attempt = "halted", live.arguments, live.gen
             elif isinstance(journal.get(pause_key(call.call_id)), Pause):
                 status, arguments = "awaiting_approval", call.arguments
             elif isinstance(journal.get(timer_key(call.call_id)), Timer):
                 status, arguments = "sleeping", call.arguments
             else:
                 continue
-            found = RunStatus(rid, status, inp, None, call.call_id, call.name, arguments, n)
+            found = RunStatus(rid, status, inp, None, call.call_id, call.name, arguments, n, attempt)
             waiting.setdefault(status, found)
         for status in ("halted", "awaiting_approval", "sleeping"):
             if status in waiting:

@@ -23,7 +23,7 @@ import functools
 import hashlib
 import inspect
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -443,19 +443,21 @@ def _why_unencodable(exc: BaseException) -> str:
 
 async def _started_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
     """Await an async tool's `awaitable` only if its claimed `window` is still open now, right before its
-    first step (NotCalled otherwise, nothing of it run)."""
+    first step (NotCalled otherwise, nothing of it run), and resume it only while the window is open
+    (`_InsideWindow`)."""
     try:
         window.start()
     except BaseException:
         if inspect.iscoroutine(awaitable):
             awaitable.close()  # never started: no "was never awaited" warning
         raise
-    return await awaitable
+    return await _InsideWindow(window, awaitable)
 
 
 async def _awaited_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
     """Await what a synchronous tool function returned only if its `window` is still open now, right before
-    its first step; else raise TimeoutError (the function ran, what it handed back never started)."""
+    its first step (else TimeoutError: the function ran, what it handed back never started), and resume it
+    only while the window is open (`_InsideWindow`)."""
     left = window.remaining()
     if left <= 0:
         if inspect.iscoroutine(awaitable):
@@ -464,7 +466,52 @@ async def _awaited_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
             f"tool {window.tool!r} returned an awaitable that could not start inside its window: the "
             f"deadline its attempt marker recorded passed {-left:.3f} s before"
         )
-    return await awaitable
+    return await _InsideWindow(window, awaitable)
+
+
+class _InsideWindow:
+    """Await a claimed call's `awaitable`, resuming it only while its `window` is open.
+
+    The deadline's timer cancels the call, but after a pause (SIGSTOP, a frozen VM) or an event loop
+    blocked by other work, asyncio first runs the steps that were ready before, and only then the timers
+    that came due meanwhile: a tool waiting on a future that completed just before (an `await
+    asyncio.sleep(0)`, a response that had arrived) would go on to its effect past its deadline, after
+    another process had decided the call and called it again. So each step is checked against the window
+    first; past it, the tool gets a `CancelledError` at the await it is on instead of what it waited for,
+    and, if that ends it, the call ends in TimeoutError, as at its deadline."""
+
+    __slots__ = ("awaitable", "window")
+
+    def __init__(self, window: CallWindow, awaitable: Awaitable[Any]) -> None:
+        self.window = window
+        self.awaitable = awaitable
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self.awaitable.__await__()
+        send, throw, window = steps.send, steps.throw, self.window
+        value: Any = None
+        error: BaseException | None = None
+        cut: BaseException | None = None  # the cancellation this wrapper gave the tool, once past the window
+        while True:
+            try:
+                yielded = send(value) if error is None else throw(error)
+            except StopIteration as stop:
+                return stop.value
+            except asyncio.CancelledError as exc:
+                if cut is not None and exc is cut:
+                    raise TimeoutError(
+                        f"tool {window.tool!r} was past its deadline when it could go on (the process was "
+                        "paused, or its event loop busy): it was cancelled there"
+                    ) from None
+                raise
+            try:
+                value, error = (yield yielded), None
+            except BaseException as exc:
+                value, error = None, exc
+            # A cancellation (the deadline's timer, or the caller's) goes through as it is.
+            if not isinstance(error, asyncio.CancelledError) and window.remaining() <= 0:
+                cut = asyncio.CancelledError()
+                value, error = None, cut
 
 
 class ToolArgumentsInvalid(Exception):

@@ -271,7 +271,7 @@ class Worker:
                 if run_id in self._in_flight:
                     continue
                 if state is not None and state.waiting_token == -1:
-                    state.waiting_token = lease.token  # its drive's own lease is the last one taken
+                    state.waiting_token = lease.token  # not known from its drive: from here on
                 if state is not None and (
                     (
                         state.not_before > now
@@ -352,15 +352,20 @@ class Worker:
             return "waiting"
         except RunSleeping as exc:
             # A timer: driven again once it is due, looked at every PARKED_RECHECK_S for a cancel request.
-            self._wait_until(state, self._local(exc.wake_at), -1)
+            self._wait_until(state, self._local(exc.wake_at), -1, self._token_after_drive(run_id))
             state.wake_wall = exc.wake_at
             return "waiting"
-        except ApprovalPending:
+        except ApprovalPending as exc:
             self._back_off(state)
-            # The gate is consulted again with backoff, or as soon as a decision is journaled.
+            # The gate is consulted again with backoff, or as soon as a decision is journaled: one submitted
+            # after the drive changes the lease token the drive left, and one written while it ran (after
+            # the gate read the journal) makes the journal longer than the records the gate saw.
             with contextlib.suppress(StoreError):  # unread: consulted again after the backoff only
-                journal = await Journal(self.store, run_id).aload()
-                self._wait_until(state, state.not_before, len(journal.records()))
+                now_has = len((await Journal(self.store, run_id).aload()).records())
+                gate_saw = exc.records if exc.records >= 0 else now_has
+                self._wait_until(state, state.not_before, gate_saw, self._token_after_drive(run_id))
+                if now_has != gate_saw:
+                    state.not_before = self._timer()  # written since the gate looked: read it at once
             return "waiting"
         except asyncio.CancelledError:
             raise
@@ -392,12 +397,20 @@ class Worker:
         """The time on the worker's own timer when `clock` will read `wall` (a wake-up, a retry-after)."""
         return self._timer() + (wall - self.clock())
 
-    def _wait_until(self, state: _Backoff, when: float, records: int) -> None:
+    def _wait_until(self, state: _Backoff, when: float, records: int, token: int) -> None:
         """Drive the run again at `when` (on the worker's timer), or sooner once its journal no longer has
-        `records` records (-1: only the time counts)."""
+        `records` records (-1: only the time counts) or its lease token is no longer `token` (-1: the next
+        listing's)."""
         state.drive_after, state.waiting_at_records, state.wake_wall = when, records, 0.0
         state.not_before = min(when, self._timer() + max(PARKED_RECHECK_S, self.poll_interval))
-        state.waiting_token = -1
+        state.waiting_token = token
+
+    def _token_after_drive(self, run_id: str) -> int:
+        """The lease token a drive of `run_id` in this pass left: the one listed, plus its own grant (every
+        grant adds one, in every store: S9). Another grant since (a decision announced, a resolution) makes
+        the next listing differ. -1 when the run was not listed."""
+        listed = self._tokens.get(run_id)
+        return -1 if listed is None else listed + 1
 
     def _back_off(self, state: _Backoff) -> None:
         delay = min(self.max_backoff, self.backoff * 2**state.failures)

@@ -5,7 +5,9 @@
 BIDE_TEST_PREFIX sets the SQL table prefix. With SIGNAL, the child stops where its claimed call's deadline
 is being set, after the attempt marker committed and before the tool's first step: it writes "paused" to
 SIGNAL and sleeps there a moment, for the parent to SIGSTOP it (a GC pause, a frozen VM landing there).
-Prints the outcome of the run as one JSON line.
+With BIDE_TEST_PAUSE_IN_TOOL=1 it stops inside the tool instead, while the tool waits at an `await` that is
+always ready at once (`asyncio.sleep(0)`, or a response that had arrived). Prints the outcome of the run as
+one JSON line.
 """
 
 from __future__ import annotations
@@ -39,7 +41,8 @@ def stop_where_the_deadline_is_set(signal: str) -> None:
 
 def main() -> None:
     url, ledger = sys.argv[1], sys.argv[2]
-    if len(sys.argv) > 3:
+    in_tool = os.environ.get("BIDE_TEST_PAUSE_IN_TOOL") == "1" and len(sys.argv) > 3
+    if len(sys.argv) > 3 and not in_tool:
         stop_where_the_deadline_is_set(sys.argv[3])
 
     def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome:
@@ -50,6 +53,11 @@ def main() -> None:
     async def charge(cents: int) -> str:
         """Charge a card."""
         await asyncio.sleep(0.1)  # a well-behaved async tool: it awaits its provider first
+        if in_tool:
+            signal_parent(sys.argv[3], "paused")
+            until = time.monotonic() + 0.5  # the parent stops the process during this
+            while time.monotonic() < until:
+                await asyncio.sleep(0)
         append_line(ledger, f"{bide.current_call().idempotency_key} {os.getpid()}")
         return "charged"
 

@@ -27,11 +27,16 @@ def _child(url: str, ledger: Path, *signal_file: Path) -> list[str]:
     return [sys.executable, CHILD, url, str(ledger), *map(str, signal_file)]
 
 
+@pytest.mark.parametrize("where", ["as the call starts", "inside the call, at a ready await"])
 def test_a_driver_paused_as_its_async_call_starts_does_not_fire_it_again(
-    durable_store_spec: tuple[str, str], tmp_path: Path
+    durable_store_spec: tuple[str, str], tmp_path: Path, where: str
 ) -> None:
+    """Paused inside the call, at an await that was ready at once (`asyncio.sleep(0)`): when the process
+    woke, asyncio ran that ready step before the deadline's timer, and the tool went on to its effect, after
+    the other process had fired the call. Each step of a claimed call is now checked against its window."""
     url, prefix = durable_store_spec
-    env = {**os.environ, "BIDE_TEST_PREFIX": prefix}
+    in_tool = "1" if "inside" in where else ""
+    env = {**os.environ, "BIDE_TEST_PREFIX": prefix, "BIDE_TEST_PAUSE_IN_TOOL": in_tool}
     ledger, paused = tmp_path / "ledger", tmp_path / "paused"
     first = subprocess.Popen(_child(url, ledger, paused), env=env, stdout=subprocess.PIPE, text=True)
     try:

@@ -401,6 +401,53 @@ def test_a_submitted_decision_is_acted_on_at_the_next_pass(store: bide.Store) ->
     assert bide.run_status(store, "r").status == "completed"
 
 
+@pytest.mark.parametrize("when", ["right after the gate's drive", "during the gate's drive"])
+def test_a_decision_submitted_around_the_workers_gate_drive_is_acted_on_at_the_next_pass(
+    store: bide.Store, when: str
+) -> None:
+    """A decision that lands right after the worker's drive of the gate (its lease token changes before the
+    worker's next listing, which must not take the changed token as the one to compare with), or while that
+    drive runs (after the gate read the journal: the lease is live, so its token does not change, but the
+    journal holds more records than the gate saw) is acted on at the next pass, not after the backoff."""
+    from bide.approvals import ApprovalGate, submit_decision
+    from bide.audit import SigningKey
+
+    alice, bob = SigningKey.generate(), SigningKey.generate()
+    clock = [1_800_000_000.0]
+    inner = ApprovalGate.k_of_n(2, {"alice": alice.public, "bob": bob.public})
+    bob_decides_now: list[bool] = []
+
+    class BobDecidesMeanwhile:
+        async def check(self, request: bide.GateRequest) -> bide.GateDecision:
+            decision = await inner.check(request)
+            if bob_decides_now:
+                bob_decides_now.clear()
+                submit_decision(store, request.run_id, request.call_id, bob, approve=True)
+            return decision
+
+    @bide.tool(gate=BobDecidesMeanwhile())
+    def wire(amount: int) -> str:
+        """Wire money."""
+        return f"sent {amount}"
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("wire", amount=5), reply("done")])
+        return bide.Agent(model, store=store, tools=[wire], clock=lambda: clock[0], name="payer")
+
+    with pytest.raises(bide.ApprovalPending):
+        agent().run_sync("r", "pay")
+    [pending] = bide.approvals.pending_approvals(store)
+    submit_decision(store, "r", pending.call_id, alice, approve=True)
+    worker = bide.Worker(store, agent(), clock=lambda: clock[0], backoff=7200, max_backoff=7200)
+    if when == "during the gate's drive":
+        bob_decides_now.append(True)
+    assert asyncio.run(worker.run_once()).waiting == 1  # consulted: 1 of 2
+    if when == "right after the gate's drive":
+        submit_decision(store, "r", pending.call_id, bob, approve=True)
+    asyncio.run(worker.run_once())
+    assert bide.run_status(store, "r").status == "completed"
+
+
 def test_a_wall_clock_stepped_back_does_not_hold_up_a_backed_off_run(store: bide.Store) -> None:
     """A failed drive is retried after its backoff, measured on the worker's monotonic timer: an NTP step
     of the wall clock back by an hour made a 0.2 s backoff last an hour more (the deadline was on the wall

@@ -526,11 +526,21 @@ class World:
         return "completed"
 
     def resolve(self) -> None:
-        """Decide every call with a lost outcome from the system of record, as an operator would."""
+        """Decide every call with a lost outcome from the system of record, as an operator would: for the
+        attempt live as they look (`bide show` names it)."""
+        journal = Journal(self.store, "r").load()
         for i in range(len(self.plans)):
             outcome = bide.Outcome.succeeded(f"done {i}") if self.fired.get(i) else bide.Outcome.not_started()
+            live = live_attempt(journal, f"c0.{i}")
             with contextlib.suppress(bide.NoLiveAttempt, bide.HaltAlreadyResolved):
-                bide.resolve_halt(self.store, "r", f"c0.{i}", outcome=outcome, clock=lambda: self.now + 10)
+                bide.resolve_halt(
+                    self.store,
+                    "r",
+                    f"c0.{i}",
+                    outcome=outcome,
+                    clock=lambda: self.now + 10,
+                    attempt=None if live is None else live.gen,
+                )
 
 
 plans = st.lists(
