@@ -384,14 +384,18 @@ class Agent(Generic[T]):
                     await journal.aload()
                     result = self._after_takeover(journal, ask, driven, f"{refused}")
                 except OutcomeUnknown as halt:
-                    # A halt decided from this drive's view of the call. If the call has an outcome now,
-                    # another driver took the run over meanwhile (this process was paused past its lease)
-                    # and decided it: the halt is stale, and the run's answer is that driver's.
+                    # A halt decided from this drive's view of the call. If another driver took the run
+                    # over meanwhile (this process was paused past its lease) and decided the call, which
+                    # claims a newer attempt, the halt is stale: the run's answer is that driver's. (An
+                    # outcome this process journaled for its own attempt, a call that overran and then
+                    # returned, leaves the halt as it is: this drive stopped there.)
                     driven = self._driven(journal, ask)
                     await journal.aload()
-                    if not journal.has(result_key(halt.call_id)):
+                    attempts = attempts_of(journal, halt.call_id)
+                    decided = journal.has(result_key(halt.call_id))
+                    if not decided or not attempts or attempts[-1].gen <= halt.attempt:
                         raise
-                    why = f"it recorded the outcome of call {halt.call_id!r} this drive halted on"
+                    why = f"it decided call {halt.call_id!r}, on which this drive halted"
                     result = self._after_takeover(journal, ask, driven, why)
                 # A run that ended needs no lease; a thread waiting for its next message hands it back.
                 ended = not ask.thread or journal.has(END_KEY)
