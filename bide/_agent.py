@@ -390,7 +390,10 @@ class Agent(Generic[T]):
                     # outcome this process journaled for its own attempt, a call that overran and then
                     # returned, leaves the halt as it is: this drive stopped there.)
                     driven = self._driven(journal, ask)
-                    await journal.aload()
+                    try:
+                        await journal.aload()
+                    except StoreError:
+                        raise halt from None  # the halt stands: it needs a person, not a retry
                     attempts = attempts_of(journal, halt.call_id)
                     decided = journal.has(result_key(halt.call_id))
                     if not decided or not attempts or attempts[-1].gen <= halt.attempt:

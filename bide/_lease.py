@@ -153,9 +153,6 @@ async def _release(store: Store, lease: Lease) -> None:
         await store.arelease(lease.run_id, lease.holder, lease.token)
 
 
-"""A synchronous call running past its deadline, and how its outcome becomes its result record."""
-
-
 def keep_overrun(
     store: Store, lease: Lease, ttl: float, clock: Callable[[], float], overruns: list[Overrun]
 ) -> None:

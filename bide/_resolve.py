@@ -209,6 +209,11 @@ def _check_attempt(journal: Journal, call_id: str, live: Attempt, attempt: int |
             f"call {call_id!r} of run {journal.run_id!r} was tried more than once: its live attempt is "
             f"attempt {live.gen} (started {started}), and an outcome must name the attempt it is for"
         )
+    elif attempt > live.gen:
+        why = (
+            f"call {call_id!r} of run {journal.run_id!r} has no attempt {attempt}: its live attempt is "
+            f"attempt {live.gen} (started {started})"
+        )
     else:
         why = (
             f"call {call_id!r} of run {journal.run_id!r} was tried again since attempt {attempt}: its live "

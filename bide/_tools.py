@@ -477,8 +477,9 @@ class _InsideWindow:
     that came due meanwhile: a tool waiting on a future that completed just before (an `await
     asyncio.sleep(0)`, a response that had arrived) would go on to its effect past its deadline, after
     another process had decided the call and called it again. So each step is checked against the window
-    first; past it, the tool gets a `CancelledError` at the await it is on instead of what it waited for,
-    and, if that ends it, the call ends in TimeoutError, as at its deadline."""
+    first; past it, the tool gets a `CancelledError` at the await it is on instead of what it waited for
+    (once: its clean-up then runs as after any cancellation), and a `CancelledError` that ends it, with no
+    one else cancelling the task, ends the call in TimeoutError, as at its deadline."""
 
     __slots__ = ("awaitable", "window")
 
@@ -487,18 +488,23 @@ class _InsideWindow:
         self.awaitable = awaitable
 
     def __await__(self) -> Generator[Any, Any, Any]:
-        steps = self.awaitable.__await__()
+        awaitable = self.awaitable
+        # A coroutine is stepped directly; any other awaitable (a generator-based coroutine, an object whose
+        # __await__ gives a plain iterator) through a coroutine that awaits it.
+        coroutine = awaitable if inspect.iscoroutine(awaitable) else _awaiting(awaitable)
+        steps = coroutine.__await__()
         send, throw, window = steps.send, steps.throw, self.window
         value: Any = None
         error: BaseException | None = None
-        cut: BaseException | None = None  # the cancellation this wrapper gave the tool, once past the window
+        cut_at = -1  # the task's cancellation count when this wrapper cancelled the tool (-1: it has not)
         while True:
             try:
                 yielded = send(value) if error is None else throw(error)
             except StopIteration as stop:
                 return stop.value
-            except asyncio.CancelledError as exc:
-                if cut is not None and exc is cut:
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if cut_at >= 0 and task is not None and task.cancelling() <= cut_at:
                     raise TimeoutError(
                         f"tool {window.tool!r} was past its deadline when it could go on (the process was "
                         "paused, or its event loop busy): it was cancelled there"
@@ -508,10 +514,16 @@ class _InsideWindow:
                 value, error = (yield yielded), None
             except BaseException as exc:
                 value, error = None, exc
-            # A cancellation (the deadline's timer, or the caller's) goes through as it is.
-            if not isinstance(error, asyncio.CancelledError) and window.remaining() <= 0:
-                cut = asyncio.CancelledError()
-                value, error = None, cut
+            # A result, or an error of the tool's own, past the window: cancelled instead. A cancellation
+            # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
+            if cut_at < 0 and (error is None or isinstance(error, Exception)) and window.remaining() <= 0:
+                task = asyncio.current_task()
+                cut_at = task.cancelling() if task is not None else 0
+                value, error = None, asyncio.CancelledError()
+
+
+async def _awaiting(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
 
 
 class ToolArgumentsInvalid(Exception):

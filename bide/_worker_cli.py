@@ -208,7 +208,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         asyncio.run(_forever(worker))
         return EXIT_OK
     finally:
-        store.close()
+        try:
+            store.close()
+        except StoreError as exc:  # what the worker did stands (and was reported): only said on stderr
+            print(f"bide worker: closing the store failed: {printable(str(exc))}", file=sys.stderr)
 
 
 def _once_exit_code(report: PassReport) -> tuple[int, str]:

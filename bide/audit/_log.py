@@ -117,8 +117,11 @@ class AuditLog:
         as many records, each hashing to its leaf. Returns the tree's size; raises `JournalDamaged` naming
         where they part. O(n) (`sign_head` is O(log n) and trusts the tree): `bide-audit export` runs it
         before it signs, proves or exports anything, so no head vouches for records the journal lost."""
-        size = self.sync(run_id)
-        entries = self.store.load(run_id)
+        self.sync(run_id)
+        size, last_seq = self._hashes.state(run_id)
+        # Records committed after the sync (a live run goes on) are not the tree's yet: left out. A record
+        # inserted behind bide among the tree's own is not left out (seqs only grow: it sorts among them).
+        entries = [e for e in self.store.load(run_id) if e.seq <= last_seq]
         shared = min(size, len(entries))
         leaves = self._hashes.read(run_id, [(0, i) for i in range(shared)]) if shared else []
         pairs = zip(entries[:shared], leaves, strict=True)

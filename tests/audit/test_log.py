@@ -349,3 +349,23 @@ def test_a_record_altered_in_the_store_after_it_was_hashed_is_not_proven(
             log.evidence("r", head)
     finally:
         store.close()
+
+
+def test_a_record_committed_while_the_journal_is_checked_is_not_damage() -> None:
+    """`check_journal` compares the journal with its tree as of its sync: a record the live run commits
+    right after (before the journal is read) is the tree's next, not a record inserted behind bide."""
+    store = bide.MemoryStore()
+    journal = bide.Journal(store, "r").load()
+    journal.write([bide.Start(key="run:start", entry="agent:test", input="go")])
+    for i in range(3):
+        journal.write([bide.GateRecord(key=f"approval:note:{i}", data={"i": i})])
+    log = AuditLog(store)
+    synced = log.sync
+
+    def sync_then_the_run_goes_on(run_id: str) -> int:
+        size = synced(run_id)
+        journal.write([bide.GateRecord(key="approval:note:late", data={"i": 99})])
+        return size
+
+    log.sync = sync_then_the_run_goes_on  # type: ignore[method-assign]
+    assert log.check_journal("r") == 5

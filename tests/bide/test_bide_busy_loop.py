@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -80,3 +81,57 @@ def test_a_slow_sync_reconciler_does_not_hold_up_the_event_loop() -> None:
         return result
 
     assert asyncio.run(scenario()).answer == "done"
+
+
+def test_a_call_cancelled_past_its_window_ends_in_an_unknown_outcome_whatever_its_clean_up_does() -> None:
+    """The wall clock steps past the call's deadline (the loop's timer is not due yet) while the tool waits
+    in a TaskGroup, whose clean-up swallows later cancellations and re-raises the first: the call ends in
+    TimeoutError, so the run halts on an unknown outcome (a bare CancelledError escaped `agent.run`, as if
+    the caller had cancelled it)."""
+    offset = [0.0]
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+
+        async def child() -> None:
+            try:
+                await asyncio.sleep(10)
+            except asyncio.CancelledError:
+                await asyncio.sleep(0)
+                raise
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(child())
+            await asyncio.sleep(0)
+            offset[0] = 100.0
+            await asyncio.sleep(0)
+        return "charged"
+
+    tool = bide.Tool.from_function(charge, timeout=30)
+    store = bide.open_store("memory://")
+    model = ScriptedModel([call("charge", cents=5), reply("done")])
+    agent = bide.Agent(model, store=store, tools=[tool], clock=lambda: time.time() + offset[0])
+    with pytest.raises(bide.OutcomeUnknown, match="timed out"):
+        asyncio.run(agent.run("r", "charge"))
+
+
+def test_what_a_synchronous_tool_hands_back_may_be_any_awaitable() -> None:
+    """A sync tool may return its real work as any awaitable, a generator-based coroutine included (it has
+    no `__await__` of its own): it runs, inside the call's window, and its value is the call's result."""
+    import types
+
+    @types.coroutine
+    def later() -> Any:
+        yield from asyncio.sleep(0).__await__()
+        return "charged later"
+
+    def charge(cents: int) -> Any:
+        """Charge a card."""
+        return later()
+
+    tool = bide.Tool.from_function(charge, timeout=5)
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    assert agent.run_sync("r", "charge").answer == "done"
+    result = bide.Journal(store, "r").load().get("result:c0.0")
+    assert isinstance(result, bide.ToolResult) and result.result == "charged later"
