@@ -276,7 +276,8 @@ class OutcomeUnknown(RunHalted):
     """A side-effect call was attempted but its outcome was never recorded: it fired zero times or once.
 
     bide will not call it again on its own. Look the outcome up in the system of record and call
-    `bide.resolve_halt(store, run_id, call_id, outcome=...)`, or give the tool a reconciler; then run again.
+    `bide.resolve_halt(store, run_id, call_id, outcome=..., attempt=attempt)`, or give the tool a
+    reconciler; then run again.
     `cause` is "crashed" (no result after the attempt) or "contended" (another driver claimed the call).
     `attempt` is the attempt's number (0 for the call's first; pass it to `resolve_halt`), `attempted_at`
     and `deadline` are Unix seconds taken from its marker.

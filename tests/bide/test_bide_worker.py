@@ -17,7 +17,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -333,18 +333,10 @@ def test_two_workers_racing_resume_each_run_once(
         assert lines.count(f"{r} 1") == 1 and lines.count(f"{r} 2") == 1, (r, lines)
 
 
-def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(store: bide.Store) -> None:
-    """A run paused at a gate is consulted again with backoff (here hours), but read every
-    PARKED_RECHECK_S: a decision journaled meanwhile (it takes no lease) is acted on then, and a cancel
-    request the same way."""
-    from bide._worker import PARKED_RECHECK_S
-    from bide.approvals import ApprovalGate, submit_decision
-    from bide.audit import SigningKey
+def payer(store: bide.Store, clock: list[float], gate: Any) -> Callable[[], bide.Agent]:
+    """A factory of the agent "payer" (on `clock`), whose model calls `wire` once behind `gate`."""
 
-    alice = SigningKey.generate()
-    clock = [1_800_000_000.0]
-
-    @bide.tool(gate=ApprovalGate.k_of_n(1, {"alice": alice.public}))
+    @bide.tool(gate=gate)
     def wire(amount: int) -> str:
         """Wire money."""
         return f"sent {amount}"
@@ -352,6 +344,22 @@ def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(sto
     def agent() -> bide.Agent:
         model = ScriptedModel([call("wire", amount=5), reply("done")])
         return bide.Agent(model, store=store, tools=[wire], clock=lambda: clock[0], name="payer")
+
+    return agent
+
+
+def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(store: bide.Store) -> None:
+    """A run paused at a gate is consulted again with backoff (here hours), but read every
+    PARKED_RECHECK_S: a cancel request (it takes no lease) is acted on then, and so is a decision (which
+    the next test shows acted on sooner)."""
+    from bide._worker import PARKED_RECHECK_S
+    from bide.approvals import ApprovalGate, submit_decision
+    from bide.audit import SigningKey
+
+    alice = SigningKey.generate()
+    clock = [1_800_000_000.0]
+
+    agent = payer(store, clock, ApprovalGate.k_of_n(1, {"alice": alice.public}))
 
     for run_id in ("approved", "cancelled"):
         with pytest.raises(bide.ApprovalPending):
@@ -380,14 +388,7 @@ def test_a_submitted_decision_is_acted_on_at_the_next_pass(store: bide.Store) ->
     alice = SigningKey.generate()
     clock = [1_800_000_000.0]
 
-    @bide.tool(gate=ApprovalGate.k_of_n(1, {"alice": alice.public}))
-    def wire(amount: int) -> str:
-        """Wire money."""
-        return f"sent {amount}"
-
-    def agent() -> bide.Agent:
-        model = ScriptedModel([call("wire", amount=5), reply("done")])
-        return bide.Agent(model, store=store, tools=[wire], clock=lambda: clock[0], name="payer")
+    agent = payer(store, clock, ApprovalGate.k_of_n(1, {"alice": alice.public}))
 
     with pytest.raises(bide.ApprovalPending):
         agent().run_sync("r", "pay")
@@ -425,14 +426,7 @@ def test_a_decision_submitted_around_the_workers_gate_drive_is_acted_on_at_the_n
                 submit_decision(store, request.run_id, request.call_id, bob, approve=True)
             return decision
 
-    @bide.tool(gate=BobDecidesMeanwhile())
-    def wire(amount: int) -> str:
-        """Wire money."""
-        return f"sent {amount}"
-
-    def agent() -> bide.Agent:
-        model = ScriptedModel([call("wire", amount=5), reply("done")])
-        return bide.Agent(model, store=store, tools=[wire], clock=lambda: clock[0], name="payer")
+    agent = payer(store, clock, BobDecidesMeanwhile())
 
     with pytest.raises(bide.ApprovalPending):
         agent().run_sync("r", "pay")
