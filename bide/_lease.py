@@ -35,13 +35,12 @@ __all__ = ["Overrun", "hold_lease", "join_keepers", "keep_overrun", "let_go", "r
 
 
 class Overrun:
-    """A synchronous call of a drive running on past its deadline, and the thread that journals its outcome
+    """A synchronous call of a drive running on past its deadline: the thread that journals its outcome
     when it returns (`recorded`: it did, or the outcome was unknown and there was nothing to journal)."""
 
-    __slots__ = ("recorded", "window", "writer")
+    __slots__ = ("recorded", "writer")
 
-    def __init__(self, window: CallWindow, writer: threading.Thread) -> None:
-        self.window = window
+    def __init__(self, writer: threading.Thread) -> None:
         self.writer = writer
         self.recorded = False
 
@@ -73,7 +72,7 @@ def record_when_done(
         overrun.recorded = True
 
     # Not a daemon: a process that ends normally waits for it, so the outcome is journaled.
-    overrun = Overrun(window, threading.Thread(target=record, name=f"bide-overrun-result:{run_id}"))
+    overrun = Overrun(threading.Thread(target=record, name=f"bide-overrun-result:{run_id}"))
     overrun.writer.start()
     return overrun
 

@@ -182,7 +182,7 @@ class WatchedJournal(Journal):
         rows = self._rows
         fresh = sorted(self._fresh, key=lambda kr: rows[kr[0]][0])
         self._fresh.clear()
-        sent, self._sent = self._sent, {}
+        sent = self._sent
         for key, record in fresh:
             theirs = record is not None
             if record is None:
@@ -197,6 +197,7 @@ class WatchedJournal(Journal):
             if record is not None:
                 for event in events_of(self.run_id, record, first, self._stop, replayed or theirs):
                     self.sink(event)
+        sent.clear()
 
     async def aload(self) -> Journal:
         await super().aload()

@@ -119,21 +119,22 @@ class AuditLog:
         before it signs, proves or exports anything, so no head vouches for records the journal lost."""
         self.sync(run_id)
         size, last_seq = self._hashes.state(run_id)
-        # Records committed after the sync (a live run goes on) are not the tree's yet: left out. A record
-        # inserted behind bide among the tree's own is not left out (seqs only grow: it sorts among them).
+        # Records committed after the sync (a live run goes on) are not the tree's yet: left out. One put
+        # behind bide with a seq among the tree's records counts; one appended after them is the journal's
+        # next record to every reader, which the tree takes in at its next sync.
         entries = [e for e in self.store.load(run_id) if e.seq <= last_seq]
         shared = min(size, len(entries))
         leaves = self._hashes.read(run_id, [(0, i) for i in range(shared)]) if shared else []
         pairs = zip(entries[:shared], leaves, strict=True)
-        differs = [i for i, (entry, leaf) in enumerate(pairs) if _leaf_hash(entry.data) != leaf]
-        if not differs and len(entries) == size:
+        differs = next((i for i, (entry, leaf) in enumerate(pairs) if _leaf_hash(entry.data) != leaf), None)
+        if differs is None and len(entries) == size:
             return size
         found = []
         if len(entries) != size:
             found.append(f"holds {len(entries)} records where its audit tree has {size}")
-        if differs:
-            i = differs[0]
-            found.append(f"its record {i} ({entries[i].key!r} now) is not the one the tree holds there")
+        if differs is not None:
+            key = entries[differs].key
+            found.append(f"its record {differs} ({key!r} now) is not the one the tree holds there")
         raise JournalDamaged(
             f"the journal of run {run_id!r} {' and '.join(found)}: records were changed, removed or "
             "inserted behind bide"
