@@ -1124,6 +1124,11 @@ class Agent(Generic[T]):
             resolved = await self._resume_attempt(journal, tool, call, markers[-1])
             if resolved is not None:
                 return resolved
+            # The call may be tried again; not once the run was asked to cancel (the request may have come
+            # while a reconciler looked the call up: the journal was loaded again after it decided).
+            stopped = self._not_called(journal, tool, call, None)
+            if stopped is not None:
+                return stopped
             gen = len(attempts_of(journal, call.call_id))
         safety = _safety(tool)
         try:
@@ -1310,11 +1315,28 @@ class Agent(Generic[T]):
                     now=self.clock(),
                     attempt=last.gen,
                 )
+                if recorded is None:  # not started: the call may be tried again, unless cancelled meanwhile
+                    await journal.aload()
                 return recorded
         why = "crashed"
         if tool.reconcile is not None and cause is None and self.clock() < ready_at:
             why = f"crashed; its reconciler may decide it from {when(ready_at, self.clock())} on"
         raise self._unknown(journal, last, why) from cause
+
+    def _not_called(self, journal: Journal, tool: Tool, call: ToolCall, approval: Any) -> ToolResult | None:
+        """The result of a call that is not tried (again) because the run was asked to cancel, as far as
+        `journal` has loaded; None when it was not. The turn boundary that follows ends the run."""
+        cancel = journal.get(CANCEL_KEY)
+        if not isinstance(cancel, Cancel):
+            return None
+        return self._result(
+            call,
+            f"not called: the run was cancelled before it was tried ({cancelled_answer(cancel)})",
+            is_error=True,
+            safety=_safety(tool),
+            idem=idempotency_key_for(journal.run_id, call.call_id),
+            approval=approval,
+        )
 
     def _unknown(
         self, journal: Journal, marker: Attempt, cause: str, *, options: bool = False
@@ -1363,6 +1385,11 @@ class Agent(Generic[T]):
 
         async def attempt() -> ToolResult | None:
             nonlocal tries
+            if tries:  # a retry, after the policy's pause: not once the run was asked to cancel meanwhile
+                await journal.aload()
+                stopped = self._not_called(journal, tool, call, approval)
+                if stopped is not None:
+                    return stopped
             tries += 1
             return await self._side_effect(
                 journal, tool, call, call_args, arguments, idem, approval, gen + tries - 1, pending
