@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -253,3 +254,40 @@ def test_worker_app_that_cannot_load_is_a_usage_error(tmp_path: Path, source: st
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr
     assert "this is a bug" not in done.stderr
+
+
+CLOSE_FAILS_APP = """
+import bide
+from bide.testing import ScriptedModel, reply
+
+
+def build(store):
+    real_close = store.close
+
+    def close():
+        real_close()
+        raise bide.StoreError("closing: the disk went away")
+
+    store.close = close
+    return bide.Agent(ScriptedModel([reply("ok")]), store=store)
+"""
+
+
+def test_worker_once_json_whose_store_fails_to_close_still_prints_its_one_report(tmp_path: Path) -> None:
+    """What the pass did stands and was reported: a failure closing the store afterwards is said on stderr
+    only, so stdout stays one JSON document and the exit code is the pass's."""
+    (tmp_path / "closeapp.py").write_text(CLOSE_FAILS_APP)
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    bide.open_store(url).close()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "closeapp:build", "--once",
+         "--json"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["driven"] == 0 and report["failed"] == 0
+    assert "closing the store failed: closing: the disk went away" in done.stderr
+    assert "Traceback" not in done.stderr

@@ -86,3 +86,35 @@ def test_a_cancel_during_a_retry_policys_pause_stops_the_next_try(store: bide.St
     assert result.status == "cancelled" and result.answer == "Cancelled: stop"
     [res] = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
     assert res.is_error and "not called" in str(res.result)
+
+
+class _FailingLoads(bide.MemoryStore):
+    """A memory store whose reads fail once `broken` is set (a database gone away mid-drive)."""
+
+    broken = False
+
+    def load(self, run_id: str, after: int = 0) -> list[bide.Entry]:
+        if self.broken:
+            raise bide.StoreError("the database went away")
+        return super().load(run_id, after)
+
+
+def test_a_halt_stands_when_the_store_fails_while_the_drive_checks_whether_it_is_stale() -> None:
+    """A drive that halts reads the journal once more (another driver may have decided the call under a
+    newer attempt, making the halt stale). When that read fails, the halt is what the caller gets: it needs
+    a person, not a retry of a store error."""
+    store = _FailingLoads()
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        store.broken = True
+        raise RuntimeError("the connection dropped after the request was sent")
+
+    tool = bide.Tool.from_function(charge)
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    with pytest.raises(bide.OutcomeUnknown) as halt:
+        agent.run_sync("r", "charge")
+    assert halt.value.call_id == "c0.0" and halt.value.__cause__ is None
+    store.broken = False
+    with pytest.raises(bide.OutcomeUnknown):  # the marker is journaled: the next drive halts on it too
+        bide.Agent(ScriptedModel([]), store=store, tools=[tool]).run_sync("r", "charge")
