@@ -36,12 +36,13 @@ times at most; then the run (or segment) ends with status "failed" (`OutputInval
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import math
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, cast
 
@@ -73,7 +74,7 @@ from ._errors import (
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
 from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
 from ._journal import Journal, check_run_id
-from ._lease import Overrun, hold_lease, let_go, record_when_done
+from ._lease import Overrun, free_lease, hold_lease, let_go, record_when_done
 from ._messages import (
     MAX_TOOL_CALLS,
     AssistantMessage,
@@ -562,9 +563,15 @@ class Agent(Generic[T]):
             if self.store is self._direct_store:
                 # An in-process store answers at once: no coroutine for either request.
                 lease = self.store.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
-                entries = self.store.load(run_id, journal.last_seq)
-                if entries:  # none for a new run
-                    journal.absorb(entries)
+                try:
+                    entries = self.store.load(run_id, journal.last_seq)
+                    if entries:  # none for a new run
+                        journal.absorb(entries)
+                except BaseException:
+                    if lease.held:  # nobody drives the run: later drives must not wait for this lease
+                        with contextlib.suppress(Exception):
+                            self.store.release(run_id, holder, lease.token)
+                    raise
             else:
                 # Both requests go out together; the store answers the load as of the grant or later.
                 granted = self.store.alease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
@@ -572,10 +579,16 @@ class Agent(Generic[T]):
                 try:
                     lease = await granted
                 except BaseException:
-                    if inspect.iscoroutine(loaded):
-                        loaded.close()  # never sent: nothing to wait for
+                    _abandon(loaded)
                     raise
-                journal.absorb(await loaded)
+                try:
+                    journal.absorb(await loaded)
+                except BaseException:
+                    # Granted, then the load failed or the drive was cancelled: nobody drives the run, so
+                    # the lease is freed now rather than left to expire (later drives would wait for it).
+                    if lease.held:
+                        await free_lease(self.store, lease)
+                    raise
             if journal.has(END_KEY):
                 return None
             if lease.held:
@@ -1627,6 +1640,20 @@ async def _flush(journal: Journal, pending: list[Record]) -> bool:
     if not pending:
         return True
     return await journal.awrite_exclusive(_drain(pending))
+
+
+def _abandon(request: Awaitable[Any]) -> None:
+    """Drop a store request nobody will await: a coroutine is closed (never sent); a future already sent
+    has its outcome read when it comes, so that asyncio does not report an error nobody retrieved."""
+    if inspect.iscoroutine(request):
+        request.close()
+    elif isinstance(request, asyncio.Future):
+        request.add_done_callback(_retrieved)
+
+
+def _retrieved(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _drain(pending: list[Record], *more: Record) -> list[Record]:

@@ -53,6 +53,7 @@ from ._cli_common import (
     close_store,
     give_up_on,
     internal_error,
+    parse_arguments,
     print_json,
     table,
 )
@@ -286,7 +287,10 @@ def _read(store: Store, run_id: str, entries: list[Entry] | None = None) -> Jour
 
     if entries is None:
         entries = store.load(run_id, 0)
-    journal = Journal(store, run_id)
+    try:
+        journal = Journal(store, run_id)
+    except ConfigError as exc:  # a row edited in the database: bide never writes such a run id
+        raise _Unreadable(f"run {run_id!r} cannot be read: {exc}") from exc
     for entry in entries:  # one at a time, to name the record that cannot be decoded
         try:
             journal.absorb([entry])
@@ -900,7 +904,9 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `bide` console script; returns the exit code."""
     parser, _ = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_arguments(
+        parser, argv, lambda message: json_failure(argparse.Namespace(json=True), EXIT_USAGE, message)
+    )
     # A reader that goes away (`bide runs | head`) drops the rest of the output, and the command ends with
     # its own exit code; a full disk behind `> file` is OUTPUT_LOST (see bide._stdout).
     stdout, sys.stdout = sys.stdout, GuardedStdout(sys.stdout)

@@ -13,7 +13,7 @@ import difflib
 import json
 import sys
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NoReturn
 
 from ._terminal import printable
@@ -28,10 +28,12 @@ __all__ = [
     "EXIT_STORE",
     "EXIT_USAGE",
     "Parser",
+    "UsageRefused",
     "add_standard_options",
     "close_store",
     "give_up_on",
     "internal_error",
+    "parse_arguments",
     "print_json",
     "table",
     "version",
@@ -89,7 +91,30 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         hint = _suggestion(self, message)
-        self.exit(EXIT_USAGE, f"{self.prog}: usage error: {message}{hint}\n")
+        sys.stderr.write(f"{self.prog}: usage error: {message}{hint}\n")
+        raise UsageRefused(f"{message}{hint}")
+
+
+class UsageRefused(SystemExit):
+    """What `Parser` raises for arguments it refuses: exit code 2 (usage), with argparse's message."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(EXIT_USAGE)
+        self.message = message
+
+
+def parse_arguments(
+    parser: argparse.ArgumentParser, argv: Sequence[str] | None, say_in_json: Callable[[str], None]
+) -> argparse.Namespace:
+    """`parser.parse_args(argv)`. Arguments refused with `--json` among them still give the one JSON
+    document every exit of a `--json` command prints: `say_in_json(message)` prints it, then the refusal
+    goes on (exit code 2, the usage on stderr)."""
+    try:
+        return parser.parse_args(argv)
+    except UsageRefused as refused:
+        if "--json" in (sys.argv[1:] if argv is None else argv):
+            say_in_json(f"the arguments were refused: {refused.message}")
+        raise
 
 
 def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:

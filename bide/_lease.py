@@ -31,7 +31,15 @@ from ._journal import Journal
 from ._records import Record
 from ._store import Fence, Lease, Store
 
-__all__ = ["Overrun", "hold_lease", "join_keepers", "keep_overrun", "let_go", "record_when_done"]
+__all__ = [
+    "Overrun",
+    "free_lease",
+    "hold_lease",
+    "join_keepers",
+    "keep_overrun",
+    "let_go",
+    "record_when_done",
+]
 
 
 class Overrun:
@@ -135,7 +143,7 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
         kept[:] = [k for k in kept if k.is_alive()]
         kept.append(keeper)
         return None
-    return _release(store, lease)
+    return free_lease(store, lease)
 
 
 def join_keepers() -> None:
@@ -147,7 +155,9 @@ def join_keepers() -> None:
         kept.pop().join()
 
 
-async def _release(store: Store, lease: Lease) -> None:
+async def free_lease(store: Store, lease: Lease) -> None:
+    """Free `lease` (its run, holder and token) if it is still held so; a store that fails leaves it to
+    expire."""
     with contextlib.suppress(Exception):  # a lease not freed only expires
         await store.arelease(lease.run_id, lease.holder, lease.token)
 

@@ -303,12 +303,15 @@ class SQLStore:
         # A lease alone makes a runs row; a run exists (is listed) from its first record on.
         has_records = f"EXISTS (SELECT 1 FROM {p}records AS r WHERE r.run_id = {p}runs.run_id)"
         if self.dialect == "sqlite":
+            # A record's bytes whatever the stored value's type: a row edited by hand as TEXT is read as
+            # its bytes (then refused as damaged, like any edited record), not failed on as a store error.
+            data = "CAST(data AS BLOB)"
             self._sql_run = f"INSERT OR IGNORE INTO {p}runs(run_id) VALUES (?)"
             self._sql_ins = f"INSERT OR IGNORE INTO {p}records(run_id, key, data) VALUES (?, ?, ?)"
-            self._sql_get = f"SELECT seq, data FROM {p}records WHERE run_id = ? AND key = ?"
+            self._sql_get = f"SELECT seq, {data} FROM {p}records WHERE run_id = ? AND key = ?"
             self._sql_delete = f"DELETE FROM {p}records WHERE seq = ?"
             self._sql_load = (
-                f"SELECT seq, key, data FROM {p}records WHERE run_id = ? AND seq > ? ORDER BY seq"
+                f"SELECT seq, key, {data} FROM {p}records WHERE run_id = ? AND seq > ? ORDER BY seq"
             )
             self._sql_runs = (
                 f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? AND {has_records} "
@@ -329,13 +332,13 @@ class SQLStore:
             # BY (a sort of every loaded record), the order is checked as the rows are read instead.
             self._sql_load_many = {
                 n: f"WITH q(i, run_id, after) AS (VALUES {', '.join(['(?, ?, ?)'] * n)}) "
-                f"SELECT q.i, r.seq, r.key, r.data FROM q CROSS JOIN {p}records AS r "
+                f"SELECT q.i, r.seq, r.key, CAST(r.data AS BLOB) FROM q CROSS JOIN {p}records AS r "
                 "ON r.run_id = q.run_id AND r.seq > q.after"
                 for n in _chunk_sizes()
             }
             self._sql_get_many = {
                 n: f"WITH q(i, run_id, key) AS (VALUES {', '.join(['(?, ?, ?)'] * n)}) "
-                f"SELECT q.i, r.seq, r.data FROM q CROSS JOIN {p}records AS r "
+                f"SELECT q.i, r.seq, CAST(r.data AS BLOB) FROM q CROSS JOIN {p}records AS r "
                 "ON r.run_id = q.run_id AND r.key = q.key"
                 for n in _chunk_sizes()
             }

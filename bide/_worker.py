@@ -296,7 +296,12 @@ class Worker:
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
         """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped."""
         try:
-            journal = await Journal(self.store, run_id).aload()
+            journal = Journal(self.store, run_id)
+        except ConfigError as exc:  # a row edited in the database: no agent can drive such a run id
+            why = f"{exc}; bide never writes such a run id (was it edited in the database?)"
+            return self._skip(run_id, why)
+        try:
+            await journal.aload()
         except StoreError as exc:
             return self._failed(run_id, exc, report)
         start = journal.get(START_KEY)

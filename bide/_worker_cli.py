@@ -160,7 +160,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
 
     if args.json and not args.once:
         return refuse(EXIT_USAGE, "worker --json needs --once (a worker serving until stopped has no report)")
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log_lines = logging.StreamHandler()
+    log_lines.setFormatter(_PrintableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.INFO, handlers=[log_lines])
     app: list[Any] = []
 
     def import_app() -> None:  # once the store's URL is checked, before the store is opened or written
@@ -212,6 +214,21 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             store.close()
         except StoreError as exc:  # what the worker did stands (and was reported): only said on stderr
             print(f"bide worker: closing the store failed: {printable(str(exc))}", file=sys.stderr)
+
+
+class _PrintableFormatter(logging.Formatter):
+    """The worker's log lines, for a terminal: each line passes through `printable`, since what it says
+    comes from inputs (a model server's error text, a run id from the store) that may hold escape sequences
+    or line breaks; a traceback keeps its own line breaks."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return printable(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return printable(super().formatException(ei), keep_newlines=True)
+
+    def formatStack(self, stack_info: str) -> str:
+        return printable(super().formatStack(stack_info), keep_newlines=True)
 
 
 def _once_exit_code(report: PassReport) -> tuple[int, str]:

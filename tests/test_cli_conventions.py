@@ -288,3 +288,21 @@ def test_bide_keeps_its_exit_code_when_the_reader_goes_and_reports_a_lost_output
         assert (code, err) == (0, ""), (args, code, err)
         lost = _with_stdout_full("bide", *args, cwd=tmp_path)
         assert lost.returncode == 2 and "could not be written" in lost.stderr, (args, lost.stderr)
+
+
+def test_arguments_refused_with_json_still_print_one_json_document(tmp_path: Path) -> None:
+    """`--json` prints one JSON document on every exit (docs/cli.md), arguments argparse refuses too: a
+    program parsing the output got an empty stdout."""
+    for prog, args in [
+        ("bide", ("runs", "--json", "--limit", "abc")),
+        ("bide", ("runs", "--json", "--bogus")),
+        ("bide-audit", ("verify", "x", "--json", "--max-input-bytes", "abc")),
+        ("govern", ("check", "x", "--json", "--max-size", "abc")),
+    ]:
+        done = run(prog, *args, cwd=tmp_path)
+        assert done.returncode == 2, (prog, args, done.stderr)
+        doc = json.loads(done.stdout)
+        assert doc["exit_code"] == 2 and ("abc" in doc["message"] or "--bogus" in doc["message"])
+        assert "usage error" in done.stderr
+    plain = run("bide", "runs", "--limit", "abc", cwd=tmp_path)
+    assert plain.returncode == 2 and plain.stdout == ""  # without --json: the usage on stderr only

@@ -33,6 +33,7 @@ from .._cli_common import (
     add_standard_options,
     byte_limit,
     close_store,
+    parse_arguments,
     skew_seconds,
 )
 from .._files import check_output, write_whole
@@ -449,9 +450,15 @@ def _emit(
     return emitted(write, code)
 
 
+def _usage_in_json(message: str) -> None:
+    """The JSON document of arguments refused with `--json` (`_emit`'s, for exit code 2)."""
+    doc = {"result": "error", "exit_code": USAGE, "message": f"ERROR: {message}", "not_proven": ""}
+    print(json.dumps(doc, sort_keys=True, ensure_ascii=True))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `bide-audit`; returns (and exits with) the exit code."""
-    args = _parser().parse_args(argv)
+    args = parse_arguments(_parser(), argv, _usage_in_json)
     from .._errors import BideError, StoreError
     from ..approvals._trust import UntrustedPolicy
 

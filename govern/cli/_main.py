@@ -42,6 +42,7 @@ from bide._cli_common import (
     EXIT_OK,
     EXIT_USAGE,
     Parser,
+    UsageRefused,
     add_standard_options,
     byte_limit,
     skew_seconds,
@@ -976,7 +977,8 @@ def main(argv: list[str] | None = None) -> int:
         command = next((word for word in given if word in ("check", "certify")), None)
         if exc.code == EXIT_USAGE and command is not None and "--json" in given:
             refused = argparse.Namespace(json=True, command=command)
-            said = "the arguments were refused (see standard error)"
+            why = f": {exc.message}" if isinstance(exc, UsageRefused) else ""
+            said = f"the arguments were refused{why}"
             _json_failure(refused, EXIT_USAGE, "usage error", said)
         raise
     from rich.console import Console
