@@ -474,6 +474,12 @@ def _rests_on(certificate: AnyCertificate) -> str:
     return "the proof-derived checkers"
 
 
+def _named(names: list[str], index: int) -> str:
+    """`names[index]`, or what stands for an index a certificate names with no such entry: `show` renders a
+    certificate as it is written, and `check` judges it (such a one is not valid)."""
+    return names[index] if 0 <= index < len(names) else f"#{index} (no such entry)"
+
+
 def _verdict_table(certificate: AnyCertificate) -> Table:
     from rich.table import Table
 
@@ -481,13 +487,13 @@ def _verdict_table(certificate: AnyCertificate) -> Table:
 
     model = certificate.model
     verdict = model.verdict
-    events = model.machine.events
+    events = [e.name for e in model.machine.events]
     table = Table(show_header=False, box=None, pad_edge=False)
     table.add_column(style="bold", no_wrap=True)
     table.add_column(overflow="fold")
 
     def pairs(items: list[list[int]]) -> str:
-        return _safe(", ".join(f"{events[a].name}/{events[b].name}" for a, b in items) or "none")
+        return _safe(", ".join(f"{_named(events, a)}/{_named(events, b)}" for a, b in items) or "none")
 
     if isinstance(model, SymbolicCertificateModel):
         table.add_row("states", f"{model.verdict.states:,} (not enumerated: verified symbolically)")
@@ -504,7 +510,7 @@ def _verdict_table(certificate: AnyCertificate) -> Table:
                   else "does not hold: apply events to repaired states only (Machine.apply does)")
     if verdict.pairs == "declared":
         table.add_row("causal order needed", pairs(verdict.causal_order_obligations))
-    not_idempotent = ", ".join(events[e].name for e in verdict.not_idempotent) or "none"
+    not_idempotent = ", ".join(_named(events, e) for e in verdict.not_idempotent) or "none"
     table.add_row("not idempotent", _safe(not_idempotent))
     if isinstance(model, SymbolicCertificateModel):
         table.add_row("rests on", _safe(_rests_on(certificate)))
@@ -743,7 +749,7 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
         out.print("[bold]independence[/]: none declared, so every pair of events was checked")
     else:
         names = [e.name for e in machine.events]
-        pairs = ", ".join(f"{names[a]}/{names[b]}" for a, b in machine.independent) or "none"
+        pairs = ", ".join(f"{_named(names, a)}/{_named(names, b)}" for a, b in machine.independent) or "none"
         out.print(f"[bold]declared independent[/]: {_safe(pairs)}")
     out.print(_verdict_table(certificate))
     if isinstance(model, SymbolicCertificateModel):
@@ -768,8 +774,8 @@ def _show_composed(certificate: ComposedCertificate, out: Console) -> int:
     for column in ("#", "variables", "events", "states"):
         table.add_column(column)
     for c, entry in enumerate(model.components):
-        table.add_row(str(c), _safe(", ".join(names[v] for v in entry.variables)),
-                      _safe(", ".join(events[e] for e in entry.events)),
+        table.add_row(str(c), _safe(", ".join(_named(names, v) for v in entry.variables)),
+                      _safe(", ".join(_named(events, e) for e in entry.events)),
                       f"{entry.certificate['verdict']['states']:,}")
     out.print(table)
     out.print(_verdict_table(certificate))

@@ -142,8 +142,30 @@ def event_tool(
         # No read of the id first: a retry of a call whose event is already in the log is refused as a
         # conflict (its producer's last event is now the event itself, so the dependency differs) and
         # resolved by reading the id back, like a concurrent retry. A first call saves a read.
-        previous = log.last_by_producer(who)
+        # Nothing tells this drive whether an earlier one (killed after its append) already put this
+        # call's event in the log: no failure before the append may reach the model as "failed".
+        try:
+            previous = log.last_by_producer(who)
+        except EventLogError as exc:
+            try:
+                stored = _read_back(log, event_id, exc)
+            except _InDoubt as doubt:
+                raise bide.CallInDoubt(str(doubt)) from exc
+            return _consequence(rules, log, stored, False)  # an earlier drive appended it
         if deadline is not None and time.monotonic() + (_LOG_CALLS - 1) * per_log_call > deadline:
+            # Too little time left to append and read back before bide's timeout ends the call: nothing is
+            # appended. Unless an earlier drive of this call appended its event: then the call succeeded.
+            try:
+                found = previous if previous is not None and previous.id == event_id else log.get(event_id)
+            except EventLogError as exc:
+                raise bide.CallInDoubt(
+                    f"the log answered too slowly for event {instance!r} on {key!r} to be appended within "
+                    f"the tool's {made.timeout:g} s timeout, and reading the event id back failed ({exc}): "
+                    "an earlier drive of this call may have appended it. The next drive calls again with "
+                    "the same event id, which appends it at most once"
+                ) from exc
+            if found is not None:
+                return _consequence(rules, log, found, False)
             raise LogTimeout(
                 f"the log answered too slowly for event {instance!r} on {key!r} to be appended and read "
                 f"back within the tool's {made.timeout:g} s timeout; nothing was appended (the tool's "

@@ -80,7 +80,7 @@ class ReplicaError(EventLogError):
 
 _FORMAT_V1 = "govern-replica-checkpoint/1"  # not bound to the log's contents: read, never written
 _FORMAT = "govern-replica-checkpoint/2"
-_Count = Annotated[StrictInt, Field(ge=0)]
+_Count = Annotated[StrictInt, Field(ge=0, lt=2**63)]  # a log position is a signed 64-bit number
 
 
 class Checkpoint(BaseModel):
@@ -142,6 +142,11 @@ class Checkpoint(BaseModel):
             )
         if self.format == _FORMAT_V1 and (self.last_id is not None or self.last_leaf is not None):
             raise ValueError(f"format {_FORMAT_V1!r} has no last_id or last_leaf")
+        for key, length in self.record_lengths.items():
+            if length > self.position:  # a record holds events of the folded prefix only
+                raise ValueError(
+                    f"record_lengths[{key!r}] is {length}, more events than the {self.position} folded"
+                )
         return self
 
 

@@ -374,3 +374,20 @@ def test_a_machine_file_that_ends_the_process_while_imported_is_not_certified(tm
         done = govern("certify", name, cwd=tmp_path)
         assert done.returncode == 2 and f"called {call} while being imported" in done.stderr, done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)
+
+
+def test_show_renders_a_certificate_naming_events_it_does_not_have(tmp_path: Path) -> None:
+    """`govern show` renders a certificate as written and `govern check` judges it: a verdict naming an
+    event index the machine does not have (its digest recomputed, so it reads) is shown with the index
+    marked, and is not valid (exit 1). `show` failed on it with exit 3, "internal error, a bug"."""
+    root = Path(__file__).resolve().parents[2]
+    doc = json.loads((root / "certs" / "orders.govern-cert.json").read_text())
+    doc["verdict"]["not_idempotent"][0] = 3
+    doc["verdict"]["causal_order_obligations"][0][0] = 2**63
+    doc["digest"] = compute_digest(doc)
+    (tmp_path / "odd.json").write_bytes(canonical_json(doc) + b"\n")
+    shown = govern("show", "odd.json", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "#3 (no such entry)" in shown.stdout and f"#{2**63} (no such entry)" in shown.stdout
+    checked = govern("check", "odd.json", cwd=tmp_path)
+    assert checked.returncode == 1 and "not valid" in checked.stdout + checked.stderr

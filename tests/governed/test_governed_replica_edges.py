@@ -652,7 +652,12 @@ def test_a_checkpoint_refuses_bad_fields() -> None:
     for change, field in [
         ({"format": "nope"}, "format"),
         ({"record_lengths": {"o1": -5}}, "record_lengths.o1"),
+        # Beyond a 64-bit log position: the batched fold failed on it with a bare OverflowError.
+        ({"record_lengths": {"o1": 2**63}}, "record_lengths.o1"),
+        # More events than the prefix holds (the fold would count on from a length no log has).
+        ({"record_lengths": {"o1": 2**63 - 1}}, "Checkpoint"),
         ({"position": -1}, "position"),
+        ({"position": 2**63}, "position"),
         ({"states": {"o1": True}}, "states.o1"),
         ({"last_id": None, "last_leaf": None}, "Checkpoint"),
     ]:
