@@ -111,9 +111,13 @@ _T = TypeVar("_T")
 
 
 class CLIError(Exception):
-    def __init__(self, message: str, code: int) -> None:
+    """A command's failure: its exit `code`, and the `reason` its --json document gives (by default the
+    code's word, as in the table of `--help`)."""
+
+    def __init__(self, message: str, code: int, reason: str | None = None) -> None:
         super().__init__(message)
         self.code = code
+        self.reason = reason
 
 
 class _StoreOption(argparse.Action):
@@ -487,7 +491,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         try:
             journal = _read(store, args.run)
         except _Unreadable as exc:
-            raise CLIError(str(exc), EXIT_NOT_FOUND) from exc
+            raise CLIError(str(exc), EXIT_NOT_FOUND, "unreadable") from exc
         if not journal.exists:
             raise CLIError(
                 f"run {args.run!r} does not exist in {args.store} (`bide runs` lists the runs)",
@@ -919,7 +923,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         say(f"bide: the output could not be written ({exc})", file=sys.stderr)
         return OUTPUT_LOST
     except CLIError as exc:
-        return _failed(args, exc.code, str(exc))
+        return _failed(args, exc.code, str(exc), exc.reason)
     except NoLiveAttempt as exc:
         return _failed(args, EXIT_NOT_FOUND, str(exc))
     except ResolveRefused as exc:
@@ -953,18 +957,20 @@ _REASONS = {
 }
 
 
-def _failed(args: argparse.Namespace, code: int, message: str) -> int:
+def _failed(args: argparse.Namespace, code: int, message: str, reason: str | None = None) -> int:
     """Report a command's failure (`code`, and `message` for people on stderr); returns `code`."""
     say(f"bide: {message}", file=sys.stderr)
-    json_failure(args, code, message)
+    json_failure(args, code, message, reason)
     return code
 
 
-def json_failure(args: argparse.Namespace, code: int, message: str) -> None:
+def json_failure(args: argparse.Namespace, code: int, message: str, reason: str | None = None) -> None:
     """With --json, the one JSON document a failed command prints (on stdout, as its data would have been):
-    `exit_code`, `reason` (a word for the code, as in the table of `--help`) and `message`."""
+    `exit_code`, `reason` (a word for the code, as in the table of `--help`, unless `reason` is more
+    precise) and `message`."""
     if getattr(args, "json", False):
-        print_json({"exit_code": code, "reason": _REASONS.get(code, "failed"), "message": message})
+        said = reason or _REASONS.get(code, "failed")
+        print_json({"exit_code": code, "reason": said, "message": message})
 
 
 if __name__ == "__main__":

@@ -603,7 +603,9 @@ class SQLStore:
             if not os.path.isfile(path):
                 what = not_a_database(path) or "the file does not exist"  # a directory, a pipe, or nothing
                 raise StoreNotFound(f"no bide store at {where}: {what}", missing="file")
-            found = _sqlite_tables(path, where)
+            # SQLite matches table names without regard to ASCII case: so does this check.
+            tables = {_ascii_lower(name) for name in _sqlite_tables(path, where)}
+            found = {name for name in names if _ascii_lower(name) in tables}
         else:
             try:
                 with self.engine.connect() as conn:
@@ -1653,6 +1655,13 @@ _SCHEMA_RETRY = RetryPolicy(attempts=5, initial=0.01, maximum=0.2)
 # The waits between tries of a PostgreSQL batch whose connection was lost (a server restarting, a failover);
 # the store's busy timeout, not a count, ends them.
 _RECONNECT = RetryPolicy(initial=0.01, maximum=0.5)
+
+
+def _ascii_lower(name: str) -> str:
+    return name.translate(_ASCII_LOWER)
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 
 
 def _sqlite_tables(path: str, where: str) -> set[str]:

@@ -127,11 +127,11 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
     """Parse a store (or event log: `what`) URL in any of the forms in the module docstring; raise
     `StoreURLError` with a hint otherwise. A SQLite file's directory must exist; the file need not."""
     if not isinstance(url, str) or not url.strip():
-        raise StoreURLError(f"a {what} URL is required: {_FORMS}")
+        raise StoreURLError(f"{_article(what)} {what} URL is required: {_FORMS}")
     if "\x00" in url:
-        raise StoreURLError(f"a {what} URL cannot contain a NUL character")
+        raise StoreURLError(f"{_article(what)} {what} URL cannot contain a NUL character")
     if url in ("memory", "memory:", ":memory:", "memory:/"):
-        raise StoreURLError(f"{url!r} is not a {what} URL; did you mean memory:// ?")
+        raise StoreURLError(f"{url!r} is not {_article(what)} {what} URL; did you mean memory:// ?")
     match = _SCHEME.match(url)
     if match is None or len(match.group(1)) == 1:  # no scheme, or a Windows drive letter: a plain path
         return _sqlite(url, what)
@@ -139,7 +139,9 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
     rest = url[match.end():]
     if scheme == "memory":
         if not rest.startswith("//"):
-            raise StoreURLError(f"{url!r} is not a {what} URL; did you mean memory://{rest.lstrip('/')} ?")
+            raise StoreURLError(
+                f"{url!r} is not {_article(what)} {what} URL; did you mean memory://{rest.lstrip('/')} ?"
+            )
         return StoreURL("memory", url, name=rest[2:])
     if scheme in ("sqlite", "sqlite+pysqlite"):
         if rest.startswith("///"):
@@ -307,3 +309,8 @@ def _is_host(host: str) -> bool:
     except ValueError:
         return _HOST_NAME.fullmatch(host) is not None
     return True
+
+
+def _article(noun: str) -> str:
+    """The article before `noun`: "an" before a vowel ("an event log"), else "a" ("a store")."""
+    return "an" if noun[:1].lower() in "aeiou" else "a"

@@ -99,7 +99,9 @@ def strict_json(data: bytes, *, what: str = "input", max_bytes: int = MAX_INPUT_
     except json.JSONDecodeError as exc:
         raise UnreadableInput(f"{what} is not JSON: {exc}") from exc
     except ValueError as exc:  # an integer longer than Python converts (4,300 digits by default)
-        raise UnreadableInput(f"{what} holds a number too long to read: {exc}") from exc
+        # Python's own message ends with advice for programmers (sys.set_int_max_str_digits): cut it.
+        why = str(exc).partition("; use sys.")[0]
+        raise UnreadableInput(f"{what} holds a number too long to read: {why}") from exc
     except RecursionError as exc:
         raise UnreadableInput(f"{what} is nested too deeply") from exc
     _check_text(value)

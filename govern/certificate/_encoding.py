@@ -116,7 +116,8 @@ def parse_strict_json(data: bytes, *, max_bytes: int = DEFAULT_MAX_BYTES) -> Any
     except RecursionError:
         raise CertificateUnreadable("the JSON is nested too deeply to read") from None
     except ValueError as exc:  # for example an integer with more digits than Python will convert
-        raise CertificateUnreadable(f"not readable JSON: {exc}") from None
+        # Python's own message ends with advice for programmers (sys.set_int_max_str_digits): cut it.
+        raise CertificateUnreadable(f"not readable JSON: {str(exc).partition('; use sys.')[0]}") from None
     _check_nesting(value)
     try:
         expected = canonical_json(value) + b"\n"

@@ -847,6 +847,8 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
                 raise UsageError(f"{target.registry.name}: {exc}") from exc
     directory = Path(args.output) if args.output else Path(source.rpartition(":")[0] or source).parent
     if not is_directory(directory):
+        if directory.exists() or directory.is_symlink():
+            raise UsageError(f"{directory} is not a directory: -o names the directory the drawings go to")
         raise UsageError(f"{directory}: no such directory")
     source_file = Path(source) if source.endswith(".json") else _split_spec(source)[0]
     keep = [("certificate" if source.endswith(".json") else "machine file", source_file)]

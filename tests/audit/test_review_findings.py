@@ -75,6 +75,7 @@ def test_an_integer_too_long_to_read_is_unreadable_input(files: Path) -> None:
     done = audit("verify-evidence", "huge.json", "--pubkey", pub, cwd=files)
     assert done.returncode == 4, done.stderr
     assert "UNREADABLE INPUT" in done.stderr and "INTERNAL" not in done.stderr
+    assert "too long to read" in done.stderr and "sys.set_int_max_str_digits" not in done.stderr
     done = audit("verify-approvals", "huge.json", "--json", cwd=files)
     assert done.returncode == 4 and '"unusable_input"' in done.stdout
 

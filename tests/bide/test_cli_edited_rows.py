@@ -104,8 +104,22 @@ def test_a_record_edited_as_text_is_read_as_its_bytes(tmp_path: Path) -> None:
     assert listed.returncode == 4, listed.stderr
     assert sorted(r["run_id"] for r in json.loads(listed.stdout)) == ["b", "c"]
     assert "run 'a' cannot be read: its record 'run:end'" in listed.stderr and "not JSON" in listed.stderr
+    shown = cli("show", "a", "--store", str(db), "--json", cwd=tmp_path)
+    assert shown.returncode == 4 and json.loads(shown.stdout)["reason"] == "unreadable"  # not "not found"
     store = bide.open_store(f"sqlite:///{db}")
     try:
         assert bide.Agent(ScriptedModel([]), store=store).run_sync("c", "hi").answer == "OK"
     finally:
         store.close()
+
+
+def test_a_table_prefix_in_another_case_finds_the_store_as_sqlite_does(tmp_path: Path) -> None:
+    """SQLite matches table names whatever their ASCII case: `--table-prefix BIDE_` reads the tables
+    `bide_*` (it said "the database has no table BIDE_records" while every query would have found them)."""
+    db = tmp_path / "runs.db"
+    runs(db, "a")
+    listed = cli("runs", "--store", str(db), "--table-prefix", "BIDE_", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert [r["run_id"] for r in json.loads(listed.stdout)] == ["a"]
+    other = cli("runs", "--store", str(db), "--table-prefix", "other_", "--json", cwd=tmp_path)
+    assert other.returncode == 4 and "no table other_records" in other.stderr

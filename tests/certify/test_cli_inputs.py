@@ -391,3 +391,13 @@ def test_show_renders_a_certificate_naming_events_it_does_not_have(tmp_path: Pat
     assert "#3 (no such entry)" in shown.stdout and f"#{2**63} (no such entry)" in shown.stdout
     checked = govern("check", "odd.json", cwd=tmp_path)
     assert checked.returncode == 1 and "not valid" in checked.stdout + checked.stderr
+
+
+def test_graph_output_that_is_a_file_says_so(tmp_path: Path) -> None:
+    """`govern graph CERT -o FILE` named an existing file "no such directory"."""
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "cert.json").write_bytes((root / "certs" / "orders.govern-cert.json").read_bytes())
+    done = govern("graph", "cert.json", "-o", "cert.json", cwd=tmp_path)
+    assert done.returncode == 2 and "cert.json is not a directory" in done.stderr, done.stderr
+    missing = govern("graph", "cert.json", "-o", "nowhere", cwd=tmp_path)
+    assert missing.returncode == 2 and "nowhere: no such directory" in missing.stderr

@@ -60,7 +60,7 @@ def test_canonical_json_is_sorted_compact_utf8() -> None:
         (b'{"a":"\xff"}\n', "not UTF-8"),
         (b'{"a":"\\ud800"}\n', "not valid Unicode"),
         (b"[" * 100000 + b"]" * 100000 + b"\n", "nested too deeply"),
-        (b'{"a":' + b"9" * 5000 + b"}\n", "not readable JSON"),
+        (b'{"a":' + b"9" * 5000 + b"}\n", r"not readable JSON: .*5000 digits$"),  # no Python advice
     ],
 )
 def test_strict_reader_refuses(data: bytes, message: str) -> None:
