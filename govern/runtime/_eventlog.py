@@ -523,6 +523,7 @@ class _Backend(Protocol):
 
 
 _NO_LIMIT = 2**62
+_ROOT_PAGE = 5000  # events `EventLog.root` reads at a time
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_POOL_SIZE = 8
 
@@ -659,14 +660,34 @@ class EventLog:
         """The RFC 6962 Merkle root (hex) over the leaves (`LoggedEvent.leaf`) of the first `size` events
         (default: all). Sign it (`bide.audit.sign_head`) to commit to the log; a replica built with
         `track_root=True` recomputes it from the events it applied."""
-        from bide.audit import MerkleTree  # here: only auditing needs bide
+        from bide.audit import EMPTY_ROOT, leaf_hash, node_hash  # here: only auditing needs bide
 
-        events = self.read(0, size)
-        if size is not None and len(events) != size:
-            raise InvalidInput(
-                "size", f"log {self.name!r} holds {len(events)} events, fewer than size={size}"
-            )
-        return MerkleTree(e.leaf() for e in events).root().hex()
+        if size is not None:
+            _check_count("size", size)
+        # Page by page, keeping only the roots of the complete subtrees of the leaves so far (one per bit
+        # of their count, largest first): memory O(log n), where a million events read at once took 2 GB.
+        complete: list[tuple[int, bytes]] = []
+        count = 0
+        while size is None or count < size:
+            want = _ROOT_PAGE if size is None else min(_ROOT_PAGE, size - count)
+            page = self.read(count, want)
+            for event in page:
+                leaves, node = 1, leaf_hash(event.leaf())
+                while complete and complete[-1][0] == leaves:
+                    leaves, node = 2 * leaves, node_hash(complete.pop()[1], node)
+                complete.append((leaves, node))
+            count += len(page)
+            if len(page) < want:
+                break
+        if size is not None and count != size:
+            raise InvalidInput("size", f"log {self.name!r} holds {count} events, fewer than size={size}")
+        if not complete:
+            return EMPTY_ROOT.hex()
+        # RFC 6962: the root joins the subtrees from the right (the largest power of two splits first).
+        root = complete[-1][1]
+        for _, left in reversed(complete[:-1]):
+            root = node_hash(left, root)
+        return root.hex()
 
     # -- writing -----------------------------------------------------------------------------------------
 

@@ -321,3 +321,34 @@ def test_sync_stops_exactly_after_the_last_event_it_could_apply(tmp_path: Path) 
     reference = Replica(machine, log)
     reference.deliver(stored[:30])
     assert replica.digest() == reference.digest()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 60), st.integers(1, 9), st.data())
+def test_the_logs_root_is_read_page_by_page_and_equals_the_whole_trees(
+    n: int, page: int, data: st.DataObject
+) -> None:
+    """`EventLog.root` reads the log a page at a time and keeps only the roots of its complete subtrees
+    (it read the whole log at once: 2 GB for a million events); whatever the page and the size, the root
+    is the RFC 6962 root of the tree over every leaf."""
+    import govern.runtime._eventlog as eventlog
+    from bide.audit import MerkleTree
+
+    log = order_log()
+    stored = fill(log, [(f"o{i % 7}", ("pay", "restock")[i % 2], False) for i in range(n)])
+    asked: list[int] = []
+    read = log.read
+
+    def counted(start: int = 0, limit: int | None = None) -> list[LoggedEvent]:
+        asked.append(10**9 if limit is None else limit)
+        return read(start, limit)
+
+    size = data.draw(st.integers(0, len(stored)))
+    old_page, eventlog._ROOT_PAGE = eventlog._ROOT_PAGE, page
+    try:
+        log.read = counted  # type: ignore[method-assign]
+        assert log.root(size) == MerkleTree(e.leaf() for e in stored[:size]).root().hex()
+        assert log.root() == MerkleTree(e.leaf() for e in stored).root().hex()
+    finally:
+        eventlog._ROOT_PAGE = old_page
+    assert max(asked, default=0) <= page
