@@ -447,8 +447,9 @@ def test_json_is_one_document_on_a_usage_error_and_on_an_interrupt(tmp_path: Pat
     refused = govern("check", "any.json", "--json", "--max-clock-skew", "abc", cwd=tmp_path)
     assert refused.returncode == 2
     assert json.loads(refused.stdout) == {
-        "exit_code": 2, "message": "the arguments were refused (see standard error)", "reason": "usage error",
-        "valid": False,
+        "exit_code": 2, "reason": "usage error", "valid": False,
+        "message": "the arguments were refused: argument --max-clock-skew: 'abc' is not a whole number of "
+                   "seconds",
     }  # fmt: skip
     assert "not a whole number of seconds" in refused.stderr
     (tmp_path / "m.py").write_text("import os, signal\nos.kill(os.getpid(), signal.SIGINT)\n")
