@@ -451,9 +451,8 @@ def _emit(
 
 
 def _usage_in_json(message: str) -> None:
-    """The JSON document of arguments refused with `--json` (`_emit`'s, for exit code 2)."""
-    doc = {"result": "error", "exit_code": USAGE, "message": f"ERROR: {message}", "not_proven": ""}
-    print(json.dumps(doc, sort_keys=True, ensure_ascii=True))
+    """The JSON document of arguments refused with `--json`."""
+    _emit(argparse.Namespace(json=True), USAGE, "error", f"ERROR: {message}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -232,6 +232,23 @@ def test_a_second_signal_cancels_the_drives_a_stopping_worker_waits_for(
     assert status(url, "bide_", "r0") == "halted"
 
 
+def worker_once_with(
+    tmp_path: Path, module: str, source: str, *more: str
+) -> subprocess.CompletedProcess[str]:
+    """`bide worker --once` with the app `module:build` (written from `source` in `tmp_path`), on a new
+    SQLite store there."""
+    (tmp_path / f"{module}.py").write_text(source)
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    bide.open_store(url).close()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
+    return subprocess.run(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", f"{module}:build", "--once",
+         *more],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
     ("source", "expected"),
     [
@@ -242,15 +259,7 @@ def test_a_second_signal_cancels_the_drives_a_stopping_worker_waits_for(
     ids=["syntax-error", "raises-on-import", "build-raises"],
 )
 def test_worker_app_that_cannot_load_is_a_usage_error(tmp_path: Path, source: str, expected: str) -> None:
-    (tmp_path / "brokenapp.py").write_text(source)
-    url = f"sqlite:///{tmp_path / 'w.db'}"
-    bide.open_store(url).close()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "brokenapp:build", "--once"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+    done = worker_once_with(tmp_path, "brokenapp", source)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr
     assert "this is a bug" not in done.stderr
@@ -276,16 +285,7 @@ def build(store):
 def test_worker_once_json_whose_store_fails_to_close_still_prints_its_one_report(tmp_path: Path) -> None:
     """What the pass did stands and was reported: a failure closing the store afterwards is said on stderr
     only, so stdout stays one JSON document and the exit code is the pass's."""
-    (tmp_path / "closeapp.py").write_text(CLOSE_FAILS_APP)
-    url = f"sqlite:///{tmp_path / 'w.db'}"
-    bide.open_store(url).close()
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")])
-    done = subprocess.run(
-        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "closeapp:build", "--once",
-         "--json"],
-        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
-    )  # fmt: skip
+    done = worker_once_with(tmp_path, "closeapp", CLOSE_FAILS_APP, "--json")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["driven"] == 0 and report["failed"] == 0
