@@ -41,6 +41,14 @@ elsewhere is waited for at most the store's busy timeout, on both databases (Pos
 set on every connection), and is then reported: nothing was written. Inside the event loop nothing waits:
 a locked database hands the batch to the store's thread.
 
+A process paused inside a transaction (SIGSTOP, a frozen VM) holds its locks: its run's row, the run's
+lease. On PostgreSQL every connection sets `idle_in_transaction_session_timeout` to half the busy timeout,
+so the server ends such a session before the others' lock waits run out; and a pipelined batch sends a Sync
+before it waits for an answer (`_SyncingCursor`), because the server arms that timeout only at a Sync: in
+the middle of a pipeline a session counts as active, and a paused one would hold its locks until it woke.
+The woken process finds its connection closed and sends the batch again (below). SQLite has no such
+bound: its transactions are kept short, and a process paused inside one blocks writers until it wakes.
+
 A PostgreSQL batch whose connection broke (a backend killed, a server restarting or failing over, an
 acknowledgement lost on the way back) is sent again on a new connection, with growing pauses, until the
 busy timeout. The lost try may have committed, so the answer of a resent batch counts what that try wrote
@@ -529,8 +537,11 @@ class SQLStore:
     def _postgresql_session(self, dbapi_conn: Any, _record: Any) -> None:
         # A lock held elsewhere (a session idle in a transaction, a LOCK TABLE) is waited for as long as a
         # SQLite store waits for its file: the busy timeout, then the request fails (wrote nothing).
+        # A session paused inside a transaction is ended by the server before those waits run out (see the
+        # module docstring).
         with dbapi_conn.cursor() as cur:
             cur.execute(f"SET lock_timeout = {self._busy_ms}")
+            cur.execute(f"SET idle_in_transaction_session_timeout = {max(1, self._busy_ms // 2)}")
         dbapi_conn.commit()
 
     def _prepare_schema(self, *, create: bool) -> None:
@@ -1133,13 +1144,14 @@ class SQLStore:
         # statements of the pipeline like the rest.
         driver.autocommit = True
         try:
-            with pipeline(driver):
+            with pipeline(driver) as pipe:
                 cur.execute("BEGIN")
                 if lazy:
                     cur.execute("SET LOCAL synchronous_commit TO OFF")
                 if lock_timeout_ms:
                     cur.execute(f"SET LOCAL lock_timeout = {int(lock_timeout_ms)}")
-                results = [self._apply(cur, req) for req in batch]
+                syncing = _SyncingCursor(cur, pipe)
+                results = [self._apply(syncing, req) for req in batch]
                 cur.execute("COMMIT")
             driver.autocommit = False
         except BaseException as exc:
@@ -1609,6 +1621,31 @@ class SQLStore:
         return Entry(int(row[0]), key, bytes(row[1]), False)
 
 
+class _SyncingCursor:
+    """A psycopg cursor in a pipeline whose fetches send a Sync first: the answer costs the same round trip,
+    and the server then waits for the next statement "idle in transaction", where its
+    `idle_in_transaction_session_timeout` ends a session whose process was paused, rather than in the
+    middle of the pipeline, where no timeout ends it."""
+
+    __slots__ = ("_cur", "_pipe")
+
+    def __init__(self, cur: Any, pipe: Any) -> None:
+        self._cur = cur
+        self._pipe = pipe
+
+    def execute(self, sql: str, params: Any = None) -> None:
+        self._cur.execute(sql, params)
+
+    def fetchone(self) -> Any:
+        self._pipe.sync()
+        return self._cur.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        self._pipe.sync()
+        rows: list[Any] = self._cur.fetchall()
+        return rows
+
+
 def _lease_columns() -> list[sa.Column[Any]]:
     """The runs table's lease (S9) and end (S8) columns."""
     return [
@@ -1645,7 +1682,9 @@ def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, byt
 _SQLITE_BUSY = frozenset({5, 6})
 # Serialization failure, deadlock, and a lock wait that ran out (`lock_timeout`, the store's busy timeout).
 _PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
-_PG_SHUTDOWN = frozenset({"57P01", "57P02", "57P03"})  # admin shutdown, crash shutdown, cannot connect now
+# The server ended the session: admin shutdown, crash shutdown, cannot connect now, and a session left idle
+# in a transaction past `idle_in_transaction_session_timeout` (a paused process: see the module docstring).
+_PG_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "25P03"})
 
 # The one retry policy (bide.RetryPolicy) for store transactions. A SQLite connection has already waited up
 # to its busy timeout before it reports a lock, so the waits here are short; PostgreSQL conflicts clear as
@@ -1736,13 +1775,14 @@ def lost_in_pipeline(driver: Any, exc: BaseException) -> Exception | None:
 def connection_lost(exc: BaseException) -> bool:
     """True when `exc` (a DBAPI error, or SQLAlchemy's wrapper of one) says the connection to PostgreSQL
     broke or could not be made, for a reason that may pass: SQLSTATE class 08, a server shutting down or
-    starting (57P01-57P03), or a psycopg `OperationalError` or `InterfaceError` without SQLSTATE (the
-    connection broke under the driver, or connecting failed), unless the server refuses this login for
-    good (no such database or role, a wrong password) or libpq refuses one of its options."""
+    starting (57P01-57P03), a session ended for idling in a transaction (25P03), or a psycopg
+    `OperationalError` or `InterfaceError` without SQLSTATE (the connection broke under the driver, or
+    connecting failed), unless the server refuses this login for good (no such database or role, a wrong
+    password) or libpq refuses one of its options."""
     orig = getattr(exc, "orig", None) or exc
     state = getattr(orig, "sqlstate", None)
     if isinstance(state, str):
-        return state.startswith("08") or state in _PG_SHUTDOWN
+        return state.startswith("08") or state in _PG_SESSION_ENDED
     psycopg = sys.modules.get("psycopg")
     if psycopg is None or not isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)):
         return False

@@ -1027,8 +1027,11 @@ def _engine(
         query = sa.engine.make_url(url).query
         # The URL's own server options (a search_path naming a tenant's schema, say) are kept, before ours.
         given = query.get("options", ())
+        # A session idle in a transaction past half the timeout is ended by the server: a process paused
+        # holding the log's lock frees it before the other writers' lock waits run out (see `_SqlTx.read`).
         options = " ".join([*([given] if isinstance(given, str) else given), f"-c lock_timeout={ms}",
-                            f"-c statement_timeout={ms}"])  # fmt: skip
+                            f"-c statement_timeout={ms}",
+                            f"-c idle_in_transaction_session_timeout={max(1, ms // 2)}"])  # fmt: skip
         connect = {**libpq_bounds(query, timeout), "options": options}
         return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
     engine = sa.create_engine(url, creator=sqlite_creator, **pool)
@@ -1222,11 +1225,12 @@ def _json(keys: list[str]) -> str:
 class _SqlTx:
     """The append transaction on a driver cursor (sqlite3 or psycopg), inside `_SqlBackend._write`."""
 
-    def __init__(self, cursor: Any, log: str, dialect: _Dialect) -> None:
+    def __init__(self, cursor: Any, log: str, dialect: _Dialect, pipe: Any = None) -> None:
         self.cur = cursor
         self.log = log
         self.d = dialect
         self.sqlite = dialect.name == "sqlite"
+        self.pipe = pipe  # PostgreSQL: the psycopg pipeline the transaction runs in, if it runs in one
 
     def lock(self) -> _Head | None:
         # On SQLite the log's id is given twice: the length is read from its events (layout 3).
@@ -1262,18 +1266,28 @@ class _SqlTx:
         if self.sqlite:  # BEGIN IMMEDIATE holds the lock: the log's row comes with the rest
             self.cur.execute(self.d.read, params)
         else:
-            # BEGIN, the lock and the read go out in one round trip (a pipeline): the server runs them in
-            # order, so the read's snapshot is taken once the lock is held and sees every earlier append.
-            conn = self.cur.connection
-            # (In the pipeline a small append runs in, a nested one would cost a round trip to leave.)
-            with contextlib.nullcontext() if conn.pgconn.pipeline_status else pipeline(conn):
-                locking = conn.cursor()
+            # In a pipeline, BEGIN, the lock and the read go out in one round trip: the server runs them
+            # in order, so the read's snapshot is taken once the lock is held and sees every earlier
+            # append. The answer is asked for with a Sync (not the Flush a fetch sends), so that while
+            # this process works on it the server counts the session idle in a transaction, where
+            # `idle_in_transaction_session_timeout` ends it if the process was paused: in the middle of
+            # a pipeline nothing would, and it would hold the log's lock until it woke. (Leaving a
+            # pipeline sends a Flush after its Sync, which disarms that timeout: a large append, which
+            # writes with COPY outside any pipeline, sends the lock and the read one at a time.)
+            if self.pipe is not None:
+                locking = self.cur.connection.cursor()
                 try:
                     locking.execute(self.d.lock, (self.log,))
                     self.cur.execute(self.d.read, params)
+                    self.pipe.sync()
                     locked = locking.fetchone()
                 finally:
                     locking.close()
+            else:
+                self.cur.execute(self.d.lock, (self.log,))
+                locked = self.cur.fetchone()
+                if locked is not None:
+                    self.cur.execute(self.d.read, params)
             if locked is None:
                 return None
             head = _head_of(locked[0], locked[1], locked[2])
@@ -1567,13 +1581,13 @@ class _SqlBackend:
         return EventLogError(f"{where} failed: {reason}{safe}")
 
     def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
-        return self._write(lambda cursor: body(_SqlTx(cursor, self.log, self._sql)), pipelined)
+        return self._write(lambda cursor, pipe: body(_SqlTx(cursor, self.log, self._sql, pipe)), pipelined)
 
-    def _write(self, body: Callable[[Any], _T], pipelined: bool = False) -> _T:
-        """Run `body` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite; on
-        PostgreSQL psycopg begins one itself, or with `pipelined` the statements go out in a pipeline, and
-        `body` must not COPY), retried like `_run`: the append's hot path, without SQLAlchemy's
-        per-statement work."""
+    def _write(self, body: Callable[[Any, Any], _T], pipelined: bool = False) -> _T:
+        """Run `body(cursor, pipe)` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite;
+        on PostgreSQL psycopg begins one itself, or with `pipelined` the statements go out in the pipeline
+        `pipe` (else None), and `body` must not COPY), retried like `_run`: the append's hot path, without
+        SQLAlchemy's per-statement work."""
         backoff = Backoff(self.timeout)
         while True:
             try:
@@ -1584,7 +1598,7 @@ class _SqlBackend:
                     continue
                 raise self._error(kind, reason, "append", backoff.attempts) from exc
 
-    def _write_once(self, body: Callable[[Any], _T], backoff: Backoff, pipelined: bool) -> _T:
+    def _write_once(self, body: Callable[[Any, Any], _T], backoff: Backoff, pipelined: bool) -> _T:
         """One attempt of `_write`, on the kept writer connection (SQLite) or a pooled one. A failed
         attempt is rolled back and its connection goes back to the pool (a broken one is discarded)."""
         lock = self._writer_lock
@@ -1605,7 +1619,7 @@ class _SqlBackend:
                 try:
                     if self.dialect == "sqlite":
                         cursor.execute("BEGIN IMMEDIATE")
-                        result = body(cursor)
+                        result = body(cursor, None)
                         self._check_file(raw, committed=False)  # (rolled back below: nothing written)
                         cursor.execute("COMMIT")
                         self._check_file(raw, committed=True)
@@ -1615,13 +1629,13 @@ class _SqlBackend:
                         # pipeline's own statements, on a connection in autocommit mode meanwhile:
                         # psycopg's would each wait for an answer of their own.
                         driver.autocommit = True
-                        with pipeline(driver):
+                        with pipeline(driver) as pipe:
                             cursor.execute("BEGIN")
-                            result = body(cursor)
+                            result = body(cursor, pipe)
                             cursor.execute("COMMIT")
                         driver.autocommit = False
                     else:
-                        result = body(cursor)
+                        result = body(cursor, None)
                         driver.commit()
                 except BaseException as exc:
                     with contextlib.suppress(Exception):  # the first failure is the one to report

@@ -5,7 +5,8 @@ A failure is classified from the driver's own error, never from a flag SQLAlchem
 "cannot exit pipeline mode while busy" on rollback):
 
 - **retry**: the operation can run again and will most likely succeed: a lost or refused connection
-  (SQLSTATE class 08, admin/crash shutdown 57P01/57P02/57P03, or a psycopg `OperationalError` /
+  (SQLSTATE class 08, admin/crash shutdown 57P01/57P02/57P03, a session the server ended for idling in a
+  transaction 25P03, or a psycopg `OperationalError` /
   `InterfaceError` without SQLSTATE: the connection broke under the driver), a serialization failure
   (40001), a deadlock (40P01), and SQLite's busy/locked (its lock wait ran out or was refused at once);
 - **timeout**: a bounded wait ran out: PostgreSQL's `lock_timeout` (55P03) or `statement_timeout`
@@ -37,7 +38,8 @@ from bide._url import missing_database, refused_for_good, refused_option_value
 
 Kind = Literal["retry", "timeout", "refused", "fail"]
 
-_RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03"}
+# 25P03: the server ended a session left idle in a transaction (a paused process; see `_engine` in _eventlog).
+_RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "25P03"}
 _TIMEOUT_STATES = {"55P03": "lock_timeout", "57014": "statement_timeout"}
 #: The waits between tries; `attempts` is unused (the deadline bounds the loop).
 _WAITS = RetryPolicy(initial=0.001, maximum=0.1, multiplier=2.0)
@@ -73,7 +75,7 @@ def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
         if state in _TIMEOUT_STATES:
             return "timeout", f"PostgreSQL {_TIMEOUT_STATES[state]} ({state}): {_first_line(orig)}", False
         if state in _RETRY_STATES or state.startswith("08"):
-            broken = state.startswith(("08", "57P"))
+            broken = state.startswith(("08", "57P")) or state == "25P03"
             return "retry", f"SQLSTATE {state}: {_first_line(orig)}", broken
         return None
     psycopg = sys.modules.get("psycopg")

@@ -326,7 +326,7 @@ def test_an_interrupted_approval_says_what_the_store_recorded(
     assert ANSWER_AWAITED in said, said
 
 
-@bide.tool(timeout=0.2)
+@bide.tool(timeout=30)
 def send(to: str) -> str:
     """Send a message (the connection drops after the request went out)."""
     raise OSError("lost after the request went out")
@@ -334,17 +334,19 @@ def send(to: str) -> str:
 
 def a_halted_call(url: str, prefix: str) -> str:
     """Leave run `r` halted on its `send` call, whose outcome is unknown, past the call's deadline (the
-    tests resolve with --clock-skew 0). Returns the call's id."""
+    tests resolve with --clock-skew 0). Returns the call's id. The agent's clock runs a minute behind, so
+    the deadline its marker records has passed already, while the call had all its 30 s to start (a short
+    timeout, waited out, failed on a loaded machine: the call could not start in time)."""
     from bide.testing import ScriptedModel, call, reply
 
     store = bide.open_store(url, table_prefix=prefix)
     try:
-        agent = bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send])
+        model = ScriptedModel([call("send", to="x"), reply("ok")])
+        agent = bide.Agent(model, store=store, tools=[send], clock=lambda: time.time() - 60)
         with pytest.raises(bide.OutcomeUnknown) as halt:
             agent.run_sync("r", "send it")
     finally:
         store.close()
-    time.sleep(0.3)  # past the deadline
     return halt.value.call_id
 
 
