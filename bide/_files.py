@@ -56,32 +56,38 @@ def read_small_file(
 
 
 def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), flag: str = "-o") -> Path:
-    """`output` as a Path, once it is known to be writable as a new or replaced file: its directory exists,
-    it is not itself a directory nor anything else but a regular file (a device, a pipe: the rename that
-    writes it would replace `/dev/null` itself), and it is not the same file as any of `inputs` (by
-    resolved path, and by inode where both exist, so hard links and symlinks count). Raises ConfigError (a
-    usage error) otherwise, before anything has been written."""
+    """`output` as a Path, once it is known to be writable as a new or replaced file: the file it names (at
+    the end of its symlinks, which `write_whole` writes through: `replaced_file`) has a directory that
+    exists and is writable, is not itself a directory nor anything else but a regular file (a device, a
+    pipe: the rename that writes it would replace `/dev/null` itself), and is not the same file as any of
+    `inputs` (by resolved path, and by inode where both exist, so hard links and symlinks count). A link
+    owned by another user, or a loop of links, is refused too. Raises ConfigError (a usage error)
+    otherwise, before anything has been written."""
     path = Path(output)
     try:
         if output.endswith(("/", os.sep)) or path.is_dir():
             raise ConfigError(f"{flag} {output} is a directory; give the path of a file to write")
-        if path.exists() and not path.is_file():
+        target = replaced_file(path)
+        if target.exists() and not target.is_file():
             raise ConfigError(
                 f"{flag} {output} is not a regular file (a device or a pipe); give the path of a file"
             )
-        directory = path.parent
+        directory = target.parent
         if not directory.is_dir():
             raise ConfigError(f"{flag} {output}: the directory {directory} does not exist")
-    except OSError as exc:  # a name longer than the filesystem takes, say
-        raise ConfigError(f"{flag} {output} cannot be a file here: {exc.strerror or exc}") from None
+    except PermissionError as exc:  # a link owned by another user (`replaced_file`)
+        raise ConfigError(f"{flag} {output}: {exc.strerror or exc}; nothing was written") from None
+    except OSError as exc:  # a loop of links, a name longer than the filesystem takes
+        why = "a loop of symbolic links" if exc.errno == errno.ELOOP else exc.strerror or exc
+        raise ConfigError(f"{flag} {output} cannot be a file here: {why}") from None
     if not os.access(directory, os.W_OK | os.X_OK):
         raise ConfigError(f"{flag} {output}: the directory {directory} is not writable")
-    resolved = path.resolve()
+    resolved = os.path.realpath(target)
     for item in inputs:
         other = Path(item)
-        same = resolved == other.resolve()
-        if not same and path.exists() and other.exists():
-            same = os.path.samefile(path, other)
+        same = resolved == os.path.realpath(other)
+        if not same and target.exists() and other.exists():
+            same = os.path.samefile(target, other)
         if same:
             raise ConfigError(
                 f"{flag} {output} is the input file {os.fspath(other)}; writing there would destroy it"

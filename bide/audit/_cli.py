@@ -209,8 +209,10 @@ def _write_atomic(path: Path, data: bytes, publisher: _RecordingPublisher | None
 
 def _store_files(path: str) -> list[str]:
     # SQLite keeps committed records in its -wal (and -journal) beside the main file: replacing any of them
-    # loses the journal as surely as replacing the database.
-    return [path, *(path + suffix for suffix in ("-wal", "-shm", "-journal"))]
+    # loses the journal as surely as replacing the database. It names them after the file the path leads
+    # to, which a symlink may name otherwise.
+    names = (path, os.path.realpath(path))
+    return [f"{name}{suffix}" for name in names for suffix in ("", "-wal", "-shm", "-journal")]
 
 
 def _anchor_publisher(directory: str, output: Path) -> _RecordingPublisher:
@@ -272,7 +274,8 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     where = parse_store_url(args.store)
     # Checked before the key is read, the store opened or a head published: a refused -o changes nothing.
     # The key's .pub is guarded too: it is what verifiers pin.
-    inputs = [args.key, args.key + ".pub", *(_store_files(where.path) if where.kind == "sqlite" else [])]
+    keys = [args.key, args.key + ".pub", os.path.realpath(args.key) + ".pub"]  # .pub: beside the file itself
+    inputs = [*keys, *(_store_files(where.path) if where.kind == "sqlite" else [])]
     output = check_output(args.output, inputs=inputs)
     publisher = _anchor_publisher(args.anchor_dir, output) if args.anchor_dir else None
     key = load_signing_key(args.key)

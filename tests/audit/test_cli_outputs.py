@@ -39,10 +39,13 @@ def _run_all(prog: str, *calls: tuple[str, ...], cwd: Path) -> list[subprocess.C
         return list(pool.map(lambda args: _run(prog, *args, cwd=cwd), calls))
 
 
-def _snapshot(directory: Path) -> dict[str, bytes | None]:
-    """Every path under `directory` with its bytes (None for a directory)."""
+def _snapshot(directory: Path) -> dict[str, bytes | str | None]:
+    """Every path under `directory` with its bytes (None for a directory, where it leads for a link)."""
     return {
-        str(p.relative_to(directory)): (None if p.is_dir() else p.read_bytes()) for p in directory.rglob("*")
+        str(p.relative_to(directory)): (
+            os.readlink(p) if p.is_symlink() else None if p.is_dir() else p.read_bytes()
+        )
+        for p in directory.rglob("*")
     }
 
 
@@ -81,6 +84,65 @@ def test_export_refuses_an_output_that_is_one_of_its_inputs_and_writes_nothing(e
         assert store.load("r")
     finally:
         store.close()
+
+
+def test_export_refuses_the_files_sqlite_and_the_key_name_after_where_links_lead(exported: Path) -> None:
+    """The store named through a link (`link.db -> store.db`): SQLite keeps its committed records in
+    `store.db-wal`, named after the file itself, and `-o store.db-wal` replaced that log, exit 0, losing
+    every record the WAL held. The key named through a link: `-o log.key.pub` replaced the public key
+    verifiers pin. Both are inputs under other names, refused before anything is written."""
+    (exported / "link.db").symlink_to("store.db")
+    (exported / "lk").symlink_to("log.key")
+    wal = exported / "store.db-wal"
+    wal.write_bytes(b"")  # (a driver holding the store keeps it there)
+    before = _snapshot(exported)
+    through_store = ("export", "--store", "sqlite:///link.db", "--run", "r", "--key", "log.key", "--head")
+    through_key = ("export", "--store", "sqlite:///store.db", "--run", "r", "--key", "lk", "--head")
+    results = _run_all(
+        "bide-audit",
+        (*through_store, "-o", "store.db-wal"),
+        (*through_store, "-o", "store.db-shm"),
+        (*through_key, "-o", "log.key.pub"),
+        cwd=exported,
+    )
+    for result in results:
+        assert result.returncode == 2, result.stderr
+        assert "is the input file" in result.stderr and "would destroy it" in result.stderr
+    assert _snapshot(exported) == before
+
+
+def test_export_refuses_a_loop_of_links_and_a_link_it_would_not_follow_before_publishing(
+    exported: Path,
+) -> None:
+    """A loop of links as -o, --key or the store was an internal error (exit 3). A link to a missing
+    directory, or one owned by another user, was refused only once the head had been signed and published
+    to --anchor-dir. All are refused first now: exit 2, nothing published or written."""
+    (exported / "loop-a").symlink_to("loop-b")
+    (exported / "loop-b").symlink_to("loop-a")
+    (exported / "dangling").symlink_to("/nonexistent/dir/ev.json")
+    (exported / "foreign").symlink_to("ev.json")
+    os.lchown(exported / "foreign", 65534, 65534)
+    (exported / "anchor").mkdir()
+    before = _snapshot(exported)
+    base = ("export", "--run", "r", "--head", "--anchor-dir", "anchor")
+    store, key = ("--store", "sqlite:///store.db"), ("--key", "log.key")
+    loop_out, loop_key, loop_store, dangling, foreign = _run_all(
+        "bide-audit",
+        (*base, *store, *key, "-o", "loop-a"),
+        (*base, *store, "--key", "loop-a", "-o", "ev.json"),
+        (*base, "--store", "sqlite:///loop-a", *key, "-o", "ev.json"),
+        (*base, *store, *key, "-o", "dangling"),
+        (*base, *store, *key, "-o", "foreign"),
+        cwd=exported,
+    )
+    assert loop_out.returncode == 2 and "a loop of symbolic links" in loop_out.stderr, loop_out.stderr
+    assert loop_key.returncode == 4 and "Too many levels of symbolic links" in loop_key.stderr, loop_key
+    assert loop_store.returncode == 4, loop_store.stderr
+    assert dangling.returncode == 2 and "the directory /nonexistent/dir does not exist" in dangling.stderr
+    assert foreign.returncode == 2 and "owned by another user" in foreign.stderr, foreign.stderr
+    for result in (loop_out, loop_key, loop_store, dangling, foreign):
+        assert "INTERNAL" not in result.stderr and "published" not in result.stderr, result.stderr
+    assert _snapshot(exported) == before  # no head in anchor/, no ev.json
 
 
 def test_export_into_a_missing_directory_or_onto_a_directory_is_a_usage_error_and_publishes_nothing(
