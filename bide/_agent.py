@@ -1154,7 +1154,7 @@ class Agent(Generic[T]):
         # attempt marker. A retry-safe call without a gate (the common call) needs none of them.
         arguments: dict[str, Any] = {}
         if tool.safety is SideEffect or tool.gate is not None or isinstance(tool, TimerTool):
-            arguments = validated.model_dump(mode="json")
+            arguments = tool.json_arguments(validated)
         if isinstance(tool, TimerTool):
             if not await _flush(journal, pending):
                 return None

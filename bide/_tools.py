@@ -22,6 +22,7 @@ import enum
 import functools
 import hashlib
 import inspect
+import json
 import time
 from collections.abc import Awaitable, Callable, Generator
 from contextvars import ContextVar
@@ -296,6 +297,15 @@ class Tool:
                 f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
             )
             raise ToolArgumentsInvalid(f"invalid arguments for tool {self.name!r}: {problems}") from None
+
+    @staticmethod
+    def json_arguments(validated: BaseModel) -> dict[str, Any]:
+        """Validated arguments as JSON values, the same in every process: what a gate's digest and an
+        attempt marker record. A set is dumped in its hash order, which differs between processes (string
+        hashes are salted per process), so a set's elements are sorted (by their JSON text): a call
+        approved in one process is the same call in the next."""
+        stable: dict[str, Any] = _in_stable_order(validated, validated.model_dump(mode="json"))
+        return stable
 
     async def invoke(self, validated: BaseModel, ctx: CallContext) -> Any:
         """Call the tool for one call (under its timeout) and return its JSON-ready result."""
@@ -583,3 +593,28 @@ def tool(
     if fn is not None:
         return wrap(fn)
     return wrap
+
+
+def _in_stable_order(value: Any, dumped: Any) -> Any:
+    """`dumped` (the JSON dump of `value`) with every list dumped from a set or frozenset sorted by its
+    elements' JSON text (keys sorted), at any depth (models, dicts, lists and tuples are walked in step with
+    their dumps, which keep their order)."""
+    if isinstance(value, (set, frozenset)) and isinstance(dumped, list):
+        items = [_in_stable_order(v, d) for v, d in zip(value, dumped, strict=False)]
+        return sorted(items, key=_sort_key)
+    if isinstance(value, BaseModel) and isinstance(dumped, dict):
+        for name in type(value).model_fields:
+            if name in dumped:
+                dumped[name] = _in_stable_order(getattr(value, name), dumped[name])
+        return dumped
+    if isinstance(value, dict) and isinstance(dumped, dict) and len(value) == len(dumped):
+        for v, key in zip(value.values(), list(dumped), strict=True):
+            dumped[key] = _in_stable_order(v, dumped[key])
+        return dumped
+    if isinstance(value, (list, tuple)) and isinstance(dumped, list):
+        return [_in_stable_order(v, d) for v, d in zip(value, dumped, strict=False)]
+    return dumped
+
+
+def _sort_key(element: Any) -> str:
+    return json.dumps(element, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
