@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import sqlite3
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Sequence
@@ -227,15 +228,19 @@ class SQLHashes:
             sa.Column("last_seq", sa.BigInteger, nullable=False),
         )
         # Two processes creating the tables at once: the loser's CREATE fails and the next look finds them.
+        # (Not after a lock wait: each try already waited the store's busy timeout.)
         try:
             _CREATE_RETRIES.run_sync(
-                lambda: md.create_all(engine, checkfirst=True), lambda exc: isinstance(exc, sa.exc.DBAPIError)
+                lambda: md.create_all(engine, checkfirst=True),
+                lambda exc: isinstance(exc, sa.exc.DBAPIError) and not _locked(exc),
             )
         except sa.exc.DBAPIError as exc:
+            if _locked(exc):
+                raise self._failed(exc.orig or exc, "create") from exc
             # A store this user may only read (an auditor's copy, a read-only file): the audit log keeps its
             # hashes beside the journal, so it needs to write there once.
             where = engine.url.render_as_string(hide_password=True)
-            said = str(exc.orig).strip().splitlines()[0] if str(exc.orig).strip() else type(exc.orig).__name__
+            said = _first_line(exc.orig)
             hint = why_unwritable(engine.url.database or "") if self.dialect == "sqlite" else ""
             raise StoreError(
                 f"cannot create the audit log's hash tables in {where}: {said}{hint}; the audit log keeps "
@@ -318,10 +323,27 @@ class SQLHashes:
             rows = cur.fetchall()
             cur.close()
             conn.rollback()
-        except BaseException:
+        except BaseException as exc:
             self._drop()
+            if isinstance(exc, self.engine.dialect.loaded_dbapi.Error):
+                raise self._failed(exc, "read") from exc
             raise
         return list(rows)
+
+    def _failed(self, exc: BaseException, what: str) -> StoreError:
+        """The store's error for a driver error `exc` met while reading, writing or creating the hash
+        tables: the store failed (a lock held past the busy timeout, a lost connection), not bide."""
+        where = self.engine.url.render_as_string(hide_password=True)
+        if _locked(exc):
+            return StoreError(
+                f"store {where}: the audit log could not {what} its hash tables: the database stayed locked "
+                "by another connection past the busy timeout; run it again (or find the process holding the "
+                f"database) ({_first_line(exc)})"
+            )
+        return StoreError(
+            f"store {where}: the audit log could not {what} its hash tables: {_first_line(exc)}; run it "
+            "again once the database answers (the hashes are derived from the journal: nothing is lost)"
+        )
 
     def close(self) -> None:
         with self._lock:
@@ -444,9 +466,11 @@ class SQLHashes:
                     cur.executemany(self._sql_put, rows)
                 cur.close()
                 conn.commit()
-            except BaseException:
+            except BaseException as exc:
                 self._edges.pop(run_id, None)
                 self._drop()
+                if isinstance(exc, self.engine.dialect.loaded_dbapi.Error):
+                    raise self._failed(exc, "write") from exc
                 raise
             self._edges[run_id] = after
         return True
@@ -559,3 +583,17 @@ def backend_for(store: Any) -> HashBackend:
             mem = MemoryHashes()
             _memory_backends[store] = mem
         return mem
+
+
+def _locked(exc: BaseException) -> bool:
+    """Whether `exc` (a driver error, or SQLAlchemy's wrapper of one) is a lock wait that ran out: SQLite's
+    busy or locked, PostgreSQL's lock_timeout (55P03)."""
+    orig = getattr(exc, "orig", None) or exc
+    if isinstance(orig, sqlite3.Error):
+        return (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF in (5, 6)
+    return getattr(orig, "sqlstate", None) == "55P03"
+
+
+def _first_line(exc: BaseException | None) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
