@@ -171,11 +171,8 @@ def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
     directory = str(path.resolve().parent)
     sys.path.insert(0, directory)
     sys.modules[module_name] = module
-    cwd = os.getcwd()
     try:
-        # What the machine file prints goes to stderr: stdout carries only govern's own output (one JSON
-        # document with --json).
-        with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
+        with _machine_code():
             loader_spec.loader.exec_module(module)
     except _HardExit as exc:
         raise UsageError(f"{path}: the file called os.{exc.what} while being imported") from None
@@ -193,11 +190,6 @@ def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(directory)
-        # A file that changes the working directory (os.chdir(os.path.dirname(__file__)), a common idiom)
-        # must not move where -o, --sign and the default output are looked for, nor what they are
-        # checked against: every path on the command line means what it meant when the command started.
-        if os.getcwd() != cwd:
-            os.chdir(cwd)
     found: list[Target] = []
     seen: set[int] = set()
     for attribute, value in vars(module).items():
@@ -297,6 +289,42 @@ class Outcome:
         return out
 
 
+@contextlib.contextmanager
+def _machine_code() -> Iterator[None]:
+    """While code of a machine file runs (its import, and its callable rules while the machine is built):
+    what it prints goes to stderr, since stdout carries only govern's own output (one JSON document with
+    --json); os._exit and the exec functions raise `_HardExit`; and the working directory is put back. A
+    file that changes it (os.chdir(os.path.dirname(__file__)), a common idiom) must not move where -o,
+    --sign and the default output are looked for, nor what they are checked against: every path on the
+    command line means what it meant when the command started."""
+    cwd = os.getcwd()
+    try:
+        with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
+            yield
+    finally:
+        if os.getcwd() != cwd:
+            os.chdir(cwd)
+
+
+def build_machine(target: Target, domain: Any) -> Any:
+    """`target.registry.build(domain)`, with the machine file's callable rules run as its import is
+    (`_machine_code`). A rule that ends the process (sys.exit, os._exit, an exec) or raises what is not an
+    Exception (asyncio.CancelledError) is the file's fault, as at import: `UsageError` (exit 2). A guard
+    calling sys.exit(0) made `govern certify` exit 0 with no certificate, and a CI gate passed."""
+    where = f"{target.source}: a rule of registry {target.registry.name!r}"
+    try:
+        with _machine_code():
+            return target.registry.build(domain)
+    except _HardExit as exc:
+        raise UsageError(f"{where} called os.{exc.what} while the machine was built") from None
+    except SystemExit as exc:
+        raise UsageError(f"{where} called sys.exit({exc.code!r}) while the machine was built") from None
+    except (Exception, KeyboardInterrupt):
+        raise
+    except BaseException as exc:
+        raise UsageError(f"{where} raised {type(exc).__name__} while the machine was built: {exc}") from exc
+
+
 class _HardExit(BaseException):
     """A machine file, while imported, tried to end or replace the process (os._exit, an exec)."""
 
@@ -364,7 +392,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
             outcome.seconds[label] = time.perf_counter() - start
 
     try:
-        machine = timed("build", lambda: target.registry.build(args.domain))
+        machine = timed("build", lambda: build_machine(target, args.domain))
     except NotConvergent as exc:
         outcome.exit_code = EXIT_NOT_CONVERGENT
         outcome.message = str(exc)
@@ -372,7 +400,7 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
         to_dict = getattr(counterexample, "to_dict", None)
         outcome.counterexample = to_dict() if callable(to_dict) else None
         return outcome
-    except (DeclarationError, StateSpaceTooLarge) as exc:
+    except (DeclarationError, StateSpaceTooLarge, UsageError) as exc:
         outcome.exit_code = EXIT_USAGE
         outcome.message = str(exc)
         return outcome
@@ -837,7 +865,7 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
         _refuse_shared_output(targets, _events_graph_path, "govern graph {spec} -o DIR")
         for target in targets:
             try:
-                certificates.append(certificate_for(target.registry.build(args.domain), version=_version()))
+                certificates.append(certificate_for(build_machine(target, args.domain), version=_version()))
             except NotConvergent as exc:
                 err.print(f"[bold red]not convergent[/] {_safe(target.registry.name)}: nothing to draw\n"
                           f"{_safe(str(exc), keep_newlines=True)}")

@@ -376,6 +376,50 @@ def test_a_machine_file_that_ends_the_process_while_imported_is_not_certified(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)
 
 
+def _with_guard(body: str) -> str:
+    """A machine file whose one event's guard is a Python function with `body` (run while it is built)."""
+    return (
+        "import asyncio, os, sys\nfrom govern import Registry\nr = Registry('m')\na = r.bool('a')\n"
+        f"def guard(s):\n    {body}\n    return True\n"
+        "r.event('flip', guard=guard, effect={a: True})\n"
+    )
+
+
+def test_a_rule_that_ends_the_process_or_prints_while_the_machine_is_built_is_the_files_fault(
+    tmp_path: Path,
+) -> None:
+    """The import of a machine file was guarded, not its callable rules, which run while the machine is
+    built: a guard calling sys.exit(0) or os._exit(0) made `certify --json`, `certify --no-write` and
+    `graph` exit 0 with no certificate and no output (a CI gate passed); one raising CancelledError was a
+    traceback and exit 1 ("not convergent"); one printing spoiled the JSON document; one changing directory
+    moved where -o wrote. They are input errors (exit 2) now, as at import, and the rest stays put."""
+    files = {
+        "soft.py": ("sys.exit(0)", "called sys.exit(0)"),
+        "hard.py": ("os._exit(0)", "called os._exit(0)"),
+        "cancel.py": ("raise asyncio.CancelledError('x')", "raised CancelledError"),
+    }
+    for name, (body, _) in files.items():
+        (tmp_path / name).write_text(_with_guard(body))
+    (tmp_path / "noisy.py").write_text(_with_guard("print('checking', s)"))
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "moves.py").write_text(_with_guard("os.chdir(os.path.dirname(__file__) + '/elsewhere')"))
+    for name, (_, said) in files.items():
+        for command in (["certify", name, "--json"], ["certify", name, "--no-write"], ["graph", name]):
+            done = govern(*command, cwd=tmp_path)
+            assert done.returncode == 2, (command, done.stdout, done.stderr)
+            assert f"{said} while the machine was built" in done.stdout + done.stderr, (command, done)
+            if "--json" in command:
+                assert json.loads(done.stdout)["exit_code"] == 2
+    noisy = govern("certify", "noisy.py", "--json", "-o", "noisy.json", cwd=tmp_path)
+    assert noisy.returncode == 0 and json.loads(noisy.stdout)["exit_code"] == 0, noisy.stdout
+    assert "checking" in noisy.stderr
+    moves = govern("certify", "moves.py", "-o", "out.json", cwd=tmp_path)
+    assert moves.returncode == 0, moves.stderr
+    assert (tmp_path / "out.json").is_file() and not (tmp_path / "elsewhere" / "out.json").exists()
+    expected = {*files, "noisy.py", "moves.py", "noisy.json", "out.json", "elsewhere"}
+    assert {p.name for p in tmp_path.iterdir()} == expected  # no certificate of the failed ones, no drawing
+
+
 def test_show_renders_a_certificate_naming_events_it_does_not_have(tmp_path: Path) -> None:
     """`govern show` renders a certificate as written and `govern check` judges it: a verdict naming an
     event index the machine does not have (its digest recomputed, so it reads) is shown with the index
