@@ -110,8 +110,19 @@ def read_marker(conn: Connection, where: str) -> tuple[str, int] | None:
 
 def _marker_row(conn: Connection, where: str) -> tuple[str, int] | None:
     """The marker's row, or None when the table is empty; `LogFormatError` when its version is not an
-    integer (an edited marker: no govern wrote it)."""
-    row = conn.execute(sa.select(format_table.c.format, format_table.c.version)).first()
+    integer (an edited marker: no govern wrote it), or when the table has not the marker's columns (another
+    program's table of that name)."""
+    try:
+        row = conn.execute(sa.select(format_table.c.format, format_table.c.version)).first()
+    except sa.exc.DBAPIError as exc:
+        orig = exc.orig
+        missing_column = getattr(orig, "sqlstate", None) == "42703" or str(orig).startswith("no such column")
+        if not missing_column:
+            raise
+        raise LogFormatError(
+            f"{where} holds a table govern_format without the format marker's columns: it is another "
+            "program's; use a new database (nothing was changed)"
+        ) from exc
     if row is None:
         return None
     if type(row.version) is not int:

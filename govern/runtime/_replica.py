@@ -50,6 +50,7 @@ from pydantic import (
     model_validator,
 )
 
+from .._errors import ForeignState
 from ..machine._machine import Machine
 from ._eventlog import (
     Event,
@@ -997,7 +998,13 @@ class Replica:
             raise ReplicaError(f"checkpoint is of log {checkpoint.log!r}, not {self.log.name!r}")
         self._check_log(checkpoint)
         for key, state in checkpoint.states.items():
-            self._rules.decode(state)  # refuses a state id the machine does not have
+            try:
+                self._rules.decode(state)
+            except ForeignState as exc:
+                raise ReplicaError(
+                    f"checkpoint puts record {key!r} in state {state}, which is not a state of the machine: "
+                    f"the checkpoint was altered ({exc})"
+                ) from exc
             if not self.machine.in_domain(state):
                 # The guarantees start from D only, and a replica only ever holds normal forms.
                 raise ReplicaError(

@@ -446,6 +446,38 @@ def test_another_applications_database_is_refused_untouched(tmp_path: Path) -> N
         EventLog(str(not_a_database))
 
 
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_another_programs_table_named_govern_format_is_refused_untouched(tmp_path: Path, kind: str) -> None:
+    """A table of that name without the marker's columns raised the database's own "no such column" as a
+    plain EventLogError, not `LogFormatError` (governed-agents.md, "The format marker")."""
+    create = "CREATE TABLE govern_format (id INTEGER PRIMARY KEY, note TEXT)"
+    if kind == "sqlite":
+        path = tmp_path / "other.db"
+        with sqlite3.connect(path) as raw:
+            raw.execute(create)
+            raw.execute("CREATE TABLE invoices (id INTEGER)")
+        before = path.read_bytes()
+        with pytest.raises(LogFormatError, match="govern_format without the format marker's columns"):
+            EventLog(str(path))
+        assert path.read_bytes() == before
+        return
+    schema = f"other_{uuid.uuid4().hex[:8]}"
+    admin = sa.create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+        conn.exec_driver_sql(create.replace("govern_format", f"{schema}.govern_format"))
+    try:
+        with pytest.raises(LogFormatError, match="govern_format without the format marker's columns"):
+            EventLog(f"{POSTGRES_URL}?options=-csearch_path%3D{schema}")
+        with admin.connect() as conn:
+            query = "SELECT table_name FROM information_schema.tables WHERE table_schema = %(schema)s"
+            assert conn.exec_driver_sql(query, {"schema": schema}).all() == [("govern_format",)]
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        admin.dispose()
+
+
 @pytest.mark.parametrize(
     ("update", "message"),
     [

@@ -149,6 +149,15 @@ def test_checkpoints_resume_and_refuse_tampering() -> None:
     )
     with pytest.raises(ReplicaError, match="checked domain"):
         Replica(machine, log, checkpoint=forged_state)
+    # A state id the machine does not have at all (it raised govern.ForeignState, which a caller catching
+    # the replica's errors missed).
+    for foreign in (-1, machine.n_states, 10**6):
+        outside._record("o1").state = foreign
+        forged_id = checkpoint.model_copy(
+            update={"states": {**checkpoint.states, "o1": foreign}, "digest": outside.digest()}
+        )
+        with pytest.raises(ReplicaError, match="not a state of the machine"):
+            Replica(machine, log, checkpoint=forged_id)
     ahead = Replica(machine, log)
     ahead.deliver(log.read(1, 1))
     with pytest.raises(ReplicaError, match="sync"):
