@@ -555,7 +555,7 @@ class SQLStore:
             if create:
                 self.metadata.create_all(self.engine, checkfirst=True)
             self._add_lease_columns()
-            self._add_open_runs_index(required=create)
+            self._add_open_runs_index()
 
         try:
             _SCHEMA_RETRY.run_sync(prepare, _schema_race)
@@ -652,24 +652,20 @@ class SQLStore:
                 f"(SELECT run_id FROM {p}records WHERE key = '{END_KEY}')"
             )
 
-    def _add_open_runs_index(self, *, required: bool) -> None:
+    def _add_open_runs_index(self) -> None:
         """Index the runs that have not ended: a partial index, so that what reads only those (a worker's
         poll, `expired_leases`, `runs(open_only=True)`) costs as many as are open, not as many runs as the
         store ever kept (400,000 ended runs took 70 ms per poll on SQLite, and grew with every run). Made
         once, for new and earlier stores alike; looked up first, since `CREATE INDEX IF NOT EXISTS` locks
-        the table on PostgreSQL even when the index is there. Not `required` (a store opened with
-        `create=False`, maybe a file it may only read): a failure leaves the store as it was, and those
-        reads slower."""
+        the table on PostgreSQL even when the index is there. Best effort: a store that cannot take it now
+        (a file this user may only read, a table locked past the busy timeout) opens as it did before, its
+        reads of the open runs slower, and the next open tries again."""
         p = self.table_prefix
         name = f"{p}runs_open"
         if name in {index["name"] for index in sa.inspect(self.engine).get_indexes(f"{p}runs")}:
             return
-        try:
-            with self.engine.begin() as conn:
-                conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {p}runs (run_id) WHERE ended = 0")
-        except sa.exc.DBAPIError:
-            if required:
-                raise
+        with contextlib.suppress(sa.exc.DBAPIError), self.engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE INDEX IF NOT EXISTS {name} ON {p}runs (run_id) WHERE ended = 0")
 
     # -- public blocking API --------------------------------------------------------------------------------
 
