@@ -41,7 +41,7 @@ class PaymentProvider:
                 raise ProcessDied
             return f"charged {customer} {cents} cents"
 
-        return bide.Tool.from_function(charge_card, timeout=0.5)
+        return bide.Tool.from_function(charge_card, timeout=1.0)
 
 
 def script() -> ScriptedModel:

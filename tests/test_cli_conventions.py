@@ -10,6 +10,7 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -104,7 +105,7 @@ def _store_with_runs(tmp_path: Path) -> str:
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     store = bide.open_store(url)
 
-    @bide.tool(timeout=0.3)
+    @bide.tool(timeout=30)
     def send(to: str) -> str:
         """Send."""
         raise OSError("lost after the request went out")
@@ -115,10 +116,13 @@ def _store_with_runs(tmp_path: Path) -> str:
         return "wired"
 
     bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("done", "hello" + EVIL)
+    # The sender's clock runs a minute behind (its call's deadline has passed on the wall clock), so the call
+    # had all its 30 s to start: a short timeout, waited out, could close before the marker's commit and a
+    # worker thread let it start on a loaded machine (ToolNotStarted, not the halt these tests show).
+    model = ScriptedModel([call("send", to="x"), reply("ok")])
+    sender = bide.Agent(model, store=store, tools=[send], clock=lambda: time.time() - 60)
     with contextlib.suppress(bide.OutcomeUnknown):
-        bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send]).run_sync(
-            "stuck", "send it"
-        )
+        sender.run_sync("stuck", "send it")
     with contextlib.suppress(bide.ApprovalPending):
         bide.Agent(ScriptedModel([call("wire", amount=5), reply("ok")]), store=store, tools=[wire]).run_sync(
             "held", "wire it"

@@ -283,7 +283,7 @@ def look_up(order: str) -> str:
     return f"{order}: paid"
 
 
-@bide.tool(timeout=0.3)
+@bide.tool(timeout=30)
 def charge(order: str) -> str:
     """Charge the card: the connection drops after the request went out, so nobody knows if it did."""
     raise OSError("connection lost after the request went out")
@@ -321,19 +321,19 @@ def test_cli_operating_commands_run_as_written(tmp_path: Path, monkeypatch: pyte
     monkeypatch.chdir(tmp_path)
     with sqlite_store(tmp_path) as store:
         crash(store, app, "orders", "order-1", "Where is order-1?", call("look_up", order="order-1"))
+        # The charge's driver runs a minute behind: the deadline its attempt marker records has passed
+        # already when `bide resolve` comes (it accepts an outcome past the deadline and the 1 s clock-skew
+        # margin), while the call had all its 30 s to start (a short timeout, waited out, could leave the
+        # call unstarted on a loaded machine: ToolNotStarted, not a halt).
+        behind = bide.Agent(
+            app.model(), store=store, tools=app.TOOLS, name="orders", clock=lambda: time.time() - 60
+        )
         with contextlib.suppress(bide.OutcomeUnknown):
-            bide.Agent(app.model(), store=store, tools=app.TOOLS, name="orders").run_sync(
-                "order-2", "Charge it"
-            )
-        halted_at = time.time()
+            behind.run_sync("order-2", "Charge it")
         assert bide.run_status(store, "order-2").status == "halted"
 
     by_command: dict[str, subprocess.CompletedProcess[str]] = {}
     for line in commands("cli.md", 0):
-        if line.startswith("bide resolve"):
-            # `bide resolve` accepts an outcome once the attempt's window (the tool's 0.3 s timeout) and the
-            # clock-skew margin (1 s) have passed; by now they have, this only makes sure.
-            time.sleep(max(0.0, halted_at + 1.5 - time.time()))
         if line.startswith("bide worker"):
             with sh.background(line) as worker:
                 wait_until_completed(tmp_path, ["order-1", "order-2", "order-3"], worker)

@@ -25,7 +25,7 @@ def look(n: int) -> str:
 def main() -> None:
     url, prefix, run_id = sys.argv[1:4]
     store = bide.open_store(url, table_prefix=prefix)
-    script = [call("look", n=i) for i in range(40)] + [reply("looked at everything")]
+    script = [call("look", n=i) for i in range(300)] + [reply("looked at everything")]
     agent = bide.Agent(ScriptedModel(script, delay=0.1), store=store, tools=[look])
     result = agent.run_sync(run_id, "look around")
     print(json.dumps({"status": result.status, "answer": result.answer, "turns": result.turns}), flush=True)

@@ -1,14 +1,18 @@
 """A driver whose clock is behind the others' (within the clock skew margin), driving one charge whose
 synchronous tool overruns its timeout: the process keeps the run's lease renewed until the call returns.
 
-    python skew_child.py URL PREFIX OFFSET_S LEASE_TTL_S EFFECTS STARTED
+    python skew_child.py URL PREFIX OFFSET_S LEASE_TTL_S EFFECTS STARTED RELEASE
 
-The tool writes STARTED when it begins, sleeps 2.5 s (its timeout is 0.5 s) and appends one line to
-EFFECTS. The drive's outcome is printed as JSON: the overrun halts it (OutcomeUnknown)."""
+The tool writes STARTED when it begins, waits until RELEASE exists (the parent creates it once it has seen
+the call overrun its 2 s timeout for long enough; at most 60 s) and appends one line to EFFECTS. The
+timeout leaves a loaded machine room to start the call (a synchronous call starts only inside its window,
+once a worker thread picks it up). The drive's outcome is printed as JSON: the overrun halts it
+(OutcomeUnknown)."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -19,14 +23,16 @@ from bide.testing import ScriptedModel, call, reply
 
 
 def main() -> None:
-    url, prefix, offset, ttl, effects, started = sys.argv[1:7]
+    url, prefix, offset, ttl, effects, started, release = sys.argv[1:8]
     skew = float(offset)
 
-    @bide.tool(timeout=0.5)
+    @bide.tool(timeout=2.0)
     def charge(customer: str) -> str:
         """Charge a customer."""
         signal_parent(started, "started")
-        time.sleep(2.5)
+        give_up = time.monotonic() + 60
+        while not os.path.exists(release) and time.monotonic() < give_up:
+            time.sleep(0.01)
         with open(effects, "a") as f:
             f.write(f"{customer}\n")
         return "charged"

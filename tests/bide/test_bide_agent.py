@@ -392,9 +392,12 @@ def test_tool_error_is_a_known_failure_other_exceptions_halt() -> None:
 
 
 def test_async_side_effect_timeout_halts() -> None:
+    """A claimed async call that outlasts its timeout is cancelled and the run halts. The timeout (1 s)
+    leaves a loaded machine room to start the call inside its window (with 50 ms, a scheduling delay
+    between the marker and the call made it ToolNotStarted instead)."""
     store = bide.open_store("memory://")
 
-    @bide.tool(timeout=0.05)
+    @bide.tool(timeout=1.0)
     async def slow_transfer(amount: int) -> str:
         """Transfer money slowly."""
         await asyncio.sleep(5)
@@ -796,14 +799,15 @@ def test_a_driver_whose_lease_was_taken_over_writes_nothing() -> None:
 
 def test_sync_tool_that_never_got_a_thread_is_not_started() -> None:
     """A sync side effect whose timeout passes while it waits for a worker thread provably never ran: the
-    run records that (no halt) and the next run calls it."""
+    run records that (no halt) and the next run calls it. The timeout (1 s) leaves a loaded machine room
+    to reach the thread pool, and the next run's call to start, inside the window."""
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
     store = bide.open_store("memory://")
     calls: list[str] = []
 
-    @bide.tool(timeout=0.2)
+    @bide.tool(timeout=1.0)
     def notify(to: str) -> str:
         """Notify someone."""
         calls.append(to)

@@ -122,19 +122,20 @@ def test_a_repeated_resolve_says_nothing_was_written(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     store = bide.open_store(url)
 
-    @bide.tool(timeout=0.05)
+    @bide.tool(timeout=30)
     def send_wire(to: str) -> str:
         """Send a wire."""
         raise OSError("the connection dropped after the request went out")
 
     def agent() -> bide.Agent[str]:
-        return bide.Agent(
-            ScriptedModel([call("send_wire", to="acme"), reply("Sent.")]), store=store, tools=[send_wire]
-        )
+        # A minute behind: the call's deadline has passed on the wall clock (the resolves below allow no
+        # clock skew), while it had all its 30 s to start (a short timeout, waited out, could close before
+        # a worker thread started the call on a loaded machine).
+        model = ScriptedModel([call("send_wire", to="acme"), reply("Sent.")])
+        return bide.Agent(model, store=store, tools=[send_wire], clock=lambda: time.time() - 60)
 
     with contextlib.suppress(bide.OutcomeUnknown):
         agent().run_sync("wire-2", "Pay acme")
-    time.sleep(0.1)  # past the call's deadline (the resolves below allow no clock skew)
     resolve = ("resolve", "--store", url, "--clock-skew", "0", "wire-2", "c0.0", "--succeeded", '"ok"')
     first = run(*resolve, "--evidence", '{"bank":"A"}', cwd=tmp_path)
     assert first.returncode == 0 and "resolved call c0.0 of run wire-2 as succeeded" in first.stdout

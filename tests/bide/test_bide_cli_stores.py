@@ -298,6 +298,19 @@ def test_well_formed_postgresql_urls_are_accepted_without_connecting(url: str) -
     assert parse_store_url(url).kind == "postgresql"
 
 
+def _waits_on_a_lock(application: str) -> bool:
+    """Whether a session of `application` waits for a lock now (asked on a fresh connection: a session's
+    view of pg_stat_activity is kept for its transaction)."""
+    engine = sa.create_engine(PG_URL)
+    sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %(a)s AND wait_event_type = 'Lock'"
+    try:
+        with engine.connect() as conn:
+            waiting = conn.exec_driver_sql(sql, {"a": application}).scalar_one()
+    finally:
+        engine.dispose()
+    return bool(waiting)
+
+
 @pytest.mark.postgres
 @pytest.mark.parametrize("command", [("runs",), ("show", "r"), ("pending",), ("cancel", "r")])
 def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
@@ -305,7 +318,9 @@ def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
 ) -> None:
     """Another session holds a lock on the records table: the command's read waits for it (up to the store's
     busy timeout, 30 s). Ctrl-C stops the command at once, exit 130, and `bide cancel` sent nothing: the read
-    it gave up on is cancelled instead of being waited for when the store closes."""
+    it gave up on is cancelled instead of being waited for when the store closes. The Ctrl-C comes once the
+    server shows the command's session waiting for the lock (a fixed wait could end, on a loaded machine,
+    before the command had even started)."""
     import signal
     import time
 
@@ -321,14 +336,19 @@ def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
         locker = sa.create_engine(PG_URL).connect()
         transaction = locker.begin()
         locker.exec_driver_sql(f"LOCK TABLE {prefix}records IN ACCESS EXCLUSIVE MODE")
+        application = f"bide-cli-{uuid.uuid4().hex[:8]}"
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
         args = [*command, "--store", PG_URL, "--table-prefix", prefix]
         child = subprocess.Popen(
-            [sys.executable, "-m", "bide._cli", *args], env=env, cwd=tmp_path, text=True,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            [sys.executable, "-m", "bide._cli", *args], env={**env, "PGAPPNAME": application}, cwd=tmp_path,
+            text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         )  # fmt: skip
         try:
-            time.sleep(2.0)  # started, and waiting for the lock
+            give_up = time.monotonic() + 60
+            while not _waits_on_a_lock(application):  # started, and waiting for the lock
+                assert child.poll() is None, child.communicate()
+                assert time.monotonic() < give_up, "the command never waited for the lock"
+                time.sleep(0.05)
             assert child.poll() is None
             child.send_signal(signal.SIGINT)
             started = time.monotonic()

@@ -26,14 +26,18 @@ def test_a_lagging_drivers_overrunning_call_is_neither_decided_nor_fired_again(
     durable_store_spec: tuple[str, str], tmp_path: Path
 ) -> None:
     url, prefix = durable_store_spec
-    effects, started = tmp_path / "effects", tmp_path / "started"
-    lagging = spawn(CHILD, url, prefix, "-0.9", "1.0", str(effects), str(started))
+    effects, started, release = tmp_path / "effects", tmp_path / "started", tmp_path / "release"
+    lagging = spawn(CHILD, url, prefix, "-0.9", "1.0", str(effects), str(started), str(release))
     try:
         wait_for_file(started, [lagging])
-        since = time.monotonic()
-        time.sleep(0.8)  # the call overran its 0.5 s timeout; its process renews the lease every 1/3 s
         store = bide.open_store(url, table_prefix=prefix)
         try:
+            # The call runs until the test releases it. From the moment its deadline (on the lagging clock)
+            # and the resolver's 1 s margin have passed, it overruns, and only the lease keeps others out.
+            records = bide.Journal(store, "skewed").load().records()
+            [marker] = [r for r in records if isinstance(r, bide.Attempt)]
+            since = marker.deadline_ms / 1000 + 1.0
+            time.sleep(max(0.0, since - time.time()))
             fired: list[str] = []
 
             @bide.tool(timeout=0.5)
@@ -45,9 +49,9 @@ def test_a_lagging_drivers_overrunning_call_is_neither_decided_nor_fired_again(
             model = ScriptedModel([call("charge", customer="alice"), reply("done")])
             other = bide.Agent(model, store=store, tools=[charge], lease_ttl=1.0)
             tries = 0
-            # Until the call returns (2.5 s): every moment between renewals, not one that happens to follow
-            # a renewal.
-            while time.monotonic() - since < 2.0:
+            # For 2 s (six renewals of the 1 s lease, every 1/3 s) and at least five tries, however slowly
+            # they go: every moment between renewals, not one that happens to follow a renewal.
+            while (time.time() - since < 2.0 or tries < 5) and time.time() - since < 30:
                 with pytest.raises(bide.RunInFlight):
                     other.run_sync("skewed", "charge alice")
                 not_started = bide.Outcome.not_started(evidence="no charge in the ledger")
@@ -57,6 +61,7 @@ def test_a_lagging_drivers_overrunning_call_is_neither_decided_nor_fired_again(
                 time.sleep(0.05)
             assert fired == [] and tries >= 5
         finally:
+            release.touch()
             store.close()
         result, _ = finish(lagging)
     finally:

@@ -455,7 +455,9 @@ def test_sigkill_among_concurrent_drivers(shared: Any, tmp_path: Path) -> None:
 def test_a_sync_call_past_its_deadline_stays_live_until_it_returns(store: bide.Store) -> None:
     """A synchronous tool runs on past its timeout: the drive halts, but until the call returns the run is
     in flight (its lease is kept) and no resolution is accepted; then its real result is journaled and the
-    next drive finishes the run without calling it again."""
+    next drive finishes the run without calling it again. The timeout (2 s) leaves a loaded machine room
+    to start the call: a synchronous call starts only inside its window, once the marker committed and a
+    worker thread picked it up (with 0.3 s, it could be given up on before it started)."""
     import asyncio
     import threading
 
@@ -464,7 +466,7 @@ def test_a_sync_call_past_its_deadline_stays_live_until_it_returns(store: bide.S
     fired: list[str] = []
     release = threading.Event()
 
-    @bide.tool(timeout=0.3)
+    @bide.tool(timeout=2.0)
     def slow_charge(to: str) -> str:
         """Charge, slowly."""
         fired.append(to)
@@ -478,7 +480,7 @@ def test_a_sync_call_past_its_deadline_stays_live_until_it_returns(store: bide.S
     async def scenario() -> bide.RunResult:
         # Async drives, as in a service: the halt comes at the deadline while the thread runs on.
         # (run_sync returns only once the thread is done: asyncio.run waits for its worker threads.)
-        with pytest.raises(bide.OutcomeUnknown, match=r"still running past its 0\.3s timeout"):
+        with pytest.raises(bide.OutcomeUnknown, match=r"still running past its 2s timeout"):
             await agent().run("r", "go")
         await asyncio.sleep(1.0)  # past the deadline, the skew margin and the first lease: the keeper renews
         with pytest.raises(bide.RunInFlight):

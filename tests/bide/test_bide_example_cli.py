@@ -6,6 +6,7 @@ import contextlib
 import json
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -42,16 +43,19 @@ def test_cli_runs_show_resolve_and_errors(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     store = bide.open_store(url)
 
-    @bide.tool(timeout=0.3)  # room for the marker's commit: the call starts only inside its window
+    @bide.tool(timeout=30)
     def send(to: str) -> str:
         """Send."""
         raise OSError("network unreachable after the request went out")
 
     bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("done-1", "hello")
+    # The sender's clock runs a minute behind: the deadline the call's marker records has passed already on
+    # the wall clock (the resolve below allows no clock skew), while the call had all its 30 s to start (a
+    # short timeout, waited out, could close before the marker's commit and a worker thread let it start).
+    model = ScriptedModel([call("send", to="x"), reply("ok")])
+    sender = bide.Agent(model, store=store, tools=[send], clock=lambda: time.time() - 60)
     with contextlib.suppress(bide.OutcomeUnknown):
-        bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send]).run_sync(
-            "stuck-1", "send it"
-        )
+        sender.run_sync("stuck-1", "send it")
     store.close()
 
     # The queries and refusals read the store only: they run at once, each in its own process.

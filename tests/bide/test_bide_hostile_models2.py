@@ -563,11 +563,13 @@ def test_a_run_on_a_stream_that_never_ends_fails_and_resumes(
 def test_keep_alives_between_pieces_that_add_do_not_cut_a_stream(
     raw_server: StartServer,
 ) -> None:
-    """A slow but honest stream: a piece of text every 0.3 s, keep-alives between, a timeout of 0.5 s."""
+    """A slow but honest stream: a piece of text every 0.3 s, keep-alives between, a timeout of 1 s, which
+    the whole stream (1.8 s) outlasts. The timeout is well over the gap between pieces, so that a server
+    thread held up on a loaded machine does not cut the stream."""
 
     def answer(conn: socket.socket) -> None:
         conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n")
-        for word in ("Sunny ", "in ", "Paris."):
+        for word in ("It ", "is ", "sunny ", "in ", "Paris ", "today."):
             for _ in range(3):
                 conn.sendall(b": keep-alive\n\n")
                 time.sleep(0.1)
@@ -575,7 +577,7 @@ def test_keep_alives_between_pieces_that_add_do_not_cut_a_stream(
         conn.sendall(_sse(_oa_chunk({}, "stop"), b"[DONE]"))
 
     server = raw_server(answer)
-    assert _turn(_model("openai", server.url, timeout=0.5), True).content == "Sunny in Paris."
+    assert _turn(_model("openai", server.url, timeout=1.0), True).content == "It is sunny in Paris today."
 
 
 def test_the_time_a_caller_takes_between_pieces_is_not_the_servers(

@@ -33,7 +33,7 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@bide.tool(timeout=0.3)
+@bide.tool(timeout=30)
 def send(to: str) -> str:
     """Send a message (the connection drops after the request went out)."""
     raise OSError("lost after the request went out")
@@ -51,8 +51,12 @@ def wire(amount: int) -> str:
 
 
 def halt(store: bide.Store, run_id: str) -> None:
-    """Leave `run_id` halted on call c0.0 (send), its outcome unknown."""
-    agent = bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send])
+    """Leave `run_id` halted on call c0.0 (send), its outcome unknown and its deadline past: the agent's
+    clock runs a minute behind, so the deadline the marker records has passed on the wall clock, while the
+    call had all its 30 s to start (a short timeout, waited out, could close before the marker's commit and
+    a worker thread let it start on a loaded machine)."""
+    model = ScriptedModel([call("send", to="x"), reply("ok")])
+    agent = bide.Agent(model, store=store, tools=[send], clock=lambda: time.time() - 60)
     with contextlib.suppress(bide.OutcomeUnknown):
         agent.run_sync(run_id, "send it")
 
@@ -80,7 +84,6 @@ def test_a_second_resolve_of_a_resolved_call_is_refused_as_already_resolved(
     url, store = db
     halt(store, "stuck")
     store.close()
-    time.sleep(0.4)  # past the call's deadline
     first = cli("resolve", "--store", url, "stuck", "c0.0", "--not-started", "--clock-skew", "0")
     assert first.returncode == 0, first.stderr
     again = cli("resolve", "--store", url, "stuck", "c0.0", "--not-started", "--clock-skew", "0")

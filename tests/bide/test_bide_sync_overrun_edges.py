@@ -3,8 +3,11 @@ until the call returns, then records its outcome, whatever ended the drive (its 
 Ctrl-C) and even when a lease renewal fails on the way. Another process's driver, with an honest reconciler,
 waits meanwhile instead of deciding that the call never happened and calling it again.
 
-Process A runs the call (it takes 3-5 s, past its 1 s timeout) and process B, here, keeps driving the same
-run until it completes; the effect is a line appended to a file, with the call's idempotency key."""
+Process A runs the call (it says when it started, and returns once the test lets it, past its 2 s timeout)
+and process B, here, keeps driving the same run until it completes; the effect is a line appended to a
+file, with the call's idempotency key. The timeout leaves a loaded machine room to start the call (a
+synchronous call starts only inside its window, once a worker thread picks it up), and the test acts on
+what A did, not on how long it should have taken."""
 
 from __future__ import annotations
 
@@ -40,34 +43,45 @@ def effects(path):
         return []
 
 
-def make_agent(url, path, tag, seconds):
+def make_agent(url, path, tag, release=None):
+    """An agent whose charge appends a line to `path`; with `release`, the charge first writes
+    `path`.started and waits (at most 60 s) until the file `release` exists."""
+
     def find(attempt):
         done = any(attempt.idempotency_key in line for line in effects(path))
         return bide.Outcome.succeeded("charged") if done else bide.Outcome.not_started()
 
     def charge(customer: str) -> str:
         """Charge a customer (synchronous)."""
-        time.sleep(seconds)
+        if release is not None:
+            with open(path + ".started.tmp", "w"):
+                pass
+            os.replace(path + ".started.tmp", path + ".started")
+            give_up = time.monotonic() + 60
+            while not os.path.exists(release) and time.monotonic() < give_up:
+                time.sleep(0.01)
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         os.write(fd, f"{tag} {bide.current_call().idempotency_key}\\n".encode())
         os.fsync(fd)
         os.close(fd)
         return "charged"
 
-    tool = bide.Tool.from_function(charge, timeout=1.0, reconcile=find)
+    tool = bide.Tool.from_function(charge, timeout=2.0, reconcile=find)
     model = ScriptedModel([call("charge", customer="alice"), reply("done")])
     return bide.Agent(model, store=bide.open_store(url), tools=[tool], lease_ttl=1.5, clock_skew=0.5)
 
 
 if __name__ == "__main__":
     url, run_id, path, how = sys.argv[1:5]
-    agent = make_agent(url, path, "A", 5.0 if how == "renewal fails" else 3.0)
+    agent = make_agent(url, path, "A", path + ".release")
 
     async def drive():
-        if how == "cancelled":
-            await asyncio.wait_for(agent.run(run_id, "charge alice"), 0.3)
-        else:
-            await agent.run(run_id, "charge alice")
+        task = asyncio.ensure_future(agent.run(run_id, "charge alice"))
+        if how == "cancelled":  # the drive is cancelled while the tool runs in its thread
+            while not os.path.exists(path + ".started") and not task.done():
+                await asyncio.sleep(0.01)
+            task.cancel()
+        await task
 
     try:
         asyncio.run(drive())
@@ -115,28 +129,42 @@ def test_a_synchronous_call_that_outlives_its_drive_fires_once_and_is_recorded(
         stdout=subprocess.PIPE,
         text=True,
     )
+    started, release = Path(f"{path}.started"), Path(f"{path}.release")
     try:
-        while not any(r.key.startswith("attempt:") for r in store.load(run_id)):
+        give_up = time.monotonic() + 60
+        while not started.exists():  # A's call has started in its thread
             assert a.poll() is None, a.communicate()
+            assert time.monotonic() < give_up, "A's call never started"
             time.sleep(0.01)
         if how == "interrupted":
-            time.sleep(0.3)
             a.send_signal(signal.SIGINT)  # Ctrl-C while the tool runs in its thread
+        [marker] = [r for r in bide.Journal(store, run_id).load().records() if isinstance(r, bide.Attempt)]
+        deadline = marker.deadline_ms / 1000  # on the wall clock, which A's agent uses
+        # A's call returns (the test lets it) 1.5 s after B's reconciler could first decide it (the deadline
+        # plus the 0.5 s skew), and at least 3 s after a failed renewal: past the 1.5 s lease and its skew,
+        # had A stopped renewing.
+        let_go = deadline + 2.0
         if how == "renewal fails":
-            time.sleep(1.2)  # past the call's deadline: a thread keeps the lease while the call runs on
+            # Past the call's deadline: the drive timed out; a thread keeps the lease while the call runs on.
+            time.sleep(max(0.0, deadline + 0.5 - time.time()))
             assert _kill_connections_of(application) >= 1  # one dropped connection under that thread
+            let_go = time.time() + 3.0
         # B drives the same run: past the deadline and the skew, its reconciler would find no effect yet
         # and call the tool again, unless A still held the lease.
         answer = None
-        for _ in range(60):
+        give_up = time.monotonic() + 60
+        while answer is None and time.monotonic() < give_up:
             time.sleep(0.2)
+            if time.time() >= let_go:
+                release.touch()
             try:
-                answer = make_agent(url, str(path), "B", 0.0).run_sync(run_id, "charge alice").answer
-                break
+                answer = make_agent(url, str(path), "B").run_sync(run_id, "charge alice").answer
             except (bide.RunInFlight, bide.OutcomeUnknown, bide.HaltInFlight):
                 continue
+        release.touch()
         out, _ = a.communicate(timeout=30)
     finally:
+        release.touch()
         if a.poll() is None:
             a.kill()
     assert answer == "done", out
@@ -155,10 +183,10 @@ from bide.testing import ScriptedModel, call, reply
 url, how = sys.argv[1:3]
 
 
-@bide.tool(timeout=0.3)
+@bide.tool(timeout=2.0)  # room for a loaded machine to start the call in its window
 def charge(customer: str) -> str:
-    """Charge a customer (synchronous, past its timeout)."""
-    time.sleep(1.0)
+    """Charge a customer (synchronous): a second past its deadline, at most 2 s after it started."""
+    time.sleep(3.0)
     return "charged"
 
 
@@ -189,7 +217,7 @@ def test_a_script_that_ends_right_after_an_overrun_still_records_its_outcome(
     script.write_text(_ENDS_RIGHT_AFTER)
     done = subprocess.run([sys.executable, str(script), url, how], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert "still running past its 0.3s timeout" in done.stdout
+    assert "still running past its 2s timeout" in done.stdout
     store = bide.open_store(url, create=False)
     try:
         results = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
@@ -215,10 +243,10 @@ from bide.testing import Call, ScriptedModel, Turn, reply
 url, effects = sys.argv[1:3]
 
 
-@bide.tool(timeout=0.3)
+@bide.tool(timeout=2.0)  # room for a loaded machine to start the call in its window
 def charge(customer: str) -> str:
-    """Charge a customer (synchronous, past its timeout)."""
-    time.sleep(0.8)
+    """Charge a customer (synchronous): a second past its deadline, at most 2 s after it started."""
+    time.sleep(3.0)
     fd = os.open(effects, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.write(fd, b"charged\\n")
     os.fsync(fd)
@@ -245,8 +273,9 @@ def test_a_sigkill_while_a_sibling_runs_keeps_the_result_of_a_call_that_overran_
     tmp_path: Path, backend: str
 ) -> None:
     """A synchronous side effect runs past its timeout and then returns, while the other call of its turn
-    still runs; the process is killed (SIGKILL) right after. The call's result was journaled when it
-    returned, so the next drive goes on from it: no halt for a person, no second charge."""
+    still runs (for up to its 60 s timeout); the process is killed (SIGKILL) as soon as the call's result
+    is journaled, which happens when it returns (before the fix, only once the sibling ended). The next
+    drive goes on from it: no halt for a person, no second charge."""
     prefix = f"ovk{uuid.uuid4().hex[:8]}_"
     url = f"sqlite:///{tmp_path}/runs.db" if backend == "sqlite" else POSTGRES_URL
     effects = tmp_path / "effects"
@@ -258,7 +287,18 @@ def test_a_sigkill_while_a_sibling_runs_keeps_the_result_of_a_call_that_overran_
         while not effects.exists() and time.monotonic() < deadline:
             assert child.poll() is None
             time.sleep(0.01)
-        time.sleep(0.3)  # the sibling still runs: before the fix, the result waited for it
+        assert effects.exists(), "the call never returned"
+        # Well inside the sibling's 60 s: waited for by polling, not for a fixed time a loaded machine
+        # may not keep to.
+        journaled = time.monotonic() + 20
+        reader = bide.open_store(url, table_prefix=prefix)
+        try:
+            while reader.get("r", "result:c0.0") is None:
+                assert child.poll() is None
+                assert time.monotonic() < journaled, "the result waited for the sibling"
+                time.sleep(0.01)
+        finally:
+            reader.close()
     finally:
         child.kill()
         child.wait()
@@ -292,16 +332,22 @@ def test_a_sigkill_while_a_sibling_runs_keeps_the_result_of_a_call_that_overran_
 def test_a_synchronous_call_that_returns_as_its_deadline_passes_keeps_its_result() -> None:
     """The call returns after its timeout fired but before the drive took in the timeout (an event loop
     busy with other runs widens that gap): what it returned is known, so it is the call's result, not a
-    halt for a person. The loop is held past the deadline, then the call is let return while the drive's
-    wake-up for the timeout is still queued behind it."""
+    halt for a person. Once the call has started, the loop is held past the deadline, then the call is let
+    return while the drive's wake-up for the timeout is still queued behind it. The choreography is timed
+    from the call's start, and the timeout (1 s) leaves a loaded machine room to start the call, whose
+    deadline is at most the timeout after it started."""
     import asyncio
     import threading
 
-    may_return, returned = threading.Event(), threading.Event()
+    from bide._inflight import running
 
-    @bide.tool(timeout=0.5)
+    may_return, returned = threading.Event(), threading.Event()
+    loop: list[asyncio.AbstractEventLoop] = []
+
+    @bide.tool(timeout=1.0)
     def charge(customer: str) -> str:
         """Charge a customer (synchronous)."""
+        loop[0].call_soon_threadsafe(hold_up, time.monotonic())
         may_return.wait(10)
         returned.set()
         return "charged"
@@ -310,15 +356,22 @@ def test_a_synchronous_call_that_returns_as_its_deadline_passes_keeps_its_result
     model = ScriptedModel([call("charge", customer="alice"), reply("done")])
     agent = bide.Agent(model, store=store, tools=[charge])
 
+    def hold_up(started: float) -> None:
+        # On the loop's clock (the monotonic one), the call's deadline timer is due by started + 1 s. The
+        # loop is busy until past it; then let_it_return runs after the timeout fired, before the drive.
+        loop[0].call_at(started + 1.1, let_it_return)
+        time.sleep(max(0.0, started + 1.2 - time.monotonic()))
+
     def let_it_return() -> None:
         may_return.set()
         returned.wait(10)
-        time.sleep(0.05)  # its thread records what it returned
+        [marker] = [r for r in Journal(store, "r").load().records() if isinstance(r, bide.Attempt)]
+        give_up = time.monotonic() + 10
+        while running(marker.claim) is not None and time.monotonic() < give_up:
+            time.sleep(0.001)  # its thread records what it returned
 
     async def scenario() -> bide.RunResult:
-        loop = asyncio.get_running_loop()
-        loop.call_later(0.3, time.sleep, 0.6)  # the loop is busy until past the call's deadline ...
-        loop.call_later(0.7, let_it_return)  # ... then this runs after the timeout fired, before the drive
+        loop.append(asyncio.get_running_loop())
         return await agent.run("r", "charge alice")
 
     result = asyncio.run(scenario())

@@ -85,6 +85,29 @@ class Race:
         self.store.close()
 
 
+class _LeaseWatch:
+    """Passes every call to `store`; sets `refused` once a lease request finds another driver's lease."""
+
+    def __init__(self, store: bide.Store, refused: asyncio.Event) -> None:
+        self.store = store
+        self.url = store.url
+        self.durable = store.durable
+        self.refused = refused
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+    def alease(self, *args: Any, **kwargs: Any) -> Any:
+        granted = asyncio.ensure_future(self.store.alease(*args, **kwargs))  # a sent request stays as it is
+
+        def seen(lease: asyncio.Future[bide.Lease]) -> None:
+            if not lease.cancelled() and lease.exception() is None and not lease.result().held:
+                self.refused.set()
+
+        granted.add_done_callback(seen)
+        return granted
+
+
 def answered(*messages: str) -> list[tuple[str, str]]:
     """The history of a thread that answered `messages`, in this order, each once."""
     out: list[tuple[str, str]] = []
@@ -210,8 +233,13 @@ def test_the_same_text_sent_while_another_driver_answers_it_waits_for_that_answe
     (proc,) = race.start("answer", ("m1", "-", "send", 0.0))
 
     async def send_again() -> bide.RunResult[str]:
-        sending = asyncio.ensure_future(agent(race.store, str(race.effect), 60.0).thread(THREAD).send("m1"))
-        await asyncio.sleep(0.5)  # it found the first driver's lease (the assertions do not rest on it)
+        refused = asyncio.Event()
+        store = _LeaseWatch(race.store, refused)
+        second = agent(store, str(race.effect), 60.0)  # type: ignore[arg-type]  # a store, watched
+        sending = asyncio.ensure_future(second.thread(THREAD).send("m1"))
+        # Once it found the first driver's lease (sent after the answer, the text would be a new message):
+        # waited for, not assumed after a fixed time a loaded machine may not keep to.
+        await asyncio.wait_for(refused.wait(), 60)
         race.release.write_text("go")
         return await sending
 

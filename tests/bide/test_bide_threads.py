@@ -152,12 +152,16 @@ def test_a_cancelled_thread_takes_no_more_messages(store: bide.Store) -> None:
 
 def test_a_thread_cancelled_while_answering_says_it_ended_to_a_new_message(store: bide.Store) -> None:
     """Cancelled while a live drive answered a message (its segment never ended): a new message is told the
-    thread has ended, not to resume a message that can no longer be answered."""
+    thread has ended, not to resume a message that can no longer be answered. The cancel is requested while
+    the drive's tool call runs, which returns only once it is: no fixed wait that a loaded machine could
+    overrun (the message not yet journaled, or already answered)."""
+    looking, cancelled = asyncio.Event(), asyncio.Event()
 
     @bide.tool(safety=bide.ReadOnly)
     async def look(x: str) -> str:
-        """Look something up (slowly)."""
-        await asyncio.sleep(0.5)
+        """Look something up (slowly: until the cancel request is recorded)."""
+        looking.set()
+        await cancelled.wait()
         return x
 
     model = ScriptedModel([reply("hi"), call("look", x="a"), reply("never")])
@@ -166,8 +170,9 @@ def test_a_thread_cancelled_while_answering_says_it_ended_to_a_new_message(store
     async def cancelled_while_answering() -> bide.RunResult[str]:
         await thread.send("hello")
         answering = asyncio.ensure_future(thread.send("look something up"))
-        await asyncio.sleep(0.2)
+        await looking.wait()
         await bide.acancel_run(store, "t", reason="user left")
+        cancelled.set()
         return await answering
 
     assert asyncio.run(cancelled_while_answering()).status == "cancelled"

@@ -33,8 +33,18 @@ class Crash(BaseException):
     """Stands in for the process dying in the window (after the effect, before its result)."""
 
 
-def agent_with(store: bide.Store, script: list[Any], tools: list[bide.Tool], name: str = "a") -> bide.Agent:
-    return bide.Agent(ScriptedModel(script), store=store, tools=tools, name=name, lease_ttl=5.0)
+def agent_with(
+    store: bide.Store, script: list[Any], tools: list[bide.Tool], name: str = "a", **options: Any
+) -> bide.Agent:
+    return bide.Agent(ScriptedModel(script), store=store, tools=tools, name=name, lease_ttl=5.0, **options)
+
+
+def behind() -> float:
+    """A clock a minute behind: an agent on it records deadlines that have passed already on the wall clock
+    (by which resolvers judge them), while its calls have all their timeout to start in (a sync tool
+    starts only inside its window, once a worker thread picks it up: a short timeout, waited out, can
+    close before that on a loaded machine)."""
+    return time.time() - 60
 
 
 def test_a_failed_drive_is_resumed_and_finished(store: bide.Store) -> None:
@@ -66,9 +76,7 @@ def test_a_failed_drive_is_resumed_and_finished(store: bide.Store) -> None:
 def test_a_halted_run_waits_for_a_person_then_goes_on(store: bide.Store) -> None:
     charges: list[int] = []
 
-    # A sync tool starts only inside its window, once a worker thread picks it up: 0.5 s, so that a loaded
-    # machine does not give the call up before it starts.
-    @bide.tool(timeout=0.5)
+    @bide.tool(timeout=30)
     def charge(cents: int) -> str:
         """Charge a card."""
         charges.append(cents)
@@ -76,7 +84,7 @@ def test_a_halted_run_waits_for_a_person_then_goes_on(store: bide.Store) -> None
             raise Crash
         return "charged"
 
-    agent = agent_with(store, [call("charge", cents=5), reply("paid")], [charge])
+    agent = agent_with(store, [call("charge", cents=5), reply("paid")], [charge], clock=behind)
     with pytest.raises(Crash):
         agent.run_sync("h1", "pay")
     worker = bide.Worker(store, agent, backoff=0.01)
@@ -86,8 +94,7 @@ def test_a_halted_run_waits_for_a_person_then_goes_on(store: bide.Store) -> None
     assert second.driven == 0  # unchanged: still waiting for a person (parked, not read again)
     assert charges == [5]
 
-    time.sleep(0.51)  # past the call's deadline
-    call_id = bide.run_status(store, "h1").call_id
+    call_id = bide.run_status(store, "h1").call_id  # its deadline has passed (the agent's clock is behind)
     assert call_id is not None
     bide.resolve_halt(store, "h1", call_id, outcome=bide.Outcome.succeeded("charged"), clock_skew=0.0)
     third = asyncio.run(worker.run_once())
@@ -104,7 +111,7 @@ def test_a_reconciler_decides_a_crashed_call_when_the_worker_resumes(store: bide
             return bide.Outcome.succeeded("charged", evidence="ledger")
         return bide.Outcome.not_started()
 
-    @bide.tool(timeout=0.5, reconcile=reconcile)  # a window a loaded machine's thread pool meets
+    @bide.tool(timeout=30, reconcile=reconcile)
     def charge(cents: int) -> str:
         """Charge a card."""
         ledger.append(cents)
@@ -112,17 +119,15 @@ def test_a_reconciler_decides_a_crashed_call_when_the_worker_resumes(store: bide
             raise Crash
         return "charged"
 
-    agent = bide.Agent(
-        ScriptedModel([call("charge", cents=7), reply("paid")]),
-        store=store,
-        tools=[charge],
-        name="a",
-        clock_skew=0.0,
-        lease_ttl=5.0,
-    )
+    def agent(**options: Any) -> bide.Agent:
+        model = ScriptedModel([call("charge", cents=7), reply("paid")])
+        return bide.Agent(model, store=store, tools=[charge], name="a", clock_skew=0, lease_ttl=5, **options)
+
+    # The crashed drive's clock is behind: the deadline it recorded has passed on the worker's agent's clock,
+    # so its reconciler decides the call at once.
     with pytest.raises(Crash):
-        agent.run_sync("c1", "pay")
-    worker = bide.Worker(store, agent, backoff=0.01, max_backoff=0.02)
+        agent(clock=behind).run_sync("c1", "pay")
+    worker = bide.Worker(store, agent(), backoff=0.01, max_backoff=0.02)
     deadline = time.time() + 10
     while bide.run_status(store, "c1").status != "completed":
         assert time.time() < deadline, bide.run_status(store, "c1")
@@ -185,18 +190,20 @@ def test_runs_needing_nothing_never_starve_a_crashed_run_listed_after_them(store
         """Look."""
         return "seen"
 
-    @bide.tool(timeout=0.05)
+    @bide.tool(timeout=30)
     async def wire() -> str:
         """Send a wire (its outcome is lost)."""
         raise ConnectionResetError("lost after sending")
 
-    def agent(script: list[Any]) -> bide.Agent:
-        return bide.Agent(ScriptedModel(script), store=store, tools=[look, wire], name="a", lease_ttl=5.0)
+    def agent(script: list[Any], **options: Any) -> bide.Agent:
+        return bide.Agent(
+            ScriptedModel(script), store=store, tools=[look, wire], name="a", lease_ttl=5.0, **options
+        )
 
     for i in range(6):
         agent([reply("hello")]).thread(f"a-idle-{i}").send_sync("hi")
-        with pytest.raises(bide.OutcomeUnknown):
-            agent([call("wire"), reply("sent")]).run_sync(f"b-halted-{i}", "pay")
+        with pytest.raises(bide.OutcomeUnknown):  # each wire's deadline has passed on the wall clock
+            agent([call("wire"), reply("sent")], clock=behind).run_sync(f"b-halted-{i}", "pay")
     with pytest.raises(bide.ModelError):
         agent([call("look"), Fail(bide.ModelError("down"))]).run_sync("z-crashed", "go")
 
@@ -212,7 +219,6 @@ def test_runs_needing_nothing_never_starve_a_crashed_run_listed_after_them(store
             assert bide.run_status(store, "b-halted-0").status == "halted"
             call_id = bide.run_status(store, "b-halted-0").call_id
             assert call_id is not None
-            await asyncio.sleep(0.06)  # past the call's deadline
             outcome = bide.Outcome.succeeded("sent")
             await bide.aresolve_halt(store, "b-halted-0", call_id, outcome=outcome, clock_skew=0.0)
             deadline = time.monotonic() + 5  # the recheck of a parked run is 30 s away

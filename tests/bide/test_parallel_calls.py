@@ -392,13 +392,15 @@ def test_a_lease_taken_over_mid_turn_fences_the_calls_still_running() -> None:
 def test_sync_calls_of_one_turn_past_their_deadline_keep_the_lease_until_all_return() -> None:
     """Two synchronous side effects of one turn run on past their timeout: the drive halts, the run stays in
     flight (its lease kept, no resolution accepted) until both have returned, then both real results are
-    journaled and the next drive finishes without calling either again."""
+    journaled and the next drive finishes without calling either again. The timeout (2 s) leaves a loaded
+    machine room to start both calls: a synchronous call starts only inside its window, once a worker
+    thread picks it up (with 0.3 s, one could be given up on before it started)."""
     import threading
 
     fired: list[str] = []
     release = {"x": threading.Event(), "y": threading.Event()}
 
-    @bide.tool(timeout=0.3)
+    @bide.tool(timeout=2.0)
     def slow_charge(to: str) -> str:
         """Charge, slowly."""
         fired.append(to)
@@ -659,16 +661,20 @@ def test_an_overrunning_call_is_journaled_as_soon_as_it_returns_while_its_turn_r
     """A synchronous side effect runs past its timeout while a sibling call of its turn still runs. Its
     result is journaled (committed, seen by another store object) as soon as it returns, not when the whole
     turn ends: a crash between the two finds the result instead of halting a call whose outcome was known.
-    The drive still halts on it (it overran), and the next drive goes on with the journaled result."""
+    The drive still halts on it (it overran), and the next drive goes on with the journaled result. The
+    timeout (2 s) leaves a loaded machine room to start the call (a synchronous call starts only inside its
+    window, once the marker committed and a worker thread picked it up); the call returns past it whenever
+    it started."""
     import threading
 
     returned = threading.Event()
     fired: list[str] = []
 
-    @bide.tool(timeout=0.2)
+    @bide.tool(timeout=2.0)
     def charge(to: str) -> str:
-        """Charge, slowly (past the timeout)."""
-        time.sleep(0.5)
+        """Charge, slowly: a second past the deadline, which is at most the timeout after the call started
+        (the drive finds it still running when its timeout fires, even a second late)."""
+        time.sleep(3.0)
         fired.append(to)
         returned.set()
         return f"charged {to}"
