@@ -2,12 +2,15 @@
 
     python async_pause_child.py STORE_URL LEDGER [SIGNAL]
 
-BIDE_TEST_PREFIX sets the SQL table prefix. With SIGNAL, the child stops where its claimed call's deadline
-is being set, after the attempt marker committed and before the tool's first step: it writes "paused" to
-SIGNAL and sleeps there a moment, for the parent to SIGSTOP it (a GC pause, a frozen VM landing there).
-With BIDE_TEST_PAUSE_IN_TOOL=1 it stops inside the tool instead, while the tool waits at an `await` that is
-always ready at once (`asyncio.sleep(0)`, or a response that had arrived). Prints the outcome of the run as
-one JSON line.
+BIDE_TEST_PREFIX sets the SQL table prefix. With SIGNAL, the child stops itself (SIGSTOP, as a GC pause or
+a frozen VM would) where its claimed call's deadline is being set, after the attempt marker committed and
+before the tool's first step, once it wrote "paused" to SIGNAL; the parent wakes it with SIGCONT. With
+BIDE_TEST_PAUSE_IN_TOOL=1 it stops inside the tool instead, from a callback of its event loop while the
+tool waits at an `await`, and the response the tool waits for arrives as it wakes: the tool's next step is
+ready before the deadline's timer, so the pause lands at that await and nowhere else. (A pause in the
+tool's own code between an await and its effect is a pause inside a synchronous call, which no deadline
+can stop: docs/guarantee.md. A parent's SIGSTOP timed by a sleep landed there now and then, and the effect
+fired twice.) Prints the outcome of the run as one JSON line.
 """
 
 from __future__ import annotations
@@ -16,9 +19,9 @@ import asyncio
 import json
 import os
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
+from signal import SIGSTOP
 from typing import Any
 
 from child_harness import append_line, signal_parent
@@ -33,7 +36,7 @@ def stop_where_the_deadline_is_set(signal: str) -> None:
 
     async def stopping(awaitable: Awaitable[Any], timeout: float | Callable[[], float]) -> Any:
         signal_parent(signal, "paused")
-        time.sleep(0.5)  # the parent stops the process during this
+        os.kill(os.getpid(), SIGSTOP)  # until the parent's SIGCONT
         return await armed(awaitable, timeout)
 
     bide._tools.run_with_deadline = stopping  # type: ignore[assignment]
@@ -54,10 +57,18 @@ def main() -> None:
         """Charge a card."""
         await asyncio.sleep(0.1)  # a well-behaved async tool: it awaits its provider first
         if in_tool:
+            # The process stops (from the loop's next callback) while the tool waits for a response, which
+            # arrives as it wakes: the tool's next step is then ready before the deadline's timer is.
+            loop = asyncio.get_running_loop()
+            response: asyncio.Future[None] = loop.create_future()
+
+            def stop_then_answer() -> None:
+                os.kill(os.getpid(), SIGSTOP)  # until the parent's SIGCONT
+                response.set_result(None)
+
+            loop.call_soon(stop_then_answer)
             signal_parent(sys.argv[3], "paused")
-            until = time.monotonic() + 0.5  # the parent stops the process during this
-            while time.monotonic() < until:
-                await asyncio.sleep(0)
+            await response
         append_line(ledger, f"{bide.current_call().idempotency_key} {os.getpid()}")
         return "charged"
 
