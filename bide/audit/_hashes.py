@@ -43,6 +43,7 @@ import sqlalchemy as sa
 from .._dbfile import why_unwritable
 from .._errors import StoreError
 from .._retry import RetryPolicy
+from .._sql import _SQLITE_BUSY, _first_line, _lock_timeout
 from .._store import Entry, WriteTransaction
 from ._formats import journal_leaf
 from ._merkle import Coord, _tiles
@@ -240,7 +241,7 @@ class SQLHashes:
             # A store this user may only read (an auditor's copy, a read-only file): the audit log keeps its
             # hashes beside the journal, so it needs to write there once.
             where = engine.url.render_as_string(hide_password=True)
-            said = _first_line(exc.orig)
+            said = _first_line(exc)
             hint = why_unwritable(engine.url.database or "") if self.dialect == "sqlite" else ""
             raise StoreError(
                 f"cannot create the audit log's hash tables in {where}: {said}{hint}; the audit log keeps "
@@ -590,10 +591,5 @@ def _locked(exc: BaseException) -> bool:
     busy or locked, PostgreSQL's lock_timeout (55P03)."""
     orig = getattr(exc, "orig", None) or exc
     if isinstance(orig, sqlite3.Error):
-        return (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF in (5, 6)
-    return getattr(orig, "sqlstate", None) == "55P03"
-
-
-def _first_line(exc: BaseException | None) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
+        return (getattr(orig, "sqlite_errorcode", None) or 0) & 0xFF in _SQLITE_BUSY
+    return _lock_timeout(orig)
