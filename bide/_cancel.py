@@ -1,7 +1,9 @@
 """Cancelling a run: a durable request that its drive honours at the next turn boundary.
 
 `cancel_run` journals a `run:cancel` record (any process may, without the run's lease: the request decides
-nothing by itself). A drive checks for it before each model turn and before resuming a turn's calls; when
+nothing by itself), then takes the run's lease and frees it at once when nobody holds it, so that a worker
+that left the run waiting (halted for a person, asleep, at a gate, an idle thread) reads it again at its
+next poll. A drive checks for it before each model turn and before resuming a turn's calls; when
 it finds one it ends the run with status "cancelled" and an answer that says so. A tool call already in
 flight is not interrupted: it finishes (or halts) as it would have, and the cancel is honoured after it.
 A halted run that is cancelled ends as cancelled at its next drive (a worker's or yours); the attempt
@@ -17,7 +19,8 @@ from ._blocking import run_blocking
 from ._errors import RunEnded, RunNotFound
 from ._journal import Journal
 from ._records import CANCEL_KEY, END_KEY, Cancel, End
-from ._store import Store
+from ._resolve import DEFAULT_CLOCK_SKEW
+from ._store import Store, aannounce
 
 __all__ = ["acancel_run", "cancel_request", "cancel_run", "cancelled_answer"]
 
@@ -46,15 +49,20 @@ async def acancel_run(
     request = cancel_request(journal, reason=reason, clock=clock)
     stored, inserted = await journal.awrite_one(request)
     assert isinstance(stored, Cancel)
+    if inserted:
+        await aannounce(store, run_id, now=clock(), clock_skew=DEFAULT_CLOCK_SKEW)
     return inserted
 
 
-def cancel_run(store: Store, run_id: str, *, reason: str = "") -> bool:
+def cancel_run(
+    store: Store, run_id: str, *, reason: str = "", clock: Callable[[], float] = time.time
+) -> bool:
     """Ask the run `run_id` to stop: journal a cancel request, honoured at its next turn boundary.
 
     Returns True when this call recorded the request, False when one was recorded already (the first
-    reason stands). Raises `RunNotFound` for a run that does not exist and `RunEnded` for one that has
-    ended. Refused (`ConfigError`) inside a running event loop: use `await acancel_run(...)` there.
+    reason stands). `clock` (Unix seconds) stamps the request and the lease it takes to tell workers: give
+    the clock your agents run on. Raises `RunNotFound` for a run that does not exist and `RunEnded` for one
+    that has ended. Refused (`ConfigError`) inside a running event loop: use `await acancel_run(...)` there.
     """
-    cancel = lambda: acancel_run(store, run_id, reason=reason)  # noqa: E731
+    cancel = lambda: acancel_run(store, run_id, reason=reason, clock=clock)  # noqa: E731
     return run_blocking(cancel, "cancel_run", "await acancel_run(...)")

@@ -45,7 +45,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from ._errors import LeaseLost, RunEnded
+from ._canonical import new_claim
+from ._errors import LeaseLost, RunEnded, StoreError
 
 __all__ = [
     "BlockingStore",
@@ -313,6 +314,41 @@ def taking_lease(now: float, ttl: float, clock_skew: float) -> tuple[int, int]:
     for while it overruns was then decided by another driver and fired again)."""
     margin = int(clock_skew * 1000)
     return int(now * 1000) - margin, int(ttl * 1000) + margin
+
+
+# How long an announcement holds the run's lease: two store calls; if its process dies between them, the
+# lease expires soon after.
+ANNOUNCE_LEASE_S = 5.0
+
+
+def _announcing(now: float, clock_skew: float) -> tuple[str, int, int]:
+    now_ms, ttl_ms = taking_lease(now, ANNOUNCE_LEASE_S, clock_skew)
+    return new_claim(), now_ms, ttl_ms
+
+
+def announce(store: Store, run_id: str, *, now: float, clock_skew: float) -> None:
+    """Take the run's lease and free it at once, so that its token changes: a worker lists runs by their
+    lease and reads a run it left waiting (parked for a person, asleep, at a gate) again as soon as its token
+    changes, instead of at its next recheck. A run whose lease is live is left alone (its driver sees the
+    news itself); a store that fails here only delays the worker (the news is journaled already)."""
+    holder, now_ms, ttl_ms = _announcing(now, clock_skew)
+    try:
+        lease = store.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
+        if lease.held:
+            store.release(run_id, holder, lease.token)
+    except StoreError:
+        pass
+
+
+async def aannounce(store: Store, run_id: str, *, now: float, clock_skew: float) -> None:
+    """Async `announce`."""
+    holder, now_ms, ttl_ms = _announcing(now, clock_skew)
+    try:
+        lease = await store.alease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
+        if lease.held:
+            await store.arelease(run_id, holder, lease.token)
+    except StoreError:
+        pass
 
 
 def refuse_fence(run_id: str, current: Lease | None, fence: Fence) -> None:

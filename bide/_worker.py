@@ -17,9 +17,10 @@ Rules:
   (`bide cancel`) is driven, and its drive ends it as cancelled.
 - **Waiting is not failing.** A run sleeping on a durable timer (`bide.timer`) is driven again once it is
   due; a run paused at an approval gate is consulted again with backoff until its gate decides, or at the
-  next pass once a decision is journaled (`submit_decision` takes and frees the run's lease, so its token
-  changes in the listing); both are read every `PARKED_RECHECK_S` meanwhile, so a cancel request ends
-  them within that time. A run that failed (model down, store error) is retried with exponential backoff.
+  next pass once a decision is journaled or a cancel request (`submit_decision` and `cancel_run` take and
+  free the run's lease, so its token changes in the listing); both are read every `PARKED_RECHECK_S`
+  meanwhile, for news that could not change the lease (written while a driver held it). A run that
+  failed (model down, store error) is retried with exponential backoff.
 - **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
   running after `grace` seconds (None: no limit) are cancelled, which frees their leases. `cancel_drives()`
   cancels them at once (a side effect interrupted that way may halt its run for a person).
@@ -93,12 +94,14 @@ class _Backoff:
     halted_at_records: int = -1  # a halted run is skipped while its journal has this many records
     # A run found needing nothing from a worker (an idle thread, a run halted for a person) is parked: not
     # listed again while its lease token is this one (anything that changes the run takes its lease: a
-    # resolution, a new message), and looked at again after `parked_until` (a cancel request takes none).
+    # resolution, a new message, a cancel request), and looked at again after `parked_until` (for news
+    # written while a driver held the lease, which then stays as it was).
     parked_token: int | None = None
     parked_until: float = 0.0
     # A sleeping run, or one at an approval gate, is driven again at `drive_after` (its timer, the gate's
     # backoff), or before if its journal no longer has `waiting_at_records` records (a decision came; -1:
-    # only the time counts); it is read every PARKED_RECHECK_S meanwhile, for a cancel request.
+    # only the time counts) or its lease token changes; it is read every PARKED_RECHECK_S meanwhile, for a
+    # cancel request that could not change the lease.
     drive_after: float = 0.0
     waiting_at_records: int = -1
     # The lease token such a run is listed with while it waits (None: not waiting; -1: the next listing's):
@@ -356,7 +359,7 @@ class Worker:
             state.not_before = max(self._local(exc.retry_after), self._timer() + self.poll_interval)
             return "waiting"
         except RunSleeping as exc:
-            # A timer: driven again once it is due, looked at every PARKED_RECHECK_S for a cancel request.
+            # A timer: driven again once it is due, or at once cancelled (the request changes the lease).
             self._wait_until(state, self._local(exc.wake_at), -1, self._token_after_drive(run_id))
             state.wake_wall = exc.wake_at
             return "waiting"

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import base64
-import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._canonical import new_claim
 from .._errors import ConfigError, StoreError
 from .._journal import Journal
 from .._records import HEADER_KEY, GateRecord, encode_record, pause_key
 from .._resolve import DEFAULT_CLOCK_SKEW, status_of
-from .._store import Store, taking_lease
+from .._store import Store, announce
 from ..audit._keys import SigningKey
 from ._policy import ApprovalPolicy, decision_bytes, run_journal_digest
 from ._tally import (
@@ -194,28 +192,12 @@ def submit_decision(
             sending()
         written = store.insert_many(run_id, items, exclusive=True)
         if len(written) == len(items) and all(e.inserted for e in written):
-            _announce(store, run_id)
+            announce(store, run_id, now=time.time(), clock_skew=DEFAULT_CLOCK_SKEW)
             return dkey
     raise StoreError(
         f"call {call_id!r} in run {run_id!r} kept changing while this decision was being recorded; "
         "try again"
     )
-
-
-def _announce(store: Store, run_id: str) -> None:
-    """Take the run's lease and free it at once, so that its token changes: a worker lists runs by their
-    lease, and reads a run waiting at its gate again when the token changes, instead of after its backoff.
-    A run whose lease is live is left alone (its driver consults the gate itself); a store that fails here
-    only delays the drive (the decision is journaled)."""
-    holder = new_claim()
-    now_ms, ttl_ms = taking_lease(time.time(), _ANNOUNCE_LEASE_S, DEFAULT_CLOCK_SKEW)
-    with contextlib.suppress(StoreError):
-        lease = store.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
-        if lease.held:
-            store.release(run_id, holder, lease.token)
-
-
-_ANNOUNCE_LEASE_S = 5.0  # held for two store calls; if this process dies between them, it expires soon
 
 
 def _not_waiting(journal: Journal, call_id: str) -> str:

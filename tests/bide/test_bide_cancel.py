@@ -213,3 +213,33 @@ def test_cancel_from_another_process_reaches_a_live_drive(durable_store_spec: tu
     assert again.returncode == 5 and "already ended" in again.stderr
     missing = _bide("cancel", "--store", url, "--table-prefix", prefix, "nobody")
     assert missing.returncode == 4 and "does not exist" in missing.stderr
+
+
+def test_bide_cancel_tells_a_worker_that_parked_the_run(durable_store_spec: tuple[str, str]) -> None:
+    """`bide cancel` takes and frees the run's lease once its request is recorded, as `bide.cancel_run`
+    does: a worker that parked the halted run (it waits for a person) ends it at its next pass, not at its
+    recheck 30 s later."""
+
+    @bide.tool(timeout=30)
+    async def charge(cents: int) -> str:
+        """Charge (its outcome is lost)."""
+        raise ConnectionResetError("lost after sending")
+
+    url, prefix = durable_store_spec
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        behind = lambda: time.time() - 60  # noqa: E731  (the call's deadline has passed on the wall clock)
+        agent = bide.Agent(
+            ScriptedModel([call("charge", cents=1), reply("ok")]), store=store, tools=[charge], clock=behind
+        )
+        with pytest.raises(bide.OutcomeUnknown):
+            agent.run_sync("h", "pay")
+        worker = bide.Worker(store, agent)
+        assert asyncio.run(worker.run_once()).halted == 1  # parked: it waits for a person
+        assert asyncio.run(worker.run_once()).driven == 0
+        done = _bide("cancel", "--store", url, "--table-prefix", prefix, "h", "--reason", "give up")
+        assert done.returncode == 0, done.stderr
+        assert asyncio.run(worker.run_once()).completed == 1
+        assert bide.run_status(store, "h").status == "cancelled"
+    finally:
+        store.close()

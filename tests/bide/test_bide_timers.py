@@ -115,8 +115,10 @@ def test_a_sleeping_run_survives_a_restart(durable_store_spec: tuple[str, str], 
 
 
 def test_a_worker_ends_a_cancelled_sleeping_run_at_its_recheck_not_at_the_wake_up(store: bide.Store) -> None:
-    """A cancel request takes no lease, so nothing tells the worker of it: a sleeping run is read again every
-    PARKED_RECHECK_S (it used to be left alone until its timer, a day here), and the cancel ends it."""
+    """A cancel request that could not tell the worker (made here at the wall clock, on which the run's
+    lease, stamped on the agent's clock, is still live: as when a driver holds it, so the request leaves the
+    lease alone): a sleeping run is read again every PARKED_RECHECK_S (it used to be left alone until its
+    timer, a day here), and the cancel ends it."""
     from bide._worker import PARKED_RECHECK_S
 
     clock = FakeClock()

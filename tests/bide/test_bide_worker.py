@@ -234,6 +234,44 @@ def test_runs_needing_nothing_never_starve_a_crashed_run_listed_after_them(store
     assert [bide.run_status(store, f"b-halted-{i}").status for i in range(1, 6)] == ["halted"] * 5
 
 
+def test_a_cancel_request_ends_every_kind_of_waiting_run_at_the_workers_next_pass(store: bide.Store) -> None:
+    """A worker leaves alone the runs that need nothing from it (an idle thread, a run halted for a person, a
+    run asleep on a timer for a day) until their lease changes or PARKED_RECHECK_S (30 s) passes. A cancel
+    request takes and frees the run's lease once recorded, so the worker's next pass ends each of them as
+    cancelled, seconds before the recheck: it waited up to 30 s before. A second request is not recorded
+    and tells nobody again."""
+
+    @bide.tool(timeout=30)
+    async def wire() -> str:
+        """Send a wire (its outcome is lost)."""
+        raise ConnectionResetError("lost after sending")
+
+    def agent(script: list[Any], **options: Any) -> bide.Agent:
+        tools = [wire, bide.timer()]
+        return bide.Agent(ScriptedModel(script), store=store, tools=tools, name="a", lease_ttl=5.0, **options)
+
+    agent([reply("hello")]).thread("idle").send_sync("hi")
+    with pytest.raises(bide.OutcomeUnknown):  # the wire's deadline has passed on the wall clock
+        agent([call("wire"), reply("sent")], clock=behind).run_sync("halted", "pay")
+    with pytest.raises(bide.RunSleeping):
+        agent([call("wait", seconds=86_400), reply("followed up")]).run_sync("asleep", "follow up tomorrow")
+    runs = ["idle", "halted", "asleep"]
+    assert [bide.run_status(store, r).status for r in runs] == ["idle", "halted", "sleeping"]
+
+    started = time.monotonic()
+    worker = bide.Worker(store, agent([reply("never asked")]), backoff=3600, max_backoff=3600)
+    asyncio.run(worker.run_once())  # reads each, drives none to an end: it parks them
+    assert asyncio.run(worker.run_once()).driven == 0  # no news: nothing read again
+    for run in runs:
+        assert bide.cancel_run(store, run, reason="not needed") is True
+    report = asyncio.run(worker.run_once())
+    assert [bide.run_status(store, r).status for r in runs] == ["cancelled"] * 3, report
+    from bide._worker import PARKED_RECHECK_S
+
+    assert time.monotonic() - started < PARKED_RECHECK_S  # (no recheck can have made the difference)
+    assert asyncio.run(worker.run_once()).driven == 0
+
+
 # -- across processes -------------------------------------------------------------------------------------
 
 
@@ -361,8 +399,9 @@ def payer(store: bide.Store, clock: list[float], gate: Any) -> Callable[[], bide
 
 def test_a_decision_at_an_approval_gate_is_acted_on_before_the_gates_backoff(store: bide.Store) -> None:
     """A run paused at a gate is consulted again with backoff (here hours), but read every
-    PARKED_RECHECK_S: a cancel request (it takes no lease) is acted on then, and so is a decision (which
-    the next test shows acted on sooner)."""
+    PARKED_RECHECK_S: a cancel request that could not tell the worker (made at the wall clock, on which
+    the run's lease is live: it leaves the lease alone) is acted on then, and so is a decision (which the
+    next test shows acted on sooner)."""
     from bide._worker import PARKED_RECHECK_S
     from bide.approvals import ApprovalGate, submit_decision
     from bide.audit import SigningKey
