@@ -594,6 +594,14 @@ class Agent(Generic[T]):
             if lease.held:
                 journal.fence = (holder, lease.token)
                 return lease
+            if journal.has(START_KEY):
+                # A run's start never changes: a drive it refuses (another input, another agent, a thread
+                # for a run) is refused now, not after waiting for the other driver to let go.
+                if ask.thread:
+                    self._check_thread(journal)
+                else:
+                    assert ask.input is not None
+                    self._check_start(journal, ask.input)
             _pin_unfinished(journal, ask)
             left = give_up - time.monotonic()
             if left <= 0:

@@ -483,6 +483,41 @@ def test_second_driver_of_a_live_run_is_told_it_is_in_flight() -> None:
     assert len(ledger.charges) == 1
 
 
+def test_a_drive_the_run_refuses_is_refused_while_another_driver_holds_it(store: bide.Store) -> None:
+    """A run's start never changes, so a drive it refuses (another input, a thread driven as a run, a run
+    sent messages as a thread) gets RunMismatch while a live driver holds the run: not RunInFlight, whose
+    advice (run it again later) can never work, and not after a lease_wait spent waiting for the holder."""
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def charge_card(customer: str, cents: int) -> str:
+        """Charge."""
+        started.set()
+        await release.wait()
+        return "charged"
+
+    async def go() -> list[BaseException]:
+        t = bide.Tool.from_function(charge_card)
+        first = asyncio.create_task(bide.Agent(charge_script(), store=store, tools=[t]).run("r", RUN_INPUT))
+        await started.wait()
+        refused: list[BaseException] = []
+        for wait in (0.0, 5.0):  # (the holder lets go only once this loop is over)
+            other = bide.Agent(charge_script(), store=store, tools=[t], lease_wait=wait)
+            attempts = [other.run("r", "another input"), other.thread("r").send("hello")]
+            for attempt in attempts:
+                with pytest.raises(bide.RunMismatch) as exc:
+                    await attempt
+                refused.append(exc.value)
+        release.set()
+        assert (await first).answer == "done"
+        return refused
+
+    refused = asyncio.run(go())
+    assert len(refused) == 4
+    assert all("different input" in str(e) for e in refused[::2])
+    assert all("not a conversation thread" in str(e) for e in refused[1::2])
+
+
 def test_concurrent_drivers_fire_side_effect_at_most_once(store: bide.Store) -> None:
     ledger = Ledger()
 
