@@ -25,6 +25,9 @@ from ._tools import ReadOnly, Tool
 __all__ = ["TimerTool", "timer"]
 
 DEFAULT_MAX_SECONDS = 366 * 24 * 3600.0
+# The longest wait a timer may allow: a century. Its wake-up must stay a time that clocks, dates and
+# milliseconds can hold (a wait of 1e15 s wakes in the year 31,690,765, past every date type).
+LIMIT_MAX_SECONDS = 100 * DEFAULT_MAX_SECONDS
 
 
 class TimerTool(Tool):
@@ -33,8 +36,15 @@ class TimerTool(Tool):
     def __init__(self, *, name: str, description: str, inline: float, max_seconds: float) -> None:
         if not (isinstance(inline, int | float) and inline >= 0):
             raise ConfigError("inline must be a number of seconds, 0 or more")
-        if not (isinstance(max_seconds, int | float) and max_seconds > 0):
-            raise ConfigError("max_seconds must be a positive number of seconds")
+        if not (
+            isinstance(max_seconds, int | float)
+            and not isinstance(max_seconds, bool)
+            and 0 < max_seconds <= LIMIT_MAX_SECONDS
+        ):
+            raise ConfigError(
+                f"max_seconds must be a positive number of seconds, at most {LIMIT_MAX_SECONDS:,.0f} (a "
+                f"century); got {max_seconds!r}"
+            )
         args: type[BaseModel] = create_model(
             "WaitArguments",
             seconds=(float, Field(gt=0, le=max_seconds, description="how long to wait, in seconds")),

@@ -29,8 +29,12 @@ def seconds(name: str, value: object, *, zero: bool = True) -> float:
 
 
 def iso(ts: float) -> str:
-    """Unix seconds as ISO 8601 UTC with milliseconds: ``2026-12-01T14:19:32.120Z``."""
-    moment = _dt.datetime.fromtimestamp(ts, tz=_dt.UTC)
+    """Unix seconds as ISO 8601 UTC with milliseconds: ``2026-12-01T14:19:32.120Z``; a time no date can
+    hold (past the year 9999, or not a number) as its seconds: ``1e+15 s after the Unix epoch``."""
+    try:
+        moment = _dt.datetime.fromtimestamp(ts, tz=_dt.UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"{ts:g} s after the Unix epoch"
     return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
 
 

@@ -74,6 +74,51 @@ def test_the_timer_is_validated_like_any_tool(store: bide.Store) -> None:
         bide.timer(inline=-1)
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 0, -1.0, True, 1e16, "60"])
+def test_a_timer_allows_waits_whose_wake_up_a_date_can_hold(bad: object) -> None:
+    """max_seconds is a positive number up to a century: with 1e16 (or infinity) a model's wait woke in a
+    year no date can hold, and every drive of its run failed on it, for good."""
+    from bide._timers import LIMIT_MAX_SECONDS
+
+    with pytest.raises(bide.ConfigError, match="max_seconds must be a positive number"):
+        bide.timer(max_seconds=bad)  # type: ignore[arg-type]
+    assert bide.timer(max_seconds=LIMIT_MAX_SECONDS).max_seconds == LIMIT_MAX_SECONDS
+
+
+def test_a_wake_up_past_the_year_9999_journaled_earlier_sleeps_and_can_be_cancelled(
+    durable_store_spec: tuple[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A journal an earlier bide wrote (it allowed such a timer) holds a wake-up no date can hold: its run
+    sleeps, `bide show` shows it, and a cancel ends it (every drive failed on formatting the time, and
+    `bide show` exited 3 as if bide had a bug)."""
+    import subprocess
+    import sys
+
+    import bide._timers
+
+    url, prefix = durable_store_spec
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        monkeypatch.setattr(bide._timers, "LIMIT_MAX_SECONDS", 1e17)  # the earlier bide
+        tool = bide.timer(max_seconds=1e16)
+        model = ScriptedModel([call("wait", seconds=1e15), reply("ok")])
+        agent = bide.Agent(model, store=store, tools=[tool])
+        for _ in range(2):
+            with pytest.raises(bide.RunSleeping, match="1e\\+15 s after the Unix epoch") as slept:
+                agent.run_sync("far", "wait")
+        assert slept.value.wake_at > 1e15
+        assert bide.run_status(store, "far").status == "sleeping"
+        command = [sys.executable, "-m", "bide._cli", "show", "--store", url, "--table-prefix", prefix, "far"]
+        shown = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert shown.returncode == 0, shown.stderr
+        assert "sleeping" in shown.stdout
+        bide.cancel_run(store, "far", reason="too far")
+        assert asyncio.run(bide.Worker(store, agent).run_once()).completed == 1
+        assert bide.run_status(store, "far").status == "cancelled"
+    finally:
+        store.close()
+
+
 def test_a_worker_wakes_a_sleeping_run_when_it_is_due(store: bide.Store) -> None:
     agent = bide.Agent(ScriptedModel(script(0.6)), store=store, tools=[bide.timer(inline=0.0)], name="a")
     with pytest.raises(bide.RunSleeping) as slept:
