@@ -5,7 +5,10 @@ a store), `bide cancel` asks a run to stop.
     bide cancel --store URL RUN [--reason TEXT]
 
 `module:attribute` names your agents: an `Agent`, a list of agents, or a function that takes the opened
-store and returns either (so the agents use the worker's store). The current directory is importable.
+store and returns either (so the agents use the worker's store). Agents made when the module was imported
+opened their own store: the worker drives them on it if it holds the same tables as --store (the same
+SQLite file or PostgreSQL database, and table prefix), and refuses otherwise. The current directory is
+importable.
 Without `--once` it runs until SIGINT or SIGTERM, waits for the drives in flight to finish however long
 they take (a second signal cancels them), then hands back its leases; with `--once` either signal ends the
 pass once the drives in flight finished (an interrupt never drops a side effect's result).
@@ -83,11 +86,14 @@ def app_attribute(spec: str) -> Any:
         raise _AppError(f"module {module_name!r} has no attribute {attribute!r} (--app {spec})") from None
 
 
-def agents_of(value: Any, spec: str, store: Store) -> list[Agent[Any]]:
-    """The agents of the --app `spec` whose attribute is `value` (a function is called with the store)."""
+def agents_of(value: Any, spec: str, store: Store) -> tuple[list[Agent[Any]], Store]:
+    """The agents of the --app `spec` whose attribute is `value` (a function is called with the store), and
+    the store object the worker drives them on: `store`, or the one the app's agents opened themselves
+    when it holds the same tables (the same SQLite file or PostgreSQL database, and table prefix)."""
     from ._agent import Agent
 
-    if callable(value) and not isinstance(value, Agent):
+    built = callable(value) and not isinstance(value, Agent)
+    if built:
         try:
             value = value(store)
         except Exception as exc:
@@ -95,7 +101,53 @@ def agents_of(value: Any, spec: str, store: Store) -> list[Agent[Any]]:
     agents = [value] if isinstance(value, Agent) else list(value) if isinstance(value, list | tuple) else None
     if not agents or not all(isinstance(a, Agent) for a in agents):
         raise _AppError(f"--app {spec} must give a bide.Agent or a list of them, got {type(value).__name__}")
-    return agents
+    if built or all(a.store is store for a in agents):
+        return agents, store  # (a builder's agents on another store are refused by the Worker)
+    # Agents made when their module was imported opened their own store object, before the worker's.
+    own = agents[0].store
+    if all(a.store is own for a in agents) and _same_tables(own, store):
+        return agents, own
+    other = next(a for a in agents if a.store is not store)
+    raise _AppError(
+        f"--app {spec}: agent {other.name!r} uses the store {_where(other.store)}, not the worker's "
+        f"{_where(store)}: pass --store and --table-prefix for the agents' store, or name a function that "
+        "builds the agents on the store it is given (--app module:build, with def build(store): ...)"
+    )
+
+
+def _where(store: Store) -> str:
+    from ._url import without_password
+
+    prefix = getattr(store, "table_prefix", None)
+    return without_password(store.url) + (f" (table prefix {prefix})" if prefix else "")
+
+
+def _same_tables(a: Store, b: Store) -> bool:
+    """Whether two store objects read and write the same tables: the same SQLite file or PostgreSQL
+    database (and user), with the same table prefix; or the same named memory space."""
+    from ._url import StoreURLError, parse_store_url
+
+    if getattr(a, "table_prefix", None) != getattr(b, "table_prefix", None):
+        return False
+    try:
+        x, y = parse_store_url(a.url), parse_store_url(b.url)
+    except StoreURLError:
+        return False
+    if x.kind != y.kind:
+        return False
+    if x.kind == "sqlite":
+        return os.path.realpath(x.path) == os.path.realpath(y.path)
+    if x.kind == "memory":
+        return bool(x.name) and x.name == y.name
+    import sqlalchemy as sa
+
+    u, v = sa.engine.make_url(x.sqlalchemy_url), sa.engine.make_url(y.sqlalchemy_url)
+    return (u.host or "", u.port or 5432, u.database, u.username) == (
+        v.host or "",
+        v.port or 5432,
+        v.database,
+        v.username,
+    )
 
 
 def _open(
@@ -182,7 +234,11 @@ def _cmd_worker(args: argparse.Namespace) -> int:
         return store
     try:
         try:
-            agents = agents_of(app[0], args.app, store)
+            agents, served = agents_of(app[0], args.app, store)
+            if served is not store:  # the app's own store object, on the same tables: the worker uses it
+                with contextlib.suppress(StoreError):  # it was only opened, to check the URL
+                    store.close()
+                store = served
             # No grace: a stopping worker waits for its drives (a second signal cancels them).
             worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll, grace=None)
         except (_AppError, ConfigError) as exc:
