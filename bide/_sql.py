@@ -130,6 +130,12 @@ _entry_seq = operator.attrgetter("seq")
 
 
 _LEASE_OPS = frozenset({"lease", "release"})
+# A PostgreSQL batch writing more record bytes than this goes without the pipeline. In pipeline mode
+# psycopg 3.3 can wait forever on a statement carrying several MB (seen from 6 MB of bytea[]: the client
+# waiting in Pipeline.sync, the server session 'active', nothing left in either socket queue), and no
+# timeout ends that wait; sent plainly, the same statement takes its time and returns. Beside sending that
+# much, the plain path's two extra round trips cost nothing.
+_PIPELINE_MAX_BYTES = 1 << 20
 
 
 @dataclass(slots=True)
@@ -1064,14 +1070,18 @@ class SQLStore:
         when it is not 0)."""
         writes = False
         leases = False
+        payload = 0
         for r in batch:
             if r.op == "insert":
                 writes = True
+                if self.dialect != "sqlite":
+                    payload += sum(len(data) for _, data in r.args[0])
             elif r.op in _LEASE_OPS:
                 leases = True
         # Lease-only transactions need not be synced (see the module docstring).
         lazy = leases and not writes
-        if self.dialect != "sqlite" and not (writes and hooks and self._hooks.hooks):
+        pipelined = payload <= _PIPELINE_MAX_BYTES and not (writes and hooks and self._hooks.hooks)
+        if self.dialect != "sqlite" and pipelined:
             return self._pipelined(batch, raw, lazy=lazy, writes=writes, lock_timeout_ms=lock_timeout_ms)
         toggle = lazy and self.dialect == "sqlite"
         # SQLite: the driver's own cursor (the pool's wrapper adds a Python call per transaction).
