@@ -10,6 +10,7 @@ from ._errors import ConfigError, ModelError
 from ._http import (
     STREAM_TIMEOUT,
     HTTPModel,
+    StreamText,
     absent_arguments,
     cut_off,
     error_message,
@@ -176,7 +177,7 @@ class AnthropicModel(HTTPModel):
             async for event, data in sse_events(response, self.name, clock):
                 payload = json_event(self.name, data)
                 if not isinstance(payload, dict):
-                    continue
+                    raise malformed(self.name, f"a stream event that is not a JSON object: {data!r:.200}")
                 kind = payload.get("type", event)
                 if isinstance(kind, str) and kind in _ADDING:
                     clock.progress()
@@ -190,14 +191,24 @@ class AnthropicModel(HTTPModel):
                     if index in blocks:
                         # A block started again would lose what the first start received.
                         raise malformed(self.name, f"a second content_block_start for block {index}")
-                    block = _Block(self.name, index, json_object(payload.get("content_block")))
+                    start = payload.get("content_block")
+                    if not isinstance(start, dict):
+                        # Skipped, its pieces would be refused or lost, and a tool call with them.
+                        raise malformed(
+                            self.name, f"a content_block_start without a block object: {start!r:.200}"
+                        )
+                    block = _Block(self.name, index, start)
                     if block.type == "tool_use":
                         tools += 1
                         if tools > MAX_TOOL_CALLS:
                             raise too_many_calls(self.name)
                     blocks[index] = block
                 elif kind == "content_block_delta":
-                    delta = json_object(payload.get("delta"))
+                    delta = payload.get("delta")
+                    if not isinstance(delta, dict):
+                        raise malformed(
+                            self.name, f"a content_block_delta without a delta object: {delta!r:.200}"
+                        )
                     if any(value for key, value in delta.items() if key != "type"):
                         clock.progress()  # not an empty piece
                     piece = _add_delta(self.name, blocks, payload, delta)
@@ -236,7 +247,7 @@ class AnthropicModel(HTTPModel):
         calls: list[ToolCall] = []
         for block in ordered:
             if block.type == "text":
-                text.extend(block.text)
+                text.append(block.text.text())
             elif block.type == "tool_use":
                 tool = str(block.name or "")
                 arguments = block.arguments()
@@ -269,8 +280,10 @@ class _Block:
         self.id = start.get("id")
         self.name = start.get("name")
         first_text = start.get("text")
-        self.text: list[str] = [first_text if isinstance(first_text, str) else ""]
-        self.json: list[str] = []
+        self.text = StreamText(model, f"block {index}'s text")
+        if isinstance(first_text, str):
+            self.text.add(first_text)
+        self.json = StreamText(model, f"block {index}'s input_json")
         given = start.get("input", {})
         if self.type == "tool_use" and not isinstance(given, dict):
             raise malformed(model, f"a tool_use block whose input is not an object: {given!r:.200}")
@@ -287,9 +300,9 @@ class _Block:
             raise malformed(
                 self._model, f"a tool_use block (block {self.index}) without its content_block_stop"
             )
-        raw = "".join(self.json)
+        raw = self.json.text()
         if not raw.strip():
-            if self.json:
+            if self.json.came:
                 # Empty input_json pieces are how the API streams an input of {}: the model sent {}.
                 return self.input
             # No piece at all: the start's empty input is only the API's placeholder for the pieces, which
@@ -325,12 +338,19 @@ def _add_delta(
         if block.type != "text":
             raise malformed(model, f"a text delta for block {index}, a {block.type!s:.50} block")
         assert isinstance(piece, str)
-        block.text.append(piece)
-        return piece
-    if kind == "input_json_delta" and isinstance(delta.get("partial_json"), str):
+        shown = block.text.add(piece)
+        return shown if shown or not piece else None  # None: half a surrogate pair, held for the next
+    if kind == "input_json_delta":
+        partial = delta.get("partial_json")
+        if not isinstance(partial, str):
+            # Skipped, it could leave the other pieces valid JSON without an argument the model sent: the
+            # tool would run on its default for it.
+            raise malformed(
+                model, f"an input_json delta whose partial_json is not a string: {partial!r:.200}"
+            )
         if block.type == "text":
             raise malformed(model, f"an input_json delta for block {index}, a text block")
-        block.json.append(delta["partial_json"])
+        block.json.add(partial)
     return None
 
 
@@ -366,7 +386,8 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
     calls: list[ToolCall] = []
     for block in data["content"]:
         if not isinstance(block, dict):
-            continue
+            # Not the API's shape: skipping it would journal an answer the model did not give.
+            raise malformed(name, f"a content block that is not an object: {block!r:.200}")
         if len(calls) >= MAX_TOOL_CALLS and block.get("type") == "tool_use":
             raise too_many_calls(name)
         if block.get("type") == "text":

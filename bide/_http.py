@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import email.utils
 import json
+import math
 import os
 import re
 import time
@@ -26,6 +28,7 @@ from ._errors import ConfigError, ModelError
 from ._messages import MAX_TOOL_CALLS, ToolSpec
 from ._retry import RetryPolicy
 from ._telemetry import LOGGER
+from ._when import MAX_SECONDS, seconds
 
 if TYPE_CHECKING:
     import httpx
@@ -37,6 +40,7 @@ __all__ = [
     "TRANSIENT",
     "HTTPModel",
     "StreamClock",
+    "StreamText",
     "parse_retry_after",
 ]
 
@@ -49,25 +53,35 @@ STREAM_TIMEOUT = 600.0
 
 
 def parse_retry_after(headers: httpx.Headers, now: Callable[[], float] = time.time) -> float | None:
-    """Seconds a server asked to wait: `retry-after-ms`, else `Retry-After` as seconds or an HTTP date."""
+    """Seconds a server asked to wait: `retry-after-ms`, else `Retry-After` as seconds or an HTTP date.
+    None (the policy's own wait) for a value that is missing, unreadable or no finite number of seconds."""
     ms = headers.get("retry-after-ms")
     if ms is not None:
-        try:
-            return max(0.0, float(ms) / 1000)
-        except ValueError:
-            pass
+        with contextlib.suppress(ValueError):
+            hint = _wait(float(ms) / 1000)
+            if hint is not None:
+                return hint
     value = headers.get("retry-after")
     if value is None:
         return None
     try:
-        return max(0.0, float(value))
+        return _wait(float(value))
     except ValueError:
         pass
     try:
         when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        if when.tzinfo is None:
+            # "-0000" (no zone said) reads as naive; an HTTP date is in GMT, never the local zone.
+            when = when.replace(tzinfo=datetime.UTC)
+        return _wait(when.timestamp() - now())
+    except (TypeError, ValueError, IndexError, OverflowError, OSError):
+        # A date no datetime holds (year 99999999999999999999): not a wait anyone can keep.
         return None
-    return max(0.0, when.timestamp() - now())
+
+
+def _wait(seconds: float) -> float | None:
+    """A server's wait as seconds from 0 (None for NaN or infinity, which say nothing)."""
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
 def read_json(text: str | bytes) -> Any:
@@ -94,17 +108,29 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def error_message(text: str) -> str:
-    """The human part of an error body (`{"error": {"message": ...}}` in both APIs), else the text."""
+    """The human part of an error body (`{"error": {"message": ...}}` in both APIs), else the text; a lone
+    surrogate in it (JSON may escape one) is written as its escape, so the error can be printed and logged."""
     try:
         data = read_json(text)
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return str(err["message"])
+            return printable(err["message"])
         if isinstance(err, str):
-            return err
+            return printable(err)
     except ValueError:
         pass
-    return text or "(empty body)"
+    return printable(text) or "(empty body)"
+
+
+def printable(text: str) -> str:
+    """`text` with each lone surrogate written as its backslash escape (text that UTF-8 can encode)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
 
 
 class TransientStatus(ModelError):
@@ -170,7 +196,15 @@ class HTTPModel:
         self.base_url = (base_url or os.environ.get(f"{self._env}_BASE_URL") or self._default_url).rstrip("/")
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
-        self.timeout = timeout
+        try:
+            self.timeout = seconds("timeout", timeout, zero=False)
+        except ConfigError:
+            # Unchecked, NaN failed at the first request, and None or infinity let a request hang forever.
+            raise ConfigError(
+                f"{type(self).__name__} needs timeout, a positive number of seconds (at most "
+                f"{MAX_SECONDS:,}) that bounds each try of a request and each wait in a stream (default 60), "
+                f"not {timeout!r}"
+            ) from None
         if not (
             isinstance(stream_timeout, (int, float))
             and not isinstance(stream_timeout, bool)
@@ -366,10 +400,11 @@ class HTTPModel:
 
 
 class StreamClock:
-    """The bounds of one streamed answer, counted while bide waits for the server (not while the caller
-    handles a piece): a wait for a piece that adds to the answer is cut off after `idle` seconds, however
-    many keep-alive comments, pings or empty pieces came meanwhile (`progress` marks one that adds), and the
-    waits of the whole stream together after `total` seconds. Either raises `RequestTimeout`."""
+    """The bounds of one streamed answer, counted while bide waits for the server or reads what it sent (not
+    while the caller handles a piece): a wait for a piece that adds to the answer is cut off after `idle`
+    seconds, however many keep-alive comments, pings or empty pieces came meanwhile (`progress` marks one
+    that adds), and the waits of the whole stream together after `total` seconds. Either raises
+    `RequestTimeout`."""
 
     def __init__(self, name: str, *, idle: float, total: float) -> None:
         self.name = name
@@ -391,21 +426,32 @@ class StreamClock:
             async with asyncio.timeout(max(0.0, min(idle_left, total_left))):
                 return await anext(chunks, None)
         except TimeoutError:
-            if total_left <= idle_left:
-                raise RequestTimeout(
-                    f"model {self.name!r}: the stream did not end within the model's stream_timeout of "
-                    f"{self.total:g}s; nothing was journaled, run again to retry (raise stream_timeout "
-                    "for longer answers)"
-                ) from None
-            raise RequestTimeout(
-                f"model {self.name!r}: the stream sent nothing that adds to the answer for {self.idle:g}s "
-                "(the model's timeout; keep-alive comments, pings and empty pieces do not count); nothing "
-                "was journaled, run again to retry"
-            ) from None
+            raise self._expired(total_left <= idle_left) from None
         finally:
             spent = loop.time() - started
             self.quiet += spent
             self.waited += spent
+
+    def spend(self, seconds: float) -> None:
+        """`seconds` went on reading what the server sent (a flood of keep-alive lines, say): they count as
+        waited, and past either bound raise `RequestTimeout`."""
+        self.quiet += seconds
+        self.waited += seconds
+        if self.waited >= self.total or self.quiet >= self.idle:
+            raise self._expired(self.total - self.waited <= self.idle - self.quiet)
+
+    def _expired(self, total: bool) -> RequestTimeout:
+        if total:
+            return RequestTimeout(
+                f"model {self.name!r}: the stream did not end within the model's stream_timeout of "
+                f"{self.total:g}s; nothing was journaled, run again to retry (raise stream_timeout "
+                "for longer answers)"
+            )
+        return RequestTimeout(
+            f"model {self.name!r}: the stream sent nothing that adds to the answer for {self.idle:g}s "
+            "(the model's timeout; keep-alive comments, pings and empty pieces do not count); nothing "
+            "was journaled, run again to retry"
+        )
 
 
 async def _read_capped(response: httpx.Response, name: str) -> bytes:
@@ -545,40 +591,72 @@ async def _body(
         inflater.end()
 
 
-_LINE_END = re.compile(rb"\r\n|\r|\n")
+# A run of line ends: its first ends a line, and any more make blank lines, of which one does what many do.
+_LINE_ENDS = re.compile(rb"[\r\n]+")
 # The UTF-8 byte-order mark: one opening a body is not part of its text (the SSE standard says so of streams).
 _BOM = b"\xef\xbb\xbf"
 
 
-async def _lines(response: httpx.Response, name: str, clock: StreamClock) -> AsyncGenerator[str, None]:
-    """The lines of an event stream (ended by CRLF, LF or CR), decoded as UTF-8 (bytes that are not
-    UTF-8 raise ModelError, as they do in a whole answer), a byte-order mark opening the stream dropped.
-    Bytes are counted as they arrive, so a stream past `MAX_RESPONSE_BYTES` is refused even if it never
-    ends a line (httpx's own line reader would hold such a line whole); each wait is within the `clock`'s
-    bounds."""
-    line: list[bytes] = []  # the pieces of the line not ended yet
-    after_cr = False  # the last chunk ended with CR: a LF opening the next one belongs to it
-    opening: bytes | None = b""  # the stream's first bytes, until they show whether a BOM opens it
-    async with contextlib.aclosing(_body(response, name, clock)) as chunks:
-        async for chunk in chunks:
-            if opening is not None:
-                # One leading BOM is dropped, even split across chunks; a second one is text.
-                opening += chunk
-                if len(opening) < len(_BOM) and _BOM.startswith(opening):
-                    continue
-                chunk, opening = opening.removeprefix(_BOM), None
-            if after_cr and chunk.startswith(b"\n"):
-                chunk = chunk[1:]
-            start = 0
-            for end in _LINE_END.finditer(chunk):
-                line.append(chunk[start : end.start()])
-                yield _utf8(name, b"".join(line))
-                line = []
-                start = end.end()
-            if start < len(chunk):
-                line.append(chunk[start:])
-            after_cr = chunk.endswith(b"\r")
-    # A last line without its end is incomplete: dropped, like an event without its blank line.
+class _EventReader:
+    """The server-sent events in the chunks of a body: its lines (ended by CRLF, LF or CR, decoded as UTF-8;
+    bytes that are not UTF-8 raise ModelError, as they do in a whole answer, and one byte-order mark opening
+    the stream is dropped) put together into (event, data) pairs."""
+
+    __slots__ = ("_after_cr", "_data", "_event", "_line", "_name", "_opening")
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._line: list[bytes] = []  # the pieces of the line not ended yet
+        self._after_cr = False  # the last chunk ended with CR: a LF opening the next one belongs to it
+        self._opening: bytes | None = b""  # the first bytes, until they show whether a BOM opens the stream
+        self._event = ""
+        self._data: list[str] = []
+
+    def feed(self, chunk: bytes) -> list[tuple[str, str]]:
+        """The events `chunk` completes."""
+        if self._opening is not None:
+            # One leading BOM is dropped, even split across chunks; a second one is text.
+            opening = self._opening + chunk
+            if len(opening) < len(_BOM) and _BOM.startswith(opening):
+                self._opening = opening
+                return []
+            chunk, self._opening = opening.removeprefix(_BOM), None
+        if self._after_cr and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
+        out: list[tuple[str, str]] = []
+        if b"\n" not in chunk and b"\r" not in chunk:  # a piece of a long line: no need to search it
+            self._line.append(chunk)
+            self._after_cr = False
+            return out
+        start = 0
+        for end in _LINE_ENDS.finditer(chunk):
+            self._line.append(chunk[start : end.start()])
+            self._take(b"".join(self._line), out)
+            self._line = []
+            start = end.end()
+            if start - end.start() > 1 and chunk[end.start() : start] != b"\r\n":
+                self._take(b"", out)  # more than one line end (any run but CRLF): a blank line
+        if start < len(chunk):
+            self._line.append(chunk[start:])
+        self._after_cr = chunk.endswith(b"\r")
+        return out
+
+    def _take(self, line: bytes, out: list[tuple[str, str]]) -> None:
+        if not line:
+            if self._data:
+                out.append((self._event, "\n".join(self._data)))
+                self._data = []
+            self._event = ""
+            return
+        text = _utf8(self._name, line)
+        if text.startswith(":"):
+            return
+        field, _, value = text.partition(":")
+        value = value.removeprefix(" ")
+        if field == "event":
+            self._event = value
+        elif field == "data":
+            self._data.append(value)
 
 
 def _utf8(name: str, line: bytes) -> str:
@@ -596,29 +674,27 @@ async def sse_events(
     response: httpx.Response, name: str, clock: StreamClock
 ) -> AsyncGenerator[tuple[str, str], None]:
     """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none), read
-    within the `clock`'s bounds. A connection that breaks mid-stream raises ModelError: nothing of the turn
-    is journaled, run again."""
+    within the `clock`'s bounds (the time spent reading the lines counts too, so a flood of keep-alive
+    lines is cut off like a silence). Bytes are counted as they arrive, so a stream past
+    `MAX_RESPONSE_BYTES` is refused even if it never ends a line. A connection that breaks mid-stream
+    raises ModelError: nothing of the turn is journaled, run again."""
     import httpx
 
-    event = ""
-    data: list[str] = []
+    reader = _EventReader(name)
+    loop = asyncio.get_running_loop()
     try:
-        async with contextlib.aclosing(_lines(response, name, clock)) as lines:
-            async for line in lines:
-                if not line:
-                    if data:
-                        yield event, "\n".join(data)
-                    event, data = "", []
-                    continue
-                if line.startswith(":"):
-                    continue
-                field, _, value = line.partition(":")
-                value = value.removeprefix(" ")
-                if field == "event":
-                    event = value
-                elif field == "data":
-                    data.append(value)
-        # An event not ended by a blank line is incomplete: dropped (the caller sees its stream had no end).
+        async with contextlib.aclosing(_body(response, name, clock)) as chunks:
+            async for chunk in chunks:
+                started = loop.time()
+                events = reader.feed(chunk)
+                clock.spend(loop.time() - started)
+                for event in events:
+                    yield event
+                # A chunk may inflate to many more, read without waiting on the network: the event loop
+                # gets its turn between them.
+                await asyncio.sleep(0)
+        # A last line without its end, or an event not ended by a blank line, is incomplete: dropped (the
+        # caller sees its stream had no end).
     except httpx.TransportError as exc:
         raise ModelError(
             f"model {name!r}: the stream broke off ({type(exc).__name__}: {exc}); nothing was journaled, run "
@@ -626,15 +702,55 @@ async def sse_events(
         ) from exc
 
 
+# A UTF-16 surrogate: in text only as half of a pair a proxy split (see `StreamText`), or as a lone one.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+class StreamText:
+    """Text streamed in pieces. A proxy that slices strings by UTF-16 code unit may split a character past
+    U+FFFF into its two surrogates, each in a piece of its own: joined, they are the character again. A
+    surrogate without its other half raises ModelError (no journal can hold it)."""
+
+    __slots__ = ("_held", "_name", "_pieces", "_what", "came")
+
+    def __init__(self, name: str, what: str) -> None:
+        self._name = name
+        self._what = what
+        self._pieces: list[str] = []
+        self._held = ""  # a high surrogate that ended the last piece, waiting for its low half
+        self.came = False  # whether any piece came (an empty one too)
+
+    def add(self, piece: str) -> str:
+        """Add `piece`; returns the text it completes (a high surrogate ending it waits for the next)."""
+        self.came = True
+        if self._held:
+            piece, self._held = self._held + piece, ""
+        if not piece.isascii():  # ASCII, most text, holds no surrogate: nothing more to look at
+            if "\ud800" <= piece[-1] <= "\udbff":
+                piece, self._held = piece[:-1], piece[-1]
+            if _SURROGATE.search(piece):
+                piece = piece.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "surrogatepass")
+                lone = _SURROGATE.search(piece)
+                if lone:
+                    raise self._lone(lone.group())
+        if piece:
+            self._pieces.append(piece)
+        return piece
+
+    def text(self) -> str:
+        """All the text; a high surrogate that no piece completed raises ModelError."""
+        if self._held:
+            raise self._lone(self._held)
+        return "".join(self._pieces)
+
+    def _lone(self, surrogate: str) -> ModelError:
+        return malformed(self._name, f"{self._what} with a lone UTF-16 surrogate ({surrogate!r})")
+
+
 def json_object(value: Any) -> dict[str, Any]:
     """`value` if the server sent a JSON object there, else an empty one: an optional part of an answer in
     another shape reads as absent (what the turn needs is checked by the caller)."""
     return value if isinstance(value, dict) else {}
-
-
-def json_list(value: Any) -> list[Any]:
-    """`value` if the server sent a JSON array there, else an empty one (see `json_object`)."""
-    return value if isinstance(value, list) else []
 
 
 def json_index(name: str, value: Any, default: int) -> int:

@@ -10,13 +10,13 @@ from ._errors import ModelError
 from ._http import (
     STREAM_TIMEOUT,
     HTTPModel,
+    StreamText,
     absent_arguments,
     cut_off,
     json_event,
     json_index,
-    json_list,
-    json_object,
     malformed,
+    printable,
     read_json,
     sse_events,
     too_many_calls,
@@ -160,7 +160,7 @@ class OpenAIModel(HTTPModel):
         body["stream_options"] = {"include_usage": True}
         response = await self._open_stream(body)
         clock = self._stream_clock()
-        text: list[str] = []
+        text = StreamText(self.name, "text")
         calls: dict[int, dict[str, Any]] = {}
         usage: Usage | None = None
         finish = ""
@@ -172,7 +172,7 @@ class OpenAIModel(HTTPModel):
                     break
                 chunk = json_event(self.name, data)
                 if not isinstance(chunk, dict):
-                    continue
+                    raise malformed(self.name, f"a stream event that is not a JSON object: {data!r:.200}")
                 if isinstance(chunk.get("error"), (dict, str)):
                     raise ModelError(
                         f"model {self.name!r} failed mid-stream: {_error_text(chunk['error'])}; nothing was "
@@ -181,13 +181,19 @@ class OpenAIModel(HTTPModel):
                 if isinstance(chunk.get("usage"), dict):
                     usage = _usage(chunk["usage"])
                     clock.progress()
-                for choice in json_list(chunk.get("choices")):
+                # What is not of the API's shape is refused, not skipped: skipping a piece would journal a
+                # turn without it (an empty final answer ends the run for good).
+                for choice in _listed(self.name, chunk, "choices"):
                     if not isinstance(choice, dict):
-                        continue
+                        raise malformed(self.name, f"a stream choice that is not an object: {choice!r:.200}")
                     if json_index(self.name, choice.get("index"), 0) != 0:
                         # bide asks for one choice: pieces of another would be spliced into this one's calls.
                         raise malformed(self.name, f"a piece of a second choice (index {choice['index']})")
-                    delta = json_object(choice.get("delta"))
+                    delta = choice.get("delta")
+                    if delta is None:
+                        delta = {}  # a finish without a delta
+                    elif not isinstance(delta, dict):
+                        raise malformed(self.name, f"a stream delta that is not an object: {delta!r:.200}")
                     if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
                         finish = choice["finish_reason"]
                         clock.progress()
@@ -197,16 +203,18 @@ class OpenAIModel(HTTPModel):
                     if piece is not None and not isinstance(piece, str):
                         raise malformed(self.name, f"a delta whose content is not a string: {piece!r:.200}")
                     if piece:
-                        text.append(piece)
-                        yield TextDelta(text=piece)
-                    for piece_of_call in json_list(delta.get("tool_calls")):
+                        shown = text.add(piece)
+                        if shown:
+                            yield TextDelta(text=shown)
+                    for piece_of_call in _listed(self.name, delta, "tool_calls"):
                         raw, fn = _call_parts(self.name, piece_of_call)
                         index = json_index(self.name, raw.get("index"), len(calls))
                         slot = calls.get(index)
                         if slot is None:
                             if len(calls) >= MAX_TOOL_CALLS:
                                 raise too_many_calls(self.name)
-                            slot = calls[index] = {"args": []}
+                            args = StreamText(self.name, f"tool call {index}'s arguments")
+                            slot = calls[index] = {"args": args}
                         _add_piece(self.name, index, slot, raw, fn)
         finally:
             await response.aclose()
@@ -220,12 +228,12 @@ class OpenAIModel(HTTPModel):
             ToolCall(
                 id=slot.get("id") or f"call_{i}",
                 name=slot.get("name", ""),
-                arguments=_arguments("".join(slot["args"]), request.tools, slot.get("name", "")),
+                arguments=_arguments(slot["args"].text(), request.tools, slot.get("name", "")),
             )
             for i, slot in sorted(calls.items())
         ]
         yield AssistantMessage(
-            content="".join(text), tool_calls=tool_calls, usage=usage, finish_reason=finish
+            content=text.text(), tool_calls=tool_calls, usage=usage, finish_reason=finish
         )
 
 
@@ -244,14 +252,32 @@ def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any],
                     f"pieces of tool call {index} with the {key}s {slot[key]!r:.100} and {value!r:.100} "
                     "(two calls spliced into one)",
                 )
-    if isinstance(fn.get("arguments"), str):
-        slot["args"].append(fn["arguments"])
+    piece = fn.get("arguments")
+    if piece is not None and not isinstance(piece, str):
+        # Skipped, it could leave the other pieces valid JSON without an argument the model sent: the tool
+        # would run on its default for it.
+        raise malformed(
+            name, f"a piece of tool call {index}'s arguments that is not a string: {piece!r:.200}"
+        )
+    if piece:
+        slot["args"].add(piece)
 
 
 def _error_text(err: Any) -> str:
     if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return str(err["message"])
-    return str(err)
+        return printable(err["message"])
+    return printable(str(err))
+
+
+def _listed(name: str, parent: dict[str, Any], key: str) -> list[Any]:
+    """`parent[key]`, a list the API may leave out or send as null (then empty); anything else is not of
+    the API's shape: ModelError."""
+    value = parent.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise malformed(name, f"a stream {key} that is not a list: {value!r:.200}")
+    return value
 
 
 def _usage(raw: Any) -> Usage | None:
