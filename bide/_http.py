@@ -84,10 +84,25 @@ def _wait(seconds: float) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
+# The most JSON objects and arrays one text may open. The byte cap does not bound what decoding costs: under
+# it, `[{},{},...]` (32 KiB of gzip) is 11 million dicts, about 830 MB. No model's answer comes near this;
+# a brace or bracket inside a string counts too, which only matters to texts made of them.
+MAX_JSON_CONTAINERS = 250_000
+
+
 def read_json(text: str | bytes) -> Any:
-    """`json.loads(text)`; a text nested too deeply for Python's parser, or an object with a key twice,
-    raises the ValueError any other unreadable text raises (not a RecursionError), so one `except
-    ValueError` covers every bad answer."""
+    """`json.loads(text)`; a text nested too deeply for Python's parser, an object with a key twice, or a
+    text opening more than `MAX_JSON_CONTAINERS` objects and arrays raises the ValueError any other
+    unreadable text raises (not a RecursionError, nor gigabytes of memory), so one `except ValueError`
+    covers every bad answer."""
+    opened = (
+        text.count(b"{") + text.count(b"[") if isinstance(text, bytes) else text.count("{") + text.count("[")
+    )
+    if opened > MAX_JSON_CONTAINERS:
+        raise ValueError(
+            f"JSON opening {opened:,} objects and arrays, more than the {MAX_JSON_CONTAINERS:,} an answer "
+            "may hold (decoded, they would take far more memory than its bytes)"
+        )
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)
     except RecursionError:

@@ -589,3 +589,58 @@ def test_a_flood_of_blank_lines_is_read_without_stalling_the_loop(raw_server: St
     assert result.content == "hi"
     assert took < 10
     assert stall < 5
+
+
+# -- an answer that decodes into far more than its bytes -----------------------------------------------------
+
+_JUNK = [{}] * 300_000  # 600 KB of JSON; decoded, each {} is a dict of its own
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_an_answer_opening_more_json_objects_than_any_answer_holds_is_refused(
+    serve: Serve, kind: str, stream: bool
+) -> None:
+    """The byte cap did not bound what decoding costs: `{"junk": [{}, {}, ...]}` under 32 MiB (32 KiB of
+    gzip) decoded into 11 million dicts, about 830 MB, and the answer was taken. A text opening more than
+    MAX_JSON_CONTAINERS objects and arrays is refused before it is decoded."""
+    if kind == "openai":
+        good = openai_stream(["hello"]) if stream else openai_completion("hello")
+    else:
+        good = anthropic_stream(["hello"]) if stream else anthropic_message("hello")
+    if stream:
+        assert good.events is not None
+        event, data = good.events[0]
+        bloated = Reply(events=[(event, json.dumps(json.loads(data) | {"junk": _JUNK})), *good.events[1:]])
+    else:
+        bloated = Reply(body=good.body | {"junk": _JUNK})
+    server = serve(lambda request: bloated)
+    with pytest.raises(bide.ModelError, match=r"opening 300,0\d\d objects and arrays, more than the 250,000"):
+        _turn(_model(kind, server.url), stream)
+
+
+def test_a_call_whose_arguments_open_too_many_json_objects_never_runs(serve: Serve) -> None:
+    """Arguments are text inside the answer: their objects count toward the answer's (the turn is a
+    ModelError, nothing journaled, the tool not run), and the run goes on once the model answers sanely."""
+    fired: list[int] = []
+
+    @bide.tool()
+    def take(items: list[dict[str, Any]]) -> str:
+        """Take items."""
+        fired.append(len(items))
+        return "taken"
+
+    answers = iter(
+        [
+            openai_completion(calls=[("call_1", "take", {"items": _JUNK})]),
+            openai_completion(calls=[("call_1", "take", {"items": [{}, {}]})]),
+            openai_completion("taken two"),
+        ]
+    )
+    server = serve(lambda request: next(answers))
+    agent = bide.Agent(_model("openai", server.url), store=bide.open_store("memory://"), tools=[take])
+    with pytest.raises(bide.ModelError, match="objects and arrays"):
+        agent.run_sync("r", "take them")
+    assert fired == [] and bide.run_status(agent.store, "r").status == "not_started"
+    assert agent.run_sync("r", "take them").answer == "taken two"
+    assert fired == [2]
