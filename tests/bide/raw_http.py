@@ -1,6 +1,6 @@
 """What the hostile-model tests share: a loopback HTTP server that reads each request and hands the
 connection to a function that answers it however badly the test wants (the `raw_server` fixture in
-conftest.py), and `one_turn`, a model asked once, whole or streamed."""
+conftest.py), `one_turn`, a model asked once, whole or streamed, and `tool_results_sent`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable, Sequence
 
 import bide
+from bide.testing import Received
 
 
 class RawServer:
@@ -74,3 +75,13 @@ async def one_turn(
         last = piece
     assert isinstance(last, bide.AssistantMessage)
     return last
+
+
+def tool_results_sent(request: Received) -> bool:
+    """Whether a request to a model carries a tool result (the run is past its call), in either API."""
+    for m in request.body.get("messages", []):
+        if m.get("role") == "tool":
+            return True
+        if isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"]):
+            return True
+    return False

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
-from raw_http import StartServer, hi, one_turn
+from raw_http import StartServer, hi, one_turn, tool_results_sent
 
 import bide
 from bide.testing import Call as ScriptedCall
@@ -167,25 +167,15 @@ class _Fired:
         self.tool = fire
 
 
-def _tool_results_sent(request: Received) -> bool:
-    """Whether the request carries a tool result (the run is past its call)."""
-    for m in request.body.get("messages", []):
-        if m.get("role") == "tool":
-            return True
-        if isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"]):
-            return True
-    return False
-
-
 def _good(kind: str, request: Received) -> Reply:
     """A model that behaves: it calls fire(n=3) once, then answers "done"."""
     stream = bool(request.body.get("stream"))
     if kind == "openai":
-        if _tool_results_sent(request):
+        if tool_results_sent(request):
             return openai_stream(["done"]) if stream else openai_completion("done")
         calls = [("g1", "fire", {"n": 3})]
         return openai_stream(calls=calls) if stream else openai_completion(calls=calls)
-    if _tool_results_sent(request):
+    if tool_results_sent(request):
         return anthropic_stream(["done"]) if stream else anthropic_message("done")
     calls = [("g1", "fire", {"n": 3})]
     return anthropic_stream(calls=calls) if stream else anthropic_message(calls=calls)
@@ -804,7 +794,7 @@ def test_arguments_that_name_a_key_twice_are_invalid_arguments(
     agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool])
     assert _drive(agent, "run", stream).answer == "done"  # the model was told, then answered
     assert fired.calls == []
-    [told] = [r for r in server.requests if _tool_results_sent(r)]
+    [told] = [r for r in server.requests if tool_results_sent(r)]
     assert "arguments must be a JSON object" in json.dumps(told.body)
 
 
@@ -897,7 +887,7 @@ def test_a_call_without_arguments_does_not_run_a_tool_on_its_defaults(
     agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool, ping])
     assert _drive(agent, "run", stream).answer == "done"  # the model was told, then answered
     assert fired.calls == [] and pings == []
-    [told] = [r for r in server.requests if _tool_results_sent(r)]
+    [told] = [r for r in server.requests if tool_results_sent(r)]
     assert "arguments must be a JSON object, got ''" in json.dumps(told.body)
 
 
@@ -912,7 +902,7 @@ def test_a_call_without_arguments_runs_a_tool_that_takes_none(
     agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool, ping])
     assert _drive(agent, "run", stream).answer == "done"
     assert pings == ["ping"] and fired.calls == []
-    [sent] = [r for r in server.requests if _tool_results_sent(r)]
+    [sent] = [r for r in server.requests if tool_results_sent(r)]
     assert "pong" in json.dumps(sent.body) and "arguments must be" not in json.dumps(sent.body)
 
 

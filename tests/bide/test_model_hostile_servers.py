@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from raw_http import StartServer, hi, one_turn
+from raw_http import StartServer, hi, one_turn, tool_results_sent
 
 import bide
 from bide._http import parse_retry_after
@@ -138,24 +138,15 @@ class _Payments:
         self.tool = pay
 
 
-def _results_sent(request: Received) -> bool:
-    for m in request.body.get("messages", []):
-        if m.get("role") == "tool":
-            return True
-        if isinstance(m.get("content"), list) and any(b.get("type") == "tool_result" for b in m["content"]):
-            return True
-    return False
-
-
 def _good(kind: str, request: Received) -> Reply:
     """A model that behaves: it pays alice 5000 once, then answers "done"."""
     stream = bool(request.body.get("stream"))
     calls = [("g1", "pay", {"to": "alice", "amount": 5000})]
     if kind == "openai":
-        if _results_sent(request):
+        if tool_results_sent(request):
             return openai_stream(["done"]) if stream else openai_completion("done")
         return openai_stream(calls=calls) if stream else openai_completion(calls=calls)
-    if _results_sent(request):
+    if tool_results_sent(request):
         return anthropic_stream(["done"]) if stream else anthropic_message("done")
     return anthropic_stream(calls=calls) if stream else anthropic_message(calls=calls)
 
