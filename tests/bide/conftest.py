@@ -1,5 +1,5 @@
-"""Fixtures for the bide runtime tests: one `store_url` per store kind (memory, SQLite, PostgreSQL), and
-`raw_server` for the hostile-model tests."""
+"""Fixtures for the bide runtime tests: one `store_url` per store kind (memory, SQLite, PostgreSQL),
+`serve` (a `LoopbackServer` answering as the test says) and `raw_server` for the hostile-model tests."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from raw_http import RawServer, StartServer
 
 import bide
+from bide.testing import LoopbackServer, Received, Reply
 
 PG_URL = os.environ.get("BIDE_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
@@ -65,6 +66,23 @@ def raw_server() -> Iterator[StartServer]:
 
     def start(answer: Callable[[socket.socket], None]) -> RawServer:
         servers.append(RawServer(answer))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+Serve = Callable[[Callable[[Received], Reply]], LoopbackServer]
+
+
+@pytest.fixture
+def serve() -> Iterator[Serve]:
+    """Start `LoopbackServer`s answering with a function of each request; closed after the test."""
+    servers: list[LoopbackServer] = []
+
+    def start(respond: Callable[[Received], Reply]) -> LoopbackServer:
+        servers.append(LoopbackServer(respond))
         return servers[-1]
 
     yield start

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from email.utils import formatdate
 from pathlib import Path
 from typing import Any
@@ -34,19 +34,6 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 
 Respond = Callable[[Received], Reply]
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Respond], LoopbackServer]]:
-    servers: list[LoopbackServer] = []
-
-    def start(respond: Respond) -> LoopbackServer:
-        servers.append(LoopbackServer(respond))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def by_turn(*replies: Reply) -> Respond:

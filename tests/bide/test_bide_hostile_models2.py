@@ -16,7 +16,7 @@ import socket
 import time
 import tracemalloc
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -37,20 +37,6 @@ from bide.testing import (
 )
 
 # -- servers -------------------------------------------------------------------------------------------------
-
-
-
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[Received], Reply]], LoopbackServer]]:
-    servers: list[LoopbackServer] = []
-
-    def start(respond: Callable[[Received], Reply]) -> LoopbackServer:
-        servers.append(LoopbackServer(respond))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
 
 
 def _answer(

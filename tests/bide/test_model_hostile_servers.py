@@ -36,19 +36,6 @@ from bide.testing import (
 KINDS = ["openai", "anthropic"]
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[[Callable[[Received], Reply]], LoopbackServer]]:
-    servers: list[LoopbackServer] = []
-
-    def start(respond: Callable[[Received], Reply]) -> LoopbackServer:
-        servers.append(LoopbackServer(respond))
-        return servers[-1]
-
-    yield start
-    for s in servers:
-        s.close()
-
-
 Serve = Callable[[Callable[[Received], Reply]], LoopbackServer]
 
 
