@@ -61,6 +61,8 @@ class LoopbackServer:
         self.respond = respond
         self.requests: list[Received] = []
         self._lock = threading.Lock()
+        self._answering = 0  # requests being answered (each in a thread of its own)
+        self._idle = threading.Condition(self._lock)
         server = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -83,7 +85,19 @@ class LoopbackServer:
                         (str(self.client_address[0]), int(self.client_address[1])),
                     )
                     server.requests.append(got)
-                reply = server.respond(got)
+                    server._answering += 1
+                try:
+                    self._send(server.respond(got))
+                except (BrokenPipeError, ConnectionResetError):
+                    # The client hung up mid-answer (it refused what it read so far): nothing more to send,
+                    # and no error of the server's (a traceback in a thread outliving its test, too).
+                    self.close_connection = True
+                finally:
+                    with server._lock:
+                        server._answering -= 1
+                        server._idle.notify_all()
+
+            def _send(self, reply: Reply) -> None:
                 if reply.events is None:
                     data = json.dumps(reply.body).encode()
                     self.send_response(reply.status)
@@ -126,8 +140,12 @@ class LoopbackServer:
         return len({r.peer for r in self.requests})
 
     def close(self) -> None:
+        """Stop serving, and wait (up to 10 s) for the answers still being sent: none goes on writing
+        into the next test."""
         self._server.shutdown()
         self._server.server_close()
+        with self._idle:
+            self._idle.wait_for(lambda: self._answering == 0, timeout=10)
 
     def __enter__(self) -> LoopbackServer:
         return self
