@@ -51,7 +51,7 @@ from typing_extensions import TypeVar
 
 from ._blocking import run_blocking
 from ._cancel import cancelled_answer
-from ._canonical import canonical_json, known_json_text, new_claim
+from ._canonical import canonical_json, known_json_text, new_claim, utf8_text
 from ._errors import (
     ApprovalPending,
     BideError,
@@ -1745,12 +1745,7 @@ def _safety(tool: Tool) -> str:
 
 def _error_text(exc: BaseException) -> str:
     """An error's message as journal text: a lone surrogate in it (a file name, say) is escaped."""
-    text = str(exc) or type(exc).__name__
-    try:
-        text.encode("utf-8")
-    except UnicodeError:
-        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return utf8_text(str(exc) or type(exc).__name__)
 
 
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:

@@ -24,7 +24,7 @@ import os
 from binascii import b2a_base64 as _b64
 from typing import Any
 
-__all__ = ["canonical_json", "digest", "json_text", "new_claim", "new_salt"]
+__all__ = ["canonical_json", "digest", "json_text", "new_claim", "new_salt", "utf8_text"]
 
 
 _ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
@@ -125,3 +125,16 @@ def new_claim() -> str:
         except IndexError:
             text = os.urandom(16 * _BATCH).hex()
             _CLAIMS.extend([text[i : i + 32] for i in range(0, len(text), 32)])
+
+
+def utf8_text(text: str) -> str:
+    """`text` with each lone surrogate written as its backslash escape: text UTF-8 (hence a journal, a
+    file or a terminal) can hold. Messages quoting what came from outside (a file name, a server's error)
+    pass through it."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text

@@ -24,6 +24,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, S
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
+from ._canonical import utf8_text
 from ._errors import ConfigError, ModelError
 from ._messages import MAX_TOOL_CALLS, ToolSpec
 from ._retry import RetryPolicy
@@ -129,23 +130,12 @@ def error_message(text: str) -> str:
         data = read_json(text)
         err = data.get("error") if isinstance(data, dict) else None
         if isinstance(err, dict) and isinstance(err.get("message"), str):
-            return printable(err["message"])
+            return utf8_text(err["message"])
         if isinstance(err, str):
-            return printable(err)
+            return utf8_text(err)
     except ValueError:
         pass
-    return printable(text) or "(empty body)"
-
-
-def printable(text: str) -> str:
-    """`text` with each lone surrogate written as its backslash escape (text that UTF-8 can encode)."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
+    return utf8_text(text) or "(empty body)"
 
 
 class TransientStatus(ModelError):

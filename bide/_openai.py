@@ -6,6 +6,7 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ._canonical import utf8_text
 from ._errors import ModelError
 from ._http import (
     STREAM_TIMEOUT,
@@ -16,7 +17,6 @@ from ._http import (
     json_event,
     json_index,
     malformed,
-    printable,
     read_json,
     sse_events,
     too_many_calls,
@@ -265,8 +265,8 @@ def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any],
 
 def _error_text(err: Any) -> str:
     if isinstance(err, dict) and isinstance(err.get("message"), str):
-        return printable(err["message"])
-    return printable(str(err))
+        return utf8_text(err["message"])
+    return utf8_text(str(err))
 
 
 def _listed(name: str, parent: dict[str, Any], key: str) -> list[Any]:
