@@ -124,7 +124,7 @@ def _where(store: Store) -> str:
 
 def _same_tables(a: Store, b: Store) -> bool:
     """Whether two store objects read and write the same tables: the same SQLite file or PostgreSQL
-    database (and user), with the same table prefix; or the same named memory space."""
+    database (and user and query options), with the same table prefix; or the same named memory space."""
     from ._url import StoreURLError, parse_store_url
 
     if getattr(a, "table_prefix", None) != getattr(b, "table_prefix", None):
@@ -141,12 +141,14 @@ def _same_tables(a: Store, b: Store) -> bool:
         return bool(x.name) and x.name == y.name
     import sqlalchemy as sa
 
+    # Query options count too: one (options=-csearch_path=..., host=/a/socket) can name other tables.
     u, v = sa.engine.make_url(x.sqlalchemy_url), sa.engine.make_url(y.sqlalchemy_url)
-    return (u.host or "", u.port or 5432, u.database, u.username) == (
+    return (u.host or "", u.port or 5432, u.database, u.username, dict(u.query)) == (
         v.host or "",
         v.port or 5432,
         v.database,
         v.username,
+        dict(v.query),
     )
 
 

@@ -104,3 +104,36 @@ def test_agents_built_at_import_on_other_tables_are_refused_with_what_to_do(
         assert bide.run_status(store, "r").status == "running"  # nothing was driven
     finally:
         store.close()
+
+
+@pytest.mark.postgres
+def test_agents_on_the_same_database_but_another_schema_are_refused(tmp_path: Path) -> None:
+    # The app's URL differs from the worker's only by a query option that points its tables elsewhere
+    # (another schema on the search path): it was taken for the same store and the worker drove the
+    # app's agents on tables in which the worker's run does not exist.
+    import sqlalchemy as sa
+    from conftest import PG_URL, drop_prefix
+
+    prefix = f"t{os.urandom(5).hex()}_"
+    schema = f"s{os.urandom(5).hex()}"
+    engine = sa.create_engine(PG_URL)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    try:
+        (tmp_path / "noter_app.py").write_text(APP)
+        crashed_run(PG_URL, prefix)
+        app_url = f"{PG_URL}{'&' if '?' in PG_URL else '?'}options=-csearch_path%3D{schema}"
+        env = dict(os.environ, APP_STORE=app_url, APP_PREFIX=prefix)
+        done = worker_once(PG_URL, prefix, "noter_app:agent", tmp_path, env)
+        assert done.returncode == 2, done.stderr
+        assert "agent 'noter' uses the store" in done.stderr and "--app module:build" in done.stderr
+        store = bide.open_store(PG_URL, table_prefix=prefix)
+        try:
+            assert bide.run_status(store, "r").status == "running"  # nothing was driven
+        finally:
+            store.close()
+    finally:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        engine.dispose()
+        drop_prefix(PG_URL, prefix)

@@ -43,7 +43,9 @@ def main() -> None:
     log = EventLog(log_url, name=log_name)
     store = bide.open_store(store_url)
     tools = [event_tool(machine, log, event) for event in machine.events]
-    model = ScriptedModel(script(int(seed), int(calls)), delay=0.01)
+    # Each turn takes 30 ms, so that the test, polling the log from a third process on a busy 2-core
+    # machine, still finds its victims mid-run (with 10 ms the whole run could pass before it looked).
+    model = ScriptedModel(script(int(seed), int(calls)), delay=0.03)
     # A restarted worker waits for the lease its killed predecessor held (1 s after its last renewal).
     agent = bide.Agent(
         model, store=store, tools=tools, name="worker", max_turns=1000, lease_ttl=1.0, lease_wait=20.0
