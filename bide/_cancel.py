@@ -19,7 +19,6 @@ from ._blocking import run_blocking
 from ._errors import RunEnded, RunNotFound
 from ._journal import Journal
 from ._records import CANCEL_KEY, END_KEY, Cancel, End
-from ._resolve import DEFAULT_CLOCK_SKEW
 from ._store import Store, aannounce
 
 __all__ = ["acancel_run", "cancel_request", "cancel_run", "cancelled_answer"]
@@ -50,7 +49,7 @@ async def acancel_run(
     stored, inserted = await journal.awrite_one(request)
     assert isinstance(stored, Cancel)
     if inserted:
-        await aannounce(store, run_id, now=clock(), clock_skew=DEFAULT_CLOCK_SKEW)
+        await aannounce(store, run_id)
     return inserted
 
 
@@ -60,8 +59,9 @@ def cancel_run(
     """Ask the run `run_id` to stop: journal a cancel request, honoured at its next turn boundary.
 
     Returns True when this call recorded the request, False when one was recorded already (the first
-    reason stands). `clock` (Unix seconds) stamps the request and the lease it takes to tell workers: give
-    the clock your agents run on. Raises `RunNotFound` for a run that does not exist and `RunEnded` for one
+    reason stands). `clock` (Unix seconds) stamps the request: give the clock your agents run on. A worker
+    that left the run waiting is told at once (the run's freed lease is taken and freed again); a driver
+    holding the lease, even an expired one, is never fenced out by it. Raises `RunNotFound` for a run that does not exist and `RunEnded` for one
     that has ended. Refused (`ConfigError`) inside a running event loop: use `await acancel_run(...)` there.
     """
     cancel = lambda: acancel_run(store, run_id, reason=reason, clock=clock)  # noqa: E731

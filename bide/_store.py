@@ -316,35 +316,34 @@ def taking_lease(now: float, ttl: float, clock_skew: float) -> tuple[int, int]:
     return int(now * 1000) - margin, int(ttl * 1000) + margin
 
 
-# How long an announcement holds the run's lease: two store calls; if its process dies between them, the
-# lease expires soon after.
-ANNOUNCE_LEASE_S = 5.0
+# An announcement takes only a lease that was freed (or never granted), never a held one, live or expired:
+# an expired holder may be a driver that is only paused, and a new token would fence it out of its own run,
+# turning a side effect it saw complete into one nobody knows the outcome of (a worker takes an expired lease
+# over anyway). So it asks "at time 0", when no held lease has expired yet, for 5 s from then: a lease left by
+# an announcer that died between its two calls has expired already, on every clock.
+_ANNOUNCE_NOW_MS, _ANNOUNCE_TTL_MS = 0, 5000
 
 
-def _announcing(now: float, clock_skew: float) -> tuple[str, int, int]:
-    now_ms, ttl_ms = taking_lease(now, ANNOUNCE_LEASE_S, clock_skew)
-    return new_claim(), now_ms, ttl_ms
-
-
-def announce(store: Store, run_id: str, *, now: float, clock_skew: float) -> None:
+def announce(store: Store, run_id: str) -> None:
     """Take the run's lease and free it at once, so that its token changes: a worker lists runs by their
     lease and reads a run it left waiting (parked for a person, asleep, at a gate) again as soon as its token
-    changes, instead of at its next recheck. A run whose lease is live is left alone (its driver sees the
-    news itself); a store that fails here only delays the worker (the news is journaled already)."""
-    holder, now_ms, ttl_ms = _announcing(now, clock_skew)
+    changes, instead of at its next recheck. A run whose lease is held, live or expired, is left alone (its
+    driver sees the news itself, or a worker takes the expired lease over); a store that fails here only
+    delays the worker (the news is journaled already)."""
+    holder = new_claim()
     try:
-        lease = store.lease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
+        lease = store.lease(run_id, holder, now_ms=_ANNOUNCE_NOW_MS, ttl_ms=_ANNOUNCE_TTL_MS)
         if lease.held:
             store.release(run_id, holder, lease.token)
     except StoreError:
         pass
 
 
-async def aannounce(store: Store, run_id: str, *, now: float, clock_skew: float) -> None:
+async def aannounce(store: Store, run_id: str) -> None:
     """Async `announce`."""
-    holder, now_ms, ttl_ms = _announcing(now, clock_skew)
+    holder = new_claim()
     try:
-        lease = await store.alease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
+        lease = await store.alease(run_id, holder, now_ms=_ANNOUNCE_NOW_MS, ttl_ms=_ANNOUNCE_TTL_MS)
         if lease.held:
             await store.arelease(run_id, holder, lease.token)
     except StoreError:

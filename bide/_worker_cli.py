@@ -36,7 +36,6 @@ import os
 import shlex
 import signal
 import sys
-import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -164,7 +163,6 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
     from ._cancel import cancel_request
     from ._cli import EXIT_INTERRUPTED, StoppedWaiting, close_after_answer, interrupts_around_a_write, say
     from ._journal import Journal
-    from ._resolve import DEFAULT_CLOCK_SKEW
     from ._store import announce
 
     store = _open(args)
@@ -179,7 +177,7 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
             sending()
             [(_, recorded)] = journal.write([request])
             if recorded:  # tell a worker that left the run waiting (see bide.cancel_run)
-                announce(store, run, now=time.time(), clock_skew=DEFAULT_CLOCK_SKEW)
+                announce(store, run)
         except KeyboardInterrupt:  # before the request was sent
             give_up_on(store)
             say(f"bide: interrupted; no cancel request was sent for run {run}", file=sys.stderr)

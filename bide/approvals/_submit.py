@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import base64
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -11,7 +10,7 @@ from typing import Any
 from .._errors import ConfigError, StoreError
 from .._journal import Journal
 from .._records import HEADER_KEY, GateRecord, encode_record, pause_key
-from .._resolve import DEFAULT_CLOCK_SKEW, status_of
+from .._resolve import status_of
 from .._store import Store, announce
 from ..audit._keys import SigningKey
 from ._policy import ApprovalPolicy, decision_bytes, run_journal_digest
@@ -192,7 +191,7 @@ def submit_decision(
             sending()
         written = store.insert_many(run_id, items, exclusive=True)
         if len(written) == len(items) and all(e.inserted for e in written):
-            announce(store, run_id, now=time.time(), clock_skew=DEFAULT_CLOCK_SKEW)
+            announce(store, run_id)
             return dkey
     raise StoreError(
         f"call {call_id!r} in run {run_id!r} kept changing while this decision was being recorded; "

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -241,5 +242,45 @@ def test_bide_cancel_tells_a_worker_that_parked_the_run(durable_store_spec: tupl
         assert done.returncode == 0, done.stderr
         assert asyncio.run(worker.run_once()).completed == 1
         assert bide.run_status(store, "h").status == "cancelled"
+    finally:
+        store.close()
+
+
+def _stopped(pid: int) -> bool:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rsplit(")", 1)[1].split()[0] == "T"
+
+
+@pytest.mark.slow
+def test_a_cancel_never_fences_out_a_paused_driver(durable_store_spec: tuple[str, str]) -> None:
+    """A driver paused inside a side effect past its lease (1 s) and the clock skew margin (1 s) wakes up
+    after `bide cancel` recorded its request: it journals the effect's result and ends the run cancelled.
+    The cancel used to take the expired lease to tell workers, which fenced the driver out: its result was
+    refused, and the run was left with an attempt and no result, for a person to resolve, although the
+    effect had completed and nobody else drove the run."""
+    url, prefix = durable_store_spec
+    child = subprocess.Popen(
+        [sys.executable, str(HERE / "cancel_paused_child.py"), url, prefix, "paused"],
+        stdout=subprocess.PIPE, text=True, env=os.environ,
+    )  # fmt: skip
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "fired"
+        deadline = time.monotonic() + 30
+        while not _stopped(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert _stopped(child.pid)
+        time.sleep(2.5)  # its lease has expired, past the clock skew margin
+        done = _bide("cancel", "--store", url, "--table-prefix", prefix, "paused", "--reason", "stop")
+        assert done.returncode == 0, done.stderr
+    finally:
+        os.kill(child.pid, signal.SIGCONT)
+    outcome = json.loads(child.stdout.readline())
+    assert child.wait(timeout=60) == 0
+    assert outcome == {"status": "cancelled", "answer": "Cancelled: stop"}
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        journal = bide.Journal(store, "paused").load()
+        [result] = [r for r in journal.records() if isinstance(r, bide.ToolResult)]
+        assert result.result == "charged 500" and not result.is_error
     finally:
         store.close()
