@@ -440,15 +440,25 @@ _P = sa.bindparam
 _logs, _events, _counters = schema.logs, schema.events, schema.counters
 # Statements are built once: building SQLAlchemy expressions per call costs more than running them.
 _Q_LOG = sa.select(_logs.c.machine, _logs.c.length, _logs.c.events).where(_logs.c.name == _P("log"))
-# SQLite (layout 3) keeps no length: it is the highest position + 1, one lookup in the primary key.
-_SQLITE_LENGTH = 'coalesce((SELECT max("position") + 1 FROM govern_events WHERE "log" = {log}), 0)'
-_Q_LOG_SQLITE = sa.select(
-    _logs.c.machine,
-    sa.func.coalesce(
-        sa.select(sa.func.max(_events.c.position) + 1).where(_events.c.log == _P("log")).scalar_subquery(), 0
-    ).label("length"),
-    _logs.c.events,
-).where(_logs.c.name == _P("log"))
+# SQLite (layout 3) keeps no length: it is the highest position + 1, one lookup in the primary key. A
+# highest that is not an integer (text, a float: an edited row; SQLite orders text above every number, so
+# one anywhere in the column is its max) is read as it is, for `_head_of` to refuse: `+ 1` would have made
+# a number of '9x' and the append written on past a gap it made itself.
+_SQLITE_ONE_PAST = (
+    "(SELECT CASE typeof(m) WHEN 'integer' THEN m + 1 ELSE m END FROM (SELECT max({column}) AS m {rest}))"
+)
+_SQLITE_LENGTH = (
+    "coalesce("
+    + _SQLITE_ONE_PAST.format(column='"position"', rest='FROM govern_events WHERE "log" = {log}')
+    + ", 0)"
+)
+# Whether a log holds any event: asked only of a log without its row (a new one, or a damaged one).
+_ANY_EVENT = 'SELECT 1 FROM govern_events WHERE "log" = :log LIMIT 1'
+_Q_ANY_EVENT = sa.text(_ANY_EVENT)
+_Q_LOG_SQLITE = sa.text(
+    f'SELECT "machine", {_SQLITE_LENGTH.format(log=":log")} AS "length", "events" FROM govern_logs '
+    'WHERE "name" = :log'
+)
 _Q_READ = (
     sa.select(_events)
     .where(_events.c.log == _P("log"), _events.c.position >= _P("start"))
@@ -498,6 +508,10 @@ class _Tx(Protocol):
     def lock(self) -> _Head | None: ...
     def read(self, ids: list[str], deps: list[str], producers: list[str], records: list[str]) -> _Seen | None:
         """Take the log's lock and read what an append needs (`_Seen`); None: the log has no row yet."""
+        ...
+
+    def orphaned(self) -> bool:
+        """Whether the log, which has no row, holds events all the same (its row was deleted)."""
         ...
 
     def create(self, machine: str, names: tuple[str, ...]) -> _Head: ...
@@ -897,6 +911,8 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         records = list({e.record: None for e in items})
     seen = tx.read(ids, deps, producers, records)
     if seen is None:
+        if tx.orphaned():
+            raise _orphaned(log)
         if identity is None or identity.events is None or identity.digest != machine:
             raise EventLogError(
                 f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
@@ -1096,6 +1112,7 @@ class _Dialect:
     set_events: str
     written_by: str
     holder: str
+    orphans: str
 
 
 def _read_sql(dialect: str) -> str:
@@ -1148,14 +1165,18 @@ def _next_number(log: str, kind: str, key: str) -> str:
 
 def _sqlite_next_number(log: str, kind: str, key: str) -> str:
     """`_next_number` on SQLite (layout 3, no counters): one past the highest number stored, or 0."""
-    return f"coalesce({_highest(log, kind, key)}, 0)"
+    return f"coalesce({_highest(log, kind, key, sqlite=True)}, 0)"
 
 
-def _highest(log: str, kind: str, key: str) -> str:
+def _highest(log: str, kind: str, key: str, *, sqlite: bool = False) -> str:
     """One past the highest number stored for a producer or record `key` (NULL for none): the last entry
-    of the key in its (log, producer, producer_seq) or (log, record, record_seq) index."""
+    of the key in its (log, producer, producer_seq) or (log, record, record_seq) index. On SQLite a
+    highest that is not an integer is given as it is (see `_SQLITE_ONE_PAST`)."""
     column, number = ("producer", "producer_seq") if kind == "p" else ("record", "record_seq")
-    return f'(SELECT max("{number}") + 1 FROM govern_events WHERE "log" = {log} AND "{column}" = {key})'
+    rest = f'FROM govern_events WHERE "log" = {log} AND "{column}" = {key}'
+    if sqlite:
+        return _SQLITE_ONE_PAST.format(column=f'"{number}"', rest=rest)
+    return f'(SELECT max("{number}") + 1 {rest})'
 
 
 # What a one-event append reads on SQLite, as one row: the log's length, machine and event names, the
@@ -1195,6 +1216,7 @@ def _dialect(name: str) -> _Dialect:
         set_events=sql('UPDATE govern_logs SET "events" = ? WHERE "name" = ?'),
         written_by=sql(written_by),
         holder=sql(f'{_EVENT_SELECT} WHERE "log" = ? AND "producer" = ? AND "producer_seq" = ?'),
+        orphans=sql(_ANY_EVENT.replace(":log", "?")),
     )
 
 
@@ -1309,7 +1331,13 @@ class _SqlTx:
             return None
         return _Seen(head, known, positions, numbers["p"], numbers["r"])
 
+    def orphaned(self) -> bool:
+        self.cur.execute(self.d.orphans, (self.log,))
+        return self.cur.fetchone() is not None
+
     def create(self, machine: str, names: tuple[str, ...]) -> _Head:
+        if self.orphaned():
+            raise _orphaned(self.log)
         # A concurrent creator may have won: its row is the one that counts.
         self.cur.execute(self.d.create, (self.log, machine, json.dumps(list(names))))
         head = self.lock()
@@ -1408,12 +1436,25 @@ def _positions(found: dict[str, Any]) -> dict[str, int]:
 def _head_of(machine: Any, length: Any, events: Any) -> _Head:
     try:
         if type(length) is not int or not 0 <= length <= _INT64_MAX:
-            # (SQLite makes a float of a length past 2**63 - 1: an edited last position)
-            raise ValueError(f"its length reads as {length!r}, not a number of events")
+            # (SQLite makes a float of a length past 2**63 - 1, and gives a position edited to text as it
+            # is: an edited last position)
+            raise ValueError(
+                f"its length reads as {length!r}, not a number of events (a position or the length was "
+                "edited)"
+            )
         names = None if events is None else _parse_names(str(events))
         return _Head(str(machine), length, names)
     except (ValueError, TypeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
         raise LogCorrupted(f"the log's row is unreadable: {exc}; restore the log from a backup") from exc
+
+
+def _orphaned(log: str) -> LogCorrupted:
+    """A log that holds events but has no row in govern_logs: its machine is unknown, so nothing may bind
+    it again (another machine's events would follow its own)."""
+    return LogCorrupted(
+        f"log {log!r} holds events but its row in govern_logs is gone (deleted or damaged): its machine "
+        "is unknown, and nothing was written; restore the log from a backup"
+    )
 
 
 def _head(row: Any) -> _Head:
@@ -1578,6 +1619,11 @@ class _SqlBackend:
             )
         if kind == "refused":
             return LogURLError(f"{where} failed: {reason}; fix the URL")
+        if kind == "corrupt":
+            return LogCorrupted(
+                f"{where} failed: {reason}; nothing was written: restore the log from a backup (or point it "
+                "at its own file)"
+            )
         return EventLogError(f"{where} failed: {reason}{safe}")
 
     def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
@@ -1668,7 +1714,11 @@ class _SqlBackend:
 
     def head(self) -> _Head | None:
         rows = self._rows(_Q_LOG_SQLITE if self.dialect == "sqlite" else _Q_LOG, {"log": self.log})
-        return _head(rows[0]) if rows else None
+        if rows:
+            return _head(rows[0])
+        if self._rows(_Q_ANY_EVENT, {"log": self.log}):
+            raise _orphaned(self.log)
+        return None
 
     def read(self, start: int, limit: int) -> list[LoggedEvent]:
         return [_from_row(r) for r in self._rows(_Q_READ, {"log": self.log, "start": start, "limit": limit})]
@@ -1724,6 +1774,9 @@ class _MemoryTx:
 
     def __init__(self, mem: _MemoryLog) -> None:
         self.mem = mem
+
+    def orphaned(self) -> bool:
+        return False  # (a memory log's events come only with its head)
 
     def lock(self) -> _Head | None:
         return self.mem.head

@@ -36,7 +36,7 @@ import sqlalchemy as sa
 from bide._retry import RetryPolicy
 from bide._url import missing_database, refused_for_good, refused_option_value
 
-Kind = Literal["retry", "timeout", "refused", "fail"]
+Kind = Literal["retry", "timeout", "refused", "corrupt", "fail"]
 
 # 25P03: the server ended a session left idle in a transaction (a paused process; see `_engine` in _eventlog).
 _RETRY_STATES = {"40001", "40P01", "57P01", "57P02", "57P03", "25P03"}
@@ -44,6 +44,7 @@ _TIMEOUT_STATES = {"55P03": "lock_timeout", "57014": "statement_timeout"}
 #: The waits between tries; `attempts` is unused (the deadline bounds the loop).
 _WAITS = RetryPolicy(initial=0.001, maximum=0.1, multiplier=2.0)
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary codes; extended codes keep them in the low byte)
+_SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
 
 
 def classify(exc: BaseException) -> tuple[Kind, str, bool]:
@@ -69,6 +70,10 @@ def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
         text = str(orig).lower()
         if (code is not None and code & 0xFF in _SQLITE_BUSY) or "database is locked" in text:
             return "retry", "the SQLite database is locked by another writer", False
+        if code is not None and code & 0xFF in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+            notadb = code & 0xFF == _SQLITE_NOTADB
+            what = "the file is not a SQLite database" if notadb else "the file is damaged"
+            return "corrupt", f"{what} ({_first_line(orig)})", True
         return None
     state = getattr(orig, "sqlstate", None)
     if isinstance(state, str):

@@ -104,6 +104,41 @@ def test_a_refused_sqlite_file_is_left_byte_for_byte(tmp_path: Path, make: Any, 
     assert journal_mode(path) == "delete"
 
 
+def _truncated(path: Path) -> None:
+    filled(f"sqlite:///{path}").close()
+    with open(path, "r+b") as f:
+        f.truncate(path.stat().st_size // 2)
+
+
+def _garbage_page(path: Path) -> None:
+    filled(f"sqlite:///{path}").close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    with open(path, "r+b") as f:
+        f.seek(4096)  # the second page: a table's root
+        f.write(b"\xa5" * 4096)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (_truncated, "the file is damaged"),
+        (_garbage_page, "the file is damaged"),
+        (lambda path: path.write_bytes(b"not a database, " * 1000), "the file is not a SQLite database"),
+    ],
+    ids=["truncated", "garbage-page", "not-sqlite"],
+)
+def test_a_damaged_sqlite_file_is_a_corrupted_log(tmp_path: Path, make: Any, message: str) -> None:
+    """A damaged file was a plain `EventLogError` ("database disk image is malformed"), which a caller could
+    not tell from a passing failure by its type."""
+    path = tmp_path / "events.db"
+    make(path)
+    with pytest.raises(LogCorrupted, match=f"{message}.*restore the log from a backup"):
+        log = EventLog(f"sqlite:///{path}")
+        log.read()
+        log.append(new_event())
+
+
 def test_an_accepted_sqlite_log_uses_wal_from_its_first_open(tmp_path: Path) -> None:
     path = tmp_path / "events.db"
     log = filled(f"sqlite:///{path}")
@@ -233,6 +268,81 @@ def test_an_append_refuses_a_number_of_the_wrong_type(
             append()
     with contextlib.closing(sqlite3.connect(path)) as raw, raw:
         assert raw.execute("SELECT count(*) FROM govern_events").fetchone() == (4,)
+
+
+@pytest.mark.parametrize(
+    ("sql", "message"),
+    [
+        ("""UPDATE govern_events SET "position" = '9x' WHERE "position" = 1""", "its length reads as '9x'"),
+        ("""UPDATE govern_events SET "position" = '3x' WHERE "position" = 3""", "its length reads as '3x'"),
+        (
+            """UPDATE govern_events SET "producer_seq" = '7z' WHERE "position" = 3""",
+            "the next number of producer 'p' reads as '7z'",
+        ),
+        (
+            """UPDATE govern_events SET "record_seq" = 'a' WHERE "position" = 0""",
+            "the next number of record 'o1' reads as 'a'",
+        ),
+    ],
+    ids=["position-past-the-end", "last-position", "producer_seq", "record_seq"],
+)
+def test_an_sqlite_number_edited_to_text_is_never_read_as_a_number(
+    tmp_path: Path, sql: str, message: str
+) -> None:
+    """SQLite keeps text in an integer column, and the `+ 1` that gave the next number made a number of it:
+    a position edited to '9x' gave a log of four events the length 10, and the next append wrote at
+    position 10, making a gap itself; a producer number edited to '7z' numbered the producer's next event
+    8. Now each is a corrupted log, and nothing is appended."""
+    path = tmp_path / "events.db"
+    filled(f"sqlite:///{path}").close()
+    edit(f"sqlite:///{path}", sql)
+    log = order_log(f"sqlite:///{path}")
+    for append in (lambda: log.append(new_event()), lambda: log.append_many([new_event(), new_event("b")])):
+        with pytest.raises(LogCorrupted, match=re.escape(message)):
+            append()
+    if sql.startswith('UPDATE govern_events SET "position"'):
+        with pytest.raises(LogCorrupted, match=re.escape(message)):
+            log.length()
+    log.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw, raw:
+        assert raw.execute("SELECT count(*) FROM govern_events").fetchone() == (4,)
+
+
+def test_a_log_whose_row_was_deleted_is_never_bound_again(log_url: str, log_name: str) -> None:
+    """With its row in govern_logs gone, a log holding events reported length 0 and no machine, and any
+    machine could bind it: another machine's events then followed its own. Now every use of it is a
+    corrupted log, and nothing is written."""
+    filled(log_url, log_name).close()
+    edit(log_url, 'DELETE FROM govern_logs WHERE "name" = :log', log=log_name)
+    registry = govern.Registry("other")
+    flag = registry.bool("flag")
+    registry.event("go", effect={flag: True})
+    other = registry.build()
+    gone = re.escape(f"log '{log_name}' holds events but its row in govern_logs is gone")
+    log = EventLog(log_url, name=log_name, machine=other)
+    for use in (
+        log.length,
+        log.machine,
+        lambda: log.bind(other),
+        lambda: log.bind(order_machine()),
+        lambda: log.append(Event(id="x", machine=other.digest, record="r", event="go", producer="q")),
+        lambda: log.append(new_event()),
+    ):
+        with pytest.raises(LogCorrupted, match=gone):
+            use()
+    log.close()
+    engine = sa.create_engine(log_url)
+    try:
+        with engine.connect() as conn:
+            count = conn.execute(
+                sa.text('SELECT count(*) FROM govern_events WHERE "log" = :log'), {"log": log_name}
+            ).scalar()
+            rows = conn.execute(
+                sa.text('SELECT count(*) FROM govern_logs WHERE "name" = :log'), {"log": log_name}
+            ).scalar()
+            assert (count, rows) == (4, 0)
+    finally:
+        engine.dispose()
 
 
 # -- numbers past what a 64-bit column holds ---------------------------------------------------------------
