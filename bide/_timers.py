@@ -34,8 +34,12 @@ class TimerTool(Tool):
     """A durable timer as a tool (see `bide.timer`); the agent runs it itself, never calls `fn`."""
 
     def __init__(self, *, name: str, description: str, inline: float, max_seconds: float) -> None:
-        if not (isinstance(inline, int | float) and inline >= 0):
-            raise ConfigError("inline must be a number of seconds, 0 or more")
+        number = isinstance(inline, int | float) and not isinstance(inline, bool)
+        if not (number and 0 <= inline <= LIMIT_MAX_SECONDS):
+            raise ConfigError(
+                f"inline must be a number of seconds from 0 to {LIMIT_MAX_SECONDS:,.0f} (a century); got "
+                f"{inline!r}"
+            )
         if not (
             isinstance(max_seconds, int | float)
             and not isinstance(max_seconds, bool)

@@ -33,7 +33,7 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from ._canonical import checked_json_text
+from ._canonical import checked_json_text, json_text
 from ._deadline import run_with_deadline
 from ._errors import ConfigError, NotCalled
 from ._inflight import CallWindow
@@ -284,19 +284,40 @@ class Tool:
         )
 
     def validate(self, arguments: dict[str, Any] | str) -> BaseModel:
-        """Validate the model's arguments; raises ToolArgumentsInvalid with a message for the model."""
+        """Validate the model's arguments; raises ToolArgumentsInvalid with a message for the model.
+
+        Strictly, as the JSON they are: a value is never converted to the declared type on the way in
+        (`true`, `"500"` or `500.0` for an `int`, `"nan"` for a `float` are refused), so a tool runs only
+        on what the model sent. Text stands for what JSON can only write as text (a datetime, a UUID, a
+        Decimal, an enum's value). An `args` model that overrides `model_validate` decides for itself."""
         if isinstance(arguments, str):
             raise ToolArgumentsInvalid(f"arguments must be a JSON object, got {arguments[:200]!r}")
         try:
             if self._own_validate:
                 return self.args.model_validate(arguments)
-            validated: BaseModel = self.args.__pydantic_validator__.validate_python(arguments)
+            text = json_text(arguments).encode()
+        except ValidationError as exc:
+            raise self._invalid(exc) from None
+        except UnicodeEncodeError:
+            raise ToolArgumentsInvalid(
+                f"invalid arguments for tool {self.name!r}: they hold a lone UTF-16 surrogate, which is not "
+                "Unicode text"
+            ) from None
+        except (TypeError, ValueError, RecursionError):
+            raise ToolArgumentsInvalid(
+                f"invalid arguments for tool {self.name!r}: they are not plain JSON values"
+            ) from None
+        try:
+            validated: BaseModel = self.args.__pydantic_validator__.validate_json(text, strict=True)
             return validated
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
-            )
-            raise ToolArgumentsInvalid(f"invalid arguments for tool {self.name!r}: {problems}") from None
+            raise self._invalid(exc) from None
+
+    def _invalid(self, exc: ValidationError) -> ToolArgumentsInvalid:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or '(arguments)'}: {e['msg']}" for e in exc.errors()
+        )
+        return ToolArgumentsInvalid(f"invalid arguments for tool {self.name!r}: {problems}")
 
     @staticmethod
     def json_arguments(validated: BaseModel) -> dict[str, Any]:

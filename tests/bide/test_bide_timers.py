@@ -85,6 +85,15 @@ def test_a_timer_allows_waits_whose_wake_up_a_date_can_hold(bad: object) -> None
     assert bide.timer(max_seconds=LIMIT_MAX_SECONDS).max_seconds == LIMIT_MAX_SECONDS
 
 
+@pytest.mark.parametrize("bad", [float("inf"), float("nan"), 10**400, -1, True, "1", 1e16])
+def test_a_timer_waits_inline_for_a_number_of_seconds_a_date_can_hold(bad: object) -> None:
+    """inline=10**400 raised OverflowError, and inline=inf was taken: every wait, up to a year, slept inside
+    the drive."""
+    with pytest.raises(bide.ConfigError, match="inline must be a number of seconds from 0 to"):
+        bide.timer(inline=bad)  # type: ignore[arg-type]
+    assert bide.timer(inline=0).inline == 0.0
+
+
 def test_a_wake_up_past_the_year_9999_journaled_earlier_sleeps_and_can_be_cancelled(
     durable_store_spec: tuple[str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

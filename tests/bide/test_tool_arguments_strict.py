@@ -1,0 +1,145 @@
+"""A tool runs only on what the model sent: its arguments are validated strictly, as the JSON they are.
+
+pydantic's lax mode converted them on the way in: a refund tool declared `cents: int` ran with 1 when the
+model sent `true`, with 500 for `"500"`, `500.0` or `"5_00"`, and a `float` amount ran with `nan` or `inf`
+for the text `"nan"` or `"inf"` (its attempt marker then recorded `null`). Each of these is now an error
+result naming the field, the tool never starts, and the model can send the call again.
+"""
+
+from __future__ import annotations
+
+import datetime
+import enum
+import json
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+REFUSED_FOR_INT = [True, False, "500", 500.0, " 500 ", "5_00", "+500", "500.0", None, [500], {"v": 500}]
+REFUSED_FOR_FLOAT = ["nan", "inf", "-inf", "Infinity", "1.5", True]
+
+
+def test_a_side_effect_never_runs_on_a_converted_argument(store: bide.Store) -> None:
+    refunds: list[Any] = []
+
+    @bide.tool
+    def refund(order: str, cents: int) -> str:
+        """Refund part of an order."""
+        refunds.append(cents)
+        return f"refunded {cents}"
+
+    script = [call("refund", order="o-1", cents=bad) for bad in REFUSED_FOR_INT]
+    script += [call("refund", order="o-1", cents=500), reply("done")]
+    agent = bide.Agent(ScriptedModel(script), store=store, tools=[refund], max_turns=100)
+    result = agent.run_sync("r", "refund 5 dollars")
+    assert result.answer == "done"
+    assert refunds == [500]  # only the call that sent an integer ran
+    journal = bide.Journal(store, "r").load()
+    results = [r for r in journal.records() if isinstance(r, bide.ToolResult)]
+    assert [r.is_error for r in results] == [True] * len(REFUSED_FOR_INT) + [False]
+    for r in results[:-1]:
+        assert "cents: Input should be a valid integer" in r.result
+    # The one attempt marker records what the model sent, as it sent it.
+    [attempt] = [r for r in journal.records() if isinstance(r, bide.Attempt)]
+    assert attempt.arguments == {"order": "o-1", "cents": 500}
+
+
+def test_a_float_argument_is_never_nan_or_infinite(store: bide.Store) -> None:
+    paid: list[float] = []
+
+    @bide.tool
+    def pay(to: str, amount: float) -> str:
+        """Pay someone."""
+        paid.append(amount)
+        return "paid"
+
+    script = [call("pay", to="bob", amount=bad) for bad in REFUSED_FOR_FLOAT]
+    script += [call("pay", to="bob", amount=12), reply("done")]
+    agent = bide.Agent(ScriptedModel(script), store=store, tools=[pay], max_turns=100)
+    assert agent.run_sync("r", "pay bob").answer == "done"
+    assert paid == [12.0] and type(paid[0]) is float  # a JSON integer is a number a float field takes
+
+
+class Color(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+def test_what_json_writes_as_text_is_still_read_from_text() -> None:
+    @bide.tool(safety=bide.ReadOnly)
+    def book(day: datetime.date, at: datetime.datetime, color: Color, tags: set[str]) -> str:
+        """Book a day."""
+        return "booked"
+
+    validated = book.validate(
+        {"day": "2026-12-05", "at": "2026-12-05T10:00:00Z", "color": "red", "tags": ["a", "b"]}
+    )
+    assert validated.day == datetime.date(2026, 12, 5)  # type: ignore[attr-defined]
+    assert validated.color is Color.RED  # type: ignore[attr-defined]
+    assert validated.tags == {"a", "b"}  # type: ignore[attr-defined]
+
+
+JSON_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.text(max_size=20).filter(lambda s: not any(0xD800 <= ord(c) <= 0xDFFF for c in s)),
+)
+JSON_VALUES = st.recursive(
+    JSON_SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
+)
+
+
+def _type_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    return {int: "int", float: "float", str: "str", type(None): "none", list: "list", dict: "dict"}[
+        type(value)
+    ]
+
+
+def _field(right: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    """A value of the field's own type, or, as often, any JSON value (a near miss like `true` or `"5"`
+    among them)."""
+    return st.one_of(right, JSON_VALUES, st.sampled_from([True, False, "5", "true", 5.0, "nan", None]))
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    n=_field(st.integers()),
+    s=_field(st.text(max_size=5).filter(lambda s: s.isascii())),
+    flag=_field(st.booleans()),
+    xs=_field(st.lists(st.integers(), max_size=3)),
+)
+def test_validation_accepts_exactly_the_declared_json_types(n: Any, s: Any, flag: Any, xs: Any) -> None:
+    """The law: arguments are accepted exactly when each value is of its field's own JSON type, and what is
+    accepted is what the attempt marker records, unchanged."""
+
+    @bide.tool
+    def act(n: int, s: str, flag: bool, xs: list[int]) -> None:
+        """Act."""
+
+    arguments = {"n": n, "s": s, "flag": flag, "xs": xs}
+    fits = (
+        _type_of(n) == "int"
+        and _type_of(s) == "str"
+        and _type_of(flag) == "bool"
+        and _type_of(xs) == "list"
+        and all(_type_of(x) == "int" for x in xs)
+    )
+    try:
+        validated = act.validate(arguments)
+    except Exception as exc:
+        assert type(exc).__name__ == "ToolArgumentsInvalid"
+        assert not fits, f"refused arguments of the declared types: {exc}"
+        return
+    assert fits, f"accepted {arguments!r}"
+    recorded = act.json_arguments(validated)
+    assert recorded == arguments
+    assert json.dumps(recorded, sort_keys=True) == json.dumps(arguments, sort_keys=True)
