@@ -61,8 +61,9 @@ def cancel_run(
     Returns True when this call recorded the request, False when one was recorded already (the first
     reason stands). `clock` (Unix seconds) stamps the request: give the clock your agents run on. A worker
     that left the run waiting is told at once (the run's freed lease is taken and freed again); a driver
-    holding the lease, even an expired one, is never fenced out by it. Raises `RunNotFound` for a run that does not exist and `RunEnded` for one
-    that has ended. Refused (`ConfigError`) inside a running event loop: use `await acancel_run(...)` there.
+    holding the lease, even an expired one, is never fenced out by it. Raises `RunNotFound` for a run that
+    does not exist and `RunEnded` for one that has ended. Refused (`ConfigError`) inside a running event
+    loop: use `await acancel_run(...)` there.
     """
     cancel = lambda: acancel_run(store, run_id, reason=reason, clock=clock)  # noqa: E731
     return run_blocking(cancel, "cancel_run", "await acancel_run(...)")

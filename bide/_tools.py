@@ -319,13 +319,29 @@ class Tool:
         )
         return ToolArgumentsInvalid(f"invalid arguments for tool {self.name!r}: {problems}")
 
-    @staticmethod
-    def json_arguments(validated: BaseModel) -> dict[str, Any]:
+    def json_arguments(self, validated: BaseModel) -> dict[str, Any]:
         """Validated arguments as JSON values, the same in every process: what a gate's digest and an
         attempt marker record. A set is dumped in its hash order, which differs between processes (string
         hashes are salted per process), so a set's elements are sorted (by their JSON text): a call
-        approved in one process is the same call in the next."""
+        approved in one process is the same call in the next.
+
+        They must be the very arguments the tool is called with: a dump that leaves one out (a field with
+        `exclude=True`), masks it (`SecretStr`) or changes it (a serializer) would have approvers sign, and
+        the marker record, another call than the one that runs. Such a tool raises `ConfigError` here,
+        before any of it is recorded or called."""
         stable: dict[str, Any] = _in_stable_order(validated, validated.model_dump(mode="json"))
+        try:
+            again = type(validated).__pydantic_validator__.validate_json(json_text(stable), strict=True)
+        except ValidationError:
+            again = None
+        if again != validated:
+            raise ConfigError(
+                f"tool {self.name!r}: its arguments, as recorded ({_shown(stable)}), are not the ones it is "
+                "called with: its arguments model leaves a value out of its dump (exclude=True), masks it "
+                "(a Secret type) or changes it (a serializer). A side effect's and a gated call's "
+                "arguments are journaled, shown to approvers and signed as they are: declare them as plain "
+                "values (the model's own call, with every value, is journaled anyway)"
+            )
         return stable
 
     async def invoke(self, validated: BaseModel, ctx: CallContext) -> Any:
@@ -614,6 +630,11 @@ def tool(
     if fn is not None:
         return wrap(fn)
     return wrap
+
+
+def _shown(arguments: dict[str, Any]) -> str:
+    text = json_text(arguments)
+    return text if len(text) <= 200 else text[:200] + "..."
 
 
 def _in_stable_order(value: Any, dumped: Any) -> Any:

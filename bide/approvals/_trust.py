@@ -49,8 +49,9 @@ class ApprovalTrust:
 
     @property
     def pinned(self) -> bool:
-        """True when anything is pinned."""
-        return bool(self.policy_digests) or self.approvers is not None or self.need is not None
+        """True when the approvers are pinned (a policy digest or the seats): `need` alone says how many
+        approvals a gate needs, not whose they are, so a policy of anyone's keys would pass it."""
+        return bool(self.policy_digests) or self.approvers is not None
 
     @classmethod
     def of(

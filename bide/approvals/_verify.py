@@ -370,6 +370,34 @@ def _model_calls(record: dict[str, Any]) -> list[Any]:
     return calls
 
 
+def _undecided_calls(index: _Index, only: str | None) -> list[str]:
+    """Check the calls put to approvers that have no tally (all of them, or the call `only`): raise
+    NotVerified for one with an attempt or a successful result, since it ran while its gate was undecided
+    (a deploy that removed the gate, say); return a gap for one with only an error result, which may or may
+    not have run. A call still waiting for its approvers has neither, and passes."""
+    gaps: list[str] = []
+    prefix = "approval:request:"
+    requested = {key[len(prefix) :].rpartition(":")[0] for key in index.by_key if key.startswith(prefix)}
+    for call in sorted(requested):
+        if (only is not None and call != only) or tally_key(call) in index.by_key:
+            continue
+        for r in index.by_key_call.get(call, []):
+            kind = _kind_of_key(r["key"], call)
+            ran = kind == "attempt" or (kind == "tool_result" and r.get("is_error") is not True)
+            if ran:
+                raise NotVerified(
+                    f"call {call!r} was put to its approvers but never decided (no tally), yet its "
+                    f"{'attempt' if kind == 'attempt' else 'result'} at position {r['index']} shows it ran: "
+                    "it ran without an approval"
+                )
+            if kind == "tool_result":
+                gaps.append(
+                    f"that call {call!r}, put to its approvers but never decided, did not run: its result "
+                    f"at position {r['index']} is an error, which does not tell"
+                )
+    return gaps
+
+
 def _call_of_key(key: str) -> str | None:
     """The call whose attempt, not-started, result or pause record `key` is the key of (the call for which
     `_kind_of_key` is not None), or None."""
@@ -543,6 +571,7 @@ def verify_approvals(
     journal = _journal_digest(pkg)
     index = _Index.of(records)
     gates = [_check_gate(run_id, journal, t, index, complete) for t in tallies]
+    undecided = _undecided_calls(index, call_id)
     trust = trust or ApprovalTrust()
     untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
     if untrusted:
@@ -553,7 +582,7 @@ def verify_approvals(
                 for g, why in untrusted
             )
         )
-    gaps = [gap for g in gates for gap in g.gaps]
+    gaps = [gap for g in gates for gap in g.gaps] + undecided
     notes = [note for g in gates for note in g.notes]
     if not complete:
         notes.append("the package is partial: decisions it does not disclose could not be checked")
@@ -586,7 +615,7 @@ def verify_approvals(
         "complete": complete,
         "pinned": trust.pinned,
         "head_signature_checked": key is not None,
-        "executed_calls_proven": all(g.executed_proven for g in gates),
+        "executed_calls_proven": all(g.executed_proven for g in gates) and not undecided,
         "calls": [g.facts() for g in gates],
     }
     return Verified(proven=proven, not_proven=not_proven, records=records, facts=facts)

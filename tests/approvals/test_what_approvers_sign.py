@@ -1,0 +1,172 @@
+"""What the approvers signed is the whole call that ran, and an auditor is told whose approval counted.
+
+Three holes, each found by driving a real run and verifying its evidence offline:
+
+- a gated tool whose arguments model left a value out of its dump (`exclude=True`) or masked it
+  (`SecretStr`) ran with values no approver saw or signed, and verify-approvals still said its attempt
+  carried "exactly the approved tool and arguments";
+- `--need K` alone counted as pinning the policy ("Every gate counted under a policy you pinned"), so a run
+  gated by anyone's keys passed as trusted;
+- a call put to its approvers that then ran with no decision (a deploy took the gate off its tool) went
+  unmentioned when another gate of the run verified.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import Field, SecretStr
+
+import bide
+from bide.approvals import ApprovalGate, ApprovalTrust, submit_decision, verify_approvals
+from bide.audit import NotVerified, SigningKey
+from bide.testing import ScriptedModel, call, reply
+
+from .helpers import LOG_KEY, audit_cli, evidence
+
+
+def _alice_gate() -> tuple[SigningKey, ApprovalGate]:
+    alice = SigningKey.generate()
+    return alice, ApprovalGate.single("alice", alice.public)
+
+
+@pytest.mark.parametrize("hidden", ["excluded", "secret"])
+def test_a_gated_call_whose_recorded_arguments_differ_from_its_own_never_runs(hidden: str) -> None:
+    _, gate = _alice_gate()
+    ran: list[Any] = []
+    if hidden == "excluded":
+
+        @bide.tool(gate=gate)
+        def wire(amount: int, to: Annotated[str, Field(exclude=True)]) -> str:
+            """Wire money."""
+            ran.append((amount, to))
+            return "sent"
+
+        arguments: dict[str, Any] = {"amount": 100, "to": "mallory"}
+    else:
+
+        @bide.tool(gate=gate)
+        def wire(amount: int, pin: SecretStr) -> str:
+            """Wire money."""
+            ran.append((amount, pin))
+            return "sent"
+
+        arguments = {"amount": 100, "pin": "1234"}
+    store = bide.MemoryStore()
+    agent = bide.Agent(ScriptedModel([call("wire", **arguments), reply("done")]), store=store, tools=[wire])
+    with pytest.raises(bide.ConfigError, match="are not the ones it is called with"):
+        agent.run_sync("r", "pay")
+    assert ran == []
+    keys = [r.key for r in bide.Journal(store, "r").load().records()]
+    assert not [k for k in keys if k.startswith(("approval:", "attempt:", "result:"))]  # nothing to sign
+
+
+def test_a_side_effect_whose_marker_would_hide_an_argument_never_runs() -> None:
+    ran: list[Any] = []
+
+    @bide.tool
+    def wire(amount: int, to: Annotated[str, Field(exclude=True)]) -> str:
+        """Wire money (its marker, and so its reconciler, would not know where to)."""
+        ran.append(to)
+        return "sent"
+
+    agent = bide.Agent(
+        ScriptedModel([call("wire", amount=1, to="x"), reply("done")]), store=bide.MemoryStore(), tools=[wire]
+    )
+    with pytest.raises(bide.ConfigError, match="exclude=True"):
+        agent.run_sync("r", "pay")
+    assert ran == []
+
+
+def _approved_by(keys: dict[str, SigningKey], need: int) -> bide.MemoryStore:
+    gate = ApprovalGate.k_of_n(need, {n: k.public for n, k in keys.items()})
+
+    @bide.tool(gate=gate)
+    def wire(amount: int, to: str) -> str:
+        """Wire money."""
+        return "sent"
+
+    store = bide.MemoryStore()
+
+    def drive() -> None:
+        bide.Agent(
+            ScriptedModel([call("wire", amount=10**6, to="mallory"), reply("ok")]), store=store, tools=[wire]
+        ).run_sync("r", "x")
+
+    with pytest.raises(bide.ApprovalPending):
+        drive()
+    for name in list(keys)[:need]:
+        submit_decision(store, "r", "c0.0", keys[name], approve=True)
+    drive()
+    return store
+
+
+def test_pinning_only_how_many_approvals_pins_no_approver(tmp_path: Path) -> None:
+    impostors = {n: SigningKey.generate() for n in ("alice", "bob", "carol")}
+    store = _approved_by(impostors, 2)
+    verified = verify_approvals(evidence(store), LOG_KEY.public, trust=ApprovalTrust.of(need=2))
+    assert verified.facts["pinned"] is False
+    assert "pinned" not in verified.proven
+    assert "that these approvers are the ones you trust" in verified.not_proven
+    (tmp_path / "evidence.json").write_bytes(evidence(store).to_json())
+    done = audit_cli(
+        "verify-approvals",
+        "evidence.json",
+        "--pubkey",
+        LOG_KEY.public.hex,
+        "--need",
+        "2",
+        "--json",
+        cwd=tmp_path,
+    )
+    out = json.loads(done.stdout)
+    assert out["pinned"] is False and "Every gate counted under a policy you pinned" not in done.stdout
+    # A need that differs from the policy's still refuses it (exit 5), as before.
+    done = audit_cli(
+        "verify-approvals", "evidence.json", "--pubkey", LOG_KEY.public.hex, "--need", "3", cwd=tmp_path
+    )
+    assert done.returncode == 5
+
+
+def test_a_call_that_ran_without_its_gate_deciding_fails_verification(tmp_path: Path) -> None:
+    alice, gate = _alice_gate()
+
+    def tools(delete_gate: ApprovalGate | None) -> list[bide.Tool]:
+        @bide.tool(gate=gate)
+        def wire(amount: int, to: str) -> str:
+            """Wire money."""
+            return "sent"
+
+        @bide.tool(gate=delete_gate)
+        def delete_all(table: str) -> str:
+            """Delete everything."""
+            return f"deleted {table}"
+
+        return [wire, delete_all]
+
+    store = bide.MemoryStore()
+    script = [call("wire", amount=100, to="acme"), call("delete_all", table="customers"), reply("done")]
+
+    def drive(delete_gate: ApprovalGate | None) -> None:
+        bide.Agent(ScriptedModel(list(script)), store=store, tools=tools(delete_gate)).run_sync("r", "go")
+
+    with pytest.raises(bide.ApprovalPending):
+        drive(gate)
+    submit_decision(store, "r", "c0.0", alice, approve=True)
+    with pytest.raises(bide.ApprovalPending):
+        drive(gate)  # wire ran; delete_all's request is journaled
+    drive(None)  # a later deploy took the gate off delete_all: it ran with no decision
+    trust = ApprovalTrust.of(approvers={"alice": alice.public}, need=1)
+    with pytest.raises(NotVerified, match=r"call 'c1\.0' was put to its approvers but never decided"):
+        verify_approvals(evidence(store), LOG_KEY.public, trust=trust)
+    # The approved call alone still verifies when it is the one asked about.
+    assert verify_approvals(evidence(store), LOG_KEY.public, call_id="c0.0", trust=trust).facts["pinned"]
+    (tmp_path / "evidence.json").write_bytes(evidence(store).to_json())
+    done = audit_cli(
+        "verify-approvals", "evidence.json", "--pubkey", LOG_KEY.public.hex,
+        "--approver", f"alice={alice.public.hex}", "--json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 1 and json.loads(done.stdout)["result"] == "not_verified"
