@@ -1162,7 +1162,7 @@ class Agent(Generic[T]):
         # attempt marker. A retry-safe call without a gate (the common call) needs none of them.
         arguments: dict[str, Any] = {}
         if tool.safety is SideEffect or tool.gate is not None or isinstance(tool, TimerTool):
-            arguments = tool.json_arguments(validated)
+            arguments = tool.json_arguments(validated, call.arguments)
         if isinstance(tool, TimerTool):
             if not await _flush(journal, pending):
                 return None

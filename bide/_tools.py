@@ -319,7 +319,7 @@ class Tool:
         )
         return ToolArgumentsInvalid(f"invalid arguments for tool {self.name!r}: {problems}")
 
-    def json_arguments(self, validated: BaseModel) -> dict[str, Any]:
+    def json_arguments(self, validated: BaseModel, sent: Any = None) -> dict[str, Any]:
         """Validated arguments as JSON values, the same in every process: what a gate's digest and an
         attempt marker record. A set is dumped in its hash order, which differs between processes (string
         hashes are salted per process), so a set's elements are sorted (by their JSON text): a call
@@ -328,8 +328,12 @@ class Tool:
         They must be the very arguments the tool is called with: a dump that leaves one out (a field with
         `exclude=True`), masks it (`SecretStr`) or changes it (a serializer) would have approvers sign, and
         the marker record, another call than the one that runs. Such a tool raises `ConfigError` here,
-        before any of it is recorded or called."""
+        before any of it is recorded or called. (`sent`, the arguments `validated` was validated from: when
+        the dump is exactly them and names every field, it holds every value already, and is not validated
+        again to be sure.)"""
         stable: dict[str, Any] = _in_stable_order(validated, validated.model_dump(mode="json"))
+        if sent is not None and stable == sent and len(stable) == len(type(validated).model_fields):
+            return stable
         try:
             again = type(validated).__pydantic_validator__.validate_json(json_text(stable), strict=True)
         except ValidationError:

@@ -14,6 +14,7 @@ Three holes, each found by driving a real run and verifying its evidence offline
 from __future__ import annotations
 
 import json
+import uuid
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,6 +63,31 @@ def test_a_gated_call_whose_recorded_arguments_differ_from_its_own_never_runs(hi
     assert ran == []
     keys = [r.key for r in bide.Journal(store, "r").load().records()]
     assert not [k for k in keys if k.startswith(("approval:", "attempt:", "result:"))]  # nothing to sign
+
+
+def _fresh_reference() -> str:
+    return uuid.uuid4().hex
+
+
+def test_an_excluded_argument_the_model_left_out_and_the_tool_makes_anew_never_runs() -> None:
+    """The model's call and the dump agree (neither has `reference`), but the tool is called with a value
+    made on each drive, which no marker or approver would see."""
+    ran: list[Any] = []
+
+    @bide.tool
+    def wire(
+        amount: int, reference: Annotated[str, Field(exclude=True, default_factory=_fresh_reference)]
+    ) -> str:
+        """Wire money."""
+        ran.append(reference)
+        return "sent"
+
+    agent = bide.Agent(
+        ScriptedModel([call("wire", amount=1), reply("done")]), store=bide.MemoryStore(), tools=[wire]
+    )
+    with pytest.raises(bide.ConfigError, match="are not the ones it is called with"):
+        agent.run_sync("r", "pay")
+    assert ran == []
 
 
 def test_a_side_effect_whose_marker_would_hide_an_argument_never_runs() -> None:
