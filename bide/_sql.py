@@ -951,9 +951,12 @@ class SQLStore:
                 break
         self._worker_slot.close()
 
-    def _run_batch(self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None) -> None:
+    def _run_batch(
+        self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, lock_ms: int = 0
+    ) -> None:
         """Run `batch` on `slot` and answer it (`here`: the running event loop, None in the store's
-        thread)."""
+        thread). `lock_ms` (PostgreSQL): wait at most that long for a lock, and once, on a batch whose
+        requests already waited out the busy timeout together (see `_fail`)."""
         # Sorting by run id gives every transaction the same lock order on PostgreSQL (no deadlocks);
         # requests in one batch are concurrent, so their relative order is free.
         batch.sort(key=_by_run_id)
@@ -967,9 +970,9 @@ class SQLStore:
         def attempt() -> list[Any]:
             nonlocal hooks, started
             started = time.monotonic()
-            lock_ms = max(1, int((reconnect_until - started) * 1000)) if resent else 0
+            wait_ms = max(1, int((reconnect_until - started) * 1000)) if resent else lock_ms
             try:
-                return self._transaction(batch, slot.get(), hooks=hooks, lock_timeout_ms=lock_ms)
+                return self._transaction(batch, slot.get(), hooks=hooks, lock_timeout_ms=wait_ms)
             except _HooksBroken:
                 slot.drop()
                 hooks = False  # the journal write goes ahead without them; derived data catches up later
@@ -982,7 +985,7 @@ class SQLStore:
             if isinstance(exc, _HooksBroken):
                 return True
             # The event loop never waits for a lock: a busy database hands the batch to the store's thread.
-            if slot.in_loop or not _retryable(exc):
+            if slot.in_loop or not _retryable(exc) or (lock_ms and _lock_timeout(exc)):
                 return False
             # A lock held through the whole busy timeout will not clear in the next few milliseconds: say so
             # now rather than wait that long again for every retry (8 tries of 30 s by default). A lock
@@ -1035,6 +1038,18 @@ class SQLStore:
         if slot.in_loop and _retryable(exc):
             for req in batch:  # another process holds the write lock: wait for it off the loop
                 self._enqueue(req)
+            return
+        if self.dialect != "sqlite" and _lock_timeout(exc) and batch[0].run_id != batch[-1].run_id:
+            # PostgreSQL locks rows, not the database: one run's row held elsewhere (a session paused in a
+            # transaction, an operator's SELECT ... FOR UPDATE) made the whole batch wait out the busy
+            # timeout. Each run's requests go again on their own, waiting briefly: the others commit, and
+            # only the run whose row is held fails as the batch did. (Sorted by run: its requests are
+            # adjacent.)
+            start = 0
+            for end in range(1, len(batch) + 1):
+                if end == len(batch) or batch[end].run_id != batch[start].run_id:
+                    self._run_batch(batch[start:end], slot, here, lock_ms=_SPLIT_LOCK_MS)
+                    start = end
             return
         if _retryable(exc):
             # Every try lost to another transaction and did nothing; trying each request alone would only
@@ -1716,6 +1731,9 @@ _PG_SESSION_ENDED = frozenset({"57P01", "57P02", "57P03", "25P03"})
 # to its busy timeout before it reports a lock, so the waits here are short; PostgreSQL conflicts clear as
 # soon as the other transaction ends.
 _BATCH_RETRY = RetryPolicy(attempts=8, initial=0.002, maximum=0.25)
+# How long each run's requests wait for a lock when a PostgreSQL batch that waited out the busy timeout on one
+# run's row is split by run (see `_fail`).
+_SPLIT_LOCK_MS = 200
 _SCHEMA_RETRY = RetryPolicy(attempts=5, initial=0.01, maximum=0.2)
 # The waits between tries of a PostgreSQL batch whose connection was lost (a server restarting, a failover);
 # the store's busy timeout, not a count, ends them.
