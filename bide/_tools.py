@@ -292,12 +292,13 @@ class Tool:
         Decimal, an enum's value). An `args` model that overrides `model_validate` decides for itself."""
         if isinstance(arguments, str):
             raise ToolArgumentsInvalid(f"arguments must be a JSON object, got {arguments[:200]!r}")
-        try:
-            if self._own_validate:
+        if self._own_validate:
+            try:
                 return self.args.model_validate(arguments)
+            except ValidationError as exc:
+                raise self._invalid(exc) from None
+        try:
             text = json_text(arguments).encode()
-        except ValidationError as exc:
-            raise self._invalid(exc) from None
         except UnicodeEncodeError:
             raise ToolArgumentsInvalid(
                 f"invalid arguments for tool {self.name!r}: they hold a lone UTF-16 surrogate, which is not "
