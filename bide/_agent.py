@@ -1073,7 +1073,16 @@ class Agent(Generic[T]):
         else:
             calls: list[ToolCall] = []
             for i, c in enumerate(reply.tool_calls):
-                calls.append(ToolCall(id=c.id, name=c.name, arguments=c.arguments, call_id=f"c{turn}.{i}"))
+                # A copy: the journal records the arguments as they are now, and the tool must run on
+                # exactly those, whatever the model's client does with its own objects meanwhile.
+                try:
+                    arguments = _json_copy(c.arguments)
+                except RecursionError as exc:
+                    raise ModelError(
+                        "model returned a turn the journal cannot hold (arguments nested too deeply); run "
+                        "again to ask the model again"
+                    ) from exc
+                calls.append(ToolCall(id=c.id, name=c.name, arguments=arguments, call_id=f"c{turn}.{i}"))
             message = AssistantMessage(
                 content=reply.content, tool_calls=calls, usage=reply.usage, finish_reason=reply.finish_reason
             )
@@ -1513,7 +1522,7 @@ class Agent(Generic[T]):
             if tool.not_started and isinstance(exc, tool.not_started):
                 # The tool declares this exception as proof that nothing was performed.
                 raise await self._void(journal, tool, call, gen, claim, exc) from exc
-            cause = f"the tool raised {type(exc).__name__}: {exc}"
+            cause = f"the tool raised {type(exc).__name__}: {_error_text(exc)}"
             raise self._unknown(journal, marker, cause, options=True) from exc
         return self._result(call, value, is_error=False, safety=_safety(tool), idem=idem, approval=approval)
 
@@ -1743,9 +1752,24 @@ def _safety(tool: Tool) -> str:
     return value
 
 
+def _json_copy(value: Any) -> Any:
+    """A copy of a JSON value's containers (dicts and lists; anything else is shared: strings and numbers
+    cannot change, and what is not JSON is refused when the turn is encoded)."""
+    if type(value) is dict:
+        return {k: _json_copy(v) for k, v in value.items()}
+    if type(value) is list:
+        return [_json_copy(v) for v in value]
+    return value
+
+
 def _error_text(exc: BaseException) -> str:
-    """An error's message as journal text: a lone surrogate in it (a file name, say) is escaped."""
-    return utf8_text(str(exc) or type(exc).__name__)
+    """An error's message as journal text: a lone surrogate in it (a file name, say) is escaped; an error
+    whose message cannot be made (its __str__ raises) is named by its type."""
+    try:
+        said = str(exc)
+    except Exception:
+        return f"{type(exc).__name__} (its message cannot be shown)"
+    return utf8_text(said or type(exc).__name__)
 
 
 def _tool_message(call: ToolCall, res: ToolResult) -> ToolMessage:

@@ -222,10 +222,13 @@ class Tool:
         # validation time); one that overrides it is validated through its override.
         validate = getattr(args.model_validate, "__func__", None)
         self._own_validate = validate is not getattr(BaseModel.model_validate, "__func__", None)
+        self._known = _argument_names(args)
         try:
             schema = args.model_json_schema()
         except Exception as exc:
             raise ConfigError(f"tool {name!r}: cannot derive a JSON schema for its arguments: {exc}") from exc
+        if self._known is not None:
+            schema.setdefault("additionalProperties", False)  # the model is told what validation refuses
         self.spec = ToolSpec(name=name, description=description, parameters=schema)
 
     @classmethod
@@ -297,6 +300,14 @@ class Tool:
                 return self.args.model_validate(arguments)
             except ValidationError as exc:
                 raise self._invalid(exc) from None
+        known = self._known
+        if known is not None:
+            unknown = [key for key in arguments if key not in known]
+            if unknown:
+                raise ToolArgumentsInvalid(
+                    f"invalid arguments for tool {self.name!r}: "
+                    + "; ".join(f"{key}: Extra inputs are not permitted" for key in unknown)
+                )
         try:
             text = json_text(arguments).encode()
         except UnicodeEncodeError:
@@ -473,10 +484,14 @@ def journal_safe(tool: str, value: Any) -> Any:
         return value
     except (ValueError, TypeError, RecursionError, UnicodeError, PydanticSerializationError) as exc:
         reason = _why_unencodable(exc)
+    except Exception as exc:  # the value's own __str__ (the fallback) raised: an object that cannot be shown
+        reason = f"turning it into text raised {type(exc).__name__}"
     try:
         shown = ascii(value)
     except RecursionError:
         shown = "(too deeply nested to show)"
+    except Exception:  # its __repr__ raises too
+        shown = f"(a {type(value).__name__} that cannot be shown)"
     return f"tool {tool!r} returned a value that cannot be journaled as JSON ({reason}); its value: {shown}"
 
 
@@ -635,6 +650,24 @@ def tool(
     if fn is not None:
         return wrap(fn)
     return wrap
+
+
+def _argument_names(args: type[BaseModel]) -> frozenset[str] | None:
+    """The argument names a model's call may hold: each field's name and aliases. None when the model takes
+    other names itself (`extra="allow"`: they are kept, and dumped) or names a field by a path or choices
+    of aliases (pydantic tells those apart itself). A model ignoring other names (pydantic's default) would
+    drop one the model sent (`dry_run` for `dryrun`), and the call would run without it."""
+    if args.model_config.get("extra") == "allow":
+        return None
+    names: set[str] = set()
+    for name, field in args.model_fields.items():
+        names.add(name)
+        for alias in (field.alias, field.validation_alias):
+            if isinstance(alias, str):
+                names.add(alias)
+            elif alias is not None:
+                return None
+    return frozenset(names)
 
 
 def _shown(arguments: dict[str, Any]) -> str:
