@@ -134,5 +134,14 @@ class ForeignState(GovernError, ValueError):
     """The state belongs to a different machine, or the integer is not a state id of this machine."""
 
 
+def shown(value: object, *, as_repr: bool = False) -> str:
+    """`str(value)` (or `repr`) for a message about a user's object, which may fail to make its own text:
+    then its type is named instead, and the message is still about the user's code, not govern's."""
+    try:
+        return repr(value) if as_repr else str(value)
+    except Exception:
+        return f"(a {type(value).__name__} whose text cannot be made)"
+
+
 def _render(state: Mapping[str, Value]) -> str:
     return "{" + ", ".join(f"{k}: {v!r}" for k, v in state.items()) + "}"

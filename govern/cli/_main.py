@@ -50,7 +50,7 @@ from bide._cli_common import (
 from bide._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, emitted, silence_stdout
 from bide._terminal import printable
 
-from .._errors import GovernError
+from .._errors import GovernError, shown
 from ..certificate._errors import (
     CertificateInvalid,
     CertificateTooLarge,
@@ -186,7 +186,7 @@ def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # an Exception, or e.g. asyncio.CancelledError: the file does not import
-        raise UsageError(f"{path}: importing the file raised {type(exc).__name__}: {exc}") from exc
+        raise UsageError(f"{path}: importing the file raised {type(exc).__name__}: {shown(exc)}") from exc
     finally:
         with contextlib.suppress(ValueError):
             sys.path.remove(directory)
@@ -298,12 +298,14 @@ def _machine_code() -> Iterator[None]:
     --sign and the default output are looked for, nor what they are checked against: every path on the
     command line means what it meant when the command started."""
     cwd = os.getcwd()
+    limit = sys.getrecursionlimit()  # a file that lowers it must not make govern's own checks fail
     try:
         with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
             yield
     finally:
         if os.getcwd() != cwd:
             os.chdir(cwd)
+        sys.setrecursionlimit(limit)
 
 
 def build_machine(target: Target, domain: Any) -> Any:
@@ -322,7 +324,9 @@ def build_machine(target: Target, domain: Any) -> Any:
     except (Exception, KeyboardInterrupt):
         raise
     except BaseException as exc:
-        raise UsageError(f"{where} raised {type(exc).__name__} while the machine was built: {exc}") from exc
+        raise UsageError(
+            f"{where} raised {type(exc).__name__} while the machine was built: {shown(exc)}"
+        ) from exc
 
 
 class _HardExit(BaseException):

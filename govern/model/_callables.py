@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from .._errors import DomainViolation, RuleError
+from .._errors import DomainViolation, RuleError, shown
 from ._expr import Var
 from ._space import Space, Value
 
@@ -144,12 +144,13 @@ def _call(
             results.append(fn(StateView(space, index, values, reads)))
         except Exception as exc:
             raise RuleError(
-                f"{rule} raised {type(exc).__name__}: {exc}", rule=rule, state=space.as_dict(sid)
+                f"{rule} raised {type(exc).__name__}: {shown(exc)}", rule=rule, state=space.as_dict(sid)
             ) from exc
     first, second = results
     if not _same(first, second):
         raise RuleError(
-            f"{rule} is not deterministic: it returned {first!r} and then {second!r} on the "
+            f"{rule} is not deterministic: it returned {shown(first, as_repr=True)} and then "
+            f"{shown(second, as_repr=True)} on the "
             "same state; rules must be pure functions of the state",
             rule=rule,
             state=space.as_dict(sid),
@@ -176,7 +177,7 @@ def run_condition(
         r = _call(fn, space, index, sid, rule, reads)
         if not isinstance(r, bool | np.bool_):
             raise RuleError(
-                f"{rule} must return a bool, returned {type(r).__name__} {r!r}",
+                f"{rule} must return a bool, returned {type(r).__name__} {shown(r, as_repr=True)}",
                 rule=rule,
                 state=space.as_dict(sid),
             )
@@ -197,7 +198,8 @@ def run_assignment(
         r = _call(fn, space, index, sid, rule, reads)
         if not isinstance(r, Mapping):
             raise RuleError(
-                f"{rule} must return a mapping {{variable: value}}, returned {type(r).__name__} {r!r}",
+                f"{rule} must return a mapping {{variable: value}}, returned {type(r).__name__} "
+                f"{shown(r, as_repr=True)}",
                 rule=rule,
                 state=space.as_dict(sid),
             )

@@ -445,3 +445,53 @@ def test_graph_output_that_is_a_file_says_so(tmp_path: Path) -> None:
     assert done.returncode == 2 and "cert.json is not a directory" in done.stderr, done.stderr
     missing = govern("graph", "cert.json", "-o", "nowhere", cwd=tmp_path)
     assert missing.returncode == 2 and "nowhere: no such directory" in missing.stderr
+
+
+_UNPRINTABLE = (
+    "class Unprintable(Exception):\n    def __str__(self):\n        raise RuntimeError('no text')\n\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        (
+            _UNPRINTABLE + "raise Unprintable()\n",
+            "importing the file raised Unprintable: (a Unprintable whose text cannot be made)",
+        ),
+        (
+            _UNPRINTABLE + "from govern import Registry\nr = Registry('cb')\na = r.bool('a')\n\n"
+            "def guard(state):\n    raise Unprintable()\n\nr.event('on', guard=guard, effect={a: True})\n",
+            "guard raised Unprintable: (a Unprintable whose text cannot be made)",
+        ),
+        (
+            "from govern import Registry\nr = Registry('cb')\na = r.bool('a')\n\n"
+            "class Opaque:\n    def __repr__(self):\n        raise RuntimeError('no repr')\n\n"
+            "r.event('on', guard=lambda state: Opaque(), effect={a: True})\n",
+            "is not deterministic: it returned (a Opaque whose text cannot be made)",
+        ),
+    ],
+    ids=["import", "rule-raises", "rule-returns"],
+)
+def test_a_machine_files_object_without_text_is_the_files_error_not_govern(
+    tmp_path: Path, source: str, said: str
+) -> None:
+    """An exception whose __str__ raises, or a value whose __repr__ does, made govern report a bug of its own
+    (exit 3, "internal error"), pointing the user at govern instead of their file."""
+    (tmp_path / "m.py").write_text(source)
+    done = govern("certify", "m.py", "--no-write", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    shown = " ".join((done.stdout + done.stderr).split())
+    assert said in shown and "internal error" not in shown
+
+
+def test_a_machine_file_that_lowers_the_recursion_limit_is_certified(tmp_path: Path) -> None:
+    """sys.setrecursionlimit(50) in a machine file made govern's own checks fail afterwards (exit 3)."""
+    (tmp_path / "m.py").write_text(
+        "import sys\nsys.setrecursionlimit(50)\nfrom govern import Registry\nregistry = Registry('orders')\n"
+        "status = registry.enum('status', ['pending', 'paid'])\n"
+        "registry.event('pay', guard=status == 'pending', effect={status: 'paid'})\n"
+    )
+    done = govern("certify", "m.py", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert govern("check", "orders.govern-cert.json", cwd=tmp_path).returncode == 0
