@@ -1066,13 +1066,13 @@ class Agent(Generic[T]):
 
     def _model_turn(self, turn: int, reply: object) -> ModelTurn:
         """The record of the model's reply for turn `turn` (not written yet), with bide's call ids."""
-        _check_reply(reply)
+        checked = _check_reply(reply)
         assert isinstance(reply, AssistantMessage)
-        if not reply.tool_calls and type(reply) is AssistantMessage:
+        if not checked and type(reply) is AssistantMessage:
             message = reply  # no call ids to fill in: a final answer is journaled as the model gave it
         else:
             calls: list[ToolCall] = []
-            for i, c in enumerate(reply.tool_calls):
+            for i, c in enumerate(checked):
                 # A copy: the journal records the arguments as they are now, and the tool must run on
                 # exactly those, whatever the model's client does with its own objects meanwhile.
                 try:
@@ -1681,9 +1681,11 @@ def _drain(pending: list[Record], *more: Record) -> list[Record]:
     return out
 
 
-def _check_reply(reply: object) -> None:
+def _check_reply(reply: object) -> list[ToolCall]:
     """The model port is a boundary: refuse a reply that is not a well-formed AssistantMessage, or that
-    holds more than `MAX_TOOL_CALLS` tool calls, before any of it is journaled."""
+    holds more than `MAX_TOOL_CALLS` tool calls, before any of it is journaled. Returns the calls checked,
+    read once: the turn is made of these (a reply whose `tool_calls` answers differently when read again
+    does not slip other calls past the checks)."""
     if not isinstance(reply, AssistantMessage):
         raise ModelError(f"model returned {type(reply).__name__}, not an AssistantMessage")
     if not isinstance(reply.content, str) or not isinstance(reply.tool_calls, list):
@@ -1691,7 +1693,7 @@ def _check_reply(reply: object) -> None:
             "model returned an AssistantMessage whose content is not a string or whose "
             "tool_calls is not a list"
         )
-    calls = reply.tool_calls
+    calls = list(reply.tool_calls)
     if len(calls) > MAX_TOOL_CALLS:
         # Each call is journaled and run: millions of them would take the memory and the journal.
         raise ModelError(
@@ -1733,6 +1735,7 @@ def _check_reply(reply: object) -> None:
         )
     if not isinstance(reply.finish_reason, str):
         raise ModelError(f"model returned finish_reason {reply.finish_reason!r}; expected a string")
+    return calls
 
 
 def _restart(run_id: str, turn: int, restarts: int) -> int:

@@ -12,6 +12,7 @@ was known.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -140,3 +141,47 @@ def test_a_known_failure_whose_message_cannot_be_made_is_still_recorded(store: b
     assert fired == [5]
     [result] = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
     assert result.is_error and "_Declined (its message cannot be shown)" in result.result
+
+
+@pytest.mark.parametrize("honest_reads", [1, 2, 3, 5])
+def test_a_reply_whose_calls_change_when_read_again_gets_nothing_past_the_checks(honest_reads: int) -> None:
+    """The reply's tool calls were checked on one read and journaled from another: a reply answering one
+    call to the checks and then 1,000 under one provider id had all of them journaled and run."""
+
+    class Shifty(AssistantMessage):
+        reads = 0
+
+        @property  # type: ignore[override]
+        def tool_calls(self) -> list[ToolCall]:
+            type(self).reads += 1
+            if type(self).reads <= honest_reads:
+                return [ToolCall(id="a", name="ping", arguments={})]
+            return [ToolCall(id="same", name="ping", arguments={}) for _ in range(1000)]
+
+        @tool_calls.setter
+        def tool_calls(self, value: list[ToolCall]) -> None:
+            pass
+
+    class Model:
+        name = "shifty"
+
+        async def complete(self, request: Any) -> AssistantMessage:
+            if any(m.role == "tool" for m in request.messages):
+                return AssistantMessage(content="done")
+            return Shifty(content="")
+
+    pings: list[int] = []
+
+    @bide.tool(safety=bide.ReadOnly)
+    async def ping() -> str:
+        """Ping."""
+        pings.append(1)
+        return "pong"
+
+    store = bide.MemoryStore()
+    with contextlib.suppress(bide.ModelError):  # refused whole: nothing journaled, nothing run
+        bide.Agent(Model(), store=store, tools=[ping]).run_sync("r", "go")
+    assert Shifty.reads >= 1  # the reply was looked at
+    turns = [json.loads(e.data) for e in store.load("r") if e.key == "model:0"]
+    journaled = turns[0]["message"]["tool_calls"] if turns else []
+    assert len(journaled) <= 1 and len(pings) == len(journaled)
