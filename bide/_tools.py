@@ -499,7 +499,9 @@ def _why_unencodable(exc: BaseException) -> str:
     if isinstance(exc, UnicodeError):
         return "a lone surrogate or bytes that are not UTF-8, which are not text"
     text = str(exc).lower()
-    if "circular" in text or isinstance(exc, RecursionError):
+    if "depth exceeded" in text or isinstance(exc, RecursionError):
+        return "it is nested too deeply, or refers to itself"
+    if "circular" in text:
         return "it refers to itself"
     if "utf-8" in text or "utf8" in text:
         return "it holds bytes that are not UTF-8 text"

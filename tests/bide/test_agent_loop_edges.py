@@ -185,3 +185,17 @@ def test_a_reply_whose_calls_change_when_read_again_gets_nothing_past_the_checks
     turns = [json.loads(e.data) for e in store.load("r") if e.key == "model:0"]
     journaled = turns[0]["message"]["tool_calls"] if turns else []
     assert len(journaled) <= 1 and len(pings) == len(journaled)
+
+
+def test_a_result_nested_too_deeply_is_not_said_to_refer_to_itself() -> None:
+    from bide._tools import journal_safe
+
+    cyclic: list[Any] = []
+    cyclic.append(cyclic)
+    deep: list[Any] = []
+    inner = deep
+    for _ in range(300):
+        inner.append([])
+        inner = inner[0]
+    assert "(it refers to itself)" in journal_safe("t", cyclic)
+    assert "(it is nested too deeply, or refers to itself)" in journal_safe("t", deep)
