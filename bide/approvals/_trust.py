@@ -108,13 +108,15 @@ class ApprovalTrust:
             have = {a.name: a.key.raw for a in policy.approvers}
             want = {name: key.raw for name, key in self.approvers.items()}
             if have != want:
-                extra = sorted(n for n in have if want.get(n) != have[n])
-                missing = sorted(n for n in want if have.get(n) != want[n])
+                other_key = sorted(n for n in have if n in want and want[n] != have[n])
+                extra = sorted(n for n in have if n not in want)
+                missing = sorted(n for n in want if n not in have)
                 # A key id that happens to decode as a key: the pinned "key" is the hash of the seat's key.
-                ids = sorted(n for n in missing if n in have and hashlib.sha256(have[n]).digest() == want[n])
+                ids = sorted(n for n in other_key if hashlib.sha256(have[n]).digest() == want[n])
                 return (
                     "its approvers are not the ones you pinned"
-                    + (f" (seats not pinned, or under another key: {', '.join(extra)})" if extra else "")
+                    + (f" (seats under another key than pinned: {', '.join(other_key)})" if other_key else "")
+                    + (f" (seats not pinned: {', '.join(extra)})" if extra else "")
                     + (f" (pinned seats it lacks: {', '.join(missing)})" if missing else "")
                     + (
                         f"; the key pinned for {', '.join(ids)} is the key id of the package's key for that "

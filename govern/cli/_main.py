@@ -678,7 +678,10 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
             data, public_key=public_key, require_signature=args.require_signature, max_bytes=args.max_size,
             max_clock_skew=args.max_clock_skew)
     except CertificateUnreadable as exc:
-        message = str(exc) + _machine_hint(args.certificate)
+        hint = _machine_hint(args.certificate)
+        # A machine file given for a certificate: say that first (what the JSON reader makes of Python is
+        # no help, and "truncated or edited?" points the wrong way).
+        message = f"{hint} ({exc})" if hint else str(exc)
         return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", message)
     except CertificateInvalid as exc:
         return _refuse(args, out, err, EXIT_INVALID, "not valid", str(exc))
@@ -705,7 +708,7 @@ def _machine_hint(path_text: str) -> str:
     """A hint for the common mistake of checking a machine file instead of certifying it."""
     path = Path(path_text)
     if path.suffix == ".py" or _looks_like_python(path):
-        return (f" -- {path_text} looks like a machine file (Python), not a certificate; did you mean "
+        return (f"this looks like a machine file (Python), not a certificate; did you mean "
                 f"`govern certify {path_text}`? It writes the certificate that `govern check` verifies")
     return ""
 

@@ -221,6 +221,19 @@ class Expr:
     def __neg__(self) -> Expr:
         return _arith("sub", _lit(0, INT), _need_int(self, "unary -"))
 
+    # -- operators rules do not have: refused with what they do have, not Python's bare TypeError -------
+    def _unsupported(self, *_: object) -> Expr:
+        raise DeclarationError(
+            "govern rules have no *, /, //, %, ** or shifts: they take + and - on integers, "
+            "comparisons (== != < <= > >=), & | ~ on conditions, govern.if_, min_, max_, implies and "
+            "x.isin([...]); write a product of small domains as a lookup with if_(), or declare the rule "
+            "as a Python function of the state"
+        )
+
+    __mul__ = __rmul__ = __truediv__ = __rtruediv__ = __floordiv__ = __rfloordiv__ = _unsupported
+    __mod__ = __rmod__ = __pow__ = __rpow__ = _unsupported
+    __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _unsupported
+
 
 class Var(Expr):
     """A declared variable; also the expression that reads it. Created by `Registry.bool/enum/int`."""

@@ -109,8 +109,9 @@ class Divergence:
             lines += [
                 "  ways out:",
                 f"    - if {ev[0]!r} and {ev[1]!r} are delivered in causal order (one producer, or "
-                f"the second caused by the first), declare it: r.ordered({ev[0]!r}, {ev[1]!r}); "
-                "the pair is then an obligation replicas keep, not a convergence failure",
+                f"the second caused by the first), declare it: r.ordered({ev[0]!r}, {ev[1]!r}) (in "
+                f"place of r.independent({ev[0]!r}, {ev[1]!r}), if the file declares that); the pair is "
+                "then an obligation replicas keep, not a convergence failure",
                 "    - strengthen a guard so that neither order reaches the differing state",
                 "    - add an invariant whose repair brings both results to the same state",
             ]

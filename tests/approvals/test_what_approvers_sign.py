@@ -22,7 +22,7 @@ import pytest
 from pydantic import Field, SecretStr
 
 import bide
-from bide.approvals import ApprovalGate, ApprovalTrust, submit_decision, verify_approvals
+from bide.approvals import ApprovalGate, ApprovalTrust, UntrustedPolicy, submit_decision, verify_approvals
 from bide.audit import NotVerified, SigningKey
 from bide.testing import ScriptedModel, call, reply
 
@@ -196,3 +196,16 @@ def test_a_call_that_ran_without_its_gate_deciding_fails_verification(tmp_path: 
         "--approver", f"alice={alice.public.hex}", "--json", cwd=tmp_path,
     )  # fmt: skip
     assert done.returncode == 1 and json.loads(done.stdout)["result"] == "not_verified"
+
+
+def test_approvers_pinned_under_each_others_keys_are_named_as_such() -> None:
+    """Pinning alice and bob with their keys swapped said the package had seats "not pinned" and lacked
+    "pinned seats" alice and bob, which it has."""
+    keys = {n: SigningKey.generate() for n in ("alice", "bob")}
+    store = _approved_by(keys, 1)
+    swapped = ApprovalTrust.of(approvers={"alice": keys["bob"].public, "bob": keys["alice"].public})
+    with pytest.raises(UntrustedPolicy) as refused:
+        verify_approvals(evidence(store), LOG_KEY.public, trust=swapped)
+    said = str(refused.value)
+    assert "(seats under another key than pinned: alice, bob)" in said
+    assert "lacks" not in said and "not pinned:" not in said
