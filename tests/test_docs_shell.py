@@ -5,7 +5,7 @@ Each block is run line by line through bash, in a temporary directory, with `bid
 `python` and `python3` on the PATH as this checkout's commands (wrappers running this interpreter, as the
 console scripts would); nothing in a line is changed, except a path a reader has that a test cannot (the
 checkout's own path in protocols.md, `/mnt/anchor` in audit.md). Where a block names what the reader
-already has (a store with a halted run `order-2`, approvers' keys, an app module `myapp.agents`), the test
+already has (a store with a halted run `charge-2`, approvers' keys, an app module `myapp.agents`), the test
 makes exactly that first, in the temporary directory. Every line must exit as the doc says (0 unless it
 says otherwise), and where a console block shows output, the output must match it, "…" and "..." standing
 for elided text (whitespace is compared as one space, since the terminal's width wraps paragraphs).
@@ -274,7 +274,7 @@ import bide
 from bide.approvals import ApprovalGate
 from bide.testing import ScriptedModel, call, reply
 
-FIRST_CALL = {"order-1": "look_up", "order-2": "charge", "order-3": "ship"}
+FIRST_CALL = {"order-1": "look_up", "charge-2": "charge", "ship-3": "ship"}
 
 
 @bide.tool(safety=bide.ReadOnly)
@@ -312,7 +312,7 @@ def build(store):
 
 def test_cli_operating_commands_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/cli.md's `bide` commands, in order, against what they name: a run `order-1` whose driver died,
-    `order-2` halted on a side effect (resolved by the `resolve` line), `order-3` waiting for alice's
+    `charge-2` halted on a side effect (resolved by the `resolve` line), `ship-3` waiting for alice's
     approval (started once `bide keygen alice.key` has made her seat) and the app `myapp.agents:build`.
     Each line exits 0 and does what its comment says; the worker, which runs until a signal, completes the
     three runs and exits 0 on SIGTERM."""
@@ -329,34 +329,34 @@ def test_cli_operating_commands_run_as_written(tmp_path: Path, monkeypatch: pyte
             app.model(), store=store, tools=app.TOOLS, name="orders", clock=lambda: time.time() - 60
         )
         with contextlib.suppress(bide.OutcomeUnknown):
-            behind.run_sync("order-2", "Charge it")
-        assert bide.run_status(store, "order-2").status == "halted"
+            behind.run_sync("charge-2", "Charge it")
+        assert bide.run_status(store, "charge-2").status == "halted"
 
     by_command: dict[str, subprocess.CompletedProcess[str]] = {}
     for line in commands("cli.md", 0):
         if line.startswith("bide worker"):
             with sh.background(line) as worker:
-                wait_until_completed(tmp_path, ["order-1", "order-2", "order-3"], worker)
+                wait_until_completed(tmp_path, ["order-1", "charge-2", "ship-3"], worker)
                 assert worker.stop(signal.SIGTERM) == 0, worker.logs()
             continue
         by_command[line.split("#")[0].strip()] = sh.run(line)
         if line.startswith("bide keygen alice.key"):
             with sqlite_store(tmp_path) as store, contextlib.suppress(bide.ApprovalPending):
-                app.build(store).run_sync("order-3", "Ship it")  # alice.key.pub is her seat
+                app.build(store).run_sync("ship-3", "Ship it")  # alice.key.pub is her seat
 
     every = by_command["bide runs --store sqlite:///bide.db"].stdout
     assert "order-1" in every and "halted at c0.0 (charge)" in every
     for_a_person = by_command["bide runs --status halted --status awaiting_approval"].stdout
-    assert "order-2" in for_a_person and "order-1" not in for_a_person
+    assert "charge-2" in for_a_person and "order-1" not in for_a_person
     assert {row["run_id"] for row in json.loads(by_command["bide runs --json"].stdout)} == {
         "order-1",
-        "order-2",
+        "charge-2",
     }
-    assert by_command["bide show order-2"].stdout.startswith("run order-2: halted")
-    shown = json.loads(by_command["bide show order-2 --json"].stdout)
+    assert by_command["bide show charge-2"].stdout.startswith("run charge-2: halted")
+    shown = json.loads(by_command["bide show charge-2 --json"].stdout)
     assert shown["run"]["status"] == "halted" and shown["records"][0]["key"] == "@journal"
     pending = by_command["bide pending"].stdout
-    assert "order-3" in pending and "waiting for alice" in pending
+    assert "ship-3" in pending and "waiting for alice" in pending
     assert (tmp_path / "alice.key.pub").is_file()
 
 
