@@ -857,8 +857,11 @@ def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
             )
         return
     if head is None:
-        tx.create(identity.digest, identity.events)
-    elif head.events is None:
+        # Another binder may have created the log's row meanwhile (on PostgreSQL, FOR UPDATE locks no row
+        # that does not exist yet): the row that stands is the log's, and names its machine.
+        head = tx.create(identity.digest, identity.events)
+        _check_machine(log, head, identity.digest)
+    if head.events is None:
         tx.set_events(identity.events)
     elif set(head.events) != set(identity.events):
         raise InvalidInput(
