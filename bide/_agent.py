@@ -1756,11 +1756,12 @@ def _safety(tool: Tool) -> str:
 
 
 def _json_copy(value: Any) -> Any:
-    """A copy of a JSON value's containers (dicts and lists; anything else is shared: strings and numbers
-    cannot change, and what is not JSON is refused when the turn is encoded)."""
-    if type(value) is dict:
+    """A copy of a JSON value's containers, as plain dicts and lists (a client's dict subclass or tuple
+    too); anything else is shared: strings and numbers cannot change, and what is not JSON is refused when
+    the turn is encoded."""
+    if isinstance(value, dict):
         return {k: _json_copy(v) for k, v in value.items()}
-    if type(value) is list:
+    if isinstance(value, list | tuple):
         return [_json_copy(v) for v in value]
     return value
 
