@@ -370,11 +370,12 @@ def _model_calls(record: dict[str, Any]) -> list[Any]:
     return calls
 
 
-def _undecided_calls(index: _Index, only: str | None) -> list[str]:
+def _undecided_calls(index: _Index, only: str | None, complete: bool) -> list[str]:
     """Check the calls put to approvers that have no tally (all of them, or the call `only`): raise
     NotVerified for one with an attempt or a successful result, since it ran while its gate was undecided
     (a deploy that removed the gate, say); return a gap for one with only an error result, which may or may
-    not have run. A call still waiting for its approvers has neither, and passes."""
+    not have run. A call still waiting for its approvers has neither, and passes. In a partial package the
+    tally may be one of the records left out: such a call is a gap, not a forgery."""
     gaps: list[str] = []
     prefix = "approval:request:"
     requested = {key[len(prefix) :].rpartition(":")[0] for key in index.by_key if key.startswith(prefix)}
@@ -384,6 +385,12 @@ def _undecided_calls(index: _Index, only: str | None) -> list[str]:
         for r in index.by_key_call.get(call, []):
             kind = _kind_of_key(r["key"], call)
             ran = kind == "attempt" or (kind == "tool_result" and r.get("is_error") is not True)
+            if ran and not complete:
+                gaps.append(
+                    f"that call {call!r}, put to its approvers, ran only once approved: the package is "
+                    "partial and holds no tally for it"
+                )
+                break
             if ran:
                 raise NotVerified(
                     f"call {call!r} was put to its approvers but never decided (no tally), yet its "
@@ -551,9 +558,10 @@ def verify_approvals(
     before the tally but left out of it; a recount that differs from the recorded tally; a policy changed
     between the request, the decisions and the tally; a tool attempt or result recorded before the tally; a
     denied call that ran; an attempt whose arguments do not hash to the approved digest; an attempt, result,
-    pause or model call of the call naming another tool. With `key` the package's signed head is checked too
-    (`verify_evidence`). With `trust`, a gate under a policy it does not pin raises `UntrustedPolicy` (after
-    every gate was checked, so a forgery is reported as such).
+    pause or model call of the call naming another tool; a call put to its approvers that ran (an attempt,
+    or a result that is not an error) with no tally in a complete package. With `key` the package's signed
+    head is checked too (`verify_evidence`). With `trust`, a gate under a policy it does not pin raises
+    `UntrustedPolicy` (after every gate was checked, so a forgery is reported as such).
 
     `facts` holds, for machines: `complete` (the package holds every record), `pinned`,
     `executed_calls_proven` (every checked call's executed call is proven) and `calls` (per gate: outcome,
@@ -571,7 +579,7 @@ def verify_approvals(
     journal = _journal_digest(pkg)
     index = _Index.of(records)
     gates = [_check_gate(run_id, journal, t, index, complete) for t in tallies]
-    undecided = _undecided_calls(index, call_id)
+    undecided = _undecided_calls(index, call_id, complete)
     trust = trust or ApprovalTrust()
     untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
     if untrusted:

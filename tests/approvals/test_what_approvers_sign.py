@@ -23,7 +23,7 @@ from pydantic import Field, SecretStr
 
 import bide
 from bide.approvals import ApprovalGate, ApprovalTrust, UntrustedPolicy, submit_decision, verify_approvals
-from bide.audit import NotVerified, SigningKey
+from bide.audit import AuditLog, NotVerified, SigningKey
 from bide.testing import ScriptedModel, call, reply
 
 from .helpers import LOG_KEY, audit_cli, evidence
@@ -190,6 +190,14 @@ def test_a_call_that_ran_without_its_gate_deciding_fails_verification(tmp_path: 
         verify_approvals(evidence(store), LOG_KEY.public, trust=trust)
     # The approved call alone still verifies when it is the one asked about.
     assert verify_approvals(evidence(store), LOG_KEY.public, call_id="c0.0", trust=trust).facts["pinned"]
+    # A partial package may leave a tally out: there the call is not proven, not a forgery.
+    keys = [r.key for r in bide.Journal(store, "r").load().records() if r.key != "run:end"]
+    partial = AuditLog(store, LOG_KEY).evidence("r", keys=keys)
+    verified = verify_approvals(partial, LOG_KEY.public, trust=trust)
+    assert "call 'c1.0', put to its approvers, ran only once approved: the package is partial" in (
+        verified.not_proven
+    )
+    assert verified.facts["executed_calls_proven"] is False
     (tmp_path / "evidence.json").write_bytes(evidence(store).to_json())
     done = audit_cli(
         "verify-approvals", "evidence.json", "--pubkey", LOG_KEY.public.hex,
