@@ -913,10 +913,10 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         producers = list({e.producer: None for e in items})
         records = list({e.record: None for e in items})
     seen = tx.read(ids, deps, producers, records)
-    if seen is None:
-        if tx.orphaned():
-            raise _orphaned(log)
+    if seen is None:  # (`create` refuses a log whose row was deleted, and so does this, before "not bound")
         if identity is None or identity.events is None or identity.digest != machine:
+            if tx.orphaned():
+                raise _orphaned(log)
             raise EventLogError(
                 f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
                 f"{machine}: bind it first with log.bind(machine) (the Machine or its Certificate), or "
