@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import json
 import operator
 from array import array
 from collections import defaultdict
@@ -80,7 +81,9 @@ class ReplicaError(EventLogError):
 
 
 _FORMAT_V1 = "govern-replica-checkpoint/1"  # not bound to the log's contents: read, never written
-_FORMAT = "govern-replica-checkpoint/2"
+_FORMAT_V2 = "govern-replica-checkpoint/2"  # not sealed: read, never written
+_FORMAT = "govern-replica-checkpoint/3"
+_OLDER = (_FORMAT_V2, _FORMAT_V1)
 _Count = Annotated[StrictInt, Field(ge=0, lt=2**63)]  # a log position is a signed 64-bit number
 
 
@@ -90,7 +93,9 @@ class Checkpoint(BaseModel):
 
     `last_id` and `last_leaf` (the SHA-256 of `LoggedEvent.leaf()`) name the event at `position - 1`, so
     a restore checks that the log holds that very event there (None at position 0, and in the older
-    format 1, which has neither). A value of a wrong type or range raises `InvalidInput` naming it."""
+    format 1, which has neither). `seal` is the SHA-256 of every other field (None in the older formats 1
+    and 2): a restore refuses a checkpoint edited without recomputing it. A value of a wrong type or
+    range, or `record_lengths` that do not add up to `position`, raises `InvalidInput` naming it."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -103,6 +108,7 @@ class Checkpoint(BaseModel):
     digest: StrictStr
     last_id: StrictStr | None = None
     last_leaf: StrictStr | None = None
+    seal: StrictStr | None = None
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -129,26 +135,45 @@ class Checkpoint(BaseModel):
     @field_validator("format")
     @classmethod
     def _format(cls, value: str) -> str:
-        if value not in (_FORMAT, _FORMAT_V1):
-            raise ValueError(f"must be {_FORMAT!r} (or the older {_FORMAT_V1!r}), not {value!r}")
+        if value != _FORMAT and value not in _OLDER:
+            older = " or ".join(map(repr, _OLDER))
+            raise ValueError(f"must be {_FORMAT!r} (or the older {older}), not {value!r}")
         return value
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
         has_last = self.last_id is not None and self.last_leaf is not None
-        if self.format == _FORMAT and has_last != (self.position > 0):
+        if self.format != _FORMAT_V1 and has_last != (self.position > 0):
             raise ValueError(
                 "last_id and last_leaf name the event at position - 1: both are needed when position > 0 "
                 f"and absent at 0 (position {self.position}, last_id {self.last_id!r})"
             )
         if self.format == _FORMAT_V1 and (self.last_id is not None or self.last_leaf is not None):
             raise ValueError(f"format {_FORMAT_V1!r} has no last_id or last_leaf")
+        if (self.seal is None) != (self.format in _OLDER):
+            raise ValueError(f"format {_FORMAT!r} needs a seal, and only it has one (format {self.format!r})")
+        if self.record_lengths.keys() != self.states.keys():
+            raise ValueError("record_lengths must name exactly the records of states")
         for key, length in self.record_lengths.items():
             if length > self.position:  # a record holds events of the folded prefix only
                 raise ValueError(
                     f"record_lengths[{key!r}] is {length}, more events than the {self.position} folded"
                 )
+        # Every event of the folded prefix is one more applied event of its record, and nothing else is.
+        total = sum(self.record_lengths.values())
+        if total != self.position:
+            raise ValueError(
+                f"record_lengths add up to {total} events, but the checkpoint folded {self.position}: "
+                "the checkpoint was altered"
+            )
         return self
+
+    def expected_seal(self) -> str:
+        """The seal of this checkpoint's other fields: what `seal` holds unless the checkpoint was edited.
+        A checksum, not a signature: it catches damage and hand edits, not an edit that recomputes it."""
+        fields = self.model_dump(exclude={"seal"})
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(f"govern.replica.checkpoint.v3\n{text}".encode()).hexdigest()
 
 
 def _unwrapped(exc: ValidationError) -> InvalidInput:
@@ -404,7 +429,8 @@ class Replica:
                     "replica folded: rebuild it from scratch with Replica(machine, log)"
                 )
             last_id, last_leaf = held[0].id, _leaf_digest(held[0])
-        return Checkpoint(
+        unsealed = Checkpoint.model_construct(
+            format=_FORMAT,
             machine=self._rules.digest,
             log=self.log.name,
             position=self._position,
@@ -413,7 +439,9 @@ class Replica:
             digest=self.digest(),
             last_id=last_id,
             last_leaf=last_leaf,
+            seal=None,
         )
+        return Checkpoint(**{**unsealed.model_dump(), "seal": unsealed.expected_seal()})
 
     def _confirm_delivered(self) -> None:
         """Compare what deliver() applied below `position` since the log was last read there with the log's
@@ -1004,6 +1032,11 @@ class Replica:
         self.applied += 1
 
     def _restore(self, checkpoint: Checkpoint) -> None:
+        if checkpoint.seal is not None and checkpoint.seal != checkpoint.expected_seal():
+            raise ReplicaError(
+                "checkpoint seal does not match its contents: the checkpoint was altered or damaged; "
+                "rebuild the replica from scratch with Replica(machine, log)"
+            )
         if checkpoint.machine != self._rules.digest:
             raise MachineMismatch(
                 f"checkpoint is for machine {checkpoint.machine}, this replica runs {self._rules.digest}"
@@ -1056,6 +1089,14 @@ class Replica:
                 f"checkpoint was taken after event {checkpoint.last_id!r} at position "
                 f"{checkpoint.position - 1}, but {where} holds {found} there: the checkpoint is of another "
                 "log; rebuild the replica from scratch with Replica(machine, log)"
+            )
+        last = held[0]
+        if checkpoint.record_lengths.get(last.record) != last.record_seq + 1:
+            # Caught here for the unsealed format 2: its digest covers the states only.
+            raise ReplicaError(
+                f"checkpoint counts {checkpoint.record_lengths.get(last.record, 0)} events of record "
+                f"{last.record!r}, but its last event is that record's event {last.record_seq + 1}: the "
+                "checkpoint was altered; rebuild the replica from scratch with Replica(machine, log)"
             )
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import govern
 from govern.machine._machine import Machine
 from govern.runtime._eventlog import EventLog
+from govern.runtime._replica import Checkpoint
 
 
 @cache
@@ -34,3 +35,10 @@ def order_machine() -> Machine:
 def order_log(url: str = "memory://", **options: Any) -> EventLog:
     """An event log for `order_machine`: its first append binds it."""
     return EventLog(url, machine=order_machine(), **options)
+
+
+def resealed(checkpoint: Checkpoint, **update: Any) -> Checkpoint:
+    """`checkpoint` with `update` applied and its seal recomputed: an edit the seal cannot catch, to test
+    the checks behind it."""
+    edited = Checkpoint(**{**checkpoint.model_dump(), **update})
+    return Checkpoint(**{**edited.model_dump(), "seal": edited.expected_seal()})

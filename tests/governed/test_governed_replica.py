@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from govern.runtime._eventlog import Event, EventLog, LogCorrupted, LoggedEvent, MachineMismatch
 from govern.runtime._replica import Replica, ReplicaError, fold
 
-from .machines import order_log, order_machine
+from .machines import order_log, order_machine, resealed
 
 RECORDS = ["o1", "o2", "o3"]
 
@@ -144,18 +144,14 @@ def test_checkpoints_resume_and_refuse_tampering() -> None:
     outside = Replica(machine, order_log())
     for key, state in {**checkpoint.states, "o1": invalid}.items():
         outside._record(key).state = state  # forged states that still match their (unkeyed) digest
-    forged_state = checkpoint.model_copy(
-        update={"states": {**checkpoint.states, "o1": invalid}, "digest": outside.digest()}
-    )
+    forged_state = resealed(checkpoint, states={**checkpoint.states, "o1": invalid}, digest=outside.digest())
     with pytest.raises(ReplicaError, match="checked domain"):
         Replica(machine, log, checkpoint=forged_state)
     # A state id the machine does not have at all (it raised govern.ForeignState, which a caller catching
     # the replica's errors missed).
     for foreign in (-1, machine.n_states, 10**6):
         outside._record("o1").state = foreign
-        forged_id = checkpoint.model_copy(
-            update={"states": {**checkpoint.states, "o1": foreign}, "digest": outside.digest()}
-        )
+        forged_id = resealed(checkpoint, states={**checkpoint.states, "o1": foreign}, digest=outside.digest())
         with pytest.raises(ReplicaError, match="not a state of the machine"):
             Replica(machine, log, checkpoint=forged_id)
     ahead = Replica(machine, log)

@@ -19,7 +19,7 @@ from govern.runtime import _replica
 from govern.runtime._eventlog import Event, EventLog, InvalidInput, LogCorrupted, LoggedEvent
 from govern.runtime._replica import Checkpoint, Replica, ReplicaError
 
-from .machines import order_log, order_machine
+from .machines import order_log, order_machine, resealed
 
 RECORDS = ["o1", "o2", "o3"]
 
@@ -74,7 +74,7 @@ def test_a_checkpoint_is_checked_against_the_log_on_every_store(any_log_url: str
         Replica(order_machine(), target, checkpoint=saved)
     copy = order_log(any_log_url, name=f"{log_name}-copy")
     fill(copy, [("o1", "pay"), ("o1", "restock"), ("o2", "ship")])
-    renamed = Checkpoint(**{**saved.model_dump(), "log": f"{log_name}-copy"})
+    renamed = resealed(saved, log=f"{log_name}-copy")
     with pytest.raises(ReplicaError, match="another log"):
         Replica(order_machine(), copy, checkpoint=renamed)  # its leaf names the log: renaming is not enough
     twin_source = order_log("memory://", name=f"{log_name}-twin")
@@ -89,7 +89,7 @@ def test_a_checkpoint_past_the_end_of_the_log_is_refused() -> None:
     log = order_log()
     fill(log, [("o1", "restock")] * 3)
     good = synced(log).checkpoint()
-    ahead = Checkpoint(**{**good.model_dump(), "position": 10})
+    ahead = resealed(good, position=10, record_lengths={"o1": 10})
     with pytest.raises(ReplicaError, match="holds only 3 events"):
         Replica(order_machine(), log, checkpoint=ahead)
     older = order_log()  # the log restored from a backup taken before the checkpoint
@@ -102,16 +102,69 @@ def test_a_format_1_checkpoint_is_read_checked_against_the_length_and_renewed() 
     log = order_log()
     fill(log, [("o1", "pay"), ("o2", "restock")])
     current = synced(log).checkpoint()
-    assert current.format == "govern-replica-checkpoint/2" and current.last_id == "e1"
-    old = current.model_dump(exclude={"last_id", "last_leaf"})
+    assert current.format == "govern-replica-checkpoint/3" and current.last_id == "e1"
+    old = current.model_dump(exclude={"last_id", "last_leaf", "seal"})
     old["format"] = "govern-replica-checkpoint/1"
     v1 = Checkpoint.model_validate_json(Checkpoint(**old).model_dump_json())
     resumed = Replica(order_machine(), log, checkpoint=v1)
-    assert resumed.checkpoint() == current  # renewed in format 2, naming the log's event
+    assert resumed.checkpoint() == current  # renewed in format 3, naming the log's event
     with pytest.raises(ReplicaError, match="holds only 1 events"):
         short = order_log()
         fill(short, [("o1", "pay")])
         Replica(order_machine(), short, checkpoint=v1)
+
+
+def test_a_checkpoint_whose_record_lengths_were_edited_is_refused_not_left_to_stall() -> None:
+    """A record's count of applied events lowered by hand: restored, the replica waited for events the
+    checkpoint had already folded, parked the next ordered event of that record for good, and held a
+    state other than the log's with no error. The seal (format 3) and the counts' sum refuse it."""
+    log = order_log()
+    fill(log, [("o1", "restock"), ("o1", "restock"), ("o2", "pay")])
+    saved = synced(log).checkpoint()
+    assert saved.record_lengths == {"o1": 2, "o2": 1}
+    edited = Checkpoint(**{**saved.model_dump(), "record_lengths": {"o1": 1, "o2": 2}})  # still adds up
+    with pytest.raises(ReplicaError, match="seal does not match"):
+        Replica(order_machine(), log, checkpoint=edited)
+    v2 = {**saved.model_dump(exclude={"seal"}), "format": "govern-replica-checkpoint/2"}
+    with pytest.raises(InvalidInput, match="add up to 2 events, but the checkpoint folded 3"):
+        Checkpoint(**{**v2, "record_lengths": {"o1": 1, "o2": 1}})
+    # Format 2 has no seal: a swap that still adds up is caught when it names the last event's record.
+    with pytest.raises(ReplicaError, match="counts 2 events of record 'o2'"):
+        Replica(order_machine(), log, checkpoint=Checkpoint(**{**v2, "record_lengths": {"o1": 1, "o2": 2}}))
+    fill(log, [("o1", "pay")], start=3)
+    resumed = Replica(order_machine(), log, checkpoint=Checkpoint(**v2))  # an unedited format 2 is read
+    assert resumed.deliver(log.read(3)) == 1 and resumed.digest() == synced(log).digest()
+    assert resumed.checkpoint().format == "govern-replica-checkpoint/3"
+
+
+_EDITS = {
+    "machine": st.just("0" * 64),
+    "log": st.just("another"),
+    "position": st.integers(0, 6),
+    "states": st.dictionaries(st.sampled_from(RECORDS), st.integers(0, 40), max_size=3),
+    "record_lengths": st.dictionaries(st.sampled_from(RECORDS), st.integers(0, 6), max_size=3),
+    "digest": st.just("0" * 64),
+    "last_id": st.sampled_from(["e0", "e1", "e2", None]),
+    "last_leaf": st.just("0" * 64),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(ops.filter(bool), st.sampled_from(sorted(_EDITS)), st.data())
+def test_any_edit_of_a_checkpoint_that_does_not_reseal_it_is_refused(
+    events: list[tuple[str, str]], field: str, data: st.DataObject
+) -> None:
+    log = order_log()
+    fill(log, events)
+    saved = synced(log).checkpoint()
+    value = data.draw(_EDITS[field])
+    assume(value != getattr(saved, field))
+    try:
+        edited = Checkpoint(**{**saved.model_dump(), field: value})
+    except InvalidInput:
+        return  # refused as read
+    with pytest.raises((ReplicaError, govern.MachineMismatch)):
+        Replica(order_machine(), log, checkpoint=edited)
 
 
 @settings(max_examples=40, deadline=None)
@@ -660,6 +713,10 @@ def test_a_checkpoint_refuses_bad_fields() -> None:
         ({"position": 2**63}, "position"),
         ({"states": {"o1": True}}, "states.o1"),
         ({"last_id": None, "last_leaf": None}, "Checkpoint"),
+        ({"record_lengths": {"o1": 0}}, "Checkpoint"),  # the prefix's events not counted
+        ({"record_lengths": {"o1": 1, "o9": 0}}, "Checkpoint"),  # a record without a state
+        ({"seal": None}, "Checkpoint"),  # format 3 is sealed
+        ({"format": "govern-replica-checkpoint/2"}, "Checkpoint"),  # and only it
     ]:
         with pytest.raises(InvalidInput) as caught:
             Checkpoint(**{**good, **change})
