@@ -18,11 +18,13 @@ attempt (marker, call, not-started record); see the agent module.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import functools
 import hashlib
 import inspect
 import json
+import math
 import time
 from collections.abc import Awaitable, Callable, Generator
 from contextvars import ContextVar
@@ -387,7 +389,9 @@ class Tool:
                 # Nothing of the tool runs until its coroutine is awaited, under the deadline.
                 coroutine = self.fn(**args) if isinstance(args, dict) else self.fn(args)
                 if window is None:  # an unclaimed call (a retry-safe tool's) starts now, with its timeout
-                    value = await run_with_deadline(coroutine, self.timeout)
+                    # Inside a window of its own all the same: one that swallows its cancellation is closed.
+                    own = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
+                    value = await run_with_deadline(_InsideWindow(own, coroutine), self.timeout)
                 else:
                     # A claimed call: the deadline is set from the window's clock as it is armed, then the
                     # window is checked just before the tool's first step. A pause anywhere before that
@@ -547,8 +551,14 @@ class _InsideWindow:
     asyncio.sleep(0)`, a response that had arrived) would go on to its effect past its deadline, after
     another process had decided the call and called it again. So each step is checked against the window
     first; past it, the tool gets a `CancelledError` at the await it is on instead of what it waited for
-    (once: its clean-up then runs as after any cancellation), and a `CancelledError` that ends it, with no
-    one else cancelling the task, ends the call in TimeoutError, as at its deadline."""
+    (once, counting the deadline's own cancellation: its clean-up then runs as after any cancellation), and
+    a `CancelledError` that ends it, with no one else cancelling the task, ends the call in TimeoutError,
+    as at its deadline.
+
+    A tool that swallows the cancellation and goes on waiting would hold its drive (and the run's lease)
+    forever: `_CLEANUP_GRACE` seconds after the first step past its window it is closed at the await it is
+    on (GeneratorExit there, so its `finally` blocks run) and the call ends in TimeoutError, its outcome
+    unknown as after any timeout."""
 
     __slots__ = ("awaitable", "window")
 
@@ -566,29 +576,94 @@ class _InsideWindow:
         value: Any = None
         error: BaseException | None = None
         cut_at = -1  # the task's cancellation count when this wrapper cancelled the tool (-1: it has not)
-        while True:
-            try:
-                yielded = send(value) if error is None else throw(error)
-            except StopIteration as stop:
-                return stop.value
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if cut_at >= 0 and task is not None and task.cancelling() <= cut_at:
+        cancelled_past = False  # cancelled once past its window (by the deadline, the caller or this wrapper)
+        closing = _Closing()
+        try:
+            while True:
+                try:
+                    yielded = send(value) if error is None else throw(error)
+                except StopIteration as stop:
+                    return stop.value
+                except asyncio.CancelledError:
+                    task = asyncio.current_task()
+                    if cut_at >= 0 and task is not None and task.cancelling() <= cut_at:
+                        raise TimeoutError(
+                            f"tool {window.tool!r} was past its deadline when it could go on (the process "
+                            "was paused, or its event loop busy): it was cancelled there"
+                        ) from None
+                    raise
+                try:
+                    value, error = (yield yielded), None
+                except BaseException as exc:
+                    value, error = None, exc
+                if window.remaining() > 0:
+                    continue
+                if closing.due():
+                    # GeneratorExit at its await, so its finally blocks run (RuntimeError if it ignores that)
+                    with contextlib.suppress(Exception):
+                        steps.close()
                     raise TimeoutError(
-                        f"tool {window.tool!r} was past its deadline when it could go on (the process was "
-                        "paused, or its event loop busy): it was cancelled there"
-                    ) from None
-                raise
-            try:
-                value, error = (yield yielded), None
-            except BaseException as exc:
-                value, error = None, exc
-            # A result, or an error of the tool's own, past the window: cancelled instead. A cancellation
-            # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
-            if cut_at < 0 and (error is None or isinstance(error, Exception)) and window.remaining() <= 0:
-                task = asyncio.current_task()
-                cut_at = task.cancelling() if task is not None else 0
-                value, error = None, asyncio.CancelledError()
+                        f"tool {window.tool!r} did not end within {_CLEANUP_GRACE:g}s of being cancelled "
+                        "past its deadline (it swallowed the cancellation): it was closed at the await it "
+                        "was on"
+                    )
+                closing.arm()
+                if cancelled_past:
+                    continue  # its clean-up runs, for the grace
+                cancelled_past = True
+                # A result, or an error of the tool's own, past the window: cancelled instead. A cancellation
+                # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
+                if error is None or isinstance(error, Exception):
+                    task = asyncio.current_task()
+                    cut_at = task.cancelling() if task is not None else 0
+                    value, error = None, asyncio.CancelledError()
+        finally:
+            closing.disarm()
+
+
+_CLEANUP_GRACE = 1.0  # seconds a tool cancelled past its window has to end before it is closed
+
+
+class _Closing:
+    """The clean-up grace of one call past its window: `arm()` at its first step there sets a timer that
+    wakes the task (by cancelling it) when the grace is over, so a tool waiting on a future that never
+    completes is closed too; `due()` says the grace is over (and takes back the timer's cancellation)."""
+
+    __slots__ = ("at", "fired", "task", "timer")
+
+    def __init__(self) -> None:
+        self.at = math.inf
+        self.fired = False
+        self.task: asyncio.Task[Any] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def arm(self) -> None:
+        if self.timer is not None or self.at < math.inf:
+            return
+        loop = asyncio.get_running_loop()
+        self.task = asyncio.current_task()
+        self.at = loop.time() + _CLEANUP_GRACE
+        self.timer = loop.call_at(self.at, self._wake)
+
+    def _wake(self) -> None:
+        self.timer = None
+        if self.task is not None and not self.task.done():
+            self.fired = True
+            self.task.cancel()
+
+    def due(self) -> bool:
+        if self.at == math.inf or asyncio.get_running_loop().time() < self.at:
+            return False
+        self.disarm()
+        if self.fired and self.task is not None:
+            self.fired = False
+            self.task.uncancel()
+        return True
+
+    def disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
 
 
 async def _awaiting(awaitable: Awaitable[Any]) -> Any:
