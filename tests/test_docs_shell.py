@@ -51,7 +51,8 @@ SHELL_BLOCKS: dict[tuple[str, int], str] = {
     ("benchmarks.md", 0): "pip install -e '.[test]'",
     ("benchmarks.md", 1): "pip install -e '.[peers]'",
     ("benchmarks.md", 2): "python benchmarks/crash/run.py --trials 50 --overhead-runs 100",
-    ("benchmarks.md", 3): "python benchmarks/crash/run.py --trials 50 --overhead-runs 150",
+    ("benchmarks.md", 3): "python benchmarks/crash/run.py --trials 50 --overhead-runs 100",
+    ("benchmarks.md", 4): "python benchmarks/crash/run.py --trials 50 --overhead-runs 150",
     ("certificate.md", 0): "govern keygen ci-key",
     ("certificate.md", 1): "govern check certs/orders.govern-cert.json",
     ("certificate.md", 2): "govern certify machines/orders.py",
@@ -626,8 +627,8 @@ def test_crash_benchmark_commands_are_accepted_by_the_script(tmp_path: Path) -> 
     sh = shell(tmp_path)
     sh.cwd = ROOT
     [export] = [c for c in commands("benchmarks.md", 0) if not c.startswith("pip install")]
-    runs = [c for i in (1, 2, 3) for c in commands("benchmarks.md", i) if c.startswith("python ")]
-    assert len(runs) == 3
+    runs = [c for i in (1, 2, 3, 4) for c in commands("benchmarks.md", i) if c.startswith("python ")]
+    assert len(runs) == 4
     for line in runs:
         refused = sh.run(f"{export} && {line.split('#')[0].strip()} --trials 0", code=2)
         assert "--trials, --overhead-runs and --jobs must be at least 1" in refused.stderr, refused.stderr
