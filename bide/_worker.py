@@ -124,9 +124,11 @@ class Worker:
     `concurrency` bounds the drives in flight; `poll_interval` (seconds) is the time between listings in
     `run_forever`; failed drives are retried after `backoff` seconds, doubling up to `max_backoff`.
 
-    `clock` (the wall clock by default) decides which leases have expired, as the agents' clocks do. The
-    worker's own waits (backoffs, parked runs, a timer's wake-up once read) run on a monotonic clock, so a
-    wall clock stepped back does not hold them up; a `clock` given here (a test's fake clock) times them too.
+    `clock` decides which leases have expired, as the agents' clocks do: by default the clock the listed
+    agents share (the wall clock unless they were given `clock=`; agents with different clocks need one
+    given here). The worker's own waits (backoffs, parked runs, a timer's wake-up once read) run on a
+    monotonic clock, so a wall clock stepped back does not hold them up; a `clock` given here (a test's
+    fake clock) times them too.
     """
 
     def __init__(
@@ -147,13 +149,18 @@ class Worker:
             if not (isinstance(value, int | float) and value > 0):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
         self.store = store
+        if not isinstance(agents, Agent | Mapping) and not callable(agents):
+            agents = list(agents)  # read twice below
         self._lookup = _agent_lookup(agents, store)
+        if clock is None:
+            self.clock = _shared_clock(agents)
+        else:
+            self.clock = clock
         self.concurrency = int(concurrency)
         self.poll_interval = float(poll_interval)
         self.backoff = float(backoff)
         self.max_backoff = float(max_backoff)
         self.grace = None if grace is None else float(grace)
-        self.clock = time.time if clock is None else clock
         # The worker's own deadlines (in _Backoff) are on this clock.
         self._timer = time.monotonic if clock is None else clock
         self._state: dict[str, _Backoff] = {}
@@ -439,6 +446,26 @@ class Worker:
 
 def _count(report: PassReport, outcome: str) -> None:
     setattr(report, outcome, getattr(report, outcome) + 1)
+
+
+def _shared_clock(agents: AgentSource) -> Callable[[], float]:
+    """The clock every listed agent stamps its leases with (the wall clock for a lookup function, whose
+    agents are not known in advance); ConfigError when they differ."""
+    if isinstance(agents, Agent):
+        listed: list[Any] = [agents]
+    elif isinstance(agents, Mapping):
+        listed = list(agents.values())
+    elif callable(agents):
+        return time.time
+    else:
+        listed = list(agents)
+    clocks = {agent.clock for agent in listed}
+    if len(clocks) > 1:
+        raise ConfigError(
+            "the worker's agents stamp their leases with different clocks (clock=): it judges which leases "
+            "expired with one; give the agents the same clock, or the worker its own with Worker(clock=...)"
+        )
+    return clocks.pop() if clocks else time.time
 
 
 def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], AnyAgent | None]:

@@ -728,3 +728,64 @@ def test_worker_once_exits_1_when_a_drive_fails_otherwise_and_0_when_a_drive_end
     finally:
         store.close()
     assert ledger_lines(env) == ["1", "2"]
+
+
+AHEAD_APP = """
+import os, signal, sys, time
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+
+def ahead():
+    return time.time() + 3600
+
+
+@bide.tool(safety=bide.ReadOnly)
+def note(text: str) -> str:
+    \"\"\"Take a note.\"\"\"
+    if os.environ.get("DIE"):
+        os.kill(os.getpid(), signal.SIGKILL)  # the driver dies holding the run's lease
+    return text
+
+
+def agent(store):
+    model = ScriptedModel([call("note", text="x"), reply("done")])
+    return bide.Agent(model, store=store, tools=[note], name="a", lease_ttl=0.5, clock=ahead)
+
+
+if __name__ == "__main__":
+    agent(bide.open_store(sys.argv[1])).run_sync("r", "go")
+"""
+
+
+def test_a_worker_judges_leases_by_the_clock_its_agents_share(tmp_path: Path) -> None:
+    """The agents stamp leases with their clock; a worker given none judged them by the wall clock, so the
+    lease of a driver killed on a clock an hour ahead looked live for an hour and its run was not resumed.
+    The worker takes the clock its agents share; agents with different clocks need one given."""
+    (tmp_path / "ahead_app.py").write_text(AHEAD_APP)
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    died = subprocess.run(
+        [sys.executable, str(tmp_path / "ahead_app.py"), url], env=dict(os.environ, DIE="1"), timeout=60
+    )
+    assert died.returncode == -signal.SIGKILL
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import ahead_app
+    finally:
+        sys.path.remove(str(tmp_path))
+    store = bide.open_store(url)
+    try:
+        worker = bide.Worker(store, ahead_app.agent(store), backoff=0.01, max_backoff=0.02)
+        deadline = time.time() + 5
+        while bide.run_status(store, "r").status != "completed":
+            assert time.time() < deadline, bide.run_status(store, "r")
+            asyncio.run(worker.run_once())
+            time.sleep(0.05)
+        assert worker.clock is ahead_app.ahead
+        other = bide.Agent(ScriptedModel([reply("x")]), store=store, name="b")  # on the wall clock
+        with pytest.raises(bide.ConfigError, match="different clocks"):
+            bide.Worker(store, [ahead_app.agent(store), other])
+        assert bide.Worker(store, [ahead_app.agent(store), other], clock=time.time).clock is time.time
+        assert bide.Worker(store, other).clock is time.time
+    finally:
+        store.close()
