@@ -29,7 +29,7 @@ import time
 from collections.abc import Awaitable, Callable, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, TypeVar, overload
+from typing import Any, NoReturn, TypeVar, overload
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -551,14 +551,14 @@ class _InsideWindow:
     asyncio.sleep(0)`, a response that had arrived) would go on to its effect past its deadline, after
     another process had decided the call and called it again. So each step is checked against the window
     first; past it, the tool gets a `CancelledError` at the await it is on instead of what it waited for
-    (once, counting the deadline's own cancellation: its clean-up then runs as after any cancellation), and
-    a `CancelledError` that ends it, with no one else cancelling the task, ends the call in TimeoutError,
-    as at its deadline.
+    (once: its clean-up then runs as after any cancellation), and a `CancelledError` that ends it, with no
+    one else cancelling the task, ends the call in TimeoutError, as at its deadline.
 
-    A tool that swallows the cancellation and goes on waiting would hold its drive (and the run's lease)
-    forever: `_CLEANUP_GRACE` seconds after the first step past its window it is closed at the await it is
-    on (GeneratorExit there, so its `finally` blocks run) and the call ends in TimeoutError, its outcome
-    unknown as after any timeout."""
+    A tool that swallows its cancellations and goes on waiting would hold its drive (and the run's lease)
+    forever: `_CLEANUP_GRACE` seconds after its first cancellation (the deadline's, the caller's, or the
+    cut above) it is closed at the await it is on (GeneratorExit there: its `finally` blocks run up to
+    their first await). The call then ends as it was cancelled: in TimeoutError when only its deadline
+    cancelled it, in CancelledError when the caller did."""
 
     __slots__ = ("awaitable", "window")
 
@@ -576,7 +576,6 @@ class _InsideWindow:
         value: Any = None
         error: BaseException | None = None
         cut_at = -1  # the task's cancellation count when this wrapper cancelled the tool (-1: it has not)
-        cancelled_past = False  # cancelled once past its window (by the deadline, the caller or this wrapper)
         closing = _Closing()
         try:
             while True:
@@ -596,24 +595,14 @@ class _InsideWindow:
                     value, error = (yield yielded), None
                 except BaseException as exc:
                     value, error = None, exc
-                if window.remaining() > 0:
-                    continue
                 if closing.due():
-                    # GeneratorExit at its await, so its finally blocks run (RuntimeError if it ignores that)
-                    with contextlib.suppress(Exception):
-                        steps.close()
-                    raise TimeoutError(
-                        f"tool {window.tool!r} did not end within {_CLEANUP_GRACE:g}s of being cancelled "
-                        "past its deadline (it swallowed the cancellation): it was closed at the await it "
-                        "was on"
-                    )
-                closing.arm()
-                if cancelled_past:
-                    continue  # its clean-up runs, for the grace
-                cancelled_past = True
+                    closing.close(steps, window.tool)
+                past = window.remaining() <= 0
+                if past or isinstance(error, asyncio.CancelledError):
+                    closing.arm()
                 # A result, or an error of the tool's own, past the window: cancelled instead. A cancellation
                 # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
-                if error is None or isinstance(error, Exception):
+                if past and cut_at < 0 and (error is None or isinstance(error, Exception)):
                     task = asyncio.current_task()
                     cut_at = task.cancelling() if task is not None else 0
                     value, error = None, asyncio.CancelledError()
@@ -621,27 +610,27 @@ class _InsideWindow:
             closing.disarm()
 
 
-_CLEANUP_GRACE = 1.0  # seconds a tool cancelled past its window has to end before it is closed
+_CLEANUP_GRACE = 1.0  # seconds a cancelled tool has to end before it is closed
 
 
 class _Closing:
-    """The clean-up grace of one call past its window: `arm()` at its first step there sets a timer that
-    wakes the task (by cancelling it) when the grace is over, so a tool waiting on a future that never
-    completes is closed too; `due()` says the grace is over (and takes back the timer's cancellation)."""
+    """The clean-up grace of one cancelled call: `arm()` at its first cancellation sets a timer that wakes
+    the task (by cancelling it) when the grace is over, so a tool waiting on a future that never completes
+    is closed too; `due()` says the grace is over (and takes back the timer's cancellation)."""
 
-    __slots__ = ("at", "fired", "task", "timer")
+    __slots__ = ("at", "entered", "fired", "task", "timer")
 
     def __init__(self) -> None:
         self.at = math.inf
         self.fired = False
-        self.task: asyncio.Task[Any] | None = None
+        self.task = asyncio.current_task()
+        self.entered = self.task.cancelling() if self.task is not None else 0
         self.timer: asyncio.TimerHandle | None = None
 
     def arm(self) -> None:
-        if self.timer is not None or self.at < math.inf:
+        if self.at < math.inf:
             return
         loop = asyncio.get_running_loop()
-        self.task = asyncio.current_task()
         self.at = loop.time() + _CLEANUP_GRACE
         self.timer = loop.call_at(self.at, self._wake)
 
@@ -659,6 +648,20 @@ class _Closing:
             self.fired = False
             self.task.uncancel()
         return True
+
+    def close(self, steps: Any, tool: str) -> NoReturn:
+        """Close the tool's coroutine and end the call as it was cancelled."""
+        # GeneratorExit at its await: its finally blocks run (RuntimeError when it ignores that)
+        with contextlib.suppress(Exception):
+            steps.close()
+        why = (
+            f"tool {tool!r} did not end within {_CLEANUP_GRACE:g}s of its cancellation (it swallowed it): it "
+            "was closed at the await it was on"
+        )
+        if self.task is not None and self.task.cancelling() > self.entered:
+            # Its deadline's timer (which run_with_deadline turns into TimeoutError) or the caller cancelled.
+            raise asyncio.CancelledError(why)
+        raise TimeoutError(why)
 
     def disarm(self) -> None:
         if self.timer is not None:

@@ -5,6 +5,7 @@ lease and `asyncio.run` forever."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from typing import Any
@@ -87,31 +88,80 @@ def test_a_read_only_tool_that_swallows_its_cancellation_times_out_and_the_run_g
     assert log[-1] == "closed"
 
 
-def test_a_tool_that_cleans_up_within_the_grace_is_not_closed() -> None:
-    """The grace is for clean-up: a tool that awaits its clean-up after its deadline's cancellation and then
-    ends runs its clean-up to the end (closing it early would leave a connection half shut). Before, the
-    clean-up's first await was cancelled again, as if the tool had not been cancelled yet."""
-    log: list[str] = []
+def test_a_side_effect_that_swallows_its_deadlines_cancellation_does_not_go_on_to_its_effect() -> None:
+    """Past its window a call is cut once more at its next step: a tool that swallows the deadline's
+    cancellation and goes on to its request (another process may have decided the call by then) gets a
+    CancelledError there instead, and the effect does not fire."""
+    fired: list[str] = []
 
     async def charge(cents: int) -> str:
         """Charge a card."""
-        try:
+        with contextlib.suppress(asyncio.CancelledError):  # swallowed: go on to the request anyway
             await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            await asyncio.sleep(_CLEANUP_GRACE / 5)
-            log.append("cleaned up")
-            raise
+        await asyncio.sleep(0.2)  # the request, sent past the deadline
+        fired.append("charged")
         return "charged"
 
     tool = bide.Tool.from_function(charge, timeout=TIMEOUT)
-    agent = bide.Agent(
-        ScriptedModel([call("charge", cents=5), reply("done")]),
-        store=bide.open_store("memory://"),
-        tools=[tool],
-    )
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
     thread, outcome = drive_in_thread(agent, "r")
     thread.join(HANG)
     assert not thread.is_alive()
     [error] = outcome
     assert isinstance(error, bide.OutcomeUnknown)
-    assert log == ["cleaned up"]
+    assert fired == []
+
+
+@pytest.mark.parametrize("safety", [bide.ReadOnly, bide.SideEffect])
+def test_the_callers_cancellation_of_a_swallowing_tool_ends_the_drive_as_cancelled(safety: Any) -> None:
+    """Cancelled by its caller inside its window, a tool that swallows it is closed a grace later and the
+    drive ends in CancelledError: not after the tool's whole timeout, and not as a timeout the run goes
+    on from (a read-only call's error went back to the model, which was asked again)."""
+    log: list[str] = []
+    tool = bide.Tool.from_function(stubborn(log), timeout=30, safety=safety)
+    model = ScriptedModel([call("charge", cents=5), reply("done")])
+    agent = bide.Agent(model, store=bide.open_store("memory://"), tools=[tool])
+    outcome: list[Any] = []
+
+    async def cancel_soon() -> None:
+        drive = asyncio.ensure_future(agent.run("r", "go"))
+        await asyncio.sleep(0.1)
+        drive.cancel()
+        try:
+            outcome.append(await drive)
+        except BaseException as exc:  # the test looks at whatever ended the drive
+            outcome.append(exc)
+
+    thread = threading.Thread(target=lambda: asyncio.run(cancel_soon()), daemon=True)
+    thread.start()
+    thread.join(HANG)
+    assert not thread.is_alive(), "the drive waited for the tool's timeout"
+    [ended] = outcome
+    assert isinstance(ended, asyncio.CancelledError), ended
+    assert log == ["swallowed", "closed"]
+
+
+def test_a_wall_clock_stepped_back_during_the_call_still_closes_a_swallowing_tool() -> None:
+    """The deadline's timer runs on the event loop's monotonic clock, the window on the agent's wall clock:
+    stepped back 2 s (an NTP step) during the call, the window was still open when the timer cancelled
+    the tool, and the grace never started. It starts at the first cancellation, whatever the clock says."""
+    offset = [0.0]
+    log: list[str] = []
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        asyncio.get_running_loop().call_later(0.1, offset.__setitem__, 0, -2.0)
+        return str(await stubborn(log)(cents))
+
+    tool = bide.Tool.from_function(charge, timeout=TIMEOUT)
+    model = ScriptedModel([call("charge", cents=5), reply("done")])
+    agent = bide.Agent(
+        model, store=bide.open_store("memory://"), tools=[tool], clock=lambda: time.time() + offset[0]
+    )
+    thread, outcome = drive_in_thread(agent, "r")
+    thread.join(HANG)
+    assert not thread.is_alive(), "the drive hung on a tool that swallowed its cancellation"
+    [error] = outcome
+    assert isinstance(error, bide.OutcomeUnknown)
+    assert log == ["swallowed", "closed"]
