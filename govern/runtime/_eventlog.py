@@ -913,10 +913,14 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         producers = list({e.producer: None for e in items})
         records = list({e.record: None for e in items})
     seen = tx.read(ids, deps, producers, records)
-    if seen is None:  # (`create` refuses a log whose row was deleted, and so does this, before "not bound")
+    if seen is None and tx.orphaned():
+        # Events without a row: a creator that committed since the read (the row comes with them), or a log
+        # whose row was deleted, which neither this append nor `create` writes to.
+        seen = tx.read(ids, deps, producers, records)
+        if seen is None:
+            raise _orphaned(log)
+    if seen is None:
         if identity is None or identity.events is None or identity.digest != machine:
-            if tx.orphaned():
-                raise _orphaned(log)
             raise EventLogError(
                 f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
                 f"{machine}: bind it first with log.bind(machine) (the Machine or its Certificate), or "
@@ -1340,7 +1344,13 @@ class _SqlTx:
 
     def create(self, machine: str, names: tuple[str, ...]) -> _Head:
         if self.orphaned():
-            raise _orphaned(self.log)
+            # A row and its log's first events commit together: events without the row read a moment ago
+            # are a creator's that committed since (PostgreSQL: FOR UPDATE waits on no row that does not
+            # exist yet), unless the row is still missing.
+            head = self.lock()
+            if head is None:
+                raise _orphaned(self.log)
+            return head
         # A concurrent creator may have won: its row is the one that counts.
         self.cur.execute(self.d.create, (self.log, machine, json.dumps(list(names))))
         head = self.lock()
@@ -1716,12 +1726,15 @@ class _SqlBackend:
         return self._run(lambda conn: list(conn.execute(statement, params)), "read", True)
 
     def head(self) -> _Head | None:
-        rows = self._rows(_Q_LOG_SQLITE if self.dialect == "sqlite" else _Q_LOG, {"log": self.log})
-        if rows:
-            return _head(rows[0])
-        if self._rows(_Q_ANY_EVENT, {"log": self.log}):
-            raise _orphaned(self.log)
-        return None
+        query = _Q_LOG_SQLITE if self.dialect == "sqlite" else _Q_LOG
+        rows = self._rows(query, {"log": self.log})
+        if not rows and self._rows(_Q_ANY_EVENT, {"log": self.log}):
+            # The row and the first events commit together: the log's first append committed between the
+            # two reads, unless the row is still missing.
+            rows = self._rows(query, {"log": self.log})
+            if not rows:
+                raise _orphaned(self.log)
+        return _head(rows[0]) if rows else None
 
     def read(self, start: int, limit: int) -> list[LoggedEvent]:
         return [_from_row(r) for r in self._rows(_Q_READ, {"log": self.log, "start": start, "limit": limit})]
