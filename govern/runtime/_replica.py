@@ -62,6 +62,7 @@ from ._eventlog import (
     LoggedEvent,
     MachineMismatch,
     _invalid,
+    _name_problem,
 )
 from ._rules import DeliveryRules, delivery_rules
 
@@ -154,6 +155,10 @@ class Checkpoint(BaseModel):
             raise ValueError(f"format {_FORMAT!r} needs a seal, and only it has one (format {self.format!r})")
         if self.record_lengths.keys() != self.states.keys():
             raise ValueError("record_lengths must name exactly the records of states")
+        for key in self.states:
+            problem = _name_problem(key)
+            if problem is not None:
+                raise ValueError(f"states: record key {key!r} {problem}")
         for key, length in self.record_lengths.items():
             if length > self.position:  # a record holds events of the folded prefix only
                 raise ValueError(
@@ -171,9 +176,25 @@ class Checkpoint(BaseModel):
     def expected_seal(self) -> str:
         """The seal of this checkpoint's other fields: what `seal` holds unless the checkpoint was edited.
         A checksum, not a signature: it catches damage and hand edits, not an edit that recomputes it."""
-        fields = self.model_dump(exclude={"seal"})
-        text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
-        return hashlib.sha256(f"govern.replica.checkpoint.v3\n{text}".encode()).hexdigest()
+        return _seal_of(self.model_dump(exclude={"seal"}))
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A copy; with `update`, validated as a checkpoint read from a file is (pydantic's own copy takes
+        any value unchecked)."""
+        if not update:
+            return super().model_copy(deep=deep)
+        return type(self)(**{**self.model_dump(), **update})
+
+    @classmethod
+    def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> Self:  # type: ignore[override]
+        """A checkpoint from `values`, validated (pydantic's own `model_construct` checks nothing)."""
+        return cls(**values)
+
+
+def _seal_of(fields: Mapping[str, Any]) -> str:
+    """SHA-256 of a checkpoint's fields but its seal, in one canonical JSON text."""
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(f"govern.replica.checkpoint.v3\n{text}".encode()).hexdigest()
 
 
 def _unwrapped(exc: ValidationError) -> InvalidInput:
@@ -428,20 +449,28 @@ class Replica:
                     f"log {self.log.name!r} no longer holds position {self._position - 1}, which this "
                     "replica folded: rebuild it from scratch with Replica(machine, log)"
                 )
-            last_id, last_leaf = held[0].id, _leaf_digest(held[0])
-        unsealed = Checkpoint.model_construct(
-            format=_FORMAT,
-            machine=self._rules.digest,
-            log=self.log.name,
-            position=self._position,
-            states={k: r.state for k, r in self._records.items()},
-            record_lengths={k: r.applied_prefix for k, r in self._records.items()},
-            digest=self.digest(),
-            last_id=last_id,
-            last_leaf=last_leaf,
-            seal=None,
-        )
-        return Checkpoint(**{**unsealed.model_dump(), "seal": unsealed.expected_seal()})
+            last = held[0]
+            rec = self._records.get(last.record)
+            if rec is None or rec.applied_prefix != last.record_seq + 1:
+                raise ReplicaError(
+                    f"the format-1 checkpoint this replica was restored from counts "
+                    f"{0 if rec is None else rec.applied_prefix} events of record {last.record!r}, but the "
+                    f"log's event at position {last.position} is that record's event {last.record_seq + 1}: "
+                    "it was altered; rebuild the replica with Replica(machine, log)"
+                )
+            last_id, last_leaf = last.id, _leaf_digest(last)
+        fields: dict[str, Any] = {
+            "format": _FORMAT,
+            "machine": self._rules.digest,
+            "log": self.log.name,
+            "position": self._position,
+            "states": {k: r.state for k, r in self._records.items()},
+            "record_lengths": {k: r.applied_prefix for k, r in self._records.items()},
+            "digest": self.digest(),
+            "last_id": last_id,
+            "last_leaf": last_leaf,
+        }
+        return Checkpoint(**fields, seal=_seal_of(fields))
 
     def _confirm_delivered(self) -> None:
         """Compare what deliver() applied below `position` since the log was last read there with the log's
@@ -489,6 +518,7 @@ class Replica:
             start = last.position + 1
             if len(events) < page:
                 break
+        self._refuse_stuck()  # (a buffered copy of the log's next event is compared, not fed again)
         if last is not None and last.position == self._position - 1:
             self._last = last  # the log's own copy names the prefix's end in a checkpoint
         # Every position below `start` was read from the log and compared; a copy deliver() was given at or
@@ -572,13 +602,42 @@ class Replica:
             else:
                 folded = self._deliver_sorted(batch, delivered)
             if folded:
+                self._refuse_stuck()
                 return self.applied - before
         if delivered:
             self._note_delivered(min(map(_POSITION, batch)))
         # One event at a time, in delivery order: what every batch path must match exactly.
+        buffer = self._buffer
         for event in batch:
             self._accept(event)
+            if buffer and self._position in buffer:
+                self._refuse_stuck()  # as a call delivering this event alone would
         return self.applied - before
+
+    def _refuse_stuck(self) -> None:
+        """Every position before `position` is applied, so the buffered event at `position` waits for
+        nothing the log can still bring: its record's numbering contradicts the log, or the checkpoint this
+        replica was restored from counted that record's events wrongly. Say so rather than wait forever."""
+        event = self._buffer.get(self._position)
+        if event is None:
+            return
+        rec = self._records.get(event.record)
+        raise self._misnumbered(event, 0 if rec is None else rec.applied_prefix)
+
+    def _misnumbered(self, event: LoggedEvent, before: int) -> LogCorrupted:
+        """The error for `event`, at `position`, whose record number is not the count of its record's
+        events applied before it (`before`)."""
+        cause = "a copy given to deliver() that is not the log's event, or a damaged log"
+        if self._restored is not None:
+            cause = (
+                f"{cause}, or the checkpoint this replica was restored from counts that record's events "
+                "wrongly (it was altered); rebuild the replica with Replica(machine, log)"
+            )
+        return LogCorrupted(
+            f"event {event.id!r} at position {event.position} is number {event.record_seq} of record "
+            f"{event.record!r}, but {before} events of that record are applied before it: {cause}; the "
+            f"replica stopped after the events before it (position {self._position})"
+        )
 
     def _deliver_sorted(self, batch: list[LoggedEvent], delivered: bool) -> bool:
         """Deliver a batch in any order, with nothing buffered or applied ahead: put it in log order, fold
@@ -919,11 +978,7 @@ class Replica:
             # record's next number (a number from the future would wait for events the log cannot hold).
             before = 0 if known is None else known.applied_prefix
             if event.record_seq != before:
-                raise LogCorrupted(
-                    f"event {event.id!r} at position {pos} is number {event.record_seq} of record "
-                    f"{event.record!r}, but the log before it holds {before} events of that record; the "
-                    f"replica stopped after the events before it (position {self._position})"
-                )
+                raise self._misnumbered(event, before)
         self._buffer[pos] = event
         rec = self._record(event.record)
         code = rules.index[event.event]

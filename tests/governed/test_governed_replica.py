@@ -206,7 +206,8 @@ def test_a_bad_event_stops_the_replica_exactly_after_the_last_event_it_applied(b
     # In log order, every event before it is applied: a record number from the future contradicts the log.
     forged = [*stored[:10], stored[10].model_copy(update={"record_seq": 99}), *stored[11:]]
     replica = Replica(machine, log)
-    with pytest.raises(LogCorrupted, match="number 99 of record 'o1', but the log before it holds 5 events"):
+    applied = "number 99 of record 'o1', but 5 events of that record are applied before it: a copy"
+    with pytest.raises(LogCorrupted, match=applied):
         feed(replica, forged)
     assert replica.position == 10 and replica.pending == 0 and replica.digest() == prefix_digest(10)
 

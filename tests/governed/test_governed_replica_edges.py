@@ -137,6 +137,82 @@ def test_a_checkpoint_whose_record_lengths_were_edited_is_refused_not_left_to_st
     assert resumed.checkpoint().format == "govern-replica-checkpoint/3"
 
 
+def test_an_edit_of_the_record_counts_no_restore_check_catches_is_refused_when_its_event_comes() -> None:
+    """Format 2 has no seal: counts that still add up and keep the last event's record's count restore.
+    The record's next ordered event then waited for events already folded, for good: sync() answered 0,
+    pending stayed 1, and checkpoint() kept asking for the sync() that could not help. Once every position
+    before it is applied, the event is refused, in any delivery order."""
+    log = order_log()
+    fill(log, [("o1", "restock"), ("o1", "pay"), ("o1", "restock"), ("o3", "pay"), ("o2", "pay")])
+    saved = synced(log).checkpoint()
+    v2 = {**saved.model_dump(exclude={"seal"}), "format": "govern-replica-checkpoint/2"}
+    edited = Checkpoint(**{**v2, "record_lengths": {"o1": 2, "o2": 1, "o3": 2}})
+    fill(log, [("o2", "restock"), ("o1", "ship")], prefix="m", start=5)
+    more = log.read(5)
+    for order in (more[::-1], more):
+        replica = Replica(order_machine(), log, checkpoint=edited)
+        with pytest.raises(
+            LogCorrupted, match="number 3 of record 'o1', but 2 events of that record are app"
+        ):
+            for event in order:
+                replica.deliver([event])
+        assert replica.position == 6 and replica.digest() != synced(log).digest()
+        with pytest.raises(LogCorrupted, match="checkpoint this replica was restored from counts"):
+            replica.sync()
+
+
+def test_a_format_1_checkpoint_whose_counts_contradict_the_log_is_not_renewed() -> None:
+    log = order_log()
+    fill(log, [("o1", "restock"), ("o2", "pay"), ("o2", "restock")])
+    saved = synced(log).checkpoint()
+    v1 = {
+        **saved.model_dump(exclude={"seal", "last_id", "last_leaf"}),
+        "format": "govern-replica-checkpoint/1",
+    }
+    restored = Replica(
+        order_machine(), log, checkpoint=Checkpoint(**{**v1, "record_lengths": {"o1": 2, "o2": 1}})
+    )
+    with pytest.raises(
+        ReplicaError, match="counts 1 events of record 'o2', but the log's event at position 2"
+    ):
+        restored.checkpoint()  # before, sealed as format 3, which the next restore refused as altered
+
+
+def test_a_checkpoint_is_validated_however_it_is_made() -> None:
+    """pydantic's model_copy(update=...) and model_construct take any value unchecked: a copy whose counts
+    did not add up restored, and the replica's own checkpoint() then failed. A record key that is not a
+    record name (a lone surrogate raised a bare UnicodeEncodeError at restore) is refused as well."""
+    log = order_log()
+    fill(log, [("o1", "pay"), ("o2", "pay")])
+    saved = synced(log).checkpoint()
+    with pytest.raises(InvalidInput, match="add up to"):
+        saved.model_copy(update={"record_lengths": {"o1": 2, "o2": 1}})
+    with pytest.raises(InvalidInput, match="add up to"):
+        Checkpoint.model_construct(**{**saved.model_dump(), "record_lengths": {"o1": 2, "o2": 1}})
+    assert saved.model_copy() == saved == Checkpoint.model_construct(**saved.model_dump())
+    for key in ("\ud800", "", "x" * 201, "a\x00b"):
+        with pytest.raises(InvalidInput, match="states: record key"):
+            Checkpoint(
+                **{
+                    **saved.model_dump(),
+                    "states": {**saved.states, key: 0},
+                    "record_lengths": {**saved.record_lengths, key: 0},
+                }
+            )
+
+
+def test_an_event_made_with_model_construct_is_validated() -> None:
+    """`Event.model_construct` skipped validation, and the log stored what it was given: a NUL in an id,
+    a negative producer_seq, after which every read() of the log raised LogCorrupted."""
+    digest = order_machine().digest
+    with pytest.raises(InvalidInput, match="NUL"):
+        Event.model_construct(id="a\x00", machine=digest, record="o1", event="pay", producer="p")
+    with pytest.raises(InvalidInput):
+        Event.model_construct(id="a", machine=digest, record="o1", event="pay", producer="p", producer_seq=-5)
+    made = Event.model_construct(id="a", machine=digest, record="o1", event="pay", producer="p")
+    assert made == Event(id="a", machine=digest, record="o1", event="pay", producer="p")
+
+
 _EDITS = {
     "machine": st.just("0" * 64),
     "log": st.just("another"),
@@ -475,9 +551,10 @@ def test_a_copy_applied_past_the_logs_end_is_compared_when_the_log_reaches_it() 
 
 @pytest.mark.parametrize("then_checkpoint", [False, True])
 def test_a_wrong_copy_buffered_across_a_sync_is_compared_once_it_is_applied(then_checkpoint: bool) -> None:
-    """A wrong copy waits in the buffer (an earlier event of its record has not come) while a sync reads the
-    log up to just before it; a later deliver() releases it into the prefix. The sync after that (or a
-    checkpoint) still compares its position with the log's event."""
+    """A wrong copy waits in the buffer (an earlier event of its record has not come); a later deliver()
+    releases it into the applied events. The sync after that (or a checkpoint) still compares its position
+    with the log's event. (A sync that brings the prefix up to the waiting copy refuses it there: no
+    position before it holds the event it waits for.)"""
     log = order_log()
     stored = fill(log, [("o1", "restock")])
     replica = synced(log)
@@ -485,9 +562,13 @@ def test_a_wrong_copy_buffered_across_a_sync_is_compared_once_it_is_applied(then
                             "event": "cancel", "producer_seq": 2})  # fmt: skip
     assert replica.deliver([forged]) == 0 and replica.pending == 1  # o1 #1 has not come
     fill(log, [("o2", "pay")], start=1)
-    replica.sync()  # position 2: the forged copy still waits
+    waiting = Replica(order_machine(), log)
+    waiting.deliver([forged])
+    with pytest.raises(LogCorrupted, match="number 2 of record 'o1', but 1 events of that record are app"):
+        waiting.sync()  # position 2: the copy waits for an event of o1 no earlier position holds
     stored = fill(log, [("o3", "restock"), ("o1", "pay")], start=2)  # the log's 'z' is o3's restock
     assert replica.deliver([stored[3]]) == 2  # o1 #1, and the forged copy it releases
+    assert replica.deliver([stored[1]]) == 1 and replica.position == 4  # the prefix closes past the copy
     with pytest.raises(LogCorrupted, match="claim log position 2"):
         replica.checkpoint() if then_checkpoint else replica.sync()
 
