@@ -1438,10 +1438,11 @@ def _json_list(values: tuple[Any, ...]) -> str:
 def _counted(value: Any, what: str) -> int:
     """A number the database computed for an append (one past the highest stored, or a stored position),
     which must be an integer: a stored number of another type, or past 2**63 - 1 (SQLite makes a float
-    of it), was edited in, and raises `LogCorrupted`."""
-    if type(value) is not int:
+    of it), or below 0, was edited in, and raises `LogCorrupted`."""
+    if type(value) is not int or value < 0:
+        kind = "a negative number" if type(value) is int else "not an integer"
         raise LogCorrupted(
-            f"{what} reads as {value!r}, not an integer: the log was edited or is damaged; nothing was "
+            f"{what} reads as {value!r}, {kind}: the log was edited or is damaged; nothing was "
             "appended: restore the log from a backup"
         )
     return value

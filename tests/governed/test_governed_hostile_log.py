@@ -270,6 +270,26 @@ def test_an_append_refuses_a_number_of_the_wrong_type(
         assert raw.execute("SELECT count(*) FROM govern_events").fetchone() == (4,)
 
 
+def test_an_append_refuses_a_next_number_edited_below_zero(log_url: str, log_name: str) -> None:
+    """Only the upper bound was checked: a producer's numbers edited below zero (SQLite: the stored
+    numbers, -10 to -7; PostgreSQL: the counter, -5) had the next append write its event with -6 (-5),
+    after which every read() of the log refused that row."""
+    filled(log_url, log_name).close()
+    if log_url.startswith("sqlite"):
+        edit(log_url, 'UPDATE govern_events SET "producer_seq" = "producer_seq" - 10 WHERE "log" = :log',
+             log=log_name)  # fmt: skip (numbers -10 to -7)
+    else:
+        edit(log_url, "UPDATE govern_counters SET \"next\" = -5 WHERE \"log\" = :log AND \"kind\" = 'p'",
+             log=log_name)  # fmt: skip
+    log = order_log(log_url, name=log_name)
+    try:
+        with pytest.raises(LogCorrupted, match=r"number of producer 'p' reads as -\d, a negative number"):
+            log.append(new_event())
+        assert log.length() == 4
+    finally:
+        log.close()
+
+
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
