@@ -459,13 +459,14 @@ def _shared_clock(agents: AgentSource) -> Callable[[], float]:
         return time.time
     else:
         listed = list(agents)
-    clocks = {agent.clock for agent in listed}
+    clocks = {id(agent.clock): agent.clock for agent in listed}  # by identity: a clock may be unhashable
     if len(clocks) > 1:
         raise ConfigError(
             "the worker's agents stamp their leases with different clocks (clock=): it judges which leases "
-            "expired with one; give the agents the same clock, or the worker its own with Worker(clock=...)"
+            "expired with one; give every agent the same clock object, or (in Python) the worker its own "
+            "with Worker(clock=...)"
         )
-    return clocks.pop() if clocks else time.time
+    return next(iter(clocks.values())) if clocks else time.time
 
 
 def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], AnyAgent | None]:

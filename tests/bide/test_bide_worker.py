@@ -9,6 +9,7 @@ every charge lands exactly once, and two workers racing for the same runs resume
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import random
@@ -787,5 +788,16 @@ def test_a_worker_judges_leases_by_the_clock_its_agents_share(tmp_path: Path) ->
             bide.Worker(store, [ahead_app.agent(store), other])
         assert bide.Worker(store, [ahead_app.agent(store), other], clock=time.time).clock is time.time
         assert bide.Worker(store, other).clock is time.time
+
+        @dataclasses.dataclass
+        class Clock:  # a callable dataclass: unhashable (a set of clocks raised TypeError)
+            offset: float
+
+            def __call__(self) -> float:
+                return time.time() + self.offset
+
+        clock = Clock(0.0)
+        same = [bide.Agent(ScriptedModel([reply("x")]), store=store, name=n, clock=clock) for n in "cd"]
+        assert bide.Worker(store, same).clock is clock
     finally:
         store.close()
