@@ -405,6 +405,39 @@ def _undecided_calls(index: _Index, only: str | None, complete: bool) -> list[st
     return gaps
 
 
+def _unrequested_calls(index: _Index, only: str | None) -> list[str]:
+    """Gaps for the calls that ran (an attempt, or a result that is not an error) of a tool whose other
+    calls were put to approvers, with no request of their own: nothing in the package shows they were
+    approved. (A gate may decide some calls without approvers, say small amounts, so this is a gap, not
+    a forgery; a deploy that took the gate off leaves the same records.)"""
+    prefix = "approval:request:"
+    requested: set[str] = set()
+    gated: set[str] = set()
+    for key, record in index.by_key.items():
+        if key.startswith(prefix):
+            requested.add(key[len(prefix) :].rpartition(":")[0])
+            data = record.get("data")
+            if isinstance(data, dict) and isinstance(data.get("tool"), str):
+                gated.add(data["tool"])
+    gaps: list[str] = []
+    if not gated:
+        return gaps
+    for call in sorted(index.by_key_call):
+        if (only is not None and call != only) or call in requested:
+            continue
+        for r in index.by_key_call[call]:
+            kind = _kind_of_key(r["key"], call)
+            ran = kind == "attempt" or (kind == "tool_result" and r.get("is_error") is not True)
+            if ran and r.get("tool") in gated:
+                gaps.append(
+                    f"that call {call!r} of tool {r.get('tool')!r}, whose calls are put to approvers, was "
+                    f"approved: it ran ({'attempt' if kind == 'attempt' else 'result'} at position "
+                    f"{r['index']}) with no request to approvers (its gate decided alone, or was taken off)"
+                )
+                break
+    return gaps
+
+
 def _call_of_key(key: str) -> str | None:
     """The call whose attempt, not-started, result or pause record `key` is the key of (the call for which
     `_kind_of_key` is not None), or None."""
@@ -559,7 +592,9 @@ def verify_approvals(
     between the request, the decisions and the tally; a tool attempt or result recorded before the tally; a
     denied call that ran; an attempt whose arguments do not hash to the approved digest; an attempt, result,
     pause or model call of the call naming another tool; a call put to its approvers that ran (an attempt,
-    or a result that is not an error) with no tally in a complete package. With `key` the package's signed
+    or a result that is not an error) with no tally in a complete package. A call that ran of a tool whose
+    other calls were put to approvers, with no request of its own, is a gap in `not_proven` (its gate may
+    have decided it alone) and makes `executed_calls_proven` false. With `key` the package's signed
     head is checked too (`verify_evidence`). With `trust`, a gate under a policy it does not pin raises
     `UntrustedPolicy` (after every gate was checked, so a forgery is reported as such).
 
@@ -579,7 +614,7 @@ def verify_approvals(
     journal = _journal_digest(pkg)
     index = _Index.of(records)
     gates = [_check_gate(run_id, journal, t, index, complete) for t in tallies]
-    undecided = _undecided_calls(index, call_id, complete)
+    undecided = _undecided_calls(index, call_id, complete) + _unrequested_calls(index, call_id)
     trust = trust or ApprovalTrust()
     untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
     if untrusted:

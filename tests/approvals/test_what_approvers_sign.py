@@ -206,6 +206,41 @@ def test_a_call_that_ran_without_its_gate_deciding_fails_verification(tmp_path: 
     assert done.returncode == 1 and json.loads(done.stdout)["result"] == "not_verified"
 
 
+def test_a_later_call_of_a_gated_tool_that_ran_with_no_request_is_not_proven() -> None:
+    """The gate of wire approved c0.0; a deploy then took the gate off and the same run's next call of wire
+    (c1.0, to mallory) ran with no request at all. Verification said every executed call was proven
+    (`executed_calls_proven: true`) and named only c0.0. A gate may decide some calls alone, so the package
+    cannot call this a forgery: it is not proven."""
+    alice, gate = _alice_gate()
+
+    def wire_tool(gated: bool) -> bide.Tool:
+        def wire(amount: int, to: str) -> str:
+            """Wire money."""
+            return f"sent {amount} to {to}"
+
+        return bide.Tool.from_function(wire, gate=gate if gated else None)
+
+    store = bide.MemoryStore()
+    script = [call("wire", amount=100, to="acme"), call("wire", amount=99999, to="mallory"), reply("done")]
+    with pytest.raises(bide.ApprovalPending):
+        bide.Agent(ScriptedModel(list(script)), store=store, tools=[wire_tool(True)]).run_sync("r", "go")
+    submit_decision(store, "r", "c0.0", alice, approve=True)
+    with pytest.raises(bide.ModelError):  # c0.0 ran; the model is gone before the next call
+        bide.Agent(ScriptedModel(script[:1]), store=store, tools=[wire_tool(True)]).run_sync("r", "go")
+    assert bide.Agent(ScriptedModel(list(script)), store=store, tools=[wire_tool(False)]).run_sync(
+        "r", "go"
+    ).answer == "done"
+    trust = ApprovalTrust.of(approvers={"alice": alice.public}, need=1)
+    verified = verify_approvals(evidence(store), LOG_KEY.public, trust=trust)
+    assert verified.facts["executed_calls_proven"] is False
+    assert "that call 'c1.0' of tool 'wire', whose calls are put to approvers, was approved" in (
+        verified.not_proven
+    )
+    # Asked about c0.0 alone, its gate is all there is to prove.
+    only = verify_approvals(evidence(store), LOG_KEY.public, call_id="c0.0", trust=trust)
+    assert only.facts["executed_calls_proven"] is True
+
+
 def test_approvers_pinned_under_each_others_keys_are_named_as_such() -> None:
     """Pinning alice and bob with their keys swapped said the package had seats "not pinned" and lacked
     "pinned seats" alice and bob, which it has."""
