@@ -53,6 +53,18 @@ def event_id_for(run_id: str, call_id: str, event: str, record: str) -> str:
     return "ev-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
 
+_PRODUCER_MAX = 200  # a log name's limit (Event's producer); bide takes run ids up to 256 characters
+
+
+def producer_for(run_id: str) -> str:
+    """The producer a run's events are appended under when `event_tool` is given none: the run id itself,
+    or, for one longer than a producer name may be, its first 120 characters and the SHA-256 of the whole
+    id (stable across drives, and distinct for distinct ids)."""
+    if len(run_id) <= _PRODUCER_MAX:
+        return run_id
+    return f"{run_id[:120]}~{hashlib.sha256(run_id.encode()).hexdigest()}"
+
+
 def _arguments(tool_name: str, takes_record: bool, family: EventFamily | None) -> type[BaseModel]:
     """The tool's argument model: the record key (unless fixed) and a family's parameters, each limited
     to its declared values so a model cannot ask for an instance the machine was not verified with.
@@ -106,7 +118,8 @@ def event_tool(
 
     With `record=None` (the default) the model passes the record key as the argument ``record`` (for
     example an order id); with `record="order-7"` the tool always acts on that record and takes no
-    arguments. `producer` names the producer in the log (default: the run id). Each event depends
+    arguments. `producer` names the producer in the log (default: the run id, shortened with its hash
+    when it is longer than a producer name's 200 characters: `producer_for`). Each event depends
     causally on the producer's previous event, so replicas apply one agent's events in its own order.
     """
     import bide  # here, not at the top: `import govern` must not pull in the agent runtime
@@ -134,7 +147,7 @@ def event_tool(
     def effect(validated: BaseModel, deadline: float | None = None) -> dict[str, Any]:
         ctx = bide.current_call()
         key = record if record is not None else str(validated.record)  # type: ignore[attr-defined]
-        who = producer or ctx.run_id
+        who = producer or producer_for(ctx.run_id)
         instance = event
         if family is not None:
             instance = family.instance({p.name: getattr(validated, p.name) for p in family.params})

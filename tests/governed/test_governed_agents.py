@@ -13,7 +13,7 @@ import pytest
 import bide
 import govern
 from bide.testing import Call, CrashingStore, ScriptedModel, SimulatedCrash, Turn, reply
-from govern.runtime._agents import event_id_for, event_tool
+from govern.runtime._agents import event_id_for, event_tool, producer_for
 from govern.runtime._eventlog import Appended, Event, EventLog, EventLogError, LogTimeout
 from govern.runtime._replica import Replica
 
@@ -62,6 +62,22 @@ def test_the_model_sees_the_consequence_of_each_event() -> None:
     assert {e.producer for e in stored} == {"r1"}
     # Each event depends on the producer's previous one, so replicas keep an agent's own order.
     assert [e.after for e in stored] == [(), (0,), (1,), (2,), (3,)]
+
+
+def test_a_run_id_longer_than_a_producer_name_produces_under_a_shortened_one() -> None:
+    """bide takes run ids up to 256 characters, a log's producer names up to 200: a run of a longer id
+    (a host name prefix, say) had every governed call fail at run time, nothing appended, and the run
+    still answered as if it had acted."""
+    store, log = bide.MemoryStore(), EventLog("memory://")
+    long_id = "host-eu-west-1.example.internal/" + "r" * 178
+    other_id = long_id[:-1] + "s"  # the same first 209 characters
+    for run_id in (long_id, other_id):
+        assert agent_for(store, log).run_sync(run_id, "go").answer == "done"
+        assert all(isinstance(r, dict) and r["newly_recorded"] for r in results(store, run_id))  # none failed
+    producers = [e.producer for e in log.read()]
+    assert len(producers) == 10 and set(producers) == {producer_for(long_id), producer_for(other_id)}
+    assert producer_for(long_id) != producer_for(other_id) and len(producer_for(long_id)) <= 200
+    assert producer_for("r1") == "r1"
 
 
 def test_compensation_is_reported() -> None:
