@@ -104,6 +104,7 @@ def check_evidence_proofs(pkg: EvidencePackage) -> Verified:
     last = -1
     decoded: list[dict[str, Any]] = []
     kinds: Counter[str] = Counter()
+    seen: dict[str, int] = {}
     for item in pkg.records:
         if item.index <= last:
             raise NotVerified(f"record positions must strictly increase; {item.index} follows {last}")
@@ -117,6 +118,18 @@ def check_evidence_proofs(pkg: EvidencePackage) -> Verified:
         ):
             raise NotVerified(f"record at position {item.index} is not in the signed tree")
         rec = decode_record_bytes(item.record)
+        # A journal writes each key once and its header first: a package that holds otherwise was not
+        # written by a store (whoever signed its head wrote it).
+        if rec["kind"] == "header" and item.index != 0:
+            raise NotVerified(f"a header record at position {item.index}: a journal's header is at 0")
+        record_key = rec.get("key")
+        if isinstance(record_key, str):
+            if record_key in seen:
+                raise NotVerified(
+                    f"records at positions {seen[record_key]} and {item.index} have the same key "
+                    f"{record_key!r}: a journal writes each key once"
+                )
+            seen[record_key] = item.index
         decoded.append({"index": item.index, **rec})
         kinds[rec["kind"]] += 1
     complete = len(pkg.records) == sth.size

@@ -26,7 +26,7 @@ from bide.approvals import ApprovalGate, ApprovalTrust, UntrustedPolicy, submit_
 from bide.audit import AuditLog, NotVerified, SigningKey
 from bide.testing import ScriptedModel, call, reply
 
-from .helpers import LOG_KEY, audit_cli, evidence
+from .helpers import LOG_KEY, approved_run, audit_cli, evidence, records
 
 
 def _alice_gate() -> tuple[SigningKey, ApprovalGate]:
@@ -252,3 +252,18 @@ def test_approvers_pinned_under_each_others_keys_are_named_as_such() -> None:
     said = str(refused.value)
     assert "(seats under another key than pinned: alice, bob)" in said
     assert "lacks" not in said and "not pinned:" not in said
+
+
+@pytest.mark.parametrize("copied", ["approval:tally:", "@journal"])
+def test_a_package_holding_a_record_key_twice_or_a_second_header_is_refused(copied: str) -> None:
+    """A journal writes each key once and its header at position 0. A package signed with the log key
+    that held the tally twice listed the gate twice and verified; one with a second header verified and
+    counted two headers. Neither was written by a store."""
+    store, _ = approved_run()
+    forged = bide.MemoryStore()
+    for key, rec in records(store):
+        forged.insert_many("r", [(key, bide.canonical_json(rec))])
+        if key.startswith(copied):
+            forged.insert_many("r", [(f"copy-of-{key}", bide.canonical_json(rec))])
+    with pytest.raises(NotVerified, match=r"the same key|a header record at position 1"):
+        verify_approvals(evidence(forged), LOG_KEY.public)
