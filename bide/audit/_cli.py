@@ -57,6 +57,15 @@ MAX_INPUT_BYTES = 256 * 1024 * 1024
 VERIFIED, NOT_VERIFIED, USAGE = EXIT_OK, EXIT_FAILED, EXIT_USAGE
 INTERNAL, UNREADABLE, UNTRUSTED, STORE_FAILED = EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STORE
 INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
+_REASONS = {
+    NOT_VERIFIED: "not verified",
+    USAGE: "usage error",
+    INTERNAL: "internal error",
+    UNREADABLE: "unusable input",
+    UNTRUSTED: "untrusted policy",
+    STORE_FAILED: "store failed",
+    INTERRUPTED: "interrupted",
+}
 
 
 def _read(path: str, limit: int) -> bytes:
@@ -443,6 +452,8 @@ def _emit(
             # json.dumps escapes every control and non-ASCII character: nothing from an input acts on a
             # terminal. Keys are sorted, as every command's --json (docs/cli.md).
             doc = {"result": result, "exit_code": code, "message": text, "not_proven": extra, **(facts or {})}
+            if code != VERIFIED:  # the word every command's failure carries (docs/cli.md)
+                doc["reason"] = _REASONS.get(code, result.replace("_", " "))
             print(json.dumps(doc, sort_keys=True, ensure_ascii=True))
         else:
             out = sys.stdout if code == VERIFIED else sys.stderr

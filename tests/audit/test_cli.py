@@ -175,6 +175,8 @@ def test_exit_4_prints_unreadable_input_but_error_for_a_store_it_cannot_open(tmp
         doc = json.loads(done.stdout)
         assert (doc["exit_code"], doc["result"]) == (4, result) and doc["message"].startswith(prefix), doc
         assert list(doc) == sorted(doc), doc
+        # Every command's failure names its exit code in `reason` (docs/cli.md); bide-audit's had none.
+        assert doc["reason"] == "unusable input", doc
 
 
 def test_a_missing_input_file_is_exit_4_naming_the_path(tmp_path: Path) -> None:
