@@ -152,10 +152,7 @@ class Worker:
         if not isinstance(agents, Agent | Mapping) and not callable(agents):
             agents = list(agents)  # read twice below
         self._lookup = _agent_lookup(agents, store)
-        if clock is None:
-            self.clock = _shared_clock(agents)
-        else:
-            self.clock = clock
+        self.clock = _shared_clock(agents) if clock is None else clock
         self.concurrency = int(concurrency)
         self.poll_interval = float(poll_interval)
         self.backoff = float(backoff)

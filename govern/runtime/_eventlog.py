@@ -919,22 +919,21 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         producers = list({e.producer: None for e in items})
         records = list({e.record: None for e in items})
     seen = tx.read(ids, deps, producers, records)
-    if seen is None and tx.orphaned():
-        # Events without a row: a creator that committed since the read (the row comes with them), or a log
-        # whose row was deleted, which neither this append nor `create` writes to.
-        seen = tx.read(ids, deps, producers, records)
+    if seen is None:
+        # (`create` refuses a log whose row was deleted, and so does this, before "not bound": events
+        # without a row are a creator's that committed since the read, or a log whose row was deleted.)
+        if identity is None or identity.events is None or identity.digest != machine:
+            if not tx.orphaned():
+                raise EventLogError(
+                    f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
+                    f"{machine}: bind it first with log.bind(machine) (the Machine or its Certificate), or "
+                    "open it with EventLog(url, machine=machine)"
+                )
+        else:
+            tx.create(identity.digest, identity.events)
+        seen = tx.read(ids, deps, producers, records)  # a concurrent creator may have appended first
         if seen is None:
             raise _orphaned(log)
-    if seen is None:
-        if identity is None or identity.events is None or identity.digest != machine:
-            raise EventLogError(
-                f"log {log!r} is not bound to a machine yet, and this handle does not know machine "
-                f"{machine}: bind it first with log.bind(machine) (the Machine or its Certificate), or "
-                "open it with EventLog(url, machine=machine)"
-            )
-        tx.create(identity.digest, identity.events)
-        seen = tx.read(ids, deps, producers, records)  # a concurrent creator may have appended first
-        assert seen is not None
     head = seen.head
     _check_machine(log, head, machine)
     names = head.events
