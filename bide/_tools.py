@@ -584,7 +584,7 @@ class _InsideWindow:
                 except StopIteration as stop:
                     return stop.value
                 except asyncio.CancelledError:
-                    task = asyncio.current_task()
+                    task = closing.task
                     if cut_at >= 0 and task is not None and task.cancelling() <= cut_at:
                         raise TimeoutError(
                             f"tool {window.tool!r} was past its deadline when it could go on (the process "
@@ -603,8 +603,7 @@ class _InsideWindow:
                 # A result, or an error of the tool's own, past the window: cancelled instead. A cancellation
                 # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
                 if past and cut_at < 0 and (error is None or isinstance(error, Exception)):
-                    task = asyncio.current_task()
-                    cut_at = task.cancelling() if task is not None else 0
+                    cut_at = closing.task.cancelling() if closing.task is not None else 0
                     value, error = None, asyncio.CancelledError()
         finally:
             closing.disarm()

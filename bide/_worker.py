@@ -149,10 +149,8 @@ class Worker:
             if not (isinstance(value, int | float) and value > 0):
                 raise ConfigError(f"{name} must be a positive number, got {value!r}")
         self.store = store
-        if not isinstance(agents, Agent | Mapping) and not callable(agents):
-            agents = list(agents)  # read twice below
-        self._lookup = _agent_lookup(agents, store)
-        self.clock = _shared_clock(agents) if clock is None else clock
+        self._lookup, listed = _agent_lookup(agents, store)
+        self.clock = _shared_clock(listed) if clock is None else clock
         self.concurrency = int(concurrency)
         self.poll_interval = float(poll_interval)
         self.backoff = float(backoff)
@@ -445,17 +443,11 @@ def _count(report: PassReport, outcome: str) -> None:
     setattr(report, outcome, getattr(report, outcome) + 1)
 
 
-def _shared_clock(agents: AgentSource) -> Callable[[], float]:
+def _shared_clock(listed: list[AnyAgent] | None) -> Callable[[], float]:
     """The clock every listed agent stamps its leases with (the wall clock for a lookup function, whose
-    agents are not known in advance); ConfigError when they differ."""
-    if isinstance(agents, Agent):
-        listed: list[Any] = [agents]
-    elif isinstance(agents, Mapping):
-        listed = list(agents.values())
-    elif callable(agents):
+    agents are not known in advance: `listed` None); ConfigError when they differ."""
+    if listed is None:
         return time.time
-    else:
-        listed = list(agents)
     clocks = {id(agent.clock): agent.clock for agent in listed}  # by identity: a clock may be unhashable
     if len(clocks) > 1:
         raise ConfigError(
@@ -466,13 +458,16 @@ def _shared_clock(agents: AgentSource) -> Callable[[], float]:
     return next(iter(clocks.values())) if clocks else time.time
 
 
-def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], AnyAgent | None]:
+def _agent_lookup(
+    agents: AgentSource, store: Store
+) -> tuple[Callable[[str], AnyAgent | None], list[AnyAgent] | None]:
+    """The worker's agent by run entry name, and the agents listed (None for a lookup function)."""
     if isinstance(agents, Agent):
         agents = [agents]
     if isinstance(agents, Mapping):
         by_name = dict(agents)
     elif callable(agents):
-        return agents
+        return agents, None
     else:
         by_name = {}
         for agent in agents:
@@ -484,4 +479,4 @@ def _agent_lookup(agents: AgentSource, store: Store) -> Callable[[str], AnyAgent
     for name, agent in by_name.items():
         if agent.store is not store:
             raise ConfigError(f"agent {name!r} uses another store than the worker: give both the same store")
-    return by_name.get
+    return by_name.get, list(by_name.values())

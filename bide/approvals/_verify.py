@@ -370,21 +370,43 @@ def _model_calls(record: dict[str, Any]) -> list[Any]:
     return calls
 
 
-def _undecided_calls(index: _Index, only: str | None, complete: bool) -> list[str]:
-    """Check the calls put to approvers that have no tally (all of them, or the call `only`): raise
-    NotVerified for one with an attempt or a successful result, since it ran while its gate was undecided
-    (a deploy that removed the gate, say); return a gap for one with only an error result, which may or may
-    not have run. A call still waiting for its approvers has neither, and passes. In a partial package the
-    tally may be one of the records left out: such a call is a gap, not a forgery."""
-    gaps: list[str] = []
+def _requests(index: _Index) -> tuple[set[str], set[str]]:
+    """The calls the package shows were put to approvers (they have a request record), and their tools."""
     prefix = "approval:request:"
-    requested = {key[len(prefix) :].rpartition(":")[0] for key in index.by_key if key.startswith(prefix)}
+    calls: set[str] = set()
+    tools: set[str] = set()
+    for key, record in index.by_key.items():
+        if key.startswith(prefix):
+            calls.add(key[len(prefix) :].rpartition(":")[0])
+            data = record.get("data")
+            if isinstance(data, dict) and isinstance(data.get("tool"), str):
+                tools.add(data["tool"])
+    return calls, tools
+
+
+def _ran(record: dict[str, Any], call: str) -> str | None:
+    """"attempt" or "result" when `record` shows that `call` ran (an attempt marker, or a result that is
+    not an error), else None."""
+    kind = _kind_of_key(record["key"], call)
+    if kind == "attempt":
+        return "attempt"
+    if kind == "tool_result" and record.get("is_error") is not True:
+        return "result"
+    return None
+
+
+def _undecided_calls(index: _Index, requested: set[str], only: str | None, complete: bool) -> list[str]:
+    """Check the calls put to approvers (`requested`) that have no tally (all of them, or the call `only`):
+    raise NotVerified for one with an attempt or a successful result, since it ran while its gate was
+    undecided (a deploy that removed the gate, say); return a gap for one with only an error result, which
+    may or may not have run. A call still waiting for its approvers has neither, and passes. In a partial
+    package the tally may be one of the records left out: such a call is a gap, not a forgery."""
+    gaps: list[str] = []
     for call in sorted(requested):
         if (only is not None and call != only) or tally_key(call) in index.by_key:
             continue
         for r in index.by_key_call.get(call, []):
-            kind = _kind_of_key(r["key"], call)
-            ran = kind == "attempt" or (kind == "tool_result" and r.get("is_error") is not True)
+            ran = _ran(r, call)
             if ran and not complete:
                 gaps.append(
                     f"that call {call!r}, put to its approvers, ran only once approved: the package is "
@@ -393,11 +415,10 @@ def _undecided_calls(index: _Index, only: str | None, complete: bool) -> list[st
                 break
             if ran:
                 raise NotVerified(
-                    f"call {call!r} was put to its approvers but never decided (no tally), yet its "
-                    f"{'attempt' if kind == 'attempt' else 'result'} at position {r['index']} shows it ran: "
-                    "it ran without an approval"
+                    f"call {call!r} was put to its approvers but never decided (no tally), yet its {ran} "
+                    f"at position {r['index']} shows it ran: it ran without an approval"
                 )
-            if kind == "tool_result":
+            if _kind_of_key(r["key"], call) == "tool_result":
                 gaps.append(
                     f"that call {call!r}, put to its approvers but never decided, did not run: its result "
                     f"at position {r['index']} is an error, which does not tell"
@@ -405,20 +426,11 @@ def _undecided_calls(index: _Index, only: str | None, complete: bool) -> list[st
     return gaps
 
 
-def _unrequested_calls(index: _Index, only: str | None) -> list[str]:
-    """Gaps for the calls that ran (an attempt, or a result that is not an error) of a tool whose other
-    calls were put to approvers, with no request of their own: nothing in the package shows they were
-    approved. (A gate may decide some calls without approvers, say small amounts, so this is a gap, not
-    a forgery; a deploy that took the gate off leaves the same records.)"""
-    prefix = "approval:request:"
-    requested: set[str] = set()
-    gated: set[str] = set()
-    for key, record in index.by_key.items():
-        if key.startswith(prefix):
-            requested.add(key[len(prefix) :].rpartition(":")[0])
-            data = record.get("data")
-            if isinstance(data, dict) and isinstance(data.get("tool"), str):
-                gated.add(data["tool"])
+def _unrequested_calls(index: _Index, requested: set[str], gated: set[str], only: str | None) -> list[str]:
+    """Gaps for the calls that ran of a tool whose other calls were put to approvers (`gated`), with no
+    request of their own: nothing in the package shows they were approved. (A gate may decide some calls
+    without approvers, say small amounts, so this is a gap, not a forgery; a deploy that took the gate off
+    leaves the same records.)"""
     gaps: list[str] = []
     if not gated:
         return gaps
@@ -426,13 +438,12 @@ def _unrequested_calls(index: _Index, only: str | None) -> list[str]:
         if (only is not None and call != only) or call in requested:
             continue
         for r in index.by_key_call[call]:
-            kind = _kind_of_key(r["key"], call)
-            ran = kind == "attempt" or (kind == "tool_result" and r.get("is_error") is not True)
+            ran = _ran(r, call)
             if ran and r.get("tool") in gated:
                 gaps.append(
                     f"that call {call!r} of tool {r.get('tool')!r}, whose calls are put to approvers, was "
-                    f"approved: it ran ({'attempt' if kind == 'attempt' else 'result'} at position "
-                    f"{r['index']}) with no request to approvers (its gate decided alone, or was taken off)"
+                    f"approved: it ran with no request to approvers ({ran} at position {r['index']}; its "
+                    "gate decided alone, or was taken off)"
                 )
                 break
     return gaps
@@ -614,7 +625,9 @@ def verify_approvals(
     journal = _journal_digest(pkg)
     index = _Index.of(records)
     gates = [_check_gate(run_id, journal, t, index, complete) for t in tallies]
-    undecided = _undecided_calls(index, call_id, complete) + _unrequested_calls(index, call_id)
+    requested, gated = _requests(index)
+    undecided = _undecided_calls(index, requested, call_id, complete)
+    undecided += _unrequested_calls(index, requested, gated, call_id)
     trust = trust or ApprovalTrust()
     untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
     if untrusted:
