@@ -53,6 +53,12 @@ class ApprovalTrust:
         approvals a gate needs, not whose they are, so a policy of anyone's keys would pass it."""
         return bool(self.policy_digests) or self.approvers is not None
 
+    @property
+    def need_pinned(self) -> bool:
+        """True when how many approvals a gate needs is pinned: by `need`, or by a policy digest (which
+        covers the whole policy)."""
+        return bool(self.policy_digests) or self.need is not None
+
     @classmethod
     def of(
         cls,

@@ -19,6 +19,7 @@ from typing import Any
 
 from .._canonical import canonical_json
 from .._errors import ConfigError
+from .._records import RESERVED_GATE_PREFIX, attempt_key, not_started_key, pause_key, result_key
 from ..audit._errors import NotVerified
 from ..audit._formats import MAX_SKEW_NS, EvidencePackage, decode_record_bytes, journal_leaf
 from ..audit._keys import PublicKey
@@ -85,6 +86,12 @@ class _Index:
         index = cls({}, [], {}, {}, {}, [])
         for r in records:
             key = r["key"]
+            misfiled = _misfiled(r)
+            if misfiled is not None:
+                raise NotVerified(
+                    f"record {key!r} at position {r['index']} {misfiled}: bide never writes such a record, "
+                    "so the journal was edited (the checks below find a call's records by their keys)"
+                )
             index.by_key[key] = r
             if key.startswith("approval:decision:"):
                 index.decisions.append((key, r["index"], r))
@@ -449,6 +456,48 @@ def _unrequested_calls(index: _Index, requested: set[str], gated: set[str], only
     return gaps
 
 
+# The record kinds bide files under a key made from the call's id (see `_call_of_key`).
+_CALL_KEYED_KINDS = frozenset({"attempt", "not_started", "tool_result", "pause"})
+
+
+def _misfiled(record: dict[str, Any]) -> str | None:
+    """Why `record` is not filed under the key bide gives a record of its kind, or None when it is. Only the
+    kinds the approval checks look up matter: a gate record is filed under the reserved ``approval:``
+    prefix and nothing else is; an attempt, not-started, result or pause record of call C is filed under
+    exactly its key for C (and its generation), with its tool's name a string, and no other kind under such
+    a key. A record filed otherwise would be skipped by one check and counted by another (a decoy under a
+    tally's key, an attempt under a key no lookup finds)."""
+    key, kind = record["key"], record.get("kind")
+    if key.startswith(RESERVED_GATE_PREFIX) != (kind == "gate"):
+        return (
+            f"is a record of kind {kind!r} under an approval key"
+            if kind != "gate"
+            else f"is a gate record outside the reserved {RESERVED_GATE_PREFIX!r} keys"
+        )
+    named = _call_of_key(key)
+    if named is None and kind not in _CALL_KEYED_KINDS:
+        return None
+    call, gen = record.get("call_id"), record.get("gen")
+    if not isinstance(call, str):
+        return f"is a record of kind {kind!r} under a call's key, without a call id"
+    if kind == "attempt" or kind == "not_started":
+        if type(gen) is not int or gen < 0:
+            return f"is a record of kind {kind!r} without a generation"
+        expected = attempt_key(call, gen) if kind == "attempt" else not_started_key(call, gen)
+    elif kind == "tool_result" or kind == "pause":
+        expected = result_key(call) if kind == "tool_result" else pause_key(call)
+    else:
+        return (
+            f"is a record of kind {kind!r} under the key of an attempt, not-started, result or pause of "
+            f"{named!r}"
+        )
+    if key != expected:
+        return f"is the {kind!r} record of call {call!r} under another key than its own ({expected!r})"
+    if kind != "not_started" and not isinstance(record.get("tool"), str):
+        return f"is a record of kind {kind!r} whose tool is not a name"
+    return None
+
+
 def _call_of_key(key: str) -> str | None:
     """The call whose attempt, not-started, result or pause record `key` is the key of (the call for which
     `_kind_of_key` is not None), or None."""
@@ -647,8 +696,14 @@ def verify_approvals(
         + "; ".join(g.text() for g in gates)
         + "."
     )
-    if trust.pinned:
+    if trust.pinned and trust.need_pinned:
         proven += " Every gate counted under a policy you pinned."
+    elif trust.pinned:
+        proven += " Every gate counted with the approvers you pinned."
+        gaps.append(
+            "that each gate needed as many approvals as you trust: the number comes from the package (pin "
+            "it with --need K)"
+        )
     else:
         gaps.append(
             "that these approvers are the ones you trust: the policy comes from the package itself "

@@ -266,6 +266,11 @@ def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:
     try:
         pub = serialization.load_pem_public_key(data)
     except (ValueError, TypeError) as exc:
+        if _HEX_KEY.fullmatch(data.strip().decode("ascii", "replace")):
+            raise UnreadableInput(
+                f"the file {text!r} holds 64 hex characters, but a key file must be a PEM public key: give "
+                "the 64 hex characters themselves as the argument instead of the file's name"
+            ) from exc
         raise UnreadableInput(f"{text!r} is neither a PEM public key nor 64 hex characters") from exc
     if not isinstance(pub, Ed25519PublicKey):
         raise UnreadableInput(f"{text!r} holds a {type(pub).__name__}, not an Ed25519 public key")

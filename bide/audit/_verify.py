@@ -147,7 +147,7 @@ def check_evidence_proofs(pkg: EvidencePackage) -> Verified:
         "or that the recorded results are true outside the journal."
     )
     if not complete:
-        not_proven = "Not proven: anything about the omitted records. " + not_proven[len("Not proven: ") :]
+        not_proven = "Not proven: anything about the omitted records, " + not_proven[len("Not proven: ") :]
     return Verified(
         proven=(
             f"The package holds {scope}, each proven at its position in the journal committed by "
