@@ -490,10 +490,12 @@ def _events_graph_path(target: Target) -> Path:
 
 
 def _certify_inputs(machine: Path, args: argparse.Namespace) -> list[tuple[str, Path]]:
-    """The files `certify` reads, which nothing it writes may replace."""
+    """The files `certify` reads, and the signing key's public key (FILE.pub, what verifiers pin): nothing
+    it writes may replace them."""
     inputs = [("machine file", machine)]
     if args.sign:
         inputs.append(("signing key", Path(args.sign)))
+        inputs.append(("signing key's public key", Path(f"{args.sign}.pub")))
     return inputs
 
 
@@ -880,12 +882,13 @@ def cmd_graph(args: argparse.Namespace, out: Console, err: Console) -> int:
             except (DeclarationError, StateSpaceTooLarge, CertificateTooLarge) as exc:
                 # The machine's own fault, as in `certify`: an input error, not a bug in govern.
                 raise UsageError(f"{target.registry.name}: {exc}") from exc
-    directory = Path(args.output) if args.output else Path(source.rpartition(":")[0] or source).parent
+    source_file = Path(source) if source.endswith(".json") else _split_spec(source)[0]
+    # Next to the file itself: a certificate never takes `:NAME`, and a path may hold a colon of its own.
+    directory = Path(args.output) if args.output else source_file.parent
     if not is_directory(directory):
         if directory.exists() or directory.is_symlink():
             raise UsageError(f"{directory} is not a directory: -o names the directory the drawings go to")
         raise UsageError(f"{directory}: no such directory")
-    source_file = Path(source) if source.endswith(".json") else _split_spec(source)[0]
     keep = [("certificate" if source.endswith(".json") else "machine file", source_file)]
     for certificate in certificates:
         files = render_files(certificate, directory, state_limit=args.state_limit, png=args.png, keep=keep)

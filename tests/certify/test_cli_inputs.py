@@ -39,6 +39,12 @@ def test_certify_refuses_to_write_over_the_machine_file_or_the_key(machine_dir: 
     done = govern("certify", "shop.py:orders", "--sign", "ci-key", "-o", "ci-key", cwd=machine_dir)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "signing key" in done.stderr
+    # Nor over the key's public key, which verifiers pin (`certify --sign ci-key -o ci-key.pub` replaced it
+    # with the certificate, and every later `govern check --pubkey ci-key.pub` failed).
+    public = (machine_dir / "ci-key.pub").read_bytes()
+    done = govern("certify", "shop.py:orders", "--sign", "ci-key", "-o", "ci-key.pub", cwd=machine_dir)
+    assert done.returncode == 2 and "signing key's public key" in done.stderr, done.stdout + done.stderr
+    assert (machine_dir / "ci-key.pub").read_bytes() == public
     assert (machine_dir / "shop.py").read_bytes() == machine
     assert (machine_dir / "ci-key").read_bytes() == key
     assert not list(machine_dir.glob("*.govern-cert.json"))
@@ -80,6 +86,24 @@ def test_graph_of_a_certificate_refuses_to_write_over_it(tmp_path: Path) -> None
     assert "refusing to write over it" in done.stderr
     assert cert.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["orders.events.dot", "orders.json"]
+
+
+def test_graph_draws_next_to_a_file_whose_path_holds_a_colon(tmp_path: Path) -> None:
+    """`govern graph rel:v2/sub/orders.govern-cert.json` (or the machine file beside it) wrote its drawings
+    into the working directory: the directory was taken from the text before the last colon, as if it were
+    `PATH:NAME`, though a certificate never takes a name and the path exists as written."""
+    sub = tmp_path / "rel:v2" / "sub"
+    sub.mkdir(parents=True)
+    (sub / "shop.py").write_text(MACHINES)
+    certified = govern("certify", "rel:v2/sub/shop.py:orders", cwd=tmp_path)
+    assert certified.returncode == 0, certified.stdout + certified.stderr
+    for source in ("rel:v2/sub/orders.govern-cert.json", "rel:v2/sub/shop.py", "rel:v2/sub/shop.py:orders"):
+        for drawing in sub.glob("orders.events.*"):
+            drawing.unlink()
+        done = govern("graph", source, cwd=tmp_path)
+        assert done.returncode == 0, (source, done.stdout, done.stderr)
+        assert list(sub.glob("orders.events.*")), (source, done.stdout)
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["rel:v2"], source  # nothing drawn here
 
 
 def _nest(expression: Any, levels: int) -> Any:
