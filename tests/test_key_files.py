@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from bide._files import SecondNotPlaced, replace_pair
-from bide.audit import generate_key, load_signing_key
+from bide.audit import UnreadableInput, generate_key, load_signing_key
 from bide.audit import load_public_key as load_audit_public_key
 from govern.certificate._signing import load_private_key, load_public_key, verify_signature
 
@@ -142,3 +142,13 @@ def test_a_key_that_is_a_pipe_or_a_device_or_huge_is_unreadable_not_a_hang(tmp_p
             load_signing_key(path)
         with pytest.raises(UnreadableInput):
             load_audit_public_key(path)
+
+
+def test_a_public_key_file_holding_hex_says_to_give_the_hex_itself(tmp_path: Path) -> None:
+    """A file holding the 64 hex characters of a key was called "neither a PEM public key nor 64 hex
+    characters", which it does hold: the message says a key file must be PEM and the hex goes as is."""
+    key = generate_key(tmp_path / "log.key")
+    (tmp_path / "log.pub").write_text(key.public.hex + "\n")
+    with pytest.raises(UnreadableInput, match="holds 64 hex characters, but a key file must be a PEM"):
+        load_audit_public_key(tmp_path / "log.pub")
+    assert load_audit_public_key(key.public.hex) == key.public
