@@ -4,7 +4,7 @@
     bide show    [--store URL] RUN [--json]
     bide pending [--store URL] [--prefix P] [--json]
     bide resolve [--store URL] RUN CALL (--succeeded JSON | --failed MESSAGE | --not-started) [--attempt N]
-                 [--evidence JSON]
+                 [--evidence JSON] [--json]
     bide approve | deny [--store URL] RUN CALL --key FILE
     bide keygen  FILE [--force]
     bide worker  [--store URL] --app module:attribute [--concurrency N] [--poll S] [--once [--json]]
@@ -12,7 +12,8 @@
 
 `--store` defaults to $BIDE_STORE, else sqlite:///bide.db. Exit codes are the table shared with `govern`
 and `bide-audit` (`bide._cli_common`, printed by `bide --help`): 0 done; 2 bad usage; 3 a bug; 4 no such
-store, run or call; 5 refused (the message says why and what to do); 6 the store failed. `bide resolve`
+store, run or call; 5 refused (the message says why and what to do); 6 the store failed; 7 not yet (another
+driver holds the run, or the call may still be running: retry after the time given). `bide resolve`
 interrupted (SIGINT) before its resolution is sent says none was recorded (130); after, it waits for the
 store's answer and reports it, unless interrupted again (130, "may or may not have been recorded"): see
 `interrupts_around_a_write`.
@@ -44,6 +45,7 @@ from ._cli_common import (
     EXIT_FAILED,
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
+    EXIT_NOT_YET,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_STORE,
@@ -57,7 +59,16 @@ from ._cli_common import (
     print_json,
     table,
 )
-from ._errors import BideError, ConfigError, NoLiveAttempt, ResolveRefused, StoreError, StoreNotFound
+from ._errors import (
+    BideError,
+    ConfigError,
+    HaltInFlight,
+    NoLiveAttempt,
+    ResolveRefused,
+    RunInFlight,
+    StoreError,
+    StoreNotFound,
+)
 from ._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, silence_stdout
 from ._terminal import printable
 from ._when import iso, seconds, when
@@ -729,9 +740,9 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
             resolved = resolving.result()
         except KeyboardInterrupt:  # before the resolution was sent: `sending` now refuses to send it
             give_up_on(store)
-            say(
-                f"bide: interrupted; no resolution was recorded for call {call} of run {run}", file=sys.stderr
-            )
+            said = f"interrupted; no resolution was recorded for call {call} of run {run}"
+            say(f"bide: {said}", file=sys.stderr)
+            json_failure(args, EXIT_INTERRUPTED, said)
             try:
                 resolving.exception()  # it gives back the run's lease, if it took it
             except KeyboardInterrupt:
@@ -740,45 +751,62 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
             return EXIT_INTERRUPTED
         except StoppedWaiting:
             abandoned = True
-            say(
-                f"bide: stopped waiting: the resolution of call {call} in run {run} may or may not have been "
-                f"recorded; `bide show {shlex.quote(run)}` tells",
-                file=sys.stderr,
+            said = (
+                f"stopped waiting: the resolution of call {call} in run {run} may or may not have been "
+                f"recorded; `bide show {shlex.quote(run)}` tells"
             )
+            say(f"bide: {said}", file=sys.stderr)
+            json_failure(args, EXIT_INTERRUPTED, said)
             return EXIT_INTERRUPTED
         finally:
             if not abandoned:
                 close_after_answer(store)
     if resolved.written:
-        say(f"resolved call {call} of run {run} as {outcome.kind}; run the agent again to go on")
+        said = f"resolved call {call} of run {run} as {outcome.kind}; run the agent again to go on"
+        _say_resolved(args, said, written=True, outcome=outcome.kind)
         return EXIT_OK
-    return _already_resolved(run, call, outcome, resolved)
+    return _already_resolved(args, outcome, resolved)
 
 
-def _already_resolved(run: str, call: str, outcome: Outcome, resolved: Resolved) -> int:
+def _say_resolved(args: argparse.Namespace, said: str, *, written: bool, outcome: str) -> None:
+    """What `bide resolve` says when the call has the outcome offered: `said` for people, or with --json
+    the document ``{"result": "resolved", "written", "run", "call", "outcome"}``."""
+    if args.json:
+        print_json({"result": "resolved", "written": written, "run": args.run, "call": args.call,
+                    "outcome": outcome, "message": said})
+    else:
+        say(said)
+
+
+def _already_resolved(args: argparse.Namespace, outcome: Outcome, resolved: Resolved) -> int:
     """`bide resolve` of a call that already had the offered outcome: nothing was written. The same
     evidence is exit 0; other evidence contradicts the record (exit 5, as another outcome is)."""
     from ._canonical import canonical_json
 
+    run, call = args.run, args.call
     rec = resolved.result
     then = "the run has ended" if resolved.ended else "run the agent again to go on"
     if rec is None:  # resolved as not started (its evidence is in the record's reason; not compared)
-        say(f"call {call} of run {run} was already resolved as not_started; nothing was written; {then}")
+        _say_resolved(args, f"call {call} of run {run} was already resolved as not_started; nothing was "
+                      f"written; {then}", written=False, outcome="not_started")
         return EXIT_OK
     kind = "failed" if rec.is_error else "succeeded"
     how = "resolved" if rec.reconciled else "recorded by its tool"
     recorded = canonical_json(rec.evidence).decode()
     if canonical_json(rec.evidence) != canonical_json(outcome.evidence):
-        say(
-            f"bide: refused: call {call} of run {run} was already {how} as {kind} with evidence {recorded}, "
-            f"not {canonical_json(outcome.evidence).decode()}; nothing was written (a recorded outcome and "
-            "its evidence cannot be changed)",
-            file=sys.stderr,
+        return _failed(
+            args,
+            EXIT_REFUSED,
+            f"refused: call {call} of run {run} was already {how} as {kind} with evidence {recorded}, not "
+            f"{canonical_json(outcome.evidence).decode()}; nothing was written (a recorded outcome and its "
+            "evidence cannot be changed)",
         )
-        return EXIT_REFUSED
-    say(
+    _say_resolved(
+        args,
         f"call {call} of run {run} was already {how} as {kind} (evidence {recorded}); nothing was written; "
-        f"{then}"
+        f"{then}",
+        written=False,
+        outcome=kind,
     )
     return EXIT_OK
 
@@ -878,6 +906,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
         "once, and refused if the call was tried again since",
     )
     p.add_argument("--clock-skew", type=_skew, default=1.0, help="seconds to wait past the deadline")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_cmd_resolve)
 
     p = sub.add_parser("keygen", help="create an Ed25519 signing key FILE (and FILE.pub), as govern keygen")
@@ -926,6 +955,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _failed(args, exc.code, str(exc), exc.reason)
     except NoLiveAttempt as exc:
         return _failed(args, EXIT_NOT_FOUND, str(exc))
+    except (HaltInFlight, RunInFlight) as exc:
+        # Not a contradiction of what is recorded (5): the same request can succeed later.
+        return _failed(args, EXIT_NOT_YET, f"not yet: {exc}", retry_after=exc.retry_after)
     except ResolveRefused as exc:
         return _failed(args, EXIT_REFUSED, f"refused: {exc}")
     except ConfigError as exc:
@@ -953,24 +985,29 @@ _REASONS = {
     EXIT_NOT_FOUND: "not found",
     EXIT_REFUSED: "refused",
     EXIT_STORE: "store failed",
+    EXIT_NOT_YET: "not yet",
     EXIT_INTERRUPTED: "interrupted",
 }
 
 
-def _failed(args: argparse.Namespace, code: int, message: str, reason: str | None = None) -> int:
+def _failed(
+    args: argparse.Namespace, code: int, message: str, reason: str | None = None, **facts: Any
+) -> int:
     """Report a command's failure (`code`, and `message` for people on stderr); returns `code`."""
     say(f"bide: {message}", file=sys.stderr)
-    json_failure(args, code, message, reason)
+    json_failure(args, code, message, reason, **facts)
     return code
 
 
-def json_failure(args: argparse.Namespace, code: int, message: str, reason: str | None = None) -> None:
+def json_failure(
+    args: argparse.Namespace, code: int, message: str, reason: str | None = None, **facts: Any
+) -> None:
     """With --json, the one JSON document a failed command prints (on stdout, as its data would have been):
     `exit_code`, `reason` (a word for the code, as in the table of `--help`, unless `reason` is more
-    precise) and `message`."""
+    precise), `message`, and `facts` a script needs (`retry_after`, Unix seconds, for exit 7)."""
     if getattr(args, "json", False):
         said = reason or _REASONS.get(code, "failed")
-        print_json({"exit_code": code, "reason": said, "message": message})
+        print_json({"exit_code": code, "reason": said, "message": message, **facts})
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ __all__ = [
     "EXIT_FAILED",
     "EXIT_INTERNAL",
     "EXIT_NOT_FOUND",
+    "EXIT_NOT_YET",
     "EXIT_OK",
     "EXIT_REFUSED",
     "EXIT_STORE",
@@ -46,6 +47,7 @@ EXIT_INTERNAL = 3
 EXIT_NOT_FOUND = 4
 EXIT_REFUSED = 5
 EXIT_STORE = 6
+EXIT_NOT_YET = 7
 
 EXIT_CODES_HELP = """\
 exit codes (the same for govern, bide and bide-audit):
@@ -62,6 +64,8 @@ exit codes (the same for govern, bide and bide-audit):
      closed) or a policy you pinned (bide-audit verify-approvals); the message says why
   6  the store failed: the database is unreachable or answered with an error (bide,
      bide-audit export)
+  7  not yet: another driver holds the run, or the call may still be running (bide resolve);
+     nothing was done: retry after the time the message gives (--json: retry_after)
   130  interrupted (Ctrl-C): what was written is whole, and the message says what was sent
 """
 

@@ -270,3 +270,53 @@ def test_a_worker_whose_app_does_not_import_leaves_another_applications_database
     done = _in(tmp_path, "worker", "--store", f"sqlite:///{path}", "--app", "no_such_module:build", "--once")
     assert done.returncode == 2 and "cannot import 'no_such_module'" in done.stderr, done.stderr
     assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["crm.db"]
+
+
+def test_resolve_too_early_or_under_a_live_driver_is_not_yet_and_says_when(
+    db: tuple[str, bide.Store],
+) -> None:
+    """A call that may still be running, or a run another driver holds, was exit 5 ("refused", which no
+    retry changes), the same code as a call already resolved otherwise, and `bide resolve` had no --json to
+    give the time to retry: a script had to parse the English to tell "wait" from "give up". Now both are
+    exit 7 ("not yet") with `retry_after`, and --json prints what was resolved."""
+    url, store = db
+    model = ScriptedModel([call("send", to="x"), reply("ok")])
+    with contextlib.suppress(bide.OutcomeUnknown):  # its deadline is 30 s away: it may still be running
+        bide.Agent(model, store=store, tools=[send]).run_sync("early", "send it")
+    entered, release = threading.Event(), threading.Event()
+
+    @bide.tool(timeout=60)
+    def slow(n: int) -> str:
+        """A side effect that takes a while."""
+        entered.set()
+        release.wait(60)
+        return "done"
+
+    agent = bide.Agent(ScriptedModel([call("slow", n=1), reply("fin")]), store=store, tools=[slow])
+    driver = threading.Thread(target=agent.run_sync, args=("live", "go"))
+    driver.start()
+    try:
+        assert entered.wait(30)
+        early = cli("resolve", "--store", url, "early", "c0.0", "--not-started", "--json")
+        live = cli("resolve", "--store", url, "live", "c0.0", "--not-started", "--json")
+    finally:
+        release.set()
+        driver.join(30)
+    for done, said in ((early, "may still be running"), (live, "driven by another driver")):
+        assert done.returncode == 7, done.stdout + done.stderr
+        doc = json.loads(done.stdout)
+        assert (doc["exit_code"], doc["reason"]) == (7, "not yet") and said in doc["message"], doc
+        assert doc["retry_after"] > time.time() - 5, doc
+        assert "bide: not yet:" in done.stderr
+    halt(store, "late")
+    store.close()
+    resolved = cli("resolve", "--store", url, "late", "c0.0", "--not-started", "--clock-skew", "0", "--json")
+    assert resolved.returncode == 0, resolved.stderr
+    doc = json.loads(resolved.stdout)
+    assert {k: doc[k] for k in ("result", "written", "run", "call", "outcome")} == {
+        "result": "resolved", "written": True, "run": "late", "call": "c0.0", "outcome": "not_started"
+    }  # fmt: skip
+    again = cli("resolve", "--store", url, "late", "c0.0", "--not-started", "--clock-skew", "0", "--json")
+    assert again.returncode == 0 and json.loads(again.stdout)["written"] is False, again.stdout
+    other = cli("resolve", "--store", url, "late", "c0.0", "--failed", "no", "--clock-skew", "0", "--json")
+    assert other.returncode == 5 and json.loads(other.stdout)["reason"] == "refused", other.stdout

@@ -615,8 +615,8 @@ def resolve(url: str, call_id: str, *what: str) -> None:
             text=True,
             timeout=60,
         )
-        # Refused (exit 5) while the call's deadline plus the skew has not passed: wait and retry.
-        if res.returncode != 5 or "may still be running" not in res.stderr:
+        # Not yet (exit 7) while the call's deadline plus the skew has not passed: wait and retry.
+        if res.returncode != 7 or "may still be running" not in res.stderr:
             break
         time.sleep(0.1)
     assert res.returncode == 0, res.stderr
