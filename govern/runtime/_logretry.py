@@ -12,7 +12,11 @@ A failure is classified from the driver's own error, never from a flag SQLAlchem
 - **timeout**: a bounded wait ran out: PostgreSQL's `lock_timeout` (55P03) or `statement_timeout`
   (57014), or no free connection in the pool. Retrying would only wait again: the caller is told;
 - **refused**: libpq refuses the value of one of its options (``sslmode=bogus``): the URL must change;
-- **fail**: everything else (a constraint the log's own checks should have prevented, a damaged file),
+- **corrupt**: a damaged SQLite file, or a uniqueness constraint of the events table violated: appends
+  number events from the log's own counters under its lock, so two events at one position (or one
+  record or producer sequence number) mean the counters were edited down or restored apart from the
+  events; retrying would fail the same way;
+- **fail**: everything else (another constraint the log's own checks should have prevented),
   and a server that refuses the connection for good: no such database, no such role, a wrong password
   or no pg_hba.conf rule for it. Retrying these for the log's whole timeout only hid them behind
   "unreachable or overloaded".
@@ -45,6 +49,10 @@ _TIMEOUT_STATES = {"55P03": "lock_timeout", "57014": "statement_timeout"}
 _WAITS = RetryPolicy(initial=0.001, maximum=0.1, multiplier=2.0)
 _SQLITE_BUSY = {5, 6}  # SQLITE_BUSY, SQLITE_LOCKED (primary codes; extended codes keep them in the low byte)
 _SQLITE_CORRUPT, _SQLITE_NOTADB = 11, 26
+_SQLITE_UNIQUE = {1555, 2067}  # SQLITE_CONSTRAINT_PRIMARYKEY, SQLITE_CONSTRAINT_UNIQUE
+_COUNTERS_BEHIND = (
+    "the log's counters are behind its events ({what}): they were edited, or restored apart from the events"
+)
 
 
 def classify(exc: BaseException) -> tuple[Kind, str, bool]:
@@ -74,6 +82,8 @@ def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
             notadb = code & 0xFF == _SQLITE_NOTADB
             what = "the file is not a SQLite database" if notadb else "the file is damaged"
             return "corrupt", f"{what} ({_first_line(orig)})", True
+        if code in _SQLITE_UNIQUE and "govern_events." in text:
+            return "corrupt", _COUNTERS_BEHIND.format(what=_first_line(orig)), False
         return None
     state = getattr(orig, "sqlstate", None)
     if isinstance(state, str):
@@ -82,6 +92,9 @@ def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
         if state in _RETRY_STATES or state.startswith("08"):
             broken = state.startswith(("08", "57P")) or state == "25P03"
             return "retry", f"SQLSTATE {state}: {_first_line(orig)}", broken
+        diag = getattr(orig, "diag", None)
+        if state == "23505" and str(getattr(diag, "table_name", "")) == "govern_events":
+            return "corrupt", _COUNTERS_BEHIND.format(what=_first_line(orig)), False
         return None
     psycopg = sys.modules.get("psycopg")
     if psycopg is not None and isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)):

@@ -429,6 +429,39 @@ def test_a_postgresql_log_at_the_last_64_bit_number_refuses_appends(
     assert log.get("new") is None
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    "sql",
+    [
+        'UPDATE govern_logs SET "length" = 1 WHERE "name" = :log',
+        "UPDATE govern_counters SET \"next\" = 1 WHERE \"log\" = :log AND kind = 'r' AND key = 'o1'",
+        "UPDATE govern_counters SET \"next\" = 2 WHERE \"log\" = :log AND kind = 'p' AND key = 'p'",
+    ],
+    ids=["position", "record_seq", "producer_seq"],
+)
+@pytest.mark.parametrize("batch", [1, 20], ids=["one", "copied"])
+def test_a_postgresql_counter_edited_below_its_events_is_a_corrupted_log(
+    log_name: str, sql: str, batch: int
+) -> None:
+    """A counter edited down (or restored apart from the events) made the next append collide with a
+    stored event: a raw duplicate-key EventLogError that said "appending the same events again is safe",
+    which only failed the same way forever. It is a corrupted log, and nothing is written."""
+    filled(POSTGRES_URL, log_name).close()
+    edit(POSTGRES_URL, sql, log=log_name)
+    log = order_log(POSTGRES_URL, name=log_name)
+    try:
+        events = [
+            Event(id=f"new{i}", machine=order_machine().digest, record="o1", event="restock", producer="p")
+            for i in range(batch)
+        ]
+        with pytest.raises(LogCorrupted, match="the log's counters are behind its events") as refused:
+            log.append_many(events)
+        assert "again is safe" not in str(refused.value)
+        assert log.get("new0") is None and len(log.read()) == 4
+    finally:
+        log.close()
+
+
 @pytest.mark.parametrize("field", ["position", "record_seq"])
 def test_a_logged_event_holds_only_what_a_64_bit_column_holds(field: str) -> None:
     event = filled("memory://").read()[3]
