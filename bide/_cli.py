@@ -360,6 +360,25 @@ def _why_damaged(exc: StoreError) -> str:
     return str(exc).splitlines()[0]
 
 
+def _print_listing(rows: list[dict[str, Any]], unreadable: dict[str, str]) -> None:
+    """The --json document of a listing (`bide runs`, `bide pending`): the rows; or, when a run could not
+    be read (exit 4), the failure document every command prints, with the rows as `listed` and each
+    unreadable run as `{"run_id", "problem"}` in `unreadable` (a program reading only the rows would take
+    the listing for whole)."""
+    if not unreadable:
+        print_json(rows)
+        return
+    print_json(
+        {
+            "exit_code": EXIT_NOT_FOUND,
+            "reason": "unreadable",
+            "message": f"{len(unreadable)} run(s) could not be read and are not listed",
+            "listed": rows,
+            "unreadable": [{"run_id": run, "problem": why} for run, why in unreadable.items()],
+        }
+    )
+
+
 def _report_unreadable(unreadable: dict[str, str]) -> int:
     """Name each run that could not be read, after the listing; exit 4 when there was one."""
     for why in unreadable.values():
@@ -445,7 +464,7 @@ def _cmd_runs(args: argparse.Namespace) -> int:
         close_store(store)
     rows = _most_recent(rows, args.limit)
     if args.json:
-        print_json([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows])
+        _print_listing([{k: v for k, v in r.items() if not k.startswith("_")} for r in rows], unreadable)
         return _cut(total, args.limit, unreadable)
     if not rows:
         none = "No readable runs" if unreadable else "No runs"
@@ -624,7 +643,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 "notes": list(p.notes),
             }
     if args.json:
-        print_json(waiting)
+        _print_listing(waiting, unreadable)
         return _report_unreadable(unreadable)
     if not waiting:
         print("No run is waiting at a gate.")

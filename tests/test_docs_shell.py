@@ -54,7 +54,7 @@ SHELL_BLOCKS: dict[tuple[str, int], str] = {
     ("benchmarks.md", 3): "python benchmarks/crash/run.py --trials 50 --overhead-runs 100",
     ("benchmarks.md", 4): "python benchmarks/crash/run.py --trials 50 --overhead-runs 150",
     ("certificate.md", 0): "govern keygen ci-key",
-    ("certificate.md", 1): "govern check certs/orders.govern-cert.json",
+    ("certificate.md", 1): "govern check dist/orders.govern-cert.json",
     ("certificate.md", 2): "govern certify machines/orders.py",
     ("certificate.md", 3): "govern certify limits.py",
     ("certificate.md", 4): "python3 -m govern certify examples/orders.py",
@@ -460,7 +460,7 @@ def test_audit_shell_commands_run_as_written(tmp_path: Path, monkeypatch: pytest
 
 def _checkout_layout(where: Path) -> None:
     shutil.copytree(ROOT / "examples", where / "examples")
-    (where / "certs").mkdir()
+    shutil.copytree(ROOT / "certs", where / "certs")
 
 
 def test_certificate_commands_run_in_order_and_check_prints_what_is_shown(tmp_path: Path) -> None:
@@ -471,8 +471,11 @@ def test_certificate_commands_run_in_order_and_check_prints_what_is_shown(tmp_pa
     _checkout_layout(tmp_path)
     first = commands("certificate.md", 0)
     assert any("govern graph" in c for c in first)
+    committed = {p: p.read_bytes() for p in (tmp_path / "certs").rglob("*") if p.is_file()}
     for line in first:
         sh.run(line)
+    # The committed certificates are left as they are (a signed copy over one failed `make test`).
+    assert {p: p.read_bytes() for p in (tmp_path / "certs").rglob("*") if p.is_file()} == committed
     [check] = examples("certificate.md", 1)
     assert check.shown is not None
     assert_shows(check.shown, sh.run(check.command).stdout)

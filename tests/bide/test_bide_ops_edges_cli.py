@@ -140,7 +140,13 @@ def test_one_unreadable_run_does_not_hide_the_others(db: tuple[str, bide.Store])
         conn.commit()
     runs = cli("runs", "--store", url, "--json")
     assert runs.returncode == 4, runs.stderr
-    assert sorted(r["run_id"] for r in json.loads(runs.stdout)) == ["held", "stuck"]
+    # The failure document every command prints, with what was listed: the rows alone ([...]) looked like
+    # a whole listing to a program that reads only stdout.
+    doc = json.loads(runs.stdout)
+    assert (doc["exit_code"], doc["reason"]) == (4, "unreadable"), doc
+    assert sorted(r["run_id"] for r in doc["listed"]) == ["held", "stuck"]
+    [damaged] = doc["unreadable"]
+    assert damaged["run_id"] == "done" and "run:end" in damaged["problem"]
     assert "run 'done' cannot be read" in runs.stderr and "run:end" in runs.stderr
     # `bide pending` reads only runs that have not ended: 'done' (its run:end damaged) is not read there.
     pending = cli("pending", "--store", url, "--json")
@@ -149,6 +155,14 @@ def test_one_unreadable_run_does_not_hide_the_others(db: tuple[str, bide.Store])
     shown = cli("show", "--store", url, "done")
     assert shown.returncode == 4 and "run 'done' cannot be read" in shown.stderr, shown.stderr
     assert cli("show", "--store", url, "stuck").returncode == 0
+    with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+        conn.execute("UPDATE bide_records SET data = ? WHERE run_id = 'stuck' AND key = 'model:0'", broken)
+        conn.commit()
+    pending = cli("pending", "--store", url, "--json")
+    assert pending.returncode == 4, pending.stderr
+    doc = json.loads(pending.stdout)
+    assert [w["run_id"] for w in doc["listed"]] == ["held"] and doc["reason"] == "unreadable"
+    assert [u["run_id"] for u in doc["unreadable"]] == ["stuck"]
 
 
 def test_runs_limit_keeps_the_most_recently_active(db: tuple[str, bide.Store]) -> None:

@@ -73,7 +73,7 @@ def test_a_run_id_with_a_control_character_is_one_unreadable_run_and_the_worker_
             conn.execute(f"UPDATE {table} SET run_id = ? WHERE run_id = 'evil-1'", (EVIL,))
     listed = cli("runs", "--store", str(db), "--json", cwd=tmp_path)
     assert listed.returncode == 4, listed.stderr
-    assert [r["run_id"] for r in json.loads(listed.stdout)] == ["good-1"]
+    assert [r["run_id"] for r in json.loads(listed.stdout)["listed"]] == ["good-1"]
     pending = cli("pending", "--store", str(db), cwd=tmp_path)  # lists the open runs: the edited one too
     assert pending.returncode == 4 and "\x1b" not in pending.stderr + pending.stdout
     assert "run 'evil\\x1b[2J' cannot be read" in listed.stderr and "\x1b" not in listed.stderr
@@ -102,7 +102,7 @@ def test_a_record_edited_as_text_is_read_as_its_bytes(tmp_path: Path) -> None:
         assert sorted(kinds) == [("blob",), ("text",)]
     listed = cli("runs", "--store", str(db), "--json", cwd=tmp_path)
     assert listed.returncode == 4, listed.stderr
-    assert sorted(r["run_id"] for r in json.loads(listed.stdout)) == ["b", "c"]
+    assert sorted(r["run_id"] for r in json.loads(listed.stdout)["listed"]) == ["b", "c"]
     assert "run 'a' cannot be read: its record 'run:end'" in listed.stderr and "not JSON" in listed.stderr
     shown = cli("show", "a", "--store", str(db), "--json", cwd=tmp_path)
     assert shown.returncode == 4 and json.loads(shown.stdout)["reason"] == "unreadable"  # not "not found"
