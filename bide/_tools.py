@@ -435,6 +435,10 @@ class Tool:
                 value = call()
             except BaseException as exc:
                 window.finish(False, exc)
+                if isinstance(exc, SystemExit | KeyboardInterrupt):
+                    # wait_for runs this in a task of its own, and a task lets these out of the event loop,
+                    # past the drive (ending every other run's drive in a worker): the drive raises them.
+                    return _Escaped(exc)
                 raise
             if inspect.isawaitable(value):
                 # The function only made the awaitable, which the event loop awaits next: what the thread
@@ -450,7 +454,7 @@ class Tool:
             window.abandon()
             window.start()  # raises NotCalled: the window closed
         try:
-            return await asyncio.wait_for(asyncio.to_thread(runner), left)
+            value = await asyncio.wait_for(asyncio.to_thread(runner), left)
         except TimeoutError:
             if window.abandon():
                 raise NotCalled(
@@ -460,6 +464,9 @@ class Tool:
         except BaseException:
             window.abandon()  # cancelled: if it has not started, it never will
             raise
+        if isinstance(value, _Escaped):
+            raise value.exc
+        return value
 
     def __repr__(self) -> str:
         return f"<bide.Tool {self.name} safety={self.safety.value}>"
@@ -610,6 +617,13 @@ class _InsideWindow:
 
 
 _CLEANUP_GRACE = 1.0  # seconds a cancelled tool has to end before it is closed
+
+
+@dataclass(frozen=True, slots=True)
+class _Escaped:
+    """A SystemExit or KeyboardInterrupt a sync tool raised in its thread, carried to the drive as a value."""
+
+    exc: SystemExit | KeyboardInterrupt
 
 
 class _Closing:

@@ -379,7 +379,9 @@ class Worker:
             return "waiting"
         except asyncio.CancelledError:
             raise
-        except Exception as exc:
+        except (Exception, SystemExit) as exc:
+            # A tool's sys.exit() (argparse or click inside a tool) is this run's failure: asyncio would let
+            # SystemExit out of the event loop, ending every other drive with its call's result unwritten.
             return self._failed(run_id, exc, report)
         self._state.pop(run_id, None)
         if result.replayed:
@@ -387,7 +389,7 @@ class Worker:
         log.info("run %s completed (%d turns)", run_id, result.turns)
         return "completed"
 
-    def _failed(self, run_id: str, exc: Exception, report: PassReport | None) -> str:
+    def _failed(self, run_id: str, exc: BaseException, report: PassReport | None) -> str:
         self._back_off(self._state.setdefault(run_id, _Backoff()))
         log.warning("run %s: drive failed, retrying with backoff: %s", run_id, exc)
         if report is not None:

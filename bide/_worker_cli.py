@@ -77,8 +77,9 @@ def app_attribute(spec: str) -> Any:
         sys.path.insert(0, os.getcwd())
     try:
         module = importlib.import_module(module_name)
-    except Exception as exc:  # the app's own code runs on import: any error in it is the app's, not ours
-        raise _AppError(f"cannot import {module_name!r} for --app: {type(exc).__name__}: {exc}") from exc
+    except (Exception, SystemExit) as exc:  # the app's own code runs on import: any error in it is the app's
+        # (SystemExit too: argparse or sys.exit() at import would end the worker without a word)
+        raise _AppError(f"cannot import {module_name!r} for --app: {_raised(exc)}") from exc
     try:
         return getattr(module, attribute)
     except AttributeError:
@@ -95,8 +96,8 @@ def agents_of(value: Any, spec: str, store: Store) -> tuple[list[Agent[Any]], St
     if built:
         try:
             value = value(store)
-        except Exception as exc:
-            raise _AppError(f"--app {spec}: building the agents raised {type(exc).__name__}: {exc}") from exc
+        except (Exception, SystemExit) as exc:
+            raise _AppError(f"--app {spec}: building the agents raised {_raised(exc)}") from exc
     agents = [value] if isinstance(value, Agent) else list(value) if isinstance(value, list | tuple) else None
     if not agents or not all(isinstance(a, Agent) for a in agents):
         raise _AppError(f"--app {spec} must give a bide.Agent or a list of them, got {type(value).__name__}")
@@ -112,6 +113,13 @@ def agents_of(value: Any, spec: str, store: Store) -> tuple[list[Agent[Any]], St
         f"{_where(store)}: pass --store and --table-prefix for the agents' store, or name a function that "
         "builds the agents on the store it is given (--app module:build, with def build(store): ...)"
     )
+
+
+def _raised(exc: BaseException) -> str:
+    """What the app's code raised, in a few words (SystemExit named with its code: its text is the code)."""
+    if isinstance(exc, SystemExit):
+        return f"SystemExit({exc.code!r}) (it called sys.exit(), or argparse did)"
+    return f"{type(exc).__name__}: {exc}"
 
 
 def _where(store: Store) -> str:
