@@ -137,14 +137,15 @@ def event_tool(
     )
     arguments = _arguments(tool_name, record is None, family)
     in_memory = log.in_memory  # a log keeps its backend
-    # The tool's timeout must never end a call whose append may still commit: the model would be told the
-    # call failed, call again, and a second event would be recorded. Each log call ends within twice the
-    # log's timeout (its retries stop at the timeout; the last try may run that long again), and a call
-    # makes at most four (the producer's last event, the append, reading it back, the record's history).
+    # The tool's timeout is set so that it need not end a call whose append may still commit: each log call
+    # ends within twice the log's timeout (its retries stop at the timeout; the last try may run that long
+    # again), and a call makes at most four (the producer's last event, the append, reading it back, the
+    # record's history). A timeout that ends one all the same (lowered, or a process frozen past it) leaves
+    # the call in doubt, never failed: see effect_async.
     per_log_call = 2 * log.timeout
     timeout = _LOG_CALLS * per_log_call + _SLACK
 
-    def effect(validated: BaseModel, deadline: float | None = None) -> dict[str, Any]:
+    def effect(validated: BaseModel) -> dict[str, Any]:
         ctx = bide.current_call()
         key = record if record is not None else str(validated.record)  # type: ignore[attr-defined]
         who = producer or producer_for(ctx.run_id)
@@ -155,8 +156,9 @@ def event_tool(
         # No read of the id first: a retry of a call whose event is already in the log is refused as a
         # conflict (its producer's last event is now the event itself, so the dependency differs) and
         # resolved by reading the id back, like a concurrent retry. A first call saves a read.
-        # Nothing tells this drive whether an earlier one (killed after its append) already put this
-        # call's event in the log: no failure before the append may reach the model as "failed".
+        # Nothing tells this drive whether an earlier one (killed after its append, or paused inside it and
+        # still able to commit) already put this call's event in the log: no failure before the append may
+        # reach the model as "failed", and the call never ends without appending its event id.
         try:
             previous = log.last_by_producer(who)
         except EventLogError as exc:
@@ -165,25 +167,6 @@ def event_tool(
             except _InDoubt as doubt:
                 raise bide.CallInDoubt(str(doubt)) from exc
             return _consequence(rules, log, stored, False)  # an earlier drive appended it
-        if deadline is not None and time.monotonic() + (_LOG_CALLS - 1) * per_log_call > deadline:
-            # Too little time left to append and read back before bide's timeout ends the call: nothing is
-            # appended. Unless an earlier drive of this call appended its event: then the call succeeded.
-            try:
-                found = previous if previous is not None and previous.id == event_id else log.get(event_id)
-            except EventLogError as exc:
-                raise bide.CallInDoubt(
-                    f"the log answered too slowly for event {instance!r} on {key!r} to be appended within "
-                    f"the tool's {made.timeout:g} s timeout, and reading the event id back failed ({exc}): "
-                    "an earlier drive of this call may have appended it. The next drive calls again with "
-                    "the same event id, which appends it at most once"
-                ) from exc
-            if found is not None:
-                return _consequence(rules, log, found, False)
-            raise LogTimeout(
-                f"the log answered too slowly for event {instance!r} on {key!r} to be appended and read "
-                f"back within the tool's {made.timeout:g} s timeout; nothing was appended (the tool's "
-                f"timeout should be at least {timeout:g} s with this log's {log.timeout:g} s timeout)"
-            )
         try:
             appended = log.append(
                 Event(
@@ -219,8 +202,27 @@ def event_tool(
         # memory log answers in microseconds, so the thread hop would cost more than the work.
         if in_memory:
             return effect(validated)
-        # The deadline bide holds this call to: the tool's timeout as it is now (it may have been changed).
-        return await asyncio.to_thread(effect, validated, time.monotonic() + made.timeout)
+        limit = made.timeout  # bide's timeout for this call (it may be changed for later calls)
+        started = time.monotonic()
+        try:
+            return await asyncio.to_thread(effect, validated)
+        except asyncio.CancelledError:
+            if time.monotonic() < started + limit - _CUT_SLACK:
+                raise  # the drive was cancelled: nothing is journaled, and the next drive calls again
+            # bide's timeout ended the call (lowered, or the process was frozen past it) while the thread,
+            # which nothing can stop, may be appending or have appended the event: telling the model the
+            # call failed would have it call again, and record a second event. In doubt instead: the next
+            # drive calls again with this event id, which the log appends at most once.
+            hint = (
+                f" (this tool's timeout, {limit:g} s, is below the {timeout:g} s the log may take)"
+                if limit < timeout
+                else ""
+            )
+            raise bide.CallInDoubt(
+                f"the tool's timeout ended the call of {tool_name!r} while its append to the log may still "
+                f"commit{hint}: the next drive of the run calls again with the same event id, which appends "
+                "it at most once"
+            ) from None
 
     made = bide.Tool(
         name=tool_name,
@@ -235,6 +237,9 @@ def event_tool(
 
 _LOG_CALLS = 4  # the most log calls one tool call makes (see event_tool)
 _SLACK = 5.0  # seconds for the rest of the call (a worker thread to start, the result to encode)
+# How close to its timeout a cancelled call counts as ended by it: bide's deadline is armed a moment before
+# effect_async starts, and a drive cancelled earlier than this is the caller's cancellation.
+_CUT_SLACK = 0.5
 
 
 class _InDoubt(EventLogError):
