@@ -158,7 +158,8 @@ async def resolve_in(
     if not isinstance(stored, Attempt) or stored.claim != claim:
         raise HaltInFlight(
             f"call {call_id!r} of run {journal.run_id!r} was claimed by another driver or "
-            "resolver while resolving; load the run again and see what it recorded"
+            "resolver while resolving; load the run again and see what it recorded",
+            retry_after=time.time(),  # at once: the next try reads what the other one recorded
         )
     if outcome.kind == "not_started":
         await journal.awrite_one(

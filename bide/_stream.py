@@ -230,6 +230,7 @@ async def stream_drive(run_id: str, drive: Callable[[Sink], Awaitable[Any]]) -> 
     and a later drive resumes from there, as after any interrupted drive."""
     queue: asyncio.Queue[object] = asyncio.Queue()
     put = queue.put_nowait
+    escaped: list[SystemExit | KeyboardInterrupt] = []
 
     async def run() -> None:
         try:
@@ -237,6 +238,10 @@ async def stream_drive(run_id: str, drive: Callable[[Sink], Awaitable[Any]]) -> 
             put(Finished(run_id, result, bool(getattr(result, "replayed", False))))
         except RunHalted as halt:
             put(Halted(run_id, halt))
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # A task lets these out of the event loop, past every other drive in it (a tool's sys.exit()):
+            # the iteration raises them instead, as `Agent.run` does.
+            escaped.append(exc)
         finally:
             put(_END)
 
@@ -248,6 +253,8 @@ async def stream_drive(run_id: str, drive: Callable[[Sink], Awaitable[Any]]) -> 
                 break
             yield item  # type: ignore[misc]  # only StreamEvents are put besides _END
         await task  # re-raises what the drive raised (halts were turned into events)
+        if escaped:
+            raise escaped[0]
     finally:
         if not task.done():
             task.cancel()

@@ -174,11 +174,9 @@ class Worker:
 
         async def one(run_id: str) -> None:
             async with slots:
-                # After stop(): drives in flight finish, runs not yet taken are left for the next pass.
-                try:
-                    outcome = "skipped" if self._stopping.is_set() else await self._recover(run_id, report)
-                except Exception as exc:  # one run's failure must not cancel the pass's other drives
-                    outcome = self._failed(run_id, exc, report)
+                # After stop(): drives in flight finish, runs not yet taken are left for the next pass. One
+                # run's failure is its own (see _recover): it cancels none of the pass's other drives.
+                outcome = "skipped" if self._stopping.is_set() else await self._recover(run_id, report)
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
@@ -299,7 +297,17 @@ class Worker:
         state.parked_until = self._timer() + max(PARKED_RECHECK_S, self.poll_interval)
 
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
-        """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped."""
+        """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped. Whatever the
+        app's code raises (an agent lookup, a tool, a model), SystemExit included, is this run's failure:
+        in a task, SystemExit would leave the event loop and end every other drive."""
+        try:
+            return await self._recover_run(run_id, report)
+        except asyncio.CancelledError:
+            raise
+        except (Exception, SystemExit) as exc:
+            return self._failed(run_id, exc, report)
+
+    async def _recover_run(self, run_id: str, report: PassReport | None) -> str:
         try:
             journal = Journal(self.store, run_id)
         except ConfigError as exc:  # a row edited in the database: no agent can drive such a run id
@@ -379,9 +387,7 @@ class Worker:
             return "waiting"
         except asyncio.CancelledError:
             raise
-        except (Exception, SystemExit) as exc:
-            # A tool's sys.exit() (argparse or click inside a tool) is this run's failure: asyncio would let
-            # SystemExit out of the event loop, ending every other drive with its call's result unwritten.
+        except (Exception, SystemExit) as exc:  # a tool's sys.exit() (argparse, click) too: see _recover
             return self._failed(run_id, exc, report)
         self._state.pop(run_id, None)
         if result.replayed:

@@ -377,9 +377,12 @@ def _model_calls(record: dict[str, Any]) -> list[Any]:
     return calls
 
 
+_REQUEST_PREFIX = "approval:request:"
+
+
 def _requests(index: _Index) -> tuple[set[str], set[str]]:
     """The calls the package shows were put to approvers (they have a request record), and their tools."""
-    prefix = "approval:request:"
+    prefix = _REQUEST_PREFIX
     calls: set[str] = set()
     tools: set[str] = set()
     for key, record in index.by_key.items():
@@ -434,16 +437,16 @@ def _undecided_calls(index: _Index, requested: set[str], only: str | None, compl
 
 
 def _unrequested_calls(index: _Index, requested: set[str], gated: set[str], only: str | None) -> list[str]:
-    """Gaps for the calls that ran of a tool whose other calls were put to approvers (`gated`), with no
-    request of their own: nothing in the package shows they were approved. (A gate may decide some calls
-    without approvers, say small amounts, so this is a gap, not a forgery; a deploy that took the gate off
-    leaves the same records.)"""
+    """Gaps for the calls that ran with no request to approvers of their own, of a tool whose other calls
+    were put to approvers (`gated`), or after a gate paused them (a pause record): nothing in the package
+    shows they were approved. (A gate may decide some calls without approvers, say small amounts, and a
+    gate of another kind pauses calls too, so this is a gap, not a forgery; a deploy that took the gate off
+    leaves the same records, and so does a request removed from the journal.)"""
     gaps: list[str] = []
-    if not gated:
-        return gaps
     for call in sorted(index.by_key_call):
         if (only is not None and call != only) or call in requested:
             continue
+        paused = pause_key(call) in index.by_key
         for r in index.by_key_call[call]:
             ran = _ran(r, call)
             if ran and r.get("tool") in gated:
@@ -451,6 +454,13 @@ def _unrequested_calls(index: _Index, requested: set[str], gated: set[str], only
                     f"that call {call!r} of tool {r.get('tool')!r}, whose calls are put to approvers, was "
                     f"approved: it ran with no request to approvers ({ran} at position {r['index']}; its "
                     "gate decided alone, or was taken off)"
+                )
+                break
+            if ran and paused:
+                gaps.append(
+                    f"that call {call!r} of tool {r.get('tool')!r}, which a gate paused, was approved: it "
+                    f"ran with no request to approvers ({ran} at position {r['index']}; a gate of another "
+                    "kind decided it, or its request is not in the journal)"
                 )
                 break
     return gaps
@@ -474,6 +484,14 @@ def _misfiled(record: dict[str, Any]) -> str | None:
             if kind != "gate"
             else f"is a gate record outside the reserved {RESERVED_GATE_PREFIX!r} keys"
         )
+    if key.startswith(_REQUEST_PREFIX):
+        # Which calls were put to approvers, and which tools are gated, is read off these keys and records.
+        call, _, digest = key[len(_REQUEST_PREFIX) :].rpartition(":")
+        data = record.get("data")
+        if not (call and _hex64(digest) and isinstance(data, dict) and data.get("call_id") == call):
+            return "is not a request filed under approval:request:<its call id>:<its policy digest>"
+        if not isinstance(data.get("tool"), str):
+            return "is a request whose tool is not a name"
     named = _call_of_key(key)
     if named is None and kind not in _CALL_KEYED_KINDS:
         return None

@@ -171,7 +171,7 @@ def _run_one_of_three() -> bide.MemoryStore:
     tool = bide.Tool.from_function(_wire(False).fn, gate=gate)
     store = bide.MemoryStore()
 
-    def drive() -> bide.RunResult:
+    def drive() -> bide.RunResult[Any]:
         model = ScriptedModel([call("wire", amount=100, to="acme"), reply("done")])
         return bide.Agent(model, store=store, tools=[tool]).run_sync("r", "go")
 
@@ -185,3 +185,53 @@ def _run_one_of_three() -> bide.MemoryStore:
 def test_an_honest_run_still_verifies() -> None:
     store, call_id = approved_run()
     assert verify_approvals(evidence(store), LOG_KEY.public, call_id=call_id).facts["executed_calls_proven"]
+
+
+def _run_with_an_ungated_delete() -> bide.MemoryStore:
+    """delete put to alice (c0.0, never decided), then run after a deploy took its gate off; wire (c1.0)
+    approved by alice and run."""
+    gate = ApprovalGate.single("alice", ALICE.public)
+
+    def delete(path: str) -> str:
+        """Delete."""
+        return f"deleted {path}"
+
+    store = bide.MemoryStore()
+
+    def drive(gated: bool) -> bide.RunResult[Any]:
+        tools = [_wire(True), bide.Tool.from_function(delete, gate=gate if gated else None)]
+        model = ScriptedModel(
+            [call("delete", path="/prod"), call("wire", amount=1, to="acme"), reply("done")]
+        )
+        return bide.Agent(model, store=store, tools=tools).run_sync("r", "go")
+
+    with pytest.raises(bide.ApprovalPending):
+        drive(True)
+    with pytest.raises(bide.ApprovalPending):
+        drive(False)  # delete ran; wire waits
+    submit_decision(store, "r", "c1.0", ALICE, approve=True)
+    assert drive(False).answer == "done"
+    return store
+
+
+def test_a_request_filed_under_another_key_or_dropped_beside_its_pause_hides_nothing() -> None:
+    """The log key's holder moved the undecided call's request to `approval:request:c0.0` (no policy
+    digest), naming the other tool, or dropped it and kept the call's pause record: both verified with every
+    executed call proven, though the call ran without an approval."""
+    store = _run_with_an_ungated_delete()
+    with pytest.raises(NotVerified, match=r"call 'c0\.0' was put to its approvers but never decided"):
+        verify_approvals(evidence(store), LOG_KEY.public, trust=TRUST)
+
+    def rekey(recs: list[dict[str, Any]]) -> None:
+        [request] = [r for r in recs if r["key"].startswith("approval:request:c0.0:")]
+        request["key"], request["data"]["tool"] = "approval:request:c0.0", "wire"
+
+    with pytest.raises(NotVerified, match="is not a request filed under approval:request:<its call id>"):
+        verify_approvals(evidence(_forged(store, rekey)), LOG_KEY.public, trust=TRUST)
+
+    def drop(recs: list[dict[str, Any]]) -> None:
+        recs[:] = [r for r in recs if not r["key"].startswith("approval:request:c0.0:")]
+
+    dropped = verify_approvals(evidence(_forged(store, drop)), LOG_KEY.public, trust=TRUST)
+    assert dropped.facts["executed_calls_proven"] is False
+    assert "that call 'c0.0' of tool 'delete', which a gate paused, was approved" in dropped.not_proven

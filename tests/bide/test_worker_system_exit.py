@@ -12,6 +12,7 @@ module that called sys.exit() on import, or whose build function did, ended `bid
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,6 +20,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -132,3 +134,95 @@ def test_an_app_that_exits_is_a_usage_error_with_a_message(tmp_path: Path, body:
     doc = json.loads(done.stdout)
     assert doc["exit_code"] == 2 and said in doc["message"], doc
     assert said in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_streamed_run_whose_tool_exits_raises_it_from_the_iteration(tmp_path: Path) -> None:
+    """`Agent.stream` drives the run in a task of its own: a tool's exit left the event loop from there,
+    cancelling another run being driven in the same loop after its side effect, before its answer."""
+    store = bide.MemoryStore()
+    FIRED.clear()
+
+    async def main() -> str:
+        other = bide.Agent(
+            ScriptedModel([call("charge", order="b"), reply("done")]), store=store, tools=[charge]
+        )
+        driving = asyncio.create_task(other.run("b", "charge b"))
+        exiting = bide.Agent(ScriptedModel([call("parse", text="?"), reply("x")]), store=store, tools=[parse])
+        await asyncio.sleep(0.05)
+        with pytest.raises(SystemExit):
+            async for _ in exiting.stream("a", "go"):
+                pass
+        return (await driving).answer
+
+    assert asyncio.run(main()) == "done"
+    assert FIRED == ["b"] and bide.Journal(store, "b").load().has("run:end")
+
+
+def test_an_agent_lookup_that_exits_fails_only_its_run() -> None:
+    """A worker's agent lookup function raising SystemExit for one run ended the worker, every other run
+    undriven (`run_once` and `run_forever` alike)."""
+    store = bide.MemoryStore()
+    _crashed(store, "bad", "bad-1")
+    _crashed(store, "good", "good-1")
+    agents = {a.name: a for a in _agents(store)}
+
+    def lookup(name: str) -> bide.Agent | None:
+        if name == "bad":
+            raise SystemExit(3)
+        return agents.get(name)
+
+    report = asyncio.run(bide.Worker(store, lookup).run_once())
+    assert (report.completed, report.failed, report.errors) == (1, 1, {"bad-1": "SystemExit: 3"})
+
+    async def serve() -> None:
+        worker = bide.Worker(store, lookup, poll_interval=0.05)
+        serving = asyncio.create_task(worker.run_forever())
+        await asyncio.sleep(0.3)
+        worker.stop()
+        await serving  # ends when stopped, not with SystemExit
+
+    _crashed(store, "good", "good-2")
+    asyncio.run(serve())
+    assert bide.Journal(store, "good-2").load().has("run:end")
+
+
+def test_a_resolve_whose_claim_loses_a_race_says_when_to_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another resolver claimed the attempt between this one's read and its write: exit 7 ("not yet") had
+    `retry_after` null, though the table promises a time; it is now (the next try reads what won)."""
+    import contextlib
+    import io
+
+    from bide import _cli
+    from bide._journal import Journal
+    from bide._records import Attempt
+
+    url = f"sqlite:///{tmp_path / 'race.db'}"
+    store = bide.open_store(url)
+    FIRED.clear()
+
+    @bide.tool(timeout=30)
+    def send(to: str) -> str:
+        """Send (the connection drops after the request went out)."""
+        raise OSError("lost after the request went out")
+
+    with contextlib.suppress(bide.OutcomeUnknown):  # the agent's clock a minute behind: its deadline passed
+        agent = bide.Agent(ScriptedModel([call("send", to="x"), reply("ok")]), store=store, tools=[send],
+                           clock=lambda: time.time() - 60)  # fmt: skip
+        agent.run_sync("stuck", "go")
+    store.close()
+    write = Journal.awrite_one
+
+    async def racing(self: Journal, record: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(record, Attempt) and record.by == "resolver":  # another resolver's claim lands first
+            await write(self, dataclasses.replace(record, claim="someone-else"), *args, **kwargs)
+        return await write(self, record, *args, **kwargs)
+
+    monkeypatch.setattr(Journal, "awrite_one", racing)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = _cli.main(["resolve", "--store", url, "stuck", "c0.0", "--failed", "lost", "--json"])
+    doc = json.loads(out.getvalue())
+    assert code == 7 and doc["reason"] == "not yet" and "claimed by another" in doc["message"], doc
+    assert isinstance(doc["retry_after"], float) and abs(doc["retry_after"] - time.time()) < 30
