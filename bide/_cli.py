@@ -791,8 +791,8 @@ def _say_resolved(args: argparse.Namespace, said: str, *, written: bool, outcome
     """What `bide resolve` says when the call has the outcome offered: `said` for people, or with --json
     the document ``{"result": "resolved", "written", "run", "call", "outcome"}``."""
     if args.json:
-        print_json({"result": "resolved", "written": written, "run": args.run, "call": args.call,
-                    "outcome": outcome, "message": said})
+        fields = {"written": written, "run": args.run, "call": args.call, "outcome": outcome}
+        print_json({"result": "resolved", **fields, "message": said})
     else:
         say(said)
 
@@ -806,8 +806,8 @@ def _already_resolved(args: argparse.Namespace, outcome: Outcome, resolved: Reso
     rec = resolved.result
     then = "the run has ended" if resolved.ended else "run the agent again to go on"
     if rec is None:  # resolved as not started (its evidence is in the record's reason; not compared)
-        _say_resolved(args, f"call {call} of run {run} was already resolved as not_started; nothing was "
-                      f"written; {then}", written=False, outcome="not_started")
+        said = f"call {call} of run {run} was already resolved as not_started; nothing was written; {then}"
+        _say_resolved(args, said, written=False, outcome="not_started")
         return EXIT_OK
     kind = "failed" if rec.is_error else "succeeded"
     how = "resolved" if rec.reconciled else "recorded by its tool"
