@@ -29,6 +29,7 @@ from ._errors import ConfigError, ModelError
 from ._messages import MAX_TOOL_CALLS, ToolSpec
 from ._retry import RetryPolicy
 from ._telemetry import LOGGER
+from ._url import without_password
 from ._when import MAX_SECONDS, seconds
 
 if TYPE_CHECKING:
@@ -310,11 +311,16 @@ class HTTPModel:
                 retry_after=parse_retry_after(response.headers),
             )
         return ModelError(
-            f"model {self.name!r} at {self._url()} answered {status}: {error_message(text)}; this is not "
-            "retried (check the model name, API key and request)",
+            f"model {self.name!r} at {self._shown_url()} answered {status}: {error_message(text)}; this is "
+            "not retried (check the model name, API key and request)",
             status=status,
             body=text,
         )
+
+    def _shown_url(self) -> str:
+        """The request URL for messages, which end up on terminals and in logs: a password in it (a proxy's,
+        say) shown as ``***``."""
+        return without_password(self._url())
 
     def _exhausted(self, exc: Exception) -> ModelError:
         last = str(exc) if isinstance(exc, TransientStatus) else f"{type(exc).__name__}: {exc}"
@@ -326,8 +332,8 @@ class HTTPModel:
             extra={"model": self.name, "http_status": getattr(exc, "status", None)},
         )
         return ModelError(
-            f"model {self.name!r} at {self._url()} failed after {self.retry.attempts} attempts: {last}; "
-            "nothing was journaled, run again to retry",
+            f"model {self.name!r} at {self._shown_url()} failed after {self.retry.attempts} attempts: "
+            f"{last}; nothing was journaled, run again to retry",
             status=getattr(exc, "status", None),
             body=getattr(exc, "body", None),
         )

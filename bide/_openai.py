@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ._canonical import utf8_text
-from ._errors import ModelError
+from ._errors import ConfigError, ModelError
 from ._http import (
     STREAM_TIMEOUT,
     HTTPModel,
@@ -33,6 +33,7 @@ from ._messages import (
     Usage,
 )
 from ._retry import RetryPolicy
+from ._url import without_password
 
 if TYPE_CHECKING:
     import httpx  # imported when a client is made (bide._http): `import bide` stays light
@@ -104,6 +105,13 @@ class OpenAIModel(HTTPModel):
             transport=transport,
             limits=limits,
         )
+        if self.api_key and "@" in self.base_url.partition("//")[2].partition("/")[0]:
+            # httpx sends the URL's user and password as the Authorization header, in place of the key's.
+            raise ConfigError(
+                f"base_url {without_password(self.base_url)!r} carries a user name and password, which would "
+                "be sent as the request's Authorization header in place of the API key: the server would "
+                "never see the key. Give a proxy's credentials to the proxy (HTTPS_PROXY), not in base_url"
+            )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The JSON body sent for `request` (public so it can be inspected and tested)."""

@@ -119,6 +119,14 @@ from ._url import (
 
 __all__ = ["SQLStore"]
 
+
+def _from(after: int) -> int:
+    """The seq a load reads past: `after`, or for a whole journal (after 0) the least seq a column holds.
+    bide writes no record at seq 0 or below, but an edit can put one there, where `get` and an insert's key
+    conflict see it: a whole load shows it too (the journal is then refused as damaged, and its export as
+    edited), instead of a journal read without it."""
+    return after if after > 0 else -(2**63)
+
 _STOP = object()
 
 # Rows per multi-row statement of a SQLite batch (3 variables a row stays under SQLite's oldest variable
@@ -705,7 +713,7 @@ class SQLStore:
         return result
 
     def load(self, run_id: str, after: int = 0) -> list[Entry]:
-        result: list[Entry] = self._submit(run_id, "load", after).result()
+        result: list[Entry] = self._submit(run_id, "load", _from(after)).result()
         return result
 
     def runs(
@@ -742,7 +750,7 @@ class SQLStore:
         return self._asubmit(run_id, "get", key)
 
     def aload(self, run_id: str, after: int = 0) -> asyncio.Future[list[Entry]]:
-        return self._asubmit(run_id, "load", after)
+        return self._asubmit(run_id, "load", _from(after))
 
     def close(self) -> None:
         with self._lock:
@@ -1221,7 +1229,7 @@ class SQLStore:
             return []
 
         def load(run_id: str, after: int = 0) -> list[Entry]:
-            cur.execute(self._sql_load, (run_id, after))
+            cur.execute(self._sql_load, (run_id, _from(after)))
             return [Entry(int(s), k, bytes(d)) for s, k, d in cur.fetchall()]
 
         done: list[WriteTransaction] = []

@@ -130,7 +130,7 @@ class Store(Protocol):
         ...
 
     def load(self, run_id: str, after: int = 0) -> list[Entry]:
-        """Every record of the run with seq > after, in seq order."""
+        """Every record of the run with seq > after, in seq order (after 0: every record it holds)."""
         ...
 
     def runs(

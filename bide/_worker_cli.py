@@ -228,6 +228,9 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     log_lines = logging.StreamHandler()
     log_lines.setFormatter(_PrintableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[log_lines])
+    # httpx logs every request at INFO, with its URL as given (a password in a model's base_url too).
+    for chatty in ("httpx", "httpcore"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     app: list[Any] = []
 
     def import_app() -> None:  # once the store's URL is checked, before the store is opened or written

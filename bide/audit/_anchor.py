@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import stat
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -68,7 +69,14 @@ class DirectoryPublisher:
                 target.parent.mkdir()
                 created = True
             except FileExistsError:
-                pass
+                # The folder is bide's own: anything else there (a symbolic link planted to send heads
+                # outside the directory, a file) is refused, not written through.
+                if not stat.S_ISDIR(os.lstat(target.parent).st_mode):
+                    raise AnchorError(
+                        f"cannot publish the tree head: {target.parent} is not a folder publish() made (a "
+                        "symbolic link or a file), and nothing is written through it; remove it, and the "
+                        "folder is made again"
+                    ) from None
             # Linked into place exclusively: no window between a check and the write, so an anchored head
             # is never overwritten (not even by a racing publisher) and never seen half-written.
             try:

@@ -271,7 +271,7 @@ class _RecordingPublisher:
 
 
 def _cmd_export(args: argparse.Namespace) -> Verified:
-    from .._errors import ConfigError
+    from .._errors import ConfigError, StoreNotFound
     from .._open import open_store
     from .._url import parse_store_url
     from ._keys import load_signing_key
@@ -288,7 +288,13 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     output = check_output(args.output, inputs=inputs)
     publisher = _anchor_publisher(args.anchor_dir, output) if args.anchor_dir else None
     key = load_signing_key(args.key)
-    store = open_store(args.store, create=False)  # a mistyped URL must not leave an empty store behind
+    # create=False: a mistyped URL (or table prefix) must not leave an empty store behind.
+    try:
+        store = open_store(args.store, table_prefix=args.table_prefix, create=False)
+    except StoreNotFound as exc:
+        if exc.missing != "tables":
+            raise
+        raise StoreNotFound(f"{exc}; give the store's own with --table-prefix", missing="tables") from exc
     try:
         log = AuditLog(store, key, publisher)
         if store.runs(prefix=args.run, limit=1) != [args.run]:  # (the run sorts first among its prefix's)
@@ -413,6 +419,9 @@ def _parser() -> Parser:
 
     s = add("export", help="write an evidence package (or bundle, head, consistency proof) from a store")
     s.add_argument("--store", required=True, help="store URL, e.g. sqlite:///bide.db")
+    s.add_argument(
+        "--table-prefix", default="bide_", help="SQL table prefix of the store, as bide's (default: bide_)"
+    )
     s.add_argument("--run", required=True)
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--key", required=True, help="the log's signing key file (bide-audit keygen)")

@@ -134,7 +134,7 @@ class AuditLog:
             found.append(f"holds {len(entries)} records where its audit tree has {size}")
         if differs is not None:
             key = entries[differs].key
-            found.append(f"its record {differs} ({key!r} now) is not the one the tree holds there")
+            found.append(f"has at position {differs} a record ({key!r} now) other than the tree's")
         raise JournalDamaged(
             f"the journal of run {run_id!r} {' and '.join(found)}: records were changed, removed or "
             "inserted behind bide"

@@ -400,3 +400,22 @@ def test_usage_is_summed_from_the_turns_not_from_look_alikes_in_arguments() -> N
     assert result.turns == 3
     assert result.usage == bide.Usage(input_tokens=7, output_tokens=3)
     assert agent.run_sync("r", "go").usage == result.usage
+
+
+def test_a_password_in_base_url_is_never_printed(serve: Callable[[Respond], LoopbackServer]) -> None:
+    """A proxy's user and password in base_url came out whole in every ModelError (and so in the run's
+    log line and `bide worker`'s report); and with an OpenAI API key beside them, httpx sent the URL's
+    credentials as the Authorization header in place of the key, which the server never saw."""
+    server = serve(lambda got: Reply(status=401, body={"error": {"message": "who are you"}}))
+    base = server.url.replace("http://", "http://proxyuser:PROXY-SECRET@") + "/v1"
+    policy = bide.RetryPolicy(attempts=1)
+    for model in (
+        bide.OpenAIModel("m", api_key="", base_url=base, retry=policy),
+        bide.AnthropicModel("m", api_key="k", base_url=base, retry=policy),
+    ):
+        with pytest.raises(bide.ModelError, match="answered 401") as info:
+            bide.Agent(model, store=bide.open_store("memory://")).run_sync("r", "hi")
+        assert "PROXY-SECRET" not in str(info.value) and "proxyuser:***@" in str(info.value)
+    with pytest.raises(bide.ConfigError, match="in place of the API key") as refused:
+        bide.OpenAIModel("m", api_key="sk-real", base_url=base)
+    assert "PROXY-SECRET" not in str(refused.value)

@@ -1,0 +1,121 @@
+"""`bide-audit export` at the edges an adversarial review found: a symbolic link planted in the anchor
+directory, a record put behind bide's back at seq 0 (where loads did not look), and a store made with
+another table prefix than bide_."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+from .conftest import write_run
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def audit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-m", "bide.audit._cli", *args]
+    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def _store(tmp_path: Path, prefix: str = "bide_") -> str:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        write_run(store, "r1", 3)
+    finally:
+        store.close()
+    assert audit("keygen", "log.key", cwd=tmp_path).returncode == 0
+    return url
+
+
+def test_a_symbolic_link_planted_as_the_runs_anchor_folder_is_not_written_through(tmp_path: Path) -> None:
+    """The run's folder in the anchor directory, replaced by a link to a directory elsewhere: the head was
+    published there ("Published ... to anchor/<folder>/..."), outside the directory the auditor watches."""
+    url = _store(tmp_path)
+    (tmp_path / "anchor").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    folder = tmp_path / "anchor" / hashlib.sha256(b"r1").hexdigest()
+    folder.symlink_to(tmp_path / "elsewhere")
+    done = audit(
+        "export", "--store", url, "--run", "r1", "--key", "log.key", "--head", "-o", "head.json",
+        "--anchor-dir", "anchor", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "is not a folder publish() made" in done.stderr
+    assert list((tmp_path / "elsewhere").iterdir()) == [] and not (tmp_path / "head.json").exists()
+
+
+def test_a_record_put_at_seq_zero_is_seen_so_the_journal_is_refused_not_read_without_it(
+    tmp_path: Path,
+) -> None:
+    """A forged result inserted at seq 0 was invisible to load() (and so to the export's check of the
+    journal against its tree), but not to the insert that met its key: the tool's real result was dropped
+    and the run went on with the forged one, and export signed the journal as intact."""
+    url = _store(tmp_path)
+    assert audit("export", "--store", url, "--run", "r1", "--key", "log.key", "--head", "-o", "before.json",
+                 cwd=tmp_path).returncode == 0  # fmt: skip
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        conn.execute(
+            "INSERT INTO bide_records(seq, run_id, key, data) VALUES (0, 'r1', 'approval:forged', ?)",
+            (b'{"data":1,"key":"approval:forged","kind":"gate","salt":"x"}',),
+        )
+    store = bide.open_store(url)
+    try:
+        assert store.load("r1")[0].key == "approval:forged"
+        assert store.load("r1", after=1)[0].key != "approval:forged"  # a tail read: past it
+    finally:
+        store.close()
+    done = audit("export", "--store", url, "--run", "r1", "--key", "log.key", "--head", "-o", "after.json",
+                 cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 1 and "NOT VERIFIED" in done.stderr, done.stdout + done.stderr
+    assert not (tmp_path / "after.json").exists()
+
+
+def test_a_run_whose_journal_gained_a_row_at_seq_zero_is_refused(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = bide.open_store(url)
+    store.close()
+    forged = b'{"call_id":"c0.0","is_error":false,"key":"result:c0.0","kind":"tool_result","result":999}'
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        conn.execute(
+            "INSERT INTO bide_records(seq, run_id, key, data) VALUES (0, 'r', 'result:c0.0', ?)", (forged,)
+        )
+    fired: list[int] = []
+
+    @bide.tool
+    def add(a: int, b: int) -> int:
+        """Add."""
+        fired.append(a + b)
+        return a + b
+
+    store = bide.open_store(url)
+    try:
+        agent = bide.Agent(ScriptedModel([call("add", a=1, b=2), reply("done")]), store=store, tools=[add])
+        with pytest.raises(bide.BideError, match="does not start with a '@journal' header"):
+            agent.run_sync("r", "add")
+    finally:
+        store.close()
+    assert fired == []
+
+
+def test_export_reads_a_store_made_with_another_table_prefix(tmp_path: Path) -> None:
+    url = _store(tmp_path, prefix="app_")
+    plain = audit("export", "--store", url, "--run", "r1", "--key", "log.key", "-o", "ev.json", cwd=tmp_path)
+    assert plain.returncode == 4 and "--table-prefix" in plain.stderr, plain.stderr
+    done = audit(
+        "export", "--store", url, "--table-prefix", "app_", "--run", "r1", "--key", "log.key",
+        "-o", "ev.json", cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    verified = audit("verify-evidence", "ev.json", "--pubkey", "log.key.pub", cwd=tmp_path)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
