@@ -29,7 +29,6 @@ from ._errors import ConfigError, ModelError
 from ._messages import MAX_TOOL_CALLS, ToolSpec
 from ._retry import RetryPolicy
 from ._telemetry import LOGGER
-from ._url import without_password
 from ._when import MAX_SECONDS, seconds
 
 if TYPE_CHECKING:
@@ -156,6 +155,20 @@ class RequestTimeout(ModelError):
 class _Pool:
     client: httpx.AsyncClient
     loop: asyncio.AbstractEventLoop
+
+
+def masked_url(url: str) -> str:
+    """`url` with the credentials of its authority shown as ``***``: ``user:***@host`` for a user and
+    password, ``***@host`` for a lone user name (often a token). The authority's user info runs to its
+    last ``@``, as httpx reads it: a password may hold an ``@`` of its own."""
+    scheme, sep, rest = url.partition("://")
+    ends = [i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0]
+    end = min(ends, default=len(rest))
+    userinfo, at, host = rest[:end].rpartition("@")
+    if not sep or not at:
+        return url
+    user, colon, _ = userinfo.partition(":")
+    return f"{scheme}://{user + ':***' if colon else '***'}@{host}{rest[end:]}"
 
 
 class HTTPModel:
@@ -318,9 +331,9 @@ class HTTPModel:
         )
 
     def _shown_url(self) -> str:
-        """The request URL for messages, which end up on terminals and in logs: a password in it (a proxy's,
-        say) shown as ``***``."""
-        return without_password(self._url())
+        """The request URL for messages, which end up on terminals and in logs: credentials in it (a proxy's,
+        say) shown as ``***`` (see `masked_url`)."""
+        return masked_url(self._url())
 
     def _exhausted(self, exc: Exception) -> ModelError:
         last = str(exc) if isinstance(exc, TransientStatus) else f"{type(exc).__name__}: {exc}"

@@ -17,6 +17,7 @@ from ._http import (
     json_event,
     json_index,
     malformed,
+    masked_url,
     read_json,
     sse_events,
     too_many_calls,
@@ -33,7 +34,6 @@ from ._messages import (
     Usage,
 )
 from ._retry import RetryPolicy
-from ._url import without_password
 
 if TYPE_CHECKING:
     import httpx  # imported when a client is made (bide._http): `import bide` stays light
@@ -105,10 +105,10 @@ class OpenAIModel(HTTPModel):
             transport=transport,
             limits=limits,
         )
-        if self.api_key and "@" in self.base_url.partition("//")[2].partition("/")[0]:
+        if self.api_key and masked_url(self.base_url) != self.base_url:
             # httpx sends the URL's user and password as the Authorization header, in place of the key's.
             raise ConfigError(
-                f"base_url {without_password(self.base_url)!r} carries a user name and password, which would "
+                f"base_url {masked_url(self.base_url)!r} carries a user name and password, which would "
                 "be sent as the request's Authorization header in place of the API key: the server would "
                 "never see the key. Give a proxy's credentials to the proxy (HTTPS_PROXY), not in base_url"
             )

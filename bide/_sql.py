@@ -121,11 +121,11 @@ __all__ = ["SQLStore"]
 
 
 def _from(after: int) -> int:
-    """The seq a load reads past: `after`, or for a whole journal (after 0) the least seq a column holds.
-    bide writes no record at seq 0 or below, but an edit can put one there, where `get` and an insert's key
-    conflict see it: a whole load shows it too (the journal is then refused as damaged, and its export as
-    edited), instead of a journal read without it."""
-    return after if after > 0 else -(2**63)
+    """The least seq a load reads (loads read `seq >= _from(after)`): past `after`, or for a whole journal
+    (after 0) the least seq a column holds. bide writes no record at seq 0 or below, but an edit can put
+    one there, where `get` and an insert's key conflict see it: a whole load shows it too (the journal is
+    then refused as damaged, and its export as edited), instead of a journal read without it."""
+    return after + 1 if after > 0 else -(2**63)
 
 _STOP = object()
 
@@ -333,7 +333,7 @@ class SQLStore:
             self._sql_get = f"SELECT seq, {data} FROM {p}records WHERE run_id = ? AND key = ?"
             self._sql_delete = f"DELETE FROM {p}records WHERE seq = ?"
             self._sql_load = (
-                f"SELECT seq, key, {data} FROM {p}records WHERE run_id = ? AND seq > ? ORDER BY seq"
+                f"SELECT seq, key, {data} FROM {p}records WHERE run_id = ? AND seq >= ? ORDER BY seq"
             )
             self._sql_runs = (
                 f"SELECT run_id FROM {p}runs WHERE run_id > ? AND substr(run_id, 1, ?) = ? AND {has_records} "
@@ -355,7 +355,7 @@ class SQLStore:
             self._sql_load_many = {
                 n: f"WITH q(i, run_id, after) AS (VALUES {', '.join(['(?, ?, ?)'] * n)}) "
                 f"SELECT q.i, r.seq, r.key, CAST(r.data AS BLOB) FROM q CROSS JOIN {p}records AS r "
-                "ON r.run_id = q.run_id AND r.seq > q.after"
+                "ON r.run_id = q.run_id AND r.seq >= q.after"
                 for n in _chunk_sizes()
             }
             self._sql_get_many = {
@@ -418,7 +418,7 @@ class SQLStore:
             self._sql_delete = f"DELETE FROM {p}records WHERE run_id = %s AND seq = ANY(%s::bigint[])"
             self._sql_get = f"SELECT seq, data FROM {p}records WHERE run_id = %s AND key = %s"
             self._sql_load = (
-                f"SELECT seq, key, data FROM {p}records WHERE run_id = %s AND seq > %s ORDER BY seq"
+                f"SELECT seq, key, data FROM {p}records WHERE run_id = %s AND seq >= %s ORDER BY seq"
             )
             self._sql_runs = (
                 f"SELECT run_id FROM {p}runs WHERE run_id > %s AND left(run_id, %s) = %s AND {has_records} "

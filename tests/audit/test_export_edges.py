@@ -119,3 +119,19 @@ def test_export_reads_a_store_made_with_another_table_prefix(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     verified = audit("verify-evidence", "ev.json", "--pubkey", "log.key.pub", cwd=tmp_path)
     assert verified.returncode == 0, verified.stdout + verified.stderr
+
+
+def test_a_record_at_the_least_seq_a_column_holds_is_seen_too(tmp_path: Path) -> None:
+    """The whole load read `seq > -2**63`, so a row put at -2**63 itself stayed invisible to it."""
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    bide.open_store(url).close()
+    with sqlite3.connect(tmp_path / "runs.db") as conn:
+        conn.execute(
+            "INSERT INTO bide_records(seq, run_id, key, data) VALUES (?, 'r', 'result:c0.0', x'7b7d')",
+            (-(2**63),),
+        )
+    store = bide.open_store(url)
+    try:
+        assert [(e.seq, e.key) for e in store.load("r")] == [(-(2**63), "result:c0.0")]
+    finally:
+        store.close()

@@ -419,3 +419,18 @@ def test_a_password_in_base_url_is_never_printed(serve: Callable[[Respond], Loop
     with pytest.raises(bide.ConfigError, match="in place of the API key") as refused:
         bide.OpenAIModel("m", api_key="sk-real", base_url=base)
     assert "PROXY-SECRET" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("http://u:S3CRET@X9@127.0.0.1:8/v1", "http://u:***@127.0.0.1:8/v1"),  # httpx splits at the last @
+        ("http://S3CRET@host/v1", "http://***@host/v1"),  # a lone user name is often a token
+        ("https://u:p%40ss@[::1]:8/v1?q=a@b", "https://u:***@[::1]:8/v1?q=a@b"),
+        ("http://host/v1?user=a@b", "http://host/v1?user=a@b"),  # an @ past the authority is not credentials
+    ],
+)
+def test_credentials_in_a_model_url_are_masked_as_httpx_reads_them(url: str, shown: str) -> None:
+    from bide._http import masked_url
+
+    assert masked_url(url) == shown
