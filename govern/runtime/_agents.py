@@ -237,9 +237,10 @@ def event_tool(
 
 _LOG_CALLS = 4  # the most log calls one tool call makes (see event_tool)
 _SLACK = 5.0  # seconds for the rest of the call (a worker thread to start, the result to encode)
-# How close to its timeout a cancelled call counts as ended by it: bide's deadline is armed a moment before
-# effect_async starts, and a drive cancelled earlier than this is the caller's cancellation.
-_CUT_SLACK = 0.5
+# How close to its timeout a cancelled call counts as ended by it: bide arms the deadline in the same step
+# of the event loop that starts effect_async (microseconds before), and a drive cancelled earlier than this
+# is the caller's cancellation (a worker stopping, say), which goes on as one.
+_CUT_SLACK = 0.05
 
 
 class _InDoubt(EventLogError):

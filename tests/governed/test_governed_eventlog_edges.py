@@ -3,6 +3,7 @@ acknowledgements, held locks, an exhausted pool, foreign or newer databases, and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 import sqlite3
@@ -1055,6 +1056,34 @@ def test_the_model_is_never_told_a_call_failed_while_its_event_may_still_be_appe
     events = log.read()
     assert not result.is_error and [e.id for e in events] == [result.result["event_id"]]
     assert result.result["newly_recorded"] is (tool_timeout is None)
+
+
+def test_a_drive_cancelled_while_its_append_waits_is_cancelled_not_in_doubt(tmp_path: Path) -> None:
+    """A call ended by bide's timeout is in doubt; one whose drive is cancelled (a worker stopping) is
+    cancelled: the first fix told them apart by a half-second margin before the timeout, so a cancellation
+    0.3 s before a 1.5 s timeout ended the drive in CallInDoubt ("the tool's timeout ended the call")."""
+    machine = order_machine()
+    path = tmp_path / "events.db"
+    log = EventLog(f"sqlite:///{path}", machine=machine, timeout=10)
+    tool = event_tool(machine, log, "restock")
+    tool.timeout = 1.5
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([model_call("restock", record="o1"), reply("done")]), store=store,
+                       tools=[tool])  # fmt: skip
+
+    async def cancelled_after(seconds: float) -> BaseException | None:
+        drive = asyncio.ensure_future(agent.run("run", "restock o1"))
+        await asyncio.sleep(seconds)
+        drive.cancel()
+        try:
+            await drive
+        except BaseException as exc:  # what the drive ended with is the finding
+            return exc
+        return None
+
+    with _write_lock_held(path, 3.0):
+        ended = asyncio.run(cancelled_after(1.2))
+    assert isinstance(ended, asyncio.CancelledError), repr(ended)
 
 
 @pytest.mark.postgres
