@@ -9,9 +9,9 @@ size without the mismatch showing.
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import os
-import stat
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -63,35 +63,57 @@ class DirectoryPublisher:
                 f"cannot publish the tree head: the anchor directory {self.directory} {what}; create it "
                 "(DirectoryPublisher never creates it, so a mistyped path cannot hide a head)"
             )
+        folder = target.parent.name
         created = False
+        # The run's folder is opened once, refusing a symbolic link (O_NOFOLLOW), and the head is written
+        # through that handle: a link planted at its name, before or during the write, sends nothing
+        # outside the directory. (The anchor directory itself is the operator's: it may be a link.)
+        top = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
         try:
             try:
-                target.parent.mkdir()
-                created = True
-            except FileExistsError:
-                # The folder is bide's own: anything else there (a symbolic link planted to send heads
-                # outside the directory, a file) is refused, not written through.
-                if not stat.S_ISDIR(os.lstat(target.parent).st_mode):
+                try:
+                    os.mkdir(folder, dir_fd=top)
+                    created = True
+                except FileExistsError:
+                    pass
+                try:
+                    own = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+                except OSError as exc:
+                    if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                        raise
                     raise AnchorError(
                         f"cannot publish the tree head: {target.parent} is not a folder publish() made (a "
                         "symbolic link or a file), and nothing is written through it; remove it, and the "
                         "folder is made again"
                     ) from None
-            # Linked into place exclusively: no window between a check and the write, so an anchored head
-            # is never overwritten (not even by a racing publisher) and never seen half-written.
-            try:
-                write_whole(target, data, overwrite=False)
-            except FileExistsError:
-                if target.read_bytes() == data:
-                    return
-                raise AnchorError(
-                    f"{target} exists with other contents; refusing to overwrite an anchored head"
-                ) from None
-        except OSError as exc:
-            if created:  # an empty folder would look like a log whose heads were lost
-                with contextlib.suppress(OSError):  # not empty: a racing publisher's head is in it
-                    target.parent.rmdir()
-            raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
+                try:
+                    held = _through(own, target)
+                    # Linked into place exclusively: no window between a check and the write, so an anchored
+                    # head is never overwritten (not even by a racing publisher) and never seen half-written.
+                    try:
+                        write_whole(held, data, overwrite=False)
+                    except FileExistsError:
+                        if held.read_bytes() == data:
+                            return
+                        raise AnchorError(
+                            f"{target} exists with other contents; refusing to overwrite an anchored head"
+                        ) from None
+                finally:
+                    os.close(own)
+            except OSError as exc:
+                if created:  # an empty folder would look like a log whose heads were lost
+                    with contextlib.suppress(OSError):  # not empty: a racing publisher's head is in it
+                        os.rmdir(folder, dir_fd=top)
+                raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
+        finally:
+            os.close(top)
+
+
+def _through(folder_fd: int, target: Path) -> Path:
+    """`target`'s name inside the folder open as `folder_fd`, as a path that reaches that very folder
+    (Linux's /proc/self/fd), not whatever its name leads to now; `target` itself where there is no /proc."""
+    handle = Path(f"/proc/self/fd/{folder_fd}")
+    return handle / target.name if handle.is_dir() else target
 
 
 class HttpPublisher:

@@ -135,3 +135,28 @@ def test_a_record_at_the_least_seq_a_column_holds_is_seen_too(tmp_path: Path) ->
         assert [(e.seq, e.key) for e in store.load("r")] == [(-(2**63), "result:c0.0")]
     finally:
         store.close()
+
+
+def test_a_link_swapped_in_while_the_head_is_written_sends_nothing_outside(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The folder was checked, then written to by its name: a link put there between the two (a racing
+    process) still sent the head outside the anchor directory. It is now opened once, without following a
+    link, and written through that handle."""
+    from bide.audit import AnchorError, DirectoryPublisher, SigningKey, _anchor, sign_head
+
+    (tmp_path / "anchor").mkdir()
+    (tmp_path / "elsewhere").mkdir()
+    write = _anchor.write_whole
+
+    def swapped(path: Path, data: bytes, **options: bool) -> None:
+        folder = tmp_path / "anchor" / hashlib.sha256(b"r1").hexdigest()
+        folder.rmdir()
+        folder.symlink_to(tmp_path / "elsewhere")
+        write(path, data, **options)
+
+    monkeypatch.setattr(_anchor, "write_whole", swapped)
+    head = sign_head(SigningKey.generate(), "r1", 1, bytes(32))
+    with pytest.raises(AnchorError):
+        DirectoryPublisher(tmp_path / "anchor").publish(head)
+    assert list((tmp_path / "elsewhere").iterdir()) == []
