@@ -297,6 +297,13 @@ class SQLStore:
             raise ConfigError(
                 f"unsupported store URL {url!r}: use memory://, sqlite:///path or postgresql://..."
             )
+        if self.dialect == "postgresql" and table_prefix != table_prefix.lower():
+            # The tables would be made under their quoted names, and every statement, which names them
+            # unquoted, would look for the lower-case ones PostgreSQL folds such names to.
+            raise ConfigError(
+                f"on PostgreSQL a table_prefix must be lower case (unquoted names are folded to lower "
+                f"case), got {table_prefix!r}: use {table_prefix.lower()!r}"
+            )
         self._busy_ms = int(busy_timeout * 1000)
         self._file: OpenedFile | None = None  # SQLite: the file, once open (see bide/_dbfile.py)
         if self.dialect == "sqlite":

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from conftest import drop_prefix
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -755,3 +756,21 @@ def test_short_lived_threads_do_not_keep_their_connections(tmp_path: Path) -> No
     finally:
         store.close()
     assert answers == [f"hi {i}" for i in range(300)]
+
+
+@pytest.mark.postgres
+def test_a_postgresql_table_prefix_with_capitals_is_refused_before_anything_is_made() -> None:
+    """`App_` passed the check (letters, digits, underscores): the tables were made under their quoted
+    names, and every statement, naming them unquoted, looked for `app_records` ("relation does not
+    exist"), leaving the empty tables behind."""
+    with pytest.raises(bide.ConfigError, match=r"must be lower case .* use 'app_'"):
+        bide.open_store(POSTGRES_URL, table_prefix="App_")
+    engine = sa.create_engine(POSTGRES_URL)
+    try:
+        with engine.connect() as conn:
+            made = conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_tables WHERE left(tablename, 4) = %(prefix)s", {"prefix": "App_"}
+            ).scalar()
+    finally:
+        engine.dispose()
+    assert made == 0
