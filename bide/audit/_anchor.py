@@ -68,7 +68,11 @@ class DirectoryPublisher:
         # The run's folder is opened once, refusing a symbolic link (O_NOFOLLOW), and the head is written
         # through that handle: a link planted at its name, before or during the write, sends nothing
         # outside the directory. (The anchor directory itself is the operator's: it may be a link.)
-        top = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+        # O_PATH: a handle that needs no read permission (an anchor may be a drop box: write and search only).
+        try:
+            top = os.open(self.directory, _HANDLE | os.O_DIRECTORY)
+        except OSError as exc:
+            raise AnchorError(f"cannot publish the tree head to {self.directory}: {exc}") from exc
         try:
             try:
                 try:
@@ -77,7 +81,7 @@ class DirectoryPublisher:
                 except FileExistsError:
                     pass
                 try:
-                    own = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
+                    own = os.open(folder, _HANDLE | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=top)
                 except OSError as exc:
                     if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                         raise
@@ -107,6 +111,9 @@ class DirectoryPublisher:
                 raise AnchorError(f"cannot write the tree head to {target}: {exc}") from exc
         finally:
             os.close(top)
+
+
+_HANDLE = getattr(os, "O_PATH", os.O_RDONLY)
 
 
 def _through(folder_fd: int, target: Path) -> Path:

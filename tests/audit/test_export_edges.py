@@ -160,3 +160,30 @@ def test_a_link_swapped_in_while_the_head_is_written_sends_nothing_outside(
     with pytest.raises(AnchorError):
         DirectoryPublisher(tmp_path / "anchor").publish(head)
     assert list((tmp_path / "elsewhere").iterdir()) == []
+
+
+def test_heads_are_published_to_a_drop_box_anchor_directory(tmp_path: Path) -> None:
+    """An anchor directory others may write to but not list (mode 0333, a drop box the operator cannot read
+    back or rewrite) took heads, until the run's folder was opened for reading: then a raw PermissionError.
+    Run without root's reach to every file, as another user would."""
+    import shutil
+
+    url = _store(tmp_path)
+    drop = tmp_path / "drop"
+    drop.mkdir()
+    drop.chmod(0o333)
+    reach = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c", 'exec "$@"', "--"]
+    wrap = reach if os.geteuid() == 0 else []
+    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    try:
+        done = subprocess.run(
+            [*wrap, sys.executable, "-m", "bide.audit._cli", "export", "--store", url, "--run", "r1", "--key",
+             "log.key", "--head", "-o", "head.json", "--anchor-dir", "drop"],
+            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+        )  # fmt: skip
+    finally:
+        drop.chmod(0o755)
+    assert done.returncode == 0, done.stdout + done.stderr
+    [folder] = drop.iterdir()
+    assert len(list(folder.iterdir())) == 1
