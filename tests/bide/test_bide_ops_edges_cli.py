@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,8 +96,9 @@ def test_a_second_resolve_of_a_resolved_call_is_refused_as_already_resolved(
     assert missing.returncode == 4, missing.stderr
 
 
-def test_a_call_executing_under_a_live_driver_is_running_not_halted(db: tuple[str, bide.Store]) -> None:
-    url, store = db
+@contextlib.contextmanager
+def live_driver(store: bide.Store, run_id: str) -> Iterator[None]:
+    """Run `run_id` in a thread, inside its call c0.0 (a side effect that waits) until the block ends."""
     entered, release = threading.Event(), threading.Event()
 
     @bide.tool(timeout=60)
@@ -107,17 +109,23 @@ def test_a_call_executing_under_a_live_driver_is_running_not_halted(db: tuple[st
         return "done"
 
     agent = bide.Agent(ScriptedModel([call("slow", n=1), reply("fin")]), store=store, tools=[slow])
-    driver = threading.Thread(target=agent.run_sync, args=("live", "go"))
+    driver = threading.Thread(target=agent.run_sync, args=(run_id, "go"))
     driver.start()
     try:
         assert entered.wait(30)
-        halted = cli("runs", "--store", url, "--status", "halted", "--json")
-        listed = cli("runs", "--store", url, "--json")
-        shown = cli("show", "--store", url, "live", "--json")
+        yield
     finally:
         release.set()
         driver.join(30)
-        store.close()
+
+
+def test_a_call_executing_under_a_live_driver_is_running_not_halted(db: tuple[str, bide.Store]) -> None:
+    url, store = db
+    with live_driver(store, "live"):
+        halted = cli("runs", "--store", url, "--status", "halted", "--json")
+        listed = cli("runs", "--store", url, "--json")
+        shown = cli("show", "--store", url, "live", "--json")
+    store.close()
     assert halted.returncode == 0, halted.stderr
     assert json.loads(halted.stdout) == []
     [row] = json.loads(listed.stdout)
@@ -297,25 +305,9 @@ def test_resolve_too_early_or_under_a_live_driver_is_not_yet_and_says_when(
     model = ScriptedModel([call("send", to="x"), reply("ok")])
     with contextlib.suppress(bide.OutcomeUnknown):  # its deadline is 30 s away: it may still be running
         bide.Agent(model, store=store, tools=[send]).run_sync("early", "send it")
-    entered, release = threading.Event(), threading.Event()
-
-    @bide.tool(timeout=60)
-    def slow(n: int) -> str:
-        """A side effect that takes a while."""
-        entered.set()
-        release.wait(60)
-        return "done"
-
-    agent = bide.Agent(ScriptedModel([call("slow", n=1), reply("fin")]), store=store, tools=[slow])
-    driver = threading.Thread(target=agent.run_sync, args=("live", "go"))
-    driver.start()
-    try:
-        assert entered.wait(30)
+    with live_driver(store, "live"):
         early = cli("resolve", "--store", url, "early", "c0.0", "--not-started", "--json")
         live = cli("resolve", "--store", url, "live", "c0.0", "--not-started", "--json")
-    finally:
-        release.set()
-        driver.join(30)
     for done, said in ((early, "may still be running"), (live, "driven by another driver")):
         assert done.returncode == 7, done.stdout + done.stderr
         doc = json.loads(done.stdout)
