@@ -11,6 +11,10 @@ for the earliest one. The behaviour is `asyncio.timeout`'s:
   the `CancelledError` propagates.
 - A call that swallows the cancellation and returns (or raises something else) has its result (or error)
   passed through.
+
+The cancellation carries `DEADLINE_PASSED` as its message, so a tool can tell its own deadline from its
+caller's cancellation (`ended_by_deadline`): a tool whose work goes on in a thread reports the first as
+an outcome in doubt, and lets the second through.
 """
 
 from __future__ import annotations
@@ -25,9 +29,16 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-__all__ = ["run_with_deadline"]
+__all__ = ["DEADLINE_PASSED", "ended_by_deadline", "run_with_deadline"]
 
 T = TypeVar("T")
+
+DEADLINE_PASSED = "bide: the tool call's deadline passed"
+
+
+def ended_by_deadline(exc: BaseException) -> bool:
+    """Whether `exc`, caught inside a tool, is the cancellation its own deadline sent (not its caller's)."""
+    return isinstance(exc, asyncio.CancelledError) and exc.args[:1] == (DEADLINE_PASSED,)
 
 
 class _Deadlines:
@@ -78,7 +89,7 @@ class _Deadlines:
             _, token = heapq.heappop(heap)
             task = running.pop(token, None)
             if task is not None:
-                task.cancel()
+                task.cancel(DEADLINE_PASSED)
         if heap:
             self._arm(heap[0][0])
 

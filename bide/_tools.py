@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._canonical import checked_json_text, json_text
-from ._deadline import run_with_deadline
+from ._deadline import DEADLINE_PASSED, run_with_deadline
 from ._errors import ConfigError, NotCalled
 from ._inflight import CallWindow
 from ._messages import ToolSpec
@@ -611,7 +611,7 @@ class _InsideWindow:
                 # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
                 if past and cut_at < 0 and (error is None or isinstance(error, Exception)):
                     cut_at = closing.task.cancelling() if closing.task is not None else 0
-                    value, error = None, asyncio.CancelledError()
+                    value, error = None, asyncio.CancelledError(DEADLINE_PASSED)
         finally:
             closing.disarm()
 

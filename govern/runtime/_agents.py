@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
@@ -123,6 +122,7 @@ def event_tool(
     causally on the producer's previous event, so replicas apply one agent's events in its own order.
     """
     import bide  # here, not at the top: `import govern` must not pull in the agent runtime
+    from bide._deadline import ended_by_deadline
 
     rules = delivery_rules(machine)
     family = machine.families.get(event) if event not in rules.index else None
@@ -203,11 +203,10 @@ def event_tool(
         if in_memory:
             return effect(validated)
         limit = made.timeout  # bide's timeout for this call (it may be changed for later calls)
-        started = time.monotonic()
         try:
             return await asyncio.to_thread(effect, validated)
-        except asyncio.CancelledError:
-            if time.monotonic() < started + limit - _CUT_SLACK:
+        except asyncio.CancelledError as exc:
+            if not ended_by_deadline(exc):
                 raise  # the drive was cancelled: nothing is journaled, and the next drive calls again
             # bide's timeout ended the call (lowered, or the process was frozen past it) while the thread,
             # which nothing can stop, may be appending or have appended the event: telling the model the
@@ -237,10 +236,6 @@ def event_tool(
 
 _LOG_CALLS = 4  # the most log calls one tool call makes (see event_tool)
 _SLACK = 5.0  # seconds for the rest of the call (a worker thread to start, the result to encode)
-# How close to its timeout a cancelled call counts as ended by it: bide arms the deadline in the same step
-# of the event loop that starts effect_async (microseconds before), and a drive cancelled earlier than this
-# is the caller's cancellation (a worker stopping, say), which goes on as one.
-_CUT_SLACK = 0.05
 
 
 class _InDoubt(EventLogError):

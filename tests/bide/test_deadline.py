@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from bide._deadline import _Deadlines, _deadlines, run_with_deadline
+from bide._deadline import _Deadlines, _deadlines, ended_by_deadline, run_with_deadline
 
 SHORT = 0.02  # a deadline that passes while the test waits
 LONG = 60.0  # a deadline that never passes during a test
@@ -149,3 +149,30 @@ def test_many_calls_at_once_each_get_their_own_outcome(kinds: list[str]) -> None
             assert isinstance(got, TimeoutError)
         else:
             assert got == "swallowed"
+
+
+def test_a_tool_tells_its_own_deadline_from_its_callers_cancellation() -> None:
+    """govern's event tool, whose append goes on in a thread, reports a call its deadline ended as in doubt
+    and lets a caller's cancellation through; it told the two apart by the time left (a margin before the
+    timeout), which a cancellation in that margin, or a pause before the tool's first step, defeated. The
+    deadline's cancellation carries its own message."""
+    seen: list[bool] = []
+
+    async def tool() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError as exc:
+            seen.append(ended_by_deadline(exc))
+            raise
+
+    async def main() -> None:
+        with pytest.raises(TimeoutError):
+            await run_with_deadline(tool(), 0.01)
+        cancelled = asyncio.ensure_future(run_with_deadline(tool(), 10))
+        await asyncio.sleep(0.01)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+
+    asyncio.run(main())
+    assert seen == [True, False]
