@@ -108,9 +108,10 @@ class OpenAIModel(HTTPModel):
         if self.api_key and masked_url(self.base_url) != self.base_url:
             # httpx sends the URL's user and password as the Authorization header, in place of the key's.
             raise ConfigError(
-                f"base_url {masked_url(self.base_url)!r} carries a user name and password, which would "
-                "be sent as the request's Authorization header in place of the API key: the server would "
-                "never see the key. Give a proxy's credentials to the proxy (HTTPS_PROXY), not in base_url"
+                f"base_url {masked_url(self.base_url)!r} carries credentials (the user information before "
+                "its '@'), which would be sent as the request's Authorization header in place of the API "
+                "key: the server would never see the key. Give a proxy's credentials to the proxy "
+                "(HTTPS_PROXY), not in base_url"
             )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:

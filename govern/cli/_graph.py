@@ -10,6 +10,7 @@ text; `render_files` adds SVG (and PNG) when Graphviz's `dot` is installed, and 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -225,6 +226,17 @@ class GraphFiles:
 def file_stem(name: str) -> str:
     """The start of the name of every file drawn for the machine `name` (`NAME.events.dot`, ...)."""
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+# What follows the stem in a drawing's file name (see `render_files`).
+_DRAWING_SUFFIX = re.compile(r"\.(?:events|(?:component\d+\.)?states)\.(?:dot|svg|png|mmd)")
+
+
+def is_drawing_name(name: str, file_name: str) -> bool:
+    """True when `render_files` may write a file called `file_name` for the machine `name` (case ignored,
+    as on macOS)."""
+    stem, file_name = file_stem(name).casefold(), file_name.casefold()
+    return file_name.startswith(stem) and _DRAWING_SUFFIX.fullmatch(file_name[len(stem):]) is not None
 
 
 def _staged(path: Path, staged: list[tuple[Path, Path]]) -> Path:

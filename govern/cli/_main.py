@@ -443,7 +443,10 @@ def _certify_one(target: Target, args: argparse.Namespace, phases: Phases, signe
 
         directory = outcome.path.parent if outcome.path else target.source.parent
         try:
-            render_files(certificate, directory, keep=_certify_inputs(target.source, args))
+            keep = _certify_inputs(target.source, args)
+            if outcome.path:
+                keep.append(("certificate", outcome.path))
+            render_files(certificate, directory, keep=keep)
         except UsageError as exc:
             # The certificate is whole and stays; only the drawings are missing.
             outcome.exit_code = EXIT_USAGE
@@ -487,6 +490,21 @@ def _events_graph_path(target: Target) -> Path:
     from ._graph import file_stem
 
     return Path(f"{file_stem(target.registry.name)}.events.dot")
+
+
+def _refuse_certificate_named_as_drawing(targets: list[Target], args: argparse.Namespace) -> None:
+    """Raise UsageError, before anything is written, when `certify --graph` would write a drawing over the
+    certificate it has just written (``-o NAME.events.dot``, say)."""
+    from ._graph import file_stem, is_drawing_name
+
+    for target in targets:
+        path = _output_path(target, args)
+        if is_drawing_name(target.registry.name, path.name):
+            stem = file_stem(target.registry.name)
+            raise UsageError(
+                f"-o {path}: --graph writes its drawings beside the certificate, and one of them would be "
+                f"that file; name the certificate otherwise (for instance {stem}.govern-cert.json)"
+            )
 
 
 def _certify_inputs(machine: Path, args: argparse.Namespace) -> list[tuple[str, Path]]:
@@ -575,6 +593,10 @@ def _print_outcome(console: Console, outcome: Outcome) -> None:
 
 def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
     inputs = _certify_inputs(_split_spec(args.machine)[0], args)
+    names_directory = args.output is not None and (not args.output or args.output.endswith(("/", os.sep)))
+    if names_directory and not args.no_write:
+        raise UsageError(f"-o {args.output!r} is not a file name: certify writes the certificate to a file, "
+                         "never into a directory; give -o DIR/FILE")
     if args.output and not args.no_write:
         # Checked before the machine file is even imported: nothing may be written over an input.
         refuse_overwriting(Path(args.output), inputs)
@@ -592,6 +614,8 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
         )
     if args.graph:
         _refuse_shared_output(targets, _events_graph_path, "govern certify {spec} -o DIR/FILE --graph")
+        if not args.no_write:
+            _refuse_certificate_named_as_drawing(targets, args)
     if args.output and not is_directory(Path(args.output).parent):
         raise UsageError(f"-o {args.output}: the directory {Path(args.output).parent} does not exist")
     if not args.no_write:

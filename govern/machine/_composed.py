@@ -13,12 +13,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from itertools import combinations
-from pathlib import Path
 from typing import Any, cast
 
 import numpy as np
@@ -47,6 +45,7 @@ from ..verify._compose import (
 )
 from ..verify._report import PrunedPair, Report, guarantee_text
 from ._machine import (
+    FILE_FORMAT,
     IntArray,
     Machine,
     MachineTables,
@@ -54,6 +53,7 @@ from ._machine import (
     State,
     _spec,
     _tables_digest,
+    machine_file_bytes,
     register_loader,
     rules_digest,
     write_machine_file,
@@ -307,13 +307,10 @@ class ComposedMachine(Machine):
             "report": np.frombuffer(canonical_json(self._report.to_dict()), dtype=np.uint8),
             "decomposition": np.frombuffer(canonical_json(self._decomposition.to_json()), dtype=np.uint8),
         }
-        target = Path(path)
-        with tempfile.TemporaryDirectory(dir=target.parent if str(target.parent) else ".") as tmp:
-            for c, part in enumerate(self._parts):
-                file = Path(tmp) / f"part{c}.npz"
-                part.save(file)
-                arrays[f"part{c:06d}"] = np.frombuffer(file.read_bytes(), dtype=np.uint8)
-        write_machine_file(target, COMPOSED_FORMAT, arrays)
+        for c, part in enumerate(self._parts):
+            part_file = machine_file_bytes(FILE_FORMAT, part._arrays())  # what part.save writes
+            arrays[f"part{c:06d}"] = np.frombuffer(part_file, dtype=np.uint8)
+        write_machine_file(path, COMPOSED_FORMAT, arrays)
 
     def __repr__(self) -> str:
         return (
@@ -550,12 +547,11 @@ def load_composed(
         keys = sorted(k for k in arrays if k.startswith("part"))
         if len(keys) != len(decomp.components):
             raise ValueError("the number of component machines differs from the decomposition")
-        parts = []
-        with tempfile.TemporaryDirectory(dir=Path(where).parent if str(Path(where).parent) else ".") as tmp:
-            for c, key in enumerate(keys):
-                file = Path(tmp) / f"part{c}.npz"
-                file.write_bytes(bytes(arrays[key]))
-                parts.append(Machine.load(file))
+        # Read from memory: loading a machine writes nothing (its directory may be read-only to a replica).
+        parts = [
+            Machine._from_file_bytes(bytes(arrays[key]), f"{where} (component {c})", None)
+            for c, key in enumerate(keys)
+        ]
         for c, (comp, part) in enumerate(zip(decomp.components, parts, strict=True)):
             if project_rules(rules, comp, c) != part._rules:
                 raise ValueError(f"component {c} is not the projection of the machine's rules")

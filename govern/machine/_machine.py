@@ -13,7 +13,6 @@ import importlib
 import io
 import json
 import os
-import tempfile
 import threading
 import zipfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -24,7 +23,7 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
-from bide._files import read_small_file
+from bide._files import read_small_file, write_whole
 
 from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownEvent
 from ..model._expr import canonical_json
@@ -41,6 +40,7 @@ __all__ = [
     "RawTables",
     "State",
     "machine_digest",
+    "machine_file_bytes",
     "register_loader",
     "rules_digest",
     "symbolic_digest",
@@ -401,8 +401,12 @@ class Machine:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the machine to `path` atomically: rules, report, and the tables (binary, with a
         SHA-256 content hash checked on load)."""
+        write_machine_file(path, FILE_FORMAT, self._arrays())
+
+    def _arrays(self) -> dict[str, npt.NDArray[Any]]:
+        """The arrays `save` writes (in the format FILE_FORMAT)."""
         t = self._raw
-        arrays: dict[str, npt.NDArray[Any]] = {
+        return {
             "rules": np.frombuffer(canonical_json(self._rules), dtype=np.uint8),
             "report": np.frombuffer(canonical_json(self._report.to_dict()), dtype=np.uint8),
             "valid_bits": np.packbits(t.valid),
@@ -412,7 +416,6 @@ class Machine:
             "initial": np.array([self._initial._id], dtype=np.int64),
             "domain_ids": self._domain_ids,
         }
-        write_machine_file(path, FILE_FORMAT, arrays)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], *, digest: str | None = None) -> Machine:
@@ -441,30 +444,35 @@ class Machine:
                 f"cannot read machine file {os.fspath(path)!r}: {exc.strerror or exc}; give the path of a "
                 "file Machine.save wrote"
             ) from exc
+        return cls._from_file_bytes(data, os.fspath(path), digest)
+
+    @classmethod
+    def _from_file_bytes(cls, data: bytes, where: str, digest: str | None) -> Machine:
+        """`load` of a machine file's bytes, read from `where` (named in errors)."""
         try:
             arrays = _read_arrays(data)
         except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile) as exc:
-            raise MachineFileError(f"cannot read machine file {os.fspath(path)!r}: {exc}") from exc
+            raise MachineFileError(f"cannot read machine file {where!r}: {exc}") from exc
         except MemoryError:
             raise MachineFileError(
-                f"cannot read machine file {os.fspath(path)!r}: its arrays do not fit in the memory left"
+                f"cannot read machine file {where!r}: its arrays do not fit in the memory left"
             ) from None
         try:
             fmt = bytes(arrays.pop("format")).decode()
             stored = bytes(arrays.pop("content_sha256")).hex()
         except (KeyError, UnicodeDecodeError) as exc:
-            raise MachineFileError(f"{os.fspath(path)!r} is not a govern machine file") from exc
+            raise MachineFileError(f"{where!r} is not a govern machine file") from exc
         if fmt != FILE_FORMAT and fmt not in _LOADERS and fmt not in _LOADER_MODULES:
             raise MachineFileError(
-                f"{os.fspath(path)!r} has format {fmt!r}; this version reads "
+                f"{where!r} has format {fmt!r}; this version reads "
                 f"{', '.join(repr(f) for f in [FILE_FORMAT, *sorted({*_LOADERS, *_LOADER_MODULES})])}"
             )
         if _content_hash(arrays) != stored:
-            raise MachineFileError(f"{os.fspath(path)!r} is corrupted or was altered: content hash mismatch")
+            raise MachineFileError(f"{where!r} is corrupted or was altered: content hash mismatch")
         if fmt != FILE_FORMAT:  # built by components, or verified symbolically
             if fmt not in _LOADERS:
                 importlib.import_module(_LOADER_MODULES[fmt])  # registers its loader
-            return _LOADERS[fmt](path, arrays, digest)
+            return _LOADERS[fmt](where, arrays, digest)
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
             report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
@@ -495,10 +503,10 @@ class Machine:
             )
         except (KeyError, ValueError, IndexError, TypeError, AttributeError, OverflowError, RecursionError,
                 UnicodeDecodeError, DeclarationError) as exc:
-            raise MachineFileError(f"machine file {os.fspath(path)!r} is inconsistent: {exc}") from exc
+            raise MachineFileError(f"machine file {where!r} is inconsistent: {exc}") from exc
         if problems:
             raise MachineFileError(
-                f"machine file {os.fspath(path)!r} fails the re-check by the proof-derived oracle, so it "
+                f"machine file {where!r} fails the re-check by the proof-derived oracle, so it "
                 "was altered (or damaged) after it was saved; rebuild the machine from its registry:\n  - "
                 + "\n  - ".join(problems)
             )
@@ -507,7 +515,7 @@ class Machine:
         machine = cls(rules, space, raw, initial, domain_ids, report)
         if digest is not None and machine.digest != digest:
             raise MachineFileError(
-                f"machine file {os.fspath(path)!r} holds machine {machine.digest}, not the expected {digest}"
+                f"machine file {where!r} holds machine {machine.digest}, not the expected {digest}"
             )
         return machine
 
@@ -564,23 +572,23 @@ def register_loader(fmt: str, loader: _Loader) -> None:
 
 
 def write_machine_file(path: str | os.PathLike[str], fmt: str, arrays: dict[str, npt.NDArray[Any]]) -> None:
-    """Write a machine file atomically: `arrays`, their SHA-256 content hash and the format tag `fmt`,
-    as one .npz (`Machine.load` checks the hash, then hands other formats to their loaders)."""
+    """Write a machine file (`machine_file_bytes`) at `path`, mode 0644, whole or not at all."""
+    # The CLI's writer: an unnamed temporary file renamed over the old one and the directory synced (a
+    # killed process leaves nothing behind), readable by replicas running as another user, and a link of
+    # one's own written through.
+    write_whole(Path(path), machine_file_bytes(fmt, arrays), mode=0o644)
+
+
+def machine_file_bytes(fmt: str, arrays: dict[str, npt.NDArray[Any]]) -> bytes:
+    """A machine file: `arrays`, their SHA-256 content hash and the format tag `fmt`, as one .npz
+    (`Machine.load` checks the hash, then hands other formats to their loaders)."""
     arrays = dict(arrays)
     content = _content_hash(arrays)
     arrays["format"] = np.frombuffer(fmt.encode(), dtype=np.uint8)
     arrays["content_sha256"] = np.frombuffer(bytes.fromhex(content), dtype=np.uint8)
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=".govern-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)  # type: ignore[arg-type]
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    data = io.BytesIO()
+    np.savez(data, **arrays)  # type: ignore[arg-type]
+    return data.getvalue()
 
 
 def _read_arrays(data: bytes) -> dict[str, npt.NDArray[Any]]:

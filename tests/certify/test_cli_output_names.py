@@ -109,3 +109,30 @@ def test_a_machine_file_over_the_size_limit_is_refused_before_it_is_read(tmp_pat
     assert graph.returncode == 4 and "over the 10-byte limit" in graph.stderr, graph.stderr
     assert fits.returncode == 0, fits.stdout + fits.stderr
     assert sorted(os.listdir(tmp_path)) == ["huge.py", "small.py"]
+
+
+def test_a_certificate_named_as_one_of_its_drawings_is_refused_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    """`certify -o NAME.events.dot --graph` wrote the certificate, then its drawing over it, and said
+    "certified" of a file `check` could not read; `-o DIR/` wrote a file named DIR (and `-o good.json/`
+    replaced good.json). Each is exit 2 now, nothing written and a file already there unchanged."""
+    (tmp_path / "base.py").write_text(_machine("lights"))
+    (tmp_path / "good.json").write_text("kept\n")
+    before = _listing(tmp_path)
+    calls = [
+        ("certify", "base.py", "-o", name, "--graph")
+        for name in ("lights.events.mmd", "lights.events.dot", "lights.states.dot", "LIGHTS.events.svg",
+                     "lights.component1.states.png")
+    ] + [("certify", "base.py", "-o", name) for name in ("newdir/", "good.json/")]
+    for args, done in zip(calls, govern_all(*calls, cwd=tmp_path), strict=True):
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        said = done.stderr
+        assert "Traceback" not in said, (args, said)
+        assert ("drawings" in said) if "--graph" in args else ("not a file name" in said), (args, said)
+    assert _listing(tmp_path) == before
+    assert not (tmp_path / "newdir").exists()
+    # A name that only looks like a drawing of another machine is a certificate name like any other.
+    done = govern_all(("certify", "base.py", "-o", "other.events.dot", "--graph"), cwd=tmp_path)[0]
+    assert done.returncode == 0, done.stderr
+    assert govern_all(("check", "other.events.dot"), cwd=tmp_path)[0].returncode == 0
