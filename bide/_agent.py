@@ -72,7 +72,16 @@ from ._errors import (
     WriteRefused,
 )
 from ._gate import Approved, Denied, GateJournal, GateRequest, Pending
-from ._inflight import CallWindow, forget_started, never_started, remember_unstarted, running
+from ._inflight import (
+    CallWindow,
+    forget_returned,
+    forget_started,
+    never_started,
+    remember_returned,
+    remember_unstarted,
+    returned,
+    running,
+)
 from ._journal import Journal, check_run_id
 from ._lease import Overrun, free_lease, hold_lease, let_go, record_when_done
 from ._messages import (
@@ -1000,9 +1009,7 @@ class Agent(Generic[T]):
                 if not journal.has(got.key):
                     # A fresh result: journaled here, once the call's own frames are gone (a run waiting
                     # on this write holds only what it needs).
-                    stored, _ = await journal.awrite_one(got)
-                    assert isinstance(stored, ToolResult)
-                    got = stored
+                    got = await _journal_result(journal, got)
                 res = got
             results.append(_tool_message(call, res))
         return results
@@ -1052,9 +1059,7 @@ class Agent(Generic[T]):
         got = await self._call(journal, call, [])
         if got is None or journal.has(got.key):
             return got
-        stored, _ = await journal.awrite_one(got)
-        assert isinstance(stored, ToolResult)
-        return stored
+        return await _journal_result(journal, got)
 
     # -- model turns ---------------------------------------------------------------------------------------
 
@@ -1293,6 +1298,10 @@ class Agent(Generic[T]):
                 expires_at=None,
                 retry_after=now + 1.0,
             )
+        known = returned(journal.run_id, call.call_id, last.claim)
+        if known is not None:
+            # This process called the tool and knows what it returned; only journaling the result failed.
+            return await _journal_result(journal, known)
         if never_started(last.claim):
             # This process wrote that marker and knows it never called the tool: void it and go on.
             await journal.awrite_one(
@@ -1476,18 +1485,26 @@ class Agent(Generic[T]):
         # The window the marker recorded: the tool starts only before its deadline, with the time left.
         window = CallWindow(tool.name, claim, marker.deadline_ms / 1000, self.clock)
         ctx = CallContext(run_id, call.call_id, tool.name, idem, gen)
+
+        def called(result: ToolResult) -> ToolResult:
+            # Known until it is journaled: a write of it that fails leaves no halt for this process.
+            remember_returned(run_id, call.call_id, claim, result)
+            return result
+
         try:
             value = await tool._invoke(call_args, ctx, window)
         except NotCalled as exc:
             raise await self._void(journal, tool, call, gen, claim, exc) from exc
         except ToolError as exc:
-            return self._result(
-                call,
-                _error_text(exc),
-                is_error=True,
-                safety=_safety(tool),
-                idem=idem,
-                approval=approval,
+            return called(
+                self._result(
+                    call,
+                    _error_text(exc),
+                    is_error=True,
+                    safety=_safety(tool),
+                    idem=idem,
+                    approval=approval,
+                )
             )
         except TimeoutError as exc:
             if window.running():
@@ -1506,7 +1523,7 @@ class Agent(Generic[T]):
                 # outcome is never halted as unknown.
                 known = self._late_result(call, tool, idem, approval)(*window.outcome)
                 if known is not None:
-                    return known
+                    return called(known)
             raise self._unknown(journal, marker, f"timed out after {tool.timeout:g}s", options=True) from exc
         except BaseException as exc:
             if window.state != "started":
@@ -1524,7 +1541,9 @@ class Agent(Generic[T]):
                 raise await self._void(journal, tool, call, gen, claim, exc) from exc
             cause = f"the tool raised {type(exc).__name__}: {_error_text(exc)}"
             raise self._unknown(journal, marker, cause, options=True) from exc
-        return self._result(call, value, is_error=False, safety=_safety(tool), idem=idem, approval=approval)
+        return called(
+            self._result(call, value, is_error=False, safety=_safety(tool), idem=idem, approval=approval)
+        )
 
     async def _void(
         self, journal: Journal, tool: Tool, call: ToolCall, gen: int, claim: str, exc: BaseException
@@ -1582,6 +1601,35 @@ _OPTIONS = (
     "nothing was performed, which a retry=bide.RetryPolicy(...) then tries again, or give the tool a "
     "reconciler (reconcile=...) that looks the call up by its idempotency key"
 )
+
+
+async def _journal_result(journal: Journal, result: ToolResult) -> ToolResult:
+    """Journal the fresh `result` of a call; the record the journal holds under its key.
+
+    When the write fails, the call has run: the StoreError says so, and what it returned, which this
+    process keeps (`remember_returned`) so that the next drive of the run here journals it instead of
+    halting with OutcomeUnknown."""
+    try:
+        stored, _ = await journal.awrite_one(result)
+    except StoreError as exc:
+        shown = _shown_result(result)
+        raise StoreError(
+            f"run {journal.run_id!r}: call {result.call_id!r} ({result.tool}) ran and returned {shown}, but "
+            f"its result could not be journaled: {exc}. This process keeps it: run the run again here "
+            "once the store answers, and it is journaled. If this process ends first, the next drive halts "
+            "on the call with OutcomeUnknown: resolve it with that outcome (bide resolve, or "
+            "bide.resolve_halt)"
+        ) from exc
+    forget_returned(journal.run_id, result.call_id)
+    assert isinstance(stored, ToolResult)
+    return stored
+
+
+def _shown_result(result: ToolResult) -> str:
+    """A call's result for a message: its JSON, cut at 500 characters."""
+    text = canonical_json(result.result).decode()
+    shown = text if len(text) <= 500 else text[:500] + f"... ({len(text)} characters)"
+    return f"an error {shown}" if result.is_error else shown
 
 
 def _voided(exc: BaseException) -> bool:

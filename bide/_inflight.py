@@ -6,6 +6,9 @@ store at once.
 - *Never started*: the attempt marker may be committed but this process did not call the tool (the marker
   write raised or was cancelled). A later drive in this process voids such a marker instead of halting;
   any other process halts on it (it cannot know). Lost on exit, which only costs a halt instead of a retry.
+- *Returned*: this process called the tool and knows what it returned, but journaling its result failed
+  (the store was down, locked past its timeout, or full). A later drive in this process journals that
+  result instead of halting; any other process halts on the call. Lost on exit, like the above.
 - *Running*: the tool is running in this process now, possibly past its deadline (a synchronous tool's
   thread cannot be stopped). Resolution of such a call is refused in this process.
 
@@ -22,10 +25,22 @@ from typing import Any
 
 from ._errors import NotCalled
 
-__all__ = ["CallWindow", "forget_unstarted_claims", "never_started", "remember_unstarted", "running"]
+__all__ = [
+    "CallWindow",
+    "forget_claims",
+    "forget_returned",
+    "never_started",
+    "remember_returned",
+    "remember_unstarted",
+    "returned",
+    "running",
+]
 
 _MAX_UNSTARTED = 4096
 _UNSTARTED: dict[str, None] = {}
+_MAX_RETURNED = 4096
+# (run id, call id) -> (the claim of the attempt that returned, its result record, not journaled yet)
+_RETURNED: dict[tuple[str, str], tuple[str, Any]] = {}
 _RUNNING: dict[str, CallWindow] = {}
 _LOCK = threading.Lock()
 
@@ -48,10 +63,33 @@ def forget_started(claim: str) -> None:
         _UNSTARTED.pop(claim, None)
 
 
-def forget_unstarted_claims() -> None:
-    """Drop this process's memory of claims that never started (tests use it to simulate a restart)."""
+def forget_claims() -> None:
+    """Drop what this process knows of its claims, never started or returned (tests use it to simulate a
+    restart)."""
     with _LOCK:
         _UNSTARTED.clear()
+        _RETURNED.clear()
+
+
+def remember_returned(run_id: str, call_id: str, claim: str, result: Any) -> None:
+    """The attempt holding `claim` called its tool, and `result` is the record of what it returned: kept
+    until `forget_returned`, once the record is journaled."""
+    with _LOCK:
+        if len(_RETURNED) >= _MAX_RETURNED:
+            _RETURNED.pop(next(iter(_RETURNED)))  # forgetting one only costs a halt instead of a record
+        _RETURNED[run_id, call_id] = (claim, result)
+
+
+def returned(run_id: str, call_id: str, claim: str) -> Any:
+    """The result record of the attempt holding `claim` when this process called it and has not seen the
+    record journaled; None otherwise."""
+    kept = _RETURNED.get((run_id, call_id))
+    return kept[1] if kept is not None and kept[0] == claim else None
+
+
+def forget_returned(run_id: str, call_id: str) -> None:
+    with _LOCK:
+        _RETURNED.pop((run_id, call_id), None)
 
 
 def running(claim: str) -> CallWindow | None:

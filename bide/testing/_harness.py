@@ -25,7 +25,7 @@ from typing import Any, Protocol
 from .._agent import Agent
 from .._canonical import new_claim
 from .._errors import ConfigError, OutcomeUnknown, RunHalted, RunInFlight, ToolNotStarted
-from .._inflight import forget_unstarted_claims
+from .._inflight import forget_claims
 from .._memory import MemoryStore
 from .._open import open_store
 from .._outcome import Outcome
@@ -275,7 +275,7 @@ class _BideRun:
         )
 
     def step(self, crash_at: int | None) -> str:
-        forget_unstarted_claims()  # a new process remembers nothing
+        forget_claims()  # a new process remembers nothing
         steps = self.system.clock_steps
         self.now += steps[self.steps % len(steps)]  # the restart's clock: later, or a little earlier
         self.steps += 1

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import bide
-from bide._inflight import forget_unstarted_claims
+from bide._inflight import forget_claims
 from bide._journal import Journal
 from bide._resolve import live_attempt
 from bide.testing import Call, CrashingStore, ScriptedModel, SimulatedCrash, Turn, reply
@@ -384,6 +384,7 @@ def test_a_lease_taken_over_mid_turn_fences_the_calls_still_running() -> None:
     assert fired == ["fast", "slow"]
     assert "result:c0.1" not in keys(store, "r")
     now[0] += 100
+    forget_claims()  # the new holder is another process: it knows nothing of this one's calls
     with pytest.raises(bide.OutcomeUnknown) as halt:
         agent().run_sync("r", "go")
     assert halt.value.call_id == "c0.1" and fired == ["fast", "slow"]
@@ -494,7 +495,7 @@ class World:
         raise SimulatedCrash("killed")
 
     def step(self, script: list[Turn]) -> str:
-        forget_unstarted_claims()  # a new process remembers nothing
+        forget_claims()  # a new process remembers nothing
         self.now += 100.0  # past every deadline and lease of the last step
         self.crashing = CrashingStore(self.store, None)
         agent = bide.Agent(

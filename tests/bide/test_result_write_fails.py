@@ -1,0 +1,96 @@
+"""A side effect's result that could not be journaled (the store locked past its busy timeout, down, or
+full) is not thrown away: the drive's StoreError says the call ran and what it returned, and the next drive
+of the run in the same process journals that result instead of halting with OutcomeUnknown. Another process
+(here: a simulated restart) knows nothing of it and halts, as it must.
+
+Before: the result was lost as soon as its one write failed, and the next drive halted for a person on a
+call this process had seen return.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+import bide
+from bide._inflight import forget_claims
+from bide.testing import ScriptedModel, Turn, call, reply
+
+
+class Locker:
+    """Another connection to the store's file that holds its write lock while the test says so."""
+
+    def __init__(self, path: Path) -> None:
+        self.conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    def lock(self) -> None:
+        self.conn.execute("BEGIN IMMEDIATE")
+
+    def unlock(self) -> None:
+        self.conn.execute("COMMIT")
+
+
+def _agent(store: bide.Store, locker: Locker, fired: list[str], *, max_parallel: int = 1) -> bide.Agent:
+    @bide.tool
+    def charge(card: str) -> str:
+        """Charge a card."""
+        fired.append(card)
+        if len(fired) == 1:
+            locker.lock()  # the result's write now waits, then fails
+        return f"charged {card}"
+
+    @bide.tool
+    def notify(who: str) -> str:
+        """Tell someone."""
+        fired.append(who)
+        return f"told {who}"
+
+    both = Turn(calls=(*call("charge", card="c1").calls, *call("notify", who="ann").calls))
+    model = ScriptedModel([both if max_parallel > 1 else call("charge", card="c1"), reply("done")])
+    # The failed drive could not free its lease either (the store was locked): the next one waits it out.
+    return bide.Agent(
+        model, store=store, tools=[charge, notify], max_parallel=max_parallel, lease_ttl=1, lease_wait=10
+    )
+
+
+@pytest.mark.parametrize("max_parallel", [1, 2])
+def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
+    tmp_path: Path, max_parallel: int
+) -> None:
+    path = tmp_path / "bide.db"
+    store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+    locker = Locker(path)
+    fired: list[str] = []
+    try:
+        with pytest.raises(bide.StoreError, match=r"ran and returned \"charged c1\"") as failed:
+            _agent(store, locker, fired, max_parallel=max_parallel).run_sync("r1", "pay")
+        assert "run the run again here" in str(failed.value)
+        locker.unlock()
+        done = _agent(store, locker, fired, max_parallel=max_parallel).run_sync("r1", "pay")
+        assert done.output == "done"
+        assert fired.count("c1") == 1
+        [result] = [e for e in store.load("r1") if b'"tool_result"' in e.data and b"charge" in e.data]
+        assert b"charged c1" in result.data and b'"reconciled":false' in result.data.replace(b" ", b"")
+    finally:
+        locker.conn.close()
+        store.close()
+
+
+def test_another_process_halts_on_the_call_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "bide.db"
+    store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+    locker = Locker(path)
+    fired: list[str] = []
+    try:
+        with pytest.raises(bide.StoreError, match="ran and returned"):
+            _agent(store, locker, fired).run_sync("r1", "pay")
+        locker.unlock()
+        forget_claims()  # what a restarted process knows of this one's calls: nothing
+        with pytest.raises(bide.OutcomeUnknown):
+            _agent(store, locker, fired).run_sync("r1", "pay")
+        assert fired == ["c1"]
+    finally:
+        locker.conn.close()
+        store.close()
