@@ -16,8 +16,11 @@ from ._http import (
     error_message,
     json_event,
     json_index,
+    json_name,
     json_object,
+    made_up_ids,
     malformed,
+    no_calls_after_all,
     read_json,
     sse_events,
     too_many_calls,
@@ -241,23 +244,21 @@ class AnthropicModel(HTTPModel):
             # answer would end the run for good.
             raise unfinished(self.name)
         ordered = [block for _, block in sorted(blocks.items())]
-        if finish == "max_tokens" and any(block.type == "tool_use" for block in ordered):
-            raise cut_off(self.name, finish, "max_tokens (AnthropicModel(max_tokens=...))")
+        # Before any block's input is read: a cut-off call's block may have no end.
+        _refuse_cut_off(self.name, finish, any(block.type == "tool_use" for block in ordered))
         text: list[str] = []
-        calls: list[ToolCall] = []
+        ids: list[str] = []
+        named: list[tuple[str, dict[str, Any] | str]] = []
         for block in ordered:
             if block.type == "text":
                 text.append(block.text.text())
             elif block.type == "tool_use":
-                tool = str(block.name or "")
                 arguments = block.arguments()
-                calls.append(
-                    ToolCall(
-                        id=str(block.id or f"toolu_{len(calls)}"),
-                        name=tool,
-                        arguments=absent_arguments(request.tools, tool) if arguments is None else arguments,
-                    )
-                )
+                if arguments is None:
+                    arguments = absent_arguments(request.tools, block.name)
+                ids.append(block.id)
+                named.append((block.name, arguments))
+        calls = _checked_calls(self.name, finish, ids, named)
         yield AssistantMessage(
             content="".join(text), tool_calls=calls, usage=_usage(usage), finish_reason=finish
         )
@@ -277,8 +278,8 @@ class _Block:
     def __init__(self, model: str, index: int, start: dict[str, Any]) -> None:
         self.index = index
         self.type = start.get("type")
-        self.id = start.get("id")
-        self.name = start.get("name")
+        self.id = json_name(model, start.get("id"), "id") if self.type == "tool_use" else ""
+        self.name = json_name(model, start.get("name"), "name") if self.type == "tool_use" else ""
         first_text = start.get("text")
         self.text = StreamText(model, f"block {index}'s text")
         if isinstance(first_text, str):
@@ -379,16 +380,47 @@ def _usage(raw: Any) -> Usage | None:
     return Usage(input_tokens=max(inp, 0), output_tokens=max(out, 0))
 
 
+def _refuse_cut_off(name: str, reason: str, has_calls: bool) -> None:
+    """ModelError for an answer with tool calls that was cut off: at max_tokens, or at the model's context
+    window. Their input may be missing or cut short (an argument left out runs the tool on its default)."""
+    if has_calls and reason == "max_tokens":
+        raise cut_off(name, reason, "max_tokens (AnthropicModel(max_tokens=...))")
+    if has_calls and reason == "model_context_window_exceeded":
+        raise ModelError(
+            f"model {name!r} stopped at its context window (stop reason {reason!r}) in a turn with tool "
+            "calls, whose input may be missing or cut short; none was run and nothing was journaled: "
+            "shorten the conversation (smaller tool results, a shorter system prompt) or use a model with a "
+            "larger context window, then run again"
+        )
+
+
+def _checked_calls(
+    name: str, reason: str, ids: list[str], named: list[tuple[str, dict[str, Any] | str]]
+) -> list[ToolCall]:
+    """The tool calls of an answer that stopped for `reason`, with an id each (`ids`: "" where the answer
+    gave none), or ModelError when none of them may run: the answer was cut off (at max_tokens, or at the
+    model's context window) so their input may be missing or cut short, or it stopped to call tools and
+    holds none."""
+    _refuse_cut_off(name, reason, bool(named))
+    if reason == "tool_use" and not named:
+        raise no_calls_after_all(name, reason)
+    return [
+        ToolCall(id=call_id, name=tool, arguments=arguments)
+        for call_id, (tool, arguments) in zip(made_up_ids(ids, "toolu_"), named, strict=True)
+    ]
+
+
 def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise ModelError(f"model {name!r} returned a response without a content list")
     text: list[str] = []
-    calls: list[ToolCall] = []
+    ids: list[str] = []
+    named: list[tuple[str, dict[str, Any] | str]] = []
     for block in data["content"]:
         if not isinstance(block, dict):
             # Not the API's shape: skipping it would journal an answer the model did not give.
             raise malformed(name, f"a content block that is not an object: {block!r:.200}")
-        if len(calls) >= MAX_TOOL_CALLS and block.get("type") == "tool_use":
+        if len(named) >= MAX_TOOL_CALLS and block.get("type") == "tool_use":
             raise too_many_calls(name)
         if block.get("type") == "text":
             if not isinstance(block.get("text"), str):
@@ -396,18 +428,16 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
                 raise malformed(name, f"a text block whose text is not a string: {block.get('text')!r:.200}")
             text.append(block["text"])
         elif block.get("type") == "tool_use":
-            tool = str(block.get("name") or "")
+            tool = json_name(name, block.get("name"), "name")
             args = block.get("input")
             if args is None:  # absent or null: not {}, on which the tool would run with its defaults
                 arguments: dict[str, Any] | str = absent_arguments(tools, tool)
             else:
                 arguments = args if isinstance(args, dict) else json.dumps(args)
-            calls.append(
-                ToolCall(id=str(block.get("id") or f"toolu_{len(calls)}"), name=tool, arguments=arguments)
-            )
+            ids.append(json_name(name, block.get("id"), "id"))
+            named.append((tool, arguments))
     reason = data.get("stop_reason")
-    if reason == "max_tokens" and calls:
-        raise cut_off(name, reason, "max_tokens (AnthropicModel(max_tokens=...))")
+    calls = _checked_calls(name, reason if isinstance(reason, str) else "", ids, named)
     return AssistantMessage(
         content="".join(text),
         tool_calls=calls,

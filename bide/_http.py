@@ -787,6 +787,36 @@ def json_index(name: str, value: Any, default: int) -> int:
     raise malformed(name, f"a stream piece with the index {value!r}")
 
 
+def json_name(name: str, value: Any, what: str) -> str:
+    """A tool call's id or tool name as the answer gave it: a JSON string ("" when absent or null). Any
+    other type raises ModelError: its text (``"['t1']"``) would name a call or a tool the model never did."""
+    if value is None or isinstance(value, str):
+        return value or ""
+    raise malformed(name, f"a tool call whose {what} is not a string: {value!r:.200}")
+
+
+def made_up_ids(ids: Sequence[str], prefix: str) -> list[str]:
+    """`ids` with each missing one ("") replaced by `prefix` and a number that no id of the answer has: a
+    made-up id never equals one the model sent (two calls with one id are refused as the model's error)."""
+    taken = set(ids)
+    out: list[str] = []
+    number = 0
+    for given in ids:
+        if not given:
+            while f"{prefix}{number}" in taken:
+                number += 1
+            given = f"{prefix}{number}"
+            taken.add(given)
+        out.append(given)
+    return out
+
+
+def no_calls_after_all(name: str, reason: str) -> ModelError:
+    """The error for a turn whose finish reason says it called tools, holding none: they were lost on the
+    way, and the turn journaled as a final answer would end the run for good."""
+    return malformed(name, f"a turn that stopped to call tools (finish reason {reason!r}) but holds no call")
+
+
 def malformed(name: str, what: str) -> ModelError:
     """The error for an answer whose shape is not the API's (a part a turn needs is missing or wrong)."""
     return ModelError(f"model {name!r} sent {what}; nothing was journaled, run again to retry")

@@ -16,8 +16,11 @@ from ._http import (
     cut_off,
     json_event,
     json_index,
+    json_name,
+    made_up_ids,
     malformed,
     masked_url,
+    no_calls_after_all,
     read_json,
     sse_events,
     too_many_calls,
@@ -188,8 +191,10 @@ class OpenAIModel(HTTPModel):
                         "journaled, run again to retry"
                     )
                 if isinstance(chunk.get("usage"), dict):
-                    usage = _usage(chunk["usage"])
-                    clock.progress()
+                    counted = _usage(chunk["usage"])
+                    if counted != usage:  # the same counts again are a keep-alive, not progress
+                        clock.progress()
+                    usage = counted
                 # What is not of the API's shape is refused, not skipped: skipping a piece would journal a
                 # turn without it (an empty final answer ends the run for good).
                 for choice in _listed(self.name, chunk, "choices"):
@@ -204,8 +209,9 @@ class OpenAIModel(HTTPModel):
                     elif not isinstance(delta, dict):
                         raise malformed(self.name, f"a stream delta that is not an object: {delta!r:.200}")
                     if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
+                        if choice["finish_reason"] != finish:  # a repeated finish is no progress either
+                            clock.progress()
                         finish = choice["finish_reason"]
-                        clock.progress()
                     if any(value for key, value in delta.items() if key != "role"):
                         clock.progress()  # text, call pieces, reasoning: not an empty keep-alive delta
                     piece = delta.get("content")
@@ -217,7 +223,7 @@ class OpenAIModel(HTTPModel):
                             yield TextDelta(text=shown)
                     for piece_of_call in _listed(self.name, delta, "tool_calls"):
                         raw, fn = _call_parts(self.name, piece_of_call)
-                        index = json_index(self.name, raw.get("index"), len(calls))
+                        index = _piece_index(self.name, raw, calls)
                         slot = calls.get(index)
                         if slot is None:
                             if len(calls) >= MAX_TOOL_CALLS:
@@ -233,13 +239,17 @@ class OpenAIModel(HTTPModel):
             raise unfinished(self.name)
         if finish == "length" and calls:
             raise cut_off(self.name, finish, _TOKEN_LIMIT)
+        if finish == "tool_calls" and not calls:
+            raise no_calls_after_all(self.name, finish)
+        slots = [slot for _, slot in sorted(calls.items())]
+        ids = made_up_ids([slot.get("id", "") for slot in slots], "call_")
         tool_calls = [
             ToolCall(
-                id=slot.get("id") or f"call_{i}",
+                id=call_id,
                 name=slot.get("name", ""),
                 arguments=_arguments(slot["args"].text(), request.tools, slot.get("name", "")),
             )
-            for i, slot in sorted(calls.items())
+            for call_id, slot in zip(ids, slots, strict=True)
         ]
         yield AssistantMessage(
             content=text.text(), tool_calls=tool_calls, usage=usage, finish_reason=finish
@@ -253,14 +263,13 @@ def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any],
     """Add a streamed piece of tool call `index` to its `slot`. A piece may repeat its call's id and name
     or leave them out; another id or name at the same index is another call spliced in: ModelError."""
     for key, value in (("id", raw.get("id")), ("name", fn.get("name"))):
-        if value:
-            value = str(value)
-            if slot.setdefault(key, value) != value:
-                raise malformed(
-                    name,
-                    f"pieces of tool call {index} with the {key}s {slot[key]!r:.100} and {value!r:.100} "
-                    "(two calls spliced into one)",
-                )
+        given = json_name(name, value, key)
+        if given and slot.setdefault(key, given) != given:
+            raise malformed(
+                name,
+                f"pieces of tool call {index} with the {key}s {slot[key]!r:.100} and {given!r:.100} "
+                "(two calls spliced into one)",
+            )
     piece = fn.get("arguments")
     if piece is not None and not isinstance(piece, str):
         # Skipped, it could leave the other pieces valid JSON without an argument the model sent: the tool
@@ -270,6 +279,21 @@ def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any],
         )
     if piece:
         slot["args"].add(piece)
+
+
+def _piece_index(name: str, raw: dict[str, Any], calls: dict[int, dict[str, Any]]) -> int:
+    """The index of the call a streamed tool-call piece belongs to: its `index`. Some servers leave it out:
+    then a piece with a new id starts a call, and one without an id (or with the id of a call) goes on
+    with the last call (or that call), instead of each piece becoming a call of its own."""
+    if raw.get("index") is not None:
+        return json_index(name, raw.get("index"), 0)
+    given = json_name(name, raw.get("id"), "id")
+    if given:
+        for index, slot in calls.items():
+            if slot.get("id") == given:
+                return index
+        return max(calls, default=-1) + 1
+    return max(calls, default=0)
 
 
 def _error_text(err: Any) -> str:
@@ -340,25 +364,29 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
         )
     if not isinstance(message, dict):
         raise ModelError(f"model {name!r} returned a choices[0].message that is not an object")
-    raw_calls = message.get("tool_calls") or []
-    if not isinstance(raw_calls, list):
+    raw_calls = message.get("tool_calls")
+    if raw_calls is None:
+        raw_calls = []
+    elif not isinstance(raw_calls, list):
         raise malformed(name, f"choices[0].message.tool_calls that is not a list: {raw_calls!r:.200}")
     if len(raw_calls) > MAX_TOOL_CALLS:
         raise too_many_calls(name)
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
     if reason == "length" and raw_calls:
         raise cut_off(name, reason, _TOKEN_LIMIT)
-    calls: list[ToolCall] = []
-    for i, one in enumerate(raw_calls):
+    ids: list[str] = []
+    named: list[tuple[str, dict[str, Any] | str]] = []
+    for one in raw_calls:
         raw, fn = _call_parts(name, one)
-        tool = str(fn.get("name") or "")
-        calls.append(
-            ToolCall(
-                id=str(raw.get("id") or f"call_{i}"),
-                name=tool,
-                arguments=_arguments(fn.get("arguments"), tools, tool),
-            )
-        )
+        ids.append(json_name(name, raw.get("id"), "id"))
+        tool = json_name(name, fn.get("name"), "name")
+        named.append((tool, _arguments(fn.get("arguments"), tools, tool)))
+    if reason == "tool_calls" and not named:
+        raise no_calls_after_all(name, reason)
+    calls = [
+        ToolCall(id=call_id, name=tool, arguments=arguments)
+        for call_id, (tool, arguments) in zip(made_up_ids(ids, "call_"), named, strict=True)
+    ]
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         # Not the API's shape: journaling it as an empty answer would end the run on it for good.

@@ -486,8 +486,11 @@ _OPENAI_TEXT = _sse(_oa_chunk({"content": "Sunny"}))
             "anthropic",
             _sse({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": ""}}),
         ),
+        # The same counts, or the same finish, again and again: only the first adds (each used to count).
+        ("openai", _sse({"choices": [], "usage": {"prompt_tokens": 1, "completion_tokens": 1}})),
+        ("openai", _sse(_oa_chunk({}, "stop"))),
     ],
-    ids=["comment", "empty-delta", "role-only", "colons", "ping", "empty-text"],
+    ids=["comment", "empty-delta", "role-only", "colons", "ping", "empty-text", "same-usage", "same-finish"],
 )
 def test_a_stream_of_keep_alives_is_cut_off_after_the_timeout(
     raw_server: StartServer, kind: str, piece: bytes
@@ -1061,3 +1064,139 @@ def test_a_whole_answer_is_utf8_with_at_most_one_byte_order_mark(
     server = raw_server(_answer(body))
     with pytest.raises(bide.ModelError, match="not JSON"):
         _turn(_model("openai", server.url), False)
+
+
+# -- answers whose calls cannot be trusted, or whose ids and names are of the wrong type --------------------
+
+
+def _an_whole(blocks: list[dict[str, Any]], stop: str) -> Reply:
+    return Reply(body={"content": blocks, "stop_reason": stop})
+
+
+def _oa_whole(calls: Any, finish: str = "tool_calls") -> Reply:
+    message = {"role": "assistant", "content": None, "tool_calls": calls}
+    return Reply(body={"choices": [{"index": 0, "message": message, "finish_reason": finish}]})
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_anthropic_turn_cut_off_at_the_context_window_fires_no_tool(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], stream: bool
+) -> None:
+    """stop_reason "model_context_window_exceeded" cuts an answer short as max_tokens does: the call ran on
+    the defaults of the arguments that had not come."""
+    stop = "model_context_window_exceeded"
+    if stream:
+        hostile = _an_events([_tool_start(0, given={"note": "x"}), _block_stop(0)], stop=stop)
+    else:
+        hostile = _an_whole([{"type": "tool_use", "id": "t1", "name": "fire", "input": {"note": "x"}}], stop)
+    _refused_then_resumed(serve, "anthropic", stream, hostile, "stopped at its context window")
+
+
+_NO_CALLS_STREAM = Reply(events=[_sse_event(_oa_chunk({}, "tool_calls")), ("", "[DONE]")])
+
+
+@pytest.mark.parametrize(
+    ("kind", "stream", "hostile", "match"),
+    [
+        ("openai", False, _oa_whole({}), "not a list"),
+        ("openai", False, _oa_whole(False), "not a list"),
+        ("openai", False, _oa_whole([]), "holds no call"),
+        ("openai", True, _NO_CALLS_STREAM, "holds no call"),
+        ("anthropic", False, _an_whole([], "tool_use"), "holds no call"),
+        ("anthropic", True, _an_events([], stop="tool_use"), "holds no call"),
+    ],
+    ids=["oa-object", "oa-false", "oa-empty", "oa-stream", "an-whole", "an-stream"],
+)
+def test_a_turn_that_stopped_to_call_tools_but_holds_none_is_refused(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+    kind: str,
+    stream: bool,
+    hostile: Reply,
+    match: str,
+) -> None:
+    """`tool_calls: {}` (or false) in a whole OpenAI answer, or a finish reason saying the model called
+    tools with no call in the turn, was journaled as an empty final answer: the run ended on it for good."""
+    _refused_then_resumed(serve, kind, stream, hostile, match)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize(("cid", "name"), [(["t1"], "fire"), (7, "fire"), ("t1", 7), ("t1", {"x": 1})])
+def test_a_call_whose_id_or_name_is_not_a_string_is_refused(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+    kind: str,
+    stream: bool,
+    cid: Any,
+    name: Any,
+) -> None:
+    """An id ["t1"] was read as the text "['t1']": the side effect fired and its result went back under an
+    id the model never sent; a name 7 became the tool "7"."""
+    if kind == "openai":
+        call = {"id": cid, "type": "function", "function": {"name": name, "arguments": '{"n": 1}'}}
+        if stream:
+            finish = _sse_event(_oa_chunk({}, "tool_calls"))
+            hostile = Reply(events=[_sse_event(_oa_chunk({"tool_calls": [{"index": 0, **call}]})), finish,
+                                    ("", "[DONE]")])  # fmt: skip
+        else:
+            hostile = _oa_whole([call])
+    else:
+        block = {"type": "tool_use", "id": cid, "name": name, "input": {"n": 1}}
+        if stream:
+            hostile = _an_events([_ev("content_block_start", index=0, content_block=block), _block_stop(0)])
+        else:
+            hostile = _an_whole([block], "tool_use")
+    _refused_then_resumed(serve, kind, stream, hostile, "is not a string")
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_made_up_id_never_takes_the_id_of_another_call(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str
+) -> None:
+    """A call without an id was given call_<i> (toolu_<i>), which another call of the turn could carry: the
+    turn was refused as one with two calls of one id, an error the model never made."""
+
+    def answer(request: Received) -> Reply:
+        if tool_results_sent(request):
+            return openai_completion("done") if kind == "openai" else anthropic_message("done")
+        if kind == "openai":
+            return _oa_whole([
+                {"id": "", "function": {"name": "fire", "arguments": '{"n": 1}'}},
+                {"id": "call_0", "function": {"name": "fire", "arguments": '{"n": 2}'}},
+            ])  # fmt: skip
+        return _an_whole([
+            {"type": "tool_use", "name": "fire", "input": {"n": 1}},
+            {"type": "tool_use", "id": "toolu_0", "name": "fire", "input": {"n": 2}},
+        ], "tool_use")  # fmt: skip
+
+    server = serve(answer)
+    fired = _Fired()
+    agent = bide.Agent(_model(kind, server.url), store=bide.open_store("memory://"), tools=[fired.tool])
+    assert _drive(agent, "run", False).answer == "done"
+    assert sorted(fired.calls) == [1, 2]
+
+
+def test_stream_pieces_without_an_index_make_one_call_each(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+) -> None:
+    """Some servers leave `index` out of tool-call pieces: each piece after the first became a call of its
+    own, with no name ("unknown tool ''"), journaled and sent back to the model on every later turn."""
+    first = {"id": "a", "type": "function", "function": {"name": "fire", "arguments": '{"n": '}}
+    rest = {"function": {"arguments": "4}"}}
+    second = {"id": "b", "type": "function", "function": {"name": "fire", "arguments": '{"n": 5}'}}
+
+    def answer(request: Received) -> Reply:
+        if tool_results_sent(request):
+            return openai_stream(["done"])
+        return Reply(events=[
+            _sse_event(_oa_chunk({"tool_calls": [first]})),
+            _sse_event(_oa_chunk({"tool_calls": [rest]})),
+            _sse_event(_oa_chunk({"tool_calls": [second]})),
+            _sse_event(_oa_chunk({}, "tool_calls")),
+            ("", "[DONE]"),
+        ])  # fmt: skip
+
+    server = serve(answer)
+    fired = _Fired()
+    agent = bide.Agent(_model("openai", server.url), store=bide.open_store("memory://"), tools=[fired.tool])
+    assert _drive(agent, "run", True).answer == "done"
+    assert fired.calls == [4, 5]
