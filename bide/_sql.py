@@ -566,6 +566,29 @@ class SQLStore:
         dbapi_conn.commit()
 
     def _prepare_schema(self, *, create: bool) -> None:
+        if self.dialect != "postgresql":
+            self._prepare_schema_once(create=create)
+            return
+        # A session the server ended while the store opened (a killed backend, a restart) is opened again,
+        # as a request would be sent again, for up to the busy timeout; a server that refuses connections
+        # is reported at once.
+        until = time.monotonic() + self._busy_ms / 1000
+        tries = 0
+        while True:
+            try:
+                self._prepare_schema_once(create=create)
+                return
+            except (StoreError, sa.exc.DBAPIError) as exc:
+                cause = exc.__cause__ if isinstance(exc, StoreError) else exc
+                if cause is None or not _session_ended(cause):
+                    raise
+                pause = _RECONNECT.wait(tries)
+                tries += 1
+                if time.monotonic() + pause >= until:
+                    raise
+                time.sleep(pause)
+
+    def _prepare_schema_once(self, *, create: bool) -> None:
         if self.dialect == "postgresql":
             self._connect_once()
         if not create:
@@ -645,7 +668,7 @@ class SQLStore:
                     inspector = sa.inspect(conn)
                     found = {name for name in names if inspector.has_table(name)}
             except sa.exc.DBAPIError as exc:
-                raise StoreError(f"cannot open store {where}: {exc}") from exc
+                raise StoreError(f"cannot open the store {where}: {_first_line(exc)}") from exc
         missing = [name for name in names if name not in found]
         if missing:
             raise StoreNotFound(
@@ -1883,6 +1906,18 @@ def _retryable(exc: BaseException) -> bool:
     if code is not None:
         return code & 0xFF in _SQLITE_BUSY
     return getattr(orig, "sqlstate", None) in _PG_CONFLICT
+
+
+def _session_ended(exc: BaseException) -> bool:
+    """True when `exc` says PostgreSQL ended a session it had accepted (a terminated backend, a server
+    shutting down or starting, a connection broken after it was made), not that it refused one."""
+    orig = getattr(exc, "orig", None) or exc
+    state = getattr(orig, "sqlstate", None)
+    if isinstance(state, str):
+        return state in _PG_SESSION_ENDED or state in ("08003", "08006")
+    # Without a SQLSTATE ("server closed the connection unexpectedly"), psycopg words a connection it could
+    # not make as "connection failed: ...": that one is not retried.
+    return connection_lost(exc) and not str(orig).startswith("connection failed")
 
 
 def _first_line(exc: BaseException) -> str:
