@@ -169,6 +169,13 @@ def why_unwritable(path: str) -> str:
         return f"; the disk holding {directory} is full: free some space (SQLite writes {name}-wal beside it)"
     if os.path.exists(path) and not os.access(path, os.W_OK):
         return f"; {path!r} is not writable by this user"
+    for beside in (f"{path}-wal", f"{path}-shm"):
+        # Left by a process that opened a read-only store: SQLite gives it the main file's mode.
+        if os.path.exists(beside) and not os.access(beside, os.W_OK):
+            return (
+                f"; {beside!r}, which SQLite keeps beside the store, is not writable by this user: make it "
+                "writable as the store is (or remove it while no process has the store open)"
+            )
     if not os.access(directory, os.W_OK | os.X_OK):
         return (
             f"; the directory {directory} is not writable by this user: SQLite creates {name}-wal and "

@@ -1113,7 +1113,8 @@ class SQLStore:
             return
         req = batch[0]
         what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
-        error = StoreError(f"store {self.url}: {what} failed; {_doubt(batch)}: {exc}")
+        hint = why_unwritable(self._path) if self.dialect == "sqlite" else ""
+        error = StoreError(f"store {self.url}: {what} failed; {_doubt(batch)}: {exc}{hint}")
         self._answer([(req, None, error)], here)
 
     def _transaction(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,3 +118,33 @@ def test_a_read_only_store_is_read_and_the_audit_export_says_what_it_needs(tmp_p
     assert exported.returncode == 6, exported.stderr
     assert "hash tables" in exported.stderr and "is not writable by this user" in exported.stderr
     assert not (tmp_path / "ev.json").exists()
+
+
+def test_files_a_read_only_store_left_beside_it_are_named_when_writes_fail(tmp_path: Path) -> None:
+    """A reader of a read-only store file leaves its -wal and -shm files with the file's mode (SQLite's
+    choice). Once the store was made writable again, every write failed with "attempt to write a readonly
+    database" alone: the hint (which file is not writable) looked only at the store and its directory."""
+    path = tmp_path / "bide.db"
+    _make_store(path)
+    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
+    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    tmp_path.chmod(0o777)
+    path.chmod(0o444)
+    assert _bide("runs", "--store", f"sqlite:///{path}", wrap=wrap).returncode == 0
+    path.chmod(0o644)
+    code = (
+        "import sys, bide\n"
+        "from bide.testing import ScriptedModel, reply\n"
+        "store = bide.open_store(sys.argv[1])\n"
+        "try:\n"
+        "    bide.Agent(ScriptedModel([reply('hi')]), store=store).run_sync('r2', 'hi')\n"
+        "except bide.StoreError as exc:\n"
+        "    print(exc)\n"
+    )
+    repo = str(Path(bide.__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([*wrap, sys.executable, "-c", code, f"sqlite:///{path}"], capture_output=True,
+                          text=True, timeout=120, env=env)  # fmt: skip
+    assert "readonly database" in done.stdout, done.stdout + done.stderr
+    assert "-shm'" in done.stdout or "-wal'" in done.stdout, done.stdout
+    assert "is not writable by this user" in done.stdout
