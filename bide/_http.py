@@ -89,13 +89,16 @@ def _wait(seconds: float) -> float | None:
 # it, `[{},{},...]` (32 KiB of gzip) is 11 million dicts, about 830 MB. No model's answer comes near this;
 # a brace or bracket inside a string counts too, which only matters to texts made of them.
 MAX_JSON_CONTAINERS = 250_000
+#: The most commas an answer may hold: a bound on the values it decodes to, far past what any model writes
+#: (a million floats decode to some 32 MB; 32 MiB of ``[0.5,0.5,...`` would take over 500 MB).
+MAX_JSON_SEPARATORS = 1_000_000
 
 
 def read_json(text: str | bytes) -> Any:
-    """`json.loads(text)`; a text nested too deeply for Python's parser, an object with a key twice, or a
-    text opening more than `MAX_JSON_CONTAINERS` objects and arrays raises the ValueError any other
-    unreadable text raises (not a RecursionError, nor gigabytes of memory), so one `except ValueError`
-    covers every bad answer."""
+    """`json.loads(text)`; a text nested too deeply for Python's parser, an object with a key twice, a text
+    opening more than `MAX_JSON_CONTAINERS` objects and arrays, or one holding more than
+    `MAX_JSON_SEPARATORS` commas raises the ValueError any other unreadable text raises (not a
+    RecursionError, nor gigabytes of memory), so one `except ValueError` covers every bad answer."""
     opened = (
         text.count(b"{") + text.count(b"[") if isinstance(text, bytes) else text.count("{") + text.count("[")
     )
@@ -103,6 +106,12 @@ def read_json(text: str | bytes) -> Any:
         raise ValueError(
             f"JSON opening {opened:,} objects and arrays, more than the {MAX_JSON_CONTAINERS:,} an answer "
             "may hold (decoded, they would take far more memory than its bytes)"
+        )
+    separators = text.count(b",") if isinstance(text, bytes) else text.count(",")
+    if separators > MAX_JSON_SEPARATORS:
+        raise ValueError(
+            f"JSON holding {separators:,} commas, more than the {MAX_JSON_SEPARATORS:,} an answer may hold "
+            "(its values, decoded, would take far more memory than its bytes)"
         )
     try:
         return json.loads(text, object_pairs_hook=_unique_keys)

@@ -597,6 +597,30 @@ def test_an_answer_opening_more_json_objects_than_any_answer_holds_is_refused(
         _turn(_model(kind, server.url), stream)
 
 
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
+def test_an_answer_of_more_values_than_any_answer_holds_is_refused(
+    serve: Serve, kind: str, stream: bool
+) -> None:
+    """Only containers were counted: 32 MiB of `[0.5,0.5,...]` (a few hundred KiB of gzip) decoded into
+    some 500 MB of floats. An answer holding more than MAX_JSON_SEPARATORS commas is refused before it is
+    decoded."""
+    floats = [0.5] * 1_100_000
+    if kind == "openai":
+        good = openai_stream(["hello"]) if stream else openai_completion("hello")
+    else:
+        good = anthropic_stream(["hello"]) if stream else anthropic_message("hello")
+    if stream:
+        assert good.events is not None
+        event, data = good.events[0]
+        bloated = Reply(events=[(event, json.dumps(json.loads(data) | {"junk": floats})), *good.events[1:]])
+    else:
+        bloated = Reply(body=good.body | {"junk": floats})
+    server = serve(lambda request: bloated)
+    with pytest.raises(bide.ModelError, match=r"holding 1,1\d\d,\d\d\d commas, more than the 1,000,000"):
+        _turn(_model(kind, server.url), stream)
+
+
 def test_a_call_whose_arguments_open_too_many_json_objects_never_runs(serve: Serve) -> None:
     """Arguments are text inside the answer: their objects count toward the answer's (the turn is a
     ModelError, nothing journaled, the tool not run), and the run goes on once the model answers sanely."""
