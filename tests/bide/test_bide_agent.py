@@ -14,7 +14,7 @@ import pytest
 from pydantic import BaseModel
 
 import bide
-from bide._inflight import forget_unstarted_claims
+from bide._inflight import forget_claims
 from bide._journal import Journal
 from bide.testing import Call, Fail, ScriptedModel, Turn, call, reply
 
@@ -431,7 +431,7 @@ def test_store_failure_before_call_is_voided_in_process() -> None:
             return out
 
     flaky = FlakyStore()
-    forget_unstarted_claims()
+    forget_claims()
     with pytest.raises(bide.StoreError):
         bide.Agent(charge_script(), store=flaky, tools=[ledger.tool()]).run_sync("r", RUN_INPUT)  # type: ignore[arg-type]
     assert ledger.charges == []

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import bide
-from bide._inflight import forget_unstarted_claims
+from bide._inflight import forget_claims
 from bide.testing import ScriptedModel, call, reply
 
 DRIVERS = 2
@@ -92,7 +92,7 @@ class GatedStore:
 class Protocol(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
-        forget_unstarted_claims()
+        forget_claims()
         self.loop = asyncio.new_event_loop()
         self.store = bide.MemoryStore()
         self.now = 1_800_000_000.0
@@ -134,7 +134,7 @@ class Protocol(RuleBasedStateMachine):
             d.outcomes.append("completed")
             self.completed = True
         elif isinstance(exc, Crash):
-            forget_unstarted_claims()  # the process's memory died with it
+            forget_claims()  # the process's memory died with it
             d.outcomes.append("crashed")
         else:
             assert isinstance(exc, (bide.RunInFlight, bide.OutcomeUnknown, bide.ToolNotStarted)), exc

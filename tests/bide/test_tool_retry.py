@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import bide
-from bide._inflight import forget_unstarted_claims
+from bide._inflight import forget_claims
 from bide._journal import Journal
 from bide.testing import ScriptedModel, call, reply
 
@@ -278,7 +278,7 @@ def test_a_crash_during_the_backoff_leaves_nothing_live_and_the_effect_fires_onc
     asyncio.run(crash_in_backoff())
     assert (tries, fired) == (1, 0)
     assert keys(store, "r")[-2:] == ["attempt:c0.0:0", "not-started:c0.0:0"]
-    forget_unstarted_claims()  # another process
+    forget_claims()  # another process
     result, _ = run(charge, store, cents=5)
     assert result.answer == "ok" and (tries, fired) == (2, 1)
     journal = Journal(store, "r").load()
