@@ -1298,8 +1298,8 @@ class Agent(Generic[T]):
                 expires_at=None,
                 retry_after=now + 1.0,
             )
-        known = returned(journal.run_id, call.call_id, last.claim)
-        if known is not None:
+        known = returned(last.claim)
+        if isinstance(known, ToolResult):
             # This process called the tool and knows what it returned; only journaling the result failed.
             return await _journal_result(journal, known)
         if never_started(last.claim):
@@ -1488,7 +1488,7 @@ class Agent(Generic[T]):
 
         def called(result: ToolResult) -> ToolResult:
             # Known until it is journaled: a write of it that fails leaves no halt for this process.
-            remember_returned(run_id, call.call_id, claim, result)
+            remember_returned(claim, result)
             return result
 
         try:
@@ -1609,6 +1609,7 @@ async def _journal_result(journal: Journal, result: ToolResult) -> ToolResult:
     When the write fails, the call has run: the StoreError says so, and what it returned, which this
     process keeps (`remember_returned`) so that the next drive of the run here journals it instead of
     halting with OutcomeUnknown."""
+    live = live_attempt(journal, result.call_id)  # None for a call that needs no attempt marker
     try:
         stored, _ = await journal.awrite_one(result)
     except StoreError as exc:
@@ -1620,7 +1621,8 @@ async def _journal_result(journal: Journal, result: ToolResult) -> ToolResult:
             "on the call with OutcomeUnknown: resolve it with that outcome (bide resolve, or "
             "bide.resolve_halt)"
         ) from exc
-    forget_returned(journal.run_id, result.call_id)
+    if live is not None:
+        forget_returned(live.claim)
     assert isinstance(stored, ToolResult)
     return stored
 

@@ -39,8 +39,8 @@ __all__ = [
 _MAX_UNSTARTED = 4096
 _UNSTARTED: dict[str, None] = {}
 _MAX_RETURNED = 4096
-# (run id, call id) -> (the claim of the attempt that returned, its result record, not journaled yet)
-_RETURNED: dict[tuple[str, str], tuple[str, Any]] = {}
+# claim -> the result record of the attempt holding it, which this process has not seen journaled
+_RETURNED: dict[str, Any] = {}
 _RUNNING: dict[str, CallWindow] = {}
 _LOCK = threading.Lock()
 
@@ -71,25 +71,24 @@ def forget_claims() -> None:
         _RETURNED.clear()
 
 
-def remember_returned(run_id: str, call_id: str, claim: str, result: Any) -> None:
+def remember_returned(claim: str, result: Any) -> None:
     """The attempt holding `claim` called its tool, and `result` is the record of what it returned: kept
     until `forget_returned`, once the record is journaled."""
     with _LOCK:
-        if len(_RETURNED) >= _MAX_RETURNED:
+        if claim not in _RETURNED and len(_RETURNED) >= _MAX_RETURNED:
             _RETURNED.pop(next(iter(_RETURNED)))  # forgetting one only costs a halt instead of a record
-        _RETURNED[run_id, call_id] = (claim, result)
+        _RETURNED[claim] = result
 
 
-def returned(run_id: str, call_id: str, claim: str) -> Any:
-    """The result record of the attempt holding `claim` when this process called it and has not seen the
-    record journaled; None otherwise."""
-    kept = _RETURNED.get((run_id, call_id))
-    return kept[1] if kept is not None and kept[0] == claim else None
+def returned(claim: str) -> Any:
+    """The result record of the attempt holding `claim` when this process called its tool and has not seen
+    the record journaled; None otherwise."""
+    return _RETURNED.get(claim)
 
 
-def forget_returned(run_id: str, call_id: str) -> None:
+def forget_returned(claim: str) -> None:
     with _LOCK:
-        _RETURNED.pop((run_id, call_id), None)
+        _RETURNED.pop(claim, None)
 
 
 def running(claim: str) -> CallWindow | None:

@@ -26,10 +26,11 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from ._inflight import CallWindow
+from ._inflight import CallWindow, forget_returned, remember_returned
 from ._journal import Journal
 from ._records import Record
 from ._store import Fence, Lease, Store
+from ._telemetry import LOGGER
 
 __all__ = [
     "Overrun",
@@ -69,14 +70,26 @@ def record_when_done(
         assert window.done is not None
         window.done.wait()
         assert window.outcome is not None
+        made = None
         try:
             made = build(*window.outcome)
             if made is not None:
                 journal = Journal(store, run_id)
                 journal.fence = fence
                 journal.write([made])
-        except Exception:  # a store failure, or another driver holds the run now (its writes are fenced)
+        except Exception as exc:  # a store failure, or another driver holds the run now (writes are fenced)
+            if made is not None:
+                # Kept, as a drive keeps a result it could not journal: the next drive here journals it.
+                remember_returned(window.claim, made)
+                LOGGER.warning(
+                    "run %s: a call that ran past its deadline returned, but its result could not be "
+                    "journaled (%s); this process keeps it until a drive of the run journals it",
+                    run_id,
+                    exc,
+                )
             return
+        if made is not None:
+            forget_returned(window.claim)
         overrun.recorded = True
 
     # Not a daemon: a process that ends normally waits for it, so the outcome is journaled.

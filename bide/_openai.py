@@ -223,7 +223,7 @@ class OpenAIModel(HTTPModel):
                             yield TextDelta(text=shown)
                     for piece_of_call in _listed(self.name, delta, "tool_calls"):
                         raw, fn = _call_parts(self.name, piece_of_call)
-                        index = _piece_index(self.name, raw, calls)
+                        index = _piece_index(self.name, raw, fn, calls)
                         slot = calls.get(index)
                         if slot is None:
                             if len(calls) >= MAX_TOOL_CALLS:
@@ -281,17 +281,20 @@ def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any],
         slot["args"].add(piece)
 
 
-def _piece_index(name: str, raw: dict[str, Any], calls: dict[int, dict[str, Any]]) -> int:
+def _piece_index(
+    name: str, raw: dict[str, Any], fn: dict[str, Any], calls: dict[int, dict[str, Any]]
+) -> int:
     """The index of the call a streamed tool-call piece belongs to: its `index`. Some servers leave it out:
-    then a piece with a new id starts a call, and one without an id (or with the id of a call) goes on
-    with the last call (or that call), instead of each piece becoming a call of its own."""
+    then a piece with the id of a call goes on with that call, a piece with a new id or a tool name starts
+    a call (several whole calls in one delta, say), and a piece of arguments alone goes on with the last
+    call, instead of each piece becoming a call of its own."""
     if raw.get("index") is not None:
         return json_index(name, raw.get("index"), 0)
     given = json_name(name, raw.get("id"), "id")
-    if given:
-        for index, slot in calls.items():
-            if slot.get("id") == given:
-                return index
+    for index, slot in calls.items():
+        if given and slot.get("id") == given:
+            return index
+    if given or json_name(name, fn.get("name"), "name"):
         return max(calls, default=-1) + 1
     return max(calls, default=0)
 

@@ -18,8 +18,15 @@ from typing import Any
 
 from ._blocking import run_blocking
 from ._canonical import canonical_json, new_claim
-from ._errors import AttemptChanged, ConfigError, HaltAlreadyResolved, HaltInFlight, NoLiveAttempt
-from ._inflight import running
+from ._errors import (
+    AttemptChanged,
+    ConfigError,
+    HaltAlreadyResolved,
+    HaltInFlight,
+    NoLiveAttempt,
+    ResolveRefused,
+)
+from ._inflight import returned, running
 from ._journal import Journal
 from ._outcome import Outcome
 from ._records import (
@@ -130,6 +137,16 @@ async def resolve_in(
             f"call {call_id!r} of run {journal.run_id!r} is still running in this process, past its deadline "
             "(a synchronous tool cannot be stopped); its outcome is recorded when it returns",
             retry_after=now + 1.0,
+        )
+    known = returned(live.claim)
+    if isinstance(known, ToolResult) and (outcome.kind == "not_started" or not _same(known, outcome)):
+        # This process called the tool and saw what it returned (only journaling that failed): an outcome
+        # that says otherwise, "not started" above all, would have the call fire again.
+        said = canonical_json(known.result).decode()
+        raise ResolveRefused(
+            f"call {call_id!r} of run {journal.run_id!r} ran in this process and returned "
+            f"{'an error ' if known.is_error else ''}{said[:500]}, which could not be journaled; run the run "
+            "again in this process to journal it (or resolve the call with that outcome)"
         )
     ready_at = live.deadline_ms / 1000 + clock_skew
     if now < ready_at:

@@ -1909,6 +1909,9 @@ def _retryable(exc: BaseException) -> bool:
     return getattr(orig, "sqlstate", None) in _PG_CONFLICT
 
 
+_NOT_CONNECTED = ("connection to server", "could not connect to server", "connection failed:")
+
+
 def _session_ended(exc: BaseException) -> bool:
     """True when `exc` says PostgreSQL ended a session it had accepted (a terminated backend, a server
     shutting down or starting, a connection broken after it was made), not that it refused one."""
@@ -1916,9 +1919,11 @@ def _session_ended(exc: BaseException) -> bool:
     state = getattr(orig, "sqlstate", None)
     if isinstance(state, str):
         return state in _PG_SESSION_ENDED or state in ("08003", "08006")
-    # Without a SQLSTATE ("server closed the connection unexpectedly"), psycopg words a connection it could
-    # not make as "connection failed: ...": that one is not retried.
-    return connection_lost(exc) and not str(orig).startswith("connection failed")
+    # Without a SQLSTATE ("server closed the connection unexpectedly"), a connection that could not be made
+    # is told by libpq's words for it ("connection to server at/on socket ... failed", "could not connect"):
+    # that one is not retried.
+    said = str(orig)
+    return connection_lost(exc) and not any(words in said for words in _NOT_CONNECTED)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -1200,3 +1200,23 @@ def test_stream_pieces_without_an_index_make_one_call_each(
     agent = bide.Agent(_model("openai", server.url), store=bide.open_store("memory://"), tools=[fired.tool])
     assert _drive(agent, "run", True).answer == "done"
     assert fired.calls == [4, 5]
+
+
+def test_whole_calls_in_one_delta_without_index_or_id_are_calls_of_their_own(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
+) -> None:
+    """Servers that send every call whole in one delta, with neither index nor id: each is a call (a piece
+    without either was taken as more of the last call, and two calls of one tool were glued into one)."""
+    calls = [{"function": {"name": "fire", "arguments": f'{{"n": {n}}}'}} for n in (6, 7)]
+
+    def answer(request: Received) -> Reply:
+        if tool_results_sent(request):
+            return openai_stream(["done"])
+        finish = _sse_event(_oa_chunk({}, "tool_calls"))
+        return Reply(events=[_sse_event(_oa_chunk({"tool_calls": calls})), finish, ("", "[DONE]")])
+
+    server = serve(answer)
+    fired = _Fired()
+    agent = bide.Agent(_model("openai", server.url), store=bide.open_store("memory://"), tools=[fired.tool])
+    assert _drive(agent, "run", True).answer == "done"
+    assert sorted(fired.calls) == [6, 7]

@@ -81,6 +81,15 @@ def test_a_server_that_refuses_connections_is_reported_at_once() -> None:
     assert "\n" not in str(failed.value) and "sqlalche.me" not in str(failed.value)
 
 
+def test_a_server_that_is_not_there_on_a_unix_socket_is_reported_at_once() -> None:
+    """psycopg words a socket with no server "connection is bad: connection to server on socket ... failed":
+    it was taken for a session the server ended, and retried for the whole busy timeout."""
+    started = time.monotonic()
+    with pytest.raises(bide.StoreError, match="on socket"):
+        bide.SQLStore("postgresql:///test?host=/nonexistent&port=5499", create=False, busy_timeout=20)
+    assert time.monotonic() - started < 5
+
+
 def test_a_failure_to_open_is_one_line_without_sqlalchemy_s_wrapper(prefix: str) -> None:
     bide.SQLStore(PLAIN, table_prefix=prefix).close()
     with pytest.raises(bide.StoreError) as failed:

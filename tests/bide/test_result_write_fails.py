@@ -10,6 +10,8 @@ call this process had seen return.
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -91,6 +93,87 @@ def test_another_process_halts_on_the_call_as_before(tmp_path: Path) -> None:
         with pytest.raises(bide.OutcomeUnknown):
             _agent(store, locker, fired).run_sync("r1", "pay")
         assert fired == ["c1"]
+    finally:
+        locker.conn.close()
+        store.close()
+
+
+def test_the_same_run_id_in_another_store_does_not_drop_the_kept_result(tmp_path: Path) -> None:
+    """The kept results were keyed by run and call id: a run of the same id completing in another store of
+    the process dropped this one's, and its next drive halted. They are kept by the attempt's claim."""
+    first, other = tmp_path / "a.db", tmp_path / "b.db"
+    store = bide.SQLStore(f"sqlite:///{first}", busy_timeout=0.2)
+    elsewhere = bide.SQLStore(f"sqlite:///{other}", busy_timeout=0.2)
+    locker, idle = Locker(first), Locker(other)
+    fired: list[str] = []
+    try:
+        with pytest.raises(bide.StoreError, match="ran and returned"):
+            _agent(store, locker, fired).run_sync("r1", "pay")
+        assert _agent(elsewhere, idle, fired).run_sync("r1", "pay").output == "done"
+        locker.unlock()
+        assert _agent(store, locker, fired).run_sync("r1", "pay").output == "done"
+        assert fired == ["c1", "c1"]  # once in each store
+    finally:
+        locker.conn.close()
+        idle.conn.close()
+        store.close()
+        elsewhere.close()
+
+
+def test_a_person_cannot_resolve_a_kept_call_as_not_started(tmp_path: Path) -> None:
+    """In the process that saw the call return, resolving it as not started was accepted, and the next drive
+    fired the effect again."""
+    path = tmp_path / "bide.db"
+    store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+    locker = Locker(path)
+    fired: list[str] = []
+    try:
+        with pytest.raises(bide.StoreError, match="ran and returned"):
+            _agent(store, locker, fired).run_sync("r1", "pay")
+        locker.unlock()
+        time.sleep(2.5)  # past the drive's lease (1 s) and the clock-skew margin (1 s)
+        with pytest.raises(bide.ResolveRefused, match="ran in this process and returned"):
+            bide.resolve_halt(store, "r1", "c0.0", outcome=bide.Outcome.not_started())
+        assert _agent(store, locker, fired).run_sync("r1", "pay").output == "done"
+        assert fired == ["c1"]
+    finally:
+        locker.conn.close()
+        store.close()
+
+
+def test_a_call_past_its_deadline_whose_late_result_cannot_be_written_is_kept(tmp_path: Path) -> None:
+    """A synchronous call that ran past its timeout returned while the store was locked: the thread that
+    journals late results dropped it without a word, and the next drive halted on a call this process had
+    seen return ("crashed")."""
+    path = tmp_path / "bide.db"
+    store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+    locker = Locker(path)
+    fired: list[str] = []
+    returned = threading.Event()
+
+    @bide.tool(timeout=0.3)
+    def slow(card: str) -> str:
+        """Charge slowly."""
+        fired.append(card)
+        time.sleep(0.8)
+        locker.lock()
+        returned.set()
+        return f"charged {card}"
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("slow", card="c1"), reply("done")])
+        return bide.Agent(model, store=store, tools=[slow], lease_ttl=1, lease_wait=10)
+
+    try:
+        with pytest.raises(bide.OutcomeUnknown, match="still running past its"):
+            agent().run_sync("r1", "pay")
+        assert returned.wait(10)
+        time.sleep(0.5)  # the late write waits out the busy timeout, then fails
+        locker.unlock()
+        assert agent().run_sync("r1", "pay").output == "done"
+        assert fired == ["c1"]
+        [result] = [e for e in store.load("r1") if e.key == "result:c0.0"]
+        assert b"charged c1" in result.data
     finally:
         locker.conn.close()
         store.close()
