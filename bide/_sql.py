@@ -1098,13 +1098,17 @@ class SQLStore:
                 if self.dialect == "sqlite" or _lock_timeout(exc)
                 else f"it lost to concurrent transactions {_BATCH_RETRY.attempts} times"
             )
-            first = batch[0]
-            what = f"{first.op} on run {first.run_id!r}" if first.run_id else first.op
-            lost = StoreError(
-                f"store {self.url}: {what} wrote nothing: {why}; run it again (or find the process "
-                f"holding the database) ({_first_line(exc)})"
-            )
-            self._answer([(r, None, lost) for r in batch], here)
+            said = _first_line(exc)
+
+            def lost(req: _Request) -> StoreError:
+                # Each request's own: one error for the batch named its first run to every caller.
+                what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+                return StoreError(
+                    f"store {self.url}: {what} wrote nothing: {why}; run it again (or find the process "
+                    f"holding the database) ({said})"
+                )
+
+            self._answer([(r, None, lost(r)) for r in batch], here)
             return
         if len(batch) > 1:
             # Isolate the failing request: answer the others in their own transactions.

@@ -9,8 +9,8 @@ store and returns either (so the agents use the worker's store). Agents made whe
 opened their own store: the worker drives them on it if it holds the same tables as --store (the same
 SQLite file or PostgreSQL database, and table prefix), and refuses otherwise. The current directory is
 importable.
-Without `--once` it runs until SIGINT or SIGTERM, waits for the drives in flight to finish however long
-they take (a second signal cancels them), then hands back its leases; with `--once` either signal ends the
+Without `--once` it runs until SIGINT, SIGTERM or SIGHUP, waits for the drives in flight to finish however
+long they take (a second signal cancels them), then hands back its leases; with `--once` any of them ends the
 pass once the drives in flight finished (an interrupt never drops a side effect's result).
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
@@ -326,11 +326,18 @@ def _once_exit_code(report: PassReport) -> tuple[int, str]:
     return EXIT_FAILED, f"{len(failed)} {drives} failed ({shown}); tried again at the next pass"
 
 
+# SIGHUP too (a closed terminal or ssh session, a service manager's reload): its default action would end
+# the process at once, in the middle of a side effect.
+_STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
+
 def _stop_on_signals(worker: Worker) -> None:
-    # SIGINT/SIGTERM stop the worker instead of cancelling its drives: a drive interrupted while its side
-    # effect runs would lose the effect's result and leave the run halted for a person.
+    # SIGINT/SIGTERM/SIGHUP stop the worker instead of cancelling its drives: a drive interrupted while its
+    # side effect runs would lose the effect's result and leave the run halted for a person.
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, worker.stop)
 
@@ -349,15 +356,15 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
             if worker.in_flight:
                 print(
                     f"bide worker: stopping; waiting for the {worker.in_flight} drive(s) in flight to finish "
-                    "(a second SIGINT or SIGTERM cancels them: a side effect running then halts its run for "
-                    "a person)",
+                    "(a second SIGINT, SIGTERM or SIGHUP cancels them: a side effect running then halts "
+                    "its run for a person)",
                     file=sys.stderr,
                     flush=True,
                 )
         else:
             worker.cancel_drives()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in _STOP_SIGNALS:
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal)
 
@@ -373,7 +380,7 @@ async def _forever(worker: Worker) -> None:
 
 
 _WORKER_DESCRIPTION = """\
-Resume runs whose driver died (their lease expired). Without --once it runs until SIGINT or SIGTERM,
+Resume runs whose driver died (their lease expired). Without --once it runs until SIGINT, SIGTERM or SIGHUP,
 then exits 0.
 
 --once makes one pass and exits:

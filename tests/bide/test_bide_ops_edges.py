@@ -212,6 +212,22 @@ def test_sigterm_lets_a_worker_drive_finish_however_long_its_side_effect_runs(
     assert status(url, "bide_", "r0") == "completed"
 
 
+def test_sighup_stops_a_worker_as_sigterm_does(env: dict[str, str], tmp_path: Path) -> None:
+    """A closed terminal or ssh session (SIGHUP) ended the worker at once, in the middle of a side effect,
+    and its run halted for a person; it stops the worker as SIGTERM does."""
+    url, worker = _async_effect_running(env, tmp_path, 2.0)
+    try:
+        worker.send_signal(signal.SIGHUP)
+        _, errors = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, errors
+    assert Path(env["OPS_EFFECT_LOG"]).read_text().splitlines() == ["start o", "end o"]
+    assert status(url, "bide_", "r0") == "completed"
+
+
 def test_a_second_signal_cancels_the_drives_a_stopping_worker_waits_for(
     env: dict[str, str], tmp_path: Path
 ) -> None:

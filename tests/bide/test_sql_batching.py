@@ -774,3 +774,28 @@ def test_a_postgresql_table_prefix_with_capitals_is_refused_before_anything_is_m
     finally:
         engine.dispose()
     assert made == 0
+
+
+def test_each_request_of_a_batch_that_waited_out_a_lock_is_told_its_own_run(tmp_path: Path) -> None:
+    """A batch whose every try met a lock held past the busy timeout answered each of its requests with one
+    error, which named the batch's first run: a worker's report said run g4 failed on "run 'g3'"."""
+    path = tmp_path / "locked.db"
+    store = SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+
+    async def main() -> list[BaseException | list[Entry]]:
+        runs = ["g1", "g2", "g3", "g4"]
+        writes = [store.ainsert_many(run, [("k", b"{}")]) for run in runs]
+        return await asyncio.gather(*writes, return_exceptions=True)
+
+    try:
+        answers = asyncio.run(main())
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+        store.close()
+    for run, answer in zip(["g1", "g2", "g3", "g4"], answers, strict=True):
+        assert isinstance(answer, StoreError), answer
+        named = [r for r in ("g1", "g2", "g3", "g4") if f"run {r!r}" in str(answer)]
+        assert named == [run], str(answer)
