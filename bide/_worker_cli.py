@@ -37,7 +37,7 @@ import shlex
 import signal
 import sys
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ._cli_common import (
     EXIT_FAILED,
@@ -49,6 +49,7 @@ from ._cli_common import (
     give_up_on,
 )
 from ._errors import ConfigError, RunEnded, RunNotFound, StoreError
+from ._stdout import GuardedStdout
 from ._terminal import printable
 
 # The agent loop, the worker and the stores are imported by the commands, not here: `bide` imports this
@@ -215,12 +216,36 @@ def _cmd_cancel(args: argparse.Namespace) -> int:
 
 
 def _cmd_worker(args: argparse.Namespace) -> int:
+    if not args.json:
+        return _serve(args, sys.stdout)
+    # The report is all that --json prints on standard output: what the app prints (when it is imported,
+    # in its build function, in its tools, and what their subprocesses write) goes to standard error.
+    sys.stdout.flush()
+    saved = os.dup(1)
+    try:
+        report_to = GuardedStdout(open(saved, "w", encoding="utf-8", closefd=False))  # noqa: SIM115
+        os.dup2(2, 1)
+        with contextlib.redirect_stdout(sys.stderr):
+            code = _serve(args, report_to)
+        report_to.flush()
+        return code
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
+def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
+    """`bide worker`, printing its report (or its --json failure document) to `report_to`."""
     from ._cli import json_failure
     from ._worker import Worker
 
+    def failure_document(code: int, message: str) -> None:
+        with contextlib.redirect_stdout(report_to):
+            json_failure(args, code, message)
+
     def refuse(code: int, message: str) -> int:
         print(f"bide: {printable(message)}", file=sys.stderr)
-        json_failure(args, code, message)
+        failure_document(code, message)
         return code
 
     if args.json and not args.once:
@@ -234,11 +259,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     app: list[Any] = []
 
     def import_app() -> None:  # once the store's URL is checked, before the store is opened or written
-        app.append(app_attribute(args.app))
+        with contextlib.redirect_stdout(sys.stderr):  # what the app prints is not the command's output
+            app.append(app_attribute(args.app))
 
     try:
         # A worker serves a store (its app may start runs): it creates bide's tables in an existing database.
-        store = _open(args, create=True, before_opening=import_app)
+        with contextlib.redirect_stdout(report_to):  # a store that cannot be opened prints its failure
+            store = _open(args, create=True, before_opening=import_app)
     except _AppError as exc:
         return refuse(EXIT_USAGE, str(exc))
     if isinstance(store, int):
@@ -264,16 +291,17 @@ def _cmd_worker(args: argparse.Namespace) -> int:
                 cause = failed.exceptions[0]
                 why = f"the store failed listing the runs to recover, so none was driven: {cause}"
                 print(f"bide worker: {printable(why)}", file=sys.stderr)
-                json_failure(args, EXIT_STORE, why)
+                failure_document(EXIT_STORE, why)
                 return EXIT_STORE
             if args.json:
-                print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True))
+                print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True), file=report_to)
             else:
                 runs = "run" if report.driven == 1 else "runs"
                 print(
                     f"resumed {report.driven} {runs}: {report.completed} completed, {report.halted} halted "
                     f"(need a person), {report.waiting} waiting, {report.failed} failed; "
-                    f"{report.skipped} skipped"
+                    f"{report.skipped} skipped",
+                    file=report_to,
                 )
             code, why = _once_exit_code(report)
             if why:

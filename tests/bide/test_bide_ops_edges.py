@@ -307,3 +307,48 @@ def test_worker_once_json_whose_store_fails_to_close_still_prints_its_one_report
     assert report["driven"] == 0 and report["failed"] == 0
     assert "closing the store failed: closing: the disk went away" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+NOISY_APP = '''
+import subprocess
+
+import bide
+import ops_app
+from bide.testing import ScriptedModel, call, reply
+
+print("noisy app imported")
+
+
+@bide.tool
+def effect(order: str) -> str:
+    """A side effect that talks."""
+    print("the tool prints")
+    subprocess.run(["echo", "and so does its subprocess"], check=True)
+    return "done"
+
+
+def build(store):
+    print("building")
+    script = ScriptedModel([call("peek", order="o"), call("effect", order="o"), reply("finished")])
+    return bide.Agent(script, store=store, tools=[ops_app.peek, effect], name="ops")
+'''
+
+
+def test_what_the_app_prints_does_not_break_the_json_report(env: dict[str, str], tmp_path: Path) -> None:
+    """`worker --once --json` printed the app's own lines (at import, in build, in a tool and its
+    subprocess) before its report: stdout was not one JSON document. They go to stderr."""
+    (tmp_path / "noisy.py").write_text(NOISY_APP)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
+    url = f"sqlite:///{tmp_path / 'noisy.db'}"
+    crash_run(url, "bide_", "r0", env)
+    done = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "noisy:build", "--once",
+         "--json"],
+        capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["completed"] == 1
+    for line in ("noisy app imported", "building", "the tool prints", "and so does its subprocess"):
+        assert line in done.stderr, done.stderr
+    assert status(url, "bide_", "r0") == "completed"
