@@ -627,7 +627,8 @@ class EventLog:
     def read(self, start: int = 0, limit: int | None = None) -> list[LoggedEvent]:
         """The events at positions `start, start+1, …` (at most `limit`), in log order, with no gaps.
 
-        Raises `LogCorrupted` if a position is missing: a reader never gets a shorter list silently.
+        Raises `LogCorrupted` if a position is missing, or if the read stops before the log's end (a damaged
+        file ends a read early without an error): a reader never gets a shorter list silently.
         """
         _check_count("start", start)
         if limit is not None:
@@ -638,7 +639,22 @@ class EventLog:
                 raise LogCorrupted(
                     f"log {self.name!r} has a gap: expected position {start + offset}, found {event.position}"
                 )
+        if limit is None or len(out) < limit:
+            self._check_ends_at(start + len(out))
         return out
+
+    def _check_ends_at(self, end: int) -> None:
+        """Raise `LogCorrupted` when the log holds events past `end` that a read ending there did not get:
+        a damaged database file ends a read early, at the page it cannot read, without an error. (Events
+        appended after the read began are found by reading on from `end`.)"""
+        if self.length() <= end:
+            return
+        more = self._backend.read(end, 1)
+        if not more or more[0].position != end:
+            raise LogCorrupted(
+                f"log {self.name!r} holds {self.length()} events, but a read stopped at position {end}: its "
+                "database is damaged (on SQLite, `PRAGMA quick_check` says where); restore it from a backup"
+            )
 
     def __iter__(self) -> Iterator[LoggedEvent]:
         start = 0
@@ -961,10 +977,13 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
         existing = fresh.get(event_id) or known.get(event_id)
         if existing is not None:
             if not existing.same_content(event):
+                # A copy earlier in this call is not in the log: the call appends all of its events or none.
+                twice = event_id in fresh
+                where = "given twice in this call" if twice else f"already at position {existing.position}"
                 raise EventConflict(
-                    f"event id {event_id!r} is already at position {existing.position} with different "
-                    f"content ({existing.event!r} on {existing.record!r} by {existing.producer!r}); "
-                    "an event id names one event forever"
+                    f"event id {event_id!r} is {where} with different content ({existing.event!r} on "
+                    f"{existing.record!r} by {existing.producer!r}); an event id names one event forever"
+                    + ("; nothing was appended" if twice else "")
                 )
             out.append(Appended(existing, event_id in mine))
             mine.discard(event_id)  # a second copy in the same batch was not written by it

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import re
 import sqlite3
 import subprocess
@@ -644,3 +645,46 @@ def test_a_machine_file_saved_by_rename_while_it_is_loaded_loads_whole(tmp_path:
     finally:
         stop.set()
         writer.join()
+
+
+def test_a_file_damaged_past_its_first_pages_never_reads_as_a_shorter_log(tmp_path: Path) -> None:
+    """Bytes overwritten deep in the file: SQLite ends a read at the page it cannot read, without an error,
+    and `read()`, iteration, `root()` and a replica's `sync()` took the first 50 of 3,000 events for the
+    whole log. A read that stops before the log's length is `LogCorrupted`."""
+    path = tmp_path / "events.db"
+    url = f"sqlite:///{path}"
+    log = order_log(url)
+    digest = order_machine().digest
+    events = [Event(id=f"e{i}", machine=digest, record=f"r{i % 50}", event="restock", producer="p")
+              for i in range(3000)]  # fmt: skip
+    log.append_many(events)
+    log.close()
+    with contextlib.closing(sqlite3.connect(path)) as raw:
+        raw.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(path.read_bytes())
+    rng = random.Random(0)
+    for offset in range(8192, len(data) - 4096, 4096 * 5):
+        data[offset + 100 : offset + 400] = rng.randbytes(300)
+    path.write_bytes(bytes(data))
+    log = EventLog(url)
+    try:
+        for read in (log.read, lambda: list(log), log.root, lambda: Replica(order_machine(), log).sync()):
+            with pytest.raises(LogCorrupted, match="damaged"):
+                read()
+    finally:
+        log.close()
+
+
+def test_one_id_twice_in_a_call_with_two_contents_is_not_called_stored(tmp_path: Path) -> None:
+    """The conflict said the first copy was "already at position 0", of a log that held nothing: the call
+    appends all of its events or none."""
+    log = order_log(f"sqlite:///{tmp_path / 'events.db'}")
+    digest = order_machine().digest
+    first = Event(id="e1", machine=digest, record="o1", event="restock", producer="p")
+    other = Event(id="e1", machine=digest, record="o2", event="restock", producer="p")
+    try:
+        with pytest.raises(govern.EventConflict, match=r"given twice in this call.*nothing was appended"):
+            log.append_many([first, other])
+        assert log.get("e1") is None and log.length() == 0
+    finally:
+        log.close()
