@@ -69,7 +69,8 @@ class PassReport:
     `waiting`: runs that will be tried again (a timer not due, an approval pending, a reconciler waiting
     for a call's deadline, another live driver). `failed`: drives that raised an error (backed off).
     `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, or started by
-    an agent this worker does not know). `errors` says what each failed drive raised ("<type>: <message>")
+    an agent this worker does not know: those are in `unresumable`, with why, since no pass of this worker
+    will drive them). `errors` says what each failed drive raised ("<type>: <message>")
     and `causes` why it failed: "store" (the store failed), "output" (the run ended as failed: its final
     answer never validated, `OutputInvalid`) or "error" (anything else: the model down, a bug).
     """
@@ -81,6 +82,7 @@ class PassReport:
     skipped: int = 0
     errors: dict[str, str] = field(default_factory=dict)
     causes: dict[str, str] = field(default_factory=dict)
+    unresumable: dict[str, str] = field(default_factory=dict)
 
     @property
     def driven(self) -> int:
@@ -312,18 +314,18 @@ class Worker:
             journal = Journal(self.store, run_id)
         except ConfigError as exc:  # a row edited in the database: no agent can drive such a run id
             why = f"{exc}; bide never writes such a run id (was it edited in the database?)"
-            return self._skip(run_id, why)
+            return self._skip(run_id, why, report)
         try:
             await journal.aload()
         except StoreError as exc:
             return self._failed(run_id, exc, report)
         start = journal.get(START_KEY)
         if not isinstance(start, Start):
-            return self._skip(run_id, "never started: no run:start to resume from")
+            return self._skip(run_id, "never started: no run:start to resume from", report)
         kind, _, name = start.entry.partition(":")
         agent = self._lookup(name) if kind in ("agent", "thread") else None
         if agent is None:
-            return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know")
+            return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know", report)
         status = status_of(journal)
         state = self._state.setdefault(run_id, _Backoff())
         if status.status == "idle" and not journal.has(CANCEL_KEY):
@@ -404,10 +406,13 @@ class Worker:
             report.causes[run_id] = "store" if isinstance(exc, StoreError) else cause
         return "failed"
 
-    def _skip(self, run_id: str, why: str) -> str:
+    def _skip(self, run_id: str, why: str, report: PassReport | None) -> str:
+        """A run this worker cannot drive (no agent of its knows how): said once, and in the pass's report."""
         state = self._state.setdefault(run_id, _Backoff())
         if state.failures == 0:
-            log.info("run %s not resumed: %s", run_id, why)
+            log.warning("run %s not resumed: %s", run_id, why)
+        if report is not None:
+            report.unresumable[run_id] = why
         self._back_off(state)
         return "skipped"
 

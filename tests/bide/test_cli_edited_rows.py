@@ -83,6 +83,7 @@ def test_a_run_id_with_a_control_character_is_one_unreadable_run_and_the_worker_
     assert worked.returncode == 0, worked.stderr
     report = json.loads(worked.stdout)
     assert report["skipped"] == 1 and report["failed"] == 0
+    assert list(report["unresumable"]) == [EVIL]  # escaped by JSON
     assert "run evil\\x1b[2J not resumed" in worked.stderr  # the log line, sanitized
     assert "\x1b" not in worked.stderr
 
