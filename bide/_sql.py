@@ -1177,8 +1177,10 @@ class SQLStore:
             if writes and hooks and self._hooks.hooks:
                 hooked = self._run_hooks(cur, batch, results)
             if self.dialect == "sqlite":
-                if writes or leases:
-                    self._check_file(raw, committed=False)  # (rolled back below: nothing reaches the file)
+                if writes or leases or any(r.op in _LISTINGS for r in batch):
+                    # (Rolled back below: nothing reaches the file.) A listing too: an idle worker polls
+                    # only those, and would go on reading a file moved away while new runs wait in another.
+                    self._check_file(raw, committed=False)
                 cur.execute("COMMIT")
                 if toggle:
                     # Not suppressed: an error here drops the connection (see _run_batch), so a connection
@@ -1765,6 +1767,8 @@ def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, byt
 # transaction did nothing and may be run again.
 _SQLITE_BUSY = frozenset({5, 6})
 # Serialization failure, deadlock, and a lock wait that ran out (`lock_timeout`, the store's busy timeout).
+# The requests that list runs (a worker's poll): checked against a store file moved away, as writes are.
+_LISTINGS = frozenset({"expired", "runs"})
 _PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
 # The server ended the session: admin shutdown, crash shutdown, cannot connect now, and a session left idle
 # in a transaction past `idle_in_transaction_session_timeout` (a paused process: see the module docstring).

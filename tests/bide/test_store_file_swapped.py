@@ -225,3 +225,22 @@ def test_a_write_ahead_log_deleted_under_the_store_refuses_the_next_write(tmp_pa
             store.insert_many("r", [("k1", b"x")])
     finally:
         store.close()
+
+
+def test_an_idle_worker_notices_its_store_file_moved_away(tmp_path: Path) -> None:
+    """A worker with nothing to drive only lists runs, and listings did not look at the path: it went on
+    reading the moved file while runs waited in a new one at the path, and logged nothing."""
+    path = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{path}")
+    _warm(store)
+    worker = bide.Worker(store, bide.Agent(ScriptedModel([reply("hi")]), store=store))
+    assert asyncio.run(worker.run_once()).driven == 0
+    os.rename(path, tmp_path / "moved.db")
+    with pytest.raises(ExceptionGroup) as failed:
+        asyncio.run(worker.run_once())
+    [error] = failed.value.exceptions
+    assert isinstance(error, bide.StoreError) and "was deleted or moved away" in str(error)
+    with pytest.raises(bide.StoreError, match="moved away"):
+        store.runs()
+    assert not path.exists()  # nothing was created at the path
+    store.close()
