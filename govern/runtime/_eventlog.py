@@ -589,6 +589,8 @@ class EventLog:
             where = parse_store_url(url, what="event log")
         except StoreURLError as exc:
             raise LogURLError(str(exc)) from None
+        if where.kind == "sqlite" and os.path.isdir(where.path):
+            raise LogURLError(f"{where.path!r} is a directory; give the path of the event log's file")
         if where.kind == "memory":
             self._backend = _memory_backend(where.name, self.name)
         else:

@@ -92,6 +92,13 @@ def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
         if state in _RETRY_STATES or state.startswith("08"):
             broken = state.startswith(("08", "57P")) or state == "25P03"
             return "retry", f"SQLSTATE {state}: {_first_line(orig)}", broken
+        if state == "3F000":  # invalid_schema_name: the URL's search_path names no schema that exists
+            return (
+                "refused",
+                f"{_first_line(orig)}: the schema the URL's search_path names does not exist; create it "
+                "(CREATE SCHEMA ...) or name an existing one",
+                False,
+            )
         diag = getattr(orig, "diag", None)
         if state == "23505" and str(getattr(diag, "table_name", "")) == "govern_events":
             return "corrupt", _COUNTERS_BEHIND.format(what=_first_line(orig)), False

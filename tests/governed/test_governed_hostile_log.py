@@ -688,3 +688,15 @@ def test_one_id_twice_in_a_call_with_two_contents_is_not_called_stored(tmp_path:
         assert log.get("e1") is None and log.length() == 0
     finally:
         log.close()
+
+
+def test_a_directory_or_a_missing_schema_is_a_url_to_fix(tmp_path: Path) -> None:
+    """Both were a plain EventLogError with the database's words alone ("unable to open database file",
+    "no schema has been selected to create in"), not saying what to do."""
+    (tmp_path / "events.db").mkdir()
+    with pytest.raises(govern.LogURLError, match="is a directory"):
+        EventLog(f"sqlite:///{tmp_path / 'events.db'}").length()
+    schema = f"nowhere_{uuid.uuid4().hex[:8]}"
+    url = POSTGRES_URL + ("&" if "?" in POSTGRES_URL else "?") + f"options=-csearch_path%3D{schema}"
+    with pytest.raises(govern.LogURLError, match="search_path names does not exist"):
+        EventLog(url).close()
