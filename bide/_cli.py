@@ -69,7 +69,7 @@ from ._errors import (
     StoreError,
     StoreNotFound,
 )
-from ._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, silence_stdout
+from ._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, closed_stdout_fails, silence_stdout
 from ._terminal import printable
 from ._when import iso, seconds, when
 
@@ -955,6 +955,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `bide` console script; returns the exit code."""
+    closed_stdout_fails()
     parser, _ = build_parser()
     args = parse_arguments(
         parser, argv, lambda message: json_failure(argparse.Namespace(json=True), EXIT_USAGE, message)

@@ -1117,7 +1117,10 @@ class SQLStore:
             return
         req = batch[0]
         what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
-        hint = why_unwritable(self._path) if self.dialect == "sqlite" else ""
+        code = getattr(getattr(exc, "orig", None) or exc, "sqlite_errorcode", None)
+        # Only for what a file that cannot be written causes: not a trigger's abort on a full disk, say.
+        unwritable = self.dialect == "sqlite" and code is not None and code & 0xFF in _SQLITE_UNWRITABLE
+        hint = why_unwritable(self._path) if unwritable else ""
         error = StoreError(f"store {self.url}: {what} failed; {_doubt(batch)}: {exc}{hint}")
         self._answer([(req, None, error)], here)
 
@@ -1767,6 +1770,8 @@ def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, byt
 # transaction did nothing and may be run again.
 _SQLITE_BUSY = frozenset({5, 6})
 # Serialization failure, deadlock, and a lock wait that ran out (`lock_timeout`, the store's busy timeout).
+# SQLite's result codes for a file that cannot be written: PERM, READONLY, IOERR, FULL, CANTOPEN.
+_SQLITE_UNWRITABLE = frozenset({3, 8, 10, 13, 14})
 # The requests that list runs (a worker's poll): checked against a store file moved away, as writes are.
 _LISTINGS = frozenset({"expired", "runs"})
 _PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})

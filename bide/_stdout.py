@@ -14,9 +14,17 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-__all__ = ["OUTPUT_LOST", "GuardedStdout", "OutputLost", "emitted", "silence_stdout"]
+__all__ = ["OUTPUT_LOST", "GuardedStdout", "OutputLost", "closed_stdout_fails", "emitted", "silence_stdout"]
 
 OUTPUT_LOST = 2
+
+
+def closed_stdout_fails() -> None:
+    """A process started with standard output closed (`>&-`) has `sys.stdout` None: give it a stream on
+    which every write fails as on a closed file, so that a command that prints reports its output lost
+    (`OUTPUT_LOST`) instead of crashing on None."""
+    if sys.stdout is None:
+        sys.stdout = _Closed()
 
 
 def silence_stdout() -> None:
@@ -90,3 +98,18 @@ class GuardedStdout(io.TextIOBase):
     @property
     def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
         return self._inner.encoding
+
+
+class _Closed(io.TextIOBase):
+    """Standard output that was closed before the command started: every write fails as a closed file's
+    would (EBADF), so a command that prints reports its output lost (`OUTPUT_LOST`)."""
+
+    def write(self, text: str) -> int:
+        raise OSError(9, "standard output is closed")
+
+    def fileno(self) -> int:
+        raise io.UnsupportedOperation("standard output is closed")
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
+        return "utf-8"

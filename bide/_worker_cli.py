@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import fcntl
 import importlib
 import json
 import logging
@@ -55,7 +56,7 @@ from ._terminal import printable
 # The agent loop, the worker and the stores are imported by the commands, not here: `bide` imports this
 # module to list its subcommands, and `bide --help` should not pay for them.
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterator
 
     from ._agent import Agent
     from ._store import Store
@@ -219,15 +220,30 @@ def _cmd_worker(args: argparse.Namespace) -> int:
     if not args.json:
         return _serve(args, sys.stdout)
     # The report is all that --json prints on standard output: what the app prints (when it is imported,
-    # in its build function, in its tools, and what their subprocesses write) goes to standard error.
-    sys.stdout.flush()
-    saved = os.dup(1)
+    # in its build function, in its tools) goes to standard error, and so does what native code and
+    # subprocesses write to file descriptor 1, when standard output is that descriptor.
+    report_to = sys.stdout
     try:
-        report_to = GuardedStdout(open(saved, "w", encoding="utf-8", closefd=False))  # noqa: SIM115
-        os.dup2(2, 1)
+        on_descriptor_1 = report_to.fileno() == 1
+    except (OSError, ValueError):  # captured in the process (a StringIO), or closed: no descriptor
+        on_descriptor_1 = False
+    if not on_descriptor_1:
         with contextlib.redirect_stdout(sys.stderr):
-            code = _serve(args, report_to)
-        report_to.flush()
+            return _serve(args, report_to)
+    report_to.flush()
+    saved = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)  # above 0-2, even when one of them is closed
+    try:
+        try:
+            os.dup2(2, 1)
+        except OSError:  # standard error closed: the app's output is dropped, never mixed with the report
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.close(devnull)
+        with open(saved, "w", encoding="utf-8", closefd=False) as saved_stdout:
+            guarded = GuardedStdout(saved_stdout)
+            with contextlib.redirect_stdout(sys.stderr):
+                code = _serve(args, guarded)
+            guarded.flush()
         return code
     finally:
         os.dup2(saved, 1)
@@ -283,7 +299,8 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             return refuse(EXIT_USAGE, str(exc))
         if args.once:
             try:
-                report = asyncio.run(_once(worker))
+                with _signals_restored():
+                    report = asyncio.run(_once(worker))
             except ExceptionGroup as group:  # the pass's task group wraps a listing's failure
                 failed, rest = group.split(StoreError)
                 if failed is None or rest is not None:
@@ -307,7 +324,8 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             if why:
                 print(f"bide worker: {printable(why)}", file=sys.stderr)
             return code
-        asyncio.run(_forever(worker))
+        with _signals_restored():
+            asyncio.run(_forever(worker))
         return EXIT_OK
     finally:
         try:
@@ -361,11 +379,32 @@ _STOP_SIGNALS = tuple(
 )
 
 
+def _handled_signals() -> list[signal.Signals]:
+    """The stop signals the worker handles: all of them, but SIGHUP when it is ignored (under nohup, which
+    asks for the worker to outlive the terminal)."""
+    hangup = getattr(signal, "SIGHUP", None)
+    return [sig for sig in _STOP_SIGNALS if not (sig == hangup and signal.getsignal(sig) == signal.SIG_IGN)]
+
+
+@contextlib.contextmanager
+def _signals_restored() -> Iterator[None]:
+    """The process's own handlers of the stop signals, put back once the worker's event loop is done (the
+    loop leaves them at their defaults: a host process's next SIGHUP would end it)."""
+    previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:
+                with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing was changed
+                    signal.signal(sig, handler)
+
+
 def _stop_on_signals(worker: Worker) -> None:
     # SIGINT/SIGTERM/SIGHUP stop the worker instead of cancelling its drives: a drive interrupted while its
     # side effect runs would lose the effect's result and leave the run halted for a person.
     loop = asyncio.get_running_loop()
-    for sig in _STOP_SIGNALS:
+    for sig in _handled_signals():
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, worker.stop)
 
@@ -392,7 +431,7 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
         else:
             worker.cancel_drives()
 
-    for sig in _STOP_SIGNALS:
+    for sig in _handled_signals():
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal)
 

@@ -310,3 +310,32 @@ def test_arguments_refused_with_json_still_print_one_json_document(tmp_path: Pat
         assert "usage error" in done.stderr
     plain = run("bide", "runs", "--limit", "abc", cwd=tmp_path)
     assert plain.returncode == 2 and plain.stdout == ""  # without --json: the usage on stderr only
+
+
+def _with_no_stdout(prog: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """The command started with its standard output closed (`>&-`): Python's sys.stdout is None."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    return subprocess.run(
+        [sys.executable, "-m", COMMANDS[prog], *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        text=True, cwd=cwd, env={**os.environ, "PYTHONPATH": path}, timeout=120,
+        preexec_fn=lambda: os.close(1),
+    )  # fmt: skip
+
+
+def test_a_command_started_with_standard_output_closed_says_its_output_is_lost(tmp_path: Path) -> None:
+    """`>&-`: each command crashed on sys.stdout being None (exit 1 with tracebacks, or 3, "a bug"); one
+    that prints says its output is lost (exit 2), one that prints nothing keeps its own code."""
+    cert = str(ROOT / "certs" / "orders.govern-cert.json")
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    store = bide.open_store(url)
+    bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("r1", "hi")
+    store.close()
+    for prog, args, code in [
+        ("govern", ("check", cert), 2),
+        ("govern", ("check", "missing.json"), 4),
+        ("bide", ("runs", "--store", url, "--json"), 2),
+        ("bide-audit", ("keygen", "k"), 2),
+    ]:
+        done = _with_no_stdout(prog, *args, cwd=tmp_path)
+        assert done.returncode == code, (prog, args, done.stderr)
+        assert "Traceback" not in done.stderr and "bug" not in done.stderr, (prog, args, done.stderr)

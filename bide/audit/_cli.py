@@ -37,7 +37,7 @@ from .._cli_common import (
     skew_seconds,
 )
 from .._files import check_output, write_whole
-from .._stdout import emitted
+from .._stdout import closed_stdout_fails, emitted
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
 
@@ -480,6 +480,7 @@ def _usage_in_json(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run `bide-audit`; returns (and exits with) the exit code."""
+    closed_stdout_fails()
     args = parse_arguments(_parser(), argv, _usage_in_json)
     from .._errors import BideError, StoreError
     from ..approvals._trust import UntrustedPolicy

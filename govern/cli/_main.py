@@ -47,7 +47,7 @@ from bide._cli_common import (
     byte_limit,
     skew_seconds,
 )
-from bide._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, emitted, silence_stdout
+from bide._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, closed_stdout_fails, emitted, silence_stdout
 from bide._terminal import printable
 
 from .._errors import GovernError, shown
@@ -1038,6 +1038,7 @@ def _print(text: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the `govern` command; returns (and, as a console script, exits with) the exit code."""
+    closed_stdout_fails()
     parser = build_parser()
     given = sys.argv[1:] if argv is None else argv
     try:

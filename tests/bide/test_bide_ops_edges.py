@@ -352,3 +352,72 @@ def test_what_the_app_prints_does_not_break_the_json_report(env: dict[str, str],
     for line in ("noisy app imported", "building", "the tool prints", "and so does its subprocess"):
         assert line in done.stderr, done.stderr
     assert status(url, "bide_", "r0") == "completed"
+
+
+def test_a_worker_started_under_nohup_outlives_sighup(env: dict[str, str], tmp_path: Path) -> None:
+    """Handling SIGHUP replaced the "ignore" nohup sets: logging out stopped a worker meant to outlive the
+    terminal."""
+    url = f"sqlite:///{tmp_path / 'nohup.db'}"
+    bide.open_store(url).close()
+    worker = subprocess.Popen(
+        worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE, stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
+    )  # fmt: skip
+    try:
+        time.sleep(2.0)  # its loop is up, its handlers installed
+        worker.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert worker.poll() is None, "the worker stopped on an ignored SIGHUP"
+        worker.send_signal(signal.SIGTERM)
+        _, errors = worker.communicate(timeout=30)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, errors
+
+
+def test_a_worker_run_in_the_process_prints_its_report_where_it_is_captured_and_keeps_its_handlers(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """In the process: the --json report went to descriptor 1 past a redirect of sys.stdout, and the loop's
+    end left SIGHUP at its default, so the host's next SIGHUP ended it."""
+    url = f"sqlite:///{tmp_path / 'inproc.db'}"
+    crash_run(url, "bide_", "r0", env)
+    code = (
+        "import contextlib, io, json, signal, sys\n"
+        "from bide._cli import main\n"
+        "def mine(signum, frame): pass\n"
+        "signal.signal(signal.SIGHUP, mine)\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        "    code = main(['worker', '--store', sys.argv[1], '--app', 'ops_app:build', '--once', '--json'])\n"
+        "print(code, json.loads(out.getvalue())['completed'], signal.getsignal(signal.SIGHUP) is mine)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, url], capture_output=True, text=True, env=env,
+                          cwd=HERE, timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "0 1 True", done.stdout
+
+
+def test_a_worker_with_a_closed_standard_output_or_error_still_drives_its_runs(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Standard output closed (`>&-`): the worker crashed before its pass (exit 1, two tracebacks); it
+    drives the runs and says its report is lost (exit 2). Standard error closed (`2>&-`): the saved copy of
+    standard output took descriptor 2, and a side effect printing to it halted its run for a person."""
+    url = f"sqlite:///{tmp_path / 'closed.db'}"
+    crash_run(url, "bide_", "r0", env)
+    command = [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "ops_app:build",
+               "--once", "--json"]  # fmt: skip
+    no_stdout = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
+                               cwd=HERE, timeout=60, preexec_fn=lambda: os.close(1))  # fmt: skip
+    assert no_stdout.returncode == 2, no_stdout.stderr
+    assert "Traceback" not in no_stdout.stderr and "could not be written" in no_stdout.stderr
+    assert status(url, "bide_", "r0") == "completed"
+    crash_run(url, "bide_", "r1", env)
+    no_stderr = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                               cwd=HERE, timeout=60, preexec_fn=lambda: os.close(2))  # fmt: skip
+    assert no_stderr.returncode == 0
+    assert json.loads(no_stderr.stdout)["completed"] == 1
+    assert status(url, "bide_", "r1") == "completed"
