@@ -70,8 +70,9 @@ class ApprovalTrust:
     ) -> ApprovalTrust:
         """Build a trust from command-line shaped input: digests as 64 hex characters, approvers as
         ``NAME=KEY`` strings (or a mapping; KEY is 64 hex characters or a public key PEM file), policy files
-        as paths (see `policy_from_file`). Raises `ConfigError` for malformed input, `UnreadableInput` for
-        an unreadable key or policy file."""
+        as paths (see `policy_from_file`). The digests and the policy files are one pin: a gate's policy
+        must be one of them (several allow a rotation). Raises `ConfigError` for malformed input,
+        `UnreadableInput` for an unreadable key or policy file."""
         digests = set()
         for d in policy_digests:
             text = d.lower()

@@ -398,7 +398,7 @@ def _parser() -> Parser:
         action="append",
         default=[],
         metavar="HEX",
-        help="trust only gates under this policy digest (repeatable: any of them)",
+        help="trust only gates under this policy digest (repeatable, with --policy: any of those given)",
     )
     s.add_argument(
         "--approver",
@@ -413,7 +413,8 @@ def _parser() -> Parser:
         action="append",
         default=[],
         metavar="FILE",
-        help='trust only gates under the policy in FILE ({"need": k, "approvers": [{"name", "public_key"}]})',
+        help='trust only gates under the policy in FILE ({"need": k, "approvers": [{"name", "public_key"}]}; '
+        "repeatable, with --policy-digest: any of those given)",
     )
     s.set_defaults(fn=_cmd_verify_approvals)
 

@@ -267,3 +267,7 @@ def test_a_package_holding_a_record_key_twice_or_a_second_header_is_refused(copi
             forged.insert_many("r", [(f"copy-of-{key}", bide.canonical_json(rec))])
     with pytest.raises(NotVerified, match=r"the same key|a header record at position 1"):
         verify_approvals(evidence(forged), LOG_KEY.public)
+    # Without the log key, the package's own structure is checked all the same: only its head's signature
+    # is left unchecked (verify-approvals skipped these checks and answered "verified").
+    with pytest.raises(NotVerified, match=r"the same key|a header record at position 1"):
+        verify_approvals(evidence(forged), None)
