@@ -348,10 +348,15 @@ class Tool:
         stable: dict[str, Any] = _in_stable_order(validated, validated.model_dump(mode="json"))
         if sent is not None and stable == sent and len(stable) == len(type(validated).model_fields):
             return stable
-        try:
-            again = type(validated).__pydantic_validator__.validate_json(json_text(stable), strict=True)
-        except ValidationError:
-            again = None
+        again = _validated_again(validated, stable)
+        if again != validated:
+            # A model whose fields are named by aliases (`from`, a Python keyword) takes its arguments by
+            # those names: dumped by its field names, they would not be its arguments.
+            by_alias = _in_stable_order(
+                validated, validated.model_dump(mode="json", by_alias=True), by_alias=True
+            )
+            if _validated_again(validated, by_alias) == validated:
+                stable, again = by_alias, validated
         if again != validated:
             raise ConfigError(
                 f"tool {self.name!r}: its arguments, as recorded ({_shown(stable)}), are not the ones it is "
@@ -768,24 +773,35 @@ def _shown(arguments: dict[str, Any]) -> str:
     return text if len(text) <= 200 else text[:200] + "..."
 
 
-def _in_stable_order(value: Any, dumped: Any) -> Any:
-    """`dumped` (the JSON dump of `value`) with every list dumped from a set or frozenset sorted by its
-    elements' JSON text (keys sorted), at any depth (models, dicts, lists and tuples are walked in step with
-    their dumps, which keep their order)."""
+def _validated_again(validated: BaseModel, dumped: dict[str, Any]) -> BaseModel | None:
+    """`dumped` validated as the arguments of `validated`'s model (None when it is not valid)."""
+    try:
+        text = json_text(dumped)
+        again: BaseModel = type(validated).__pydantic_validator__.validate_json(text, strict=True)
+    except ValidationError:
+        return None
+    return again
+
+
+def _in_stable_order(value: Any, dumped: Any, *, by_alias: bool = False) -> Any:
+    """`dumped` (the JSON dump of `value`, `by_alias` or not) with every list dumped from a set or frozenset
+    sorted by its elements' JSON text (keys sorted), at any depth (models, dicts, lists and tuples are
+    walked in step with their dumps, which keep their order)."""
     if isinstance(value, (set, frozenset)) and isinstance(dumped, list):
-        items = [_in_stable_order(v, d) for v, d in zip(value, dumped, strict=False)]
+        items = [_in_stable_order(v, d, by_alias=by_alias) for v, d in zip(value, dumped, strict=False)]
         return sorted(items, key=_sort_key)
     if isinstance(value, BaseModel) and isinstance(dumped, dict):
-        for name in type(value).model_fields:
-            if name in dumped:
-                dumped[name] = _in_stable_order(getattr(value, name), dumped[name])
+        for name, field in type(value).model_fields.items():
+            key = (field.serialization_alias or field.alias or name) if by_alias else name
+            if key in dumped:
+                dumped[key] = _in_stable_order(getattr(value, name), dumped[key], by_alias=by_alias)
         return dumped
     if isinstance(value, dict) and isinstance(dumped, dict) and len(value) == len(dumped):
         for v, key in zip(value.values(), list(dumped), strict=True):
-            dumped[key] = _in_stable_order(v, dumped[key])
+            dumped[key] = _in_stable_order(v, dumped[key], by_alias=by_alias)
         return dumped
     if isinstance(value, (list, tuple)) and isinstance(dumped, list):
-        return [_in_stable_order(v, d) for v, d in zip(value, dumped, strict=False)]
+        return [_in_stable_order(v, d, by_alias=by_alias) for v, d in zip(value, dumped, strict=False)]
     return dumped
 
 

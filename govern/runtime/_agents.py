@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from .._errors import UnknownEvent
+from .._errors import DeclarationError, UnknownEvent
 from ..machine._machine import Machine
 from ..model._families import EventFamily
 from ._eventlog import (
@@ -64,6 +64,11 @@ def producer_for(run_id: str) -> str:
     return f"{run_id[:120]}~{hashlib.sha256(run_id.encode()).hexdigest()}"
 
 
+def _param_field(i: int) -> str:
+    """The field of a family's i-th parameter in a tool's argument model (its alias: the parameter's name)."""
+    return f"param_{i}"
+
+
 def _arguments(tool_name: str, takes_record: bool, family: EventFamily | None) -> type[BaseModel]:
     """The tool's argument model: the record key (unless fixed) and a family's parameters, each limited
     to its declared values so a model cannot ask for an instance the machine was not verified with.
@@ -91,11 +96,22 @@ def _arguments(tool_name: str, takes_record: bool, family: EventFamily | None) -
             str,
             Field(min_length=1, max_length=200, description="the key of the shared record"),
         )
-    for param in family.params if family is not None else ():
+    for i, param in enumerate(family.params if family is not None else ()):
+        if takes_record and param.name == "record":
+            raise DeclarationError(
+                f"event family {family.name if family else ''!r} has a parameter named 'record', which is "
+                "the tool's own argument for the record key: rename the parameter, or give event_tool a "
+                "fixed record (record='KEY')"
+            )
         values = tuple(param.values)
-        fields[param.name] = (
+        # Named by position, the parameter's own name its alias: a name pydantic reserves (model_config,
+        # model_dump, _x, __class__) would otherwise be taken as configuration or refused.
+        fields[_param_field(i)] = (
             Annotated[Literal[values], exact(values)],
-            Field(description=f"{param.name} of {family.name if family else ''}: one of {list(values)}"),
+            Field(
+                alias=param.name,
+                description=f"{param.name} of {family.name if family else ''}: one of {list(values)}",
+            ),
         )
     model: type[BaseModel] = create_model(
         f"{tool_name}_arguments", __config__=ConfigDict(extra="forbid"), **fields
@@ -151,7 +167,9 @@ def event_tool(
         who = producer or producer_for(ctx.run_id)
         instance = event
         if family is not None:
-            instance = family.instance({p.name: getattr(validated, p.name) for p in family.params})
+            instance = family.instance(
+                {p.name: getattr(validated, _param_field(i)) for i, p in enumerate(family.params)}
+            )
         event_id = event_id_for(ctx.run_id, ctx.call_id, instance, key)
         # No read of the id first: a retry of a call whose event is already in the log is refused as a
         # conflict (its producer's last event is now the event itself, so the dependency differs) and

@@ -143,3 +143,29 @@ def test_validation_accepts_exactly_the_declared_json_types(n: Any, s: Any, flag
     recorded = act.json_arguments(validated)
     assert recorded == arguments
     assert json.dumps(recorded, sort_keys=True) == json.dumps(arguments, sort_keys=True)
+
+
+def test_a_side_effect_whose_arguments_are_named_by_aliases_runs_and_records_them_so() -> None:
+    """A model naming a field `from` (a Python keyword) by an alias: every call of the side effect raised
+    ConfigError ("its arguments, as recorded, are not the ones it is called with"), since its marker's
+    arguments were dumped by field name, which the model does not take."""
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class Transfer(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        sender: str = Field(alias="from")
+        cents: int
+
+    sent: list[tuple[str, int]] = []
+
+    def transfer(args: Transfer) -> str:
+        sent.append((args.sender, args.cents))
+        return "sent"
+
+    tool = bide.Tool(name="transfer", description="Move money.", args=Transfer, fn=transfer)
+    store = bide.MemoryStore()
+    model = ScriptedModel([call("transfer", **{"from": "ann", "cents": 5}), reply("done")])
+    assert bide.Agent(model, store=store, tools=[tool]).run_sync("r", "pay").answer == "done"
+    assert sent == [("ann", 5)]
+    [marker] = [json.loads(e.data) for e in store.load("r") if e.key == "attempt:c0.0:0"]
+    assert marker["arguments"] == {"cents": 5, "from": "ann"}

@@ -241,6 +241,36 @@ def test_an_agent_names_the_instance_through_the_tool_parameters() -> None:
     assert result["event"] == "assign(who=alice)" and result["state"]["owner"] == "alice"
 
 
+@pytest.mark.parametrize("name", ["model_config", "model_dump", "_x", "__class__", "json"])
+def test_a_parameter_may_have_a_name_pydantic_reserves(name: str) -> None:
+    """The tool's argument model named its fields after the parameters: `model_config` was taken as its
+    configuration (every call refused), `model_dump`, `_x` and `__class__` made event_tool raise pydantic's
+    own errors."""
+    reg = Registry("tags")
+    n = reg.int("n", 0, 9)
+    reg.event("tag", params={name: ["a", "b"]}, effect=lambda **_: {n: 1})
+    log = EventLog("memory://")
+    tool = govern.event_tool(reg.build(), log, "tag")
+    assert sorted(tool.spec.parameters["properties"]) == sorted(["record", name])
+    script = [Turn(calls=(Call("tag", {"record": "o1", name: "b"}),)), reply("tagged")]
+    agent = bide.Agent(ScriptedModel(script), store=bide.MemoryStore(), tools=[tool])
+    assert agent.run_sync("r1", "tag o1").answer == "tagged"
+    assert [(e.record, e.event) for e in log.read()] == [("o1", f"tag({name}=b)")]
+
+
+def test_a_parameter_named_record_is_refused_unless_the_record_is_fixed() -> None:
+    """It took the place of the record key: the model could not name the record, and every event went to
+    the record named like the parameter's value."""
+    reg = Registry("tags")
+    n = reg.int("n", 0, 9)
+    reg.event("tag", params={"record": ["a", "b"]}, effect=lambda record: {n: 1})
+    machine = reg.build()
+    with pytest.raises(DeclarationError, match="parameter named 'record'"):
+        govern.event_tool(machine, EventLog("memory://"), "tag")
+    fixed = govern.event_tool(machine, EventLog("memory://"), "tag", record="o9")
+    assert list(fixed.spec.parameters["properties"]) == ["record"]  # the parameter, the record fixed
+
+
 def test_certify_and_check_a_family_machine_through_the_cli(tmp_path: Path) -> None:
     (tmp_path / "tickets.py").write_text(
         "from govern import Registry, min_\n"
