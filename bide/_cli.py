@@ -69,7 +69,7 @@ from ._errors import (
     StoreError,
     StoreNotFound,
 )
-from ._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, closed_stdout_fails, silence_stdout
+from ._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, closed_stdout_fails, lost_output, silence_stdout
 from ._terminal import printable
 from ._when import iso, seconds, when
 
@@ -966,6 +966,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
         sys.stdout.flush()
+        if lost_output():
+            say("bide: the output could not be written (standard output is closed)", file=sys.stderr)
+            return OUTPUT_LOST
         return code
     except OutputLost as exc:
         silence_stdout()

@@ -14,17 +14,34 @@ import sys
 from collections.abc import Callable
 from typing import TextIO
 
-__all__ = ["OUTPUT_LOST", "GuardedStdout", "OutputLost", "closed_stdout_fails", "emitted", "silence_stdout"]
+__all__ = [
+    "OUTPUT_LOST",
+    "GuardedStdout",
+    "OutputLost",
+    "closed_stdout_fails",
+    "emitted",
+    "lost_output",
+    "silence_stdout",
+]
 
 OUTPUT_LOST = 2
 
 
 def closed_stdout_fails() -> None:
-    """A process started with standard output closed (`>&-`) has `sys.stdout` None: give it a stream on
-    which every write fails as on a closed file, so that a command that prints reports its output lost
-    (`OUTPUT_LOST`) instead of crashing on None."""
+    """A process started with standard output or error closed (`>&-`, `2>&-`) has `sys.stdout` or
+    `sys.stderr` None: give it a sink that drops what is written, as None did for `print` (so a tool that
+    prints runs as it would), and remembers that standard output lost something (`lost_output`), so that
+    the command's exit says its output is lost (`OUTPUT_LOST`) instead of crashing on None."""
+    global _CLOSED_STDOUT
     if sys.stdout is None:
-        sys.stdout = _Closed()
+        sys.stdout = _CLOSED_STDOUT = _Closed()
+    if sys.stderr is None:
+        sys.stderr = _Closed()
+
+
+def lost_output() -> bool:
+    """True when something was written to a standard output that was closed when the process started."""
+    return _CLOSED_STDOUT is not None and _CLOSED_STDOUT.dropped
 
 
 def silence_stdout() -> None:
@@ -50,6 +67,9 @@ def emitted(write: Callable[[], None], code: int) -> int:
     except OSError as exc:
         silence_stdout()
         print(f"error: the output could not be written ({exc.strerror or exc})", file=sys.stderr)
+        return OUTPUT_LOST
+    if lost_output():
+        print("error: the output could not be written (standard output is closed)", file=sys.stderr)
         return OUTPUT_LOST
     return code
 
@@ -100,15 +120,23 @@ class GuardedStdout(io.TextIOBase):
         return self._inner.encoding
 
 
+_CLOSED_STDOUT: _Closed | None = None  # the sink `closed_stdout_fails` gave standard output, if any
+
+
 class _Closed(io.TextIOBase):
-    """Standard output that was closed before the command started: every write fails as a closed file's
-    would (EBADF), so a command that prints reports its output lost (`OUTPUT_LOST`)."""
+    """A standard stream that was closed before the command started: what is written is dropped (as Python
+    drops a `print` to a None stream), and `dropped` says whether anything was."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dropped = False
 
     def write(self, text: str) -> int:
-        raise OSError(9, "standard output is closed")
+        self.dropped = self.dropped or bool(text)
+        return len(text)
 
     def fileno(self) -> int:
-        raise io.UnsupportedOperation("standard output is closed")
+        raise io.UnsupportedOperation("the stream is closed")
 
     @property
     def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)

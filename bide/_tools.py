@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, overload
 
 import pydantic
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._canonical import checked_json_text, json_text
@@ -345,18 +345,23 @@ class Tool:
         before any of it is recorded or called. (`sent`, the arguments `validated` was validated from: when
         the dump is exactly them and names every field, it holds every value already, and is not validated
         again to be sure.)"""
-        stable: dict[str, Any] = _in_stable_order(validated, validated.model_dump(mode="json"))
+        # By field name, whatever the model's own serialization default: the keys `_in_stable_order` walks.
+        dumped = validated.model_dump(mode="json", by_alias=False)
+        stable: dict[str, Any] = _in_stable_order(validated, dumped)
         if sent is not None and stable == sent and len(stable) == len(type(validated).model_fields):
             return stable
         again = _validated_again(validated, stable)
         if again != validated:
             # A model whose fields are named by aliases (`from`, a Python keyword) takes its arguments by
-            # those names: dumped by its field names, they would not be its arguments.
+            # those names: dumped by its field names, they would not be its arguments. Tried in this order,
+            # the same in every process: its serialization names, then the names it validates by.
             by_alias = _in_stable_order(
                 validated, validated.model_dump(mode="json", by_alias=True), by_alias=True
             )
-            if _validated_again(validated, by_alias) == validated:
-                stable, again = by_alias, validated
+            for candidate in (by_alias, _by_validation_names(type(validated), stable)):
+                if _validated_again(validated, candidate) == validated:
+                    stable, again = candidate, validated
+                    break
         if again != validated:
             raise ConfigError(
                 f"tool {self.name!r}: its arguments, as recorded ({_shown(stable)}), are not the ones it is "
@@ -757,9 +762,12 @@ def _argument_names(args: type[BaseModel]) -> frozenset[str] | None:
     drop one the model sent (`dry_run` for `dryrun`), and the call would run without it."""
     if args.model_config.get("extra") == "allow":
         return None
+    by_name = bool(args.model_config.get("populate_by_name") or args.model_config.get("validate_by_name"))
     names: set[str] = set()
     for name, field in args.model_fields.items():
-        names.add(name)
+        if by_name or (field.alias is None and field.validation_alias is None):
+            # A field with an alias is not filled by its name (pydantic drops a value sent so): refused.
+            names.add(name)
         for alias in (field.alias, field.validation_alias):
             if isinstance(alias, str):
                 names.add(alias)
@@ -771,6 +779,20 @@ def _argument_names(args: type[BaseModel]) -> frozenset[str] | None:
 def _shown(arguments: dict[str, Any]) -> str:
     text = json_text(arguments)
     return text if len(text) <= 200 else text[:200] + "..."
+
+
+def _by_validation_names(model: type[BaseModel], dumped: dict[str, Any]) -> dict[str, Any]:
+    """`dumped` (by field name) with each field's key the name the model validates it by: its validation
+    alias (the first of its choices), else its alias, else its name."""
+    out: dict[str, Any] = {}
+    for name, field in model.model_fields.items():
+        if name not in dumped:
+            continue
+        key = field.validation_alias
+        if isinstance(key, AliasChoices) and key.choices and isinstance(key.choices[0], str):
+            key = key.choices[0]
+        out[key if isinstance(key, str) else field.alias or name] = dumped[name]
+    return out
 
 
 def _validated_again(validated: BaseModel, dumped: dict[str, Any]) -> BaseModel | None:

@@ -339,3 +339,25 @@ def test_a_command_started_with_standard_output_closed_says_its_output_is_lost(t
         done = _with_no_stdout(prog, *args, cwd=tmp_path)
         assert done.returncode == code, (prog, args, done.stderr)
         assert "Traceback" not in done.stderr and "bug" not in done.stderr, (prog, args, done.stderr)
+
+
+def test_a_command_started_with_standard_error_or_both_streams_closed_keeps_its_code(tmp_path: Path) -> None:
+    """`2>&-`: a usage error crashed writing to None (exit 1); with both streams closed, the notice that the
+    output was lost went to the closed output and crashed too (exit 1, "not verified" for bide-audit)."""
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+
+    def closed(prog: str, *args: str, fds: tuple[int, ...]) -> int:
+        def close() -> None:
+            for fd in fds:
+                os.close(fd)
+
+        return subprocess.run(
+            [sys.executable, "-m", COMMANDS[prog], *args], stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, cwd=tmp_path, env={**os.environ, "PYTHONPATH": path}, timeout=120,
+            preexec_fn=close,
+        ).returncode  # fmt: skip
+
+    assert closed("bide", "--bogus", fds=(2,)) == 2
+    assert closed("govern", "--bogus", fds=(2,)) == 2
+    assert closed("bide-audit", "verify-evidence", "missing.json", "--pubkey", "k.pub", fds=(1, 2)) == 4
+    assert closed("govern", "check", str(ROOT / "certs" / "orders.govern-cert.json"), fds=(1, 2)) == 2

@@ -323,7 +323,7 @@ print("noisy app imported")
 def effect(order: str) -> str:
     """A side effect that talks."""
     print("the tool prints")
-    subprocess.run(["echo", "and so does its subprocess"], check=True)
+    subprocess.run(["echo", "and so does its subprocess"], check=False)  # (fails on a closed stdout)
     return "done"
 
 
@@ -406,18 +406,30 @@ def test_a_worker_with_a_closed_standard_output_or_error_still_drives_its_runs(
     """Standard output closed (`>&-`): the worker crashed before its pass (exit 1, two tracebacks); it
     drives the runs and says its report is lost (exit 2). Standard error closed (`2>&-`): the saved copy of
     standard output took descriptor 2, and a side effect printing to it halted its run for a person."""
+    (tmp_path / "noisy.py").write_text(NOISY_APP)  # its tool prints: to a closed stdout, as before, nothing
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), env["PYTHONPATH"]])
     url = f"sqlite:///{tmp_path / 'closed.db'}"
     crash_run(url, "bide_", "r0", env)
-    command = [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "ops_app:build",
+    command = [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "noisy:build",
                "--once", "--json"]  # fmt: skip
     no_stdout = subprocess.run(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env,
                                cwd=HERE, timeout=60, preexec_fn=lambda: os.close(1))  # fmt: skip
     assert no_stdout.returncode == 2, no_stdout.stderr
     assert "Traceback" not in no_stdout.stderr and "could not be written" in no_stdout.stderr
     assert status(url, "bide_", "r0") == "completed"
+    results = [json.loads(e.data) for e in _store_entries(url, "r0") if e.key.startswith("result:")]
+    assert results and not any(r["is_error"] for r in results), results  # the printing tool ran as it does
     crash_run(url, "bide_", "r1", env)
     no_stderr = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
                                cwd=HERE, timeout=60, preexec_fn=lambda: os.close(2))  # fmt: skip
     assert no_stderr.returncode == 0
     assert json.loads(no_stderr.stdout)["completed"] == 1
     assert status(url, "bide_", "r1") == "completed"
+
+
+def _store_entries(url: str, run_id: str) -> list[bide.Entry]:
+    store = bide.open_store(url)
+    try:
+        return store.load(run_id)
+    finally:
+        store.close()

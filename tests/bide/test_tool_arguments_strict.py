@@ -13,10 +13,12 @@ import enum
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import bide
+from bide._tools import ToolArgumentsInvalid
 from bide.testing import ScriptedModel, call, reply
 
 REFUSED_FOR_INT = [True, False, "500", 500.0, " 500 ", "5_00", "+500", "500.0", None, [500], {"v": 500}]
@@ -169,3 +171,61 @@ def test_a_side_effect_whose_arguments_are_named_by_aliases_runs_and_records_the
     assert sent == [("ann", 5)]
     [marker] = [json.loads(e.data) for e in store.load("r") if e.key == "attempt:c0.0:0"]
     assert marker["arguments"] == {"cents": 5, "from": "ann"}
+
+
+def test_arguments_named_by_aliases_are_recorded_alike_in_every_process_whatever_the_alias_style() -> None:
+    """`serialize_by_alias=True` left a set unsorted (its key was looked up by field name in a dump by
+    alias), so the recorded arguments, which approvals sign, differed between processes; a validation
+    alias, or an alias beside another serialization alias, still raised ConfigError on every call; and the
+    field's own name sent beside its alias was dropped without a word."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import json\n"
+        "import bide\n"
+        "from pydantic import AliasChoices, BaseModel, ConfigDict, Field\n"
+        "class ByAlias(BaseModel):\n"
+        "    model_config = ConfigDict(extra='forbid', serialize_by_alias=True)\n"
+        "    sender: str = Field(alias='from')\n"
+        "    tags: set[str] = Field(alias='t')\n"
+        "class Validation(BaseModel):\n"
+        "    model_config = ConfigDict(extra='forbid')\n"
+        "    sender: str = Field(validation_alias='from')\n"
+        "class Choices(BaseModel):\n"
+        "    model_config = ConfigDict(extra='forbid')\n"
+        "    sender: str = Field(validation_alias=AliasChoices('from', 'by'))\n"
+        "class Other(BaseModel):\n"
+        "    model_config = ConfigDict(extra='forbid')\n"
+        "    sender: str = Field(alias='a', serialization_alias='b')\n"
+        "out = []\n"
+        "cases = [(ByAlias, {'from': 'x', 't': list('abcdefghij')}), (Validation, {'from': 'x'}),\n"
+        "         (Choices, {'from': 'x'}), (Other, {'a': 'x'})]\n"
+        "for model, sent in cases:\n"
+        "    tool = bide.Tool(name='t', description='d', args=model, fn=lambda a: 'ok')\n"
+        "    out.append(tool.json_arguments(tool.validate(sent), sent))\n"
+        "print(json.dumps(out))\n"
+    )
+    repo = str(Path(bide.__file__).resolve().parents[1])
+    seen = set()
+    for seed in range(4):
+        env = {"PYTHONHASHSEED": str(seed), "PYTHONPATH": repo}
+        command = [sys.executable, "-c", code]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 0, done.stderr
+        seen.add(done.stdout)
+    assert len(seen) == 1, seen
+    [recorded] = [json.loads(s) for s in seen]
+    assert recorded[0] == {"from": "x", "t": list("abcdefghij")}
+    assert recorded[1] == {"from": "x"} and recorded[3] == {"a": "x"}
+
+    from pydantic import BaseModel, ConfigDict, Field
+
+    class Transfer(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        sender: str = Field(alias="from")
+
+    tool = bide.Tool(name="transfer", description="d", args=Transfer, fn=lambda a: "ok")
+    with pytest.raises(ToolArgumentsInvalid, match="sender: Extra inputs are not permitted"):
+        tool.validate({"from": "ann", "sender": "bob"})
