@@ -574,6 +574,19 @@ def test_a_flood_of_blank_lines_is_read_without_stalling_the_loop(raw_server: St
 _JUNK = [{}] * 300_000  # 600 KB of JSON; decoded, each {} is a dict of its own
 
 
+def _answer_with_junk(kind: str, stream: bool, junk: Any) -> Reply:
+    """A good answer ("hello") of `kind`, whole or streamed, whose first object also holds `junk`."""
+    if kind == "openai":
+        good = openai_stream(["hello"]) if stream else openai_completion("hello")
+    else:
+        good = anthropic_stream(["hello"]) if stream else anthropic_message("hello")
+    if stream:
+        assert good.events is not None
+        event, data = good.events[0]
+        return Reply(events=[(event, json.dumps(json.loads(data) | {"junk": junk})), *good.events[1:]])
+    return Reply(body=good.body | {"junk": junk})
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("stream", [False, True], ids=["whole", "stream"])
 def test_an_answer_opening_more_json_objects_than_any_answer_holds_is_refused(
@@ -582,16 +595,7 @@ def test_an_answer_opening_more_json_objects_than_any_answer_holds_is_refused(
     """The byte cap did not bound what decoding costs: `{"junk": [{}, {}, ...]}` under 32 MiB (32 KiB of
     gzip) decoded into 11 million dicts, about 830 MB, and the answer was taken. A text opening more than
     MAX_JSON_CONTAINERS objects and arrays is refused before it is decoded."""
-    if kind == "openai":
-        good = openai_stream(["hello"]) if stream else openai_completion("hello")
-    else:
-        good = anthropic_stream(["hello"]) if stream else anthropic_message("hello")
-    if stream:
-        assert good.events is not None
-        event, data = good.events[0]
-        bloated = Reply(events=[(event, json.dumps(json.loads(data) | {"junk": _JUNK})), *good.events[1:]])
-    else:
-        bloated = Reply(body=good.body | {"junk": _JUNK})
+    bloated = _answer_with_junk(kind, stream, _JUNK)
     server = serve(lambda request: bloated)
     with pytest.raises(bide.ModelError, match=r"opening 300,0\d\d objects and arrays, more than the 250,000"):
         _turn(_model(kind, server.url), stream)
@@ -605,17 +609,7 @@ def test_an_answer_of_more_values_than_any_answer_holds_is_refused(
     """Only containers were counted: 32 MiB of `[0.5,0.5,...]` (a few hundred KiB of gzip) decoded into
     some 500 MB of floats. An answer holding more than MAX_JSON_SEPARATORS commas is refused before it is
     decoded."""
-    floats = [0.5] * 1_100_000
-    if kind == "openai":
-        good = openai_stream(["hello"]) if stream else openai_completion("hello")
-    else:
-        good = anthropic_stream(["hello"]) if stream else anthropic_message("hello")
-    if stream:
-        assert good.events is not None
-        event, data = good.events[0]
-        bloated = Reply(events=[(event, json.dumps(json.loads(data) | {"junk": floats})), *good.events[1:]])
-    else:
-        bloated = Reply(body=good.body | {"junk": floats})
+    bloated = _answer_with_junk(kind, stream, [0.5] * 1_100_000)
     server = serve(lambda request: bloated)
     with pytest.raises(bide.ModelError, match=r"holding 1,1\d\d,\d\d\d commas, more than the 1,000,000"):
         _turn(_model(kind, server.url), stream)

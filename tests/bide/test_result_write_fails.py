@@ -12,6 +12,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -80,7 +81,10 @@ def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
         store.close()
 
 
-def test_another_process_halts_on_the_call_as_before(tmp_path: Path) -> None:
+@pytest.fixture
+def unjournaled(tmp_path: Path) -> Iterator[tuple[bide.SQLStore, Locker, list[str]]]:
+    """A store whose run r1 charged c1 and could not journal the result (the file stayed locked), unlocked
+    again; with the locker and the list of charges."""
     path = tmp_path / "bide.db"
     store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
     locker = Locker(path)
@@ -89,13 +93,20 @@ def test_another_process_halts_on_the_call_as_before(tmp_path: Path) -> None:
         with pytest.raises(bide.StoreError, match="ran and returned"):
             _agent(store, locker, fired).run_sync("r1", "pay")
         locker.unlock()
-        forget_claims()  # what a restarted process knows of this one's calls: nothing
-        with pytest.raises(bide.OutcomeUnknown):
-            _agent(store, locker, fired).run_sync("r1", "pay")
-        assert fired == ["c1"]
+        yield store, locker, fired
     finally:
         locker.conn.close()
         store.close()
+
+
+def test_another_process_halts_on_the_call_as_before(
+    unjournaled: tuple[bide.SQLStore, Locker, list[str]],
+) -> None:
+    store, locker, fired = unjournaled
+    forget_claims()  # what a restarted process knows of this one's calls: nothing
+    with pytest.raises(bide.OutcomeUnknown):
+        _agent(store, locker, fired).run_sync("r1", "pay")
+    assert fired == ["c1"]
 
 
 def test_the_same_run_id_in_another_store_does_not_drop_the_kept_result(tmp_path: Path) -> None:
@@ -120,25 +131,17 @@ def test_the_same_run_id_in_another_store_does_not_drop_the_kept_result(tmp_path
         elsewhere.close()
 
 
-def test_a_person_cannot_resolve_a_kept_call_as_not_started(tmp_path: Path) -> None:
+def test_a_person_cannot_resolve_a_kept_call_as_not_started(
+    unjournaled: tuple[bide.SQLStore, Locker, list[str]],
+) -> None:
     """In the process that saw the call return, resolving it as not started was accepted, and the next drive
     fired the effect again."""
-    path = tmp_path / "bide.db"
-    store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
-    locker = Locker(path)
-    fired: list[str] = []
-    try:
-        with pytest.raises(bide.StoreError, match="ran and returned"):
-            _agent(store, locker, fired).run_sync("r1", "pay")
-        locker.unlock()
-        time.sleep(2.5)  # past the drive's lease (1 s) and the clock-skew margin (1 s)
-        with pytest.raises(bide.ResolveRefused, match="ran in this process and returned"):
-            bide.resolve_halt(store, "r1", "c0.0", outcome=bide.Outcome.not_started())
-        assert _agent(store, locker, fired).run_sync("r1", "pay").output == "done"
-        assert fired == ["c1"]
-    finally:
-        locker.conn.close()
-        store.close()
+    store, locker, fired = unjournaled
+    time.sleep(2.5)  # past the drive's lease (1 s) and the clock-skew margin (1 s)
+    with pytest.raises(bide.ResolveRefused, match="ran in this process and returned"):
+        bide.resolve_halt(store, "r1", "c0.0", outcome=bide.Outcome.not_started())
+    assert _agent(store, locker, fired).run_sync("r1", "pay").output == "done"
+    assert fired == ["c1"]
 
 
 def test_a_call_past_its_deadline_whose_late_result_cannot_be_written_is_kept(tmp_path: Path) -> None:
