@@ -83,7 +83,7 @@ class GuardedStdout(io.TextIOBase):
     the command goes on to its own exit code; a write that fails for another reason raises OutputLost, for
     the command to report as `OUTPUT_LOST` (never as a verdict or a bug)."""
 
-    def __init__(self, inner: TextIO) -> None:
+    def __init__(self, inner: TextIO | io.TextIOBase) -> None:
         super().__init__()
         self._inner = inner
         self._gone = False

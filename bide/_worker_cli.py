@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import fcntl
 import importlib
+import io
 import json
 import logging
 import os
@@ -239,15 +240,31 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.close(devnull)
-        with open(saved, "w", encoding="utf-8", closefd=False) as saved_stdout:
-            guarded = GuardedStdout(saved_stdout)
-            with contextlib.redirect_stdout(sys.stderr):
-                code = _serve(args, guarded)
-            guarded.flush()
+        guarded = GuardedStdout(_Unbuffered(saved))
+        with contextlib.redirect_stdout(sys.stderr):
+            code = _serve(args, guarded)
         return code
     finally:
         os.dup2(saved, 1)
         os.close(saved)
+
+
+class _Unbuffered(io.TextIOBase):
+    """Text written straight to a file descriptor: nothing is held back, so a write that fails (a full disk)
+    fails where it is made, and nothing is left to fail again when the stream goes."""
+
+    def __init__(self, fd: int) -> None:
+        super().__init__()
+        self._fd = fd
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8")
+        while data:
+            data = data[os.write(self._fd, data) :]
+        return len(text)
+
+    def fileno(self) -> int:
+        return self._fd
 
 
 def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:

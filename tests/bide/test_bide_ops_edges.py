@@ -425,6 +425,13 @@ def test_a_worker_with_a_closed_standard_output_or_error_still_drives_its_runs(
     assert no_stderr.returncode == 0
     assert json.loads(no_stderr.stdout)["completed"] == 1
     assert status(url, "bide_", "r1") == "completed"
+    crash_run(url, "bide_", "r2", env)
+    with open("/dev/full", "w") as full:  # the report cannot be written: said, exit 2, not a bug (exit 3)
+        no_room = subprocess.run(command, stdout=full, stderr=subprocess.PIPE, text=True, env=env, cwd=HERE,
+                                 timeout=60)  # fmt: skip
+    assert no_room.returncode == 2, no_room.stderr
+    assert "could not be written" in no_room.stderr and "Traceback" not in no_room.stderr
+    assert status(url, "bide_", "r2") == "completed"
 
 
 def _store_entries(url: str, run_id: str) -> list[bide.Entry]:
