@@ -843,7 +843,8 @@ def test_family_arguments_match_a_declared_value_of_the_same_type_only(value: ob
     for name, param, values in [("setn", "v", [0, 1, 2]), ("setf", "b", [True, False])]:
         exact = any(type(value) is type(v) and value == v for v in values)
         if exact:
-            assert getattr(tools[name].validate({param: value, "record": "x"}), param) is value
+            validated = tools[name].validate({param: value, "record": "x"})
+            assert validated.model_dump(by_alias=True)[param] is value
         else:
             with pytest.raises(ToolArgumentsInvalid, match=param):
                 tools[name].validate({param: value, "record": "x"})
