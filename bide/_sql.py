@@ -1769,11 +1769,11 @@ def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, byt
 # PostgreSQL's SQLSTATEs for a transaction aborted by a conflict (serialization failure, deadlock): the
 # transaction did nothing and may be run again.
 _SQLITE_BUSY = frozenset({5, 6})
-# Serialization failure, deadlock, and a lock wait that ran out (`lock_timeout`, the store's busy timeout).
 # SQLite's result codes for a file that cannot be written: PERM, READONLY, IOERR, FULL, CANTOPEN.
 _SQLITE_UNWRITABLE = frozenset({3, 8, 10, 13, 14})
 # The requests that list runs (a worker's poll): checked against a store file moved away, as writes are.
 _LISTINGS = frozenset({"expired", "runs"})
+# Serialization failure, deadlock, and a lock wait that ran out (`lock_timeout`, the store's busy timeout).
 _PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
 # The server ended the session: admin shutdown, crash shutdown, cannot connect now, and a session left idle
 # in a transaction past `idle_in_transaction_session_timeout` (a paused process: see the module docstring).
