@@ -15,17 +15,13 @@ import time
 from pathlib import Path
 
 import pytest
+from paused import is_paused
 
 import bide
 
 pytestmark = pytest.mark.slow
 
 CHILD = str(Path(__file__).resolve().parent / "async_pause_child.py")
-
-
-def _stopped(pid: int) -> bool:
-    """Whether process `pid` is stopped (SIGSTOP): its state in /proc, after the command name."""
-    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "T"
 
 
 def _child(url: str, ledger: Path, *signal_file: Path) -> list[str]:
@@ -46,7 +42,7 @@ def test_a_driver_paused_as_its_async_call_starts_does_not_fire_it_again(
     first = subprocess.Popen(_child(url, ledger, paused), env=env, stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
-        while not (paused.exists() and _stopped(first.pid)):  # it stops itself there (see the child)
+        while not (paused.exists() and is_paused(first.pid)):  # it stops itself there (see the child)
             assert first.poll() is None and time.monotonic() < deadline, "the first driver never got there"
             time.sleep(0.005)
         # Past the first driver's lease (0.6 s), the marker's deadline (1 s) and the clock skew (0.2 s).

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from paused import wait_until_paused
 from pydantic import BaseModel
 
 import bide
@@ -246,11 +247,6 @@ def test_bide_cancel_tells_a_worker_that_parked_the_run(durable_store_spec: tupl
         store.close()
 
 
-def _stopped(pid: int) -> bool:
-    with open(f"/proc/{pid}/stat") as f:
-        return f.read().rsplit(")", 1)[1].split()[0] == "T"
-
-
 @pytest.mark.slow
 def test_a_cancel_never_fences_out_a_paused_driver(durable_store_spec: tuple[str, str]) -> None:
     """A driver paused inside a side effect past its lease (1 s) and the clock skew margin (1 s) wakes up
@@ -265,10 +261,7 @@ def test_a_cancel_never_fences_out_a_paused_driver(durable_store_spec: tuple[str
     )  # fmt: skip
     try:
         assert child.stdout is not None and child.stdout.readline().strip() == "fired"
-        deadline = time.monotonic() + 30
-        while not _stopped(child.pid) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert _stopped(child.pid)
+        wait_until_paused(child.pid)
         time.sleep(2.5)  # its lease has expired, past the clock skew margin
         done = _bide("cancel", "--store", url, "--table-prefix", prefix, "paused", "--reason", "stop")
         assert done.returncode == 0, done.stderr

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 from conftest import PG_URL, drop_prefix
+from paused import pause
 
 from bide._sql import SQLStore
 
@@ -43,7 +44,7 @@ def test_a_session_paused_inside_its_lease_transaction_does_not_block_the_run(tm
         while not (tmp_path / "in-lease").exists():
             assert child.poll() is None and time.monotonic() < deadline, "the child never took the lease"
             time.sleep(0.01)
-        os.kill(child.pid, signal.SIGSTOP)
+        pause(child.pid)
         (tmp_path / "go").touch()  # it goes on to its COMMIT only once woken
         began = time.monotonic()
         later = int(time.time() * 1000) + 10_000  # past the paused holder's lease

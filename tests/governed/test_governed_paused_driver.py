@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+from paused import pause
 
 import bide
 from bide._messages import ModelRequest, ToolMessage
@@ -72,7 +73,7 @@ def test_a_call_whose_append_waited_on_a_paused_earlier_drive_is_in_doubt_not_fa
             assert child.poll() is None, child.communicate()
             assert time.monotonic() < deadline, "the child never reached its append"
             time.sleep(0.02)
-        os.kill(child.pid, signal.SIGSTOP)
+        pause(child.pid)
         (tmp_path / "go").touch()  # it goes on (commits) only once woken
         time.sleep(LEASE_TTL + CLOCK_SKEW + 0.5)  # its lease is over: another driver may take the run
         with pytest.raises(bide.CallInDoubt, match="earlier drive of this call"):

@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from paused import pause
 
 from .conftest import POSTGRES_URL
 from .test_governed_eventlog import bound, ev
@@ -42,7 +43,7 @@ def test_an_appender_paused_holding_the_log_lock_does_not_stop_the_others(
         while not (tmp_path / "in-append").exists():
             assert child.poll() is None and time.monotonic() < deadline, "the child never reached its append"
             time.sleep(0.01)
-        os.kill(child.pid, signal.SIGSTOP)
+        pause(child.pid)
         (tmp_path / "go").touch()  # it goes on only once woken
         began = time.monotonic()
         appended = log.append(ev("other", name="ship", seq=1))
