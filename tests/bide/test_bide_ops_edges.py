@@ -191,6 +191,18 @@ def _async_effect_running(
     return url, worker
 
 
+def _stopped_by(worker: subprocess.Popen[str], signum: signal.Signals, *, timeout: float) -> str:
+    """Send `signum` to the worker and wait for it to end (killed if it outlives `timeout`); its stderr."""
+    try:
+        worker.send_signal(signum)
+        _, errors = worker.communicate(timeout=timeout)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    return errors
+
+
 @pytest.mark.slow
 def test_sigterm_lets_a_worker_drive_finish_however_long_its_side_effect_runs(
     env: dict[str, str], tmp_path: Path
@@ -199,13 +211,7 @@ def test_sigterm_lets_a_worker_drive_finish_however_long_its_side_effect_runs(
     the library's default grace (30 s, after which the worker used to cancel it and leave the run halted
     for a person) still has its result journaled."""
     url, worker = _async_effect_running(env, tmp_path, 32.0)
-    try:
-        worker.send_signal(signal.SIGTERM)
-        _, errors = worker.communicate(timeout=90)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+    errors = _stopped_by(worker, signal.SIGTERM, timeout=90)
     assert worker.returncode == 0, errors
     assert "waiting for the 1 drive(s) in flight to finish" in errors
     assert Path(env["OPS_EFFECT_LOG"]).read_text().splitlines() == ["start o", "end o"]
@@ -216,13 +222,7 @@ def test_sighup_stops_a_worker_as_sigterm_does(env: dict[str, str], tmp_path: Pa
     """A closed terminal or ssh session (SIGHUP) ended the worker at once, in the middle of a side effect,
     and its run halted for a person; it stops the worker as SIGTERM does."""
     url, worker = _async_effect_running(env, tmp_path, 2.0)
-    try:
-        worker.send_signal(signal.SIGHUP)
-        _, errors = worker.communicate(timeout=60)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+    errors = _stopped_by(worker, signal.SIGHUP, timeout=60)
     assert worker.returncode == 0, errors
     assert Path(env["OPS_EFFECT_LOG"]).read_text().splitlines() == ["start o", "end o"]
     assert status(url, "bide_", "r0") == "completed"
