@@ -1573,24 +1573,30 @@ class _SqlBackend:
             raise EventLogError(self._swapped(conn, committed=False))
         return conn
 
-    def _swapped(self, what: str, *, committed: bool) -> str:
-        done = (
-            "this append committed into the old file and is lost with it (appending the same events again, "
-            "once the file is back, is safe: the log is idempotent by id)"
-            if committed
-            else "nothing more is written through this EventLog"
-        )
+    def _swapped(self, what: str, *, committed: bool, reading: bool = False) -> str:
+        if committed:
+            done = (
+                "this append committed into the old file and is lost with it (appending the same events "
+                "again, once the file is back, is safe: the log is idempotent by id)"
+            )
+        elif reading:
+            done = (
+                "what this EventLog read came from the old file, not the log at the path; nothing more is "
+                "read or written through it"
+            )
+        else:
+            done = "nothing more is written through this EventLog"
         return (
             f"{what} while this process had it open: {done}. Stop every process using the log; then put the "
             "file back (or restore it from a backup with no process running) and open the log again"
         )
 
-    def _check_file(self, raw: Any, *, committed: bool) -> None:
-        """Raise `EventLogError` when the log's file, or the write-ahead log connection `raw` writes to, is
-        no longer at its path (see bide/_dbfile.py)."""
+    def _check_file(self, raw: Any, *, committed: bool, reading: bool = False) -> None:
+        """Raise `EventLogError` when the log's file, or the write-ahead log connection `raw` uses, is no
+        longer at its path (see bide/_dbfile.py)."""
         swapped = None if self._file is None else self._file.swapped(raw.info)
         if swapped is not None:
-            raise EventLogError(self._swapped(swapped, committed=committed))
+            raise EventLogError(self._swapped(swapped, committed=committed, reading=reading))
 
     def _use_wal(self) -> None:
         """Switch the SQLite file, now known to be an event log, to WAL. The file keeps the mode, so every
@@ -1621,7 +1627,13 @@ class _SqlBackend:
                         conn.execution_options(govern_read=True)
                     try:
                         with conn.begin():
-                            return body(conn)
+                            result = body(conn)
+                        if read_only and self._file is not None:
+                            # A replica reading a file that was replaced (a backup restored under it)
+                            # would follow a log nobody appends to any more, without a word; writes check
+                            # the file at their commit, reads once they have read.
+                            self._check_file(conn.connection, committed=False, reading=True)
+                        return result
                     except sa.exc.SQLAlchemyError as exc:
                         if classify(exc)[2]:
                             # The connection broke under the driver: never hand it out again.

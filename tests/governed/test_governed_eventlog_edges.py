@@ -262,6 +262,46 @@ def test_a_log_file_gone_or_replaced_while_open_refuses_appends(tmp_path: Path, 
         assert [e.id for e in bound(f"sqlite:///{path}").read()] == ["e0", "e1", "e2"]
 
 
+@pytest.mark.parametrize("how", ["moved", "replaced"])
+def test_a_replica_reading_a_log_file_gone_or_replaced_is_told_so(tmp_path: Path, how: str) -> None:
+    """Only writes checked the file: a replica whose log file was replaced (a backup restored under it) or
+    moved away went on reading the old file, applied nothing new and saved checkpoints of it, while the
+    agents appended to the file at the path."""
+    machine = order_machine()
+    path, other = tmp_path / "events.db", tmp_path / "other.db"
+
+    def event(i: int, name: str) -> Event:
+        return Event(id=f"{path.stem}-{i}", machine=machine.digest, record="o1", event=name, producer="p")
+
+    writer = EventLog(f"sqlite:///{path}", machine=machine)
+    writer.append(event(0, "restock"))
+    writer.close()
+    writer = EventLog(f"sqlite:///{other}", machine=machine)
+    writer.append_many([event(i, name) for i, name in enumerate(["pay", "restock", "ship"])])
+    writer.close()
+    reader = EventLog(f"sqlite:///{path}", machine=machine)
+    try:
+        replica = govern.Replica(machine, reader)
+        assert replica.sync() == 1
+        if how == "moved":
+            path.rename(tmp_path / "moved.db")
+        else:
+            other.replace(path)
+        said = "was deleted or moved away" if how == "moved" else "was replaced by another file"
+        with pytest.raises(EventLogError, match=f"{said}.*what this EventLog read came from the old file"):
+            replica.sync()
+        with pytest.raises(EventLogError, match=said):
+            reader.length()
+        with pytest.raises(EventLogError, match=said):
+            reader.read()
+        assert replica.position == 1  # nothing of the old file applied meanwhile
+    finally:
+        reader.close()
+    if how == "replaced":
+        fresh = govern.Replica(machine, EventLog(f"sqlite:///{path}", machine=machine))
+        assert fresh.sync() == 3 and fresh.state("o1")["status"] == "shipped"
+
+
 def test_a_layout_1_log_is_upgraded_and_asks_for_its_events_once(tmp_path: Path) -> None:
     path = tmp_path / "old.db"
     with sqlite3.connect(path) as raw:
