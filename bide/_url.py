@@ -51,6 +51,7 @@ _FORMS = "a file path (bide.db), sqlite:///path, postgresql://user@host/db, or m
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _PASSWORD = re.compile(r"^([^/]*//[^/@:]*):[^/@]*@")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _POSTGRESQL_FORM = "write postgresql://user:password@host:5432/dbname"
 _LIBPQ_OPTIONS = "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS"
 # The server's messages for a login it refuses for good (auth.c), besides a role that does not exist.
@@ -130,6 +131,18 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
         raise StoreURLError(f"{_article(what)} {what} URL is required: {_FORMS}")
     if "\x00" in url:
         raise StoreURLError(f"{_article(what)} {what} URL cannot contain a NUL character")
+    if url != url.strip() or _CONTROL.search(url):
+        # Read from a file or a variable with its line break, such a URL would open another file than
+        # the one meant ('bide.db\n'), or send the server another name: two processes, two stores.
+        file_hint = (
+            ""
+            if url.lstrip().lower().startswith("postgres")
+            else ". A file whose name has one: write it percent-encoded in a sqlite:/// URL (%20 for a space)"
+        )
+        raise StoreURLError(
+            f"{without_password(url)!r} is not {_article(what)} {what} URL: it begins or ends with white "
+            f"space or holds a control character (a line break, a tab); remove it{file_hint}"
+        )
     if url in ("memory", "memory:", ":memory:", "memory:/"):
         raise StoreURLError(f"{url!r} is not {_article(what)} {what} URL; did you mean memory:// ?")
     match = _SCHEME.match(url)
@@ -156,8 +169,9 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         if not rest.startswith("//"):
             raise StoreURLError(f"{url!r} is not a PostgreSQL URL; write postgresql://user@host/dbname")
-        _require_psycopg()
         sqlalchemy_url = "postgresql+psycopg:" + rest
+        _check_authority(url, sqlalchemy_url)  # a typo first: installing the driver would not fix it
+        _require_psycopg()
         _check_postgresql(url, sqlalchemy_url)
         return StoreURL("postgresql", url, sqlalchemy_url=sqlalchemy_url)
     if scheme.startswith("postgresql+"):
@@ -171,15 +185,9 @@ def without_password(url: str) -> str:
     return _PASSWORD.sub(r"\1:***@", url)
 
 
-def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
-    """Refuse a PostgreSQL URL that names no server: the options SQLAlchemy would hand psycopg must be a
-    connection string libpq reads, with port numbers for ports, host names, IP addresses or socket
-    directories for hosts, and a connect_timeout psycopg reads. Nothing is connected to."""
-    from psycopg import Error as PsycopgError
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
+def _check_authority(url: str, sqlalchemy_url: str) -> None:
+    """Refuse a PostgreSQL URL whose port (before the path) is not a port number, or that puts several
+    hosts there; read as text, without the driver."""
     shown = without_password(url)
     # The port is checked before SQLAlchemy reads it: its own complaint is int()'s.
     authority = sqlalchemy_url.split("//", 1)[1].split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
@@ -191,6 +199,19 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
         )
     if colon:
         _check_port(shown, port)
+
+
+def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
+    """Refuse a PostgreSQL URL that names no server or no database: the options SQLAlchemy would hand
+    psycopg must be a connection string libpq reads, with port numbers for ports, host names, IP addresses
+    or socket directories for hosts, a connect_timeout psycopg reads, and a database name (in the URL or
+    PGDATABASE). Nothing is connected to."""
+    from psycopg import Error as PsycopgError
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    shown = without_password(url)
     try:
         parsed = make_url(sqlalchemy_url)
         _, params = parsed.get_dialect()().create_connect_args(parsed)
@@ -211,6 +232,12 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
                 f"{shown!r} is not a usable PostgreSQL URL: the host {host!r} is not a host name, an IP "
                 f"address or a socket directory; {_POSTGRESQL_FORM}"
             )
+    if not options.get("dbname") and not os.environ.get("PGDATABASE"):
+        # libpq would take the database named like the user: tables made where nobody meant them.
+        raise StoreURLError(
+            f"{shown!r} names no database (the server would use the one named like the user); "
+            f"{_POSTGRESQL_FORM}"
+        )
 
 
 def libpq_bounds(given: Collection[str], wait_s: float) -> dict[str, int]:

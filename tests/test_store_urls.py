@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 import bide
 import govern
@@ -82,11 +83,21 @@ def test_the_same_forms_open_both(opener: str, form: str, in_tmp: Path) -> None:
         ("postgresql://u@h/db?connect_timeout=abc", "connect_timeout"),
         ("", "URL is required"),
         ("nowhere/at/all/x.db", "does not exist"),
+        # Read from a file or a variable with its line break, each opened a file of its own name.
+        ("sqlite:///shared.db ", "ends with white space"),
+        ("shared.db\n", "ends with white space"),
+        ("\tshared.db", "begins or ends with white space"),
+        ("sqlite:///sha\nred.db", "holds a control character"),
+        ("postgresql://u@127.0.0.1:5432/test\n", "(a line break, a tab); remove it"),
+        # libpq would have used the database named like the user: tables made where nobody meant them.
+        ("postgresql://postgres@127.0.0.1:5432/", "names no database"),
+        ("postgresql://postgres@127.0.0.1", "names no database"),
     ],
 )
 def test_bad_urls_are_refused_with_a_hint_and_create_nothing(
-    opener: str, url: str, hint: str, in_tmp: Path
+    opener: str, url: str, hint: str, in_tmp: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.delenv("PGDATABASE", raising=False)
     open_, error = OPENERS[opener]
     with pytest.raises(error) as caught:
         open_(url)
@@ -100,10 +111,11 @@ def test_postgresql_without_psycopg_says_how_to_install_it(tmp_path: Path) -> No
         "import sys; sys.modules['psycopg'] = None\n"
         "import bide, govern\n"
         "for opener in (bide.open_store, govern.EventLog):\n"
-        "    try:\n"
-        "        opener('postgresql://postgres@127.0.0.1/test')\n"
-        "    except (bide.StoreURLError, govern.LogURLError) as exc:\n"
-        "        print(type(exc).__name__, exc)\n"
+        "    for url in ('postgresql://postgres@127.0.0.1/test', 'postgresql://u@host:5342x/db'):\n"
+        "        try:\n"
+        "            opener(url)\n"
+        "        except (bide.StoreURLError, govern.LogURLError) as exc:\n"
+        "            print(type(exc).__name__, exc)\n"
     )
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     env = {**os.environ, "PYTHONPATH": path}
@@ -112,8 +124,10 @@ def test_postgresql_without_psycopg_says_how_to_install_it(tmp_path: Path) -> No
     )
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
-    assert [line.split()[0] for line in lines] == ["StoreURLError", "LogURLError"]
-    assert all("pip install 'bide[postgres]'" in line for line in lines)
+    assert [line.split()[0] for line in lines] == ["StoreURLError"] * 2 + ["LogURLError"] * 2
+    assert all("pip install 'bide[postgres]'" in line for line in lines[::2])
+    # A typo is told first: installing the driver would not fix it.
+    assert all("the port '5342x' is not a port number" in line for line in lines[1::2])
 
 
 @pytest.mark.postgres
@@ -129,9 +143,11 @@ def test_postgresql_schemes_open_both(scheme: str) -> None:
         assert [e.key for e in store.load("r")] == ["k"]
     finally:
         store.close()
-        from tests.bide.conftest import drop_prefix
-
-        drop_prefix("postgresql+psycopg://postgres@127.0.0.1:5432/test", prefix)
+        engine = sa.create_engine("postgresql+psycopg://postgres@127.0.0.1:5432/test")
+        with engine.begin() as conn:  # (tests/bide's conftest is not importable from here when run alone)
+            for table in ("records", "runs"):
+                conn.exec_driver_sql(f"DROP TABLE IF EXISTS {prefix}{table}")
+        engine.dispose()
     log = govern.EventLog(url, name="urls" + uuid.uuid4().hex[:12])
     try:
         assert log.read() == []
