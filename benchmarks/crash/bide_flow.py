@@ -78,12 +78,18 @@ def drive(agent: bide.Agent, workflow: str, reconcile: bool) -> None:
     """Start or resume the run; report completed or halted (with the halted call and its tool)."""
     started = time.perf_counter()
     while True:
+        drive_began = time.time()
         try:
             result = agent.run_sync(workflow, f"process order {workflow}")
         except bide.OutcomeUnknown as halt:
-            wait = halt.deadline + CLOCK_SKEW - time.time() if halt.deadline is not None else 0.0
-            if reconcile and wait > 0:
-                time.sleep(wait + 0.01)  # the reconciler decides once the deadline has passed
+            # The reconciler is asked once the call's deadline and the clock skew have passed. A drive that
+            # began before that moment may have reached the call before it (and the time to the halt, the
+            # lease's release included, may have carried the clock past it): it drives again then. A drive
+            # begun after it asked the reconciler, so its halt is final. (Deciding by the clock at the halt
+            # reported such a drive as halted now and then under load.)
+            ready_at = None if halt.deadline is None else halt.deadline + CLOCK_SKEW
+            if reconcile and ready_at is not None and drive_began < ready_at:
+                time.sleep(max(0.0, ready_at - time.time()) + 0.01)
                 continue
             common.report("halted", started, tool=halt.tool, call=halt.call_id)
             return
