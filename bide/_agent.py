@@ -1317,7 +1317,8 @@ class Agent(Generic[T]):
             return None
         cause: BaseException | None = None
         ready_at = last.deadline_ms / 1000 + self.clock_skew
-        if tool.reconcile is not None and self.clock() >= ready_at:
+        now = self.clock()  # read once: the halt's words must say whether the reconciler was asked
+        if tool.reconcile is not None and now >= ready_at:
             info = AttemptInfo(
                 journal.run_id,
                 call.call_id,
@@ -1358,8 +1359,8 @@ class Agent(Generic[T]):
                     await journal.aload()
                 return recorded
         why = "crashed"
-        if tool.reconcile is not None and cause is None and self.clock() < ready_at:
-            why = f"crashed; its reconciler may decide it from {when(ready_at, self.clock())} on"
+        if tool.reconcile is not None and cause is None and now < ready_at:
+            why = f"crashed; its reconciler may decide it from {when(ready_at, now)} on"
         raise self._unknown(journal, last, why) from cause
 
     def _not_called(self, journal: Journal, tool: Tool, call: ToolCall, approval: Any) -> ToolResult | None:
