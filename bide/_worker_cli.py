@@ -341,8 +341,12 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             if why:
                 print(f"bide worker: {printable(why)}", file=sys.stderr)
             return code
+        started = (
+            f"bide worker: serving {len(agents)} agent(s) on {_where(store)}, looking for runs to recover "
+            f"every {args.poll:g} s; SIGINT, SIGTERM or SIGHUP stops it"
+        )
         with _signals_restored():
-            asyncio.run(_forever(worker))
+            asyncio.run(_forever(worker, started))
         return EXIT_OK
     finally:
         try:
@@ -458,8 +462,11 @@ async def _once(worker: Worker) -> PassReport:
     return await worker.run_once()
 
 
-async def _forever(worker: Worker) -> None:
+async def _forever(worker: Worker, started: str) -> None:
     _stop_then_cancel_on_signals(worker)
+    # Said once the stop signals are the worker's own: from then on a signal stops it as documented (before,
+    # it ends the process as any program starting up, with no run taken yet).
+    print(printable(started), file=sys.stderr, flush=True)
     await worker.run_forever()
 
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -354,6 +356,26 @@ def test_what_the_app_prints_does_not_break_the_json_report(env: dict[str, str],
     assert status(url, "bide_", "r0") == "completed"
 
 
+def _serving_line(worker: subprocess.Popen[str], timeout: float = 60.0) -> str:
+    """Read the worker's stderr up to the line saying it serves (its stop signals are its own from then)."""
+    assert worker.stderr is not None
+    stream, lines = worker.stderr, queue.Queue[str]()
+
+    def read() -> None:
+        for line in iter(stream.readline, ""):
+            lines.put(line)
+            if "bide worker: serving" in line:
+                return
+        lines.put("")  # it ended
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        line = lines.get(timeout=timeout)
+        assert line, f"the worker ended before serving: {worker.communicate()}"
+        if "bide worker: serving" in line:
+            return line
+
+
 def test_a_worker_started_under_nohup_outlives_sighup(env: dict[str, str], tmp_path: Path) -> None:
     """Handling SIGHUP replaced the "ignore" nohup sets: logging out stopped a worker meant to outlive the
     terminal."""
@@ -364,7 +386,10 @@ def test_a_worker_started_under_nohup_outlives_sighup(env: dict[str, str], tmp_p
         stderr=subprocess.PIPE, text=True, preexec_fn=lambda: signal.signal(signal.SIGHUP, signal.SIG_IGN),
     )  # fmt: skip
     try:
-        time.sleep(2.0)  # its loop is up, its handlers installed
+        # Its loop is up and the stop signals are its own once it says so (a fixed sleep of 2 s was too
+        # short under load: the SIGTERM below then met Python's default and ended it with -15).
+        said = _serving_line(worker)
+        assert f"serving 1 agent(s) on {url}" in said and "SIGINT, SIGTERM or SIGHUP stops it" in said
         worker.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert worker.poll() is None, "the worker stopped on an ignored SIGHUP"
