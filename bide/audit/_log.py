@@ -113,10 +113,12 @@ class AuditLog:
         return self.key
 
     def check_journal(self, run_id: str) -> int:
-        """Read the run's whole journal again and check that it is the one its audit tree was built from:
-        as many records, each hashing to its leaf. Returns the tree's size; raises `JournalDamaged` naming
-        where they part. O(n) (`sign_head` is O(log n) and trusts the tree): `bide-audit export` runs it
-        before it signs, proves or exports anything, so no head vouches for records the journal lost."""
+        """Read the run's whole journal again and check that it is the one its audit tree was built from
+        (as many records, each hashing to its leaf) and that each record is one a verifier accepts as a
+        journal's (`_check_records`). Returns the tree's size; raises `JournalDamaged` naming where it
+        fails. O(n) (`sign_head` is O(log n) and trusts the tree): `bide-audit export` runs it before it
+        signs, proves or exports anything, so no head vouches for records the journal lost or that were
+        changed before the tree took them in (a run exported for the first time)."""
         self.sync(run_id)
         size, last_seq = self._hashes.state(run_id)
         # Records committed after the sync (a live run goes on) are not the tree's yet: left out. One put
@@ -128,6 +130,7 @@ class AuditLog:
         pairs = zip(entries[:shared], leaves, strict=True)
         differs = next((i for i, (entry, leaf) in enumerate(pairs) if _leaf_hash(entry.data) != leaf), None)
         if differs is None and len(entries) == size:
+            _check_records(run_id, entries)
             return size
         found = []
         if len(entries) != size:
@@ -228,3 +231,33 @@ class AuditLog:
             if wanted is None or e.key in wanted
         ]
         return EvidencePackage(sth=sth, records=out)
+
+
+def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
+    """Raise `JournalDamaged` unless every record is what the verifiers take for a journal's (see
+    `check_evidence_proofs`): a salted JSON object with a key and a kind, each key once, the header first.
+    A record edited in the store before the audit tree took it in hashes to its leaf all the same; signed,
+    it would be a package its own verifier calls forged."""
+    from ._formats import decode_record_bytes
+
+    seen: dict[str, int] = {}
+    for index, entry in enumerate(entries):
+        where = f"record {index} of the journal of run {run_id!r} ({entry.key!r})"
+        try:
+            record = decode_record_bytes(entry.data)
+        except NotVerified as exc:
+            raise JournalDamaged(f"{where} is not a record bide wrote ({exc}): {_CHANGED}") from None
+        key = record["key"]
+        if key in seen:
+            raise JournalDamaged(f"{where} has the key of record {seen[key]}, {key!r}: {_CHANGED}")
+        seen[key] = index
+        if (record["kind"] == "header") != (index == 0):
+            raise JournalDamaged(f"{where} is of kind {record['kind']!r}; a journal's header is its first "
+                                 f"record, and only it: {_CHANGED}")
+
+
+_CHANGED = (
+    "it was changed behind bide, so nothing was signed or exported; restore the store from a backup, or "
+    "`bide show RUN` to see the journal as it is"
+)
+

@@ -314,3 +314,43 @@ def test_export_signs_and_proves_nothing_over_a_journal_changed_behind_bide(
             assert "holds 7 records where its audit tree has 8" in said, said
     assert not (tmp_path / "now.json").exists() and not list((tmp_path / "anchors").iterdir())
     assert not list(tmp_path.glob("proof.json")) and not list(tmp_path.glob("evidence.json"))
+
+
+@pytest.mark.parametrize(
+    ("damage", "said"),
+    [
+        (b"{not json", "is not a record bide wrote"),
+        (b'{"key": "approval:note:2", "kind": "note"}', "no 32-byte salt"),
+        ("the key of record 1", "has the key of record 1"),
+        ("a second header", "a journal's header is its first record"),
+    ],
+)
+def test_a_first_export_signs_nothing_over_a_record_changed_before_the_tree_took_it_in(
+    tmp_path: Path, damage: bytes | str, said: str
+) -> None:
+    """With no audit tree yet (the run never exported), the export built the tree from the journal as it
+    found it: a record edited in the store was signed, anchored and written into a package that
+    verify-evidence then called forged. The export refuses it (exit 1), writing and anchoring nothing."""
+    import json
+    import sqlite3
+
+    url = _store_and_key(tmp_path, "r", 4)
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        rows = dict(db.execute("SELECT key, data FROM bide_records WHERE run_id = 'r' ORDER BY seq"))
+        if isinstance(damage, bytes):
+            data = damage
+        else:
+            record = json.loads(rows["approval:note:2"])
+            if damage == "a second header":
+                record["kind"] = "header"
+            else:
+                record["key"] = list(rows)[1]
+            data = json.dumps(record).encode()
+        db.execute("UPDATE bide_records SET data = ? WHERE run_id = 'r' AND key = 'approval:note:2'", (data,))
+    (tmp_path / "anchors").mkdir()
+    base = ["--store", url, "--run", "r", "--key", "log.key"]
+    done = _audit("export", *base, "-o", "evidence.json", "--anchor-dir", "anchors", cwd=tmp_path)
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    assert said in done.stdout + done.stderr and "'approval:note:2'" in done.stdout + done.stderr
+    assert not (tmp_path / "evidence.json").exists() and not list((tmp_path / "anchors").iterdir())
+
