@@ -64,6 +64,7 @@ from ._errors import (
     ConfigError,
     HaltInFlight,
     NoLiveAttempt,
+    RecordDamaged,
     ResolveRefused,
     RunInFlight,
     StoreError,
@@ -985,6 +986,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _failed(args, EXIT_REFUSED, f"refused: {exc}")
     except ConfigError as exc:
         return _failed(args, EXIT_USAGE, str(exc))
+    except RecordDamaged as exc:
+        # Not the store failing (6, which a script retries): a record that reads the same way every time.
+        run = getattr(args, "run", None)
+        where = f"run {run!r} cannot be read: " if isinstance(run, str) else ""
+        return _failed(
+            args,
+            EXIT_NOT_FOUND,
+            f"{where}its record {exc.key!r} is damaged ({_why_damaged(exc)}); it was edited or damaged in "
+            "the database (bide never writes such a record): restore the store from a backup",
+            "unreadable",
+        )
     except StoreError as exc:
         return _failed(args, EXIT_STORE, f"store error: {exc}")
     except BideError as exc:

@@ -6,7 +6,8 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     ├── ConfigError (also ValueError)     your definition or argument is wrong; fix the code
     │   └── RunMismatch                   the run exists with another input or entry point
     ├── StoreError                        the store failed or holds something unexpected
-    │   └── JournalFormatError            the run was written in another journal format
+    │   ├── JournalFormatError            the run was written in another journal format
+    │   └── RecordDamaged                 a journal record was edited or damaged in the database
     ├── StoreNotFound                     no store at that URL (create=False), no such PostgreSQL database
     ├── ModelError                        the model call failed (after retries)
     ├── RunLimitExceeded                  the run used up max_turns
@@ -51,6 +52,7 @@ __all__ = [
     "NotCalled",
     "OutcomeUnknown",
     "OutputInvalid",
+    "RecordDamaged",
     "ResolveRefused",
     "RunEnded",
     "RunHalted",
@@ -119,6 +121,18 @@ class JournalFormatError(StoreError):
 
     Finish or resolve runs with the bide version that started them before upgrading.
     """
+
+
+class RecordDamaged(StoreError):
+    """A journal record in the store cannot be decoded, or says it is another record: it was edited or
+    damaged in the database (bide never writes such a record). Reading the run again fails the same way;
+    retrying does not help. `bide show RUN` names the record; restore the store from a backup. `key` is the
+    record's key in the store.
+    """
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class ModelError(BideError):

@@ -40,7 +40,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from ._canonical import canonical_json, json_text, known_json_text, new_salt
-from ._errors import StoreError
+from ._errors import RecordDamaged
 from ._messages import AssistantMessage, ToolCall, Usage
 
 __all__ = [
@@ -474,9 +474,9 @@ def decode_record(key: str, data: bytes) -> Record:
     try:
         record = _ADAPTER.validate_python(json.loads(data))
     except (ValueError, ValidationError) as exc:
-        raise StoreError(f"journal record {key!r} cannot be decoded: {exc}") from exc
+        raise RecordDamaged(f"journal record {key!r} cannot be decoded: {exc}", key=key) from exc
     if record.key != key:
-        raise StoreError(
-            f"journal record stored under {key!r} says it is {record.key!r}; the store is corrupt"
+        raise RecordDamaged(
+            f"journal record stored under {key!r} says it is {record.key!r}; the store is corrupt", key=key
         )
     return record

@@ -233,6 +233,22 @@ def test_a_damaged_record_is_one_line_naming_run_and_record(tmp_path: Path) -> N
         assert "\\x0a" not in done.stderr and "pydantic" not in done.stderr
     assert "ok-1" in listed.stdout
     assert only_damaged.stdout.strip() == "No readable runs."
+    # The commands that write to the run said "store error" with exit 6, which a script retries forever.
+    assert run("keygen", "k.key", cwd=tmp_path).returncode == 0
+    writes = run_all(
+        ("approve", "--store", url, "wire-1", "c0.0", "--key", "k.key"),
+        ("deny", "--store", url, "wire-1", "c0.0", "--key", "k.key"),
+        ("cancel", "--store", url, "wire-1"),
+        ("resolve", "--store", url, "wire-1", "c0.0", "--not-started", "--json"),
+        cwd=tmp_path,
+    )
+    for done in writes:
+        assert done.returncode == 4, done.stderr
+        assert len(done.stderr.splitlines()) == 1, done.stderr
+        assert done.stderr.startswith(
+            "bide: run 'wire-1' cannot be read: its record 'run:start' is damaged (it has no 'kind' field); "
+        ), done.stderr
+    assert json.loads(writes[3].stdout)["reason"] == "unreadable"
 
 
 def test_docs_name_only_real_commands_and_every_halt() -> None:
