@@ -110,6 +110,14 @@ def strict_json(data: bytes, *, what: str = "input", max_bytes: int = MAX_INPUT_
 
 M = TypeVar("M", bound=Artifact)
 
+# Which command reads each artifact, for a file given to another one (an evidence package to `verify`).
+_READ_BY = {
+    "bide.audit.proof.v1": "`bide-audit verify`",
+    "bide.audit.evidence.v1": "`bide-audit verify-evidence` and `verify-approvals`",
+    "bide.audit.sth.v1": "`bide-audit verify-consistency`, as OLD_HEAD or NEW_HEAD",
+    "bide.audit.consistency.v1": "`bide-audit verify-consistency`, as PROOF",
+}
+
 
 def parse_artifact(model: type[M], data: bytes | Any, *, what: str = "input") -> M:
     """Read an artifact of `model`'s format from JSON bytes (or an already strictly parsed value).
@@ -122,7 +130,9 @@ def parse_artifact(model: type[M], data: bytes | Any, *, what: str = "input") ->
         raise UnreadableInput(f"{what} is not a JSON object")
     got = value.get("format")
     if got != expected:
-        raise UnreadableInput(f"{what} has format {got!r}; expected {expected!r}")
+        read_by = _READ_BY.get(got) if isinstance(got, str) else None
+        hint = f" (a file of that format is read by {read_by})" if read_by else ""
+        raise UnreadableInput(f"{what} has format {got!r}; expected {expected!r}{hint}")
     try:
         parsed = model.model_validate(value, strict=True)
     except ValidationError as exc:

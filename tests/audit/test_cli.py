@@ -109,6 +109,21 @@ def test_keygen_export_verify_and_consistency(tmp_path: Path) -> None:
     assert approvals.returncode == 1  # no gate in this run
     assert not (tmp_path / "x.json").exists()
 
+    # A file given to the command that does not read it says which one does.
+    mixed = _audit_all(
+        ("verify", "evidence.json", "--pubkey", "log.key.pub"),
+        ("verify-evidence", "bundle.json", "--pubkey", "log.key.pub"),
+        ("verify-consistency", "old.json", "proof.json", "new.json"),
+        cwd=tmp_path,
+    )
+    for done, read_by in zip(
+        mixed,
+        ["`bide-audit verify-evidence`", "`bide-audit verify`", "`bide-audit verify-consistency`, as PROOF"],
+        strict=True,
+    ):
+        assert done.returncode == 4, done.stderr
+        assert f"(a file of that format is read by {read_by}" in done.stderr, done.stderr
+
 
 def test_an_unreadable_key_never_hides_a_forged_bundle_or_package(tmp_path: Path) -> None:
     """verify and verify-evidence with a --pubkey that cannot be read: they exited 4 before looking at the
