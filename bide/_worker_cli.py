@@ -82,7 +82,14 @@ def app_attribute(spec: str) -> Any:
         module = importlib.import_module(module_name)
     except (Exception, SystemExit) as exc:  # the app's own code runs on import: any error in it is the app's
         # (SystemExit too: argparse or sys.exit() at import would end the worker without a word)
-        raise _AppError(f"cannot import {module_name!r} for --app: {_raised(exc)}") from exc
+        hint = ""
+        if isinstance(exc, ModuleNotFoundError) and exc.name and f"{module_name}.".startswith(f"{exc.name}."):
+            # The app's own module (or its package) is not found, not a module the app imports.
+            hint = (
+                f"; the worker imports it from the directory it starts in ({os.getcwd()}) and PYTHONPATH: "
+                "start it where the module's package is, or add that directory to PYTHONPATH"
+            )
+        raise _AppError(f"cannot import {module_name!r} for --app: {_raised(exc)}{hint}") from exc
     try:
         return getattr(module, attribute)
     except AttributeError:

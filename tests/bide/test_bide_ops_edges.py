@@ -273,14 +273,33 @@ def worker_once_with(
         ("def build(store:\n", "SyntaxError"),
         ("raise RuntimeError('no config')\n", "RuntimeError: no config"),
         ("def build(store):\n    raise KeyError('API_KEY')\n", "KeyError: 'API_KEY'"),
+        # A module the app imports is missing: the app's to fix, not where the worker starts.
+        ("import no_such_dependency\n", "No module named 'no_such_dependency'\n"),
     ],
-    ids=["syntax-error", "raises-on-import", "build-raises"],
+    ids=["syntax-error", "raises-on-import", "build-raises", "its-import-missing"],
 )
 def test_worker_app_that_cannot_load_is_a_usage_error(tmp_path: Path, source: str, expected: str) -> None:
     done = worker_once_with(tmp_path, "brokenapp", source)
     assert done.returncode == 2, done.stderr
     assert expected in done.stderr
     assert "this is a bug" not in done.stderr
+
+
+def test_an_app_module_not_found_says_where_the_worker_looks(tmp_path: Path) -> None:
+    """The worker imports --app from the directory it starts in and PYTHONPATH; started elsewhere, it only
+    said 'No module named myapp'."""
+    (tmp_path / "elsewhere").mkdir()
+    url = f"sqlite:///{tmp_path / 'w.db'}"
+    bide.open_store(url).close()
+    done = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "myapp.agents:build",
+         "--once"],
+        capture_output=True, text=True, cwd=tmp_path / "elsewhere", timeout=60,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert "No module named 'myapp'; the worker imports it from the directory it starts in" in done.stderr
+    assert f"({tmp_path / 'elsewhere'}) and PYTHONPATH" in done.stderr
 
 
 CLOSE_FAILS_APP = """
