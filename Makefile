@@ -32,8 +32,11 @@ lint:
 typecheck:
 	$(PYTHON) -m mypy
 
+# PYTEST_WORKERS=0 runs the suite in one process (pytest-xdist's -n 0).
+PYTEST_WORKERS ?= 4
+
 pytest:
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n $(PYTEST_WORKERS)
 
 bench: install
 	for b in benchmarks/[!_]*.py; do $(PYTHON) $$b || exit 1; done
