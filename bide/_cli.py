@@ -117,7 +117,6 @@ SYNONYMS = {
     "resume": "worker",
     "stop": "cancel",
 }
-_EVERY_LEASE_MS = 2**62  # expired_leases at this instant lists every lease of an unfinished run
 EXIT_INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
 _T = TypeVar("_T")
 
@@ -282,9 +281,11 @@ def say(text: str, *, file: Any = None) -> None:
 
 def _leases(store: Store) -> dict[str, Lease]:
     """Every lease of an unfinished run, by run id (read only: nothing is granted or renewed)."""
+    from ._store import EVERY_LEASE_MS
+
     out: dict[str, Lease] = {}
     after = ""
-    while batch := store.expired_leases(now_ms=_EVERY_LEASE_MS, after=after, limit=500):
+    while batch := store.expired_leases(now_ms=EVERY_LEASE_MS, after=after, limit=500):
         out.update((lease.run_id, lease) for lease in batch)
         after = batch[-1].run_id
     return out

@@ -60,6 +60,7 @@ __all__ = [
 ]
 
 END_KEY = "run:end"  # the record that seals a run (S8); the journal defines it, the store enforces it
+EVERY_LEASE_MS = 2**62  # expired_leases at this instant lists every lease of an unfinished run
 
 Fence = tuple[str, int]
 """(holder, token) of a lease, carried by a fenced write (S10)."""

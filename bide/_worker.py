@@ -50,7 +50,7 @@ from ._errors import (
 from ._journal import Journal
 from ._records import CANCEL_KEY, START_KEY, Start
 from ._resolve import status_of
-from ._store import Store
+from ._store import EVERY_LEASE_MS, Store
 
 __all__ = ["PassReport", "Worker"]
 
@@ -73,6 +73,8 @@ class PassReport:
     will drive them). `errors` says what each failed drive raised ("<type>: <message>")
     and `causes` why it failed: "store" (the store failed), "output" (the run ended as failed: its final
     answer never validated, `OutputInvalid`) or "error" (anything else: the model down, a bug).
+    `leased`: unfinished runs no pass could take because another driver's lease on them is live (one
+    driving them now, or one that died less than its lease and the clock skew ago: a later pass takes those).
     """
 
     completed: int = 0
@@ -83,6 +85,7 @@ class PassReport:
     errors: dict[str, str] = field(default_factory=dict)
     causes: dict[str, str] = field(default_factory=dict)
     unresumable: dict[str, str] = field(default_factory=dict)
+    leased: int = 0
 
     @property
     def driven(self) -> int:
@@ -182,7 +185,11 @@ class Worker:
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
-            for run_id in await self._runs_to_recover():
+            run_ids = await self._runs_to_recover()
+            # Said in the report so that a pass run from cron right after a crash does not look like a
+            # store with nothing to recover.
+            report.leased = await asyncio.to_thread(self._count_live_leases)
+            for run_id in run_ids:
                 group.create_task(one(run_id))
         return report
 
@@ -259,6 +266,15 @@ class Worker:
         for run_id in [r for r in self._state if r not in listed and r not in self._in_flight]:
             del self._state[run_id]
         return out
+
+    def _count_live_leases(self) -> int:
+        """How many unfinished runs hold a lease that is live now (not this worker's own drives)."""
+        now_ms = int(self.clock() * 1000)
+        count, after = 0, ""
+        while page := self.store.expired_leases(now_ms=EVERY_LEASE_MS, after=after, limit=500):
+            count += sum(1 for lease in page if lease.expires_ms > now_ms)
+            after = page[-1].run_id
+        return count
 
     def _list_runs_to_recover(self) -> tuple[list[str], set[str]]:
         """The runs to drive now, and every run listed (those too that wait for their backoff)."""

@@ -341,7 +341,13 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
                 print(
                     f"resumed {report.driven} {runs}: {report.completed} completed, {report.halted} halted "
                     f"(need a person), {report.waiting} waiting, {report.failed} failed; "
-                    f"{report.skipped} skipped",
+                    f"{report.skipped} skipped"
+                    + (
+                        f"; {report.leased} held by a live lease (driven elsewhere, or its driver died "
+                        "less than its lease ago: a later pass takes those)"
+                        if report.leased
+                        else ""
+                    ),
                     file=report_to,
                 )
             code, why = _once_exit_code(report)

@@ -375,6 +375,28 @@ def test_what_the_app_prints_does_not_break_the_json_report(env: dict[str, str],
     assert status(url, "bide_", "r0") == "completed"
 
 
+def test_a_once_pass_reports_runs_a_live_lease_keeps_from_it(env: dict[str, str], tmp_path: Path) -> None:
+    """Right after a crash, the dead driver's lease is still live: `--once` drove nothing and its report
+    was all zeros, as for a store with nothing to recover. It counts such runs (`leased`) and says a later
+    pass takes those whose driver died."""
+    url, prefix = f"sqlite:///{tmp_path / 'leased.db'}", "bide_"
+    for run_id in ("crashed", "free"):
+        crash_run(url, prefix, run_id, env)  # its first model turn failed: unfinished, its lease released
+    store = bide.open_store(url, table_prefix=prefix)
+    try:  # as a driver killed a moment ago leaves it: a lease live for another minute
+        assert store.lease("crashed", "dead-driver", now_ms=int(time.time() * 1000), ttl_ms=60_000).held
+    finally:
+        store.close()
+    command = worker_command(url, prefix, "--once")
+    json_pass = subprocess.run([*command, "--json"], env=env, cwd=HERE, capture_output=True, text=True)
+    text_pass = subprocess.run(command, env=env, cwd=HERE, capture_output=True, text=True)
+    report = json.loads(json_pass.stdout)
+    assert json_pass.returncode == 0 and (report["leased"], report["completed"]) == (1, 1), json_pass.stderr
+    assert status(url, prefix, "crashed") != "completed" and status(url, prefix, "free") == "completed"
+    assert text_pass.returncode == 0, text_pass.stderr
+    assert "; 1 held by a live lease (driven elsewhere, or its driver died" in text_pass.stdout
+
+
 def _serving_line(worker: subprocess.Popen[str], timeout: float = 60.0) -> str:
     """Read the worker's stderr up to the line saying it serves (its stop signals are its own from then)."""
     assert worker.stderr is not None
