@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from ._errors import ConfigError, JournalFormatError, StoreError
+from ._errors import ConfigError, JournalFormatError, RecordDamaged, StoreError
 from ._records import FORMAT, HEADER_KEY, Header, Record, decode_record, encode_record
 from ._store import BlockingStore, Entry, Fence, Store
 
@@ -34,6 +34,11 @@ def check_run_id(run_id: object) -> str:
         except UnicodeEncodeError:
             raise ConfigError(f"run id {run_id!r} holds a lone surrogate, which no store can keep") from None
     return run_id
+
+
+class _HeaderDamaged(JournalFormatError, RecordDamaged):
+    """A run's header that cannot be decoded: refused as another format would be (`JournalFormatError`),
+    and a damaged record (`RecordDamaged`) to whoever tells the two apart, as the `bide` CLI does."""
 
 
 class Journal:
@@ -153,8 +158,9 @@ class Journal:
             )
         try:
             rec = decode_record(entry.key, entry.data)
-        except StoreError as exc:
-            raise JournalFormatError(f"run {self.run_id!r} has an unreadable header: {exc}") from exc
+        except RecordDamaged as exc:
+            message = f"run {self.run_id!r} has an unreadable header: {exc}"
+            raise _HeaderDamaged(message, key=entry.key) from exc
         if not isinstance(rec, Header) or rec.format != FORMAT:
             fmt = rec.format if isinstance(rec, Header) else "?"
             raise JournalFormatError(

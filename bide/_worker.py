@@ -43,6 +43,7 @@ from ._errors import (
     ConfigError,
     OutcomeUnknown,
     OutputInvalid,
+    RecordDamaged,
     RunInFlight,
     RunSleeping,
     StoreError,
@@ -414,6 +415,14 @@ class Worker:
         return "completed"
 
     def _failed(self, run_id: str, exc: BaseException, report: PassReport | None) -> str:
+        if isinstance(exc, RecordDamaged):
+            # Not the store failing (a drive again would read the same bytes): no pass of this worker can
+            # drive the run, and --once must not exit as for a store that is down.
+            why = (
+                f"its record {exc.key!r} is damaged ({str(exc).splitlines()[0]}); it was edited or damaged "
+                "in the database (bide never writes such a record): restore the store from a backup"
+            )
+            return self._skip(run_id, why, report)
         self._back_off(self._state.setdefault(run_id, _Backoff()))
         log.warning("run %s: drive failed, retrying with backoff: %s", run_id, exc)
         if report is not None:

@@ -249,6 +249,13 @@ def test_a_damaged_record_is_one_line_naming_run_and_record(tmp_path: Path) -> N
             "bide: run 'wire-1' cannot be read: its record 'run:start' is damaged (it has no 'kind' field); "
         ), done.stderr
     assert json.loads(writes[3].stdout)["reason"] == "unreadable"
+    # A damaged header too (it was refused as a journal format bide does not read: a store error, exit 6).
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        db.execute("UPDATE bide_records SET data = ? WHERE run_id = 'ok-1' AND key = '@journal'", (b"[",))
+    for done in run_all(("cancel", "--store", url, "ok-1"), ("show", "--store", url, "ok-1"), cwd=tmp_path):
+        assert done.returncode == 4, done.stderr
+        assert "run 'ok-1' cannot be read: its record '@journal'" in done.stderr, done.stderr
+        assert "(it is not JSON)" in done.stderr, done.stderr
 
 
 def test_docs_name_only_real_commands_and_every_halt() -> None:

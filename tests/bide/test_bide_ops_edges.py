@@ -397,6 +397,32 @@ def test_a_once_pass_reports_runs_a_live_lease_keeps_from_it(env: dict[str, str]
     assert "; 1 held by a live lease (driven elsewhere, or its driver died" in text_pass.stdout
 
 
+@pytest.mark.parametrize("key", ["@journal", "run:start"])
+def test_a_once_pass_leaves_a_run_with_a_damaged_record_to_a_person(
+    env: dict[str, str], tmp_path: Path, key: str
+) -> None:
+    """A record edited in the database failed the drive as the store failing: --once exited 6 (a store
+    down, which cron retries) and every pass drove the run again to fail the same way. The run is
+    unresumable, said once, and the pass exits 0."""
+    import sqlite3
+
+    url, prefix = f"sqlite:///{tmp_path / 'damaged.db'}", "bide_"
+    crash_run(url, prefix, "damaged", env)
+    crash_run(url, prefix, "sound", env)
+    with sqlite3.connect(tmp_path / "damaged.db") as db:
+        db.execute(
+            f"UPDATE {prefix}records SET data = ? WHERE run_id = 'damaged' AND key = ?", (b"{not json", key)
+        )
+    done = subprocess.run(
+        [*worker_command(url, prefix, "--once"), "--json"], env=env, cwd=HERE, capture_output=True, text=True
+    )
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, done.stderr
+    assert report["completed"] == 1 and report["failed"] == 0 and report["causes"] == {}, report
+    assert f"its record {key!r} is damaged" in report["unresumable"]["damaged"]
+    assert "restore the store from a backup" in report["unresumable"]["damaged"]
+
+
 def _serving_line(worker: subprocess.Popen[str], timeout: float = 60.0) -> str:
     """Read the worker's stderr up to the line saying it serves (its stop signals are its own from then)."""
     assert worker.stderr is not None
