@@ -296,29 +296,41 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             raise
         raise StoreNotFound(f"{exc}; give the store's own with --table-prefix", missing="tables") from exc
     try:
-        log = AuditLog(store, key, publisher)
+        log = AuditLog(store, key)  # its head is published here, once the artifact is made
         if store.runs(prefix=args.run, limit=1) != [args.run]:  # (the run sorts first among its prefix's)
             raise UnreadableInput(f"the store {args.store} has no run {args.run!r}")
         artifact: Any
-        # Nothing is signed, proven or exported over a journal that is not the one its tree was built from.
-        log.check_journal(args.run)
+        # Nothing is signed, proven or exported over a journal that is not the one its tree was built from,
+        # nor over records appended since it was checked (a live run goes on meanwhile): the head is of
+        # the records checked.
+        checked = log.check_journal(args.run)
+        head: SignedTreeHead | None = None
         if args.consistency_from is not None:
-            artifact = log.consistency(args.run, args.consistency_from, args.consistency_to)
+            to = checked if args.consistency_to is None else args.consistency_to
+            if to > checked:
+                raise ConfigError(
+                    f"run {args.run!r} has {checked} records; cannot prove {args.consistency_from} -> {to}"
+                )
+            artifact = log.consistency(args.run, args.consistency_from, to)
             what = f"a consistency proof {artifact.old_size} -> {artifact.new_size} for run {args.run!r}"
-        elif args.head:
-            artifact = log.sign_head(args.run)
-            what = f"a signed head of run {args.run!r} at {artifact.size} records"
-        elif args.record:
-            if store.get(args.run, args.record) is None:  # refuse before a head is signed and published
+        else:
+            if args.record and store.get(args.run, args.record) is None:  # refused before a head is signed
                 raise UnreadableInput(
                     f"run {args.run!r} in the store {args.store} has no record {args.record!r}; "
                     f"`bide show {args.run}` lists its record keys"
                 )
-            artifact = log.prove(args.run, args.record)
-            what = f"a proof bundle for record {args.record!r} of run {args.run!r}"
-        else:
-            artifact = log.evidence(args.run)
-            what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
+            head = log.sign_head(args.run, size=checked, publish=False)
+            if args.head:
+                artifact = head
+                what = f"a signed head of run {args.run!r} at {artifact.size} records"
+            elif args.record:
+                artifact = log.prove(args.run, args.record, head)
+                what = f"a proof bundle for record {args.record!r} of run {args.run!r}"
+            else:
+                artifact = log.evidence(args.run, head)
+                what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
+        if head is not None and publisher is not None:
+            publisher.publish(head)  # only a head whose artifact was made: it is written next
         _write_atomic(output, artifact.to_json(), publisher)
     finally:
         close_store(store)

@@ -19,7 +19,7 @@ from ._formats import (
     check_head,
     sign_head,
 )
-from ._hashes import HashBackend, _leaf_hash, _leaf_hashes, backend_for
+from ._hashes import TILE_HEIGHT, HashBackend, _leaf_hash, _leaf_hashes, backend_for
 from ._keys import SigningKey
 from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root
 from ._tree import MerkleTree
@@ -131,6 +131,7 @@ class AuditLog:
         differs = next((i for i, (entry, leaf) in enumerate(pairs) if _leaf_hash(entry.data) != leaf), None)
         if differs is None and len(entries) == size:
             _check_records(run_id, entries)
+            self._check_upper_levels(run_id, leaves)
             return size
         found = []
         if len(entries) != size:
@@ -143,10 +144,40 @@ class AuditLog:
             "inserted behind bide"
         )
 
-    def sign_head(self, run_id: str, *, publish: bool = True) -> SignedTreeHead:
-        """Sync, sign the run's current head, and hand it to the publisher (if any)."""
+    def _check_upper_levels(self, run_id: str, leaves: Sequence[bytes]) -> None:
+        """Raise `JournalDamaged` unless every hash the tree stores above its leaves (every complete
+        subtree at levels 7, 14, ...: see bide/audit/_hashes.py) is the one its leaves give. Roots and
+        proofs are read from those levels: a damaged one would be signed as the journal's root."""
+        tree = MerkleTree()
+        for leaf in leaves:
+            tree.append_hash(leaf)
+        coords = [
+            (level, index)
+            for level in range(TILE_HEIGHT, len(leaves).bit_length(), TILE_HEIGHT)
+            for index in range(len(leaves) >> level)
+        ]
+        if not coords:
+            return
+        stored = self._hashes.read(run_id, coords)
+        for (level, index), theirs, ours in zip(coords, stored, tree.read(coords), strict=True):
+            if theirs != ours:
+                first, last = index << level, ((index + 1) << level) - 1
+                raise JournalDamaged(
+                    f"the audit tree of run {run_id!r} is damaged: its stored hash of records {first} to "
+                    f"{last} (level {level}) is not the one those records give; it was changed behind "
+                    "bide, so nothing was signed or exported. Delete the run's rows from the store's "
+                    "audit_tiles and audit_tile_trees tables (under its table prefix) to have the tree "
+                    "rebuilt from the journal"
+                )
+
+    def sign_head(self, run_id: str, *, publish: bool = True, size: int | None = None) -> SignedTreeHead:
+        """Sync, sign the run's head (of its first `size` records; default: all of them), and hand it to
+        the publisher (if any)."""
         key = self._signing_key()
-        size = self.sync(run_id)
+        n = self.sync(run_id)
+        size = n if size is None else size
+        if not 0 <= size <= n:
+            raise ConfigError(f"run {run_id!r} has {n} records; there is no head of size {size}")
         sth = sign_head(key, run_id, size, self.root(run_id, size))
         if publish and self.publisher is not None:
             self.publisher.publish(sth)

@@ -5,6 +5,7 @@ another table prefix than bide_."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import sqlite3
 import subprocess
@@ -187,3 +188,61 @@ def test_heads_are_published_to_a_drop_box_anchor_directory(tmp_path: Path) -> N
     assert done.returncode == 0, done.stdout + done.stderr
     [folder] = drop.iterdir()
     assert len(list(folder.iterdir())) == 1
+
+
+@pytest.mark.parametrize("export", [["--head"], ["--record", "approval:note:3"], []])
+def test_a_damaged_hash_above_the_leaves_is_refused_before_a_head_is_signed(
+    tmp_path: Path, export: list[str]
+) -> None:
+    """Only the leaves were checked against the journal, while roots and proofs are read from the levels
+    stored above them (7, 14, ...): with a level-7 hash zeroed, `--head` and `--record` signed, anchored and
+    wrote a root that is not the journal's (exit 0), and a full export refused only after it had
+    anchored a head. Each now refuses (exit 1) with nothing signed, anchored or written."""
+    url = _store(tmp_path)
+    store = bide.open_store(url)
+    try:
+        write_run(store, "r", 200)
+        base = ["export", "--store", url, "--run", "r", "--key", "log.key"]
+        assert audit(*base, "--head", "-o", "before.json", cwd=tmp_path).returncode == 0
+    finally:
+        store.close()
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        assert db.execute("UPDATE bide_audit_tiles SET hashes = ? WHERE run_id = 'r' AND level = 7",
+                          (bytes(32),)).rowcount == 1  # fmt: skip
+    (tmp_path / "anchors").mkdir()
+    done = audit("export", "--store", url, "--run", "r", "--key", "log.key", *export, "-o", "out.json",
+                 "--anchor-dir", "anchors", cwd=tmp_path)  # fmt: skip
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "its stored hash of records 0 to 127 (level 7) is not the one those records give" in done.stderr
+    assert not (tmp_path / "out.json").exists() and not list((tmp_path / "anchors").iterdir())
+
+
+def test_a_record_committed_while_the_export_runs_is_left_out_of_what_it_signs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The journal was checked, then the head signed at the size found then: a record committed between the
+    two (a live run goes on; here a second header, which the check refuses) was signed into the package,
+    which verify-evidence then called forged. The head is of the records checked."""
+    from bide.audit import _cli
+    from bide.audit._log import AuditLog
+
+    url = _store(tmp_path)
+    store = bide.open_store(url)
+    try:
+        write_run(store, "r", 4)
+    finally:
+        store.close()
+    checked = AuditLog.check_journal
+
+    def then_a_record_lands(self: AuditLog, run_id: str) -> int:
+        size = checked(self, run_id)
+        bide.Journal(self.store, run_id).load().write([bide.GateRecord(key="approval:late", data="x")])
+        return size
+
+    monkeypatch.setattr(AuditLog, "check_journal", then_a_record_lands)
+    monkeypatch.chdir(tmp_path)
+    assert _cli.main(["export", "--store", url, "--run", "r", "--key", "log.key", "-o", "e.json"]) == 0
+    package = json.loads((tmp_path / "e.json").read_text())
+    assert package["sth"]["size"] == 6 and len(package["records"]) == 6  # the header, the start, 4 notes
+    verified = audit("verify-evidence", "e.json", "--pubkey", "log.key.pub", cwd=tmp_path)
+    assert verified.returncode == 0, verified.stderr

@@ -370,3 +370,27 @@ def test_a_record_committed_while_the_journal_is_checked_is_not_damage() -> None
 
     log.sync = sync_then_the_run_goes_on  # type: ignore[method-assign]
     assert log.check_journal("r") == 5
+
+
+def test_heads_signed_by_two_processes_in_either_order_are_consistent() -> None:
+    """Two processes anchoring one run at once: one read the tree at 3 records, the other signed its head at
+    5 first, then the first signed at 3. verify-consistency refused the pair ("the larger head is dated
+    before the smaller one"), so two authentic heads could never be shown consistent. A head's date is its
+    signer's clock: the pair verifies, and the output says the dates are the other way round."""
+    from bide.audit._formats import sign_head
+
+    store = bide.MemoryStore()
+    write_run(store, "r", 3)  # header, start, 3 notes: 5 records
+    key = SigningKey.generate()
+    log = AuditLog(store, key)
+    assert log.sync("r") == 5
+    larger = sign_head(key, "r", 5, log.root("r", 5), timestamp_ns=1_800_000_000_000_000_000)
+    smaller = sign_head(key, "r", 3, log.root("r", 3), timestamp_ns=1_800_000_000_250_000_000)
+    proof = log.consistency("r", 3, 5)
+    now = 1_800_000_001_000_000_000
+    verified = verify_consistency_proof(smaller, larger, proof, key.public, now_ns=now)
+    assert "extends, unchanged" in verified.proven
+    assert "the larger head is dated 0.250 s before the smaller one" in verified.not_proven
+    with pytest.raises(NotVerified, match="does not extend"):  # the proof still binds the roots
+        forged = sign_head(key, "r", 5, bytes(32), timestamp_ns=now)
+        verify_consistency_proof(smaller, forged, proof, key.public, now_ns=now)
