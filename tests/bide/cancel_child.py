@@ -26,7 +26,9 @@ def main() -> None:
     url, prefix, run_id = sys.argv[1:4]
     store = bide.open_store(url, table_prefix=prefix)
     script = [call("look", n=i) for i in range(300)] + [reply("looked at everything")]
-    agent = bide.Agent(ScriptedModel(script, delay=0.1), store=store, tools=[look])
+    # 300 turns of 0.1 s: 30 s for the test's `bide cancel` to land, however loaded the machine (with the
+    # default max_turns, 32, the run ended at its turn limit after about 3 s when the cancel came later).
+    agent = bide.Agent(ScriptedModel(script, delay=0.1), store=store, tools=[look], max_turns=400)
     result = agent.run_sync(run_id, "look around")
     print(json.dumps({"status": result.status, "answer": result.answer, "turns": result.turns}), flush=True)
     store.close()
