@@ -51,7 +51,8 @@ _FORMS = "a file path (bide.db), sqlite:///path, postgresql://user@host/db, or m
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _PASSWORD = re.compile(r"^([^/]*//[^/@:]*):[^/@]*@")
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0 and C1 control characters, and the byte order mark a file read as text may start with.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ufeff]")
 _POSTGRESQL_FORM = "write postgresql://user:password@host:5432/dbname"
 _LIBPQ_OPTIONS = "https://www.postgresql.org/docs/current/libpq-connect.html#LIBPQ-PARAMKEYWORDS"
 # The server's messages for a login it refuses for good (auth.c), besides a role that does not exist.
@@ -232,8 +233,16 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
                 f"{shown!r} is not a usable PostgreSQL URL: the host {host!r} is not a host name, an IP "
                 f"address or a socket directory; {_POSTGRESQL_FORM}"
             )
-    if not options.get("dbname") and not os.environ.get("PGDATABASE"):
-        # libpq would take the database named like the user: tables made where nobody meant them.
+    dbname = str(options.get("dbname") or "")
+    if _CONTROL.search(dbname):  # percent-encoded in the URL (%0A): no database is named so
+        raise StoreURLError(
+            f"{shown!r} is not a usable PostgreSQL URL: its database name {dbname!r} holds a control "
+            f"character; {_POSTGRESQL_FORM}"
+        )
+    named_elsewhere = options.get("service") or os.environ.get("PGDATABASE") or os.environ.get("PGSERVICE")
+    if not dbname and not named_elsewhere:
+        # libpq would take the database named like the user: tables made where nobody meant them. (A
+        # service, in the URL or PGSERVICE, may name it in the service file: libpq reads that.)
         raise StoreURLError(
             f"{shown!r} names no database (the server would use the one named like the user); "
             f"{_POSTGRESQL_FORM}"

@@ -92,6 +92,9 @@ def test_the_same_forms_open_both(opener: str, form: str, in_tmp: Path) -> None:
         # libpq would have used the database named like the user: tables made where nobody meant them.
         ("postgresql://postgres@127.0.0.1:5432/", "names no database"),
         ("postgresql://postgres@127.0.0.1", "names no database"),
+        ("postgresql://postgres@127.0.0.1/test%0A", "its database name 'test\\n' holds a control character"),
+        ("\ufeffshared.db", "holds a control character"),  # a byte order mark, from a file read as text
+        ("sha\x9bred.db", "holds a control character"),
     ],
 )
 def test_bad_urls_are_refused_with_a_hint_and_create_nothing(
@@ -153,3 +156,22 @@ def test_postgresql_schemes_open_both(scheme: str) -> None:
         assert log.read() == []
     finally:
         log.close()
+
+
+def test_a_postgresql_database_named_by_a_service_or_the_environment_is_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The check for a URL naming no database took only the URL and PGDATABASE: a libpq service (in the
+    URL or PGSERVICE), whose file names the database, was refused."""
+    from bide._url import parse_store_url
+
+    monkeypatch.delenv("PGDATABASE", raising=False)
+    monkeypatch.delenv("PGSERVICE", raising=False)
+    assert parse_store_url("postgresql:///?service=orders").kind == "postgresql"
+    for variable in ("PGSERVICE", "PGDATABASE"):
+        with monkeypatch.context() as env:
+            env.setenv(variable, "orders")
+            assert parse_store_url("postgresql://app@db.internal").kind == "postgresql"
+    with pytest.raises(bide.StoreURLError, match="names no database"):
+        parse_store_url("postgresql://app@db.internal")
+

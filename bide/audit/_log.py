@@ -266,9 +266,12 @@ class AuditLog:
 
 def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
     """Raise `JournalDamaged` unless every record is what the verifiers take for a journal's (see
-    `check_evidence_proofs`): a salted JSON object with a key and a kind, each key once, the header first.
-    A record edited in the store before the audit tree took it in hashes to its leaf all the same; signed,
-    it would be a package its own verifier calls forged."""
+    `check_evidence_proofs`: a salted JSON object with a key and a kind, each key once, the header first)
+    and one bide reads (`decode_record`: a kind it writes, stored under its own key). A record edited in
+    the store before the audit tree took it in hashes to its leaf all the same; signed, it would be a
+    package its own verifier calls forged, of a journal `bide show` calls damaged."""
+    from .._errors import RecordDamaged
+    from .._records import decode_record
     from ._formats import decode_record_bytes
 
     seen: dict[str, int] = {}
@@ -285,7 +288,11 @@ def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
         if (record["kind"] == "header") != (index == 0):
             raise JournalDamaged(f"{where} is of kind {record['kind']!r}; a journal's header is its first "
                                  f"record, and only it: {_CHANGED}")
-
+        try:
+            decode_record(entry.key, entry.data)
+        except RecordDamaged as exc:
+            reason = str(exc).splitlines()[0]
+            raise JournalDamaged(f"{where} is not a record bide wrote ({reason}): {_CHANGED}") from None
 
 _CHANGED = (
     "it was changed behind bide, so nothing was signed or exported; restore the store from a backup, or "

@@ -338,6 +338,9 @@ def test_export_signs_and_proves_nothing_over_a_journal_changed_behind_bide(
         (b'{"key": "approval:note:2", "kind": "note"}', "no 32-byte salt"),
         ("the key of record 1", "has the key of record 1"),
         ("a second header", "a journal's header is its first record"),
+        # What the verifiers accept, but bide itself does not read (bide show: exit 4).
+        ("a kind bide does not write", "is not a record bide wrote"),
+        ("a key of its own", "says it is 'approval:note:7'"),
     ],
 )
 def test_a_first_export_signs_nothing_over_a_record_changed_before_the_tree_took_it_in(
@@ -358,6 +361,10 @@ def test_a_first_export_signs_nothing_over_a_record_changed_before_the_tree_took
             record = json.loads(rows["approval:note:2"])
             if damage == "a second header":
                 record["kind"] = "header"
+            elif damage == "a kind bide does not write":
+                record["kind"] = "bogus"
+            elif damage == "a key of its own":
+                record["key"] = "approval:note:7"
             else:
                 record["key"] = list(rows)[1]
             data = json.dumps(record).encode()

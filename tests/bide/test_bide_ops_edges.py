@@ -526,6 +526,30 @@ def test_a_worker_with_a_closed_standard_output_or_error_still_drives_its_runs(
     assert status(url, "bide_", "r2") == "completed"
 
 
+@pytest.mark.parametrize("stderr", ["closed", "full"])
+def test_a_serving_worker_whose_standard_error_cannot_be_written_goes_on(
+    env: dict[str, str], tmp_path: Path, stderr: str
+) -> None:
+    """The line saying the worker serves, written to a closed or full standard error, ended the worker at
+    once (exit 1). It serves: it drives a run, and stops on SIGTERM with exit 0."""
+    url = f"sqlite:///{tmp_path / 'quiet.db'}"
+    crash_run(url, "bide_", "r0", env)
+    with open("/dev/full", "w") as full:
+        worker = subprocess.Popen(
+            worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE, stdout=subprocess.DEVNULL,
+            stderr=full, preexec_fn=(lambda: os.close(2)) if stderr == "closed" else None,
+        )  # fmt: skip
+    try:
+        wait_until(lambda: status(url, "bide_", "r0") == "completed", "the worker to resume the run", 60)
+        assert worker.poll() is None
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=30) == 0
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+
+
 def _store_entries(url: str, run_id: str) -> list[bide.Entry]:
     store = bide.open_store(url)
     try:
