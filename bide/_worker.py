@@ -269,7 +269,7 @@ class Worker:
         return out
 
     def _count_live_leases(self) -> int:
-        """How many unfinished runs hold a lease that is live now (not this worker's own drives)."""
+        """How many unfinished runs hold a lease that is live now (listed before the pass drives any)."""
         now_ms = int(self.clock() * 1000)
         count, after = 0, ""
         while page := self.store.expired_leases(now_ms=EVERY_LEASE_MS, after=after, limit=500):
