@@ -63,6 +63,7 @@ from ._errors import (
     BideError,
     ConfigError,
     HaltInFlight,
+    JournalFormatError,
     NoLiveAttempt,
     RecordDamaged,
     ResolveRefused,
@@ -998,6 +999,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "the database (bide never writes such a record): restore the store from a backup",
             "unreadable",
         )
+    except JournalFormatError as exc:  # a run this bide does not read: as unreadable as a damaged one
+        return _failed(args, EXIT_NOT_FOUND, str(exc), "unreadable")
     except StoreError as exc:
         return _failed(args, EXIT_STORE, f"store error: {exc}")
     except BideError as exc:

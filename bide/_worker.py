@@ -41,6 +41,7 @@ from ._agent import Agent
 from ._errors import (
     ApprovalPending,
     ConfigError,
+    JournalFormatError,
     OutcomeUnknown,
     OutputInvalid,
     RecordDamaged,
@@ -423,6 +424,8 @@ class Worker:
                 "in the database (bide never writes such a record): restore the store from a backup"
             )
             return self._skip(run_id, why, report)
+        if isinstance(exc, JournalFormatError):  # written by another bide version: its to drive
+            return self._skip(run_id, str(exc), report)
         self._back_off(self._state.setdefault(run_id, _Backoff()))
         log.warning("run %s: drive failed, retrying with backoff: %s", run_id, exc)
         if report is not None:

@@ -13,6 +13,7 @@ Every string taken from an input is printed through `bide._terminal.printable`.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -36,7 +37,7 @@ from .._cli_common import (
     parse_arguments,
     skew_seconds,
 )
-from .._files import check_output, write_whole
+from .._files import check_output, replaced_file, staged, sync_directory
 from .._stdout import closed_stdout_fails, emitted
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
@@ -203,17 +204,34 @@ def _cmd_verify_approvals(args: argparse.Namespace) -> Verified:
     return verify_approvals(pkg, key, call_id=args.call, trust=trust, max_skew_ns=skew)
 
 
-def _write_atomic(path: Path, data: bytes, publisher: _RecordingPublisher | None = None) -> None:
+def _write_atomic(
+    path: Path, data: bytes, publisher: _RecordingPublisher | None = None, head: SignedTreeHead | None = None
+) -> None:
+    """Write `data` to `path`, all of it or nothing; with a `publisher`, publish `head` once the output is
+    staged beside its name (a full disk is found before a head is anchored without its artifact)."""
     from .._errors import ConfigError
 
     try:
-        write_whole(path, data, mode=0o600)
+        target = replaced_file(path)
+        tmp = staged(target, data, mode=0o600)
     except OSError as exc:
-        # The head the output holds was signed, and published, before the output could be staged.
-        heads = publisher.published if publisher is not None else []
-        sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
         why = exc.strerror or exc
-        raise ConfigError(f"cannot write {path}: {why}; {path} was not written{sent}") from exc
+        unsent = ", and nothing was published" if publisher is not None and head is not None else ""
+        raise ConfigError(f"cannot write {path}: {why}; {path} was not written{unsent}") from exc
+    try:
+        if publisher is not None and head is not None:
+            publisher.publish(head)
+        try:
+            os.replace(tmp, target)
+            sync_directory(target)
+        except OSError as exc:
+            heads = publisher.published if publisher is not None else []
+            sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
+            why = exc.strerror or exc
+            raise ConfigError(f"cannot write {path}: {why}; {path} was not written{sent}") from exc
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # after the rename only the temporary name goes
 
 
 def _store_files(path: str) -> list[str]:
@@ -329,9 +347,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             else:
                 artifact = log.evidence(args.run, head)
                 what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
-        if head is not None and publisher is not None:
-            publisher.publish(head)  # only a head whose artifact was made: it is written next
-        _write_atomic(output, artifact.to_json(), publisher)
+        _write_atomic(output, artifact.to_json(), publisher, head)  # the head published once it is staged
     finally:
         close_store(store)
     anchored = ""

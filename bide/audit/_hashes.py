@@ -49,7 +49,13 @@ from ._formats import journal_leaf
 from ._merkle import Coord, _tiles
 from ._tree import MerkleTree
 
-__all__ = ["HashBackend", "MemoryHashes", "SQLHashes", "backend_for"]
+__all__ = ["AuditTablesDamaged", "HashBackend", "MemoryHashes", "SQLHashes", "backend_for"]
+
+
+class AuditTablesDamaged(StoreError):
+    """The audit tables hold what no append writes (a tile missing or cut short, a value of the wrong
+    type, a negative size): edited behind bide. A StoreError where the journal's writes meet it; an
+    export reports it as the damage it is (`JournalDamaged`)."""
 
 
 _CREATE_RETRIES = RetryPolicy(attempts=5, initial=0.01, maximum=0.2)
@@ -360,7 +366,15 @@ class SQLHashes:
             if cached is not None:
                 return cached[0]
             rows = self._query(self._sql_state, (run_id,))
-        return (0, 0) if not rows else (int(rows[0][0]), int(rows[0][1]))
+        if not rows:
+            return (0, 0)
+        size, last_seq = rows[0][0], rows[0][1]
+        if not (isinstance(size, int) and isinstance(last_seq, int) and size >= 0 and last_seq >= 0):
+            raise AuditTablesDamaged(
+                f"the audit tree of run {run_id!r} records size {size!r} and last seq {last_seq!r}, which no "
+                "append writes; the audit tables are damaged"
+            )
+        return (size, last_seq)
 
     def _fetch_tiles(self, run_id: str, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         wanted = list(dict.fromkeys(keys))
@@ -371,6 +385,11 @@ class SQLHashes:
                 params: list[Any] = [x for c in chunk for x in c]
                 params.append(run_id)
                 for lv, t, v in self._query(self._sql_read(len(chunk)), params):
+                    if not isinstance(v, bytes | bytearray | memoryview):
+                        raise AuditTablesDamaged(
+                            f"audit tile {(lv, t)} of run {run_id!r} holds {type(v).__name__}, not bytes; "
+                            "the audit tables are damaged"
+                        )
                     got[(int(lv), int(t))] = bytes(v)
         return got
 
@@ -391,7 +410,7 @@ class SQLHashes:
         for (lv, t, at, length), coord in zip(sources, coords, strict=True):
             row = tiles.get((lv, t), b"")[at : at + length]
             if len(row) != length:
-                raise StoreError(
+                raise AuditTablesDamaged(
                     f"audit hashes of run {run_id!r} are missing node {coord}; the audit tables are damaged"
                 )
             out.append(_fold_row(row))
@@ -430,7 +449,7 @@ class SQLHashes:
                 take = min(TILE_WIDTH - offset, len(hashes) - at)
                 keep = tails.get((lv, tile), b"")[: offset * 32] if offset else b""
                 if len(keep) != offset * 32:
-                    raise StoreError(f"audit tile {(lv, tile)} of run {run_id!r} is damaged")
+                    raise AuditTablesDamaged(f"audit tile {(lv, tile)} of run {run_id!r} is damaged")
                 rows.append((run_id, lv, tile, keep + b"".join(hashes[at : at + take])))
                 idx, at = idx + take, at + take
         new_size = size + len(leaves)

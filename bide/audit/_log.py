@@ -8,7 +8,7 @@ from typing import Any
 from .._errors import ConfigError, StoreError
 from .._store import Entry, Store, WriteTransaction
 from ._anchor import Publisher
-from ._errors import JournalDamaged, NotVerified
+from ._errors import JournalDamaged, NotVerified, UnreadableInput
 from ._formats import (
     ConsistencyProof,
     EvidencePackage,
@@ -19,7 +19,7 @@ from ._formats import (
     check_head,
     sign_head,
 )
-from ._hashes import TILE_HEIGHT, HashBackend, _leaf_hash, _leaf_hashes, backend_for
+from ._hashes import TILE_HEIGHT, AuditTablesDamaged, HashBackend, _leaf_hash, _leaf_hashes, backend_for
 from ._keys import SigningKey
 from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root
 from ._tree import MerkleTree
@@ -119,6 +119,13 @@ class AuditLog:
         fails. O(n) (`sign_head` is O(log n) and trusts the tree): `bide-audit export` runs it before it
         signs, proves or exports anything, so no head vouches for records the journal lost or that were
         changed before the tree took them in (a run exported for the first time)."""
+        try:
+            return self._check_journal(run_id)
+        except AuditTablesDamaged as exc:  # a StoreError to the journal's writes; here, what it is
+            raise JournalDamaged(f"{exc}: they were changed behind bide, so nothing was signed or exported. "
+                                 f"{_REBUILD}") from exc
+
+    def _check_journal(self, run_id: str) -> int:
         self.sync(run_id)
         size, last_seq = self._hashes.state(run_id)
         # Records committed after the sync (a live run goes on) are not the tree's yet: left out. One put
@@ -165,9 +172,7 @@ class AuditLog:
                 raise JournalDamaged(
                     f"the audit tree of run {run_id!r} is damaged: its stored hash of records {first} to "
                     f"{last} (level {level}) is not the one those records give; it was changed behind "
-                    "bide, so nothing was signed or exported. Delete the run's rows from the store's "
-                    "audit_tiles and audit_tile_trees tables (under its table prefix) to have the tree "
-                    "rebuilt from the journal"
+                    f"bide, so nothing was signed or exported. {_REBUILD}"
                 )
 
     def sign_head(self, run_id: str, *, publish: bool = True, size: int | None = None) -> SignedTreeHead:
@@ -271,7 +276,7 @@ def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
     the store before the audit tree took it in hashes to its leaf all the same; signed, it would be a
     package its own verifier calls forged, of a journal `bide show` calls damaged."""
     from .._errors import RecordDamaged
-    from .._records import decode_record
+    from .._records import FORMAT, Header, decode_record
     from ._formats import decode_record_bytes
 
     seen: dict[str, int] = {}
@@ -289,11 +294,20 @@ def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
             raise JournalDamaged(f"{where} is of kind {record['kind']!r}; a journal's header is its first "
                                  f"record, and only it: {_CHANGED}")
         try:
-            decode_record(entry.key, entry.data)
+            decoded = decode_record(entry.key, entry.data)
         except RecordDamaged as exc:
             reason = str(exc).splitlines()[0]
             raise JournalDamaged(f"{where} is not a record bide wrote ({reason}): {_CHANGED}") from None
+        if isinstance(decoded, Header) and decoded.format != FORMAT:
+            raise UnreadableInput(
+                f"run {run_id!r} is in journal format {decoded.format!r}; this bide reads {FORMAT!r}: "
+                "export it with the bide version that wrote it"
+            )
 
+_REBUILD = (
+    "Delete the run's rows from the store's audit_tiles and audit_tile_trees tables (under its table "
+    "prefix) to have the tree rebuilt from the journal"
+)
 _CHANGED = (
     "it was changed behind bide, so nothing was signed or exported; restore the store from a backup, or "
     "`bide show RUN` to see the journal as it is"

@@ -272,19 +272,22 @@ def test_keygen_keeps_no_private_key_when_its_pub_cannot_be_written(
 def test_an_export_whose_output_does_not_fit_says_the_head_it_published(
     exported: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The head an export holds is signed and published before its output is written: when the output then
-    does not fit, the message said "nothing was written" while the head sat in the anchor directory."""
+    """The head an export holds is published once its output is staged beside its name; when the output's
+    rename then fails, the message said "nothing was written" while the head sat in the anchor directory.
+    (A full disk is found earlier, while staging: then nothing is published.)"""
+    import os
+
     from bide.audit import _cli
 
     (exported / "anchors").mkdir()
-    real = _cli.write_whole
+    real = os.replace
 
-    def full_disk(path: Path, data: bytes, **kw: object) -> None:
-        if path.name == "ev.json":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real(path, data, **kw)  # type: ignore[arg-type]
+    def failing_rename(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        if Path(dst).name == "ev.json":
+            raise OSError(errno.EIO, "Input/output error")
+        real(src, dst)
 
-    monkeypatch.setattr(_cli, "write_whole", full_disk)
+    monkeypatch.setattr(os, "replace", failing_rename)
     monkeypatch.chdir(exported)
     argv = ["export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key", "-o", "ev.json"]
     assert _cli.main([*argv, "--anchor-dir", "anchors"]) == 2

@@ -246,3 +246,79 @@ def test_a_record_committed_while_the_export_runs_is_left_out_of_what_it_signs(
     assert package["sth"]["size"] == 6 and len(package["records"]) == 6  # the header, the start, 4 notes
     verified = audit("verify-evidence", "e.json", "--pubkey", "log.key.pub", cwd=tmp_path)
     assert verified.returncode == 0, verified.stderr
+
+
+@pytest.mark.parametrize(
+    ("edit", "said"),
+    [
+        ("DELETE FROM bide_audit_tiles WHERE run_id = 'r' AND level = 7", "are missing node (7, 0)"),
+        ("UPDATE bide_audit_tiles SET hashes = substr(hashes, 1, 64) WHERE run_id = 'r' AND level = 0 "
+         "AND tile = 0", "are missing node (0, 2)"),
+        ("UPDATE bide_audit_tiles SET hashes = 'abc' WHERE run_id = 'r' AND level = 0 AND tile = 0",
+         "holds str, not bytes"),
+        ("UPDATE bide_audit_tile_trees SET size = -1 WHERE run_id = 'r'", "records size -1"),
+    ],
+    ids=["a tile deleted", "a tile cut short", "a tile of text", "a negative size"],
+)
+def test_audit_tables_edited_by_hand_are_damage_not_a_store_failure(
+    tmp_path: Path, edit: str, said: str
+) -> None:
+    """A tile deleted or cut short was 'the store failed' (exit 6, which a script retries as for a database
+    down); a tile of text or a negative size an internal error (exit 3). They are damage: exit 1, with how
+    to have the tree rebuilt, nothing signed or written."""
+    url = _store(tmp_path)
+    store = bide.open_store(url)
+    try:
+        write_run(store, "r", 200)
+    finally:
+        store.close()
+    base = ["export", "--store", url, "--run", "r", "--key", "log.key"]
+    assert audit(*base, "--head", "-o", "before.json", cwd=tmp_path).returncode == 0  # the tree is built
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        assert db.execute(edit).rowcount == 1
+    done = audit(*base, "-o", "out.json", cwd=tmp_path)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert said in done.stderr and "to have the tree rebuilt from the journal" in done.stderr, done.stderr
+    assert not (tmp_path / "out.json").exists()
+
+
+def test_a_head_is_not_anchored_when_its_artifact_cannot_be_written(tmp_path: Path) -> None:
+    """The head went to --anchor-dir just before the output was written: a full disk (here a file size
+    limit) left an anchored head with no artifact. The output is staged first; a head is published only
+    once it is, and nothing is when it cannot be."""
+    import resource
+
+    url = _store(tmp_path)
+    store = bide.open_store(url)
+    try:
+        write_run(store, "r", 300)
+    finally:
+        store.close()
+    # The tree built first, so that the export below writes nothing to the store (under the size limit).
+    assert audit("export", "--store", url, "--run", "r", "--key", "log.key", "--head", "-o", "head.json",
+                 cwd=tmp_path).returncode == 0  # fmt: skip
+    (tmp_path / "anchors").mkdir()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-m", "bide.audit._cli", "export", "--store", url, "--run", "r", "--key", "log.key",
+         "-o", "out.json", "--anchor-dir", "anchors"],
+        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (100_000, 100_000)),
+    )  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "out.json was not written, and nothing was published" in done.stderr, done.stderr
+    assert not (tmp_path / "out.json").exists() and not list((tmp_path / "anchors").iterdir())
+
+
+def test_a_run_in_another_journal_format_is_not_exported(tmp_path: Path) -> None:
+    """A header naming another journal format was exported and signed (exit 0), while bide itself refuses
+    to read the run: the export says to use the bide version that wrote it (exit 4)."""
+    url = _store(tmp_path)
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        where = "run_id = 'r1' AND key = '@journal'"
+        (data,) = db.execute(f"SELECT data FROM bide_records WHERE {where}").fetchone()
+        header = json.loads(data) | {"format": "bide.journal/2"}
+        db.execute(f"UPDATE bide_records SET data = ? WHERE {where}", (json.dumps(header).encode(),))
+    done = audit("export", "--store", url, "--run", "r1", "--key", "log.key", "-o", "out.json", cwd=tmp_path)
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "is in journal format 'bide.journal/2'" in done.stderr and not (tmp_path / "out.json").exists()

@@ -423,6 +423,33 @@ def test_a_once_pass_leaves_a_run_with_a_damaged_record_to_a_person(
     assert "restore the store from a backup" in report["unresumable"]["damaged"]
 
 
+def test_a_run_in_another_journal_format_is_left_to_the_bide_that_wrote_it(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """A run whose header names another journal format was 'the store failed' to bide cancel and resolve
+    (exit 6) and to every pass of bide worker (exit 6 again at each pass), bide show said it was unreadable
+    (exit 4). All say so now: exit 4, and the worker leaves it as unresumable."""
+    import sqlite3
+
+    url, prefix = f"sqlite:///{tmp_path / 'formats.db'}", "bide_"
+    crash_run(url, prefix, "newer", env)
+    with sqlite3.connect(tmp_path / "formats.db") as db:
+        where = "run_id = 'newer' AND key = '@journal'"
+        (data,) = db.execute(f"SELECT data FROM bide_records WHERE {where}").fetchone()
+        header = json.loads(data) | {"format": "bide.journal/2"}
+        db.execute(f"UPDATE bide_records SET data = ? WHERE {where}", (json.dumps(header).encode(),))
+    command = [sys.executable, "-m", "bide._cli"]
+    for args in (["cancel", "newer"], ["resolve", "newer", "c0.0", "--not-started", "--json"]):
+        done = subprocess.run([*command, *args, "--store", url], env=env, capture_output=True, text=True)
+        assert done.returncode == 4 and "is in journal format 'bide.journal/2'" in done.stderr, done.stderr
+    assert json.loads(done.stdout)["reason"] == "unreadable"
+    passed = subprocess.run(
+        [*worker_command(url, prefix, "--once"), "--json"], env=env, cwd=HERE, capture_output=True, text=True
+    )
+    assert passed.returncode == 0, passed.stderr
+    assert "is in journal format 'bide.journal/2'" in json.loads(passed.stdout)["unresumable"]["newer"]
+
+
 def _serving_line(worker: subprocess.Popen[str], timeout: float = 60.0) -> str:
     """Read the worker's stderr up to the line saying it serves (its stop signals are its own from then)."""
     assert worker.stderr is not None
