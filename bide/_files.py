@@ -8,7 +8,7 @@ import os
 import secrets
 import stat
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from ._errors import ConfigError
@@ -95,7 +95,14 @@ def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), 
     return path
 
 
-def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool = True) -> None:
+def write_whole(
+    path: Path,
+    data: bytes,
+    *,
+    mode: int = 0o644,
+    overwrite: bool = True,
+    before_rename: Callable[[], None] | None = None,
+) -> None:
     """Write `data` to `path`, all of it or nothing.
 
     The bytes go to a fresh temporary file beside `path` (`staged`), and then the file is renamed over
@@ -106,11 +113,16 @@ def write_whole(path: Path, data: bytes, *, mode: int = 0o644, overwrite: bool =
     On a filesystem without hard links (some network and object-store mounts) the exclusive write creates
     `path` itself with O_EXCL and writes it there: still never overwriting, but a crash in the middle can
     leave a short file, which a later write of the same bytes then reports as existing with other contents.
+
+    `before_rename` runs once the bytes are staged, before they take the name: what must happen only if the
+    file can be written (a full disk fails the staging), and before anyone can read it.
     """
     if overwrite:
         path = replaced_file(path)
     tmp = staged(path, data, mode=mode)
     try:
+        if before_rename is not None:
+            before_rename()
         if overwrite:
             os.replace(tmp, path)
         else:

@@ -13,7 +13,6 @@ Every string taken from an input is printed through `bide._terminal.printable`.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import sys
@@ -37,7 +36,7 @@ from .._cli_common import (
     parse_arguments,
     skew_seconds,
 )
-from .._files import check_output, replaced_file, staged, sync_directory
+from .._files import check_output, write_whole
 from .._stdout import closed_stdout_fails, emitted
 from .._terminal import printable
 from ._errors import NotVerified, UnreadableInput
@@ -211,27 +210,16 @@ def _write_atomic(
     staged beside its name (a full disk is found before a head is anchored without its artifact)."""
     from .._errors import ConfigError
 
+    publish = None if publisher is None or head is None else (lambda: publisher.publish(head))
     try:
-        target = replaced_file(path)
-        tmp = staged(target, data, mode=0o600)
+        write_whole(path, data, mode=0o600, before_rename=publish)
     except OSError as exc:
+        heads = publisher.published if publisher is not None else []
+        sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
+        if publish is not None and not heads:
+            sent = ", and nothing was published"
         why = exc.strerror or exc
-        unsent = ", and nothing was published" if publisher is not None and head is not None else ""
-        raise ConfigError(f"cannot write {path}: {why}; {path} was not written{unsent}") from exc
-    try:
-        if publisher is not None and head is not None:
-            publisher.publish(head)
-        try:
-            os.replace(tmp, target)
-            sync_directory(target)
-        except OSError as exc:
-            heads = publisher.published if publisher is not None else []
-            sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
-            why = exc.strerror or exc
-            raise ConfigError(f"cannot write {path}: {why}; {path} was not written{sent}") from exc
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)  # after the rename only the temporary name goes
+        raise ConfigError(f"cannot write {path}: {why}; {path} was not written{sent}") from exc
 
 
 def _store_files(path: str) -> list[str]:
