@@ -28,6 +28,14 @@ def audit(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
 
 
+def _write_run(url: str, run_id: str, records: int) -> None:
+    store = bide.open_store(url)
+    try:
+        write_run(store, run_id, records)
+    finally:
+        store.close()
+
+
 def _store(tmp_path: Path, prefix: str = "bide_") -> str:
     url = f"sqlite:///{tmp_path / 'runs.db'}"
     store = bide.open_store(url, table_prefix=prefix)
@@ -227,11 +235,7 @@ def test_a_record_committed_while_the_export_runs_is_left_out_of_what_it_signs(
     from bide.audit._log import AuditLog
 
     url = _store(tmp_path)
-    store = bide.open_store(url)
-    try:
-        write_run(store, "r", 4)
-    finally:
-        store.close()
+    _write_run(url, "r", 4)
     checked = AuditLog.check_journal
 
     def then_a_record_lands(self: AuditLog, run_id: str) -> int:
@@ -267,11 +271,7 @@ def test_audit_tables_edited_by_hand_are_damage_not_a_store_failure(
     down); a tile of text or a negative size an internal error (exit 3). They are damage: exit 1, with how
     to have the tree rebuilt, nothing signed or written."""
     url = _store(tmp_path)
-    store = bide.open_store(url)
-    try:
-        write_run(store, "r", 200)
-    finally:
-        store.close()
+    _write_run(url, "r", 200)
     base = ["export", "--store", url, "--run", "r", "--key", "log.key"]
     assert audit(*base, "--head", "-o", "before.json", cwd=tmp_path).returncode == 0  # the tree is built
     with sqlite3.connect(tmp_path / "runs.db") as db:
@@ -289,11 +289,7 @@ def test_a_head_is_not_anchored_when_its_artifact_cannot_be_written(tmp_path: Pa
     import resource
 
     url = _store(tmp_path)
-    store = bide.open_store(url)
-    try:
-        write_run(store, "r", 300)
-    finally:
-        store.close()
+    _write_run(url, "r", 300)
     # The tree built first, so that the export below writes nothing to the store (under the size limit).
     assert audit("export", "--store", url, "--run", "r", "--key", "log.key", "--head", "-o", "head.json",
                  cwd=tmp_path).returncode == 0  # fmt: skip

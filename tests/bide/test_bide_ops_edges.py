@@ -569,12 +569,9 @@ def test_a_serving_worker_whose_standard_error_cannot_be_written_goes_on(
     try:
         wait_until(lambda: status(url, "bide_", "r0") == "completed", "the worker to resume the run", 60)
         assert worker.poll() is None
-        worker.send_signal(signal.SIGTERM)
-        assert worker.wait(timeout=30) == 0
     finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+        _stopped_by(worker, signal.SIGTERM, timeout=30)
+    assert worker.returncode == 0
 
 
 def _store_entries(url: str, run_id: str) -> list[bide.Entry]:
