@@ -366,15 +366,7 @@ class SQLHashes:
             if cached is not None:
                 return cached[0]
             rows = self._query(self._sql_state, (run_id,))
-        if not rows:
-            return (0, 0)
-        size, last_seq = rows[0][0], rows[0][1]
-        if not (isinstance(size, int) and isinstance(last_seq, int) and size >= 0 and last_seq >= 0):
-            raise AuditTablesDamaged(
-                f"the audit tree of run {run_id!r} records size {size!r} and last seq {last_seq!r}, which no "
-                "append writes; the audit tables are damaged"
-            )
-        return (size, last_seq)
+        return (0, 0) if not rows else _tree_state(run_id, rows[0][0], rows[0][1])
 
     def _fetch_tiles(self, run_id: str, keys: Sequence[tuple[int, int]]) -> dict[tuple[int, int], bytes]:
         wanted = list(dict.fromkeys(keys))
@@ -385,12 +377,7 @@ class SQLHashes:
                 params: list[Any] = [x for c in chunk for x in c]
                 params.append(run_id)
                 for lv, t, v in self._query(self._sql_read(len(chunk)), params):
-                    if not isinstance(v, bytes | bytearray | memoryview):
-                        raise AuditTablesDamaged(
-                            f"audit tile {(lv, t)} of run {run_id!r} holds {type(v).__name__}, not bytes; "
-                            "the audit tables are damaged"
-                        )
-                    got[(int(lv), int(t))] = bytes(v)
+                    got[(int(lv), int(t))] = _tile_bytes(run_id, lv, t, v)
         return got
 
     def read(self, run_id: str, coords: Sequence[Coord]) -> list[bytes]:
@@ -513,7 +500,7 @@ class SQLHashes:
                 cur.execute(self._sql_before, (run_id, first))
                 behind = cur.fetchone() is not None
             else:
-                size, last_seq, behind = int(row[0]), int(row[1]), bool(row[2])
+                (size, last_seq), behind = _tree_state(run_id, row[0], row[1]), bool(row[2])
             if last_seq >= entries[-1].seq:
                 return True  # absorbed already (another hook on the same tables)
             if behind:
@@ -578,8 +565,28 @@ def _fetch_with(
         params.append(run_id)
         cur.execute(sql_read(len(chunk)), params)
         for lv, t, v in cur.fetchall():
-            got[(int(lv), int(t))] = bytes(v)
+            got[(int(lv), int(t))] = _tile_bytes(run_id, lv, t, v)
     return got
+
+
+def _tree_state(run_id: str, size: object, last_seq: object) -> tuple[int, int]:
+    """A tree row's (size, last seq), as only an append writes them (`AuditTablesDamaged` otherwise)."""
+    if not (isinstance(size, int) and isinstance(last_seq, int) and size >= 0 and last_seq >= 0):
+        raise AuditTablesDamaged(
+            f"the audit tree of run {run_id!r} records size {size!r} and last seq {last_seq!r}, which no "
+            "append writes; the audit tables are damaged"
+        )
+    return size, last_seq
+
+
+def _tile_bytes(run_id: str, level: object, tile: object, value: object) -> bytes:
+    """A tile row's hashes, which an append writes as bytes (`AuditTablesDamaged` otherwise)."""
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise AuditTablesDamaged(
+            f"audit tile {(level, tile)} of run {run_id!r} holds {type(value).__name__}, not bytes; the "
+            "audit tables are damaged"
+        )
+    return bytes(value)
 
 
 _memory_backends: weakref.WeakKeyDictionary[Any, MemoryHashes] = weakref.WeakKeyDictionary()

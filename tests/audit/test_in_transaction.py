@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -342,3 +343,40 @@ def test_a_long_lived_audited_store_does_not_keep_memory_per_run(tmp_path: Any) 
         assert store.log.size("run-0") == 3
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        "UPDATE bide_audit_tiles SET hashes = 'abc' WHERE level = 0 AND tile = 0",
+        "UPDATE bide_audit_tile_trees SET size = -1",
+        "UPDATE bide_audit_tile_trees SET size = 'abc'",
+    ],
+    ids=["a tile of text", "a negative size", "a size of text"],
+)
+def test_audit_tables_edited_by_hand_are_a_store_error_to_the_journals_writes(
+    tmp_path: Path, edit: str
+) -> None:
+    """The hook that advances the tree in the write's transaction met a tile of text or a size that is no
+    number with a TypeError, KeyError or ValueError: to an `on_error` that sorts by `StoreError`, a bug. The
+    write commits (the tree is a cache of the journal), and the hook's error is `AuditTablesDamaged`."""
+    import sqlite3
+
+    from bide.audit._hashes import AuditTablesDamaged
+
+    url = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = bide.open_store(url)
+    audited = AuditedStore(store, AuditLog(store))
+    write_run(audited, "r", 20)
+    audited.close()
+    with sqlite3.connect(tmp_path / "runs.db") as db:
+        db.execute(edit)
+    store = bide.open_store(url)
+    audited = AuditedStore(store, AuditLog(store))
+    try:
+        bide.Journal(audited, "r").load().write([bide.GateRecord(key="approval:late", data={})])
+        errors = list(audited.errors)
+        assert errors and all(isinstance(e, AuditTablesDamaged) for e in errors), errors
+        assert store.get("r", "approval:late") is not None
+    finally:
+        audited.close()
