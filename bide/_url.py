@@ -205,8 +205,8 @@ def _check_authority(url: str, sqlalchemy_url: str) -> None:
 def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
     """Refuse a PostgreSQL URL that names no server or no database: the options SQLAlchemy would hand
     psycopg must be a connection string libpq reads, with port numbers for ports, host names, IP addresses
-    or socket directories for hosts, a connect_timeout psycopg reads, and a database name (in the URL or
-    PGDATABASE). Nothing is connected to."""
+    or socket directories for hosts, a connect_timeout psycopg reads, and a database (named in the URL, or
+    by PGDATABASE or a libpq service). Nothing is connected to."""
     from psycopg import Error as PsycopgError
     from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
     from sqlalchemy.engine import make_url

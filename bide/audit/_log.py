@@ -114,11 +114,12 @@ class AuditLog:
 
     def check_journal(self, run_id: str) -> int:
         """Read the run's whole journal again and check that it is the one its audit tree was built from
-        (as many records, each hashing to its leaf) and that each record is one a verifier accepts as a
-        journal's (`_check_records`). Returns the tree's size; raises `JournalDamaged` naming where it
-        fails. O(n) (`sign_head` is O(log n) and trusts the tree): `bide-audit export` runs it before it
-        signs, proves or exports anything, so no head vouches for records the journal lost or that were
-        changed before the tree took them in (a run exported for the first time)."""
+        (as many records, each hashing to its leaf, and every hash stored above the leaves the one they
+        give) and that each record is one a verifier accepts and bide reads (`_check_records`). Returns
+        the tree's size; raises `JournalDamaged` naming where it fails (`UnreadableInput` for a run in
+        another journal format). O(n) (`sign_head` is O(log n) and trusts the tree): `bide-audit export`
+        runs it before it signs, proves or exports anything, so no head vouches for records the journal
+        lost or that were changed before the tree took them in (a run exported for the first time)."""
         try:
             return self._check_journal(run_id)
         except AuditTablesDamaged as exc:  # a StoreError to the journal's writes; here, what it is
@@ -304,6 +305,7 @@ def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
                 "export it with the bide version that wrote it"
             )
 
+
 _REBUILD = (
     "Delete the run's rows from the store's audit_tiles and audit_tile_trees tables (under its table "
     "prefix) to have the tree rebuilt from the journal"
@@ -312,4 +314,3 @@ _CHANGED = (
     "it was changed behind bide, so nothing was signed or exported; restore the store from a backup, or "
     "`bide show RUN` to see the journal as it is"
 )
-
