@@ -302,6 +302,7 @@ def _read(store: Store, run_id: str, entries: list[Entry] | None = None) -> Jour
     cannot be decoded (a store that fails raises `StoreError`: the reading goes through the store, the
     decoding does not)."""
     from ._journal import Journal
+    from ._records import damage_in_words
 
     if entries is None:
         entries = store.load(run_id, 0)
@@ -315,7 +316,7 @@ def _read(store: Store, run_id: str, entries: list[Entry] | None = None) -> Jour
         except StoreError as exc:
             raise _Unreadable(
                 f"run {run_id!r} cannot be read: its record {entry.key!r} (seq {entry.seq}) is damaged "
-                f"({_why_damaged(exc)})"
+                f"({damage_in_words(exc)})"
             ) from exc
     return journal
 
@@ -338,29 +339,6 @@ def _load_many(
 
 
 _LOADED_TOGETHER = 32
-
-
-def _why_damaged(exc: StoreError) -> str:
-    """What is wrong with a record, in a few words (not the decoder's multi-line report)."""
-    from pydantic import ValidationError
-
-    cause = exc.__cause__
-    while isinstance(cause, StoreError) and cause.__cause__ is not None:  # an unreadable header's cause
-        cause = cause.__cause__
-    if isinstance(cause, ValidationError):
-        first = cause.errors()[0]
-        where = ".".join(str(part) for part in first.get("loc", ()))
-        more = f" (and {cause.error_count() - 1} more)" if cause.error_count() > 1 else ""
-        if first.get("type") == "union_tag_not_found":
-            return f"it has no 'kind' field{more}"
-        if first.get("type") == "union_tag_invalid":
-            got = first.get("input")
-            kind = got.get("kind") if isinstance(got, dict) else None
-            return f"its kind {kind!r} is not a kind of record bide writes{more}"
-        return f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}{more}"
-    if isinstance(cause, ValueError):
-        return "it is not JSON"
-    return str(exc).splitlines()[0]
 
 
 def _print_listing(rows: list[dict[str, Any]], unreadable: dict[str, str]) -> None:
@@ -990,12 +968,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _failed(args, EXIT_USAGE, str(exc))
     except RecordDamaged as exc:
         # Not the store failing (6, which a script retries): a record that reads the same way every time.
+        from ._records import damage_in_words
+
         run = getattr(args, "run", None)
         where = f"run {run!r} cannot be read: " if isinstance(run, str) else ""
         return _failed(
             args,
             EXIT_NOT_FOUND,
-            f"{where}its record {exc.key!r} is damaged ({_why_damaged(exc)}); it was edited or damaged in "
+            f"{where}its record {exc.key!r} is damaged ({damage_in_words(exc)}); it was edited or damaged in "
             "the database (bide never writes such a record): restore the store from a backup",
             "unreadable",
         )

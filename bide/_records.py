@@ -40,7 +40,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from pydantic_core import to_jsonable_python
 
 from ._canonical import canonical_json, json_text, known_json_text, new_salt
-from ._errors import RecordDamaged
+from ._errors import RecordDamaged, StoreError
 from ._messages import AssistantMessage, ToolCall, Usage
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "Timer",
     "ToolResult",
     "attempt_key",
+    "damage_in_words",
     "decode_record",
     "encode_new_turn",
     "encode_record",
@@ -480,3 +481,25 @@ def decode_record(key: str, data: bytes) -> Record:
             f"journal record stored under {key!r} says it is {record.key!r}; the store is corrupt", key=key
         )
     return record
+
+
+def damage_in_words(exc: StoreError) -> str:
+    """What is wrong with a record `decode_record` refused (`exc`, or a `StoreError` caused by it), in a
+    few words: not the decoder's multi-line report."""
+    cause = exc.__cause__
+    while isinstance(cause, StoreError) and cause.__cause__ is not None:  # an unreadable header's cause
+        cause = cause.__cause__
+    if isinstance(cause, ValidationError):
+        first = cause.errors()[0]
+        where = ".".join(str(part) for part in first.get("loc", ()))
+        more = f" (and {cause.error_count() - 1} more)" if cause.error_count() > 1 else ""
+        if first.get("type") == "union_tag_not_found":
+            return f"it has no 'kind' field{more}"
+        if first.get("type") == "union_tag_invalid":
+            got = first.get("input")
+            kind = got.get("kind") if isinstance(got, dict) else None
+            return f"its kind {kind!r} is not a kind of record bide writes{more}"
+        return f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}{more}"
+    if isinstance(cause, ValueError):
+        return "it is not JSON"
+    return str(exc).splitlines()[0]

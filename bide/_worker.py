@@ -50,7 +50,7 @@ from ._errors import (
     StoreError,
 )
 from ._journal import Journal
-from ._records import CANCEL_KEY, START_KEY, Start
+from ._records import CANCEL_KEY, START_KEY, Start, damage_in_words
 from ._resolve import status_of
 from ._store import EVERY_LEASE_MS, Store
 
@@ -420,8 +420,8 @@ class Worker:
             # Not the store failing (a drive again would read the same bytes): no pass of this worker can
             # drive the run, and --once must not exit as for a store that is down.
             why = (
-                f"its record {exc.key!r} is damaged ({str(exc).splitlines()[0]}); it was edited or damaged "
-                "in the database (bide never writes such a record): restore the store from a backup"
+                f"its record {exc.key!r} is damaged ({damage_in_words(exc)}); it was edited or damaged in "
+                "the database (bide never writes such a record): restore the store from a backup"
             )
             return self._skip(run_id, why, report)
         if isinstance(exc, JournalFormatError):  # written by another bide version: its to drive

@@ -277,7 +277,7 @@ def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
     the store before the audit tree took it in hashes to its leaf all the same; signed, it would be a
     package its own verifier calls forged, of a journal `bide show` calls damaged."""
     from .._errors import RecordDamaged
-    from .._records import FORMAT, Header, decode_record
+    from .._records import FORMAT, Header, damage_in_words, decode_record
     from ._formats import decode_record_bytes
 
     seen: dict[str, int] = {}
@@ -297,7 +297,7 @@ def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
         try:
             decoded = decode_record(entry.key, entry.data)
         except RecordDamaged as exc:
-            reason = str(exc).splitlines()[0]
+            reason = damage_in_words(exc)
             raise JournalDamaged(f"{where} is not a record bide wrote ({reason}): {_CHANGED}") from None
         if isinstance(decoded, Header) and decoded.format != FORMAT:
             raise UnreadableInput(
