@@ -14,9 +14,13 @@ import json
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
+from ._stdout import OUTPUT_LOST, informational_exit, silence_stdout
 from ._terminal import printable
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 __all__ = [
     "EXIT_CODES_HELP",
@@ -92,6 +96,23 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self.synonyms = dict(synonyms or {})
 
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        # argparse drops every OSError of its writes, so `--help > /dev/full` exited 0 with the help lost.
+        if not message:
+            return
+        out = sys.stderr if file is None else file
+        if out is not sys.stdout:
+            super()._print_message(message, file)
+            return
+        try:
+            out.write(message)
+        except BrokenPipeError:  # a reader that went away: not a failure (see bide._stdout)
+            silence_stdout()
+        except OSError as exc:
+            silence_stdout()
+            sys.stderr.write(f"{self.prog}: error: the output could not be written ({exc.strerror or exc})\n")
+            raise SystemExit(OUTPUT_LOST) from None
+
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
         hint = _suggestion(self, message)
@@ -112,13 +133,15 @@ def parse_arguments(
 ) -> argparse.Namespace:
     """`parser.parse_args(argv)`. Arguments refused with `--json` among them still give the one JSON
     document every exit of a `--json` command prints: `say_in_json(message)` prints it, then the refusal
-    goes on (exit code 2, the usage on stderr)."""
+    goes on (exit code 2, the usage on stderr). Help or a version that could not be written exits 2, not 0."""
     try:
         return parser.parse_args(argv)
     except UsageRefused as refused:
         if "--json" in (sys.argv[1:] if argv is None else argv):
             say_in_json(f"the arguments were refused: {refused.message}")
         raise
+    except SystemExit as done:
+        raise informational_exit(done) from None
 
 
 def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:

@@ -20,6 +20,7 @@ __all__ = [
     "OutputLost",
     "closed_stdout_fails",
     "emitted",
+    "informational_exit",
     "lost_output",
     "silence_stdout",
 ]
@@ -72,6 +73,15 @@ def emitted(write: Callable[[], None], code: int) -> int:
         print("error: the output could not be written (standard output is closed)", file=sys.stderr)
         return OUTPUT_LOST
     return code
+
+
+def informational_exit(done: SystemExit) -> SystemExit:
+    """What to raise once argparse printed `--help` or `--version` and exits with `done`: the same exit,
+    or one with `OUTPUT_LOST` when that text could not be written (argparse exits 0 either way)."""
+    if done.code not in (0, None):
+        return done
+    code = emitted(lambda: None, 0)
+    return done if code == 0 else SystemExit(code)
 
 
 class OutputLost(Exception):

@@ -341,6 +341,20 @@ def test_a_command_started_with_standard_output_closed_says_its_output_is_lost(t
         assert "Traceback" not in done.stderr and "bug" not in done.stderr, (prog, args, done.stderr)
 
 
+@pytest.mark.parametrize("prog", sorted(COMMANDS))
+def test_help_and_version_that_cannot_be_written_exit_2(prog: str, tmp_path: Path) -> None:
+    """argparse drops the errors of its own writes: `--help > /dev/full` and `--help >&-` exited 0 with the
+    help lost. A reader that goes away (`--help | head -1`) is still 0."""
+    sub = {"bide": ("worker",), "bide-audit": ("export",), "govern": ("check",)}[prog]
+    for args in (("--help",), ("--version",), (*sub, "--help")):
+        lost = _with_stdout_full(prog, *args, cwd=tmp_path)
+        assert lost.returncode == 2 and "could not be written" in lost.stderr, (args, lost.stderr)
+        closed = _with_no_stdout(prog, *args, cwd=tmp_path)
+        assert closed.returncode == 2 and "could not be written" in closed.stderr, (args, closed.stderr)
+        assert _with_stdout_closed(prog, *args, cwd=tmp_path) == (0, "")
+        assert run(prog, *args, cwd=tmp_path).returncode == 0
+
+
 def test_a_command_started_with_standard_error_or_both_streams_closed_keeps_its_code(tmp_path: Path) -> None:
     """`2>&-`: a usage error crashed writing to None (exit 1); with both streams closed, the notice that the
     output was lost went to the closed output and crashed too (exit 1, "not verified" for bide-audit)."""

@@ -47,7 +47,15 @@ from bide._cli_common import (
     byte_limit,
     skew_seconds,
 )
-from bide._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, closed_stdout_fails, emitted, silence_stdout
+from bide._stdout import (
+    OUTPUT_LOST,
+    GuardedStdout,
+    OutputLost,
+    closed_stdout_fails,
+    emitted,
+    informational_exit,
+    silence_stdout,
+)
 from bide._terminal import printable
 
 from .._errors import GovernError, shown
@@ -1051,7 +1059,8 @@ def main(argv: list[str] | None = None) -> int:
             why = f": {exc.message}" if isinstance(exc, UsageRefused) else ""
             said = f"the arguments were refused{why}"
             _json_failure(refused, EXIT_USAGE, "usage error", said)
-        raise
+            raise
+        raise informational_exit(exc) from None
     from rich.console import Console
 
     class Output(Console):
