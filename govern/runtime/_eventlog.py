@@ -593,11 +593,14 @@ class EventLog:
             raise LogURLError(f"{where.path!r} is a directory; give the path of the event log's file")
         if where.kind == "memory":
             self._backend = _memory_backend(where.name, self.name)
+            self._shown_url = url
         else:
-            self._backend = _SqlBackend(where.sqlalchemy_url, self.name, self.timeout, pool_size)
+            backend = _SqlBackend(where.sqlalchemy_url, self.name, self.timeout, pool_size)
+            self._backend = backend
+            self._shown_url = backend.where  # what messages name: the URL without its password
 
     def __repr__(self) -> str:
-        return f"EventLog({self.url!r}, name={self.name!r})"
+        return f"EventLog({self._shown_url!r}, name={self.name!r})"
 
     @property
     def in_memory(self) -> bool:

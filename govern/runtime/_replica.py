@@ -507,8 +507,18 @@ class Replica:
         before = self.applied
         start = self._position if self._unconfirmed is None else min(self._unconfirmed, self._position)
         last: LoggedEvent | None = None
+        # The first read takes the event just below `start` too, to compare it with the one applied there: a
+        # log rewound under a live replica (an older backup restored, then appended to) would otherwise be
+        # followed from a position whose events are no longer the ones applied, without a word.
+        below = start - 1
         while True:
-            events = self.log.read(start, page)
+            if below >= 0:
+                events = self.log.read(below, page + 1)
+                self._check_still_held(below, events[0] if events else None)
+                del events[0]
+                below = -1
+            else:
+                events = self.log.read(start, page)
             if not events:
                 break
             fresh = self._compare_applied(events)
@@ -525,6 +535,33 @@ class Replica:
         # past it (applied, applied ahead, or buffered, to be applied later) was not.
         self._unconfirmed = start if self._position > start or self._ahead or self._buffer else None
         return self.applied - before
+
+    def _check_still_held(self, pos: int, event: LoggedEvent | None) -> None:
+        """Raise `LogCorrupted` unless `event`, the log's event at `pos` (an applied position), is the one
+        applied there (or, below the checkpoint this replica was restored from, that checkpoint's last
+        event)."""
+        where = f"log {self.log.name!r} ({self.log._shown_url})"
+        rebuild = "rebuild the replica with Replica(machine, log) and sync()"
+        if event is None or event.position != pos:
+            raise LogCorrupted(
+                f"{where} no longer holds position {pos}, which this replica applied: the log was rewound "
+                f"under it (an older backup restored) or is another log now; {rebuild}. Nothing was applied "
+                f"(the replica stays at position {self._position})"
+            )
+        restored = self._restored
+        if pos >= self._base or self._tree is not None:
+            same = self._applied_here(event)
+        elif restored is not None and restored.last_id is not None and pos == restored.position - 1:
+            same = event.id == restored.last_id and _leaf_digest(event) == restored.last_leaf
+        else:
+            return  # a checkpoint of format 1 names no last event: nothing kept to compare with
+        if not same:
+            raise LogCorrupted(
+                f"{where} holds event {event.id!r} at position {pos}, which is not the event this replica "
+                f"applied there: the log was rewound under it (an older backup restored, then appended to) "
+                f"or rewritten, so the replica's state is not the log's; {rebuild}. Nothing was applied "
+                f"(the replica stays at position {self._position})"
+            )
 
     def _compare_applied(self, events: list[LoggedEvent]) -> list[LoggedEvent]:
         """Compare the log's `events` at positions this replica applied or holds from copies deliver() was
@@ -1123,7 +1160,7 @@ class Replica:
         """Refuse a checkpoint the log cannot continue: one past the log's end (a log restored from an
         older backup, or another log), or one whose last event is not the log's event at that position."""
         length = self.log.length()
-        where = f"log {self.log.name!r} ({self.log.url})"
+        where = f"log {self.log.name!r} ({self.log._shown_url})"
         if checkpoint.position > length:
             raise ReplicaError(
                 f"checkpoint is at position {checkpoint.position}, but {where} holds only {length} events: "

@@ -4,12 +4,14 @@ exact matching of a family's tool arguments."""
 from __future__ import annotations
 
 import random
+import sqlite3
 from array import array
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import sqlalchemy as sa
 from hypothesis import assume, event, given, settings
 from hypothesis import strategies as st
 
@@ -19,6 +21,7 @@ from govern.runtime import _replica
 from govern.runtime._eventlog import Event, EventLog, InvalidInput, LogCorrupted, LoggedEvent
 from govern.runtime._replica import Checkpoint, Replica, ReplicaError
 
+from .conftest import POSTGRES_URL
 from .machines import order_log, order_machine, resealed
 
 RECORDS = ["o1", "o2", "o3"]
@@ -269,6 +272,74 @@ def test_a_checkpoint_resumes_on_its_log_and_is_refused_by_a_log_that_differs_at
 
 
 # -- #4: a different event at a taken position is refused, whatever arrives first ---------------------------
+
+
+def _restore_online(backup: Path, live: Path) -> None:
+    """Restore `backup` into the live log file with SQLite's backup API: same file, same inode, through
+    SQLite's own locks, while the replica's process keeps the log open (the file identity check cannot
+    see it)."""
+    source, target = sqlite3.connect(backup), sqlite3.connect(live)
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
+
+
+def _backup(live: Path, backup: Path) -> None:
+    _restore_online(live, backup)
+
+
+@pytest.mark.parametrize("how", ["fresh", "checkpoint", "root"])
+def test_a_log_rewound_under_a_live_replica_is_refused_not_followed(tmp_path: Path, how: str) -> None:
+    """An older backup restored under a live replica, then appended to: sync() went on from the replica's
+    position, applying the new events past it and skipping those below it, and its state was no longer any
+    fold of the log. The log's event just below the position is compared with the one applied there."""
+    live, backup = tmp_path / "live.db", tmp_path / "backup.db"
+    log = order_log(f"sqlite:///{live}")
+    fill(log, [("o1", "restock"), ("o2", "pay")])
+    _backup(live, backup)
+    fill(log, [("o1", "pay"), ("o3", "restock"), ("o2", "ship")], start=2)
+    if how == "checkpoint":  # restored from a checkpoint, nothing applied since: its last event is compared
+        replica = Replica(order_machine(), log, checkpoint=synced(log).checkpoint())
+    else:
+        replica = Replica(order_machine(), log, track_root=how == "root")
+        assert replica.sync() == 5
+    before = (replica.position, replica.digest(), replica.applied)
+    _restore_online(backup, live)
+    with pytest.raises(LogCorrupted, match="no longer holds position 4, which this replica applied"):
+        replica.sync()  # shorter than the position: nothing new, and nothing said before
+    fill(log, [("o3", "pay"), ("o3", "ship"), ("o1", "ship"), ("o2", "restock")], prefix="n", start=2)
+    assert log.length() == 6
+    with pytest.raises(LogCorrupted, match="holds event 'n4' at position 4, which is not the event"):
+        replica.sync()
+    assert (replica.position, replica.digest(), replica.applied) == before
+    fresh = synced(log)
+    assert fresh.position == 6 and fresh.sync() == 0  # the log itself reads and folds as it is
+
+
+@pytest.mark.postgres
+def test_a_replica_names_a_postgresql_log_without_its_password(log_name: str) -> None:
+    """The replica's refusals named the log by its URL as given, password and all."""
+    url = sa.make_url(POSTGRES_URL)
+    secret = url.password or "hunter2-never-shown"  # the test server trusts loopback: any password works
+    log = order_log(url.set(password=secret).render_as_string(hide_password=False), name=log_name)
+    fill(log, [("o1", "restock")] * 3)
+    ahead = resealed(synced(log).checkpoint(), position=10, record_lengths={"o1": 10})
+    with pytest.raises(ReplicaError, match="holds only 3 events") as refused:
+        Replica(order_machine(), log, checkpoint=ahead)
+    assert secret not in str(refused.value) and "***" in str(refused.value)
+    assert secret not in repr(log)
+
+
+def test_sync_compares_the_position_below_without_counting_or_applying_it() -> None:
+    log = order_log()
+    fill(log, [("o1", "restock"), ("o2", "pay"), ("o1", "pay")])
+    replica = synced(log)
+    assert replica.sync() == 0 and replica.duplicates == 0 and replica.applied == 3
+    fill(log, [("o2", "restock")], start=3)
+    assert replica.sync() == 1 and replica.applied == 4 and replica.duplicates == 0
+    assert replica.digest() == synced(log).digest()
 
 
 def logged(pos: int, seq: int, name: str, event_id: str, after: tuple[int, ...] = ()) -> LoggedEvent:
