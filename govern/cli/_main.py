@@ -25,6 +25,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import signal
 import sys
 import textwrap
 import threading
@@ -191,6 +192,9 @@ def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
         raise UsageError(f"{path}: the machine declaration is invalid: {exc}") from exc
     except SystemExit as exc:
         raise UsageError(f"{path}: the file called sys.exit({exc.code!r}) while being imported") from exc
+    except _RaisedInterrupt:
+        said = "importing the file raised KeyboardInterrupt (no Ctrl-C was pressed)"
+        raise UsageError(f"{path}: {said}") from None
     except KeyboardInterrupt:
         raise
     except BaseException as exc:  # an Exception, or e.g. asyncio.CancelledError: the file does not import
@@ -307,13 +311,44 @@ def _machine_code() -> Iterator[None]:
     command line means what it meant when the command started."""
     cwd = os.getcwd()
     limit = sys.getrecursionlimit()  # a file that lowers it must not make govern's own checks fail
+    pressed = _ctrl_c_pressed()
     try:
         with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
             yield
+    except KeyboardInterrupt:
+        if pressed is None or pressed[0]:
+            raise
+        # The file's code raised it: an input error like any other, not an interruption (exit 130), which
+        # a CI job may retry forever.
+        raise _RaisedInterrupt() from None
     finally:
+        if pressed is not None:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if os.getcwd() != cwd:
             os.chdir(cwd)
         sys.setrecursionlimit(limit)
+
+
+def _ctrl_c_pressed() -> list[bool] | None:
+    """Tell a real Ctrl-C from a KeyboardInterrupt that code raises: a SIGINT handler that notes the signal
+    (in the list returned) and interrupts as Python's own does; None when it cannot be installed (not the
+    main thread, or SIGINT handled by someone else)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        return None
+    pressed = [False]
+
+    def interrupt(signum: int, frame: Any) -> None:
+        pressed[0] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, interrupt)
+    return pressed
+
+
+class _RaisedInterrupt(BaseException):
+    """A machine file's code raised KeyboardInterrupt itself: no Ctrl-C was pressed."""
 
 
 def build_machine(target: Target, domain: Any) -> Any:
@@ -329,6 +364,9 @@ def build_machine(target: Target, domain: Any) -> Any:
         raise UsageError(f"{where} called os.{exc.what} while the machine was built") from None
     except SystemExit as exc:
         raise UsageError(f"{where} called sys.exit({exc.code!r}) while the machine was built") from None
+    except _RaisedInterrupt:
+        said = "raised KeyboardInterrupt while the machine was built (no Ctrl-C was pressed)"
+        raise UsageError(f"{where} {said}") from None
     except (Exception, KeyboardInterrupt):
         raise
     except BaseException as exc:

@@ -441,6 +441,40 @@ def test_symbolic_certificates_in_process(tmp_path: Path, capsys: pytest.Capture
     assert racy["status"] == "not-convergent" and racy["counterexample"]["condition"] == "CC1"
 
 
+def test_a_keyboard_interrupt_the_machine_file_raises_is_an_input_error_not_ctrl_c(tmp_path: Path) -> None:
+    """`raise KeyboardInterrupt` in a machine file (at import or in a rule) exited 130, "interrupted", which
+    a CI job may retry forever: the file's own code raised it, so it is an input error (2). A real SIGINT
+    while the file runs is still 130."""
+    (tmp_path / "top.py").write_text("raise KeyboardInterrupt\n")
+    (tmp_path / "rule.py").write_text(
+        "import govern\n"
+        "r = govern.Registry('p')\n"
+        "b = r.bool('b')\n"
+        "def guard(state):\n"
+        "    raise KeyboardInterrupt\n"
+        "r.event('on', guard=guard, effect={b: True})\n"
+    )
+    expected = [("top.py", "importing the file raised KeyboardInterrupt"), ("rule.py", "raised KeyboardInt")]
+    for name, said in expected:
+        done = govern("certify", name, "--no-write", "--json", cwd=tmp_path)
+        assert done.returncode == 2, (name, done.stderr)
+        document = json.loads(done.stdout)
+        if name == "rule.py":  # the file imports: the failure is its registry's
+            [document] = document["results"]
+        assert document["exit_code"] == 2 and said in document["message"], document
+        assert "interrupted" not in done.stderr
+    (tmp_path / "signalled.py").write_text(
+        "import os, signal, govern\n"
+        "r = govern.Registry('p')\n"
+        "b = r.bool('b')\n"
+        "def guard(state):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return True\n"
+        "r.event('on', guard=guard, effect={b: True})\n"
+    )
+    assert govern("certify", "signalled.py", "--no-write", cwd=tmp_path).returncode == 130
+
+
 def test_json_is_one_document_on_a_usage_error_and_on_an_interrupt(tmp_path: Path) -> None:
     """`check --json` and `certify --json` print one JSON document on every exit: bad arguments (argparse
     printed its usage only) and Ctrl-C (nothing at all) included."""
