@@ -101,7 +101,7 @@ def _still_waiting(store: Store, run_id: str, call_id: str) -> list[PendingAppro
     from ._submit import pending_in
 
     try:
-        waiting = pending_in(Journal(store, run_id).load())
+        waiting = pending_in(Journal(store, run_id).load(), call_id=call_id)
     except BideError as exc:
         return (
             f"could not read what call {call_id} still waits for ({exc}); `bide pending` or `bide show "

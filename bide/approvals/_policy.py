@@ -54,6 +54,26 @@ class Approver:
     key: PublicKey
 
 
+#: The longest approver name, in characters: it is part of the key of each decision record, which a
+#: PostgreSQL index holds (a name of thousands of characters could never record a decision there).
+MAX_APPROVER_NAME = 128
+
+
+def _check_name(name: object) -> None:
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"approver name {name!r} must be non-empty text")
+    if len(name) > MAX_APPROVER_NAME:
+        raise ConfigError(
+            f"approver name {name[:40]!r}... is {len(name)} characters long; the limit is {MAX_APPROVER_NAME}"
+        )
+    for c in name:
+        kind = unicodedata.category(c)
+        if kind == "Cc":  # C0, DEL and C1 (U+0080-U+009F, a terminal's CSI among them)
+            raise ConfigError(f"approver name {name!r} must be text without control characters")
+        if kind == "Cs":
+            raise ConfigError(f"approver name {name!r} holds a lone surrogate, which is not text")
+
+
 def _fold(name: str) -> str:
     return unicodedata.normalize("NFKC", name).casefold()
 
@@ -62,7 +82,8 @@ def _fold(name: str) -> str:
 class ApprovalPolicy:
     """`need` approvals out of a fixed, named set of approvers.
 
-    Refused at construction: no approvers, an empty or control-character name, two names equal under NFKC
+    Refused at construction: no approvers, an empty or control-character name (C0, DEL, C1), a name longer
+    than `MAX_APPROVER_NAME` characters or holding a lone surrogate, two names equal under NFKC
     case folding (``alice``/``Alice``), two names sharing one key (a seat is a key), need outside 1..n.
     """
 
@@ -75,10 +96,7 @@ class ApprovalPolicy:
         folded: set[str] = set()
         keys: dict[bytes, str] = {}
         for a in self.approvers:
-            if not isinstance(a.name, str) or not a.name or any(ord(c) < 32 or ord(c) == 127 for c in a.name):
-                raise ConfigError(
-                    f"approver name {a.name!r} must be non-empty text without control characters"
-                )
+            _check_name(a.name)
             if _fold(a.name) in folded:
                 raise ConfigError(
                     f"approver name {a.name!r} collides with another (names are compared under "

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .._errors import ConfigError, StoreError
+from .._errors import ConfigError, RecordDamaged, StoreError
 from .._journal import Journal
 from .._records import HEADER_KEY, GateRecord, encode_record, pause_key
 from .._resolve import status_of
@@ -72,9 +73,13 @@ def journal_digest(journal: Journal) -> str:
     return run_journal_digest(journal.run_id, None if entry is None else entry.data)
 
 
-def _open_requests(journal: Journal) -> dict[str, tuple[str, dict[str, Any], ApprovalPolicy]]:
+_Open = tuple[str, dict[str, Any], ApprovalPolicy]
+
+
+def _open_requests(journal: Journal) -> dict[str, _Open | RecordDamaged]:
     """Per call whose gate has no tally yet: (request key, data, policy) of the request its gate waits on
-    (`current_request`: the latest, or the one an asked record names again)."""
+    (`current_request`: the latest, or the one an asked record names again), or why that request is
+    damaged (raised by whoever asks about that call, so a damaged call keeps no other from a decision)."""
     asked: dict[str, list[tuple[str, Any]]] = {}
     for rec in journal.records():
         if (
@@ -84,7 +89,7 @@ def _open_requests(journal: Journal) -> dict[str, tuple[str, dict[str, Any], App
             and isinstance(rec.data.get("call_id"), str)
         ):
             asked.setdefault(rec.data["call_id"], []).append((rec.key, rec.data))
-    out = {}
+    out: dict[str, _Open | RecordDamaged] = {}
     for call, records in asked.items():
         rkey = current_request(call, records)
         request = journal.get(rkey) if rkey is not None else None
@@ -97,8 +102,21 @@ def _open_requests(journal: Journal) -> dict[str, tuple[str, dict[str, Any], App
             policy = ApprovalPolicy.from_json(data.get("policy"))
         except ConfigError:
             continue
+        tool, digest = data.get("tool"), data.get("arguments_digest")
+        if not isinstance(tool, str) or not (isinstance(digest, str) and _HEX_DIGEST.fullmatch(digest)):
+            # The gate never writes such a request: it was edited. Said as any damaged record is (the CLI's
+            # exit 4), not a KeyError read as a bug after a decision was recorded.
+            out[call] = RecordDamaged(
+                f"the approval request of call {call!r} in run {journal.run_id!r} names no tool or no "
+                "arguments digest (64 hex digits)",
+                key=request.key,
+            )
+            continue
         out[call] = (request.key, data, policy)
     return out
+
+
+_HEX_DIGEST = re.compile("[0-9a-f]{64}")
 
 
 def _state(journal: Journal, data: dict[str, Any], policy: ApprovalPolicy) -> PendingApproval:
@@ -229,6 +247,8 @@ def _decision(
     waiting = _open_requests(journal).get(call_id)
     if waiting is None:
         raise NoWaitingCall(_not_waiting(journal, call_id))
+    if isinstance(waiting, RecordDamaged):
+        raise waiting
     _, data, policy = waiting
     journal_id = journal_digest(journal)
     if data.get("journal_digest", journal_id) != journal_id:
@@ -289,9 +309,18 @@ def _decision(
     return dkey, [(dkey, encode_record(record)), (marker.key, encode_record(marker))]
 
 
-def pending_in(journal: Journal) -> list[PendingApproval]:
-    """The calls of one loaded run waiting for approvers (what `pending_approvals` lists for each run)."""
-    return [_state(journal, data, policy) for _, data, policy in _open_requests(journal).values()]
+def pending_in(journal: Journal, *, call_id: str | None = None) -> list[PendingApproval]:
+    """The calls of one loaded run waiting for approvers (what `pending_approvals` lists for each run), or
+    only call `call_id`. Raises `bide.RecordDamaged` for a call whose request record was edited."""
+    out = []
+    for call, waiting in _open_requests(journal).items():
+        if call_id is not None and call != call_id:
+            continue
+        if isinstance(waiting, RecordDamaged):
+            raise waiting
+        _, data, policy = waiting
+        out.append(_state(journal, data, policy))
+    return out
 
 
 def pending_approvals(store: Store, *, prefix: str = "") -> list[PendingApproval]:

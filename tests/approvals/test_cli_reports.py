@@ -61,6 +61,48 @@ def test_approve_succeeds_when_another_run_sharing_its_prefix_is_damaged(tmp_pat
     assert again.returncode == 5 and "already decided" in again.stderr
 
 
+def test_a_damaged_approval_request_is_said_as_damaged_not_a_bug(tmp_path: Path) -> None:
+    """A request record without its tool (edited in the database) made `bide pending` exit 3 ("a bug") for
+    the whole store, and `bide approve` of another, healthy call of the run exit 3 after it had recorded the
+    decision: the record is named as damaged (exit 4), and the healthy call is decided as usual."""
+    keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
+    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
+
+    @bide.tool(gate=gate)
+    def wire(amount: int) -> str:
+        """Wire."""
+        return f"sent {amount}"
+
+    db = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{db}")
+    try:
+        with pytest.raises(bide.ApprovalPending):
+            model = ScriptedModel([call("wire", amount=1), reply("done")])
+            bide.Agent(model, store=store, tools=[wire]).run_sync("x", "go")
+        entries = bide.Journal(store, "x").load().entries()
+        [request] = [e for e in entries if e.key.startswith("approval:request:")]
+    finally:
+        store.close()
+    record = json.loads(request.data)
+    data = {k: v for k, v in record["data"].items() if k not in ("tool", "arguments_digest")}
+    forged = {**record, "key": request.key.replace("c0.0", "c0.9"), "data": {**data, "call_id": "c0.9"}}
+    with sqlite3.connect(db) as conn:
+        conn.execute(
+            "insert into bide_records (run_id, key, data) values ('x', ?, ?)",
+            (forged["key"], json.dumps(forged, sort_keys=True, separators=(",", ":")).encode()),
+        )
+    pending = _bide("pending", "--store", "sqlite:///bide.db", cwd=tmp_path)
+    assert pending.returncode == 4, pending.stderr
+    assert "call 'c0.9' in run 'x' names no tool" in pending.stderr, pending.stderr
+    decide = ("approve", "--store", "sqlite:///bide.db", "x", "c0.0", "--key", "alice.key")
+    approve = _bide(*decide, cwd=tmp_path)
+    assert approve.returncode == 0, approve.stderr
+    assert "Recorded the signed approval" in approve.stdout
+    assert "approved by alice, denied by nobody; waiting for bob" in approve.stdout
+    damaged = _bide(*decide[:4], "c0.9", "--key", "bob.key", cwd=tmp_path)
+    assert damaged.returncode == 4 and "names no tool" in damaged.stderr, damaged.stderr
+
+
 def test_a_package_without_only_its_run_end_says_what_ran_is_not_proven(tmp_path: Path) -> None:
     store, call_id = approved_run()
     log = AuditLog(store, LOG_KEY)

@@ -82,6 +82,17 @@ def test_policy_refuses_shared_keys_lookalike_names_and_bad_need() -> None:
         ApprovalPolicy(1, ())
     with pytest.raises(bide.ConfigError):
         ApprovalPolicy(1, (Approver("", k),))
+    # C1 controls (a terminal's CSI, NEL) were let through, and a lone surrogate raised UnicodeEncodeError
+    for name in ("ali\x9bce", "ali\x85ce", "ali\x07ce", "ali\x7fce"):
+        with pytest.raises(bide.ConfigError, match="control characters"):
+            ApprovalPolicy.of(1, {name: k})
+    with pytest.raises(bide.ConfigError, match="lone surrogate"):
+        ApprovalPolicy.of(1, {"al\ud800ce": k, "bob": KEYS["bob"].public})
+    # a name of thousands of characters made every decision's key too long for PostgreSQL's index
+    assert ApprovalPolicy.of(1, {"a" * 128: k}).names == ["a" * 128]
+    with pytest.raises(bide.ConfigError, match="129 characters long; the limit is 128"):
+        ApprovalPolicy.of(1, {"a" * 129: k})
+    assert ApprovalPolicy.of(1, {"Zoë Ångström": k}).names == ["Zoë Ångström"]
 
 
 def test_policy_digest_binds_need_names_and_keys_and_round_trips() -> None:
