@@ -23,6 +23,7 @@ import os
 import re
 import unicodedata
 from collections.abc import Iterable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,16 +60,23 @@ class Approver:
 MAX_APPROVER_NAME = 128
 
 
+# True while `from_json` reads a policy: one recorded in a journal, or an auditor's copy of one, is read
+# under the rules it was written with (before the C1 and length limits), so runs of an older bide stay
+# decidable and verifiable.
+_READING: ContextVar[bool] = ContextVar("bide_approvals_reading_policy", default=False)
+
+
 def _check_name(name: object) -> None:
     if not isinstance(name, str) or not name:
         raise ConfigError(f"approver name {name!r} must be non-empty text")
-    if len(name) > MAX_APPROVER_NAME:
+    new = not _READING.get()
+    if new and len(name) > MAX_APPROVER_NAME:
         raise ConfigError(
             f"approver name {name[:40]!r}... is {len(name)} characters long; the limit is {MAX_APPROVER_NAME}"
         )
     for c in name:
         kind = unicodedata.category(c)
-        if kind == "Cc":  # C0, DEL and C1 (U+0080-U+009F, a terminal's CSI among them)
+        if kind == "Cc" and (new or ord(c) < 32 or ord(c) == 127):  # C0, DEL; C1 in new policies
             raise ConfigError(f"approver name {name!r} must be text without control characters")
         if kind == "Cs":
             raise ConfigError(f"approver name {name!r} holds a lone surrogate, which is not text")
@@ -83,7 +91,8 @@ class ApprovalPolicy:
     """`need` approvals out of a fixed, named set of approvers.
 
     Refused at construction: no approvers, an empty or control-character name (C0, DEL, C1), a name longer
-    than `MAX_APPROVER_NAME` characters or holding a lone surrogate, two names equal under NFKC
+    than `MAX_APPROVER_NAME` characters or holding a lone surrogate (`from_json`, which reads policies
+    recorded by older versions, lets C1 characters and longer names through), two names equal under NFKC
     case folding (``alice``/``Alice``), two names sharing one key (a seat is a key), need outside 1..n.
     """
 
@@ -203,7 +212,11 @@ class ApprovalPolicy:
         need = value["need"]
         if isinstance(need, bool) or not isinstance(need, int):
             raise ConfigError("need must be an integer")
-        policy = cls(need, tuple(seats))
+        reading = _READING.set(True)
+        try:
+            policy = cls(need, tuple(seats))
+        finally:
+            _READING.reset(reading)
         if policy.names != [a["name"] for a in value["approvers"]]:
             raise ConfigError("policy approvers must be sorted by name")
         return policy

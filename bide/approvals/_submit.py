@@ -24,6 +24,7 @@ from ._tally import (
     current_request,
     decision_key,
     decision_prefix,
+    request_key,
     tally_key,
     turn_data,
     turn_key,
@@ -82,38 +83,45 @@ def _open_requests(journal: Journal) -> dict[str, _Open | RecordDamaged]:
     damaged (raised by whoever asks about that call, so a damaged call keeps no other from a decision)."""
     asked: dict[str, list[tuple[str, Any]]] = {}
     for rec in journal.records():
-        if (
-            isinstance(rec, GateRecord)
-            and rec.key.startswith(("approval:request:", "approval:asked:"))
-            and isinstance(rec.data, dict)
-            and isinstance(rec.data.get("call_id"), str)
-        ):
-            asked.setdefault(rec.data["call_id"], []).append((rec.key, rec.data))
+        if isinstance(rec, GateRecord) and rec.key.startswith(("approval:request:", "approval:asked:")):
+            # The call a record is filed under is in its key (approval:request:CALL:POLICY,
+            # approval:asked:CALL:N), which the gate looks up: a record whose data was edited stays there.
+            call = rec.key.split(":", 2)[2].rpartition(":")[0]
+            asked.setdefault(call, []).append((rec.key, rec.data))
     out: dict[str, _Open | RecordDamaged] = {}
     for call, records in asked.items():
         rkey = current_request(call, records)
         request = journal.get(rkey) if rkey is not None else None
         if not isinstance(request, GateRecord) or journal.get(tally_key(call)) is not None:
             continue
-        data = request.data
-        if not isinstance(data, dict) or data.get("call_id") != call:
-            continue
+        out[call] = _read_request(journal, call, request)
+    return out
+
+
+def _read_request(journal: Journal, call: str, request: GateRecord) -> _Open | RecordDamaged:
+    """The request the gate of `call` waits on, or why it is damaged: the gate never writes such a
+    request, so it was edited. Said as any damaged record is (the CLI's exit 4), not a KeyError read as a
+    bug after a decision was recorded, nor "a custom gate" that leaves the call waiting forever."""
+    data = request.data
+    problem = None
+    if not isinstance(data, dict) or data.get("call_id") != call:
+        problem = f"is not the request of call {call!r} its key names"
+    else:
         try:
             policy = ApprovalPolicy.from_json(data.get("policy"))
-        except ConfigError:
-            continue
-        tool, digest = data.get("tool"), data.get("arguments_digest")
-        if not isinstance(tool, str) or not (isinstance(digest, str) and _HEX_DIGEST.fullmatch(digest)):
-            # The gate never writes such a request: it was edited. Said as any damaged record is (the CLI's
-            # exit 4), not a KeyError read as a bug after a decision was recorded.
-            out[call] = RecordDamaged(
-                f"the approval request of call {call!r} in run {journal.run_id!r} names no tool or no "
-                "arguments digest (64 hex digits)",
-                key=request.key,
-            )
-            continue
-        out[call] = (request.key, data, policy)
-    return out
+        except ConfigError as exc:
+            problem = f"holds no valid policy ({exc})"
+        else:
+            tool, digest = data.get("tool"), data.get("arguments_digest")
+            if request.key != request_key(call, policy):
+                problem = "holds another policy than the one its key names"
+            elif not isinstance(tool, str) or not (isinstance(digest, str) and _HEX_DIGEST.fullmatch(digest)):
+                problem = "names no tool or no arguments digest (64 hex digits)"
+            else:
+                return request.key, data, policy
+    return RecordDamaged(
+        f"the approval request of call {call!r} in run {journal.run_id!r} {problem}", key=request.key
+    )
 
 
 _HEX_DIGEST = re.compile("[0-9a-f]{64}")

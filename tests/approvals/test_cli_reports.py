@@ -103,6 +103,98 @@ def test_a_damaged_approval_request_is_said_as_damaged_not_a_bug(tmp_path: Path)
     assert damaged.returncode == 4 and "names no tool" in damaged.stderr, damaged.stderr
 
 
+@pytest.mark.parametrize("edit", ["policy", "call_id", "digest"])
+def test_a_request_whose_policy_or_call_was_edited_is_damaged_not_a_custom_gate(
+    tmp_path: Path, edit: str
+) -> None:
+    """A request record whose policy or call id was edited was dropped from what the call waits on: `bide
+    approve` said the run "waits at a custom gate" (the call could never be decided) and `bide pending`
+    said nothing of it. It is a damaged record now, named by both."""
+    keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
+    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
+
+    @bide.tool(gate=gate)
+    def wire(amount: int) -> str:
+        """Wire."""
+        return f"sent {amount}"
+
+    db = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{db}")
+    try:
+        with pytest.raises(bide.ApprovalPending):
+            model = ScriptedModel([call("wire", amount=1), reply("done")])
+            bide.Agent(model, store=store, tools=[wire]).run_sync("x", "go")
+    finally:
+        store.close()
+    with sqlite3.connect(db) as conn:
+        [(key, raw)] = conn.execute("select key, data from bide_records where key like 'approval:request:%'")
+        record = json.loads(raw)
+        if edit == "policy":
+            record["data"]["policy"]["need"] = 0
+        elif edit == "call_id":
+            record["data"]["call_id"] = 7
+        else:  # a valid policy, but not the one the key names: the gate would never wait on it
+            record["data"]["policy"]["need"] = 1
+        conn.execute(
+            "update bide_records set data = ? where key = ?",
+            (json.dumps(record, sort_keys=True, separators=(",", ":")).encode(), key),
+        )
+    said = {"policy": "holds no valid policy", "call_id": "is not the request of call 'c0.0'",
+            "digest": "holds another policy than the one its key names"}[edit]  # fmt: skip
+    decide = ("approve", "--store", "sqlite:///bide.db", "x", "c0.0", "--key", "alice.key")
+    approve = _bide(*decide, cwd=tmp_path)
+    assert approve.returncode == 4 and said in approve.stderr and key in approve.stderr, approve.stderr
+    pending = _bide("pending", "--store", "sqlite:///bide.db", cwd=tmp_path)
+    assert pending.returncode == 4 and said in pending.stderr, pending.stderr
+
+
+def test_a_policy_recorded_with_a_name_the_new_rules_refuse_is_still_decided_and_verified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Approver names of new policies are at most 128 characters, without C1 controls; a policy an older
+    bide recorded with such a name was refused when read back: its runs could not be approved ("a custom
+    gate") and `verify-approvals` failed a package that had verified."""
+    from bide.approvals import ApprovalPolicy, _policy
+
+    long = "approver-" + "x" * 140
+    with pytest.raises(bide.ConfigError, match="the limit is 128"):
+        ApprovalPolicy.of(1, {long: generate_key(tmp_path / "probe.key").public})
+    real_check = _policy._check_name
+    monkeypatch.setattr(_policy, "_check_name", lambda name: None)  # an older bide, which let it through
+    keys = {n: generate_key(tmp_path / f"{i}.key") for i, n in enumerate(("alice", "bob\x85", long))}
+    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
+    monkeypatch.setattr(_policy, "_check_name", real_check)
+
+    @bide.tool(gate=gate)
+    def wire(amount: int) -> str:
+        """Wire."""
+        return f"sent {amount}"
+
+    def agent(store: bide.Store) -> bide.Agent:
+        return bide.Agent(ScriptedModel([call("wire", amount=1), reply("done")]), store=store, tools=[wire])
+
+    assert ApprovalPolicy.from_json(gate.policy.to_json()) == gate.policy  # read back under its own rules
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    store = bide.open_store(url)
+    try:
+        with pytest.raises(bide.ApprovalPending):
+            agent(store).run_sync("x", "go")
+    finally:
+        store.close()
+    for key_file in ("2.key", "1.key"):
+        done = _bide("approve", "--store", url, "x", "c0.0", "--key", key_file, cwd=tmp_path)
+        assert done.returncode == 0 and "Recorded the signed approval" in done.stdout, done.stderr
+    store = bide.open_store(url)
+    try:
+        assert agent(store).run_sync("x", "go").answer == "done"
+        (tmp_path / "evidence.json").write_bytes(AuditLog(store, LOG_KEY).evidence("x").to_json())
+    finally:
+        store.close()
+    verified = audit_cli("verify-approvals", "evidence.json", "--json", cwd=tmp_path)
+    report = json.loads(verified.stdout)
+    assert verified.returncode == 0 and report["executed_calls_proven"], verified.stdout + verified.stderr
+
+
 def test_a_package_without_only_its_run_end_says_what_ran_is_not_proven(tmp_path: Path) -> None:
     store, call_id = approved_run()
     log = AuditLog(store, LOG_KEY)
