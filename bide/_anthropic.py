@@ -189,6 +189,10 @@ class AnthropicModel(HTTPModel):
                         raise malformed(self.name, "a second message_start in one answer")
                     started = True
                     usage.update(json_object(json_object(payload.get("message")).get("usage")))
+                elif kind in ("content_block_start", "content_block_delta") and finish:
+                    # A block judged by a stop reason that came before it: a tool call after "end_turn" or
+                    # "max_tokens" would run a call nobody checked.
+                    raise malformed(self.name, f"a {kind} after the stop_reason {finish!r}")
                 elif kind == "content_block_start":
                     index = json_index(self.name, payload.get("index"), len(blocks))
                     if index in blocks:
@@ -226,8 +230,13 @@ class AnthropicModel(HTTPModel):
                     ending.stopped = True
                 elif kind == "message_delta":
                     delta = json_object(payload.get("delta"))
-                    if isinstance(delta.get("stop_reason"), str) and delta["stop_reason"]:
-                        finish = delta["stop_reason"]
+                    ends = delta.get("stop_reason")
+                    if isinstance(ends, str) and ends:
+                        if finish and ends != finish:
+                            # A second stop reason would overwrite the first: "max_tokens", then "tool_use",
+                            # ran the calls of a turn cut off at its token limit.
+                            raise malformed(self.name, f"a second stop_reason {ends!r} after {finish!r}")
+                        finish = ends
                     usage.update(json_object(payload.get("usage")))
                 elif kind == "message_stop":
                     done = True

@@ -208,12 +208,21 @@ class OpenAIModel(HTTPModel):
                         delta = {}  # a finish without a delta
                     elif not isinstance(delta, dict):
                         raise malformed(self.name, f"a stream delta that is not an object: {delta!r:.200}")
-                    if isinstance(choice.get("finish_reason"), str) and choice["finish_reason"]:
-                        if choice["finish_reason"] != finish:  # a repeated finish is no progress either
-                            clock.progress()
-                        finish = choice["finish_reason"]
+                    ends = choice.get("finish_reason")
                     if any(value for key, value in delta.items() if key != "role"):
+                        if finish and (delta.get("content") or delta.get("tool_calls")):
+                            # A finish judged without these pieces: a tool call added after a "stop" or a
+                            # "length" would run a call nobody checked.
+                            raise malformed(self.name, f"a piece after the finish reason {finish!r}")
                         clock.progress()  # text, call pieces, reasoning: not an empty keep-alive delta
+                    if isinstance(ends, str) and ends:
+                        if finish and ends != finish:
+                            # A second finish would overwrite the first: "length", then "tool_calls", ran the
+                            # calls of a turn cut off at its token limit.
+                            raise malformed(self.name, f"a second finish reason {ends!r} after {finish!r}")
+                        if ends != finish:  # a repeated finish is no progress either
+                            clock.progress()
+                        finish = ends
                     piece = delta.get("content")
                     if piece is not None and not isinstance(piece, str):
                         raise malformed(self.name, f"a delta whose content is not a string: {piece!r:.200}")

@@ -369,6 +369,39 @@ def test_a_turn_cut_off_at_the_token_limit_fires_no_tool(
     _refused_then_resumed(serve, kind, stream, _cut_off(kind, stream), "cut off at its output token limit")
 
 
+def _finished_twice(kind: str, how: str) -> Reply:
+    """A streamed turn whose finish is contradicted: a second, other finish ("length" then "tool_calls"),
+    or a tool call streamed after the answer was finished as text."""
+    if kind == "openai":
+        call = _sse_event(_oa_call_piece(0, '{"n": 7}', "c1", "fire"))
+        if how == "second finish":
+            events = [call, _sse_event(_oa_chunk({}, "length")), _sse_event(_oa_chunk({}, "tool_calls"))]
+        else:
+            answered = _sse_event(_oa_chunk({"content": "ok"}, "stop"))
+            events = [answered, call, _sse_event(_oa_chunk({}, "tool_calls"))]
+        return Reply(events=[*events, ("", "[DONE]")])
+    start = _ev("message_start", message={"usage": {"input_tokens": 1, "output_tokens": 1}})
+    fire = [_tool_start(0), _json_delta(0, '{"n": 7}'), _block_stop(0)]
+    if how == "second finish":
+        middle = [*fire, _ev("message_delta", delta={"stop_reason": "max_tokens"})]
+    else:
+        middle = [_ev("message_delta", delta={"stop_reason": "end_turn"}), *fire]
+    end = [_ev("message_delta", delta={"stop_reason": "tool_use"}), _ev("message_stop")]
+    return Reply(events=[start, *middle, *end])
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("how", ["second finish", "call after the finish"])
+def test_a_stream_that_contradicts_its_finish_fires_no_tool(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, how: str
+) -> None:
+    """A later finish overwrote the first: a turn cut off at its token limit ("length", then "tool_calls")
+    ran its call, and so did a call streamed after the answer had finished as text."""
+    reason = "(finish reason|stop_reason)"
+    said = f"second {reason}" if how == "second finish" else f"after the {reason}"
+    _refused_then_resumed(serve, kind, True, _finished_twice(kind, how), said)
+
+
 def test_a_cut_off_text_answer_is_still_an_answer(
     serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
 ) -> None:
