@@ -242,8 +242,9 @@ class AnthropicModel(HTTPModel):
                     done = True
                     break
                 elif kind == "error":
+                    said = self._redacted(error_message(data))
                     raise ModelError(
-                        f"model {self.name!r} failed mid-stream: {error_message(data)}; nothing was "
+                        f"model {self.name!r} failed mid-stream: {said}; nothing was "
                         "journaled, run again to retry"
                     )
         finally:

@@ -221,7 +221,15 @@ class HTTPModel:
             raise ConfigError(f"{kind} needs a model name, e.g. {kind}({self._example_model!r})")
         self.name = model
         self.api_key = api_key if api_key is not None else os.environ.get(f"{self._env}_API_KEY", "")
+        self._check_api_key("api_key" if api_key is not None else f"{self._env}_API_KEY")
         self.base_url = (base_url or os.environ.get(f"{self._env}_BASE_URL") or self._default_url).rstrip("/")
+        if self.base_url.partition("://")[0].lower() not in ("http", "https"):
+            # Without a scheme, httpx fails every request (retried for nothing), and nothing in the URL,
+            # credentials included, could be masked in the messages: the URL itself is not repeated here.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url that starts with http:// or https://, e.g. "
+                f"{self._default_url!r}"
+            )
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
         try:
@@ -248,6 +256,25 @@ class HTTPModel:
         self._limits = limits
         self._pool: _Pool | None = None
         self.clients_made = 0
+
+    def _check_api_key(self, where: str) -> None:
+        """Refuse a key no HTTP header can carry, saying why without showing it: a key read from a file
+        ends in a line break, which httpx refused on every try with the key quoted in the error."""
+        key = self.api_key
+        if not isinstance(key, str):
+            raise ConfigError(f"{type(self).__name__}: {where} must be a string, not a {type(key).__name__}")
+        if key and (not key.isascii() or not key.isprintable() or key != key.strip()):
+            raise ConfigError(
+                f"{type(self).__name__}: {where} holds a line break, another control character, white space "
+                "at an end or a character that is not ASCII (a key read from a file keeps its last line "
+                "break: strip it); the key is not shown here"
+            )
+
+    def _redacted(self, text: str) -> str:
+        """`text` (a server's error, which bide prints and logs) with this model's API key, should a server
+        or proxy quote it back, shown as ``***``. A key too short to tell from words is left alone."""
+        key = self.api_key
+        return text.replace(key, "***") if len(key) >= 8 else text
 
     def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` with the optional `temperature` and the `extra_body` fields (which win) added."""
@@ -305,7 +332,7 @@ class HTTPModel:
             verdict: bool | float = True if exc.retry_after is None else exc.retry_after
             why = f"HTTP {exc.status}"
         elif isinstance(exc, (httpx.TransportError, RequestTimeout)):
-            verdict, why = True, f"{type(exc).__name__}: {exc}"
+            verdict, why = True, self._redacted(f"{type(exc).__name__}: {exc}")
         else:
             return False
         if LOGGER.isEnabledFor(20):
@@ -325,6 +352,7 @@ class HTTPModel:
 
     def _refuse(self, response: httpx.Response, text: str) -> ModelError:
         status = response.status_code
+        text = self._redacted(text)
         if status in TRANSIENT:
             return TransientStatus(
                 f"HTTP {status}: {error_message(text)}",
@@ -346,6 +374,7 @@ class HTTPModel:
 
     def _exhausted(self, exc: Exception) -> ModelError:
         last = str(exc) if isinstance(exc, TransientStatus) else f"{type(exc).__name__}: {exc}"
+        last = self._redacted(last)
         LOGGER.warning(
             "model %s: giving up after %d attempts: %s",
             self.name,

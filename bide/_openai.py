@@ -186,8 +186,9 @@ class OpenAIModel(HTTPModel):
                 if not isinstance(chunk, dict):
                     raise malformed(self.name, f"a stream event that is not a JSON object: {data!r:.200}")
                 if isinstance(chunk.get("error"), (dict, str)):
+                    said = self._redacted(_error_text(chunk["error"]))
                     raise ModelError(
-                        f"model {self.name!r} failed mid-stream: {_error_text(chunk['error'])}; nothing was "
+                        f"model {self.name!r} failed mid-stream: {said}; nothing was "
                         "journaled, run again to retry"
                     )
                 if isinstance(chunk.get("usage"), dict):

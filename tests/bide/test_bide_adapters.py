@@ -421,6 +421,48 @@ def test_a_password_in_base_url_is_never_printed(serve: Callable[[Respond], Loop
     assert "PROXY-SECRET" not in str(refused.value)
 
 
+@pytest.mark.parametrize("kind", [bide.OpenAIModel, bide.AnthropicModel])
+def test_a_key_no_header_can_carry_and_a_url_without_scheme_are_refused_unshown(
+    kind: type[bide.OpenAIModel] | type[bide.AnthropicModel], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key read from a file (its last line break kept) failed every request, retried five times, with the
+    key quoted in the error, the retry log lines and the run's failure; a base_url without its scheme
+    failed every request too, with its password shown whole."""
+    for key in ("sk-SECRET-KEY\n", "sk-SECRET\r\nX-Evil: 1", "sk-SECRET\x00", " sk-SECRET-KEY", "sk-SECRÉT"):
+        with pytest.raises(bide.ConfigError, match="strip it") as refused:
+            kind("m", api_key=key, base_url="http://127.0.0.1:9/v1")
+        assert "SECRET" not in str(refused.value) and "SECRÉT" not in str(refused.value)
+    env = "OPENAI_API_KEY" if kind is bide.OpenAIModel else "ANTHROPIC_API_KEY"
+    monkeypatch.setenv(env, "sk-FROM-ENV-SECRET\n")
+    with pytest.raises(bide.ConfigError, match=env) as refused:
+        kind("m", base_url="http://127.0.0.1:9/v1")
+    assert "FROM-ENV" not in str(refused.value)
+    for url in ("proxyuser:SECRETPW@127.0.0.1:9/v1", "ftp://127.0.0.1/v1", "127.0.0.1:9"):
+        with pytest.raises(bide.ConfigError, match="starts with http:// or https://") as refused:
+            kind("m", api_key="k", base_url=url)
+        assert "SECRETPW" not in str(refused.value)
+    assert kind("m", api_key="sk-fine_key.1", base_url="HTTPS://host/v1").base_url == "HTTPS://host/v1"
+
+
+def test_a_server_that_quotes_the_api_key_back_never_gets_it_printed_or_logged(
+    serve: Callable[[Respond], LoopbackServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A server (or proxy) quoting the key in its error text ("Incorrect API key provided: sk-...") had it
+    printed in the ModelError, logged at every retry, and kept in the error's body."""
+    key = "sk-SECRET-KEY-123"
+    server = serve(
+        lambda got: Reply(status=401 if got.n == 1 else 503, body={"error": {"message": f"bad key {key}"}})
+    )
+    for attempts, status in ((1, "answered 401"), (2, "503")):
+        policy = bide.RetryPolicy(attempts=attempts, initial=0.01)
+        model = bide.OpenAIModel("m", api_key=key, base_url=server.url + "/v1", retry=policy)
+        with caplog.at_level("INFO"), pytest.raises(bide.ModelError, match=status) as info:
+            bide.Agent(model, store=bide.open_store("memory://")).run_sync(f"r{attempts}", "hi")
+        assert "bad key ***" in str(info.value) and key not in str(info.value)
+        assert key not in (info.value.body or "")
+    assert key not in caplog.text
+
+
 @pytest.mark.parametrize(
     ("url", "shown"),
     [
