@@ -12,6 +12,7 @@ from ._http import (
     HTTPModel,
     StreamText,
     absent_arguments,
+    call_arguments,
     cut_off,
     error_message,
     json_event,
@@ -315,10 +316,10 @@ class _Block:
         if not raw.strip():
             if self.json.came:
                 # Empty input_json pieces are how the API streams an input of {}: the model sent {}.
-                return self.input
+                return call_arguments(self.input, json.dumps(self.input))
             # No piece at all: the start's empty input is only the API's placeholder for the pieces, which
             # did not come (a proxy dropping them would run every call on its defaults).
-            return self.input or None
+            return call_arguments(self.input, json.dumps(self.input)) if self.input else None
         if self.input:
             raise malformed(
                 self._model,
@@ -328,7 +329,7 @@ class _Block:
             decoded = read_json(raw)
         except ValueError:
             return raw
-        return decoded if isinstance(decoded, dict) else raw
+        return call_arguments(decoded, raw)
 
 
 def _add_delta(
@@ -373,9 +374,9 @@ def _input(arguments: dict[str, Any] | str) -> dict[str, Any]:
     if not arguments:
         return {}
     try:
-        decoded = read_json(arguments)
+        decoded = call_arguments(read_json(arguments), arguments)
     except ValueError:
-        decoded = None
+        decoded = arguments
     return decoded if isinstance(decoded, dict) else {"raw": arguments}
 
 
@@ -443,7 +444,7 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
             if args is None:  # absent or null: not {}, on which the tool would run with its defaults
                 arguments: dict[str, Any] | str = absent_arguments(tools, tool)
             else:
-                arguments = args if isinstance(args, dict) else json.dumps(args)
+                arguments = call_arguments(args, json.dumps(args))
             ids.append(json_name(name, block.get("id"), "id"))
             named.append((tool, arguments))
     reason = data.get("stop_reason")

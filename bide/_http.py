@@ -119,6 +119,26 @@ def read_json(text: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply to read") from None
 
 
+def call_arguments(decoded: Any, text: str) -> dict[str, Any] | str:
+    """A tool call's arguments: `decoded` when it is an object whose numbers are all finite, else `text`,
+    which the model is told is not valid arguments. JSON's reader takes NaN and Infinity, and 1e400 as an
+    infinity, none of which the journal can hold: kept, they failed the whole turn, every time it was
+    asked again, where arguments the model got wrong should go back to it."""
+    if not isinstance(decoded, dict):
+        return text
+    todo: list[Any] = [decoded]
+    while todo:
+        value = todo.pop()
+        if type(value) is float:
+            if not math.isfinite(value):
+                return text
+        elif isinstance(value, dict):
+            todo.extend(value.values())
+        elif isinstance(value, list):
+            todo.extend(value)
+    return decoded
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # json.loads keeps the last of two equal keys: arguments {"n": 1, "n": 2} would run a tool with n=2,
     # which the model may not have meant. Such JSON is refused, as unreadable JSON is.

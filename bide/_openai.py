@@ -13,6 +13,7 @@ from ._http import (
     HTTPModel,
     StreamText,
     absent_arguments,
+    call_arguments,
     cut_off,
     json_event,
     json_index,
@@ -350,7 +351,7 @@ def _arguments(text: Any, tools: Sequence[ToolSpec], tool: str) -> dict[str, Any
         decoded = read_json(text)
     except ValueError:
         return text
-    return decoded if isinstance(decoded, dict) else text
+    return call_arguments(decoded, text)
 
 
 def _call_parts(name: str, raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -402,6 +402,34 @@ def test_a_stream_that_contradicts_its_finish_fires_no_tool(
     _refused_then_resumed(serve, kind, True, _finished_twice(kind, how), said)
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("number", [float("nan"), float("inf"), float("-inf")])
+def test_tool_arguments_with_a_number_json_cannot_hold_go_back_to_the_model(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, stream: bool, number: float
+) -> None:
+    """Arguments holding NaN, Infinity or 1e400 (read as an infinity) failed the whole turn ("a turn the
+    journal cannot hold"), every time the run was driven again: the run was stuck for good. They are
+    arguments the model got wrong: the model is told, the tool does not run, the run goes on."""
+    calls = [("g1", "fire", {"n": number})]
+
+    def answer(request: Received) -> Reply:
+        if tool_results_sent(request):
+            return _good(kind, request)
+        if kind == "openai":
+            return openai_stream(calls=calls) if stream else openai_completion(calls=calls)
+        return anthropic_stream(calls=calls) if stream else anthropic_message(calls=calls)
+
+    server = serve(answer)
+    fired = _Fired()
+    store = bide.open_store("memory://")
+    agent = bide.Agent(_model(kind, server.url), store=store, tools=[fired.tool])
+    assert _drive(agent, "run", stream).answer == "done"
+    assert fired.calls == []
+    [told] = [r for r in bide.Journal(store, "run").load().records() if isinstance(r, bide.ToolResult)]
+    assert told.is_error and told.tool == "fire"
+
+
 def test_a_cut_off_text_answer_is_still_an_answer(
     serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
 ) -> None:
