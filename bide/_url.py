@@ -50,6 +50,7 @@ __all__ = [
 _FORMS = "a file path (bide.db), sqlite:///path, postgresql://user@host/db, or memory://"
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*):")
 _PASSWORD = re.compile(r"^([^/]*//[^/@:]*):[^/@]*@")
+_QUERY_PASSWORD = re.compile(r"([?&](?:ssl)?password)=[^&#]*", re.IGNORECASE)
 _HOST_NAME = re.compile(r"[A-Za-z0-9_.-]+")
 # C0 and C1 control characters, and the byte order mark a file read as text may start with.
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ufeff]")
@@ -182,8 +183,9 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
 
 def without_password(url: str) -> str:
     """`url` with its password, if any, shown as ``***``: for messages, which end up on terminals and in
-    logs."""
-    return _PASSWORD.sub(r"\1:***@", url)
+    logs. Both places libpq takes one from: the authority (``user:***@``) and the query (``password=***``,
+    ``sslpassword=***``)."""
+    return _QUERY_PASSWORD.sub(r"\1=***", _PASSWORD.sub(r"\1:***@", url))
 
 
 def _check_authority(url: str, sqlalchemy_url: str) -> None:

@@ -45,6 +45,7 @@ from .._errors import StoreError
 from .._retry import RetryPolicy
 from .._sql import _SQLITE_BUSY, _first_line, _lock_timeout
 from .._store import Entry, WriteTransaction
+from .._url import without_password
 from ._formats import journal_leaf
 from ._merkle import Coord, _tiles
 from ._tree import MerkleTree
@@ -246,7 +247,7 @@ class SQLHashes:
                 raise self._failed(exc.orig or exc, "create") from exc
             # A store this user may only read (an auditor's copy, a read-only file): the audit log keeps its
             # hashes beside the journal, so it needs to write there once.
-            where = engine.url.render_as_string(hide_password=True)
+            where = without_password(engine.url.render_as_string(hide_password=True))
             said = _first_line(exc)
             hint = why_unwritable(engine.url.database or "") if self.dialect == "sqlite" else ""
             raise StoreError(
@@ -340,7 +341,7 @@ class SQLHashes:
     def _failed(self, exc: BaseException, what: str) -> StoreError:
         """The store's error for a driver error `exc` met while reading, writing or creating the hash
         tables: the store failed (a lock held past the busy timeout, a lost connection), not bide."""
-        where = self.engine.url.render_as_string(hide_password=True)
+        where = without_password(self.engine.url.render_as_string(hide_password=True))
         if _locked(exc):
             return StoreError(
                 f"store {where}: the audit log could not {what} its hash tables: the database stayed locked "

@@ -53,7 +53,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from bide._dbfile import OpenedFile, connect_existing
 from bide._sql import lost_in_pipeline, out_of_pipeline, pipeline
-from bide._url import libpq_bounds
+from bide._url import libpq_bounds, without_password
 
 from .._errors import GovernError
 from . import _logschema as schema
@@ -593,11 +593,9 @@ class EventLog:
             raise LogURLError(f"{where.path!r} is a directory; give the path of the event log's file")
         if where.kind == "memory":
             self._backend = _memory_backend(where.name, self.name)
-            self._shown_url = url
         else:
-            backend = _SqlBackend(where.sqlalchemy_url, self.name, self.timeout, pool_size)
-            self._backend = backend
-            self._shown_url = backend.where  # what messages name: the URL without its password
+            self._backend = _SqlBackend(where.sqlalchemy_url, self.name, self.timeout, pool_size)
+        self._shown_url = without_password(url)  # what messages name: the URL without its password
 
     def __repr__(self) -> str:
         return f"EventLog({self._shown_url!r}, name={self.name!r})"
@@ -1548,7 +1546,7 @@ class _SqlBackend:
         if psycopg is not None:
             errors.append(psycopg.Error)
         self._errors = tuple(errors)
-        self.where = self.engine.url.render_as_string(hide_password=True)
+        self.where = without_password(self.engine.url.render_as_string(hide_password=True))
         # SQLite runs one write transaction at a time, so a handle writes through one connection of its
         # pool, kept checked out between appends and taken in turn under this lock: checking it out of
         # the pool and back in for every append cost as much as the append's own Python. A pool of one

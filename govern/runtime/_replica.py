@@ -357,6 +357,9 @@ class Replica:
         self._prints = array("q")
         self._last: LoggedEvent | None = None  # the event at _position - 1, when this replica applied it
         self._restored: Checkpoint | None = None
+        # The log's event at position _base - 1 when this replica was restored from a checkpoint there: what
+        # sync() compares that position with until the replica applies an event of its own.
+        self._at_base: LoggedEvent | None = None
         # The lowest position deliver() may have applied from a copy not compared with the log's own event
         # since (None: none): sync() reads the log again from there, so a wrong copy applied first is found
         # when the log's event comes, and checkpoint() waits for that.
@@ -507,16 +510,17 @@ class Replica:
         before = self.applied
         start = self._position if self._unconfirmed is None else min(self._unconfirmed, self._position)
         last: LoggedEvent | None = None
-        # The first read takes the event just below `start` too, to compare it with the one applied there: a
-        # log rewound under a live replica (an older backup restored, then appended to) would otherwise be
-        # followed from a position whose events are no longer the ones applied, without a word.
-        below = start - 1
+        page = min(page, _MAX_PAGE)
+        # Each read takes the event just below `start` too, and compares it with the one applied there (on
+        # later pages, the last event of the page before): a log rewound under a live replica (an older
+        # backup restored, then appended to), before this sync or between two of its pages, would
+        # otherwise be followed from a position whose events are no longer the ones applied, without a word.
+        below, seen = start - 1, None
         while True:
             if below >= 0:
                 events = self.log.read(below, page + 1)
-                self._check_still_held(below, events[0] if events else None)
+                self._check_still_held(below, events[0] if events else None, seen)
                 del events[0]
-                below = -1
             else:
                 events = self.log.read(start, page)
             if not events:
@@ -528,6 +532,7 @@ class Replica:
             start = last.position + 1
             if len(events) < page:
                 break
+            below, seen = last.position, last
         self._refuse_stuck()  # (a buffered copy of the log's next event is compared, not fed again)
         if last is not None and last.position == self._position - 1:
             self._last = last  # the log's own copy names the prefix's end in a checkpoint
@@ -536,10 +541,10 @@ class Replica:
         self._unconfirmed = start if self._position > start or self._ahead or self._buffer else None
         return self.applied - before
 
-    def _check_still_held(self, pos: int, event: LoggedEvent | None) -> None:
-        """Raise `LogCorrupted` unless `event`, the log's event at `pos` (an applied position), is the one
-        applied there (or, below the checkpoint this replica was restored from, that checkpoint's last
-        event)."""
+    def _check_still_held(self, pos: int, event: LoggedEvent | None, seen: LoggedEvent | None) -> None:
+        """Raise `LogCorrupted` unless `event`, the log's event at `pos` (an applied position), is `seen`
+        (the log's event there in this sync's page before), or else the one applied there (below the
+        checkpoint this replica was restored from: the log's event there when it was restored)."""
         where = f"log {self.log.name!r} ({self.log._shown_url})"
         rebuild = "rebuild the replica with Replica(machine, log) and sync()"
         if event is None or event.position != pos:
@@ -548,13 +553,14 @@ class Replica:
                 f"under it (an older backup restored) or is another log now; {rebuild}. Nothing was applied "
                 f"(the replica stays at position {self._position})"
             )
-        restored = self._restored
-        if pos >= self._base or self._tree is not None:
+        if seen is not None:
+            same = event is seen or event == seen
+        elif pos >= self._base or self._tree is not None:
             same = self._applied_here(event)
-        elif restored is not None and restored.last_id is not None and pos == restored.position - 1:
-            same = event.id == restored.last_id and _leaf_digest(event) == restored.last_leaf
+        elif self._at_base is not None and pos == self._base - 1:
+            same = event is self._at_base or event == self._at_base
         else:
-            return  # a checkpoint of format 1 names no last event: nothing kept to compare with
+            return  # (never: a replica restored at a position holds the log's event below it)
         if not same:
             raise LogCorrupted(
                 f"{where} holds event {event.id!r} at position {pos}, which is not the event this replica "
@@ -1167,9 +1173,12 @@ class Replica:
                 "it is of another log or of a later state of this one (a log restored from an older backup); "
                 "rebuild the replica from scratch with Replica(machine, log)"
             )
-        if checkpoint.last_id is None or checkpoint.position == 0:
-            return  # position 0, or format 1, which does not name its last event
+        if checkpoint.position == 0:
+            return
         held = self.log.read(checkpoint.position - 1, 1)
+        if checkpoint.last_id is None:  # format 1, which does not name its last event: the log's is kept
+            self._at_base = held[0] if held else None
+            return
         if not held or held[0].id != checkpoint.last_id or _leaf_digest(held[0]) != checkpoint.last_leaf:
             if not held:
                 found = "no event"
@@ -1182,7 +1191,7 @@ class Replica:
                 f"{checkpoint.position - 1}, but {where} holds {found} there: the checkpoint is of another "
                 "log; rebuild the replica from scratch with Replica(machine, log)"
             )
-        last = held[0]
+        last = self._at_base = held[0]
         if checkpoint.record_lengths.get(last.record) != last.record_seq + 1:
             # Caught here for the unsealed format 2: its digest covers the states only.
             raise ReplicaError(
@@ -1190,6 +1199,11 @@ class Replica:
                 f"{last.record!r}, but its last event is that record's event {last.record_seq + 1}: the "
                 "checkpoint was altered; rebuild the replica from scratch with Replica(machine, log)"
             )
+
+
+# The most events one read of sync() asks for (a larger `page` is read this many at a time): its read of
+# `page + 1` events must stay below the log's own bound.
+_MAX_PAGE = 2**40
 
 
 def _forward(event: LoggedEvent) -> bool:

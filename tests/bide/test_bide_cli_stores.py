@@ -156,6 +156,7 @@ MALFORMED = [
     ("postgresql://user@%%%/db", "%%%"),
     ("postgresql://user@host/db?nonsense=1", "nonsense"),
     ("postgres://user:secret@host:5432,other:5433/db", "5432,other:5433"),
+    ("postgresql://user@host:notaport/db?password=secret", "notaport"),  # libpq takes one there too
 ]
 
 
@@ -201,8 +202,10 @@ def test_a_well_formed_url_of_a_server_that_does_not_answer_is_a_store_failure(
 def test_a_login_the_server_refuses_is_a_store_failure_that_says_what_to_fix(
     tmp_path: Path, key_file: Path
 ) -> None:
-    url = _pg_url(username="bide_absent_role", password="secret")
-    for done in _every_command(url, "bide_", key_file, tmp_path):
+    in_authority = _pg_url(username="bide_absent_role", password="secret")
+    in_query = _pg_url(username="bide_absent_role", query={"password": "secret"})  # libpq takes one there too
+    done_all = [*_every_command(in_authority, "bide_", key_file, tmp_path)]
+    for done in [*done_all, *_every_command(in_query, "bide_", key_file, tmp_path)]:
         said = done.stdout + done.stderr
         assert done.returncode == 6, (done.args, said)
         assert 'role "bide_absent_role" does not exist' in said and "fix the user or password" in said, said

@@ -319,17 +319,75 @@ def test_a_log_rewound_under_a_live_replica_is_refused_not_followed(tmp_path: Pa
 
 
 @pytest.mark.postgres
-def test_a_replica_names_a_postgresql_log_without_its_password(log_name: str) -> None:
-    """The replica's refusals named the log by its URL as given, password and all."""
+@pytest.mark.parametrize("where", ["authority", "query"])
+def test_a_replica_names_a_postgresql_log_without_its_password(log_name: str, where: str) -> None:
+    """The replica's refusals named the log by its URL as given, password and all (in the authority, or
+    in the query as libpq also takes it: `?password=`)."""
     url = sa.make_url(POSTGRES_URL)
     secret = url.password or "hunter2-never-shown"  # the test server trusts loopback: any password works
-    log = order_log(url.set(password=secret).render_as_string(hide_password=False), name=log_name)
+    if where == "authority":
+        given = url.set(password=secret).render_as_string(hide_password=False)
+    else:
+        given = url.set(password=None).update_query_dict({"password": secret}).render_as_string(False)
+    log = order_log(given, name=log_name)
     fill(log, [("o1", "restock")] * 3)
     ahead = resealed(synced(log).checkpoint(), position=10, record_lengths={"o1": 10})
     with pytest.raises(ReplicaError, match="holds only 3 events") as refused:
         Replica(order_machine(), log, checkpoint=ahead)
     assert secret not in str(refused.value) and "***" in str(refused.value)
     assert secret not in repr(log)
+
+
+def test_a_log_rewound_between_two_pages_of_one_sync_is_refused(tmp_path: Path) -> None:
+    """Each page after the first is read from the last event of the page before, and compared with it: a
+    restore landing between two reads of one sync() mixed both histories, and later syncs said nothing."""
+    live, backup = tmp_path / "live.db", tmp_path / "backup.db"
+    log = order_log(f"sqlite:///{live}")
+    fill(log, [("o1", "restock")])
+    _backup(live, backup)
+    fill(log, [("o2", "pay"), ("o3", "restock"), ("o3", "restock"), ("o1", "pay"), ("o2", "ship")], start=1)
+    replica, reads = Replica(order_machine(), log), []
+    real_read = log.read
+
+    def read(start: int = 0, limit: int | None = None) -> list[LoggedEvent]:
+        out = real_read(start, limit)
+        reads.append(start)
+        if len(reads) == 1:  # another process restores the older backup, then appends
+            _restore_online(backup, live)
+            fill(order_log(f"sqlite:///{live}"), [("o2", "cancel"), ("o3", "restock"), ("o1", "pay")], "n", 1)
+        return out
+
+    log.read = read  # type: ignore[method-assign]
+    with pytest.raises(LogCorrupted, match="holds event 'n1' at position 1, which is not the event"):
+        replica.sync(page=2)
+    assert replica.position == 2 and reads == [0, 1]
+
+
+def test_a_replica_restored_from_a_format_1_checkpoint_refuses_a_rewound_log(tmp_path: Path) -> None:
+    """A format-1 checkpoint names no last event: the replica keeps the log's event below its position
+    when it is restored, and compares that."""
+    live, backup = tmp_path / "live.db", tmp_path / "backup.db"
+    log = order_log(f"sqlite:///{live}")
+    fill(log, [("o1", "restock")])
+    _backup(live, backup)
+    fill(log, [("o2", "pay"), ("o3", "restock")], start=1)
+    fields = synced(log).checkpoint().model_dump()
+    old = {k: v for k, v in fields.items() if k not in ("seal", "last_id", "last_leaf")}
+    format_1 = Checkpoint(**{**old, "format": "govern-replica-checkpoint/1"})
+    replica = Replica(order_machine(), log, checkpoint=format_1)
+    _restore_online(backup, live)
+    fill(log, [("o2", "cancel"), ("o1", "pay"), ("o2", "restock")], prefix="n", start=1)
+    with pytest.raises(LogCorrupted, match="holds event 'n2' at position 2"):
+        replica.sync()
+
+
+def test_sync_takes_any_page_size() -> None:
+    log = order_log()
+    fill(log, [("o1", "restock"), ("o2", "pay")])
+    replica = Replica(order_machine(), log)
+    assert replica.sync(page=2**62 - 1) == 2 and replica.sync(page=2**62 - 1) == 0
+    fill(log, [("o1", "pay")], start=2)
+    assert replica.sync(page=2**62 - 1) == 1
 
 
 def test_sync_compares_the_position_below_without_counting_or_applying_it() -> None:
