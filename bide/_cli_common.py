@@ -9,6 +9,7 @@ commands are argparse programs; this module is the one place their shared behavi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import json
 import sys
@@ -110,7 +111,9 @@ class Parser(argparse.ArgumentParser):
             silence_stdout()
         except OSError as exc:
             silence_stdout()
-            sys.stderr.write(f"{self.prog}: error: the output could not be written ({exc.strerror or exc})\n")
+            why = exc.strerror or exc
+            with contextlib.suppress(OSError):  # standard error full too: the exit code still says it
+                sys.stderr.write(f"{self.prog}: error: the output could not be written ({why})\n")
             raise SystemExit(OUTPUT_LOST) from None
 
     def error(self, message: str) -> NoReturn:

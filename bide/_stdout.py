@@ -8,6 +8,7 @@ exits with the usage-or-input code (2), never 0, since what it printed is lost o
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import sys
@@ -67,12 +68,18 @@ def emitted(write: Callable[[], None], code: int) -> int:
         silence_stdout()
     except OSError as exc:
         silence_stdout()
-        print(f"error: the output could not be written ({exc.strerror or exc})", file=sys.stderr)
+        _say(f"error: the output could not be written ({exc.strerror or exc})")
         return OUTPUT_LOST
     if lost_output():
-        print("error: the output could not be written (standard output is closed)", file=sys.stderr)
+        _say("error: the output could not be written (standard output is closed)")
         return OUTPUT_LOST
     return code
+
+
+def _say(message: str) -> None:
+    # Standard error may be full or closed too: the exit code says what happened all the same.
+    with contextlib.suppress(OSError):
+        print(message, file=sys.stderr)
 
 
 def informational_exit(done: SystemExit) -> SystemExit:

@@ -353,6 +353,9 @@ def test_help_and_version_that_cannot_be_written_exit_2(prog: str, tmp_path: Pat
         assert closed.returncode == 2 and "could not be written" in closed.stderr, (args, closed.stderr)
         assert _with_stdout_closed(prog, *args, cwd=tmp_path) == (0, "")
         assert run(prog, *args, cwd=tmp_path).returncode == 0
+        with open("/dev/full", "w") as full:  # standard error full too: no message, the code all the same
+            both = subprocess.run([sys.executable, "-m", COMMANDS[prog], *args], stdout=full, stderr=full)
+        assert both.returncode == 2, args
 
 
 def test_a_command_started_with_standard_error_or_both_streams_closed_keeps_its_code(tmp_path: Path) -> None:

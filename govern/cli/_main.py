@@ -311,40 +311,57 @@ def _machine_code() -> Iterator[None]:
     command line means what it meant when the command started."""
     cwd = os.getcwd()
     limit = sys.getrecursionlimit()  # a file that lowers it must not make govern's own checks fail
-    pressed = _ctrl_c_pressed()
+    ctrl_c = _CtrlC()
     try:
         with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
             yield
     except KeyboardInterrupt:
-        if pressed is None or pressed[0]:
+        if not ctrl_c.raised_by_code():
             raise
         # The file's code raised it: an input error like any other, not an interruption (exit 130), which
         # a CI job may retry forever.
         raise _RaisedInterrupt() from None
     finally:
-        if pressed is not None:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
+        ctrl_c.restore()
         if os.getcwd() != cwd:
             os.chdir(cwd)
         sys.setrecursionlimit(limit)
 
 
-def _ctrl_c_pressed() -> list[bool] | None:
-    """Tell a real Ctrl-C from a KeyboardInterrupt that code raises: a SIGINT handler that notes the signal
-    (in the list returned) and interrupts as Python's own does; None when it cannot be installed (not the
-    main thread, or SIGINT handled by someone else)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    if signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-        return None
-    pressed = [False]
+class _CtrlC:
+    """Tells a real Ctrl-C from a KeyboardInterrupt that code raises, while a machine file's code runs: a
+    SIGINT handler that notes the signal and interrupts as Python's own does. It can tell only in the main
+    thread and when SIGINT was Python's default (then its handler must still be the one in place) or
+    ignored (no Ctrl-C can come while it still is); otherwise `raised_by_code` says False, as before."""
 
-    def interrupt(signum: int, frame: Any) -> None:
-        pressed[0] = True
+    def __init__(self) -> None:
+        self.pressed = False
+        self._previous: Any = None
+        self._expected: Any = None
+        if threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGINT)
+        if previous is signal.default_int_handler:
+            self._expected = self._interrupt
+            signal.signal(signal.SIGINT, self._expected)
+        elif previous == signal.SIG_IGN:
+            self._expected = signal.SIG_IGN
+        self._previous = previous
+
+    def _interrupt(self, signum: int, frame: Any) -> None:
+        self.pressed = True
         raise KeyboardInterrupt
 
-    signal.signal(signal.SIGINT, interrupt)
-    return pressed
+    def raised_by_code(self) -> bool:
+        """Whether the KeyboardInterrupt being handled came from code, surely, not from a Ctrl-C."""
+        if self._expected is None or self.pressed:
+            return False
+        return bool(signal.getsignal(signal.SIGINT) == self._expected)  # the file did not replace it
+
+    def restore(self) -> None:
+        """Put back the handler SIGINT had before, whatever the file's code did with it."""
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 class _RaisedInterrupt(BaseException):

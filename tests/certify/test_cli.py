@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -473,6 +474,28 @@ def test_a_keyboard_interrupt_the_machine_file_raises_is_an_input_error_not_ctrl
         "r.event('on', guard=guard, effect={b: True})\n"
     )
     assert govern("certify", "signalled.py", "--no-write", cwd=tmp_path).returncode == 130
+    # Started with SIGINT ignored (nohup, `cmd &` in a script), no Ctrl-C can come: it is the file's own.
+    ignored = subprocess.run(
+        [sys.executable, "-m", "govern", "certify", "top.py", "--no-write"], cwd=tmp_path,
+        capture_output=True, text=True, timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )  # fmt: skip
+    assert ignored.returncode == 2 and "no Ctrl-C was pressed" in ignored.stderr, ignored.stderr
+    # A file that installs its own SIGINT handler: a real Ctrl-C cannot be told from its own raise, and is
+    # taken for what it most likely is (it was said "no Ctrl-C was pressed", exit 2).
+    (tmp_path / "handler.py").write_text(
+        "import os, signal, govern\n"
+        "def interrupt(*_):\n"
+        "    raise KeyboardInterrupt\n"
+        "signal.signal(signal.SIGINT, interrupt)\n"
+        "r = govern.Registry('p')\n"
+        "b = r.bool('b')\n"
+        "def guard(state):\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return True\n"
+        "r.event('on', guard=guard, effect={b: True})\n"
+    )
+    assert govern("certify", "handler.py", "--no-write", cwd=tmp_path).returncode == 130
 
 
 def test_json_is_one_document_on_a_usage_error_and_on_an_interrupt(tmp_path: Path) -> None:
