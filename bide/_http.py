@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import datetime
 import email.utils
+import io
 import json
 import math
 import os
@@ -692,7 +693,9 @@ class _EventReader:
         self._after_cr = False  # the last chunk ended with CR: a LF opening the next one belongs to it
         self._opening: bytes | None = b""  # the first bytes, until they show whether a BOM opens the stream
         self._event = ""
-        self._data: list[str] = []
+        # The event's data lines, joined by line breaks as they come: one string per line would cost some
+        # 50 bytes each, so a stream of tiny data lines took ten times the bytes it is allowed.
+        self._data: io.StringIO | None = None
 
     def feed(self, chunk: bytes) -> list[tuple[str, str]]:
         """The events `chunk` completes."""
@@ -725,9 +728,9 @@ class _EventReader:
 
     def _take(self, line: bytes, out: list[tuple[str, str]]) -> None:
         if not line:
-            if self._data:
-                out.append((self._event, "\n".join(self._data)))
-                self._data = []
+            if self._data is not None:
+                out.append((self._event, self._data.getvalue()))
+                self._data = None
             self._event = ""
             return
         text = _utf8(self._name, line)
@@ -738,7 +741,11 @@ class _EventReader:
         if field == "event":
             self._event = value
         elif field == "data":
-            self._data.append(value)
+            if self._data is None:
+                self._data = io.StringIO()
+            else:
+                self._data.write("\n")
+            self._data.write(value)
 
 
 def _utf8(name: str, line: bytes) -> str:

@@ -12,11 +12,15 @@ import asyncio
 import functools
 import gzip
 import json
+import os
 import socket
+import subprocess
+import sys
 import time
 import tracemalloc
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -254,6 +258,43 @@ def test_a_gzip_bomb_is_inflated_only_a_step_past_the_limit(
     peak, error = _peak(functools.partial(_turn, _model("openai", server.url), stream))
     assert peak < 40 * 2**20, peak  # the 32 MiB read up to the limit, and a little
     assert "larger than 32 MiB" in str(error)
+
+
+_PEAK_OF_A_TURN = """
+import asyncio, resource, sys
+import bide
+async def main():
+    model = bide.OpenAIModel("m", api_key="k", base_url=sys.argv[1], max_retries=0, timeout=120)
+    request = bide.ModelRequest(run_id="r", turn=0, messages=[bide.UserMessage(content="hi")], tools=())
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    try:
+        async with model:
+            async for _ in model.stream(request):
+                pass
+    except bide.ModelError as exc:
+        print(exc)
+    print((resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) // 1024)
+asyncio.run(main())
+"""
+
+
+def test_a_stream_of_tiny_data_lines_is_refused_at_the_limit_without_ten_times_the_memory(
+    raw_server: StartServer,
+) -> None:
+    """An event of millions of `data:xy` lines (never ended by a blank line) was refused at 32 MiB, after
+    holding one string per line: some 300 MiB more memory. The lines of an event are joined as they come.
+    (In a process of its own, whose peak memory is the turn's.)"""
+    lines = b"data:xy\n" * (33 * 2**20 // 8)
+    server = raw_server(_answer(gzip.compress(lines), stream=True, headers={"content-encoding": "gzip"}))
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", _PEAK_OF_A_TURN, server.url + "/v1"], capture_output=True, text=True,
+        timeout=300, env={**os.environ, "PYTHONPATH": path},
+    )  # fmt: skip
+    said, grew = done.stdout.strip().splitlines()
+    assert "larger than 32 MiB" in said, done.stdout + done.stderr
+    assert int(grew) < 100, f"the turn took {grew} MiB more"
 
 
 def test_an_error_body_gzipped_twice_is_not_inflated_and_the_status_still_counts(
