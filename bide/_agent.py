@@ -783,7 +783,8 @@ class Agent(Generic[T]):
                     looked = time.monotonic()
                 first = False
                 if isinstance(cancel, Cancel):
-                    ended = await self._end_cancelled(journal, cancel)
+                    unknown = await self._calls_in_doubt(journal, turn)
+                    ended = await self._end_cancelled(journal, cancel, unknown)
                     return self._ended_result(journal, seg, ended, replayed=False)
                 rec = journal.get(model_key(turn))
             # A new turn is written together with the first thing that depends on it (its end record, or
@@ -907,14 +908,58 @@ class Agent(Generic[T]):
         record = decode_record(entry.key, entry.data)
         return record if isinstance(record, Cancel) else None
 
-    async def _end_cancelled(self, journal: Journal, cancel: Cancel) -> End:
+    async def _end_cancelled(
+        self, journal: Journal, cancel: Cancel, unknown: list[Attempt] | None = None
+    ) -> End:
         """End the run as cancelled; the run's end record (another driver's, if it ended the run first). A
-        thread's cancel ends the thread: its `run:end` seals it."""
-        stored, _ = await journal.awrite_one(
-            End(key=END_KEY, status="cancelled", answer=cancelled_answer(cancel))
-        )
+        thread's cancel ends the thread: its `run:end` seals it. The answer names each call of `unknown`
+        (attempted, outcome never recorded), so that what may have fired is not lost in a cancelled run."""
+        answer = cancelled_answer(cancel)
+        for marker in unknown or ():
+            args = canonical_json(marker.arguments).decode()
+            answer += (
+                f" Call {marker.call_id} ({marker.tool} {args}) was attempted at "
+                f"{iso(marker.attempted_at_ms / 1000)} and its outcome was never recorded: it fired zero "
+                "times or once; check the system of record."
+            )
+        stored, _ = await journal.awrite_one(End(key=END_KEY, status="cancelled", answer=answer))
         assert isinstance(stored, End)
         return stored
+
+    async def _calls_in_doubt(self, journal: Journal, turn: int) -> list[Attempt]:
+        """The live attempt markers (no result, not voided) of turn `turn`'s calls, read again from the
+        store, before a cancel ends the run. Raises `RunInFlight` while one of them may still be running
+        (before its deadline plus `clock_skew`, or in this process): ending the run then would let its side
+        effect land after the run said it was cancelled, with no record of it."""
+        rec = journal.get(model_key(turn))
+        if not isinstance(rec, ModelTurn):
+            return []
+        calls = [c for c in rec.message.tool_calls if not journal.has(result_key(c.call_id))]
+        if not any(journal.has(attempt_key(c.call_id, 0)) for c in calls):
+            return []
+        await journal.aload()  # decide nothing from a stale journal: another driver may have written since
+        unknown = []
+        for c in calls:
+            live = None if journal.has(result_key(c.call_id)) else live_attempt(journal, c.call_id)
+            if live is not None:
+                unknown.append(live)
+        now = self.clock()
+        skew = self.clock_skew
+        busy = [a for a in unknown if running(a.claim) is not None or now < a.deadline_ms / 1000 + skew]
+        if busy:
+            ready = max(a.deadline_ms / 1000 + skew for a in busy)
+            first = busy[0]
+            raise RunInFlight(
+                f"run {journal.run_id!r} was asked to cancel, but its call {first.call_id!r} ({first.tool}) "
+                f"may still be running (deadline {when(first.deadline_ms / 1000, now)}, plus {skew:g} s "
+                "clock skew): the run ends as cancelled once it cannot, with that call's result if one is "
+                f"recorded by then. Run again {when(max(ready, now + 1.0), now)}",
+                run_id=journal.run_id,
+                holder=None,
+                expires_at=None,
+                retry_after=max(ready, now + 1.0),
+            )
+        return unknown
 
     def _opening(self, needs_start: bool, seg: _Segment) -> tuple[Record, ...]:
         """What a fresh turn is journaled after: the run's start record for a run that has none yet, or a

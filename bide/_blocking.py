@@ -28,11 +28,15 @@ def run_blocking(make: Callable[[], Coroutine[Any, Any, T]], name: str, instead:
     `instead` what to await there)."""
     try:
         asyncio.get_running_loop()
-    except RuntimeError:  # no loop runs in this thread: the coroutine is made only now
-        try:
-            return asyncio.run(make())
-        finally:
-            join_keepers()
-    raise ConfigError(
-        f"{name} cannot run inside an event loop (an async function, Jupyter); use {instead} there"
-    )
+    except RuntimeError:  # no loop runs in this thread
+        pass
+    else:
+        raise ConfigError(
+            f"{name} cannot run inside an event loop (an async function, Jupyter); use {instead} there"
+        )
+    # Outside the `except`: an error of the run would carry "RuntimeError: no running event loop" as its
+    # context, printed above its own traceback. The coroutine is made only now.
+    try:
+        return asyncio.run(make())
+    finally:
+        join_keepers()

@@ -165,27 +165,67 @@ def test_a_call_in_flight_finishes_and_the_next_turn_is_not_taken(store: bide.St
     assert isinstance(first, bide.ToolResult) and first.result == "charged"  # its result is journaled
 
 
-def test_a_halted_run_that_is_cancelled_is_ended_by_the_worker(store: bide.Store) -> None:
+def test_a_cancel_never_ends_a_run_while_its_call_may_still_be_running(store: bide.Store) -> None:
+    """A run halted on a side effect whose outcome is unknown, then cancelled: its next drive (the worker's)
+    ended it as cancelled at once, although the call's deadline had not passed; a paused process still
+    running the call then charged the card after the run said it was cancelled, and nothing could record
+    it (`bide resolve` of an ended run is refused). The run ends only once the call cannot be running, with
+    an answer that names the call whose outcome was never recorded."""
+
     class Crash(BaseException):
         pass
 
     fired: list[int] = []
+    now = [time.time()]
 
-    @bide.tool(timeout=2.0)
+    @bide.tool(timeout=60.0)
     def charge(cents: int) -> str:
         """Charge."""
         fired.append(cents)
         raise Crash
 
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("charge", cents=1), reply("ok")])
+        return bide.Agent(model, store=store, tools=[charge], clock=lambda: now[0])
+
+    with pytest.raises(Crash):
+        agent().run_sync("h", "pay")
+    assert bide.run_status(store, "h").status == "halted"
+    bide.cancel_run(store, "h", reason="give up", clock=lambda: now[0])
+    report = asyncio.run(bide.Worker(store, agent()).run_once())
+    assert (report.completed, report.waiting) == (0, 1), report
+    assert bide.run_status(store, "h").status == "halted"  # not ended: the call may still be running
+    with pytest.raises(bide.RunInFlight, match=r"to cancel, but its call 'c0.0' \(charge\) may still be"):
+        agent().run_sync("h", "pay")
+    now[0] += 62.0  # past the call's deadline and the clock skew: it cannot be running any more
+    report = asyncio.run(bide.Worker(store, agent()).run_once())
+    assert report.completed == 1
+    status = bide.run_status(store, "h")
+    assert status.status == "cancelled" and status.answer is not None
+    assert status.answer.startswith("Cancelled: give up Call c0.0 (charge {\"cents\":1}) was attempted at")
+    assert "its outcome was never recorded: it fired zero times or once" in status.answer
+    assert fired == [1]
+
+
+def test_a_cancelled_run_whose_call_was_resolved_ends_with_its_result(store: bide.Store) -> None:
+    """Resolved while the cancel waited, the call's result is journaled and the answer names no doubt."""
+
+    class Crash(BaseException):
+        pass
+
+    @bide.tool(timeout=60.0)
+    def charge(cents: int) -> str:
+        """Charge."""
+        raise Crash
+
     agent = bide.Agent(ScriptedModel([call("charge", cents=1), reply("ok")]), store=store, tools=[charge])
     with pytest.raises(Crash):
         agent.run_sync("h", "pay")
-    assert bide.run_status(store, "h").status == "halted"
     bide.cancel_run(store, "h", reason="give up")
-    report = asyncio.run(bide.Worker(store, agent).run_once())
-    assert report.completed == 1
-    assert bide.run_status(store, "h").status == "cancelled"
-    assert fired == [1]
+    late = time.time() + 62.0
+    bide.resolve_halt(store, "h", "c0.0", outcome=bide.Outcome.succeeded("charged"), clock=lambda: late)
+    result = agent.run_sync("h", "pay")
+    assert (result.status, result.answer) == ("cancelled", "Cancelled: give up")
 
 
 def _bide(*args: str) -> subprocess.CompletedProcess[str]:
@@ -230,15 +270,19 @@ def test_bide_cancel_tells_a_worker_that_parked_the_run(durable_store_spec: tupl
     url, prefix = durable_store_spec
     store = bide.open_store(url, table_prefix=prefix)
     try:
-        behind = lambda: time.time() - 60  # noqa: E731  (the call's deadline has passed on the wall clock)
+        # The call is attempted a minute ago: by the time of the cancel, its deadline has passed (a cancel
+        # never ends a run while its call may still be running).
+        offset = [-60.0]
         agent = bide.Agent(
-            ScriptedModel([call("charge", cents=1), reply("ok")]), store=store, tools=[charge], clock=behind
-        )
+            ScriptedModel([call("charge", cents=1), reply("ok")]), store=store, tools=[charge],
+            clock=lambda: time.time() + offset[0],
+        )  # fmt: skip
         with pytest.raises(bide.OutcomeUnknown):
             agent.run_sync("h", "pay")
         worker = bide.Worker(store, agent)
         assert asyncio.run(worker.run_once()).halted == 1  # parked: it waits for a person
         assert asyncio.run(worker.run_once()).driven == 0
+        offset[0] = 0.0
         done = _bide("cancel", "--store", url, "--table-prefix", prefix, "h", "--reason", "give up")
         assert done.returncode == 0, done.stderr
         assert asyncio.run(worker.run_once()).completed == 1
