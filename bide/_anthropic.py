@@ -15,6 +15,7 @@ from ._http import (
     call_arguments,
     cut_off,
     error_message,
+    filtered,
     json_event,
     json_index,
     json_name,
@@ -396,6 +397,8 @@ def _refuse_cut_off(name: str, reason: str, has_calls: bool) -> None:
     window. Their input may be missing or cut short (an argument left out runs the tool on its default)."""
     if has_calls and reason == "max_tokens":
         raise cut_off(name, reason, "max_tokens (AnthropicModel(max_tokens=...))")
+    if has_calls and reason == "refusal":
+        raise filtered(name, reason)
     if has_calls and reason == "model_context_window_exceeded":
         raise ModelError(
             f"model {name!r} stopped at its context window (stop reason {reason!r}) in a turn with tool "

@@ -295,7 +295,9 @@ class HTTPModel:
         """`text` (a server's error, which bide prints and logs) with this model's API key, should a server
         or proxy quote it back, shown as ``***``. A key too short to tell from words is left alone."""
         key = self.api_key
-        return text.replace(key, "***") if len(key) >= 8 else text
+        if len(key) < 8:
+            return text
+        return text.replace(key, "***").replace(key.replace("/", "\\/"), "***")
 
     def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` with the optional `temperature` and the `extra_body` fields (which win) added."""
@@ -374,15 +376,17 @@ class HTTPModel:
     def _refuse(self, response: httpx.Response, text: str) -> ModelError:
         status = response.status_code
         text = self._redacted(text)
+        # A server may quote the key with JSON escapes (`\/` for `/`): the decoded message is masked too.
+        said = self._redacted(error_message(text))
         if status in TRANSIENT:
             return TransientStatus(
-                f"HTTP {status}: {error_message(text)}",
+                f"HTTP {status}: {said}",
                 status=status,
                 body=text,
                 retry_after=parse_retry_after(response.headers),
             )
         return ModelError(
-            f"model {self.name!r} at {self._shown_url()} answered {status}: {error_message(text)}; this is "
+            f"model {self.name!r} at {self._shown_url()} answered {status}: {said}; this is "
             "not retried (check the model name, API key and request)",
             status=status,
             body=text,
@@ -910,6 +914,16 @@ def cut_off(name: str, reason: str, limit: str) -> ModelError:
         f"model {name!r} was cut off at its output token limit (finish reason {reason!r}) in a turn with "
         f"tool calls, whose arguments may be missing or cut short; none was run and nothing was journaled: "
         f"raise {limit}, then run again"
+    )
+
+
+def filtered(name: str, reason: str) -> ModelError:
+    """The error for a turn the provider's safety filter stopped while it held tool calls ("content_filter",
+    "refusal"): cut where the filter stopped it, so none of them runs."""
+    return ModelError(
+        f"model {name!r} was stopped by the provider's content filter (finish reason {reason!r}) in a turn "
+        "with tool calls, which may be cut short; none was run and nothing was journaled: run again to ask "
+        "again, or change the request that the filter stopped"
     )
 
 

@@ -15,6 +15,7 @@ from ._http import (
     absent_arguments,
     call_arguments,
     cut_off,
+    filtered,
     json_event,
     json_index,
     json_name,
@@ -250,6 +251,8 @@ class OpenAIModel(HTTPModel):
             raise unfinished(self.name)
         if finish == "length" and calls:
             raise cut_off(self.name, finish, _TOKEN_LIMIT)
+        if finish == "content_filter" and calls:
+            raise filtered(self.name, finish)
         if finish == "tool_calls" and not calls:
             raise no_calls_after_all(self.name, finish)
         slots = [slot for _, slot in sorted(calls.items())]
@@ -346,7 +349,8 @@ def _arguments(text: Any, tools: Sequence[ToolSpec], tool: str) -> dict[str, Any
     if text is None or text == "":
         return absent_arguments(tools, tool)
     if not isinstance(text, str):
-        return text if isinstance(text, dict) else str(text)
+        # Some servers send the arguments as a JSON object, not as text: checked as decoded text is.
+        return call_arguments(text, json.dumps(text)) if isinstance(text, dict) else str(text)
     try:
         decoded = read_json(text)
     except ValueError:
@@ -388,6 +392,8 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
     if reason == "length" and raw_calls:
         raise cut_off(name, reason, _TOKEN_LIMIT)
+    if reason == "content_filter" and raw_calls:
+        raise filtered(name, reason)
     ids: list[str] = []
     named: list[tuple[str, dict[str, Any] | str]] = []
     for one in raw_calls:

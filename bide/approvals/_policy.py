@@ -60,9 +60,9 @@ class Approver:
 MAX_APPROVER_NAME = 128
 
 
-# True while `from_json` reads a policy: one recorded in a journal, or an auditor's copy of one, is read
-# under the rules it was written with (before the C1 and length limits), so runs of an older bide stay
-# decidable and verifiable.
+# True while `from_json(recorded=True)` reads a policy: one recorded in a journal, or an auditor's copy of
+# one, is read under the rules it was written with (before the C1 and length limits), so runs of an older
+# bide stay decidable and verifiable.
 _READING: ContextVar[bool] = ContextVar("bide_approvals_reading_policy", default=False)
 
 
@@ -91,9 +91,10 @@ class ApprovalPolicy:
     """`need` approvals out of a fixed, named set of approvers.
 
     Refused at construction: no approvers, an empty or control-character name (C0, DEL, C1), a name longer
-    than `MAX_APPROVER_NAME` characters or holding a lone surrogate (`from_json`, which reads policies
-    recorded by older versions, lets C1 characters and longer names through), two names equal under NFKC
-    case folding (``alice``/``Alice``), two names sharing one key (a seat is a key), need outside 1..n.
+    than `MAX_APPROVER_NAME` characters or holding a lone surrogate (`from_json(..., recorded=True)`, which
+    reads policies recorded by older versions, lets C1 characters and longer names through), two names equal
+    under NFKC case folding (``alice``/``Alice``), two names sharing one key (a seat is a key), need outside
+    1..n.
     """
 
     need: int
@@ -181,8 +182,11 @@ class ApprovalPolicy:
         }
 
     @classmethod
-    def from_json(cls, value: Any) -> ApprovalPolicy:
-        """Parse `to_json` output; raises ConfigError when it is not a valid policy."""
+    def from_json(cls, value: Any, *, recorded: bool = False) -> ApprovalPolicy:
+        """Parse `to_json` output; raises ConfigError when it is not a valid policy. `recorded`: the policy
+        was recorded (in a journal, or an auditor's copy of one) by a version of bide that let through
+        approver names now refused for new policies (C1 characters, more than `MAX_APPROVER_NAME`
+        characters), and is read under those rules."""
         if (
             not isinstance(value, dict)
             or set(value) != {"need", "approvers"}
@@ -212,7 +216,7 @@ class ApprovalPolicy:
         need = value["need"]
         if isinstance(need, bool) or not isinstance(need, int):
             raise ConfigError("need must be an integer")
-        reading = _READING.set(True)
+        reading = _READING.set(recorded)
         try:
             policy = cls(need, tuple(seats))
         finally:

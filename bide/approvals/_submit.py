@@ -108,7 +108,7 @@ def _read_request(journal: Journal, call: str, request: GateRecord) -> _Open | R
         problem = f"is not the request of call {call!r} its key names"
     else:
         try:
-            policy = ApprovalPolicy.from_json(data.get("policy"))
+            policy = ApprovalPolicy.from_json(data.get("policy"), recorded=True)
         except ConfigError as exc:
             problem = f"holds no valid policy ({exc})"
         else:

@@ -148,6 +148,6 @@ def policy_from_file(path: str | os.PathLike[str]) -> ApprovalPolicy:
         raise UnreadableInput(f"cannot read policy file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
     value: Any = strict_json(data, what=f"policy file {Path(path).name!r}", max_bytes=_MAX_POLICY_FILE)
     try:
-        return ApprovalPolicy.from_json(value)
+        return ApprovalPolicy.from_json(value, recorded=True)
     except ConfigError as exc:
         raise UnreadableInput(f"policy file {os.fspath(path)!r} is not a valid policy: {exc}") from exc

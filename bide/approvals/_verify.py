@@ -182,7 +182,7 @@ def _check_gate(
             "store's run of this id)"
         )
     try:
-        policy = ApprovalPolicy.from_json(rd.get("policy"))
+        policy = ApprovalPolicy.from_json(rd.get("policy"), recorded=True)
     except ConfigError as exc:
         raise NotVerified(f"the policy of call {call!r} is invalid: {exc}") from exc
     if policy.digest.hex() != rd.get("policy_digest") or policy.digest.hex() != td["policy_digest"]:

@@ -173,7 +173,9 @@ def test_a_policy_recorded_with_a_name_the_new_rules_refuse_is_still_decided_and
     def agent(store: bide.Store) -> bide.Agent:
         return bide.Agent(ScriptedModel([call("wire", amount=1), reply("done")]), store=store, tools=[wire])
 
-    assert ApprovalPolicy.from_json(gate.policy.to_json()) == gate.policy  # read back under its own rules
+    assert ApprovalPolicy.from_json(gate.policy.to_json(), recorded=True) == gate.policy  # its own rules
+    with pytest.raises(bide.ConfigError, match="the limit is 128"):
+        ApprovalPolicy.from_json(gate.policy.to_json())  # a new policy written out by hand is refused
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     store = bide.open_store(url)
     try:

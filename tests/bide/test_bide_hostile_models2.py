@@ -471,6 +471,69 @@ def test_tool_arguments_with_a_number_json_cannot_hold_go_back_to_the_model(
     assert told.is_error and told.tool == "fire"
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_an_api_key_quoted_back_with_json_escapes_is_masked_too(raw_server: StartServer, kind: str) -> None:
+    """PHP writes `/` as `\\/` in JSON: the raw body did not hold the key as given, and the decoded
+    message printed in the 401's ModelError did."""
+    key = "sk-AbCd/EfGh+IjKl0123=="
+    body = ('{"error": {"message": "bad key %s"}}' % key.replace("/", "\\/")).encode()
+    server = raw_server(_answer(body, status=401))
+    cls = bide.OpenAIModel if kind == "openai" else bide.AnthropicModel
+    model = cls("m", api_key=key, base_url=server.url, retry=_ONCE)
+    with pytest.raises(bide.ModelError, match=r"answered 401: bad key \*\*\*") as info:
+        _turn(model, False)
+    assert key not in str(info.value) and "EfGh" not in (info.value.body or "")
+
+
+def _filtered(kind: str, stream: bool) -> Reply:
+    """A turn with a whole tool call that the provider's content filter stopped."""
+    if kind == "openai" and not stream:
+        call = {"id": "c1", "type": "function", "function": {"name": "fire", "arguments": '{"n": 7}'}}
+        message = {"role": "assistant", "content": None, "tool_calls": [call]}
+        return Reply(body={"choices": [{"index": 0, "message": message, "finish_reason": "content_filter"}]})
+    if kind == "openai":
+        piece = _sse_event(_oa_call_piece(0, '{"n": 7}', "c1", "fire"))
+        events = [piece, _sse_event(_oa_chunk({}, "content_filter"))]
+        return Reply(events=[*events, ("", "[DONE]")])
+    if not stream:
+        block = {"type": "tool_use", "id": "t1", "name": "fire", "input": {"n": 7}}
+        return Reply(body={"content": [block], "stop_reason": "refusal"})
+    return _an_events([_tool_start(0), _json_delta(0, '{"n": 7}'), _block_stop(0)], stop="refusal")
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_turn_the_content_filter_stopped_fires_no_tool(
+    serve: Callable[[Callable[[Received], Reply]], LoopbackServer], kind: str, stream: bool
+) -> None:
+    """A turn stopped by the provider's filter ("content_filter", "refusal") with a tool call in it ran the
+    call, which the filter may have cut short."""
+    said = "stopped by the provider's content filter"
+    _refused_then_resumed(serve, kind, stream, _filtered(kind, stream), said)
+
+
+@pytest.mark.parametrize("number", ["NaN", "Infinity", "1e400"])
+def test_openai_arguments_sent_as_an_object_with_a_number_json_cannot_hold_go_back_to_the_model(
+    raw_server: StartServer, number: str
+) -> None:
+    """Some servers send a call's arguments as a JSON object, not as text: one holding NaN failed the whole
+    turn every time, as text arguments did before."""
+    call = '{"id": "c1", "type": "function", "function": {"name": "fire", "arguments": {"n": %s}}}' % number
+    first = ('{"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", '
+             '"content": null, "tool_calls": [%s]}}]}' % call).encode()  # fmt: skip
+    done = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
+                       "content": "done"}}]}).encode()  # fmt: skip
+    answers = iter([_answer(first), _answer(done)])
+    server = raw_server(lambda conn: next(answers)(conn))
+    fired = _Fired()
+    store = bide.open_store("memory://")
+    agent = bide.Agent(_model("openai", server.url), store=store, tools=[fired.tool])
+    assert _drive(agent, "run", False).answer == "done"
+    assert fired.calls == []
+    [told] = [r for r in bide.Journal(store, "run").load().records() if isinstance(r, bide.ToolResult)]
+    assert told.is_error
+
+
 def test_a_cut_off_text_answer_is_still_an_answer(
     serve: Callable[[Callable[[Received], Reply]], LoopbackServer],
 ) -> None:
