@@ -927,25 +927,39 @@ class Agent(Generic[T]):
         return stored
 
     async def _calls_in_doubt(self, journal: Journal, turn: int) -> list[Attempt]:
-        """The live attempt markers (no result, not voided) of turn `turn`'s calls, read again from the
-        store, before a cancel ends the run. Raises `RunInFlight` while one of them may still be running
-        (before its deadline plus `clock_skew`, or in this process): ending the run then would let its side
-        effect land after the run said it was cancelled, with no record of it."""
-        rec = journal.get(model_key(turn))
-        if not isinstance(rec, ModelTurn):
-            return []
-        calls = [c for c in rec.message.tool_calls if not journal.has(result_key(c.call_id))]
+        """Before a cancel ends the run: the live attempt markers (no result, not voided) of the calls of
+        turn `turn` and the turns journaled after it (a drive that resumes replays them from the segment's
+        first), decided first as a drive would: a result this process knows is journaled, an attempt it
+        knows never started is voided, a reconciler is asked once the call's deadline has passed. Returns
+        those left unknown. Raises `RunInFlight` while one of them may still be running (before its
+        deadline plus `clock_skew`, or in this process): ending the run then would let its side effect land
+        after the run said it was cancelled, with no record of it."""
+        calls: list[ToolCall] = []
+        while isinstance(rec := journal.get(model_key(turn)), ModelTurn):
+            calls += [c for c in rec.message.tool_calls if not journal.has(result_key(c.call_id))]
+            turn += 1
         if not any(journal.has(attempt_key(c.call_id, 0)) for c in calls):
             return []
         await journal.aload()  # decide nothing from a stale journal: another driver may have written since
-        unknown = []
+        unknown: list[Attempt] = []
+        busy: list[Attempt] = []
+        now, skew = self.clock(), self.clock_skew
         for c in calls:
             live = None if journal.has(result_key(c.call_id)) else live_attempt(journal, c.call_id)
-            if live is not None:
+            if live is None:
+                continue
+            known = returned(live.claim) is not None or never_started(live.claim)
+            if not known and (running(live.claim) is not None or now < live.deadline_ms / 1000 + skew):
+                busy.append(live)
+                continue
+            tool = self.tools.get(c.name)
+            if tool is None:
                 unknown.append(live)
-        now = self.clock()
-        skew = self.clock_skew
-        busy = [a for a in unknown if running(a.claim) is not None or now < a.deadline_ms / 1000 + skew]
+                continue
+            try:
+                await self._resume_attempt(journal, tool, c, live)
+            except OutcomeUnknown:
+                unknown.append(live)
         if busy:
             ready = max(a.deadline_ms / 1000 + skew for a in busy)
             first = busy[0]

@@ -207,6 +207,82 @@ def test_a_cancel_never_ends_a_run_while_its_call_may_still_be_running(store: bi
     assert fired == [1]
 
 
+def test_a_cancel_waits_for_a_call_of_any_turn_and_asks_its_reconciler(store: bide.Store) -> None:
+    """A resumed drive replays a run from its first turn and looked for calls in doubt in that turn only: a
+    call of a later turn (after a lookup, say) was left behind by a run ended at once. Past the call's
+    deadline, its reconciler decides it, as without the cancel (the answer said its outcome was never
+    recorded, and none was)."""
+
+    class Crash(BaseException):
+        pass
+
+    now = [time.time()]
+
+    @bide.tool(safety=bide.ReadOnly)
+    def look() -> str:
+        """Look."""
+        return "seen"
+
+    @bide.tool(timeout=60.0, reconcile=lambda info: bide.Outcome.succeeded("charged (reconciled)"))
+    def charge(cents: int) -> str:
+        """Charge."""
+        raise Crash
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("look"), call("charge", cents=1), reply("ok")])
+        return bide.Agent(model, store=store, tools=[look, charge], clock=lambda: now[0])
+
+    with pytest.raises(Crash):
+        agent().run_sync("t", "pay")
+    bide.cancel_run(store, "t", reason="stop", clock=lambda: now[0])
+    with pytest.raises(bide.RunInFlight, match=r"its call 'c1.0' \(charge\) may still be running"):
+        agent().run_sync("t", "pay")
+    now[0] += 62.0
+    result = agent().run_sync("t", "pay")
+    assert (result.status, result.answer) == ("cancelled", "Cancelled: stop")
+    recorded = bide.Journal(store, "t").load().get("result:c1.0")
+    assert isinstance(recorded, bide.ToolResult) and recorded.result == "charged (reconciled)"
+
+
+def test_a_cancel_journals_a_result_this_process_knows(
+    store: bide.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tool returned but its result's write failed: this process knows the result (the next drive
+    journals it), and a cancel waited out the call's whole deadline, then said its outcome was unknown."""
+    now = [time.time()]
+    fired: list[int] = []
+
+    @bide.tool(timeout=60.0)
+    def charge(cents: int) -> str:
+        """Charge."""
+        fired.append(cents)
+        return "charged"
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("charge", cents=1), reply("ok")])
+        return bide.Agent(model, store=store, tools=[charge], clock=lambda: now[0])
+
+    real = bide.Journal.awrite_one
+    failing = [True]
+
+    async def flaky(self: bide.Journal, record: Any) -> Any:
+        if failing[0] and str(getattr(record, "key", "")).startswith("result:"):
+            failing[0] = False
+            raise bide.StoreError("simulated: the store failed at the result's write")
+        return await real(self, record)
+
+    monkeypatch.setattr(bide.Journal, "awrite_one", flaky)
+    with pytest.raises(bide.BideError):
+        agent().run_sync("k", "pay")
+    assert not failing[0], "the result's write was not the one that failed"
+    bide.cancel_run(store, "k", reason="stop", clock=lambda: now[0])
+    result = agent().run_sync("k", "pay")  # within the call's deadline: nothing to wait for
+    assert (result.status, result.answer) == ("cancelled", "Cancelled: stop")
+    recorded = bide.Journal(store, "k").load().get("result:c0.0")
+    assert isinstance(recorded, bide.ToolResult) and recorded.result == "charged"
+    assert fired == [1]
+
+
 def test_a_cancelled_run_whose_call_was_resolved_ends_with_its_result(store: bide.Store) -> None:
     """Resolved while the cancel waited, the call's result is journaled and the answer names no doubt."""
 

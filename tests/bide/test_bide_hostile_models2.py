@@ -476,7 +476,8 @@ def test_an_api_key_quoted_back_with_json_escapes_is_masked_too(raw_server: Star
     """PHP writes `/` as `\\/` in JSON: the raw body did not hold the key as given, and the decoded
     message printed in the 401's ModelError did."""
     key = "sk-AbCd/EfGh+IjKl0123=="
-    body = ('{"error": {"message": "bad key %s"}}' % key.replace("/", "\\/")).encode()
+    quoted = key.replace("/", "\\/")
+    body = ('{"error": {"message": "bad key ' + quoted + '"}}').encode()
     server = raw_server(_answer(body, status=401))
     cls = bide.OpenAIModel if kind == "openai" else bide.AnthropicModel
     model = cls("m", api_key=key, base_url=server.url, retry=_ONCE)
@@ -518,9 +519,10 @@ def test_openai_arguments_sent_as_an_object_with_a_number_json_cannot_hold_go_ba
 ) -> None:
     """Some servers send a call's arguments as a JSON object, not as text: one holding NaN failed the whole
     turn every time, as text arguments did before."""
-    call = '{"id": "c1", "type": "function", "function": {"name": "fire", "arguments": {"n": %s}}}' % number
+    arguments = '{"n": ' + number + "}"  # not JSON: written by hand
+    call = '{"id": "c1", "type": "function", "function": {"name": "fire", "arguments": ' + arguments + "}}"
     first = ('{"choices": [{"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", '
-             '"content": null, "tool_calls": [%s]}}]}' % call).encode()  # fmt: skip
+             '"content": null, "tool_calls": [' + call + "]}}]}").encode()  # fmt: skip
     done = json.dumps({"choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant",
                        "content": "done"}}]}).encode()  # fmt: skip
     answers = iter([_answer(first), _answer(done)])
