@@ -57,6 +57,7 @@ from ._errors import (
     BideError,
     CallInDoubt,
     ConfigError,
+    HaltAlreadyResolved,
     ModelError,
     NotCalled,
     OutcomeUnknown,
@@ -958,8 +959,13 @@ class Agent(Generic[T]):
                 continue
             try:
                 await self._resume_attempt(journal, tool, c, live)
-            except OutcomeUnknown:
+            except (OutcomeUnknown, ConfigError):  # (a reconciler that returned no Outcome: unknown too)
                 unknown.append(live)
+            except HaltAlreadyResolved:
+                pass  # resolved by someone else meanwhile: its result is journaled
+        if unknown:
+            await journal.aload()  # a result journaled meanwhile (a person's resolution) is no doubt any more
+            unknown = [a for a in unknown if not journal.has(result_key(a.call_id))]
         if busy:
             ready = max(a.deadline_ms / 1000 + skew for a in busy)
             first = busy[0]

@@ -244,6 +244,33 @@ def test_a_cancel_waits_for_a_call_of_any_turn_and_asks_its_reconciler(store: bi
     assert isinstance(recorded, bide.ToolResult) and recorded.result == "charged (reconciled)"
 
 
+def test_a_reconciler_that_returns_no_outcome_does_not_keep_a_cancelled_run_from_ending(
+    store: bide.Store,
+) -> None:
+    """Every drive raised the reconciler's ConfigError: the run could never end, cancelled or not."""
+
+    class Crash(BaseException):
+        pass
+
+    now = [time.time()]
+
+    @bide.tool(timeout=10.0, reconcile=lambda info: "yes")
+    def charge(cents: int) -> str:
+        """Charge."""
+        raise Crash
+
+    def agent() -> bide.Agent:
+        model = ScriptedModel([call("charge", cents=1), reply("ok")])
+        return bide.Agent(model, store=store, tools=[charge], clock=lambda: now[0])
+
+    with pytest.raises(Crash):
+        agent().run_sync("b", "pay")
+    bide.cancel_run(store, "b", reason="stop", clock=lambda: now[0])
+    now[0] += 100.0
+    result = agent().run_sync("b", "pay")
+    assert result.status == "cancelled" and "Call c0.0 (charge" in result.answer
+
+
 def test_a_cancel_journals_a_result_this_process_knows(
     store: bide.Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
