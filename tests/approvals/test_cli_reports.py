@@ -31,7 +31,8 @@ def _bide(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_approve_succeeds_when_another_run_sharing_its_prefix_is_damaged(tmp_path: Path) -> None:
+def _paused_at_a_gate(tmp_path: Path, *runs: str) -> Path:
+    """`bide.db` in `tmp_path` with `runs` paused at a 2-of-2 gate (alice.key, bob.key) on wire(amount=1)."""
     keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
     gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
 
@@ -43,12 +44,17 @@ def test_approve_succeeds_when_another_run_sharing_its_prefix_is_damaged(tmp_pat
     db = tmp_path / "bide.db"
     store = bide.open_store(f"sqlite:///{db}")
     try:
-        for run in ("order-3", "order-30"):
+        for run in runs:
             with pytest.raises(bide.ApprovalPending):
                 model = ScriptedModel([call("wire", amount=1), reply("done")])
                 bide.Agent(model, store=store, tools=[wire]).run_sync(run, "go")
     finally:
         store.close()
+    return db
+
+
+def test_approve_succeeds_when_another_run_sharing_its_prefix_is_damaged(tmp_path: Path) -> None:
+    db = _paused_at_a_gate(tmp_path, "order-3", "order-30")
     with sqlite3.connect(db) as conn:
         conn.execute("update bide_records set data = cast('{\"damaged\":1}' as blob) "
                      "where run_id = 'order-30' and key = 'run:start'")
@@ -65,20 +71,9 @@ def test_a_damaged_approval_request_is_said_as_damaged_not_a_bug(tmp_path: Path)
     """A request record without its tool (edited in the database) made `bide pending` exit 3 ("a bug") for
     the whole store, and `bide approve` of another, healthy call of the run exit 3 after it had recorded the
     decision: the record is named as damaged (exit 4), and the healthy call is decided as usual."""
-    keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
-    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
-
-    @bide.tool(gate=gate)
-    def wire(amount: int) -> str:
-        """Wire."""
-        return f"sent {amount}"
-
-    db = tmp_path / "bide.db"
+    db = _paused_at_a_gate(tmp_path, "x")
     store = bide.open_store(f"sqlite:///{db}")
     try:
-        with pytest.raises(bide.ApprovalPending):
-            model = ScriptedModel([call("wire", amount=1), reply("done")])
-            bide.Agent(model, store=store, tools=[wire]).run_sync("x", "go")
         entries = bide.Journal(store, "x").load().entries()
         [request] = [e for e in entries if e.key.startswith("approval:request:")]
     finally:
@@ -110,22 +105,7 @@ def test_a_request_whose_policy_or_call_was_edited_is_damaged_not_a_custom_gate(
     """A request record whose policy or call id was edited was dropped from what the call waits on: `bide
     approve` said the run "waits at a custom gate" (the call could never be decided) and `bide pending`
     said nothing of it. It is a damaged record now, named by both."""
-    keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
-    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
-
-    @bide.tool(gate=gate)
-    def wire(amount: int) -> str:
-        """Wire."""
-        return f"sent {amount}"
-
-    db = tmp_path / "bide.db"
-    store = bide.open_store(f"sqlite:///{db}")
-    try:
-        with pytest.raises(bide.ApprovalPending):
-            model = ScriptedModel([call("wire", amount=1), reply("done")])
-            bide.Agent(model, store=store, tools=[wire]).run_sync("x", "go")
-    finally:
-        store.close()
+    db = _paused_at_a_gate(tmp_path, "x")
     with sqlite3.connect(db) as conn:
         [(key, raw)] = conn.execute("select key, data from bide_records where key like 'approval:request:%'")
         record = json.loads(raw)
