@@ -973,7 +973,7 @@ class Agent(Generic[T]):
                 f"run {journal.run_id!r} was asked to cancel, but its call {first.call_id!r} ({first.tool}) "
                 f"may still be running (deadline {when(first.deadline_ms / 1000, now)}, plus {skew:g} s "
                 "clock skew): the run ends as cancelled once it cannot, with that call's result if one is "
-                f"recorded by then. Run again {when(max(ready, now + 1.0), now)}",
+                f"recorded by then. Run again after {when(max(ready, now + 1.0), now)}",
                 run_id=journal.run_id,
                 holder=None,
                 expires_at=None,

@@ -550,8 +550,8 @@ class Replica:
         if event is None or event.position != pos:
             raise LogCorrupted(
                 f"{where} no longer holds position {pos}, which this replica applied: the log was rewound "
-                f"under it (an older backup restored) or is another log now; {rebuild}. Nothing was applied "
-                f"(the replica stays at position {self._position})"
+                f"under it (an older backup restored) or is another log now; {rebuild}. Nothing more was "
+                f"applied (the replica stays at position {self._position})"
             )
         if seen is not None:
             same = event is seen or event == seen
@@ -565,7 +565,7 @@ class Replica:
             raise LogCorrupted(
                 f"{where} holds event {event.id!r} at position {pos}, which is not the event this replica "
                 f"applied there: the log was rewound under it (an older backup restored, then appended to) "
-                f"or rewritten, so the replica's state is not the log's; {rebuild}. Nothing was applied "
+                f"or rewritten, so the replica's state is not the log's; {rebuild}. Nothing more was applied "
                 f"(the replica stays at position {self._position})"
             )
 
