@@ -4,7 +4,8 @@
     python cancel_paused_child.py STORE_URL PREFIX RUN_ID
 
 Prints "fired" when the effect has fired (just before it stops), then one JSON line once the drive ends:
-{"status": ..., "answer": ...} or {"error": <exception class>, "message": ...}.
+{"status": ..., "answer": ...} or {"error": <exception class>, "message": ...}. CHARGE_TIMEOUT in the
+environment is the tool's timeout in seconds (60 by default).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import bide
 from bide.testing import ScriptedModel, call, reply
 
 
-@bide.tool(timeout=60)
+@bide.tool(timeout=float(os.environ.get("CHARGE_TIMEOUT", "60")))
 def charge(cents: int) -> str:
     """Charge a card."""
     print("fired", flush=True)

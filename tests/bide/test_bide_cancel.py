@@ -395,6 +395,58 @@ def test_bide_cancel_tells_a_worker_that_parked_the_run(durable_store_spec: tupl
 
 
 @pytest.mark.slow
+def test_a_worker_never_ends_a_cancelled_run_under_a_paused_driver_still_in_its_call(
+    durable_store_spec: tuple[str, str],
+) -> None:
+    """A driver paused inside a side effect, past its lease; a cancel; a worker's pass. The worker ended
+    the run as cancelled at once, and the driver, woken, charged after it. Now the pass leaves the run
+    (the call may still be running until its deadline, 6 s, plus the clock skew); once the deadline has
+    passed, a pass ends it, naming the call whose outcome was never recorded. It fired once, in the driver."""
+    url, prefix = durable_store_spec
+    child = subprocess.Popen(
+        [sys.executable, str(HERE / "cancel_paused_child.py"), url, prefix, "woken"],
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "CHARGE_TIMEOUT": "6"},
+    )  # fmt: skip
+    fired: list[int] = []
+
+    @bide.tool(timeout=6)
+    def charge(cents: int) -> str:
+        """Charge a card (never here: the call is the paused driver's)."""
+        fired.append(cents)
+        return "charged"
+
+    store = bide.open_store(url, table_prefix=prefix)
+    model = ScriptedModel([call("charge", cents=500), reply("charged")])
+    agent = bide.Agent(model, store=store, tools=[charge])
+    try:
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "fired"
+            attempted = time.time()
+            wait_until_paused(child.pid)
+            time.sleep(2.5)  # its lease (1 s) has expired, past the clock skew margin
+            assert bide.cancel_run(store, "woken", reason="stop")
+            report = asyncio.run(bide.Worker(store, agent).run_once())
+            assert (report.completed, report.waiting) == (0, 1), report
+            assert bide.run_status(store, "woken").status != "cancelled"
+        finally:
+            os.kill(child.pid, signal.SIGCONT)
+        assert child.wait(timeout=60) == 0  # its drive ends (its late write refused, or the run ended)
+        time.sleep(max(0.0, attempted + 6 + 1 + 0.5 - time.time()))  # past the deadline and the skew
+        asyncio.run(bide.Worker(store, agent).run_once())
+        status = bide.run_status(store, "woken")
+        assert status.status == "cancelled" and status.answer is not None
+        journal = bide.Journal(store, "woken").load()
+        results = [r for r in journal.records() if isinstance(r, bide.ToolResult)]
+        if results:  # the woken driver journaled its result before the worker's pass took the lease
+            assert results[0].result == "charged 500" and status.answer == "Cancelled: stop"
+        else:
+            assert "Call c0.0 (charge" in status.answer and "outcome was never recorded" in status.answer
+        assert fired == []
+    finally:
+        store.close()
+
+
+@pytest.mark.slow
 def test_a_cancel_never_fences_out_a_paused_driver(durable_store_spec: tuple[str, str]) -> None:
     """A driver paused inside a side effect past its lease (1 s) and the clock skew margin (1 s) wakes up
     after `bide cancel` recorded its request: it journals the effect's result and ends the run cancelled.

@@ -442,19 +442,26 @@ def test_symbolic_certificates_in_process(tmp_path: Path, capsys: pytest.Capture
     assert racy["status"] == "not-convergent" and racy["counterexample"]["condition"] == "CC1"
 
 
+def _guarded_by(body: str, before: str = "") -> str:
+    """A machine file whose one event's guard runs `body` (after `before`, at the top of the file)."""
+    return (
+        f"import os, signal, govern\n{before}"
+        "r = govern.Registry('p')\n"
+        "b = r.bool('b')\n"
+        f"def guard(state):\n    {body}\n    return True\n"
+        "r.event('on', guard=guard, effect={b: True})\n"
+    )
+
+
+_CTRL_C = "os.kill(os.getpid(), signal.SIGINT)"  # a real SIGINT, as Ctrl-C sends
+
+
 def test_a_keyboard_interrupt_the_machine_file_raises_is_an_input_error_not_ctrl_c(tmp_path: Path) -> None:
     """`raise KeyboardInterrupt` in a machine file (at import or in a rule) exited 130, "interrupted", which
     a CI job may retry forever: the file's own code raised it, so it is an input error (2). A real SIGINT
     while the file runs is still 130."""
     (tmp_path / "top.py").write_text("raise KeyboardInterrupt\n")
-    (tmp_path / "rule.py").write_text(
-        "import govern\n"
-        "r = govern.Registry('p')\n"
-        "b = r.bool('b')\n"
-        "def guard(state):\n"
-        "    raise KeyboardInterrupt\n"
-        "r.event('on', guard=guard, effect={b: True})\n"
-    )
+    (tmp_path / "rule.py").write_text(_guarded_by("raise KeyboardInterrupt"))
     expected = [("top.py", "importing the file raised KeyboardInterrupt"), ("rule.py", "raised KeyboardInt")]
     for name, said in expected:
         done = govern("certify", name, "--no-write", "--json", cwd=tmp_path)
@@ -464,15 +471,7 @@ def test_a_keyboard_interrupt_the_machine_file_raises_is_an_input_error_not_ctrl
             [document] = document["results"]
         assert document["exit_code"] == 2 and said in document["message"], document
         assert "interrupted" not in done.stderr
-    (tmp_path / "signalled.py").write_text(
-        "import os, signal, govern\n"
-        "r = govern.Registry('p')\n"
-        "b = r.bool('b')\n"
-        "def guard(state):\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    return True\n"
-        "r.event('on', guard=guard, effect={b: True})\n"
-    )
+    (tmp_path / "signalled.py").write_text(_guarded_by(_CTRL_C))
     assert govern("certify", "signalled.py", "--no-write", cwd=tmp_path).returncode == 130
     # Started with SIGINT ignored (nohup, `cmd &` in a script), no Ctrl-C can come: it is the file's own.
     ignored = subprocess.run(
@@ -483,18 +482,8 @@ def test_a_keyboard_interrupt_the_machine_file_raises_is_an_input_error_not_ctrl
     assert ignored.returncode == 2 and "no Ctrl-C was pressed" in ignored.stderr, ignored.stderr
     # A file that installs its own SIGINT handler: a real Ctrl-C cannot be told from its own raise, and is
     # taken for what it most likely is (it was said "no Ctrl-C was pressed", exit 2).
-    (tmp_path / "handler.py").write_text(
-        "import os, signal, govern\n"
-        "def interrupt(*_):\n"
-        "    raise KeyboardInterrupt\n"
-        "signal.signal(signal.SIGINT, interrupt)\n"
-        "r = govern.Registry('p')\n"
-        "b = r.bool('b')\n"
-        "def guard(state):\n"
-        "    os.kill(os.getpid(), signal.SIGINT)\n"
-        "    return True\n"
-        "r.event('on', guard=guard, effect={b: True})\n"
-    )
+    handler = "def interrupt(*_):\n    raise KeyboardInterrupt\nsignal.signal(signal.SIGINT, interrupt)\n"
+    (tmp_path / "handler.py").write_text(_guarded_by(_CTRL_C, before=handler))
     assert govern("certify", "handler.py", "--no-write", cwd=tmp_path).returncode == 130
 
 
