@@ -190,13 +190,20 @@ def open_cli_store(
     blocked = out_of_reach(where.path) if where.kind == "sqlite" else None
     if blocked is not None:
         raise CLIError(f"cannot open the store: {blocked}{came}", EXIT_STORE)
-    fix = (
-        "$BIDE_STORE names it: fix $BIDE_STORE, or pass --store sqlite:///path/to/bide.db"
-        if env
-        else "pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)"
-    )
+    if env:
+        fix = "$BIDE_STORE names it: fix $BIDE_STORE, or pass --store sqlite:///path/to/bide.db"
+    elif getattr(args, "store_given", False):
+        fix = "check the path in --store (sqlite:///relative/bide.db, or four slashes: sqlite:////abs/bide.db)"
+    else:
+        fix = "pass --store sqlite:///path/to/bide.db (or set $BIDE_STORE)"
     if where.kind == "sqlite" and not os.path.exists(where.path):
-        raise CLIError(f"no bide store at {where.path!r}: the file does not exist; {fix}", EXIT_NOT_FOUND)
+        # The worker too: a mistyped path would have it serve an empty store that no agent writes to.
+        missing = "the file does not exist" + (
+            " (bide worker never creates one: your app's bide.open_store(...) does, on its first run)"
+            if create
+            else ""
+        )
+        raise CLIError(f"no bide store at {where.path!r}: {missing}; {fix}", EXIT_NOT_FOUND)
     wrong = not_a_database(where.path) if where.kind == "sqlite" else None
     if wrong is not None:  # before anything opens it: `bide worker` would write there (and exit 6)
         raise CLIError(f"no bide store at {where.path!r}: {wrong}; {fix}", EXIT_NOT_FOUND)

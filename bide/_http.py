@@ -251,6 +251,13 @@ class HTTPModel:
                 f"{type(self).__name__} needs a base_url that starts with http:// or https://, e.g. "
                 f"{self._default_url!r}"
             )
+        if not self.api_key and self.base_url == self._default_url:
+            # The provider refuses every request without one (401, after the retries of a network error
+            # when offline): say so when the model is made. A server of one's own may need none.
+            raise ConfigError(
+                f"{type(self).__name__} has no API key for {self._default_url}: set {self._env}_API_KEY or "
+                f"pass api_key=... (a server of your own, at base_url=..., may take an empty key)"
+            )
         self.temperature = temperature
         self.extra_body = dict(extra_body or {})
         try:

@@ -136,7 +136,7 @@ def _where(store: Store) -> str:
     from ._url import without_password
 
     prefix = getattr(store, "table_prefix", None)
-    return without_password(store.url) + (f" (table prefix {prefix})" if prefix else "")
+    return without_password(store.url) + (f" (table prefix {prefix})" if prefix and prefix != "bide_" else "")
 
 
 def _same_tables(a: Store, b: Store) -> bool:

@@ -13,7 +13,7 @@ import pytest
 from bide._files import SecondNotPlaced, replace_pair
 from bide.audit import UnreadableInput, generate_key, load_signing_key
 from bide.audit import load_public_key as load_audit_public_key
-from govern.certificate._signing import load_private_key, load_public_key, verify_signature
+from govern.certificate._signing import SigningKeyError, load_private_key, load_public_key, verify_signature
 
 
 def test_a_govern_key_signs_and_verifies_for_bide_audit(tmp_path: Path) -> None:
@@ -152,3 +152,24 @@ def test_a_public_key_file_holding_hex_says_to_give_the_hex_itself(tmp_path: Pat
     with pytest.raises(UnreadableInput, match="holds 64 hex characters, but a key file must be a PEM"):
         load_audit_public_key(tmp_path / "log.pub")
     assert load_audit_public_key(key.public.hex) == key.public
+
+
+def test_govern_check_given_the_private_key_says_to_pass_the_public_one(tmp_path: Path) -> None:
+    """`govern check --pubkey` given the private key (the file beside the .pub) printed the crypto
+    library's "Valid PEM but no BEGIN PUBLIC KEY/END PUBLIC KEY delimiters"; bide's loaders named the mix-up.
+    Both now say which file to pass, and the private key is not read into the message."""
+    key = tmp_path / "ci-key"
+    generate_key(key)
+    machine = Path(__file__).resolve().parent.parent / "examples" / "orders.py"
+    cert = tmp_path / "orders.govern-cert.json"
+    certify = [sys.executable, "-m", "govern", "certify", str(machine), "-o", str(cert)]
+    made = subprocess.run(certify, capture_output=True, text=True)
+    assert made.returncode == 0, made.stderr
+    check = [sys.executable, "-m", "govern", "check", str(cert), "--pubkey", str(key)]
+    done = subprocess.run(check, capture_output=True, text=True)
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    said = done.stderr
+    assert f"{key} is a private key, not a public one; pass the public key keygen wrote beside it" in said
+    assert "ci-key.pub" in done.stderr and "PRIVATE KEY" not in done.stderr
+    with pytest.raises(SigningKeyError, match="is a private key"):
+        load_public_key(key)

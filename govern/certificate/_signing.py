@@ -252,6 +252,11 @@ def load_public_key(path: Path) -> Ed25519PublicKey:
         data = read_small_file(path)
     except OSError as exc:
         raise _unreadable(path, "public key", exc) from None
+    if b"PRIVATE KEY-----" in data:
+        raise SigningKeyError(
+            f"{path} is a private key, not a public one; pass the public key keygen wrote beside it "
+            f"({path.name}.pub), and keep the private key to the signer"
+        )
     if data.lstrip().startswith(b"-----BEGIN"):
         try:
             key = serialization.load_pem_public_key(data)

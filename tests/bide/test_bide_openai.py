@@ -186,6 +186,24 @@ def test_env_configuration_and_bad_arguments(
         bide.OpenAIModel("")
 
 
+def test_a_provider_model_without_an_api_key_is_refused_when_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without a key for the provider's own endpoint, every request failed (401, or retried network errors
+    when offline) long after the model was made, from inside a worker's drives: refused at once, naming
+    the variable to set. A server of one's own (another base_url) may take no key."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(bide.ConfigError, match="set OPENAI_API_KEY or pass api_key="):
+        bide.OpenAIModel("gpt-4o-mini")
+    with pytest.raises(bide.ConfigError, match="set ANTHROPIC_API_KEY or pass api_key="):
+        bide.AnthropicModel("claude-sonnet-4-5")
+    with pytest.raises(bide.ConfigError, match="OPENAI_API_KEY"):
+        bide.OpenAIModel("gpt-4o-mini", api_key="", base_url="https://api.openai.com/v1/")
+    assert bide.OpenAIModel("local", base_url="http://127.0.0.1:8000/v1").api_key == ""
+    assert bide.AnthropicModel("local", base_url="http://127.0.0.1:8000").api_key == ""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-env")
+    assert bide.OpenAIModel("gpt-4o-mini").api_key == "sk-env"
+
+
 def test_malformed_tool_arguments_reach_the_model_as_errors(serve: Callable[[Handler], FakeOpenAI]) -> None:
     def respond(body: dict[str, Any], n: int) -> tuple[int, dict[str, str], Any]:
         if n == 1:

@@ -483,7 +483,11 @@ def test_a_worker_started_under_nohup_outlives_sighup(env: dict[str, str], tmp_p
         # Its loop is up and the stop signals are its own once it says so (a fixed sleep of 2 s was too
         # short under load: the SIGTERM below then met Python's default and ended it with -15).
         said = _serving_line(worker)
-        assert f"serving 1 agent(s) on {url}" in said and "SIGINT, SIGTERM or SIGHUP stops it" in said
+        # The line docs/operations.md quotes (a supervisor may wait for it), with the default table prefix.
+        assert said.strip() == (
+            f"bide worker: serving 1 agent(s) on {url}, looking for runs to recover every 0.2 s; SIGINT, "
+            "SIGTERM or SIGHUP stops it"
+        )
         worker.send_signal(signal.SIGHUP)
         time.sleep(1.0)
         assert worker.poll() is None, "the worker stopped on an ignored SIGHUP"
