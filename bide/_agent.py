@@ -84,7 +84,7 @@ from ._inflight import (
     running,
 )
 from ._journal import Journal, check_run_id
-from ._lease import Overrun, free_lease, hold_lease, let_go, record_when_done
+from ._lease import Overrun, free_lease, free_unfreed, hold_lease, let_go, record_when_done
 from ._messages import (
     MAX_TOOL_CALLS,
     AssistantMessage,
@@ -564,6 +564,7 @@ class Agent(Generic[T]):
         """Take the run's lease and load the journal as of the grant (None: the run has ended). Waits up to
         `lease_wait` for a live lease of another driver, then raises RunInFlight."""
         run_id = journal.run_id
+        await free_unfreed(self.store, run_id)
         holder = new_claim()
         now = self.clock()
         give_up = time.monotonic() + self.lease_wait  # a local wait: a wall clock step must not stretch it

@@ -29,6 +29,10 @@ class OpenedFile:
         `swapped` says."""
         info = os.stat(path)
         self.path = path
+        # SQLite follows a symbolic link to the file and keeps its write-ahead log beside the file itself:
+        # watched at "<link>-wal", a log deleted under the store went unnoticed and the commits made into
+        # it, an attempt marker among them, vanished with the process.
+        self.wal = os.path.realpath(path) + "-wal"
         self.label = label
         self.identity = (info.st_dev, info.st_ino)
         self.gone: str | None = None
@@ -50,7 +54,7 @@ class OpenedFile:
         # SQLite deletes the -wal file only when the last connection closes: while this one is open, the
         # file it wrote its first commit to stays at the path. (None at that first look: no -wal, so not in
         # WAL mode, and nothing to check.)
-        wal = self.path + "-wal"
+        wal = self.wal
         if "bide_wal" not in connection:
             try:
                 info = os.stat(wal)
@@ -157,7 +161,9 @@ def why_unwritable(path: str) -> str:
     reach = out_of_reach(path)
     if reach is not None:
         return f"; {reach}"
-    directory = os.path.dirname(os.path.abspath(path))
+    # Where SQLite writes: beside the file a symbolic link names, not beside the link.
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path)
     name = os.path.basename(path)
     try:
         info = os.statvfs(directory)

@@ -35,6 +35,7 @@ from ._telemetry import LOGGER
 __all__ = [
     "Overrun",
     "free_lease",
+    "free_unfreed",
     "hold_lease",
     "join_keepers",
     "keep_overrun",
@@ -168,11 +169,33 @@ def join_keepers() -> None:
         kept.pop().join()
 
 
+# The leases of drives that ended in this process while their store failed, so that freeing them failed
+# too, by (store, run). Another process has to wait for such a lease to expire; a drive of the same run in
+# this process, which knows their drive is over, frees it first (`free_unfreed`). Without that, "run the
+# run again here once the store answers" (a result this process keeps) met RunInFlight, named "another
+# driver", for up to lease_ttl.
+_UNFREED: dict[tuple[int, str], Lease] = {}
+
+
 async def free_lease(store: Store, lease: Lease) -> None:
     """Free `lease` (its run, holder and token) if it is still held so; a store that fails leaves it to
-    expire."""
-    with contextlib.suppress(Exception):  # a lease not freed only expires
+    expire, or to the next drive of the run in this process (`free_unfreed`)."""
+    key = (id(store), lease.run_id)
+    try:
         await store.arelease(lease.run_id, lease.holder, lease.token)
+    except Exception:  # a lease not freed only expires
+        _UNFREED[key] = lease
+    else:
+        if _UNFREED.get(key) is lease:
+            del _UNFREED[key]
+
+
+async def free_unfreed(store: Store, run_id: str) -> None:
+    """Free the lease an earlier drive of `run_id` in this process left held on `store` because the store
+    failed as it ended (a release by holder and token: a no-op once another driver took the run over)."""
+    lease = _UNFREED.pop((id(store), run_id), None)
+    if lease is not None:
+        await free_lease(store, lease)
 
 
 def keep_overrun(

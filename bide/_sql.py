@@ -596,6 +596,7 @@ class SQLStore:
 
         # Several processes may open a new database at once; losing the CREATE race is fine: try again.
         def prepare() -> None:
+            self._refuse_foreign_tables()
             if create:
                 self.metadata.create_all(self.engine, checkfirst=True)
             self._add_lease_columns()
@@ -676,6 +677,26 @@ class SQLStore:
                 f"prefix {self.table_prefix!r} the store's?)",
                 missing="tables",
             )
+
+    def _refuse_foreign_tables(self) -> None:
+        """Raise `StoreNotFound`, creating nothing, when a table of this prefix's names is there without the
+        columns bide reads and writes (another program's table): the store opened, added its other table
+        beside it, and failed at the first run ("no such column")."""
+        inspector = sa.inspect(self.engine)
+        needs = {self.records_table.name: ("run_id", "key", "seq", "data"), self.runs_table.name: ("run_id",)}
+        for name, columns in needs.items():
+            if not inspector.has_table(name):
+                continue
+            have = {c["name"] for c in inspector.get_columns(name)}
+            lacking = [c for c in columns if c not in have]
+            if lacking:
+                lacked = f"column{'s' if len(lacking) > 1 else ''} {', '.join(lacking)}"
+                raise StoreNotFound(
+                    f"no bide store at {without_password(self.url)}: its table {name} is not bide's (it "
+                    f"lacks bide's {lacked}): give bide a table prefix of its own (table_prefix=, "
+                    "--table-prefix) or another database; nothing was created",
+                    missing="tables",
+                )
 
     def _add_lease_columns(self) -> None:
         """Give a runs table made by an earlier bide its lease and end columns, marking the runs that

@@ -35,7 +35,15 @@ class Locker:
         self.conn.execute("COMMIT")
 
 
-def _agent(store: bide.Store, locker: Locker, fired: list[str], *, max_parallel: int = 1) -> bide.Agent:
+def _agent(
+    store: bide.Store,
+    locker: Locker,
+    fired: list[str],
+    *,
+    max_parallel: int = 1,
+    lease_ttl: float = 1,
+    lease_wait: float = 10,
+) -> bide.Agent:
     @bide.tool
     def charge(card: str) -> str:
         """Charge a card."""
@@ -52,9 +60,15 @@ def _agent(store: bide.Store, locker: Locker, fired: list[str], *, max_parallel:
 
     both = Turn(calls=(*call("charge", card="c1").calls, *call("notify", who="ann").calls))
     model = ScriptedModel([both if max_parallel > 1 else call("charge", card="c1"), reply("done")])
-    # The failed drive could not free its lease either (the store was locked): the next one waits it out.
+    # The failed drive could not free its lease either (the store was locked): a drive in another process
+    # waits it out; the next drive in this one frees it.
     return bide.Agent(
-        model, store=store, tools=[charge, notify], max_parallel=max_parallel, lease_ttl=1, lease_wait=10
+        model,
+        store=store,
+        tools=[charge, notify],
+        max_parallel=max_parallel,
+        lease_ttl=lease_ttl,
+        lease_wait=lease_wait,
     )
 
 
@@ -68,10 +82,13 @@ def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
     fired: list[str] = []
     try:
         with pytest.raises(bide.StoreError, match=r"ran and returned \"charged c1\"") as failed:
-            _agent(store, locker, fired, max_parallel=max_parallel).run_sync("r1", "pay")
+            _agent(store, locker, fired, max_parallel=max_parallel, lease_ttl=60).run_sync("r1", "pay")
         assert "run the run again here" in str(failed.value)
         locker.unlock()
-        done = _agent(store, locker, fired, max_parallel=max_parallel).run_sync("r1", "pay")
+        # At once, as the message says: the failed drive's lease, which the locked store kept it from
+        # freeing, was RunInFlight ("another driver") for up to lease_ttl.
+        again = _agent(store, locker, fired, max_parallel=max_parallel, lease_ttl=60, lease_wait=0)
+        done = again.run_sync("r1", "pay")
         assert done.output == "done"
         assert fired.count("c1") == 1
         [result] = [e for e in store.load("r1") if b'"tool_result"' in e.data and b"charge" in e.data]

@@ -214,14 +214,28 @@ def test_a_batch_that_committed_into_the_old_file_is_told_so_and_not_run_again(
     assert all(isinstance(a, bide.StoreError) and "committed into the old file" in str(a) for a in answers)
 
 
-def test_a_write_ahead_log_deleted_under_the_store_refuses_the_next_write(tmp_path: Path) -> None:
-    """Commits went on into the unlinked -wal file, reported as done, and were lost at the next crash."""
-    path = tmp_path / "bide.db"
-    store = bide.open_store(f"sqlite:///{path}")
+@pytest.mark.parametrize("opened_by", ["its path", "a link to the file", "a link to its directory"])
+def test_a_write_ahead_log_deleted_under_the_store_refuses_the_next_write(
+    tmp_path: Path, opened_by: str
+) -> None:
+    """Commits went on into the unlinked -wal file, reported as done, and were lost at the next crash. Opened
+    through a symbolic link to the file, the store watched "<link>-wal" while SQLite wrote "<file>-wal"
+    beside the file: the deletion went unnoticed, and a side effect's attempt marker with it."""
+    (tmp_path / "data").mkdir()
+    path = tmp_path / "data" / "bide.db"
+    bide.open_store(f"sqlite:///{path}").close()
+    opened = path
+    if opened_by == "a link to the file":
+        opened = tmp_path / "link.db"
+        opened.symlink_to(path)
+    elif opened_by == "a link to its directory":
+        (tmp_path / "linked").symlink_to(tmp_path / "data")
+        opened = tmp_path / "linked" / "bide.db"
+    store = bide.open_store(f"sqlite:///{opened}")
     try:
         store.insert_many("r", [("k0", b"x")])
         Path(f"{path}-wal").unlink()
-        with pytest.raises(bide.StoreError, match=r"write-ahead log .* was deleted"):
+        with pytest.raises(bide.StoreError, match=r"write-ahead log .*data/bide\.db-wal' .* was deleted"):
             store.insert_many("r", [("k1", b"x")])
     finally:
         store.close()
