@@ -195,7 +195,8 @@ class _RunWatch:
                 "run %s %s: %s",
                 self.run_id,
                 what,
-                exc,
+                # A cancellation says nothing of itself ("run r interrupted: " was all the log had).
+                str(exc) or f"{type(exc).__name__} (the drive was cancelled or interrupted)",
                 exc_info=exc if level == logging.ERROR else None,
                 extra=self._fields(status=status, error_type=type(exc).__qualname__),
             )

@@ -359,17 +359,14 @@ class Worker:
                 state.not_before = min(state.drive_after, now + PARKED_RECHECK_S)
                 state.waiting_token = self._tokens.get(run_id, -1)  # as listed now: read again if it changes
                 return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
-        # A halted run with a cancel request is driven: the drive ends it as cancelled.
-        if status.status == "halted" and not journal.has(CANCEL_KEY):
-            if len(journal.records()) == state.halted_at_records:
-                self._park(run_id, state)
-                return "skipped"  # nothing was recorded since it halted: still waiting for a person
-            tool = agent.tools.get(status.tool or "")
-            if tool is None or tool.reconcile is None:
-                state.halted_at_records = len(journal.records())
-                self._park(run_id, state)
-                log.info("run %s halted on call %s (%s): needs a person", run_id, status.call_id, status.tool)
-                return "halted"
+        # A halted run with a cancel request is driven: the drive ends it as cancelled. One is not counted
+        # as halted from the journal alone either: between the listing and the read, another driver may
+        # have taken the run and written the marker of the call it is running. The drive tells the two
+        # apart: RunInFlight while that driver's lease is live, else OutcomeUnknown.
+        halted = status.status == "halted" and not journal.has(CANCEL_KEY)
+        if halted and len(journal.records()) == state.halted_at_records:
+            self._park(run_id, state)
+            return "skipped"  # nothing was recorded since it halted: still waiting for a person
         try:
             if kind == "thread":
                 result = await agent.thread(run_id).resume()  # the message it was answering
@@ -383,6 +380,9 @@ class Worker:
             with contextlib.suppress(StoreError):  # unread: driven again at the next poll, to halt again
                 journal = await Journal(self.store, run_id).aload()
                 state.halted_at_records = len(journal.records())
+                # Left out of the listings while its lease stays as this drive left it (its own grant).
+                self._park(run_id, state)
+                state.parked_token = self._token_after_drive(run_id)
             log.warning("run %s halted: %s", run_id, exc)
             return "halted"
         except RunInFlight as exc:

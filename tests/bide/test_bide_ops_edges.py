@@ -250,6 +250,45 @@ def test_a_second_signal_cancels_the_drives_a_stopping_worker_waits_for(
     assert status(url, "bide_", "r0") == "halted"
 
 
+def test_a_second_signal_during_a_synchronous_side_effect_frees_the_lease_once_its_result_is_journaled(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """The drive is cancelled, the synchronous call runs on in its thread, and a keeper journals its result
+    and then frees the run's lease. The worker closed its store before the keeper was done: the result was
+    journaled but the lease stayed held (its expiry not 0), so no worker could resume the run for
+    lease_ttl plus the clock skew (about 31 s by default). The log said only "run r0 interrupted: "."""
+    from bide._store import EVERY_LEASE_MS
+
+    url = f"sqlite:///{tmp_path / 'sync.db'}"
+    crash_run(url, "bide_", "r0", env)
+    env["OPS_EFFECT_SECONDS"] = "3"
+    log = Path(env["OPS_EFFECT_LOG"])
+    worker = subprocess.Popen(
+        worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: log.exists() and "start o" in log.read_text(), "the side effect to start")
+        worker.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        worker.send_signal(signal.SIGINT)
+        _, errors = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 0, errors
+    assert log.read_text().splitlines() == ["start o", "end o"]
+    assert "run r0 interrupted: CancelledError (the drive was cancelled or interrupted)" in errors
+    store = bide.open_store(url)
+    try:
+        [lease] = [lease for lease in store.expired_leases(now_ms=EVERY_LEASE_MS) if lease.run_id == "r0"]
+        assert lease.expires_ms == 0, lease  # freed by its holder, not left to expire
+        assert bide.run_status(store, "r0").status == "running"  # its result journaled: no person needed
+    finally:
+        store.close()
+
+
 def worker_once_with(
     tmp_path: Path, module: str, source: str, *more: str
 ) -> subprocess.CompletedProcess[str]:
