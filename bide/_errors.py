@@ -100,7 +100,14 @@ class StoreError(BideError):
     """The store failed, or returned something the journal cannot trust.
 
     A write that raised may or may not have committed; the journal treats it that way (see docs/guarantee.md).
+    `lasting` is True when this store object fails every later request the same way (its SQLite file was
+    deleted, moved or replaced while open): waiting does not help, opening the store again after the
+    file is put back does.
     """
+
+    def __init__(self, message: str = "", *, lasting: bool = False) -> None:
+        super().__init__(message)
+        self.lasting = lasting
 
 
 class StoreNotFound(BideError):

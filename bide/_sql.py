@@ -157,6 +157,9 @@ class _FileGone(StoreError):
     """The store's file (or the write-ahead log a connection writes to) is no longer at the store's path:
     nothing more is written through this store object, for any request."""
 
+    def __init__(self, message: str) -> None:
+        super().__init__(message, lasting=True)
+
 
 class _CommittedElsewhere(_FileGone):
     """A transaction committed, but into a store file (or write-ahead log) no longer at the store's path:
@@ -851,7 +854,7 @@ class SQLStore:
     def _enqueue(self, req: _Request) -> None:
         with self._lock:
             if self._closed:
-                raise StoreError(f"store {self.url} is closed")
+                raise StoreError(f"store {self.url} is closed", lasting=True)
             if self._thread is None:
                 name = f"bide-store:{self.url}"
                 self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
@@ -875,7 +878,7 @@ class SQLStore:
         # gets back to its callbacks joins one transaction, run synchronously (no thread hand-offs; the loop
         # is blocked for the commit, a fraction of a millisecond per batch).
         if self._closed:
-            raise StoreError(f"store {self.url} is closed")
+            raise StoreError(f"store {self.url} is closed", lasting=True)
         state = self._local
         if state.loop is not loop:
             # A new event loop on this thread: whatever the old one left queued has no caller any more.
@@ -1091,7 +1094,7 @@ class SQLStore:
             for req in batch:
                 what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
                 said = f"{what}: {exc}" if isinstance(exc, _CommittedElsewhere) else f"{what} failed: {exc}"
-                answers.append((req, None, StoreError(f"store {self.url}: {said}")))
+                answers.append((req, None, StoreError(f"store {self.url}: {said}", lasting=True)))
             self._answer(answers, here)
             return
         if slot.in_loop and _retryable(exc):

@@ -53,6 +53,7 @@ from ._journal import Journal
 from ._records import CANCEL_KEY, START_KEY, Start, damage_in_words
 from ._resolve import status_of
 from ._store import EVERY_LEASE_MS, Store
+from ._when import seconds
 
 __all__ = ["PassReport", "Worker"]
 
@@ -60,6 +61,29 @@ log = logging.getLogger("bide.worker")
 
 AnyAgent = Agent[Any]  # an agent of any output type
 AgentSource = AnyAgent | Iterable[AnyAgent] | Mapping[str, AnyAgent] | Callable[[str], AnyAgent | None]
+
+
+# A shorter poll only spins: every look is a query of the store, and nothing waits less than the lease
+# and the clock skew to be taken over anyway.
+MIN_POLL_S = 0.01
+
+
+def worker_concurrency(value: object) -> int:
+    """`value` as a worker's drives at once: a whole number, 1 or more (ConfigError otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"concurrency must be a whole number of drives at once, 1 or more; got {value!r}")
+    return value
+
+
+def worker_poll_interval(value: object) -> float:
+    """`value` as a worker's seconds between looks for runs: from `MIN_POLL_S` to `MAX_SECONDS`."""
+    poll = seconds("poll_interval", value, zero=False)
+    if poll < MIN_POLL_S:
+        raise ConfigError(
+            f"poll_interval must be at least {MIN_POLL_S:g} s (a shorter one only spins: every look queries "
+            f"the store); got {value!r}"
+        )
+    return poll
 
 
 @dataclass(slots=True)
@@ -152,17 +176,14 @@ class Worker:
     ) -> None:
         if not callable(getattr(store, "expired_leases", None)):
             raise ConfigError("store must be a bide store with leases (use bide.open_store(url))")
-        for name, value in (("concurrency", concurrency), ("poll_interval", poll_interval)):
-            if not (isinstance(value, int | float) and value > 0):
-                raise ConfigError(f"{name} must be a positive number, got {value!r}")
+        self.concurrency = worker_concurrency(concurrency)
+        self.poll_interval = worker_poll_interval(poll_interval)
+        self.backoff = seconds("backoff", backoff, zero=False)
+        self.max_backoff = seconds("max_backoff", max_backoff, zero=False)
+        self.grace = None if grace is None else seconds("grace", grace)
         self.store = store
         self._lookup, listed = _agent_lookup(agents, store)
         self.clock = _shared_clock(listed) if clock is None else clock
-        self.concurrency = int(concurrency)
-        self.poll_interval = float(poll_interval)
-        self.backoff = float(backoff)
-        self.max_backoff = float(max_backoff)
-        self.grace = None if grace is None else float(grace)
         # The worker's own deadlines (in _Backoff) are on this clock.
         self._timer = time.monotonic if clock is None else clock
         self._state: dict[str, _Backoff] = {}
@@ -196,7 +217,10 @@ class Worker:
         return report
 
     async def run_forever(self) -> None:
-        """List the runs to recover every `poll_interval` seconds and drive them, until `stop()`."""
+        """List the runs to recover every `poll_interval` seconds and drive them, until `stop()`. A store
+        that fails while listing is tried again with backoff, unless its failure is lasting
+        (`StoreError.lasting`: its file was deleted, moved or replaced): then the drives in flight finish
+        and the error is raised."""
         stopping = self._stopping
         listing_failures = 0
         while not stopping.is_set():
@@ -205,6 +229,14 @@ class Worker:
                 run_ids = await self._runs_to_recover()
                 listing_failures = 0
             except StoreError as exc:
+                if exc.lasting:
+                    # Its file deleted, moved or replaced: this store object fails every request alike, so
+                    # retrying forever only kept a dead worker up, out of a supervisor's sight. It stops
+                    # (its drives in flight finish, failing alike) and raises.
+                    log.error("the store cannot be used any more; stopping: %s", exc)
+                    self._stopping.set()
+                    await self._drain()
+                    raise
                 # A dropped connection or a busy database is a hiccup: the store reconnects on the next call.
                 wait = max(wait, min(self.max_backoff, self.backoff * 2**listing_failures))
                 listing_failures += 1

@@ -493,7 +493,8 @@ async def _forever(worker: Worker, started: str) -> None:
 
 _WORKER_DESCRIPTION = """\
 Resume runs whose driver died (their lease expired). Without --once it runs until SIGINT, SIGTERM or SIGHUP,
-then exits 0.
+then exits 0; or until its SQLite file is deleted, moved or replaced under it, then exits 6 (start it again
+once the file is in place).
 
 --once makes one pass and exits:
   0  every drive ended as a run does: completed, halted for a person, waiting, or ended as failed by
@@ -502,6 +503,28 @@ then exits 0.
   6  the store failed, listing the runs or in any drive (whatever else failed): retried at the
      next pass
 """
+
+
+def _concurrency(text: str) -> int:
+    from ._worker import worker_concurrency
+
+    try:
+        return worker_concurrency(int(text))
+    except (ValueError, ConfigError):
+        raise argparse.ArgumentTypeError(f"drives at once: a whole number, 1 or more, not {text!r}") from None
+
+
+def _poll(text: str) -> float:
+    from ._worker import worker_poll_interval
+
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"seconds: a number, not {text!r}") from None
+    try:
+        return worker_poll_interval(seconds)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc).replace("poll_interval", "--poll")) from None
 
 
 def register(sub: Any) -> None:
@@ -521,8 +544,11 @@ def register(sub: Any) -> None:
         help="module:attribute giving an Agent, a list (or tuple) of Agents, or a function(store) returning "
         "either, called with the worker's store; the current directory is importable",
     )
-    p.add_argument("--concurrency", type=int, default=16, help="drives at once (default 16)")
-    p.add_argument("--poll", type=float, default=1.0, help="seconds between looks for runs (default 1)")
+    # Checked as they are parsed: a bad value is exit 2 before the store is opened (bide's tables created).
+    p.add_argument("--concurrency", type=_concurrency, default=16, help="drives at once (default 16)")
+    p.add_argument(
+        "--poll", type=_poll, default=1.0, help="seconds between looks for runs (default 1, at least 0.01)"
+    )
     p.add_argument(
         "--once", action="store_true", help="one pass, then exit (for cron; how it exits: see above)"
     )

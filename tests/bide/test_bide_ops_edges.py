@@ -8,6 +8,7 @@ import json
 import os
 import queue
 import signal
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -304,6 +305,33 @@ def worker_once_with(
          *more],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60,
     )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--concurrency", "0"], ["--concurrency", "-3"], ["--concurrency", "2.5"], ["--poll", "0"],
+        ["--poll", "-1"], ["--poll", "nan"], ["--poll", "inf"], ["--poll", "1e-12"],
+    ],
+)  # fmt: skip
+def test_bad_worker_arguments_are_refused_before_the_store_is_touched(tmp_path: Path, bad: list[str]) -> None:
+    """They were refused (exit 2) only once the store was open, after bide's tables had been created in the
+    user's database; and --poll inf (a worker that looks once) or 1e-12 (one that spins) were taken."""
+    db = tmp_path / "theirs.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE theirs (x)")
+    conn.close()
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE), str(REPO), env.get("PYTHONPATH", "")])
+    done = subprocess.run(
+        [*worker_command(f"sqlite:///{db}", "bide_"), "--once", *bad],
+        capture_output=True, text=True, env=env, cwd=HERE, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert f"argument {bad[0]}:" in done.stderr
+    with sqlite3.connect(db) as conn:
+        assert [name for (name,) in conn.execute("SELECT name FROM sqlite_master")] == ["theirs"]
+    conn.close()
 
 
 @pytest.mark.parametrize(

@@ -189,6 +189,24 @@ def test_worker_refuses_agents_on_another_store(store: bide.Store) -> None:
         bide.Worker(store, agent)
 
 
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"concurrency": 0}, {"concurrency": 2.5}, {"concurrency": True}, {"poll_interval": float("nan")},
+        {"poll_interval": float("inf")}, {"poll_interval": 1e-12}, {"backoff": float("nan")},
+        {"max_backoff": -1.0}, {"grace": float("inf")},
+    ],
+)  # fmt: skip
+def test_worker_refuses_options_it_cannot_keep(option: dict[str, Any]) -> None:
+    """NaN and infinite durations were taken (a NaN backoff retried at once, an infinite poll looked once
+    and never again), a poll of 1e-12 s spun on the store, and 2.5 drives at once became 2."""
+    store = bide.open_store("memory://")
+    agent = agent_with(store, [reply("ok")], [])
+    name = next(iter(option))
+    with pytest.raises(bide.ConfigError, match=name):
+        bide.Worker(store, agent, **option)
+
+
 def test_run_forever_resumes_runs_and_stops_when_asked(store: bide.Store) -> None:
     @bide.tool(safety=bide.ReadOnly)
     def look() -> str:

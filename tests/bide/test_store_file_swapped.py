@@ -13,6 +13,8 @@ import asyncio
 import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -258,3 +260,57 @@ def test_an_idle_worker_notices_its_store_file_moved_away(tmp_path: Path) -> Non
         store.runs()
     assert not path.exists()  # nothing was created at the path
     store.close()
+
+
+def test_a_serving_worker_whose_store_file_moved_away_stops_with_the_error(tmp_path: Path) -> None:
+    """It logged "retrying in 1.0 s", then 2, 4 ... 300 s, for ever: the store object fails every request
+    alike once its file is gone, so the worker never recovered, and stayed up where a supervisor could not
+    see it was dead. It stops and raises the store's lasting error."""
+    path = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{path}")
+    _warm(store)
+    worker = bide.Worker(store, bide.Agent(ScriptedModel([reply("hi")]), store=store), poll_interval=0.05)
+
+    async def serve() -> None:
+        serving = asyncio.create_task(worker.run_forever())
+        await asyncio.sleep(0.2)
+        os.rename(path, tmp_path / "moved.db")
+        await asyncio.wait_for(serving, 60)  # a bound for a failing test only: it stops at its next listing
+
+    try:
+        with pytest.raises(bide.StoreError, match="was deleted or moved away") as failed:
+            asyncio.run(serve())
+        assert failed.value.lasting
+    finally:
+        store.close()
+    assert not path.exists()
+
+
+def test_bide_worker_exits_6_when_its_store_file_is_replaced(tmp_path: Path) -> None:
+    """The command: a restored backup renamed over the store it serves ends it with exit 6 and the store's
+    words, for a supervisor to restart it on the file now there."""
+    path = tmp_path / "bide.db"
+    bide.open_store(f"sqlite:///{path}").close()
+    (tmp_path / "app.py").write_text(
+        "import bide\nfrom bide.testing import ScriptedModel, reply\n\n\n"
+        "def build(store):\n    return bide.Agent(ScriptedModel([reply('hi')]), store=store)\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(Path(__file__).resolve().parents[2])])
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", f"sqlite:///{path}", "--app", "app:build",
+         "--poll", "0.1"],
+        env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert worker.stderr is not None
+        assert "bide worker: serving" in worker.stderr.readline()
+        shutil.copy(path, tmp_path / "backup.db")
+        os.rename(tmp_path / "backup.db", path)
+        _, errors = worker.communicate(timeout=60)
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 6, errors
+    assert "was replaced by another file while this process had it open" in errors
