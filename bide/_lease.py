@@ -29,7 +29,7 @@ from typing import Any
 from ._inflight import CallWindow, forget_returned, remember_returned
 from ._journal import Journal
 from ._records import Record
-from ._store import Fence, Lease, Store
+from ._store import Fence, Lease, Store, finish_before_close
 from ._telemetry import LOGGER
 
 __all__ = [
@@ -151,6 +151,7 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
             name=f"bide-overrun:{run_id}",
         )
         keeper.start()
+        finish_before_close(store, keeper)
         kept = getattr(_LOCAL, "keepers", None)
         if kept is None:
             kept = _LOCAL.keepers = []

@@ -106,6 +106,7 @@ from ._store import (
     decide_lease,
     refuse_ended,
     refuse_fence,
+    wait_for_finishers,
     written_by,
 )
 from ._url import (
@@ -807,6 +808,7 @@ class SQLStore:
         return self._asubmit(run_id, "load", _from(after))
 
     def close(self) -> None:
+        wait_for_finishers(self)  # a late outcome of a synchronous call, then its run's lease freed
         with self._lock:
             if self._closed:
                 return

@@ -41,6 +41,7 @@ async forms return awaitables, not necessarily coroutines: `await` them, or sche
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -288,6 +289,34 @@ def written_by(runs: Sequence[tuple[str, Sequence[Entry]]]) -> dict[str, list[En
     for new in out.values():
         new.sort(key=_seq)
     return out
+
+
+# Threads that finish what a drive left to them (a synchronous call's late outcome to journal, then its
+# run's lease to free), by the id of the store they write to and of each store it wraps. They are not
+# daemons, so the end of the process waits for them; a store closed before they are done refused their
+# writes: the outcome was lost (the run halted for a person) or the lease left held for lease_ttl.
+_FINISHERS: dict[int, list[threading.Thread]] = {}
+_FINISHERS_LOCK = threading.Lock()
+
+
+def finish_before_close(store: object, thread: threading.Thread) -> None:
+    """Have `close()` of `store` (or of a store it wraps, its `inner`) wait for `thread` first."""
+    with _FINISHERS_LOCK:
+        while store is not None:
+            kept = _FINISHERS.setdefault(id(store), [])
+            kept[:] = [t for t in kept if t.is_alive()]
+            kept.append(thread)
+            store = getattr(store, "inner", None)
+
+
+def wait_for_finishers(store: object) -> None:
+    """Wait for the threads `finish_before_close` registered for `store`; a store's `close()` calls this
+    first (never from one of those threads, which only write)."""
+    with _FINISHERS_LOCK:
+        threads = _FINISHERS.pop(id(store), [])
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join()
 
 
 def decide_lease(

@@ -362,13 +362,9 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             asyncio.run(_forever(worker, started))
         return EXIT_OK
     finally:
-        # A synchronous call its drive was cancelled from (a second signal) runs on in its thread: its
-        # keeper journals the outcome and then frees the run's lease, on this store; closed first, the
-        # lease stayed held and no worker could resume the run for lease_ttl.
-        from ._lease import join_keepers
-
-        join_keepers()
         try:
+            # (It waits for what a drive cancelled by a second signal left to finish: a synchronous call's
+            # outcome to journal, then its run's lease to free.)
             store.close()
         except StoreError as exc:  # what the worker did stands (and was reported): only said on stderr
             print(f"bide worker: closing the store failed: {printable(str(exc))}", file=sys.stderr)

@@ -200,18 +200,20 @@ try:
         asyncio.run(agent.run("r", "charge alice"))
 except bide.OutcomeUnknown as exc:
     print("halted:", exc.cause, flush=True)
-if how == "run_sync, then close":
+if how.endswith("then close"):
     store.close()
 '''
 
 
-@pytest.mark.parametrize("how", ["run_sync, then close", "asyncio.run, then exit"])
+@pytest.mark.parametrize("how", ["run_sync, then close", "asyncio.run, then exit", "asyncio.run, then close"])
 def test_a_script_that_ends_right_after_an_overrun_still_records_its_outcome(
     tmp_path: Path, how: str
 ) -> None:
     """A synchronous call runs past its timeout; the drive halts, and the script then closes its store or
     simply ends. The outcome is journaled first (run_sync returns only once it is; a normal exit waits for
-    the keeper), so the next drive goes on from it instead of halting for a person."""
+    the keeper; closing the store waits for it too: closed under it, the keeper could not free the lease,
+    held then for lease_ttl, nor, had the call returned later, journal its outcome), so the next drive goes
+    on from it at once instead of halting for a person."""
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     script = tmp_path / "ends.py"
     script.write_text(_ENDS_RIGHT_AFTER)
