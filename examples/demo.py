@@ -12,14 +12,17 @@ Offline and self-contained: everything lives in a temporary directory (SQLite fi
 3. Mid-run, the warehouse agent's process is killed with SIGKILL and started again: it resumes from its
    journal, and its retried call appends nothing new.
 4. The support agent refunds cancelled orders at a "bank" (a file outside the journal): a real side
-   effect, fired at most once. Its process is killed with SIGKILL after the bank executed a refund and
-   before the answer reached the journal. Restarted, the run halts with `bide.OutcomeUnknown` instead of
-   refunding twice; the demo looks the refund up at the bank, records it with `bide resolve`, and the
-   run completes. The bank holds exactly one refund per order.
+   effect, fired at most once, and gated by the governed state: the refund tool refuses an order that the
+   log does not hold cancelled (a cancellation that lands after the shipment is a no-op, and the model is
+   told so). Its process is killed with SIGKILL after the bank executed a refund and before the answer
+   reached the journal. Restarted, the run halts with `bide.OutcomeUnknown` instead of refunding twice;
+   the demo looks the refund up at the bank, records it with `bide resolve`, and the run completes. The
+   bank holds exactly one refund per cancelled order, and none for an order that was not cancelled.
 5. Three replica processes follow the log live, each with a different delivery order (log order,
    shuffled windows with duplicates, reversed windows), applying the certificate's delivery rules.
 6. At the end: every replica's final state (identical), the event accounting (no event twice, none lost),
-   the halt and its resolution, the certificate check, and an offline audit verification of every
+   the halt and its resolution, every refund against its order's final state (cancelled), the certificate
+   check, and an offline audit verification of every
    agent's journal (bide-audit). The demo fails (exit 1) if any check fails, including when the agents
    recorded nothing (a real model that calls no tools).
 """
@@ -37,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -104,15 +108,9 @@ ROLES: dict[str, dict[str, Any]] = {
     "support": {
         "events": ["cancel"],
         "task": "You are customer support. The customers of order-3 and order-4 asked to cancel their "
-        "orders. "
-        "Cancel them, then send each cancelled order's payment back with refund_payment, and report the "
-        "outcome.",
-        "script": [
-            ("cancel", "order-3"),
-            ("refund_payment", "order-3"),
-            ("cancel", "order-4"),
-            ("refund_payment", "order-4"),
-        ],
+        "orders. Cancel them; then, for each order your cancel left cancelled, send its payment back with "
+        "refund_payment (an order that shipped before the cancel is not refunded), and report the outcome.",
+        "orders": ["order-3", "order-4"],  # its scripted model decides each refund from the cancel's result
         "pace": 3,  # support answers slowly: its cancellations race the payments
     },
 }
@@ -149,6 +147,10 @@ def compact(state: dict[str, Any]) -> str:
     return ", ".join(words)
 
 
+def counted(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def write_json(path: Path, value: Any) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(value, sort_keys=True))
@@ -159,11 +161,49 @@ def write_json(path: Path, value: Any) -> None:
 
 
 def scripted(role: str) -> ScriptedModel:
-    turns: list[Turn] = [
+    delay = MODEL_DELAY * ROLES[role].get("pace", 1)
+    if role == "support":
+        # Each turn is decided from the conversation so far: a cancel, or a refund the cancel allows.
+        turns = len(ROLES[role]["orders"]) * 2 + 1
+        return ScriptedModel([support_turn] * turns, name=f"scripted-{role}", delay=delay)
+    script: list[Turn] = [
         Turn(calls=(Call(event, {"record": record}),)) for event, record in ROLES[role]["script"]
     ]
-    turns.append(reply(f"{role}: done, {len(turns)} tool calls made."))
-    return ScriptedModel(turns, name=f"scripted-{role}", delay=MODEL_DELAY * ROLES[role].get("pace", 1))
+    script.append(reply(f"{role}: done, {len(script)} tool calls made."))
+    return ScriptedModel(script, name=f"scripted-{role}", delay=delay)
+
+
+def support_turn(request: bide.ModelRequest) -> Turn:
+    """The scripted support agent's next turn: cancel each of its orders, and refund an order only when
+    its cancel's result says the order is now cancelled (a cancel after the shipment is a no-op)."""
+    results = {m.tool_call_id: m for m in request.messages if isinstance(m, bide.ToolMessage)}
+    calls = [
+        (c.name, c.arguments.get("record") if isinstance(c.arguments, dict) else None, results.get(c.id))
+        for m in request.messages
+        if isinstance(m, bide.AssistantMessage)
+        for c in m.tool_calls
+    ]
+    kept: list[str] = []
+    for order in ROLES["support"]["orders"]:
+        cancels = [result for name, record, result in calls if name == "cancel" and record == order]
+        if not cancels:
+            return Turn(calls=(Call("cancel", {"record": order}),))
+        status = cancelled_status(cancels[-1])
+        if status != "cancelled":
+            kept.append(f"{order} not refunded: the cancel left it {status}")
+        elif not any(name == "refund_payment" and record == order for name, record, _ in calls):
+            return Turn(calls=(Call("refund_payment", {"record": order}),))
+    done = f"support: done, {len(calls)} tool calls made"
+    return reply("; ".join([done, *kept]) + ".")
+
+
+def cancelled_status(result: bide.ToolMessage | None) -> str:
+    """The order status a cancel's tool result reports ("unknown" when it reports none)."""
+    try:
+        told = json.loads(result.content) if result is not None and not result.is_error else {}
+        return str(told["state"]["status"])
+    except (ValueError, TypeError, KeyError):
+        return "unknown"
 
 
 def bank_refunds(workdir: Path) -> list[dict[str, Any]]:
@@ -175,12 +215,38 @@ def bank_refunds(workdir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
-def refund_tool(workdir: Path) -> bide.Tool:
-    """The bank's refund: a real side effect (no safety declared), so bide fires it at most once."""
+def order_reader(machine: govern.Machine, log: govern.EventLog) -> Callable[[str], dict[str, Any]]:
+    """The `order_state` tool's function: a record's state as a replica of the event log sees it."""
+
+    def order_state(record: str) -> dict[str, Any]:
+        """The current state of a shared order record, as a replica of the event log sees it."""
+        replica = govern.Replica(machine, log)
+        replica.sync()
+        return replica.state(record)
+
+    return order_state
+
+
+def refund_tool(workdir: Path, order_state: Callable[[str], dict[str, Any]]) -> bide.Tool:
+    """The bank's refund: a real side effect (no safety declared), so bide fires it at most once. It is
+    gated by the governed state: only an order the log holds cancelled is refunded."""
 
     async def refund_payment(record: str) -> str:
-        """Send the payment of a cancelled order back to the customer, at the bank."""
+        """Send the payment of a cancelled order back to the customer, at the bank. Refused for an order
+        that is not cancelled (for example one that shipped before its cancellation)."""
         call = bide.current_call()
+        try:
+            state = await asyncio.to_thread(order_state, record)
+        except govern.EventLogError as exc:
+            raise bide.NotCalled(
+                f"the state of {record} could not be read ({exc}); nothing was refunded"
+            ) from exc
+        # No event leaves "cancelled", so an order cancelled in the log now stays cancelled.
+        if state["status"] != "cancelled":
+            raise bide.ToolError(
+                f"{record} is {state['status']}, not cancelled, so its payment is not refunded and nothing "
+                "was sent to the bank: only an order the log holds cancelled is refunded"
+            )
         with (workdir / "bank.jsonl").open("a") as bank:
             entry = {"refund": record, "call_id": call.call_id, "key": call.idempotency_key}
             bank.write(json.dumps(entry) + "\n")
@@ -197,16 +263,11 @@ def run_agent(role: str, workdir: Path) -> int:
     log = govern.EventLog(str(workdir / "events.db"))
     store = bide.open_store(f"sqlite:///{workdir / 'journal.db'}")
 
-    def order_state(record: str) -> dict[str, Any]:
-        """The current state of a shared order record, as a replica of the event log sees it."""
-        replica = govern.Replica(machine, log)
-        replica.sync()
-        return replica.state(record)
-
+    order_state = order_reader(machine, log)
     tools = [govern.event_tool(machine, log, event) for event in ROLES[role]["events"]]
     tools.append(bide.Tool.from_function(order_state, safety=bide.ReadOnly))
     if role == "support":
-        tools.append(refund_tool(workdir))
+        tools.append(refund_tool(workdir, order_state))
     model: Any
     if os.environ.get("OPENAI_API_KEY") and os.environ.get("OPENAI_BASE_URL"):
         model = bide.OpenAIModel(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
@@ -453,6 +514,7 @@ class Demo:
         self.report_replicas(machine, log)
         self.report_events(log)
         self.report_halt()
+        self.report_refunds(machine, log)
         self.report_certificate()
         self.report_audit()
         elapsed = time.monotonic() - started
@@ -471,7 +533,7 @@ class Demo:
         found = [r for r in bank_refunds(self.workdir) if r["call_id"] == halt["call_id"]]
         if found:
             outcome = ["--succeeded", json.dumps(f"refunded the payment of {found[0]['refund']}")]
-            evidence = {"bank": found[0]}
+            evidence: dict[str, Any] = {"bank": found[0]}
         else:
             outcome = ["--not-started"]
             evidence = {"bank": "no refund was made under this call"}
@@ -527,7 +589,36 @@ class Demo:
             f"[bold green]result: halt shown and resolved[/]: the refund call {halt['call_id']} lost its "
             f"answer to SIGKILL; the restarted run halted with OutcomeUnknown instead of refunding again; "
             f"`bide resolve` recorded the bank's evidence and the run completed. The bank holds "
-            f"{len(refunds)} refunds for {len(per_order)} orders, none twice"
+            f"{counted(len(refunds), 'refund')} for {counted(len(per_order), 'order')}, none twice"
+        )
+
+    def report_refunds(self, machine: govern.Machine, log: govern.EventLog) -> None:
+        """Every refund the bank made, against its order's final state: only a cancelled order is refunded."""
+        final = govern.Replica(machine, log)
+        final.sync()
+        refunded = sorted({refund["refund"] for refund in bank_refunds(self.workdir)})
+        wrong = {order: final.state(order)["status"] for order in refunded}
+        wrong = {order: status for order, status in wrong.items() if status != "cancelled"}
+        if wrong:
+            shown = ", ".join(f"{order} ({status})" for order, status in wrong.items())
+            self.failures.append(
+                f"the bank refunded orders that are not cancelled in the final state of the log: {shown}; a "
+                "refund must follow an applied cancellation (the refund tool checks the order's state)"
+            )
+            return
+        kept = [
+            f"{order} ({final.state(order)['status']})"
+            for order in ROLES["support"]["orders"]
+            if order not in refunded
+        ]
+        made = (
+            f"the bank refunded {', '.join(refunded)}, cancelled in the final state of the log"
+            if refunded
+            else "the bank made no refund"
+        )
+        self.console.print(
+            f"[bold green]result: refunds match cancellations[/]: {made}"
+            + (f"; not refunded: {', '.join(kept)}" if kept else "")
         )
 
     def report_consequences(self) -> None:

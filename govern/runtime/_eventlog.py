@@ -528,10 +528,10 @@ class _Tx(Protocol):
 
 
 class _Backend(Protocol):
-    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
+    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False, what: str = "append") -> _T:
         """Run `body` in one exclusive transaction on the log. `pipelined`: the body writes fewer than
         `_COPY_FROM` events, so a PostgreSQL backend may send its statements and the COMMIT without
-        waiting for each answer (only a fetch waits)."""
+        waiting for each answer (only a fetch waits). `what` names the operation in its errors."""
         ...
 
     def head(self) -> _Head | None: ...
@@ -736,9 +736,13 @@ class EventLog:
         binding), or a machine digest with the machine's event names in `events`. An empty log records
         the digest and the names; a log bound to the same machine is left as it is (one bound by an
         older govern records the names now); a log bound to another machine raises `MachineMismatch`.
-        Later appends on this handle use it too."""
+        Later appends on this handle use it too.
+
+        A log already bound to the machine is confirmed by a read, without the log's write lock: a writer
+        holding it (or paused inside an append) does not delay a bind that has nothing to write."""
         identity = _identity_of(machine, events)
-        self._backend.transaction(lambda tx: _bind(self.name, tx, identity))
+        if not _bound_already(self.name, self._backend.head(), identity):
+            self._backend.transaction(lambda tx: _bind(self.name, tx, identity), what="bind")
         self._identity = identity
 
     def append(self, event: Event) -> Appended:
@@ -869,6 +873,16 @@ def _composed_digest(certificate: ComposedCertificate) -> str:
     return composed_digest(rules_digest(certificate.document()["machine"]), parts)
 
 
+def _bound_already(log: str, head: _Head | None, identity: _Identity) -> bool:
+    """Whether a log whose row reads `head` is bound to `identity` already, so a bind has nothing to write.
+    A log's machine never changes once recorded, nor do its event names once recorded, so a read is enough
+    to confirm a binding or refuse another machine's; anything else is decided under the lock (`_bind`)."""
+    if head is None or head.events is None:
+        return False  # unbound, or bound by an older govern without the names: the bind writes
+    _check_machine(log, head, identity.digest)
+    return identity.events is None or set(head.events) == set(identity.events)
+
+
 def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
     head = tx.lock()
     if head is not None:
@@ -894,6 +908,16 @@ def _bind(log: str, tx: _Tx, identity: _Identity) -> None:
             f"log {log!r} records the events {list(head.events)} for machine {head.machine}, not "
             f"{list(identity.events)}: the digest and the event names given do not belong together",
         )
+
+
+_SHOWN_IDS = 5  # the ids an error message lists: an event may have any number of dependencies
+
+
+def _some(ids: list[str]) -> str:
+    """`ids` for an error message: the first few, and how many more there are."""
+    if len(ids) <= _SHOWN_IDS:
+        return str(ids)
+    return f"{ids[:_SHOWN_IDS]} and {len(ids) - _SHOWN_IDS} more"
 
 
 def _check_machine(log: str, head: _Head, machine: str) -> None:
@@ -1023,7 +1047,7 @@ def _append(log: str, tx: _Tx, items: list[Event], writer: str, identity: _Ident
                 after.append(position)
         if missing:
             raise MissingDependency(
-                f"event {event_id!r} depends on {missing}, which are not in log {log!r}; "
+                f"event {event_id!r} depends on {_some(missing)}, which are not in log {log!r}; "
                 "append dependencies first"
             )
         record_seq = record_next[record]
@@ -1679,10 +1703,12 @@ class _SqlBackend:
             )
         return EventLogError(f"{where} failed: {reason}{safe}")
 
-    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
-        return self._write(lambda cursor, pipe: body(_SqlTx(cursor, self.log, self._sql, pipe)), pipelined)
+    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False, what: str = "append") -> _T:
+        return self._write(
+            lambda cursor, pipe: body(_SqlTx(cursor, self.log, self._sql, pipe)), pipelined, what
+        )
 
-    def _write(self, body: Callable[[Any, Any], _T], pipelined: bool = False) -> _T:
+    def _write(self, body: Callable[[Any, Any], _T], pipelined: bool = False, what: str = "append") -> _T:
         """Run `body(cursor, pipe)` on a driver cursor in one write transaction (BEGIN IMMEDIATE on SQLite;
         on PostgreSQL psycopg begins one itself, or with `pipelined` the statements go out in the pipeline
         `pipe` (else None), and `body` must not COPY), retried like `_run`: the append's hot path, without
@@ -1690,23 +1716,24 @@ class _SqlBackend:
         backoff = Backoff(self.timeout)
         while True:
             try:
-                return self._write_once(body, backoff, pipelined)
+                return self._write_once(body, backoff, pipelined, what)
             except self._errors as exc:
                 kind, reason, _ = classify(exc)
                 if kind == "retry" and backoff.wait():
                     continue
-                raise self._error(kind, reason, "append", backoff.attempts) from exc
+                raise self._error(kind, reason, what, backoff.attempts) from exc
 
-    def _write_once(self, body: Callable[[Any, Any], _T], backoff: Backoff, pipelined: bool) -> _T:
+    def _write_once(self, body: Callable[[Any, Any], _T], backoff: Backoff, pipelined: bool, what: str) -> _T:
         """One attempt of `_write`, on the kept writer connection (SQLite) or a pooled one. A failed
         attempt is rolled back and its connection goes back to the pool (a broken one is discarded)."""
         lock = self._writer_lock
         if lock is not None and not lock.acquire(timeout=backoff.remaining()):
+            safe = "; appending the same events again is safe (the log is idempotent by id)"
             raise LogTimeout(
-                f"append on event log {self.log!r} at {self.where}: other threads of this EventLog kept "
+                f"{what} on event log {self.log!r} at {self.where}: other threads of this EventLog kept "
                 f"appending for {self.timeout:g} s (a handle writes to SQLite through one connection, as "
                 "SQLite runs one write transaction at a time); share it among fewer threads or raise "
-                "timeout; appending the same events again is safe (the log is idempotent by id)"
+                f"timeout{safe if what == 'append' else ''}"
             )
         try:
             raw = self._writer or self.engine.raw_connection()  # bounded by the pool's timeout
@@ -1906,7 +1933,7 @@ class _MemoryBackend:
         self.mem = mem
         self._tx = _MemoryTx(mem)  # it holds nothing of its own: one serves every transaction
 
-    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False) -> _T:
+    def transaction(self, body: Callable[[_Tx], _T], *, pipelined: bool = False, what: str = "append") -> _T:
         mem = self.mem
         with mem.lock:
             # A refused append leaves nothing behind: write() is its last step, and a binding made by

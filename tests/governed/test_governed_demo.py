@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import http.server
 import importlib.util
+import io
 import json
 import os
 import subprocess
@@ -13,8 +15,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from rich.console import Console
 
+import bide
 import govern
+from bide.testing import ScriptedModel, call, reply
 
 DEMO = Path(__file__).resolve().parents[2] / "examples" / "demo.py"
 
@@ -39,10 +44,16 @@ def test_the_demo_runs_and_everything_checks_out(tmp_path: Path) -> None:
     assert "HALTED agent support: bide.OutcomeUnknown on call" in out and "refund_payment" in out
     assert "$ bide resolve --store sqlite:///" in out and "--succeeded" in out
     assert "resolved call c1.0 of run demo-support as succeeded" in out
-    assert "result: halt shown and resolved" in out
-    assert "The bank holds 2 refunds for 2 orders, none twice" in out
-    refunds = [json.loads(line) for line in (tmp_path / "bank.jsonl").read_text().splitlines()]
-    assert sorted(r["refund"] for r in refunds) == ["order-3", "order-4"]  # each fired exactly once
+    assert "result: halt shown and resolved" in out and ", none twice" in out
+    # Each refund fired exactly once, and only for an order the log ends with cancelled: a cancel that
+    # landed after the shipment was a no-op, and the order was not refunded.
+    refunds = [json.loads(line)["refund"] for line in (tmp_path / "bank.jsonl").read_text().splitlines()]
+    machine = govern.Machine.load(tmp_path / "orders.machine")
+    final = govern.Replica(machine, govern.EventLog(str(tmp_path / "events.db")))
+    final.sync()
+    cancelled = [order for order in ("order-3", "order-4") if final.state(order)["status"] == "cancelled"]
+    assert refunds and sorted(refunds) == cancelled
+    assert "result: refunds match cancellations: the bank refunded " + ", ".join(cancelled) in out
     assert "result: replicas identical (3 replicas" in out
     assert "result: events exact: " in out and "none appended twice, none lost" in out
     assert "result: certificate valid" in out
@@ -116,6 +127,89 @@ def test_the_demo_fails_when_the_agents_record_nothing(tmp_path: Path) -> None:
     assert "demo FAILED" in done.stdout and "demo passed" not in done.stdout
 
 
+@functools.cache
+def _demo_module() -> Any:
+    """examples/demo.py, imported as a module (it is a script, not a package)."""
+    spec = importlib.util.spec_from_file_location("demo_module", DEMO)
+    assert spec is not None and spec.loader is not None
+    demo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(demo)
+    return demo
+
+
+def _shipped_order_4(machine: govern.Machine) -> govern.EventLog:
+    """A log where order-3 is paid and order-4 paid, restocked and shipped (a cancel of it is a no-op)."""
+    log = govern.EventLog("memory://", machine=machine)
+    for i, (event, order) in enumerate(
+        [("pay", "order-3"), ("pay", "order-4"), ("restock", "order-4"), ("ship", "order-4")]
+    ):
+        made = govern.Event(id=f"e{i}", machine=machine.digest, record=order, event=event, producer="shop")
+        log.append(made)
+    return log
+
+
+def _refund_agent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Any
+) -> tuple[bide.RunResult, govern.EventLog]:
+    """The demo's support agent (its cancel, order_state and refund tools) driven by `model` in-process."""
+    demo = _demo_module()
+    monkeypatch.setattr(demo, "BANK_ANSWER_DELAY", 0.0)
+    machine = demo.orders.build()
+    log = _shipped_order_4(machine)
+    order_state = demo.order_reader(machine, log)
+    tools = [
+        govern.event_tool(machine, log, "cancel"),
+        bide.Tool.from_function(order_state, safety=bide.ReadOnly),
+        demo.refund_tool(tmp_path, order_state),
+    ]
+    agent = bide.Agent(model, store=bide.open_store("memory://"), tools=tools)
+    return agent.run_sync("demo-support", "cancel order-3 and order-4, refund the cancelled ones"), log
+
+
+def test_the_refund_tool_refuses_an_order_that_is_not_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    model = ScriptedModel([call("refund_payment", record="order-4"), reply("done")])
+    _refund_agent(tmp_path, monkeypatch, model)
+    [told] = [m for m in model.requests[1].messages if isinstance(m, bide.ToolMessage)]
+    assert told.is_error and "order-4 is shipped, not cancelled" in told.content
+    assert "nothing was sent to the bank" in told.content
+    assert not (tmp_path / "bank.jsonl").exists()
+
+
+def test_the_scripted_support_agent_refunds_only_what_its_cancels_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demo = _demo_module()
+    monkeypatch.setattr(demo, "MODEL_DELAY", 0.0)
+    result, log = _refund_agent(tmp_path, monkeypatch, demo.scripted("support"))
+    assert [(e.event, e.record) for e in log.read()][-2:] == [("cancel", "order-3"), ("cancel", "order-4")]
+    assert [r["refund"] for r in demo.bank_refunds(tmp_path)] == ["order-3"]
+    assert result.answer == (
+        "support: done, 3 tool calls made; order-4 not refunded: the cancel left it shipped."
+    )
+
+
+def test_the_demo_fails_when_the_bank_refunded_an_order_that_is_not_cancelled(tmp_path: Path) -> None:
+    demo = _demo_module()
+    machine = demo.orders.build()
+    log = _shipped_order_4(machine)
+    log.append(govern.Event(id="c3", machine=machine.digest, record="order-3", event="cancel", producer="s"))
+    refunds = [{"refund": "order-3", "call_id": "c1.0"}, {"refund": "order-4", "call_id": "c3.0"}]
+    (tmp_path / "bank.jsonl").write_text("".join(json.dumps(refund) + "\n" for refund in refunds))
+    conductor = demo.Demo(tmp_path, Console(file=io.StringIO()))
+    conductor.report_refunds(machine, log)
+    assert conductor.failures == [
+        "the bank refunded orders that are not cancelled in the final state of the log: order-4 (shipped); "
+        "a refund must follow an applied cancellation (the refund tool checks the order's state)"
+    ]
+    (tmp_path / "bank.jsonl").write_text(json.dumps({"refund": "order-3", "call_id": "c1.0", "key": "k"}))
+    conductor = demo.Demo(tmp_path, Console(file=io.StringIO(), width=200))
+    conductor.report_refunds(machine, log)
+    assert conductor.failures == []
+    assert "refunds match cancellations: the bank refunded order-3" in conductor.console.file.getvalue()
+
+
 def test_make_demo_runs_in_the_project_virtual_environment() -> None:
     root = DEMO.parents[1]
     plan = subprocess.run(["make", "-n", "demo"], cwd=root, capture_output=True, text=True, timeout=60)
@@ -153,11 +247,7 @@ class _FakeOpenAI(http.server.BaseHTTPRequestHandler):
 def test_an_openai_compatible_endpoint_drives_a_demo_agent(tmp_path: Path) -> None:
     """With OPENAI_API_KEY and OPENAI_BASE_URL set, a demo agent talks to that endpoint (here a loopback
     server) and its tool calls land in the shared log with their consequences."""
-    spec = importlib.util.spec_from_file_location("demo_module", DEMO)
-    assert spec is not None and spec.loader is not None
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
-    machine = demo.orders.build()
+    machine = _demo_module().orders.build()
     machine.save(tmp_path / "orders.machine")
     done = _demo_against(_FakeOpenAI, tmp_path, "--agent", "payments")
     assert done.returncode == 0, done.stderr

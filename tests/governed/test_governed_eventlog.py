@@ -144,6 +144,18 @@ def test_dependencies_must_already_be_in_the_log(any_log_url: str, log_name: str
     assert [e.id for e in log.read()] == ["a", "b"]
 
 
+def test_missing_dependencies_are_listed_briefly(any_log_url: str, log_name: str) -> None:
+    """An event may name any number of dependencies: the error lists the first few and counts the rest."""
+    log = bound(any_log_url, log_name)
+    deps = tuple(f"dep-{i}" for i in range(10_000))
+    with pytest.raises(MissingDependency, match="append dependencies first") as refused:
+        log.append(ev("b", deps=deps))
+    message = str(refused.value)
+    assert "'dep-0'" in message and "and 9995 more" in message and "'dep-9999'" not in message
+    assert len(message) < 500
+    assert log.length() == 0
+
+
 def test_one_event_appends_find_their_dependencies_and_numbers(any_log_url: str, log_name: str) -> None:
     """Appended one at a time (SQLite reads what one event needs as a single row): dependencies given in
     any order, ids that JSON must escape, and each producer's and record's next number."""

@@ -626,6 +626,41 @@ def test_a_held_lock_bounds_writers_and_never_blocks_readers(log_url: str, log_n
     assert log.append(ev("b", seq=1)).created
 
 
+def test_a_bound_log_is_bound_again_without_waiting_for_its_lock(log_url: str, log_name: str) -> None:
+    """Binding a log already bound to the machine writes nothing, so it must not wait for the write lock: an
+    agent's tools are built (`event_tool` binds its log) while another session holds it, even past its
+    timeout. Another machine is refused as ever."""
+    machine = order_machine()
+    log = EventLog(log_url, name=log_name, timeout=0.5)
+    log.bind(machine)
+    with log_lock_held(log_url, log_name):
+        assert event_tool(machine, log, "pay").name == "pay"
+        log.bind(govern.certify(machine))
+        EventLog(log_url, name=log_name, timeout=0.5).bind(machine.digest)  # a new handle, by digest alone
+        with pytest.raises(MachineMismatch, match="a machine change is a migration"):
+            log.bind(DIGEST, events=EVENTS)
+    assert log.machine() == machine.digest and log.events() == machine.events
+
+
+def test_a_bind_that_must_write_waits_for_the_lock_and_names_the_bind(log_url: str, log_name: str) -> None:
+    """A log bound by an older govern (no event names recorded) is written to by a bind: that bind takes
+    the lock, and its timeout names the bind, not an append."""
+    machine = order_machine()
+    log = EventLog(log_url, name=log_name, timeout=0.5)
+    log.bind(machine)
+    engine = sa.create_engine(log_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text('UPDATE govern_logs SET "events" = NULL WHERE "name" = :n'), {"n": log_name})
+    engine.dispose()
+    assert log.events() is None
+    with log_lock_held(log_url, log_name):
+        with pytest.raises(LogTimeout, match=f"^bind on event log '{log_name}'") as timed_out:
+            log.bind(machine)
+        assert "appending" not in str(timed_out.value)
+    log.bind(machine)
+    assert log.events() == machine.events
+
+
 def test_an_exhausted_pool_is_a_clear_timeout(log_url: str, log_name: str) -> None:
     log = bound(log_url, log_name, timeout=0.5, pool_size=1)
     taken = log._backend.engine.connect()  # type: ignore[attr-defined]  # hold the only connection
