@@ -286,6 +286,12 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
 
     if args.consistency_to is not None and args.consistency_from is None:
         raise ConfigError("--consistency-to needs --consistency-from SIZE (the size of the older head)")
+    if args.consistency_to is not None and args.consistency_to < args.consistency_from:
+        raise ConfigError(
+            f"--consistency-from {args.consistency_from} is larger than --consistency-to "
+            f"{args.consistency_to}: the sizes are reversed; --consistency-from takes the older, smaller "
+            f"head's size (--consistency-from {args.consistency_to} --consistency-to {args.consistency_from})"
+        )
     where = parse_store_url(args.store)
     # Checked before the key is read, the store opened or a head published: a refused -o changes nothing.
     # The key's .pub is guarded too: it is what verifiers pin.

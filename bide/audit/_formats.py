@@ -19,7 +19,8 @@ from pydantic import Field
 
 from ._errors import NotVerified, UnreadableInput
 from ._keys import ALG, PublicKey, SigningKey
-from ._strict import B64, Artifact, strict_json
+from ._merkle import inclusion_path_length
+from ._strict import B64, Artifact, ObjectCheck, strict_json
 
 __all__ = [
     "CONSISTENCY_FORMAT",
@@ -132,7 +133,13 @@ def check_head(
         raise NotVerified(f"the tree head's signature does not verify under key {key.key_id}")
     now = time.time_ns() if now_ns is None else now_ns
     if sth.timestamp_ns > now + max_skew_ns:
-        raise NotVerified("the tree head is dated in the future (beyond the allowed clock skew)")
+        ahead = (sth.timestamp_ns - now) / 1e9
+        dated = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(sth.timestamp_ns // 10**9))
+        raise NotVerified(
+            f"the tree head is dated in the future: {dated}, {ahead:.0f} s ahead of this machine's clock, "
+            f"beyond the allowed clock skew of {max_skew_ns / 1e9:.0f} s: check both clocks (`bide-audit` "
+            "allows a larger skew with `--max-clock-skew SECONDS`, the library with `max_skew_ns=`)"
+        )
 
 
 class Inclusion(Artifact):
@@ -166,6 +173,78 @@ class EvidencePackage(Artifact):
     format: Literal["bide.audit.evidence.v1"] = EVIDENCE_FORMAT
     sth: SignedTreeHead
     records: list[EvidenceRecord]
+
+    @classmethod
+    def _object_check(cls, what: str) -> ObjectCheck | None:
+        return _RecordsUnderHead(what)
+
+
+class _RecordsUnderHead:
+    """Checks an evidence package's records while its JSON is parsed, against its head (which the one
+    spelling puts before them): positions strictly increase below the head's size and each audit path has
+    the length its position needs. So a package is refused at its first record that cannot be the journal's,
+    and what is read before is about as large in memory as on disk; millions of tiny made-up entries
+    would otherwise take gigabytes before any was checked. Its head's signature is checked later."""
+
+    _HEAD_MEMBERS = frozenset(SignedTreeHead.model_fields)
+    _RECORD_MEMBERS = frozenset(EvidenceRecord.model_fields)
+    # Objects that may precede the head: a file of another format (a proof bundle's inclusion) is left to
+    # be named as such by `parse_artifact`.
+    _BEFORE_HEAD = 8
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.size: int | None = None
+        self.before_head = 0
+        self.last = -1
+        self.records = 0
+        self.enclosing_seen = False
+
+    def __call__(self, value: dict[str, Any]) -> None:
+        if self.size is None:
+            self._before_head(value)
+        elif value.keys() == self._RECORD_MEMBERS:
+            self._record(self.size, value["index"], value["path"])
+        elif not self.enclosing_seen:  # the package itself (or, in another format, what holds the head)
+            self.enclosing_seen = True
+        else:
+            raise UnreadableInput(
+                f"{self.what} is malformed at records.{self.records}: an object that is not a record "
+                '({"index", "record", "path"})'
+            )
+
+    def _before_head(self, value: dict[str, Any]) -> None:
+        if value.keys() == self._HEAD_MEMBERS:
+            size = value["size"]
+            if type(size) is not int or size < 0:
+                raise UnreadableInput(f"{self.what} is malformed at sth.size: not a whole number of records")
+            self.size = size
+            return
+        self.before_head += 1
+        if self.before_head > self._BEFORE_HEAD:
+            raise UnreadableInput(
+                f"{self.what} is not an evidence package as bide writes it (its members in order: format, "
+                "sth, records): its records do not follow its signed head"
+            )
+
+    def _record(self, size: int, index: Any, path: Any) -> None:
+        if type(index) is not int or not isinstance(path, list):
+            raise UnreadableInput(
+                f"{self.what} is malformed at records.{self.records}: its index must be an integer and its "
+                "path a list"
+            )
+        if index <= self.last:
+            raise NotVerified(f"record positions must strictly increase; {index} follows {self.last}")
+        if index >= size:
+            raise NotVerified(f"record position {index} is outside the signed tree of {size} records")
+        needed = inclusion_path_length(index, size)
+        if len(path) != needed:
+            raise NotVerified(
+                f"record at position {index} is not in the signed tree: its audit path has {len(path)} "
+                f"hashes, where a path to that position has {needed}"
+            )
+        self.last = index
+        self.records += 1
 
 
 class ConsistencyProof(Artifact):

@@ -93,13 +93,23 @@ class AuditLog:
         return EMPTY_ROOT if size == 0 else subtree_root(0, size, self._read(run_id))
 
     def inclusion(self, run_id: str, index: int, size: int) -> list[bytes]:
-        """The audit path of record `index` in the run's tree of `size` records."""
+        """The audit path of record `index` in the run's tree of `size` records (after a sync)."""
+        n = self.sync(run_id)
+        if not 0 <= size <= n:
+            raise ConfigError(f"run {run_id!r} has {n} records; there is no tree of size {size}")
+        if not 0 <= index < size:
+            raise ConfigError(f"the tree of {size} records of run {run_id!r} has no record {index}")
         return inclusion_proof(index, size, self._read(run_id))
 
     def consistency(self, run_id: str, old_size: int, new_size: int | None = None) -> ConsistencyProof:
         """The proof that the run's journal at `old_size` records is a prefix of it at `new_size`."""
         n = self.sync(run_id)
         new = n if new_size is None else new_size
+        if 0 <= new < old_size:
+            raise ConfigError(
+                f"cannot prove {old_size} -> {new} for run {run_id!r}: the sizes are reversed; the older, "
+                f"smaller size comes first ({new} -> {old_size})"
+            )
         if not 0 <= old_size <= new <= n:
             raise ConfigError(f"run {run_id!r} has {n} records; cannot prove {old_size} -> {new}")
         path = consistency_proof(old_size, new, self._read(run_id))
@@ -146,11 +156,11 @@ class AuditLog:
             found.append(f"holds {len(entries)} records where its audit tree has {size}")
         if differs is not None:
             key = entries[differs].key
-            found.append(f"has at position {differs} a record ({key!r} now) other than the tree's")
-        raise JournalDamaged(
-            f"the journal of run {run_id!r} {' and '.join(found)}: records were changed, removed or "
-            "inserted behind bide"
-        )
+            found.append(
+                f"has at position {differs} a record ({key!r} now) other than the tree's (it does not "
+                f"hash to leaf {differs})"
+            )
+        raise JournalDamaged(f"the journal of run {run_id!r} {' and '.join(found)}: {_TREE_OR_JOURNAL}")
 
     def _check_upper_levels(self, run_id: str, leaves: Sequence[bytes]) -> None:
         """Raise `JournalDamaged` unless every hash the tree stores above its leaves (every complete
@@ -224,8 +234,7 @@ class AuditLog:
         if _leaf_hash(entry.data) != leaf:
             raise JournalDamaged(
                 f"record {index} of the journal of run {run_id!r} ({entry.key!r}, now) does not hash to "
-                f"leaf {index} of its audit tree: a record at or before that position was changed, removed "
-                "or inserted behind bide"
+                f"leaf {index} of its audit tree: {_TREE_OR_JOURNAL}"
             )
 
     def prove(self, run_id: str, key: str, sth: SignedTreeHead | None = None) -> ProofBundle:
@@ -309,6 +318,14 @@ def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
 _REBUILD = (
     "Delete the run's rows from the store's audit_tiles and audit_tile_trees tables (under its table "
     "prefix) to have the tree rebuilt from the journal"
+)
+# The audit tables are a cache of the journal: a difference between them is either one's damage.
+_TREE_OR_JOURNAL = (
+    "the journal or its audit tree (the audit tables, a cache of the journal) was changed behind bide, so "
+    f"nothing was signed or exported. {_REBUILD}; then check the rebuilt tree against a head you anchored: "
+    "`bide-audit export --head`, `bide-audit export --consistency-from SIZE` (SIZE: the anchored head's) and "
+    "`bide-audit verify-consistency`. If that fails, the journal was changed (records changed, removed or "
+    "inserted): restore the store from a backup, or `bide show RUN` to see the journal as it is"
 )
 _CHANGED = (
     "it was changed behind bide, so nothing was signed or exported; restore the store from a backup, or "

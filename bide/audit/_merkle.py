@@ -20,6 +20,7 @@ __all__ = [
     "EMPTY_ROOT",
     "HashReader",
     "consistency_proof",
+    "inclusion_path_length",
     "inclusion_proof",
     "leaf_hash",
     "node_hash",
@@ -163,6 +164,12 @@ def consistency_proof(old: int, new: int, read: HashReader) -> list[bytes]:
     return _assemble(_consistency_plan(old, new), read)
 
 
+def inclusion_path_length(index: int, size: int) -> int:
+    """The number of hashes in the audit path of leaf `index` (0 <= index < size) in the tree of `size`."""
+    inner = (index ^ (size - 1)).bit_length()
+    return inner + (index >> inner).bit_count()
+
+
 def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes], root: bytes) -> bool:
     """True when `proof` shows that the leaf hash `leaf` sits at `index` in the tree of `size` with `root`.
 
@@ -172,9 +179,9 @@ def verify_inclusion(index: int, size: int, leaf: bytes, proof: Sequence[bytes],
     """
     if not 0 <= index < size or len(leaf) != 32 or len(root) != 32:
         return False
-    inner = (index ^ (size - 1)).bit_length()
-    if len(proof) != inner + (index >> inner).bit_count():
+    if len(proof) != inclusion_path_length(index, size):
         return False
+    inner = (index ^ (size - 1)).bit_length()
     # The side of each of the first `inner` siblings, lowest level first: "1" (the index's bit is set) when
     # the sibling is on the left. Spelled out once, so the loop does no integer arithmetic per level.
     sides = bin(index & ((1 << inner) - 1) | 1 << inner)[:2:-1]

@@ -12,16 +12,27 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, PlainSerializer, ValidationError
 
 from ._errors import UnreadableInput
 
-__all__ = ["B64", "MAX_INPUT_BYTES", "Artifact", "b64", "parse_artifact", "strict_json"]
+__all__ = ["B64", "MAX_INPUT_BYTES", "Artifact", "ObjectCheck", "b64", "parse_artifact", "strict_json"]
 
 MAX_INPUT_BYTES = 256 * 1024 * 1024
 """The largest artifact read (256 MiB)."""
+
+ObjectCheck = Callable[[dict[str, Any]], None]
+"""Called with each JSON object as soon as it is parsed (innermost first, in document order); raises to stop
+reading."""
+
+# Python keeps each JSON value in 30 to 100 bytes of memory: input holding a value every few bytes (`[[],[],`,
+# `0.0,0.0,`) takes 10 to 30 times its size to parse. No artifact that can be valid is denser than about one
+# value (counted by its commas) every 11 bytes; larger inputs denser than one every 8 are refused unparsed.
+_DENSITY_CHECKED_FROM = 1024 * 1024
+_MIN_BYTES_PER_VALUE = 8
 
 
 def b64(data: bytes) -> str:
@@ -51,6 +62,11 @@ class Artifact(BaseModel):
     """Base of every portable artifact model: frozen, strict types, unknown members refused."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+    @classmethod
+    def _object_check(cls, what: str) -> ObjectCheck | None:
+        """What checks the artifact's JSON objects while `parse_artifact` reads `what` (None: nothing)."""
+        return None
 
     def to_json(self) -> bytes:
         """The artifact's one spelling: compact UTF-8 JSON, members in documented order, then a newline."""
@@ -86,8 +102,16 @@ def _check_text(value: Any) -> None:
             stack.extend(v)
 
 
-def strict_json(data: bytes, *, what: str = "input", max_bytes: int = MAX_INPUT_BYTES) -> Any:
-    """Parse JSON bytes strictly (see the module docstring); raises UnreadableInput."""
+def strict_json(
+    data: bytes,
+    *,
+    what: str = "input",
+    max_bytes: int = MAX_INPUT_BYTES,
+    check_object: ObjectCheck | None = None,
+) -> Any:
+    """Parse JSON bytes strictly (see the module docstring); raises UnreadableInput. `check_object` sees each
+    object as it is parsed (what it raises propagates), so that input can be refused before all of it is
+    held in memory."""
     if len(data) > max_bytes:
         raise UnreadableInput(f"{what} is {len(data)} bytes, over the {max_bytes}-byte limit")
     try:
@@ -95,7 +119,8 @@ def strict_json(data: bytes, *, what: str = "input", max_bytes: int = MAX_INPUT_
     except UnicodeDecodeError as exc:
         raise UnreadableInput(f"{what} is not UTF-8: {exc}") from exc
     try:
-        value = json.loads(text, object_pairs_hook=_pairs, parse_constant=_constant)
+        hook = _pairs if check_object is None else _checked_pairs(check_object)
+        value = json.loads(text, object_pairs_hook=hook, parse_constant=_constant)
     except json.JSONDecodeError as exc:
         raise UnreadableInput(f"{what} is not JSON: {exc}") from exc
     except ValueError as exc:  # an integer longer than Python converts (4,300 digits by default)
@@ -106,6 +131,27 @@ def strict_json(data: bytes, *, what: str = "input", max_bytes: int = MAX_INPUT_
         raise UnreadableInput(f"{what} is nested too deeply") from exc
     _check_text(value)
     return value
+
+
+def _checked_pairs(check: ObjectCheck) -> Callable[[list[tuple[str, Any]]], dict[str, Any]]:
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        value = _pairs(items)
+        check(value)
+        return value
+
+    return pairs
+
+
+def _check_density(data: bytes, what: str) -> None:
+    if len(data) < _DENSITY_CHECKED_FROM:
+        return
+    commas = data.count(b",")
+    if commas * _MIN_BYTES_PER_VALUE > len(data):
+        raise UnreadableInput(
+            f"{what} is not an artifact bide wrote: it holds a JSON value every {len(data) / commas:.1f} "
+            f"bytes on average, and none is denser than one every {_MIN_BYTES_PER_VALUE} (reading it would "
+            "take many times its size in memory); ask the sender for the file `bide-audit export` wrote"
+        )
 
 
 M = TypeVar("M", bound=Artifact)
@@ -124,7 +170,11 @@ def parse_artifact(model: type[M], data: bytes | Any, *, what: str = "input") ->
 
     The `format` member is checked first, so a file of another kind is named as such.
     """
-    value = strict_json(bytes(data), what=what) if isinstance(data, (bytes, bytearray)) else data
+    if isinstance(data, (bytes, bytearray)):
+        _check_density(bytes(data), what)
+        value = strict_json(bytes(data), what=what, check_object=model._object_check(what))
+    else:
+        value = data
     expected = model.model_fields["format"].default
     if not isinstance(value, dict):
         raise UnreadableInput(f"{what} is not a JSON object")

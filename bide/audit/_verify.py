@@ -213,21 +213,31 @@ def verify_consistency_proof(
             f"the journal at {new.size} records does not extend the journal at {old.size} "
             "records: something committed was changed, removed or reordered"
         )
-    signed = (
-        ("both heads are signed by " + key.key_id)
-        if key is not None
-        else "the heads' signatures were not checked"
-    )
+    # Unchecked, a head's key id is only a claim; two different ones are said first, not refused: a log whose
+    # key was rotated between the heads has no one --pubkey for both.
+    other_keys = key is None and old.key_id != new.key_id
+    if key is not None:
+        signed = "both heads are signed by " + key.key_id
+    elif other_keys:
+        signed = "the heads' signatures were not checked, and the heads name different keys"
+    else:
+        signed = "the heads' signatures were not checked"
+    unsigned = ""
+    if other_keys:
+        unsigned = (
+            f"that one key signed both heads: they name different keys ({old.key_id} the first, "
+            f"{new.key_id} the second), so they are not heads of one log key (a rotated key, or a head that "
+            "is not the log's); check each head under the key it names; "
+        )
+    elif key is None:
+        unsigned = "who signed the heads (pass --pubkey); "
     return Verified(
         proven=(
             f"The journal of run {old.log_id!r} at {new.size} records extends, unchanged, the journal at "
             f"{old.size} records ({signed})."
         ),
         not_proven=(
-            "Not proven: "
-            + ("" if key is not None else "who signed the heads (pass --pubkey); ")
-            + "that either head was anchored, or what the records say"
-            + dated
-            + "."
+            "Not proven: " + unsigned + "that either head was anchored, or what the records say" + dated + "."
         ),
+        facts={"signatures_checked": key is not None, "key_ids": [old.key_id, new.key_id]},
     )
