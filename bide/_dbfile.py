@@ -16,7 +16,15 @@ import sqlite3
 import stat
 import urllib.parse
 
-__all__ = ["OpenedFile", "connect_existing", "not_a_database", "out_of_reach", "sqlite_uri", "why_unwritable"]
+__all__ = [
+    "OpenedFile",
+    "connect_existing",
+    "not_a_database",
+    "other_names",
+    "out_of_reach",
+    "sqlite_uri",
+    "why_unwritable",
+]
 
 
 class OpenedFile:
@@ -70,6 +78,26 @@ class OpenedFile:
         if changed is None:
             return None
         return f"the write-ahead log {wal!r} of {self.label} {self.path!r} {changed}"
+
+
+def other_names(path: str, label: str) -> str | None:
+    """Why the SQLite file at `path` must not be opened because it has other names (hard links), or None
+    (one name, or nothing there). SQLite keeps a write-ahead log beside the name a file is opened by:
+    processes that open one file by two names each see a log of their own, so one misses the other's
+    commits (an attempt marker among them: a side effect fired twice), and a log left beside one name is
+    later played over the other's commits (a finished run back to halted, with no error)."""
+    try:
+        links = os.stat(path).st_nlink
+    except OSError:
+        return None
+    if links <= 1:
+        return None
+    return (
+        f"{label} {path!r} has {links} names (hard links to one file): SQLite keeps the write-ahead log "
+        "beside the name a file is opened by, so processes using different names would miss each other's "
+        f"commits; keep one name (list the others with `find / -xdev -samefile {path}`, then remove them "
+        "while no process has the file open), or copy the file instead of linking it"
+    )
 
 
 def _changed(path: str, identity: tuple[int, int], gone: str, replaced: str) -> str | None:

@@ -20,6 +20,7 @@ import math
 import os
 import re
 import time
+import urllib.parse
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -201,6 +202,18 @@ def masked_url(url: str) -> str:
     return f"{scheme}://{user + ':***' if colon else '***'}@{host}{rest[end:]}"
 
 
+def _same_host(url: str, default: str) -> bool:
+    """Whether `url` is served by the host of `default` (a provider's API), however it is spelled: in
+    another case, with its port, with the DNS root's trailing dot."""
+    try:
+        given, ours = urllib.parse.urlsplit(url), urllib.parse.urlsplit(default)
+        port = given.port
+    except ValueError:
+        return False
+    host = (given.hostname or "").rstrip(".")
+    return host == ours.hostname and port in (None, 443 if ours.scheme == "https" else 80)
+
+
 class HTTPModel:
     """The HTTP machinery of a model adapter (subclasses build bodies and parse answers)."""
 
@@ -251,7 +264,7 @@ class HTTPModel:
                 f"{type(self).__name__} needs a base_url that starts with http:// or https://, e.g. "
                 f"{self._default_url!r}"
             )
-        if not self.api_key and self.base_url == self._default_url:
+        if not self.api_key and _same_host(self.base_url, self._default_url):
             # The provider refuses every request without one (401, after the retries of a network error
             # when offline): say so when the model is made. A server of one's own may need none.
             raise ConfigError(

@@ -171,30 +171,30 @@ def join_keepers() -> None:
 
 
 # The leases of drives that ended in this process while their store failed, so that freeing them failed
-# too, by (store, run). Another process has to wait for such a lease to expire; a drive of the same run in
-# this process, which knows their drive is over, frees it first (`free_unfreed`). Without that, "run the
-# run again here once the store answers" (a result this process keeps) met RunInFlight, named "another
-# driver", for up to lease_ttl.
-_UNFREED: dict[tuple[int, str], Lease] = {}
+# too, by run. Another process has to wait for such a lease to expire; a drive of the same run in this
+# process, which knows their drive is over, frees it first (`free_unfreed`), through whichever store
+# object it uses (a release names the lease's holder and token: on another database, or once another
+# driver took the run over, it frees nothing). Without that, "run the run again here once the store
+# answers" (a result this process keeps) met RunInFlight, named "another driver", for up to lease_ttl.
+_UNFREED: dict[str, Lease] = {}
 
 
 async def free_lease(store: Store, lease: Lease) -> None:
     """Free `lease` (its run, holder and token) if it is still held so; a store that fails leaves it to
     expire, or to the next drive of the run in this process (`free_unfreed`)."""
-    key = (id(store), lease.run_id)
     try:
         await store.arelease(lease.run_id, lease.holder, lease.token)
     except Exception:  # a lease not freed only expires
-        _UNFREED[key] = lease
+        _UNFREED[lease.run_id] = lease
     else:
-        if _UNFREED.get(key) is lease:
-            del _UNFREED[key]
+        if _UNFREED.get(lease.run_id) is lease:
+            del _UNFREED[lease.run_id]
 
 
 async def free_unfreed(store: Store, run_id: str) -> None:
-    """Free the lease an earlier drive of `run_id` in this process left held on `store` because the store
-    failed as it ended (a release by holder and token: a no-op once another driver took the run over)."""
-    lease = _UNFREED.pop((id(store), run_id), None)
+    """Free the lease an earlier drive of `run_id` in this process left held because its store failed as
+    it ended (a no-op where that holder and token no longer hold the run)."""
+    lease = _UNFREED.pop(run_id, None)
     if lease is not None:
         await free_lease(store, lease)
 

@@ -91,7 +91,15 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
 
-from ._dbfile import OpenedFile, connect_existing, not_a_database, out_of_reach, sqlite_uri, why_unwritable
+from ._dbfile import (
+    OpenedFile,
+    connect_existing,
+    not_a_database,
+    other_names,
+    out_of_reach,
+    sqlite_uri,
+    why_unwritable,
+)
 from ._errors import ConfigError, StoreError, StoreNotFound, WriteRefused
 from ._memory import _check
 from ._retry import RetryPolicy
@@ -325,6 +333,10 @@ class SQLStore:
             sa.event.listen(self.engine, "connect", self._postgresql_session)
         self.metadata = sa.MetaData()
         self.records_table, self.runs_table = self._tables()
+        linked = other_names(self._path, "the store file") if self.dialect == "sqlite" else None
+        if linked is not None:
+            self.engine.dispose()
+            raise StoreError(f"cannot open the store {without_password(url)}: {linked}", lasting=True)
         try:
             self._prepare_schema(create=create)
             if self.dialect == "sqlite":
@@ -688,7 +700,15 @@ class SQLStore:
         beside it, and failed at the first run ("no such column")."""
         inspector = sa.inspect(self.engine)
         needs = {self.records_table.name: ("run_id", "key", "seq", "data"), self.runs_table.name: ("run_id",)}
+        views = {_ascii_lower(name) for name in inspector.get_view_names()}
         for name, columns in needs.items():
+            if _ascii_lower(name) in views:
+                raise StoreNotFound(
+                    f"no bide store at {without_password(self.url)}: {name} is a view, not bide's table "
+                    "(bide writes to it): give bide a table prefix of its own (table_prefix=, "
+                    "--table-prefix) or another database; nothing was created",
+                    missing="tables",
+                )
             if not inspector.has_table(name):
                 continue
             have = {c["name"] for c in inspector.get_columns(name)}

@@ -451,25 +451,40 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
     loop = asyncio.get_running_loop()
     signals = 0
 
-    def on_signal() -> None:
+    def on_signal(sig: signal.Signals) -> None:
         nonlocal signals
         signals += 1
         if signals == 1:
             worker.stop()
             if worker.in_flight:
-                print(
+                _say(
                     f"bide worker: stopping; waiting for the {worker.in_flight} drive(s) in flight to finish "
                     "(a second SIGINT, SIGTERM or SIGHUP cancels them: a side effect running then halts "
-                    "its run for a person)",
-                    file=sys.stderr,
-                    flush=True,
+                    "its run for a person)"
                 )
-        else:
+        elif signals == 2:
+            if worker.in_flight:
+                _say(
+                    "bide worker: cancelling the drives in flight; a synchronous tool call among them runs "
+                    "on in its thread until it returns, then its outcome is journaled and the worker exits "
+                    "(a third signal exits at once: such a call's run then halts for a person)"
+                )
             worker.cancel_drives()
+        else:
+            # A synchronous call cannot be interrupted, and the process waits for its thread at exit: only
+            # leaving at once ends it (as SIGKILL would; the run's marker makes its call an unknown outcome).
+            _say("bide worker: exiting now, without waiting for the calls still running")
+            os._exit(128 + int(sig))
 
     for sig in _handled_signals():
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, on_signal)
+            loop.add_signal_handler(sig, on_signal, sig)
+
+
+def _say(line: str) -> None:
+    if sys.stderr is not None:  # (None when started with 2>&-)
+        with contextlib.suppress(OSError):  # a full or broken stderr (2>/dev/full) stops no worker
+            print(line, file=sys.stderr, flush=True)
 
 
 async def _once(worker: Worker) -> PassReport:

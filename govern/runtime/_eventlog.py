@@ -51,7 +51,7 @@ import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from sqlalchemy.engine import Connection, Engine
 
-from bide._dbfile import OpenedFile, connect_existing
+from bide._dbfile import OpenedFile, connect_existing, other_names
 from bide._sql import lost_in_pipeline, out_of_pipeline, pipeline
 from bide._url import libpq_bounds, without_password
 
@@ -1577,6 +1577,10 @@ class _SqlBackend:
         # connection keeps it in the pool, for the readers.
         self._writer: Any = None  # the kept connection, while no append is using it
         self._writer_lock = threading.Lock() if self.dialect == "sqlite" and pool_size > 1 else None
+        linked = other_names(self._path, "the event log file") if self.dialect == "sqlite" else None
+        if linked is not None:
+            self.engine.dispose()
+            raise EventLogError(f"cannot open the event log at {self.where}: {linked}")
         try:
             ready = self._run(lambda c: schema.check_open(c, self.where, self.dialect), "open", True)
             if not ready:

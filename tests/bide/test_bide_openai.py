@@ -196,8 +196,19 @@ def test_a_provider_model_without_an_api_key_is_refused_when_made(monkeypatch: p
         bide.OpenAIModel("gpt-4o-mini")
     with pytest.raises(bide.ConfigError, match="set ANTHROPIC_API_KEY or pass api_key="):
         bide.AnthropicModel("claude-sonnet-4-5")
-    with pytest.raises(bide.ConfigError, match="OPENAI_API_KEY"):
-        bide.OpenAIModel("gpt-4o-mini", api_key="", base_url="https://api.openai.com/v1/")
+    for spelled in (
+        "https://api.openai.com/v1/",
+        "https://API.OPENAI.COM/v1",
+        "HTTPS://api.openai.com/v1",
+        "https://api.openai.com:443/v1",
+        "https://api.openai.com./v1",
+    ):
+        with pytest.raises(bide.ConfigError, match="OPENAI_API_KEY"):
+            bide.OpenAIModel("gpt-4o-mini", api_key="", base_url=spelled)
+    for spelled in ("https://API.anthropic.com", "https://api.anthropic.com:443/"):
+        with pytest.raises(bide.ConfigError, match="ANTHROPIC_API_KEY"):
+            bide.AnthropicModel("claude-sonnet-4-5", base_url=spelled)
+    assert bide.OpenAIModel("m", base_url="https://api.openai.com:8443/v1").api_key == ""  # one's own proxy
     assert bide.OpenAIModel("local", base_url="http://127.0.0.1:8000/v1").api_key == ""
     assert bide.AnthropicModel("local", base_url="http://127.0.0.1:8000").api_key == ""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")

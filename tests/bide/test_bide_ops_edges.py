@@ -290,6 +290,37 @@ def test_a_second_signal_during_a_synchronous_side_effect_frees_the_lease_once_i
         store.close()
 
 
+def test_a_third_signal_ends_a_worker_waiting_for_a_synchronous_call(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """After the second signal a synchronous call runs on in its thread, and the worker waited for it with
+    its handlers still taking signals: a third one did nothing, and nothing said what it waited for. It says
+    so, and a third signal exits at once (128 + the signal), as SIGKILL would: the call's run is left to a
+    person."""
+    url = f"sqlite:///{tmp_path / 'third.db'}"
+    crash_run(url, "bide_", "r0", env)
+    env["OPS_EFFECT_SECONDS"] = "120"
+    log = Path(env["OPS_EFFECT_LOG"])
+    worker = subprocess.Popen(
+        worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        wait_until(lambda: log.exists() and "start o" in log.read_text(), "the side effect to start")
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGINT):
+            worker.send_signal(signum)
+            time.sleep(0.5)
+        _, errors = worker.communicate(timeout=60)  # long before the call's 120 s
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    assert worker.returncode == 128 + signal.SIGINT, errors
+    assert "a synchronous tool call among them runs on in its thread until it returns" in errors
+    assert "exiting now, without waiting for the calls still running" in errors
+    assert log.read_text().splitlines() == ["start o"]
+
+
 def worker_once_with(
     tmp_path: Path, module: str, source: str, *more: str
 ) -> subprocess.CompletedProcess[str]:

@@ -72,12 +72,13 @@ def _agent(
     )
 
 
+@pytest.mark.parametrize("next_store", ["the same store object", "the store opened again"])
 @pytest.mark.parametrize("max_parallel", [1, 2])
 def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
-    tmp_path: Path, max_parallel: int
+    tmp_path: Path, max_parallel: int, next_store: str
 ) -> None:
     path = tmp_path / "bide.db"
-    store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+    store = first = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
     locker = Locker(path)
     fired: list[str] = []
     try:
@@ -85,6 +86,8 @@ def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
             _agent(store, locker, fired, max_parallel=max_parallel, lease_ttl=60).run_sync("r1", "pay")
         assert "run the run again here" in str(failed.value)
         locker.unlock()
+        if next_store == "the store opened again":  # what a program does after a store failure
+            store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
         # At once, as the message says: the failed drive's lease, which the locked store kept it from
         # freeing, was RunInFlight ("another driver") for up to lease_ttl.
         again = _agent(store, locker, fired, max_parallel=max_parallel, lease_ttl=60, lease_wait=0)
@@ -96,6 +99,7 @@ def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
     finally:
         locker.conn.close()
         store.close()
+        first.close()
 
 
 @pytest.fixture

@@ -314,3 +314,25 @@ def test_bide_worker_exits_6_when_its_store_file_is_replaced(tmp_path: Path) -> 
             worker.wait()
     assert worker.returncode == 6, errors
     assert "was replaced by another file while this process had it open" in errors
+
+
+def test_a_store_file_with_another_name_is_refused_by_both_names(tmp_path: Path) -> None:
+    """A hard link: SQLite names the write-ahead log after the path a file is opened by, so a process that
+    opened the other name missed an attempt marker still in the first name's log and fired the side effect
+    again; the stale log, played later over the other name's commits, took a finished run back to halted.
+    Both names are refused, and nothing is written through either."""
+    import govern
+
+    first = tmp_path / "a.db"
+    bide.open_store(f"sqlite:///{first}").close()
+    os.link(first, tmp_path / "b.db")
+    before = first.read_bytes()
+    for name in ("a.db", "b.db"):
+        with pytest.raises(bide.StoreError, match="has 2 names \\(hard links to one file\\)") as refused:
+            bide.open_store(f"sqlite:///{tmp_path / name}")
+        assert refused.value.lasting
+        with pytest.raises(govern.EventLogError, match="has 2 names"):
+            govern.EventLog(f"sqlite:///{tmp_path / name}")
+    assert first.read_bytes() == before and not Path(f"{first}-wal").exists()
+    (tmp_path / "b.db").unlink()
+    bide.open_store(f"sqlite:///{first}").close()  # one name again: it opens
