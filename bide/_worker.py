@@ -180,6 +180,11 @@ class Worker:
         self.poll_interval = worker_poll_interval(poll_interval)
         self.backoff = seconds("backoff", backoff, zero=False)
         self.max_backoff = seconds("max_backoff", max_backoff, zero=False)
+        if self.max_backoff < self.backoff:
+            raise ConfigError(
+                f"max_backoff ({max_backoff!r} s) caps the doubling backoff: it must be at least backoff "
+                f"({backoff!r} s)"
+            )
         self.grace = None if grace is None else seconds("grace", grace)
         self.store = store
         self._lookup, listed = _agent_lookup(agents, store)

@@ -194,7 +194,7 @@ def test_worker_refuses_agents_on_another_store(store: bide.Store) -> None:
     [
         {"concurrency": 0}, {"concurrency": 2.5}, {"concurrency": True}, {"poll_interval": float("nan")},
         {"poll_interval": float("inf")}, {"poll_interval": 1e-12}, {"backoff": float("nan")},
-        {"max_backoff": -1.0}, {"grace": float("inf")},
+        {"max_backoff": -1.0}, {"grace": float("inf")}, {"backoff": 10.0, "max_backoff": 5.0},
     ],
 )  # fmt: skip
 def test_worker_refuses_options_it_cannot_keep(option: dict[str, Any]) -> None:
@@ -202,7 +202,7 @@ def test_worker_refuses_options_it_cannot_keep(option: dict[str, Any]) -> None:
     and never again), a poll of 1e-12 s spun on the store, and 2.5 drives at once became 2."""
     store = bide.open_store("memory://")
     agent = agent_with(store, [reply("ok")], [])
-    name = next(iter(option))
+    name = list(option)[-1]
     with pytest.raises(bide.ConfigError, match=name):
         bide.Worker(store, agent, **option)
 
