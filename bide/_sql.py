@@ -111,10 +111,10 @@ from ._store import (
     WriteHook,
     WriteHooks,
     WriteTransaction,
+    close_after_finishers,
     decide_lease,
     refuse_ended,
     refuse_fence,
-    wait_for_finishers,
     written_by,
 )
 from ._url import (
@@ -828,7 +828,11 @@ class SQLStore:
         return self._asubmit(run_id, "load", _from(after))
 
     def close(self) -> None:
-        wait_for_finishers(self)  # a late outcome of a synchronous call, then its run's lease freed
+        # Once the keepers of synchronous calls a cancelled drive left running are done with this store
+        # (their late outcomes journaled, their runs' leases freed): at once when there are none.
+        close_after_finishers(self, self._close_now)
+
+    def _close_now(self) -> None:
         with self._lock:
             if self._closed:
                 return

@@ -177,7 +177,9 @@ class Store(Protocol):
         ...
 
     def close(self) -> None:
-        """Release connections and threads. Idempotent."""
+        """Release connections and threads. Idempotent, and never waits: while synchronous calls that a
+        cancelled drive left running still have their outcomes to journal through the store, it is
+        released once they are done (in a thread of its own, which the end of the process waits for)."""
         ...
 
 
@@ -293,14 +295,14 @@ def written_by(runs: Sequence[tuple[str, Sequence[Entry]]]) -> dict[str, list[En
 
 # Threads that finish what a drive left to them (a synchronous call's late outcome to journal, then its
 # run's lease to free), by the id of the store they write to and of each store it wraps. They are not
-# daemons, so the end of the process waits for them; a store closed before they are done refused their
+# daemons, so the end of the process waits for them; a store closed before they were done refused their
 # writes: the outcome was lost (the run halted for a person) or the lease left held for lease_ttl.
 _FINISHERS: dict[int, list[threading.Thread]] = {}
 _FINISHERS_LOCK = threading.Lock()
 
 
 def finish_before_close(store: object, thread: threading.Thread) -> None:
-    """Have `close()` of `store` (or of a store it wraps, its `inner`) wait for `thread` first."""
+    """Have `close()` of `store` (or of a store it wraps, its `inner`) wait for `thread`."""
     with _FINISHERS_LOCK:
         while store is not None:
             kept = _FINISHERS.setdefault(id(store), [])
@@ -309,14 +311,38 @@ def finish_before_close(store: object, thread: threading.Thread) -> None:
             store = getattr(store, "inner", None)
 
 
-def wait_for_finishers(store: object) -> None:
-    """Wait for the threads `finish_before_close` registered for `store`; a store's `close()` calls this
-    first (never from one of those threads, which only write)."""
+def close_after_finishers(store: object, close: Callable[[], None]) -> None:
+    """Run `close` (a store's own closing) now, or, while threads `finish_before_close` registered for
+    `store` still run, in a thread of its own once they are done. Never waited for here: a close called on
+    an event loop would hold the loop up for as long as the slowest call, and one called from the thread of
+    the very call a finisher waits for would wait for ever. (Not a daemon either: the end of the process
+    waits for it, as for the finishers.)"""
+    key = id(store)
     with _FINISHERS_LOCK:
-        threads = _FINISHERS.pop(id(store), [])
-    for thread in threads:
-        if thread is not threading.current_thread():
-            thread.join()
+        closing = _CLOSING.get(key)
+        if closing is not None and closing.is_alive():
+            return  # a close is waiting for them already: it closes the store
+        me = threading.current_thread()
+        pending = [t for t in _FINISHERS.pop(key, []) if t.is_alive() and t is not me]
+        if pending:
+
+            def when_done() -> None:
+                for thread in pending:
+                    thread.join()
+                try:
+                    close()
+                finally:
+                    with _FINISHERS_LOCK:
+                        if _CLOSING.get(key) is closer:
+                            del _CLOSING[key]
+
+            closer = _CLOSING[key] = threading.Thread(target=when_done, name="bide-store-close")
+            closer.start()
+            return
+    close()
+
+
+_CLOSING: dict[int, threading.Thread] = {}  # the close of each store waiting for its finishers
 
 
 def decide_lease(

@@ -380,3 +380,64 @@ def test_a_synchronous_call_that_returns_as_its_deadline_passes_keeps_its_result
     assert result.answer == "done"
     outcome = Journal(store, "r").load().get("result:c0.0")
     assert isinstance(outcome, bide.ToolResult) and outcome.result == "charged"
+
+
+@pytest.mark.parametrize("closed_from", ["the event loop", "the tool's own thread"])
+def test_closing_a_store_while_a_cancelled_synchronous_call_runs_neither_blocks_nor_loses_it(
+    tmp_path: Path, closed_from: str
+) -> None:
+    """Closing waited for the call's keeper: on an event loop it held the loop up for as long as the call
+    ran, and from the tool's own thread it waited for ever (the keeper waits for that very call). Now
+    close() returns at once and the store is released once the keeper is done: the call's outcome is
+    journaled and its run's lease freed."""
+    import asyncio
+    import threading
+
+    from bide._store import EVERY_LEASE_MS
+
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    store = bide.open_store(url)
+    started, cancelled = threading.Event(), threading.Event()
+    closed, finish, returned = threading.Event(), threading.Event(), threading.Event()
+
+    @bide.tool(timeout=60)
+    def charge(customer: str) -> str:
+        """Charge a customer."""
+        started.set()
+        if closed_from == "the tool's own thread":
+            cancelled.wait(60)  # its drive is over: a keeper waits for this call
+            store.close()
+            closed.set()
+        finish.wait(20)
+        returned.set()
+        return "charged"
+
+    model = ScriptedModel([call("charge", customer="alice"), reply("done")])
+    agent = bide.Agent(model, store=store, tools=[charge], lease_ttl=60)
+
+    async def cancelled_during_the_call() -> None:
+        drive = asyncio.ensure_future(agent.run("r", "charge alice"))
+        while not started.is_set():
+            await asyncio.sleep(0.01)
+        drive.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await drive
+        cancelled.set()
+        if closed_from == "the event loop":
+            store.close()
+            closed.set()
+        await asyncio.to_thread(closed.wait, 60)
+        assert closed.is_set() and not returned.is_set()  # close() returned while the call still ran
+        finish.set()
+
+    asyncio.run(cancelled_during_the_call())
+    for thread in threading.enumerate():
+        if thread.name.startswith(("bide-overrun", "bide-store-close")):
+            thread.join(60)
+    again = bide.open_store(url)
+    try:
+        assert [e.key for e in again.load("r")][-1] == "result:c0.0"
+        [lease] = [lease for lease in again.expired_leases(now_ms=EVERY_LEASE_MS) if lease.run_id == "r"]
+        assert lease.expires_ms == 0  # freed by the keeper, not left to expire
+    finally:
+        again.close()

@@ -201,3 +201,28 @@ def test_a_call_past_its_deadline_whose_late_result_cannot_be_written_is_kept(tm
     finally:
         locker.conn.close()
         store.close()
+
+
+def test_a_drive_of_the_same_run_id_on_another_database_leaves_the_unfreed_lease_alone(
+    tmp_path: Path,
+) -> None:
+    """The lease a failed drive could not free was remembered by run id alone: a drive of the same run id
+    on another database (a store per tenant) took it, freed nothing there, and the next drive on the first
+    database met RunInFlight for lease_ttl."""
+    path = tmp_path / "a.db"
+    store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+    other = bide.open_store(f"sqlite:///{tmp_path / 'b.db'}")
+    locker = Locker(path)
+    fired: list[str] = []
+    try:
+        with pytest.raises(bide.StoreError, match="run the run again here"):
+            _agent(store, locker, fired, lease_ttl=60).run_sync("r1", "pay")
+        locker.unlock()
+        done_there = bide.Agent(ScriptedModel([reply("elsewhere")]), store=other).run_sync("r1", "hi")
+        assert done_there.answer == "elsewhere"
+        done = _agent(store, locker, fired, lease_ttl=60, lease_wait=0).run_sync("r1", "pay")
+        assert done.output == "done" and fired.count("c1") == 1
+    finally:
+        locker.conn.close()
+        store.close()
+        other.close()

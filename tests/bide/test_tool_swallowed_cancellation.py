@@ -165,3 +165,41 @@ def test_a_wall_clock_stepped_back_during_the_call_still_closes_a_swallowing_too
     [error] = outcome
     assert isinstance(error, bide.OutcomeUnknown)
     assert log == ["swallowed", "closed"]
+
+
+@pytest.mark.parametrize("raised", ["NotCalled", "a declared not_started error", "ToolError"])
+def test_a_side_effect_that_turns_its_deadline_into_another_error_is_an_unknown_outcome(
+    raised: str,
+) -> None:
+    """The tool sent its request, then, cancelled at its deadline, raised an error of its own (as client
+    libraries that wrap cancellations do): a NotCalled or a declared not-started error voided the attempt
+    and the next drive fired the effect again (twice in all; inside one drive with a retry policy). The
+    call timed out: its outcome is unknown, and it fires once."""
+    fired: list[str] = []
+
+    async def transfer(to: str) -> str:
+        """Send money."""
+        fired.append(to)  # the request went out
+        try:
+            await asyncio.sleep(HANG)  # the bank's answer; the deadline cancels the wait
+        except asyncio.CancelledError:
+            if raised == "NotCalled":
+                raise bide.NotCalled("aborted") from None
+            if raised == "ToolError":
+                raise bide.ToolError("the bank did not answer") from None
+            raise ConnectionRefusedError("connection closed") from None
+        return "sent"
+
+    tool = bide.Tool.from_function(
+        transfer,
+        timeout=TIMEOUT,
+        not_started=(ConnectionRefusedError,),
+        retry=bide.RetryPolicy(attempts=3, initial=0.01),
+    )
+    store = bide.open_store("memory://")
+    for said in ("timed out after", "it fired zero times or once"):  # the drive, then the next one
+        model = ScriptedModel([call("transfer", to="acme"), reply("done")])
+        with pytest.raises(bide.OutcomeUnknown, match=said):
+            bide.Agent(model, store=store, tools=[tool]).run_sync("r", "pay acme")
+    assert fired == ["acme"]
+    assert [e.key for e in store.load("r")][-1] == "attempt:c0.0:0"  # never voided
