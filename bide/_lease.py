@@ -182,8 +182,8 @@ _UNFREED: dict[tuple[object, ...], Lease] = {}
 
 def _unfreed_key(store: Store, run_id: str) -> tuple[object, ...]:
     inner: object = store
-    while getattr(inner, "inner", None) is not None:  # a wrapper (AuditedStore) writes to what it wraps
-        inner = inner.inner
+    while (wrapped := getattr(inner, "inner", None)) is not None:  # a wrapper (AuditedStore): what it wraps
+        inner = wrapped
     # A database by its URL (two store objects on it share its leases); a memory store by itself (two
     # share the URL memory:// but nothing else).
     url = getattr(inner, "url", None) if getattr(inner, "durable", False) else None
