@@ -1427,6 +1427,10 @@ class Agent(Generic[T]):
         why = "crashed"
         if tool.reconcile is not None and cause is None and now < ready_at:
             why = f"crashed; its reconciler may decide it from {when(ready_at, now)} on"
+        elif cause is not None:
+            # Said, not only chained: an operator must tell a reconciler that keeps failing (its system of
+            # record down) from one that was never asked.
+            why = f"crashed; its reconciler raised {type(cause).__name__}: {_error_text(cause)}"
         raise self._unknown(journal, last, why) from cause
 
     def _not_called(self, journal: Journal, tool: Tool, call: ToolCall, approval: Any) -> ToolResult | None:

@@ -87,10 +87,11 @@ def other_names(path: str, label: str) -> str | None:
     commits (an attempt marker among them: a side effect fired twice), and a log left beside one name is
     later played over the other's commits (a finished run back to halted, with no error)."""
     try:
-        links = os.stat(path).st_nlink
+        info = os.stat(path)
     except OSError:
         return None
-    if links <= 1:
+    links = info.st_nlink
+    if links <= 1 or not stat.S_ISREG(info.st_mode):  # a directory has two or more: callers say what it is
         return None
     return (
         f"{label} {path!r} has {links} names (hard links to one file): SQLite keeps the write-ahead log "

@@ -257,6 +257,15 @@ class HTTPModel:
         self.api_key = api_key if api_key is not None else os.environ.get(f"{self._env}_API_KEY", "")
         self._check_api_key("api_key" if api_key is not None else f"{self._env}_API_KEY")
         self.base_url = (base_url or os.environ.get(f"{self._env}_BASE_URL") or self._default_url).rstrip("/")
+        try:
+            urllib.parse.urlsplit(self.base_url).port  # noqa: B018 (a port that is no number raises)
+        except ValueError:
+            # Unchecked, every request failed (retried for nothing), and the key check below took the URL
+            # for another host's.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url whose port is a number from 0 to 65535, e.g. "
+                f"{self._default_url!r}"
+            ) from None
         if self.base_url.partition("://")[0].lower() not in ("http", "https"):
             # Without a scheme, httpx fails every request (retried for nothing), and nothing in the URL,
             # credentials included, could be masked in the messages: the URL itself is not repeated here.

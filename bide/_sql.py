@@ -701,6 +701,8 @@ class SQLStore:
         inspector = sa.inspect(self.engine)
         needs = {self.records_table.name: ("run_id", "key", "seq", "data"), self.runs_table.name: ("run_id",)}
         views = {_ascii_lower(name) for name in inspector.get_view_names()}
+        with contextlib.suppress(NotImplementedError):  # PostgreSQL lists its materialized views apart
+            views.update(_ascii_lower(name) for name in inspector.get_materialized_view_names())
         for name, columns in needs.items():
             if _ascii_lower(name) in views:
                 raise StoreNotFound(

@@ -29,10 +29,13 @@ ObjectCheck = Callable[[dict[str, Any]], None]
 reading."""
 
 # Python keeps each JSON value in 30 to 100 bytes of memory: input holding a value every few bytes (`[[],[],`,
-# `0.0,0.0,`) takes 10 to 30 times its size to parse. No artifact that can be valid is denser than about one
-# value (counted by its commas) every 11 bytes; larger inputs denser than one every 8 are refused unparsed.
+# `0.0,0.0,`) takes 10 to 30 times its size to parse. Counted over the whole input (by its commas, brackets
+# and braces, which whitespace padding elsewhere in the file cannot thin out), no artifact of a megabyte or
+# more that can be valid holds a value more often than about every 40 bytes (an audit path's base64 hashes
+# take 47 bytes each); larger inputs denser than one every 32 are refused unparsed, which bounds what any
+# input can cost to a few times its size.
 _DENSITY_CHECKED_FROM = 1024 * 1024
-_MIN_BYTES_PER_VALUE = 8
+_MIN_BYTES_PER_VALUE = 32
 
 
 def b64(data: bytes) -> str:
@@ -145,10 +148,10 @@ def _checked_pairs(check: ObjectCheck) -> Callable[[list[tuple[str, Any]]], dict
 def _check_density(data: bytes, what: str) -> None:
     if len(data) < _DENSITY_CHECKED_FROM:
         return
-    commas = data.count(b",")
-    if commas * _MIN_BYTES_PER_VALUE > len(data):
+    values = data.count(b",") + data.count(b"[") + data.count(b"{")
+    if values * _MIN_BYTES_PER_VALUE > len(data):
         raise UnreadableInput(
-            f"{what} is not an artifact bide wrote: it holds a JSON value every {len(data) / commas:.1f} "
+            f"{what} is not an artifact bide wrote: it holds a JSON value every {len(data) / values:.1f} "
             f"bytes on average, and none is denser than one every {_MIN_BYTES_PER_VALUE} (reading it would "
             "take many times its size in memory); ask the sender for the file `bide-audit export` wrote"
         )
@@ -182,7 +185,8 @@ def parse_artifact(model: type[M], data: bytes | Any, *, what: str = "input") ->
     if got != expected:
         read_by = _READ_BY.get(got) if isinstance(got, str) else None
         hint = f" (a file of that format is read by {read_by})" if read_by else ""
-        raise UnreadableInput(f"{what} has format {got!r}; expected {expected!r}{hint}")
+        shown = repr(got) if len(repr(got)) <= 100 else repr(got)[:100] + "... (cut)"
+        raise UnreadableInput(f"{what} has format {shown}; expected {expected!r}{hint}")
     try:
         parsed = model.model_validate(value, strict=True)
     except ValidationError as exc:

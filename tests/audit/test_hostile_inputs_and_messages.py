@@ -42,32 +42,48 @@ def _with_records(package: dict[str, object], records: str, *, head_first: bool 
 
 
 _COUNT = 150_000
+# A record's bytes, long enough that entries carrying it are no denser than genuine ones: those reach the
+# checks made while the package is parsed; the packed shapes are refused before it is.
+_R = "A" * 200
 _HOSTILE: dict[str, tuple[Callable[[dict[str, object]], bytes], type[Exception], str]] = {
-    # The real head, then far more tiny entries than its 13 records: 2.7 GB for 110 MB before the fix.
-    "tiny records": (
-        lambda p: _with_records(p, ",".join(f'{{"index":{i},"record":"","path":[]}}' for i in range(_COUNT))),
+    # The real head, then far more entries than its 13 records: 2.7 GB for 110 MB before the fix.
+    "many records": (
+        lambda p: _with_records(
+            p, ",".join(f'{{"index":{i},"record":"{_R}","path":[]}}' for i in range(_COUNT))
+        ),
         NotVerified,
         "record at position 0 is not in the signed tree: its audit path has 0 hashes, where a path to that "
         "position has 4",
     ),
     "entries with another member": (
         lambda p: _with_records(
-            p, ",".join(f'{{"index":{i},"record":"","path":[],"x":0}}' for i in range(_COUNT))
+            p, ",".join(f'{{"index":{i},"record":"{_R}","path":[],"x":0}}' for i in range(_COUNT))
         ),
         UnreadableInput,
         "is malformed at records.0: an object that is not a record",
     ),
     "records before the head": (
         lambda p: _with_records(
-            p, ",".join(f'{{"index":{i},"record":"","path":[]}}' for i in range(_COUNT)), head_first=False
+            p, ",".join(f'{{"index":{i},"record":"{_R}","path":[]}}' for i in range(_COUNT)), head_first=False
         ),
         UnreadableInput,
         "its records do not follow its signed head",
     ),
+    "tiny records, packed": (
+        lambda p: _with_records(p, ",".join(f'{{"index":{i},"record":"","path":[]}}' for i in range(_COUNT))),
+        UnreadableInput,
+        "and none is denser than one every 32",
+    ),
     "a path of empty lists": (
         lambda p: _with_records(p, '{"index":0,"record":"","path":[' + ",".join(["[]"] * _COUNT * 8) + "]}"),
         UnreadableInput,
-        "holds a JSON value every 3.0 bytes on average, and none is denser than one every 8",
+        "holds a JSON value every 1.5 bytes on average, and none is denser than one every 32",
+    ),
+    # Dense values, then padding that thinned an average of commas alone out below the limit.
+    "packed lists, then padding": (
+        lambda p: b'{"format":[' + b",".join([b"[]"] * _COUNT * 8) + b"]" + b" " * (_COUNT * 8 * 4) + b"}",
+        UnreadableInput,
+        "none is denser than one every 32",
     ),
 }
 
@@ -100,7 +116,7 @@ def test_the_tiny_records_package_keeps_its_exit_code_and_a_genuine_one_verifies
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     package, key = _package(tmp_path)
-    (tmp_path / "hostile.json").write_bytes(_HOSTILE["tiny records"][0](package))
+    (tmp_path / "hostile.json").write_bytes(_HOSTILE["many records"][0](package))
     (tmp_path / "genuine.json").write_text(json.dumps(package, separators=(",", ":")))
     pub = key.public.raw.hex()
     for command in (["verify-evidence", "--pubkey", pub], ["verify-approvals"]):

@@ -320,6 +320,27 @@ def test_reconciler_resolves_automatically(charged: bool) -> None:
     assert seen[0].arguments == {"customer": "alice", "cents": 500} and seen[0].call_id == "c0.0"
 
 
+def test_a_reconciler_that_raises_is_named_in_the_halt() -> None:
+    """The halt, its log line and OutcomeUnknown.cause said only "(crashed)": an operator could not tell a
+    reconciler that keeps failing (its system of record down) from one that was never asked."""
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)
+
+    def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome:
+        raise RuntimeError("ledger API returned 503")
+
+    later = time.time() + 3600
+    agent = bide.Agent(
+        charge_script(), store=store, tools=[ledger.tool(reconcile=reconcile)], clock=lambda: later
+    )
+    with pytest.raises(bide.OutcomeUnknown) as halted:
+        agent.run_sync("r", RUN_INPUT)
+    assert "its reconciler raised RuntimeError: ledger API returned 503" in str(halted.value)
+    assert isinstance(halted.value.__cause__, RuntimeError)
+    assert len(ledger.charges) == 1
+
+
 def test_reconciler_waits_for_deadline_and_may_say_unknown() -> None:
     store = bide.open_store("memory://")
     ledger = Ledger()

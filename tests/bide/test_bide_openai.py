@@ -209,6 +209,9 @@ def test_a_provider_model_without_an_api_key_is_refused_when_made(monkeypatch: p
         with pytest.raises(bide.ConfigError, match="ANTHROPIC_API_KEY"):
             bide.AnthropicModel("claude-sonnet-4-5", base_url=spelled)
     assert bide.OpenAIModel("m", base_url="https://api.openai.com:8443/v1").api_key == ""  # one's own proxy
+    for port in ("abc", "99999"):
+        with pytest.raises(bide.ConfigError, match="port is a number"):
+            bide.OpenAIModel("gpt-4o-mini", base_url=f"https://api.openai.com:{port}/v1")
     assert bide.OpenAIModel("local", base_url="http://127.0.0.1:8000/v1").api_key == ""
     assert bide.AnthropicModel("local", base_url="http://127.0.0.1:8000").api_key == ""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-env")

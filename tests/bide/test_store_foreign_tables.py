@@ -48,22 +48,29 @@ def test_a_store_made_by_bide_still_opens(durable_store_spec: tuple[str, str]) -
         store.close()
 
 
-def test_a_view_of_bides_name_is_refused_and_nothing_is_created(durable_store_spec: tuple[str, str]) -> None:
+def test_a_view_of_bides_name_is_refused_and_nothing_is_created(
+    durable_store_spec: tuple[str, str],
+) -> None:
     """A view with bide's columns passed the column check: bide created its runs table beside it, and the
-    first run failed ("cannot modify ... because it is a view")."""
+    first run failed ("cannot modify ... because it is a view"); PostgreSQL lists materialized views apart."""
     url, prefix = durable_store_spec
+    kinds = ["VIEW"]
     if url.startswith("sqlite"):
         bide.open_store(url, table_prefix="other_").close()
+    else:
+        kinds.append("MATERIALIZED VIEW")
     engine = sa.create_engine(url)
     try:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(
-                f"CREATE VIEW {prefix}records AS SELECT 'r' AS run_id, 'k' AS key, 1 AS seq, 'x' AS data"
-            )
-        with pytest.raises(bide.StoreNotFound, match=f"{prefix}records is a view, not bide's table"):
-            bide.open_store(url, table_prefix=prefix)
-        assert not sa.inspect(engine).has_table(f"{prefix}runs")
+        for kind in kinds:
+            with engine.begin() as conn:
+                columns = "'r' AS run_id, 'k' AS key, 1 AS seq, 'x' AS data"
+                conn.exec_driver_sql(f"CREATE {kind} {prefix}records AS SELECT {columns}")
+            try:
+                with pytest.raises(bide.StoreNotFound, match=f"{prefix}records is a view, not bide's table"):
+                    bide.open_store(url, table_prefix=prefix)
+                assert not sa.inspect(engine).has_table(f"{prefix}runs")
+            finally:
+                with engine.begin() as conn:
+                    conn.exec_driver_sql(f"DROP {kind} IF EXISTS {prefix}records")
     finally:
-        with engine.begin() as conn:
-            conn.exec_driver_sql(f"DROP VIEW IF EXISTS {prefix}records")
         engine.dispose()
