@@ -9,10 +9,8 @@ for the earliest one. The behaviour is `asyncio.timeout`'s:
 - The `CancelledError` that results comes out of `run_with_deadline` as `TimeoutError`, and the task's
   cancellation count is restored (`Task.uncancel`), unless someone else cancelled the task as well: then
   the `CancelledError` propagates.
-- A call that swallows the cancellation and returns has its result passed through. One that raises an
-  error of its own instead (`Exception`, not only `CancelledError`) timed out all the same: `TimeoutError`,
-  whatever the error says (unlike `asyncio.timeout`, which passes it through): a call's own claim that it
-  never started is not believed once its deadline cancelled it.
+- A call that swallows the cancellation and returns (or raises something else) has its result (or error)
+  passed through.
 
 The cancellation carries `DEADLINE_PASSED` as its message, so a tool can tell its own deadline from its
 caller's cancellation (`ended_by_deadline`): a tool whose work goes on in a thread reports the first as
@@ -130,12 +128,6 @@ async def run_with_deadline(awaitable: Awaitable[T], timeout: float | Callable[[
             cancelled_by_us_only = task.uncancel() <= cancelling
             if cancelled_by_us_only and isinstance(exc, asyncio.CancelledError):
                 raise TimeoutError from exc
-            if cancelled_by_us_only and isinstance(exc, Exception):
-                # The call turned its deadline's cancellation into an error of its own (a client library
-                # wrapping it, say): it timed out all the same, whatever the error claims. Passed through,
-                # a NotCalled or a declared not-started error voided a side effect whose request had gone
-                # out, and the next drive fired it again.
-                raise TimeoutError(f"the deadline passed, and the call raised {type(exc).__name__}") from exc
         raise
     if deadlines.finish(token):
         task.uncancel()

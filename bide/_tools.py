@@ -593,11 +593,17 @@ class _InsideWindow:
         value: Any = None
         error: BaseException | None = None
         cut_at = -1  # the task's cancellation count when this wrapper cancelled the tool (-1: it has not)
+        cancelled = False  # a cancellation was thrown into the tool (its deadline's, the caller's, the cut)
+        claimed = bool(window.claim)  # a side effect's attempt, not a retry-safe call's own window
         closing = _Closing()
         try:
             while True:
                 try:
-                    yielded = send(value) if error is None else throw(error)
+                    if error is None:
+                        yielded = send(value)
+                    else:
+                        cancelled = cancelled or isinstance(error, asyncio.CancelledError)
+                        yielded = throw(error)
                 except StopIteration as stop:
                     return stop.value
                 except asyncio.CancelledError:
@@ -608,6 +614,22 @@ class _InsideWindow:
                             "was paused, or its event loop busy): it was cancelled there"
                         ) from None
                     raise
+                except Exception as exc:
+                    if not (cancelled and claimed):
+                        raise
+                    # A side effect that, once cancelled, raised an error of its own (a client library
+                    # wrapping the cancellation, say) ends as that cancellation: its claim (NotCalled, a
+                    # declared not-started error) would void an attempt whose request had gone out, and
+                    # the next try would fire it again.
+                    task = closing.task
+                    if task is not None and task.cancelling() > max(closing.entered, cut_at):
+                        # Its deadline's timer (run_with_deadline: TimeoutError) or the caller's.
+                        raise asyncio.CancelledError(
+                            f"tool {window.tool!r} raised {type(exc).__name__} once cancelled"
+                        ) from exc
+                    raise TimeoutError(
+                        f"tool {window.tool!r} was cut off past its deadline and raised {type(exc).__name__}"
+                    ) from exc
                 try:
                     value, error = (yield yielded), None
                 except BaseException as exc:

@@ -203,3 +203,52 @@ def test_a_side_effect_that_turns_its_deadline_into_another_error_is_an_unknown_
             bide.Agent(model, store=store, tools=[tool]).run_sync("r", "pay acme")
     assert fired == ["acme"]
     assert [e.key for e in store.load("r")][-1] == "attempt:c0.0:0"  # never voided
+
+
+@pytest.mark.parametrize("cancelled_by", ["the window (a busy loop past the deadline)", "the caller"])
+def test_a_side_effect_that_turns_any_cancellation_into_a_not_started_error_is_not_voided(
+    cancelled_by: str,
+) -> None:
+    """The same wrapping, when the cancellation is not the deadline's timer: the loop busy past the deadline
+    (the window cuts the call before the timer runs), or the caller cancelling the drive. The declared
+    not-started error voided the attempt, and the retry policy fired the effect again in the same drive."""
+
+    class Aborted(Exception):
+        """A client library's "connection aborted", raised for any cancellation."""
+
+    fired: list[str] = []
+    response: list[asyncio.Future[str]] = []
+
+    async def charge() -> str:
+        """Charge a card."""
+        fired.append("charge")  # the request went out
+        response.append(asyncio.get_running_loop().create_future())
+        try:
+            return await response[0]
+        except asyncio.CancelledError:
+            raise Aborted("connection aborted") from None
+
+    tool = bide.Tool.from_function(
+        charge, timeout=TIMEOUT, not_started=(Aborted,), retry=bide.RetryPolicy(attempts=2, initial=0.01)
+    )
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([call("charge"), reply("done")]), store=store, tools=[tool])
+
+    async def drive() -> None:
+        running = asyncio.ensure_future(agent.run("r", "charge"))
+        while not response:
+            await asyncio.sleep(0.01)
+        if cancelled_by == "the caller":
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+        else:
+            await asyncio.sleep(0.02)
+            time.sleep(TIMEOUT + 0.2)  # the loop is busy past the deadline; the answer came meanwhile
+            response[0].set_result("charged")
+            with pytest.raises(bide.OutcomeUnknown, match="timed out"):
+                await running
+
+    asyncio.run(drive())
+    assert fired == ["charge"]
+    assert [e.key for e in store.load("r")][-1] == "attempt:c0.0:0"  # never voided
