@@ -171,44 +171,43 @@ def join_keepers() -> None:
 
 
 # The leases of drives that ended in this process while their store failed, so that freeing them failed
-# too, by database (its URL and table prefix) and run. Another process has to wait for such a lease to
-# expire; a drive of the same run on the same database in this process, which knows their drive is over,
-# frees it first (`free_unfreed`), through whichever store object it uses (a release names the lease's
-# holder and token: once another driver took the run over, it frees nothing). Without that, "run the run
-# again here once the store answers" (a result this process keeps) met RunInFlight, named "another
-# driver", for up to lease_ttl.
-_UNFREED: dict[tuple[object, ...], Lease] = {}
-
-
-def _unfreed_key(store: Store, run_id: str) -> tuple[object, ...]:
-    inner: object = store
-    while (wrapped := getattr(inner, "inner", None)) is not None:  # a wrapper (AuditedStore): what it wraps
-        inner = wrapped
-    # A database by its URL (two store objects on it share its leases); a memory store by itself (two
-    # share the URL memory:// but nothing else).
-    url = getattr(inner, "url", None) if getattr(inner, "durable", False) else None
-    return (id(inner) if url is None else url, getattr(inner, "table_prefix", None), run_id)
+# too, by run. Another process has to wait for such a lease to expire; a drive of the same run in this
+# process, which knows their drive is over, frees it first (`free_unfreed`), through whichever store object
+# it uses, however its URL is spelled. A release names the lease's holder and token, so it frees nothing
+# on another database holding the same run id, or once another driver took the run over: such a lease is
+# kept for a later drive (on its own database) until it has surely expired. Without that, "run the run
+# again here once the store answers" (a result this process keeps) met RunInFlight, named "another driver",
+# for up to lease_ttl.
+_UNFREED: dict[str, list[tuple[float, Lease]]] = {}
+_UNFREED_KEPT_S = 3600.0  # longer than any lease: by then each has expired, and is only forgotten
 
 
 async def free_lease(store: Store, lease: Lease) -> None:
     """Free `lease` (its run, holder and token) if it is still held so; a store that fails leaves it to
     expire, or to the next drive of the run in this process (`free_unfreed`)."""
-    key = _unfreed_key(store, lease.run_id)
     try:
         await store.arelease(lease.run_id, lease.holder, lease.token)
     except Exception:  # a lease not freed only expires
-        _UNFREED[key] = lease
-    else:
-        if _UNFREED.get(key) is lease:
-            del _UNFREED[key]
+        _UNFREED.setdefault(lease.run_id, []).append((time.monotonic(), lease))
 
 
 async def free_unfreed(store: Store, run_id: str) -> None:
-    """Free the lease an earlier drive of `run_id` on this database in this process left held because its
-    store failed as it ended (a no-op where that holder and token no longer hold the run)."""
-    lease = _UNFREED.pop(_unfreed_key(store, run_id), None)
-    if lease is not None:
-        await free_lease(store, lease)
+    """Free the leases earlier drives of `run_id` in this process left held because their store failed as
+    they ended (a no-op where that holder and token do not hold the run on `store`)."""
+    if run_id not in _UNFREED:  # the common case: one dict lookup a drive
+        return
+    now = time.monotonic()
+    kept = [(at, lease) for at, lease in _UNFREED.pop(run_id, []) if now - at < _UNFREED_KEPT_S]
+    left = []
+    for at, lease in kept:
+        try:
+            freed = await store.arelease(lease.run_id, lease.holder, lease.token)
+        except Exception:
+            freed = False
+        if not freed:
+            left.append((at, lease))
+    if left:
+        _UNFREED.setdefault(run_id, []).extend(left)
 
 
 def keep_overrun(

@@ -72,10 +72,12 @@ def _agent(
     )
 
 
-@pytest.mark.parametrize("next_store", ["the same store object", "the store opened again"])
+@pytest.mark.parametrize(
+    "next_store", ["the same store object", "the store opened again", "the store opened by a relative path"]
+)
 @pytest.mark.parametrize("max_parallel", [1, 2])
 def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
-    tmp_path: Path, max_parallel: int, next_store: str
+    tmp_path: Path, max_parallel: int, next_store: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "bide.db"
     store = first = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
@@ -88,6 +90,9 @@ def test_a_result_that_could_not_be_written_is_written_by_the_next_drive(
         locker.unlock()
         if next_store == "the store opened again":  # what a program does after a store failure
             store = bide.SQLStore(f"sqlite:///{path}", busy_timeout=0.2)
+        elif next_store == "the store opened by a relative path":  # the same file, spelled otherwise
+            monkeypatch.chdir(tmp_path)
+            store = bide.SQLStore("sqlite:///bide.db", busy_timeout=0.2)
         # At once, as the message says: the failed drive's lease, which the locked store kept it from
         # freeing, was RunInFlight ("another driver") for up to lease_ttl.
         again = _agent(store, locker, fired, max_parallel=max_parallel, lease_ttl=60, lease_wait=0)
