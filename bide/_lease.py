@@ -151,7 +151,7 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
             name=f"bide-overrun:{run_id}",
         )
         keeper.start()
-        finish_before_close(store, keeper)
+        finish_before_close(store, keeper, *(o.writer for o in overrun))
         kept = getattr(_LOCAL, "keepers", None)
         if kept is None:
             kept = _LOCAL.keepers = []

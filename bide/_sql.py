@@ -113,6 +113,7 @@ from ._store import (
     WriteTransaction,
     close_after_finishers,
     decide_lease,
+    may_use_while_closing,
     refuse_ended,
     refuse_fence,
     written_by,
@@ -493,6 +494,7 @@ class SQLStore:
         # The in-loop connections, each with the thread that uses it (see _flush_local).
         self._slots: list[tuple[weakref.ref[threading.Thread], _Slot]] = []
         self._closed = False
+        self._closing = False  # close() was called: only the threads it waits for may still use it
         self.commits = 0  # transactions committed by this store object (for benchmarks)
         self._known_runs: set[str] = set()  # SQLite: runs whose runs row is committed
         self._hooks = WriteHooks()
@@ -830,8 +832,9 @@ class SQLStore:
         return self._asubmit(run_id, "load", _from(after))
 
     def close(self) -> None:
-        # Once the keepers of synchronous calls a cancelled drive left running are done with this store
-        # (their late outcomes journaled, their runs' leases freed): at once when there are none.
+        # Closed for every caller now, but released once the keepers of synchronous calls a cancelled
+        # drive left running are done with it (their late outcomes journaled, their runs' leases freed).
+        self._closing = True
         close_after_finishers(self, self._close_now)
 
     def _close_now(self) -> None:
@@ -879,7 +882,13 @@ class SQLStore:
 
     # -- the writer thread ---------------------------------------------------------------------------------
 
+    def _refuse_when_closed(self) -> None:
+        if self._closed or (self._closing and not may_use_while_closing(self)):
+            raise StoreError(f"store {self.url} is closed", lasting=True)
+
     def _enqueue(self, req: _Request) -> None:
+        if self._closing:  # (one attribute on the hot path; closing comes before closed)
+            self._refuse_when_closed()
         with self._lock:
             if self._closed:
                 raise StoreError(f"store {self.url} is closed", lasting=True)
@@ -905,8 +914,8 @@ class SQLStore:
         # SQLite, async caller: group commit inside the event loop. Every request made before the loop
         # gets back to its callbacks joins one transaction, run synchronously (no thread hand-offs; the loop
         # is blocked for the commit, a fraction of a millisecond per batch).
-        if self._closed:
-            raise StoreError(f"store {self.url} is closed", lasting=True)
+        if self._closing:
+            self._refuse_when_closed()
         state = self._local
         if state.loop is not loop:
             # A new event loop on this thread: whatever the old one left queued has no caller any more.

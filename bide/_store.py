@@ -298,51 +298,65 @@ def written_by(runs: Sequence[tuple[str, Sequence[Entry]]]) -> dict[str, list[En
 # daemons, so the end of the process waits for them; a store closed before they were done refused their
 # writes: the outcome was lost (the run halted for a person) or the lease left held for lease_ttl.
 _FINISHERS: dict[int, list[threading.Thread]] = {}
+_CLOSING: dict[int, threading.Thread] = {}  # the deferred close of each store waiting for its finishers
 _FINISHERS_LOCK = threading.Lock()
 
 
-def finish_before_close(store: object, thread: threading.Thread) -> None:
-    """Have `close()` of `store` (or of a store it wraps, its `inner`) wait for `thread`."""
+def finish_before_close(store: object, *threads: threading.Thread) -> None:
+    """Have `close()` of `store` (or of a store it wraps, its `inner`) wait for `threads`, which may go on
+    using it after its close was called."""
     with _FINISHERS_LOCK:
         while store is not None:
             kept = _FINISHERS.setdefault(id(store), [])
             kept[:] = [t for t in kept if t.is_alive()]
-            kept.append(thread)
+            kept.extend(threads)
             store = getattr(store, "inner", None)
+
+
+def may_use_while_closing(store: object) -> bool:
+    """Whether this thread may still use `store` after its `close()` was called: it is one of the threads
+    the deferred close waits for. Everyone else is told the store is closed."""
+    me = threading.current_thread()
+    with _FINISHERS_LOCK:
+        return me in _FINISHERS.get(id(store), ())
 
 
 def close_after_finishers(store: object, close: Callable[[], None]) -> None:
     """Run `close` (a store's own closing) now, or, while threads `finish_before_close` registered for
-    `store` still run, in a thread of its own once they are done. Never waited for here: a close called on
-    an event loop would hold the loop up for as long as the slowest call, and one called from the thread of
-    the very call a finisher waits for would wait for ever. (Not a daemon either: the end of the process
-    waits for it, as for the finishers.)"""
+    `store` still run (some registered later too), in a thread of its own once they are done. Never waited
+    for here: a close called on an event loop would hold the loop up for as long as the slowest call, and
+    one called from the thread of the very call a finisher waits for would wait for ever. (Not a daemon
+    either: the end of the process waits for it, as for the finishers.)"""
     key = id(store)
+    me = threading.current_thread()
     with _FINISHERS_LOCK:
-        closing = _CLOSING.get(key)
-        if closing is not None and closing.is_alive():
+        if key in _CLOSING:
             return  # a close is waiting for them already: it closes the store
-        me = threading.current_thread()
-        pending = [t for t in _FINISHERS.pop(key, []) if t.is_alive() and t is not me]
-        if pending:
+        if not any(t.is_alive() and t is not me for t in _FINISHERS.get(key, ())):
+            _FINISHERS.pop(key, None)
+            pending = False
+        else:
+            pending = True
 
             def when_done() -> None:
-                for thread in pending:
-                    thread.join()
                 try:
+                    while True:
+                        with _FINISHERS_LOCK:
+                            alive = [t for t in _FINISHERS.get(key, ()) if t.is_alive() and t is not me]
+                            if not alive:
+                                _FINISHERS.pop(key, None)
+                                break
+                        for thread in alive:
+                            thread.join()
                     close()
                 finally:
                     with _FINISHERS_LOCK:
-                        if _CLOSING.get(key) is closer:
-                            del _CLOSING[key]
+                        _CLOSING.pop(key, None)
 
-            closer = _CLOSING[key] = threading.Thread(target=when_done, name="bide-store-close")
-            closer.start()
-            return
-    close()
-
-
-_CLOSING: dict[int, threading.Thread] = {}  # the close of each store waiting for its finishers
+            _CLOSING[key] = threading.Thread(target=when_done, name="bide-store-close")
+            _CLOSING[key].start()
+    if not pending:
+        close()
 
 
 def decide_lease(

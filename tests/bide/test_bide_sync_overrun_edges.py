@@ -428,6 +428,12 @@ def test_closing_a_store_while_a_cancelled_synchronous_call_runs_neither_blocks_
             closed.set()
         await asyncio.to_thread(closed.wait, 60)
         assert closed.is_set() and not returned.is_set()  # close() returned while the call still ran
+        # Closed for everyone but the call's keeper: a drive started now would fire an effect whose result
+        # the store, closing under it, could not take.
+        with pytest.raises(bide.StoreError, match="is closed"):
+            store.load("r")
+        with pytest.raises(bide.StoreError, match="is closed"):
+            await agent.run("another", "charge bob")
         finish.set()
 
     asyncio.run(cancelled_during_the_call())
