@@ -305,18 +305,29 @@ def test_a_third_signal_ends_a_worker_waiting_for_a_synchronous_call(
         worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE,
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
+    said: list[str] = []
+    assert worker.stderr is not None
+    reader = threading.Thread(target=lambda: said.extend(worker.stderr or ()), daemon=True)
+    reader.start()
     try:
         wait_until(lambda: log.exists() and "start o" in log.read_text(), "the side effect to start")
-        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGINT):
+        # Each signal once the one before was taken (two SIGINTs pending at once would be one), by what the
+        # worker says.
+        for signum, then in (
+            (signal.SIGTERM, "stopping; waiting for the 1 drive(s) in flight"),
+            (signal.SIGINT, "a synchronous tool call among them runs on in its thread until it returns"),
+        ):
             worker.send_signal(signum)
-            time.sleep(0.5)
-        _, errors = worker.communicate(timeout=60)  # long before the call's 120 s
+            wait_until(lambda then=then: any(then in line for line in said), f"the worker to say {then!r}")
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(timeout=60)  # long before the call's 120 s
+        reader.join(10)
     finally:
         if worker.poll() is None:
             worker.kill()
             worker.wait()
-    assert worker.returncode == 128 + signal.SIGINT, errors
-    assert "a synchronous tool call among them runs on in its thread until it returns" in errors
+    errors = "".join(said)
+    assert worker.returncode == 128 + signal.SIGTERM, errors
     assert "exiting now, without waiting for the calls still running" in errors
     assert log.read_text().splitlines() == ["start o"]
 
