@@ -130,7 +130,7 @@ from ._records import (
     timer_key,
 )
 from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
-from ._store import BlockingStore, Fence, Lease, Store, taking_lease
+from ._store import BlockingStore, Fence, Finishing, Lease, Store, finish_before_close, taking_lease
 from ._stream import Sink, StreamEvent, WatchedJournal, stream_drive
 from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
@@ -1562,6 +1562,11 @@ class Agent(Generic[T]):
             remember_returned(claim, result)
             return result
 
+        # A synchronous call may outlive its drive: a close() of the store from here on waits until its
+        # outcome is journaled, by the drive or by the thread the drive hands it to.
+        finishing = None if tool._is_async else Finishing(window.remaining() + _HANDOVER_S)
+        if finishing is not None:
+            finish_before_close(self.store, finishing)
         try:
             value = await tool._invoke(call_args, ctx, window)
         except NotCalled as exc:
@@ -1612,6 +1617,9 @@ class Agent(Generic[T]):
                 raise await self._void(journal, tool, call, gen, claim, exc) from exc
             cause = f"the tool raised {type(exc).__name__}: {_error_text(exc)}"
             raise self._unknown(journal, marker, cause, options=True) from exc
+        finally:
+            if finishing is not None:
+                finishing.done()  # its outcome is the drive's now, or a writer's (registered before this)
         return called(
             self._result(call, value, is_error=False, safety=_safety(tool), idem=idem, approval=approval)
         )
@@ -1646,6 +1654,9 @@ class Agent(Generic[T]):
         returns, and have the drive hand its lease to a keeper that holds it until then (bide/_lease.py)."""
         run_id = journal.run_id
         overrun = record_when_done(self.store, run_id, journal.fence, window, build)
+        # From now on, not only once the drive hands its lease to a keeper: a close() of the store while
+        # the drive unwinds must wait for this outcome too.
+        finish_before_close(self.store, overrun.writer)
         self._overruns.setdefault((run_id, journal.fence), []).append(overrun)
 
     def _late_result(
@@ -1665,6 +1676,10 @@ class Agent(Generic[T]):
 
         return build
 
+
+# How long past a synchronous call's deadline a store's deferred close waits for its drive to hand the call
+# to the thread that journals it (the drive does so as soon as its event loop runs it).
+_HANDOVER_S = 5.0
 
 _OPTIONS = (
     ". So that such failures need no person: raise bide.ToolError from the tool for a failure it knows "

@@ -175,11 +175,11 @@ def join_keepers() -> None:
 # process, which knows their drive is over, frees it first (`free_unfreed`), through whichever store object
 # it uses, however its URL is spelled. A release names the lease's holder and token, so it frees nothing
 # on another database holding the same run id, or once another driver took the run over: such a lease is
-# kept for a later drive (on its own database) until it has surely expired. Without that, "run the run
+# kept for a few later drives (one on its own database, say). Without that, "run the run
 # again here once the store answers" (a result this process keeps) met RunInFlight, named "another driver",
 # for up to lease_ttl.
-_UNFREED: dict[str, list[tuple[float, Lease]]] = {}
-_UNFREED_KEPT_S = 3600.0  # longer than any lease: by then each has expired, and is only forgotten
+_UNFREED: dict[str, list[tuple[int, Lease]]] = {}  # per run: (releases tried that freed nothing, lease)
+_UNFREED_TRIES = 3  # then forgotten: taken over, or on a database this process no longer drives it on
 
 
 async def free_lease(store: Store, lease: Lease) -> None:
@@ -188,7 +188,7 @@ async def free_lease(store: Store, lease: Lease) -> None:
     try:
         await store.arelease(lease.run_id, lease.holder, lease.token)
     except Exception:  # a lease not freed only expires
-        _UNFREED.setdefault(lease.run_id, []).append((time.monotonic(), lease))
+        _UNFREED.setdefault(lease.run_id, []).append((0, lease))
 
 
 async def free_unfreed(store: Store, run_id: str) -> None:
@@ -196,16 +196,14 @@ async def free_unfreed(store: Store, run_id: str) -> None:
     they ended (a no-op where that holder and token do not hold the run on `store`)."""
     if run_id not in _UNFREED:  # the common case: one dict lookup a drive
         return
-    now = time.monotonic()
-    kept = [(at, lease) for at, lease in _UNFREED.pop(run_id, []) if now - at < _UNFREED_KEPT_S]
     left = []
-    for at, lease in kept:
+    for tries, lease in _UNFREED.pop(run_id, []):
         try:
             freed = await store.arelease(lease.run_id, lease.holder, lease.token)
         except Exception:
             freed = False
-        if not freed:
-            left.append((at, lease))
+        if not freed and tries + 1 < _UNFREED_TRIES:
+            left.append((tries + 1, lease))
     if left:
         _UNFREED.setdefault(run_id, []).extend(left)
 

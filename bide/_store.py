@@ -42,6 +42,7 @@ async forms return awaitables, not necessarily coroutines: `await` them, or sche
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol, runtime_checkable
@@ -297,12 +298,35 @@ def written_by(runs: Sequence[tuple[str, Sequence[Entry]]]) -> dict[str, list[En
 # run's lease to free), by the id of the store they write to and of each store it wraps. They are not
 # daemons, so the end of the process waits for them; a store closed before they were done refused their
 # writes: the outcome was lost (the run halted for a person) or the lease left held for lease_ttl.
-_FINISHERS: dict[int, list[threading.Thread]] = {}
+_FINISHERS: dict[int, list[threading.Thread | Finishing]] = {}
 _CLOSING: dict[int, threading.Thread] = {}  # the deferred close of each store waiting for its finishers
 _FINISHERS_LOCK = threading.Lock()
 
 
-def finish_before_close(store: object, *threads: threading.Thread) -> None:
+class Finishing:
+    """Work a store's deferred close waits for although no thread of its own does it yet: a synchronous
+    call from its start until its outcome is journaled by the drive or handed to a thread that will
+    (a close() called in that gap, as a drive is cancelled, closed the store under that thread)."""
+
+    __slots__ = ("_done", "_until")
+
+    def __init__(self, seconds: float) -> None:
+        """For at most `seconds`: by then the drive has handed the call on, or it was abandoned (its event
+        loop dropped without cancelling it) and waiting longer would keep the process from ever ending."""
+        self._done = threading.Event()
+        self._until = time.monotonic() + seconds
+
+    def is_alive(self) -> bool:
+        return not self._done.is_set() and time.monotonic() < self._until
+
+    def join(self, timeout: float | None = None) -> None:
+        self._done.wait(max(0.0, self._until - time.monotonic()))
+
+    def done(self) -> None:
+        self._done.set()
+
+
+def finish_before_close(store: object, *threads: threading.Thread | Finishing) -> None:
     """Have `close()` of `store` (or of a store it wraps, its `inner`) wait for `threads`, which may go on
     using it after its close was called."""
     with _FINISHERS_LOCK:

@@ -593,17 +593,12 @@ class _InsideWindow:
         value: Any = None
         error: BaseException | None = None
         cut_at = -1  # the task's cancellation count when this wrapper cancelled the tool (-1: it has not)
-        cancelled = False  # a cancellation was thrown into the tool (its deadline's, the caller's, the cut)
         claimed = bool(window.claim)  # a side effect's attempt, not a retry-safe call's own window
         closing = _Closing()
         try:
             while True:
                 try:
-                    if error is None:
-                        yielded = send(value)
-                    else:
-                        cancelled = cancelled or isinstance(error, asyncio.CancelledError)
-                        yielded = throw(error)
+                    yielded = send(value) if error is None else throw(error)
                 except StopIteration as stop:
                     return stop.value
                 except asyncio.CancelledError:
@@ -615,13 +610,16 @@ class _InsideWindow:
                         ) from None
                     raise
                 except Exception as exc:
-                    if not (cancelled and claimed):
+                    # Cancelled from outside the tool: cut here, or its deadline's timer or its caller (not
+                    # the tool's own inner timeout, which takes its cancellation back before it raises).
+                    task = closing.task
+                    outside = cut_at >= 0 or (task is not None and task.cancelling() > closing.entered)
+                    if not (claimed and outside):
                         raise
                     # A side effect that, once cancelled, raised an error of its own (a client library
                     # wrapping the cancellation, say) ends as that cancellation: its claim (NotCalled, a
                     # declared not-started error) would void an attempt whose request had gone out, and
                     # the next try would fire it again.
-                    task = closing.task
                     if task is not None and task.cancelling() > max(closing.entered, cut_at):
                         # Its deadline's timer (run_with_deadline: TimeoutError) or the caller's.
                         raise asyncio.CancelledError(

@@ -252,3 +252,37 @@ def test_a_side_effect_that_turns_any_cancellation_into_a_not_started_error_is_n
     asyncio.run(drive())
     assert fired == ["charge"]
     assert [e.key for e in store.load("r")][-1] == "attempt:c0.0:0"  # never voided
+
+
+@pytest.mark.parametrize("raised", ["NotCalled", "a declared not_started error", "ToolError"])
+def test_a_side_effects_own_inner_timeout_is_not_taken_for_its_cancellation(raised: str) -> None:
+    """The tool's own `asyncio.timeout` cancels it too, and takes that back before the tool goes on: what it
+    raises then is its own word. A first version of the rule above took any cancellation thrown into the
+    tool for one from outside, and halted for a person a call that provably never started."""
+
+    class Refused(Exception):
+        """The connection was refused: nothing was sent."""
+
+    async def send(to: str) -> str:
+        """Send money."""
+        try:
+            async with asyncio.timeout(0.05):  # connecting, before anything is sent
+                await asyncio.sleep(HANG)
+        except TimeoutError:
+            if raised == "NotCalled":
+                raise bide.NotCalled("could not connect") from None
+            if raised == "ToolError":
+                raise bide.ToolError("the bank is unreachable") from None
+            raise Refused("refused") from None
+        return "sent"
+
+    tool = bide.Tool.from_function(send, timeout=5.0, not_started=(Refused,))
+    store = bide.open_store("memory://")
+    model = ScriptedModel([call("send", to="acme"), reply("done")])
+    agent = bide.Agent(model, store=store, tools=[tool])
+    if raised == "ToolError":
+        assert agent.run_sync("r", "pay acme").answer == "done"  # the model was told
+        return
+    with pytest.raises(bide.ToolNotStarted):
+        agent.run_sync("r", "pay acme")
+    assert [e.key for e in store.load("r")][-1] == "not-started:c0.0:0"  # voided: the next drive may call it
