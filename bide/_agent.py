@@ -1562,9 +1562,9 @@ class Agent(Generic[T]):
             remember_returned(claim, result)
             return result
 
-        # A synchronous call may outlive its drive: a close() of the store from here on waits until its
-        # outcome is journaled, by the drive or by the thread the drive hands it to.
-        finishing = None if tool._is_async else Finishing(window.remaining() + _HANDOVER_S)
+        # A synchronous call may outlive its drive: a close() of the store asked as the drive is cancelled
+        # waits for the drive to hand the call to the thread that journals its outcome.
+        finishing = None if tool._is_async else Finishing()
         if finishing is not None:
             finish_before_close(self.store, finishing)
         try:
@@ -1676,10 +1676,6 @@ class Agent(Generic[T]):
 
         return build
 
-
-# How long past a synchronous call's deadline a store's deferred close waits for its drive to hand the call
-# to the thread that journals it (the drive does so as soon as its event loop runs it).
-_HANDOVER_S = 5.0
 
 _OPTIONS = (
     ". So that such failures need no person: raise bide.ToolError from the tool for a failure it knows "

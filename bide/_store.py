@@ -305,25 +305,27 @@ _FINISHERS_LOCK = threading.Lock()
 
 class Finishing:
     """Work a store's deferred close waits for although no thread of its own does it yet: a synchronous
-    call from its start until its outcome is journaled by the drive or handed to a thread that will
-    (a close() called in that gap, as a drive is cancelled, closed the store under that thread)."""
+    call from its start until its drive has journaled its outcome or handed it to a thread that will (a
+    close() called as the drive is cancelled, before it hands the call on). Waited for `HANDOVER_S` at
+    most once the close is asked: a drive hands the call on as soon as its event loop runs it, and one
+    whose loop was dropped never will (waiting longer only kept the process from ending)."""
 
-    __slots__ = ("_done", "_until")
+    __slots__ = ("_done",)
 
-    def __init__(self, seconds: float) -> None:
-        """For at most `seconds`: by then the drive has handed the call on, or it was abandoned (its event
-        loop dropped without cancelling it) and waiting longer would keep the process from ever ending."""
+    def __init__(self) -> None:
         self._done = threading.Event()
-        self._until = time.monotonic() + seconds
 
     def is_alive(self) -> bool:
-        return not self._done.is_set() and time.monotonic() < self._until
+        return not self._done.is_set()
 
     def join(self, timeout: float | None = None) -> None:
-        self._done.wait(max(0.0, self._until - time.monotonic()))
+        self._done.wait(timeout)
 
     def done(self) -> None:
         self._done.set()
+
+
+HANDOVER_S = 5.0
 
 
 def finish_before_close(store: object, *threads: threading.Thread | Finishing) -> None:
@@ -363,15 +365,24 @@ def close_after_finishers(store: object, close: Callable[[], None]) -> None:
             pending = True
 
             def when_done() -> None:
+                handover = time.monotonic() + HANDOVER_S
                 try:
                     while True:
                         with _FINISHERS_LOCK:
-                            alive = [t for t in _FINISHERS.get(key, ()) if t.is_alive() and t is not me]
+                            past = time.monotonic() >= handover
+                            alive = [
+                                t
+                                for t in _FINISHERS.get(key, ())
+                                if t.is_alive() and t is not me and not (past and isinstance(t, Finishing))
+                            ]
                             if not alive:
                                 _FINISHERS.pop(key, None)
                                 break
-                        for thread in alive:
-                            thread.join()
+                        for waited in alive:
+                            if isinstance(waited, Finishing):
+                                waited.join(max(0.0, handover - time.monotonic()))
+                            else:
+                                waited.join()
                     close()
                 finally:
                     with _FINISHERS_LOCK:

@@ -36,7 +36,7 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from ._canonical import checked_json_text, json_text
-from ._deadline import DEADLINE_PASSED, run_with_deadline
+from ._deadline import DEADLINE_PASSED, ended_by_deadline, run_with_deadline
 from ._errors import ConfigError, NotCalled
 from ._inflight import CallWindow
 from ._messages import ToolSpec
@@ -594,11 +594,18 @@ class _InsideWindow:
         error: BaseException | None = None
         cut_at = -1  # the task's cancellation count when this wrapper cancelled the tool (-1: it has not)
         claimed = bool(window.claim)  # a side effect's attempt, not a retry-safe call's own window
+        by_deadline = False  # its deadline's timer cancelled it (its own message says so)
         closing = _Closing()
         try:
             while True:
                 try:
-                    yielded = send(value) if error is None else throw(error)
+                    if error is None:
+                        yielded = send(value)
+                    else:
+                        # (Not the cut's own cancellation, which carries the same message.)
+                        timer = cut_at < 0 and isinstance(error, asyncio.CancelledError)
+                        by_deadline = by_deadline or (timer and ended_by_deadline(error))
+                        yielded = throw(error)
                 except StopIteration as stop:
                     return stop.value
                 except asyncio.CancelledError:
@@ -610,17 +617,23 @@ class _InsideWindow:
                         ) from None
                     raise
                 except Exception as exc:
-                    # Cancelled from outside the tool: cut here, or its deadline's timer or its caller (not
-                    # the tool's own inner timeout, which takes its cancellation back before it raises).
+                    # Cancelled from outside the tool: cut here, by its deadline's timer (known by its
+                    # message, even if the tool took the cancellation back with uncancel()), or by its
+                    # caller (still counted); not by the tool's own inner timeout, which takes its
+                    # cancellation back before the tool goes on.
                     task = closing.task
-                    outside = cut_at >= 0 or (task is not None and task.cancelling() > closing.entered)
+                    outside = (
+                        cut_at >= 0
+                        or by_deadline
+                        or (task is not None and task.cancelling() > closing.entered)
+                    )
                     if not (claimed and outside):
                         raise
                     # A side effect that, once cancelled, raised an error of its own (a client library
                     # wrapping the cancellation, say) ends as that cancellation: its claim (NotCalled, a
                     # declared not-started error) would void an attempt whose request had gone out, and
                     # the next try would fire it again.
-                    if task is not None and task.cancelling() > max(closing.entered, cut_at):
+                    if by_deadline or (task is not None and task.cancelling() > max(closing.entered, cut_at)):
                         # Its deadline's timer (run_with_deadline: TimeoutError) or the caller's.
                         raise asyncio.CancelledError(
                             f"tool {window.tool!r} raised {type(exc).__name__} once cancelled"

@@ -286,3 +286,30 @@ def test_a_side_effects_own_inner_timeout_is_not_taken_for_its_cancellation(rais
     with pytest.raises(bide.ToolNotStarted):
         agent.run_sync("r", "pay acme")
     assert [e.key for e in store.load("r")][-1] == "not-started:c0.0:0"  # voided: the next drive may call it
+
+
+def test_a_side_effect_that_takes_back_its_deadlines_cancellation_is_still_unknown() -> None:
+    """The tool catches its deadline's cancellation, takes it back with `uncancel()` (what asyncio asks of
+    code that suppresses one) and raises a declared not-started error: the cancellation count no longer
+    showed it, the attempt was voided, and the next drive fired again. Its deadline's message still does."""
+    fired: list[str] = []
+
+    async def charge() -> str:
+        """Charge a card."""
+        fired.append("charge")
+        try:
+            await asyncio.sleep(HANG)
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            assert task is not None
+            task.uncancel()
+            raise ConnectionError("aborted") from None
+        return "charged"
+
+    tool = bide.Tool.from_function(charge, timeout=TIMEOUT, not_started=(ConnectionError,))
+    store = bide.open_store("memory://")
+    for _ in range(2):
+        model = ScriptedModel([call("charge"), reply("done")])
+        with pytest.raises(bide.OutcomeUnknown):
+            bide.Agent(model, store=store, tools=[tool]).run_sync("r", "charge")
+    assert fired == ["charge"]
