@@ -178,13 +178,14 @@ def test_sigint_during_worker_once_keeps_the_side_effects_result(env: dict[str, 
     assert status(url, "bide_", "r0") == "completed"
 
 
-def _async_effect_running(
-    env: dict[str, str], tmp_path: Path, seconds: float
+def _effect_running(
+    env: dict[str, str], tmp_path: Path, seconds: float, *, asynchronous: bool = True
 ) -> tuple[str, subprocess.Popen[str]]:
-    """A worker (no --once) driving a crashed run into an async side effect of `seconds`, started."""
+    """A worker (no --once) driving a crashed run into a side effect of `seconds` (an async one, else a
+    synchronous one, which runs in a thread), started."""
     url = f"sqlite:///{tmp_path / 'forever.db'}"
     crash_run(url, "bide_", "r0", env)
-    env["OPS_EFFECT_SECONDS"], env["OPS_EFFECT_ASYNC"] = str(seconds), "1"
+    env["OPS_EFFECT_SECONDS"], env["OPS_EFFECT_ASYNC"] = str(seconds), "1" if asynchronous else "0"
     log = Path(env["OPS_EFFECT_LOG"])
     worker = subprocess.Popen(
         worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE,
@@ -213,7 +214,7 @@ def test_sigterm_lets_a_worker_drive_finish_however_long_its_side_effect_runs(
     """SIGTERM stops `bide worker` taking runs and waits for its drives: an async side effect running past
     the library's default grace (30 s, after which the worker used to cancel it and leave the run halted
     for a person) still has its result journaled."""
-    url, worker = _async_effect_running(env, tmp_path, 32.0)
+    url, worker = _effect_running(env, tmp_path, 32.0)
     errors = _stopped_by(worker, signal.SIGTERM, timeout=90)
     assert worker.returncode == 0, errors
     assert "waiting for the 1 drive(s) in flight to finish" in errors
@@ -224,7 +225,7 @@ def test_sigterm_lets_a_worker_drive_finish_however_long_its_side_effect_runs(
 def test_sighup_stops_a_worker_as_sigterm_does(env: dict[str, str], tmp_path: Path) -> None:
     """A closed terminal or ssh session (SIGHUP) ended the worker at once, in the middle of a side effect,
     and its run halted for a person; it stops the worker as SIGTERM does."""
-    url, worker = _async_effect_running(env, tmp_path, 2.0)
+    url, worker = _effect_running(env, tmp_path, 2.0)
     errors = _stopped_by(worker, signal.SIGHUP, timeout=60)
     assert worker.returncode == 0, errors
     assert Path(env["OPS_EFFECT_LOG"]).read_text().splitlines() == ["start o", "end o"]
@@ -234,7 +235,7 @@ def test_sighup_stops_a_worker_as_sigterm_does(env: dict[str, str], tmp_path: Pa
 def test_a_second_signal_cancels_the_drives_a_stopping_worker_waits_for(
     env: dict[str, str], tmp_path: Path
 ) -> None:
-    url, worker = _async_effect_running(env, tmp_path, 120.0)
+    url, worker = _effect_running(env, tmp_path, 120.0)
     try:
         worker.send_signal(signal.SIGTERM)
         time.sleep(1.0)
@@ -260,16 +261,9 @@ def test_a_second_signal_during_a_synchronous_side_effect_frees_the_lease_once_i
     lease_ttl plus the clock skew (about 31 s by default). The log said only "run r0 interrupted: "."""
     from bide._store import EVERY_LEASE_MS
 
-    url = f"sqlite:///{tmp_path / 'sync.db'}"
-    crash_run(url, "bide_", "r0", env)
-    env["OPS_EFFECT_SECONDS"] = "3"
+    url, worker = _effect_running(env, tmp_path, 3.0, asynchronous=False)
     log = Path(env["OPS_EFFECT_LOG"])
-    worker = subprocess.Popen(
-        worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
     try:
-        wait_until(lambda: log.exists() and "start o" in log.read_text(), "the side effect to start")
         worker.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         worker.send_signal(signal.SIGINT)
@@ -297,20 +291,13 @@ def test_a_third_signal_ends_a_worker_waiting_for_a_synchronous_call(
     its handlers still taking signals: a third one did nothing, and nothing said what it waited for. It says
     so, and a third signal exits at once (128 + the signal), as SIGKILL would: the call's run is left to a
     person."""
-    url = f"sqlite:///{tmp_path / 'third.db'}"
-    crash_run(url, "bide_", "r0", env)
-    env["OPS_EFFECT_SECONDS"] = "120"
+    _, worker = _effect_running(env, tmp_path, 120.0, asynchronous=False)
     log = Path(env["OPS_EFFECT_LOG"])
-    worker = subprocess.Popen(
-        worker_command(url, "bide_", "--poll", "0.2"), env=env, cwd=HERE,
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
     said: list[str] = []
     assert worker.stderr is not None
     reader = threading.Thread(target=lambda: said.extend(worker.stderr or ()), daemon=True)
     reader.start()
     try:
-        wait_until(lambda: log.exists() and "start o" in log.read_text(), "the side effect to start")
         # Each signal once the one before was taken (two SIGINTs pending at once would be one), by what the
         # worker says.
         for signum, then in (
