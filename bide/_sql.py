@@ -1997,6 +1997,10 @@ def _session_ended(exc: BaseException) -> bool:
     # is told by libpq's words for it ("connection to server at/on socket ... failed", "could not connect"):
     # that one is not retried.
     said = str(orig)
+    if "server closed the connection unexpectedly" in said:
+        # Accepted, then ended (a backend terminated as its session started): libpq says "connection
+        # failed" for it too, but the server is there and another try may well get through.
+        return connection_lost(exc)
     return connection_lost(exc) and not any(words in said for words in _NOT_CONNECTED)
 
 
