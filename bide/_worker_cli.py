@@ -496,9 +496,7 @@ async def _forever(worker: Worker, started: str) -> None:
     _stop_then_cancel_on_signals(worker)
     # Said once the stop signals are the worker's own: from then on a signal stops it as documented (before,
     # it ends the process as any program starting up, with no run taken yet).
-    if sys.stderr is not None:  # (None when started with 2>&-)
-        with contextlib.suppress(OSError):  # a full or broken stderr (2>/dev/full) stops no worker
-            print(printable(started), file=sys.stderr, flush=True)
+    _say(printable(started))
     await worker.run_forever()
 
 

@@ -263,15 +263,9 @@ def test_a_second_signal_during_a_synchronous_side_effect_frees_the_lease_once_i
 
     url, worker = _effect_running(env, tmp_path, 3.0, asynchronous=False)
     log = Path(env["OPS_EFFECT_LOG"])
-    try:
-        worker.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
-        worker.send_signal(signal.SIGINT)
-        _, errors = worker.communicate(timeout=60)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
+    worker.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    errors = _stopped_by(worker, signal.SIGINT, timeout=60)
     assert worker.returncode == 0, errors
     assert log.read_text().splitlines() == ["start o", "end o"]
     assert "run r0 interrupted: CancelledError (the drive was cancelled or interrupted)" in errors
