@@ -64,10 +64,15 @@ def assert_sound(store: bide.Store, run_id: str, effects: Path) -> None:
 
 
 def finish_all(url: str, prefix: str, effects: Path, runs: list[str]) -> None:
-    """Drive every run to its end: each fires exactly once in all."""
+    """Drive every run to its end: each fires exactly once in all.
+
+    The windows are long: the test's tool fsyncs its effect file on the event loop, so with 1,500 runs
+    at once and a slow disk, a call resumes more than the default 5 s after its marker and is rightly
+    cut, its run halted (as CI saw; 987 of 1,500 runs with fsync slowed to 4 ms here). Finishing is not
+    what these tests measure."""
     todo = runs
     for _ in range(3):
-        got = outcome(spawn(url, prefix, effects, todo, lease_wait=60))
+        got = outcome(spawn(url, prefix, effects, todo, lease_wait=60, timeout=120))
         assert set(got.values()) <= {"completed", "not_started"}, got
         todo = [r for r, o in got.items() if o == "not_started"]
         if not todo:
