@@ -18,6 +18,7 @@ attempt (marker, call, not-started record); see the agent module.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import enum
 import functools
@@ -445,9 +446,7 @@ class Tool:
                 value = call()
             except BaseException as exc:
                 window.finish(False, exc)
-                if isinstance(exc, SystemExit | KeyboardInterrupt):
-                    # wait_for runs this in a task of its own, and a task lets these out of the event loop,
-                    # past the drive (ending every other run's drive in a worker): the drive raises them.
+                if isinstance(exc, _CARRIED):
                     return _Escaped(exc)
                 raise
             if inspect.isawaitable(value):
@@ -475,6 +474,8 @@ class Tool:
             window.abandon()  # cancelled: if it has not started, it never will
             raise
         if isinstance(value, _Escaped):
+            if isinstance(value.exc, asyncio.CancelledError):
+                raise _stray(self.name) from value.exc
             raise value.exc
         return value
 
@@ -606,15 +607,22 @@ class _InsideWindow:
                         timer = cut_at < 0 and isinstance(error, asyncio.CancelledError)
                         by_deadline = by_deadline or (timer and ended_by_deadline(error))
                         yielded = throw(error)
+                        # It goes on waiting: if its call is still cancelled (not only a task of its own that
+                        # it awaited, nor by its own inner timeout, which took that back), its grace starts.
+                        cancelled = by_deadline or cut_at >= 0 or closing.cancelled()
+                        if cancelled and isinstance(error, asyncio.CancelledError):
+                            closing.arm()
                 except StopIteration as stop:
                     return stop.value
-                except asyncio.CancelledError:
+                except asyncio.CancelledError as exc:
                     task = closing.task
                     if cut_at >= 0 and task is not None and task.cancelling() <= cut_at:
                         raise TimeoutError(
                             f"tool {window.tool!r} was past its deadline when it could go on (the process "
                             "was paused, or its event loop busy): it was cancelled there"
                         ) from None
+                    if cut_at < 0 and not by_deadline and task is not None and not closing.cancelled():
+                        raise _stray(window.tool) from exc
                     raise
                 except Exception as exc:
                     # Cancelled from outside the tool: cut here, by its deadline's timer (known by its
@@ -648,7 +656,7 @@ class _InsideWindow:
                 if closing.due():
                     closing.close(steps, window.tool)
                 past = window.remaining() <= 0
-                if past or isinstance(error, asyncio.CancelledError):
+                if past:
                     closing.arm()
                 # A result, or an error of the tool's own, past the window: cancelled instead. A cancellation
                 # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
@@ -664,9 +672,31 @@ _CLEANUP_GRACE = 1.0  # seconds a cancelled tool has to end before it is closed
 
 @dataclass(frozen=True, slots=True)
 class _Escaped:
-    """A SystemExit or KeyboardInterrupt a sync tool raised in its thread, carried to the drive as a value."""
+    """An exception a sync tool raised in its thread that would not reach the drive as it is, carried to
+    it as a value (`_CARRIED`)."""
 
-    exc: SystemExit | KeyboardInterrupt
+    exc: BaseException
+
+
+# wait_for runs a sync tool's thread in a task of its own, and a task lets SystemExit and KeyboardInterrupt
+# out of the event loop, past the drive (ending every other run's drive in a worker): the drive raises them.
+# A thread's CancelledError, asyncio's or concurrent.futures' (a future.result() on a cancelled future),
+# would come out of the thread's future as asyncio's, and end the drive as if its caller had cancelled it.
+_CARRIED = (SystemExit, KeyboardInterrupt, asyncio.CancelledError, concurrent.futures.CancelledError)
+
+
+class StrayCancellation(Exception):
+    """Internal: a `CancelledError` a tool raised of its own (it awaited a task of its own that it had
+    cancelled, say) while nothing cancelled its call. It is the tool's error like any other (a side effect's
+    outcome is unknown), never a cancellation of the drive: the drive's caller, which did not cancel it,
+    would take a `CancelledError` for its own (`asyncio.gather`, a TaskGroup and `asyncio.run` do)."""
+
+
+def _stray(tool: str) -> StrayCancellation:
+    return StrayCancellation(
+        f"tool {tool!r} raised CancelledError though nothing cancelled the call (a task of its own that it "
+        "cancelled and awaited, say)"
+    )
 
 
 class _Closing:
@@ -682,6 +712,11 @@ class _Closing:
         self.task = asyncio.current_task()
         self.entered = self.task.cancelling() if self.task is not None else 0
         self.timer: asyncio.TimerHandle | None = None
+
+    def cancelled(self) -> bool:
+        """Whether the call's task holds a cancellation from outside the tool that was not taken back: its
+        caller's, or its deadline's timer's."""
+        return self.task is not None and self.task.cancelling() > self.entered
 
     def arm(self) -> None:
         if self.at < math.inf:

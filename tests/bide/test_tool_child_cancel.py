@@ -1,0 +1,284 @@
+"""A tool that cancels a task of its own and awaits it. The `CancelledError` it lets out (or that a library
+inside it lets out) is its own error, not a cancellation of the call: before, it came out of
+`await agent.run(...)` as a bare `CancelledError` to a caller no one had cancelled (which `asyncio.gather`,
+a TaskGroup or `asyncio.run` take for the caller's own cancellation), with the attempt marker left
+without a result. A side effect's call started and may have acted: its outcome is unknown and the drive
+halts, as for any other exception the tool raises; a retry-safe tool's error goes back to the model.
+
+A tool that catches that `CancelledError` and goes on working was closed a second later, as if it had
+swallowed its call's cancellation: so was one whose own inner timeout had fired."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import time
+from typing import Any
+
+import pytest
+
+import bide
+from bide._tools import _CLEANUP_GRACE
+from bide.testing import ScriptedModel, call, reply
+
+HANG = 3600.0
+
+
+async def _cancelled_child() -> asyncio.Task[None]:
+    child = asyncio.create_task(asyncio.sleep(HANG))
+    await asyncio.sleep(0)  # the child is running
+    child.cancel()
+    return child
+
+
+def lets_out(fired: list[str]) -> Any:
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        fired.append("charge")  # the request went out
+        child = await _cancelled_child()
+        await child  # its CancelledError is not caught
+        return "charged"
+
+    return charge
+
+
+def journaled_result(store: bide.Store, run_id: str = "r") -> dict[str, Any]:
+    """The result record of the run's first call, as journaled."""
+    [entry] = [e for e in store.load(run_id) if e.key == "result:c0.0"]
+    record: dict[str, Any] = json.loads(entry.data)
+    return record
+
+
+def drive(agent: bide.Agent, run_id: str = "r") -> Any:
+    """`agent.run` under `asyncio.run`: what it returned, or the exception it raised (a CancelledError
+    included, which the caller of a drive it never cancelled must never see)."""
+
+    async def main() -> Any:
+        try:
+            return await agent.run(run_id, "go")
+        except BaseException as exc:  # the test looks at whatever ended the drive
+            return exc
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("store_url", ["memory://", "sqlite"])
+def test_a_side_effect_that_lets_its_childs_cancellation_out_halts_as_unknown(
+    store_url: str, tmp_path: Any
+) -> None:
+    fired: list[str] = []
+    url = f"sqlite:///{tmp_path / 'runs.db'}" if store_url == "sqlite" else store_url
+    store = bide.open_store(url)
+    tool = bide.Tool.from_function(lets_out(fired), timeout=0.5)  # resolve_halt waits for its deadline
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    ended = drive(agent)
+    assert isinstance(ended, bide.OutcomeUnknown), repr(ended)
+    assert "CancelledError" in ended.cause and "nothing cancelled" in ended.cause
+    assert ended.call_id == "c0.0" and ended.attempt == 0
+    assert [e.key for e in store.load("r")][-1] == "attempt:c0.0:0"  # started: never voided
+    # The next drive halts on the marker, and the effect does not fire again.
+    again = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    halted = drive(again)
+    assert isinstance(halted, bide.OutcomeUnknown) and "zero times or once" in str(halted)
+    assert fired == ["charge"]
+    # A person's resolution is taken once the call's deadline passed, and the run goes on.
+    time.sleep(max(0.0, ended.deadline - time.time()) + 0.05)
+    bide.resolve_halt(store, "r", "c0.0", outcome=bide.Outcome.failed("never charged"), clock_skew=0.0)
+    resumed = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    assert resumed.run_sync("r", "go").output == "done"
+    assert fired == ["charge"]
+    store.close()
+
+
+def test_a_stray_cancellation_is_not_voided_nor_retried_whatever_the_tool_declares() -> None:
+    fired: list[str] = []
+    tool = bide.Tool.from_function(
+        lets_out(fired),
+        timeout=30,
+        not_started=(RuntimeError, ConnectionError),
+        retry=bide.RetryPolicy(attempts=3, initial=0.01),
+    )
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    assert isinstance(drive(agent), bide.OutcomeUnknown)
+    assert fired == ["charge"]
+    assert [e.key for e in store.load("r")][-1] == "attempt:c0.0:0"
+
+
+@pytest.mark.parametrize("safety", [bide.ReadOnly, bide.Idempotent])
+def test_a_retry_safe_tool_that_lets_its_childs_cancellation_out_fails_for_the_model(safety: Any) -> None:
+    fired: list[str] = []
+    tool = bide.Tool.from_function(lets_out(fired), timeout=30, safety=safety)
+    model = ScriptedModel([call("charge", cents=5), reply("done")])
+    store = bide.open_store("memory://")
+    agent = bide.Agent(model, store=store, tools=[tool])
+    ended = drive(agent)
+    assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
+    result = journaled_result(store)
+    assert result["is_error"] and "CancelledError" in result["result"]
+    assert fired == ["charge"]
+
+
+def test_parallel_calls_in_a_gather_are_not_taken_for_the_callers_cancellation() -> None:
+    """Two drives in one `asyncio.gather`: the stray cancellation of one does not cancel the other."""
+    fired: list[str] = []
+    store = bide.open_store("memory://")
+
+    async def slow(cents: int) -> str:
+        """Charge a card, slowly."""
+        await asyncio.sleep(0.2)
+        return "charged"
+
+    tools = [bide.Tool.from_function(lets_out(fired), timeout=30), bide.Tool.from_function(slow, timeout=30)]
+
+    async def main() -> list[Any]:
+        one = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=tools)
+        two = bide.Agent(ScriptedModel([call("slow", cents=5), reply("done")]), store=store, tools=tools)
+        return await asyncio.gather(one.run("a", "go"), two.run("b", "go"), return_exceptions=True)
+
+    first, second = asyncio.run(main())
+    assert isinstance(first, bide.OutcomeUnknown), repr(first)
+    assert isinstance(second, bide.RunResult) and second.output == "done", repr(second)
+
+
+def test_the_callers_cancellation_during_such_a_tool_still_cancels_the_drive() -> None:
+    """The caller cancels the drive while the tool awaits its cancelled child: that is the caller's
+    cancellation, and the drive ends in CancelledError (the call's outcome is unknown to the next drive)."""
+    fired: list[str] = []
+    reached = asyncio.Event()
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        fired.append("charge")
+        child = asyncio.create_task(asyncio.sleep(HANG))
+        reached.set()
+        try:
+            await child  # the caller's cancellation cancels the child too
+        finally:
+            child.cancel()
+        return "charged"
+
+    store = bide.open_store("memory://")
+    tool = bide.Tool.from_function(charge, timeout=30)
+
+    async def main() -> Any:
+        agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+        running = asyncio.ensure_future(agent.run("r", "go"))
+        await reached.wait()
+        running.cancel()
+        try:
+            return await running
+        except BaseException as exc:  # the test looks at whatever ended the drive
+            return exc
+
+    ended = asyncio.run(main())
+    assert isinstance(ended, asyncio.CancelledError), repr(ended)
+    again = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    assert isinstance(drive(again), bide.OutcomeUnknown)
+    assert fired == ["charge"]
+
+
+def test_the_deadline_passing_while_the_tool_awaits_its_child_is_a_timeout() -> None:
+    fired: list[str] = []
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        fired.append("charge")
+        await asyncio.create_task(asyncio.sleep(HANG))  # the deadline cancels the child with the call
+        return "charged"
+
+    store = bide.open_store("memory://")
+    tool = bide.Tool.from_function(charge, timeout=0.2)
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    ended = drive(agent)
+    assert isinstance(ended, bide.OutcomeUnknown) and "timed out after 0.2s" in str(ended), repr(ended)
+    assert fired == ["charge"]
+
+
+@pytest.mark.parametrize("safety", [bide.SideEffect, bide.ReadOnly])
+def test_a_tool_that_catches_its_childs_cancellation_and_goes_on_is_not_closed(safety: Any) -> None:
+    """Catching the CancelledError of a task it cancelled is what asyncio asks of a tool: it was not
+    cancelled, and may go on past the clean-up grace (it was closed there, and halted as timed out)."""
+    work = _CLEANUP_GRACE + 0.5
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        child = await _cancelled_child()
+        with contextlib.suppress(asyncio.CancelledError):
+            await child
+        await asyncio.sleep(work)
+        return "charged"
+
+    tool = bide.Tool.from_function(charge, timeout=30, safety=safety)
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    started = time.monotonic()
+    ended = drive(agent)
+    assert isinstance(ended, bide.RunResult), repr(ended)
+    assert time.monotonic() - started >= work
+    assert journaled_result(store)["result"] == "charged"
+
+
+@pytest.mark.parametrize("safety", [bide.SideEffect, bide.ReadOnly])
+def test_a_tool_whose_own_inner_timeout_fired_and_goes_on_is_not_closed(safety: Any) -> None:
+    """Its own `asyncio.timeout` cancelled it, and took that back: it was not cancelled either."""
+    work = _CLEANUP_GRACE + 0.5
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        try:
+            async with asyncio.timeout(0.05):  # the first host does not answer
+                await asyncio.sleep(HANG)
+        except TimeoutError:
+            await asyncio.sleep(work)  # the second one does, slowly
+        return "charged"
+
+    tool = bide.Tool.from_function(charge, timeout=30, safety=safety)
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    ended = drive(agent)
+    assert isinstance(ended, bide.RunResult), repr(ended)
+    assert journaled_result(store)["result"] == "charged"
+
+
+def _cancelled_future_result() -> None:
+    future: concurrent.futures.Future[None] = concurrent.futures.Future()
+    future.cancel()
+    future.result()  # concurrent.futures.CancelledError
+
+
+def _asyncio_cancelled() -> None:
+    raise asyncio.CancelledError  # a sync function that ran an event loop of its own, say
+
+
+@pytest.mark.parametrize("raises", [_cancelled_future_result, _asyncio_cancelled])
+@pytest.mark.parametrize("safety", [bide.SideEffect, bide.ReadOnly])
+def test_a_synchronous_tool_that_raises_a_cancelled_error_does_not_cancel_the_drive(
+    raises: Any, safety: Any
+) -> None:
+    """Raised in the tool's thread, either CancelledError came out of the thread's future as asyncio's, and
+    so out of the drive."""
+    fired: list[str] = []
+
+    def charge(cents: int) -> str:
+        """Charge a card."""
+        fired.append("charge")
+        raises()
+        return "charged"
+
+    tool = bide.Tool.from_function(charge, timeout=30, safety=safety)
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel([call("charge", cents=5), reply("done")]), store=store, tools=[tool])
+    ended = drive(agent)
+    if safety is bide.SideEffect:
+        assert isinstance(ended, bide.OutcomeUnknown), repr(ended)
+        assert "CancelledError" in ended.cause
+        assert [e.key for e in store.load("r")][-1] == "attempt:c0.0:0"
+        again = bide.Agent(ScriptedModel([call("charge", cents=5)]), store=store, tools=[tool])
+        assert isinstance(drive(again), bide.OutcomeUnknown)
+    else:
+        assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
+        assert journaled_result(store)["is_error"]
+    assert fired == ["charge"]
