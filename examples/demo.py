@@ -13,18 +13,19 @@ Offline and self-contained: everything lives in a temporary directory (SQLite fi
    journal, and its retried call appends nothing new.
 4. The support agent refunds cancelled orders at a "bank" (a file outside the journal): a real side
    effect, fired at most once, and gated by the governed state: the refund tool refuses an order that the
-   log does not hold cancelled (a cancellation that lands after the shipment is a no-op, and the model is
-   told so). Its process is killed with SIGKILL after the bank executed a refund and before the answer
-   reached the journal. Restarted, the run halts with `bide.OutcomeUnknown` instead of refunding twice;
-   the demo looks the refund up at the bank, records it with `bide resolve`, and the run completes. The
-   bank holds exactly one refund per cancelled order, and none for an order that was not cancelled.
+   log does not hold cancelled (a cancellation that lands after the shipment is a no-op), and one whose
+   cancel found it not charged (a cancellation that lands before the payment: there is no payment to send
+   back); the model is told why. Its process is killed with SIGKILL after the bank executed a refund and
+   before the answer reached the journal. Restarted, the run halts with `bide.OutcomeUnknown` instead of
+   refunding twice; the demo looks the refund up at the bank, records it with `bide resolve`, and the run
+   completes. The bank holds one refund per order cancelled after its payment, and none for another order.
 5. Three replica processes follow the log live, each with a different delivery order (log order,
    shuffled windows with duplicates, reversed windows), applying the certificate's delivery rules.
 6. At the end: every replica's final state (identical), the event accounting (no event twice, none lost),
-   the halt and its resolution, every refund against its order's final state (cancelled), the certificate
-   check, and an offline audit verification of every
-   agent's journal (bide-audit). The demo fails (exit 1) if any check fails, including when the agents
-   recorded nothing (a real model that calls no tools).
+   the halt and its resolution, every refund against the log (its order charged when its cancel applied),
+   the certificate check, and an offline audit verification of every agent's journal (bide-audit). The
+   demo fails (exit 1) if any check fails, including when the agents recorded nothing (a real model that
+   calls no tools) and when the bank refunded an order that was not charged when its cancel applied.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from rich.console import Console, Group
 from rich.live import Live
@@ -109,8 +110,10 @@ ROLES: dict[str, dict[str, Any]] = {
         "events": ["cancel"],
         "task": "You are customer support. The customers of order-3 and order-4 asked to cancel their "
         "orders. Cancel them; then, for each order your cancel left cancelled, send its payment back with "
-        "refund_payment (an order that shipped before the cancel is not refunded), and report the outcome.",
-        "orders": ["order-3", "order-4"],  # its scripted model decides each refund from the cancel's result
+        "refund_payment (the bank refunds only an order that was paid when your cancel applied: not one "
+        "that shipped before the cancel, nor one cancelled before its payment), and report the outcome.",
+        # its scripted model decides each refund from the cancel's result, and reports the refund's answer
+        "orders": ["order-3", "order-4"],
         "pace": 3,  # support answers slowly: its cancellations race the payments
     },
 }
@@ -175,7 +178,9 @@ def scripted(role: str) -> ScriptedModel:
 
 def support_turn(request: bide.ModelRequest) -> Turn:
     """The scripted support agent's next turn: cancel each of its orders, and refund an order only when
-    its cancel's result says the order is now cancelled (a cancel after the shipment is a no-op)."""
+    its cancel's result says the order is now cancelled (a cancel after the shipment is a no-op). Its
+    final answer reports each order's outcome as the tools told it: refunded only when the refund tool
+    said so, and otherwise why not."""
     results = {m.tool_call_id: m for m in request.messages if isinstance(m, bide.ToolMessage)}
     calls = [
         (c.name, c.arguments.get("record") if isinstance(c.arguments, dict) else None, results.get(c.id))
@@ -183,18 +188,24 @@ def support_turn(request: bide.ModelRequest) -> Turn:
         if isinstance(m, bide.AssistantMessage)
         for c in m.tool_calls
     ]
-    kept: list[str] = []
+    outcomes: list[str] = []
     for order in ROLES["support"]["orders"]:
         cancels = [result for name, record, result in calls if name == "cancel" and record == order]
         if not cancels:
             return Turn(calls=(Call("cancel", {"record": order}),))
         status = cancelled_status(cancels[-1])
+        refunds = [result for name, record, result in calls if name == "refund_payment" and record == order]
         if status != "cancelled":
-            kept.append(f"{order} not refunded: the cancel left it {status}")
-        elif not any(name == "refund_payment" and record == order for name, record, _ in calls):
+            outcomes.append(f"{order} not refunded: the cancel left it {status}")
+        elif not refunds:
             return Turn(calls=(Call("refund_payment", {"record": order}),))
+        elif refunds[-1] is None or refunds[-1].is_error:
+            told = "no answer" if refunds[-1] is None else refunds[-1].content
+            outcomes.append(f"{order} not refunded: {told}")
+        else:
+            outcomes.append(f"{order} refunded")
     done = f"support: done, {len(calls)} tool calls made"
-    return reply("; ".join([done, *kept]) + ".")
+    return reply("; ".join([done, *outcomes]) + ".")
 
 
 def cancelled_status(result: bide.ToolMessage | None) -> str:
@@ -215,6 +226,30 @@ def bank_refunds(workdir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines if line.strip()]
 
 
+class Cancellation(NamedTuple):
+    """What the log says of a record's cancellation."""
+
+    status: str  # the record's status after all its events
+    found: dict[str, Any] | None  # the state the cancel that cancelled it found; None: no cancel applied
+
+
+def cancel_reader(machine: govern.Machine, log: govern.EventLog) -> Callable[[str], Cancellation]:
+    """The refund tool's reading of the log: a record's events folded in log order, its status at the end
+    and the state just before the cancel that cancelled it. Replicas keep pay and cancel in log order (a
+    causal-order obligation), so every replica's cancel found that same state."""
+
+    def cancellation(record: str) -> Cancellation:
+        state = machine.initial
+        found: dict[str, Any] | None = None
+        for event in log.read_record(record):
+            before, state = state, machine.apply(state, event.event)
+            if found is None and state["status"] == "cancelled":
+                found = dict(before)
+        return Cancellation(str(state["status"]), found)
+
+    return cancellation
+
+
 def order_reader(machine: govern.Machine, log: govern.EventLog) -> Callable[[str], dict[str, Any]]:
     """The `order_state` tool's function: a record's state as a replica of the event log sees it."""
 
@@ -227,25 +262,34 @@ def order_reader(machine: govern.Machine, log: govern.EventLog) -> Callable[[str
     return order_state
 
 
-def refund_tool(workdir: Path, order_state: Callable[[str], dict[str, Any]]) -> bide.Tool:
+def refund_tool(workdir: Path, cancellation: Callable[[str], Cancellation]) -> bide.Tool:
     """The bank's refund: a real side effect (no safety declared), so bide fires it at most once. It is
-    gated by the governed state: only an order the log holds cancelled is refunded."""
+    gated by the governed state: only an order the log holds cancelled, whose cancel found it charged
+    (paid before the cancel, in log order), is refunded."""
 
     async def refund_payment(record: str) -> str:
         """Send the payment of a cancelled order back to the customer, at the bank. Refused for an order
-        that is not cancelled (for example one that shipped before its cancellation)."""
+        that is not cancelled (for example one that shipped before its cancellation), and for one that was
+        cancelled before it was paid (there is no payment to send back)."""
         call = bide.current_call()
         try:
-            state = await asyncio.to_thread(order_state, record)
+            told = await asyncio.to_thread(cancellation, record)
         except govern.EventLogError as exc:
             raise bide.NotCalled(
                 f"the state of {record} could not be read ({exc}); nothing was refunded"
             ) from exc
-        # No event leaves "cancelled", so an order cancelled in the log now stays cancelled.
-        if state["status"] != "cancelled":
+        # No event leaves "cancelled" and the log only grows, so once a cancel applied, the order stays
+        # cancelled and the state that cancel found never changes: a refused order stays refused.
+        if told.found is None:
             raise bide.ToolError(
-                f"{record} is {state['status']}, not cancelled, so its payment is not refunded and nothing "
+                f"{record} is {told.status}, not cancelled, so its payment is not refunded and nothing "
                 "was sent to the bank: only an order the log holds cancelled is refunded"
+            )
+        if not told.found["charged"]:
+            raise bide.ToolError(
+                f"{record} was cancelled while {told.found['status']}, before it was charged, so there is no "
+                "payment to refund and nothing was sent to the bank: only an order whose cancel found it "
+                "charged is refunded"
             )
         with (workdir / "bank.jsonl").open("a") as bank:
             entry = {"refund": record, "call_id": call.call_id, "key": call.idempotency_key}
@@ -267,7 +311,7 @@ def run_agent(role: str, workdir: Path) -> int:
     tools = [govern.event_tool(machine, log, event) for event in ROLES[role]["events"]]
     tools.append(bide.Tool.from_function(order_state, safety=bide.ReadOnly))
     if role == "support":
-        tools.append(refund_tool(workdir, order_state))
+        tools.append(refund_tool(workdir, cancel_reader(machine, log)))
     model: Any
     if os.environ.get("OPENAI_API_KEY") and os.environ.get("OPENAI_BASE_URL"):
         model = bide.OpenAIModel(os.environ.get("OPENAI_MODEL", "gpt-4o-mini"))
@@ -566,14 +610,20 @@ class Demo:
             per_order[refund["refund"]] = per_order.get(refund["refund"], 0) + 1
         store = bide.open_store(f"sqlite:///{self.workdir / 'journal.db'}")
         journal = bide.Journal(store, "demo-support").load()
+        # A refused refund (a ToolError the model saw) sent nothing to the bank: only the calls that
+        # succeeded have a refund there.
         calls = [
-            r for r in journal.records() if isinstance(r, bide.ToolResult) and r.tool == "refund_payment"
+            r
+            for r in journal.records()
+            if isinstance(r, bide.ToolResult) and r.tool == "refund_payment" and not r.is_error
         ]
         status = bide.run_status(store, "demo-support").status
         store.close()
         twice = sorted(order for order, n in per_order.items() if n > 1)
         if twice or len(refunds) != len(calls):
-            self.failures.append(f"bank refunds {per_order} for {len(calls)} refund calls; twice: {twice}")
+            self.failures.append(
+                f"bank refunds {per_order} for {len(calls)} refund calls that succeeded; twice: {twice}"
+            )
             return
         if not self.halts or not self.resolutions:
             if self.real_model and not refunds:
@@ -593,26 +643,39 @@ class Demo:
         )
 
     def report_refunds(self, machine: govern.Machine, log: govern.EventLog) -> None:
-        """Every refund the bank made, against its order's final state: only a cancelled order is refunded."""
-        final = govern.Replica(machine, log)
-        final.sync()
+        """Every refund the bank made, against the log: only an order cancelled in the final state of the
+        log, whose cancel found it charged (paid before the cancel, in log order), is refunded."""
+        cancellation = cancel_reader(machine, log)
         refunded = sorted({refund["refund"] for refund in bank_refunds(self.workdir)})
-        wrong = {order: final.state(order)["status"] for order in refunded}
-        wrong = {order: status for order, status in wrong.items() if status != "cancelled"}
-        if wrong:
-            shown = ", ".join(f"{order} ({status})" for order, status in wrong.items())
+        told = {order: cancellation(order) for order in refunded}
+        not_cancelled = {order: t.status for order, t in told.items() if t.found is None}
+        uncharged = {
+            order: t.found["status"]
+            for order, t in told.items()
+            if t.found is not None and not t.found["charged"]
+        }
+        if not_cancelled:
+            shown = ", ".join(f"{order} ({status})" for order, status in not_cancelled.items())
             self.failures.append(
                 f"the bank refunded orders that are not cancelled in the final state of the log: {shown}; a "
                 "refund must follow an applied cancellation (the refund tool checks the order's state)"
             )
+        if uncharged:
+            shown = ", ".join(f"{order} (cancelled while {status})" for order, status in uncharged.items())
+            self.failures.append(
+                f"the bank refunded orders that were not charged when their cancel applied: {shown}; a "
+                "refund must follow the payment it sends back (the refund tool checks what the cancel found)"
+            )
+        if not_cancelled or uncharged:
             return
-        kept = [
-            f"{order} ({final.state(order)['status']})"
-            for order in ROLES["support"]["orders"]
-            if order not in refunded
-        ]
+        kept = []
+        for order in ROLES["support"]["orders"]:
+            if order not in refunded:
+                t = cancellation(order)
+                why = t.status if t.found is None or t.found["charged"] else "cancelled before it was charged"
+                kept.append(f"{order} ({why})")
         made = (
-            f"the bank refunded {', '.join(refunded)}, cancelled in the final state of the log"
+            f"the bank refunded {', '.join(refunded)}, each cancelled in the log after it was charged"
             if refunded
             else "the bank made no refund"
         )

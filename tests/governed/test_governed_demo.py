@@ -8,6 +8,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -43,17 +44,29 @@ def test_the_demo_runs_and_everything_checks_out(tmp_path: Path) -> None:
     assert "SIGKILL support agent" in out and "before its answer reached the journal" in out
     assert "HALTED agent support: bide.OutcomeUnknown on call" in out and "refund_payment" in out
     assert "$ bide resolve --store sqlite:///" in out and "--succeeded" in out
-    assert "resolved call c1.0 of run demo-support as succeeded" in out
+    # which call is resolved depends on the race of order-3's cancel with its payment (refused or not)
+    assert re.search(r"resolved call c\d+\.0 of run demo-support as succeeded", out)
     assert "result: halt shown and resolved" in out and ", none twice" in out
-    # Each refund fired exactly once, and only for an order the log ends with cancelled: a cancel that
-    # landed after the shipment was a no-op, and the order was not refunded.
+    # Each refund fired exactly once, and only for an order the log ends with cancelled and paid before
+    # its cancel: a cancel that landed after the shipment was a no-op, one that landed before the payment
+    # found nothing to refund, and neither order was refunded.
     refunds = [json.loads(line)["refund"] for line in (tmp_path / "bank.jsonl").read_text().splitlines()]
     machine = govern.Machine.load(tmp_path / "orders.machine")
-    final = govern.Replica(machine, govern.EventLog(str(tmp_path / "events.db")))
+    log = govern.EventLog(str(tmp_path / "events.db"))
+    final = govern.Replica(machine, log)
     final.sync()
-    cancelled = [order for order in ("order-3", "order-4") if final.state(order)["status"] == "cancelled"]
-    assert refunds and sorted(refunds) == cancelled
-    assert "result: refunds match cancellations: the bank refunded " + ", ".join(cancelled) in out
+
+    def paid_before_cancel(order: str) -> bool:
+        events = [e.event for e in log.read_record(order)]
+        return "pay" in events and events.index("pay") < events.index("cancel")
+
+    refundable = [
+        order
+        for order in ("order-3", "order-4")
+        if final.state(order)["status"] == "cancelled" and paid_before_cancel(order)
+    ]
+    assert refunds and sorted(refunds) == refundable
+    assert "result: refunds match cancellations: the bank refunded " + ", ".join(refundable) in out
     assert "result: replicas identical (3 replicas" in out
     assert "result: events exact: " in out and "none appended twice, none lost" in out
     assert "result: certificate valid" in out
@@ -137,33 +150,50 @@ def _demo_module() -> Any:
     return demo
 
 
-def _shipped_order_4(machine: govern.Machine) -> govern.EventLog:
-    """A log where order-3 is paid and order-4 paid, restocked and shipped (a cancel of it is a no-op)."""
-    log = govern.EventLog("memory://", machine=machine)
-    for i, (event, order) in enumerate(
-        [("pay", "order-3"), ("pay", "order-4"), ("restock", "order-4"), ("ship", "order-4")]
-    ):
+def _log(machine: govern.Machine, events: list[tuple[str, str]], url: str = "memory://") -> govern.EventLog:
+    """The event log at `url` with `events` (event, order) appended in that order."""
+    log = govern.EventLog(url, machine=machine)
+    for i, (event, order) in enumerate(events):
         made = govern.Event(id=f"e{i}", machine=machine.digest, record=order, event=event, producer="shop")
         log.append(made)
     return log
 
 
+def _shipped_order_4(machine: govern.Machine) -> govern.EventLog:
+    """A log where order-3 is paid and order-4 paid, restocked and shipped (a cancel of it is a no-op)."""
+    shipped = [("pay", "order-3"), ("pay", "order-4"), ("restock", "order-4"), ("ship", "order-4")]
+    return _log(machine, shipped)
+
+
+# order-3's cancel overtook its payment (the payment after it is a no-op); order-4 is paid
+CANCELLED_BEFORE_PAID = [("cancel", "order-3"), ("pay", "order-3"), ("pay", "order-4")]
+
+
 def _refund_agent(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: Any
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: Any,
+    log: govern.EventLog | None = None,
+    store_url: str = "memory://",
 ) -> tuple[bide.RunResult, govern.EventLog]:
-    """The demo's support agent (its cancel, order_state and refund tools) driven by `model` in-process."""
+    """The demo's support agent (its cancel, order_state and refund tools) driven by `model` in-process, on
+    `log` (default: `_shipped_order_4`), journaled in the store at `store_url`."""
     demo = _demo_module()
     monkeypatch.setattr(demo, "BANK_ANSWER_DELAY", 0.0)
     machine = demo.orders.build()
-    log = _shipped_order_4(machine)
+    log = _shipped_order_4(machine) if log is None else log
     order_state = demo.order_reader(machine, log)
     tools = [
         govern.event_tool(machine, log, "cancel"),
         bide.Tool.from_function(order_state, safety=bide.ReadOnly),
-        demo.refund_tool(tmp_path, order_state),
+        demo.refund_tool(tmp_path, demo.cancel_reader(machine, log)),
     ]
-    agent = bide.Agent(model, store=bide.open_store("memory://"), tools=tools)
-    return agent.run_sync("demo-support", "cancel order-3 and order-4, refund the cancelled ones"), log
+    store = bide.open_store(store_url)
+    try:
+        agent = bide.Agent(model, store=store, tools=tools)
+        return agent.run_sync("demo-support", "cancel order-3 and order-4, refund the cancelled ones"), log
+    finally:
+        store.close()
 
 
 def test_the_refund_tool_refuses_an_order_that_is_not_cancelled(
@@ -186,8 +216,92 @@ def test_the_scripted_support_agent_refunds_only_what_its_cancels_cancelled(
     assert [(e.event, e.record) for e in log.read()][-2:] == [("cancel", "order-3"), ("cancel", "order-4")]
     assert [r["refund"] for r in demo.bank_refunds(tmp_path)] == ["order-3"]
     assert result.answer == (
-        "support: done, 3 tool calls made; order-4 not refunded: the cancel left it shipped."
+        "support: done, 3 tool calls made; order-3 refunded; "
+        "order-4 not refunded: the cancel left it shipped."
     )
+
+
+REFUSED_UNPAID = (
+    "order-3 was cancelled while pending, before it was charged, so there is no payment to refund and "
+    "nothing was sent to the bank"
+)
+
+
+def test_the_refund_tool_refuses_an_order_cancelled_before_it_was_charged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine = _demo_module().orders.build()
+    log = _log(machine, CANCELLED_BEFORE_PAID)
+    model = ScriptedModel(
+        [call("refund_payment", record="order-3"), call("refund_payment", record="order-4"), reply("done")]
+    )
+    _refund_agent(tmp_path, monkeypatch, model, log)
+    [refused] = [m for m in model.requests[1].messages if isinstance(m, bide.ToolMessage)]
+    assert refused.is_error and REFUSED_UNPAID in refused.content
+    # an order that is still unpaid-cancelled is refused; one paid and then cancelled is not
+    assert [r["refund"] for r in _demo_module().bank_refunds(tmp_path)] == []
+    log.append(govern.Event(id="c4", machine=machine.digest, record="order-4", event="cancel", producer="s"))
+    model = ScriptedModel([call("refund_payment", record="order-4"), reply("done")])
+    _refund_agent(tmp_path, monkeypatch, model, log)
+    [refunded] = [m for m in model.requests[1].messages if isinstance(m, bide.ToolMessage)]
+    assert not refunded.is_error and refunded.content == "refunded the payment of order-4"
+    assert [r["refund"] for r in _demo_module().bank_refunds(tmp_path)] == ["order-4"]
+
+
+def test_the_scripted_support_agent_reports_a_refund_it_was_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    demo = _demo_module()
+    monkeypatch.setattr(demo, "MODEL_DELAY", 0.0)
+    machine = demo.orders.build()
+    log = _log(machine, CANCELLED_BEFORE_PAID)
+    result, _ = _refund_agent(tmp_path, monkeypatch, demo.scripted("support"), log)
+    assert [(e.event, e.record) for e in log.read()][-2:] == [("cancel", "order-3"), ("cancel", "order-4")]
+    assert [r["refund"] for r in demo.bank_refunds(tmp_path)] == ["order-4"]
+    told = "support: done, 4 tool calls made; order-3 not refunded: " + REFUSED_UNPAID
+    assert result.answer.startswith(told)
+    assert result.answer.endswith("; order-4 refunded.")
+
+
+def test_the_demo_counts_a_refused_refund_call_as_no_refund(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A refund call the tool refused sent nothing to the bank: the halt's report holds the bank's refunds
+    against the refund calls that succeeded, and passes."""
+    demo = _demo_module()
+    machine = demo.orders.build()
+    log = _log(machine, [*CANCELLED_BEFORE_PAID, ("cancel", "order-4")])
+    model = ScriptedModel(
+        [call("refund_payment", record="order-3"), call("refund_payment", record="order-4"), reply("done")]
+    )
+    _refund_agent(tmp_path, monkeypatch, model, log, f"sqlite:///{tmp_path / 'journal.db'}")
+    conductor = demo.Demo(tmp_path, Console(file=io.StringIO(), width=300))
+    conductor.halts, conductor.resolutions = [{"call_id": "c1.0"}], ["bide resolve ... c1.0 --succeeded"]
+    conductor.report_halt()
+    assert conductor.failures == []
+    assert "The bank holds 1 refund for 1 order, none twice" in conductor.console.file.getvalue()
+
+
+@pytest.mark.slow
+def test_the_support_agent_process_refunds_no_order_cancelled_before_its_payment(tmp_path: Path) -> None:
+    """The demo's support agent, as `make demo` runs it (its own process, its scripted model), on a log
+    where order-3's cancel came before its payment: it is told why order-3 is not refunded, and the bank
+    refunds order-4 only."""
+    machine = _demo_module().orders.build()
+    machine.save(tmp_path / "orders.machine")
+    _log(machine, CANCELLED_BEFORE_PAID, str(tmp_path / "events.db"))
+    env = {key: value for key, value in os.environ.items() if key != "OPENAI_API_KEY"}
+    done = subprocess.run(
+        [sys.executable, str(DEMO), "--workdir", str(tmp_path), "--agent", "support"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [r["refund"] for r in _demo_module().bank_refunds(tmp_path)] == ["order-4"]
+    assert "order-3 not refunded: " + REFUSED_UNPAID in done.stdout
+    assert done.stdout.strip().endswith("; order-4 refunded.")
 
 
 def test_the_demo_fails_when_the_bank_refunded_an_order_that_is_not_cancelled(tmp_path: Path) -> None:
@@ -208,6 +322,30 @@ def test_the_demo_fails_when_the_bank_refunded_an_order_that_is_not_cancelled(tm
     conductor.report_refunds(machine, log)
     assert conductor.failures == []
     assert "refunds match cancellations: the bank refunded order-3" in conductor.console.file.getvalue()
+
+
+def test_the_demo_fails_when_the_bank_refunded_an_order_cancelled_before_its_payment(tmp_path: Path) -> None:
+    demo = _demo_module()
+    machine = demo.orders.build()
+    log = _log(machine, CANCELLED_BEFORE_PAID)
+    log.append(govern.Event(id="c4", machine=machine.digest, record="order-4", event="cancel", producer="s"))
+    refunds = [{"refund": "order-3", "call_id": "c1.0"}, {"refund": "order-4", "call_id": "c3.0"}]
+    (tmp_path / "bank.jsonl").write_text("".join(json.dumps(refund) + "\n" for refund in refunds))
+    conductor = demo.Demo(tmp_path, Console(file=io.StringIO()))
+    conductor.report_refunds(machine, log)
+    assert conductor.failures == [
+        "the bank refunded orders that were not charged when their cancel applied: order-3 (cancelled "
+        "while pending); a refund must follow the payment it sends back (the refund tool checks what the "
+        "cancel found)"
+    ]
+    (tmp_path / "bank.jsonl").write_text(json.dumps(refunds[1]) + "\n")
+    conductor = demo.Demo(tmp_path, Console(file=io.StringIO(), width=200))
+    conductor.report_refunds(machine, log)
+    assert conductor.failures == []
+    assert (
+        "refunds match cancellations: the bank refunded order-4, each cancelled in the log after it was "
+        "charged; not refunded: order-3 (cancelled before it was charged)"
+    ) in conductor.console.file.getvalue()
 
 
 def test_make_demo_runs_in_the_project_virtual_environment() -> None:
