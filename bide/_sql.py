@@ -74,6 +74,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import math
 import operator
 import os
 import queue
@@ -317,7 +318,7 @@ class SQLStore:
                 f"on PostgreSQL a table_prefix must be lower case (unquoted names are folded to lower "
                 f"case), got {table_prefix!r}: use {table_prefix.lower()!r}"
             )
-        self._busy_ms = int(busy_timeout * 1000)
+        self._busy_ms = _busy_ms(busy_timeout, self.dialect)
         self._file: OpenedFile | None = None  # SQLite: the file, once open (see bide/_dbfile.py)
         if self.dialect == "sqlite":
             # The path is made absolute once: a later os.chdir must not point new connections elsewhere.
@@ -1841,6 +1842,33 @@ class _SyncingCursor:
         self._pipe.sync()
         rows: list[Any] = self._cur.fetchall()
         return rows
+
+
+# The shortest busy timeout on PostgreSQL: its lock_timeout reads 0 as "wait forever", and a store ends
+# sessions idle inside a transaction after half the busy timeout, which at a few milliseconds ends healthy
+# sessions between two statements of a write (at 10 ms, every creation of the tables failed).
+_PG_BUSY_MIN_S = 0.1
+
+
+def _busy_ms(busy_timeout: float, dialect: str) -> int:
+    """The busy timeout in milliseconds; `ConfigError` for a value no lock wait can use."""
+    if (
+        isinstance(busy_timeout, bool)
+        or not isinstance(busy_timeout, int | float)
+        or not math.isfinite(busy_timeout)
+        or busy_timeout < 0
+    ):
+        raise ConfigError(
+            "busy_timeout is the seconds a request waits for a lock (0 or more, finite), got "
+            f"{busy_timeout!r}"
+        )
+    if dialect == "postgresql" and busy_timeout < _PG_BUSY_MIN_S:
+        raise ConfigError(
+            f"on PostgreSQL busy_timeout must be at least {_PG_BUSY_MIN_S:g} s, got {busy_timeout!r}: "
+            "PostgreSQL takes a lock timeout of 0 for no limit, and the store ends a session idle in a "
+            "transaction after half of it"
+        )
+    return int(busy_timeout * 1000)
 
 
 def _lease_columns() -> list[sa.Column[Any]]:

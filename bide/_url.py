@@ -251,6 +251,9 @@ def _check_postgresql(url: str, sqlalchemy_url: str) -> None:
         )
 
 
+_KEEPALIVE_MAX_S = 32767
+
+
 def libpq_bounds(given: Collection[str], wait_s: float) -> dict[str, int]:
     """libpq options that bound every wait on the network to about `wait_s` seconds (at least 2): each
     connection attempt (``connect_timeout``), and a request whose network path goes silent while it waits
@@ -264,10 +267,12 @@ def libpq_bounds(given: Collection[str], wait_s: float) -> dict[str, int]:
     bounds = {
         "connect_timeout": s,
         "keepalives": 1,
-        "keepalives_idle": max(1, s // 2),
-        "keepalives_interval": max(1, math.ceil(s / 6)),
+        # Linux refuses keepalive times over 32,767 s (setsockopt: Invalid argument), and a timeout in
+        # milliseconds over a signed 32-bit int: a long busy timeout probes at those limits.
+        "keepalives_idle": min(max(1, s // 2), _KEEPALIVE_MAX_S),
+        "keepalives_interval": min(max(1, math.ceil(s / 6)), _KEEPALIVE_MAX_S),
         "keepalives_count": 3,
-        "tcp_user_timeout": s * 1000,
+        "tcp_user_timeout": min(s * 1000, 2**31 - 1),
     }
     return {name: value for name, value in bounds.items() if name not in given}
 
