@@ -27,7 +27,7 @@ import inspect
 import json
 import math
 import time
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, overload
@@ -402,13 +402,15 @@ class Tool:
                 if window is None:  # an unclaimed call (a retry-safe tool's) starts now, with its timeout
                     # Inside a window of its own all the same: one that swallows its cancellation is closed.
                     own = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
-                    value = await run_with_deadline(_InsideWindow(own, coroutine), self.timeout)
+                    inside = functools.partial(_inside, own, coroutine)
+                    value = await run_with_deadline(_in_task_of_its_own(inside, coroutine), self.timeout)
                 else:
                     # A claimed call: the deadline is set from the window's clock as it is armed, then the
                     # window is checked just before the tool's first step. A pause anywhere before that
                     # step ends in NotCalled, or in the cancellation at the tool's first await: never in
                     # a call given a fresh timeout after its marker's deadline.
-                    value = await run_with_deadline(_started_inside(window, coroutine), window.remaining)
+                    started = functools.partial(_started_inside, window, coroutine)
+                    value = await run_with_deadline(_in_task_of_its_own(started, coroutine), window.remaining)
                 return journal_safe(self.name, value)
             if window is None:
                 window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
@@ -422,7 +424,8 @@ class Tool:
                 # (checked just before its first step, the deadline armed from the window's clock), as
                 # for an async tool; the function itself ran, so a closed window leaves the outcome
                 # unknown (TimeoutError), never "not started".
-                value = await run_with_deadline(_awaited_inside(window, value), window.remaining)
+                awaited = functools.partial(_awaited_inside, window, value)
+                value = await run_with_deadline(_in_task_of_its_own(awaited, value), window.remaining)
         except BaseException as exc:
             if observed is not None:
                 observed.failed(exc)
@@ -532,7 +535,44 @@ def _why_unencodable(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-async def _started_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    """The task that awaits an async tool's own task (the drive's), and its cancellation count when the
+    call began: a cancellation of it, its caller's or its deadline's (which asyncio passes on to the task
+    it awaits), is one from outside the tool. The tool's task may be cancelled by the tool's own code too
+    (an asyncio.TaskGroup whose child failed cancels its parent task), which is no one else's doing."""
+
+    task: asyncio.Task[Any]
+    entered: int
+
+    def cancelled(self) -> bool:
+        """Whether it holds a cancellation from outside the tool that was not taken back."""
+        return self.task.cancelling() > self.entered
+
+
+async def _in_task_of_its_own(
+    run: Callable[[_Caller], Coroutine[Any, Any, Any]], awaitable: Awaitable[Any]
+) -> Any:
+    """Await `run(caller)`, which awaits an async tool's `awaitable`, in a task of its own, so that the
+    tool's own cancellations of its task are told from its caller's and its deadline's (`_Caller`)."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError("an async tool must be awaited inside a task")
+    child = asyncio.get_running_loop().create_task(run(_Caller(task, task.cancelling())))
+    try:
+        return await child
+    finally:
+        # Cancelled before its first step, it never awaited the tool's coroutine: closed, never started.
+        if inspect.iscoroutine(awaitable) and inspect.getcoroutinestate(awaitable) == inspect.CORO_CREATED:
+            awaitable.close()
+
+
+async def _inside(window: CallWindow, awaitable: Awaitable[Any], caller: _Caller) -> Any:
+    """Await an unclaimed call's `awaitable` inside its own `window` (`_InsideWindow`)."""
+    return await _InsideWindow(window, awaitable, caller)
+
+
+async def _started_inside(window: CallWindow, awaitable: Awaitable[Any], caller: _Caller) -> Any:
     """Await an async tool's `awaitable` only if its claimed `window` is still open now, right before its
     first step (NotCalled otherwise, nothing of it run), and resume it only while the window is open
     (`_InsideWindow`)."""
@@ -542,10 +582,10 @@ async def _started_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
         if inspect.iscoroutine(awaitable):
             awaitable.close()  # never started: no "was never awaited" warning
         raise
-    return await _InsideWindow(window, awaitable)
+    return await _InsideWindow(window, awaitable, caller)
 
 
-async def _awaited_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
+async def _awaited_inside(window: CallWindow, awaitable: Awaitable[Any], caller: _Caller) -> Any:
     """Await what a synchronous tool function returned only if its `window` is still open now, right before
     its first step (else TimeoutError: the function ran, what it handed back never started), and resume it
     only while the window is open (`_InsideWindow`)."""
@@ -557,7 +597,7 @@ async def _awaited_inside(window: CallWindow, awaitable: Awaitable[Any]) -> Any:
             f"tool {window.tool!r} returned an awaitable that could not start inside its window: the "
             f"deadline its attempt marker recorded passed {-left:.3f} s before"
         )
-    return await _InsideWindow(window, awaitable)
+    return await _InsideWindow(window, awaitable, caller)
 
 
 class _InsideWindow:
@@ -578,11 +618,12 @@ class _InsideWindow:
     their first await). The call then ends as it was cancelled: in TimeoutError when only its deadline
     cancelled it, in CancelledError when the caller did."""
 
-    __slots__ = ("awaitable", "window")
+    __slots__ = ("awaitable", "caller", "window")
 
-    def __init__(self, window: CallWindow, awaitable: Awaitable[Any]) -> None:
+    def __init__(self, window: CallWindow, awaitable: Awaitable[Any], caller: _Caller) -> None:
         self.window = window
         self.awaitable = awaitable
+        self.caller = caller
 
     def __await__(self) -> Generator[Any, Any, Any]:
         awaitable = self.awaitable
@@ -593,10 +634,11 @@ class _InsideWindow:
         send, throw, window = steps.send, steps.throw, self.window
         value: Any = None
         error: BaseException | None = None
-        cut_at = -1  # the task's cancellation count when this wrapper cancelled the tool (-1: it has not)
+        caller = self.caller
+        cut_at = -1  # the caller's cancellation count when this wrapper cancelled the tool (-1: it has not)
         claimed = bool(window.claim)  # a side effect's attempt, not a retry-safe call's own window
         by_deadline = False  # its deadline's timer cancelled it (its own message says so)
-        closing = _Closing()
+        closing = _Closing(caller)
         try:
             while True:
                 try:
@@ -605,23 +647,25 @@ class _InsideWindow:
                     else:
                         # (Not the cut's own cancellation, which carries the same message.)
                         timer = cut_at < 0 and isinstance(error, asyncio.CancelledError)
-                        by_deadline = by_deadline or (timer and ended_by_deadline(error))
+                        # (The deadline's message on a future shared with another call whose own deadline
+                        # passed is not this call's: its caller's task was not cancelled.)
+                        ours = timer and ended_by_deadline(error) and caller.cancelled()
+                        by_deadline = by_deadline or ours
                         yielded = throw(error)
                         # It goes on waiting: if its call is still cancelled (not only a task of its own that
                         # it awaited, nor by its own inner timeout, which took that back), its grace starts.
-                        cancelled = by_deadline or cut_at >= 0 or closing.cancelled()
+                        cancelled = by_deadline or cut_at >= 0 or caller.cancelled()
                         if cancelled and isinstance(error, asyncio.CancelledError):
                             closing.arm()
                 except StopIteration as stop:
                     return stop.value
                 except asyncio.CancelledError as exc:
-                    task = closing.task
-                    if cut_at >= 0 and task is not None and task.cancelling() <= cut_at:
+                    if cut_at >= 0 and caller.task.cancelling() <= cut_at:
                         raise TimeoutError(
                             f"tool {window.tool!r} was past its deadline when it could go on (the process "
                             "was paused, or its event loop busy): it was cancelled there"
                         ) from None
-                    if cut_at < 0 and not by_deadline and task is not None and not closing.cancelled():
+                    if cut_at < 0 and not by_deadline and not caller.cancelled():
                         raise _stray(window.tool) from exc
                     raise
                 except Exception as exc:
@@ -629,19 +673,14 @@ class _InsideWindow:
                     # message, even if the tool took the cancellation back with uncancel()), or by its
                     # caller (still counted); not by the tool's own inner timeout, which takes its
                     # cancellation back before the tool goes on.
-                    task = closing.task
-                    outside = (
-                        cut_at >= 0
-                        or by_deadline
-                        or (task is not None and task.cancelling() > closing.entered)
-                    )
+                    outside = cut_at >= 0 or by_deadline or caller.cancelled()
                     if not (claimed and outside):
                         raise
                     # A side effect that, once cancelled, raised an error of its own (a client library
                     # wrapping the cancellation, say) ends as that cancellation: its claim (NotCalled, a
                     # declared not-started error) would void an attempt whose request had gone out, and
                     # the next try would fire it again.
-                    if by_deadline or (task is not None and task.cancelling() > max(closing.entered, cut_at)):
+                    if by_deadline or caller.task.cancelling() > max(caller.entered, cut_at):
                         # Its deadline's timer (run_with_deadline: TimeoutError) or the caller's.
                         raise asyncio.CancelledError(
                             f"tool {window.tool!r} raised {type(exc).__name__} once cancelled"
@@ -661,7 +700,7 @@ class _InsideWindow:
                 # A result, or an error of the tool's own, past the window: cancelled instead. A cancellation
                 # (the deadline's timer, the caller's) or the coroutine being closed goes through as it is.
                 if past and cut_at < 0 and (error is None or isinstance(error, Exception)):
-                    cut_at = closing.task.cancelling() if closing.task is not None else 0
+                    cut_at = caller.task.cancelling()
                     value, error = None, asyncio.CancelledError(DEADLINE_PASSED)
         finally:
             closing.disarm()
@@ -704,19 +743,14 @@ class _Closing:
     the task (by cancelling it) when the grace is over, so a tool waiting on a future that never completes
     is closed too; `due()` says the grace is over (and takes back the timer's cancellation)."""
 
-    __slots__ = ("at", "entered", "fired", "task", "timer")
+    __slots__ = ("at", "caller", "fired", "task", "timer")
 
-    def __init__(self) -> None:
+    def __init__(self, caller: _Caller) -> None:
         self.at = math.inf
         self.fired = False
-        self.task = asyncio.current_task()
-        self.entered = self.task.cancelling() if self.task is not None else 0
+        self.caller = caller
+        self.task = asyncio.current_task()  # the tool's own task
         self.timer: asyncio.TimerHandle | None = None
-
-    def cancelled(self) -> bool:
-        """Whether the call's task holds a cancellation from outside the tool that was not taken back: its
-        caller's, or its deadline's timer's."""
-        return self.task is not None and self.task.cancelling() > self.entered
 
     def arm(self) -> None:
         if self.at < math.inf:
@@ -749,7 +783,7 @@ class _Closing:
             f"tool {tool!r} did not end within {_CLEANUP_GRACE:g}s of its cancellation (it swallowed it): it "
             "was closed at the await it was on"
         )
-        if self.task is not None and self.task.cancelling() > self.entered:
+        if self.caller.cancelled():
             # Its deadline's timer (which run_with_deadline turns into TimeoutError) or the caller cancelled.
             raise asyncio.CancelledError(why)
         raise TimeoutError(why)

@@ -21,7 +21,7 @@ import pytest
 
 import bide
 from bide._tools import _CLEANUP_GRACE
-from bide.testing import ScriptedModel, call, reply
+from bide.testing import Call, ScriptedModel, Turn, call, reply
 
 HANG = 3600.0
 
@@ -282,3 +282,120 @@ def test_a_synchronous_tool_that_raises_a_cancelled_error_does_not_cancel_the_dr
         assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
         assert journaled_result(store)["is_error"]
     assert fired == ["charge"]
+
+
+# A tool's own asyncio.TaskGroup cancels the tool's task when a child fails (and on Python 3.11 and 3.12
+# may leave that cancellation counted after the group ended). Before, that was taken for the caller's
+# cancellation: the tool was closed a second later (a CancelledError to a caller that cancelled nothing),
+# and a NotCalled it raised afterwards was turned into a CancelledError. Async tools now run in a task of
+# their own, and only a cancellation of the task awaiting it (the caller's, the deadline's) is from outside.
+
+
+async def _fails_soon() -> None:
+    await asyncio.sleep(0.02)
+    raise ConnectionError("primary down")
+
+
+@pytest.mark.parametrize("safety", [bide.ReadOnly, bide.SideEffect])
+def test_a_task_group_whose_child_failed_then_a_slow_fallback_completes(safety: Any) -> None:
+    fired: list[str] = []
+
+    async def lookup(n: int) -> str:
+        """Look up, falling back to a slower source."""
+        fired.append("lookup")
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(asyncio.sleep(HANG))
+                group.create_task(_fails_soon())
+        except* ConnectionError:
+            pass
+        await asyncio.sleep(_CLEANUP_GRACE + 0.3)  # longer than the grace a cancelled call has
+        return "from fallback"
+
+    store = bide.open_store("memory://")
+    tool = bide.Tool.from_function(lookup, timeout=30, safety=safety)
+    ended = drive(bide.Agent(ScriptedModel([call("lookup", n=1), reply("done")]), store=store, tools=[tool]))
+    assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
+    assert journaled_result(store)["result"] == "from fallback"
+    assert fired == ["lookup"]
+
+
+def test_a_task_group_whose_sibling_cleans_up_slowly_ends_in_the_tools_own_error() -> None:
+    fired: list[str] = []
+
+    async def slow_to_close() -> None:
+        try:
+            await asyncio.sleep(HANG)
+        finally:
+            await asyncio.sleep(_CLEANUP_GRACE + 0.3)  # closing a connection, say
+
+    async def charge(n: int) -> str:
+        """Charge, asking two services at once."""
+        fired.append("charge")
+        async with asyncio.TaskGroup() as group:
+            group.create_task(slow_to_close())
+            group.create_task(_fails_soon())
+        return "charged"
+
+    store = bide.open_store("memory://")
+    tool = bide.Tool.from_function(charge, timeout=30)
+    ended = drive(bide.Agent(ScriptedModel([call("charge", n=1), reply("done")]), store=store, tools=[tool]))
+    assert isinstance(ended, bide.OutcomeUnknown), repr(ended)
+    assert "ExceptionGroup" in ended.cause
+    assert fired == ["charge"]
+
+
+def test_not_called_after_a_task_group_failed_voids_the_attempt() -> None:
+    tries: list[int] = []
+
+    async def order(n: int) -> str:
+        """Order, after an inventory lookup."""
+        tries.append(n)
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(asyncio.sleep(HANG))
+                group.create_task(_fails_soon())
+        except* ConnectionError:
+            raise bide.NotCalled("inventory lookup failed before anything was sent") from None
+        return "ordered"
+
+    store = bide.open_store("memory://")
+    tool = bide.Tool.from_function(order, timeout=30)
+    ended = drive(bide.Agent(ScriptedModel([call("order", n=1), reply("done")]), store=store, tools=[tool]))
+    assert isinstance(ended, bide.ToolNotStarted), repr(ended)
+    assert [e.key for e in store.load("r")][-2:] == ["attempt:c0.0:0", "not-started:c0.0:0"]
+
+
+@pytest.mark.parametrize("safety", [bide.ReadOnly, bide.SideEffect])
+def test_a_future_shared_with_a_call_whose_deadline_passed_is_not_this_calls_deadline(safety: Any) -> None:
+    """Two calls of one turn await one future (a single-flight cache); the quick call's deadline cancels
+    it, with bide's deadline message. The other call's deadline has not passed, and nobody cancelled the
+    drive: the CancelledError it gets is its own error."""
+    shared: dict[str, asyncio.Future[str]] = {}
+
+    def token() -> asyncio.Future[str]:
+        if "token" not in shared:
+            shared["token"] = asyncio.get_running_loop().create_future()  # the refresh hangs
+        return shared["token"]
+
+    async def quick(n: int) -> str:
+        """Quick."""
+        return await token()
+
+    async def slow(n: int) -> str:
+        """Slow."""
+        return await token()
+
+    tools = [
+        bide.Tool.from_function(quick, timeout=0.3, safety=bide.ReadOnly),
+        bide.Tool.from_function(slow, timeout=30, safety=safety),
+    ]
+    turn = Turn(calls=(Call("quick", {"n": 1}), Call("slow", {"n": 2})))
+    store = bide.open_store("memory://")
+    ended = drive(bide.Agent(ScriptedModel([turn, reply("done")]), store=store, tools=tools))
+    if safety is bide.SideEffect:
+        assert isinstance(ended, bide.OutcomeUnknown) and "CancelledError" in ended.cause, repr(ended)
+    else:
+        assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
+        [entry] = [e for e in store.load("r") if e.key == "result:c0.1"]
+        assert "CancelledError" in json.loads(entry.data)["result"]
