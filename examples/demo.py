@@ -86,9 +86,12 @@ HALTED_EXIT = 3  # an agent process whose run halted (OutcomeUnknown) exits with
 ROLES: dict[str, dict[str, Any]] = {
     "payments": {
         "events": ["pay"],
-        "task": "You run payments. Take payment for order-1, order-2, order-3 and order-4. Report what "
+        "task": "You run payments. Take payment for order-3, order-4, order-1 and order-2. Report what "
         "happened to each order.",
-        "script": [("pay", "order-1"), ("pay", "order-2"), ("pay", "order-3"), ("pay", "order-4")],
+        # The orders support cancels are paid first: each cancel then mostly finds its order paid (a
+        # refund to make, so the demo has a refund to kill), and the race left is with the shipment. When
+        # support's cancels come before the payments instead, they come before the shipments too.
+        "script": [("pay", "order-3"), ("pay", "order-4"), ("pay", "order-1"), ("pay", "order-2")],
     },
     "warehouse": {
         "events": ["restock", "ship"],
