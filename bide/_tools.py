@@ -707,6 +707,7 @@ class _InsideWindow:
 
 
 _CLEANUP_GRACE = 1.0  # seconds a cancelled tool has to end before it is closed
+_CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
 
 
 @dataclass(frozen=True, slots=True)
@@ -766,7 +767,9 @@ class _Closing:
             self.task.cancel()
 
     def due(self) -> bool:
-        if self.at == math.inf or asyncio.get_running_loop().time() < self.at:
+        # asyncio runs a timer up to the clock's resolution early (15.6 ms on Windows): the wake that came
+        # then is the grace's end, or no timer would be left to end it.
+        if self.at == math.inf or asyncio.get_running_loop().time() < self.at - _CLOCK_RESOLUTION:
             return False
         self.disarm()
         if self.fired and self.task is not None:

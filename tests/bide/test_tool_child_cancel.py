@@ -399,3 +399,69 @@ def test_a_future_shared_with_a_call_whose_deadline_passed_is_not_this_calls_dea
         assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
         [entry] = [e for e in store.load("r") if e.key == "result:c0.1"]
         assert "CancelledError" in json.loads(entry.data)["result"]
+
+
+# The other way round: the caller cancelled the drive, and a retry-safe tool swallowed it (returned, or
+# turned it into an error of its own, as client libraries do). Before, that error or value went to the
+# model and the drive went on: its next side effect fired after the caller had cancelled, and the caller
+# never got its CancelledError (or its asyncio.timeout's TimeoutError).
+
+
+def _search_that(behaves: str) -> Any:
+    async def search(q: str) -> str:
+        """Search."""
+        try:
+            await asyncio.sleep(HANG)
+        except asyncio.CancelledError as exc:
+            if behaves == "wraps":
+                raise RuntimeError("search aborted") from exc
+            return "partial hits"
+        return "hits"
+
+    return search
+
+
+@pytest.mark.parametrize("behaves", ["wraps", "returns"])
+@pytest.mark.parametrize("same_turn", [False, True])
+@pytest.mark.parametrize("by", ["cancel", "timeout"])
+def test_a_cancellation_a_retry_safe_tool_swallowed_still_stops_the_drive(
+    behaves: str, same_turn: bool, by: str
+) -> None:
+    charged: list[int] = []
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        charged.append(cents)
+        return "charged"
+
+    tools = [
+        bide.Tool.from_function(_search_that(behaves), timeout=30, safety=bide.ReadOnly),
+        bide.Tool.from_function(charge, timeout=30),
+    ]
+    if same_turn:
+        both = Turn(calls=(Call("search", {"q": "x"}), Call("charge", {"cents": 5})))
+        script: list[Any] = [both, reply("done")]
+    else:
+        script = [call("search", q="x"), call("charge", cents=5), reply("done")]
+    store = bide.open_store("memory://")
+    agent = bide.Agent(ScriptedModel(script), store=store, tools=tools, max_parallel=1)
+
+    async def main() -> BaseException | None:
+        try:
+            if by == "cancel":
+                task = asyncio.ensure_future(agent.run("r", "go"))
+                await asyncio.sleep(0.1)
+                task.cancel()
+                await task
+            else:
+                async with asyncio.timeout(0.1):
+                    await agent.run("r", "go")
+        except BaseException as exc:  # the test looks at what ended the drive
+            return exc
+        return None
+
+    ended = asyncio.run(main())
+    expected = asyncio.CancelledError if by == "cancel" else TimeoutError
+    assert isinstance(ended, expected), repr(ended)
+    assert charged == []
+    assert "result:c0.0" in [e.key for e in store.load("r")]  # what the tool did is journaled
