@@ -135,6 +135,7 @@ from ._stream import Sink, StreamEvent, WatchedJournal, stream_drive
 from ._telemetry import model_call, run_failed, run_loaded, run_watch
 from ._timers import TimerTool
 from ._tools import (
+    CANCEL_SWALLOWED,
     AttemptInfo,
     CallContext,
     SideEffect,
@@ -731,6 +732,15 @@ class Agent(Generic[T]):
 
     async def _drive(self, journal: Journal, ask: _Ask, sink: Sink | None) -> RunResult[T]:
         """The drive proper, under the run's lease, from the journal loaded with it."""
+        # A tool that swallows its caller's cancellation (returns, or raises an error of its own that goes to
+        # the model) notes it here (`_tools.CANCEL_SWALLOWED`); the drive stops at its next turn or call.
+        token = CANCEL_SWALLOWED.set([])
+        try:
+            return await self._drive_from(journal, ask, sink)
+        finally:
+            CANCEL_SWALLOWED.reset(token)
+
+    async def _drive_from(self, journal: Journal, ask: _Ask, sink: Sink | None) -> RunResult[T]:
         run_id = journal.run_id
         seg = self._segment(journal, ask)
         if isinstance(journal, WatchedJournal):
@@ -760,13 +770,8 @@ class Agent(Generic[T]):
         restarts = 0
         first = True
         looked = time.monotonic()
-        # The drive's task and its cancellation count now: a tool that swallowed the caller's cancellation
-        # (or turned it into an error the model saw) leaves it counted, and the drive stops at its next
-        # turn or call instead of going on to the next model call and side effect.
-        caller = asyncio.current_task()
-        entered = caller.cancelling() if caller is not None else 0
         while True:
-            _stop_if_cancelled(caller, entered, run_id)
+            _stop_if_cancelled(run_id)
             if new_run:  # the first turn of a new run: nothing to look up (see above)
                 new_run = first = False
                 rec = None
@@ -867,7 +872,7 @@ class Agent(Generic[T]):
                 retries += 1
                 continue
             fresh = bool(pending)
-            results = await self._run_calls(journal, msg, pending, (caller, entered))
+            results = await self._run_calls(journal, msg, pending)
             # Every call of a fresh turn writes the turn first; this only guards that invariant.
             if results is not None and (not pending or await journal.awrite_exclusive(_drain(pending))):
                 if fresh:
@@ -1063,16 +1068,11 @@ class Agent(Generic[T]):
             )
 
     async def _run_calls(
-        self,
-        journal: Journal,
-        msg: AssistantMessage,
-        pending: list[Record],
-        cancelled: tuple[asyncio.Task[Any] | None, int],
+        self, journal: Journal, msg: AssistantMessage, pending: list[Record]
     ) -> list[Message] | None:
         """The tool messages of a turn's calls, running those without a recorded result; None when another
         driver journaled this turn first (or a call must be decided again from a reloaded journal). A
-        cancellation of the drive (`cancelled`: its task and count, see `_drive`) that a call swallowed
-        stops the calls after it."""
+        cancellation of the drive that a call swallowed stops the calls after it."""
         if self.max_parallel > 1 and len(msg.tool_calls) > 1:
             todo = [c for c in msg.tool_calls if not journal.has(result_key(c.call_id))]
             if len(todo) > 1:
@@ -1081,7 +1081,7 @@ class Agent(Generic[T]):
         for call in msg.tool_calls:
             res = journal.get(result_key(call.call_id))
             if not isinstance(res, ToolResult):
-                _stop_if_cancelled(*cancelled, journal.run_id)
+                _stop_if_cancelled(journal.run_id)
                 got = await self._call(journal, call, pending)
                 if got is None:
                     return None
@@ -1921,14 +1921,16 @@ def _error_text(exc: BaseException) -> str:
     return utf8_text(said or type(exc).__name__)
 
 
-def _stop_if_cancelled(task: asyncio.Task[Any] | None, entered: int, run_id: str) -> None:
-    """Raise CancelledError when the drive's `task` holds a cancellation beyond the `entered` count it began
-    with: its caller cancelled it while a tool ran, and the tool swallowed that (returned, or raised an
-    error of its own that went to the model). asyncio would have the drive go on; the caller asked it to
-    stop, and it stops before its next model call or tool call, with everything done so far journaled."""
-    if task is not None and task.cancelling() > entered:
+def _stop_if_cancelled(run_id: str) -> None:
+    """Raise CancelledError when the drive's caller cancelled it while a tool ran and the tool swallowed
+    that (returned, or raised an error of its own that went to the model; `CANCEL_SWALLOWED` names it).
+    asyncio would have the drive go on; the caller asked it to stop, and it stops before its next model
+    call or tool call, with everything done so far journaled."""
+    swallowed = CANCEL_SWALLOWED.get()
+    if swallowed:
         raise asyncio.CancelledError(
-            f"run {run_id!r}: the drive was cancelled while a tool ran, and the tool went on as if not"
+            f"run {run_id!r}: the drive was cancelled while tool {swallowed[0]!r} ran, and the tool went "
+            "on as if not"
         )
 
 

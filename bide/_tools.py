@@ -109,6 +109,9 @@ class AttemptInfo:
 
 _CURRENT: ContextVar[CallContext | None] = ContextVar("bide_current_call", default=None)
 
+#: The tools of the current drive that swallowed its caller's cancellation (see `Agent._drive`).
+CANCEL_SWALLOWED: ContextVar[list[str] | None] = ContextVar("bide_cancel_swallowed", default=None)
+
 
 def current_call() -> CallContext:
     """The `CallContext` of the tool call running in this task; ConfigError outside a tool call."""
@@ -395,6 +398,11 @@ class Tool:
             args = {**args, _INJECTED: ctx.idempotency_key}
         token = _CURRENT.set(ctx)
         observed = tool_call(self, ctx)
+        # The drive's task, and how many cancellations it holds: one more when the call ends, and the
+        # caller cancelled the drive while the tool ran, which the tool swallowed (the deadline's own is
+        # taken back by run_with_deadline before this looks).
+        task = asyncio.current_task()
+        entered = task.cancelling() if task is not None else 0
         try:
             if self._is_async:
                 # Nothing of the tool runs until its coroutine is awaited, under the deadline.
@@ -410,7 +418,9 @@ class Tool:
                     # step ends in NotCalled, or in the cancellation at the tool's first await: never in
                     # a call given a fresh timeout after its marker's deadline.
                     started = functools.partial(_started_inside, window, coroutine)
-                    value = await run_with_deadline(_in_task_of_its_own(started, coroutine), window.remaining)
+                    claimed = _in_task_of_its_own(started, coroutine, window)
+                    value = await run_with_deadline(claimed, window.remaining)
+                _note_swallowed(task, entered, self.name)
                 return journal_safe(self.name, value)
             if window is None:
                 window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
@@ -427,6 +437,8 @@ class Tool:
                 awaited = functools.partial(_awaited_inside, window, value)
                 value = await run_with_deadline(_in_task_of_its_own(awaited, value), window.remaining)
         except BaseException as exc:
+            if isinstance(exc, Exception):
+                _note_swallowed(task, entered, self.name)
             if observed is not None:
                 observed.failed(exc)
             raise
@@ -434,6 +446,7 @@ class Tool:
             if observed is not None:
                 observed.done()
             _CURRENT.reset(token)
+        _note_swallowed(task, entered, self.name)
         return journal_safe(self.name, value)
 
     async def _in_thread(self, call: Callable[[], Any], window: CallWindow) -> Any:
@@ -535,6 +548,14 @@ def _why_unencodable(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _note_swallowed(task: asyncio.Task[Any] | None, entered: int, tool: str) -> None:
+    """Note, for the drive, that its caller's cancellation came while `tool` ran and did not end it."""
+    if task is not None and task.cancelling() > entered:
+        swallowed = CANCEL_SWALLOWED.get()
+        if swallowed is not None:
+            swallowed.append(tool)
+
+
 @dataclass(frozen=True, slots=True)
 class _Caller:
     """The task that awaits an async tool's own task (the drive's), and its cancellation count when the
@@ -551,20 +572,50 @@ class _Caller:
 
 
 async def _in_task_of_its_own(
-    run: Callable[[_Caller], Coroutine[Any, Any, Any]], awaitable: Awaitable[Any]
+    run: Callable[[_Caller], Coroutine[Any, Any, Any]],
+    awaitable: Awaitable[Any],
+    claim: CallWindow | None = None,
 ) -> Any:
     """Await `run(caller)`, which awaits an async tool's `awaitable`, in a task of its own, so that the
-    tool's own cancellations of its task are told from its caller's and its deadline's (`_Caller`)."""
+    tool's own cancellations of its task are told from its caller's and its deadline's (`_Caller`).
+
+    For a claimed call (`claim`, its window), a window closed already, or one whose deadline passes
+    before the task's first step (it starts at the event loop's next turn), is NotCalled: the tool never
+    ran, as when the call waited for its marker's write past its deadline."""
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("an async tool must be awaited inside a task")
-    child = asyncio.get_running_loop().create_task(run(_Caller(task, task.cancelling())))
+    if claim is not None and claim.remaining() <= 0:
+        claim.start()  # raises NotCalled: the window closed before the call could start
+    child = asyncio.get_running_loop().create_task(_carrying(run(_Caller(task, task.cancelling()))))
     try:
-        return await child
+        value = await child
+    except asyncio.CancelledError as exc:
+        # The deadline's cancellation reached the task before its first step: never started, provably. (A
+        # caller's goes on as it is; the drive sees the window never started.)
+        if claim is not None and ended_by_deadline(exc) and claim.abandon():
+            raise NotCalled(
+                f"tool {claim.tool!r} could not start inside its window: its deadline passed before the call "
+                "could start"
+            ) from None
+        raise
     finally:
         # Cancelled before its first step, it never awaited the tool's coroutine: closed, never started.
         if inspect.iscoroutine(awaitable) and inspect.getcoroutinestate(awaitable) == inspect.CORO_CREATED:
             awaitable.close()
+    if isinstance(value, _Escaped):
+        raise value.exc
+    return value
+
+
+async def _carrying(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """Await `coroutine`, handing a SystemExit or KeyboardInterrupt it raises back as a value: a task
+    would let these out of the event loop, past the drive (ending every other run's drive in a worker);
+    the drive raises them, as when the tool ran in its own task."""
+    try:
+        return await coroutine
+    except (SystemExit, KeyboardInterrupt) as exc:
+        return _Escaped(exc)
 
 
 async def _inside(window: CallWindow, awaitable: Awaitable[Any], caller: _Caller) -> Any:
@@ -769,7 +820,9 @@ class _Closing:
     def due(self) -> bool:
         # asyncio runs a timer up to the clock's resolution early (15.6 ms on Windows): the wake that came
         # then is the grace's end, or no timer would be left to end it.
-        if self.at == math.inf or asyncio.get_running_loop().time() < self.at - _CLOCK_RESOLUTION:
+        loop = asyncio.get_running_loop()
+        early = getattr(loop, "_clock_resolution", _CLOCK_RESOLUTION)
+        if self.at == math.inf or loop.time() < self.at - early:
             return False
         self.disarm()
         if self.fired and self.task is not None:

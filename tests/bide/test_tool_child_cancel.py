@@ -465,3 +465,32 @@ def test_a_cancellation_a_retry_safe_tool_swallowed_still_stops_the_drive(
     assert isinstance(ended, expected), repr(ended)
     assert charged == []
     assert "result:c0.0" in [e.key for e in store.load("r")]  # what the tool did is journaled
+
+
+class _LeakyModel(ScriptedModel):
+    """A model whose client, like an asyncio.TaskGroup on Python 3.11 and 3.12 whose child failed after the
+    group's body ended, leaves a cancellation of the drive's task counted that nobody asked for."""
+
+    async def complete(self, request: bide.ModelRequest) -> bide.AssistantMessage:
+        task = asyncio.current_task()
+        assert task is not None
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(0)  # taken, never given back with uncancel()
+        return await super().complete(request)
+
+
+def test_a_cancellation_counted_by_something_else_than_a_tool_does_not_stop_the_drive() -> None:
+    charged: list[int] = []
+
+    async def charge(cents: int) -> str:
+        """Charge a card."""
+        charged.append(cents)
+        return "charged"
+
+    store = bide.open_store("memory://")
+    model = _LeakyModel([call("charge", cents=5), reply("done")])
+    agent = bide.Agent(model, store=store, tools=[bide.Tool.from_function(charge, timeout=30)])
+    ended = drive(agent)
+    assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
+    assert charged == [5]

@@ -53,12 +53,28 @@ def charge(order: str) -> str:
     return "charged"
 
 
-def _agents(store: bide.Store) -> list[bide.Agent]:
+@bide.tool(safety=bide.ReadOnly, name="parse")
+async def parse_async(text: str) -> str:
+    """Parse with a library that exits on bad input (an async tool: it runs in a task of its own)."""
+    raise SystemExit(3)
+
+
+@bide.tool(timeout=30, name="charge")
+async def charge_async(order: str) -> str:
+    """Charge the order, asynchronously."""
+    await asyncio.sleep(0.3)
+    with LOCK:
+        FIRED.append(order)
+    return "charged"
+
+
+def _agents(store: bide.Store, *, async_tools: bool = False) -> list[bide.Agent]:
     bad = ScriptedModel([call("peek", order="o"), call("parse", text="?"), reply("x")])
     good = ScriptedModel([call("peek", order="o"), call("charge", order="o"), reply("done")])
+    exits, charges = (parse_async, charge_async) if async_tools else (parse, charge)
     return [
-        bide.Agent(bad, store=store, tools=[peek, parse], name="bad"),
-        bide.Agent(good, store=store, tools=[peek, charge], name="good"),
+        bide.Agent(bad, store=store, tools=[peek, exits], name="bad"),
+        bide.Agent(good, store=store, tools=[peek, charges], name="good"),
     ]
 
 
@@ -69,13 +85,16 @@ def _crashed(store: bide.Store, name: str, run_id: str) -> None:
         bide.Agent(model, store=store, tools=[peek], name=name).run_sync(run_id, "go")
 
 
-def test_a_tool_exiting_fails_its_own_run_and_the_other_drives_journal_their_effects(tmp_path: Path) -> None:
+@pytest.mark.parametrize("async_tools", [False, True])
+def test_a_tool_exiting_fails_its_own_run_and_the_other_drives_journal_their_effects(
+    tmp_path: Path, async_tools: bool
+) -> None:
     store = bide.open_store(f"sqlite:///{tmp_path / 'runs.db'}")
     _crashed(store, "bad", "bad-1")
     for i in range(3):
         _crashed(store, "good", f"good-{i}")
     FIRED.clear()
-    worker = bide.Worker(store, _agents(store), concurrency=4)
+    worker = bide.Worker(store, _agents(store, async_tools=async_tools), concurrency=4)
     report = asyncio.run(worker.run_once())
     assert report.completed == 3 and report.failed == 1, report
     assert report.errors == {"bad-1": "SystemExit: 3"}
