@@ -1277,6 +1277,7 @@ class Agent(Generic[T]):
                 else:
                     value = await _retried(tool, tool._call_args(validated), ctx)
             except CallInDoubt:
+                _stop_if_cancelled(run_id)  # the caller's cancellation, if it came meanwhile, wins
                 raise  # nothing journaled: the next drive calls it again, with the same key
             except TimeoutError:
                 return self._result(
@@ -1509,6 +1510,7 @@ class Agent(Generic[T]):
         async def attempt() -> ToolResult | None:
             nonlocal tries
             if tries:  # a retry, after the policy's pause: not once the run was asked to cancel meanwhile
+                _stop_if_cancelled(journal.run_id)  # nor once its caller cancelled the drive
                 await journal.aload()
                 stopped = self._not_called(journal, tool, call, approval)
                 if stopped is not None:
@@ -1583,7 +1585,9 @@ class Agent(Generic[T]):
         try:
             value = await tool._invoke(call_args, ctx, window)
         except NotCalled as exc:
-            raise await self._void(journal, tool, call, gen, claim, exc) from exc
+            voided = await self._void(journal, tool, call, gen, claim, exc)
+            _stop_if_cancelled(journal.run_id)  # the caller's cancellation came meanwhile: it wins
+            raise voided from exc
         except ToolError as exc:
             return called(
                 self._result(
@@ -1627,7 +1631,9 @@ class Agent(Generic[T]):
                 raise
             if tool.not_started and isinstance(exc, tool.not_started):
                 # The tool declares this exception as proof that nothing was performed.
-                raise await self._void(journal, tool, call, gen, claim, exc) from exc
+                voided = await self._void(journal, tool, call, gen, claim, exc)
+                _stop_if_cancelled(journal.run_id)
+                raise voided from exc
             cause = f"the tool raised {type(exc).__name__}: {_error_text(exc)}"
             raise self._unknown(journal, marker, cause, options=True) from exc
         finally:
@@ -1746,6 +1752,8 @@ async def _retried(tool: Tool, call_args: Any, ctx: CallContext) -> Any:
 
     async def attempt() -> Any:
         nonlocal tries
+        if tries:
+            _stop_if_cancelled(ctx.run_id)  # not after the caller cancelled the drive
         ctx.attempt = tries
         tries += 1
         return await tool._invoke(call_args, ctx)

@@ -587,13 +587,16 @@ async def _in_task_of_its_own(
         raise RuntimeError("an async tool must be awaited inside a task")
     if claim is not None and claim.remaining() <= 0:
         claim.start()  # raises NotCalled: the window closed before the call could start
-    child = asyncio.get_running_loop().create_task(_carrying(run(_Caller(task, task.cancelling()))))
+    entered = task.cancelling()
+    inner = run(_Caller(task, entered))
+    child = asyncio.get_running_loop().create_task(_carrying(inner))
     try:
         value = await child
     except asyncio.CancelledError as exc:
-        # The deadline's cancellation reached the task before its first step: never started, provably. (A
-        # caller's goes on as it is; the drive sees the window never started.)
-        if claim is not None and ended_by_deadline(exc) and claim.abandon():
+        # The deadline's cancellation, alone, reached the task before its first step: never started,
+        # provably. (With the caller's, that goes on as it is: the drive sees the window never started.)
+        alone = task.cancelling() <= entered + 1
+        if claim is not None and ended_by_deadline(exc) and alone and claim.abandon():
             raise NotCalled(
                 f"tool {claim.tool!r} could not start inside its window: its deadline passed before the call "
                 "could start"
@@ -601,8 +604,9 @@ async def _in_task_of_its_own(
         raise
     finally:
         # Cancelled before its first step, it never awaited the tool's coroutine: closed, never started.
-        if inspect.iscoroutine(awaitable) and inspect.getcoroutinestate(awaitable) == inspect.CORO_CREATED:
-            awaitable.close()
+        for never in (inner, awaitable):
+            if inspect.iscoroutine(never) and inspect.getcoroutinestate(never) == inspect.CORO_CREATED:
+                never.close()
     if isinstance(value, _Escaped):
         raise value.exc
     return value

@@ -494,3 +494,57 @@ def test_a_cancellation_counted_by_something_else_than_a_tool_does_not_stop_the_
     ended = drive(agent)
     assert isinstance(ended, bide.RunResult) and ended.output == "done", repr(ended)
     assert charged == [5]
+
+
+def _cancel_soon(agent: bide.Agent) -> BaseException | None:
+    """Drive run "r" and cancel the drive 0.1 s in: what ended it."""
+
+    async def main() -> BaseException | None:
+        task = asyncio.ensure_future(agent.run("r", "go"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        try:
+            await task
+        except BaseException as exc:  # the test looks at what ended the drive
+            return exc
+        return None
+
+    return asyncio.run(main())
+
+
+def test_a_retry_policy_does_not_try_again_after_the_caller_cancelled() -> None:
+    tries: list[int] = []
+
+    async def fetch(q: str) -> str:
+        """Fetch, through a client that turns a cancellation into a reset."""
+        tries.append(1)
+        try:
+            await asyncio.sleep(HANG)
+        except asyncio.CancelledError as exc:
+            raise ConnectionResetError("reset") from exc
+        return "fetched"
+
+    tool = bide.Tool.from_function(
+        fetch, timeout=30, safety=bide.ReadOnly, retry=bide.RetryPolicy(attempts=4, initial=0.01)
+    )
+    store = bide.open_store("memory://")
+    model = ScriptedModel([call("fetch", q="x"), reply("done")])
+    ended = _cancel_soon(bide.Agent(model, store=store, tools=[tool]))
+    assert isinstance(ended, asyncio.CancelledError), repr(ended)
+    assert tries == [1]
+
+
+def test_a_call_in_doubt_after_the_callers_cancellation_is_that_cancellation() -> None:
+    async def post(q: str) -> str:
+        """Post, through a client that cannot tell whether a cancelled request went through."""
+        try:
+            await asyncio.sleep(HANG)
+        except asyncio.CancelledError as exc:
+            raise bide.CallInDoubt("the request may have been sent") from exc
+        return "posted"
+
+    tool = bide.Tool.from_function(post, timeout=30, safety=bide.Idempotent)
+    store = bide.open_store("memory://")
+    model = ScriptedModel([call("post", q="x"), reply("done")])
+    ended = _cancel_soon(bide.Agent(model, store=store, tools=[tool]))
+    assert isinstance(ended, asyncio.CancelledError), repr(ended)
