@@ -585,13 +585,13 @@ async def _in_task_of_its_own(
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError("an async tool must be awaited inside a task")
-    if claim is not None and claim.remaining() <= 0:
-        claim.start()  # raises NotCalled: the window closed before the call could start
     entered = task.cancelling()
-    inner = run(_Caller(task, entered))
-    child = asyncio.get_running_loop().create_task(_carrying(inner))
+    inner = None
     try:
-        value = await child
+        if claim is not None and claim.remaining() <= 0:
+            claim.start()  # raises NotCalled: the window closed before the call could start
+        inner = run(_Caller(task, entered))
+        value = await asyncio.get_running_loop().create_task(_carrying(inner))
     except asyncio.CancelledError as exc:
         # The deadline's cancellation, alone, reached the task before its first step: never started,
         # provably. (With the caller's, that goes on as it is: the drive sees the window never started.)
@@ -603,7 +603,8 @@ async def _in_task_of_its_own(
             ) from None
         raise
     finally:
-        # Cancelled before its first step, it never awaited the tool's coroutine: closed, never started.
+        # Never started (its window closed, or its task was cancelled before its first step), it never
+        # awaited the tool's coroutine: closed, with no "never awaited" warning.
         for never in (inner, awaitable):
             if inspect.iscoroutine(never) and inspect.getcoroutinestate(never) == inspect.CORO_CREATED:
                 never.close()
