@@ -591,7 +591,8 @@ async def _in_task_of_its_own(
         if claim is not None and claim.remaining() <= 0:
             claim.start()  # raises NotCalled: the window closed before the call could start
         inner = run(_Caller(task, entered))
-        value = await asyncio.get_running_loop().create_task(_carrying(inner))
+        # Named as the drive's task, so that log lines (taskName) from inside the tool still say whose it is.
+        value = await asyncio.get_running_loop().create_task(_carrying(inner), name=task.get_name())
     except asyncio.CancelledError as exc:
         # The deadline's cancellation, alone, reached the task before its first step: never started,
         # provably. (With the caller's, that goes on as it is: the drive sees the window never started.)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import json
 import time
 from typing import Any
@@ -548,3 +549,37 @@ def test_a_call_in_doubt_after_the_callers_cancellation_is_that_cancellation() -
     model = ScriptedModel([call("post", q="x"), reply("done")])
     ended = _cancel_soon(bide.Agent(model, store=store, tools=[tool]))
     assert isinstance(ended, asyncio.CancelledError), repr(ended)
+
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="")
+
+
+def test_an_async_tool_runs_in_a_task_named_as_the_drives_and_sees_the_callers_context() -> None:
+    seen: list[tuple[str, str, bool]] = []
+
+    async def look(q: str) -> str:
+        """Look."""
+        task = asyncio.current_task()
+        assert task is not None
+        seen.append((task.get_name(), REQUEST_ID.get(), task is drive_task[0]))
+        REQUEST_ID.set("set by the tool")  # stays in its call
+        return "seen"
+
+    drive_task: list[asyncio.Task[Any] | None] = [None]
+    agent = bide.Agent(
+        ScriptedModel([call("look", q="x"), reply("done")]),
+        store=bide.open_store("memory://"),
+        tools=[bide.Tool.from_function(look, timeout=30, safety=bide.ReadOnly)],
+    )
+
+    async def main() -> str:
+        drive_task[0] = asyncio.current_task()
+        REQUEST_ID.set("req-7")
+        await agent.run("r", "go")
+        return REQUEST_ID.get()
+
+    async def named() -> str:
+        return await asyncio.create_task(main(), name="request-7")
+
+    assert asyncio.run(named()) == "req-7"
+    assert seen == [("request-7", "req-7", False)]
