@@ -741,6 +741,7 @@ class Agent(Generic[T]):
             CANCEL_SWALLOWED.reset(token)
 
     async def _drive_from(self, journal: Journal, ask: _Ask, sink: Sink | None) -> RunResult[T]:
+        """`_drive`'s turns, from the journal loaded with the lease."""
         run_id = journal.run_id
         seg = self._segment(journal, ask)
         if isinstance(journal, WatchedJournal):

@@ -617,7 +617,7 @@ async def _in_task_of_its_own(
 async def _carrying(coroutine: Coroutine[Any, Any, Any]) -> Any:
     """Await `coroutine`, handing a SystemExit or KeyboardInterrupt it raises back as a value: a task
     would let these out of the event loop, past the drive (ending every other run's drive in a worker);
-    the drive raises them, as when the tool ran in its own task."""
+    the drive raises them itself, as a sync tool's (`_Escaped`)."""
     try:
         return await coroutine
     except (SystemExit, KeyboardInterrupt) as exc:
