@@ -49,6 +49,14 @@ def store(store_spec: tuple[str, str]) -> Iterator[bide.Store]:
     s.close()
 
 
+@pytest.fixture
+def pg_prefix() -> Iterator[str]:
+    """A fresh table prefix for a test on the PostgreSQL server; its tables are dropped afterwards."""
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    yield prefix
+    drop_prefix(PG_URL, prefix)
+
+
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def durable_store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """(url, table_prefix) of a fresh durable store shared by several processes."""

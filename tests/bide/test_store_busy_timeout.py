@@ -7,25 +7,16 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import PG_URL, drop_prefix
+from conftest import PG_URL
 
 import bide
 from bide._url import libpq_bounds
 
 PLAIN = PG_URL.replace("postgresql+psycopg://", "postgresql://")
-
-
-@pytest.fixture
-def prefix() -> Iterator[str]:
-    name = f"t{uuid.uuid4().hex[:10]}_"
-    yield name
-    drop_prefix(PG_URL, name)
 
 
 @pytest.mark.parametrize("value", [-1, -0.5, float("nan"), float("inf"), True, "3", None])
@@ -40,11 +31,11 @@ def test_a_busy_timeout_no_wait_can_use_is_refused_before_anything_is_created(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize("value", [0, 0.0004, 0.01, 0.099])
-def test_postgresql_refuses_a_busy_timeout_under_a_tenth_of_a_second(value: float, prefix: str) -> None:
+def test_postgresql_refuses_a_busy_timeout_under_a_tenth_of_a_second(value: float, pg_prefix: str) -> None:
     with pytest.raises(bide.ConfigError, match=r"on PostgreSQL busy_timeout must be at least 0\.1 s"):
-        bide.SQLStore(PG_URL, table_prefix=prefix, busy_timeout=value)
+        bide.SQLStore(PG_URL, table_prefix=pg_prefix, busy_timeout=value)
     with psycopg.connect(PLAIN) as conn:
-        row = conn.execute("SELECT to_regclass(%s)", (f"{prefix}runs",)).fetchone()
+        row = conn.execute("SELECT to_regclass(%s)", (f"{pg_prefix}runs",)).fetchone()
     assert row == (None,)  # nothing was created
 
 
@@ -59,14 +50,14 @@ def test_sqlite_takes_zero_as_do_not_wait(tmp_path: Path) -> None:
 
 
 @pytest.mark.postgres
-def test_the_shortest_postgresql_busy_timeout_bounds_a_lock_wait(prefix: str) -> None:
+def test_the_shortest_postgresql_busy_timeout_bounds_a_lock_wait(pg_prefix: str) -> None:
     """At the minimum, a write behind another session's row lock fails after about that long, having
     written nothing, instead of waiting for the lock as long as it is held."""
-    store = bide.SQLStore(PG_URL, table_prefix=prefix, busy_timeout=0.1)
+    store = bide.SQLStore(PG_URL, table_prefix=pg_prefix, busy_timeout=0.1)
     try:
         assert store.insert_many("r", [("a", b"1")])[0].inserted
         with psycopg.connect(PLAIN) as holder:
-            holder.execute(f"SELECT * FROM {prefix}runs WHERE run_id = 'r' FOR UPDATE")
+            holder.execute(f"SELECT * FROM {pg_prefix}runs WHERE run_id = 'r' FOR UPDATE")
             failed: list[BaseException] = []
             started = time.monotonic()
             writer = threading.Thread(target=lambda: _capture(failed, store, "r"))
@@ -97,8 +88,8 @@ def test_a_long_busy_timeout_keeps_the_socket_options_linux_takes() -> None:
 
 
 @pytest.mark.postgres
-def test_a_store_with_a_day_long_busy_timeout_opens_and_writes(prefix: str) -> None:
-    store = bide.SQLStore(PG_URL, table_prefix=prefix, busy_timeout=86_400)
+def test_a_store_with_a_day_long_busy_timeout_opens_and_writes(pg_prefix: str) -> None:
+    store = bide.SQLStore(PG_URL, table_prefix=pg_prefix, busy_timeout=86_400)
     try:
         assert store.insert_many("r", [("a", b"1")])[0].inserted
     finally:

@@ -466,6 +466,10 @@ def test_a_cancellation_a_retry_safe_tool_swallowed_still_stops_the_drive(
     assert isinstance(ended, expected), repr(ended)
     assert charged == []
     assert "result:c0.0" in [e.key for e in store.load("r")]  # what the tool did is journaled
+    # The next drive goes on from there: the search is not run again, the charge fires once.
+    again = bide.Agent(ScriptedModel(script), store=store, tools=tools, max_parallel=1)
+    assert again.run_sync("r", "go").output == "done"
+    assert charged == [5]
 
 
 class _LeakyModel(ScriptedModel):

@@ -304,22 +304,28 @@ def test_the_support_agent_process_refunds_no_order_cancelled_before_its_payment
     assert done.stdout.strip().endswith("; order-4 refunded.")
 
 
+def _report_refunds(
+    demo: Any, tmp_path: Path, machine: govern.Machine, log: govern.EventLog, refunds: list[dict[str, str]]
+) -> Any:
+    """The demo's final refund check, the bank holding `refunds`: the conductor, its failures and output."""
+    (tmp_path / "bank.jsonl").write_text("".join(json.dumps(refund) + "\n" for refund in refunds))
+    conductor = demo.Demo(tmp_path, Console(file=io.StringIO(), width=200))
+    conductor.report_refunds(machine, log)
+    return conductor
+
+
 def test_the_demo_fails_when_the_bank_refunded_an_order_that_is_not_cancelled(tmp_path: Path) -> None:
     demo = _demo_module()
     machine = demo.orders.build()
     log = _shipped_order_4(machine)
     log.append(govern.Event(id="c3", machine=machine.digest, record="order-3", event="cancel", producer="s"))
     refunds = [{"refund": "order-3", "call_id": "c1.0"}, {"refund": "order-4", "call_id": "c3.0"}]
-    (tmp_path / "bank.jsonl").write_text("".join(json.dumps(refund) + "\n" for refund in refunds))
-    conductor = demo.Demo(tmp_path, Console(file=io.StringIO()))
-    conductor.report_refunds(machine, log)
-    assert conductor.failures == [
+    assert _report_refunds(demo, tmp_path, machine, log, refunds).failures == [
         "the bank refunded orders that are not cancelled in the final state of the log: order-4 (shipped); "
         "a refund must follow an applied cancellation (the refund tool checks the order's state)"
     ]
-    (tmp_path / "bank.jsonl").write_text(json.dumps({"refund": "order-3", "call_id": "c1.0", "key": "k"}))
-    conductor = demo.Demo(tmp_path, Console(file=io.StringIO(), width=200))
-    conductor.report_refunds(machine, log)
+    refunded = [{"refund": "order-3", "call_id": "c1.0", "key": "k"}]
+    conductor = _report_refunds(demo, tmp_path, machine, log, refunded)
     assert conductor.failures == []
     assert "refunds match cancellations: the bank refunded order-3" in conductor.console.file.getvalue()
 
@@ -330,17 +336,12 @@ def test_the_demo_fails_when_the_bank_refunded_an_order_cancelled_before_its_pay
     log = _log(machine, CANCELLED_BEFORE_PAID)
     log.append(govern.Event(id="c4", machine=machine.digest, record="order-4", event="cancel", producer="s"))
     refunds = [{"refund": "order-3", "call_id": "c1.0"}, {"refund": "order-4", "call_id": "c3.0"}]
-    (tmp_path / "bank.jsonl").write_text("".join(json.dumps(refund) + "\n" for refund in refunds))
-    conductor = demo.Demo(tmp_path, Console(file=io.StringIO()))
-    conductor.report_refunds(machine, log)
-    assert conductor.failures == [
+    assert _report_refunds(demo, tmp_path, machine, log, refunds).failures == [
         "the bank refunded orders that were not charged when their cancel applied: order-3 (cancelled "
         "while pending); a refund must follow the payment it sends back (the refund tool checks what the "
         "cancel found)"
     ]
-    (tmp_path / "bank.jsonl").write_text(json.dumps(refunds[1]) + "\n")
-    conductor = demo.Demo(tmp_path, Console(file=io.StringIO(), width=200))
-    conductor.report_refunds(machine, log)
+    conductor = _report_refunds(demo, tmp_path, machine, log, refunds[1:])
     assert conductor.failures == []
     assert (
         "refunds match cancellations: the bank refunded order-4, each cancelled in the log after it was "
