@@ -143,6 +143,7 @@ from ._tools import (
     ToolArgumentsInvalid,
     idempotency_key_for,
     journal_safe,
+    run_apart,
 )
 from ._when import iso, seconds, when
 
@@ -732,8 +733,8 @@ class Agent(Generic[T]):
 
     async def _drive(self, journal: Journal, ask: _Ask, sink: Sink | None) -> RunResult[T]:
         """The drive proper, under the run's lease, from the journal loaded with it."""
-        # A tool that swallows its caller's cancellation (returns, or raises an error of its own that goes to
-        # the model) notes it here (`_tools.CANCEL_SWALLOWED`); the drive stops at its next turn or call.
+        # A tool, a gate or a reconciler that swallows its caller's cancellation (returns, or raises an error
+        # of its own) notes it here (`_tools.CANCEL_SWALLOWED`); the drive stops at its next turn or call.
         token = CANCEL_SWALLOWED.set([])
         try:
             return await self._drive_from(journal, ask, sink)
@@ -1320,7 +1321,11 @@ class Agent(Generic[T]):
         )
         decision = tool.gate.check(request)
         if inspect.isawaitable(decision):
-            decision = await decision
+            try:
+                decision = await run_apart(decision, f"the gate of tool {tool.name!r}")
+            finally:
+                # It swallowed its caller's cancellation: nothing acts on what it gave, nor on its error.
+                _stop_if_cancelled(journal.run_id)
         if isinstance(decision, Approved):
             return decision.evidence
         if isinstance(decision, Denied):
@@ -1411,17 +1416,21 @@ class Agent(Generic[T]):
                 last.gen,
             )
             reconcile = tool.reconcile
+            whose = f"the reconciler of tool {tool.name!r}"
             try:
                 if inspect.iscoroutinefunction(reconcile):
-                    outcome = await reconcile(info)
+                    outcome = await run_apart(reconcile(info), whose)
                 else:
                     # A lookup in the system of record (an HTTP request, say) must not stop this event
                     # loop: the lease renewals and deadlines of its other drives run on it.
                     outcome = await asyncio.to_thread(reconcile, info)
                     if inspect.isawaitable(outcome):
-                        outcome = await outcome
+                        outcome = await run_apart(outcome, whose)
             except Exception as exc:
                 outcome, cause = None, exc
+            # A reconciler that swallowed its caller's cancellation: what it gave is not acted on (nor
+            # journaled; the next drive asks it again).
+            _stop_if_cancelled(journal.run_id)
             if outcome is not None:
                 if not isinstance(outcome, Outcome):
                     raise ConfigError(
@@ -1931,15 +1940,14 @@ def _error_text(exc: BaseException) -> str:
 
 
 def _stop_if_cancelled(run_id: str) -> None:
-    """Raise CancelledError when the drive's caller cancelled it while a tool ran and the tool swallowed
-    that (returned, or raised an error of its own that went to the model; `CANCEL_SWALLOWED` names it).
+    """Raise CancelledError when the drive's caller cancelled it while a tool, a gate or a reconciler ran,
+    which swallowed that (returned, or raised an error of its own; `CANCEL_SWALLOWED` names it).
     asyncio would have the drive go on; the caller asked it to stop, and it stops before its next model
     call or tool call, with everything done so far journaled."""
     swallowed = CANCEL_SWALLOWED.get()
     if swallowed:
         raise asyncio.CancelledError(
-            f"run {run_id!r}: the drive was cancelled while tool {swallowed[0]!r} ran, and the tool went "
-            "on as if not"
+            f"run {run_id!r}: the drive was cancelled while {swallowed[0]} ran, which went on as if not"
         )
 
 

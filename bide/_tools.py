@@ -420,7 +420,7 @@ class Tool:
                     started = functools.partial(_started_inside, window, coroutine)
                     claimed = _in_task_of_its_own(started, coroutine, window)
                     value = await run_with_deadline(claimed, window.remaining)
-                _note_swallowed(task, entered, self.name)
+                _note_swallowed(task, entered, f"tool {self.name!r}")
                 return journal_safe(self.name, value)
             if window is None:
                 window = CallWindow(self.name, "", time.monotonic() + self.timeout, time.monotonic)
@@ -438,7 +438,7 @@ class Tool:
                 value = await run_with_deadline(_in_task_of_its_own(awaited, value), window.remaining)
         except BaseException as exc:
             if isinstance(exc, Exception):
-                _note_swallowed(task, entered, self.name)
+                _note_swallowed(task, entered, f"tool {self.name!r}")
             if observed is not None:
                 observed.failed(exc)
             raise
@@ -446,7 +446,7 @@ class Tool:
             if observed is not None:
                 observed.done()
             _CURRENT.reset(token)
-        _note_swallowed(task, entered, self.name)
+        _note_swallowed(task, entered, f"tool {self.name!r}")
         return journal_safe(self.name, value)
 
     async def _in_thread(self, call: Callable[[], Any], window: CallWindow) -> Any:
@@ -548,12 +548,51 @@ def _why_unencodable(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _note_swallowed(task: asyncio.Task[Any] | None, entered: int, tool: str) -> None:
-    """Note, for the drive, that its caller's cancellation came while `tool` ran and did not end it."""
+def _note_swallowed(task: asyncio.Task[Any] | None, entered: int, what: str) -> None:
+    """Note, for the drive, that its caller's cancellation came while `what` ("tool 'charge'") ran and did
+    not end it."""
     if task is not None and task.cancelling() > entered:
         swallowed = CANCEL_SWALLOWED.get()
         if swallowed is not None:
-            swallowed.append(tool)
+            swallowed.append(what)
+
+
+async def run_apart(awaitable: Awaitable[Any], what: str) -> Any:
+    """Await `awaitable`, the application's code that a drive awaits outside a tool call (a gate's decision,
+    a reconciler's lookup), in an asyncio task of its own named as the drive's, and note a cancellation of
+    the drive that it swallowed (returned, or raised an error of its own), for the drive to stop before
+    acting on what it gave (`CANCEL_SWALLOWED`). A `CancelledError` it raised when nothing cancelled the
+    drive is its own error (`StrayCancellation`), never taken for the caller's.
+
+    Its own task, as for an async tool: a cancellation its code makes of that task (an `asyncio.TaskGroup`
+    whose child failed, which Python 3.11 and 3.12 may leave counted) is not taken for the caller's."""
+    task = asyncio.current_task()
+    if task is None:
+        raise RuntimeError(f"{what} must be awaited inside a task")
+    entered = task.cancelling()
+    waiting = _awaiting(awaitable)
+    inner = _carrying(waiting)
+    try:
+        value = await asyncio.get_running_loop().create_task(inner, name=task.get_name())
+    except asyncio.CancelledError:
+        if task.cancelling() > entered:
+            raise  # the caller's
+        raise StrayCancellation(
+            f"{what} raised CancelledError though nothing cancelled the drive (a task of its own that it "
+            "cancelled and awaited, say)"
+        ) from None
+    except Exception:
+        _note_swallowed(task, entered, what)
+        raise
+    finally:
+        # Cancelled before its task's first step, nothing of it ran: closed, with no "never awaited" warning.
+        for never in (inner, waiting, awaitable):
+            if inspect.iscoroutine(never) and inspect.getcoroutinestate(never) == inspect.CORO_CREATED:
+                never.close()
+    if isinstance(value, _Escaped):
+        raise value.exc
+    _note_swallowed(task, entered, what)
+    return value
 
 
 @dataclass(frozen=True, slots=True)

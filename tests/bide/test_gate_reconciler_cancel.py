@@ -1,0 +1,190 @@
+"""A gate or a reconciler that swallows its caller's cancellation (returns a decision anyway, or raises an
+error of its own) must not let the drive act on what it gave. Before, a gate that approved after the caller
+had cancelled the drive let the side effect fire, and a reconciler that answered "never started" let the
+call be claimed and fired again, both after the caller had asked the drive to stop; the caller's
+`CancelledError` (or its `asyncio.timeout`'s `TimeoutError`) never came. A tool that swallows its
+cancellation is handled the same way (test_tool_child_cancel.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import pytest
+from test_bide_agent import RUN_INPUT, Ledger, _halt_by_losing_result, charge_script
+
+import bide
+
+HANG = 3600.0
+
+
+def _gate_that(behaves: str, asked: list[str]) -> Any:
+    class SlowApprover:
+        """A gate whose decision takes a while (a request to a policy service)."""
+
+        async def check(self, request: bide.GateRequest) -> Any:
+            asked.append(request.call_id)
+            if behaves == "answers":
+                return bide.Approved("ok")
+            try:
+                await asyncio.sleep(HANG)
+            except asyncio.CancelledError as exc:
+                if behaves == "wraps":
+                    raise RuntimeError("policy service request aborted") from exc
+                return bide.Approved("approved while cancelled")
+            return bide.Approved("ok")
+
+    return SlowApprover()
+
+
+def _cancelled_soon(agent: bide.Agent, by: str) -> BaseException | None:
+    """Drive run "r", cancelled 0.1 s in (`task.cancel()`, or an `asyncio.timeout`): what ended it."""
+
+    async def main() -> BaseException | None:
+        try:
+            if by == "cancel":
+                task = asyncio.ensure_future(agent.run("r", RUN_INPUT))
+                await asyncio.sleep(0.1)
+                task.cancel()
+                await task
+            else:
+                async with asyncio.timeout(0.1):
+                    await agent.run("r", RUN_INPUT)
+        except BaseException as exc:  # the test looks at what ended the drive
+            return exc
+        return None
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("behaves", ["returns", "wraps"])
+@pytest.mark.parametrize("by", ["cancel", "timeout"])
+def test_a_gate_that_swallows_the_callers_cancellation_does_not_let_the_call_run(
+    behaves: str, by: str
+) -> None:
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    asked: list[str] = []
+    tool = ledger.tool(gate=_gate_that(behaves, asked), timeout=30)
+    ended = _cancelled_soon(bide.Agent(charge_script(), store=store, tools=[tool]), by)
+    expected = asyncio.CancelledError if by == "cancel" else TimeoutError
+    assert isinstance(ended, expected), repr(ended)
+    assert asked == ["c0.0"]
+    assert ledger.charges == []
+    assert not any(e.key.startswith(("attempt:", "result:")) for e in store.load("r"))
+    # The next drive asks the gate again, and the charge fires once.
+    quick = ledger.tool(gate=_gate_that("answers", asked), timeout=30)
+    again = bide.Agent(charge_script(), store=store, tools=[quick])
+    assert again.run_sync("r", RUN_INPUT).answer == "done"
+    assert asked == ["c0.0", "c0.0"] and len(ledger.charges) == 1
+
+
+def test_a_gate_whose_own_code_cancels_its_task_does_not_stop_the_drive() -> None:
+    """A cancellation the gate's own code makes of its task (as an asyncio.TaskGroup whose child failed does,
+    and may leave counted on Python 3.11 and 3.12) is not the caller's."""
+
+    class Leaky:
+        async def check(self, request: bide.GateRequest) -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)  # taken, never given back with uncancel()
+            return bide.Approved("ok")
+
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    agent = bide.Agent(charge_script(), store=store, tools=[ledger.tool(gate=Leaky(), timeout=30)])
+    assert agent.run_sync("r", RUN_INPUT).answer == "done"
+    assert len(ledger.charges) == 1
+
+
+def test_a_gate_runs_in_a_task_named_as_the_drives() -> None:
+    names: list[str] = []
+
+    class Naming:
+        async def check(self, request: bide.GateRequest) -> Any:
+            task = asyncio.current_task()
+            assert task is not None
+            names.append(task.get_name())
+            return bide.Approved()
+
+    async def main() -> str:
+        store = bide.open_store("memory://")
+        agent = bide.Agent(charge_script(), store=store, tools=[Ledger().tool(gate=Naming(), timeout=30)])
+        drive = asyncio.create_task(agent.run("r", RUN_INPUT), name="drive-of-r")
+        await drive
+        return drive.get_name()
+
+    assert [asyncio.run(main())] == names
+
+
+def _reconciler_that(behaves: str, asked: list[str]) -> Any:
+    async def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+        asked.append(attempt.call_id)
+        try:
+            await asyncio.sleep(HANG)  # a lookup in the payment provider's API
+        except asyncio.CancelledError as exc:
+            if behaves == "wraps":
+                raise RuntimeError("ledger lookup aborted") from exc
+            return bide.Outcome.not_started()  # what a lookup cut short may say: nothing found
+        return None
+
+    return reconcile
+
+
+@pytest.mark.parametrize("behaves", ["returns", "wraps"])
+@pytest.mark.parametrize("by", ["cancel", "timeout"])
+def test_a_reconciler_that_swallows_the_callers_cancellation_is_not_acted_on(behaves: str, by: str) -> None:
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)  # charged, its result lost
+    asked: list[str] = []
+    later = time.time() + 3600  # past the lost attempt's deadline: the reconciler is asked
+    tool = ledger.tool(reconcile=_reconciler_that(behaves, asked))
+    agent = bide.Agent(charge_script(), store=store, tools=[tool], clock=lambda: later)
+    ended = _cancelled_soon(agent, by)
+    expected = asyncio.CancelledError if by == "cancel" else TimeoutError
+    assert isinstance(ended, expected), repr(ended)
+    assert asked == ["c0.0"]
+    assert len(ledger.charges) == 1  # not charged a second time on "not started"
+    journaled = [e.key for e in store.load("r")]
+    assert "result:c0.0" not in journaled and "attempt:c0.0:1" not in journaled
+
+    # The next drive asks the reconciler again; this time it looks the charge up.
+    async def finds(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+        asked.append(attempt.call_id)
+        hit = any(c[2] == attempt.idempotency_key for c in ledger.charges)
+        return bide.Outcome.succeeded("charged alice 500") if hit else bide.Outcome.not_started()
+
+    tool = ledger.tool(reconcile=finds)
+    again = bide.Agent(charge_script(), store=store, tools=[tool], clock=lambda: later)
+    assert again.run_sync("r", RUN_INPUT).answer == "done"
+    assert asked == ["c0.0", "c0.0"] and len(ledger.charges) == 1
+
+
+def test_a_reconciler_that_raises_its_own_cancellation_halts_naming_it() -> None:
+    """A CancelledError the reconciler raised when nothing cancelled the drive (a task of its own that it
+    cancelled and awaited) is its own failure, named in the halt: never a CancelledError out of a drive no
+    one cancelled."""
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)
+
+    async def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+        lookup = asyncio.create_task(asyncio.sleep(HANG))
+        await asyncio.sleep(0)
+        lookup.cancel()
+        await lookup
+        return None
+
+    later = time.time() + 3600
+    agent = bide.Agent(
+        charge_script(), store=store, tools=[ledger.tool(reconcile=reconcile)], clock=lambda: later
+    )
+    with pytest.raises(bide.OutcomeUnknown) as halted:
+        agent.run_sync("r", RUN_INPUT)
+    assert "its reconciler raised" in str(halted.value) and "CancelledError" in str(halted.value)
+    assert len(ledger.charges) == 1
