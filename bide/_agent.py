@@ -139,11 +139,13 @@ from ._tools import (
     AttemptInfo,
     CallContext,
     SideEffect,
+    StrayCancellation,
     Tool,
     ToolArgumentsInvalid,
     idempotency_key_for,
     journal_safe,
     run_apart,
+    stray_cancellation,
 )
 from ._when import iso, seconds, when
 
@@ -1319,10 +1321,17 @@ class Agent(Generic[T]):
         request = GateRequest(
             journal.run_id, call.call_id, tool.name, arguments, args_json, digest, GateJournal(journal)
         )
-        decision = tool.gate.check(request)
+        whose = f"the gate of tool {tool.name!r}"
+        try:
+            decision = tool.gate.check(request)
+        except asyncio.CancelledError:
+            # A synchronous check's own: no await ran, so nothing could have cancelled the drive in it.
+            raise _gate_failed(stray_cancellation(whose)) from None
         if inspect.isawaitable(decision):
             try:
-                decision = await run_apart(decision, f"the gate of tool {tool.name!r}")
+                decision = await run_apart(decision, whose)
+            except StrayCancellation as exc:
+                raise _gate_failed(exc) from None
             finally:
                 # It swallowed its caller's cancellation: nothing acts on what it gave, nor on its error.
                 _stop_if_cancelled(journal.run_id)
@@ -1423,7 +1432,7 @@ class Agent(Generic[T]):
                 else:
                     # A lookup in the system of record (an HTTP request, say) must not stop this event
                     # loop: the lease renewals and deadlines of its other drives run on it.
-                    outcome = await asyncio.to_thread(reconcile, info)
+                    outcome = await _in_thread(reconcile, info, whose)
                     if inspect.isawaitable(outcome):
                         outcome = await run_apart(outcome, whose)
             except Exception as exc:
@@ -1937,6 +1946,24 @@ def _error_text(exc: BaseException) -> str:
     except Exception:
         return f"{type(exc).__name__} (its message cannot be shown)"
     return utf8_text(said or type(exc).__name__)
+
+
+def _gate_failed(exc: StrayCancellation) -> ConfigError:
+    return ConfigError(f"{exc}; the call did not run: fix the gate, then run the run again")
+
+
+async def _in_thread(fn: Callable[[Any], Any], arg: Any, what: str) -> Any:
+    """`fn(arg)` in a worker thread. A `CancelledError` it raised there (a `concurrent.futures` future of its
+    own that was cancelled), which asyncio passes on as its own, is its error (`StrayCancellation`) when
+    nothing cancelled the drive."""
+    task = asyncio.current_task()
+    entered = task.cancelling() if task is not None else 0
+    try:
+        return await asyncio.to_thread(fn, arg)
+    except asyncio.CancelledError:
+        if task is None or task.cancelling() > entered:
+            raise  # the caller's
+        raise stray_cancellation(what) from None
 
 
 def _stop_if_cancelled(run_id: str) -> None:

@@ -577,10 +577,7 @@ async def run_apart(awaitable: Awaitable[Any], what: str) -> Any:
     except asyncio.CancelledError:
         if task.cancelling() > entered:
             raise  # the caller's
-        raise StrayCancellation(
-            f"{what} raised CancelledError though nothing cancelled the drive (a task of its own that it "
-            "cancelled and awaited, say)"
-        ) from None
+        raise stray_cancellation(what) from None
     except Exception:
         _note_swallowed(task, entered, what)
         raise
@@ -826,6 +823,15 @@ class StrayCancellation(Exception):
     cancelled, say) while nothing cancelled its call. It is the tool's error like any other (a side effect's
     outcome is unknown), never a cancellation of the drive: the drive's caller, which did not cancel it,
     would take a `CancelledError` for its own (`asyncio.gather`, a TaskGroup and `asyncio.run` do)."""
+
+
+def stray_cancellation(what: str) -> StrayCancellation:
+    """The error of `what` ("the reconciler of tool 'charge'"), application code a drive awaits outside a
+    tool call, that raised a `CancelledError` though nothing cancelled the drive."""
+    return StrayCancellation(
+        f"{what} raised CancelledError though nothing cancelled the drive (a task of its own that it "
+        "cancelled and awaited, say)"
+    )
 
 
 def _stray(tool: str) -> StrayCancellation:

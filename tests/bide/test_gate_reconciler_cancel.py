@@ -8,6 +8,7 @@ cancellation is handled the same way (test_tool_child_cancel.py)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import time
 from typing import Any
@@ -188,3 +189,51 @@ def test_a_reconciler_that_raises_its_own_cancellation_halts_naming_it() -> None
         agent.run_sync("r", RUN_INPUT)
     assert "its reconciler raised" in str(halted.value) and "CancelledError" in str(halted.value)
     assert len(ledger.charges) == 1
+
+
+def test_a_synchronous_reconciler_that_raises_a_cancelled_error_halts_naming_it() -> None:
+    """The same for a reconciler run in a thread: a `concurrent.futures` future of its own that was
+    cancelled (asyncio passes that on as its own CancelledError)."""
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)
+
+    def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+        lookup: concurrent.futures.Future[bide.Outcome] = concurrent.futures.Future()
+        lookup.cancel()
+        return lookup.result()
+
+    later = time.time() + 3600
+    agent = bide.Agent(
+        charge_script(), store=store, tools=[ledger.tool(reconcile=reconcile)], clock=lambda: later
+    )
+    with pytest.raises(bide.OutcomeUnknown) as halted:
+        agent.run_sync("r", RUN_INPUT)
+    assert "its reconciler raised" in str(halted.value) and "CancelledError" in str(halted.value)
+    assert len(ledger.charges) == 1
+
+
+@pytest.mark.parametrize("kind", ["async", "sync"])
+def test_a_gate_that_raises_a_cancelled_error_of_its_own_is_a_config_error(kind: str) -> None:
+    """Not a CancelledError to a caller that cancelled nothing (which asyncio.gather, a TaskGroup and
+    asyncio.run take for their own); the call does not run."""
+
+    class OwnTask:
+        async def check(self, request: bide.GateRequest) -> Any:
+            lookup = asyncio.create_task(asyncio.sleep(HANG))
+            await asyncio.sleep(0)
+            lookup.cancel()
+            await lookup
+            return bide.Approved()
+
+    class Synchronous:
+        def check(self, request: bide.GateRequest) -> Any:
+            raise asyncio.CancelledError
+
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    gate = OwnTask() if kind == "async" else Synchronous()
+    agent = bide.Agent(charge_script(), store=store, tools=[ledger.tool(gate=gate, timeout=30)])
+    with pytest.raises(bide.ConfigError, match="the gate of tool 'charge_card' raised CancelledError"):
+        agent.run_sync("r", RUN_INPUT)
+    assert ledger.charges == []
