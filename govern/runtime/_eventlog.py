@@ -5,7 +5,8 @@ A log holds events for exactly one machine (by digest). Its promises:
 - **Dense, stable positions.** The n-th event appended to a log gets position n (from 0), assigned in the
   same transaction that writes it; positions never change and never skip. Concurrent appenders in any
   number of processes (SQLite file or PostgreSQL) serialize on the log, so there are no gaps and no
-  duplicates. A reader that ever sees a gap raises `LogCorrupted` instead of returning a shorter list.
+  duplicates. A reader that ever sees a gap raises `LogCorrupted` instead of returning a shorter list, and
+  an append refuses a log whose positions an edit damaged at their ends (`_check_span`), writing nothing.
 - **Idempotent by event id.** Appending an id that is already in the log with the same content is a no-op
   that returns the existing position; the same id with different content raises `EventConflict`. So is
   a second event claiming a producer sequence number that another event already holds.
@@ -443,9 +444,8 @@ class _Head:
 
 
 _P = sa.bindparam
-_logs, _events, _counters = schema.logs, schema.events, schema.counters
+_events, _counters = schema.events, schema.counters
 # Statements are built once: building SQLAlchemy expressions per call costs more than running them.
-_Q_LOG = sa.select(_logs.c.machine, _logs.c.length, _logs.c.events).where(_logs.c.name == _P("log"))
 # SQLite (layout 3) keeps no length: it is the highest position + 1, one lookup in the primary key. A
 # highest that is not an integer (text, a float: an edited row; SQLite orders text above every number, so
 # one anywhere in the column is its max) is read as it is, for `_head_of` to refuse: `+ 1` would have made
@@ -458,12 +458,29 @@ _SQLITE_LENGTH = (
     + _SQLITE_ONE_PAST.format(column='"position"', rest='FROM govern_events WHERE "log" = {log}')
     + ", 0)"
 )
+# The ends of a log's positions, for `_check_span`: the lowest, the highest and the one below it, one
+# lookup each in the primary key. A row edited in below 0 or past the end with a gap, a first event or the
+# one before the last deleted (on PostgreSQL, which keeps the length apart, the last too) shows there; a
+# gap deeper in the log is found by readers, which read every position (an append would have to count the
+# log to find it).
+_FIRST = '(SELECT min("position") FROM govern_events WHERE "log" = {log})'
+_LAST = '(SELECT max("position") FROM govern_events WHERE "log" = {log})'
+_SECOND = (
+    '(SELECT "position" FROM govern_events WHERE "log" = {log} ORDER BY "position" DESC LIMIT 1 OFFSET 1)'
+)
 # Whether a log holds any event: asked only of a log without its row (a new one, or a damaged one).
 _ANY_EVENT = 'SELECT 1 FROM govern_events WHERE "log" = :log LIMIT 1'
 _Q_ANY_EVENT = sa.text(_ANY_EVENT)
+_SPAN_COLUMNS = (
+    f'{_FIRST.format(log=":log")} AS "first", {_SECOND.format(log=":log")} AS "second", '
+    f'{_LAST.format(log=":log")} AS "last"'
+)
+_Q_LOG = sa.text(
+    f'SELECT "machine", "length", "events", {_SPAN_COLUMNS} FROM govern_logs WHERE "name" = :log'
+)
 _Q_LOG_SQLITE = sa.text(
-    f'SELECT "machine", {_SQLITE_LENGTH.format(log=":log")} AS "length", "events" FROM govern_logs '
-    'WHERE "name" = :log'
+    f'SELECT "machine", {_SQLITE_LENGTH.format(log=":log")} AS "length", "events", {_SPAN_COLUMNS} '
+    'FROM govern_logs WHERE "name" = :log'
 )
 _Q_READ = (
     sa.select(_events)
@@ -1176,11 +1193,13 @@ class _Dialect:
 def _read_sql(dialect: str) -> str:
     """The statement that reads what an append needs (`_Seen`), as rows of one shape: a tag, then the
     columns of `_READ_COLUMNS`. Tags: 'h' the log's row (SQLite only: its length in "position", its
-    machine, its event names in "deps"), 'e' a stored event among the call's own ids, 'd' the position of
-    a stored event among its other dependencies, 'p' / 'r' the next number of a producer / record (the key
-    in "event_id", the number in "position"; `_next_number`, `_sqlite_next_number`). Each number is one or
-    two index lookups, whatever the log's size (an `IN` over the pairs of the counters' key would scan
-    every counter of the log)."""
+    machine, its event names in "deps", its first and second highest positions in "record_seq" and
+    "producer_seq"), 'b' the ends of its positions (PostgreSQL only, whose length is the row's: the first,
+    second highest and highest in "record_seq", "producer_seq" and "position"; `_check_span`), 'e' a stored
+    event among the call's own ids, 'd' the position of a stored event among its other dependencies, 'p' /
+    'r' the next number of a producer / record (the key in "event_id", the number in "position";
+    `_next_number`, `_sqlite_next_number`). Each number is one or two index lookups, whatever the log's size
+    (an `IN` over the pairs of the counters' key would scan every counter of the log)."""
     sqlite = dialect == "sqlite"
     log = ":log" if sqlite else "%(log)s"
     number = _sqlite_next_number if sqlite else _next_number
@@ -1206,9 +1225,15 @@ def _read_sql(dialect: str) -> str:
         row("p", position=number(log, "p", "k.value"), event_id="k.value") + f" FROM {each('producers')}",
         row("r", position=number(log, "r", "k.value"), event_id="k.value") + f" FROM {each('records')}",
     ]
+    first, second = _FIRST.format(log=log), _SECOND.format(log=log)
     if sqlite:
-        head = row("h", position=_SQLITE_LENGTH.format(log=log), machine='"machine"', deps='"events"')
+        length = _SQLITE_LENGTH.format(log=log)
+        head = row(
+            "h", position=length, machine='"machine"', deps='"events"', record_seq=first, producer_seq=second
+        )
         parts.insert(0, f'{head} FROM govern_logs WHERE "name" = {log}')
+    else:
+        parts.append(row("b", position=_LAST.format(log=log), record_seq=first, producer_seq=second))
     return " UNION ALL ".join(parts)
 
 
@@ -1239,15 +1264,16 @@ def _highest(log: str, kind: str, key: str, *, sqlite: bool = False) -> str:
 
 # What a one-event append reads on SQLite, as one row: the log's length, machine and event names, the
 # position of the event's id if it is stored already, the positions of its stored dependencies (a JSON
-# object by id), and the next numbers of its producer and record. `_read_sql` answers the general case
+# object by id), the next numbers of its producer and record, and the log's first and second highest
+# positions (`_check_span`: two more lookups, about 1.5 µs). `_read_sql` answers the general case
 # in rows of many columns, most of them NULL, which cost more to build than this whole statement.
 _SQLITE_READ_ONE = (
     f'SELECT {_SQLITE_LENGTH.format(log=":log")}, "machine", "events", '
     '(SELECT "position" FROM govern_events WHERE "log" = :log AND "event_id" = :id), '
     '(SELECT json_group_object(k.value, "position") FROM json_each(:deps) AS k CROSS JOIN govern_events '
     'WHERE "log" = :log AND "event_id" = k.value), '
-    f"{_sqlite_next_number(':log', 'p', ':producer')}, {_sqlite_next_number(':log', 'r', ':record')} "
-    'FROM govern_logs WHERE "name" = :log'
+    f"{_sqlite_next_number(':log', 'p', ':producer')}, {_sqlite_next_number(':log', 'r', ':record')}, "
+    f'{_FIRST.format(log=":log")}, {_SECOND.format(log=":log")} FROM govern_logs WHERE "name" = :log'
 )
 
 
@@ -1325,15 +1351,17 @@ class _SqlTx:
             row = self.cur.execute(_SQLITE_READ_ONE, params).fetchone()
             if row is None:
                 return None
-            length, machine, names, stored, found, producer_next, record_next = row
+            length, machine, names, stored, found, producer_next, record_next, first, second = row
             if stored is None:  # the id is new (a stored one is read in full below, with the rest)
-                return _Seen(
+                seen = _Seen(
                     _head_of(machine, length, names),
                     {},
                     {} if found == "{}" else _positions(json.loads(found)),
                     {producers[0]: _counted(producer_next, f"the next number of producer {producers[0]!r}")},
                     {records[0]: _counted(record_next, f"the next number of record {records[0]!r}")},
                 )
+                _check_span(self.log, seen.head.length, first, second, seen.head.length - 1)
+                return seen
         head = None
         lists: Callable[[list[str]], Any] = _json if self.sqlite else list
         params = {
@@ -1374,6 +1402,7 @@ class _SqlTx:
         known: dict[str, LoggedEvent] = {}
         positions: dict[str, int] = {}
         numbers: dict[str, dict[str, int]] = {"p": {}, "r": {}}
+        span: tuple[Any, Any, Any] = (None, None, None)  # first, second highest, highest position
         for tag, *row in self.cur.fetchall():
             if tag == "e":
                 event = _from_tuple(tuple(row))
@@ -1382,11 +1411,15 @@ class _SqlTx:
                 positions[str(row[2])] = _counted(row[1], f"the position of event {row[2]!r}")
             elif tag == "h":
                 head = _head_of(row[3], row[1], row[9])
+                span = (row[5], row[8], head.length - 1)
+            elif tag == "b":
+                span = (row[5], row[8], row[1])
             else:
                 kind = "producer" if tag == "p" else "record"
                 numbers[tag][str(row[2])] = _counted(row[1], f"the next number of {kind} {row[2]!r}")
         if head is None:
             return None
+        _check_span(self.log, head.length, *span)
         return _Seen(head, known, positions, numbers["p"], numbers["r"])
 
     def orphaned(self) -> bool:
@@ -1513,6 +1546,41 @@ def _head_of(machine: Any, length: Any, events: Any) -> _Head:
         raise LogCorrupted(f"the log's row is unreadable: {exc}; restore the log from a backup") from exc
 
 
+def _check_span(log: str, length: int, first: Any, second: Any, last: Any) -> None:
+    """Raise `LogCorrupted` unless the ends of the log's positions are those of `length` dense events:
+    the first (`first`) is 0, the last two (`second`, `last`) are length - 2 and length - 1 (None where
+    there is no such event). Only an edit breaks this (`_FIRST`); an append after it would write where no
+    read reaches, or past a row no read returns."""
+    if first == 0 and second == length - 2 and last == length - 1:
+        return  # a sound log of two events or more: decided without a call
+    problem = _span_problem(length, first, second, last)
+    if problem is not None:
+        raise LogCorrupted(
+            f"log {log!r} is damaged: {problem}, which only an edit of its database makes; nothing was "
+            "written, and every append is refused: restore the log from a backup"
+        )
+
+
+def _span_problem(length: int, first: Any, second: Any, last: Any) -> str | None:
+    """What `_check_span` finds wrong, or None (a log of fewer than two events)."""
+    if first is None or last is None:
+        return None if length == 0 else f"its length is {length}, but it holds no events"
+    for position in (first, second, last):
+        if position is not None and type(position) is not int:
+            return f"it holds an event at position {position!r}, not an integer"
+    if first < 0:
+        return f"it holds an event at position {first}, below 0"
+    if first > 0:
+        return f"it holds no event at position 0 (its first is at position {first})"
+    if last > length - 1:
+        return f"it holds an event at position {last}, past its end (its length is {length})"
+    if last < length - 1:
+        return f"its length is {length}, but its last event is at position {last}"
+    if length >= 2 and second != length - 2:
+        return f"it holds an event at position {length - 1} but none at {length - 2}"
+    return None
+
+
 def _orphaned(log: str) -> LogCorrupted:
     """A log that holds events but has no row in govern_logs: its machine is unknown, so nothing may bind
     it again (another machine's events would follow its own)."""
@@ -1520,10 +1588,6 @@ def _orphaned(log: str) -> LogCorrupted:
         f"log {log!r} holds events but its row in govern_logs is gone (deleted or damaged): its machine "
         "is unknown, and nothing was written; restore the log from a backup"
     )
-
-
-def _head(row: Any) -> _Head:
-    return _head_of(row.machine, row.length, row.events)
 
 
 _names_cache: dict[str, tuple[str, ...]] = {}
@@ -1805,7 +1869,12 @@ class _SqlBackend:
             rows = self._rows(query, {"log": self.log})
             if not rows:
                 raise _orphaned(self.log)
-        return _head(rows[0]) if rows else None
+        if not rows:
+            return None
+        row = rows[0]
+        head = _head_of(row.machine, row.length, row.events)
+        _check_span(self.log, head.length, row.first, row.second, row.last)
+        return head
 
     def read(self, start: int, limit: int) -> list[LoggedEvent]:
         return [_from_row(r) for r in self._rows(_Q_READ, {"log": self.log, "start": start, "limit": limit})]

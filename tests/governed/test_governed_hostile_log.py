@@ -381,9 +381,10 @@ def test_a_log_whose_row_was_deleted_is_never_bound_again(log_url: str, log_name
             f'UPDATE govern_events SET "record_seq" = {INT64_MAX} WHERE "position" = 3',
             "next number of record 'o1'",
         ),
-        # One below: the next position is 2**63 - 1 exactly, which an append refuses to use.
+        # One below: the next position is 2**63 - 1 exactly, which an append refuses to use. (The last two
+        # events move together: a gap just below the last position is refused as damage before.)
         (
-            f'UPDATE govern_events SET "position" = {INT64_MAX - 1} WHERE "position" = 3',
+            f'UPDATE govern_events SET "position" = "position" + {INT64_MAX - 4} WHERE "position" >= 2',
             "log 'main' has used its last",
         ),
         (
@@ -411,7 +412,12 @@ def test_an_sqlite_log_at_the_last_64_bit_number_refuses_appends(
 @pytest.mark.parametrize(
     ("sql", "message"),
     [
-        ('UPDATE govern_logs SET "length" = :top WHERE "name" = :log', "log '{log}' has used its last"),
+        # The last two events move with the length: a length past the last event is refused as damage before.
+        (
+            'WITH moved AS (UPDATE govern_events SET "position" = "position" + (:top - 4) WHERE "log" = :log '
+            'AND "position" >= 2) UPDATE govern_logs SET "length" = :top WHERE "name" = :log',
+            "log '{log}' has used its last",
+        ),
         (
             "UPDATE govern_counters SET \"next\" = :top WHERE \"log\" = :log AND kind = 'r' AND key = 'o1'",
             "record 'o1' of log '{log}' has used its last",
@@ -432,17 +438,27 @@ def test_a_postgresql_log_at_the_last_64_bit_number_refuses_appends(
 
 @pytest.mark.postgres
 @pytest.mark.parametrize(
-    "sql",
+    ("sql", "message"),
     [
-        'UPDATE govern_logs SET "length" = 1 WHERE "name" = :log',
-        "UPDATE govern_counters SET \"next\" = 1 WHERE \"log\" = :log AND kind = 'r' AND key = 'o1'",
-        "UPDATE govern_counters SET \"next\" = 2 WHERE \"log\" = :log AND kind = 'p' AND key = 'p'",
+        # The log's length is checked against its last event before anything is numbered.
+        (
+            'UPDATE govern_logs SET "length" = 1 WHERE "name" = :log',
+            "is damaged: it holds an event at position 3, past its end",
+        ),
+        (
+            "UPDATE govern_counters SET \"next\" = 1 WHERE \"log\" = :log AND kind = 'r' AND key = 'o1'",
+            "the log's counters are behind its events",
+        ),
+        (
+            "UPDATE govern_counters SET \"next\" = 2 WHERE \"log\" = :log AND kind = 'p' AND key = 'p'",
+            "the log's counters are behind its events",
+        ),
     ],
     ids=["position", "record_seq", "producer_seq"],
 )
 @pytest.mark.parametrize("batch", [1, 20], ids=["one", "copied"])
 def test_a_postgresql_counter_edited_below_its_events_is_a_corrupted_log(
-    log_name: str, sql: str, batch: int
+    log_name: str, sql: str, message: str, batch: int
 ) -> None:
     """A counter edited down (or restored apart from the events) made the next append collide with a
     stored event: a raw duplicate-key EventLogError that said "appending the same events again is safe",
@@ -455,10 +471,11 @@ def test_a_postgresql_counter_edited_below_its_events_is_a_corrupted_log(
             Event(id=f"new{i}", machine=order_machine().digest, record="o1", event="restock", producer="p")
             for i in range(batch)
         ]
-        with pytest.raises(LogCorrupted, match="the log's counters are behind its events") as refused:
+        with pytest.raises(LogCorrupted, match=message) as refused:
             log.append_many(events)
         assert "again is safe" not in str(refused.value)
-        assert log.get("new0") is None and len(log.read()) == 4
+        # (read(0, 4): a read to the end checks the log's length, which the "position" edit damaged)
+        assert all(log.get(e.id) is None for e in events) and len(log.read(0, 4)) == 4
     finally:
         log.close()
 
