@@ -177,6 +177,11 @@ class _CommittedElsewhere(_FileGone):
     its writes are lost with that file. Never run again: not as a batch, not request by request."""
 
 
+class _ClosedUnder(_FileGone):
+    """An in-loop connection was asked for after the store's close() closed them: none is opened again (a
+    write would land after the close, on a connection nobody closes)."""
+
+
 class _HooksBroken(Exception):
     """A hook's savepoint could not be rolled back or released: the transaction is lost; retry without
     hooks."""
@@ -192,6 +197,10 @@ class _Slot:
 
     def get(self) -> Any:
         if self.raw is None or not self.raw.is_valid:  # (invalidated: see SQLStore._pipelined)
+            if self.in_loop and self.store._closed:
+                # (The store's thread serves, after the close, what was accepted before it: its own slot
+                # may connect again; it is closed when that thread stops.)
+                raise _ClosedUnder("closed")
             raw = self.store.engine.raw_connection()
             if self.store.dialect == "sqlite":
                 driver: Any = raw.driver_connection
@@ -295,6 +304,7 @@ class SQLStore:
         if not table_prefix or not set(table_prefix) <= _IDENT_OK:
             raise ConfigError(f"table_prefix must be letters, digits and underscores, got {table_prefix!r}")
         self.url = url
+        self._shown = without_password(url)  # for messages and thread names, which reach logs
         self.table_prefix = table_prefix
         sa_url = make_url(url)
         if sa_url.drivername in ("postgresql", "postgres", "postgresql+psycopg"):
@@ -496,6 +506,9 @@ class SQLStore:
         self._slots: list[tuple[weakref.ref[threading.Thread], _Slot]] = []
         self._closed = False
         self._closing = False  # close() was called: only the threads it waits for may still use it
+        # Requests put in the queue, and answered by the store's thread: equal when it has nothing in hand.
+        self._queued = 0
+        self._served = 0
         self.commits = 0  # transactions committed by this store object (for benchmarks)
         self._known_runs: set[str] = set()  # SQLite: runs whose runs row is committed
         self._hooks = WriteHooks()
@@ -891,12 +904,28 @@ class SQLStore:
                 return
             self._closed = True
             thread = self._thread
-        if thread is not None:
-            self._queue.put(_STOP)
-            thread.join()
+            idle = self._queued == self._served
+            if thread is not None:
+                # Under the lock, as every request is put: the stop comes after each request accepted and
+                # before any other (one put after it would wait for an answer for ever).
+                self._queue.put(_STOP)
         for _, slot in self._slots:
             slot.close()
-        self.engine.dispose()
+        if thread is None or idle:
+            if thread is not None:
+                thread.join()  # it has nothing in hand: it stops at once
+            self.engine.dispose()
+            return
+
+        # The store's thread is running a batch accepted before the close: a write waiting for a lock held
+        # elsewhere, or for a lost connection to come back, is answered within the busy timeout. Waiting
+        # for it here would hold up the caller (an event loop) that long; a thread of its own waits, not a
+        # daemon, so that the end of the process waits for the answer too.
+        def when_served() -> None:
+            thread.join()
+            self.engine.dispose()
+
+        threading.Thread(target=when_served, name="bide-store-close").start()
 
     def interrupt(self) -> None:
         """Cancel the statements this store's connections are running now (PostgreSQL: a cancel request to
@@ -926,25 +955,46 @@ class SQLStore:
             self._hooks.remove(hook)
 
     def __repr__(self) -> str:
-        return f"SQLStore({self.url!r}, table_prefix={self.table_prefix!r})"
+        return f"SQLStore({self._shown!r}, table_prefix={self.table_prefix!r})"
 
     # -- the writer thread ---------------------------------------------------------------------------------
 
-    def _refuse_when_closed(self) -> None:
+    def _refuse_when_closed(self, req: _Request) -> None:
         if self._closed or (self._closing and not may_use_while_closing(self)):
-            raise StoreError(f"store {self.url} is closed", lasting=True)
+            raise self._closed_error(req)
+
+    def _closed_error(self, req: _Request) -> StoreError:
+        """The refusal of `req`, made after (or answered after) the store's close() was called."""
+        what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+        return StoreError(
+            f"store {self._shown} is closed (its close() was called): {what} was refused, nothing was "
+            "written. Open the store again (bide.open_store) for more work; a run whose drive was still "
+            "using it resumes from its journal when run again",
+            lasting=True,
+        )
+
+    def _closed_under(self, req: _Request) -> StoreError:
+        """The answer of `req`, whose batch was cut short by the store's close()."""
+        what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+        return StoreError(
+            f"store {self._shown}: {what} failed: the store was closed (its close() was called) while it "
+            f"ran; {_doubt([req])}. Open the store again (bide.open_store) and run again what was using it",
+            lasting=True,
+        )
 
     def _enqueue(self, req: _Request) -> None:
         if self._closing:  # (one attribute on the hot path; closing comes before closed)
-            self._refuse_when_closed()
+            self._refuse_when_closed(req)
         with self._lock:
             if self._closed:
-                raise StoreError(f"store {self.url} is closed", lasting=True)
+                raise self._closed_error(req)
             if self._thread is None:
-                name = f"bide-store:{self.url}"
+                name = f"bide-store:{self._shown}"
                 self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
                 self._thread.start()
-        self._queue.put(req)
+            # Under the lock: ordered with the stop a close puts (see _close_now).
+            self._queue.put(req)
+            self._queued += 1
 
     def _submit(self, run_id: str, op: str, args: Any) -> Future[Any]:
         req = _Request(run_id, op, args, future=Future())
@@ -963,7 +1013,7 @@ class SQLStore:
         # gets back to its callbacks joins one transaction, run synchronously (no thread hand-offs; the loop
         # is blocked for the commit, a fraction of a millisecond per batch).
         if self._closing:
-            self._refuse_when_closed()
+            self._refuse_when_closed(req)
         state = self._local
         if state.loop is not loop:
             # A new event loop on this thread: whatever the old one left queued has no caller any more.
@@ -979,6 +1029,10 @@ class SQLStore:
         passed along because asking asyncio for it costs a getpid system call)."""
         batch, state.pending = state.pending, []
         state.scheduled = False
+        if self._closed:
+            # Asked for before the close, flushed after it: this loop's connection is closed already.
+            self._answer([(r, None, self._closed_error(r)) for r in batch], loop)
+            return
         try:
             # One connection for every batch: SQLite empties a connection's page cache whenever another
             # connection has written since its last transaction, so a second one (say, for leases) would
@@ -1016,7 +1070,7 @@ class SQLStore:
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
             self._answer(
                 [
-                    (r, None, StoreError(f"store {self.url} failed: {exc!r}"))
+                    (r, None, StoreError(f"store {self._shown} failed: {exc!r}"))
                     for r in batch
                     if r.afuture is not None and not r.afuture.done()
                 ],
@@ -1088,12 +1142,14 @@ class SQLStore:
             except BaseException as exc:  # never leave a caller waiting on a dead thread
                 self._answer(
                     [
-                        (r, None, StoreError(f"store {self.url} failed: {exc!r}"))
+                        (r, None, StoreError(f"store {self._shown} failed: {exc!r}"))
                         for r in batch
                         if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())
                     ],
                     None,
                 )
+            finally:
+                self._served += len(batch)
             if stop:
                 break
         self._worker_slot.close()
@@ -1157,7 +1213,7 @@ class SQLStore:
                 if now + pause >= reconnect_until:
                     # The requests share the lost connection: none is worth trying alone.
                     error = StoreError(
-                        f"store {self.url}: the connection to the database was lost and could not be "
+                        f"store {self._shown}: the connection to the database was lost and could not be "
                         f"restored within the store's busy timeout ({self._busy_ms / 1000:g} s, {reconnects} "
                         f"tries); {_doubt(batch)}; run it again once the database answers ({exc})"
                     )
@@ -1172,6 +1228,10 @@ class SQLStore:
         self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, exc: Exception
     ) -> None:
         """Answer `batch`, whose transaction failed with `exc` (not a lost connection) after its retries."""
+        if isinstance(exc, _ClosedUnder) or (slot.in_loop and self._closed):
+            # (The close shut this connection under the batch: whatever it failed with says no more.)
+            self._answer([(req, None, self._closed_under(req)) for req in batch], here)
+            return
         if isinstance(exc, _FileGone):
             # The store's own refusal (its file gone or replaced): the same for every request, and a batch
             # that committed into the old file must not be run again request by request.
@@ -1179,12 +1239,15 @@ class SQLStore:
             for req in batch:
                 what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
                 said = f"{what}: {exc}" if isinstance(exc, _CommittedElsewhere) else f"{what} failed: {exc}"
-                answers.append((req, None, StoreError(f"store {self.url}: {said}", lasting=True)))
+                answers.append((req, None, StoreError(f"store {self._shown}: {said}", lasting=True)))
             self._answer(answers, here)
             return
         if slot.in_loop and _retryable(exc):
             for req in batch:  # another process holds the write lock: wait for it off the loop
-                self._enqueue(req)
+                try:
+                    self._enqueue(req)
+                except StoreError as closed:  # the store is closing: refused, nothing was written
+                    self._answer([(req, None, closed)], here)
             return
         if self.dialect != "sqlite" and _lock_timeout(exc) and batch[0].run_id != batch[-1].run_id:
             # PostgreSQL locks rows, not the database: one run's row held elsewhere (a session paused in a
@@ -1213,7 +1276,7 @@ class SQLStore:
                 # Each request's own: one error for the batch named its first run to every caller.
                 what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
                 return StoreError(
-                    f"store {self.url}: {what} wrote nothing: {why}; run it again (or find the process "
+                    f"store {self._shown}: {what} wrote nothing: {why}; run it again (or find the process "
                     f"holding the database) ({said})"
                 )
 
@@ -1230,7 +1293,7 @@ class SQLStore:
         # Only for what a file that cannot be written causes: not a trigger's abort on a full disk, say.
         unwritable = self.dialect == "sqlite" and code is not None and code & 0xFF in _SQLITE_UNWRITABLE
         hint = why_unwritable(self._path) if unwritable else ""
-        error = StoreError(f"store {self.url}: {what} failed; {_doubt(batch)}: {exc}{hint}")
+        error = StoreError(f"store {self._shown}: {what} failed; {_doubt(batch)}: {exc}{hint}")
         self._answer([(req, None, error)], here)
 
     def _transaction(
