@@ -1911,6 +1911,7 @@ class _SyncingCursor:
 # sessions idle inside a transaction after half the busy timeout, which at a few milliseconds ends healthy
 # sessions between two statements of a write (at 10 ms, every creation of the tables failed).
 _PG_BUSY_MIN_S = 0.1
+_BUSY_MAX_S = (2**31 - 1) / 1000
 
 
 def _busy_ms(busy_timeout: float, dialect: str) -> int:
@@ -1924,6 +1925,12 @@ def _busy_ms(busy_timeout: float, dialect: str) -> int:
         raise ConfigError(
             "busy_timeout is the seconds a request waits for a lock (0 or more, finite), got "
             f"{busy_timeout!r}"
+        )
+    if busy_timeout > _BUSY_MAX_S:
+        # SQLite took a larger one for 0, no wait at all; PostgreSQL refused it at connect.
+        raise ConfigError(
+            f"busy_timeout must be at most {_BUSY_MAX_S:.3f} s (about 24.8 days), got {busy_timeout!r}: "
+            "SQLite and PostgreSQL keep it in milliseconds, as a 32-bit number"
         )
     if dialect == "postgresql" and busy_timeout < _PG_BUSY_MIN_S:
         raise ConfigError(

@@ -1,7 +1,8 @@
 """A store's busy timeout is checked when the store is made. Before, PostgreSQL took 0 (or anything under a
 millisecond) as "wait forever" for a lock (a write behind another session's row lock hung), a few
 milliseconds ended healthy sessions as idle in a transaction, NaN and infinity raised bare Python errors,
-and a day or more could not connect at all ("setsockopt(TCP_KEEPIDLE) failed: Invalid argument")."""
+a day or more could not connect at all ("setsockopt(TCP_KEEPIDLE) failed: Invalid argument"), and past
+2^31 - 1 milliseconds SQLite waited not at all (PostgreSQL refused it at connect)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,33 @@ def test_a_busy_timeout_no_wait_can_use_is_refused_before_anything_is_created(
     with pytest.raises(bide.ConfigError, match="busy_timeout is the seconds a request waits for a lock"):
         bide.SQLStore(f"sqlite:///{path}", busy_timeout=value)  # type: ignore[arg-type]
     assert not path.exists()
+
+
+@pytest.mark.parametrize("value", [2_147_483.648, 1e7, 10**12])
+def test_a_busy_timeout_past_what_sqlite_keeps_is_refused(value: float, tmp_path: Path) -> None:
+    """SQLite keeps it in milliseconds as a 32-bit number: a larger one became 0, no wait at all for a lock
+    (the opposite of what was asked)."""
+    path = tmp_path / "bide.db"
+    with pytest.raises(bide.ConfigError, match=r"busy_timeout must be at most 2147483\.647 s"):
+        bide.SQLStore(f"sqlite:///{path}", busy_timeout=value)
+    assert not path.exists()
+
+
+def _takes_the_longest_busy_timeout(store: bide.SQLStore) -> None:
+    try:
+        assert store.insert_many("r", [("a", b"1")])[0].inserted
+    finally:
+        store.close()
+
+
+def test_sqlite_takes_the_longest_busy_timeout(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    _takes_the_longest_busy_timeout(bide.SQLStore(url, busy_timeout=2_147_483.647))
+
+
+@pytest.mark.postgres
+def test_postgresql_takes_the_longest_busy_timeout(pg_prefix: str) -> None:
+    _takes_the_longest_busy_timeout(bide.SQLStore(PG_URL, table_prefix=pg_prefix, busy_timeout=2_147_483.647))
 
 
 @pytest.mark.postgres
