@@ -657,7 +657,9 @@ class EventLog:
         for offset, event in enumerate(out):
             if event.position != start + offset:
                 raise LogCorrupted(
-                    f"log {self.name!r} has a gap: expected position {start + offset}, found {event.position}"
+                    f"log {self.name!r} has a gap: expected position {start + offset}, found "
+                    f"{event.position}; positions never skip, so its database was edited or is damaged: "
+                    "restore it from a backup"
                 )
         if limit is None or len(out) < limit:
             self._check_ends_at(start + len(out))
@@ -704,7 +706,10 @@ class EventLog:
         out = self._backend.read_record(record, _NO_LIMIT if through is None else through)
         for seq, event in enumerate(out):
             if event.record_seq != seq:
-                raise LogCorrupted(f"record {record!r} of log {self.name!r} lacks its event number {seq}")
+                raise LogCorrupted(
+                    f"record {record!r} of log {self.name!r} lacks its event number {seq}; a record's "
+                    "numbers never skip, so its database was edited or is damaged: restore it from a backup"
+                )
         return out
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:

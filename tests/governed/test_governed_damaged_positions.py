@@ -168,3 +168,18 @@ def test_what_the_ends_of_a_logs_positions_tell(
     from govern.runtime._eventlog import _span_problem  # (here: the other tests run without it)
 
     assert _span_problem(length, first, second, last) == problem
+
+
+def test_a_gap_deeper_in_the_log_is_reported_by_reads_with_what_to_do(log_url: str, log_name: str) -> None:
+    """An append cannot see it (it would have to count the log), so the reads that meet it say what only an
+    edit makes and what to do, as the append's refusal does."""
+    filled(log_url, log_name).close()
+    edit(log_url, _DELETE.format(position=1), log=log_name)
+    log = order_log(log_url, name=log_name)
+    try:
+        with pytest.raises(LogCorrupted, match=r"expected position 1, found 2; .*restore it from a backup"):
+            log.read()
+        with pytest.raises(LogCorrupted, match=r"lacks its event number 1; .*restore it from a backup"):
+            log.read_record("o1")
+    finally:
+        log.close()
