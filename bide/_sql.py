@@ -194,6 +194,9 @@ class _Slot:
         self.store = store
         self.in_loop = in_loop
         self.raw: Any = None
+        # Held by the thread that owns an in-loop slot while it runs a batch on it: sqlite3 crashes the
+        # process (SIGSEGV) when a connection is closed by another thread in the middle of a statement.
+        self.using = threading.RLock()
 
     def get(self) -> Any:
         if self.raw is None or not self.raw.is_valid:  # (invalidated: see SQLStore._pipelined)
@@ -226,6 +229,15 @@ class _Slot:
         if raw is not None:
             with contextlib.suppress(Exception):
                 raw.close()
+
+    def close_unless_used(self) -> None:
+        """Close it now unless its thread is running a batch on it, which then closes it itself, having
+        seen the store closed (`SQLStore._flush_local`)."""
+        if self.using.acquire(blocking=False):
+            try:
+                self.close()
+            finally:
+                self.using.release()
 
 
 class _LoopBatch(threading.local):
@@ -319,7 +331,8 @@ class SQLStore:
                 )
         else:
             raise ConfigError(
-                f"unsupported store URL {url!r}: use memory://, sqlite:///path or postgresql://..."
+                f"unsupported store URL {without_password(url)!r}: use memory://, sqlite:///path or "
+                "postgresql://..."
             )
         if self.dialect == "postgresql" and table_prefix != table_prefix.lower():
             # The tables would be made under their quoted names, and every statement, which names them
@@ -910,17 +923,20 @@ class SQLStore:
                 # before any other (one put after it would wait for an answer for ever).
                 self._queue.put(_STOP)
         for _, slot in self._slots:
-            slot.close()
-        if thread is None or idle:
+            slot.close_unless_used()
+        # The interpreter exiting (an atexit handler: its threads were joined already) would not wait for a
+        # thread started now, and Python 3.12 refuses to start one: the answer is waited for here.
+        exiting = not threading.main_thread().is_alive()
+        if thread is None or idle or exiting:
             if thread is not None:
-                thread.join()  # it has nothing in hand: it stops at once
+                thread.join()  # idle, it stops at once
             self.engine.dispose()
             return
 
         # The store's thread is running a batch accepted before the close: a write waiting for a lock held
-        # elsewhere, or for a lost connection to come back, is answered within the busy timeout. Waiting
-        # for it here would hold up the caller (an event loop) that long; a thread of its own waits, not a
-        # daemon, so that the end of the process waits for the answer too.
+        # elsewhere, or for a lost connection to come back, is answered within the busy timeout (each such
+        # batch in turn). Waiting for it here would hold up the caller (an event loop) that long; a thread
+        # of its own waits, not a daemon, so that the end of the process waits for the answers too.
         def when_served() -> None:
             thread.join()
             self.engine.dispose()
@@ -1030,7 +1046,11 @@ class SQLStore:
         batch, state.pending = state.pending, []
         state.scheduled = False
         if self._closed:
-            # Asked for before the close, flushed after it: this loop's connection is closed already.
+            # Asked for before the close, flushed after it: this loop's connection is closed (by close(), or
+            # here: close() leaves one its thread was using).
+            if state.slot is not None:
+                with state.slot.using:
+                    state.slot.close()
             self._answer([(r, None, self._closed_error(r)) for r in batch], loop)
             return
         try:
@@ -1063,10 +1083,14 @@ class SQLStore:
             if paused:
                 gc.disable()
             try:
-                self._run_batch(batch, slot, loop)
+                with slot.using:
+                    self._run_batch(batch, slot, loop)
             finally:
                 if paused:
                     gc.enable()
+            if self._closed:  # closed meanwhile, from another thread, which left this connection open
+                with slot.using:
+                    slot.close()
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
             self._answer(
                 [

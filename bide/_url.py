@@ -170,15 +170,20 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
         )
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         if not rest.startswith("//"):
-            raise StoreURLError(f"{url!r} is not a PostgreSQL URL; write postgresql://user@host/dbname")
+            raise StoreURLError(
+                f"{without_password(url)!r} is not a PostgreSQL URL; write postgresql://user@host/dbname"
+            )
         sqlalchemy_url = "postgresql+psycopg:" + rest
         _check_authority(url, sqlalchemy_url)  # a typo first: installing the driver would not fix it
         _require_psycopg()
         _check_postgresql(url, sqlalchemy_url)
         return StoreURL("postgresql", url, sqlalchemy_url=sqlalchemy_url)
     if scheme.startswith("postgresql+"):
-        raise StoreURLError(f"{url!r}: bide talks to PostgreSQL through psycopg only; write postgresql://...")
-    raise StoreURLError(f"unsupported {what} URL scheme {scheme!r} in {url!r}: use {_FORMS}")
+        raise StoreURLError(
+            f"{without_password(url)!r}: bide talks to PostgreSQL through psycopg only; write postgresql://..."
+        )
+    shown = without_password(url)
+    raise StoreURLError(f"unsupported {what} URL scheme {scheme!r} in {shown!r}: use {_FORMS}")
 
 
 def without_password(url: str) -> str:
