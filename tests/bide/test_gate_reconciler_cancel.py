@@ -166,43 +166,29 @@ def test_a_reconciler_that_swallows_the_callers_cancellation_is_not_acted_on(beh
     assert asked == ["c0.0", "c0.0"] and len(ledger.charges) == 1
 
 
-def test_a_reconciler_that_raises_its_own_cancellation_halts_naming_it() -> None:
+async def _cancels_its_own_lookup(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+    lookup = asyncio.create_task(asyncio.sleep(HANG))
+    await asyncio.sleep(0)
+    lookup.cancel()
+    await lookup
+    return None
+
+
+def _cancelled_future_in_its_thread(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+    # (asyncio passes the thread's concurrent.futures.CancelledError on as its own CancelledError)
+    lookup: concurrent.futures.Future[bide.Outcome] = concurrent.futures.Future()
+    lookup.cancel()
+    return lookup.result()
+
+
+@pytest.mark.parametrize("reconcile", [_cancels_its_own_lookup, _cancelled_future_in_its_thread])
+def test_a_reconciler_that_raises_its_own_cancellation_halts_naming_it(reconcile: Any) -> None:
     """A CancelledError the reconciler raised when nothing cancelled the drive (a task of its own that it
-    cancelled and awaited) is its own failure, named in the halt: never a CancelledError out of a drive no
-    one cancelled."""
+    cancelled and awaited; in a thread, a future of its own that was cancelled) is its own failure, named in
+    the halt: never a CancelledError out of a drive no one cancelled."""
     store = bide.open_store("memory://")
     ledger = Ledger()
     _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)
-
-    async def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome | None:
-        lookup = asyncio.create_task(asyncio.sleep(HANG))
-        await asyncio.sleep(0)
-        lookup.cancel()
-        await lookup
-        return None
-
-    later = time.time() + 3600
-    agent = bide.Agent(
-        charge_script(), store=store, tools=[ledger.tool(reconcile=reconcile)], clock=lambda: later
-    )
-    with pytest.raises(bide.OutcomeUnknown) as halted:
-        agent.run_sync("r", RUN_INPUT)
-    assert "its reconciler raised" in str(halted.value) and "CancelledError" in str(halted.value)
-    assert len(ledger.charges) == 1
-
-
-def test_a_synchronous_reconciler_that_raises_a_cancelled_error_halts_naming_it() -> None:
-    """The same for a reconciler run in a thread: a `concurrent.futures` future of its own that was
-    cancelled (asyncio passes that on as its own CancelledError)."""
-    store = bide.open_store("memory://")
-    ledger = Ledger()
-    _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)
-
-    def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome | None:
-        lookup: concurrent.futures.Future[bide.Outcome] = concurrent.futures.Future()
-        lookup.cancel()
-        return lookup.result()
-
     later = time.time() + 3600
     agent = bide.Agent(
         charge_script(), store=store, tools=[ledger.tool(reconcile=reconcile)], clock=lambda: later
