@@ -822,7 +822,8 @@ class StrayCancellation(Exception):
     """Internal: a `CancelledError` a tool raised of its own (it awaited a task of its own that it had
     cancelled, say) while nothing cancelled its call. It is the tool's error like any other (a side effect's
     outcome is unknown), never a cancellation of the drive: the drive's caller, which did not cancel it,
-    would take a `CancelledError` for its own (`asyncio.gather`, a TaskGroup and `asyncio.run` do)."""
+    would take a `CancelledError` for its own (`asyncio.gather`, a TaskGroup and `asyncio.run` do). A
+    reconciler's is named in its halt; a gate's becomes a `ConfigError` (`stray_cancellation`)."""
 
 
 def stray_cancellation(what: str) -> StrayCancellation:
