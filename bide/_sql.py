@@ -924,11 +924,12 @@ class SQLStore:
                 self._queue.put(_STOP)
         for _, slot in self._slots:
             slot.close_unless_used()
-        # The interpreter exiting (an atexit handler: its threads were joined already) would not wait for a
-        # thread started now, and Python 3.12 refuses to start one: the answer is waited for here.
-        exiting = not threading.main_thread().is_alive()
-        if thread is None or idle or exiting:
-            if thread is not None:
+        current = threading.current_thread()
+        # An atexit handler (in the main thread, stopped once the interpreter joined its other threads) would
+        # not have a thread started now waited for, and Python 3.12 refuses to start one: it waits here.
+        at_exit = current is threading.main_thread() and not current.is_alive()
+        if thread is None or idle or at_exit:
+            if thread is not None and thread is not current:
                 thread.join()  # idle, it stops at once
             self.engine.dispose()
             return
@@ -941,7 +942,12 @@ class SQLStore:
             thread.join()
             self.engine.dispose()
 
-        threading.Thread(target=when_served, name="bide-store-close").start()
+        try:
+            threading.Thread(target=when_served, name="bide-store-close").start()
+        except RuntimeError:  # the interpreter is shutting down, and Python 3.12 starts no thread then
+            if thread is not current:  # (a write hook that closed the store runs in its thread)
+                thread.join()
+            self.engine.dispose()
 
     def interrupt(self) -> None:
         """Cancel the statements this store's connections are running now (PostgreSQL: a cancel request to

@@ -565,3 +565,80 @@ def test_a_close_at_exit_waits_for_the_answer_of_a_write_in_hand(tmp_path: Path)
     assert said.keys() == {"request answered", "close() returned, store threads left"}, done.stdout
     assert said["close() returned, store threads left"].endswith(": []"), done.stdout  # it waited
     assert "wrote nothing" in said["request answered"], done.stdout
+
+
+# The main thread has returned and a thread it left running (not a daemon) closes the store while a write
+# waits for a lock held elsewhere, then releases that lock: close() must not wait (it took the main thread's
+# end for the interpreter's, and waited out the busy timeout: the write then failed instead of committing).
+_CLOSED_AFTER_MAIN_RETURNED = """
+import sqlite3, sys, threading, time
+import bide
+from bide._sql import SQLStore
+
+path = sys.argv[1]
+store = SQLStore(f"sqlite:///{path}", busy_timeout=30)
+store.insert_many("r", [("a", b"1")])
+holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+holder.execute("BEGIN IMMEDIATE")  # the write lock, held elsewhere
+
+def request() -> None:
+    try:
+        store.insert_many("r", [("b", b"2")])
+        sys.stdout.write("request: written\\n")
+    except bide.StoreError as exc:
+        sys.stdout.write(f"request: {exc}\\n")
+    sys.stdout.flush()
+
+asking = threading.Thread(target=request)
+
+def shutdown() -> None:
+    threading.main_thread().join()
+    while store._queued == store._served:  # until the store's thread has the write in hand
+        time.sleep(0.01)
+    store.close()
+    holder.execute("COMMIT")  # only once close() returned
+    asking.join()
+
+asking.start()
+threading.Thread(target=shutdown).start()
+"""
+
+# A write hook that closes the store, on a write an atexit handler makes: close() ran in the store's own
+# thread and joined itself (RuntimeError).
+_CLOSED_BY_A_HOOK_AT_EXIT = """
+import atexit, sys
+from bide._sql import SQLStore
+
+store = SQLStore(f"sqlite:///{sys.argv[1]}")
+store.insert_many("r", [("a", b"1")])
+
+def hook(txn: object, written: object) -> None:
+    try:
+        store.close()
+    except Exception as exc:
+        sys.stdout.write(f"close() raised {exc!r}\\n")
+
+store.add_write_hook(hook)
+
+def last_write() -> None:
+    store.insert_many("r", [("b", b"2")])
+    sys.stdout.write("written\\n")
+
+atexit.register(last_write)
+"""
+
+
+@pytest.mark.parametrize(
+    ("script", "said"),
+    [(_CLOSED_AFTER_MAIN_RETURNED, "request: written"), (_CLOSED_BY_A_HOOK_AT_EXIT, "written")],
+    ids=["main-thread-returned", "hook-at-exit"],
+)
+def test_a_close_while_the_interpreter_winds_down_neither_waits_nor_fails(
+    script: str, said: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "script.py"
+    path.write_text(script)
+    command = [sys.executable, str(path), str(tmp_path / "bide.db")]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    assert done.stdout.splitlines() == [said], done.stdout
