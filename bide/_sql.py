@@ -178,8 +178,8 @@ class _CommittedElsewhere(_FileGone):
 
 
 class _ClosedUnder(_FileGone):
-    """An in-loop connection was asked for after the store's close() closed them: none is opened again (a
-    write would land after the close, on a connection nobody closes)."""
+    """An in-loop connection was asked for after the store's close() closed it: none is opened again (a
+    write would land after the close, on a connection nobody closes), and nothing of the batch ran."""
 
 
 class _HooksBroken(Exception):
@@ -1258,8 +1258,11 @@ class SQLStore:
         self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, exc: Exception
     ) -> None:
         """Answer `batch`, whose transaction failed with `exc` (not a lost connection) after its retries."""
-        if isinstance(exc, _ClosedUnder) or (slot.in_loop and self._closed):
-            # (The close shut this connection under the batch: whatever it failed with says no more.)
+        if isinstance(exc, _ClosedUnder):  # its connection was closed before any statement of it ran
+            self._answer([(req, None, self._closed_error(req)) for req in batch], here)
+            return
+        if slot.in_loop and self._closed:
+            # (Closed while the batch ran, by a write hook of its own: whatever it failed with says no more.)
             self._answer([(req, None, self._closed_under(req)) for req in batch], here)
             return
         if isinstance(exc, _FileGone):

@@ -181,10 +181,11 @@ class Store(Protocol):
         """Release connections and threads. Idempotent, and never waits: while synchronous calls that a
         cancelled drive left running still have their outcomes to journal through the store, it is
         released once they are done (in a thread of its own, which the end of the process waits for).
-        A SQL store answers every request made before the close (each write waiting for a lock held
-        elsewhere commits or fails within the busy timeout, one after another, and the store is released
-        after them; at the interpreter's exit close() waits for that) and refuses every later one with a
-        `StoreError` (`lasting`) saying it is closed. The memory store has
+        A SQL store serves the requests it had taken in when close() was called (queued for its thread,
+        or in a transaction: each write waiting for a lock held elsewhere commits or fails within the busy
+        timeout, one after another, and the store is released after them; at the interpreter's exit
+        close() waits for that). Requests an event loop had not sent yet, and every later one, are refused
+        with a `StoreError` (`lasting`) saying it is closed and nothing was written. The memory store has
         nothing to release: it goes on answering."""
         ...
 
