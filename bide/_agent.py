@@ -140,6 +140,7 @@ from ._tools import (
     CallContext,
     SideEffect,
     StrayCancellation,
+    ThreadHandoff,
     Tool,
     ToolArgumentsInvalid,
     idempotency_key_for,
@@ -1958,10 +1959,12 @@ async def _in_thread(fn: Callable[[Any], Any], arg: Any, what: str) -> Any:
     nothing cancelled the drive."""
     task = asyncio.current_task()
     entered = task.cancelling() if task is not None else 0
+    handoff = ThreadHandoff()
     try:
-        return await asyncio.to_thread(fn, arg)
+        return await asyncio.to_thread(lambda: handoff.hand(fn(arg)))
     except asyncio.CancelledError:
         if task is None or task.cancelling() > entered:
+            handoff.abandon()  # a coroutine it returns (its real work) never starts
             raise  # the caller's
         raise stray_cancellation(what) from None
 

@@ -26,6 +26,7 @@ import hashlib
 import inspect
 import json
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextvars import ContextVar
@@ -456,6 +457,8 @@ class Tool:
         an unknown outcome). A started call that outlives the window keeps running (threads cannot be
         stopped): TimeoutError, and the window says when it finishes."""
 
+        handoff = ThreadHandoff()
+
         def runner() -> Any:
             window.start()
             try:
@@ -471,7 +474,7 @@ class Tool:
                 window.finish(False, value)
             else:
                 window.finish(True, value)
-            return value
+            return handoff.hand(value)
 
         window.threaded()
         left = window.remaining()
@@ -485,9 +488,11 @@ class Tool:
                 raise NotCalled(
                     f"tool {self.name!r} waited {left:.3f}s for a worker thread and never started"
                 ) from None
+            handoff.abandon()
             raise
         except BaseException:
             window.abandon()  # cancelled: if it has not started, it never will
+            handoff.abandon()
             raise
         if isinstance(value, _Escaped):
             if isinstance(value.exc, asyncio.CancelledError):
@@ -801,6 +806,39 @@ class _InsideWindow:
 
 _CLEANUP_GRACE = 1.0  # seconds a cancelled tool has to end before it is closed
 _CLOCK_RESOLUTION = time.get_clock_info("monotonic").resolution
+
+
+class ThreadHandoff:
+    """What a worker thread returns to an event loop that may stop waiting for it (cancelled, or out of
+    time). A coroutine the thread returned that the loop never took is closed where it lands: the work it
+    holds must not start after its caller gave up, and left to itself it would warn "never awaited" at
+    some later garbage collection."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._abandoned = False
+        self._landed: Any = None
+
+    def hand(self, value: Any) -> Any:
+        """In the thread: `value`, which it returns next (closed first if the loop stopped waiting)."""
+        with self._lock:
+            if not self._abandoned:
+                self._landed = value
+                return value
+        _close_unstarted(value)
+        return value
+
+    def abandon(self) -> None:
+        """On the loop, when it stops waiting: close what the thread returned, or will return."""
+        with self._lock:
+            self._abandoned = True
+            landed, self._landed = self._landed, None
+        _close_unstarted(landed)
+
+
+def _close_unstarted(value: Any) -> None:
+    if inspect.iscoroutine(value) and inspect.getcoroutinestate(value) == inspect.CORO_CREATED:
+        value.close()
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,11 +8,13 @@ process, on SQLite and PostgreSQL.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Coroutine
 from pathlib import Path
@@ -142,6 +144,51 @@ def test_an_awaitable_a_sync_tool_returns_never_starts_once_its_window_closed(st
     assert halted.value.call_id == "c0.0"
     assert effects == []
     assert not bide.Journal(store, "r").load().has("result:c0.0")
+
+
+@pytest.mark.parametrize("ends_by", ["cancel", "timeout"])
+def test_a_coroutine_a_sync_tool_hands_back_after_its_drive_stopped_waiting_is_closed(ends_by: str) -> None:
+    """A synchronous tool still in its thread when its drive stopped waiting (the caller cancelled, or the
+    call's timeout passed) returns its coroutine afterwards: the coroutine is closed where it lands, and its
+    work never starts. It was left to the garbage collector, which warned that it was never awaited."""
+    effects: list[str] = []
+    handed: list[Coroutine[Any, Any, str]] = []
+    release = threading.Event()
+
+    async def pay_now(args: _PayArgs) -> str:
+        effects.append(args.to)
+        return f"paid {args.to}"
+
+    def payment(args: _PayArgs) -> Coroutine[Any, Any, str]:
+        release.wait(10)  # a slow lookup before the payment; the drive stops waiting meanwhile
+        coroutine = pay_now(args)
+        handed.append(coroutine)
+        return coroutine
+
+    timeout = 0.2 if ends_by == "timeout" else 30
+    pay = bide.Tool(name="pay", description="Pay someone.", args=_PayArgs, fn=payment, timeout=timeout)
+    model = ScriptedModel([call("pay", to="acme"), reply("Paid.")])
+    agent = bide.Agent(model, store=bide.open_store("memory://"), tools=[pay])
+
+    async def cancelled_soon() -> None:
+        task = asyncio.ensure_future(agent.run("r", "pay acme"))
+        await asyncio.sleep(0.1)
+        task.cancel()
+        await task
+
+    threading.Timer(0.5, release.set).start()
+    if ends_by == "cancel":
+        with pytest.raises(asyncio.CancelledError):
+            asyncio.run(cancelled_soon())
+    else:
+        with pytest.raises(bide.OutcomeUnknown):
+            agent.run_sync("r", "pay acme")
+    waited = time.monotonic() + 10
+    while not handed and time.monotonic() < waited:
+        time.sleep(0.01)
+    assert len(handed) == 1
+    assert inspect.getcoroutinestate(handed[0]) == inspect.CORO_CLOSED
+    assert effects == []
 
 
 def test_a_call_in_flight_finishes_and_the_next_turn_is_not_taken(store: bide.Store) -> None:

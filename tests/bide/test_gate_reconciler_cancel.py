@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
+import threading
 import time
 from typing import Any
 
@@ -223,3 +225,38 @@ def test_a_gate_that_raises_a_cancelled_error_of_its_own_is_a_config_error(kind:
     with pytest.raises(bide.ConfigError, match="the gate of tool 'charge_card' raised CancelledError"):
         agent.run_sync("r", RUN_INPUT)
     assert ledger.charges == []
+
+
+def test_a_coroutine_a_sync_reconciler_hands_back_after_its_caller_cancelled_is_closed() -> None:
+    """A synchronous reconciler still in its thread when the caller cancelled the drive returns a coroutine
+    afterwards: it is closed where it lands, never started (it was left to the garbage collector, which
+    warned that it was never awaited)."""
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)
+    handed: list[Any] = []
+    looked_up: list[str] = []
+    release = threading.Event()
+
+    async def look_up(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+        looked_up.append(attempt.call_id)
+        return bide.Outcome.not_started()
+
+    def reconcile(attempt: bide.AttemptInfo) -> Any:
+        release.wait(10)
+        coroutine = look_up(attempt)
+        handed.append(coroutine)
+        return coroutine
+
+    later = time.time() + 3600
+    agent = bide.Agent(
+        charge_script(), store=store, tools=[ledger.tool(reconcile=reconcile)], clock=lambda: later
+    )
+    threading.Timer(0.5, release.set).start()
+    assert isinstance(_cancelled_soon(agent, "cancel"), asyncio.CancelledError)
+    waited = time.monotonic() + 10
+    while not handed and time.monotonic() < waited:
+        time.sleep(0.01)
+    assert len(handed) == 1
+    assert inspect.getcoroutinestate(handed[0]) == inspect.CORO_CLOSED
+    assert looked_up == [] and len(ledger.charges) == 1
