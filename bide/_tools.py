@@ -570,13 +570,15 @@ async def run_apart(awaitable: Awaitable[Any], what: str) -> Any:
     drive is its own error (`StrayCancellation`), never taken for the caller's.
 
     Its own task, as for an async tool: a cancellation its code makes of that task (an `asyncio.TaskGroup`
-    whose child failed, which Python 3.11 and 3.12 may leave counted) is not taken for the caller's."""
+    whose child failed, which Python 3.11 and 3.12 may leave counted) is not taken for the caller's. One
+    that goes on waiting after the caller's cancellation is closed when its grace is over, as a tool is
+    (`_ClosedAfterGrace`)."""
     task = asyncio.current_task()
     if task is None:
         raise RuntimeError(f"{what} must be awaited inside a task")
     entered = task.cancelling()
     waiting = _awaiting(awaitable)
-    inner = _carrying(waiting)
+    inner = _carrying(_ClosedAfterGrace(waiting, _Caller(task, entered), what))
     try:
         value = await asyncio.get_running_loop().create_task(inner, name=task.get_name())
     except asyncio.CancelledError:
@@ -595,6 +597,47 @@ async def run_apart(awaitable: Awaitable[Any], what: str) -> Any:
         raise value.exc
     _note_swallowed(task, entered, what)
     return value
+
+
+class _ClosedAfterGrace:
+    """Await `coroutine`, application code a drive awaits outside a tool call (a gate, a reconciler), and
+    close it at the await it is on if it goes on waiting `_CLEANUP_GRACE` seconds after its caller's
+    cancellation reached it: one that takes back every cancellation would hold the drive, and the run's
+    lease, for as long as it waits. The caller's cancellation then ends it (`_Closing.close`)."""
+
+    __slots__ = ("caller", "coroutine", "what")
+
+    def __init__(self, coroutine: Coroutine[Any, Any, Any], caller: _Caller, what: str) -> None:
+        self.coroutine = coroutine
+        self.caller = caller
+        self.what = what
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        steps = self.coroutine.__await__()
+        send, throw, caller = steps.send, steps.throw, self.caller
+        closing = _Closing(caller)
+        value: Any = None
+        error: BaseException | None = None
+        try:
+            while True:
+                try:
+                    if error is None:
+                        yielded = send(value)
+                    else:
+                        yielded = throw(error)
+                        # It goes on waiting although its caller's cancellation reached it: its grace starts.
+                        if isinstance(error, asyncio.CancelledError) and caller.cancelled():
+                            closing.arm()
+                except StopIteration as stop:
+                    return stop.value
+                try:
+                    value, error = (yield yielded), None
+                except BaseException as exc:
+                    value, error = None, exc
+                if closing.due():
+                    closing.close(steps, self.what)
+        finally:
+            closing.disarm()
 
 
 @dataclass(frozen=True, slots=True)
@@ -655,12 +698,12 @@ async def _in_task_of_its_own(
     return value
 
 
-async def _carrying(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """Await `coroutine`, handing a SystemExit or KeyboardInterrupt it raises back as a value: a task
+async def _carrying(awaitable: Awaitable[Any]) -> Any:
+    """Await `awaitable`, handing a SystemExit or KeyboardInterrupt it raises back as a value: a task
     would let these out of the event loop, past the drive (ending every other run's drive in a worker);
     the drive raises them itself, as a sync tool's (`_Escaped`)."""
     try:
-        return await coroutine
+        return await awaitable
     except (SystemExit, KeyboardInterrupt) as exc:
         return _Escaped(exc)
 
@@ -791,7 +834,7 @@ class _InsideWindow:
                 except BaseException as exc:
                     value, error = None, exc
                 if closing.due():
-                    closing.close(steps, window.tool)
+                    closing.close(steps, f"tool {window.tool!r}")
                 past = window.remaining() <= 0
                 if past:
                     closing.arm()
@@ -920,13 +963,13 @@ class _Closing:
             self.task.uncancel()
         return True
 
-    def close(self, steps: Any, tool: str) -> NoReturn:
-        """Close the tool's coroutine and end the call as it was cancelled."""
+    def close(self, steps: Any, what: str) -> NoReturn:
+        """Close the coroutine of `what` ("tool 'charge'") and end it as it was cancelled."""
         # GeneratorExit at its await: its finally blocks run (RuntimeError when it ignores that)
         with contextlib.suppress(Exception):
             steps.close()
         why = (
-            f"tool {tool!r} did not end within {_CLEANUP_GRACE:g}s of its cancellation (it swallowed it): it "
+            f"{what} did not end within {_CLEANUP_GRACE:g}s of its cancellation (it swallowed it): it "
             "was closed at the await it was on"
         )
         if self.caller.cancelled():

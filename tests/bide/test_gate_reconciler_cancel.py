@@ -260,3 +260,77 @@ def test_a_coroutine_a_sync_reconciler_hands_back_after_its_caller_cancelled_is_
     assert len(handed) == 1
     assert inspect.getcoroutinestate(handed[0]) == inspect.CORO_CLOSED
     assert looked_up == [] and len(ledger.charges) == 1
+
+
+async def _swallows_every_cancellation(seconds: float) -> None:
+    """A wait that takes every cancellation back and goes on waiting (a retry loop catching everything)."""
+    ends = time.monotonic() + seconds
+    while time.monotonic() < ends:
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(ends - time.monotonic())
+
+
+@pytest.mark.parametrize("kind", ["gate", "reconciler"])
+@pytest.mark.parametrize("by", ["cancel", "timeout"])
+def test_a_gate_or_reconciler_that_swallows_every_cancellation_is_closed_after_a_grace(
+    kind: str, by: str
+) -> None:
+    """One that takes back every cancellation and goes on waiting held its drive, and the run's lease, for
+    as long as it waited (forever, for some): the caller's cancellation never ended the drive. It is closed
+    at the await it is on a second after the first cancellation, as a tool is, and the drive ends in the
+    caller's CancelledError; the next drive asks it again."""
+    store = bide.open_store("memory://")
+    ledger = Ledger()
+    asked: list[str] = []
+    closed: list[str] = []
+
+    async def stubborn() -> None:
+        try:
+            await _swallows_every_cancellation(HANG)
+        finally:
+            closed.append("finally")
+
+    class Approver:
+        async def check(self, request: bide.GateRequest) -> Any:
+            asked.append(request.call_id)
+            await stubborn()
+            return bide.Approved("approved after all")
+
+    async def reconcile(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+        asked.append(attempt.call_id)
+        await stubborn()
+        return bide.Outcome.not_started()
+
+    later = time.time() + 3600
+    if kind == "gate":
+        tool = ledger.tool(gate=Approver(), timeout=30)
+        agent = bide.Agent(charge_script(), store=store, tools=[tool])
+    else:
+        _halt_by_losing_result(store, ledger, timeout=0.01, fire=True)
+        tool = ledger.tool(reconcile=reconcile)
+        agent = bide.Agent(charge_script(), store=store, tools=[tool], clock=lambda: later)
+    began = time.monotonic()
+    ended = _cancelled_soon(agent, by)
+    took = time.monotonic() - began
+    expected = asyncio.CancelledError if by == "cancel" else TimeoutError
+    assert isinstance(ended, expected), repr(ended)
+    cancelled = ended if by == "cancel" else ended.__context__
+    assert "did not end within 1s of its cancellation" in str(cancelled)
+    assert took < 30, took  # (a grace of 1 s after the cancellation at 0.1 s; not HANG)
+    assert asked == ["c0.0"] and closed == ["finally"]
+    assert len(ledger.charges) == (0 if kind == "gate" else 1)
+    # The lease was freed: the next drive goes on at once, and asks again.
+    if kind == "gate":
+        tool = ledger.tool(gate=_gate_that("answers", asked), timeout=30)
+        again = bide.Agent(charge_script(), store=store, tools=[tool])
+    else:
+
+        async def finds(attempt: bide.AttemptInfo) -> bide.Outcome | None:
+            asked.append(attempt.call_id)
+            return bide.Outcome.succeeded("charged alice 500")
+
+        again = bide.Agent(
+            charge_script(), store=store, tools=[ledger.tool(reconcile=finds)], clock=lambda: later
+        )
+    assert again.run_sync("r", RUN_INPUT).answer == "done"
+    assert asked == ["c0.0", "c0.0"] and len(ledger.charges) == 1
