@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
+import functools
 import os
 import secrets
 import stat
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any, cast
 
 from ._errors import ConfigError
 
@@ -225,11 +229,43 @@ def _named(fd: int, directory: Path, name: str) -> Path:
     for _ in range(100):
         tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"
         try:
-            os.link(f"/proc/self/fd/{fd}", tmp, follow_symlinks=True)
+            _link_descriptor(fd, tmp)
         except FileExistsError:
             continue
         return tmp
     raise FileExistsError(errno.EEXIST, f"no free temporary name beside {name} in {directory}")
+
+
+_AT_FDCWD = -100
+_AT_EMPTY_PATH = 0x1000
+
+
+def _link_descriptor(fd: int, target: Path) -> None:
+    """Link the file open as `fd` at `target`: `linkat(fd, "", AT_FDCWD, target, AT_EMPTY_PATH)`, which
+    Python's `os.link` cannot express, else through `/proc/self/fd`. Each alone fails somewhere: the
+    first without CAP_DAC_READ_SEARCH before Linux 6.10 (ENOENT), the second where /proc's links cross
+    devices (EXDEV, seen on some virtual machines' kernels) or there is no /proc."""
+    linkat = _libc_linkat()
+    if linkat is not None:
+        if linkat(fd, b"", _AT_FDCWD, os.fsencode(target), _AT_EMPTY_PATH) == 0:
+            return
+        code = ctypes.get_errno()
+        if code == errno.EEXIST:
+            raise FileExistsError(code, os.strerror(code), str(target))
+    os.link(f"/proc/self/fd/{fd}", target, follow_symlinks=True)
+
+
+@functools.cache
+def _libc_linkat() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        linkat: Any = ctypes.CDLL(None, use_errno=True).linkat
+    except (OSError, AttributeError):
+        return None
+    linkat.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]
+    linkat.restype = ctypes.c_int
+    return cast(Callable[..., int], linkat)
 
 
 class SecondNotPlaced(OSError):

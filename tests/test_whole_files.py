@@ -8,10 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+from bide._files import write_whole
 
 SIZE = 128 << 20  # long enough to write and fsync that a kill 50 ms in lands in the middle
 WRITER = (
@@ -44,6 +47,22 @@ def test_a_writer_killed_mid_write_leaves_no_file_behind(sig: signal.Signals, tm
 
 
 REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="unnamed files (O_TMPFILE) are Linux's")
+def test_on_linux_a_file_gets_a_name_only_once_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bytes go to an unnamed file, which is linked under a temporary name only once whole and fsynced:
+    never to a named temporary file that a kill during the write would leave. On kernels where a link
+    through /proc/self/fd fails (EXDEV), every write fell back to the named one."""
+
+    def named_temporary_file(*args: object, **kwargs: object) -> tuple[int, str]:
+        raise AssertionError("written to a named temporary file")
+
+    monkeypatch.setattr(tempfile, "mkstemp", named_temporary_file)
+    target = tmp_path / "evidence.json"
+    write_whole(target, b"{}\n")
+    assert target.read_bytes() == b"{}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [target.name]
 
 
 def test_an_output_that_is_a_symlink_is_written_through_when_it_is_the_users_own(tmp_path: Path) -> None:
