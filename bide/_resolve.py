@@ -79,13 +79,21 @@ def attempts_of(journal: Journal, call_id: str) -> list[Attempt]:
 
 
 def live_attempt(journal: Journal, call_id: str) -> Attempt | None:
-    """The call's newest attempt if it has not been voided by a not-started record."""
-    markers = attempts_of(journal, call_id)
-    if not markers:
-        return None
-    last = markers[-1]
-    voided = journal.get(not_started_key(call_id, last.gen))
-    return None if isinstance(voided, NotStarted) and voided.claim == last.claim else last
+    """The attempt whose outcome is awaited: the call's newest attempt by a driver, unless it or a newer
+    one was voided by a not-started record.
+
+    A decider's own marker (by "resolver") only claims the right to decide; with no outcome after it, its
+    decider was interrupted between its two writes (killed, or the second write failed), and the attempt
+    it was deciding is still the one below it. Taken for the live attempt, such a claim (its time the
+    decider's, and no call made under it) had the next decider look up the wrong attempt: "not started"
+    for it, and a call that had fired fired again."""
+    for marker in reversed(attempts_of(journal, call_id)):
+        voided = journal.get(not_started_key(call_id, marker.gen))
+        if isinstance(voided, NotStarted) and voided.claim == marker.claim:
+            return None
+        if marker.by == "driver":
+            return marker
+    return None
 
 
 def _same(result: ToolResult, outcome: Outcome) -> bool:
@@ -158,12 +166,13 @@ async def resolve_in(
         )
     claim = new_claim()
     now_ms = int(now * 1000)
+    gen = markers[-1].gen + 1  # past an interrupted decider's claim too
     marker = Attempt(
-        key=attempt_key(call_id, live.gen + 1),
+        key=attempt_key(call_id, gen),
         call_id=call_id,
         tool=live.tool,
         arguments=live.arguments,
-        gen=live.gen + 1,
+        gen=gen,
         claim=claim,
         attempted_at_ms=now_ms,
         deadline_ms=now_ms,
