@@ -60,6 +60,13 @@ class Approver:
 MAX_APPROVER_NAME = 128
 
 
+#: The most seats a policy has. Every seat's key is checked to be strong whenever a policy is read (pure
+#: arithmetic, milliseconds per key: `bide.audit._ed25519`), also from an evidence package anyone can write,
+#: where a policy of a million made-up keys would take hours to refuse. A call is put to a handful of
+#: people; no real policy comes near 256.
+MAX_SEATS = 256
+
+
 # True while `from_json(recorded=True)` reads a policy: one recorded in a journal, or an auditor's copy of
 # one, is read under the rules it was written with (before the C1 and length limits), so runs of an older
 # bide stay decidable and verifiable.
@@ -74,12 +81,25 @@ def _check_name(name: object) -> None:
         raise ConfigError(
             f"approver name {name[:40]!r}... is {len(name)} characters long; the limit is {MAX_APPROVER_NAME}"
         )
+    if new and "=" in name:
+        raise ConfigError(
+            f"approver name {name!r} holds '=': an auditor pins seats as `--approver NAME=KEY`, split at the "
+            "first '=', so such a seat could not be pinned by name; choose a name without '='"
+        )
     for c in name:
         kind = unicodedata.category(c)
         if kind == "Cc" and (new or ord(c) < 32 or ord(c) == 127):  # C0, DEL; C1 in new policies
             raise ConfigError(f"approver name {name!r} must be text without control characters")
         if kind == "Cs":
             raise ConfigError(f"approver name {name!r} holds a lone surrogate, which is not text")
+
+
+def _check_seat_count(seats: int) -> None:
+    if seats > MAX_SEATS:
+        raise ConfigError(
+            f"an approval policy has at most {MAX_SEATS} approvers, this one lists {seats}: split the "
+            "approvers into smaller policies (gates of their own)"
+        )
 
 
 def _fold(name: str) -> str:
@@ -91,10 +111,10 @@ class ApprovalPolicy:
     """`need` approvals out of a fixed, named set of approvers.
 
     Refused at construction: no approvers, an empty or control-character name (C0, DEL, C1), a name longer
-    than `MAX_APPROVER_NAME` characters or holding a lone surrogate (`from_json(..., recorded=True)`, which
-    reads policies recorded by older versions, lets C1 characters and longer names through), two names equal
-    under NFKC case folding (``alice``/``Alice``), two names sharing one key (a seat is a key), need outside
-    1..n.
+    than `MAX_APPROVER_NAME` characters, holding '=' or a lone surrogate (`from_json(..., recorded=True)`,
+    which reads policies recorded by older versions, lets C1 characters, '=' and longer names through), two
+    names equal under NFKC case folding (``alice``/``Alice``), two names sharing one key (a seat is a key),
+    need outside 1..n, more than `MAX_SEATS` approvers.
     """
 
     need: int
@@ -103,6 +123,7 @@ class ApprovalPolicy:
     def __post_init__(self) -> None:
         if not self.approvers:
             raise ConfigError("an approval policy needs at least one approver")
+        _check_seat_count(len(self.approvers))
         folded: set[str] = set()
         keys: dict[bytes, str] = {}
         for a in self.approvers:
@@ -182,17 +203,21 @@ class ApprovalPolicy:
         }
 
     @classmethod
-    def from_json(cls, value: Any, *, recorded: bool = False) -> ApprovalPolicy:
+    def from_json(cls, value: Any, *, recorded: bool = False, check_keys: bool = True) -> ApprovalPolicy:
         """Parse `to_json` output; raises ConfigError when it is not a valid policy. `recorded`: the policy
         was recorded (in a journal, or an auditor's copy of one) by a version of bide that let through
-        approver names now refused for new policies (C1 characters, more than `MAX_APPROVER_NAME`
-        characters), and is read under those rules."""
+        approver names now refused for new policies (C1 characters, '=', more than `MAX_APPROVER_NAME`
+        characters), and is read under those rules. `check_keys=False` skips the check that each key is
+        strong (the slow part): only for a policy that is refused anyway, whatever its keys (one that an
+        auditor's pin does not match)."""
         if (
             not isinstance(value, dict)
             or set(value) != {"need", "approvers"}
             or not isinstance(value["approvers"], list)
         ):
             raise ConfigError('a policy is {"need": k, "approvers": [{"name", "public_key"}]}')
+        _check_seat_count(len(value["approvers"]))  # before any key is checked
+        key_of = PublicKey.from_raw if check_keys else PublicKey.from_raw_unchecked
         seats = []
         for a in value["approvers"]:
             if (
@@ -210,7 +235,7 @@ class ApprovalPolicy:
             if raw.hex() != a["public_key"]:
                 raise ConfigError(f"approver {a['name']!r}: keys are lower-case hex")
             try:
-                seats.append(Approver(a["name"], PublicKey.from_raw(raw)))
+                seats.append(Approver(a["name"], key_of(raw)))
             except UnreadableInput as exc:
                 raise ConfigError(f"approver {a['name']!r}: {exc}") from exc
         need = value["need"]

@@ -69,7 +69,8 @@ class ApprovalTrust:
         policy_files: Iterable[str | os.PathLike[str]] = (),
     ) -> ApprovalTrust:
         """Build a trust from command-line shaped input: digests as 64 hex characters, approvers as
-        ``NAME=KEY`` strings (or a mapping; KEY is 64 hex characters or a public key PEM file), policy files
+        ``NAME=KEY`` strings split at the first '=' (a name bide takes for a new policy holds none; or a
+        mapping; KEY is 64 hex characters or a public key PEM file), policy files
         as paths (see `policy_from_file`). The digests and the policy files are one pin: a gate's policy
         must be one of them (several allow a rotation). Raises `ConfigError` for malformed input,
         `UnreadableInput` for an unreadable key or policy file."""
@@ -97,7 +98,7 @@ class ApprovalTrust:
                 if name in seats:
                     raise ConfigError(f"approver {name!r} is pinned twice")
                 seats[name] = (
-                    spec_key if isinstance(spec_key, PublicKey) else load_approver_key(name, spec_key)
+                    spec_key if isinstance(spec_key, PublicKey) else _load_pinned_key(name, spec_key)
                 )
             if not seats:
                 seats = None
@@ -135,6 +136,20 @@ class ApprovalTrust:
         if self.need is not None and policy.need != self.need:
             return f"it needs {policy.need} approvals, you pinned {self.need}"
         return None
+
+
+def _load_pinned_key(name: str, spec: str) -> PublicKey:
+    try:
+        return load_approver_key(name, spec)
+    except UnreadableInput as exc:
+        if "=" not in spec:
+            raise
+        # "ops=1=KEY" reads as name "ops" and key file "1=KEY".
+        raise UnreadableInput(
+            f"{exc}; NAME=KEY is split at the first '=', so a seat whose name holds '=' (which only a policy "
+            "recorded by an older bide has) cannot be pinned this way: pin its policy with --policy FILE or "
+            "--policy-digest"
+        ) from exc
 
 
 def policy_from_file(path: str | os.PathLike[str]) -> ApprovalPolicy:

@@ -7,7 +7,8 @@ package must hold), then the executed call. Every record of the call (its model 
 result, pause) must name the approved tool, and every attempt marker (what the tool was called with) must
 carry arguments whose canonical JSON hashes to the approved arguments digest; none may come before the
 tally. A package that leaves records out cannot show that no other attempt exists: it proves less, and says
-so (`executed_call_proven` is false in the facts).
+so (`executed_call_proven` is false in the facts); so does one whose approved call had not run as of its
+signed head (it may run after it).
 """
 
 from __future__ import annotations
@@ -20,11 +21,11 @@ from typing import Any
 from .._canonical import canonical_json
 from .._errors import ConfigError
 from .._records import RESERVED_GATE_PREFIX, attempt_key, not_started_key, pause_key, result_key
-from ..audit._errors import NotVerified
+from ..audit._errors import NotVerified, UnreadableInput
 from ..audit._formats import MAX_SKEW_NS, EvidencePackage, decode_record_bytes
 from ..audit._keys import PublicKey
 from ..audit._verify import Verified, check_evidence_proofs, verify_evidence
-from ._policy import ApprovalPolicy, journal_digest_of
+from ._policy import MAX_SEATS, ApprovalPolicy, journal_digest_of
 from ._tally import (
     OLD_FORMAT,
     OTHER_JOURNAL,
@@ -43,6 +44,12 @@ __all__ = ["verify_approvals"]
 # a decision to the journal is its signature, checked against the header the package holds).
 _OLD_REQUEST_FIELDS = {"type", "call_id", "tool", "arguments", "arguments_digest", "policy", "policy_digest"}
 _REQUEST_FIELDS = _OLD_REQUEST_FIELDS | {"journal_digest"}
+
+# The most distinct approver keys the policies of one package may name between them. Each is checked to be
+# strong once (milliseconds of arithmetic; `is_strong_public_key` caches 4096 by their bytes), so this
+# bounds what a package made up by anyone costs before it is refused (a few seconds). A run's gates share a
+# policy or a few rotated ones: no real package names more than a few dozen keys.
+MAX_PACKAGE_KEYS = 1024
 
 
 def _records(
@@ -141,12 +148,48 @@ def _journal_digest(pkg: EvidencePackage) -> str:
     return journal_digest_of(first.record).hex()
 
 
+def _check_policy_bounds(index: _Index) -> None:
+    """Refuse (UnreadableInput) a package whose requests list a policy of more than `MAX_SEATS` seats, or
+    more than `MAX_PACKAGE_KEYS` distinct keys between them: counted before any key is checked."""
+    keys: set[str] = set()
+    for key, record in index.by_key.items():
+        data = record.get("data") if key.startswith(_REQUEST_PREFIX) else None
+        policy = data.get("policy") if isinstance(data, dict) else None
+        seats = policy.get("approvers") if isinstance(policy, dict) else None
+        if not isinstance(seats, list):
+            continue  # not a policy at all: its gate's checks say so
+        if len(seats) > MAX_SEATS:
+            raise UnreadableInput(
+                f"the request {key!r} lists a policy of {len(seats)} approvers; a policy has at most "
+                f"{MAX_SEATS} (far more than a call is put to), refused before checking their keys (each "
+                "takes milliseconds to check)"
+            )
+        for seat in seats:
+            if isinstance(seat, dict) and isinstance(seat.get("public_key"), str):
+                keys.add(seat["public_key"])
+        if len(keys) > MAX_PACKAGE_KEYS:
+            raise UnreadableInput(
+                f"the approval requests of this package name more than {MAX_PACKAGE_KEYS} distinct approver "
+                "keys, far more than any run's gates use; refused before checking them (each key takes "
+                "milliseconds to check)"
+            )
+
+
+def _read_policy(call: str, value: Any, *, check_keys: bool) -> ApprovalPolicy:
+    try:
+        return ApprovalPolicy.from_json(value, recorded=True, check_keys=check_keys)
+    except ConfigError as exc:
+        raise NotVerified(f"the policy of call {call!r} is invalid: {exc}") from exc
+
+
 def _check_gate(
     run_id: str,
     journal: str,
     tally: dict[str, Any],
     index: _Index,
     complete: bool,
+    trust: ApprovalTrust,
+    head_size: int,
 ) -> _Gate:
     td = tally.get("data")
     ti = tally["index"]
@@ -181,14 +224,16 @@ def _check_gate(
             f"journal's header hashes to {journal}: it was made in another journal (copied from another "
             "store's run of this id)"
         )
-    try:
-        policy = ApprovalPolicy.from_json(rd.get("policy"), recorded=True)
-    except ConfigError as exc:
-        raise NotVerified(f"the policy of call {call!r} is invalid: {exc}") from exc
+    # Its keys are checked to be strong (milliseconds each) only once the cheap checks pass, and only when
+    # the pins hold for it: a policy they do not match is refused whatever its keys (`UntrustedPolicy`,
+    # once every gate is checked), so a package cannot make the verifier check many keys nobody trusts.
+    policy = _read_policy(call, rd.get("policy"), check_keys=False)
     if policy.digest.hex() != rd.get("policy_digest") or policy.digest.hex() != td["policy_digest"]:
         raise NotVerified(
             f"the policy of call {call!r} was changed: its digest does not match the request and the tally"
         )
+    if trust.problem(policy) is None:
+        policy = _read_policy(call, rd.get("policy"), check_keys=True)
     if td["need"] != policy.need or td["approvers"] != policy.names:
         raise NotVerified(f"the tally of call {call!r} states another policy than the one requested")
     if (rd.get("call_id"), rd.get("tool"), rd.get("arguments_digest")) != (
@@ -254,7 +299,7 @@ def _check_gate(
             f"decision(s) {[r['key'] for r in unnamed]} recorded before the tally of call {call!r} "
             "are not named by it (an omitted decision)"
         )
-    gate = _Gate(call, td["tool"], td["arguments_digest"], policy, c, ti, len(named))
+    gate = _Gate(call, td["tool"], td["arguments_digest"], policy, c, ti, len(named), head_size)
     after = [r for r in on_call if r["index"] > ti]
     if after:
         gate.notes.append(
@@ -276,11 +321,13 @@ class _Gate:
     count: Count
     tally_index: int
     decisions: int
+    head_size: int  # the records the signed head commits to: what the package shows is as of it
     attempts: list[int] = field(default_factory=list)
     results: list[int] = field(default_factory=list)
     model_calls: list[int] = field(default_factory=list)
     model_arguments_match: bool = True
     executed_proven: bool = False
+    complete: bool = False  # the package holds every record the signed head commits to
     notes: list[str] = field(default_factory=list)
     gaps: list[str] = field(default_factory=list)
 
@@ -305,7 +352,10 @@ class _Gate:
             if not self.executed_proven:
                 return out + ", and no attempt of it is in the package"
             result = "its result is the denial" if self.results else "no result is journaled yet"
-            return out + f", and the call did not run (no attempt; {result})"
+            return out + (
+                f", and the call had not run as of the signed head of size {self.head_size} (no attempt; "
+                f"{result})"
+            )
         if self.attempts and not self.executed_proven:
             return out + (
                 f"; the {len(self.attempts)} attempt(s) and {len(self.results)} result(s) of the call it "
@@ -324,8 +374,11 @@ class _Gate:
                 f", before the tool ran (at position {min(self.results)}, without an attempt marker, as "
                 "tools safe to retry do) on the model's call, whose arguments hash to the approved digest"
             )
-        if not ran and self.executed_proven:
-            return out + "; the tool has not run (the journal holds no attempt or result of the call)"
+        if not ran and self.complete:
+            return out + (
+                f"; the tool had not run as of the signed head of size {self.head_size} (the journal it "
+                "commits to holds no attempt or result of the call)"
+            )
         return out + "; the package shows no attempt of the call, so what ran is not proven"
 
     def facts(self) -> dict[str, Any]:
@@ -548,6 +601,7 @@ def _check_executed(
     NotVerified on any that differs, and decide whether the package proves what ran (`executed_proven`)."""
     call, tool, digest, ti = gate.call, gate.tool, gate.digest, gate.tally_index
     approved = gate.count.outcome == "approved"
+    gate.complete = complete
     side_effect_result = False
     for r, calls in records:
         key, kind, idx = r["key"], r.get("kind"), r["index"]
@@ -631,7 +685,12 @@ def _check_executed(
         else:
             gate.executed_proven = True
     else:
-        gate.executed_proven = True  # a complete journal with no attempt or result: it has not run
+        # An approved call that had not run as of the signed head may run after it, with records this
+        # package does not hold: nothing executed is proven (a later head's package shows what ran).
+        gate.gaps.append(
+            f"what call {call!r} runs with: it had not run as of the signed head of size {gate.head_size} "
+            "(check a package exported at a later head)"
+        )
     if gate.model_calls and not gate.model_arguments_match:
         gate.gaps.append(
             f"that the model asked for exactly the approved arguments of call {call!r}: its own arguments "
@@ -663,11 +722,18 @@ def verify_approvals(
     other calls were put to approvers, with no request of its own, is a gap in `not_proven` (its gate may
     have decided it alone) and makes `executed_calls_proven` false. With `key` the package's signed
     head is checked too (`verify_evidence`). With `trust`, a gate under a policy it does not pin raises
-    `UntrustedPolicy` (after every gate was checked, so a forgery is reported as such).
+    `UntrustedPolicy` (after every gate was checked, so a forgery is reported as such; the pins are compared
+    before the policy's keys are checked to be strong, and an untrusted policy's keys are not). A package
+    whose requests list a policy of more than `MAX_SEATS` approvers, or more than `MAX_PACKAGE_KEYS`
+    distinct keys between them, raises `UnreadableInput` before any key is checked.
+
+    Everything is proven as of the package's signed head, which may not be the latest.
 
     `facts` holds, for machines: `complete` (the package holds every record), `pinned`,
-    `executed_calls_proven` (every checked call's executed call is proven) and `calls` (per gate: outcome,
-    policy digest, approvers and counted approvers with key ids, positions, `executed_call_proven`).
+    `executed_calls_proven` (every checked call's executed call is proven; an approved call that had not run
+    as of the signed head is not, since it may run later, with records this package does not hold) and
+    `calls` (per gate: outcome, policy digest, approvers and counted approvers with key ids, positions,
+    `executed_call_proven`).
     """
     records, signed = _records(pkg, key, max_skew_ns)
     run_id = pkg.sth.log_id
@@ -680,11 +746,12 @@ def verify_approvals(
     complete = len(records) == pkg.sth.size
     journal = _journal_digest(pkg)
     index = _Index.of(records)
-    gates = [_check_gate(run_id, journal, t, index, complete) for t in tallies]
+    _check_policy_bounds(index)
+    trust = trust or ApprovalTrust()
+    gates = [_check_gate(run_id, journal, t, index, complete, trust, pkg.sth.size) for t in tallies]
     requested, gated = _requests(index)
     undecided = _undecided_calls(index, requested, call_id, complete)
     undecided += _unrequested_calls(index, requested, gated, call_id)
-    trust = trust or ApprovalTrust()
     untrusted = [(g, why) for g in gates if (why := trust.problem(g.policy)) is not None]
     if untrusted:
         raise UntrustedPolicy(
@@ -721,8 +788,8 @@ def verify_approvals(
         + "; ".join(
             [
                 *gaps,
-                "who holds the approvers' keys (the policy names them), or that the tool's effect "
-                "happened as recorded"
+                "who holds the approvers' keys (the policy names them), that this head is the latest or "
+                "was anchored (compare it with your anchor), or that the tool's effect happened as recorded"
                 + ("" if key is not None else ", or who signed the journal head"),
             ]
         )

@@ -286,6 +286,13 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
 
     if args.consistency_to is not None and args.consistency_from is None:
         raise ConfigError("--consistency-to needs --consistency-from SIZE (the size of the older head)")
+    sizes = {"--consistency-from": args.consistency_from, "--consistency-to": args.consistency_to}
+    for option, size in sizes.items():
+        if size is not None and size < 0:
+            raise ConfigError(
+                f"{option} {size} is negative: a size is a number of records, 0 or more (the size a head "
+                "states)"
+            )
     if args.consistency_to is not None and args.consistency_to < args.consistency_from:
         raise ConfigError(
             f"--consistency-from {args.consistency_from} is larger than --consistency-to "

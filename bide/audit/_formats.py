@@ -55,7 +55,10 @@ MAX_SKEW_NS = 5 * 60 * 10**9
 _U64 = 2**64 - 1
 Hash32 = Annotated[B64, Field(min_length=32, max_length=32)]
 Sig64 = Annotated[B64, Field(min_length=64, max_length=64)]
-Size = Annotated[int, Field(ge=0, le=2**63 - 1)]
+# The largest size or position an artifact holds: u64 in the signed bytes, but 2^63 - 1 so that every
+# implementation reads it as a signed 64-bit integer too.
+MAX_SIZE: Final = 2**63 - 1
+Size = Annotated[int, Field(ge=0, le=MAX_SIZE)]
 Text = Annotated[str, Field(min_length=1, max_length=4096)]
 
 
@@ -216,8 +219,13 @@ class _RecordsUnderHead:
     def _before_head(self, value: dict[str, Any]) -> None:
         if value.keys() == self._HEAD_MEMBERS:
             size = value["size"]
-            if type(size) is not int or size < 0:
-                raise UnreadableInput(f"{self.what} is malformed at sth.size: not a whole number of records")
+            # Refused as the head's own validation refuses it (exit 4, as in a proof bundle), before a
+            # record is judged against it.
+            if type(size) is not int or not 0 <= size <= MAX_SIZE:
+                raise UnreadableInput(
+                    f"{self.what} is malformed at sth.size: not a whole number of records from 0 to "
+                    f"{MAX_SIZE}"
+                )
             self.size = size
             return
         self.before_head += 1
@@ -232,6 +240,11 @@ class _RecordsUnderHead:
             raise UnreadableInput(
                 f"{self.what} is malformed at records.{self.records}: its index must be an integer and its "
                 "path a list"
+            )
+        if not 0 <= index <= MAX_SIZE:
+            raise UnreadableInput(
+                f"{self.what} is malformed at records.{self.records}.index: a position is a whole number "
+                f"from 0 to {MAX_SIZE}, got {index}"
             )
         if index <= self.last:
             raise NotVerified(f"record positions must strictly increase; {index} follows {self.last}")

@@ -105,7 +105,12 @@ class AuditLog:
         """The proof that the run's journal at `old_size` records is a prefix of it at `new_size`."""
         n = self.sync(run_id)
         new = n if new_size is None else new_size
-        if 0 <= new < old_size:
+        if old_size < 0 or new < 0:
+            raise ConfigError(
+                f"cannot prove {old_size} -> {new} for run {run_id!r}: a size is a number of records, 0 or "
+                "more"
+            )
+        if new < old_size:
             raise ConfigError(
                 f"cannot prove {old_size} -> {new} for run {run_id!r}: the sizes are reversed; the older, "
                 f"smaller size comes first ({new} -> {old_size})"

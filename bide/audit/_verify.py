@@ -90,7 +90,8 @@ def verify_evidence(
     pkg: EvidencePackage, key: PublicKey, *, now_ns: int | None = None, max_skew_ns: int = MAX_SKEW_NS
 ) -> Verified:
     """Check an evidence package: the head is signed by `key`; every record is, at its stated position,
-    a leaf of that head's tree and a salted journal record; positions strictly increase. When positions
+    a leaf of that head's tree and a salted journal record; positions strictly increase; each key appears
+    once, and the record at position 0, when present, is the header (and no other is). When positions
     0..size-1 are all present the package is complete (nothing of the journal omitted)."""
     check_head(pkg.sth, key, now_ns=now_ns, max_skew_ns=max_skew_ns)
     return check_evidence_proofs(pkg)
@@ -122,6 +123,12 @@ def check_evidence_proofs(pkg: EvidencePackage) -> Verified:
         # written by a store (whoever signed its head wrote it).
         if rec["kind"] == "header" and item.index != 0:
             raise NotVerified(f"a header record at position {item.index}: a journal's header is at 0")
+        if item.index == 0 and rec["kind"] != "header":
+            # Checked in a partial package too: what it leaves out cannot make position 0 another record.
+            raise NotVerified(
+                f"the record at position 0 is {rec['key']!r} of kind {rec['kind']!r}: a journal starts with "
+                "its header record"
+            )
         record_key = rec.get("key")
         if isinstance(record_key, str):
             if record_key in seen:
@@ -133,10 +140,6 @@ def check_evidence_proofs(pkg: EvidencePackage) -> Verified:
         decoded.append({"index": item.index, **rec})
         kinds[rec["kind"]] += 1
     complete = len(pkg.records) == sth.size
-    if complete:
-        first = decoded[0]
-        if first.get("kind") != "header":
-            raise NotVerified("a complete journal must start with its header record")
     scope = (
         "all of its records"
         if complete
