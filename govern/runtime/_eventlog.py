@@ -699,17 +699,26 @@ class EventLog:
 
     def read_record(self, record: str, *, through: int | None = None) -> list[LoggedEvent]:
         """The events of one record in log order (those at positions <= `through`, when given), with no
-        gaps in their `record_seq`."""
+        gaps in their `record_seq`, which rises with their positions (else `LogCorrupted`)."""
         _check_name("record", record)
         if through is not None:
             _check_count("through", through)
         out = self._backend.read_record(record, _NO_LIMIT if through is None else through)
+        previous = -1
         for seq, event in enumerate(out):
             if event.record_seq != seq:
                 raise LogCorrupted(
                     f"record {record!r} of log {self.name!r} lacks its event number {seq}; a record's "
                     "numbers never skip, so its database was edited or is damaged: restore it from a backup"
                 )
+            if event.position <= previous:
+                raise LogCorrupted(
+                    f"record {record!r} of log {self.name!r} holds its event number {seq} at position "
+                    f"{event.position}, before its event number {seq - 1} (at position {previous}); a "
+                    "record's numbers rise in log order, so its database was edited or is damaged: restore "
+                    "it from a backup"
+                )
+            previous = event.position
         return out
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
@@ -1202,12 +1211,13 @@ def _read_sql(dialect: str) -> str:
     "producer_seq"), 'b' the ends of its positions (PostgreSQL only, whose length is the row's: the first,
     second highest and highest in "record_seq", "producer_seq" and "position"; `_check_span`), 'e' a stored
     event among the call's own ids, 'd' the position of a stored event among its other dependencies, 'p' /
-    'r' the next number of a producer / record (the key in "event_id", the number in "position";
-    `_next_number`, `_sqlite_next_number`). Each number is one or two index lookups, whatever the log's size
-    (an `IN` over the pairs of the counters' key would scan every counter of the log)."""
+    'r' the next number of a producer / record (the key in "event_id", the number in "position"; on
+    PostgreSQL also its counter in "producer_seq" and the number before the counter's in "record_seq", if
+    an event holds it: `_counter`, `_number_before`, `_check_counter`; on SQLite `_sqlite_next_number`).
+    Each number is one to three index lookups, whatever the log's size (an `IN` over the pairs of the
+    counters' key would scan every counter of the log)."""
     sqlite = dialect == "sqlite"
     log = ":log" if sqlite else "%(log)s"
-    number = _sqlite_next_number if sqlite else _next_number
 
     def stored(name: str) -> str:
         """The stored events whose ids are in the list parameter `name` (on SQLite a join driven by the
@@ -1224,11 +1234,22 @@ def _read_sql(dialect: str) -> str:
     def row(tag: str, **values: str) -> str:
         return f"SELECT '{tag}', " + ", ".join(values.get(c, "NULL") for c in _READ_COLUMNS)
 
+    def numbered(kind: str, keys: str) -> str:
+        if sqlite:
+            return row(kind, position=_sqlite_next_number(log, kind, "k.value"), event_id="k.value") + (
+                f" FROM {each(keys)}"
+            )
+        next_number = f'coalesce(c."next", {_highest(log, kind, "k.value")}, 0)'
+        columns = {"record_seq": _number_before(log, kind), "producer_seq": 'c."next"'}
+        return row(kind, position=next_number, event_id="k.value", **columns) + (
+            f" FROM {each(keys)} LEFT JOIN LATERAL {_counter(log, kind)} AS c ON true"
+        )
+
     parts = [
         row("e", **{c: f'"{c}"' for c in _READ_COLUMNS}) + f" FROM {stored('ids')}",
         row("d", position='"position"', event_id='"event_id"') + f" FROM {stored('deps')}",
-        row("p", position=number(log, "p", "k.value"), event_id="k.value") + f" FROM {each('producers')}",
-        row("r", position=number(log, "r", "k.value"), event_id="k.value") + f" FROM {each('records')}",
+        numbered("p", "producers"),
+        numbered("r", "records"),
     ]
     first, second = _FIRST.format(log=log), _SECOND.format(log=log)
     if sqlite:
@@ -1242,25 +1263,44 @@ def _read_sql(dialect: str) -> str:
     return " UNION ALL ".join(parts)
 
 
-def _next_number(log: str, kind: str, key: str) -> str:
-    """The next number of a producer (`kind` 'p') or record ('r') `key`: its counter, or for a key whose
-    counter row is missing one past the highest number stored for it, or 0."""
+def _counter(log: str, kind: str) -> str:
+    """PostgreSQL: the counter of the producer (`kind` 'p') or record ('r') `k.value`, as a lateral
+    subquery giving its next number as "next" (no row for a key without one, whose next number is then one
+    past the highest stored, or 0). `LIMIT 1` keeps it one primary key lookup per key: a plain join may be
+    planned as a scan of every counter of the log."""
     return (
-        f'coalesce((SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
-        f'AND "key" = {key}), {_highest(log, kind, key)}, 0)'
+        f'(SELECT "next" FROM govern_counters WHERE "log" = {log} AND "kind" = \'{kind}\' '
+        'AND "key" = k.value LIMIT 1)'
+    )
+
+
+def _number_before(log: str, kind: str) -> str:
+    """PostgreSQL: the number one below the counter `c."next"` of the producer or record `k.value` if an
+    event of the key holds it, else NULL (also for no counter, or one of 0): one lookup in the key's
+    unique index. Every event numbered from a counter leaves it one past the number it took, so a
+    counter whose number before is not stored is ahead of the events (`_check_counter`)."""
+    column, number = _NUMBERED[kind]
+    return (
+        f'CASE WHEN c."next" > 0 THEN (SELECT "{number}" FROM govern_events WHERE "log" = {log} AND '
+        f'"{column}" = k.value AND "{number}" = c."next" - 1) END'
     )
 
 
 def _sqlite_next_number(log: str, kind: str, key: str) -> str:
-    """`_next_number` on SQLite (layout 3, no counters): one past the highest number stored, or 0."""
+    """The next number of a producer (`kind` 'p') or record ('r') `key` on SQLite (layout 3, no
+    counters): one past the highest number stored, or 0."""
     return f"coalesce({_highest(log, kind, key, sqlite=True)}, 0)"
+
+
+# The column that names a producer ('p') or record ('r'), and the column of its numbers.
+_NUMBERED = {"p": ("producer", "producer_seq"), "r": ("record", "record_seq")}
 
 
 def _highest(log: str, kind: str, key: str, *, sqlite: bool = False) -> str:
     """One past the highest number stored for a producer or record `key` (NULL for none): the last entry
     of the key in its (log, producer, producer_seq) or (log, record, record_seq) index. On SQLite a
     highest that is not an integer is given as it is (see `_SQLITE_ONE_PAST`)."""
-    column, number = ("producer", "producer_seq") if kind == "p" else ("record", "record_seq")
+    column, number = _NUMBERED[kind]
     rest = f'FROM govern_events WHERE "log" = {log} AND "{column}" = {key}'
     if sqlite:
         return _SQLITE_ONE_PAST.format(column=f'"{number}"', rest=rest)
@@ -1408,6 +1448,7 @@ class _SqlTx:
         positions: dict[str, int] = {}
         numbers: dict[str, dict[str, int]] = {"p": {}, "r": {}}
         span: tuple[Any, Any, Any] = (None, None, None)  # first, second highest, highest position
+        counted: list[tuple[str, str, Any, Any]] = []  # PostgreSQL: (kind, key, counter, number before it)
         for tag, *row in self.cur.fetchall():
             if tag == "e":
                 event = _from_tuple(tuple(row))
@@ -1420,11 +1461,15 @@ class _SqlTx:
             elif tag == "b":
                 span = (row[5], row[8], row[1])
             else:
-                kind = "producer" if tag == "p" else "record"
-                numbers[tag][str(row[2])] = _counted(row[1], f"the next number of {kind} {row[2]!r}")
+                kind, key = "producer" if tag == "p" else "record", str(row[2])
+                numbers[tag][key] = _counted(row[1], f"the next number of {kind} {key!r}")
+                if not self.sqlite:
+                    counted.append((kind, key, row[8], row[5]))
         if head is None:
             return None
         _check_span(self.log, head.length, *span)
+        for kind, key, counter, before in counted:
+            _check_counter(self.log, kind, key, counter, before)
         return _Seen(head, known, positions, numbers["p"], numbers["r"])
 
     def orphaned(self) -> bool:
@@ -1529,6 +1574,20 @@ def _counted(value: Any, what: str) -> int:
             "appended: restore the log from a backup"
         )
     return value
+
+
+def _check_counter(log: str, kind: str, key: str, counter: Any, before: Any) -> None:
+    """Raise `LogCorrupted` when a PostgreSQL counter of a producer or record `key` (None for none) is ahead
+    of its events: no event holds the number before it (`before` is None). The next append would number
+    its event past a gap, at which every replica stops forever (a record's numbers never skip). A counter
+    behind its events collides with a stored event instead (`_logretry`)."""
+    if before is None and counter is not None and counter > 0:
+        raise LogCorrupted(
+            f"log {log!r} is damaged: the log's counters are ahead of its events (the counter of {kind} "
+            f"{key!r} gives {counter} as its next number, but no event of it is numbered {counter - 1}): "
+            "they were edited, or the events were restored apart from them; nothing was appended: restore "
+            "the log from a backup"
+        )
 
 
 def _positions(found: dict[str, Any]) -> dict[str, int]:

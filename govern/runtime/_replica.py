@@ -873,9 +873,13 @@ class Replica:
                 event,
             )
         if _forward(event):
+            late = [p for p in event.after if p >= event.position]
+            shown = f"position {late[0]} is" if len(late) == 1 else f"positions {late} are"
             raise LogCorrupted(
                 f"event {event.id!r} at log position {event.position} depends on positions "
-                f"{list(event.after)}, but a dependency lies before its event: it would wait forever{stop}"
+                f"{list(event.after)}, but {shown} at or after its own: a dependency must lie before its "
+                "event, so it would wait forever (a damaged log, or a copy given to deliver() that is not "
+                f"the log's event){stop}"
             )
 
     def _unlike_applied(self, copies: list[LoggedEvent], positions: list[int]) -> LogCorrupted | None:

@@ -418,8 +418,12 @@ def test_an_sqlite_log_at_the_last_64_bit_number_refuses_appends(
             'AND "position" >= 2) UPDATE govern_logs SET "length" = :top WHERE "name" = :log',
             "log '{log}' has used its last",
         ),
+        # The last event of o1 moves with its counter: a counter past the record's last number is refused as
+        # damage before.
         (
-            "UPDATE govern_counters SET \"next\" = :top WHERE \"log\" = :log AND kind = 'r' AND key = 'o1'",
+            'WITH moved AS (UPDATE govern_events SET "record_seq" = :top - 1 WHERE "log" = :log AND '
+            '"position" = 3) UPDATE govern_counters SET "next" = :top WHERE "log" = :log AND kind = \'r\' '
+            "AND key = 'o1'",
             "record 'o1' of log '{log}' has used its last",
         ),
     ],

@@ -3,7 +3,9 @@ exact matching of a family's tool arguments."""
 
 from __future__ import annotations
 
+import contextlib
 import random
+import re
 import sqlite3
 from array import array
 from pathlib import Path
@@ -846,18 +848,41 @@ def test_a_fold_keeps_the_fingerprint_of_each_event() -> None:
 # -- dependencies that can never be applied -----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("after", [(0,), (1,), (0, 5)])
+@pytest.mark.parametrize(
+    ("after", "late"),
+    [((0,), "position 0 is"), ((1,), "position 1 is"), ((0, 5), "positions [0, 5] are")],
+)
 @pytest.mark.parametrize("batch", [False, True])
 def test_an_event_depending_on_itself_or_a_later_position_is_refused(
-    after: tuple[int, ...], batch: bool
+    after: tuple[int, ...], late: str, batch: bool
 ) -> None:
+    """The message said "a dependency lies before its event", the one place a dependency may lie: it
+    names the positions at or after the event's own."""
     log = order_log()
     stored = fill(log, [("o1", "restock")] * 20)
     bad = logged(0, 0, "restock", "e0", after=after)
     replica = Replica(order_machine(), log)
-    with pytest.raises(LogCorrupted, match="would wait forever"):
+    with pytest.raises(LogCorrupted, match=rf"{re.escape(late)} at or after its own: .*would wait forever"):
         replica.deliver([bad, *stored[1:]] if batch else [bad])
     assert replica.position == 0 and replica.pending == 0
+
+
+def test_a_dependency_moved_past_its_event_by_hand_is_named_as_lying_after_it(tmp_path: Path) -> None:
+    """Two rows of a SQLite log swapped by hand: the event at position 0 depends on the one now at 2."""
+    url = f"sqlite:///{tmp_path}/events.db"
+    log = order_log(url)
+    digest = order_machine().digest
+    log.append(Event(id="e0", machine=digest, record="o1", event="restock", producer="p"))
+    log.append(Event(id="e1", machine=digest, record="o2", event="restock", producer="q"))
+    log.append(Event(id="e2", machine=digest, record="o1", event="pay", producer="p", deps=("e0",)))
+    log.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "events.db")) as raw, raw:
+        raw.execute('UPDATE govern_events SET "position" = -1 WHERE "position" = 0')
+        raw.execute('UPDATE govern_events SET "position" = 0 WHERE "position" = 2')
+        raw.execute('UPDATE govern_events SET "position" = 2 WHERE "position" = -1')
+    refused = r"depends on positions \[0\], but position 0 is at or after its own"
+    with pytest.raises(LogCorrupted, match=refused):
+        Replica(order_machine(), order_log(url)).sync()
 
 
 # -- #6: bad input names the argument -----------------------------------------------------------------------
