@@ -61,6 +61,16 @@ def _pair_sets(certificate: AnyCertificate) -> tuple[set[tuple[int, int]], set[t
     return checked, ordered
 
 
+def _named(names: Sequence[str], index: int) -> str:
+    """`names[index]`, or what stands for a position the certificate gives with no such entry: the drawing
+    shows a certificate as it is written, as `govern show` does (`govern check` finds it not valid)."""
+    return names[index] if 0 <= index < len(names) else f"#{index} (no such entry)"
+
+
+def _event_name(certificate: AnyCertificate, index: int) -> str:
+    return _named([e.name for e in certificate.model.machine.events], index)
+
+
 def _event_groups(certificate: AnyCertificate) -> list[tuple[str | None, list[int]]]:
     """The events to draw, grouped: one unnamed group, or one group per component of a composed
     certificate (named by its variables)."""
@@ -69,7 +79,7 @@ def _event_groups(certificate: AnyCertificate) -> list[tuple[str | None, list[in
         return [(None, list(range(len(machine.events))))]
     names = [v.name for v in machine.variables]
     return [
-        (f"component {c}: " + ", ".join(names[v] for v in entry.variables), list(entry.events))
+        (f"component {c}: " + ", ".join(_named(names, v) for v in entry.variables), list(entry.events))
         for c, entry in enumerate(certificate.model.components)
     ]
 
@@ -97,7 +107,7 @@ def event_graph_dot(certificate: AnyCertificate) -> str:
             lines.append(f'    label={_quote(label)}; style=dashed; fontname="Helvetica";')
             indent = "    "
         for index in members:
-            name = model.machine.events[index].name
+            name = _event_name(certificate, index)
             once = index in model.verdict.not_idempotent
             extra = ', peripheries=2, xlabel="not idempotent"' if once else ""
             lines.append(f"{indent}e{index} [label={_quote(name)}{extra}];")
@@ -121,7 +131,7 @@ def event_graph_mermaid(certificate: AnyCertificate) -> str:
         if label is not None:
             lines.append(f"  subgraph c{c}[{_mermaid_text(label)}]")
         for index in members:
-            name = model.machine.events[index].name
+            name = _event_name(certificate, index)
             text = name + (" (not idempotent)" if index in model.verdict.not_idempotent else "")
             lines.append(f"  e{index}({_mermaid_text(text)})")
         if label is not None:

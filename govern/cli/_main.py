@@ -111,6 +111,8 @@ DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 #: The largest --max-clock-skew, a century: enough to accept any plausible signing date on purpose, and
 #: far below the values that overflow date arithmetic.
 MAX_CLOCK_SKEW_LIMIT = 100 * 366 * 24 * 3600
+#: How much of an input file is read at a time, so that memory follows the file's size, not --max-size.
+_READ_PIECE = 1 << 20
 
 
 def _safe(text: str, *, keep_newlines: bool = False) -> str:
@@ -156,9 +158,11 @@ def _split_spec(spec: str) -> tuple[Path, str | None]:
 def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
     """Import the machine file in `spec` (`PATH[:NAME]`) and return its top-level registries.
 
-    NAME matches the attribute name or the registry's own name. Raises InputFileUnreadable when the file is
-    missing, cannot be read or is larger than `max_bytes` (refused before it is read), and UsageError when
-    it does not import or holds no (matching) registry.
+    NAME selects the registry bound to the top-level variable NAME; when no variable of that name holds a
+    registry, the registries whose own name is NAME (so `a = Registry("b")` and `b = Registry("a")` are each
+    selected by their variable's name). Raises InputFileUnreadable when the file is missing, cannot be read
+    or is larger than `max_bytes` (refused before it is read), and UsageError when it does not import or
+    holds no (matching) registry.
     """
     from ..machine._registry import Registry
 
@@ -172,7 +176,8 @@ def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
     if path.suffix == ".json":
         raise UsageError(f"{path} is JSON, not a machine file (Python); to verify a certificate, run "
                          f"`govern check {spec}`")
-    module_name = "_govern_machine_" + hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:16]
+    # fsencode: a file name need not be UTF-8 (`m\xff.py` is held as a surrogate escape).
+    module_name = "_govern_machine_" + hashlib.sha256(os.fsencode(path.resolve())).hexdigest()[:16]
     loader_spec = importlib.util.spec_from_file_location(module_name, path)
     if loader_spec is None or loader_spec.loader is None:
         raise UsageError(f"{path}: cannot be imported as a Python file")
@@ -211,10 +216,15 @@ def load_targets(spec: str, max_bytes: int = DEFAULT_MAX_BYTES) -> list[Target]:
     if not found:
         raise UsageError(f"{path}: no Registry is defined at the top level of the file")
     if name is not None:
-        chosen = [t for t in found if name in (t.attribute, t.registry.name)]
+        bound = vars(module).get(name)
+        if isinstance(bound, Registry):
+            # The variable's name wins: it names one registry, while registry names may repeat or cross.
+            return [Target(name, bound, path)]
+        chosen = [t for t in found if t.registry.name == name]
         if not chosen:
-            # Either name selects a registry: its variable's, or the name it was given.
-            names = ", ".join(sorted({n for t in found for n in (t.attribute, t.registry.name)}))
+            # Either name selects a registry: a variable's holding it, or the name it was given.
+            variables = {k for k, v in vars(module).items() if isinstance(v, Registry)}
+            names = ", ".join(sorted(variables | {t.registry.name for t in found}))
             raise UsageError(f"{path}: no registry named {name!r} (these names select one: {names})")
         return chosen
     return found
@@ -390,6 +400,15 @@ def build_machine(target: Target, domain: Any) -> Any:
         raise UsageError(
             f"{where} raised {type(exc).__name__} while the machine was built: {shown(exc)}"
         ) from exc
+
+
+class CertifyInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `govern certify`, after `outcomes` (the registries certified so far, their files
+    written): the report of an interrupted run still says what was written."""
+
+    def __init__(self, outcomes: list[Outcome]) -> None:
+        super().__init__()
+        self.outcomes = outcomes
 
 
 class _HardExit(BaseException):
@@ -668,8 +687,14 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
         for target in targets:
             refuse_overwriting(_output_path(target, args), inputs)
     if args.output and len(targets) > 1:
+        if _split_spec(args.machine)[1] is None:
+            raise UsageError(
+                f"{args.machine} defines {len(targets)} registries; -o needs one (write PATH:NAME to pick it)"
+            )
+        variables = ", ".join(repr(t.attribute) for t in targets)
         raise UsageError(
-            f"{args.machine} defines {len(targets)} registries; -o needs one (write PATH:NAME to pick it)"
+            f"{args.machine} is ambiguous: {len(targets)} registries are named {targets[0].registry.name!r} "
+            f"(the variables {variables}); -o needs one: write PATH:VARIABLE to pick it"
         )
     if not args.no_write:
         _refuse_shared_output(
@@ -691,10 +716,13 @@ def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:
     from ..certificate._signing import load_private_key
 
     signer = load_private_key(Path(args.sign)) if args.sign else None
-    outcomes = []
-    with Phases(err, total=4 * len(targets), enabled=err.is_terminal and not args.json) as phases:
-        for target in targets:
-            outcomes.append(_certify_one(target, args, phases, signer))
+    outcomes: list[Outcome] = []
+    try:
+        with Phases(err, total=4 * len(targets), enabled=err.is_terminal and not args.json) as phases:
+            for target in targets:
+                outcomes.append(_certify_one(target, args, phases, signer))
+    except KeyboardInterrupt as exc:
+        raise CertifyInterrupted(outcomes) from exc
     code = max((o.exit_code for o in outcomes), key=lambda c: (c == EXIT_INTERNAL, c == EXIT_USAGE, c))
     if args.json:
         document = {"exit_code": code, "results": [o.to_json() for o in outcomes]}
@@ -718,7 +746,14 @@ def _read_input(path_text: str, max_bytes: int) -> bytes:
         )
     try:
         with path.open("rb") as handle:
-            return handle.read(max_bytes + 1)
+            # In pieces: read(max_bytes + 1) would allocate the whole limit (up to 1 TiB) before reading.
+            data = bytearray()
+            while len(data) <= max_bytes:
+                piece = handle.read(min(_READ_PIECE, max_bytes + 1 - len(data)))
+                if not piece:
+                    break
+                data += piece
+            return bytes(data)
     except OSError as exc:
         raise unreadable_input(path, CERTIFICATE_FILE, exc) from None
 
@@ -1079,15 +1114,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _json_failure(args: argparse.Namespace, code: int, reason: str, message: str) -> None:
-    """With --json, the one JSON document on stdout for a command that failed before printing its own."""
+def _json_failure(
+    args: argparse.Namespace, code: int, reason: str, message: str, results: list[Outcome] | None = None
+) -> None:
+    """With --json, the one JSON document on stdout for a command that failed before printing its own
+    (`certify`: with the `results` of the registries it had finished)."""
     if not getattr(args, "json", False):
         return
     document: dict[str, Any] = {"exit_code": code, "reason": reason, "message": message}
     if args.command == "check":
         document["valid"] = False
     else:
-        document["results"] = []
+        document["results"] = [outcome.to_json() for outcome in results or []]
     _print(json.dumps(document, indent=2, sort_keys=True))
 
 
@@ -1146,11 +1184,15 @@ def main(argv: list[str] | None = None) -> int:
         err.print(f"[bold red]key error[/]: {_safe(str(exc))}")
         code = EXIT_USAGE
         _json_failure(args, code, "key error", str(exc))
-    except KeyboardInterrupt:
-        err.print("interrupted")
-        code = 130
+    except KeyboardInterrupt as exc:
+        finished = exc.outcomes if isinstance(exc, CertifyInterrupted) else []
+        written = [f"{outcome.path} ({outcome.name})" for outcome in finished if outcome.path is not None]
         said = "interrupted (Ctrl-C): each file is written whole or not at all"
-        _json_failure(args, code, "interrupted", said)
+        if written:
+            said += f"; written before the interruption: {', '.join(written)}"
+        err.print(_safe(said))
+        code = 130
+        _json_failure(args, code, "interrupted", said, finished)
     except OutputLost as exc:
         silence_stdout()
         err.print(f"[bold red]error[/]: the output could not be written ({_safe(str(exc))})")

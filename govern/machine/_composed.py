@@ -44,6 +44,7 @@ from ..verify._compose import (
     project_snapshot,
 )
 from ..verify._report import PrunedPair, Report, guarantee_text
+from ._load_check import check_stored_timings
 from ._machine import (
     FILE_FORMAT,
     IntArray,
@@ -534,6 +535,7 @@ def load_composed(
     try:
         rules = json.loads(bytes(arrays["rules"]).decode())
         report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
+        check_stored_timings(report)
         comps = json.loads(bytes(arrays["decomposition"]).decode())
         decomp = Decomposition(
             tuple(Component(tuple(c["variables"]), tuple(c["invariants"]), tuple(c["events"])) for c in comps)

@@ -13,6 +13,7 @@ the file; the report handed out names the oracle that re-checked it.
 
 from __future__ import annotations
 
+import math
 from itertools import combinations
 from typing import Any
 
@@ -27,7 +28,7 @@ from ..verify._counterexample import Divergence, Step
 from ..verify._report import Report, guarantee_text
 from ._rules_snapshot import snapshot_from_rules
 
-__all__ = ["recheck"]
+__all__ = ["check_stored_timings", "recheck"]
 
 
 def recheck(
@@ -384,3 +385,35 @@ def _is_data(rules: dict[str, Any]) -> bool:
     invariants = all(r.get("holds") is not None and r.get("repair") is not None for r in rules["invariants"])
     events = all(e.get("guard") is not None and e.get("effect") is not None for e in rules["events"])
     return invariants and events
+
+
+def check_stored_timings(report: Report) -> None:
+    """Raise ValueError unless the timings of a report read from a file are what a build writes: phase
+    names (text) mapped to a finite, non-negative number of seconds. They are the one part of a loaded
+    report no re-check derives, and printing the report formats them as numbers."""
+    timings = report.timings
+    if not isinstance(timings, dict):
+        raise ValueError(f"the report's timings are not a mapping of phases to seconds: {timings!r}")
+    for phase, seconds in timings.items():
+        if not isinstance(phase, str) or not _is_text(phase):
+            raise ValueError(f"the report's timings name a phase that is not text: {phase!r}")
+        if type(seconds) not in (int, float) or not _finite(seconds) or seconds < 0:
+            raise ValueError(
+                f"the report's timing of {phase!r} is {seconds!r}, not a finite non-negative number of "
+                "seconds"
+            )
+
+
+def _finite(number: float) -> bool:
+    try:
+        return math.isfinite(number)
+    except OverflowError:  # an integer too large for a float: no build took that long
+        return False
+
+
+def _is_text(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

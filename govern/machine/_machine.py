@@ -30,7 +30,7 @@ from ..model._expr import canonical_json
 from ..model._families import EventFamily, families_of
 from ..model._space import MAX_STATES, Space, Value, VarSpec, available_memory
 from ..verify._report import Report
-from ._load_check import recheck
+from ._load_check import check_stored_timings, recheck
 from ._rules_snapshot import check_rule_names, variable_spec, variable_specs
 
 __all__ = [
@@ -476,6 +476,7 @@ class Machine:
         try:
             rules = json.loads(bytes(arrays["rules"]).decode())
             report = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
+            check_stored_timings(report)
             space = Space(variable_specs(rules["variables"]))
             check_rule_names(rules)
             n = space.n
@@ -495,8 +496,8 @@ class Machine:
             if not (raw.valid[raw.nf].all() and np.array_equal(raw.nf[raw.nf], raw.nf)):
                 raise ValueError("nf does not map every state to a valid fixed point")
             domain_ids = _ids(arrays["domain_ids"], (len(arrays["domain_ids"]),), n, "domain_ids")
-            initial = int(arrays["initial"][0])
-            if not 0 <= initial < n or not valid[initial]:
+            initial = int(_ids(arrays["initial"], (1,), n, "initial")[0])
+            if not valid[initial]:
                 raise ValueError("the initial state is not a valid state")
             problems, checked_by = recheck(
                 rules, space, valid, raw.repair, raw.apply, raw.nf, initial, domain_ids, report

@@ -42,6 +42,7 @@ class Registry:
     def __init__(self, name: str) -> None:
         if not isinstance(name, str) or not name:
             raise DeclarationError("a registry needs a non-empty name")
+        _refuse_non_text(name, f"the registry name {name!r}")
         self.name = name
         self._vars: list[Var] = []
         self._invariants: list[InvariantRule] = []
@@ -64,6 +65,8 @@ class Registry:
         labels = tuple(labels)
         if len(labels) < 2 or len(set(labels)) != len(labels) or not all(isinstance(x, str) for x in labels):
             raise DeclarationError(f"enum {name!r} needs at least two distinct string labels, got {labels!r}")
+        for label in labels:
+            _refuse_non_text(label, f"label {label!r} of enum {name!r}")
         return self._add_var(name, "enum", 0, len(labels) - 1, labels)
 
     def int(self, name: str, lo: int, hi: int) -> Var:
@@ -314,6 +317,7 @@ class Registry:
     def _check_name(self, name: str, what: str, taken: Collection[str]) -> None:
         if not isinstance(name, str) or not name:
             raise DeclarationError(f"a {what} needs a non-empty string name, got {name!r}")
+        _refuse_non_text(name, f"the {what} name {name!r}")
         if name in taken:
             raise DeclarationError(f"{what} {name!r} is declared twice in registry {self.name!r}")
 
@@ -371,6 +375,21 @@ class Registry:
                 )
             out[var.index] = e
         return tuple(sorted(out.items()))
+
+
+def _refuse_non_text(text: str, described: str) -> None:
+    """Raise DeclarationError, saying `described` (what `text` is, quoted), when `text` cannot be written
+    as UTF-8: it holds a lone surrogate, as text decoded with errors="surrogateescape" does. Certificates,
+    machine files and event logs store names as UTF-8, so such a name is refused when it is declared, not
+    after a whole build."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DeclarationError(
+            f"{described} is not valid text: it holds a lone surrogate "
+            f"(U+{ord(text[exc.start]):04X} at position {exc.start}), which cannot be written as UTF-8; "
+            "use a name made of Unicode characters"
+        ) from None
 
 
 def _spec(v: Var) -> VarSpec:

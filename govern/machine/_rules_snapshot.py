@@ -27,6 +27,17 @@ def _int(value: Any, what: str, low: int | None = None, high: int | None = None)
     return value
 
 
+def _is_text(value: Any, *, empty: bool = False) -> bool:
+    """True for a string a build can write: UTF-8 text (no lone surrogate), non-empty unless `empty`."""
+    if not isinstance(value, str) or not (value or empty):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _expr(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
     if not isinstance(node, list) or not node or not isinstance(node[0], str):
         raise ValueError(f"{node!r} is not an expression [op, args...]")
@@ -40,6 +51,8 @@ def _expr(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
     if _ARITY.get(op) != len(args):
         raise ValueError(f"unknown operator or wrong arity: {op!r} with {len(args)} arguments")
     sub = [_expr(a, specs) for a in args]
+    for condition in sub if op in ("and", "or", "not") else sub[:1] if op == "ite" else ():
+        _truth_literal(condition)
     if op in ("add", "sub", "min", "max"):
         return _arith(op, sub[0], sub[1])
     if op == "ite":
@@ -54,9 +67,18 @@ def _expr(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
     return _not(sub[0])
 
 
+def _truth_literal(e: Expr) -> None:
+    """Refuse a literal where a condition goes unless it is 0 or 1: a build writes True and False so,
+    and another number would read as true (the engine reads a condition as "non-zero") under another
+    digest than any build gives."""
+    if e._op == "lit":
+        _int(e.bounds[0], "a literal condition (0 for False, 1 for True)", 0, 1)
+
+
 def _cond(node: Any, specs: tuple[VarSpec, ...]) -> Expr:
     e = _expr(node, specs)
-    # The engine reads a condition as "non-zero"; a literal condition is typed bool like the front end's.
+    _truth_literal(e)
+    # A literal condition is typed bool like the front end's.
     return _lit(e.bounds[0], BOOL) if e._op == "lit" else e
 
 
@@ -75,8 +97,8 @@ def variable_spec(v: Any) -> VarSpec:
     """One variable of a machine given as data, read back strictly (the input may be hostile): a name,
     and a kind with what `Registry` accepts for it (an enum's labels are at least two distinct strings,
     an int's bounds are integers with min <= max); raises `ValueError`."""
-    if not isinstance(v, dict) or not isinstance(v.get("name"), str) or not v["name"]:
-        raise ValueError(f"{v!r} is not a variable {{name, kind, ...}}")
+    if not isinstance(v, dict) or not _is_text(v.get("name")):
+        raise ValueError(f"{v!r} is not a variable {{name, kind, ...}} named by text")
     name, kind = v["name"], v.get("kind")
     if kind == "bool":
         return VarSpec(name, "bool", 0, 1)
@@ -85,11 +107,12 @@ def variable_spec(v: Any) -> VarSpec:
         if (
             not isinstance(labels, list)
             or len(labels) < 2
-            or not all(isinstance(label, str) for label in labels)
+            or not all(_is_text(label, empty=True) for label in labels)
             or len(set(labels)) != len(labels)
         ):
             raise ValueError(
-                f"variable {name!r}: the labels must be at least two distinct strings, got {labels!r}"
+                f"variable {name!r}: the labels must be at least two distinct strings (of text), "
+                f"got {labels!r}"
             )
         return VarSpec(name, "enum", 0, len(labels) - 1, tuple(labels))
     if kind != "int":
@@ -112,14 +135,17 @@ def variable_specs(variables: Any) -> tuple[VarSpec, ...]:
 
 
 def check_rule_names(rules: dict[str, Any]) -> None:
-    """The invariants' names, and the events' names, are non-empty distinct strings (as a build writes
-    them: a machine finds an event by its name); raises `ValueError`."""
+    """The machine's name is text, and the invariants' names, and the events' names, are distinct texts
+    (as a build writes them: a machine finds an event by its name; text is what UTF-8 can write, so a
+    name with a lone surrogate is refused); raises `ValueError`."""
+    if not _is_text(rules["name"]):
+        raise ValueError(f"the machine's name {rules['name']!r} is not a non-empty string of text")
     for kind in ("invariants", "events"):
         if not isinstance(rules[kind], list) or not all(isinstance(r, dict) for r in rules[kind]):
             raise ValueError(f"the {kind} are not a list of rules")
         names = [r.get("name") for r in rules[kind]]
-        if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
-            raise ValueError(f"the {kind}' names {names!r} are not distinct non-empty strings")
+        if not all(_is_text(n) for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"the {kind}' names {names!r} are not distinct non-empty strings of text")
 
 
 def snapshot_from_rules(rules: dict[str, Any]) -> Snapshot:

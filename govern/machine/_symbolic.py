@@ -33,6 +33,7 @@ from ..verify._report import Report
 from ..verify._smallmodel import Enumerate, refute_small
 from ..verify._symbolic import DEFAULT_MAX_DEPTH, symbolic_problem, verify_symbolic
 from ..verify._timing import PhaseTimer
+from ._load_check import check_stored_timings
 from ._machine import Machine, State, register_loader, rules_digest, symbolic_digest, write_machine_file
 from ._rules_snapshot import snapshot_from_rules
 from ._verified_report import verified_report
@@ -299,6 +300,7 @@ def load_symbolic(
     try:
         rules = json.loads(bytes(arrays["rules"]).decode())
         stored = Report.from_dict(json.loads(bytes(arrays["report"]).decode()))
+        check_stored_timings(stored)
         snap = snapshot_from_rules(rules)
         domain = rules["domain"]
         if domain not in ("valid", "reachable"):

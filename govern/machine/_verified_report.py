@@ -80,3 +80,4 @@ def verified_report(
         method=method,
         solver=solver,
     )
+
