@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,11 @@ _REQUEST_FIELDS = _OLD_REQUEST_FIELDS | {"journal_digest"}
 # bounds what a package made up by anyone costs before it is refused (a few seconds). A run's gates share a
 # policy or a few rotated ones: no real package names more than a few dozen keys.
 MAX_PACKAGE_KEYS = 1024
+# The most characters the approver names of a package's distinct policies hold between them. Reading a
+# policy normalizes each name (NFKC, case folded, several times), far slower than reading the bytes: a
+# package of made-up names megabytes long took minutes. A policy recorded by an older bide may hold names
+# past today's 128 characters, but a run's few policies of short names come nowhere near 262,144.
+MAX_PACKAGE_NAME_CHARS = 1 << 18
 
 
 def _records(
@@ -149,15 +155,29 @@ def _journal_digest(pkg: EvidencePackage) -> str:
 
 
 def _check_policy_bounds(index: _Index) -> None:
-    """Refuse (UnreadableInput) a package whose requests list a policy of more than `MAX_SEATS` seats, or
-    more than `MAX_PACKAGE_KEYS` distinct keys between them: counted before any key is checked."""
+    """Refuse (UnreadableInput) a package whose requests list a policy of more than `MAX_SEATS` seats, more
+    than `MAX_PACKAGE_KEYS` distinct keys between them, or distinct policies whose approver names hold more
+    than `MAX_PACKAGE_NAME_CHARS` characters between them: counted before any policy is read."""
     keys: set[str] = set()
+    policies: set[str] = set()
+    name_chars = 0
     for key, record in index.by_key.items():
         data = record.get("data") if key.startswith(_REQUEST_PREFIX) else None
         policy = data.get("policy") if isinstance(data, dict) else None
         seats = policy.get("approvers") if isinstance(policy, dict) else None
         if not isinstance(seats, list):
             continue  # not a policy at all: its gate's checks say so
+        text = json.dumps(policy, sort_keys=True)
+        if text not in policies:
+            policies.add(text)
+            names = [s.get("name") for s in seats if isinstance(s, dict)]
+            name_chars += sum(len(name) for name in names if isinstance(name, str))
+            if name_chars > MAX_PACKAGE_NAME_CHARS:
+                raise UnreadableInput(
+                    f"the approval policies of this package hold more than {MAX_PACKAGE_NAME_CHARS:,} "
+                    "characters of approver names between them, far more than any run's gates use; refused "
+                    "before reading them (each name is normalized, which takes far longer than reading it)"
+                )
         if len(seats) > MAX_SEATS:
             raise UnreadableInput(
                 f"the request {key!r} lists a policy of {len(seats)} approvers; a policy has at most "
@@ -175,11 +195,23 @@ def _check_policy_bounds(index: _Index) -> None:
             )
 
 
-def _read_policy(call: str, value: Any, *, check_keys: bool) -> ApprovalPolicy:
-    try:
-        return ApprovalPolicy.from_json(value, recorded=True, check_keys=check_keys)
-    except ConfigError as exc:
-        raise NotVerified(f"the policy of call {call!r} is invalid: {exc}") from exc
+class _PolicyReader:
+    """Reads each distinct policy of a package once: a run's gates share one policy, or a few rotated ones,
+    and reading one (its names normalized, its keys checked) costs far more than comparing its text."""
+
+    def __init__(self) -> None:
+        self._read: dict[tuple[str, bool], ApprovalPolicy] = {}
+
+    def read(self, call: str, value: Any, *, check_keys: bool) -> ApprovalPolicy:
+        text = json.dumps(value, sort_keys=True)
+        policy = self._read.get((text, check_keys))
+        if policy is None:
+            try:
+                policy = ApprovalPolicy.from_json(value, recorded=True, check_keys=check_keys)
+            except ConfigError as exc:
+                raise NotVerified(f"the policy of call {call!r} is invalid: {exc}") from exc
+            self._read[text, check_keys] = policy
+        return policy
 
 
 def _check_gate(
@@ -190,6 +222,7 @@ def _check_gate(
     complete: bool,
     trust: ApprovalTrust,
     head_size: int,
+    policies: _PolicyReader,
 ) -> _Gate:
     td = tally.get("data")
     ti = tally["index"]
@@ -227,13 +260,13 @@ def _check_gate(
     # Its keys are checked to be strong (milliseconds each) only once the cheap checks pass, and only when
     # the pins hold for it: a policy they do not match is refused whatever its keys (`UntrustedPolicy`,
     # once every gate is checked), so a package cannot make the verifier check many keys nobody trusts.
-    policy = _read_policy(call, rd.get("policy"), check_keys=False)
+    policy = policies.read(call, rd.get("policy"), check_keys=False)
     if policy.digest.hex() != rd.get("policy_digest") or policy.digest.hex() != td["policy_digest"]:
         raise NotVerified(
             f"the policy of call {call!r} was changed: its digest does not match the request and the tally"
         )
     if trust.problem(policy) is None:
-        policy = _read_policy(call, rd.get("policy"), check_keys=True)
+        policy = policies.read(call, rd.get("policy"), check_keys=True)
     if td["need"] != policy.need or td["approvers"] != policy.names:
         raise NotVerified(f"the tally of call {call!r} states another policy than the one requested")
     if (rd.get("call_id"), rd.get("tool"), rd.get("arguments_digest")) != (
@@ -748,7 +781,8 @@ def verify_approvals(
     index = _Index.of(records)
     _check_policy_bounds(index)
     trust = trust or ApprovalTrust()
-    gates = [_check_gate(run_id, journal, t, index, complete, trust, pkg.sth.size) for t in tallies]
+    policies = _PolicyReader()
+    gates = [_check_gate(run_id, journal, t, index, complete, trust, pkg.sth.size, policies) for t in tallies]
     requested, gated = _requests(index)
     undecided = _undecided_calls(index, requested, call_id, complete)
     undecided += _unrequested_calls(index, requested, gated, call_id)

@@ -1382,6 +1382,9 @@ class _SqlTx:
         self.d = dialect
         self.sqlite = dialect.name == "sqlite"
         self.pipe = pipe  # PostgreSQL: the psycopg pipeline the transaction runs in, if it runs in one
+        # PostgreSQL: the next producer ('p') and record ('r') numbers the read found, which the counters
+        # `write` stores never fall below (for a key whose counter row is missing, one past its highest).
+        self.read_next: dict[str, dict[str, int]] = {"p": {}, "r": {}}
 
     def lock(self) -> _Head | None:
         # On SQLite the log's id is given twice: the length is read from its events (layout 3).
@@ -1470,6 +1473,7 @@ class _SqlTx:
         _check_span(self.log, head.length, *span)
         for kind, key, counter, before in counted:
             _check_counter(self.log, kind, key, counter, before)
+        self.read_next = numbers
         return _Seen(head, known, positions, numbers["p"], numbers["r"])
 
     def orphaned(self) -> bool:
@@ -1529,10 +1533,15 @@ class _SqlTx:
                 chunk = rows[i : i + _ROWS_CHUNK]
                 self.cur.execute(_sqlite_insert(len(chunk)), list(itertools.chain.from_iterable(chunk)))
             return
+        # A counter stands past every number stored for its key, not only the batch's: a producer that
+        # numbers its own events may give one below its highest (after a counter row was deleted by hand,
+        # a counter rebuilt from that number alone would hand out numbers already taken).
+        floor = self.read_next
         nexts: dict[tuple[str, str], int] = {}
         for e in events:
-            nexts["p", e.producer] = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
-            nexts["r", e.record] = e.record_seq + 1
+            given = max(nexts.get(("p", e.producer), 0), e.producer_seq + 1)
+            nexts["p", e.producer] = max(given, floor["p"].get(e.producer, 0))
+            nexts["r", e.record] = max(e.record_seq + 1, floor["r"].get(e.record, 0))
         counters = [(log, kind, key, n) for (kind, key), n in nexts.items()]
         # COPY costs the server about half what INSERT ... unnest does (and is not allowed in a pipeline,
         # which a smaller append runs in).

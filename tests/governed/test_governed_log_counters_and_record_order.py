@@ -76,6 +76,25 @@ def test_a_postgresql_counter_row_deleted_is_rebuilt_from_the_events(log_name: s
         log.close()
 
 
+@pytest.mark.postgres
+def test_a_counter_rebuilt_after_its_row_was_deleted_stands_past_every_stored_number(log_name: str) -> None:
+    """The producer's counter row deleted by hand, then an event numbered by the producer below its highest:
+    the counter was rebuilt from that number alone (6, with 10 stored), and the auto-numbered appends after
+    it ran into 10, refused as a corrupted log. It stands past every stored number, as on SQLite."""
+    log = order_log(POSTGRES_URL, name=log_name)
+    digest = order_machine().digest
+    try:
+        log.append(Event(id="a", machine=digest, record="o1", event="restock", producer="p", producer_seq=0))
+        log.append(Event(id="b", machine=digest, record="o1", event="pay", producer="p", producer_seq=10))
+        edit(POSTGRES_URL, 'DELETE FROM govern_counters WHERE "log" = :log', log=log_name)
+        log.append(Event(id="c", machine=digest, record="o1", event="restock", producer="p", producer_seq=5))
+        appended = [log.append(new_event(f"n{i}")).event for i in range(6)]
+        assert [e.producer_seq for e in appended] == [11, 12, 13, 14, 15, 16]
+        assert [e.record_seq for e in log.read_record("o1")] == list(range(9))
+    finally:
+        log.close()
+
+
 def test_producer_numbers_given_past_a_gap_are_not_a_counter_ahead(any_log_url: str, log_name: str) -> None:
     """A producer may number its own events with gaps: the counter then stands one past the highest number
     given, which an event holds, and the next appends go on from it."""
