@@ -2,9 +2,9 @@
 
 `python -m` puts the current directory first on `sys.path`. It is taken off before anything else is
 imported: `govern check` run where a received certificate lies must not import a `rich.py` or `json.py`
-shipped beside it (docs/certificate.md). By then only `govern` and `bide` themselves were imported (their
-package imports load no other module), so a planted `govern/` or `bide/` directory is the one thing left,
-which `python3 -P -m govern` or the `govern` command avoids.
+shipped beside it (docs/certificate.md). Python has imported `govern` and `bide` by then, and the standard
+modules their package imports start with (`typing`, `re`, `enum`, ...), which a file of that name beside
+the certificate would replace: only `python3 -P -m govern` or the `govern` command avoid that.
 """
 
 import os
