@@ -502,7 +502,7 @@ def _lease_text(row: dict[str, Any], now: float) -> str:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from ._resolve import status_of
+    from ._resolve import live_attempt, status_of
 
     store = open_cli_store(args)
     try:
@@ -546,12 +546,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
         say(f"  answer: {st.answer}")
     if st.call_id:
         say(f"  blocked on call {st.call_id}: {st.tool} {json.dumps(st.arguments, sort_keys=True)}")
-        attempts = [r["record"] for r in records if r["record"].get("kind") == "attempt"]
-        if st.status == "halted" and attempts:
-            last = attempts[-1]
-            deadline = last["deadline_ms"] / 1000
+        # The attempt it is blocked on: not the journal's last marker (another call's, or a decider's claim).
+        live = live_attempt(journal, st.call_id) if st.status == "halted" else None
+        if live is not None:
+            deadline = live.deadline_ms / 1000
             say(
-                f"  attempt {st.attempt}, attempted {when(last['attempted_at_ms'] / 1000)}; deadline "
+                f"  attempt {st.attempt}, attempted {when(live.attempted_at_ms / 1000)}; deadline "
                 f"{when(deadline)}; bide resolve accepts an outcome from {when(deadline + args.clock_skew)} "
                 f"on (--clock-skew {args.clock_skew:g}; --attempt {st.attempt})"
             )

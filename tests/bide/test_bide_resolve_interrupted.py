@@ -23,6 +23,7 @@ import pytest
 import bide
 from bide._journal import Journal
 from bide._records import Attempt, attempt_key
+from bide._when import iso
 from bide.testing import ScriptedModel, call, reply
 
 HERE = Path(__file__).resolve().parent
@@ -201,3 +202,25 @@ def test_a_resolver_killed_after_its_claim_leaves_the_call_to_be_decided_for_the
     assert result.answer == "done" and asked == [0]
     assert len(ledger.charged_at) == 1 and first.attempt == 0
     store.close()
+
+
+def test_bide_show_gives_the_times_of_the_attempt_it_names(tmp_path: Path) -> None:
+    """It gave the journal's last attempt marker's times (an interrupted decider's claim, or another call's
+    attempt), and so when `bide resolve` would accept an outcome, for the attempt it named."""
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    store = bide.open_store(url)
+    first = _halted(store, TimedLedger())
+    _claim_of_an_interrupted_decider(store, first.attempted_at + 3600)
+    store.close()
+    path = os.pathsep.join([str(HERE.parent.parent), os.environ.get("PYTHONPATH", "")])
+    shown = subprocess.run(
+        [sys.executable, "-m", "bide._cli", "show", "r", "--store", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONPATH": path},
+    )
+    assert shown.returncode == 0, shown.stderr
+    line = next(x for x in shown.stdout.splitlines() if x.strip().startswith("attempt "))
+    assert line.strip().startswith(f"attempt 0, attempted {iso(first.attempted_at)}")
+    assert f"deadline {iso(first.deadline)}" in line
