@@ -728,8 +728,14 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         outcome = Outcome.failed(args.failed, evidence=evidence)
     else:
         outcome = Outcome.not_started(evidence=evidence)
-    store = open_cli_store(args)
     run, call = args.run, args.call
+    try:
+        store = open_cli_store(args)
+    except KeyboardInterrupt:  # (opening may wait for the store's lock too)
+        said = f"interrupted; no resolution was recorded for call {call} of run {run}"
+        say(f"bide: {said}", file=sys.stderr)
+        json_failure(args, EXIT_INTERRUPTED, said)
+        return EXIT_INTERRUPTED
     with interrupts_around_a_write(f"the resolution of call {call} in run {run}") as sending:
         resolving = _in_a_thread(
             aresolve(
