@@ -18,6 +18,7 @@ one store does not verify in another store's run R. Decisions signed as "bide.ap
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import re
@@ -182,7 +183,9 @@ class ApprovalPolicy:
                 return a
         return None
 
-    @property
+    # Cached: a policy is frozen, and a tally checks each of its decisions against these digests, which
+    # hash every seat's name (a name recorded by an older bide may be long).
+    @functools.cached_property
     def approvers_digest(self) -> bytes:
         """SHA-256 over the sorted (name, key) seats (see the module docstring)."""
         h = hashlib.sha256(APPROVERS_TAG + u64(len(self.approvers)))
@@ -190,7 +193,7 @@ class ApprovalPolicy:
             h.update(field(a.name.encode()) + field(a.key.raw))
         return h.digest()
 
-    @property
+    @functools.cached_property
     def digest(self) -> bytes:
         """SHA-256 binding `need` and the approver set."""
         return hashlib.sha256(POLICY_TAG + u64(self.need) + self.approvers_digest).digest()
