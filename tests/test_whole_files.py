@@ -49,7 +49,10 @@ def test_a_writer_killed_mid_write_leaves_no_file_behind(sig: signal.Signals, tm
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.mark.skipif(not hasattr(os, "O_TMPFILE"), reason="unnamed files (O_TMPFILE) are Linux's")
+@pytest.mark.skipif(
+    not hasattr(os, "O_TMPFILE"),
+    reason="O_TMPFILE exists on Linux only; elsewhere every write goes through a named temporary file",
+)
 def test_on_linux_a_file_gets_a_name_only_once_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The bytes go to an unnamed file, which is linked under a temporary name only once whole and fsynced:
     never to a named temporary file that a kill during the write would leave. On kernels where a link

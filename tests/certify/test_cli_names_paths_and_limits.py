@@ -16,7 +16,7 @@ from govern.certificate._checked import compute_digest
 from govern.certificate._encoding import canonical_json
 from govern.certificate._make import certify
 
-from .conftest import MACHINES, govern
+from .conftest import MACHINES, govern, orders_registry
 from .test_cli import _CTRL_C
 
 TEBIBYTE = str(2**40)
@@ -49,19 +49,11 @@ def test_a_machine_file_whose_name_is_not_utf8_is_certified_and_drawn(tmp_path: 
 def test_a_max_size_of_a_tebibyte_reads_only_what_is_there(tmp_path: Path) -> None:
     """--max-size up to 1 TiB is documented; check, show and graph allocated the whole limit before reading
     (MemoryError, exit 3)."""
-    (tmp_path / "cert.json").write_bytes(certify(_orders()).to_bytes())
+    (tmp_path / "cert.json").write_bytes(certify(orders_registry()).to_bytes())
     (tmp_path / "drawings").mkdir()
     for args in (("check",), ("show",), ("graph", "-o", "drawings")):
         done = govern(*args[:1], "cert.json", *args[1:], "--max-size", TEBIBYTE, cwd=tmp_path)
         assert done.returncode == 0, (args, done.stderr)
-
-
-def _orders() -> Registry:
-    namespace: dict[str, object] = {}
-    exec(MACHINES, namespace)
-    registry = namespace["orders"]
-    assert isinstance(registry, Registry)
-    return registry
 
 
 def test_graph_draws_a_composed_certificate_naming_positions_it_does_not_have(tmp_path: Path) -> None:
@@ -104,7 +96,7 @@ def test_python_m_govern_imports_nothing_planted_beside_the_certificate(tmp_path
         done = govern(*args, cwd=tmp_path)  # `python -m govern`, from the certificate's directory
         assert done.returncode == 4, (args, done.stdout, done.stderr)
         assert "planted" not in done.stderr
-    (tmp_path / "cert.json").write_bytes(certify(_orders()).to_bytes())
+    (tmp_path / "cert.json").write_bytes(certify(orders_registry()).to_bytes())
     valid = govern("check", "cert.json", cwd=tmp_path)
     assert valid.returncode == 0 and "planted" not in valid.stderr, valid.stderr
 
