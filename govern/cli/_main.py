@@ -670,7 +670,11 @@ def _print_outcome(console: Console, outcome: Outcome) -> None:
         console.print(_safe(outcome.message, keep_newlines=True), soft_wrap=True)
     else:
         label = "input error" if outcome.exit_code == EXIT_USAGE else "internal error"
-        console.print(f"[bold red]{label}[/] {_safe(outcome.name)}: {_safe(outcome.message)}")
+        # The message is the user's own machine's (a rule's error and the state it met), over several lines.
+        console.print(
+            f"[bold red]{label}[/] {_safe(outcome.name)}: {_safe(outcome.message, keep_newlines=True)}",
+            soft_wrap=True,
+        )
 
 
 def cmd_certify(args: argparse.Namespace, out: Console, err: Console) -> int:

@@ -519,3 +519,20 @@ def test_a_machine_file_that_lowers_the_recursion_limit_is_certified(tmp_path: P
     done = govern("certify", "m.py", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert govern("check", "orders.govern-cert.json", cwd=tmp_path).returncode == 0
+
+
+def test_a_rule_that_raises_is_reported_over_several_lines_as_written(tmp_path: Path) -> None:
+    """A rule's error names the rule and the state it met on lines of their own: the message's line breaks
+    were printed as the escape `\\x0a`, so the three lines ran together into one."""
+    (tmp_path / "raises.py").write_text(
+        "from govern import Registry\nregistry = Registry('x')\na = registry.bool('a')\n"
+        "registry.event('e', guard=lambda s: 1 / 0 == 0, effect={a: True})\n"
+    )
+    done = govern("certify", "raises.py", cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    lines = (done.stdout + done.stderr).splitlines()
+    assert any("raised ZeroDivisionError" in line for line in lines), lines
+    assert any(line.strip().startswith("rule:") for line in lines), lines
+    assert any(line.strip().startswith("state:") for line in lines), lines
+    assert "\\x0a" not in done.stdout + done.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raises.py"]
