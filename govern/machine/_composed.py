@@ -382,6 +382,10 @@ def _merge_eventless(decomp: Decomposition) -> Decomposition:
     return Decomposition(tuple(out))
 
 
+class _MalformedRules(OracleUnavailable):
+    """The oracle's front end refused the rules as malformed: in a loaded file, the file was altered."""
+
+
 def check_decomposition(rules: dict[str, Any], decomp: Decomposition) -> str:
     """Have the extracted `Compose.check_decomposition` confirm the decomposition; returns the theorem."""
     oracle = oracle_module()
@@ -392,6 +396,8 @@ def check_decomposition(rules: dict[str, Any], decomp: Decomposition) -> str:
             invariants=decomp.invariant_labels(len(rules["invariants"])),
             events=decomp.event_labels(len(rules["events"])),
         )
+    except oracle.OracleInputError as exc:
+        raise _MalformedRules(f"the oracle cannot read the rules of the decomposition: {exc}") from exc
     except oracle.OracleError as exc:
         raise OracleUnavailable(f"the oracle gave no verdict on the decomposition: {exc}") from exc
     if not ok:
@@ -546,6 +552,8 @@ def load_composed(
             raise MachineFileError(
                 f"machine file {where!r} claims a decomposition the extracted checker refuses; it was altered"
             ) from exc
+        except _MalformedRules as exc:
+            raise MachineFileError(f"machine file {where!r} is inconsistent: {exc}; it was altered") from exc
         keys = sorted(k for k in arrays if k.startswith("part"))
         if len(keys) != len(decomp.components):
             raise ValueError("the number of component machines differs from the decomposition")

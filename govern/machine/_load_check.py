@@ -96,7 +96,10 @@ def recheck(
     if not _is_data(rules):
         rules_checked = "not applicable: some rules are Python callables (only the tables were checked)"
     else:
-        r = oracle.check_rules(rules=rules, valid=valid, repair=repair, apply=apply)
+        try:
+            r = oracle.check_rules(rules=rules, valid=valid, repair=repair, apply=apply)
+        except oracle.OracleInputError as exc:
+            return [f"the rules checker cannot read the rules: {exc}"], None
         if not r.matches:
             return [f"the tables are not what the rules mean: {r.detail}"], None
         rules_checked = f"checked: the tables are exactly what the rules mean ({r.theorem})"

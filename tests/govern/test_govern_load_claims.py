@@ -191,3 +191,33 @@ def test_a_composed_file_with_an_edited_report_is_refused(tmp_path: Path) -> Non
     path = resave(tmp_path / "pair.govern", tmp_path / "edited.govern",
                   edit_json("report", lambda d: d.__setitem__("guarantee", "Anything goes.")))
     refused(path, "guarantee")
+
+
+NOT_EXPRESSIONS: dict[str, Callable[[Doc], None]] = {
+    "a guard that is a bare name": lambda d: d["events"][0].__setitem__("guard", "closed"),
+    "an effect that is not a pair": lambda d: d["events"][0].__setitem__("effect", [None]),
+    "a guard of a list of lists": lambda d: d["events"][1].__setitem__("guard", [[0], 0]),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(NOT_EXPRESSIONS))
+def test_rules_that_are_not_expressions_are_a_machine_file_error(
+    edit: str, saved: dict[str, Path], tmp_path: Path
+) -> None:
+    # The oracle's rules checker refused them with its own OracleInputError, which escaped Machine.load.
+    path = resave(saved["door"], tmp_path / "edited.govern", edit_json("rules", NOT_EXPRESSIONS[edit]))
+    refused(path, "altered")
+
+
+def test_a_composed_file_whose_rules_are_not_expressions_is_a_machine_file_error(tmp_path: Path) -> None:
+    # The decomposition checker's input error was reported as OracleUnavailable: "the oracle is missing",
+    # where the file had been altered.
+    r = Registry("pair")
+    a = r.int("a", 0, 3)
+    b = r.bool("b")
+    r.event("bump", effect={a: max_(a, 1)})
+    r.event("flag", effect={b: True})
+    r.build(compose=True).save(tmp_path / "pair.govern")
+    path = resave(tmp_path / "pair.govern", tmp_path / "edited.govern",
+                  edit_json("rules", lambda d: d["events"][0]["effect"][0].__setitem__(1, "a")))
+    refused(path, "altered")
