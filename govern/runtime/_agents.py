@@ -185,31 +185,33 @@ def event_tool(
             except _InDoubt as doubt:
                 raise bide.CallInDoubt(str(doubt)) from exc
             return _consequence(rules, log, stored, False)  # an earlier drive appended it
+        writer = log._new_writer()
         try:
-            appended = log.append(
-                Event(
+            [appended] = log._append_items(
+                [Event(
                     id=event_id,
                     machine=rules.digest,
                     record=key,
                     event=instance,
                     producer=who,
                     deps=() if previous is None else (previous.id,),
-                )
+                )],
+                writer,
             )
         except (InvalidInput, MachineMismatch, MissingDependency, LogCorrupted):
             raise  # refused: nothing was appended
         except EventLogError as exc:
             # EventConflict: this call's event is already in the log (a retry, or a concurrent retry
             # won). Any other failure may have come after the commit landed. Either way the log knows:
-            # read the id back. The id is this call's own, so unless it was there before, this call
-            # wrote it.
+            # read the id back. Found after another failure, it was written by this append if it carries
+            # this append's token, else by an earlier drive of this call.
             try:
                 stored = _read_back(log, event_id, exc)
             except _InDoubt as doubt:
                 # The model must not be told the call failed (it would call again, as a new call with a
                 # new event id): the drive stops, and the next one calls again with this event id.
                 raise bide.CallInDoubt(str(doubt)) from exc
-            created = not isinstance(exc, EventConflict)
+            created = not isinstance(exc, EventConflict) and _wrote(log, writer, stored)
         else:
             stored, created = appended.event, appended.created
         # The event is in the log: from here on the call has succeeded, whatever a read does.
@@ -284,6 +286,15 @@ def _read_back(log: EventLog, event_id: str, failure: EventLogError) -> LoggedEv
             ) from failure
         raise failure
     return stored
+
+
+def _wrote(log: EventLog, writer: str, stored: LoggedEvent) -> bool:
+    """Whether the append of token `writer` wrote `stored` (read back after it failed). When the log cannot
+    tell now, True: the event is this call's own, and the read just before it succeeded."""
+    try:
+        return log._wrote(writer, stored.id)
+    except EventLogError:
+        return True
 
 
 def _consequence(rules: DeliveryRules, log: EventLog, event: LoggedEvent, created: bool) -> dict[str, Any]:

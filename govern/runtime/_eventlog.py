@@ -503,6 +503,9 @@ _Q_RECORD = (
     )
     .order_by(_events.c.record_seq)
 )
+_Q_WRITER = sa.select(_events.c.writer).where(
+    _events.c.log == _P("log"), _events.c.event_id == _P("event_id")
+)
 _Q_LAST_BY_PRODUCER = (
     sa.select(_events)
     .where(_events.c.log == _P("log"), _events.c.producer == _P("producer"))
@@ -556,6 +559,7 @@ class _Backend(Protocol):
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
     def read_record(self, record: str, through: int) -> list[LoggedEvent]: ...
     def last_by_producer(self, producer: str) -> LoggedEvent | None: ...
+    def writer_of(self, event_id: str) -> str | None: ...
     def close(self) -> None: ...
 
 
@@ -728,18 +732,21 @@ class EventLog:
 
     def root(self, size: int | None = None) -> str:
         """The RFC 6962 Merkle root (hex) over the leaves (`LoggedEvent.leaf`) of the first `size` events
-        (default: all). Sign it (`bide.audit.sign_head`) to commit to the log; a replica built with
-        `track_root=True` recomputes it from the events it applied."""
+        (default: the log's `length()` when the call begins). Sign it with that size
+        (`bide.audit.sign_head`) to commit to the log: while others append, read `size = log.length()`
+        first and pass it, so that the size and the root you sign describe the same events. A replica
+        built with `track_root=True` recomputes the root from the events it applied."""
         from bide.audit import EMPTY_ROOT, leaf_hash, node_hash  # here: only auditing needs bide
 
-        if size is not None:
-            _check_count("size", size)
+        if size is None:
+            size = self.length()  # one definite size: appends made while the pages are read are not in it
+        _check_count("size", size)
         # Page by page, keeping only the roots of the complete subtrees of the leaves so far (one per bit
         # of their count, largest first): memory O(log n), where a million events read at once took 2 GB.
         complete: list[tuple[int, bytes]] = []
         count = 0
-        while size is None or count < size:
-            want = _ROOT_PAGE if size is None else min(_ROOT_PAGE, size - count)
+        while count < size:
+            want = min(_ROOT_PAGE, size - count)
             page = self.read(count, want)
             for event in page:
                 leaves, node = 1, leaf_hash(event.leaf())
@@ -749,7 +756,7 @@ class EventLog:
             count += len(page)
             if len(page) < want:
                 break
-        if size is not None and count != size:
+        if count != size:
             raise InvalidInput("size", f"log {self.name!r} holds {count} events, fewer than size={size}")
         if not complete:
             return EMPTY_ROOT.hex()
@@ -799,15 +806,30 @@ class EventLog:
             raise MachineMismatch(f"one append mixes events of machines {sorted(machines)}")
         return self._append_items(items)
 
-    def _append_items(self, items: list[Event]) -> list[Appended]:
-        """`append_many` of events already known to be `Event`s of one machine (at least one)."""
+    def _append_items(self, items: list[Event], writer: str | None = None) -> list[Appended]:
+        """`append_many` of events already known to be `Event`s of one machine (at least one). `writer`:
+        the call's token (`_new_writer`), for a caller that asks `_wrote` after a failure; made here by
+        default."""
         identity = self._identity
         if identity is not None and identity.events is not None and identity.digest == items[0].machine:
             _check_events(self.name, identity.events, items)  # refused before touching the database
-        writer = f"{self._writer_prefix}{next(self._calls):x}"  # at most 32 characters
+        if writer is None:
+            writer = self._new_writer()
         return self._backend.transaction(
             lambda tx: _append(self.name, tx, items, writer, identity), pipelined=len(items) < _COPY_FROM
         )
+
+
+    def _new_writer(self) -> str:
+        """A token unique to one append call (at most 32 characters), stored with the events it writes."""
+        return f"{self._writer_prefix}{next(self._calls):x}"
+
+    def _wrote(self, writer: str, event_id: str) -> bool:
+        """Whether the stored event `event_id` was written by the append call of token `writer`: after that
+        call failed (a lost acknowledgement, a wait that ran out) it may have committed, or an earlier call
+        may have written the event. Raises `EventLogError` when the log cannot be read."""
+        _check_name("event_id", event_id)
+        return self._backend.writer_of(event_id) == writer
 
 
 def _check_count(field: str, value: object) -> None:
@@ -1963,6 +1985,10 @@ class _SqlBackend:
         rows = self._rows(_Q_LAST_BY_PRODUCER, {"log": self.log, "producer": producer})
         return _from_row(rows[0]) if rows else None
 
+    def writer_of(self, event_id: str) -> str | None:
+        rows = self._rows(_Q_WRITER, {"log": self.log, "event_id": event_id})
+        return str(rows[0][0]) if rows and rows[0][0] is not None else None
+
     def close(self) -> None:
         writer, self._writer = self._writer, None
         if writer is not None:
@@ -2114,6 +2140,9 @@ class _MemoryBackend:
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
         with self.mem.lock:
             return self.mem.producer_last.get(producer)
+
+    def writer_of(self, event_id: str) -> str | None:
+        return None  # a memory append cannot fail after writing: no token is kept (see `written_by`)
 
     def close(self) -> None:
         return None

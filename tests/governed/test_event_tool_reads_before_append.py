@@ -7,6 +7,8 @@ is surely not in the log."""
 
 from __future__ import annotations
 
+import sqlite3
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -100,4 +102,53 @@ def test_a_call_with_too_little_time_left_succeeds_when_an_earlier_drive_appende
     [told] = [m for m in model.requests[1].messages if m.role == "tool"]
     assert not told.is_error, told.content  # type: ignore[union-attr]
     assert [e.id for e in log.read()] == [event_id]
+    log.close()
+
+
+def _told(model: ScriptedModel) -> str:
+    [told] = [m for m in model.requests[1].messages if m.role == "tool"]
+    assert not told.is_error, told.content  # type: ignore[union-attr]
+    return str(told.content).replace(" ", "")  # type: ignore[union-attr]
+
+
+def test_an_event_an_earlier_drive_appended_is_not_newly_recorded_after_a_lock_wait(tmp_path: Path) -> None:
+    """The retry's append waits for a lock another session holds past the log's timeout, then reads its event
+    id back and finds what an earlier drive appended: that is not this call's recording."""
+    machine = stock()
+    path = tmp_path / "events.db"
+    log = govern.EventLog(f"sqlite:///{path}", machine=machine, timeout=1.0)
+    event_id = earlier_drive_appended(log, machine)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # a migration, say, holds the log's write lock
+    release = threading.Timer(2.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    try:
+        result, model = drive(log, machine)
+    finally:
+        release.join()
+        holder.close()
+    assert '"newly_recorded":false' in _told(model)
+    assert result.answer == "done" and [e.id for e in log.read()] == [event_id]
+    log.close()
+
+
+def test_an_append_whose_acknowledgement_was_lost_is_newly_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The append committed and then failed (its acknowledgement lost): the event carries this append's token,
+    so this call recorded it."""
+    machine = stock()
+    log = govern.EventLog(f"sqlite:///{tmp_path / 'events.db'}", machine=machine, timeout=1.0)
+    log.bind(machine)  # the tool's own bind, done here before appends start failing
+    backend = log._backend  # type: ignore[attr-defined]
+    commit = backend.transaction
+
+    def committed_then_lost(*args: Any, **kwargs: Any) -> Any:
+        commit(*args, **kwargs)
+        raise govern.EventLogError("the connection dropped before the commit was acknowledged")
+
+    monkeypatch.setattr(backend, "transaction", committed_then_lost)
+    result, model = drive(log, machine)
+    assert '"newly_recorded":true' in _told(model)
+    assert result.answer == "done" and len(log.read()) == 1
     log.close()

@@ -158,15 +158,18 @@ def test_a_history_holding_a_name_the_machine_lacks_does_not_fail_the_call(tmp_p
     assert "names 'shipp'" in str(result["why"])
 
 
-def test_an_append_that_failed_after_its_commit_is_reported_as_done(monkeypatch: pytest.MonkeyPatch) -> None:
-    log = order_log()
-    append = log.append
+def test_an_append_that_failed_after_its_commit_is_reported_as_done(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The event carries the failed append's own token: this call recorded it."""
+    log = order_log(str(tmp_path / "events.db"))
+    append = log._append_items
 
-    def committed_then_lost(event: Event) -> Appended:
-        append(event)
+    def committed_then_lost(items: list[Event], writer: str | None = None) -> list[Appended]:
+        append(items, writer)
         raise LogTimeout("append kept failing: the connection broke at commit")
 
-    monkeypatch.setattr(log, "append", committed_then_lost)
+    monkeypatch.setattr(log, "_append_items", committed_then_lost)
     result = invoke_tool(log, "pay", "run-a", "c0.0")
     assert result["outcome"] == "applied" and result["newly_recorded"] is True
     assert log.length() == 1
@@ -180,17 +183,17 @@ def test_an_append_that_failed_before_its_commit_is_an_error_or_in_doubt(
     of this call whose append can still commit (tests/governed/test_governed_paused_driver.py)."""
     log = order_log()
 
-    def broken(event: Event) -> Appended:
+    def broken(items: list[Event], writer: str | None = None) -> list[Appended]:
         raise EventLogError("append failed: the disk holding the log is full")
 
-    monkeypatch.setattr(log, "append", broken)
+    monkeypatch.setattr(log, "_append_items", broken)
     with pytest.raises(EventLogError, match="disk holding the log is full"):
         invoke_tool(log, "pay", "run-b", "c0.0")
 
-    def waited(event: Event) -> Appended:
+    def waited(items: list[Event], writer: str | None = None) -> list[Appended]:
         raise LogTimeout("append gave up: another session holds the log's lock")
 
-    monkeypatch.setattr(log, "append", waited)
+    monkeypatch.setattr(log, "_append_items", waited)
     with pytest.raises(bide.CallInDoubt, match=r"holds the log's lock.*earlier drive of this call"):
         invoke_tool(log, "pay", "run-b", "c0.0")
     get = log.get
@@ -216,11 +219,11 @@ def test_an_append_in_doubt_stops_the_drive_and_the_next_drive_appends_it_once(
     the event would be recorded twice): nothing is journaled for the call, the drive raises CallInDoubt,
     and the next drive calls again with the same event id, which finds the event already appended."""
     log = order_log()
-    append, get = log.append, log.get
+    append, get = log._append_items, log.get
     down = [True]
 
-    def committed_then_lost(event: Event) -> Appended:
-        appended = append(event)
+    def committed_then_lost(items: list[Event], writer: str | None = None) -> list[Appended]:
+        appended = append(items, writer)
         if down[0]:
             raise LogTimeout("append kept failing: the connection broke at commit")
         return appended
@@ -230,7 +233,7 @@ def test_an_append_in_doubt_stops_the_drive_and_the_next_drive_appends_it_once(
             raise LogTimeout("read kept failing: the log is unreachable")
         return get(event_id)
 
-    monkeypatch.setattr(log, "append", committed_then_lost)
+    monkeypatch.setattr(log, "_append_items", committed_then_lost)
     monkeypatch.setattr(log, "get", unreadable)
     store = bide.MemoryStore()
     machine = order_machine()
