@@ -855,7 +855,8 @@ class Demo:
     def commit_log(self, key: Path) -> None:
         """Sign the event log's Merkle tree head and check it, and each replica's root against it."""
         log = govern.EventLog(str(self.workdir / "events.db"))
-        size, root = log.length(), log.root()
+        size = log.length()
+        root = log.root(size)
         head = audit.sign_head(audit.load_signing_key(key), "govern-log:main", size, bytes.fromhex(root))
         audit.check_head(head, audit.load_public_key(f"{key}.pub"))
         roots = {name: self.replica_status(name).get("root") for name in REPLICA_MODES}
