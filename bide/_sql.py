@@ -269,6 +269,13 @@ class _Request:
     loop: asyncio.AbstractEventLoop | None = None
     afuture: asyncio.Future[Any] | None = None
 
+    def named(self) -> str:
+        """The request in an error message: `insert on run 'r1'`, or what a listing does."""
+        listing = _LISTING_NAMES.get(self.op)
+        if listing is not None:
+            return listing
+        return f"{self.op} on run {self.run_id!r}" if self.run_id else self.op
+
     def settle(self, result: Any = None, error: BaseException | None = None) -> None:
         if self.future is not None:
             if error is not None:
@@ -987,7 +994,7 @@ class SQLStore:
 
     def _closed_error(self, req: _Request) -> StoreError:
         """The refusal of `req`, made after (or answered after) the store's close() was called."""
-        what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+        what = req.named()
         return StoreError(
             f"store {self._shown} is closed (its close() was called): {what} was refused, nothing was "
             "written. Open the store again (bide.open_store) for more work; a run whose drive was still "
@@ -997,7 +1004,7 @@ class SQLStore:
 
     def _closed_under(self, req: _Request) -> StoreError:
         """The answer of `req`, whose batch was cut short by the store's close()."""
-        what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+        what = req.named()
         return StoreError(
             f"store {self._shown}: {what} failed: the store was closed (its close() was called) while it "
             f"ran; {_doubt([req])}. Open the store again (bide.open_store) and run again what was using it",
@@ -1270,7 +1277,7 @@ class SQLStore:
             # that committed into the old file must not be run again request by request.
             answers: list[tuple[_Request, Any, BaseException | None]] = []
             for req in batch:
-                what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+                what = req.named()
                 said = f"{what}: {exc}" if isinstance(exc, _CommittedElsewhere) else f"{what} failed: {exc}"
                 answers.append((req, None, StoreError(f"store {self._shown}: {said}", lasting=True)))
             self._answer(answers, here)
@@ -1307,9 +1314,9 @@ class SQLStore:
 
             def lost(req: _Request) -> StoreError:
                 # Each request's own: one error for the batch named its first run to every caller.
-                what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+                did = "failed" if req.op in _LISTINGS else "wrote nothing"  # a listing only reads
                 return StoreError(
-                    f"store {self._shown}: {what} wrote nothing: {why}; run it again (or find the process "
+                    f"store {self._shown}: {req.named()} {did}: {why}; run it again (or find the process "
                     f"holding the database) ({said})"
                 )
 
@@ -1321,7 +1328,7 @@ class SQLStore:
                 self._run_batch([req], slot, here)
             return
         req = batch[0]
-        what = f"{req.op} on run {req.run_id!r}" if req.run_id else req.op
+        what = req.named()
         code = getattr(getattr(exc, "orig", None) or exc, "sqlite_errorcode", None)
         # Only for what a file that cannot be written causes: not a trigger's abort on a full disk, say.
         unwritable = self.dialect == "sqlite" and code is not None and code & 0xFF in _SQLITE_UNWRITABLE
@@ -2012,6 +2019,7 @@ _SQLITE_BUSY = frozenset({5, 6})
 _SQLITE_UNWRITABLE = frozenset({3, 8, 10, 13, 14})
 # The requests that list runs (a worker's poll): checked against a store file moved away, as writes are.
 _LISTINGS = frozenset({"expired", "runs"})
+_LISTING_NAMES = {"expired": "listing the runs' leases", "runs": "listing the runs"}
 # Serialization failure, deadlock, and a lock wait that ran out (`lock_timeout`, the store's busy timeout).
 _PG_CONFLICT = frozenset({"40001", "40P01", "55P03"})
 # The server ended the session: admin shutdown, crash shutdown, cannot connect now, and a session left idle

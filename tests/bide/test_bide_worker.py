@@ -189,6 +189,31 @@ def test_worker_refuses_agents_on_another_store(store: bide.Store) -> None:
         bide.Worker(store, agent)
 
 
+def test_a_lookup_that_gives_an_agent_on_another_store_drives_nothing(store: bide.Store) -> None:
+    """A lookup function's agent on another store started the run afresh there and fired its charge again
+    (the run stayed unfinished in the worker's store): such a run is not driven, and the report says why."""
+    charges: list[str] = []
+
+    @bide.tool
+    def charge(order: str) -> str:
+        """Charge an order."""
+        charges.append(order)
+        return "charged"
+
+    first = agent_with(store, [call("charge", order="o-1"), Fail(bide.ModelError("down"))], [charge], "pay")
+    with pytest.raises(bide.ModelError):
+        first.run_sync("pay-1", "charge o-1")
+    script = [call("charge", order="o-1"), reply("done")]
+    elsewhere = agent_with(bide.open_store("memory://"), script, [charge], "pay")
+    report = asyncio.run(bide.Worker(store, lambda name: elsewhere if name == "pay" else None).run_once())
+    assert charges == ["o-1"] and report.driven == 0 and report.skipped == 1
+    assert "uses another store than the worker" in report.unresumable["pay-1"]
+    assert bide.run_status(store, "pay-1").status == "running"
+    resumer = agent_with(store, [call("charge", order="o-1"), reply("done")], [charge], "pay")
+    assert asyncio.run(bide.Worker(store, lambda name: resumer).run_once()).completed == 1
+    assert charges == ["o-1"]  # the journaled charge is replayed, never fired again
+
+
 @pytest.mark.parametrize(
     "option",
     [
@@ -760,6 +785,85 @@ def test_worker_once_exits_6_when_the_store_fails_listing_the_runs(
     why = "the store failed listing the runs to recover, so none was driven: the connection was lost"
     assert why in errors and report["message"].startswith(why)
     assert "internal error" not in errors and ledger_lines(env) == ["1"]
+
+
+def _waits_on_a_lock(url: str, application: str) -> bool:
+    """Whether a session of `application` waits for a lock now (asked on a fresh connection)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(url)
+    sql = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %(a)s AND wait_event_type = 'Lock'"
+    try:
+        with engine.connect() as conn:
+            return bool(conn.exec_driver_sql(sql, {"a": application}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(("once", "sig", "code"), [(True, signal.SIGINT, 130), (False, signal.SIGTERM, 0)])
+def test_a_stop_signal_ends_a_worker_whose_listing_waits_on_a_lock(
+    pg_prefix: str,
+    env: dict[str, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    once: bool,
+    sig: signal.Signals,
+    code: int,
+) -> None:
+    """Another session holds the runs table (a migration, VACUUM FULL): the worker's listing waits for it
+    up to the store's busy timeout. A stop signal used to wait that out (30 s), then `--once` said "expired
+    wrote nothing" (exit 6). With no drive in flight the listing's statement is cancelled: the worker stops
+    at once, `--once` exiting 130 ("interrupted ... no run was driven") and a serving worker 0."""
+    import sqlalchemy as sa
+    from conftest import PG_URL
+
+    (tmp_path / "once_app.py").write_text(ONCE_APP)
+    monkeypatch.setenv("WORKER_LEDGER", env["WORKER_LEDGER"])
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import once_app
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("once_app", None)
+    store = bide.open_store(PG_URL, table_prefix=pg_prefix)
+    once_app.seed(store, "w1")
+    assert ledger_lines(env) == ["1"]
+    locker = sa.create_engine(PG_URL).connect()
+    transaction = locker.begin()
+    locker.exec_driver_sql(f"LOCK TABLE {pg_prefix}runs IN ACCESS EXCLUSIVE MODE")
+    application = f"bide-worker-{pg_prefix}"
+    mode = ["--once"] if once else ["--poll", "0.1"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", PG_URL, "--table-prefix", pg_prefix,
+         "--app", "once_app:build", *mode],
+        env=env | {"PGAPPNAME": application}, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        give_up = time.monotonic() + 60
+        while not _waits_on_a_lock(PG_URL, application):
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < give_up, "the worker never waited for the lock"
+            time.sleep(0.05)
+        child.send_signal(sig)
+        started = time.monotonic()
+        _, errors = child.communicate(timeout=60)
+        took = time.monotonic() - started
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+        transaction.rollback()
+        locker.close()
+    assert child.returncode == code, errors
+    assert took < 10, f"{took:.1f} s from the signal to the exit"
+    assert "wrote nothing" not in errors and "expired" not in errors
+    if once:
+        assert "interrupted while listing the runs to recover: no run was driven" in errors
+    assert ledger_lines(env) == ["1"]  # nothing was driven
+    assert bide.run_status(store, "w1").status == "running"
+    store.close()
 
 
 def test_worker_once_exits_1_when_a_drive_fails_otherwise_and_0_when_a_drive_ends_its_run(
