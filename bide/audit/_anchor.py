@@ -12,6 +12,8 @@ import contextlib
 import errno
 import hashlib
 import os
+import re
+import stat
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
@@ -51,8 +53,7 @@ class DirectoryPublisher:
 
     def path_for(self, sth: SignedTreeHead) -> Path:
         """Where `sth` is (or will be) written."""
-        log = hashlib.sha256(sth.log_id.encode()).hexdigest()
-        return self.directory / log / f"{sth.size:020d}-{sth.timestamp_ns}.json"
+        return self.path_for_log(sth.log_id) / f"{sth.size:020d}-{sth.timestamp_ns}.json"
 
     def publish(self, sth: SignedTreeHead) -> None:
         target = self.path_for(sth)
@@ -112,8 +113,69 @@ class DirectoryPublisher:
         finally:
             os.close(top)
 
+    def anchored(self, log_id: str) -> list[tuple[Path, SignedTreeHead]]:
+        """The heads of `log_id` already published here, with their files, in name order: each file of the
+        run's folder named as `publish` names heads that reads, strictly, as a head of `log_id` (whoever
+        signed it: check the signatures that matter). A symbolic link or other non-regular file there, or
+        one that does not read as a head, is left out; no folder (or a link or file at its name, which
+        `publish` refuses) gives none. Raises AnchorError when the folder cannot be read (an anchor that
+        is a drop box, writable but not readable)."""
+        folder = self.path_for_log(log_id)
+        try:
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ELOOP, errno.ENOTDIR):
+                return []
+            raise AnchorError(f"cannot read the heads anchored in {folder}: {exc.strerror or exc}") from exc
+        try:
+            try:
+                names = sorted(n for n in os.listdir(fd) if _HEAD_NAME.fullmatch(n))
+            except OSError as exc:
+                why = exc.strerror or exc
+                raise AnchorError(f"cannot read the heads anchored in {folder}: {why}") from exc
+            found = []
+            for name in names:
+                sth = _read_head(fd, name, log_id)
+                if sth is not None:
+                    found.append((folder / name, sth))
+            return found
+        finally:
+            os.close(fd)
+
+    def path_for_log(self, log_id: str) -> Path:
+        """The folder of `log_id`'s heads."""
+        return self.directory / hashlib.sha256(log_id.encode()).hexdigest()
+
 
 _HANDLE = getattr(os, "O_PATH", os.O_RDONLY)
+_HEAD_NAME = re.compile(r"[0-9]{20}-[0-9]+\.json")
+_MAX_HEAD_FILE = 64 * 1024  # a head is a few hundred bytes (its run id at most 4,096 characters)
+
+
+def _read_head(folder_fd: int, name: str, log_id: str) -> SignedTreeHead | None:
+    """The head in the regular file `name` of the folder open as `folder_fd`, if it reads as one of
+    `log_id`; O_NOFOLLOW and O_NONBLOCK: a link is not followed, and a pipe planted there is not waited on."""
+    from ._errors import UnreadableInput
+    from ._strict import parse_artifact
+
+    try:
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder_fd)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb", buffering=0) as file:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            data = file.read(_MAX_HEAD_FILE + 1)
+    except OSError:
+        return None
+    if len(data) > _MAX_HEAD_FILE:
+        return None
+    try:
+        sth = parse_artifact(SignedTreeHead, data, what=name)
+    except UnreadableInput:
+        return None
+    return sth if sth.log_id == log_id else None
 
 
 def _through(folder_fd: int, target: Path) -> Path:

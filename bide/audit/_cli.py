@@ -46,6 +46,7 @@ from ._errors import NotVerified, UnreadableInput
 if TYPE_CHECKING:
     from ._formats import SignedTreeHead
     from ._keys import PublicKey
+    from ._log import AuditLog
     from ._verify import Verified
 
 __all__ = ["main"]
@@ -255,6 +256,38 @@ class _RecordingPublisher:
         self.inner = DirectoryPublisher(directory)
         self.output = output
         self.published: list[tuple[int, Path]] = []
+        self.notes: list[str] = []  # sentences for the export's message: what comparing with the heads found
+
+    def refuse_forks(self, log: AuditLog, sth: SignedTreeHead, *, allow: bool) -> None:
+        """Raise NotVerified, before anything is written, when `sth` forks from a head of its log already
+        anchored here (the log's key would have signed two histories of one run), unless `allow`."""
+        from ._anchor import AnchorError
+
+        try:
+            anchored = self.inner.anchored(sth.log_id)
+        except AnchorError as exc:  # a drop box: writable, not readable
+            self.notes.append(f" The heads already anchored there could not be read ({exc}), so it was not "
+                              "compared with them.")
+            return
+        forks = log.forks(sth, [head for _, head in anchored])
+        if not forks:
+            return
+        named = "; ".join(f"{anchored[i][0]} ({anchored[i][1].size} records): {why}" for i, why in forks[:3])
+        if len(forks) > 3:
+            named += f"; and {len(forks) - 3} more"
+        if allow:
+            self.notes.append(f" It forks from heads anchored there, published all the same (--allow-fork): "
+                              f"{named}.")
+            return
+        raise NotVerified(
+            f"the head of run {sth.log_id!r} at {sth.size} records forks from a head of the same run and key "
+            f"already anchored in {self.inner.directory}: {named}. The journal is not the one that head was "
+            "signed over: it was changed behind bide, the store rolled back, or the run deleted and started "
+            f"again under the same id. Nothing was published, and {self.output} was not written. Restore "
+            "the store from a backup (`bide show RUN` shows the journal as it is); to publish this head "
+            "beside the anchored ones all the same, as a fork every auditor of the directory will see, pass "
+            "--allow-fork"
+        )
 
     def publish(self, sth: SignedTreeHead) -> None:
         """Publish `sth`; a head the directory cannot take (an OSError) is a ConfigError, as for `-o`."""
@@ -281,11 +314,13 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     from .._open import open_store
     from .._url import parse_store_url
     from ._keys import load_signing_key
-    from ._log import AuditLog
+    from ._log import AuditLog, journal_shorter
     from ._verify import Verified
 
     if args.consistency_to is not None and args.consistency_from is None:
         raise ConfigError("--consistency-to needs --consistency-from SIZE (the size of the older head)")
+    if args.allow_fork and not args.anchor_dir:
+        raise ConfigError("--allow-fork needs --anchor-dir DIR (the heads it allows a fork from are there)")
     sizes = {"--consistency-from": args.consistency_from, "--consistency-to": args.consistency_to}
     for option, size in sizes.items():
         if size is not None and size < 0:
@@ -325,6 +360,9 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         checked = log.check_journal(args.run)
         head: SignedTreeHead | None = None
         if args.consistency_from is not None:
+            if args.consistency_to is None and args.consistency_from > checked:
+                # Not a usage error: the older head's size is past the journal's end (records removed).
+                raise journal_shorter(args.run, checked, args.consistency_from)
             to = checked if args.consistency_to is None else args.consistency_to
             if to > checked:
                 raise ConfigError(
@@ -348,13 +386,15 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             else:
                 artifact = log.evidence(args.run, head)
                 what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
+        if publisher is not None and head is not None:
+            publisher.refuse_forks(log, head, allow=args.allow_fork)
         _write_atomic(output, artifact.to_json(), publisher, head)  # the head published once it is staged
     finally:
         close_store(store)
     anchored = ""
     if publisher is not None:
         sent = [f" Published its signed head ({n} records) to {path}." for n, path in publisher.published]
-        anchored = "".join(sent) or (
+        anchored = "".join(sent + publisher.notes) or (
             f" No head was signed (a consistency proof needs none), so nothing was published to "
             f"{args.anchor_dir}."
         )
@@ -456,6 +496,11 @@ def _parser() -> Parser:
     s.add_argument("-o", "--output", required=True)
     s.add_argument("--key", required=True, help="the log's signing key file (bide-audit keygen)")
     s.add_argument("--anchor-dir", help="also publish the signed head to this directory")
+    s.add_argument(
+        "--allow-fork",
+        action="store_true",
+        help="with --anchor-dir: publish the head even when it forks from a head of the run anchored there",
+    )
     kind = s.add_mutually_exclusive_group()
     kind.add_argument("--record", help="a proof bundle for the record under this key")
     kind.add_argument("--head", action="store_true", help="only a signed tree head")

@@ -18,10 +18,11 @@ from ._formats import (
     SignedTreeHead,
     check_head,
     sign_head,
+    sth_signed_bytes,
 )
 from ._hashes import TILE_HEIGHT, AuditTablesDamaged, HashBackend, _leaf_hash, _leaf_hashes, backend_for
 from ._keys import SigningKey
-from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root
+from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root, verify_consistency
 from ._tree import MerkleTree
 
 __all__ = ["AuditLog"]
@@ -110,6 +111,8 @@ class AuditLog:
                 f"cannot prove {old_size} -> {new} for run {run_id!r}: a size is a number of records, 0 or "
                 "more"
             )
+        if new_size is None and old_size > n:
+            raise journal_shorter(run_id, n, old_size)
         if new < old_size:
             raise ConfigError(
                 f"cannot prove {old_size} -> {new} for run {run_id!r}: the sizes are reversed; the older, "
@@ -204,6 +207,38 @@ class AuditLog:
             self.publisher.publish(sth)
         return sth
 
+    def forks(self, sth: SignedTreeHead, heads: Sequence[SignedTreeHead]) -> list[tuple[int, str]]:
+        """The heads among `heads` (those already anchored, say) that `sth`, a head of this log, forks from:
+        (position in `heads`, why) for each head of `sth`'s run signed by this log's key that `sth` neither
+        extends nor is a prefix of, by a consistency proof from the run's tree; a head of more records than
+        the journal holds is one too (the journal lost records it covers). Heads of another run or key, or
+        whose signature does not verify under this log's key, are none of its heads and are left out."""
+        key = self._signing_key().public
+        run_id = sth.log_id
+        mine = [(i, h) for i, h in enumerate(heads) if h.log_id == run_id and h.key_id == key.key_id]
+        if not mine:
+            return []
+        n = self.sync(run_id)
+        if sth.size > n:
+            raise ConfigError(f"the head covers {sth.size} records; the store has {n} for run {run_id!r}")
+        top = min(n, max(sth.size, *(h.size for _, h in mine)))
+        tree = MerkleTree()
+        for leaf in self._hashes.read(run_id, [(0, i) for i in range(top)]) if top else []:
+            tree.append_hash(leaf)
+        if tree.root(sth.size) != sth.root:
+            raise NotVerified(f"the audit tree of run {run_id!r} no longer gives the head's root: try again")
+        verdicts: dict[tuple[int, bytes], str | None] = {}
+        found = []
+        for i, h in mine:
+            if (h.size, h.root) not in verdicts:
+                verdicts[h.size, h.root] = _fork(tree, n, sth, h)
+            why = verdicts[h.size, h.root]
+            # Only a head that conflicts is worth its signature check: one that agrees forks nothing.
+            signed = sth_signed_bytes(h.alg, h.key_id, h.log_id, h.size, h.root, h.timestamp_ns)
+            if why is not None and key.verify(h.signature, signed):
+                found.append((i, why))
+        return found
+
     # -- exports ------------------------------------------------------------------------------------------
 
     def _head(self, run_id: str, sth: SignedTreeHead | None) -> SignedTreeHead:
@@ -282,6 +317,37 @@ class AuditLog:
             if wanted is None or e.key in wanted
         ]
         return EvidencePackage(sth=sth, records=out)
+
+
+def _fork(tree: MerkleTree, size: int, sth: SignedTreeHead, other: SignedTreeHead) -> str | None:
+    """Why `sth` and `other` are not heads of one history (None when they are), from `tree`, the run's
+    first `size` records or as many as both heads need."""
+    if other.size > size:
+        return (
+            f"it covers {other.size} records, and the journal holds {size}: records it covers were removed "
+            "(or the store rolled back)"
+        )
+    old, new = (other, sth) if other.size <= sth.size else (sth, other)
+    if verify_consistency(old.size, new.size, old.root, new.root, tree.consistency_proof(old.size, new.size)):
+        return None
+    if other.size == sth.size:
+        return f"it is of the same size, {other.size} records, with another root"
+    return (
+        f"the journal's first {other.size} records are not the ones it covers: records were changed, "
+        "removed, inserted or reordered"
+    )
+
+
+def journal_shorter(run_id: str, size: int, old_size: int) -> JournalDamaged:
+    """Why no proof runs from a head of `old_size` records to the run's journal, which holds `size`, fewer:
+    either that head covered records the journal has lost, or no such head exists."""
+    return JournalDamaged(
+        f"the journal of run {run_id!r} now holds {size} records, fewer than {old_size}: a head of "
+        f"{old_size} records covers records this journal no longer holds (removed behind bide, or the store "
+        f"rolled back to an older copy), so no proof {old_size} -> {size} exists. If {old_size} is the size "
+        "a head of this run you hold or anchored states, the journal lost records: restore the store from a "
+        "backup, or `bide show RUN` to see the journal as it is; if not, give the size that head states"
+    )
 
 
 def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
