@@ -13,7 +13,6 @@ import hashlib
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from .._errors import ConfigError
@@ -161,7 +160,7 @@ def policy_from_file(path: str | os.PathLike[str]) -> ApprovalPolicy:
         data = read_limited(path, _MAX_POLICY_FILE)
     except OSError as exc:
         raise UnreadableInput(f"cannot read policy file {os.fspath(path)!r}: {exc.strerror or exc}") from exc
-    value: Any = strict_json(data, what=f"policy file {Path(path).name!r}", max_bytes=_MAX_POLICY_FILE)
+    value: Any = strict_json(data, what=f"policy file {os.fspath(path)!r}", max_bytes=_MAX_POLICY_FILE)
     try:
         return ApprovalPolicy.from_json(value, recorded=True)
     except ConfigError as exc:

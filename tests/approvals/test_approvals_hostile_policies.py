@@ -186,3 +186,16 @@ def test_a_policys_digests_hash_its_seats_once(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(_policy, "field", counted)
     digests = {(policy.approvers_digest, policy.digest) for _ in range(100)}
     assert len(digests) == 1 and len(hashed) == 2  # the one seat's name and key, once
+
+
+def test_a_policy_file_that_is_not_json_is_named_by_the_path_given(tmp_path: Path) -> None:
+    """`--policy /dev/null` was called 'null' in the refusal, the file's last name alone."""
+    from bide.approvals._trust import policy_from_file
+
+    for path in ("/dev/null", str(tmp_path / "sub" / "policy.json")):
+        if path != "/dev/null":
+            Path(path).parent.mkdir()
+            Path(path).write_text("{not json")
+        with pytest.raises(UnreadableInput) as refused:
+            policy_from_file(path)
+        assert repr(path) in str(refused.value), str(refused.value)
