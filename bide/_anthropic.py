@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._errors import ConfigError, ModelError
 from ._http import (
     STREAM_TIMEOUT,
+    WHOLE,
     HTTPModel,
     StreamText,
     absent_arguments,
@@ -16,6 +17,8 @@ from ._http import (
     cut_off,
     error_message,
     filtered,
+    filtered_answer,
+    journal_order,
     json_event,
     json_index,
     json_name,
@@ -23,10 +26,12 @@ from ._http import (
     made_up_ids,
     malformed,
     no_calls_after_all,
+    nothing_written,
     read_json,
     sse_events,
     too_many_calls,
     unfinished,
+    unknown_end,
 )
 from ._messages import (
     MAX_TOOL_CALLS,
@@ -64,7 +69,15 @@ class AnthropicModel(HTTPModel):
     `ModelError`, and a streamed tool call counts only once its block has ended. A tool_use block without
     input (absent or null; streamed, no input_json pieces) is not read as {}: the model is told, and the
     tool does not run, unless it takes no parameters.
+
+    A turn is journaled only if it ended as an answer or a request for tools: a turn the API paused
+    ("pause_turn"), one its safety filter stopped ("refusal"), one cut off before it wrote anything, a
+    ``stop_reason`` bide does not know, and thinking blocks beside tool calls (extended thinking with
+    tools, which needs the blocks sent back, is not supported yet) raise `ModelError` (the run is not
+    finished). `answer_stop_reasons` are the reasons read as a complete answer.
     """
+
+    answer_stop_reasons: ClassVar[frozenset[str]] = frozenset({"end_turn", "stop_sequence"})
 
     provider = "anthropic"
     _env = "ANTHROPIC"
@@ -166,7 +179,8 @@ class AnthropicModel(HTTPModel):
         return self._with_options(body)
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:
-        return _parse(self.name, await self._post(self.body(request)), request.tools)
+        data = await self._post(self.body(request))
+        return _parse(self.name, data, request.tools, self.answer_stop_reasons)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
         body = self.body(request)
@@ -180,6 +194,14 @@ class AnthropicModel(HTTPModel):
         started = done = False
         try:
             async for event, data in sse_events(response, self.name, clock):
+                if event == WHOLE:
+                    # A server that ignores `stream` (or says in a 200 that it failed): the whole turn, read
+                    # as `complete` reads it.
+                    turn = _parse(self.name, self._decoded(data), request.tools, self.answer_stop_reasons)
+                    if turn.content:
+                        yield TextDelta(text=turn.content)
+                    yield turn
+                    return
                 payload = json_event(self.name, data)
                 if not isinstance(payload, dict):
                     raise malformed(self.name, f"a stream event that is not a JSON object: {data!r:.200}")
@@ -243,7 +265,7 @@ class AnthropicModel(HTTPModel):
                 elif kind == "message_stop":
                     done = True
                     break
-                elif kind == "error":
+                elif kind == "error" or isinstance(payload.get("error"), (dict, str)):
                     said = self._redacted(error_message(data))
                     raise ModelError(
                         f"model {self.name!r} failed mid-stream: {said}; nothing was "
@@ -256,23 +278,27 @@ class AnthropicModel(HTTPModel):
             # answer would end the run for good.
             raise unfinished(self.name)
         ordered = [block for _, block in sorted(blocks.items())]
+        text = "".join(block.text.text() for block in ordered if block.type == "text")
         # Before any block's input is read: a cut-off call's block may have no end.
-        _refuse_cut_off(self.name, finish, any(block.type == "tool_use" for block in ordered))
-        text: list[str] = []
+        _judge(
+            self.name,
+            finish,
+            text,
+            any(block.type == "tool_use" for block in ordered),
+            any(_thinks(block.type) for block in ordered),
+            self.answer_stop_reasons,
+        )
         ids: list[str] = []
         named: list[tuple[str, dict[str, Any] | str]] = []
         for block in ordered:
-            if block.type == "text":
-                text.append(block.text.text())
-            elif block.type == "tool_use":
+            if block.type == "tool_use":
                 arguments = block.arguments()
                 if arguments is None:
                     arguments = absent_arguments(request.tools, block.name)
                 ids.append(block.id)
                 named.append((block.name, arguments))
-        calls = _checked_calls(self.name, finish, ids, named)
         yield AssistantMessage(
-            content="".join(text), tool_calls=calls, usage=_usage(usage), finish_reason=finish
+            content=text, tool_calls=_calls(ids, named), usage=_usage(usage), finish_reason=finish
         )
 
 
@@ -369,16 +395,17 @@ def _add_delta(
 
 def _input(arguments: dict[str, Any] | str) -> dict[str, Any]:
     """A tool call's arguments as the API's `input` object (raw text that is not one goes under "raw";
-    none at all is the empty object)."""
+    none at all is the empty object), its keys sorted at every depth as the journal gives them back: the
+    same bytes live and replayed, so a resumed or continued conversation is sent as it was."""
     if isinstance(arguments, dict):
-        return arguments
+        return dict(journal_order(arguments))
     if not arguments:
         return {}
     try:
         decoded = call_arguments(read_json(arguments), arguments)
     except ValueError:
         decoded = arguments
-    return decoded if isinstance(decoded, dict) else {"raw": arguments}
+    return dict(journal_order(decoded)) if isinstance(decoded, dict) else {"raw": arguments}
 
 
 def _usage(raw: Any) -> Usage | None:
@@ -392,44 +419,79 @@ def _usage(raw: Any) -> Usage | None:
     return Usage(input_tokens=max(inp, 0), output_tokens=max(out, 0))
 
 
-def _refuse_cut_off(name: str, reason: str, has_calls: bool) -> None:
-    """ModelError for an answer with tool calls that was cut off: at max_tokens, or at the model's context
-    window. Their input may be missing or cut short (an argument left out runs the tool on its default)."""
-    if has_calls and reason == "max_tokens":
-        raise cut_off(name, reason, "max_tokens (AnthropicModel(max_tokens=...))")
-    if has_calls and reason == "refusal":
-        raise filtered(name, reason)
-    if has_calls and reason == "model_context_window_exceeded":
+def _thinks(kind: Any) -> bool:
+    """Whether a block of this type is extended thinking, which the API needs back (signed) with the results
+    of the turn's calls."""
+    return kind in ("thinking", "redacted_thinking")
+
+
+_MAX_TOKENS = "max_tokens (AnthropicModel(max_tokens=...))"
+
+
+def _judge(name: str, reason: str, text: str, has_calls: bool, thinking: bool, ends: frozenset[str]) -> None:
+    """Raise ModelError for a turn that must not be journaled as it came (a final answer ends the run for
+    good): paused, stopped by the safety filter, tool calls cut off (at max_tokens, or at the model's
+    context window: their input may be missing or cut short, and an argument left out runs the tool on its
+    default), cut off before it wrote anything, stopped for tools without one, a stop reason not known
+    (neither tools, a cut-off nor one of `ends`), or thinking blocks beside tool calls. "" (a whole answer
+    that gave none) is an answer."""
+    if reason == "pause_turn":
         raise ModelError(
-            f"model {name!r} stopped at its context window (stop reason {reason!r}) in a turn with tool "
-            "calls, whose input may be missing or cut short; none was run and nothing was journaled: "
-            "shorten the conversation (smaller tool results, a shorter system prompt) or use a model with a "
-            "larger context window, then run again"
+            f"model {name!r} paused its turn (stop reason 'pause_turn': a server tool, such as web search, "
+            "ran long), which bide cannot continue (it does not send a paused turn back); nothing was "
+            "journaled: run again to ask again, or leave server tools out of extra_body"
+        )
+    if reason == "refusal":
+        raise filtered(name, reason) if has_calls else filtered_answer(name, reason, text)
+    if reason == "max_tokens":
+        if has_calls:
+            raise cut_off(name, reason, _MAX_TOKENS)
+        if not text:
+            raise nothing_written(name, reason, _MAX_TOKENS)
+    elif reason == "model_context_window_exceeded":
+        if has_calls or not text:
+            what = (
+                "in a turn with tool calls, whose input may be missing or cut short; none was run and"
+                if has_calls
+                else "before it wrote any answer;"
+            )
+            raise ModelError(
+                f"model {name!r} stopped at its context window (stop reason {reason!r}) {what} nothing was "
+                "journaled: shorten the conversation (smaller tool results, a shorter system prompt) or use "
+                "a model with a larger context window, then run again"
+            )
+    elif reason == "tool_use":
+        if not has_calls:
+            raise no_calls_after_all(name, reason)
+    elif reason and reason not in ends:
+        raise unknown_end(name, "stop reason", reason)
+    if thinking and has_calls:
+        # bide journals a turn's text and calls only: the next request could not send the thinking blocks
+        # back, and the API refuses a tool result without them (a 400 on the next turn).
+        raise ModelError(
+            f"model {name!r} answered with thinking blocks beside tool calls: extended thinking with tools "
+            "is not supported yet (the API needs the thinking blocks sent back with the tools' results, and "
+            "bide's journal does not keep them); nothing was journaled: turn thinking off in extra_body for "
+            "an agent with tools, then run again"
         )
 
 
-def _checked_calls(
-    name: str, reason: str, ids: list[str], named: list[tuple[str, dict[str, Any] | str]]
-) -> list[ToolCall]:
-    """The tool calls of an answer that stopped for `reason`, with an id each (`ids`: "" where the answer
-    gave none), or ModelError when none of them may run: the answer was cut off (at max_tokens, or at the
-    model's context window) so their input may be missing or cut short, or it stopped to call tools and
-    holds none."""
-    _refuse_cut_off(name, reason, bool(named))
-    if reason == "tool_use" and not named:
-        raise no_calls_after_all(name, reason)
+def _calls(ids: list[str], named: list[tuple[str, dict[str, Any] | str]]) -> list[ToolCall]:
+    """The tool calls of a judged answer (see `_judge`), with an id each (`ids`: "" where the answer gave
+    none)."""
     return [
         ToolCall(id=call_id, name=tool, arguments=arguments)
         for call_id, (tool, arguments) in zip(made_up_ids(ids, "toolu_"), named, strict=True)
     ]
 
 
-def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
+def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]) -> AssistantMessage:
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise ModelError(f"model {name!r} returned a response without a content list")
     text: list[str] = []
     ids: list[str] = []
     named: list[tuple[str, dict[str, Any] | str]] = []
+    thinking = False
     for block in data["content"]:
         if not isinstance(block, dict):
             # Not the API's shape: skipping it would journal an answer the model did not give.
@@ -450,11 +512,14 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
                 arguments = call_arguments(args, json.dumps(args))
             ids.append(json_name(name, block.get("id"), "id"))
             named.append((tool, arguments))
+        elif _thinks(block.get("type")):
+            thinking = True
     reason = data.get("stop_reason")
-    calls = _checked_calls(name, reason if isinstance(reason, str) else "", ids, named)
+    finish = reason if isinstance(reason, str) else ""
+    _judge(name, finish, "".join(text), bool(named), thinking, ends)
     return AssistantMessage(
         content="".join(text),
-        tool_calls=calls,
+        tool_calls=_calls(ids, named),
         usage=_usage(data.get("usage")),
-        finish_reason=reason if isinstance(reason, str) else "",
+        finish_reason=finish,
     )

@@ -141,6 +141,18 @@ def call_arguments(decoded: Any, text: str) -> dict[str, Any] | str:
     return decoded
 
 
+def journal_order(value: Any) -> Any:
+    """`value` with the keys of every object in it sorted, at every depth, as the journal (canonical JSON)
+    gives a value back. A request renders a journaled value (a tool call's arguments) from this, so it is
+    the same byte for byte whether the turn is live or replayed after a crash, and a conversation's next
+    request starts with the bytes of the last (which a provider's prompt cache needs)."""
+    if isinstance(value, dict):
+        return {key: journal_order(value[key]) for key in sorted(value)}
+    if isinstance(value, list | tuple):
+        return [journal_order(item) for item in value]
+    return value
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     # json.loads keeps the last of two equal keys: arguments {"n": 1, "n": 2} would run a tool with n=2,
     # which the model may not have meant. Such JSON is refused, as unreadable JSON is.
@@ -167,6 +179,18 @@ def error_message(text: str) -> str:
     except ValueError:
         pass
     return utf8_text(text) or "(empty body)"
+
+
+def error_in(data: Any) -> str | None:
+    """The server's message when a decoded answer is an error (`{"error": {"message": ...}}` in both APIs,
+    or `{"error": "..."}`; an error object without a message is shown as its JSON), else None."""
+    err = data.get("error") if isinstance(data, dict) else None
+    if isinstance(err, dict) and err:
+        said = err.get("message")
+        return utf8_text(said) if isinstance(said, str) and said else utf8_text(json.dumps(err)[:2000])
+    if isinstance(err, str) and err:
+        return utf8_text(err)
+    return None
 
 
 class TransientStatus(ModelError):
@@ -467,11 +491,30 @@ class HTTPModel:
             content = await self.retry.run(attempt, self._classify)
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             raise self._exhausted(exc) from exc
+        return self._decoded(content)
+
+    def _decoded(self, content: bytes | str) -> Any:
+        """A whole answer's JSON (bytes as they came, or the text of a whole answer to a streaming request,
+        see `WHOLE`). A body that is not JSON, or that is an error although the status was 200
+        (`{"error": {"message": ...}}`, as some servers and proxies answer a spent quota), raises ModelError,
+        the server's message in it."""
         try:
             # Decoded here, not by json.loads, which would also take UTF-16 or UTF-32 and a second BOM.
-            return read_json(content.removeprefix(_BOM).decode("utf-8"))
+            text = content.removeprefix(_BOM).decode("utf-8") if isinstance(content, bytes) else content
+            data = read_json(text)
         except ValueError as exc:
             raise ModelError(f"model {self.name!r} answered 200 with a body that is not JSON: {exc}") from exc
+        said = error_in(data)
+        if said is not None:
+            # Read as an answer, it failed on the missing choices or content, the server's message lost.
+            raise ModelError(
+                f"model {self.name!r} at {self._shown_url()} answered 200 with an error instead of a turn: "
+                f"{self._redacted(said)}; nothing was journaled: fix what the server says (a quota, the "
+                "model name, the request), then run again",
+                status=200,
+                body=self._redacted(text[:_ERROR_BODY_SHOWN]),
+            )
+        return data
 
     @contextlib.asynccontextmanager
     async def _deadline(self) -> AsyncIterator[None]:
@@ -584,6 +627,8 @@ async def _read_capped(response: httpx.Response, name: str) -> bytes:
 
 
 _ERROR_BODY_BYTES = 64 * 1024
+# The most of an error body a message shows.
+_ERROR_BODY_SHOWN = 2000
 
 
 async def _error_text(response: httpx.Response, name: str) -> str:
@@ -600,7 +645,7 @@ async def _error_text(response: httpx.Response, name: str) -> str:
     except ModelError:
         # The status says what happened (a 429 is still waited out and retried); only its text is lost.
         return "(a body bide could not decode)"
-    return b"".join(parts).removeprefix(_BOM)[:2000].decode("utf-8", "replace")
+    return b"".join(parts).removeprefix(_BOM)[:_ERROR_BODY_SHOWN].decode("utf-8", "replace")
 
 
 def _too_large(name: str) -> ModelError:
@@ -792,6 +837,13 @@ def _utf8(name: str, line: bytes) -> str:
         ) from None
 
 
+# The event name `sse_events` gives a body that is one JSON document, not an event stream: no event of a
+# stream can have it (a line break ends an event's name).
+WHOLE = "\n"
+# How much white space may open a body before `sse_events` reads it as an event stream without knowing.
+_OPENING = 64 * 1024
+
+
 async def sse_events(
     response: httpx.Response, name: str, clock: StreamClock
 ) -> AsyncGenerator[tuple[str, str], None]:
@@ -799,14 +851,32 @@ async def sse_events(
     within the `clock`'s bounds (the time spent reading the lines counts too, so a flood of keep-alive
     lines is cut off like a silence). Bytes are counted as they arrive, so a stream past
     `MAX_RESPONSE_BYTES` is refused even if it never ends a line. A connection that breaks mid-stream
-    raises ModelError: nothing of the turn is journaled, run again."""
+    raises ModelError: nothing of the turn is journaled, run again.
+
+    A body that opens with ``{`` or ``[`` is one JSON document, not events (a server that ignores
+    ``stream: true``, or an error in a 200, whatever its Content-Type says): it is read whole, within the
+    same bounds, and given as the one pair (`WHOLE`, its text), for the caller to read as a whole answer."""
     import httpx
 
     reader = _EventReader(name)
     loop = asyncio.get_running_loop()
+    opening: bytes | None = b""  # the first bytes, until they show whether events or JSON come
+    whole: list[bytes] | None = None
     try:
         async with contextlib.aclosing(_body(response, name, clock)) as chunks:
             async for chunk in chunks:
+                if whole is not None:
+                    whole.append(chunk)
+                    continue
+                if opening is not None:
+                    opening += chunk
+                    first = opening.removeprefix(_BOM).lstrip()[:1]
+                    if len(opening) < _OPENING and (not first or _BOM.startswith(opening)):
+                        continue  # white space or half a BOM so far: nothing tells yet
+                    if first in (b"{", b"["):
+                        whole, opening = [opening], None
+                        continue
+                    chunk, opening = opening, None
                 started = loop.time()
                 events = reader.feed(chunk)
                 clock.spend(loop.time() - started)
@@ -822,6 +892,16 @@ async def sse_events(
             f"model {name!r}: the stream broke off ({type(exc).__name__}: {exc}); nothing was journaled, run "
             "again to retry"
         ) from exc
+    if whole is not None:
+        body = b"".join(whole).removeprefix(_BOM)
+        try:
+            text = body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ModelError(
+                f"model {name!r} answered a streaming request with JSON that is not UTF-8 ({exc.reason} at "
+                f"byte {exc.start}); nothing was journaled, run again to retry"
+            ) from None
+        yield WHOLE, text
 
 
 # A UTF-16 surrogate: in text only as half of a pair a proxy split (see `StreamText`), or as a lone one.
@@ -953,6 +1033,49 @@ def filtered(name: str, reason: str) -> ModelError:
         f"model {name!r} was stopped by the provider's content filter (finish reason {reason!r}) in a turn "
         "with tool calls, which may be cut short; none was run and nothing was journaled: run again to ask "
         "again, or change the request that the filter stopped"
+    )
+
+
+def filtered_answer(name: str, reason: str, text: str) -> ModelError:
+    """The error for an answer without tool calls that the provider's safety filter stopped: what came is
+    cut where the filter stopped it (or is nothing), so it is not the run's answer, which would be final."""
+    wrote = f"after writing {text!r:.300}, cut short there" if text else "before it wrote anything"
+    return ModelError(
+        f"model {name!r} was stopped by the provider's content filter (finish reason {reason!r}) {wrote}; "
+        "nothing was journaled and the run is not finished: change the request that the filter stopped (a "
+        "new run), or run again to ask again",
+        body=text,
+    )
+
+
+def refused(name: str, text: str) -> ModelError:
+    """The error for a turn in which the model refused (OpenAI's ``refusal``): journaled, an empty answer
+    would end the run for good and the refusal would be lost, so it is shown here, and in `body`."""
+    return ModelError(
+        f"model {name!r} refused to answer: {text!r:.1000}; nothing was journaled and the run is not "
+        "finished: change the request (the input, the system prompt or the tools) in a new run, or run "
+        "again to ask again",
+        body=text,
+    )
+
+
+def nothing_written(name: str, reason: str, limit: str) -> ModelError:
+    """The error for a turn cut off at the output token limit before it wrote any answer or call (a
+    reasoning model can spend all of it thinking): journaled, an empty answer would end the run for good."""
+    return ModelError(
+        f"model {name!r} reached its output token limit (finish reason {reason!r}) before it wrote any "
+        f"answer (a reasoning model may spend it all on thinking); nothing was journaled: raise {limit}, "
+        "then run again"
+    )
+
+
+def unknown_end(name: str, what: str, reason: str, hint: str = "") -> ModelError:
+    """The error for a turn that ended for a reason bide does not know: it may be partial, or no answer at
+    all, and journaled as the final answer it would end the run for good."""
+    return ModelError(
+        f"model {name!r} ended its turn with the {what} {reason!r}, which bide does not know: the answer may "
+        "be partial or not an answer at all, so nothing was journaled and the run is not finished; run "
+        f"again to ask again{hint}"
     )
 
 

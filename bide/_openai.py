@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._canonical import utf8_text
 from ._errors import ConfigError, ModelError
 from ._http import (
     STREAM_TIMEOUT,
+    WHOLE,
     HTTPModel,
     StreamText,
     absent_arguments,
     call_arguments,
     cut_off,
     filtered,
+    filtered_answer,
     json_event,
     json_index,
     json_name,
@@ -23,10 +25,13 @@ from ._http import (
     malformed,
     masked_url,
     no_calls_after_all,
+    nothing_written,
     read_json,
+    refused,
     sse_events,
     too_many_calls,
     unfinished,
+    unknown_end,
 )
 from ._messages import (
     MAX_TOOL_CALLS,
@@ -70,8 +75,17 @@ class OpenAIModel(HTTPModel):
     `finish_reason` are read from the answer.
 
     `stream(request)` streams a turn (``stream: true``, usage included): text deltas as they come, then the
-    whole turn, tool calls assembled from their pieces.
+    whole turn, tool calls assembled from their pieces. A server that answers it with one whole JSON
+    completion (it ignores ``stream``) gives that turn, its text as one delta.
+
+    A turn is journaled only if it ended as an answer or a request for tools: a refusal (``refusal``), the
+    deprecated ``function_call`` form, an answer the content filter stopped, one cut off before it wrote
+    anything, or a ``finish_reason`` bide does not know raise `ModelError` (the run is not finished).
+    `answer_finish_reasons` are the reasons read as a complete answer; a subclass may add its server's own.
     """
+
+    # "stop", and what compatible servers (Hugging Face TGI, Together) send for the same end.
+    answer_finish_reasons: ClassVar[frozenset[str]] = frozenset({"stop", "eos", "eos_token", "stop_sequence"})
 
     provider = "openai"
     _env = "OPENAI"
@@ -134,9 +148,11 @@ class OpenAIModel(HTTPModel):
                             "type": "function",
                             "function": {
                                 "name": c.name,
+                                # Keys sorted, as the journal gives them back: the same text live and
+                                # replayed, so a resumed or continued conversation is sent as it was.
                                 "arguments": c.arguments
                                 if isinstance(c.arguments, str)
-                                else json.dumps(c.arguments),
+                                else json.dumps(c.arguments, sort_keys=True),
                             },
                         }
                         for c in m.tool_calls
@@ -166,7 +182,8 @@ class OpenAIModel(HTTPModel):
         return headers
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:
-        return _parse(self.name, await self._post(self.body(request)), request.tools)
+        data = await self._post(self.body(request))
+        return _parse(self.name, data, request.tools, self.answer_finish_reasons)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
         body = self.body(request)
@@ -175,12 +192,21 @@ class OpenAIModel(HTTPModel):
         response = await self._open_stream(body)
         clock = self._stream_clock()
         text = StreamText(self.name, "text")
+        refusal = StreamText(self.name, "refusal")
         calls: dict[int, dict[str, Any]] = {}
         usage: Usage | None = None
         finish = ""
         done = False
         try:
-            async for _, data in sse_events(response, self.name, clock):
+            async for event, data in sse_events(response, self.name, clock):
+                if event == WHOLE:
+                    # A server that ignores `stream` (or says in a 200 that it failed): the whole turn, read
+                    # as `complete` reads it.
+                    turn = _parse(self.name, self._decoded(data), request.tools, self.answer_finish_reasons)
+                    if turn.content:
+                        yield TextDelta(text=turn.content)
+                    yield turn
+                    return
                 if data.strip() == "[DONE]":
                     done = True
                     break
@@ -233,6 +259,13 @@ class OpenAIModel(HTTPModel):
                         shown = text.add(piece)
                         if shown:
                             yield TextDelta(text=shown)
+                    no = delta.get("refusal")
+                    if no is not None and not isinstance(no, str):
+                        raise malformed(self.name, f"a delta whose refusal is not a string: {no!r:.200}")
+                    if no:
+                        refusal.add(no)
+                    if delta.get("function_call") is not None:
+                        raise _legacy_call(self.name)
                     for piece_of_call in _listed(self.name, delta, "tool_calls"):
                         raw, fn = _call_parts(self.name, piece_of_call)
                         index = _piece_index(self.name, raw, fn, calls)
@@ -249,12 +282,7 @@ class OpenAIModel(HTTPModel):
             # Without its finish reason (even with [DONE]) the turn may be cut short: an empty answer
             # would end the run for good.
             raise unfinished(self.name)
-        if finish == "length" and calls:
-            raise cut_off(self.name, finish, _TOKEN_LIMIT)
-        if finish == "content_filter" and calls:
-            raise filtered(self.name, finish)
-        if finish == "tool_calls" and not calls:
-            raise no_calls_after_all(self.name, finish)
+        _judge(self.name, finish, text.text(), bool(calls), refusal.text(), self.answer_finish_reasons)
         slots = [slot for _, slot in sorted(calls.items())]
         ids = made_up_ids([slot.get("id", "") for slot in slots], "call_")
         tool_calls = [
@@ -271,6 +299,45 @@ class OpenAIModel(HTTPModel):
 
 
 _TOKEN_LIMIT = "the request's output token limit (max_tokens or max_completion_tokens, in extra_body)"
+# Cut off at a token limit: the answer's ("length"), or the model's context (Mistral's "model_length").
+_CUT_OFF = frozenset({"length", "model_length"})
+
+
+def _judge(name: str, reason: str, text: str, has_calls: bool, refusal: str, ends: frozenset[str]) -> None:
+    """Raise ModelError for a turn that must not be journaled as it came (a final answer ends the run for
+    good): a refusal, the legacy function_call form, tool calls cut off or filtered, an answer the filter
+    stopped or the token limit left empty, a finish for tools without one, or a finish reason not known
+    (neither tools, a cut-off nor one of `ends`). "" (a whole answer that gave none) is an answer."""
+    if refusal:
+        raise refused(name, refusal)
+    if reason == "function_call":
+        raise _legacy_call(name)
+    if reason in _CUT_OFF:
+        if has_calls:
+            raise cut_off(name, reason, _TOKEN_LIMIT)
+        if not text:
+            raise nothing_written(name, reason, _TOKEN_LIMIT)
+    elif reason == "content_filter":
+        raise filtered(name, reason) if has_calls else filtered_answer(name, reason, text)
+    elif reason == "tool_calls":
+        if not has_calls:
+            raise no_calls_after_all(name, reason)
+    elif reason and reason not in ends:
+        raise unknown_end(
+            name,
+            "finish reason",
+            reason,
+            " (if your server ends complete answers with it, add it to answer_finish_reasons in a subclass "
+            "of OpenAIModel)",
+        )
+
+
+def _legacy_call(name: str) -> ModelError:
+    return ModelError(
+        f"model {name!r} called a function in the deprecated `function_call` form, which bide does not read "
+        "(it sends `tools` and reads `tool_calls`); nothing was journaled: use a model or server that "
+        "supports tool calls, then run again"
+    )
 
 
 def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any], fn: dict[str, Any]) -> None:
@@ -367,7 +434,7 @@ def _call_parts(name: str, raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     return raw, fn or {}
 
 
-def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
+def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]) -> AssistantMessage:
     try:
         choice = data["choices"][0]
         message = choice["message"]
@@ -390,10 +457,14 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
     if len(raw_calls) > MAX_TOOL_CALLS:
         raise too_many_calls(name)
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-    if reason == "length" and raw_calls:
-        raise cut_off(name, reason, _TOKEN_LIMIT)
-    if reason == "content_filter" and raw_calls:
-        raise filtered(name, reason)
+    finish = reason if isinstance(reason, str) else ""
+    # Before the calls are read: a cut-off call's arguments may be anything.
+    if finish in _CUT_OFF and raw_calls:
+        raise cut_off(name, finish, _TOKEN_LIMIT)
+    if finish == "content_filter" and raw_calls:
+        raise filtered(name, finish)
+    if message.get("function_call") is not None:
+        raise _legacy_call(name)
     ids: list[str] = []
     named: list[tuple[str, dict[str, Any] | str]] = []
     for one in raw_calls:
@@ -401,8 +472,6 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
         ids.append(json_name(name, raw.get("id"), "id"))
         tool = json_name(name, fn.get("name"), "name")
         named.append((tool, _arguments(fn.get("arguments"), tools, tool)))
-    if reason == "tool_calls" and not named:
-        raise no_calls_after_all(name, reason)
     calls = [
         ToolCall(id=call_id, name=tool, arguments=arguments)
         for call_id, (tool, arguments) in zip(made_up_ids(ids, "call_"), named, strict=True)
@@ -411,9 +480,13 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec]) -> AssistantMessage:
     if content is not None and not isinstance(content, str):
         # Not the API's shape: journaling it as an empty answer would end the run on it for good.
         raise malformed(name, f"choices[0].message.content that is not a string or null: {content!r:.200}")
+    said = message.get("refusal")
+    if said is not None and not isinstance(said, str):
+        raise malformed(name, f"choices[0].message.refusal that is not a string or null: {said!r:.200}")
+    _judge(name, finish, content or "", bool(calls), said or "", ends)
     return AssistantMessage(
         content=content or "",
         tool_calls=calls,
         usage=_usage(data.get("usage") if isinstance(data, dict) else None),
-        finish_reason=reason if isinstance(reason, str) else "",
+        finish_reason=finish,
     )
