@@ -490,9 +490,11 @@ class SQLStore:
             f"UPDATE {p}runs SET expires_ms = 0 WHERE run_id = {ph} AND holder = {ph} AND token = {ph}"
             + ("" if self.dialect == "sqlite" else " RETURNING run_id")
         )
+        # A run that never had a lease (holder NULL: its driver was a bide from before leases, which a crash
+        # or an upgrade stopped) is listed too, as free: else no worker would ever resume it.
         self._sql_expired = (
-            f"SELECT run_id, holder, token, expires_ms FROM {p}runs WHERE run_id > {ph} AND ended = 0 AND "
-            f"holder IS NOT NULL AND expires_ms <= {ph} AND {has_records} ORDER BY run_id LIMIT {ph}"
+            f"SELECT run_id, COALESCE(holder, ''), token, expires_ms FROM {p}runs WHERE run_id > {ph} AND "
+            f"ended = 0 AND expires_ms <= {ph} AND {has_records} ORDER BY run_id LIMIT {ph}"
         )
         self._sql_end = f"UPDATE {p}runs SET ended = 1 WHERE run_id = {ph}"
         # The lease rule S9 (`decide_lease`) as one statement: grant (a new runs row, or a free or expired

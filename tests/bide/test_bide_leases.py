@@ -339,6 +339,58 @@ def test_sqlite_store_made_before_leases_is_upgraded(tmp_path: Path) -> None:
         store.close()
 
 
+def _before_leases(url: str, prefix: str) -> None:
+    """Take the store's runs table back to the layout of a bide from before leases (no lease or end
+    columns, no open-runs index): the store a driver of that bide left."""
+    engine = sa.create_engine(url.replace("postgresql:", "postgresql+psycopg:", 1))
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP INDEX IF EXISTS {prefix}runs_open")
+            for column in ("holder", "token", "expires_ms", "ended"):
+                conn.exec_driver_sql(f"ALTER TABLE {prefix}runs DROP COLUMN {column}")
+    finally:
+        engine.dispose()
+
+
+def test_a_run_a_driver_from_before_leases_left_is_resumed_by_a_worker(
+    durable_store_spec: tuple[str, str]
+) -> None:
+    """A run whose driver, a bide from before leases, died mid-run has no lease once the store is
+    upgraded: the listing took only runs holding one, so no worker ever resumed it ("nothing to
+    recover"). It is listed as free, and a worker finishes it, each charge once."""
+    from bide.testing import Fail, ScriptedModel, call, reply
+
+    url, prefix = durable_store_spec
+    charges: list[int] = []
+
+    @bide.tool
+    def charge(n: int) -> str:
+        """Charge."""
+        charges.append(n)
+        return "charged"
+
+    def agent(store: bide.Store, script: list[object]) -> bide.Agent:
+        return bide.Agent(ScriptedModel(script), store=store, tools=[charge], name="pay")
+
+    store = bide.open_store(url, table_prefix=prefix)
+    with pytest.raises(bide.ModelError):
+        agent(store, [call("charge", n=1), Fail(bide.ModelError("down"))]).run_sync("midrun", "pay")
+    store.close()
+    _before_leases(url, prefix)
+    store = bide.open_store(url, table_prefix=prefix)  # upgraded: the lease columns are back, holder NULL
+    try:
+        listed = [lease.run_id for lease in store.expired_leases(now_ms=T0)]
+        assert "midrun" in listed
+        resumer = agent(store, [call("charge", n=1), call("charge", n=2), reply("done")])
+        report = asyncio.run(bide.Worker(store, resumer).run_once())
+        assert report.completed == 1, report
+        assert bide.run_status(store, "midrun").status == "completed"
+        assert charges == [1, 2]  # the journaled charge replayed, the second fired once
+        assert "midrun" not in [lease.run_id for lease in store.expired_leases(now_ms=T0)]
+    finally:
+        store.close()
+
+
 _LEASE_OPS = st.lists(
     st.tuples(
         st.sampled_from(["lease", "renew", "release"]),
