@@ -133,11 +133,12 @@ from ._resolve import DEFAULT_CLOCK_SKEW, attempts_of, live_attempt, resolve_in
 from ._store import BlockingStore, Fence, Finishing, Lease, Store, finish_before_close, taking_lease
 from ._stream import Sink, StreamEvent, WatchedJournal, stream_drive
 from ._telemetry import model_call, run_failed, run_loaded, run_watch
-from ._timers import TimerTool
+from ._timers import DEFAULT_INLINE, TimerTool
 from ._tools import (
     CANCEL_SWALLOWED,
     AttemptInfo,
     CallContext,
+    ReadOnly,
     SideEffect,
     StrayCancellation,
     ThreadHandoff,
@@ -891,11 +892,15 @@ class Agent(Generic[T]):
             restarts = _restart(run_id, turn, restarts)
             await journal.aload()  # lost a race: decide nothing from a stale journal
 
-    async def _wait(self, journal: Journal, tool: TimerTool, call: ToolCall, seconds: float) -> ToolResult:
+    async def _wait(
+        self, journal: Journal, call: ToolCall, seconds: float | None, inline: float
+    ) -> ToolResult:
         """A timer call: journal its wake-up time once, then wait for what is left of it (in the drive when
-        it is short, else by pausing the run with `RunSleeping`)."""
+        it is at most `inline` seconds, else by pausing the run with `RunSleeping`). `seconds` is None for a
+        call whose timer is journaled already: its wake-up time is the journal's, whatever the tool says."""
         timer = journal.get(timer_key(call.call_id))
         if not isinstance(timer, Timer):
+            assert seconds is not None, "a journaled timer's call is never validated again"
             wake_ms = math.ceil((self.clock() + seconds) * 1000)  # never a moment early
             record = Timer(key=timer_key(call.call_id), call_id=call.call_id, wake_at_ms=wake_ms)
             stored, _ = await journal.awrite_one(record)
@@ -904,20 +909,21 @@ class Agent(Generic[T]):
         wake_at = timer.wake_at_ms / 1000
         now = self.clock()
         left = wake_at - now
-        if left > tool.inline:
+        if left > inline:
             raise RunSleeping(
                 f"run {journal.run_id!r} sleeps until {when(wake_at, now)} on call "
-                f"{call.call_id} ({tool.name}); drive it again then (a bide.Worker does): it will not wait "
+                f"{call.call_id} ({call.name}); drive it again then (a bide.Worker does): it will not wait "
                 "from zero",
                 run_id=journal.run_id,
                 call_id=call.call_id,
-                tool=tool.name,
+                tool=call.name,
                 arguments=call.arguments,
                 wake_at=wake_at,
             )
         if left > 0:
             await asyncio.sleep(left)
-        return self._result(call, f"waited until {iso(wake_at)}", is_error=False, safety=_safety(tool))
+        safety: str = ReadOnly._value_  # a timer's, whatever tool has the call's name now
+        return self._result(call, f"waited until {iso(wake_at)}", is_error=False, safety=safety)
 
     async def _cancel_request(self, run_id: str) -> Cancel | None:
         entry = await self.store.aget(run_id, CANCEL_KEY)
@@ -1229,7 +1235,11 @@ class Agent(Generic[T]):
             live = live_attempt(journal, call.call_id)
             if live is not None:
                 raise self._unknown(journal, live, "crashed; its tool is no longer registered")
-        if tool is None:
+        # A timer call whose wake-up time is journaled sleeps until that time, whatever the tool is now: not
+        # validated again (a lower `max_seconds` would refuse a wait that is running), and kept if the timer
+        # tool was renamed or removed, or another tool took its name (none of them may end it early).
+        journaled = isinstance(journal.get(timer_key(call.call_id)), Timer)
+        if tool is None and not journaled:
             if not await _flush(journal, pending):
                 return None
             names = ", ".join(sorted(self.tools)) or "none"
@@ -1239,7 +1249,7 @@ class Agent(Generic[T]):
                 is_error=True,
                 safety="none",
             )
-        if markers:
+        if markers and tool is not None:
             resolved = await self._resume_attempt(journal, tool, call, markers[-1])
             if resolved is not None:
                 return resolved
@@ -1249,6 +1259,11 @@ class Agent(Generic[T]):
             if stopped is not None:
                 return stopped
             gen = len(attempts_of(journal, call.call_id))
+        if journaled or tool is None:  # (tool is None only with a journaled timer here)
+            if not await _flush(journal, pending):
+                return None
+            inline = tool.inline if isinstance(tool, TimerTool) else DEFAULT_INLINE
+            return await self._wait(journal, call, None, inline)
         safety = _safety(tool)
         try:
             validated = tool.validate(call.arguments)
@@ -1264,7 +1279,7 @@ class Agent(Generic[T]):
         if isinstance(tool, TimerTool):
             if not await _flush(journal, pending):
                 return None
-            return await self._wait(journal, tool, call, float(arguments["seconds"]))
+            return await self._wait(journal, call, float(arguments["seconds"]), tool.inline)
         idem = idempotency_key_for(run_id, call.call_id)
         if (tool.gate is not None or tool.safety is not SideEffect) and not await _flush(journal, pending):
             return None  # a gate or a retry-safe tool only ever sees journaled calls

@@ -11,6 +11,11 @@ journals a timer record with the wake-up time (the call's time plus `seconds`), 
 A resumed run reads the journaled wake-up time and waits only for what is left, never from zero; once it
 has passed, the call's result ("waited until <time>") is journaled and the model goes on. The timer is
 not a side effect: it changes nothing outside the journal.
+
+A journaled wake-up time is kept whatever the tool is when the run resumes: only a call that has no timer
+record yet is checked against `max_seconds` (an app restarted with a lower bound, or an upgrade that
+forced one, must not wake a sleeping run at once), and a call whose timer tool was renamed or removed since
+still sleeps until its journaled time (waiting in the drive up to `DEFAULT_INLINE` seconds).
 """
 
 from __future__ import annotations
@@ -24,6 +29,9 @@ from ._tools import ReadOnly, Tool
 
 __all__ = ["TimerTool", "timer"]
 
+# How long a timer waits in the drive itself, by default; also the bound for a journaled timer whose tool
+# the agent no longer has.
+DEFAULT_INLINE = 1.0
 DEFAULT_MAX_SECONDS = 366 * 24 * 3600.0
 # The longest wait a timer may allow: a century. Its wake-up must stay a time that clocks, dates and
 # milliseconds can hold (a wait of 1e15 s wakes in the year 31,690,765, past every date type).
@@ -67,7 +75,7 @@ def timer(
     *,
     description: str = "Wait for the given number of seconds before going on (for example, to follow up "
     "later). The wait survives restarts.",
-    inline: float = 1.0,
+    inline: float = DEFAULT_INLINE,
     max_seconds: float = DEFAULT_MAX_SECONDS,
 ) -> TimerTool:
     """A durable timer tool: the model calls it with `seconds`; the wake-up time is journaled, waits up to

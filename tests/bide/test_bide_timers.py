@@ -64,6 +64,150 @@ def test_a_long_wait_sleeps_and_never_starts_again_from_zero(store: bide.Store) 
     assert len(model.requests) == 2  # the first turn was asked once, the answer once
 
 
+MONTH = 30 * 86_400.0
+
+
+class Ledger:
+    """A side effect that notes each call: what a run fires after its wait."""
+
+    def __init__(self) -> None:
+        self.fired: list[str] = []
+        ledger = self
+
+        @bide.tool(timeout=5)
+        def charge(customer: str) -> str:
+            """Charge a customer."""
+            ledger.fired.append(customer)
+            return "charged"
+
+        self.tool = charge
+
+
+def month_script() -> list[object]:
+    return [
+        call("charge", customer="a"),
+        call("wait", seconds=MONTH),
+        call("charge", customer="b"),
+        reply("done"),
+    ]
+
+
+def sleep_a_month(store: bide.Store, clock: FakeClock, ledger: Ledger, run_id: str) -> float:
+    """A run that charged, then sleeps for 30 days on its timer (`timer:c1.0` journaled); its wake-up."""
+    tools = [ledger.tool, bide.timer()]
+    agent = bide.Agent(ScriptedModel(month_script()), store=store, tools=tools, clock=clock)
+    with pytest.raises(bide.RunSleeping) as slept:
+        agent.run_sync(run_id, "charge, wait a month, charge")
+    assert ledger.fired == ["a"]
+    timer = bide.Journal(store, run_id).load().get("timer:c1.0")
+    assert isinstance(timer, bide.Timer) and timer.wake_at_ms / 1000 == slept.value.wake_at
+    assert slept.value.wake_at == pytest.approx(clock.now + MONTH)
+    return slept.value.wake_at
+
+
+def test_a_journaled_timer_outlives_a_lower_max_seconds(store: bide.Store) -> None:
+    """The app restarted with `bide.timer(max_seconds=86400)` (or an upgrade forced a lower bound): the
+    resumed run validated the running 30-day wait again, journaled "invalid arguments" for it over its
+    timer record, and went on to charge "b" a month early. The journaled wake-up wins; only a new call is
+    checked against the new bound."""
+    clock = FakeClock()
+    ledger = Ledger()
+    wake = sleep_a_month(store, clock, ledger, "m")
+    model = ScriptedModel(month_script())  # a restarted app: the same script
+    tools = [ledger.tool, bide.timer(max_seconds=86_400)]
+    agent = bide.Agent(model, store=store, tools=tools, clock=clock)
+    for advance in (0.0, 86_400.0, MONTH - 86_400.0 - 60):
+        clock.now += advance
+        with pytest.raises(bide.RunSleeping) as resumed:
+            agent.run_sync("m", "charge, wait a month, charge")
+        assert (resumed.value.wake_at, resumed.value.call_id, resumed.value.tool) == (wake, "c1.0", "wait")
+        assert bide.run_status(store, "m").status == "sleeping"
+    journal = bide.Journal(store, "m").load()
+    assert not journal.has("result:c1.0") and ledger.fired == ["a"] and model.requests == []
+    clock.now = wake + 1
+    assert agent.run_sync("m", "charge, wait a month, charge").answer == "done"
+    assert ledger.fired == ["a", "b"]
+    assert len(model.requests) == 2  # asked only for the turns after the wait
+    res = bide.Journal(store, "m").load().get("result:c1.0")
+    assert isinstance(res, bide.ToolResult) and not res.is_error and res.result == f"waited until {iso(wake)}"
+    # A new call is still held to the bound the tool has now: refused, no timer set.
+    fresh = bide.Agent(ScriptedModel(month_script()), store=store, tools=tools, clock=clock)
+    assert fresh.run_sync("n", "charge, wait a month, charge").answer == "done"
+    journal = bide.Journal(store, "n").load()
+    refused = journal.get("result:c1.0")
+    assert isinstance(refused, bide.ToolResult) and refused.is_error
+    assert "invalid arguments" in str(refused.result) and ledger.fired == ["a", "b", "a", "b"]
+    assert not journal.has("timer:c1.0")
+
+
+def test_a_journaled_timer_held_past_a_lower_max_seconds_can_be_cancelled(store: bide.Store) -> None:
+    clock = FakeClock()
+    ledger = Ledger()
+    sleep_a_month(store, clock, ledger, "k")
+    model = ScriptedModel(month_script())
+    agent = bide.Agent(model, store=store, tools=[ledger.tool, bide.timer(max_seconds=86_400)], clock=clock)
+    clock.now += 60
+    with pytest.raises(bide.RunSleeping):
+        agent.run_sync("k", "charge, wait a month, charge")
+    assert bide.cancel_run(store, "k", reason="the customer called", clock=clock) is True
+    clock.now += 60
+    asyncio.run(bide.Worker(store, agent, clock=clock).run_once())
+    assert bide.run_status(store, "k").status == "cancelled"
+    result = agent.run_sync("k", "charge, wait a month, charge")
+    assert (result.status, result.answer) == ("cancelled", "Cancelled: the customer called")
+    assert ledger.fired == ["a"] and model.requests == []
+    assert not bide.Journal(store, "k").load().has("result:c1.0")
+
+
+class Stranger:
+    """A side effect that took the timer's name: it must never run for the journaled timer's call."""
+
+    def __init__(self) -> None:
+        self.calls: list[float] = []
+        stranger = self
+
+        @bide.tool(name="wait", timeout=5)
+        def wait(seconds: float) -> str:
+            """Something else called wait."""
+            stranger.calls.append(seconds)
+            return "did something else"
+
+        self.tool = wait
+
+
+@pytest.mark.parametrize("change", ["timer removed", "timer renamed", "another tool took its name"])
+def test_a_journaled_timer_outlives_its_tool(store: bide.Store, change: str) -> None:
+    """The timer tool gone from the agent (removed, renamed, or its name given to another tool): the
+    resumed run journaled "unknown tool 'wait'" for the call over its timer record (or called the other
+    tool), and went on to charge "b" at once. It sleeps until its journaled wake-up, then goes on."""
+    clock = FakeClock()
+    ledger = Ledger()
+    wake = sleep_a_month(store, clock, ledger, "g")
+    stranger = Stranger()
+    tools: list[bide.Tool] = [ledger.tool]
+    if change == "timer renamed":
+        tools.append(bide.timer("pause", max_seconds=86_400))
+    elif change == "another tool took its name":
+        tools.append(stranger.tool)
+    model = ScriptedModel(month_script())
+    agent = bide.Agent(model, store=store, tools=tools, clock=clock)
+    for advance in (0.0, MONTH - 60):
+        clock.now += advance
+        with pytest.raises(bide.RunSleeping) as resumed:
+            agent.run_sync("g", "charge, wait a month, charge")
+        assert (resumed.value.wake_at, resumed.value.call_id, resumed.value.tool) == (wake, "c1.0", "wait")
+        assert bide.run_status(store, "g").status == "sleeping"
+    assert not bide.Journal(store, "g").load().has("result:c1.0")
+    assert ledger.fired == ["a"] and stranger.calls == [] and model.requests == []
+    clock.now = wake + 1
+    assert agent.run_sync("g", "charge, wait a month, charge").answer == "done"
+    assert ledger.fired == ["a", "b"] and stranger.calls == []
+    assert len(model.requests) == 2  # asked only for the turns after the wait
+    res = bide.Journal(store, "g").load().get("result:c1.0")
+    assert isinstance(res, bide.ToolResult) and not res.is_error and res.result == f"waited until {iso(wake)}"
+    assert res.safety == "read_only"
+
+
 def test_the_timer_is_validated_like_any_tool(store: bide.Store) -> None:
     model = ScriptedModel([call("wait", seconds=-5), reply("ok")])
     result = bide.Agent(model, store=store, tools=[bide.timer()]).run_sync("v", "x")
@@ -99,7 +243,9 @@ def test_a_wake_up_past_the_year_9999_journaled_earlier_sleeps_and_can_be_cancel
 ) -> None:
     """A journal an earlier bide wrote (it allowed such a timer) holds a wake-up no date can hold: its run
     sleeps, `bide show` shows it, and a cancel ends it (every drive failed on formatting the time, and
-    `bide show` exited 3 as if bide had a bug)."""
+    `bide show` exited 3 as if bide had a bug). The run is resumed the way a user must after the upgrade:
+    with a timer this bide accepts, whose `max_seconds` is far below the journaled wait (that resumed run
+    journaled "invalid arguments" for the call over its timer and finished at once)."""
     import subprocess
     import sys
 
@@ -108,14 +254,25 @@ def test_a_wake_up_past_the_year_9999_journaled_earlier_sleeps_and_can_be_cancel
     url, prefix = durable_store_spec
     store = bide.open_store(url, table_prefix=prefix)
     try:
-        monkeypatch.setattr(bide._timers, "LIMIT_MAX_SECONDS", 1e17)  # the earlier bide
-        tool = bide.timer(max_seconds=1e16)
-        model = ScriptedModel([call("wait", seconds=1e15), reply("ok")])
-        agent = bide.Agent(model, store=store, tools=[tool])
+        with monkeypatch.context() as earlier:
+            earlier.setattr(bide._timers, "LIMIT_MAX_SECONDS", 1e17)  # the earlier bide, its first drive only
+            old = bide.Agent(
+                ScriptedModel([call("wait", seconds=1e15), reply("ok")]),
+                store=store,
+                tools=[bide.timer(max_seconds=1e16)],
+            )
+            with pytest.raises(bide.RunSleeping, match="1e\\+15 s after the Unix epoch") as first:
+                old.run_sync("far", "wait")
+        with pytest.raises(bide.ConfigError):
+            bide.timer(max_seconds=1e16)  # this bide refuses the earlier timer: the app must lower it
+        model = ScriptedModel([reply("ok")])
+        agent = bide.Agent(model, store=store, tools=[bide.timer()])
         for _ in range(2):
             with pytest.raises(bide.RunSleeping, match="1e\\+15 s after the Unix epoch") as slept:
                 agent.run_sync("far", "wait")
-        assert slept.value.wake_at > 1e15
+            assert slept.value.wake_at == first.value.wake_at
+        assert slept.value.wake_at > 1e15 and model.requests == []
+        assert not bide.Journal(store, "far").load().has("result:c0.0")
         assert bide.run_status(store, "far").status == "sleeping"
         command = [sys.executable, "-m", "bide._cli", "show", "--store", url, "--table-prefix", prefix, "far"]
         shown = subprocess.run(command, capture_output=True, text=True, timeout=120)
@@ -124,6 +281,7 @@ def test_a_wake_up_past_the_year_9999_journaled_earlier_sleeps_and_can_be_cancel
         bide.cancel_run(store, "far", reason="too far")
         assert asyncio.run(bide.Worker(store, agent).run_once()).completed == 1
         assert bide.run_status(store, "far").status == "cancelled"
+        assert model.requests == []
     finally:
         store.close()
 
