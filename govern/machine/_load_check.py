@@ -8,7 +8,8 @@ that are not idempotent. When every rule is an expression, the extracted rules c
 that the tables are exactly what the rules mean. The rest of the report must be what those findings
 and the rules give: its guarantee and theorems, its pairs, the events CC2 fails for, the rules given as
 callables, the oracle's verdict, and every witness (replayed through the tables). Anything else refuses
-the file; the report handed out names the oracle that re-checked it.
+the file; the report handed out names the oracle that re-checked it. (A report in the words of an older
+govern is first read in this version's words by `Machine.load`: see `_in_current_words` there.)
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ from .._errors import DeclarationError, ForeignState, MachineFileError, UnknownE
 from ..model._expr import canonical_json
 from ..model._families import EventFamily, families_of
 from ..model._space import MAX_STATES, Space, Value, VarSpec, available_memory
-from ..verify._report import Report
+from ..oracle._gate import oracle_module
+from ..verify._report import Report, guarantee_text
 from ._load_check import check_stored_timings, recheck
 from ._rules_snapshot import check_rule_names, variable_spec, variable_specs
 
@@ -427,10 +428,14 @@ class Machine:
         the loaded machine must also be that machine (`Machine.digest`): pin it to refuse a different,
         equally consistent machine. A machine built by components loads each component so, and has
         the extracted checker re-check its decomposition; a symbolically verified one (no tables) is
-        decided again from its rules, and its stored report must be what that finds.
+        decided again from its rules, and its stored report must be what that finds. A file an older govern
+        saved loads when every claim it makes checks: a report worded without the delivery theorems
+        (before commit 1073cd4) or saying the rules check was deferred (before 6960c75) is read as this
+        version words the same claims, and the loaded report is what the re-check finds.
 
         Raises `MachineFileError` when the file is unreadable, truncated, of another format, its
-        content hash does not match, or it fails the re-check (it says what differs), and
+        content hash does not match, or it fails the re-check (it says what differs, and that the file
+        is of an older govern when it is), and
         `OracleUnavailable` when the oracle cannot be loaded. A file is never decompressed and no array
         is allocated beyond what the file holds: one whose arrays are compressed (`save` stores them as
         they are) or declare more data than is there raises `MachineFileError` before they are read."""
@@ -499,12 +504,22 @@ class Machine:
             initial = int(_ids(arrays["initial"], (1,), n, "initial")[0])
             if not valid[initial]:
                 raise ValueError("the initial state is not a valid state")
+            # A file of an older govern words some claims as that version did: read them as this one does.
+            report, older = _in_current_words(report, rules, n, n_ev)
             problems, checked_by = recheck(
                 rules, space, valid, raw.repair, raw.apply, raw.nf, initial, domain_ids, report
             )
         except (KeyError, ValueError, IndexError, TypeError, AttributeError, OverflowError, RecursionError,
                 UnicodeDecodeError, DeclarationError) as exc:
             raise MachineFileError(f"machine file {where!r} is inconsistent: {exc}") from exc
+        if problems and older:
+            raise MachineFileError(
+                f"machine file {where!r} is in the form an older govern saved ({'; '.join(older)}; read "
+                "here in this version's words), and the claims it makes contradict the re-check by the "
+                "proof-derived oracle: it was altered (or damaged) after it was saved, or the govern that "
+                "wrote it got them wrong; rebuild the machine from its registry and save it again:\n  - "
+                + "\n  - ".join(problems)
+            )
         if problems:
             raise MachineFileError(
                 f"machine file {where!r} fails the re-check by the proof-derived oracle, so it "
@@ -522,6 +537,129 @@ class Machine:
 
     def __repr__(self) -> str:
         return f"<Machine {self.name!r}: {self._space.n:,} states, {len(self._events)} events>"
+
+
+# -- files of older govern versions ---------------------------------------------------------------
+# Every claim of a loaded report is compared with the re-check (`_load_check`), so the report handed out
+# is what the re-check finds, in this version's words. Two forms of older versions word claims otherwise:
+#
+# - before the delivery theorems (commit 1073cd4, 2026-12-01: govern f8308f0 to 8f74d63) the guarantee
+#   and theorems were worded without them and the oracle record had no "delivery" (the obligations and
+#   not-idempotent events the oracle derives; the report itself lists both, as now);
+# - before the rules check ran on every build (commit 6960c75), a machine of more than 2**22 table entries
+#   with expression rules recorded the rules check as deferred.
+#
+# A report in exactly such a form, of the claims it makes (pair mode, CC2, obligations and not-idempotent
+# events, oracle theorem), is read as this version words those claims; the re-check then compares them as
+# it compares any file's. Anything else is compared as it stands, so an edited claim is still refused.
+
+#: What a report before the delivery theorems said its guarantee rested on (then without theorem names).
+_OLD_TRACE = "trace equivalence from D under eager compensation (WFC + CC1 on D; docs/semantics.md)"
+_OLD_CONFLUENCE = "confluence of the full rewrite system (WFC + CC1 + CC2, Newman's lemma)"
+_OLD_INTERLEAVED = (
+    "interleaved compensation from D (CC2 reduces it to trace equivalence from D; the Rocq "
+    "confluence theorem covers only the domain of every valid state)"
+)
+#: The table entries (states x (events + 1)) above which a build before commit 6960c75 deferred the
+#: rules check.
+_OLD_RULES_CHECK_MAX_ENTRIES = 1 << 22
+_NO_DELIVERY = (
+    "its report, from before commit 1073cd4, lacks the delivery theorems (Govern.Delivery."
+    "check_tables_delivery, check_tables_replica, check_tables_duplicate) and the oracle's delivery record"
+)
+_DEFERRED = "its report says the rules check was deferred (before govern 6960c75 ran it on every build)"
+
+
+def _pre_delivery_words(
+    *, cc2: bool, pair_mode: str, obligations: int, domain: str
+) -> list[tuple[str, tuple[str, ...]]]:
+    """The guarantee and theorems a govern before the delivery theorems wrote for these claims: one
+    wording, but with CC2 on the reachable domain f8308f0 cited confluence where later ones do not."""
+    where = "From every valid state" if domain == "valid" else (
+        "From the initial state (and every state reachable from it)"
+    )
+    if pair_mode == "all":
+        scope = "any two delivery orders of the same events reach the same state"
+    else:
+        scope = (
+            "event sequences that differ only by swapping adjacent declared-independent events reach "
+            "the same state"
+        )
+    text = f"{where}, {scope}, with the state normalized after each event (Machine.apply does this)."
+    if pair_mode == "declared":
+        text += (
+            f" {obligations} undeclared pair(s) do not commute and must be delivered in one fixed causal "
+            "order (see obligations)."
+            if obligations
+            else " Every undeclared pair commutes as well."
+        )
+    if not cc2:
+        return [(text, (_OLD_TRACE,))]
+    text += (
+        " CC2 holds too, so compensation may interleave with delivery in any way and the result "
+        "is still the same valid state."
+    )
+    words: list[tuple[str, tuple[str, ...]]] = [(text, (_OLD_TRACE, _OLD_CONFLUENCE))]
+    if domain != "valid":
+        words.append((text, (_OLD_TRACE, _OLD_INTERLEAVED)))
+    return words
+
+
+def _data_rules(rules: dict[str, Any]) -> bool:
+    """Every rule is an expression (none is a Python callable)."""
+    invariants = all(r.get("holds") is not None and r.get("repair") is not None for r in rules["invariants"])
+    events = all(e.get("guard") is not None and e.get("effect") is not None for e in rules["events"])
+    return invariants and events
+
+
+def _in_current_words(report: Report, rules: dict[str, Any], n: int, n_ev: int) -> tuple[Report, list[str]]:
+    """`report` with the claims an older govern worded otherwise (see above) in this version's words, and
+    what set it apart (empty, and `report` itself, when it is in no older form). It changes no claim: the
+    words are those of the claims the report makes, which the re-check then compares."""
+    record = report.oracle
+    if not isinstance(record, dict):
+        return report, []
+    record = dict(record)
+    older: list[str] = []
+    theorem = record.get("theorem")
+    if "delivery" not in record:
+        cited = (f"oracle: {theorem}",) if theorem else ()
+        words = _pre_delivery_words(
+            cc2=report.cc2, pair_mode=report.pair_mode, obligations=len(report.obligations),
+            domain=str(rules["domain"]),
+        )
+        if any(report.guarantee == text and report.theorems == (*said, *cited) for text, said in words):
+            events = [str(e["name"]) for e in rules["events"]]
+            pairs = sorted(
+                sorted((events.index(d.events[0]), events.index(d.events[1]))) for d in report.obligations
+            )
+            guarantee, theorems = guarantee_text(
+                cc2=report.cc2,
+                pair_mode=report.pair_mode,
+                obligations=len(report.obligations),
+                not_idempotent=len(report.not_idempotent),
+                domain=str(rules["domain"]),
+            )
+            report = replace(report, guarantee=guarantee, theorems=(*theorems, *cited))
+            record["delivery"] = {
+                "obligations": pairs,
+                "not_idempotent": sorted(events.index(d.events[0]) for d in report.not_idempotent),
+                "theorem": oracle_module().THEOREM_DELIVERY,
+            }
+            older.append(_NO_DELIVERY)
+    entries = n * (n_ev + 1)
+    if (
+        entries > _OLD_RULES_CHECK_MAX_ENTRIES
+        and _data_rules(rules)
+        and record.get("rules_checked")
+        == f"deferred: {entries:,} table entries is above the build-time limit of "
+        f"{_OLD_RULES_CHECK_MAX_ENTRIES:,}; govern certify and govern check run it"
+    ):
+        record["rules_checked"] = (
+            f"checked: the tables are exactly what the rules mean ({oracle_module().THEOREM_RULES})"
+        )
+        older.append(_DEFERRED)
+    return (replace(report, oracle=record), older) if older else (report, [])
 
 
 def _spec(v: dict[str, Any]) -> VarSpec:
