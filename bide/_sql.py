@@ -2172,6 +2172,13 @@ def _retryable(exc: BaseException) -> bool:
 
 
 _NOT_CONNECTED = ("connection to server", "could not connect to server", "connection failed:")
+# The server's words for a login it refuses while it starts, recovers or shuts down (`FATAL: ...`).
+_SERVER_STARTING = (
+    "the database system is starting up",
+    "the database system is not yet accepting connections",
+    "the database system is in recovery mode",
+    "the database system is shutting down",
+)
 
 
 def _session_ended(exc: BaseException) -> bool:
@@ -2185,6 +2192,10 @@ def _session_ended(exc: BaseException) -> bool:
     # is told by libpq's words for it ("connection to server at/on socket ... failed", "could not connect"):
     # that one is not retried.
     said = str(orig)
+    if any(words in said for words in _SERVER_STARTING):
+        # A server starting or recovering (57P03, or shutting down: 57P01) refuses the login with these
+        # words, and no SQLSTATE reaches the driver: it will accept one once it is up, as a restart does.
+        return True
     if "server closed the connection unexpectedly" in said:
         # Accepted, then ended (a backend terminated as its session started): libpq says "connection
         # failed" for it too, but the server is there and another try may well get through.

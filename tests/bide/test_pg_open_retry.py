@@ -10,12 +10,14 @@ SQLAlchemy's parameters and link), where every request of an open store was sent
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 from conftest import PG_URL
 
 import bide
@@ -94,3 +96,79 @@ def test_a_failure_to_open_is_one_line_without_sqlalchemy_s_wrapper(pg_prefix: s
     assert "read-only transaction" in said, said
     assert "\n" not in said and "sqlalche.me" not in said and "[SQL:" not in said, said
 
+
+
+class _StartingServer:
+    """A PostgreSQL server that is still starting up for its first `refusals` logins: it answers each with the
+    FATAL a starting server sends (57P03, "the database system is starting up"), then forwards every later
+    connection to the real server."""
+
+    def __init__(self, refusals: int, server: tuple[str, int]) -> None:
+        self.refusals = refusals
+        self.server = server
+        self.refused = 0
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.closed = threading.Event()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            if self.refused < self.refusals:
+                self.refused += 1
+                threading.Thread(target=self._refuse, args=(client,), daemon=True).start()
+            else:
+                threading.Thread(target=self._forward, args=(client, self.server), daemon=True).start()
+
+    @staticmethod
+    def _read_packet(conn: socket.socket) -> bytes:
+        head = conn.recv(4, socket.MSG_WAITALL)
+        length = int.from_bytes(head, "big")
+        return head + conn.recv(length - 4, socket.MSG_WAITALL)
+
+    def _refuse(self, client: socket.socket) -> None:
+        with client:
+            packet = self._read_packet(client)
+            if packet[4:8] in (b"\x04\xd2\x16\x2f", b"\x04\xd2\x16\x30"):  # SSL or GSS request: no
+                client.sendall(b"N")
+                self._read_packet(client)  # the startup packet
+            fields = b"SFATAL\x00VFATAL\x00C57P03\x00Mthe database system is starting up\x00\x00"
+            client.sendall(b"E" + (len(fields) + 4).to_bytes(4, "big") + fields)
+
+    @staticmethod
+    def _forward(client: socket.socket, address: tuple[str, int]) -> None:
+        server = socket.create_connection(address)
+
+        def pump(a: socket.socket, b: socket.socket) -> None:
+            with contextlib.suppress(OSError):
+                while data := a.recv(65536):
+                    b.sendall(data)
+            with contextlib.suppress(OSError):
+                b.shutdown(socket.SHUT_WR)
+
+        threading.Thread(target=pump, args=(server, client), daemon=True).start()
+        pump(client, server)
+
+    def close(self) -> None:
+        self.closed.set()
+        self.listener.close()
+
+
+def test_an_open_while_the_server_starts_up_is_tried_again(pg_prefix: str) -> None:
+    """A server starting or recovering refuses logins with "FATAL: the database system is starting up" for
+    a moment after a restart. The open took that for a server refusing connections and failed at once, so a
+    worker started beside a database restart died, where the store's requests ride over the restart."""
+    bide.SQLStore(PLAIN, table_prefix=pg_prefix).close()
+    real = sa.engine.make_url(PLAIN)
+    starting = _StartingServer(refusals=3, server=(real.host or "127.0.0.1", real.port or 5432))
+    try:
+        url = real.set(host="127.0.0.1", port=starting.port).render_as_string(hide_password=False)
+        store = bide.SQLStore(url, table_prefix=pg_prefix, create=False, busy_timeout=20)
+        store.close()
+    finally:
+        starting.close()
+    assert starting.refused == 3
