@@ -30,7 +30,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Generator
 from contextvars import ContextVar
-from dataclasses import dataclass, fields, is_dataclass
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar, overload
 
 import pydantic
@@ -520,14 +520,11 @@ def journal_safe(tool: str, value: Any) -> Any:
             if not value.isascii():
                 value.encode("utf-8")
             return value
-        converted = to_jsonable_python(value, fallback=str)
-        text = checked_json_text(converted)  # the result record and the tool message reuse the text
+        value = to_jsonable_python(value, fallback=str)
+        text = checked_json_text(value)  # the result record and the tool message reuse the text
         if not text.isascii():
             text.encode("utf-8")
-        collided = _colliding_keys(value)
-        if collided is None:
-            return converted
-        reason = f"two of its keys, {collided[0]!r} and {collided[1]!r}, become the same JSON text"
+        return value
     except (ValueError, TypeError, RecursionError, UnicodeError, PydanticSerializationError) as exc:
         reason = _why_unencodable(exc)
     except Exception as exc:  # the value's own __str__ (the fallback) raised: an object that cannot be shown
@@ -539,36 +536,6 @@ def journal_safe(tool: str, value: Any) -> Any:
     except Exception:  # its __repr__ raises too
         shown = f"(a {type(value).__name__} that cannot be shown)"
     return f"tool {tool!r} returned a value that cannot be journaled as JSON ({reason}); its value: {shown}"
-
-
-def _colliding_keys(value: Any) -> tuple[Any, Any] | None:
-    """Two keys of one mapping inside `value` that JSON would merge into one (`1` and `"1"`, `None` and
-    `"None"`), or None. JSON keys are text, so the conversion keeps only the last of them: the others'
-    values would be lost without a word. Only mappings with a key that is not text can collide."""
-    todo = [value]
-    while todo:
-        item = todo.pop()
-        kind = type(item)
-        if kind is dict:
-            if not all(type(key) is str for key in item):
-                seen: dict[Any, Any] = {}
-                for key in item:
-                    text = to_jsonable_python({key: None}, fallback=str)
-                    name = next(iter(text)) if isinstance(text, dict) and text else key
-                    if name in seen:
-                        return seen[name], key
-                    seen[name] = key
-            todo.extend(item.values())
-        elif kind in (list, tuple, set, frozenset):
-            todo.extend(item)
-        elif isinstance(item, BaseModel):
-            todo.extend(item.__dict__.values())
-            todo.extend((item.__pydantic_extra__ or {}).values())
-        elif is_dataclass(item) and not isinstance(item, type):
-            todo.extend(getattr(item, field.name) for field in fields(item))
-        elif isinstance(item, dict):
-            todo.append(dict(item))
-    return None
 
 
 def _why_unencodable(exc: BaseException) -> str:

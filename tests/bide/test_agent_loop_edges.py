@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -117,58 +116,6 @@ def test_a_side_effect_that_returned_what_cannot_be_shown_is_recorded_as_done(
     assert fired == [500]
     [result] = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
     assert not result.is_error and "returned a value that cannot be journaled as JSON" in result.result
-
-
-@dataclass
-class _Refunds:
-    by_order: dict[object, str]
-
-
-class _RefundsModel(BaseModel):
-    by_order: dict[Any, str]
-
-
-@pytest.mark.parametrize(
-    ("value", "values"),
-    [
-        ({1: "refund-A", "1": "refund-B"}, ["refund-A", "refund-B"]),
-        ({"orders": [{None: "refund-C", "None": "refund-D"}]}, ["refund-C", "refund-D"]),
-        ({True: "refund-E", "true": "refund-F"}, ["refund-E", "refund-F"]),
-        (_Refunds({2: "refund-G", "2": "refund-H"}), ["refund-G", "refund-H"]),
-        (_RefundsModel(by_order={3: "refund-I", "3": "refund-J"}), ["refund-I", "refund-J"]),
-    ],
-    ids=["int-and-text", "nested-none", "bool", "dataclass", "pydantic-model"],
-)
-def test_a_result_whose_keys_become_the_same_json_text_is_journaled_whole_as_text(
-    store: bide.Store, value: object, values: list[str]
-) -> None:
-    # JSON keys are text: converting {1: a, "1": b} keeps only b, which would lose a refund's id silently.
-    fired: list[int] = []
-
-    @bide.tool
-    def refund_all() -> object:
-        """Refund every order."""
-        fired.append(1)
-        return value
-
-    agent = bide.Agent(ScriptedModel([call("refund_all"), reply("ok")]), store=store, tools=[refund_all])
-    assert agent.run_sync("r", "refund").answer == "ok"
-    assert agent.run_sync("r", "refund").replayed and fired == [1]
-    [result] = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
-    assert isinstance(result.result, str) and "become the same JSON text" in result.result
-    assert all(v in result.result for v in values)  # both values are in the text: none was dropped
-
-
-def test_a_result_whose_keys_stay_distinct_is_journaled_as_json(store: bide.Store) -> None:
-    @bide.tool
-    def refund_all() -> object:
-        """Refund every order."""
-        return {1: "refund-A", "2": "refund-B", None: "refund-C"}
-
-    agent = bide.Agent(ScriptedModel([call("refund_all"), reply("ok")]), store=store, tools=[refund_all])
-    assert agent.run_sync("r", "refund").answer == "ok"
-    [result] = [r for r in bide.Journal(store, "r").load().records() if isinstance(r, bide.ToolResult)]
-    assert result.result == {"1": "refund-A", "2": "refund-B", "None": "refund-C"}
 
 
 class _Declined(bide.ToolError):
