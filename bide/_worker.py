@@ -35,7 +35,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
 from ._agent import Agent
 from ._errors import (
@@ -61,7 +61,6 @@ log = logging.getLogger("bide.worker")
 
 AnyAgent = Agent[Any]  # an agent of any output type
 AgentSource = AnyAgent | Iterable[AnyAgent] | Mapping[str, AnyAgent] | Callable[[str], AnyAgent | None]
-_T = TypeVar("_T")
 
 
 # A shorter poll only spins: every look is a query of the store, and nothing waits less than the lease
@@ -198,7 +197,6 @@ class Worker:
         self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
         self._in_flight: dict[str, asyncio.Task[str]] = {}
         self._stopping = asyncio.Event()  # binds to the loop that first waits on it
-        self._listings = 0  # listings of the store running now (in threads): see `listing_alone`
 
     # -- public API ------------------------------------------------------------------------------------------
 
@@ -220,7 +218,7 @@ class Worker:
             run_ids = await self._runs_to_recover()
             # Said in the report so that a pass run from cron right after a crash does not look like a
             # store with nothing to recover.
-            report.leased = await self._listing(self._count_live_leases)
+            report.leased = await asyncio.to_thread(self._count_live_leases)
             for run_id in run_ids:
                 group.create_task(one(run_id))
         return report
@@ -246,8 +244,6 @@ class Worker:
                     self._stopping.set()
                     await self._drain()
                     raise
-                if stopping.is_set():
-                    break  # interrupted by the stop (see `listing_alone`): nothing is left to list for
                 # A dropped connection or a busy database is a hiccup: the store reconnects on the next call.
                 wait = max(wait, min(self.max_backoff, self.backoff * 2**listing_failures))
                 listing_failures += 1
@@ -300,31 +296,17 @@ class Worker:
         """How many drives `run_forever` has running."""
         return len(self._in_flight)
 
-    @property
-    def listing_alone(self) -> bool:
-        """Whether the worker is listing the store's runs with no drive of its in flight: a moment when
-        interrupting the store's statements (a stop signal in `bide worker`) cancels a read and nothing
-        else of the worker's. (`run_once` drives nothing until its listings are done.)"""
-        return self._listings > 0 and not self._in_flight
-
     # -- one run ---------------------------------------------------------------------------------------------
 
     async def _runs_to_recover(self) -> list[str]:
-        out, listed = await self._listing(self._list_runs_to_recover)
+        # The listing is a blocking store call: in a thread, so that drives in flight keep going.
+        out, listed = await asyncio.to_thread(self._list_runs_to_recover)
         # What the worker kept of a run no longer listed goes (it ended, or a live driver holds it): else a
         # worker that runs for months keeps an entry for every run it ever parked or backed off (an idle
         # thread between messages, a halt someone else resolved and finished).
         for run_id in [r for r in self._state if r not in listed and r not in self._in_flight]:
             del self._state[run_id]
         return out
-
-    async def _listing(self, list_runs: Callable[[], _T]) -> _T:
-        # A listing is a blocking store call: in a thread, so that drives in flight keep going.
-        self._listings += 1
-        try:
-            return await asyncio.to_thread(list_runs)
-        finally:
-            self._listings -= 1
 
     def _count_live_leases(self) -> int:
         """How many unfinished runs hold a lease that is live now (listed before the pass drives any)."""

@@ -322,21 +322,13 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
         except (_AppError, ConfigError) as exc:
             return refuse(EXIT_USAGE, str(exc))
         if args.once:
-            signalled: list[int] = []
             try:
                 with _signals_restored():
-                    report = asyncio.run(_once(worker, signalled))
+                    report = asyncio.run(_once(worker))
             except ExceptionGroup as group:  # the pass's task group wraps a listing's failure
                 failed, rest = group.split(StoreError)
                 if failed is None or rest is not None:
                     raise
-                if signalled:  # the stop signal cancelled the listing's statement: no run was taken
-                    from ._cli import EXIT_INTERRUPTED
-
-                    why = "interrupted while listing the runs to recover: no run was driven"
-                    print(f"bide worker: {why}", file=sys.stderr)
-                    failure_document(EXIT_INTERRUPTED, why)
-                    return EXIT_INTERRUPTED
                 cause = failed.exceptions[0]
                 why = f"the store failed listing the runs to recover, so none was driven: {cause}"
                 print(f"bide worker: {printable(why)}", file=sys.stderr)
@@ -444,28 +436,15 @@ def _signals_restored() -> Iterator[None]:
                     signal.signal(sig, handler)
 
 
-def _stop_on_signals(worker: Worker, signalled: list[int]) -> None:
+def _stop_on_signals(worker: Worker) -> None:
     # SIGINT/SIGTERM/SIGHUP stop the worker instead of cancelling its drives: a drive interrupted while its
-    # side effect runs would lose the effect's result and leave the run halted for a person.
+    # side effect runs would lose the effect's result and leave the run halted for a person. Nor is a
+    # listing's statement cancelled: a call that ran past its deadline may be journaling its result
+    # through the same store (see docs/operations.md), so a listing waiting on a lock is waited for.
     loop = asyncio.get_running_loop()
-
-    def on_signal(sig: signal.Signals) -> None:
-        signalled.append(int(sig))
-        _stop_now(worker)
-
     for sig in _handled_signals():
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, on_signal, sig)
-
-
-def _stop_now(worker: Worker) -> None:
-    """Stop the worker; a listing with no drive in flight is a read waiting on the store (a lock held
-    elsewhere can hold it for the whole busy timeout): its statement is cancelled, so the worker stops now.
-    (Only here, in a process that is the worker alone: a `Worker` in an application never interrupts a
-    store that other code may be writing through.)"""
-    worker.stop()
-    if worker.listing_alone:
-        give_up_on(worker.store)
+            loop.add_signal_handler(sig, worker.stop)
 
 
 def _stop_then_cancel_on_signals(worker: Worker) -> None:
@@ -478,7 +457,7 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
         nonlocal signals
         signals += 1
         if signals == 1:
-            _stop_now(worker)
+            worker.stop()
             if worker.in_flight:
                 _say(
                     f"bide worker: stopping; waiting for the {worker.in_flight} drive(s) in flight to finish "
@@ -510,8 +489,8 @@ def _say(line: str) -> None:
             print(line, file=sys.stderr, flush=True)
 
 
-async def _once(worker: Worker, signalled: list[int]) -> PassReport:
-    _stop_on_signals(worker, signalled)
+async def _once(worker: Worker) -> PassReport:
+    _stop_on_signals(worker)
     return await worker.run_once()
 
 
