@@ -24,9 +24,11 @@ import numpy.typing as npt
 from .._errors import DeclarationError
 from ..model._space import Space, Value
 from ..oracle._gate import certified_record, oracle_module
+from ..verify._compose import rule_footprints
 from ..verify._concrete import Concrete
 from ..verify._counterexample import Divergence, Step
 from ..verify._report import Report, guarantee_text
+from ..verify._verify import closed_footprints
 from ._rules_snapshot import snapshot_from_rules
 
 __all__ = ["check_stored_timings", "recheck"]
@@ -174,7 +176,7 @@ def _report_problems(
         if said != found
     ]
     if not problems:
-        problems = _footprint_problems(report, events, space.names)
+        problems = _footprint_problems(rules, report, events, space.names)
     if cc2 and report.cc2_witness is not None:
         problems.append("CC2 holds, yet the file holds a CC2 witness")
     if problems:
@@ -209,15 +211,27 @@ def _cc2_failing(apply: npt.NDArray[np.int32], nf: npt.NDArray[np.int32], events
     return failing
 
 
-def _footprint_problems(report: Report, events: list[str], names: list[str]) -> list[str]:
-    """Footprints name variables in declaration order, one per event; a pair is pruned exactly when
-    it is checked and the two footprints are disjoint, for the reason the build gives."""
+def _footprint_problems(
+    rules: dict[str, Any], report: Report, events: list[str], names: list[str]
+) -> list[str]:
+    """Footprints name variables in declaration order, one per event, and are what the rules give when
+    every rule is an expression (a callable's footprint was traced by the build, and is trusted as its
+    purity is); a pair is pruned exactly when it is checked and the two footprints are disjoint, for the
+    reason the build gives."""
     fps = report.footprints
     if sorted(fps) != sorted(events) or not all(
-        all(x in names for x in fp) and [names.index(x) for x in fp] == sorted({names.index(x) for x in fp})
+        type(fp) is tuple
+        and all(type(x) is str and x in names for x in fp)
+        and [names.index(x) for x in fp] == sorted({names.index(x) for x in fp})
         for fp in fps.values()
     ):
         return ["the footprints do not name variables of the machine, one per event"]
+    from_rules = rule_footprints(rules)
+    if from_rules is not None:
+        closures = closed_footprints(*from_rules)
+        found = {event: tuple(names[i] for i in sorted(c)) for event, c in zip(events, closures, strict=True)}
+        if fps != found:
+            return [f"footprints: the file says {fps!r}, the rules give {found!r}"]
     expected = []
     for a, b in report.pairs_checked:
         if set(fps[a]) & set(fps[b]):
@@ -350,8 +364,12 @@ def _shape_problems(
             problems.append("the stored initial state is not the rules' initial state")
     if report.initial != space.as_dict(initial):
         problems.append("the report's initial state is not the stored initial state")
-    if not (report.wfc and report.cc1):
+    if report.wfc is not True or report.cc1 is not True:
         problems.append("the report does not describe a certified machine")
+    counts = (report.states, report.valid_states, report.domain_states, report.undeclared_pairs,
+              report.max_repair_depth)  # fmt: skip
+    if type(report.cc2) is not bool or not all(type(n) is int for n in counts):
+        problems.append("the report's CC2 is not true or false, or one of its counts is not an integer")
     return problems
 
 

@@ -54,10 +54,14 @@ class Verdict:
 
 def event_closures(inv_fps: list[Footprint], ev_fps: list[Footprint]) -> list[frozenset[int]]:
     """Each event's footprint (reads and writes) closed under every invariant footprint it meets."""
-    inv_all = [inv.all for inv in inv_fps]
+    return closed_footprints([inv.all for inv in inv_fps], [fp.all for fp in ev_fps])
+
+
+def closed_footprints(inv_all: list[frozenset[int]], ev_all: list[frozenset[int]]) -> list[frozenset[int]]:
+    """Each event's variables (`ev_all`) closed under every invariant's variables (`inv_all`) it meets."""
     out = []
-    for fp in ev_fps:
-        f = set(fp.all)
+    for fp in ev_all:
+        f = set(fp)
         pending = list(inv_all)
         changed = True
         while changed:

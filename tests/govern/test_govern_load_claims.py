@@ -221,3 +221,27 @@ def test_a_composed_file_whose_rules_are_not_expressions_is_a_machine_file_error
     path = resave(tmp_path / "pair.govern", tmp_path / "edited.govern",
                   edit_json("rules", lambda d: d["events"][0]["effect"][0].__setitem__(1, "a")))
     refused(path, "altered")
+
+
+def test_footprints_edited_in_a_file_of_expression_rules_are_refused(
+    saved: dict[str, Path], tmp_path: Path
+) -> None:
+    """A footprint outside every checked pair was handed out as the file said ("ship touches nothing"):
+    with expression rules the footprints are what the rules give, as every other claim is."""
+    path = resave(saved["orders"], tmp_path / "footprint.govern",
+                  edit_json("report", lambda d: d["footprints"].__setitem__("ship", [])))
+    refused(path, "footprints")
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("wfc", "no"), ("cc1", "no"), ("cc1", 2**31), ("cc2", 1), ("max_repair_depth", 1.0), ("states", "16")],
+)
+def test_report_claims_of_another_type_are_refused(
+    saved: dict[str, Path], tmp_path: Path, field: str, value: object
+) -> None:
+    """`wfc: "no"` passed as true, and `cc2: 1` or a count of 1.0 compared equal to the re-check's."""
+    path = resave(saved["door"], tmp_path / "typed.govern",
+                  edit_json("report", lambda d: d.__setitem__(field, value)))
+    with pytest.raises(MachineFileError):
+        Machine.load(path)
