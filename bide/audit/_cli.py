@@ -364,6 +364,9 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
                 # Not a usage error: the older head's size is past the journal's end (records removed).
                 raise journal_shorter(args.run, checked, args.consistency_from)
             to = checked if args.consistency_to is None else args.consistency_to
+            if to > checked and args.consistency_from <= to:
+                # The newer head you hold covers records the journal no longer holds: not a usage error.
+                raise journal_shorter(args.run, checked, to)
             if to > checked:
                 raise ConfigError(
                     f"run {args.run!r} has {checked} records; cannot prove {args.consistency_from} -> {to}"

@@ -97,6 +97,12 @@ def test_consistency_from_a_size_the_journal_no_longer_holds_says_records_are_mi
     assert beyond.returncode == doc["exit_code"] == 1, beyond.stdout + beyond.stderr
     assert doc["result"] == "not_verified" and doc["reason"] == "not verified"
     assert "now holds 5 records, fewer than 99" in doc["message"] and "reversed" not in doc["message"]
+    # The docs' recipe gives both sizes, the newer one a head's you hold: past the journal's end, records
+    # are missing too (it was a usage error, "has 3 records; cannot prove 2 -> 5").
+    both = audit("export", *base, "--run", "r1", "--consistency-from", "2", "--consistency-to", "5",
+                 "-o", "proof.json", cwd=tmp_path)  # fmt: skip
+    assert both.returncode == 1, both.stdout + both.stderr
+    assert both.stderr.startswith("NOT VERIFIED: the journal of run 'r1' now holds 3 records, fewer than 5")
     # Reversed stays the word for sizes the user gave the wrong way round.
     swapped = audit("export", *base, "--run", "r2", "--consistency-from", "4", "--consistency-to", "2",
                     "-o", "proof.json", cwd=tmp_path)  # fmt: skip
