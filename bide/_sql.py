@@ -125,6 +125,7 @@ from ._url import (
     refused_for_good,
     refused_option,
     refused_option_value,
+    server_keepalives,
     without_password,
 )
 
@@ -349,6 +350,7 @@ class SQLStore:
                 f"case), got {table_prefix!r}: use {table_prefix.lower()!r}"
             )
         self._busy_ms = _busy_ms(busy_timeout, self.dialect)
+        self._server_keepalives = server_keepalives(self._busy_ms / 1000)
         self._file: OpenedFile | None = None  # SQLite: the file, once open (see bide/_dbfile.py)
         if self.dialect == "sqlite":
             # The path is made absolute once: a later os.chdir must not point new connections elsewhere.
@@ -616,11 +618,14 @@ class SQLStore:
         # module docstring).
         # Both in one round trip, outside a transaction (no BEGIN, no COMMIT): every round trip of an open
         # is one more chance for a server ending sessions to end this one.
+        # The server's keepalives end the session of a driver whose host died or was cut off mid-transaction,
+        # freeing its locks within about the busy timeout (`server_keepalives`).
+        keepalives = "".join(f"; SET {name} = {value}" for name, value in self._server_keepalives.items())
         dbapi_conn.autocommit = True
         try:
             dbapi_conn.execute(
                 f"SET lock_timeout = {self._busy_ms}; "
-                f"SET idle_in_transaction_session_timeout = {max(1, self._busy_ms // 2)}"
+                f"SET idle_in_transaction_session_timeout = {max(1, self._busy_ms // 2)}{keepalives}"
             )
         finally:
             if not dbapi_conn.closed:
@@ -671,7 +676,8 @@ class SQLStore:
                 raise StoreError(
                     f"cannot open the store {where}: its tables stayed locked by another session past the "
                     f"busy timeout ({self._busy_ms / 1000:g} s); find that session (pg_stat_activity: one "
-                    "'idle in transaction', or one holding LOCK TABLE) and end it"
+                    "'idle in transaction', one 'active' waiting on ClientRead, or one holding LOCK TABLE) "
+                    "and end it"
                 ) from exc
             if self.dialect == "sqlite":
                 raise StoreError(

@@ -54,7 +54,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from bide._dbfile import OpenedFile, connect_existing, other_names
 from bide._sql import lost_in_pipeline, out_of_pipeline, pipeline
-from bide._url import libpq_bounds, without_password
+from bide._url import libpq_bounds, server_keepalives, without_password
 
 from .._errors import GovernError
 from . import _logschema as schema
@@ -1156,9 +1156,14 @@ def _engine(
         given = query.get("options", ())
         # A session idle in a transaction past half the timeout is ended by the server: a process paused
         # holding the log's lock frees it before the other writers' lock waits run out (see `_SqlTx.read`).
+        # And the server's keepalives end the session of an appender whose host died or was cut off between
+        # its writes and its COMMIT (waiting "active" on ClientRead, where no session timeout applies),
+        # freeing the log's lock within about the timeout instead of the system's two hours.
+        keepalives = [f"-c {name}={value}" for name, value in server_keepalives(timeout).items()]
         options = " ".join([*([given] if isinstance(given, str) else given), f"-c lock_timeout={ms}",
                             f"-c statement_timeout={ms}",
-                            f"-c idle_in_transaction_session_timeout={max(1, ms // 2)}"])  # fmt: skip
+                            f"-c idle_in_transaction_session_timeout={max(1, ms // 2)}",
+                            *keepalives])  # fmt: skip
         connect = {**libpq_bounds(query, timeout), "options": options}
         return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
     engine = sa.create_engine(url, creator=sqlite_creator, **pool)
@@ -1849,8 +1854,9 @@ class _SqlBackend:
         if kind == "timeout":
             return LogTimeout(
                 f"{where} waited longer than the log's timeout ({self.timeout:g} s): {reason}; another "
-                "session holds the log's lock (look for one 'idle in transaction' in pg_stat_activity) or "
-                f"the database is overloaded{safe}"
+                "session holds the log's lock (look in pg_stat_activity for one 'idle in transaction', or "
+                "one 'active' waiting on ClientRead whose client is gone) or the database is "
+                f"overloaded{safe}"
             )
         if kind == "retry":
             return LogTimeout(

@@ -1,0 +1,50 @@
+"""The server's side of a connection that goes silent: a driver or appender whose host died, or was cut off,
+between its writes and its COMMIT leaves its session waiting "active" on ClientRead, where neither the lock
+nor the idle-in-transaction timeout applies, holding its locks (a run's row, the event log's lock) until
+the server's kernel gives up on the connection: two hours by the system's default keepalive. Every session
+of a bide store and of a govern event log asks the server to probe a silent client within about its busy
+timeout (`bide._url.server_keepalives`), so those locks are freed in about that time."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import PG_URL
+
+import bide
+import govern
+from bide._url import server_keepalives
+
+pytestmark = pytest.mark.postgres
+
+SETTINGS = ("tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+
+
+def test_the_server_probes_a_silent_client_within_about_the_wait() -> None:
+    assert server_keepalives(30) == {"tcp_keepalives_idle": 15, "tcp_keepalives_interval": 5,
+                                     "tcp_keepalives_count": 3}  # fmt: skip
+    for wait in (0.1, 2, 7.5, 30, 600, 10**6):
+        k = server_keepalives(wait)
+        probed = k["tcp_keepalives_idle"] + k["tcp_keepalives_interval"] * k["tcp_keepalives_count"]
+        assert probed <= max(2, wait) * 1.5 + 3 and 1 <= k["tcp_keepalives_idle"] <= 32767
+
+
+def _shown(conn: object) -> dict[str, int]:
+    return {name: int(conn.exec_driver_sql(f"SHOW {name}").scalar_one()) for name in SETTINGS}  # type: ignore[attr-defined]
+
+
+def test_a_store_session_asks_the_server_to_probe_it(pg_prefix: str) -> None:
+    store = bide.SQLStore(PG_URL, table_prefix=pg_prefix, busy_timeout=10)
+    try:
+        with store.engine.connect() as conn:
+            assert _shown(conn) == server_keepalives(10)
+    finally:
+        store.close()
+
+
+def test_an_event_log_session_asks_the_server_to_probe_it() -> None:
+    log = govern.EventLog(PG_URL, name="keepalives-check", timeout=12)
+    try:
+        with log._backend.engine.connect() as conn:  # type: ignore[attr-defined]
+            assert _shown(conn) == server_keepalives(12)
+    finally:
+        log.close()
