@@ -350,7 +350,7 @@ class SQLStore:
                 f"case), got {table_prefix!r}: use {table_prefix.lower()!r}"
             )
         self._busy_ms = _busy_ms(busy_timeout, self.dialect)
-        self._server_keepalives = server_keepalives(self._busy_ms / 1000)
+        self._server_keepalives = server_keepalives(self._busy_ms / 1000, sa_url.query.get("options", ()))
         self._file: OpenedFile | None = None  # SQLite: the file, once open (see bide/_dbfile.py)
         if self.dialect == "sqlite":
             # The path is made absolute once: a later os.chdir must not point new connections elsewhere.

@@ -282,19 +282,22 @@ def libpq_bounds(given: Collection[str], wait_s: float) -> dict[str, int]:
     return {name: value for name, value in bounds.items() if name not in given}
 
 
-def server_keepalives(wait_s: float) -> dict[str, int]:
+def server_keepalives(wait_s: float, given: str | Collection[str] = ()) -> dict[str, int]:
     """PostgreSQL session settings with which the server finds a client gone silent within about `wait_s`
     seconds (at least 2): its kernel probes a connection idle for half of it and gives up after three
     unanswered probes. A client whose host died or was cut off in the middle of a transaction (between its
     writes and its COMMIT, waiting "active" on ClientRead, where no session timeout applies) would
     otherwise hold its locks until the operating system's keepalive, two hours by default. A live client's
-    kernel answers the probes; over a Unix socket the server ignores them."""
+    kernel answers the probes; over a Unix socket the server ignores them. A setting the URL's own
+    server `options` (`given`, a string or several) name is left to them."""
     s = max(2, math.ceil(wait_s))
-    return {
+    settings = {
         "tcp_keepalives_idle": min(max(1, s // 2), _KEEPALIVE_MAX_S),
         "tcp_keepalives_interval": min(max(1, math.ceil(s / 6)), _KEEPALIVE_MAX_S),
         "tcp_keepalives_count": 3,
     }
+    named = given if isinstance(given, str) else " ".join(given)
+    return {name: value for name, value in settings.items() if name not in named}
 
 
 def refused_option(url: str, options: Collection[str], error: str) -> StoreURLError | None:

@@ -1159,7 +1159,7 @@ def _engine(
         # And the server's keepalives end the session of an appender whose host died or was cut off between
         # its writes and its COMMIT (waiting "active" on ClientRead, where no session timeout applies),
         # freeing the log's lock within about the timeout instead of the system's two hours.
-        keepalives = [f"-c {name}={value}" for name, value in server_keepalives(timeout).items()]
+        keepalives = [f"-c {name}={value}" for name, value in server_keepalives(timeout, given).items()]
         options = " ".join([*([given] if isinstance(given, str) else given), f"-c lock_timeout={ms}",
                             f"-c statement_timeout={ms}",
                             f"-c idle_in_transaction_session_timeout={max(1, ms // 2)}",

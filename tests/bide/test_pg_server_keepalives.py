@@ -48,3 +48,19 @@ def test_an_event_log_session_asks_the_server_to_probe_it() -> None:
             assert _shown(conn) == server_keepalives(12)
     finally:
         log.close()
+
+
+def test_keepalives_the_urls_own_options_set_are_left_to_them(pg_prefix: str) -> None:
+    """A URL whose server options set a keepalive had it overridden by the store's and the log's own."""
+    url = f"{PG_URL}?options=-c%20tcp_keepalives_idle%3D600%20-c%20search_path%3Dpublic"
+    store = bide.SQLStore(url, table_prefix=pg_prefix, busy_timeout=10)
+    log = govern.EventLog(url, name="keepalives-check", timeout=10)
+    try:
+        for engine in (store.engine, log._backend.engine):  # type: ignore[attr-defined]
+            with engine.connect() as conn:
+                shown = _shown(conn)
+            assert shown["tcp_keepalives_idle"] == 600
+            assert shown["tcp_keepalives_interval"] == server_keepalives(10)["tcp_keepalives_interval"]
+    finally:
+        store.close()
+        log.close()
