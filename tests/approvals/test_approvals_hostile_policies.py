@@ -104,17 +104,22 @@ def test_distinct_keys_across_a_package_are_bounded(monkeypatch: pytest.MonkeyPa
     verify_approvals(pkg, LOG_KEY.public)
 
 
+def _calls(monkeypatch: pytest.MonkeyPatch, module: object, name: str) -> list[bytes]:
+    """The arguments `module.name` (a function of bytes) is called with from now on."""
+    seen: list[bytes] = []
+    real = getattr(module, name)
+
+    def spy(data: bytes) -> Any:
+        seen.append(data)
+        return real(data)
+
+    monkeypatch.setattr(module, name, spy)
+    return seen
+
+
 def _checked_keys(monkeypatch: pytest.MonkeyPatch) -> list[bytes]:
     """The keys checked to be strong from now on."""
-    checked: list[bytes] = []
-    real = keys_module.is_strong_public_key
-
-    def spy(raw: bytes) -> bool:
-        checked.append(raw)
-        return real(raw)
-
-    monkeypatch.setattr(keys_module, "is_strong_public_key", spy)
-    return checked
+    return _calls(monkeypatch, keys_module, "is_strong_public_key")
 
 
 def test_pins_are_compared_before_the_keys_of_a_policy_are_checked(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -176,14 +181,7 @@ def test_a_policys_digests_hash_its_seats_once(monkeypatch: pytest.MonkeyPatch) 
     policy = ApprovalPolicy.from_json(
         {"need": 1, "approvers": [{"name": "alice", "public_key": APPROVERS["alice"].public.hex}]}
     )
-    hashed: list[bytes] = []
-    real = _policy.field
-
-    def counted(data: bytes) -> bytes:
-        hashed.append(data)
-        return real(data)
-
-    monkeypatch.setattr(_policy, "field", counted)
+    hashed = _calls(monkeypatch, _policy, "field")
     digests = {(policy.approvers_digest, policy.digest) for _ in range(100)}
     assert len(digests) == 1 and len(hashed) == 2  # the one seat's name and key, once
 
@@ -192,10 +190,8 @@ def test_a_policy_file_that_is_not_json_is_named_by_the_path_given(tmp_path: Pat
     """`--policy /dev/null` was called 'null' in the refusal, the file's last name alone."""
     from bide.approvals._trust import policy_from_file
 
-    for path in ("/dev/null", str(tmp_path / "sub" / "policy.json")):
-        if path != "/dev/null":
-            Path(path).parent.mkdir()
-            Path(path).write_text("{not json")
+    (tmp_path / "policy.json").write_text("{not json")
+    for path in ("/dev/null", str(tmp_path / "policy.json")):
         with pytest.raises(UnreadableInput) as refused:
             policy_from_file(path)
         assert repr(path) in str(refused.value), str(refused.value)

@@ -178,13 +178,18 @@ def test_duplicate_enum_labels_in_a_symbolic_file_are_refused(tmp_path: Path) ->
     refused(path, "labels must be at least two distinct strings")
 
 
-def test_a_composed_file_with_an_edited_report_is_refused(tmp_path: Path) -> None:
+def pair() -> Machine:
+    """A machine built by its two components."""
     r = Registry("pair")
     a = r.int("a", 0, 3)
     b = r.bool("b")
     r.event("bump", effect={a: max_(a, 1)})
     r.event("flag", effect={b: True})
-    machine = r.build(compose=True)
+    return r.build(compose=True)
+
+
+def test_a_composed_file_with_an_edited_report_is_refused(tmp_path: Path) -> None:
+    machine = pair()
     assert len(machine.components) == 2
     machine.save(tmp_path / "pair.govern")
     assert Machine.load(tmp_path / "pair.govern").digest == machine.digest
@@ -212,12 +217,7 @@ def test_rules_that_are_not_expressions_are_a_machine_file_error(
 def test_a_composed_file_whose_rules_are_not_expressions_is_a_machine_file_error(tmp_path: Path) -> None:
     # The decomposition checker's input error was reported as OracleUnavailable: "the oracle is missing",
     # where the file had been altered.
-    r = Registry("pair")
-    a = r.int("a", 0, 3)
-    b = r.bool("b")
-    r.event("bump", effect={a: max_(a, 1)})
-    r.event("flag", effect={b: True})
-    r.build(compose=True).save(tmp_path / "pair.govern")
+    pair().save(tmp_path / "pair.govern")
     path = resave(tmp_path / "pair.govern", tmp_path / "edited.govern",
                   edit_json("rules", lambda d: d["events"][0]["effect"][0].__setitem__(1, "a")))
     refused(path, "altered")
