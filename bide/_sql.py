@@ -362,7 +362,12 @@ class SQLStore:
             # libpq waits for a server that accepts and never answers, or for an answer on a path that went
             # silent, as long as the operating system lets it: minutes or forever. The busy timeout bounds
             # each connection attempt and a silent connection (libpq_bounds); options in the URL win.
-            bounded = libpq_bounds(sa_url.query, busy_timeout)
+            bounded: dict[str, int | str] = {**libpq_bounds(sa_url.query, busy_timeout)}
+            given = sa_url.query.get("options", ())
+            if not isinstance(given, str):
+                # `options` given twice or more (one setting each) reaches libpq as one string, as the
+                # event log joins them: SQLAlchemy would pass the tuple's repr, which the server refuses.
+                bounded["options"] = " ".join(given)
             self.engine = sa.create_engine(sa_url, pool_pre_ping=True, pool_size=2, connect_args=bounded)
             sa.event.listen(self.engine, "connect", self._postgresql_session)
         self.metadata = sa.MetaData()
@@ -635,9 +640,9 @@ class SQLStore:
         if self.dialect != "postgresql":
             self._prepare_schema_once(create=create)
             return
-        # A session the server ended while the store opened (a killed backend, a restart) is opened again,
-        # as a request would be sent again, for up to the busy timeout; a server that refuses connections
-        # is reported at once.
+        # A session the server ended while the store opened (a killed backend, a restart), or a login it
+        # refused while starting or with every connection slot taken, is opened again, as a request would
+        # be sent again, for up to the busy timeout; a server that refuses connections is reported at once.
         until = time.monotonic() + self._busy_ms / 1000
         tries = 0
         while True:
@@ -2185,6 +2190,14 @@ _SERVER_STARTING = (
     "the database system is in recovery mode",
     "the database system is shutting down",
 )
+# The server's words for a login refused because its connection slots (53300: all of them, those left
+# for superusers, or a role's or a database's CONNECTION LIMIT) are taken: one frees as a session ends.
+_SERVER_FULL = (
+    "sorry, too many clients already",
+    "remaining connection slots are reserved",
+    "too many connections for role",
+    "too many connections for database",
+)
 
 
 def _session_ended(exc: BaseException) -> bool:
@@ -2198,9 +2211,10 @@ def _session_ended(exc: BaseException) -> bool:
     # is told by libpq's words for it ("connection to server at/on socket ... failed", "could not connect"):
     # that one is not retried.
     said = str(orig)
-    if any(words in said for words in _SERVER_STARTING):
-        # A server starting or recovering (57P03, or shutting down: 57P01) refuses the login with these
-        # words, and no SQLSTATE reaches the driver: it will accept one once it is up, as a restart does.
+    if any(words in said for words in _SERVER_STARTING + _SERVER_FULL):
+        # A server starting or recovering (57P03, or shutting down: 57P01), or one whose connection slots
+        # are all taken (53300), refuses the login with these words, and no SQLSTATE reaches the driver:
+        # it will accept one once it is up, or once another session ends.
         return True
     if "server closed the connection unexpectedly" in said:
         # Accepted, then ended (a backend terminated as its session started): libpq says "connection

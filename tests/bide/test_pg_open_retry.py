@@ -100,11 +100,17 @@ def test_a_failure_to_open_is_one_line_without_sqlalchemy_s_wrapper(pg_prefix: s
 
 class _StartingServer:
     """A PostgreSQL server that is still starting up for its first `refusals` logins: it answers each with the
-    FATAL a starting server sends (57P03, "the database system is starting up"), then forwards every later
-    connection to the real server."""
+    FATAL a starting server sends (57P03, "the database system is starting up", or another FATAL `said`),
+    then forwards every later connection to the real server."""
 
-    def __init__(self, refusals: int, server: tuple[str, int]) -> None:
+    def __init__(
+        self,
+        refusals: int,
+        server: tuple[str, int],
+        said: tuple[bytes, bytes] = (b"57P03", b"the database system is starting up"),
+    ) -> None:
         self.refusals = refusals
+        self.said = said
         self.server = server
         self.refused = 0
         self.listener = socket.create_server(("127.0.0.1", 0))
@@ -136,7 +142,8 @@ class _StartingServer:
             if packet[4:8] in (b"\x04\xd2\x16\x2f", b"\x04\xd2\x16\x30"):  # SSL or GSS request: no
                 client.sendall(b"N")
                 self._read_packet(client)  # the startup packet
-            fields = b"SFATAL\x00VFATAL\x00C57P03\x00Mthe database system is starting up\x00\x00"
+            code, message = self.said
+            fields = b"SFATAL\x00VFATAL\x00C" + code + b"\x00M" + message + b"\x00\x00"
             client.sendall(b"E" + (len(fields) + 4).to_bytes(4, "big") + fields)
 
     @staticmethod
@@ -158,13 +165,26 @@ class _StartingServer:
         self.listener.close()
 
 
-def test_an_open_while_the_server_starts_up_is_tried_again(pg_prefix: str) -> None:
+@pytest.mark.parametrize(
+    "said",
+    [
+        (b"57P03", b"the database system is starting up"),
+        (b"53300", b"sorry, too many clients already"),
+        (b"53300", b'too many connections for role "app"'),
+    ],
+    ids=["starting", "full", "role-limit"],
+)
+def test_an_open_the_server_refuses_for_a_moment_is_tried_again(
+    pg_prefix: str, said: tuple[bytes, bytes]
+) -> None:
     """A server starting or recovering refuses logins with "FATAL: the database system is starting up" for
     a moment after a restart. The open took that for a server refusing connections and failed at once, so a
-    worker started beside a database restart died, where the store's requests ride over the restart."""
+    worker started beside a database restart died, where the store's requests ride over the restart. A
+    server whose connection slots are all taken (53300) is waited for the same way: one frees as another
+    session ends, and the requests of an open store already wait for it."""
     bide.SQLStore(PLAIN, table_prefix=pg_prefix).close()
     real = sa.engine.make_url(PLAIN)
-    starting = _StartingServer(refusals=3, server=(real.host or "127.0.0.1", real.port or 5432))
+    starting = _StartingServer(refusals=3, server=(real.host or "127.0.0.1", real.port or 5432), said=said)
     try:
         url = real.set(host="127.0.0.1", port=starting.port).render_as_string(hide_password=False)
         store = bide.SQLStore(url, table_prefix=pg_prefix, create=False, busy_timeout=20)

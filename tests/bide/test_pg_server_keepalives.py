@@ -64,3 +64,20 @@ def test_keepalives_the_urls_own_options_set_are_left_to_them(pg_prefix: str) ->
     finally:
         store.close()
         log.close()
+
+
+def test_options_given_twice_reach_the_server_on_a_store_and_a_log(pg_prefix: str) -> None:
+    """A URL giving `options` twice (one setting each) failed to open a bide store: SQLAlchemy handed libpq
+    the pair's repr, which the server refused ("invalid command-line argument"); the event log joined them.
+    Both keep both settings now, and the keepalive one of them sets."""
+    url = f"{PG_URL}?options=-c%20tcp_keepalives_idle%3D600&options=-c%20work_mem%3D4321kB"
+    store = bide.SQLStore(url, table_prefix=pg_prefix, busy_timeout=10)
+    log = govern.EventLog(url, name="keepalives-check", timeout=10)
+    try:
+        for engine in (store.engine, log._backend.engine):  # type: ignore[attr-defined]
+            with engine.connect() as conn:
+                assert _shown(conn)["tcp_keepalives_idle"] == 600
+                assert conn.exec_driver_sql("SHOW work_mem").scalar_one() == "4321kB"
+    finally:
+        store.close()
+        log.close()
