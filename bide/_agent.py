@@ -1500,8 +1500,13 @@ class Agent(Generic[T]):
     def _unknown(
         self, journal: Journal, marker: Attempt, cause: str, *, options: bool = False
     ) -> OutcomeUnknown:
-        """The halt for a marker without a result; `options`: name what the tool could do instead."""
+        """The halt for a marker without a result; `options`: name what the tool could do instead. A cause
+        quoting an error message is cut to its first `_CAUSE_MAX` characters (a tool's 5 MB error became a
+        5 MB halt message in every log line and traceback): the whole error is the halt's `__cause__`."""
         args = canonical_json(marker.arguments).decode()
+        if len(cause) > _CAUSE_MAX:
+            more = len(cause) - _CAUSE_MAX
+            cause = f"{cause[:_CAUSE_MAX]}... ({more:,} more characters: see its __cause__)"
         return OutcomeUnknown(
             f"run {journal.run_id!r} halted: side-effect call {marker.call_id!r} ({marker.tool} {args}) was "
             f"attempted at {iso(marker.attempted_at_ms / 1000)} but its outcome was not recorded "
@@ -1952,6 +1957,9 @@ def _json_copy(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_json_copy(v) for v in value]
     return value
+
+
+_CAUSE_MAX = 2000
 
 
 def _error_text(exc: BaseException) -> str:

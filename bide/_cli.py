@@ -71,7 +71,7 @@ from ._errors import (
     StoreError,
     StoreNotFound,
 )
-from ._stdout import OUTPUT_LOST, GuardedStdout, OutputLost, closed_stdout_fails, lost_output, silence_stdout
+from ._stdout import GuardedStdout, closed_stdout_fails, ended
 from ._terminal import printable
 from ._when import iso, seconds, when
 
@@ -603,15 +603,20 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 st = status_of(journal)
                 if st.status == "awaiting_approval":
                     pause = journal.get(pause_key(st.call_id or ""))
+                    decided = _decided(journal, st.call_id or "")
+                    # The pause's reason was the gate's words when it paused: a closed gate's (its tally
+                    # is recorded) would send approvers to decide what it no longer takes.
+                    reason = getattr(pause, "reason", None) if decided is None else _closed_text(decided)
                     waiting.append(
                         {
                             "run_id": run_id,
                             "call_id": st.call_id,
                             "tool": st.tool,
                             "arguments": st.arguments,
-                            "reason": getattr(pause, "reason", None),
+                            "reason": reason,
                             "approval": None,
                             "gate": "approval" if _at_approval_gate(journal, st.call_id or "") else "custom",
+                            "decided": decided,
                         }
                     )
             after = batch[-1]
@@ -634,7 +639,8 @@ def _cmd_pending(args: argparse.Namespace) -> int:
         _print_listing(waiting, unreadable)
         return _report_unreadable(unreadable)
     if not waiting:
-        print("No run is waiting at a gate.")
+        # An unreadable run may be waiting at a gate: only the readable ones are known not to.
+        print("No readable run is waiting at a gate." if unreadable else "No run is waiting at a gate.")
         return _report_unreadable(unreadable)
     table(
         ("RUN", "CALL", "TOOL", "WAITING FOR"),
@@ -651,11 +657,13 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     for w in waiting:
         for note in (w["approval"] or {}).get("notes", ()):
             print(printable(f"Note on {w['run_id']} {w['call_id']}: {note}."))
-    if any(w["gate"] == "approval" for w in waiting):
+    if any(w["gate"] == "approval" and w["decided"] is None for w in waiting):
         print(
             "Approve or deny a call at an approval gate with `bide approve|deny RUN CALL --key FILE`, then "
             "run the agent again."
         )
+    if any(w["decided"] is not None for w in waiting):
+        print(_CLOSED_GATE)
     if any(w["gate"] == "custom" for w in waiting):
         print(_CUSTOM_GATE)
     return _report_unreadable(unreadable)
@@ -665,6 +673,35 @@ _CUSTOM_GATE = (
     "A call at a custom gate waits for what that gate's code checks, not for `bide approve`: once the gate "
     "would answer Approved or Denied, run the agent again (same run id and input) and it asks the gate again."
 )
+
+
+_CLOSED_GATE = (
+    "A call whose approval gate has closed (its tally is recorded) takes no more decisions: run the agent "
+    "again (same run id and input) and it acts on the tally, calling the tool or recording the denial."
+)
+
+
+def _decided(journal: Journal, call_id: str) -> dict[str, Any] | None:
+    """The recorded tally of the approval gate `call_id` waited at ({outcome, approved_by, denied_by}): the
+    gate closed, and the run waits for a drive to act on it (its driver stopped between the tally and the
+    call, say), not for approvers. None while no tally is recorded (or one that is not a tally's shape: the
+    drive that reads it says what is wrong)."""
+    from ._records import GateRecord
+    from .approvals._tally import tally_key
+
+    tally = journal.get(tally_key(call_id))
+    data = tally.data if isinstance(tally, GateRecord) else None
+    if not isinstance(data, dict) or data.get("outcome") not in ("approved", "denied"):
+        return None
+    names = {k: data.get(k) for k in ("approved_by", "denied_by")}
+    if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in names.values()):
+        return None
+    return {"outcome": data["outcome"], **names}
+
+
+def _closed_text(decided: dict[str, Any]) -> str:
+    who = ", ".join(decided[f"{decided['outcome']}_by"]) or "nobody"
+    return f"approval gate closed (its tally is recorded): {decided['outcome']} by {who}"
 
 
 def _at_approval_gate(journal: Journal, call_id: str) -> bool:
@@ -683,6 +720,8 @@ def _at_approval_gate(journal: Journal, call_id: str) -> bool:
 
 def _waiting_text(w: dict[str, Any]) -> str:
     a = w["approval"]
+    if w["decided"] is not None:
+        return f"nobody: {w['reason']}; run the agent again"
     if a is None:
         gate = "approval gate" if w["gate"] == "approval" else "custom gate"
         return f"{gate}: {w['reason'] or 'no reason given'}"
@@ -955,19 +994,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser, argv, lambda message: json_failure(argparse.Namespace(json=True), EXIT_USAGE, message)
     )
     # A reader that goes away (`bide runs | head`) drops the rest of the output, and the command ends with
-    # its own exit code; a full disk behind `> file` is OUTPUT_LOST (see bide._stdout).
+    # its own exit code; a full disk behind `> file` drops it too, and the command, once done, ends with
+    # OUTPUT_LOST, saying its own code (see bide._stdout).
     stdout, sys.stdout = sys.stdout, GuardedStdout(sys.stdout)
     try:
+        code = _run_command(args)
+    finally:
+        sys.stdout = stdout
+    return ended(code, "bide: error: ")
+
+
+def _run_command(args: argparse.Namespace) -> int:
+    """Run the command `args` names; its exit code (its failures said on stderr, and in JSON with --json)."""
+    try:
         code: int = args.handler(args)
-        sys.stdout.flush()
-        if lost_output():
-            say("bide: the output could not be written (standard output is closed)", file=sys.stderr)
-            return OUTPUT_LOST
         return code
-    except OutputLost as exc:
-        silence_stdout()
-        say(f"bide: the output could not be written ({exc})", file=sys.stderr)
-        return OUTPUT_LOST
     except CLIError as exc:
         return _failed(args, exc.code, str(exc), exc.reason)
     except NoLiveAttempt as exc:
@@ -1006,8 +1047,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = internal_error("bide", exc, debug=args.debug)
         json_failure(args, code, f"internal error: {type(exc).__name__}: {exc}")
         return code
-    finally:
-        sys.stdout = stdout
 
 
 _REASONS = {

@@ -8,6 +8,7 @@ store failed; 130 interrupted (and the message says whether the decision was sen
 from __future__ import annotations
 
 import argparse
+import errno
 import shlex
 import sys
 from typing import TYPE_CHECKING, Any
@@ -48,8 +49,10 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
         key = load_signing_key(args.key)
     except UnreadableInput as exc:
         # A key file that is not there is a missing input (4); one that is there but holds no usable key is
-        # a usage error (2), as in `govern` (docs/cli.md).
-        return _fail(str(exc), EXIT_NOT_FOUND if isinstance(exc.__cause__, OSError) else EXIT_USAGE)
+        # a usage error (2), as in `govern` (docs/cli.md), however large (read_small_file's EFBIG).
+        cause = exc.__cause__
+        missing = isinstance(cause, OSError) and cause.errno != errno.EFBIG
+        return _fail(str(exc), EXIT_NOT_FOUND if missing else EXIT_USAGE)
     store = _open(args)
     if isinstance(store, int):
         return store

@@ -212,3 +212,75 @@ def test_a_policy_pipe_with_no_writer_is_refused_and_an_upper_case_approver_key_
     # The seats are pinned, not how many approvals a gate needs (no --need): the output says which.
     assert "Every gate counted with the approvers you pinned" in pinned.stdout
     assert "the number comes from the package (pin it with --need K)" in pinned.stdout
+
+
+_KILLED_AFTER_THE_TALLY = r'''
+import os, signal, sys
+import bide
+from bide._gate import GateJournal
+from bide.approvals import ApprovalGate
+from bide.audit import load_signing_key
+from bide.testing import ScriptedModel, call, reply
+
+here, outcome = sys.argv[1], sys.argv[2]
+gate = ApprovalGate.k_of_n(
+    2, {n: load_signing_key(os.path.join(here, f"{n}.key")).public for n in ("alice", "bob")}
+)
+
+@bide.tool(gate=gate)
+def wire(amount: int) -> str:
+    """Wire."""
+    open(os.path.join(here, "fired"), "a").write("fired\n")
+    return f"sent {amount}"
+
+written = GateJournal.put_all
+
+async def put_all(self, items):
+    done = await written(self, items)
+    if any(key.startswith("approval:tally:") for key, _ in items):
+        os.kill(os.getpid(), signal.SIGKILL)  # the tally is committed; the call is not made
+    return done
+
+GateJournal.put_all = put_all
+store = bide.open_store(f"sqlite:///{os.path.join(here, 'bide.db')}")
+model = ScriptedModel([call("wire", amount=1), reply("done")])
+bide.Agent(model, store=store, tools=[wire]).run_sync("x", "go")
+'''
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_pending_says_a_gate_whose_tally_is_recorded_is_closed(tmp_path: Path, decision: str) -> None:
+    """A driver killed between the tally it wrote and the call (or its denial) left the run at its gate,
+    and `bide pending` listed it as waiting for every approver, with the pause's "has 0" and the line
+    telling them to `bide approve`, which the closed gate refuses (exit 5). It says the gate closed, by whom,
+    and that the agent must run again."""
+    db = _paused_at_a_gate(tmp_path, "x")
+    for name in ("alice", "bob"):
+        key = f"{name}.key"
+        said = _bide(decision, "--store", f"sqlite:///{db}", "x", "c0.0", "--key", key, cwd=tmp_path)
+        assert said.returncode == 0, said.stderr
+        if decision == "deny":
+            break  # one denial of two needed closes the gate
+    script = tmp_path / "drive.py"
+    script.write_text(_KILLED_AFTER_THE_TALLY)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    killed = subprocess.run([sys.executable, str(script), str(tmp_path), decision], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": path}, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    assert not (tmp_path / "fired").exists()
+
+    listing = _bide("pending", "--store", f"sqlite:///{db}", "--json", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    [row] = json.loads(listing.stdout)
+    outcome, who = ("approved", ["alice", "bob"]) if decision == "approve" else ("denied", ["alice"])
+    assert row["decided"] == {
+        "outcome": outcome,
+        "approved_by": who if outcome == "approved" else [],
+        "denied_by": who if outcome == "denied" else [],
+    }
+    assert row["reason"] == f"approval gate closed (its tally is recorded): {outcome} by {', '.join(who)}"
+    text = _bide("pending", "--store", f"sqlite:///{db}", cwd=tmp_path)
+    assert "has 0" not in text.stdout and "bide approve|deny" not in text.stdout, text.stdout
+    assert "run the agent again" in text.stdout
+    later = _bide("approve", "--store", f"sqlite:///{db}", "x", "c0.0", "--key", "bob.key", cwd=tmp_path)
+    assert later.returncode == 5 and "is closed" in later.stderr

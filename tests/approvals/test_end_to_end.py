@@ -111,14 +111,17 @@ def test_two_of_three_with_a_deny_resumes_after_restart_and_verifies(world: dict
         w, "approve", "--store", w["url"], "order-1", "c9.9", "--key", str(w["keys"] / "alice.key")
     )
     assert nocall.returncode == 4
-    # A key file that is not there is a missing input (4); one that holds no key is a usage error (2).
+    # A key file that is not there is a missing input (4); one that holds no key is a usage error (2),
+    # however large (one over the 64 KiB a key file may hold was exit 4, as if it were not there).
     (w["dir"] / "not-a-key").write_text("not a key\n")
-    nokey, badkey = (
+    (w["dir"] / "huge-not-a-key").write_bytes(b"x" * 70_000)
+    nokey, badkey, hugekey = (
         _bide(w, "approve", "--store", w["url"], "order-1", call_id, "--key", name)
-        for name in ("alice.key", "not-a-key")
+        for name in ("alice.key", "not-a-key", "huge-not-a-key")
     )
     assert nokey.returncode == 4 and "alice.key" in nokey.stderr, nokey.stderr
     assert badkey.returncode == 2 and "not an unencrypted PEM private key" in badkey.stderr, badkey.stderr
+    assert hugekey.returncode == 2 and "larger than 65,536 bytes" in hugekey.stderr, hugekey.stderr
     ok = _bide(w, "approve", "--store", w["url"], "order-1", call_id, "--key", str(w["keys"] / "alice.key"))
     assert ok.returncode == 0, ok.stderr
 

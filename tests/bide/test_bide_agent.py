@@ -412,6 +412,24 @@ def test_tool_error_is_a_known_failure_other_exceptions_halt() -> None:
     assert info.value.cause.startswith("the tool raised")
 
 
+def test_a_halt_quotes_a_huge_error_cut_short_and_chains_it_whole() -> None:
+    """A side effect's 5 MB error message became a 5 MB halt message, in every log line and traceback that
+    shows it: the halt quotes its first 2,000 characters, and the error itself is the halt's cause."""
+    store = bide.open_store("memory://")
+
+    @bide.tool
+    async def pay(amount: int) -> str:
+        """Pay."""
+        raise ValueError("x" * 5_000_000)
+
+    with pytest.raises(bide.OutcomeUnknown) as info:
+        bide.Agent(ScriptedModel([call("pay", amount=5), reply("ok")]), store=store, tools=[pay]).run_sync(
+            "r", "x"
+        )
+    assert len(str(info.value)) < 5_000 and "4,998,028 more characters: see its __cause__" in str(info.value)
+    assert isinstance(info.value.__cause__, ValueError) and len(str(info.value.__cause__)) == 5_000_000
+
+
 def test_async_side_effect_timeout_halts() -> None:
     """A claimed async call that outlasts its timeout is cancelled and the run halts. The timeout (1 s)
     leaves a loaded machine room to start the call inside its window (with 50 ms, a scheduling delay

@@ -217,23 +217,26 @@ def test_a_damaged_record_is_one_line_naming_run_and_record(tmp_path: Path) -> N
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.execute("UPDATE bide_records SET data = ? WHERE run_id = 'wire-1' AND key = 'run:start'", (b"{}",))
     url = f"sqlite:///{path}"
-    listed, shown, pending, only_damaged = run_all(
+    listed, shown, pending, only_damaged, pending_damaged = run_all(
         ("runs", "--store", url),
         ("show", "--store", url, "wire-1"),
         ("pending", "--store", url),
         ("runs", "--store", url, "--prefix", "wire"),
+        ("pending", "--store", url, "--prefix", "wire"),
         cwd=tmp_path,
     )
     line = (
         r"run 'wire-1' cannot be read: its record 'run:start' \(seq \d+\) is damaged "
         r"\(it has no 'kind' field\)"
     )
-    for done in (listed, shown, pending, only_damaged):
+    for done in (listed, shown, pending, only_damaged, pending_damaged):
         assert done.returncode == 4, done.stderr
         assert re.search(line, done.stderr) and len(done.stderr.splitlines()) == 1, done.stderr
         assert "\\x0a" not in done.stderr and "pydantic" not in done.stderr
     assert "ok-1" in listed.stdout
     assert only_damaged.stdout.strip() == "No readable runs."
+    # (It said "No run is waiting at a gate.", though the damaged run may well be.)
+    assert pending_damaged.stdout.strip() == "No readable run is waiting at a gate."
     # The commands that write to the run said "store error" with exit 6, which a script retries forever.
     assert run("keygen", "k.key", cwd=tmp_path).returncode == 0
     writes = run_all(
