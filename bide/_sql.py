@@ -65,7 +65,8 @@ batch commits anyway. If even the savepoint cannot be rolled back (a broken conn
 retried without hooks: a hook never costs a write.
 
 Extension point: `SQLStore.engine`, `SQLStore.metadata` and `SQLStore.table_prefix` are public, so another
-component (the audit log) can add its own tables beside these with the same prefix and engine.
+component (the audit log) can add its own tables beside these with the same prefix and engine; their names
+go in `_PREFIXED_NAMES`, which bounds a prefix's length on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -256,6 +257,16 @@ class _LoopBatch(threading.local):
 _GC_PAUSE_BATCH = 128
 
 _IDENT_OK = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_")
+# Every table, index and constraint name bide makes under a store's table prefix, less the prefix: the
+# store's (`SQLStore._tables`, `SQLStore._add_open_runs_index`; records_run_key on SQLite alone) and the
+# audit log's (bide/audit/_hashes.py), which `bide-audit export` makes beside them months later. The longest
+# bounds the prefix on PostgreSQL. Left out: the primary keys the server names (<table>_pkey), whose names
+# it shortens to fit. tests/bide/test_pg_table_prefix_length.py checks this list against the database.
+_PREFIXED_NAMES = (
+    "records", "records_pk", "records_run_seq", "records_run_key", "runs", "runs_open",
+    "audit_tiles", "audit_tiles_pk", "audit_tile_trees",
+)  # fmt: skip
+_PG_NAME_BYTES = 63  # PostgreSQL's longest identifier (NAMEDATALEN - 1): SQLAlchemy refuses longer names
 
 
 @dataclass(slots=True)
@@ -349,6 +360,8 @@ class SQLStore:
                 f"on PostgreSQL a table_prefix must be lower case (unquoted names are folded to lower "
                 f"case), got {table_prefix!r}: use {table_prefix.lower()!r}"
             )
+        if self.dialect == "postgresql":
+            _check_pg_prefix_length(table_prefix)
         self._busy_ms = _busy_ms(busy_timeout, self.dialect)
         self._server_keepalives = server_keepalives(self._busy_ms / 1000, sa_url.query.get("options", ()))
         self._file: OpenedFile | None = None  # SQLite: the file, once open (see bide/_dbfile.py)
@@ -2057,6 +2070,21 @@ def _ascii_lower(name: str) -> str:
 
 
 _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def _check_pg_prefix_length(table_prefix: str) -> None:
+    """Raise `ConfigError` when a name bide makes under `table_prefix` (`_PREFIXED_NAMES`) would be longer
+    than PostgreSQL allows: refused at open, before the store or, months later, the audit log fails."""
+    longest = max(_PREFIXED_NAMES, key=len)
+    allowed = _PG_NAME_BYTES - len(longest)
+    if len(table_prefix) > allowed:  # letters, digits and underscores: one byte each
+        whose = " (an audit log table, made by bide-audit export)" if longest.startswith("audit_") else ""
+        raise ConfigError(
+            f"on PostgreSQL a table_prefix may be at most {allowed} characters, got {len(table_prefix)} "
+            f"({table_prefix!r}): PostgreSQL refuses names of more than {_PG_NAME_BYTES} bytes, and bide "
+            f"makes {table_prefix}{longest}{whose} under this prefix, "
+            f"{len(table_prefix) + len(longest)} bytes"
+        )
 
 
 def _sqlite_tables(path: str, where: str) -> set[str]:
