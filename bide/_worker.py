@@ -32,6 +32,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -50,7 +51,7 @@ from ._errors import (
     StoreError,
 )
 from ._journal import Journal
-from ._records import CANCEL_KEY, START_KEY, Start, damage_in_words
+from ._records import CANCEL_KEY, END_KEY, START_KEY, End, Start, damage_in_words
 from ._resolve import status_of
 from ._store import EVERY_LEASE_MS, Store
 from ._when import seconds
@@ -91,6 +92,7 @@ class PassReport:
     """What one pass over the runs to recover did, by how each drive ended.
 
     `completed`: drives that finished their run (one that another driver finished meanwhile is `skipped`).
+    `cancelled`: drives that ended their run as cancelled (a cancel request was recorded: `bide cancel`).
     `halted`: runs left to a person (a side effect's outcome is unknown and its tool has no reconciler).
     `waiting`: runs that will be tried again (a timer not due, an approval pending, a reconciler waiting
     for a call's deadline, another live driver). `failed`: drives that raised an error (backed off).
@@ -104,6 +106,7 @@ class PassReport:
     """
 
     completed: int = 0
+    cancelled: int = 0
     halted: int = 0
     waiting: int = 0
     failed: int = 0
@@ -115,7 +118,7 @@ class PassReport:
 
     @property
     def driven(self) -> int:
-        return self.completed + self.halted + self.waiting + self.failed
+        return self.completed + self.cancelled + self.halted + self.waiting + self.failed
 
 
 @dataclass(slots=True)
@@ -356,9 +359,9 @@ class Worker:
         state.parked_until = self._timer() + max(PARKED_RECHECK_S, self.poll_interval)
 
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
-        """Drive one run; returns how it ended: completed, halted, waiting, failed or skipped. Whatever the
-        app's code raises (an agent lookup, a tool, a model), SystemExit included, is this run's failure:
-        in a task, SystemExit would leave the event loop and end every other drive."""
+        """Drive one run; returns how it ended: completed, cancelled, halted, waiting, failed or skipped.
+        Whatever the app's code raises (an agent lookup, a tool, a model), SystemExit included, is this
+        run's failure: in a task, SystemExit would leave the event loop and end every other drive."""
         try:
             return await self._recover_run(run_id, report)
         except asyncio.CancelledError:
@@ -428,7 +431,12 @@ class Worker:
                 # Left out of the listings while its lease stays as this drive left it (its own grant).
                 self._park(run_id, state)
                 state.parked_token = self._token_after_drive(run_id)
-            log.warning("run %s halted: %s", run_id, exc)
+            # The halt's own words name the library call; an operator of `bide worker` works from a shell.
+            log.warning(
+                "run %s halted: %s (from a shell, with the worker's --store: bide resolve %s %s "
+                "(--succeeded JSON | --failed MESSAGE | --not-started) --attempt %d)",
+                run_id, exc, shlex.quote(run_id), shlex.quote(exc.call_id), exc.attempt,
+            )  # fmt: skip
             return "halted"
         except RunInFlight as exc:
             state.not_before = max(self._local(exc.retry_after), self._timer() + self.poll_interval)
@@ -457,8 +465,19 @@ class Worker:
         self._state.pop(run_id, None)
         if result.replayed:
             return "skipped"  # another driver finished it meanwhile
+        if result.status == "cancelled" or (kind == "thread" and await self._thread_cancelled(run_id)):
+            log.info("run %s ended as cancelled: %s", run_id, result.answer)
+            return "cancelled"
         log.info("run %s completed (%d turns)", run_id, result.turns)
         return "completed"
+
+    async def _thread_cancelled(self, run_id: str) -> bool:
+        """Whether a thread's cancel request ended it: its drive returns its last message's answer (that
+        message completed), and the thread's own end record says it was cancelled."""
+        with contextlib.suppress(StoreError):  # unread: counted as the message's drive, completed
+            end = (await Journal(self.store, run_id).aload()).get(END_KEY)
+            return isinstance(end, End) and end.status == "cancelled"
+        return False
 
     def _failed(self, run_id: str, exc: BaseException, report: PassReport | None) -> str:
         if isinstance(exc, RecordDamaged):

@@ -339,7 +339,9 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             else:
                 runs = "run" if report.driven == 1 else "runs"
                 print(
-                    f"resumed {report.driven} {runs}: {report.completed} completed, {report.halted} halted "
+                    f"resumed {report.driven} {runs}: {report.completed} completed, "
+                    + (f"{report.cancelled} cancelled, " if report.cancelled else "")
+                    + f"{report.halted} halted "
                     f"(need a person), {report.waiting} waiting, {report.failed} failed; "
                     f"{report.skipped} skipped"
                     + (

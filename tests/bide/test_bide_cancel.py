@@ -246,7 +246,7 @@ def test_a_cancel_never_ends_a_run_while_its_call_may_still_be_running(store: bi
         agent().run_sync("h", "pay")
     now[0] += 62.0  # past the call's deadline and the clock skew: it cannot be running any more
     report = asyncio.run(bide.Worker(store, agent()).run_once())
-    assert report.completed == 1
+    assert (report.completed, report.cancelled) == (0, 1)
     status = bide.run_status(store, "h")
     assert status.status == "cancelled" and status.answer is not None
     assert status.answer.startswith("Cancelled: give up Call c0.0 (charge {\"cents\":1}) was attempted at")
@@ -435,7 +435,7 @@ def test_bide_cancel_tells_a_worker_that_parked_the_run(durable_store_spec: tupl
         offset[0] = 0.0
         done = _bide("cancel", "--store", url, "--table-prefix", prefix, "h", "--reason", "give up")
         assert done.returncode == 0, done.stderr
-        assert asyncio.run(worker.run_once()).completed == 1
+        assert asyncio.run(worker.run_once()).cancelled == 1
         assert bide.run_status(store, "h").status == "cancelled"
     finally:
         store.close()

@@ -279,7 +279,7 @@ def test_a_wake_up_past_the_year_9999_journaled_earlier_sleeps_and_can_be_cancel
         assert shown.returncode == 0, shown.stderr
         assert "sleeping" in shown.stdout
         bide.cancel_run(store, "far", reason="too far")
-        assert asyncio.run(bide.Worker(store, agent).run_once()).completed == 1
+        assert asyncio.run(bide.Worker(store, agent).run_once()).cancelled == 1
         assert bide.run_status(store, "far").status == "cancelled"
         assert model.requests == []
     finally:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import os
 import random
 import shutil
@@ -903,3 +904,35 @@ def test_a_worker_judges_leases_by_the_clock_its_agents_share(tmp_path: Path) ->
         assert bide.Worker(store, same).clock is clock
     finally:
         store.close()
+
+
+def test_a_run_ended_as_cancelled_is_counted_as_cancelled_and_a_halt_names_bide_resolve(
+    store: bide.Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A run the worker's drive ended as cancelled was reported (and logged) as "completed"; a halt's
+    warning named only the library's `bide.resolve_halt(store, ...)`, where a worker's operator has a
+    shell."""
+
+    @bide.tool(timeout=30)
+    async def wire() -> str:
+        """Send a wire (its outcome is lost)."""
+        raise ConnectionResetError("lost after sending")
+
+    def agent(script: list[Any], **options: Any) -> bide.Agent:
+        tools = [wire]
+        return bide.Agent(ScriptedModel(script), store=store, tools=tools, name="a", lease_ttl=5.0, **options)
+
+    caplog.set_level(logging.INFO, logger="bide.worker")
+    agent([reply("hello")]).thread("idle").send_sync("hi")
+    assert bide.cancel_run(store, "idle", reason="not needed") is True
+    report = asyncio.run(bide.Worker(store, agent([reply("never asked")])).run_once())
+    assert (report.completed, report.cancelled, report.driven) == (0, 1, 1), report
+    assert bide.run_status(store, "idle").status == "cancelled"
+    assert "run idle ended as cancelled" in caplog.text
+
+    with pytest.raises(bide.OutcomeUnknown):  # the wire's deadline has passed on the wall clock
+        agent([call("wire"), reply("sent")], clock=behind).run_sync("wired", "pay")
+    assert asyncio.run(bide.Worker(store, agent([reply("never asked")])).run_once()).halted == 1
+    assert "bide resolve wired c0.0 (--succeeded JSON | --failed MESSAGE | --not-started) --attempt 0" in (
+        caplog.text
+    )
