@@ -9,7 +9,6 @@ commands are argparse programs; this module is the one place their shared behavi
 from __future__ import annotations
 
 import argparse
-import contextlib
 import difflib
 import json
 import sys
@@ -17,7 +16,7 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ._stdout import OUTPUT_LOST, informational_exit, silence_stdout
+from ._stdout import emitted, informational_exit, output_failed
 from ._terminal import printable
 
 if TYPE_CHECKING:
@@ -107,14 +106,8 @@ class Parser(argparse.ArgumentParser):
             return
         try:
             out.write(message)
-        except BrokenPipeError:  # a reader that went away: not a failure (see bide._stdout)
-            silence_stdout()
-        except OSError as exc:
-            silence_stdout()
-            why = exc.strerror or exc
-            with contextlib.suppress(OSError):  # standard error full too: the exit code still says it
-                sys.stderr.write(f"{self.prog}: error: the output could not be written ({why})\n")
-            raise SystemExit(OUTPUT_LOST) from None
+        except OSError as exc:  # said as the command ends (`informational_exit`, see bide._stdout)
+            output_failed(exc)
 
     def error(self, message: str) -> NoReturn:
         self.print_usage(sys.stderr)
@@ -137,14 +130,16 @@ def parse_arguments(
     """`parser.parse_args(argv)`. Arguments refused with `--json` among them still give the one JSON
     document every exit of a `--json` command prints: `say_in_json(message)` prints it, then the refusal
     goes on (exit code 2, the usage on stderr). Help or a version that could not be written exits 2, not 0."""
+    prefix = f"{parser.prog}: error: "
     try:
         return parser.parse_args(argv)
     except UsageRefused as refused:
         if "--json" in (sys.argv[1:] if argv is None else argv):
-            say_in_json(f"the arguments were refused: {refused.message}")
+            said = f"the arguments were refused: {refused.message}"
+            emitted(lambda: say_in_json(said), EXIT_USAGE, prefix)
         raise
     except SystemExit as done:
-        raise informational_exit(done) from None
+        raise informational_exit(done, prefix) from None
 
 
 def _suggestion(parser: argparse.ArgumentParser, message: str) -> str:

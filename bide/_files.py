@@ -96,7 +96,32 @@ def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), 
             raise ConfigError(
                 f"{flag} {output} is the input file {os.fspath(other)}; writing there would destroy it"
             )
+    if holds_private_key(target):  # (an input key is named as the input above)
+        raise ConfigError(
+            f"{flag} {output} holds a private key; refusing to write over it: give another output path "
+            "(a key lost cannot be made again)"
+        )
     return path
+
+
+def holds_private_key(path: str | os.PathLike[str]) -> bool:
+    """True when the regular file at `path` (through symlinks) begins as a PEM private key does (the key
+    files `keygen` writes, and OpenSSH's and OpenSSL's): an output path naming one is refused, never
+    written over. False when nothing readable is there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe there must not block
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        head = os.read(fd, 64)
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    first = head.split(b"\n", 1)[0].strip()
+    return first.startswith(b"-----BEGIN ") and first.endswith(b"PRIVATE KEY-----")
 
 
 def write_whole(

@@ -2,8 +2,10 @@
 
 A reader that went away (`govern check cert.json | head -1`, a closed pipe) is not a failure of the
 command: what it decided is in its exit code, which stays what it was. Output that cannot be written for
-another reason (a full disk behind `> result.json`) is: it is said on standard error, and the command
-exits with the usage-or-input code (2), never 0, since what it printed is lost or cut short.
+another reason (a full disk behind `> result.json`) is: the command goes on to its end all the same (what it
+records or writes is done whatever becomes of its output), then says on standard error that its output is
+lost and with which code it would have ended, and exits with the usage-or-input code (2), never 0, since what
+it printed is lost or cut short.
 """
 
 from __future__ import annotations
@@ -18,11 +20,12 @@ from typing import TextIO
 __all__ = [
     "OUTPUT_LOST",
     "GuardedStdout",
-    "OutputLost",
     "closed_stdout_fails",
     "emitted",
+    "ended",
     "informational_exit",
     "lost_output",
+    "output_failed",
     "silence_stdout",
 ]
 
@@ -30,11 +33,13 @@ OUTPUT_LOST = 2
 
 
 def closed_stdout_fails() -> None:
-    """A process started with standard output or error closed (`>&-`, `2>&-`) has `sys.stdout` or
-    `sys.stderr` None: give it a sink that drops what is written, as None did for `print` (so a tool that
-    prints runs as it would), and remembers that standard output lost something (`lost_output`), so that
-    the command's exit says its output is lost (`OUTPUT_LOST`) instead of crashing on None."""
-    global _CLOSED_STDOUT
+    """Start a command: forget a lost output of a command run before in this process, and give a process
+    started with standard output or error closed (`>&-`, `2>&-`), whose `sys.stdout` or `sys.stderr` is None,
+    a sink that drops what is written, as None did for `print` (so a tool that prints runs as it would), and
+    remembers that standard output lost something (`lost_output`), so that the command's exit says its output
+    is lost (`OUTPUT_LOST`) instead of crashing on None."""
+    global _CLOSED_STDOUT, _WRITE_FAILED, _LOSS_SAID
+    _WRITE_FAILED, _LOSS_SAID = None, False
     if sys.stdout is None:
         sys.stdout = _CLOSED_STDOUT = _Closed()
     if sys.stderr is None:
@@ -46,34 +51,58 @@ def lost_output() -> bool:
     return _CLOSED_STDOUT is not None and _CLOSED_STDOUT.dropped
 
 
-def silence_stdout() -> None:
-    """Point standard output at /dev/null, so that nothing written later (the interpreter's own flush at
-    exit included) fails again."""
+def silence_stdout(stream: TextIO | io.TextIOBase | None = None) -> None:
+    """Point standard output (or the file descriptor behind `stream`) at /dev/null, so that nothing written
+    later (the interpreter's own flush at exit included) fails again."""
     devnull = os.open(os.devnull, os.O_WRONLY)
     try:
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, (sys.stdout if stream is None else stream).fileno())
     except (OSError, ValueError):
         pass  # no file descriptor behind stdout (a test's capture): nothing will be flushed to it
     finally:
         os.close(devnull)
 
 
-def emitted(write: Callable[[], None], code: int) -> int:
-    """Run `write` (the command's printing) and flush standard output; return `code`, or `OUTPUT_LOST` when
-    the output could not be written for a reason other than a closed pipe."""
+def output_failed(exc: OSError, stream: TextIO | io.TextIOBase | None = None) -> None:
+    """Standard output (or `stream`, a copy of it) could not be written: silence it and remember why, for
+    `ended` to say. A reader that went away (a closed pipe) is silenced only: it is no failure."""
+    global _WRITE_FAILED
+    silence_stdout(stream)
+    if not isinstance(exc, BrokenPipeError) and _WRITE_FAILED is None:
+        _WRITE_FAILED = exc.strerror or str(exc)
+
+
+def emitted(write: Callable[[], None], code: int, prefix: str = "error: ") -> int:
+    """Run `write` (the command's printing), then end as `ended(code, prefix)` does."""
     try:
         write()
-        sys.stdout.flush()
-    except BrokenPipeError:
-        silence_stdout()
     except OSError as exc:
-        silence_stdout()
-        _say(f"error: the output could not be written ({exc.strerror or exc})")
+        output_failed(exc)
+    return ended(code, prefix)
+
+
+def ended(code: int, prefix: str = "error: ") -> int:
+    """The exit code of a command whose own code is `code`: `code`, or `OUTPUT_LOST` once standard output
+    (flushed here) could not be written for a reason other than a closed pipe. That is said on standard
+    error after `prefix`, with `code`: the command did its work, and a script must not read 2 as "nothing
+    was done". With `--json` the document was what was lost, so standard error is all there is to say it.
+    The loss is said once, by the first call that finds it."""
+    global _LOSS_SAID
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        output_failed(exc)
+    why = _WRITE_FAILED or ("standard output is closed" if lost_output() else None)
+    if why is None:
+        return code
+    if _LOSS_SAID:
         return OUTPUT_LOST
-    if lost_output():
-        _say("error: the output could not be written (standard output is closed)")
-        return OUTPUT_LOST
-    return code
+    _LOSS_SAID = True
+    _say(
+        f"{prefix}the output could not be written ({why}); the command itself finished (exit {code}): "
+        "what it recorded or wrote stands; only its printed output is lost"
+    )
+    return OUTPUT_LOST
 
 
 def _say(message: str) -> None:
@@ -82,23 +111,19 @@ def _say(message: str) -> None:
         print(message, file=sys.stderr)
 
 
-def informational_exit(done: SystemExit) -> SystemExit:
+def informational_exit(done: SystemExit, prefix: str = "error: ") -> SystemExit:
     """What to raise once argparse printed `--help` or `--version` and exits with `done`: the same exit,
     or one with `OUTPUT_LOST` when that text could not be written (argparse exits 0 either way)."""
     if done.code not in (0, None):
         return done
-    code = emitted(lambda: None, 0)
+    code = ended(0, prefix)
     return done if code == 0 else SystemExit(code)
 
 
-class OutputLost(Exception):
-    """Standard output could not be written for another reason than a closed pipe (a full disk)."""
-
-
 class GuardedStdout(io.TextIOBase):
-    """Standard output as a command prints to it: once the reader went away, what is printed is dropped and
-    the command goes on to its own exit code; a write that fails for another reason raises OutputLost, for
-    the command to report as `OUTPUT_LOST` (never as a verdict or a bug)."""
+    """Standard output as a command prints to it: once it cannot be written, what is printed is dropped and
+    the command goes on to its own exit code; a failure other than a reader that went away (a full disk) is
+    remembered, for `ended` to report as `OUTPUT_LOST` (never as a verdict or a bug)."""
 
     def __init__(self, inner: TextIO | io.TextIOBase) -> None:
         super().__init__()
@@ -109,22 +134,18 @@ class GuardedStdout(io.TextIOBase):
         if not self._gone:
             try:
                 self._inner.write(text)
-            except BrokenPipeError:
-                self._gone = True
-                silence_stdout()
             except OSError as exc:
-                raise OutputLost(exc.strerror or str(exc)) from exc
+                self._gone = True
+                output_failed(exc, self._inner)
         return len(text)
 
     def flush(self) -> None:
         if not self._gone:
             try:
                 self._inner.flush()
-            except BrokenPipeError:
-                self._gone = True
-                silence_stdout()
             except OSError as exc:
-                raise OutputLost(exc.strerror or str(exc)) from exc
+                self._gone = True
+                output_failed(exc, self._inner)
 
     def isatty(self) -> bool:
         return self._inner.isatty()
@@ -138,6 +159,8 @@ class GuardedStdout(io.TextIOBase):
 
 
 _CLOSED_STDOUT: _Closed | None = None  # the sink `closed_stdout_fails` gave standard output, if any
+_WRITE_FAILED: str | None = None  # why standard output could not be written (a full disk), if it could not
+_LOSS_SAID = False  # whether `ended` said on standard error that the output is lost
 
 
 class _Closed(io.TextIOBase):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -213,7 +214,7 @@ def _write_atomic(
 
     publish = None if publisher is None or head is None else (lambda: publisher.publish(head))
     try:
-        write_whole(path, data, mode=0o600, before_rename=publish)
+        write_whole(path, data, mode=_export_mode(path), before_rename=publish)
     except OSError as exc:
         heads = publisher.published if publisher is not None else []
         sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
@@ -221,6 +222,16 @@ def _write_atomic(
             sent = ", and nothing was published"
         why = exc.strerror or exc
         raise ConfigError(f"cannot write {path}: {why}; {path} was not written{sent}") from exc
+
+
+def _export_mode(path: Path) -> int:
+    """The permissions to write the export `path` with: those of the file it replaces (where a symlink at
+    `path` leads), which its owner chose (0644, say, for an auditor's other account to read); 0600 for a new
+    file, since evidence holds the journal's records."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode) & 0o777
+    except OSError:  # no file there yet (a dangling link too): a new one
+        return 0o600
 
 
 def _store_files(path: str) -> list[str]:

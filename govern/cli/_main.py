@@ -49,11 +49,10 @@ from bide._cli_common import (
     skew_seconds,
 )
 from bide._stdout import (
-    OUTPUT_LOST,
     GuardedStdout,
-    OutputLost,
     closed_stdout_fails,
     emitted,
+    ended,
     informational_exit,
     silence_stdout,
 )
@@ -432,13 +431,19 @@ def _no_hard_exit() -> Iterator[None]:
     import posix
 
     saved: list[tuple[object, str, object]] = []
+    govern_pid = os.getpid()
     for module in (os, posix):
         for name in _HARD_EXITS:
             real = getattr(module, name, None)
             if real is None:
                 continue
 
-            def refused(*args: object, _name: str = name, **kwargs: object) -> NoReturn:
+            def refused(*args: object, _name: str = name, _real: Any = real, **kwargs: object) -> NoReturn:
+                if os.getpid() != govern_pid:
+                    # A process the file forked (multiprocessing, os.spawnv) ends or execs as it would: raised
+                    # there, govern's own error path ran on in the child, printing a second report and
+                    # writing certificates again.
+                    _real(*args, **kwargs)
                 shown = f"{_name}({args[0]!r})" if _name == "_exit" and args else f"{_name}(...)"
                 raise _HardExit(shown)
 
@@ -1134,11 +1139,8 @@ def _json_failure(
 
 
 def _print(text: str) -> None:
-    """Print a JSON document; a reader that went away is not an error (see bide._stdout)."""
-    try:
-        print(text, file=GuardedStdout(sys.stdout), flush=True)
-    except BrokenPipeError:
-        silence_stdout()
+    """Print a JSON document; one that cannot be written is said as the command ends (see bide._stdout)."""
+    print(text, file=GuardedStdout(sys.stdout), flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -1155,7 +1157,7 @@ def main(argv: list[str] | None = None) -> int:
             refused = argparse.Namespace(json=True, command=command)
             why = f": {exc.message}" if isinstance(exc, UsageRefused) else ""
             said = f"the arguments were refused{why}"
-            _json_failure(refused, EXIT_USAGE, "usage error", said)
+            emitted(lambda: _json_failure(refused, EXIT_USAGE, "usage error", said), EXIT_USAGE)
             raise
         raise informational_exit(exc) from None
     from rich.console import Console
@@ -1197,10 +1199,6 @@ def main(argv: list[str] | None = None) -> int:
         err.print(_safe(said))
         code = 130
         _json_failure(args, code, "interrupted", said, finished)
-    except OutputLost as exc:
-        silence_stdout()
-        err.print(f"[bold red]error[/]: the output could not be written ({_safe(str(exc))})")
-        return OUTPUT_LOST
     except Exception as exc:
         if args.debug:
             traceback.print_exc()
@@ -1208,4 +1206,4 @@ def main(argv: list[str] | None = None) -> int:
                   "(this is a bug in govern; rerun with --debug and report the traceback)")
         code = EXIT_INTERNAL
         _json_failure(args, code, "internal error", f"{type(exc).__name__}: {exc}")
-    return emitted(sys.stdout.flush, code)
+    return ended(code)

@@ -8,6 +8,8 @@ import os
 import stat
 from pathlib import Path
 
+from bide._files import holds_private_key
+
 __all__ = ["InputFileUnreadable", "UsageError", "input_file_size", "is_directory", "is_other_than_file",
            "output_status", "refuse_overwriting", "same_file", "unreadable_input"]
 
@@ -84,9 +86,13 @@ def same_file(a: Path, b: Path) -> bool:
 
 
 def refuse_overwriting(output: Path, inputs: list[tuple[str, Path]]) -> None:
-    """Raise UsageError when `output` is one of `inputs` (each with what it is): writing it would
-    replace what the command reads."""
+    """Raise UsageError when `output` is one of `inputs` (each with what it is), or a private key file,
+    input or not (`-o KEY` without `--sign`): writing it would replace what the command reads, or a key
+    nothing can make again."""
     for what, path in inputs:
         if same_file(output, path):
             raise UsageError(f"{output} is the {what} ({path}); refusing to write over it: give another "
                              "output path")
+    if holds_private_key(output):
+        raise UsageError(f"{output} holds a private key; refusing to write over it: give another output "
+                         "path (a key lost cannot be made again)")

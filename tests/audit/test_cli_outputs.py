@@ -385,3 +385,16 @@ def test_negative_or_zero_limits_are_usage_errors(tmp_path: Path) -> None:
     for result in results:
         assert result.returncode == 2, result.stderr
         assert "usage error: argument --max-" in result.stderr
+
+
+def test_export_refuses_to_write_over_a_private_key_that_is_not_its_input(exported: Path) -> None:
+    """`-o` naming another private key file (an approver's, the log key of another store) replaced the key
+    with evidence, exit 0: a key nothing can make again. Refused (exit 2), as over an input."""
+    assert _run("bide", "keygen", "alice.key", cwd=exported).returncode == 0
+    before = _snapshot(exported)
+    base = ("export", "--store", "sqlite:///store.db", "--run", "r", "--key", "log.key", "--head")
+    done = _run("bide-audit", *base, "-o", "alice.key", cwd=exported)
+    assert done.returncode == 2, done.stderr
+    assert "alice.key holds a private key; refusing to write over it" in done.stderr
+    assert _snapshot(exported) == before
+    assert _run("bide-audit", *base, "-o", "alice.key.pub", cwd=exported).returncode == 0  # a public key

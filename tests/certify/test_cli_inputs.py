@@ -400,6 +400,37 @@ def test_a_machine_file_that_ends_the_process_while_imported_is_not_certified(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(files)
 
 
+def test_a_process_a_machine_file_forks_ends_as_it_would_and_certify_reports_once(tmp_path: Path) -> None:
+    """A machine file that ran a helper in a forked process (multiprocessing) while imported: the helper's
+    own os._exit(0) raised there, as the file's would, so govern's error path ran on in the child: stdout
+    held a second JSON document ("the file called os._exit(0)", exit_code 2) beside the real report, and
+    the file saw its helper exit 2. The child ends as it would now; only the process govern runs in is
+    guarded."""
+    (tmp_path / "shop.py").write_text(
+        "import multiprocessing, sys\nfrom govern import Registry\n"
+        "def warm():\n    pass\n"
+        "p = multiprocessing.get_context('fork').Process(target=warm)\np.start()\np.join()\n"
+        "print('helper exit code', p.exitcode, file=sys.stderr)\n"
+        "r = Registry('shop')\nx = r.int('x', 0, 3)\nr.event('inc', guard=x < 3, effect={x: x + 1})\n"
+    )
+    done = govern("certify", "shop.py", "--json", "-o", "shop.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["exit_code"] == 0  # one document: a second would not parse
+    assert "helper exit code 0" in done.stderr and "os._exit" not in done.stderr, done.stderr
+    assert check_certificate((tmp_path / "shop.json").read_bytes()).rules_checked  # raises unless valid
+
+
+def test_certify_refuses_to_write_over_a_private_key(machine_dir: Path) -> None:
+    """`govern certify m.py -o KEY` without `--sign` (so the key is no input) replaced the private key with
+    the certificate, exit 0: a key nothing can make again. Refused (exit 2), the key kept."""
+    assert govern("keygen", "ci-key", cwd=machine_dir).returncode == 0
+    key = (machine_dir / "ci-key").read_bytes()
+    machine = next(p.name for p in machine_dir.glob("*.py"))
+    done = govern("certify", machine, "-o", "ci-key", cwd=machine_dir)
+    assert done.returncode == 2 and "ci-key holds a private key" in done.stderr, done.stderr
+    assert (machine_dir / "ci-key").read_bytes() == key
+
+
 def _with_guard(body: str) -> str:
     """A machine file whose one event's guard is a Python function with `body` (run while it is built)."""
     return (
