@@ -81,14 +81,18 @@ def test_keygen_file_writes_one_format_every_command_reads(prog: str, tmp_path: 
 def test_govern_points_from_a_common_mistake_to_the_right_command(tmp_path: Path) -> None:
     (tmp_path / "machine.py").write_text("from govern import Registry\n")
     (tmp_path / "cert.json").write_text("{}")
-    checked, certified, checked_json = run_all(
+    checked, certified, checked_json, shown, negative = run_all(
         "govern",
         ("check", "machine.py"),
         ("certify", "cert.json"),
         ("check", "machine.py", "--json"),
+        ("show", "machine.py"),  # (it said only "not valid JSON at line 1")
+        ("graph", "machine.py", "--state-limit", "-1"),  # (it was taken, as no limit at all)
         cwd=tmp_path,
     )
     assert checked.returncode == 4 and "did you mean `govern certify machine.py`?" in checked.stderr
+    assert shown.returncode == 4 and "did you mean `govern certify machine.py`?" in shown.stderr
+    assert negative.returncode == 2 and "--state-limit: must be 0 or more" in negative.stderr
     assert certified.returncode == 2 and "`govern check cert.json`" in certified.stderr
     as_json = json.loads(checked_json.stdout)
     assert as_json["exit_code"] == 4 and "govern certify" in as_json["message"]

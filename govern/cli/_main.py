@@ -837,6 +837,17 @@ def cmd_check(args: argparse.Namespace, out: Console, err: Console) -> int:
     return EXIT_OK
 
 
+def _state_limit(text: str) -> int:
+    """A --state-limit value: a whole number of states, 0 or more (0 draws no state graph)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more (0 draws no state graph), got {value}")
+    return value
+
+
 def _machine_hint(path_text: str) -> str:
     """A hint for the common mistake of checking a machine file instead of certifying it."""
     path = Path(path_text)
@@ -876,7 +887,8 @@ def cmd_show(args: argparse.Namespace, out: Console, err: Console) -> int:
     try:
         certificate = _read_any(_read_input(args.certificate, args.max_size), args.max_size)
     except CertificateUnreadable as exc:
-        return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", str(exc))
+        hint = _machine_hint(args.certificate)  # as `govern check` gives it
+        return _refuse(args, out, err, EXIT_UNREADABLE, "unreadable", f"{hint} ({exc})" if hint else str(exc))
     if isinstance(certificate, ComposedCertificate):
         return _show_composed(certificate, out)
     model = certificate.model
@@ -1113,7 +1125,7 @@ def build_parser() -> argparse.ArgumentParser:
     graph.add_argument("source", metavar="PATH[:NAME]|CERT")
     graph.add_argument("-o", "--output", metavar="DIR",
                        help="directory for the files (default: next to PATH)")
-    graph.add_argument("--state-limit", type=int, default=64, metavar="N",
+    graph.add_argument("--state-limit", type=_state_limit, default=64, metavar="N",
                        help="draw the state graph only for domains of at most N states (default 64)")
     graph.add_argument("--png", action="store_true", help="also write PNG (needs Graphviz)")
     graph.add_argument("--domain", choices=("valid", "reachable"), default="valid")
