@@ -1359,7 +1359,10 @@ class SQLStore:
         # Only for what a file that cannot be written causes: not a trigger's abort on a full disk, say.
         unwritable = self.dialect == "sqlite" and code is not None and code & 0xFF in _SQLITE_UNWRITABLE
         hint = why_unwritable(self._path) if unwritable else ""
-        error = StoreError(f"store {self._shown}: {what} failed; {_doubt(batch)}: {exc}{hint}")
+        # SQLite refuses a write to a read-only file before it writes anything: no doubt to leave.
+        refused = unwritable and code is not None and code & 0xFF == _SQLITE_READONLY
+        doubt = "nothing was written" if refused else _doubt(batch)
+        error = StoreError(f"store {self._shown}: {what} failed; {doubt}: {exc}{hint}")
         self._answer([(req, None, error)], here)
 
     def _transaction(
@@ -2041,6 +2044,7 @@ def _private_copy(items: Sequence[tuple[str, bytes]]) -> Sequence[tuple[str, byt
 # PostgreSQL's SQLSTATEs for a transaction aborted by a conflict (serialization failure, deadlock): the
 # transaction did nothing and may be run again.
 _SQLITE_BUSY = frozenset({5, 6})
+_SQLITE_READONLY = 8  # SQLITE_READONLY: the write was refused before anything was written
 # SQLite's result codes for a file that cannot be written: PERM, READONLY, IOERR, FULL, CANTOPEN.
 _SQLITE_UNWRITABLE = frozenset({3, 8, 10, 13, 14})
 # The requests that list runs (a worker's poll): checked against a store file moved away, as writes are.

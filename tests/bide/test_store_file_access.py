@@ -101,12 +101,18 @@ def test_a_read_only_store_is_read_and_the_audit_export_says_what_it_needs(tmp_p
     beside the journal, said "INTERNAL ERROR: attempt to write a readonly database" (exit 3)."""
     path = tmp_path / "bide.db"
     _make_store(path)
+    store = bide.open_store(f"sqlite:///{path}")
+    try:  # a thread left idle: a run a cancel request would end
+        bide.Agent(ScriptedModel([reply("hi")]), store=store).thread("t1").send_sync("hi")
+    finally:
+        store.close()
     key = tmp_path / "log.key"
     assert subprocess.run(["bide-audit", "keygen", str(key)], capture_output=True).returncode == 0
     wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
     path.chmod(0o444)
     try:
         runs = _bide("runs", "--store", f"sqlite:///{path}", wrap=wrap)
+        cancelled = _bide("cancel", "--store", f"sqlite:///{path}", "t1", wrap=wrap)
         exported = subprocess.run(
             [*wrap, "bide-audit", "export", "--store", f"sqlite:///{path}", "--run", "r1", "-o",
              str(tmp_path / "ev.json"), "--key", str(key)],
@@ -115,6 +121,10 @@ def test_a_read_only_store_is_read_and_the_audit_export_says_what_it_needs(tmp_p
     finally:
         path.chmod(0o644)
     assert runs.returncode == 0 and "r1" in runs.stdout, runs.stderr
+    # SQLite refuses a write to a read-only file before it writes anything: "a write may or may not have
+    # committed" sent the user to check what could not have happened.
+    assert cancelled.returncode == 6, cancelled.stderr
+    assert "nothing was written" in cancelled.stderr and "may or may not" not in cancelled.stderr
     assert exported.returncode == 6, exported.stderr
     assert "hash tables" in exported.stderr and "is not writable by this user" in exported.stderr
     assert not (tmp_path / "ev.json").exists()
