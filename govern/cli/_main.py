@@ -23,6 +23,7 @@ import argparse
 import contextlib
 import hashlib
 import importlib.util
+import io
 import json
 import os
 import signal
@@ -34,7 +35,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
 
 from bide._cli_common import (
     EXIT_FAILED,
@@ -322,7 +323,7 @@ def _machine_code() -> Iterator[None]:
     limit = sys.getrecursionlimit()  # a file that lowers it must not make govern's own checks fail
     ctrl_c = _CtrlC()
     try:
-        with contextlib.redirect_stdout(sys.stderr), _no_hard_exit():
+        with contextlib.redirect_stdout(_Uncloseable(sys.stderr)), _no_hard_exit():
             yield
     except KeyboardInterrupt:
         if not ctrl_c.raised_by_code():
@@ -335,6 +336,34 @@ def _machine_code() -> Iterator[None]:
         if os.getcwd() != cwd:
             os.chdir(cwd)
         sys.setrecursionlimit(limit)
+
+
+class _Uncloseable(io.TextIOBase):
+    """Standard error as a machine file's standard output: what it prints goes there, but its
+    `sys.stdout.close()` does not close govern's stderr, which still has to say how the command ended."""
+
+    def __init__(self, inner: TextIO) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        return self._inner.write(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def close(self) -> None:
+        self.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
+        return self._inner.encoding
 
 
 class _CtrlC:

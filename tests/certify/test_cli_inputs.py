@@ -420,6 +420,21 @@ def test_a_process_a_machine_file_forks_ends_as_it_would_and_certify_reports_onc
     assert check_certificate((tmp_path / "shop.json").read_bytes()).rules_checked  # raises unless valid
 
 
+def test_a_machine_file_that_closes_its_stdout_still_gets_its_error_said(tmp_path: Path) -> None:
+    """A machine file's stdout is govern's stderr while it runs: its `sys.stdout.close()` closed that, and
+    its import error then could not be said: exit 1 ("not convergent"), and no JSON document with --json."""
+    (tmp_path / "m.py").write_text(
+        "import sys\nfrom govern import Registry\nr = Registry('m')\nx = r.bool('x')\n"
+        "r.event('on', effect={x: True})\nsys.stdout.close()\nraise ValueError('a bad machine file')\n"
+    )
+    for extra in ([], ["--json"]):
+        done = govern("certify", "m.py", *extra, cwd=tmp_path)
+        assert done.returncode == 2, done.stderr
+        assert "importing the file raised ValueError: a bad machine file" in done.stderr
+        if extra:
+            assert json.loads(done.stdout)["exit_code"] == 2
+
+
 def test_certify_refuses_to_write_over_a_private_key(machine_dir: Path) -> None:
     """`govern certify m.py -o KEY` without `--sign` (so the key is no input) replaced the private key with
     the certificate, exit 0: a key nothing can make again. Refused (exit 2), the key kept."""
