@@ -13,12 +13,15 @@ Every string taken from an input is printed through `bide._terminal.printable`.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import json
 import os
 import stat
 import sys
+import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -258,6 +261,9 @@ def _anchor_publisher(directory: str, output: Path) -> _RecordingPublisher:
     return _RecordingPublisher(path, output)
 
 
+_ANCHOR_LOCK_WAIT_S = 30.0  # how long an export waits for another one publishing into its anchor directory
+
+
 class _RecordingPublisher:
     """A `DirectoryPublisher` that remembers where each head went (size, file), for the export message."""
 
@@ -268,6 +274,39 @@ class _RecordingPublisher:
         self.output = output
         self.published: list[tuple[int, Path]] = []
         self.notes: list[str] = []  # sentences for the export's message: what comparing with the heads found
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the anchor directory's lock (an exclusive `flock` on the directory itself, which every
+        export comparing and publishing there takes) meanwhile, waiting up to `_ANCHOR_LOCK_WAIT_S` for
+        another export to publish. A directory this process may not read (a drop box) cannot be locked:
+        a note says the heads were not guarded against an export at the same moment."""
+        from .._errors import ConfigError
+
+        try:
+            fd = os.open(self.inner.directory, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            self.notes.append(" The anchor directory could not be locked (it is not readable), so an export "
+                              "into it at the same moment was not kept from publishing between the two.")
+            yield
+            return
+        try:
+            until = time.monotonic() + _ANCHOR_LOCK_WAIT_S
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= until:
+                        raise ConfigError(
+                            f"--anchor-dir {self.inner.directory} stayed locked by another export for "
+                            f"{_ANCHOR_LOCK_WAIT_S:g} s (a paused or stuck `bide-audit export`); nothing was "
+                            f"published, and {self.output} was not written: run it again"
+                        ) from None
+                    time.sleep(0.05)
+            yield
+        finally:
+            os.close(fd)  # (closing it releases the lock)
 
     def refuse_forks(self, log: AuditLog, sth: SignedTreeHead, *, allow: bool) -> None:
         """Raise NotVerified, before anything is written, when `sth` forks from a head of its log already
@@ -401,8 +440,14 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
                 artifact = log.evidence(args.run, head)
                 what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
         if publisher is not None and head is not None:
-            publisher.refuse_forks(log, head, allow=args.allow_fork)
-        _write_atomic(output, artifact.to_json(), publisher, head)  # the head published once it is staged
+            # Compared and published under the directory's lock: two exports at once (of two copies of a
+            # store, one edited) each compared with the heads there before the other's was published,
+            # and both forking heads went in, neither refused.
+            with publisher.exclusive():
+                publisher.refuse_forks(log, head, allow=args.allow_fork)
+                _write_atomic(output, artifact.to_json(), publisher, head)  # published once it is staged
+        else:
+            _write_atomic(output, artifact.to_json(), publisher, head)
     finally:
         close_store(store)
     anchored = ""

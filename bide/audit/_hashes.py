@@ -291,8 +291,11 @@ class SQLHashes:
     def _sql_read(self, n: int) -> str:
         q = self._q
         values = ", ".join([f"({q}, {q})"] * n)
+        # A tile's bytes whatever the stored value's type (SQLite): one edited to TEXT is read as its bytes
+        # and judged as any tile is, not failed on by the driver's UTF-8 decoding as a store error.
+        hashes = "CAST(h.hashes AS BLOB)" if self.dialect == "sqlite" else "h.hashes"
         return (
-            f"WITH wanted(level, tile) AS (VALUES {values}) SELECT h.level, h.tile, h.hashes "
+            f"WITH wanted(level, tile) AS (VALUES {values}) SELECT h.level, h.tile, {hashes} "
             f"FROM wanted JOIN {self._p}audit_tiles h ON h.run_id = {q} AND h.level = wanted.level "
             "AND h.tile = wanted.tile"
         )

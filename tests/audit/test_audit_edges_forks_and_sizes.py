@@ -263,3 +263,46 @@ def test_the_docs_verifier_refuses_a_record_at_a_position_outside_the_tree(
         if check_bundle(json.dumps(doc, separators=(",", ":")).encode(), key):
             accepted.append(index)
     assert accepted == []
+
+
+def test_an_export_waits_for_one_publishing_into_its_anchor_dir_and_then_compares_with_its_head(
+    tmp_path: Path,
+) -> None:
+    """Two exports at once into one --anchor-dir, of two copies of a store (one edited behind bide): each
+    compared its head with the heads there before the other's was published, and both forking heads went
+    in, exit 0 twice. An export compares and publishes under the directory's lock (`flock`): here the test
+    holds it, as another export would, and publishes a forking head meanwhile; the export waiting on the
+    lock then finds that head, and refuses."""
+    import fcntl
+    import shutil
+    import time
+
+    from bide.audit import load_signing_key
+
+    url = _store(tmp_path, "r1")
+    (tmp_path / "anchor").mkdir()
+    shutil.copy(tmp_path / "runs.db", tmp_path / "copy.db")
+    with sqlite3.connect(tmp_path / "copy.db") as conn:
+        conn.execute(EDIT)
+    copy = bide.open_store(f"sqlite:///{tmp_path / 'copy.db'}")
+    try:
+        forking_head = AuditLog(copy, load_signing_key(tmp_path / "log.key")).sign_head("r1", publish=False)
+    finally:
+        copy.close()
+    lock = os.open(tmp_path / "anchor", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+        export = subprocess.Popen(
+            [sys.executable, "-m", "bide.audit._cli", "export", "--store", url, "--run", "r1", "--key",
+             "log.key", "--anchor-dir", "anchor", "-o", "ev.json"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        time.sleep(3)  # the export has signed its head and compared it (before), or waits on the lock (now)
+        DirectoryPublisher(tmp_path / "anchor").publish(forking_head)
+    finally:
+        os.close(lock)  # released: the export goes on
+    out, err = export.communicate(timeout=120)
+    assert export.returncode == 1, out + err
+    assert "forks from a head of the same run and key already anchored in anchor" in err, err
+    assert len(_anchored(tmp_path)) == 1 and not (tmp_path / "ev.json").exists()
