@@ -576,7 +576,6 @@ def _record_text(record: dict[str, Any]) -> str:
 def _cmd_pending(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ._records import pause_key
     from ._resolve import status_of
     from .approvals._submit import PendingApproval, pending_in
 
@@ -596,29 +595,18 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                     continue
                 # Not `pending_approvals(store)`: it would stop at the first unreadable run of the store.
                 try:
-                    found.extend(pending_in(journal))
+                    run_open = pending_in(journal)
                 except StoreError as exc:
                     unreadable[run_id] = f"run {run_id!r} cannot be read: {str(exc).splitlines()[0]}"
                     continue
+                found.extend(run_open)
                 st = status_of(journal)
                 if st.status == "awaiting_approval":
-                    pause = journal.get(pause_key(st.call_id or ""))
-                    decided = _decided(journal, st.call_id or "")
-                    # The pause's reason was the gate's words when it paused: a closed gate's (its tally
-                    # is recorded) would send approvers to decide what it no longer takes.
-                    reason = getattr(pause, "reason", None) if decided is None else _closed_text(decided)
-                    waiting.append(
-                        {
-                            "run_id": run_id,
-                            "call_id": st.call_id,
-                            "tool": st.tool,
-                            "arguments": st.arguments,
-                            "reason": reason,
-                            "approval": None,
-                            "gate": "approval" if _at_approval_gate(journal, st.call_id or "") else "custom",
-                            "decided": decided,
-                        }
-                    )
+                    # The call the run is blocked on, and every other call of it an approval gate waits on
+                    # (calls of one turn pause together: approvers must see each of them).
+                    calls = [(st.call_id or "", st.tool, st.arguments)]
+                    calls += [(p.call_id, p.tool, p.arguments) for p in run_open if p.call_id != st.call_id]
+                    waiting.extend(_gate_row(journal, *call) for call in calls)
             after = batch[-1]
         approvals = {(p.run_id, p.call_id): p for p in found}
     finally:
@@ -675,9 +663,31 @@ _CUSTOM_GATE = (
 )
 
 
+def _gate_row(journal: Journal, call_id: str, tool: str | None, arguments: Any) -> dict[str, Any]:
+    """`bide pending`'s row for call `call_id` of a run waiting at a gate (the tally is added later)."""
+    from ._records import pause_key
+
+    pause = journal.get(pause_key(call_id))
+    decided = _decided(journal, call_id)
+    # The pause's reason was the gate's words when it paused: a closed gate's (its tally is recorded)
+    # would send approvers to decide what it no longer takes.
+    reason = getattr(pause, "reason", None) if decided is None else _closed_text(decided)
+    return {
+        "run_id": journal.run_id,
+        "call_id": call_id,
+        "tool": tool,
+        "arguments": arguments,
+        "reason": reason,
+        "approval": None,
+        "gate": "approval" if _at_approval_gate(journal, call_id) else "custom",
+        "decided": decided,
+    }
+
+
 _CLOSED_GATE = (
     "A call whose approval gate has closed (its tally is recorded) takes no more decisions: run the agent "
-    "again (same run id and input) and it acts on the tally, calling the tool or recording the denial."
+    "again (same run id and input) and it recounts the tally's signed decisions under its policy, then calls "
+    "the tool or records the denial (a recount that differs raises ApprovalRecordsInvalid, and nothing runs)."
 )
 
 
@@ -689,19 +699,26 @@ def _decided(journal: Journal, call_id: str) -> dict[str, Any] | None:
     from ._records import GateRecord
     from .approvals._tally import tally_key
 
+    if not journal.has(tally_key(call_id)):
+        return None
     tally = journal.get(tally_key(call_id))
     data = tally.data if isinstance(tally, GateRecord) else None
-    if not isinstance(data, dict) or data.get("outcome") not in ("approved", "denied"):
-        return None
-    names = {k: data.get(k) for k in ("approved_by", "denied_by")}
-    if not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in names.values()):
-        return None
+    names = {k: data.get(k) for k in ("approved_by", "denied_by")} if isinstance(data, dict) else {}
+    if (
+        not isinstance(data, dict)
+        or data.get("outcome") not in ("approved", "denied")
+        or not all(isinstance(v, list) and all(isinstance(n, str) for n in v) for v in names.values())
+    ):
+        # The gate counts the call closed all the same (a record is at its tally's key): it was edited.
+        return {"outcome": "unreadable", "approved_by": [], "denied_by": []}
     return {"outcome": data["outcome"], **names}
 
 
 def _closed_text(decided: dict[str, Any]) -> str:
+    if decided["outcome"] == "unreadable":
+        return "approval gate closed, but its tally record is damaged (edited): the gate will refuse it"
     who = ", ".join(decided[f"{decided['outcome']}_by"]) or "nobody"
-    return f"approval gate closed (its tally is recorded): {decided['outcome']} by {who}"
+    return f"approval gate closed (its tally is recorded): {decided['outcome']} by {who}, as the tally says"
 
 
 def _at_approval_gate(journal: Journal, call_id: str) -> bool:
@@ -721,7 +738,8 @@ def _at_approval_gate(journal: Journal, call_id: str) -> bool:
 def _waiting_text(w: dict[str, Any]) -> str:
     a = w["approval"]
     if w["decided"] is not None:
-        return f"nobody: {w['reason']}; run the agent again"
+        then = "see `bide show`" if w["decided"]["outcome"] == "unreadable" else "run the agent again"
+        return f"nobody: {w['reason']}; {then}"
     if a is None:
         gate = "approval gate" if w["gate"] == "approval" else "custom gate"
         return f"{gate}: {w['reason'] or 'no reason given'}"

@@ -7,6 +7,7 @@ import ctypes
 import errno
 import functools
 import os
+import re
 import secrets
 import stat
 import sys
@@ -105,9 +106,9 @@ def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), 
 
 
 def holds_private_key(path: str | os.PathLike[str]) -> bool:
-    """True when the regular file at `path` (through symlinks) begins as a PEM private key does (the key
-    files `keygen` writes, and OpenSSH's and OpenSSL's): an output path naming one is refused, never
-    written over. False when nothing readable is there."""
+    """True when the regular file at `path` (through symlinks) holds a PEM private key block in its first
+    64 KiB (the key files `keygen` writes, and OpenSSH's and OpenSSL's): an output path
+    naming one is refused, never written over. False when nothing readable is there."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe there must not block
     except OSError:
@@ -115,13 +116,18 @@ def holds_private_key(path: str | os.PathLike[str]) -> bool:
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return False
-        head = os.read(fd, 64)
+        head = os.read(fd, _KEY_SCAN_BYTES)
     except OSError:
         return False
     finally:
         os.close(fd)
-    first = head.split(b"\n", 1)[0].strip()
-    return first.startswith(b"-----BEGIN ") and first.endswith(b"PRIVATE KEY-----")
+    # Anywhere in its start, at the start of a line: OpenSSL writes EC parameters, a certificate or bag
+    # attributes before the key in some files. (A key quoted in a JSON artifact has its line breaks escaped.)
+    return _PEM_PRIVATE_KEY.search(head) is not None
+
+
+_KEY_SCAN_BYTES = 1 << 16
+_PEM_PRIVATE_KEY = re.compile(rb"(?m)^-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----\s*$")
 
 
 def write_whole(

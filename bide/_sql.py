@@ -656,7 +656,8 @@ class SQLStore:
         # A session the server ended while the store opened (a killed backend, a restart), or a login it
         # refused while starting or with every connection slot taken, is opened again, as a request would
         # be sent again, for up to the busy timeout; a server that refuses connections is reported at once.
-        until = time.monotonic() + self._busy_ms / 1000
+        began = time.monotonic()
+        until = began + self._busy_ms / 1000
         tries = 0
         while True:
             try:
@@ -669,7 +670,13 @@ class SQLStore:
                 pause = _RECONNECT.wait(tries)
                 tries += 1
                 if time.monotonic() + pause >= until:
-                    raise
+                    if type(exc) is not StoreError or tries == 1:
+                        raise
+                    # Said, or the wait (up to the busy timeout, silent) looks like a hang that ended.
+                    raise StoreError(
+                        f"{exc} (tried {tries} times over {time.monotonic() - began:.0f} s, the store's busy "
+                        "timeout: the server went on refusing or ending the session)"
+                    ) from cause
                 time.sleep(pause)
 
     def _prepare_schema_once(self, *, create: bool) -> None:
@@ -2087,7 +2094,9 @@ def _check_pg_prefix_length(table_prefix: str) -> None:
             f"on PostgreSQL a table_prefix may be at most {allowed} characters, got {len(table_prefix)} "
             f"({table_prefix!r}): PostgreSQL refuses names of more than {_PG_NAME_BYTES} bytes, and bide "
             f"makes {table_prefix}{longest}{whose} under this prefix, "
-            f"{len(table_prefix) + len(longest)} bytes"
+            f"{len(table_prefix) + len(longest)} bytes. A store an earlier bide made under a longer prefix: "
+            "rename its tables and indexes to a shorter one (ALTER TABLE ... RENAME TO ...; ALTER INDEX ... "
+            "RENAME TO ...), then give that prefix"
         )
 
 

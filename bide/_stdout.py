@@ -40,10 +40,27 @@ def closed_stdout_fails() -> None:
     is lost (`OUTPUT_LOST`) instead of crashing on None."""
     global _CLOSED_STDOUT, _WRITE_FAILED, _LOSS_SAID
     _WRITE_FAILED, _LOSS_SAID = None, False
+    if _CLOSED_STDOUT is not None:
+        _CLOSED_STDOUT.dropped = False  # (a command run before in this process lost its output, not this one)
+    _fill_closed_descriptors()
     if sys.stdout is None:
         sys.stdout = _CLOSED_STDOUT = _Closed()
     if sys.stderr is None:
         sys.stderr = _Closed()
+
+
+def _fill_closed_descriptors() -> None:
+    """Open /dev/null on standard input, output or error where the process started with it closed (`>&-`):
+    the next file opened takes the lowest free descriptor, and a database connection opened as 1 received
+    what a tool's native code wrote to its standard output (runs halted on a broken connection)."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
 
 
 def lost_output() -> bool:

@@ -432,10 +432,13 @@ class Worker:
                 self._park(run_id, state)
                 state.parked_token = self._token_after_drive(run_id)
             # The halt's own words name the library call; an operator of `bide worker` works from a shell.
+            # (`--` before the ids: a run id may start with "-".)
+            prefix = getattr(self.store, "table_prefix", "bide_")
             log.warning(
-                "run %s halted: %s (from a shell, with the worker's --store: bide resolve %s %s "
-                "(--succeeded JSON | --failed MESSAGE | --not-started) --attempt %d)",
-                run_id, exc, shlex.quote(run_id), shlex.quote(exc.call_id), exc.attempt,
+                "run %s halted: %s (from a shell, with the worker's --store: bide resolve%s "
+                "(--succeeded JSON | --failed MESSAGE | --not-started) --attempt %d -- %s %s)",
+                run_id, exc, "" if prefix == "bide_" else f" --table-prefix {shlex.quote(prefix)}",
+                exc.attempt, shlex.quote(run_id), shlex.quote(exc.call_id),
             )  # fmt: skip
             return "halted"
         except RunInFlight as exc:
@@ -465,19 +468,23 @@ class Worker:
         self._state.pop(run_id, None)
         if result.replayed:
             return "skipped"  # another driver finished it meanwhile
-        if result.status == "cancelled" or (kind == "thread" and await self._thread_cancelled(run_id)):
-            log.info("run %s ended as cancelled: %s", run_id, result.answer)
+        ended = result.answer if result.status == "cancelled" else None
+        if ended is None and kind == "thread":
+            ended = await self._thread_cancelled(run_id)
+        if ended is not None:
+            log.info("run %s ended as cancelled: %s", run_id, ended)
             return "cancelled"
         log.info("run %s completed (%d turns)", run_id, result.turns)
         return "completed"
 
-    async def _thread_cancelled(self, run_id: str) -> bool:
-        """Whether a thread's cancel request ended it: its drive returns its last message's answer (that
-        message completed), and the thread's own end record says it was cancelled."""
+    async def _thread_cancelled(self, run_id: str) -> str | None:
+        """The answer of a thread's end record when a cancel request ended it (its drive returns its last
+        message's answer: that message completed), else None."""
         with contextlib.suppress(StoreError):  # unread: counted as the message's drive, completed
             end = (await Journal(self.store, run_id).aload()).get(END_KEY)
-            return isinstance(end, End) and end.status == "cancelled"
-        return False
+            if isinstance(end, End) and end.status == "cancelled":
+                return end.answer
+        return None
 
     def _failed(self, run_id: str, exc: BaseException, report: PassReport | None) -> str:
         if isinstance(exc, RecordDamaged):

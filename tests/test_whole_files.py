@@ -4,6 +4,7 @@ SIGKILL and for a SIGTERM the program does not handle (what `timeout`, systemd a
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,6 +17,7 @@ import pytest
 
 from bide._files import write_whole
 
+ROOT = Path(__file__).resolve().parents[1]
 SIZE = 128 << 20  # long enough to write and fsync that a kill 50 ms in lands in the middle
 WRITER = (
     "import sys; from pathlib import Path; from bide._files import write_whole; "
@@ -102,3 +104,88 @@ def test_an_output_that_is_a_symlink_is_written_through_when_it_is_the_users_own
     assert planted.is_symlink() and deployed.read_bytes() == before
     left = sorted(p.name for p in tmp_path.iterdir())
     assert left == ["dangling.json", "deploy", "ledger.json", "planted.json"]
+
+
+_KEY = "-----BEGIN PRIVATE KEY-----\nMC4CAQAwBQYDK2VwBCIEIA==\n-----END PRIVATE KEY-----\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        _KEY,
+        "\n" + _KEY,  # a blank first line
+        _KEY.replace("\n", "\r\n"),
+        "-----BEGIN EC PARAMETERS-----\nBggqhkjOPQMBBw==\n-----END EC PARAMETERS-----\n"  # openssl ecparam
+        + _KEY.replace("PRIVATE KEY", "EC PRIVATE KEY"),
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n" + _KEY,  # a bundle, the key after
+        "Bag Attributes\n    localKeyID: 01 \n" + _KEY,  # openssl pkcs12 -nodes
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nb3Blbg==\n-----END OPENSSH PRIVATE KEY-----\n",
+        "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIB\n-----END ENCRYPTED PRIVATE KEY-----\n",
+    ],
+    ids=["pkcs8", "blank-first-line", "crlf", "ec-parameters-first", "certificate-first", "pkcs12", "openssh",
+         "encrypted"],
+)
+def test_an_output_that_holds_a_private_key_is_refused(tmp_path: Path, text: str) -> None:
+    """The check read a file's first line only: OpenSSL's files with EC parameters, a certificate or bag
+    attributes before the key (and a key after a blank line) were written over."""
+    from bide._errors import ConfigError
+    from bide._files import check_output
+
+    key = tmp_path / "k.pem"
+    key.write_bytes(text.encode())
+    with pytest.raises(ConfigError, match="holds a private key"):
+        check_output(str(key))
+    assert key.read_bytes() == text.encode()
+
+
+def test_an_artifact_quoting_a_key_or_a_public_key_is_not_taken_for_a_key(tmp_path: Path) -> None:
+    from bide._files import check_output, holds_private_key
+
+    quoted = tmp_path / "evidence.json"
+    quoted.write_text(json.dumps({"records": [{"result": _KEY}]}, indent=2))
+    public = tmp_path / "k.pub"
+    public.write_text("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n")
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    assert not any(holds_private_key(p) for p in (quoted, public, fifo, tmp_path / "absent"))
+    check_output(str(quoted))
+    check_output(str(public))
+
+
+def test_a_command_started_with_standard_streams_closed_keeps_those_descriptors_from_its_files() -> None:
+    """`bide worker >&-`: descriptor 1 was free, a PostgreSQL connection was opened as 1, and what a tool's
+    native code wrote to its standard output went into the connection (runs halted, connection reset).
+    /dev/null fills a closed standard descriptor when a command starts."""
+    code = (
+        "import os, sys\n"
+        "from bide._stdout import closed_stdout_fails\n"
+        "closed_stdout_fails()\n"
+        "fd = os.open(sys.executable, os.O_RDONLY)\n"
+        "os.write(2, str(fd).encode())\n"
+    )
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=False, stderr=subprocess.PIPE, env=env, timeout=60,
+        preexec_fn=lambda: (os.close(0), os.close(1)),  # (the test's own child: no threads to race)
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert int(done.stderr) > 2
+
+
+def test_a_lost_output_of_an_earlier_command_in_the_process_is_forgotten(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`main()` called twice in one process: a first command's standard output closed made the second
+    exit 2, "standard output is closed", though its own output was written."""
+    import io
+
+    from bide import _stdout
+
+    monkeypatch.setattr(sys, "stdout", None)
+    _stdout.closed_stdout_fails()
+    print("lost")
+    assert _stdout.lost_output()
+    monkeypatch.setattr(sys, "stdout", io.StringIO())
+    _stdout.closed_stdout_fails()
+    print("written")
+    assert not _stdout.lost_output() and _stdout.ended(0) == 0

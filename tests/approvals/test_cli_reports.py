@@ -16,7 +16,7 @@ import pytest
 import bide
 from bide.approvals import ApprovalGate
 from bide.audit import AuditLog, generate_key
-from bide.testing import ScriptedModel, call, reply
+from bide.testing import Call, ScriptedModel, Turn, call, reply
 
 from .helpers import APPROVERS, LOG_KEY, ROOT, approved_run, audit_cli
 
@@ -220,7 +220,7 @@ import bide
 from bide._gate import GateJournal
 from bide.approvals import ApprovalGate
 from bide.audit import load_signing_key
-from bide.testing import ScriptedModel, call, reply
+from bide.testing import Call, ScriptedModel, Turn, reply
 
 here, outcome = sys.argv[1], sys.argv[2]
 gate = ApprovalGate.k_of_n(
@@ -243,7 +243,8 @@ async def put_all(self, items):
 
 GateJournal.put_all = put_all
 store = bide.open_store(f"sqlite:///{os.path.join(here, 'bide.db')}")
-model = ScriptedModel([call("wire", amount=1), reply("done")])
+calls = tuple(Call("wire", {"amount": n}) for n in range(1, int(sys.argv[3]) + 1))
+model = ScriptedModel([Turn(calls=calls), reply("done")])
 bide.Agent(model, store=store, tools=[wire]).run_sync("x", "go")
 '''
 
@@ -264,7 +265,7 @@ def test_pending_says_a_gate_whose_tally_is_recorded_is_closed(tmp_path: Path, d
     script = tmp_path / "drive.py"
     script.write_text(_KILLED_AFTER_THE_TALLY)
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
-    killed = subprocess.run([sys.executable, str(script), str(tmp_path), decision], capture_output=True,
+    killed = subprocess.run([sys.executable, str(script), str(tmp_path), decision, "1"], capture_output=True,
                             text=True, env={**os.environ, "PYTHONPATH": path}, timeout=120)
     assert killed.returncode == -9, killed.stderr
     assert not (tmp_path / "fired").exists()
@@ -278,9 +279,52 @@ def test_pending_says_a_gate_whose_tally_is_recorded_is_closed(tmp_path: Path, d
         "approved_by": who if outcome == "approved" else [],
         "denied_by": who if outcome == "denied" else [],
     }
-    assert row["reason"] == f"approval gate closed (its tally is recorded): {outcome} by {', '.join(who)}"
+    said = f"approval gate closed (its tally is recorded): {outcome} by {', '.join(who)}, as the tally says"
+    assert row["reason"] == said
     text = _bide("pending", "--store", f"sqlite:///{db}", cwd=tmp_path)
     assert "has 0" not in text.stdout and "bide approve|deny" not in text.stdout, text.stdout
     assert "run the agent again" in text.stdout
     later = _bide("approve", "--store", f"sqlite:///{db}", "x", "c0.0", "--key", "bob.key", cwd=tmp_path)
     assert later.returncode == 5 and "is closed" in later.stderr
+
+
+def test_pending_lists_every_call_of_a_run_waiting_at_a_gate_beside_a_closed_one(tmp_path: Path) -> None:
+    """Two gated calls of one turn: the first's gate closed (its driver killed after the tally), the
+    second's open. `bide pending` listed the run's first paused call alone, so it said the run waited for
+    nobody while the second call waited for both approvers, and dropped the line telling them to decide."""
+    keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
+    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
+
+    @bide.tool(gate=gate)
+    def wire(amount: int) -> str:
+        """Wire."""
+        return f"sent {amount}"
+
+    db = tmp_path / "bide.db"
+    store = bide.open_store(f"sqlite:///{db}")
+    try:
+        with pytest.raises(bide.ApprovalPending):
+            calls = (Call("wire", {"amount": 1}), Call("wire", {"amount": 2}))
+            bide.Agent(ScriptedModel([Turn(calls=calls), reply("done")]), store=store, tools=[wire]).run_sync(
+                "x", "go"
+            )
+    finally:
+        store.close()
+    for name in ("alice", "bob"):
+        url = f"sqlite:///{db}"
+        done = _bide("approve", "--store", url, "x", "c0.0", "--key", f"{name}.key", cwd=tmp_path)
+        assert done.returncode == 0, done.stderr
+    script = tmp_path / "drive.py"
+    script.write_text(_KILLED_AFTER_THE_TALLY)
+    path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
+    killed = subprocess.run([sys.executable, str(script), str(tmp_path), "approve", "2"], capture_output=True,
+                            text=True, env={**os.environ, "PYTHONPATH": path}, timeout=120)
+    assert killed.returncode == -9, killed.stderr
+    listing = _bide("pending", "--store", f"sqlite:///{db}", "--json", cwd=tmp_path)
+    rows = {row["call_id"]: row for row in json.loads(listing.stdout)}
+    assert sorted(rows) == ["c0.0", "c0.1"], rows
+    assert rows["c0.0"]["decided"]["outcome"] == "approved" and rows["c0.1"]["decided"] is None
+    assert rows["c0.1"]["approval"]["waiting_for"] == ["alice", "bob"]
+    assert rows["c0.1"]["arguments"] == {"amount": 2}
+    text = _bide("pending", "--store", f"sqlite:///{db}", cwd=tmp_path).stdout
+    assert "bide approve|deny" in text and "waiting for alice, bob" in text, text

@@ -11,6 +11,7 @@ SQLAlchemy's parameters and link), where every request of an open store was sent
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -192,3 +193,22 @@ def test_an_open_the_server_refuses_for_a_moment_is_tried_again(
     finally:
         starting.close()
     assert starting.refused == 3
+
+
+def test_an_open_the_server_never_lets_in_says_how_long_it_tried(pg_prefix: str) -> None:
+    """A server whose slots stay taken (a role's CONNECTION LIMIT 0) is tried for the whole busy timeout,
+    silently: the error at the end said only libpq's FATAL, so the wait looked like a hang. It says how many
+    tries over how long."""
+    bide.SQLStore(PLAIN, table_prefix=pg_prefix).close()
+    real = sa.engine.make_url(PLAIN)
+    full = _StartingServer(10**6, (real.host or "127.0.0.1", real.port or 5432),
+                           said=(b"53300", b"sorry, too many clients already"))  # fmt: skip
+    try:
+        url = real.set(host="127.0.0.1", port=full.port).render_as_string(hide_password=False)
+        with pytest.raises(bide.StoreError) as failed:
+            bide.SQLStore(url, table_prefix=pg_prefix, create=False, busy_timeout=2)
+    finally:
+        full.close()
+    said = str(failed.value)
+    assert "too many clients already" in said and "the store's busy timeout" in said, said
+    assert re.search(r"tried \d+ times over [1-3] s", said), said
