@@ -37,7 +37,9 @@ def closed_stdout_fails() -> None:
     started with standard output or error closed (`>&-`, `2>&-`), whose `sys.stdout` or `sys.stderr` is None,
     a sink that drops what is written, as None did for `print` (so a tool that prints runs as it would), and
     remembers that standard output lost something (`lost_output`), so that the command's exit says its output
-    is lost (`OUTPUT_LOST`) instead of crashing on None."""
+    is lost (`OUTPUT_LOST`) instead of crashing on None. A standard error that cannot be written (a full
+    disk behind `2>`) drops what is written to it: an OSError raised by a message there ended commands
+    with exit 1, "found wanting", whatever their own code."""
     global _CLOSED_STDOUT, _WRITE_FAILED, _LOSS_SAID
     _WRITE_FAILED, _LOSS_SAID = None, False
     if _CLOSED_STDOUT is not None:
@@ -47,6 +49,8 @@ def closed_stdout_fails() -> None:
         sys.stdout = _CLOSED_STDOUT = _Closed()
     if sys.stderr is None:
         sys.stderr = _Closed()
+    elif not isinstance(sys.stderr, (_Closed, _QuietStderr)):
+        sys.stderr = _QuietStderr(sys.stderr)
 
 
 def _fill_closed_descriptors() -> None:
@@ -173,6 +177,37 @@ class GuardedStdout(io.TextIOBase):
     @property
     def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
         return self._inner.encoding
+
+
+class _QuietStderr(io.TextIOBase):
+    """Standard error that drops what cannot be written to it (a full disk): the message is lost, the
+    command's exit code is not. Everything else is the stream's own."""
+
+    def __init__(self, inner: TextIO | io.TextIOBase) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        with contextlib.suppress(OSError):
+            self._inner.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        with contextlib.suppress(OSError):
+            self._inner.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
+        return self._inner.encoding
+
+    def __getattr__(self, name: str) -> object:  # (buffer, errors, ...: the stream's own)
+        return getattr(self._inner, name)
 
 
 _CLOSED_STDOUT: _Closed | None = None  # the sink `closed_stdout_fails` gave standard output, if any

@@ -138,3 +138,31 @@ def test_a_failure_whose_json_document_is_lost_says_its_own_code(tmp_path: Path,
         assert_finished_with_output_lost(to_full_disk(prog, *args, cwd=tmp_path, env=env), code)
         shown = run(prog, *args, cwd=tmp_path, env=env)  # what was lost: one document with that code
         assert shown.returncode == code and json.loads(shown.stdout)["exit_code"] == code, (prog, args)
+
+
+def test_a_standard_error_that_cannot_be_written_leaves_every_command_its_own_code(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """`2> /dev/full`: a message to standard error raised an OSError nothing caught, and bide and govern
+    exited 1 ("found wanting") whatever their own code (a missing certificate 1, not 4); bide-audit took it
+    for a lost standard output (2). Standard error drops what it cannot take; the exit code stays."""
+    store = bide.open_store(f"sqlite:///{tmp_path / 'bide.db'}")
+    try:
+        bide.Journal(store, "a").load().write([bide.Start(key="run:start", entry="agent:x", input="go")])
+    finally:
+        store.close()
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    cases = [
+        (("bide", "show", "nope", "--store", url), 4),
+        (("bide", "runs", "--store", url, "--json"), 0),
+        (("bide", "runs", "--limit", "x"), 2),
+        (("govern", "check", "missing.json"), 4),
+        (("bide-audit", "verify", "missing.json", "--pubkey", "k.pub"), 4),
+    ]
+    for (prog, *args), code in cases:
+        with open("/dev/full", "w") as full:
+            done = subprocess.run([sys.executable, "-m", COMMANDS[prog], *args], stdout=subprocess.PIPE,
+                                  stderr=full, text=True, cwd=tmp_path, env=env, timeout=300)  # fmt: skip
+        assert done.returncode == code, (prog, args, done.returncode)
+        if code == 0:
+            assert json.loads(done.stdout)[0]["run_id"] == "a"
