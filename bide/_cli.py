@@ -557,11 +557,28 @@ def _cmd_show(args: argparse.Namespace) -> int:
             )
     if row["lease_holder"] is not None:
         say(f"  lease:  {_lease_text(row, now_ms / 1000)}")
+    texts = [_record_text(r["record"]) for r in records]
+    # A record too large for a table cell (a tool's result of megabytes) is printed whole after the table:
+    # wrapped in a cell, its text took time quadratic in its size (minutes for 32 MiB, hours for 100).
+    large = {i for i, text in enumerate(texts) if len(text) > _CELL_MAX}
     table(
         ("SEQ", "KEY", "KIND", "RECORD"),
-        [(str(r["seq"]), r["key"], str(r["record"].get("kind")), _record_text(r["record"])) for r in records],
+        [
+            (
+                str(r["seq"]),
+                r["key"],
+                str(r["record"].get("kind")),
+                f"({len(texts[i]):,} characters: below the table)" if i in large else texts[i],
+            )
+            for i, r in enumerate(records)
+        ],
     )
+    for i in sorted(large):
+        say(f"record {records[i]['seq']} ({records[i]['key']}): {texts[i]}")
     return EXIT_OK
+
+
+_CELL_MAX = 1 << 16  # characters of a record shown in `bide show`'s table; a longer one is shown after it
 
 
 def _record_text(record: dict[str, Any]) -> str:

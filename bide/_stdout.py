@@ -11,6 +11,7 @@ it printed is lost or cut short.
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import sys
@@ -154,11 +155,27 @@ class GuardedStdout(io.TextIOBase):
     def write(self, text: str) -> int:
         if not self._gone:
             try:
-                self._inner.write(text)
+                raw = getattr(self._inner, "buffer", None)
+                if isinstance(raw, io.FileIO):
+                    self._write_all(raw, text)
+                else:
+                    self._inner.write(text)
             except OSError as exc:
                 self._gone = True
                 output_failed(exc, self._inner)
         return len(text)
+
+    def _write_all(self, raw: io.FileIO, text: str) -> None:
+        """Unbuffered output (PYTHONUNBUFFERED): the text layer writes straight to the file and drops the
+        rest of a short write (a disk filling partway), so a cut output ended with exit 0. Written whole
+        here: the write after a short one fails and says why."""
+        self._inner.flush()
+        data = text.encode(self._inner.encoding or "utf-8", getattr(self._inner, "errors", None) or "strict")
+        while data:
+            written = raw.write(data)
+            if not written:
+                raise OSError(errno.EIO, "standard output took none of the bytes written to it")
+            data = data[written:]
 
     def flush(self) -> None:
         if not self._gone:

@@ -55,12 +55,14 @@ def to_full_disk(prog: str, *args: str, cwd: Path, env: dict[str, str]) -> subpr
                               timeout=300)  # fmt: skip
 
 
-def assert_finished_with_output_lost(done: subprocess.CompletedProcess[str], code: int) -> None:
-    """Exit 2, and standard error says once that the output is lost and that the command finished with
-    `code`, what it did standing."""
+def assert_finished_with_output_lost(
+    done: subprocess.CompletedProcess[str], code: int, why: str = "No space left on device"
+) -> None:
+    """Exit 2, and standard error says once that the output is lost (`why`) and that the command finished
+    with `code`, what it did standing."""
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr, done.stderr
-    assert done.stderr.count("the output could not be written (No space left on device)") == 1, done.stderr
+    assert done.stderr.count(f"the output could not be written ({why})") == 1, done.stderr
     assert f"the command itself finished (exit {code})" in done.stderr, done.stderr
     assert "what it recorded or wrote stands; only its printed output is lost" in done.stderr, done.stderr
 
@@ -166,3 +168,24 @@ def test_a_standard_error_that_cannot_be_written_leaves_every_command_its_own_co
         assert done.returncode == code, (prog, args, done.returncode)
         if code == 0:
             assert json.loads(done.stdout)[0]["run_id"] == "a"
+
+
+def test_an_output_the_disk_takes_only_part_of_is_a_lost_output(tmp_path: Path, env: dict[str, str]) -> None:
+    """A disk that fills in the middle of a write takes part of it (a short write), then fails. Unbuffered
+    (PYTHONUNBUFFERED, as many container images set it), Python's text layer dropped the rest of a short
+    write: `govern check` wrote 1,024 of its 1,545 bytes and exited 0, saying nothing. A file size limit
+    stands in for the disk here."""
+    import resource
+
+    (tmp_path / "lamp.py").write_text(MACHINE)
+    assert run("govern", "certify", "lamp.py:lamp", "-o", "lamp.json", cwd=tmp_path, env=env).returncode == 0
+    whole = run("govern", "check", "lamp.json", cwd=tmp_path, env=env).stdout.encode()
+    assert len(whole) > 1024
+    with open(tmp_path / "out.txt", "wb") as out:
+        done = subprocess.run(
+            [sys.executable, "-m", "govern", "check", "lamp.json"], stdout=out, stderr=subprocess.PIPE,
+            text=True, cwd=tmp_path, env=env, timeout=300,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (1024, 1024)),
+        )  # fmt: skip
+    assert (tmp_path / "out.txt").stat().st_size == 1024
+    assert_finished_with_output_lost(done, 0, "File too large")

@@ -280,3 +280,29 @@ def test_docs_name_only_real_commands_and_every_halt() -> None:
     for halt in halts:
         assert halt in tree, f"bide.md's error tree leaves out {halt}"
     assert "pip install 'bide[otel]' opentelemetry-sdk" in docs["bide.md"]
+
+
+def test_show_prints_a_record_too_large_for_its_table_whole_after_it(tmp_path: Path) -> None:
+    """A tool result of megabytes wrapped in `bide show`'s table cell took time quadratic in its size
+    (minutes at 32 MiB; a 100 MiB one had not printed after 14 minutes). A record over 64 Ki characters
+    is named in the table and printed whole after it; `--json` is unchanged."""
+
+    @bide.tool(safety=bide.ReadOnly)
+    def fetch(n: int) -> str:
+        """Fetch."""
+        return "x" * n
+
+    store = bide.open_store(f"sqlite:///{tmp_path / 'big.db'}")
+    try:
+        model = ScriptedModel([call("fetch", n=200_000), reply("done")])
+        bide.Agent(model, store=store, tools=[fetch]).run_sync("big", "go")
+    finally:
+        store.close()
+    shown = run("show", "--store", "sqlite:///big.db", "big", cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    table, _, after = shown.stdout.partition("characters: below the table)")
+    assert "x" * 1000 not in table
+    [line] = [line for line in after.splitlines() if line.startswith("record ")]
+    assert re.fullmatch(r"record \d+ \(result:c0\.0\): \{.*\}", line) and "x" * 200_000 in line
+    as_json = json.loads(run("show", "--store", "sqlite:///big.db", "big", "--json", cwd=tmp_path).stdout)
+    assert any("x" * 200_000 in json.dumps(r["record"]) for r in as_json["records"])
