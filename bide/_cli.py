@@ -593,7 +593,7 @@ def _record_text(record: dict[str, Any]) -> str:
 def _cmd_pending(args: argparse.Namespace) -> int:
     import asyncio
 
-    from ._resolve import status_of
+    from ._resolve import gated_calls, status_of
     from .approvals._submit import PendingApproval, pending_in
 
     store = open_cli_store(args)
@@ -619,11 +619,11 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 found.extend(run_open)
                 st = status_of(journal)
                 if st.status == "awaiting_approval":
-                    # The call the run is blocked on, and every other call of it an approval gate waits on
-                    # (calls of one turn pause together: approvers must see each of them).
-                    calls = [(st.call_id or "", st.tool, st.arguments)]
-                    calls += [(p.call_id, p.tool, p.arguments) for p in run_open if p.call_id != st.call_id]
-                    waiting.extend(_gate_row(journal, *call) for call in calls)
+                    # Every call of the turn that waits at a gate, not only the one the run is blocked on
+                    # (calls of one turn pause together: a person must see each of them).
+                    waiting.extend(
+                        _gate_row(journal, c.call_id, c.name, c.arguments) for c in gated_calls(journal)
+                    )
             after = batch[-1]
         approvals = {(p.run_id, p.call_id): p for p in found}
     finally:

@@ -28,6 +28,7 @@ from ._errors import (
 )
 from ._inflight import returned, running
 from ._journal import Journal
+from ._messages import ToolCall
 from ._outcome import Outcome
 from ._records import (
     END_KEY,
@@ -469,6 +470,24 @@ def status_of(journal: Journal) -> RunStatus:
             if status in waiting:
                 return waiting[status]
     return RunStatus(rid, "running", inp, records=n)
+
+
+def gated_calls(journal: Journal) -> list[ToolCall]:
+    """The calls of the run's last model turn that wait at a gate (paused, with no result and no live
+    attempt), in call order: every one a person may have to decide, not only the one `status_of` names."""
+    last: ModelTurn | None = None
+    turn = 0
+    while isinstance(rec := journal.get(model_key(turn)), ModelTurn):
+        last, turn = rec, turn + 1
+    if last is None or isinstance(journal.get(END_KEY), End):
+        return []
+    return [
+        call
+        for call in last.message.tool_calls
+        if not journal.has(result_key(call.call_id))
+        and live_attempt(journal, call.call_id) is None
+        and isinstance(journal.get(pause_key(call.call_id)), Pause)
+    ]
 
 
 def run_status(store: Store, run_id: str) -> RunStatus:

@@ -54,6 +54,7 @@ from ._journal import Journal
 from ._records import CANCEL_KEY, END_KEY, START_KEY, End, Start, damage_in_words
 from ._resolve import status_of
 from ._store import EVERY_LEASE_MS, Store
+from ._url import without_password
 from ._when import seconds
 
 __all__ = ["PassReport", "Worker"]
@@ -435,9 +436,10 @@ class Worker:
             # (`--` before the ids: a run id may start with "-".)
             prefix = getattr(self.store, "table_prefix", "bide_")
             log.warning(
-                "run %s halted: %s (from a shell, with the worker's --store: bide resolve%s "
+                "run %s halted: %s (from a shell: bide resolve --store %s%s "
                 "(--succeeded JSON | --failed MESSAGE | --not-started) --attempt %d -- %s %s)",
-                run_id, exc, "" if prefix == "bide_" else f" --table-prefix {shlex.quote(prefix)}",
+                run_id, exc, shlex.quote(without_password(self.store.url)),
+                "" if prefix == "bide_" else f" --table-prefix {shlex.quote(prefix)}",
                 exc.attempt, shlex.quote(run_id), shlex.quote(exc.call_id),
             )  # fmt: skip
             return "halted"

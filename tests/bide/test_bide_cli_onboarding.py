@@ -306,3 +306,46 @@ def test_show_prints_a_record_too_large_for_its_table_whole_after_it(tmp_path: P
     assert re.fullmatch(r"record \d+ \(result:c0\.0\): \{.*\}", line) and "x" * 200_000 in line
     as_json = json.loads(run("show", "--store", "sqlite:///big.db", "big", "--json", cwd=tmp_path).stdout)
     assert any("x" * 200_000 in json.dumps(r["record"]) for r in as_json["records"])
+
+
+def test_pending_lists_every_call_of_a_turn_waiting_at_a_gate_of_either_kind(tmp_path: Path) -> None:
+    """One turn's calls: two at a custom gate, one at an approval gate, one ungated. `bide pending` listed
+    the call the run is blocked on and the approval-gate ones: the second custom-gated call, which waits
+    for the same person, was left out."""
+    from bide.approvals import ApprovalGate
+    from bide.testing import Call, Turn
+
+    key = generate_key(str(tmp_path / "m.key"))
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    custom = bide.tool(gate=ManagerApproval())(charge_card)
+
+    @bide.tool(gate=ApprovalGate.single("m", key.public))
+    def wire(amount: int) -> str:
+        """Wire."""
+        return "sent"
+
+    @bide.tool(safety=bide.ReadOnly)
+    def peek() -> str:
+        """Peek."""
+        return "seen"
+
+    calls = (
+        Call("charge_card", {"customer": "bob", "cents": 900}),
+        Call("wire", {"amount": 5}),
+        Call("peek", {}),
+        Call("charge_card", {"customer": "ann", "cents": 100}),
+    )
+    store = bide.open_store(url)
+    try:
+        with pytest.raises(bide.ApprovalPending):
+            model = ScriptedModel([Turn(calls=calls), reply("done")])
+            bide.Agent(model, store=store, tools=[custom, wire, peek]).run_sync("r", "go")
+    finally:
+        store.close()
+    listing = run("pending", "--store", url, "--json", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    rows = json.loads(listing.stdout)
+    assert [(r["call_id"], r["gate"]) for r in rows] == [
+        ("c0.0", "custom"), ("c0.1", "approval"), ("c0.3", "custom")
+    ]  # fmt: skip
+    assert rows[2]["arguments"] == {"customer": "ann", "cents": 100}

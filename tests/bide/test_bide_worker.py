@@ -936,6 +936,6 @@ def test_a_run_ended_as_cancelled_is_counted_as_cancelled_and_a_halt_names_bide_
     prefix = getattr(store, "table_prefix", "bide_")
     given = "" if prefix == "bide_" else f" --table-prefix {prefix}"  # (`--`: a run id may start with "-")
     choices = "(--succeeded JSON | --failed MESSAGE | --not-started)"
-    line = f"bide resolve{given} {choices} --attempt 0 -- wired c0.0"
-    assert line in caplog.text
+    line = f"{given} {choices} --attempt 0 -- wired c0.0"
+    assert line in caplog.text and "(from a shell: bide resolve --store " in caplog.text
     assert "run idle ended as cancelled: Cancelled: not needed" in caplog.text
