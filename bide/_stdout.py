@@ -21,6 +21,7 @@ from typing import TextIO
 __all__ = [
     "OUTPUT_LOST",
     "GuardedStdout",
+    "WrappedStream",
     "closed_stdout_fails",
     "emitted",
     "ended",
@@ -142,14 +143,37 @@ def informational_exit(done: SystemExit, prefix: str = "error: ") -> SystemExit:
     return done if code == 0 else SystemExit(code)
 
 
-class GuardedStdout(io.TextIOBase):
+class WrappedStream(io.TextIOBase):
+    """A text stream over another (`inner`), which answers whatever a subclass does not change."""
+
+    def __init__(self, inner: TextIO | io.TextIOBase) -> None:
+        super().__init__()
+        self._inner = inner
+
+    def write(self, text: str) -> int:
+        return self._inner.write(text)
+
+    def flush(self) -> None:
+        self._inner.flush()
+
+    def isatty(self) -> bool:
+        return self._inner.isatty()
+
+    def fileno(self) -> int:
+        return self._inner.fileno()
+
+    @property
+    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
+        return self._inner.encoding
+
+
+class GuardedStdout(WrappedStream):
     """Standard output as a command prints to it: once it cannot be written, what is printed is dropped and
     the command goes on to its own exit code; a failure other than a reader that went away (a full disk) is
     remembered, for `ended` to report as `OUTPUT_LOST` (never as a verdict or a bug)."""
 
     def __init__(self, inner: TextIO | io.TextIOBase) -> None:
-        super().__init__()
-        self._inner = inner
+        super().__init__(inner)
         self._gone = False
 
     def write(self, text: str) -> int:
@@ -185,24 +209,10 @@ class GuardedStdout(io.TextIOBase):
                 self._gone = True
                 output_failed(exc, self._inner)
 
-    def isatty(self) -> bool:
-        return self._inner.isatty()
 
-    def fileno(self) -> int:
-        return self._inner.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
-        return self._inner.encoding
-
-
-class _QuietStderr(io.TextIOBase):
+class _QuietStderr(WrappedStream):
     """Standard error that drops what cannot be written to it (a full disk): the message is lost, the
     command's exit code is not. Everything else is the stream's own."""
-
-    def __init__(self, inner: TextIO | io.TextIOBase) -> None:
-        super().__init__()
-        self._inner = inner
 
     def write(self, text: str) -> int:
         with contextlib.suppress(OSError):
@@ -212,16 +222,6 @@ class _QuietStderr(io.TextIOBase):
     def flush(self) -> None:
         with contextlib.suppress(OSError):
             self._inner.flush()
-
-    def isatty(self) -> bool:
-        return self._inner.isatty()
-
-    def fileno(self) -> int:
-        return self._inner.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
-        return self._inner.encoding
 
     def __getattr__(self, name: str) -> object:  # (buffer, errors, ...: the stream's own)
         return getattr(self._inner, name)

@@ -23,7 +23,6 @@ import argparse
 import contextlib
 import hashlib
 import importlib.util
-import io
 import json
 import os
 import signal
@@ -35,7 +34,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO, TypeVar, cast
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from bide._cli_common import (
     EXIT_FAILED,
@@ -51,6 +50,7 @@ from bide._cli_common import (
 )
 from bide._stdout import (
     GuardedStdout,
+    WrappedStream,
     closed_stdout_fails,
     emitted,
     ended,
@@ -338,32 +338,12 @@ def _machine_code() -> Iterator[None]:
         sys.setrecursionlimit(limit)
 
 
-class _Uncloseable(io.TextIOBase):
+class _Uncloseable(WrappedStream):
     """Standard error as a machine file's standard output: what it prints goes there, but its
     `sys.stdout.close()` does not close govern's stderr, which still has to say how the command ended."""
 
-    def __init__(self, inner: TextIO) -> None:
-        super().__init__()
-        self._inner = inner
-
-    def write(self, text: str) -> int:
-        return self._inner.write(text)
-
-    def flush(self) -> None:
-        self._inner.flush()
-
     def close(self) -> None:
         self.flush()
-
-    def isatty(self) -> bool:
-        return self._inner.isatty()
-
-    def fileno(self) -> int:
-        return self._inner.fileno()
-
-    @property
-    def encoding(self) -> str:  # type: ignore[override]  # (what printers encode for; read-only here)
-        return self._inner.encoding
 
 
 class _CtrlC:

@@ -31,8 +31,9 @@ def _bide(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _paused_at_a_gate(tmp_path: Path, *runs: str) -> Path:
-    """`bide.db` in `tmp_path` with `runs` paused at a 2-of-2 gate (alice.key, bob.key) on wire(amount=1)."""
+def _paused_at_a_gate(tmp_path: Path, *runs: str, amounts: tuple[int, ...] = (1,)) -> Path:
+    """`bide.db` in `tmp_path` with `runs` paused at a 2-of-2 gate (alice.key, bob.key) on one turn's calls
+    wire(amount=N), one per amount of `amounts` (c0.0, c0.1, ...)."""
     keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
     gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
 
@@ -46,7 +47,8 @@ def _paused_at_a_gate(tmp_path: Path, *runs: str) -> Path:
     try:
         for run in runs:
             with pytest.raises(bide.ApprovalPending):
-                model = ScriptedModel([call("wire", amount=1), reply("done")])
+                calls = tuple(Call("wire", {"amount": n}) for n in amounts)
+                model = ScriptedModel([Turn(calls=calls), reply("done")])
                 bide.Agent(model, store=store, tools=[wire]).run_sync(run, "go")
     finally:
         store.close()
@@ -292,24 +294,7 @@ def test_pending_lists_every_call_of_a_run_waiting_at_a_gate_beside_a_closed_one
     """Two gated calls of one turn: the first's gate closed (its driver killed after the tally), the
     second's open. `bide pending` listed the run's first paused call alone, so it said the run waited for
     nobody while the second call waited for both approvers, and dropped the line telling them to decide."""
-    keys = {n: generate_key(tmp_path / f"{n}.key") for n in ("alice", "bob")}
-    gate = ApprovalGate.k_of_n(2, {n: k.public for n, k in keys.items()})
-
-    @bide.tool(gate=gate)
-    def wire(amount: int) -> str:
-        """Wire."""
-        return f"sent {amount}"
-
-    db = tmp_path / "bide.db"
-    store = bide.open_store(f"sqlite:///{db}")
-    try:
-        with pytest.raises(bide.ApprovalPending):
-            calls = (Call("wire", {"amount": 1}), Call("wire", {"amount": 2}))
-            bide.Agent(ScriptedModel([Turn(calls=calls), reply("done")]), store=store, tools=[wire]).run_sync(
-                "x", "go"
-            )
-    finally:
-        store.close()
+    db = _paused_at_a_gate(tmp_path, "x", amounts=(1, 2))
     for name in ("alice", "bob"):
         url = f"sqlite:///{db}"
         done = _bide("approve", "--store", url, "x", "c0.0", "--key", f"{name}.key", cwd=tmp_path)
