@@ -811,19 +811,22 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
         json_failure(args, EXIT_INTERRUPTED, said)
         return EXIT_INTERRUPTED
     with interrupts_around_a_write(f"the resolution of call {call} in run {run}") as sending:
-        resolving = _in_a_thread(
-            aresolve(
-                store,
-                run,
-                call,
-                outcome=outcome,
-                clock_skew=args.clock_skew,
-                sending=sending,
-                attempt=args.attempt,
-            )
-        )
         abandoned = False
+        resolving: Future[Resolved] | None = None
         try:
+            # Started inside the `try`: a Ctrl-C landing as the thread starts, before the main thread waits
+            # on it (the thread may already be holding the lease), is answered as any other before sending.
+            resolving = _in_a_thread(
+                aresolve(
+                    store,
+                    run,
+                    call,
+                    outcome=outcome,
+                    clock_skew=args.clock_skew,
+                    sending=sending,
+                    attempt=args.attempt,
+                )
+            )
             resolved = resolving.result()
         except KeyboardInterrupt:  # before the resolution was sent: `sending` now refuses to send it
             give_up_on(store)
@@ -831,7 +834,8 @@ def _cmd_resolve(args: argparse.Namespace) -> int:
             say(f"bide: {said}", file=sys.stderr)
             json_failure(args, EXIT_INTERRUPTED, said)
             try:
-                resolving.exception()  # it gives back the run's lease, if it took it
+                if resolving is not None:
+                    resolving.exception()  # it gives back the run's lease, if it took it
             except KeyboardInterrupt:
                 # Interrupted again: a lease it holds is left to expire (RESOLVE_LEASE_MS); nothing was sent.
                 abandoned = True
