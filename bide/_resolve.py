@@ -441,10 +441,7 @@ def status_of(journal: Journal) -> RunStatus:
         answered = journal.get(segment_end_key(k))
         if isinstance(answered, End):
             return RunStatus(rid, "idle", inp, answered.answer, records=n)
-    last: ModelTurn | None = None
-    while isinstance(rec := journal.get(model_key(turn)), ModelTurn):
-        last = rec
-        turn += 1
+    last = _last_turn(journal, turn)
     if last is not None:
         # The calls of one turn can wait for different things: the run waits for the one that needs the
         # most, as a drive ranks them (a lost outcome needs a person, then an approval, then only time),
@@ -475,10 +472,7 @@ def status_of(journal: Journal) -> RunStatus:
 def gated_calls(journal: Journal) -> list[ToolCall]:
     """The calls of the run's last model turn that wait at a gate (paused, with no result and no live
     attempt), in call order: every one a person may have to decide, not only the one `status_of` names."""
-    last: ModelTurn | None = None
-    turn = 0
-    while isinstance(rec := journal.get(model_key(turn)), ModelTurn):
-        last, turn = rec, turn + 1
+    last = _last_turn(journal)
     if last is None or isinstance(journal.get(END_KEY), End):
         return []
     return [
@@ -488,6 +482,14 @@ def gated_calls(journal: Journal) -> list[ToolCall]:
         and live_attempt(journal, call.call_id) is None
         and isinstance(journal.get(pause_key(call.call_id)), Pause)
     ]
+
+
+def _last_turn(journal: Journal, turn: int = 0) -> ModelTurn | None:
+    """The last model turn journaled from turn `turn` on (turns are numbered without gaps), or None."""
+    last: ModelTurn | None = None
+    while isinstance(rec := journal.get(model_key(turn)), ModelTurn):
+        last, turn = rec, turn + 1
+    return last
 
 
 def run_status(store: Store, run_id: str) -> RunStatus:
