@@ -72,10 +72,15 @@ class ComposedCertificate(CertificateDocument):
 
 
 def is_composed(data: bytes) -> bool:
-    """True when `data` looks like a composed certificate (by its format field; nothing is checked).
-    The member can only occur as structure (quotes inside JSON strings are escaped), and canonical
-    JSON sorts it after the components, so the whole text is searched."""
-    return f'"format":"{COMPOSED_FORMAT}"'.encode() in data
+    """True when `data` is a certificate whose top-level format member names a composed certificate
+    (nothing else is checked). Unreadable data is not composed: the table reader then says why."""
+    # Only the top-level member counts: the same text inside a nested object (a certificate's free-form
+    # oracle record) does not make a table certificate a composed one.
+    try:
+        value = parse_strict_json(data, max_bytes=max(len(data), 1))
+    except CertificateUnreadable:
+        return False
+    return isinstance(value, dict) and value.get("format") == COMPOSED_FORMAT
 
 
 def _whole_verdict(machine: ComposedMachine) -> dict[str, Any]:

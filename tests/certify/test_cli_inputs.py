@@ -582,3 +582,21 @@ def test_a_rule_that_raises_is_reported_over_several_lines_as_written(tmp_path: 
     assert any(line.strip().startswith("state:") for line in lines), lines
     assert "\\x0a" not in done.stdout + done.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raises.py"]
+
+
+def test_a_composed_format_nested_inside_a_table_certificate_is_read_as_the_table_it_is(tmp_path: Path) -> None:
+    """`govern check` told a composed certificate by searching the whole text for its format member, so a
+    table certificate holding that member in a nested object was read as a composed one and refused for
+    lacking components. Only the top-level format decides: the CLI says what the table reader says."""
+    root = Path(__file__).resolve().parents[2]
+    doc = json.loads((root / "certs" / "orders.govern-cert.json").read_text())
+    doc["oracle"]["note"] = {"format": "govern-certificate/composed-1"}
+    doc["digest"] = compute_digest(doc)
+    data = canonical_json(doc) + b"\n"
+    (tmp_path / "odd.json").write_bytes(data)
+    with pytest.raises(CertificateUnreadable) as raised:
+        check_certificate(data)
+    checked = govern("check", "odd.json", cwd=tmp_path)
+    assert checked.returncode == 4, checked.stdout + checked.stderr
+    assert str(raised.value) in " ".join((checked.stdout + checked.stderr).split())
+    assert "composed" not in checked.stdout + checked.stderr
