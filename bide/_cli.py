@@ -57,6 +57,7 @@ from ._cli_common import (
     internal_error,
     parse_arguments,
     print_json,
+    run_id_argument,
     table,
 )
 from ._errors import (
@@ -967,7 +968,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
 
     p = sub.add_parser("show", help="show a run's status, lease and whole journal")
     add_store_argument(p)
-    p.add_argument("run", help="run id")
+    p.add_argument("run", type=run_id_argument, help="run id")
     p.add_argument("--json", action="store_true", help="print JSON (records decoded)")
     p.add_argument(
         "--clock-skew", type=_skew, default=1.0, help="the margin bide resolve will use (for the times shown)"
@@ -982,7 +983,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
 
     p = sub.add_parser("resolve", help="record the outcome of a halted side-effect call")
     add_store_argument(p)
-    p.add_argument("run", help="run id")
+    p.add_argument("run", type=run_id_argument, help="run id")
     p.add_argument("call", help="call id named by the halt (e.g. c0.0)")
     what = p.add_mutually_exclusive_group(required=True)
     what.add_argument("--succeeded", metavar="JSON", help="the effect happened; JSON result for the model")

@@ -40,6 +40,7 @@ __all__ = [
     "internal_error",
     "parse_arguments",
     "print_json",
+    "run_id_argument",
     "table",
     "version",
 ]
@@ -190,6 +191,18 @@ def skew_seconds(text: str) -> int:
     if value < 0:
         raise argparse.ArgumentTypeError("the clock skew cannot be negative")
     return value
+
+
+def run_id_argument(text: str) -> str:
+    """An argparse type for a run id: one bide could have written (not empty, at most 256 characters, no
+    control characters), so a mistyped id is a usage error rather than a run that "cannot be read"."""
+    from ._errors import ConfigError
+    from ._journal import check_run_id
+
+    try:
+        return check_run_id(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:

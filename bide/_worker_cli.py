@@ -49,6 +49,7 @@ from ._cli_common import (
     EXIT_STORE,
     EXIT_USAGE,
     give_up_on,
+    run_id_argument,
 )
 from ._errors import ConfigError, RunEnded, RunNotFound, StoreError
 from ._stdout import GuardedStdout
@@ -570,6 +571,6 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("cancel", help="ask a run to stop at its next turn boundary")
     add_store_argument(p)
-    p.add_argument("run", help="run id")
+    p.add_argument("run", type=run_id_argument, help="run id")
     p.add_argument("--reason", default="", help="why (the run's answer says it)")
     p.set_defaults(handler=_cmd_cancel)

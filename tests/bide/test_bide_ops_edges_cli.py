@@ -326,3 +326,21 @@ def test_resolve_too_early_or_under_a_live_driver_is_not_yet_and_says_when(
     assert again.returncode == 0 and json.loads(again.stdout)["written"] is False, again.stdout
     other = cli("resolve", "--store", url, "late", "c0.0", "--failed", "no", "--clock-skew", "0", "--json")
     assert other.returncode == 5 and json.loads(other.stdout)["reason"] == "refused", other.stdout
+
+
+@pytest.mark.parametrize("bad_id", ["r1\n", "a\x01b", "", "x" * 257])
+def test_a_run_id_bide_could_not_have_written_is_a_usage_error(tmp_path: Path, bad_id: str) -> None:
+    """A run id with a control character (a trailing newline pasted from a file), an empty one or one past
+    the length limit named a run that "cannot be read" (exit 4, the code of a damaged or missing run) in
+    `bide show`; every command that takes a run id refuses it as the usage error it is (exit 2), before
+    opening the store, and writes nothing."""
+    db = tmp_path / "bide.db"
+    bide.Agent(ScriptedModel([reply("hi")]), store=bide.open_store(str(db)), tools=[]).run_sync("r1", "hello")
+    before = db.read_bytes()
+    for command in (["show"], ["show", "--json"], ["cancel"], ["resolve", "--not-started"], ["approve"]):
+        extra = ["c0.0"] if command[0] in ("resolve", "approve") else []
+        key = ["--key", str(tmp_path / "no-key")] if command[0] == "approve" else []
+        done = cli(command[0], "--store", str(db), *command[1:], *key, "--", bad_id, *extra)
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert "run id" in done.stdout + done.stderr, (command, done.stdout, done.stderr)
+    assert db.read_bytes() == before
