@@ -640,6 +640,7 @@ def _cmd_pending(args: argparse.Namespace) -> int:
                 "denied_by": list(p.denied_by),
                 "waiting_for": list(p.waiting_for),
                 "notes": list(p.notes),
+                "outcome": p.outcome,
             }
     if args.json:
         _print_listing(waiting, unreadable)
@@ -663,13 +664,15 @@ def _cmd_pending(args: argparse.Namespace) -> int:
     for w in waiting:
         for note in (w["approval"] or {}).get("notes", ()):
             print(printable(f"Note on {w['run_id']} {w['call_id']}: {note}."))
-    if any(w["gate"] == "approval" and w["decided"] is None for w in waiting):
+    if any(w["gate"] == "approval" and w["decided"] is None and not _enough(w) for w in waiting):
         print(
             "Approve or deny a call at an approval gate with `bide approve|deny RUN CALL --key FILE`, then "
             "run the agent again."
         )
     if any(w["decided"] is not None for w in waiting):
         print(_CLOSED_GATE)
+    if any(w["decided"] is None and _enough(w) for w in waiting):
+        print(_ENOUGH)
     if any(w["gate"] == "custom" for w in waiting):
         print(_CUSTOM_GATE)
     return _report_unreadable(unreadable)
@@ -707,6 +710,19 @@ _CLOSED_GATE = (
     "again (same run id and input) and it recounts the tally's signed decisions under its policy, then calls "
     "the tool or records the denial (a recount that differs raises ApprovalRecordsInvalid, and nothing runs)."
 )
+
+
+_ENOUGH = (
+    "A call whose approvers have said enough (no one else need speak) waits for its gate to count them: run "
+    "the agent again (same run id and input) and it records the tally, then calls the tool or records the "
+    "denial."
+)
+
+
+def _enough(w: dict[str, Any]) -> bool:
+    """The approvers of `bide pending`'s row `w` said enough for its gate to decide, and no tally counted
+    it yet: the call waits for a drive, not for anyone's decision."""
+    return w["approval"] is not None and w["approval"]["outcome"] != "pending"
 
 
 def _decided(journal: Journal, call_id: str) -> dict[str, Any] | None:
@@ -761,10 +777,13 @@ def _waiting_text(w: dict[str, Any]) -> str:
     if a is None:
         gate = "approval gate" if w["gate"] == "approval" else "custom gate"
         return f"{gate}: {w['reason'] or 'no reason given'}"
-    return (
+    count = (
         f"{len(a['approved_by'])}/{a['need']} approvals of {len(a['approvers'])}; "
-        f"denied by {', '.join(a['denied_by']) or 'nobody'}; waiting for {', '.join(a['waiting_for'])}"
+        f"denied by {', '.join(a['denied_by']) or 'nobody'}"
     )
+    if _enough(w):
+        return f"nobody: {count}; enough to be {a['outcome']} when the agent runs again"
+    return f"{count}; waiting for {', '.join(a['waiting_for'])}"
 
 
 def _skew(text: str) -> float:

@@ -92,6 +92,8 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
         )
         for note in p.notes:
             _say(f"Note: {note}.")
+        if p.outcome != "pending":
+            _say(f"That is enough: the gate will count the call {p.outcome}; no one else need decide.")
     print("Run the agent again (same run id and input) so its gate counts the decisions and the run goes on.")
     return 0
 

@@ -6,7 +6,7 @@ import base64
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from .._errors import ConfigError, RecordDamaged, StoreError
 from .._journal import Journal
@@ -66,6 +66,9 @@ class PendingApproval:
     denied_by: list[str]
     waiting_for: list[str]
     notes: tuple[str, ...] = ()
+    #: What the gate will decide when the agent runs again and counts these decisions: "approved" or
+    #: "denied" once enough are in (no one else need speak), else "pending".
+    outcome: Literal["approved", "denied", "pending"] = "pending"
 
 
 def journal_digest(journal: Journal) -> str:
@@ -156,6 +159,7 @@ def _state(journal: Journal, data: dict[str, Any], policy: ApprovalPolicy) -> Pe
         c.denied_by,
         waiting,
         _notes(journal, data, dict(decisions), c.excluded),
+        c.outcome,
     )
 
 

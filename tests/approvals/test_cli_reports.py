@@ -313,3 +313,32 @@ def test_pending_lists_every_call_of_a_run_waiting_at_a_gate_beside_a_closed_one
     assert rows["c0.1"]["arguments"] == {"amount": 2}
     text = _bide("pending", "--store", f"sqlite:///{db}", cwd=tmp_path).stdout
     assert "bide approve|deny" in text and "waiting for alice, bob" in text, text
+
+
+@pytest.mark.parametrize("decision", ["approve", "deny"])
+def test_pending_says_a_call_whose_approvers_said_enough_waits_for_a_drive(
+    tmp_path: Path, decision: str
+) -> None:
+    """Both approvals of a 2-of-2 gate in (or one denial, which leaves 2 out of reach), no drive since to
+    count them: `bide pending` said "waiting for " with nobody after it, and told approvers to decide. It
+    says the decisions are enough and the agent must run again; `bide approve` says so after the decision
+    that made it enough."""
+    db = _paused_at_a_gate(tmp_path, "x")
+    said = None
+    for name in ("alice", "bob"):
+        key = f"{name}.key"
+        said = _bide(decision, "--store", f"sqlite:///{db}", "x", "c0.0", "--key", key, cwd=tmp_path)
+        assert said.returncode == 0, said.stderr
+        if decision == "deny":
+            break
+    outcome = "approved" if decision == "approve" else "denied"
+    assert said is not None and f"That is enough: the gate will count the call {outcome}" in said.stdout
+    listing = _bide("pending", "--store", f"sqlite:///{db}", "--json", cwd=tmp_path)
+    assert listing.returncode == 0, listing.stderr
+    [row] = json.loads(listing.stdout)
+    assert row["decided"] is None and row["approval"]["outcome"] == outcome
+    text = _bide("pending", "--store", f"sqlite:///{db}", cwd=tmp_path).stdout
+    assert "waiting for \n" not in text and "waiting for  " not in text, text
+    assert "bide approve|deny" not in text, text
+    assert f"enough to be {outcome}" in " ".join(text.split()), text
+    assert "run the agent again" in " ".join(text.split()), text

@@ -584,7 +584,7 @@ def test_a_rule_that_raises_is_reported_over_several_lines_as_written(tmp_path: 
     assert sorted(p.name for p in tmp_path.iterdir()) == ["raises.py"]
 
 
-def test_a_composed_format_nested_inside_a_table_certificate_is_read_as_the_table_it_is(tmp_path: Path) -> None:
+def test_a_composed_format_nested_in_a_table_certificate_is_read_as_the_table_it_is(tmp_path: Path) -> None:
     """`govern check` told a composed certificate by searching the whole text for its format member, so a
     table certificate holding that member in a nested object was read as a composed one and refused for
     lacking components. Only the top-level format decides: the CLI says what the table reader says."""
