@@ -589,6 +589,7 @@ def _emit(
     text: str,
     extra: str = "",
     facts: dict[str, Any] | None = None,
+    reason: str | None = None,
 ) -> int:
     def write() -> None:
         if args.json:
@@ -596,7 +597,7 @@ def _emit(
             # terminal. Keys are sorted, as every command's --json (docs/cli.md).
             doc = {"result": result, "exit_code": code, "message": text, "not_proven": extra, **(facts or {})}
             if code != VERIFIED:  # the word every command's failure carries (docs/cli.md)
-                doc["reason"] = _REASONS.get(code, result.replace("_", " "))
+                doc["reason"] = reason or _REASONS.get(code, result.replace("_", " "))
             print(json.dumps(doc, sort_keys=True, ensure_ascii=True))
         else:
             out = sys.stdout if code == VERIFIED else sys.stderr
@@ -605,6 +606,18 @@ def _emit(
                 print(printable(extra), file=out)
 
     return emitted(write, code)
+
+
+def _caused_by_a_missing_file(exc: BaseException) -> bool:
+    """`exc` was raised from (perhaps through other errors) a file that does not exist."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # a chain is a few errors long; a cycle must not hang the command
+        if seen is None:
+            return False
+        if isinstance(seen, FileNotFoundError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _usage_in_json(message: str) -> None:
@@ -627,7 +640,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except NotVerified as exc:
         code = _emit(args, NOT_VERIFIED, "not_verified", f"NOT VERIFIED: {exc}")
     except UnreadableInput as exc:
-        code = _emit(args, UNREADABLE, "unusable_input", f"UNREADABLE INPUT: {exc}")
+        # A file that is not there is "not found", as bide and govern say (the same exit code).
+        missing = "not found" if _caused_by_a_missing_file(exc) else None
+        code = _emit(args, UNREADABLE, "unusable_input", f"UNREADABLE INPUT: {exc}", reason=missing)
     except StoreError as exc:
         code = _emit(args, STORE_FAILED, "error", f"ERROR: the store failed: {exc}")
     except BideError as exc:

@@ -209,10 +209,15 @@ def test_a_missing_input_file_is_exit_4_naming_the_path(tmp_path: Path) -> None:
         ("verify-approvals", "gone.json", "--policy", "gone-policy.json"): "gone-policy.json",
         ("verify-approvals", "gone.json", "--approver", "alice=gone-alice.pub"): "gone-alice.pub",
         ("export", "--store", store, "--run", "r", "--key", "gone.key", "-o", "out.json"): "gone.key",
+        ("verify-approvals", "gone.json", "--policy", "gone-policy.json", "--json"): "gone-policy.json",
+        ("export", "--store", store, "--run", "r", "--key", "gone.key", "-o", "o.json", "--json"): "gone.key",
     }
     for (args, path), done in zip(missing.items(), _audit_all(*missing, cwd=tmp_path), strict=True):
         assert done.returncode == 4, (args, done.stdout, done.stderr)
         assert path in done.stdout + done.stderr and "Traceback" not in done.stderr, (args, done.stderr)
+        if "--json" in args:
+            # The word bide and govern give a missing file (it was "unusable input", as a malformed one).
+            assert json.loads(done.stdout)["reason"] == "not found", (args, done.stdout)
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
