@@ -137,6 +137,7 @@ def write_whole(
     mode: int = 0o644,
     overwrite: bool = True,
     before_rename: Callable[[], None] | None = None,
+    owner: tuple[int, int] | None = None,
 ) -> None:
     """Write `data` to `path`, all of it or nothing.
 
@@ -151,11 +152,16 @@ def write_whole(
 
     `before_rename` runs once the bytes are staged, before they take the name: what must happen only if the
     file can be written (a full disk fails the staging), and before anyone can read it.
+
+    `owner` (uid, gid) is given to the new file as far as this process may (root: both; its owner: a group
+    it belongs to; else neither), so that a file replaced keeps who may read it.
     """
     if overwrite:
         path = replaced_file(path)
     tmp = staged(path, data, mode=mode)
     try:
+        if owner is not None:
+            _give_owner(tmp, owner, mode)
         if before_rename is not None:
             before_rename()
         if overwrite:
@@ -173,6 +179,18 @@ def write_whole(
         with contextlib.suppress(OSError):
             os.unlink(tmp)  # after the rename, or the link: only the temporary name goes
     sync_directory(path)
+
+
+def _give_owner(path: Path, owner: tuple[int, int], mode: int) -> None:
+    """Give `path` the owner and group `owner`, or its group alone, or neither, whichever this process may."""
+    uid, gid = owner
+    for wanted in ((uid, gid), (-1, gid)):
+        try:
+            os.chown(path, *wanted)
+        except PermissionError:
+            continue
+        os.chmod(path, mode)  # a change of owner clears set-id bits; the mode is as asked all the same
+        return
 
 
 def replaced_file(path: Path) -> Path:

@@ -217,7 +217,8 @@ def _write_atomic(
 
     publish = None if publisher is None or head is None else (lambda: publisher.publish(head))
     try:
-        write_whole(path, data, mode=_export_mode(path), before_rename=publish)
+        mode, owner = _replaced_access(path)
+        write_whole(path, data, mode=mode, owner=owner, before_rename=publish)
     except OSError as exc:
         heads = publisher.published if publisher is not None else []
         sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
@@ -227,14 +228,16 @@ def _write_atomic(
         raise ConfigError(f"cannot write {path}: {why}; {path} was not written{sent}") from exc
 
 
-def _export_mode(path: Path) -> int:
-    """The permissions to write the export `path` with: those of the file it replaces (where a symlink at
-    `path` leads), which its owner chose (0644, say, for an auditor's other account to read); 0600 for a new
-    file, since evidence holds the journal's records."""
+def _replaced_access(path: Path) -> tuple[int, tuple[int, int] | None]:
+    """The permission bits and (owner, group) to write the export `path` with: those of the file it
+    replaces (where a symlink at `path` leads), which its owner chose (0640 root:auditors, say, for the
+    auditors' group to read); 0600 and this process's own for a new file, since evidence holds the
+    journal's records."""
     try:
-        return stat.S_IMODE(os.stat(path).st_mode) & 0o777
+        found = os.stat(path)
     except OSError:  # no file there yet (a dangling link too): a new one
-        return 0o600
+        return 0o600, None
+    return stat.S_IMODE(found.st_mode) & 0o777, (found.st_uid, found.st_gid)
 
 
 def _store_files(path: str) -> list[str]:

@@ -1,7 +1,8 @@
 """The mode of the file `bide-audit export -o FILE` writes: a new one is 0600 (evidence holds the journal's
-records), whatever the umask; a file it replaces keeps the mode its owner gave it, also when a symlink at
-`FILE` leads to it. It made every replaced file 0600, silently: an auditor's other account could no longer
-read the evidence deployed for it (docs/audit.md, docs/cli.md). `govern certify -o` writes 0644."""
+records), whatever the umask; a file it replaces keeps the mode its owner gave it, and its owner and group,
+also when a symlink at `FILE` leads to it. It made every replaced file 0600, silently: an auditor's other
+account could no longer read the evidence deployed for it (docs/audit.md, docs/cli.md). `govern certify -o`
+writes 0644."""
 
 from __future__ import annotations
 
@@ -105,3 +106,19 @@ def test_a_certificate_is_written_0644(tmp_path: Path) -> None:
     done = run("govern", "certify", "lamp.py:lamp", "-o", "lamp.json", cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert mode(tmp_path / "lamp.json") == 0o644
+
+
+def test_a_replaced_export_file_keeps_its_owner_and_group(tmp_path: Path, export: list[str]) -> None:
+    """A 0640 file of the auditors' group, replaced by an export run as root, came back root:root, so the
+    group that was to read it no longer could. It keeps its owner and group (a process that is not root
+    keeps the group, when it belongs to it)."""
+    old = tmp_path / "evidence.json"
+    old.write_text("yesterday's evidence\n")
+    old.chmod(0o640)
+    uid, gid = (4321, 8765) if os.geteuid() == 0 else (os.getuid(), os.getgroups()[-1])
+    os.chown(old, uid, gid)
+    done = run("bide.audit._cli", *export, "-o", "evidence.json", cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    found = old.stat()
+    assert (found.st_uid, found.st_gid, mode(old)) == (uid, gid, 0o640)
+    assert_evidence(old, tmp_path)
