@@ -10,7 +10,9 @@ Figures printed (one line each), on the memory store and on a SQLite file:
   final turn and the end;
 - recovery latency: a run whose driver died holding its lease (lease_ttl 1 s) is finished by a worker
   polling every 0.2 s; the figure is the time from the death to the finished run, expected at about
-  lease_ttl plus up to one poll interval.
+  lease_ttl plus up to one poll interval;
+- an idle worker beside `--halted` runs halted for a person (SQLite): the CPU share it takes once it has
+  read them all (polling every second), and the recovery latency of a run whose driver dies meanwhile.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import resource
 import tempfile
 import time
 
@@ -75,14 +78,73 @@ def recovery_latency(store: bide.Store, ttl: float, poll: float) -> float:
     return asyncio.run(until_done()) - died
 
 
+@bide.tool(timeout=5)
+def send(to: str) -> str:
+    """Send a message (the connection drops after the request went out)."""
+    raise OSError("lost after the request went out")
+
+
+def _cpu() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+def idle_worker(store: bide.Store, halted: int, settle: float, measure: float) -> tuple[float, float, float]:
+    """(the first pass's seconds, the CPU share of a worker serving `halted` halted runs once it read them
+    all, the recovery latency of a run whose driver died meanwhile)."""
+    behind = lambda: time.time() - 60  # noqa: E731  (deadlines already past: each halts at once)
+    for i in range(halted):
+        model = ScriptedModel([call("send", to="x"), reply("sent")], record=False)
+        with contextlib.suppress(bide.OutcomeUnknown):
+            bide.Agent(model, store=store, tools=[send], name="h", clock=behind).run_sync(f"h{i:06d}", "go")
+    ttl = 1.0
+    model = ScriptedModel([call("look", n=0), Fail(bide.ModelError("down"))], record=False)
+    with contextlib.suppress(bide.ModelError):
+        bide.Agent(model, store=store, tools=[look], name="b", lease_ttl=ttl).run_sync("victim", "go")
+    agents = [
+        bide.Agent(ScriptedModel([call("send", to="x"), reply("sent")]), store=store, tools=[send], name="h"),
+        bide.Agent(ScriptedModel([call("look", n=0), reply("done")]), store=store, tools=[look], name="b",
+                   lease_ttl=ttl),
+    ]  # fmt: skip
+
+    async def serve() -> tuple[float, float, float]:
+        # The victim first: its drive ends while the halted runs are read, and the victim is left paused.
+        store.lease("victim", "dead-driver", now_ms=int(time.time() * 1000), ttl_ms=3_600_000)
+        worker = bide.Worker(store, agents, poll_interval=1.0)
+        started = time.monotonic()
+        forever = asyncio.create_task(worker.run_forever())
+        while len(worker._state) < halted or worker.in_flight:
+            await asyncio.sleep(0.2)
+        first_pass = time.monotonic() - started
+        await asyncio.sleep(settle)  # past the one re-read of a run the worker halted itself
+        cpu, wall = _cpu(), time.monotonic()
+        await asyncio.sleep(measure)
+        share = (_cpu() - cpu) / (time.monotonic() - wall)
+        # The driver of "victim" dies now, holding its lease.
+        store.lease("victim", "dead-driver-2", now_ms=int(time.time() * 1000), ttl_ms=int(ttl * 1000))
+        died = time.time()
+        while bide.run_status(store, "victim").status != "completed":
+            await asyncio.sleep(0.005)
+        latency = time.time() - died
+        worker.stop()
+        await forever
+        return first_pass, share, latency
+
+    return asyncio.run(serve())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=2000)
+    parser.add_argument(
+        "--halted", type=int, default=10_000, help="runs halted beside an idle worker (0: skip)"
+    )
     parser.add_argument("--quick", action="store_true", help="a small smoke run")
     args = parser.parse_args()
     runs = 50 if args.quick else args.runs
+    halted = min(args.halted, 50) if args.quick else args.halted
     with tempfile.TemporaryDirectory() as tmp:
         stores = {
             "memory": lambda: bide.open_store("memory://"),
@@ -98,6 +160,16 @@ def main() -> None:
             latency = recovery_latency(store, ttl=1.0, poll=0.2)
             store.close()
             print(f"recovery latency, {name}: {latency:.2f} s after the driver died (lease 1 s, poll 0.2 s)")
+        if halted:
+            store = stores["SQLite"]()
+            settle, measure = (1.0, 1.0) if args.quick else (35.0, 20.0)
+            first_pass, share, latency = idle_worker(store, halted, settle, measure)
+            store.close()
+            print(
+                f"idle worker, SQLite, {halted:,} runs halted for a person: first pass {first_pass:.1f} s; "
+                f"then {share:.3f} of a core over {measure:.0f} s (poll 1 s); a driver dying meanwhile "
+                f"(lease 1 s) recovered after {latency:.2f} s; load average {os.getloadavg()[0]:.1f}"
+            )
 
 
 if __name__ == "__main__":

@@ -146,7 +146,7 @@ class MemoryStore(BlockingStore):
     def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
         with self._lock:
             out = [
-                Lease(r, *held)
+                Lease(r, *held, last_seq=self._order[r][-1][0])
                 for r, held in self._leases.items()
                 if r > after and held[2] <= now_ms and self._open(r)
             ]

@@ -512,9 +512,11 @@ class SQLStore:
         )
         # A run that never had a lease (holder NULL: its driver was a bide from before leases, which a crash
         # or an upgrade stopped) is listed too, as free: else no worker would ever resume it.
+        # With the seq of each run's latest record (`Lease.last_seq`), found in the (run_id, seq) index.
+        last_seq = f"(SELECT max(r.seq) FROM {p}records AS r WHERE r.run_id = {p}runs.run_id)"
         self._sql_expired = (
-            f"SELECT run_id, COALESCE(holder, ''), token, expires_ms FROM {p}runs WHERE run_id > {ph} AND "
-            f"ended = 0 AND expires_ms <= {ph} AND {has_records} ORDER BY run_id LIMIT {ph}"
+            f"SELECT run_id, COALESCE(holder, ''), token, expires_ms, {last_seq} FROM {p}runs WHERE "
+            f"run_id > {ph} AND ended = 0 AND expires_ms <= {ph} AND {has_records} ORDER BY run_id LIMIT {ph}"
         )
         self._sql_end = f"UPDATE {p}runs SET ended = 1 WHERE run_id = {ph}"
         # The lease rule S9 (`decide_lease`) as one statement: grant (a new runs row, or a free or expired
@@ -1872,7 +1874,7 @@ class SQLStore:
         if req.op == "expired":
             now_ms, after, limit = req.args
             cur.execute(self._sql_expired, (after, now_ms, limit))
-            return [Lease(r, h, int(t), int(e)) for r, h, t, e in cur.fetchall()]
+            return [Lease(r, h, int(t), int(e), False, int(q)) for r, h, t, e, q in cur.fetchall()]
         if req.op == "get":
             cur.execute(self._sql_get, (req.run_id, req.args))
             row = cur.fetchone()

@@ -23,8 +23,9 @@ suite in tests/bide/test_bide_store.py, run against every store):
   fencing token. `lease` grants it when it is free (never granted, released, or expired), renews it for
   the holder presenting the current token, and otherwise answers who holds it. Every grant to a new holder
   takes a token greater than every earlier one of the run. `release` frees it (the token stays).
-  `expired_leases` lists the runs not ended whose lease is not live (for a recovery worker). A lease alone
-  does not make a run: `runs` and `expired_leases` list only runs with records.
+  `expired_leases` lists the runs not ended whose lease is not live (for a recovery worker), each with the
+  seq of its latest record (`Lease.last_seq`). A lease alone does not make a run: `runs` and
+  `expired_leases` list only runs with records.
 - **S10 fencing.** `insert_many(..., fence=(holder, token))` writes only while the run's lease is that
   holder's with that token (expired or not: nobody has taken it over); otherwise it raises `LeaseLost` and
   writes nothing. Checked in the write's own transaction.
@@ -90,6 +91,10 @@ class Lease(NamedTuple):
     token: int
     expires_ms: int
     held: bool = False
+    #: In `expired_leases`: the seq of the run's latest record, which grows with every record written to
+    #: the run, so that a worker tells a run that changed from one that did not without reading its journal
+    #: (-1: the store does not say).
+    last_seq: int = -1
 
 
 @runtime_checkable

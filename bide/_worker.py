@@ -18,9 +18,10 @@ Rules:
 - **Waiting is not failing.** A run sleeping on a durable timer (`bide.timer`) is driven again once it is
   due; a run paused at an approval gate is consulted again with backoff until its gate decides, or at the
   next pass once a decision is journaled or a cancel request (`submit_decision` and `cancel_run` take and
-  free the run's lease, so its token changes in the listing); both are read every `PARKED_RECHECK_S`
-  meanwhile, for news that could not change the lease (written while a driver held it). A run that
-  failed (model down, store error) is retried with exponential backoff.
+  free the run's lease, so its token changes in the listing), or once its journal has a record it did not
+  have (news that could not change the lease, written while a driver held it: the listing gives each
+  run's latest record, `Lease.last_seq`; a store that does not has such runs read every
+  `PARKED_RECHECK_S`). A run that failed (model down, store error) is retried with exponential backoff.
 - **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
   running after `grace` seconds (None: no limit) are cancelled, which frees their leases. `cancel_drives()`
   cancels them at once (a side effect interrupted that way may halt its run for a person).
@@ -129,10 +130,13 @@ class _Backoff:
     halted_at_records: int = -1  # a halted run is skipped while its journal has this many records
     # A run found needing nothing from a worker (an idle thread, a run halted for a person) is parked: not
     # listed again while its lease token is this one (anything that changes the run takes its lease: a
-    # resolution, a new message, a cancel request), and looked at again after `parked_until` (for news
-    # written while a driver held the lease, which then stays as it was).
+    # resolution, a new message, a cancel request) and its latest record is `parked_seq` (news written while
+    # a driver held the lease, which then stays as it was, is a record all the same). With no such seq (a
+    # store that does not list it, or a run parked right after a drive, whose journal the decision did not
+    # read as it is now) it is looked at again after `parked_until`.
     parked_token: int | None = None
     parked_until: float = 0.0
+    parked_seq: int = -1
     # A sleeping run, or one at an approval gate, is driven again at `drive_after` (its timer, the gate's
     # backoff), or before if its journal no longer has `waiting_at_records` records (a decision came; -1:
     # only the time counts) or its lease token changes; it is read every PARKED_RECHECK_S meanwhile, for a
@@ -140,15 +144,25 @@ class _Backoff:
     drive_after: float = 0.0
     waiting_at_records: int = -1
     # The lease token such a run is listed with while it waits (None: not waiting; -1: the next listing's):
-    # a token that changes (a decision was submitted, a person resolved a call) has it read at once.
+    # a token that changes (a decision was submitted, a person resolved a call) has it read at once; so
+    # does a latest record other than `waiting_seq` (None: not known; it is then read every
+    # PARKED_RECHECK_S instead).
     waiting_token: int | None = None
+    waiting_seq: int | None = None
     # A timer's wake-up on the wall clock (0: none): due once the wall clock reaches it too, for a clock that
     # jumped forward (an NTP step, a machine resumed from suspend, which the monotonic clock does not count).
     wake_wall: float = 0.0
 
 
-# How long a parked run is left alone if its lease does not change (see _Backoff).
+# How long a parked run is left alone if its lease does not change, when the store does not say whether its
+# journal did (see _Backoff).
 PARKED_RECHECK_S = 30.0
+
+# `run_forever` spends at most this share of its time listing the runs to recover: a listing that takes
+# longer than `poll_interval` allows is followed by a longer wait, up to MAX_LISTING_WAIT_S (a listing slowed
+# by a store busy with writers must not put off the next one for long).
+LISTING_SHARE = 0.1
+MAX_LISTING_WAIT_S = 10.0
 
 
 class Worker:
@@ -199,6 +213,7 @@ class Worker:
         self._timer = time.monotonic if clock is None else clock
         self._state: dict[str, _Backoff] = {}
         self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
+        self._seqs: dict[str, int] = {}  # and the seq of its latest record (-1: the store does not say)
         self._in_flight: dict[str, asyncio.Task[str]] = {}
         self._stopping = asyncio.Event()  # binds to the loop that first waits on it
 
@@ -237,8 +252,14 @@ class Worker:
         while not stopping.is_set():
             wait = self.poll_interval
             try:
+                listed_at = time.monotonic()
                 run_ids = await self._runs_to_recover()
                 listing_failures = 0
+                # A listing reads every unfinished run: with tens of thousands halted for a person, one takes
+                # a third of a second. Looking no more often than LISTING_SHARE allows bounds what a worker
+                # with nothing to drive spends (the runs it finds still start at once).
+                took = time.monotonic() - listed_at
+                wait = max(wait, min(MAX_LISTING_WAIT_S, took * (1 - LISTING_SHARE) / LISTING_SHARE))
             except StoreError as exc:
                 if exc.lasting:
                     # Its file deleted, moved or replaced: this store object fails every request alike, so
@@ -327,6 +348,7 @@ class Worker:
         out: list[str] = []
         listed: set[str] = set()
         tokens: dict[str, int] = {}
+        seqs: dict[str, int] = {}
         after = ""
         while True:
             page = self.store.expired_leases(now_ms=int(wall * 1000), after=after, limit=500)
@@ -343,21 +365,36 @@ class Worker:
                         state.not_before > now
                         and not 0 < state.wake_wall <= wall
                         and state.waiting_token in (None, lease.token)
+                        and state.waiting_seq in (None, lease.last_seq)
                     )
-                    or (state.parked_token == lease.token and state.parked_until > now)
+                    or (
+                        state.parked_token == lease.token
+                        and (state.parked_until > now or 0 <= state.parked_seq == lease.last_seq)
+                    )
                 ):
                     continue
                 out.append(run_id)
                 tokens[run_id] = lease.token
+                seqs[run_id] = lease.last_seq
             if len(page) < 500:
-                self._tokens = tokens
+                self._tokens, self._seqs = tokens, seqs
                 return out, listed
             after = page[-1].run_id
 
-    def _park(self, run_id: str, state: _Backoff) -> None:
-        """Leave `run_id` out of the listings while its lease stays as listed (see _Backoff)."""
+    def _park(self, run_id: str, state: _Backoff, journal: Journal | None) -> None:
+        """Leave `run_id` out of the listings while its lease stays as listed and its latest record is the
+        latest of `journal`, what the decision to park it read (None: a journal read before the decision
+        could change, as a drive's: then until PARKED_RECHECK_S has passed too; see _Backoff)."""
         state.parked_token = self._tokens.get(run_id)
         state.parked_until = self._timer() + max(PARKED_RECHECK_S, self.poll_interval)
+        state.parked_seq = self._seen_seq(run_id, journal)
+
+    def _seen_seq(self, run_id: str, journal: Journal | None) -> int:
+        """The seq of the latest record of `journal` as read for a decision, when the listing says each
+        run's latest record, so that a change shows there; -1 otherwise (see _Backoff)."""
+        if journal is None or self._seqs.get(run_id, -1) < 0:
+            return -1
+        return journal.last_seq
 
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
         """Drive one run; returns how it ended: completed, cancelled, halted, waiting, failed or skipped.
@@ -398,15 +435,20 @@ class Worker:
         if status.status == "idle" and not journal.has(CANCEL_KEY):
             # A thread waiting for its next message: nothing to drive (its lease is free between messages).
             # One with a cancel request is resumed, which ends it.
-            self._park(run_id, state)
+            self._park(run_id, state, journal)
             return "skipped"
         if status.status in ("sleeping", "awaiting_approval") and not journal.has(CANCEL_KEY):
             now = self._timer()
             due = 0 < state.wake_wall <= self.clock()
             unchanged = state.waiting_at_records in (-1, len(journal.records()))
             if not due and now < state.drive_after and unchanged:
-                state.not_before = min(state.drive_after, now + PARKED_RECHECK_S)
+                seq = self._seen_seq(run_id, journal)
+                # Read again once its lease or journal changes (a decision, a cancel request), or when due;
+                # every PARKED_RECHECK_S too where the listing does not say when its journal changed.
+                recheck = now + PARKED_RECHECK_S if seq < 0 else state.drive_after
+                state.not_before = min(state.drive_after, recheck)
                 state.waiting_token = self._tokens.get(run_id, -1)  # as listed now: read again if it changes
+                state.waiting_seq = seq if seq >= 0 else None
                 return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
         # A halted run with a cancel request is driven: the drive ends it as cancelled. One is not counted
         # as halted from the journal alone either: between the listing and the read, another driver may
@@ -414,7 +456,7 @@ class Worker:
         # apart: RunInFlight while that driver's lease is live, else OutcomeUnknown.
         halted = status.status == "halted" and not journal.has(CANCEL_KEY)
         if halted and len(journal.records()) == state.halted_at_records:
-            self._park(run_id, state)
+            self._park(run_id, state, journal)
             return "skipped"  # nothing was recorded since it halted: still waiting for a person
         try:
             if kind == "thread":
@@ -429,8 +471,10 @@ class Worker:
             with contextlib.suppress(StoreError):  # unread: driven again at the next poll, to halt again
                 journal = await Journal(self.store, run_id).aload()
                 state.halted_at_records = len(journal.records())
-                # Left out of the listings while its lease stays as this drive left it (its own grant).
-                self._park(run_id, state)
+                # Left out of the listings while its lease stays as this drive left it (its own grant), and
+                # read once more after PARKED_RECHECK_S: what was written while it drove (a cancel request)
+                # is in this journal, but the halt was decided without it.
+                self._park(run_id, state, None)
                 state.parked_token = self._token_after_drive(run_id)
             # The halt's own words name the library call; an operator of `bide worker` works from a shell.
             # (`--` before the ids: a run id may start with "-".)
@@ -527,7 +571,7 @@ class Worker:
         listing's)."""
         state.drive_after, state.waiting_at_records, state.wake_wall = when, records, 0.0
         state.not_before = min(when, self._timer() + max(PARKED_RECHECK_S, self.poll_interval))
-        state.waiting_token = token
+        state.waiting_token, state.waiting_seq = token, None  # after a drive: its journal is not known
 
     def _token_after_drive(self, run_id: str) -> int:
         """The lease token a drive of `run_id` in this pass left: the one listed, plus its own grant (every
@@ -539,7 +583,8 @@ class Worker:
     def _back_off(self, state: _Backoff) -> None:
         delay = min(self.max_backoff, self.backoff * 2**state.failures)
         state.failures += 1
-        state.waiting_token = None  # a failed drive waits for its backoff, whatever changes meanwhile
+        # A failed drive waits for its backoff, whatever changes meanwhile.
+        state.waiting_token = state.waiting_seq = None
         state.not_before = self._timer() + random.uniform(delay / 2, delay)
 
     async def _drain(self) -> None:
