@@ -59,6 +59,7 @@ from ._cli_common import (
     print_json,
     run_id_argument,
     table,
+    text_argument,
 )
 from ._errors import (
     BideError,
@@ -800,9 +801,19 @@ def _skew(text: str) -> float:
 
 def _json_arg(text: str, what: str) -> Any:
     try:
-        return json.loads(text)
+        value = json.loads(text)
+        # A "\ud800" escape decodes to a lone surrogate, which no store can keep (as UTF-8).
+        json.dumps(value, ensure_ascii=False).encode("utf-8")
+    except RecursionError:
+        raise CLIError(f"{what} is JSON nested too deeply to journal", EXIT_USAGE) from None
+    except UnicodeEncodeError as exc:
+        raise CLIError(
+            f"{what} holds a lone surrogate (a \\ud800-\\udfff escape that is not half of a pair), which "
+            f"no store can keep: {exc.reason}", EXIT_USAGE,
+        ) from None
     except ValueError as exc:
         raise CLIError(f"{what} must be JSON (quote strings: '\"ok\"'): {exc}", EXIT_USAGE) from exc
+    return value
 
 
 def _attempt_number(text: str) -> int:
@@ -980,7 +991,7 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
     p.add_argument(
         "--status", action="append", choices=STATUSES, help="only runs with this status (repeatable)"
     )
-    p.add_argument("--prefix", default="", help="only run ids starting with this")
+    p.add_argument("--prefix", default="", type=text_argument, help="only run ids starting with this")
     p.add_argument("--limit", type=int, default=1000, help="at most this many runs (default 1000)")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_cmd_runs)
@@ -996,19 +1007,26 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
 
     p = sub.add_parser("pending", help="list every run waiting at a gate (approvals and any other gate)")
     add_store_argument(p)
-    p.add_argument("--prefix", default="", help="only runs whose id starts with this")
+    p.add_argument("--prefix", default="", type=text_argument, help="only runs whose id starts with this")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(handler=_cmd_pending)
 
     p = sub.add_parser("resolve", help="record the outcome of a halted side-effect call")
     add_store_argument(p)
     p.add_argument("run", type=run_id_argument, help="run id")
-    p.add_argument("call", help="call id named by the halt (e.g. c0.0)")
+    p.add_argument("call", type=text_argument, help="call id named by the halt (e.g. c0.0)")
     what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--succeeded", metavar="JSON", help="the effect happened; JSON result for the model")
-    what.add_argument("--failed", metavar="MESSAGE", help="the effect did not happen; do not retry")
+    what.add_argument(
+        "--succeeded", metavar="JSON", type=text_argument,
+        help="the effect happened; JSON result for the model",
+    )
+    what.add_argument(
+        "--failed", metavar="MESSAGE", type=text_argument, help="the effect did not happen; do not retry"
+    )
     what.add_argument("--not-started", action="store_true", help="the effect did not happen; retry it")
-    p.add_argument("--evidence", metavar="JSON", help="JSON evidence journaled with the resolution")
+    p.add_argument(
+        "--evidence", metavar="JSON", type=text_argument, help="JSON evidence journaled with the resolution"
+    )
     p.add_argument(
         "--attempt",
         type=_attempt_number,

@@ -42,6 +42,7 @@ __all__ = [
     "print_json",
     "run_id_argument",
     "table",
+    "text_argument",
     "version",
 ]
 
@@ -203,6 +204,20 @@ def run_id_argument(text: str) -> str:
         return check_run_id(text)
     except ConfigError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def text_argument(text: str) -> str:
+    """An argparse type for text a command stores or looks up (a reason, a message, a call id, a prefix):
+    bytes that are not UTF-8 (which Python hands over as lone surrogates, and no store can keep) are a
+    usage error, not a failure of the store."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} holds bytes that are not UTF-8 text (at character {exc.start}); bide keeps text as "
+            "UTF-8"
+        ) from None
+    return text
 
 
 def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:

@@ -50,6 +50,7 @@ from ._cli_common import (
     EXIT_USAGE,
     give_up_on,
     run_id_argument,
+    text_argument,
 )
 from ._errors import ConfigError, RunEnded, RunNotFound, StoreError
 from ._stdout import GuardedStdout
@@ -572,5 +573,5 @@ def register(sub: Any) -> None:
     p = sub.add_parser("cancel", help="ask a run to stop at its next turn boundary")
     add_store_argument(p)
     p.add_argument("run", type=run_id_argument, help="run id")
-    p.add_argument("--reason", default="", help="why (the run's answer says it)")
+    p.add_argument("--reason", default="", type=text_argument, help="why (the run's answer says it)")
     p.set_defaults(handler=_cmd_cancel)

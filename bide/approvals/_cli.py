@@ -13,7 +13,7 @@ import shlex
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .._cli_common import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, give_up_on, run_id_argument
+from .._cli_common import EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_USAGE, give_up_on, run_id_argument, text_argument
 from .._store import Store
 
 if TYPE_CHECKING:
@@ -134,6 +134,6 @@ def register(subparsers: Any) -> None:
         s = subparsers.add_parser(name, help=f"{what} of a call waiting at an approval gate")
         add_store_argument(s)
         s.add_argument("run", type=run_id_argument, help="run id")
-        s.add_argument("call", help="call id (see `bide pending`)")
+        s.add_argument("call", type=text_argument, help="call id (see `bide pending`)")
         s.add_argument("--key", required=True, help="your Ed25519 signing key file (bide-audit keygen)")
         s.set_defaults(handler=fn)

@@ -344,3 +344,36 @@ def test_a_run_id_bide_could_not_have_written_is_a_usage_error(tmp_path: Path, b
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert "run id" in done.stdout + done.stderr, (command, done.stdout, done.stderr)
     assert db.read_bytes() == before
+
+
+def test_text_no_store_can_keep_is_a_usage_error_and_writes_nothing(db: tuple[str, bide.Store]) -> None:
+    """Bytes that are not UTF-8 on the command line (Python hands them over as lone surrogates), a JSON
+    "\\ud800" escape and JSON nested thousands deep: `resolve`, `cancel` and `approve` said "internal
+    error ... a bug" (exit 3), and `runs`/`pending --prefix` "the store failed" (exit 6, retry). Each is a
+    usage error (exit 2) that names the argument, and the halted run is left as it was."""
+    url, store = db
+    halt(store, "h")
+    before = bide.Journal(store, "h").load().last_seq
+    store.close()
+    not_utf8 = "\udcff"  # the byte 0xff, as subprocess passes it on
+    cases = [
+        (("resolve", "h", "c0.0", "--failed", not_utf8), "--failed"),
+        (("resolve", "h", "c0.0", "--succeeded", '"\\ud800"'), "--succeeded"),
+        (("resolve", "h", "c0.0", "--succeeded", "[" * 3000 + "]" * 3000), "--succeeded"),
+        (("resolve", "h", "c0.0", "--succeeded", '"x"', "--evidence", '"\\udcff"'), "--evidence"),
+        (("resolve", "h", not_utf8, "--not-started"), "call"),
+        (("cancel", "h", "--reason", not_utf8), "--reason"),
+        (("runs", "--prefix", not_utf8), "--prefix"),
+        (("pending", "--prefix", not_utf8), "--prefix"),
+        (("approve", "h", not_utf8, "--key", "no-key"), "call"),
+    ]
+    for (command, *rest), named in cases:
+        done = cli(command, "--store", url, *rest)
+        assert done.returncode == 2, (command, rest[:3], done.stderr)
+        assert named in done.stderr and "Traceback" not in done.stderr, (command, done.stderr)
+    store = bide.open_store(url)
+    try:
+        assert bide.run_status(store, "h").status == "halted"
+        assert bide.Journal(store, "h").load().last_seq == before
+    finally:
+        store.close()
