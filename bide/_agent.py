@@ -36,11 +36,14 @@ times at most; then the run (or segment) ends with status "failed" (`OutputInval
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import contextvars
 import inspect
 import json
 import math
 import re
+import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from dataclasses import dataclass
@@ -1977,14 +1980,41 @@ def _gate_failed(exc: StrayCancellation) -> ConfigError:
 
 
 async def _in_thread(fn: Callable[[Any], Any], arg: Any, what: str) -> Any:
-    """`fn(arg)` in a worker thread. A `CancelledError` it raised there (a `concurrent.futures` future of its
-    own that was cancelled), which asyncio passes on as its own, is its error (`StrayCancellation`) when
-    nothing cancelled the drive."""
+    """`fn(arg)` in a thread of its own. A `CancelledError` it raised there (a `concurrent.futures` future of
+    its own that was cancelled) is its error (`StrayCancellation`) when nothing cancelled the drive.
+
+    The thread is a daemon, not one of asyncio's default executor: once the drive stops waiting for it (a
+    Ctrl-C, a worker's second stop signal), what it answers is not acted on, so nothing must keep the process
+    alive for it, as `asyncio.run` does for its executor's threads (a reconciler blocked on a lookup kept a
+    Ctrl-C'd process up until the lookup returned)."""
     task = asyncio.current_task()
     entered = task.cancelling() if task is not None else 0
     handoff = ThreadHandoff()
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[Any] = loop.create_future()
+
+    def settle(value: Any, error: BaseException | None) -> None:
+        if answer.done():
+            return
+        if error is None:
+            answer.set_result(value)
+        elif isinstance(error, (asyncio.CancelledError, concurrent.futures.CancelledError)):
+            answer.set_exception(stray_cancellation(what))
+        else:
+            answer.set_exception(error)
+
+    def work() -> None:
+        try:
+            value, error = handoff.hand(fn(arg)), None
+        except BaseException as exc:  # handed to the drive, as asyncio.to_thread would
+            value, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop closed: nobody waits for the answer any more
+            loop.call_soon_threadsafe(settle, value, error)
+
+    context = contextvars.copy_context()
+    threading.Thread(target=context.run, args=(work,), name=f"bide: {what}", daemon=True).start()
     try:
-        return await asyncio.to_thread(lambda: handoff.hand(fn(arg)))
+        return await answer
     except asyncio.CancelledError:
         if task is None or task.cancelling() > entered:
             handoff.abandon()  # a coroutine it returns (its real work) never starts

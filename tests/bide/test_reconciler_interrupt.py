@@ -1,0 +1,85 @@
+"""A Ctrl-C while a synchronous reconciler is blocked (a lookup that hangs) ends the process at once.
+
+The drive stopped waiting for the reconciler at once, as docs/bide.md says, but the reconciler ran in
+asyncio's default executor, whose threads `asyncio.run` waits for as it shuts down: the process stayed up
+until the lookup returned (30 s in the tester's case, 600 s in a worker's), and a worker's second stop
+signal did nothing either. What a reconciler answers after its drive stopped waiting is not acted on, so
+its thread is a daemon of its own now: nothing keeps the process for it.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import bide
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+
+CHILD = r"""
+import pathlib, sys, time
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+url, entered = sys.argv[1], pathlib.Path(sys.argv[2])
+
+
+def look_up(attempt):
+    entered.write_text("looking")
+    time.sleep(300)  # a lookup that hangs
+    return bide.Outcome.not_started()
+
+
+@bide.tool(timeout=5, reconcile=look_up)
+def send(to: str) -> str:
+    "Send a message (the connection drops after the request went out)."
+    raise OSError("lost after the request went out")
+
+
+store = bide.open_store(url)
+model = ScriptedModel([call("send", to="x"), reply("sent")])
+try:  # an agent whose clock is behind records a deadline its reconciler may decide past at once
+    bide.Agent(model, store=store, tools=[send], clock=lambda: time.time() - 60).run_sync("r", "go")
+except bide.OutcomeUnknown:
+    pass
+bide.Agent(model, store=store, tools=[send], clock_skew=0.0).run_sync("r", "go")
+"""
+
+
+def test_a_ctrl_c_while_a_synchronous_reconciler_hangs_ends_the_process(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    entered = tmp_path / "entered"
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    env = {**os.environ, "PYTHONPATH": path}
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url, str(entered)], env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not entered.exists():
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the reconciler was never asked"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        # Not a speed figure: before, the process lived on until the lookup's 300 s were over.
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode != 0 and "KeyboardInterrupt" in err, err
+    store = bide.open_store(url)
+    try:
+        status = bide.run_status(store, "r")
+        assert status.status == "halted", status  # nothing was decided: the call waits for a person
+    finally:
+        store.close()
