@@ -1501,21 +1501,38 @@ class Agent(Generic[T]):
         )
 
     def _unknown(
-        self, journal: Journal, marker: Attempt, cause: str, *, options: bool = False
+        self,
+        journal: Journal,
+        marker: Attempt,
+        cause: str,
+        *,
+        options: bool = False,
+        running_here: bool = False,
     ) -> OutcomeUnknown:
-        """The halt for a marker without a result; `options`: name what the tool could do instead. A cause
+        """The halt for a marker without a result; `options`: name what the tool could do instead;
+        `running_here`: the call runs on in this process, which records its outcome when it returns. A cause
         quoting an error message is cut to its first `_CAUSE_MAX` characters (a tool's 5 MB error became a
         5 MB halt message in every log line and traceback): the whole error is the halt's `__cause__`."""
         args = canonical_json(marker.arguments).decode()
         if len(cause) > _CAUSE_MAX:
             more = len(cause) - _CAUSE_MAX
             cause = f"{cause[:_CAUSE_MAX]}... ({more:,} more characters: see its __cause__)"
+        resolve = (
+            f"bide.resolve_halt(store, {journal.run_id!r}, {marker.call_id!r}, outcome=..., "
+            f"attempt={marker.gen})"
+        )
+        # A person is needed only if this process ends before the call returns: a run_sync raising this
+        # has waited for the call, whose outcome is journaled by then.
+        then = (
+            f"Run again once it returns (its outcome is journaled then); only if this process ends first, "
+            f"check the system of record and call {resolve}"
+            if running_here
+            else f"Check the system of record, then call {resolve} and run again"
+        )
         return OutcomeUnknown(
             f"run {journal.run_id!r} halted: side-effect call {marker.call_id!r} ({marker.tool} {args}) was "
             f"attempted at {iso(marker.attempted_at_ms / 1000)} but its outcome was not recorded "
-            f"({cause}); it fired zero times or once. Check the system of record, then call "
-            f"bide.resolve_halt(store, {journal.run_id!r}, {marker.call_id!r}, outcome=..., "
-            f"attempt={marker.gen}) and run again"
+            f"({cause}); it fired zero times or once. {then}"
             + (_OPTIONS if options else ""),
             run_id=journal.run_id,
             call_id=marker.call_id,
@@ -1525,6 +1542,7 @@ class Agent(Generic[T]):
             attempted_at=marker.attempted_at_ms / 1000,
             deadline=marker.deadline_ms / 1000,
             attempt=marker.gen,
+            running_here=running_here,
         )
 
     async def _side_effect_retried(
@@ -1652,7 +1670,7 @@ class Agent(Generic[T]):
                     "cannot be stopped); this process keeps the run's lease and records its outcome when "
                     "it returns"
                 )
-                raise self._unknown(journal, marker, cause) from exc
+                raise self._unknown(journal, marker, cause, running_here=True) from exc
             if window.outcome is not None:
                 # A synchronous tool that returned as its deadline passed (after the timeout fired, before
                 # the drive got here): what it returned, or the ToolError it raised, is known, and a known

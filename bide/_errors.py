@@ -301,7 +301,9 @@ class OutcomeUnknown(RunHalted):
     reconciler; then run again.
     `cause` is "crashed" (no result after the attempt) or "contended" (another driver claimed the call).
     `attempt` is the attempt's number (0 for the call's first; pass it to `resolve_halt`), `attempted_at`
-    and `deadline` are Unix seconds taken from its marker.
+    and `deadline` are Unix seconds taken from its marker. `running_here` is True when the call still runs
+    in this process (a synchronous tool past its timeout), which journals its outcome when it returns: run
+    again then, no person needed (unless this process ends first).
     """
 
     status = "halted"
@@ -318,9 +320,11 @@ class OutcomeUnknown(RunHalted):
         attempted_at: float,
         deadline: float,
         attempt: int = 0,
+        running_here: bool = False,
     ) -> None:
         super().__init__(message, run_id=run_id, call_id=call_id, tool=tool, arguments=arguments)
         self.cause = cause
+        self.running_here = running_here
         self.attempt = attempt
         self.attempted_at = attempted_at
         self.deadline = deadline

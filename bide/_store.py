@@ -350,6 +350,14 @@ def finish_before_close(store: object, *threads: threading.Thread | Finishing) -
             store = getattr(store, "inner", None)
 
 
+def finishers_running(store: object) -> bool:
+    """Whether threads `finish_before_close` registered for `store` still run: synchronous calls that ran on
+    past their drive, whose outcomes are still to be journaled (the end of the process waits for them)."""
+    with _FINISHERS_LOCK:
+        kept = _FINISHERS.get(id(store), ())
+        return any(isinstance(t, threading.Thread) and t.is_alive() for t in kept)
+
+
 def may_use_while_closing(store: object) -> bool:
     """Whether this thread may still use `store` after its `close()` was called: it is one of the threads
     the deferred close waits for. Everyone else is told the store is closed."""

@@ -97,7 +97,9 @@ class PassReport:
     `cancelled`: drives that ended their run as cancelled (a cancel request was recorded: `bide cancel`).
     `halted`: runs left to a person (a side effect's outcome is unknown and its tool has no reconciler).
     `waiting`: runs that will be tried again (a timer not due, an approval pending, a reconciler waiting
-    for a call's deadline, another live driver). `failed`: drives that raised an error (backed off).
+    for a call's deadline, another live driver, a synchronous call of this worker running on past its
+    timeout, whose outcome it journals when the call returns). `failed`: drives that raised an error
+    (backed off).
     `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, or started by
     an agent this worker does not know: those are in `unresumable`, with why, since no pass of this worker
     will drive them). `errors` says what each failed drive raised ("<type>: <message>")
@@ -464,6 +466,13 @@ class Worker:
             else:
                 result = await agent.run(run_id, start.input)
         except OutcomeUnknown as exc:
+            if exc.running_here:
+                # A synchronous call past its timeout runs on in this worker, which journals its outcome
+                # when it returns and frees the lease then: the run goes on at a later pass, no person needed.
+                log.info("run %s: call %s runs on past its timeout; the run goes on once it returns",
+                         run_id, exc.call_id)  # fmt: skip
+                state.not_before = self._timer() + self.poll_interval
+                return "waiting"
             tool = agent.tools.get(exc.tool)
             if tool is not None and tool.reconcile is not None:
                 self._back_off(state)  # its reconciler decides once the call's deadline has passed

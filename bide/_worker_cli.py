@@ -454,12 +454,16 @@ def _stop_on_signals(worker: Worker) -> None:
 def _stop_then_cancel_on_signals(worker: Worker) -> None:
     # The first signal stops the worker and waits for its drives however long they take (a side effect
     # running then has its result journaled); only a second one cancels them, which the operator is told.
+    from ._store import finishers_running
+
     loop = asyncio.get_running_loop()
     signals = 0
 
     def on_signal(sig: signal.Signals) -> None:
         nonlocal signals
         signals += 1
+        # Synchronous calls past their timeout, whose drives are over: the exit waits for them all the same.
+        late = finishers_running(worker.store)
         if signals == 1:
             worker.stop()
             if worker.in_flight:
@@ -468,6 +472,8 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
                     "(a second SIGINT, SIGTERM or SIGHUP cancels them: a side effect running then halts "
                     "its run for a person)"
                 )
+            elif late:
+                _say(_LATE_CALLS)
         elif signals == 2:
             if worker.in_flight:
                 _say(
@@ -475,6 +481,8 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
                     "on in its thread until it returns, then its outcome is journaled and the worker exits "
                     "(a third signal exits at once: such a call's run then halts for a person)"
                 )
+            elif late:
+                _say(_LATE_CALLS)
             worker.cancel_drives()
         else:
             # A synchronous call cannot be interrupted, and the process waits for its thread at exit: only
@@ -485,6 +493,13 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
     for sig in _handled_signals():
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal, sig)
+
+
+_LATE_CALLS = (
+    "bide worker: stopping; synchronous tool calls run on past their timeout in their threads: the worker "
+    "exits once they return and their outcomes are journaled (a third SIGINT, SIGTERM or SIGHUP exits at "
+    "once: such a call's run then halts for a person)"
+)
 
 
 def _say(line: str) -> None:

@@ -11,6 +11,7 @@ what A did, not on how long it should have taken."""
 
 from __future__ import annotations
 
+import json
 import os
 import runpy
 import signal
@@ -453,3 +454,111 @@ def test_closing_a_store_while_a_cancelled_synchronous_call_runs_neither_blocks_
         assert lease.expires_ms == 0  # freed by the keeper, not left to expire
     finally:
         again.close()
+
+
+_OVERRUN_APP = '''
+import os, pathlib, time
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+HERE = pathlib.Path(__file__).parent
+
+
+@bide.tool(timeout=1.0)
+def slow_charge(order: str) -> str:
+    """Charge an order (synchronous): it runs past its timeout."""
+    (HERE / "started").write_text("started")
+    time.sleep(float(os.environ.get("SLOW", "4")))
+    with open(HERE / "ledger", "a") as ledger:
+        ledger.write(order + "\\n")
+    return "charged"
+
+
+@bide.tool(safety=bide.ReadOnly)
+def look() -> str:
+    """Look the order up."""
+    return "o-1 is due"
+
+
+def build(store):
+    model = ScriptedModel([call("look"), call("slow_charge", order="o-1"), reply("done")])
+    return bide.Agent(model, store=store, tools=[look, slow_charge], name="ov", lease_ttl=3)
+'''
+
+
+def _overrun_app(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """A store whose run "r1" failed after its first turn (the model went down), so that a worker resumes
+    it, and the app (overrun_app:build) whose synchronous charge then runs past its timeout."""
+    from bide.testing import Fail
+
+    (tmp_path / "overrun_app.py").write_text(_OVERRUN_APP)
+    url = f"sqlite:///{tmp_path / 'bide.db'}"
+    store = bide.open_store(url)
+    try:
+        model = ScriptedModel([call("look"), Fail(bide.ModelError("down"))])
+        app = runpy.run_path(str(tmp_path / "overrun_app.py"))
+        agent = bide.Agent(model, store=store, tools=[app["look"], app["slow_charge"]], name="ov")
+        with pytest.raises(bide.ModelError):
+            agent.run_sync("r1", "charge o-1")
+    finally:
+        store.close()
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(p for p in (str(tmp_path), root, os.environ.get("PYTHONPATH")) if p)
+    return url, {**os.environ, "PYTHONPATH": path}
+
+
+def test_a_worker_pass_counts_a_call_running_on_past_its_timeout_as_waiting(tmp_path: Path) -> None:
+    """`bide worker --once` drove a run whose synchronous charge ran past its timeout, waited for the call to
+    return and journal its result, then reported the run as "halted" (need a person): a person paged for it
+    found the outcome recorded (`bide resolve`: exit 5). The call runs on in the worker, which journals its
+    outcome: the run is counted as waiting, and the next pass goes on from the result."""
+    url, env = _overrun_app(tmp_path)
+    command = [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "overrun_app:build"]
+    command.append("--once")
+    done = subprocess.run([*command, "--json"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["halted"], report["waiting"]) == (0, 1), report
+    assert (tmp_path / "ledger").read_text() == "o-1\n"
+    again = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+    assert again.returncode == 0, again.stderr
+    store = bide.open_store(url, create=False)
+    try:
+        assert bide.run_status(store, "r1").status == "completed"
+    finally:
+        store.close()
+    assert (tmp_path / "ledger").read_text() == "o-1\n"
+
+
+def test_a_stop_signal_while_only_calls_past_their_timeout_run_says_what_the_worker_waits_for(
+    tmp_path: Path,
+) -> None:
+    """A serving worker stopped (SIGTERM) while its only work was a synchronous call running on past its
+    timeout (its drive over) printed nothing and exited once the call returned, seconds later: an operator
+    saw a worker ignoring SIGTERM, and might SIGKILL it and turn a call about to be journaled into a halt for
+    a person. It says what it waits for, at each signal."""
+    url, env = _overrun_app(tmp_path)
+    env["SLOW"] = "8"
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "overrun_app:build", "--poll",
+         "0.2"], stderr=subprocess.PIPE, text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert worker.stderr is not None
+    lines: list[str] = []
+    try:
+        while not any("still running past its" in line for line in lines):
+            line = worker.stderr.readline()
+            assert line, "".join(lines)
+            lines.append(line)
+        time.sleep(0.5)  # the halted drive ends: nothing is in flight but the call's thread
+        worker.send_signal(signal.SIGTERM)
+        rest = worker.communicate(timeout=120)[1]
+    finally:
+        if worker.poll() is None:
+            worker.kill()
+            worker.wait()
+    said = "".join(lines) + rest
+    assert worker.returncode == 0, said
+    assert "synchronous tool calls run on past their timeout" in said, said
+    assert (tmp_path / "ledger").read_text() == "o-1\n"
