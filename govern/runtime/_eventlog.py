@@ -43,6 +43,7 @@ import secrets
 import sqlite3
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring as _quote  # C: one JSON string, non-ASCII kept as is
@@ -580,7 +581,9 @@ class EventLog:
     at once (SQLite and PostgreSQL); on SQLite, which writes one transaction at a time, the threads of
     a handle append through one of them in turn.
 
-    Thread-safe; open one `EventLog` per process (or share one between up to `pool_size` threads).
+    Thread-safe; open one `EventLog` per process (or share one between up to `pool_size` threads). A
+    handle opened before os.fork() works in the child as if opened there: the child opens connections of
+    its own, and the parent keeps its.
     """
 
     def __init__(
@@ -617,6 +620,7 @@ class EventLog:
         else:
             self._backend = _SqlBackend(where.sqlalchemy_url, self.name, self.timeout, pool_size)
         self._shown_url = without_password(url)  # what messages name: the URL without its password
+        _OPEN_LOGS.add(self)
 
     def __repr__(self) -> str:
         return f"EventLog({self._shown_url!r}, name={self.name!r})"
@@ -819,6 +823,12 @@ class EventLog:
             lambda tx: _append(self.name, tx, items, writer, identity), pipelined=len(items) < _COPY_FROM
         )
 
+    def _forked(self) -> None:
+        """In a child just forked: a writer token prefix of its own (else two children's calls would carry
+        the same tokens, and each would take the other's writes for its own), and connections of its own."""
+        self._writer_prefix = secrets.token_hex(8)
+        if isinstance(self._backend, _SqlBackend):
+            self._backend.forked()
 
     def _new_writer(self) -> str:
         """A token unique to one append call (at most 32 characters), stored with the events it writes."""
@@ -830,6 +840,19 @@ class EventLog:
         may have written the event. Raises `EventLogError` when the log cannot be read."""
         _check_name("event_id", event_id)
         return self._backend.writer_of(event_id) == writer
+
+
+_OPEN_LOGS: weakref.WeakSet[EventLog] = weakref.WeakSet()
+
+
+def _forget_parent_connections() -> None:
+    # Run in the child, before any of its threads: the handles it inherited stop using the parent's
+    # connections (one child read another's answers on a shared PostgreSQL connection).
+    for log in list(_OPEN_LOGS):
+        log._forked()
+
+
+os.register_at_fork(after_in_child=_forget_parent_connections)
 
 
 def _check_count(field: str, value: object) -> None:
@@ -2000,6 +2023,22 @@ class _SqlBackend:
         if writer is not None:
             writer.close()  # back to the pool, which dispose() closes
         self.engine.dispose()
+
+    def forked(self) -> None:
+        """Leave the parent's connections to the parent, in a child just forked: it opens its own."""
+        if self._writer_lock is not None:
+            self._writer_lock = threading.Lock()  # (another thread of the parent may have held it)
+        if self.dialect == "sqlite":
+            # The child's copies of the idle connections are closed here, before it opens any: left open,
+            # they would share SQLite's per-process lock records with the child's own connections, which
+            # would then not really hold the file's shared lock. Closing an idle WAL connection ends no
+            # parent's transaction, and it checkpoints and deletes the -wal file only when it gets the
+            # file's exclusive lock, which the open connections of the parent (or any process) deny it.
+            self.close()
+        else:
+            # Closing a psycopg connection would end its session for the parent too; dropped, it is not
+            # closed (psycopg finishes a connection only in the process that opened it).
+            self.engine.dispose(close=False)
 
 
 # -- memory backend (tests, benchmarks) ---------------------------------------------------------------------
