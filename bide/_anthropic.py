@@ -152,13 +152,17 @@ class AnthropicModel(HTTPModel):
                 add("user", [{"type": "text", "text": m.content}])
             elif m.role == "assistant":
                 blocks: list[dict[str, Any]] = []
-                if m.content:
+                if m.content.strip():
+                    # The API refuses a text block that is empty or only white space (it sends such
+                    # answers itself): sent back, a journaled one failed every later request of its run.
                     blocks.append({"type": "text", "text": m.content})
                 for c in m.tool_calls:
                     blocks.append(
                         {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
                     )
-                add("assistant", blocks or [{"type": "text", "text": ""}])
+                if blocks:
+                    add("assistant", blocks)
+                # else: an empty answer is left out; the user messages on either side of it are merged.
             elif isinstance(m, ToolMessage):
                 block: dict[str, Any] = {
                     "type": "tool_result",
@@ -244,7 +248,8 @@ class AnthropicModel(HTTPModel):
                         clock.progress()  # not an empty piece
                     piece = _add_delta(self.name, blocks, payload, delta)
                     if piece is not None:
-                        yield TextDelta(text=piece)
+                        with clock.handed():
+                            yield TextDelta(text=piece)
                 elif kind == "content_block_stop":
                     index = json_index(self.name, payload.get("index"), 0)
                     ending = blocks.get(index)

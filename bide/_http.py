@@ -22,7 +22,7 @@ import re
 import time
 import urllib.parse
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, cast
 
@@ -187,7 +187,8 @@ def error_in(data: Any) -> str | None:
     err = data.get("error") if isinstance(data, dict) else None
     if isinstance(err, dict) and err:
         said = err.get("message")
-        return utf8_text(said) if isinstance(said, str) and said else utf8_text(json.dumps(err)[:2000])
+        # Whole: the caller masks the API key in it before it cuts it short.
+        return utf8_text(said) if isinstance(said, str) and said else utf8_text(json.dumps(err))
     if isinstance(err, str) and err:
         return utf8_text(err)
     return None
@@ -236,6 +237,70 @@ def _same_host(url: str, default: str) -> bool:
         return False
     host = (given.hostname or "").rstrip(".")
     return host == ours.hostname and port in (None, 443 if ours.scheme == "https" else 80)
+
+
+# What `_init_http` checks: a setting every request would fail on is refused when the model is made, not
+# at each run with "run again to retry".
+
+
+def _temperature(kind: str, value: Any) -> float | None:
+    """`value` if it is None or a finite number (NaN or infinity made every request body invalid JSON)."""
+    if value is None or (
+        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    ):
+        return value
+    raise ConfigError(
+        f"{kind} needs temperature, a finite number (such as 0.7), or None for the server's default; "
+        f"not {value!r}"
+    )
+
+
+def _extra_body(kind: str, value: Any) -> dict[str, Any]:
+    """A copy of `value`, a dict whose keys are strings and whose values JSON can carry as httpx sends
+    them (finite numbers, text that is valid Unicode); {} for None."""
+    if value is None:
+        return {}
+    wrong = (
+        f"a {type(value).__name__}"
+        if not isinstance(value, Mapping)
+        else next((f"a dict with the key {key!r:.100}" for key in value if not isinstance(key, str)), "")
+    )
+    if wrong:
+        # The values are not shown: extra fields may carry credentials of their own.
+        raise ConfigError(
+            f"{kind} needs extra_body, a dict of field names (strings) to JSON values added to every "
+            f"request body, or None; not {wrong}"
+        )
+    fields = dict(value)
+    try:
+        # As httpx encodes a request body: without this, every request failed to encode.
+        json.dumps(fields, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except (TypeError, ValueError, RecursionError) as exc:  # UnicodeEncodeError is a ValueError
+        raise ConfigError(
+            f"{kind} needs extra_body to hold only JSON values (strings, finite numbers, booleans, None, "
+            f"and lists and dicts of them), which every request body carries; it holds one that is not "
+            f"({type(exc).__name__}: {exc!s:.200})"
+        ) from None
+    return fields
+
+
+def _retry(
+    kind: str, retry: Any, max_retries: Any, backoff: float, max_backoff: float
+) -> RetryPolicy:
+    """`retry`, else the policy of the shorthands (`max_retries` retries after the first try)."""
+    if retry is not None:
+        if not isinstance(retry, RetryPolicy):
+            raise ConfigError(
+                f"{kind} needs retry, a bide.RetryPolicy (such as bide.RetryPolicy(attempts=3), which "
+                f"counts the first try), or None to use max_retries, backoff and max_backoff; not {retry!r}"
+            )
+        return retry
+    if not (isinstance(max_retries, int) and not isinstance(max_retries, bool) and max_retries >= 0):
+        raise ConfigError(
+            f"{kind} needs max_retries, a whole number of retries after the first try (0 for none, 4 by "
+            f"default); not {max_retries!r}"
+        )
+    return RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
 
 
 class HTTPModel:
@@ -297,6 +362,13 @@ class HTTPModel:
                 f"{type(self).__name__} needs a base_url that starts with http:// or https://, e.g. "
                 f"{self._default_url!r}"
             )
+        if not urllib.parse.urlsplit(self.base_url).hostname:
+            # "http:///v1": httpx failed every request (retried for nothing). Not repeated: it may hold
+            # credentials.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url that names a host after its http:// or https://, "
+                f"e.g. {self._default_url!r}"
+            )
         if not self.api_key and _same_host(self.base_url, self._default_url):
             # The provider refuses every request without one (401, after the retries of a network error
             # when offline): say so when the model is made. A server of one's own may need none.
@@ -304,8 +376,8 @@ class HTTPModel:
                 f"{type(self).__name__} has no API key for {self._default_url}: set {self._env}_API_KEY or "
                 f"pass api_key=... (a server of your own, at base_url=..., may take an empty key)"
             )
-        self.temperature = temperature
-        self.extra_body = dict(extra_body or {})
+        self.temperature = _temperature(type(self).__name__, temperature)
+        self.extra_body = _extra_body(type(self).__name__, extra_body)
         try:
             self.timeout = seconds("timeout", timeout, zero=False)
         except ConfigError:
@@ -325,7 +397,7 @@ class HTTPModel:
                 f"whole streamed answer (default {STREAM_TIMEOUT:g}), not {stream_timeout!r}"
             )
         self.stream_timeout = float(stream_timeout)
-        self.retry = retry or RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
+        self.retry = _retry(type(self).__name__, retry, max_retries, backoff, max_backoff)
         self._transport = transport
         self._limits = limits
         self._pool: _Pool | None = None
@@ -428,7 +500,8 @@ class HTTPModel:
 
     def _refuse(self, response: httpx.Response, text: str) -> ModelError:
         status = response.status_code
-        text = self._redacted(text)
+        # Masked before it is cut: a key across the cut would be shown but for its last characters.
+        text = self._redacted(text)[:_ERROR_BODY_SHOWN]
         # A server may quote the key with JSON escapes (`\/` for `/`): the decoded message is masked too.
         said = self._redacted(error_message(text))
         if status in TRANSIENT:
@@ -509,10 +582,11 @@ class HTTPModel:
             # Read as an answer, it failed on the missing choices or content, the server's message lost.
             raise ModelError(
                 f"model {self.name!r} at {self._shown_url()} answered 200 with an error instead of a turn: "
-                f"{self._redacted(said)}; nothing was journaled: fix what the server says (a quota, the "
-                "model name, the request), then run again",
+                f"{self._redacted(said)[:_ERROR_BODY_SHOWN]}; nothing was journaled: fix what the server "
+                "says (a quota, the model name, the request), then run again",
                 status=200,
-                body=self._redacted(text[:_ERROR_BODY_SHOWN]),
+                # Masked before it is cut (see `_refuse`).
+                body=self._redacted(text)[:_ERROR_BODY_SHOWN],
             )
         return data
 
@@ -571,6 +645,7 @@ class StreamClock:
         self.total = total
         self.quiet = 0.0  # waited since the last piece that added to the answer
         self.waited = 0.0  # waited in all
+        self.away = 0.0  # spent in the caller's hands (see `handed`), which does not count
 
     def progress(self) -> None:
         """A piece that adds to the answer arrived: the wait for the next one starts from zero."""
@@ -590,6 +665,17 @@ class StreamClock:
             spent = loop.time() - started
             self.quiet += spent
             self.waited += spent
+
+    @contextlib.contextmanager
+    def handed(self) -> Iterator[None]:
+        """Time inside does not count: an adapter hands its caller a piece of the answer (a `yield`), and
+        the caller's code runs until it asks for the next."""
+        loop = asyncio.get_running_loop()  # the clock `sse_events` reads
+        started = loop.time()
+        try:
+            yield
+        finally:
+            self.away += loop.time() - started
 
     def spend(self, seconds: float) -> None:
         """`seconds` went on reading what the server sent (a flood of keep-alive lines, say): they count as
@@ -632,7 +718,8 @@ _ERROR_BODY_SHOWN = 2000
 
 
 async def _error_text(response: httpx.Response, name: str) -> str:
-    """The start of a refusal's body (enough for its message; the rest is not read)."""
+    """The start of a refusal's body (enough for its message; the rest is not read), not cut to
+    `_ERROR_BODY_SHOWN` yet: the API key is masked in it first (see `HTTPModel._refuse`)."""
     parts: list[bytes] = []
     size = 0
     try:
@@ -645,7 +732,7 @@ async def _error_text(response: httpx.Response, name: str) -> str:
     except ModelError:
         # The status says what happened (a 429 is still waited out and retried); only its text is lost.
         return "(a body bide could not decode)"
-    return b"".join(parts).removeprefix(_BOM)[:_ERROR_BODY_SHOWN].decode("utf-8", "replace")
+    return b"".join(parts).removeprefix(_BOM).decode("utf-8", "replace")
 
 
 def _too_large(name: str) -> ModelError:
@@ -848,10 +935,11 @@ async def sse_events(
     response: httpx.Response, name: str, clock: StreamClock
 ) -> AsyncGenerator[tuple[str, str], None]:
     """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none), read
-    within the `clock`'s bounds (the time spent reading the lines counts too, so a flood of keep-alive
-    lines is cut off like a silence). Bytes are counted as they arrive, so a stream past
-    `MAX_RESPONSE_BYTES` is refused even if it never ends a line. A connection that breaks mid-stream
-    raises ModelError: nothing of the turn is journaled, run again.
+    within the `clock`'s bounds (the time spent reading the lines, and the caller's handling of each event
+    until it asks for the next, count too, so a flood of keep-alive lines or empty events is cut off like a
+    silence; what the caller spends in `clock.handed()` does not). Bytes are counted as they arrive, so a
+    stream past `MAX_RESPONSE_BYTES` is refused even if it never ends a line. A connection that breaks
+    mid-stream raises ModelError: nothing of the turn is journaled, run again.
 
     A body that opens with ``{`` or ``[`` is one JSON document, not events (a server that ignores
     ``stream: true``, or an error in a 200, whatever its Content-Type says): it is read whole, within the
@@ -881,7 +969,12 @@ async def sse_events(
                 events = reader.feed(chunk)
                 clock.spend(loop.time() - started)
                 for event in events:
+                    started, away = loop.time(), clock.away
                     yield event
+                    # The adapter decoding and dispatching the event counts as reading it (a flood of empty
+                    # JSON pieces took 2.5 to 4 times `timeout` to cut off when only the lines counted); what
+                    # it hands on to its own caller meanwhile does not (`StreamClock.handed`).
+                    clock.spend(loop.time() - started - (clock.away - away))
                 # A chunk may inflate to many more, read without waiting on the network: the event loop
                 # gets its turn between them.
                 await asyncio.sleep(0)

@@ -140,7 +140,10 @@ class OpenAIModel(HTTPModel):
             if m.role in ("system", "user"):
                 messages.append({"role": m.role, "content": m.content})
             elif m.role == "assistant":
-                item: dict[str, Any] = {"role": "assistant", "content": m.content or None}
+                # Null content is valid only beside tool calls: a journaled empty answer (finish "stop"
+                # with no text) sent as null was refused with a 400 on every later request of its run.
+                empty = None if m.tool_calls else ""
+                item: dict[str, Any] = {"role": "assistant", "content": m.content or empty}
                 if m.tool_calls:
                     item["tool_calls"] = [
                         {
@@ -258,7 +261,8 @@ class OpenAIModel(HTTPModel):
                     if piece:
                         shown = text.add(piece)
                         if shown:
-                            yield TextDelta(text=shown)
+                            with clock.handed():
+                                yield TextDelta(text=shown)
                     no = delta.get("refusal")
                     if no is not None and not isinstance(no, str):
                         raise malformed(self.name, f"a delta whose refusal is not a string: {no!r:.200}")
