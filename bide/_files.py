@@ -97,33 +97,57 @@ def check_output(output: str, *, inputs: Iterable[str | os.PathLike[str]] = (), 
             raise ConfigError(
                 f"{flag} {output} is the input file {os.fspath(other)}; writing there would destroy it"
             )
-    if holds_private_key(target):  # (an input key is named as the input above)
+    refusal = private_key_refusal(target)  # (an input key is named as the input above)
+    if refusal is not None:
         raise ConfigError(
-            f"{flag} {output} holds a private key; refusing to write over it: give another output path "
-            "(a key lost cannot be made again)"
+            f"{flag} {output} {refusal}; refusing to write over it: give another output path (a key lost "
+            "cannot be made again)"
         )
     return path
 
 
-def holds_private_key(path: str | os.PathLike[str]) -> bool:
-    """True when the regular file at `path` (through symlinks) holds a PEM private key block in its first
-    64 KiB (the key files `keygen` writes, and OpenSSH's and OpenSSL's): an output path
-    naming one is refused, never written over. False when nothing readable is there."""
+def private_key_refusal(path: str | os.PathLike[str]) -> str | None:
+    """Why an output must not be written over the regular file at `path` (through symlinks), or None: it
+    holds a private key (a PEM private key block in its first 64 KiB, as the key files `keygen` writes and
+    OpenSSH's and OpenSSL's; or a DER one), or this process cannot read it to tell (another user's key file
+    in a directory it may write to). None when nothing, or no regular file, is there."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))  # a pipe there must not block
-    except OSError:
-        return False
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        if exc.errno == errno.EACCES and os.path.isfile(path):
+            return "cannot be read to check that it holds no private key (another user's key file?)"
+        return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return False
-        head = os.read(fd, _KEY_SCAN_BYTES)
+            return None
+        head = os.read(fd, _KEY_SCAN_BYTES + 1)
     except OSError:
-        return False
+        return "cannot be read to check that it holds no private key"
     finally:
         os.close(fd)
     # Anywhere in its start, at the start of a line: OpenSSL writes EC parameters, a certificate or bag
     # attributes before the key in some files. (A key quoted in a JSON artifact has its line breaks escaped.)
-    return _PEM_PRIVATE_KEY.search(head) is not None
+    if _PEM_PRIVATE_KEY.search(head) is not None or _der_private_key(head):
+        return "holds a private key"
+    return None
+
+
+def _der_private_key(data: bytes) -> bool:
+    """`data` is a whole DER private key (PKCS#8, encrypted or not, or a traditional one)."""
+    if not data.startswith(b"\x30") or len(data) > _KEY_SCAN_BYTES:  # an ASN.1 SEQUENCE, a key's size
+        return False
+    from cryptography.exceptions import UnsupportedAlgorithm
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        serialization.load_der_private_key(data, password=None)
+    except TypeError:  # encrypted: a key all the same
+        return True
+    except (ValueError, UnsupportedAlgorithm):  # not a key (or one no one here reads)
+        return False
+    return True
 
 
 _KEY_SCAN_BYTES = 1 << 16

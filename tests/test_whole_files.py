@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -139,7 +140,7 @@ def test_an_output_that_holds_a_private_key_is_refused(tmp_path: Path, text: str
 
 
 def test_an_artifact_quoting_a_key_or_a_public_key_is_not_taken_for_a_key(tmp_path: Path) -> None:
-    from bide._files import check_output, holds_private_key
+    from bide._files import check_output, private_key_refusal
 
     quoted = tmp_path / "evidence.json"
     quoted.write_text(json.dumps({"records": [{"result": _KEY}]}, indent=2))
@@ -147,7 +148,7 @@ def test_an_artifact_quoting_a_key_or_a_public_key_is_not_taken_for_a_key(tmp_pa
     public.write_text("-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEA\n-----END PUBLIC KEY-----\n")
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    assert not any(holds_private_key(p) for p in (quoted, public, fifo, tmp_path / "absent"))
+    assert not any(private_key_refusal(p) for p in (quoted, public, fifo, tmp_path / "absent"))
     check_output(str(quoted))
     check_output(str(public))
 
@@ -189,3 +190,48 @@ def test_a_lost_output_of_an_earlier_command_in_the_process_is_forgotten(
     _stdout.closed_stdout_fails()
     print("written")
     assert not _stdout.lost_output() and _stdout.ended(0) == 0
+
+
+def test_a_der_key_or_a_file_it_cannot_read_is_not_written_over(tmp_path: Path) -> None:
+    """`-o` over a DER private key (PKCS#8, plain or encrypted) wrote the output over it; so it did over a key
+    file the user running the command cannot read (another user's 0600 key in a directory both may write
+    to): unable to look inside, the check took it for no key. Both are refused, and the file is kept."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from bide._errors import ConfigError
+    from bide._files import check_output
+
+    key = Ed25519PrivateKey.generate()
+    der = serialization.Encoding.DER
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    for name, encryption in (("plain.der", serialization.NoEncryption()),
+                             ("locked.der", serialization.BestAvailableEncryption(b"secret"))):  # fmt: skip
+        path = tmp_path / name
+        path.write_bytes(key.private_bytes(der, pkcs8, encryption))
+        with pytest.raises(ConfigError, match="holds a private key"):
+            check_output(str(path))
+    # Outside pytest's 0700 folders, which another user cannot enter.
+    shared = Path(tempfile.mkdtemp(prefix="bide-shared-", dir="/tmp"))
+    try:
+        shared.chmod(0o777)
+        theirs = shared / "theirs.key"
+        theirs.write_text(_KEY)
+        theirs.chmod(0o600 if os.geteuid() == 0 else 0o000)
+        pid = os.fork()  # a child that drops root (root reads every file); bide is imported already
+        if pid == 0:
+            code = 1
+            try:
+                if os.geteuid() == 0:
+                    os.setuid(65534)
+                check_output(str(theirs))
+            except ConfigError as exc:
+                code = 2 if "cannot be read to check that it holds no private key" in str(exc) else 3
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 2
+        theirs.chmod(0o600)
+        assert theirs.read_text() == _KEY
+    finally:
+        shutil.rmtree(shared)

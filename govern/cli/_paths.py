@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from bide._files import holds_private_key
+from bide._files import private_key_refusal
 
 __all__ = ["InputFileUnreadable", "UsageError", "input_file_size", "is_directory", "is_other_than_file",
            "output_status", "refuse_overwriting", "same_file", "unreadable_input"]
@@ -93,6 +93,7 @@ def refuse_overwriting(output: Path, inputs: list[tuple[str, Path]]) -> None:
         if same_file(output, path):
             raise UsageError(f"{output} is the {what} ({path}); refusing to write over it: give another "
                              "output path")
-    if holds_private_key(output):
-        raise UsageError(f"{output} holds a private key; refusing to write over it: give another output "
-                         "path (a key lost cannot be made again)")
+    refusal = private_key_refusal(output)
+    if refusal is not None:
+        raise UsageError(f"{output} {refusal}; refusing to write over it: give another output path (a key "
+                         "lost cannot be made again)")
