@@ -85,15 +85,19 @@ def _decide(args: argparse.Namespace, approve: bool) -> int:
         _say(f"bide: {left}", file=sys.stderr)
     elif left:
         p = left[0]
+        # Once enough have decided, the gate waits for nobody, whoever has not spoken.
+        waiting = (
+            f"waiting for {', '.join(p.waiting_for) or 'nobody'}."
+            if p.outcome == "pending"
+            else f"that is enough: the gate will count the call {p.outcome}; no one else need decide."
+        )
         _say(
             f"Call {p.call_id} needs {p.need} of {len(p.approvers)}: approved by "
             f"{', '.join(p.approved_by) or 'nobody'}, denied by {', '.join(p.denied_by) or 'nobody'}; "
-            f"waiting for {', '.join(p.waiting_for) or 'nobody'}."
+            f"{waiting}"
         )
         for note in p.notes:
             _say(f"Note: {note}.")
-        if p.outcome != "pending":
-            _say(f"That is enough: the gate will count the call {p.outcome}; no one else need decide.")
     print("Run the agent again (same run id and input) so its gate counts the decisions and the run goes on.")
     return 0
 

@@ -332,7 +332,8 @@ def test_pending_says_a_call_whose_approvers_said_enough_waits_for_a_drive(
         if decision == "deny":
             break
     outcome = "approved" if decision == "approve" else "denied"
-    assert said is not None and f"That is enough: the gate will count the call {outcome}" in said.stdout
+    assert said is not None and f"that is enough: the gate will count the call {outcome}" in said.stdout
+    assert "waiting for" not in said.stdout, said.stdout  # (bob had not spoken on a denial)
     listing = _bide("pending", "--store", f"sqlite:///{db}", "--json", cwd=tmp_path)
     assert listing.returncode == 0, listing.stderr
     [row] = json.loads(listing.stdout)
