@@ -583,7 +583,8 @@ class EventLog:
 
     Thread-safe; open one `EventLog` per process (or share one between up to `pool_size` threads). A
     handle opened before os.fork() works in the child as if opened there: the child opens connections of
-    its own, and the parent keeps its.
+    its own, and the parent keeps its (on SQLite, fork while none of the parent's threads is appending:
+    see docs/governed-agents.md).
     """
 
     def __init__(
