@@ -173,6 +173,13 @@ def parse_store_url(url: object, *, what: str = "store") -> StoreURL:
             raise StoreURLError(
                 f"{without_password(url)!r} is not a PostgreSQL URL; write postgresql://user@host/dbname"
             )
+        if "\x00" in unquote(rest):
+            # libpq ends each name at a NUL: 'db%00x' opened database 'db', 'postgres%00x@' logged in as
+            # 'postgres'. Another store than the one meant, as a file name cut short would be.
+            raise StoreURLError(
+                f"{without_password(url)!r}: a PostgreSQL URL cannot hold %00 (a NUL byte), which would cut "
+                "a name short and open another database, user or option than the one written"
+            )
         sqlalchemy_url = "postgresql+psycopg:" + rest
         _check_authority(url, sqlalchemy_url)  # a typo first: installing the driver would not fix it
         _require_psycopg()

@@ -93,6 +93,10 @@ def test_the_same_forms_open_both(opener: str, form: str, in_tmp: Path) -> None:
         ("postgresql://postgres@127.0.0.1:5432/", "names no database"),
         ("postgresql://postgres@127.0.0.1", "names no database"),
         ("postgresql://postgres@127.0.0.1/test%0A", "its database name 'test\\n' holds a control character"),
+        # libpq ends a name at a NUL: these opened database "test" and logged in as "postgres".
+        ("postgresql://postgres@127.0.0.1/test%00x", "cannot hold %00"),
+        ("postgresql://postgres%00x@127.0.0.1/test", "cannot hold %00"),
+        ("postgresql://postgres@127.0.0.1/test?application_name=a%00b", "cannot hold %00"),
         ("\ufeffshared.db", "holds a control character"),  # a byte order mark, from a file read as text
         ("sha\x9bred.db", "holds a control character"),
     ],
