@@ -13,6 +13,7 @@ from ._http import (
     HTTPModel,
     StreamText,
     absent_arguments,
+    adds_to_answer,
     call_arguments,
     cut_off,
     error_message,
@@ -244,7 +245,7 @@ class AnthropicModel(HTTPModel):
                         raise malformed(
                             self.name, f"a content_block_delta without a delta object: {delta!r:.200}"
                         )
-                    if any(value for key, value in delta.items() if key != "type"):
+                    if adds_to_answer(delta):
                         clock.progress()  # not an empty piece
                     piece = _add_delta(self.name, blocks, payload, delta)
                     if piece is not None:
@@ -260,13 +261,18 @@ class AnthropicModel(HTTPModel):
                 elif kind == "message_delta":
                     delta = json_object(payload.get("delta"))
                     ends = delta.get("stop_reason")
+                    counted = dict(usage)
                     if isinstance(ends, str) and ends:
                         if finish and ends != finish:
                             # A second stop reason would overwrite the first: "max_tokens", then "tool_use",
                             # ran the calls of a turn cut off at its token limit.
                             raise malformed(self.name, f"a second stop_reason {ends!r} after {finish!r}")
+                        if ends != finish:
+                            clock.progress()
                         finish = ends
                     usage.update(json_object(payload.get("usage")))
+                    if usage != counted:  # the same counts again, or an empty delta, are a keep-alive
+                        clock.progress()
                 elif kind == "message_stop":
                     done = True
                     break
@@ -308,9 +314,9 @@ class AnthropicModel(HTTPModel):
 
 
 # The events that add to an answer (a `ping`, or an event of a kind bide does not know, does not).
-_ADDING = frozenset(
-    {"message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"}
-)
+# Events that add to the answer whenever they come (each may come once: a second one is refused); a
+# message_delta adds only a new stop reason or new usage counts.
+_ADDING = frozenset({"message_start", "content_block_start", "content_block_stop", "message_stop"})
 
 
 class _Block:

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import datetime
 import email.utils
+import functools
 import io
 import json
 import math
@@ -245,10 +246,13 @@ def _same_host(url: str, default: str) -> bool:
 
 def _temperature(kind: str, value: Any) -> float | None:
     """`value` if it is None or a finite number (NaN or infinity made every request body invalid JSON)."""
-    if value is None or (
-        isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    ):
-        return value
+    try:
+        if value is None or (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ):
+            return value
+    except OverflowError:  # an integer past what a float holds (10**400)
+        pass
     raise ConfigError(
         f"{kind} needs temperature, a finite number (such as 0.7), or None for the server's default; "
         f"not {value!r}"
@@ -301,6 +305,20 @@ def _retry(
             f"default); not {max_retries!r}"
         )
     return RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
+
+
+@functools.lru_cache(maxsize=8)
+def _quoted_key(key: str) -> re.Pattern[str]:
+    """The (ASCII) API key `key` as it stands in text, or as JSON may escape any of its characters:
+    ``\\u002B`` for ``+`` (what .NET writes), ``\\/`` for ``/``, in either case of hex digit."""
+
+    def char(c: str) -> str:
+        forms = [re.escape(c), f"\\\\u(?i:{ord(c):04x})"]
+        if c == "/":
+            forms.append(r"\\/")
+        return "(?:" + "|".join(forms) + ")"
+
+    return re.compile("".join(char(c) for c in key))
 
 
 class HTTPModel:
@@ -362,6 +380,13 @@ class HTTPModel:
                 f"{type(self).__name__} needs a base_url that starts with http:// or https://, e.g. "
                 f"{self._default_url!r}"
             )
+        if any(c.isspace() or not c.isprintable() for c in self.base_url):
+            # A line break kept from the file or variable it was read from: every request failed on it.
+            # Not repeated: it may hold credentials.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url without white space or control characters (a line "
+                "break kept from the file or variable it came from?): remove them"
+            )
         if not urllib.parse.urlsplit(self.base_url).hostname:
             # "http:///v1": httpx failed every request (retried for nothing). Not repeated: it may hold
             # credentials.
@@ -422,7 +447,7 @@ class HTTPModel:
         key = self.api_key
         if len(key) < 8:
             return text
-        return text.replace(key, "***").replace(key.replace("/", "\\/"), "***")
+        return _quoted_key(key).sub("***", text)
 
     def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` with the optional `temperature` and the `extra_body` fields (which win) added."""
@@ -1040,6 +1065,17 @@ class StreamText:
 
     def _lone(self, surrogate: str) -> ModelError:
         return malformed(self._name, f"{self._what} with a lone UTF-16 surrogate ({surrogate!r})")
+
+
+def adds_to_answer(piece: Any) -> bool:
+    """A stream piece (a delta, or a part of one) carries something the answer did not have: text, a
+    name, an id, arguments. Its indexes and types alone, and empty strings, lists and objects, add nothing:
+    a stream of such pieces is as silent as keep-alives (`StreamClock.progress` is not called for it)."""
+    if isinstance(piece, dict):
+        return any(adds_to_answer(v) for k, v in piece.items() if k not in ("index", "type"))
+    if isinstance(piece, list):
+        return any(adds_to_answer(v) for v in piece)
+    return piece is not None and piece != "" and piece is not False
 
 
 def json_object(value: Any) -> dict[str, Any]:

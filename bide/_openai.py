@@ -14,6 +14,7 @@ from ._http import (
     HTTPModel,
     StreamText,
     absent_arguments,
+    adds_to_answer,
     call_arguments,
     cut_off,
     filtered,
@@ -241,7 +242,7 @@ class OpenAIModel(HTTPModel):
                     elif not isinstance(delta, dict):
                         raise malformed(self.name, f"a stream delta that is not an object: {delta!r:.200}")
                     ends = choice.get("finish_reason")
-                    if any(value for key, value in delta.items() if key != "role"):
+                    if adds_to_answer({key: value for key, value in delta.items() if key != "role"}):
                         if finish and (delta.get("content") or delta.get("tool_calls")):
                             # A finish judged without these pieces: a tool call added after a "stop" or a
                             # "length" would run a call nobody checked.

@@ -9,10 +9,12 @@ import asyncio
 import contextlib
 import json
 import logging
+import socket
 from collections.abc import Callable
 from typing import Any
 
 import pytest
+from raw_http import StartServer, one_turn
 
 import bide
 from bide.testing import LoopbackServer, Received, Reply
@@ -78,3 +80,35 @@ def test_a_key_across_the_cut_of_an_error_body_is_masked(
     assert len(error.body or "") <= _CUT
     assert (_shown(str(error)), _shown(error.body or ""), _shown(caplog.text)) == (0, 0, 0)
     assert len(server.requests) == (2 if status == 429 else 1)
+
+
+PLUS_KEY = "sk-proj-SECRET+abcdefghijklmnopqrstuvwxyz0123456789"
+
+
+@pytest.mark.parametrize("filler", [10, 1940], ids=["short", "across the cut"])
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+def test_a_key_the_server_escaped_otherwise_than_slashes_is_masked(
+    raw_server: StartServer, kind: str, filler: int
+) -> None:
+    """A server that JSON-escapes a character of the key other than "/" (.NET writes "+" as \\u002B): the
+    whole escaped key stood in `ModelError.body`, and with a body cut near the key, its first 15 characters
+    in the message too. Every JSON escape of any of its characters is masked."""
+    quoted = PLUS_KEY.replace("+", "\\u002B")
+    said = "Incorrect API key provided: " + "x" * filler + " Bearer " + quoted
+    body = ('{"error":{"type":"authentication_error","message":"' + said + '"}}').encode()
+
+    def answer(conn: socket.socket) -> None:
+        head = f"content-length: {len(body)}\r\nconnection: close\r\n\r\n".encode()
+        conn.sendall(b"HTTP/1.1 401 Unauthorized\r\ncontent-type: application/json\r\n" + head + body)
+
+    server = raw_server(answer)
+    once = bide.RetryPolicy(attempts=1)
+    model: bide.Model = (
+        bide.OpenAIModel("m", api_key=PLUS_KEY, base_url=f"{server.url}/v1", retry=once, timeout=10)
+        if kind == "openai"
+        else bide.AnthropicModel("m", api_key=PLUS_KEY, base_url=server.url, retry=once, timeout=10)
+    )
+    with pytest.raises(bide.ModelError) as caught:
+        asyncio.run(one_turn(model, False))
+    shown = str(caught.value) + (caught.value.body or "")
+    assert "SECRET" not in shown and "k-proj-S" not in shown, shown

@@ -33,6 +33,11 @@ _BAD: dict[str, tuple[dict[str, Any], str]] = {
     "extra_body key 1": ({"extra_body": {1: 2}}, r"needs extra_body, a dict of field names .*the key 1"),
     "base_url no host": ({"base_url": "http:///v1"}, r"needs a base_url that names a host"),
     "base_url port only": ({"base_url": "http://:8080/v1"}, r"needs a base_url that names a host"),
+    # An integer past a float's range raised a bare OverflowError; a line break kept from the file or
+    # variable a URL was read from failed every request, not retried.
+    "temperature=10**400": ({"temperature": 10**400}, r"needs temperature, a finite number"),
+    "base_url line break": ({"base_url": "http://127.0.0.1:9/v1\n"}, r"without white space or control"),
+    "base_url tab": ({"base_url": "http://127.0.0.1:9/\tv1"}, r"without white space or control"),
 }
 
 

@@ -26,6 +26,17 @@ _FLOODS = {
     "openai-empty-delta": ("openai", b'data: {"choices":[{"index":0,"delta":{}}],' + _PAD + b"}\n\n"),
     "openai-empty-object": ("openai", b"data: {" + _PAD + b"}\n\n"),
     "anthropic-ping": ("anthropic", b'event: ping\ndata: {"type":"ping",' + _PAD + b"}\n\n"),
+    # Pieces of the API's shape that carry nothing: they counted as progress, and a stream of them ran to
+    # `stream_timeout` (600 s by default) or the size limit.
+    "openai-empty-call-arguments": (
+        "openai",
+        b'data: {"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":""}}]}}],'
+        + _PAD + b"}\n\n",
+    ),
+    "anthropic-empty-message-delta": (
+        "anthropic",
+        b'event: message_delta\ndata: {"type":"message_delta","delta":{},"usage":{},' + _PAD + b"}\n\n",
+    ),
 }
 
 
