@@ -30,6 +30,7 @@ Rules:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import logging
 import random
@@ -37,7 +38,7 @@ import shlex
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from ._agent import Agent
 from ._errors import (
@@ -59,6 +60,8 @@ from ._url import without_password
 from ._when import seconds
 
 __all__ = ["PassReport", "Worker"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("bide.worker")
 
@@ -217,6 +220,8 @@ class Worker:
         self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
         self._seqs: dict[str, int] = {}  # and the seq of its latest record (-1: the store does not say)
         self._in_flight: dict[str, asyncio.Task[str]] = {}
+        self._lister: concurrent.futures.ThreadPoolExecutor | None = None
+        self._listing_took = 0.0  # seconds the latest listing took the store
         self._stopping = asyncio.Event()  # binds to the loop that first waits on it
 
     # -- public API ------------------------------------------------------------------------------------------
@@ -239,7 +244,7 @@ class Worker:
             run_ids = await self._runs_to_recover()
             # Said in the report so that a pass run from cron right after a crash does not look like a
             # store with nothing to recover.
-            report.leased = await asyncio.to_thread(self._count_live_leases)
+            report.leased = await self._in_lister(self._count_live_leases)
             for run_id in run_ids:
                 group.create_task(one(run_id))
         return report
@@ -254,13 +259,12 @@ class Worker:
         while not stopping.is_set():
             wait = self.poll_interval
             try:
-                listed_at = time.monotonic()
                 run_ids = await self._runs_to_recover()
                 listing_failures = 0
                 # A listing reads every unfinished run: with tens of thousands halted for a person, one takes
                 # a third of a second. Looking no more often than LISTING_SHARE allows bounds what a worker
                 # with nothing to drive spends (the runs it finds still start at once).
-                took = time.monotonic() - listed_at
+                took = self._listing_took
                 wait = max(wait, min(MAX_LISTING_WAIT_S, took * (1 - LISTING_SHARE) / LISTING_SHARE))
             except StoreError as exc:
                 if exc.lasting:
@@ -326,14 +330,30 @@ class Worker:
     # -- one run ---------------------------------------------------------------------------------------------
 
     async def _runs_to_recover(self) -> list[str]:
-        # The listing is a blocking store call: in a thread, so that drives in flight keep going.
-        out, listed = await asyncio.to_thread(self._list_runs_to_recover)
+        # The listing is a blocking store call: in a thread, so that drives in flight keep going; one of the
+        # worker's own, not asyncio's pool, which synchronous tools running long may all hold.
+        out, listed = await self._in_lister(self._timed_listing)
         # What the worker kept of a run no longer listed goes (it ended, or a live driver holds it): else a
         # worker that runs for months keeps an entry for every run it ever parked or backed off (an idle
         # thread between messages, a halt someone else resolved and finished).
         for run_id in [r for r in self._state if r not in listed and r not in self._in_flight]:
             del self._state[run_id]
         return out
+
+    def _timed_listing(self) -> tuple[list[str], set[str]]:
+        """`_list_runs_to_recover`, its duration kept in `_listing_took` (the store's time, no wait for a
+        thread)."""
+        started = time.monotonic()
+        try:
+            return self._list_runs_to_recover()
+        finally:
+            self._listing_took = time.monotonic() - started
+
+    async def _in_lister(self, fn: Callable[[], _T]) -> _T:
+        """`fn()` on the worker's listing thread (made on first use)."""
+        if self._lister is None:
+            self._lister = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bide-worker-listing")
+        return await asyncio.get_running_loop().run_in_executor(self._lister, fn)
 
     def _count_live_leases(self) -> int:
         """How many unfinished runs hold a lease that is live now (listed before the pass drives any)."""
@@ -371,7 +391,12 @@ class Worker:
                     )
                     or (
                         state.parked_token == lease.token
-                        and (state.parked_until > now or 0 <= state.parked_seq == lease.last_seq)
+                        # Its latest record as parked, when known; else, until the recheck's time.
+                        and (
+                            state.parked_seq == lease.last_seq
+                            if state.parked_seq >= 0
+                            else state.parked_until > now
+                        )
                     )
                 ):
                     continue

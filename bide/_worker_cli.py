@@ -472,7 +472,7 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
                     "(a second SIGINT, SIGTERM or SIGHUP cancels them: a side effect running then halts "
                     "its run for a person)"
                 )
-            elif late:
+            if late:
                 _say(_LATE_CALLS)
         elif signals == 2:
             if worker.in_flight:
@@ -481,7 +481,7 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
                     "on in its thread until it returns, then its outcome is journaled and the worker exits "
                     "(a third signal exits at once: such a call's run then halts for a person)"
                 )
-            elif late:
+            if late:
                 _say(_LATE_CALLS)
             worker.cancel_drives()
         else:

@@ -392,12 +392,19 @@ def test_a_parked_run_is_not_read_again_until_its_journal_or_lease_changes(
     asyncio.run(worker.run_once())  # the halted run is driven to halt again, then parked
     clock[0] += PARKED_RECHECK_S + 1
     asyncio.run(worker.run_once())  # read once more after its drive: parked as its journal is
+    for number, run in enumerate(("idle", "halted", "asleep")):  # news written without the run's lease
+        bide.Journal(store, run).load().write([bide.GateRecord(key=f"note:{number}", data=1)])
+    reads.clear()
+    asyncio.run(worker.run_once())  # at once, not PARKED_RECHECK_S after the park
+    assert sorted(set(reads)) == ["asleep", "halted", "idle"], reads
+    clock[0] += PARKED_RECHECK_S + 1
+    asyncio.run(worker.run_once())  # the halted run, driven to halt again, is read once more
     reads.clear()
     for _ in range(3):
         clock[0] += 10 * PARKED_RECHECK_S
         assert asyncio.run(worker.run_once()).driven == 0
     assert reads == [], reads
-    for run in ("idle", "halted", "asleep"):  # news written without the run's lease
+    for run in ("idle", "halted", "asleep"):
         bide.Journal(store, run).load().write([bide.GateRecord(key="note:later", data=1)])
     asyncio.run(worker.run_once())
     assert sorted(set(reads)) == ["asleep", "halted", "idle"], reads
@@ -434,6 +441,40 @@ def test_a_slow_listing_is_followed_by_a_longer_wait(monkeypatch: pytest.MonkeyP
     assert 1 <= len(listings) <= 2, listings
     gaps = [b - a for a, b in itertools.pairwise(listings)]
     assert all(gap >= slow / LISTING_SHARE * 0.95 for gap in gaps), gaps
+
+
+def test_listings_go_on_while_synchronous_calls_hold_every_thread_of_asyncios_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The listing ran in asyncio's default thread pool (6 threads on 2 CPUs), which synchronous tools share:
+    with every thread held by calls, the worker could not list, and it counted the wait for a thread as
+    listing time, then waited 10 s more: a run that crashed meanwhile was recovered 10 s late. Listings
+    run on a thread of the worker's own, and only the store's time counts."""
+    store = bide.open_store("memory://")
+    worker = bide.Worker(store, bide.Agent(ScriptedModel([reply("x")]), store=store), poll_interval=0.05)
+    listings: list[float] = []
+    listing = worker._list_runs_to_recover
+
+    def counted() -> tuple[list[str], set[str]]:
+        listings.append(time.monotonic())
+        return listing()
+
+    monkeypatch.setattr(worker, "_list_runs_to_recover", counted)
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        release = threading.Event()
+        # Every thread of the default pool held, as by synchronous tools running long.
+        held = [loop.run_in_executor(None, release.wait, 30) for _ in range(64)]
+        forever = asyncio.create_task(worker.run_forever())
+        await asyncio.sleep(1.5)
+        release.set()
+        worker.stop()
+        await asyncio.wait_for(forever, 10)
+        await asyncio.gather(*held)
+
+    asyncio.run(serve())
+    assert len(listings) >= 3, listings
 
 
 # -- across processes -------------------------------------------------------------------------------------
