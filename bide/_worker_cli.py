@@ -11,7 +11,8 @@ SQLite file or PostgreSQL database, and table prefix), and refuses otherwise. Th
 importable.
 Without `--once` it runs until SIGINT, SIGTERM or SIGHUP, waits for the drives in flight to finish however
 long they take (a second signal cancels them), then hands back its leases; with `--once` any of them ends the
-pass once the drives in flight finished (an interrupt never drops a side effect's result).
+pass once the drives in flight finished (an interrupt never drops a side effect's result; a second signal
+cancels them too, exit 130).
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -278,7 +279,7 @@ class _Unbuffered(io.TextIOBase):
 
 def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
     """`bide worker`, printing its report (or its --json failure document) to `report_to`."""
-    from ._cli import json_failure
+    from ._cli import EXIT_INTERRUPTED, json_failure
     from ._worker import Worker
 
     def failure_document(code: int, message: str) -> None:
@@ -327,6 +328,14 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             try:
                 with _signals_restored():
                     report = asyncio.run(_once(worker))
+            except asyncio.CancelledError:  # a second stop signal
+                why = (
+                    "the pass was cancelled by a second signal: its drives stopped where they were (their "
+                    "runs are driven again by a later pass; an interrupted side effect may halt its run)"
+                )
+                print(f"bide worker: {why}", file=sys.stderr)
+                failure_document(EXIT_INTERRUPTED, why)
+                return EXIT_INTERRUPTED
             except ExceptionGroup as group:  # the pass's task group wraps a listing's failure
                 failed, rest = group.split(StoreError)
                 if failed is None or rest is not None:
@@ -440,20 +449,10 @@ def _signals_restored() -> Iterator[None]:
                     signal.signal(sig, handler)
 
 
-def _stop_on_signals(worker: Worker) -> None:
-    # SIGINT/SIGTERM/SIGHUP stop the worker instead of cancelling its drives: a drive interrupted while its
-    # side effect runs would lose the effect's result and leave the run halted for a person. Nor is a
-    # listing's statement cancelled: a call that ran past its deadline may be journaling its result
-    # through the same store (see docs/operations.md), so a listing waiting on a lock is waited for.
-    loop = asyncio.get_running_loop()
-    for sig in _handled_signals():
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, worker.stop)
-
-
-def _stop_then_cancel_on_signals(worker: Worker) -> None:
+def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | None = None) -> None:
     # The first signal stops the worker and waits for its drives however long they take (a side effect
     # running then has its result journaled); only a second one cancels them, which the operator is told.
+    # `a_pass`: the task of a --once pass, whose drives are its own (not counted in the worker's in_flight).
     from ._store import finishers_running
 
     loop = asyncio.get_running_loop()
@@ -466,7 +465,12 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
         late = finishers_running(worker.store)
         if signals == 1:
             worker.stop()
-            if worker.in_flight:
+            if a_pass is not None:
+                _say(
+                    "bide worker: stopping once this pass's drives finish (a second SIGINT, SIGTERM or "
+                    "SIGHUP cancels them: a side effect running then halts its run for a person)"
+                )
+            elif worker.in_flight:
                 _say(
                     f"bide worker: stopping; waiting for the {worker.in_flight} drive(s) in flight to finish "
                     "(a second SIGINT, SIGTERM or SIGHUP cancels them: a side effect running then halts "
@@ -484,6 +488,9 @@ def _stop_then_cancel_on_signals(worker: Worker) -> None:
             if late:
                 _say(_LATE_CALLS)
             worker.cancel_drives()
+            if a_pass is not None:
+                _say("bide worker: cancelling this pass's drives (a third signal exits at once)")
+                a_pass.cancel()
         else:
             # A synchronous call cannot be interrupted, and the process waits for its thread at exit: only
             # leaving at once ends it (as SIGKILL would; the run's marker makes its call an unknown outcome).
@@ -509,7 +516,7 @@ def _say(line: str) -> None:
 
 
 async def _once(worker: Worker) -> PassReport:
-    _stop_on_signals(worker)
+    _stop_then_cancel_on_signals(worker, asyncio.current_task())
     return await worker.run_once()
 
 
