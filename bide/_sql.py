@@ -232,6 +232,33 @@ class _Slot:
             with contextlib.suppress(Exception):
                 raw.close()
 
+    def forked(self) -> None:
+        """In a child just forked: leave this slot's connection, a copy of one of the parent's, to the
+        parent (see `SQLStore._forked`)."""
+        raw, self.raw = self.raw, None
+        if raw is None:
+            return
+        # Held by another thread of the parent at the fork: it was inside a transaction there.
+        idle = self.using.acquire(blocking=False)
+        if idle and self.store.dialect == "sqlite":
+            # The child's copy of an idle connection is closed before the child opens any: left open, it
+            # would share SQLite's per-process lock records with the child's own connections, which would
+            # then not really hold the file's locks. Closing it ends nothing of the parent's (its locks are
+            # its own), and it checkpoints and deletes the -wal file only when it gets the file's exclusive
+            # lock, which the parent's open connections deny it.
+            with contextlib.suppress(Exception):
+                raw.close()
+            return
+        # Never closed, rolled back or returned to the pool here: on PostgreSQL that would end the parent's
+        # session, or put a ROLLBACK on its wire; on SQLite, rolling back the copy of a transaction under
+        # way would rewrite the shared -shm index under the parent's write. detach() stops SQLAlchemy from
+        # rolling it back when it finds the connection unreferenced; psycopg ends a session only in the
+        # process that opened it.
+        with contextlib.suppress(Exception):
+            raw.detach()
+        if self.store.dialect == "sqlite":
+            _LEFT_TO_PARENT.append(raw)  # never deallocated (which would close it) while the child runs
+
     def close_unless_used(self) -> None:
         """Close it now unless its thread is running a batch on it, which then closes it itself, having
         seen the store closed (`SQLStore._flush_local`)."""
@@ -240,6 +267,12 @@ class _Slot:
                 self.close()
             finally:
                 self.using.release()
+
+
+# The stores open in this process, and the child's copies of SQLite connections a thread of the parent was
+# using when it forked (see `_Slot.forked`).
+_OPEN_STORES: weakref.WeakSet[SQLStore] = weakref.WeakSet()
+_LEFT_TO_PARENT: list[Any] = []
 
 
 class _LoopBatch(threading.local):
@@ -557,6 +590,8 @@ class SQLStore:
         self._known_runs: set[str] = set()  # SQLite: runs whose runs row is committed
         self._hooks = WriteHooks()
         self.hook_errors = self._hooks.errors
+        self._fork_held: list[_Slot] = []  # (see _hold_for_fork)
+        _OPEN_STORES.add(self)
 
     # -- schema -------------------------------------------------------------------------------------------
 
@@ -991,6 +1026,54 @@ class SQLStore:
                 thread.join()
             self.engine.dispose()
 
+    def _hold_for_fork(self) -> None:
+        """Before os.fork(), on SQLite: wait for the batches running on this store's connections and start
+        no other until `_release_after_fork`, so that no thread of the parent is inside SQLite for this
+        store as the child is made. A child copies a running transaction it must neither close (rolling
+        the copy back rewrites the -shm index under the parent's commit) nor keep (its lock records
+        refuse every write of the child's own connections), and a mutex SQLite held there, which
+        nothing in the child releases: its first connection waited for ever."""
+        held: list[_Slot] = []
+        while True:
+            with self._lock:
+                slots = [self._worker_slot, *(slot for _, slot in self._slots)]
+            for slot in slots:
+                if slot not in held:
+                    # Never while holding the store's lock: a batch takes it (after its commit) to finish.
+                    slot.using.acquire()
+                    held.append(slot)
+            self._lock.acquire()
+            if all(slot in held for slot in (self._worker_slot, *(slot for _, slot in self._slots))):
+                break
+            self._lock.release()  # a thread made its in-loop connection meanwhile: wait for it too
+        self._fork_held = held
+
+    def _release_after_fork(self) -> None:
+        """In the parent, once forked: let the batches `_hold_for_fork` held back run."""
+        held, self._fork_held = self._fork_held, []
+        self._lock.release()
+        for slot in held:
+            slot.using.release()
+
+    def _forked(self) -> None:
+        """In a child just forked: forget the parent's thread, queue, requests in hand, locks and
+        connections, so that the store works here as if opened here, on connections of its own, while
+        the parent keeps its. What holds in any process stays: the runs known to have a runs row (their
+        rows were committed), the write hooks, closed or not."""
+        slots = [self._worker_slot, *(slot for _, slot in self._slots)]
+        self._fork_held = []
+        self._lock = threading.Lock()  # (another thread of the parent may have held it)
+        self._queue = queue.SimpleQueue()
+        self._thread = None
+        self._queued = self._served = 0
+        self._worker_slot = _Slot(self)
+        self._local = _LoopBatch()
+        self._slots = []
+        for slot in slots:
+            slot.forked()
+        # Pooled connections (PostgreSQL) are dropped unclosed: closing one would end the parent's session.
+        self.engine.dispose(close=False)
+
     def interrupt(self) -> None:
         """Cancel the statements this store's connections are running now (PostgreSQL: a cancel request to
         the server; SQLite: sqlite3's interrupt); their callers get a `StoreError`. For a caller that gave
@@ -1122,7 +1205,8 @@ class SQLStore:
                             ended.append(kept)
                     self._slots = [*live, (weakref.ref(threading.current_thread()), slot)]
                 for gone in ended:
-                    gone.close()
+                    with gone.using:  # (held off while a fork copies it, see _hold_for_fork)
+                        gone.close()
             # A large batch pauses the cyclic garbage collector (the loop's thread is blocked for it anyway):
             # everything it allocates (rows, entries, answers, the callbacks that wake the runs) is in use
             # until the runs take their answers, so a collection in the middle frees nothing and only
@@ -1194,6 +1278,7 @@ class SQLStore:
             self._answer(rest, here)
 
     def _serve(self) -> None:
+        slot = self._worker_slot
         while True:
             first = self._queue.get()
             if first is _STOP:
@@ -1210,7 +1295,9 @@ class SQLStore:
                     break
                 batch.append(nxt)
             try:
-                self._run_batch(batch, self._worker_slot, None)
+                # (Held while the batch runs: a child forked meanwhile leaves this connection alone.)
+                with slot.using:
+                    self._run_batch(batch, slot, None)
             except BaseException as exc:  # never leave a caller waiting on a dead thread
                 self._answer(
                     [
@@ -1224,7 +1311,8 @@ class SQLStore:
                 self._served += len(batch)
             if stop:
                 break
-        self._worker_slot.close()
+        with slot.using:
+            slot.close()
 
     def _run_batch(
         self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, lock_ms: int = 0
@@ -1990,6 +2078,33 @@ class _SyncingCursor:
 # sessions between two statements of a write (at 10 ms, every creation of the tables failed).
 _PG_BUSY_MIN_S = 0.1
 _BUSY_MAX_S = (2**31 - 1) / 1000
+
+
+def _hold_sqlite_stores() -> None:
+    # (Reversed in the parent in the opposite order; the child drops what is held with the rest.)
+    for store in list(_OPEN_STORES):
+        if store.dialect == "sqlite":
+            store._hold_for_fork()
+            _HELD_FOR_FORK.append(store)
+
+
+def _release_sqlite_stores() -> None:
+    while _HELD_FOR_FORK:
+        _HELD_FOR_FORK.pop()._release_after_fork()
+
+
+def _forget_parents() -> None:
+    # Run in the child, before any of its threads: the stores it inherited stop waiting on the parent's
+    # thread, which the child does not have (its first call hung), and stop using the parent's connections.
+    _HELD_FOR_FORK.clear()
+    for store in list(_OPEN_STORES):
+        store._forked()
+
+
+_HELD_FOR_FORK: list[SQLStore] = []
+os.register_at_fork(
+    before=_hold_sqlite_stores, after_in_parent=_release_sqlite_stores, after_in_child=_forget_parents
+)
 
 
 def _busy_ms(busy_timeout: float, dialect: str) -> int:
