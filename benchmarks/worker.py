@@ -98,9 +98,8 @@ def idle_worker(store: bide.Store, halted: int, settle: float, measure: float) -
         with contextlib.suppress(bide.OutcomeUnknown):
             bide.Agent(model, store=store, tools=[send], name="h", clock=behind).run_sync(f"h{i:06d}", "go")
     ttl = 1.0
-    model = ScriptedModel([call("look", n=0), Fail(bide.ModelError("down"))], record=False)
-    with contextlib.suppress(bide.ModelError):
-        bide.Agent(model, store=store, tools=[look], name="b", lease_ttl=ttl).run_sync("victim", "go")
+    dying = ScriptedModel([call("look", n=0), Fail(bide.ModelError("down"))], record=False)
+    dead = bide.Agent(dying, store=store, tools=[look], name="b", lease_ttl=ttl)
     agents = [
         bide.Agent(ScriptedModel([call("send", to="x"), reply("sent")]), store=store, tools=[send], name="h"),
         bide.Agent(ScriptedModel([call("look", n=0), reply("done")]), store=store, tools=[look], name="b",
@@ -108,8 +107,6 @@ def idle_worker(store: bide.Store, halted: int, settle: float, measure: float) -
     ]  # fmt: skip
 
     async def serve() -> tuple[float, float, float]:
-        # The victim first: its drive ends while the halted runs are read, and the victim is left paused.
-        store.lease("victim", "dead-driver", now_ms=int(time.time() * 1000), ttl_ms=3_600_000)
         worker = bide.Worker(store, agents, poll_interval=1.0)
         started = time.monotonic()
         forever = asyncio.create_task(worker.run_forever())
@@ -120,8 +117,10 @@ def idle_worker(store: bide.Store, halted: int, settle: float, measure: float) -
         cpu, wall = _cpu(), time.monotonic()
         await asyncio.sleep(measure)
         share = (_cpu() - cpu) / (time.monotonic() - wall)
-        # The driver of "victim" dies now, holding its lease.
-        store.lease("victim", "dead-driver-2", now_ms=int(time.time() * 1000), ttl_ms=int(ttl * 1000))
+        # A driver of "victim" dies now, holding its lease (a SIGKILL leaves it until it expires).
+        with contextlib.suppress(bide.ModelError):
+            await dead.run("victim", "go")
+        store.lease("victim", "dead-driver", now_ms=int(time.time() * 1000), ttl_ms=int(ttl * 1000))
         died = time.time()
         while bide.run_status(store, "victim").status != "completed":
             await asyncio.sleep(0.005)
