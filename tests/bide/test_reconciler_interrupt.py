@@ -24,67 +24,6 @@ pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parents[2]
 
-CHILD = r"""
-import pathlib, sys, time
-import bide
-from bide.testing import ScriptedModel, call, reply
-
-url, entered = sys.argv[1], pathlib.Path(sys.argv[2])
-
-
-def look_up(attempt):
-    entered.write_text("looking")
-    time.sleep(300)  # a lookup that hangs
-    return bide.Outcome.not_started()
-
-
-@bide.tool(timeout=5, reconcile=look_up)
-def send(to: str) -> str:
-    "Send a message (the connection drops after the request went out)."
-    raise OSError("lost after the request went out")
-
-
-store = bide.open_store(url)
-model = ScriptedModel([call("send", to="x"), reply("sent")])
-try:  # an agent whose clock is behind records a deadline its reconciler may decide past at once
-    bide.Agent(model, store=store, tools=[send], clock=lambda: time.time() - 60).run_sync("r", "go")
-except bide.OutcomeUnknown:
-    pass
-bide.Agent(model, store=store, tools=[send], clock_skew=0.0).run_sync("r", "go")
-"""
-
-
-def test_a_ctrl_c_while_a_synchronous_reconciler_hangs_ends_the_process(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'bide.db'}"
-    entered = tmp_path / "entered"
-    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
-    env = {**os.environ, "PYTHONPATH": path}
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, url, str(entered)], env=env, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 60
-        while not entered.exists():
-            assert child.poll() is None, child.communicate()
-            assert time.monotonic() < deadline, "the reconciler was never asked"
-            time.sleep(0.05)
-        child.send_signal(signal.SIGINT)
-        # Not a speed figure: before, the process lived on until the lookup's 300 s were over.
-        _, err = child.communicate(timeout=60)
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
-    assert child.returncode != 0 and "KeyboardInterrupt" in err, err
-    store = bide.open_store(url)
-    try:
-        status = bide.run_status(store, "r")
-        assert status.status == "halted", status  # nothing was decided: the call waits for a person
-    finally:
-        store.close()
-
-
 APP = r"""
 import pathlib, time
 import bide
@@ -111,11 +50,9 @@ def build(store, clock=None):
 """
 
 
-def test_a_second_signal_cancels_a_once_pass_whose_reconciler_hangs(tmp_path: Path) -> None:
-    """`bide worker --once` stopped only taking new runs at a signal, and no signal cancelled its drives: a
-    pass whose synchronous reconciler hung could not be stopped but by SIGKILL, and said nothing. A second
-    signal cancels its drives, as it does a serving worker's, and it exits 130 saying so; the run stays
-    halted, nothing decided."""
+def _halted_run(tmp_path: Path) -> tuple[str, dict[str, str]]:
+    """The app hangs.py (APP) in `tmp_path`, and a SQLite store there whose run "r" halted on its `send`
+    call, its deadline past: (the store's URL, the environment that imports hangs)."""
     (tmp_path / "hangs.py").write_text(APP)
     url = f"sqlite:///{tmp_path / 'bide.db'}"
     path = os.pathsep.join(p for p in (str(tmp_path), str(REPO), os.environ.get("PYTHONPATH")) if p)
@@ -129,6 +66,47 @@ def test_a_second_signal_cancels_a_once_pass_whose_reconciler_hangs(tmp_path: Pa
     seeded = subprocess.run([sys.executable, "-c", seed, url], env=env, cwd=tmp_path, capture_output=True,
                             text=True, timeout=60)  # fmt: skip
     assert seeded.returncode == 0, seeded.stderr
+    return url, env
+
+
+CHILD = "import sys, bide, hangs\nhangs.build(bide.open_store(sys.argv[1])).run_sync('r', 'go')\n"
+
+
+def test_a_ctrl_c_while_a_synchronous_reconciler_hangs_ends_the_process(tmp_path: Path) -> None:
+    url, env = _halted_run(tmp_path)
+    entered = tmp_path / "entered"
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, url], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not entered.exists():
+            assert child.poll() is None, child.communicate()
+            assert time.monotonic() < deadline, "the reconciler was never asked"
+            time.sleep(0.05)
+        child.send_signal(signal.SIGINT)
+        # Not a speed figure: before, the process lived on until the lookup's 300 s were over.
+        _, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode != 0 and "KeyboardInterrupt" in err, err
+    store = bide.open_store(url)
+    try:
+        status = bide.run_status(store, "r")
+        assert status.status == "halted", status  # nothing was decided: the call waits for a person
+    finally:
+        store.close()
+
+
+def test_a_second_signal_cancels_a_once_pass_whose_reconciler_hangs(tmp_path: Path) -> None:
+    """`bide worker --once` stopped only taking new runs at a signal, and no signal cancelled its drives: a
+    pass whose synchronous reconciler hung could not be stopped but by SIGKILL, and said nothing. A second
+    signal cancels its drives, as it does a serving worker's, and it exits 130 saying so; the run stays
+    halted, nothing decided."""
+    url, env = _halted_run(tmp_path)
     command = [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", "hangs:build", "--once"]
     worker = subprocess.Popen(command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True)  # fmt: skip
