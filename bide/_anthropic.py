@@ -11,12 +11,14 @@ from ._http import (
     STREAM_TIMEOUT,
     WHOLE,
     HTTPModel,
+    Mask,
     StreamText,
     absent_arguments,
     adds_to_answer,
     call_arguments,
     cut_off,
     error_message,
+    excerpt,
     filtered,
     filtered_answer,
     journal_order,
@@ -37,6 +39,7 @@ from ._http import (
 from ._messages import (
     MAX_TOOL_CALLS,
     AssistantMessage,
+    Message,
     ModelRequest,
     TextDelta,
     ToolCall,
@@ -69,7 +72,8 @@ class AnthropicModel(HTTPModel):
     `bide.OpenAIModel`; a turn cut off at `max_tokens` (stop_reason "max_tokens") with tool calls raises
     `ModelError`, and a streamed tool call counts only once its block has ended. A tool_use block without
     input (absent or null; streamed, no input_json pieces) is not read as {}: the model is told, and the
-    tool does not run, unless it takes no parameters.
+    tool does not run, unless it takes no parameters. A user message that is empty or only white space,
+    which the API refuses, raises `ConfigError` before any request (nothing of the turn is journaled).
 
     A turn is journaled only if it ended as an answer or a request for tools: a turn the API paused
     ("pause_turn"), one its safety filter stopped ("refusal"), one cut off before it wrote anything, a
@@ -150,6 +154,8 @@ class AnthropicModel(HTTPModel):
             if m.role == "system":
                 system.append(m.content)
             elif m.role == "user":
+                if not m.content.strip():
+                    raise _blank_message(type(self).__name__, request, m)
                 add("user", [{"type": "text", "text": m.content}])
             elif m.role == "assistant":
                 blocks: list[dict[str, Any]] = []
@@ -185,7 +191,7 @@ class AnthropicModel(HTTPModel):
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:
         data = await self._post(self.body(request))
-        return _parse(self.name, data, request.tools, self.answer_stop_reasons)
+        return _parse(self.name, data, request.tools, self.answer_stop_reasons, self._redacted)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
         body = self.body(request)
@@ -198,18 +204,20 @@ class AnthropicModel(HTTPModel):
         finish = ""
         started = done = False
         try:
-            async for event, data in sse_events(response, self.name, clock):
+            async for event, data in sse_events(response, self.name, clock, self._redacted):
                 if event == WHOLE:
                     # A server that ignores `stream` (or says in a 200 that it failed): the whole turn, read
                     # as `complete` reads it.
-                    turn = _parse(self.name, self._decoded(data), request.tools, self.answer_stop_reasons)
+                    decoded = self._decoded(data)
+                    turn = _parse(self.name, decoded, request.tools, self.answer_stop_reasons, self._redacted)
                     if turn.content:
                         yield TextDelta(text=turn.content)
                     yield turn
                     return
-                payload = json_event(self.name, data)
+                payload = json_event(self.name, data, self._redacted)
                 if not isinstance(payload, dict):
-                    raise malformed(self.name, f"a stream event that is not a JSON object: {data!r:.200}")
+                    shown = excerpt(data, self._redacted)
+                    raise malformed(self.name, f"a stream event that is not a JSON object: {shown}")
                 kind = payload.get("type", event)
                 if isinstance(kind, str) and kind in _ADDING:
                     clock.progress()
@@ -231,9 +239,15 @@ class AnthropicModel(HTTPModel):
                     if not isinstance(start, dict):
                         # Skipped, its pieces would be refused or lost, and a tool call with them.
                         raise malformed(
-                            self.name, f"a content_block_start without a block object: {start!r:.200}"
+                            self.name,
+                            f"a content_block_start without a block object: {excerpt(start, self._redacted)}",
                         )
-                    block = _Block(self.name, index, start)
+                    block = _Block(self.name, index, start, self._redacted)
+                    if block.added:
+                        # A tool call, or a block that opens with text: an empty block (the API opens each
+                        # text block so, its text to come in deltas) adds nothing until a delta does, and a
+                        # stream of new empty blocks is as silent as pings.
+                        clock.progress()
                     if block.type == "tool_use":
                         tools += 1
                         if tools > MAX_TOOL_CALLS:
@@ -243,11 +257,12 @@ class AnthropicModel(HTTPModel):
                     delta = payload.get("delta")
                     if not isinstance(delta, dict):
                         raise malformed(
-                            self.name, f"a content_block_delta without a delta object: {delta!r:.200}"
+                            self.name,
+                            f"a content_block_delta without a delta object: {excerpt(delta, self._redacted)}",
                         )
+                    piece = _add_delta(self.name, blocks, payload, delta, self._redacted)
                     if adds_to_answer(delta):
                         clock.progress()  # not an empty piece
-                    piece = _add_delta(self.name, blocks, payload, delta)
                     if piece is not None:
                         with clock.handed():
                             yield TextDelta(text=piece)
@@ -258,6 +273,8 @@ class AnthropicModel(HTTPModel):
                         where = "without its content_block_start" if ending is None else "twice"
                         raise malformed(self.name, f"a content_block_stop for block {index} {where}")
                     ending.stopped = True
+                    if ending.added:  # the end of an empty block adds nothing either
+                        clock.progress()
                 elif kind == "message_delta":
                     delta = json_object(payload.get("delta"))
                     ends = delta.get("stop_reason")
@@ -313,22 +330,25 @@ class AnthropicModel(HTTPModel):
         )
 
 
-# The events that add to an answer (a `ping`, or an event of a kind bide does not know, does not).
-# Events that add to the answer whenever they come (each may come once: a second one is refused); a
-# message_delta adds only a new stop reason or new usage counts.
-_ADDING = frozenset({"message_start", "content_block_start", "content_block_stop", "message_stop"})
+# The events that add to an answer whenever they come (each may come once: a second one is refused); a
+# `ping`, or an event of a kind bide does not know, does not. A content block's start and stop add to it
+# only when the block is not empty (`_Block.added`), a message_delta only a new stop reason or new usage
+# counts.
+_ADDING = frozenset({"message_start", "message_stop"})
 
 
 class _Block:
     """A content block of a streamed answer, from its content_block_start to its content_block_stop."""
 
-    __slots__ = ("_model", "id", "index", "input", "json", "name", "stopped", "text", "type")
+    __slots__ = ("_model", "added", "id", "index", "input", "json", "name", "stopped", "text", "type")
 
-    def __init__(self, model: str, index: int, start: dict[str, Any]) -> None:
+    def __init__(self, model: str, index: int, start: dict[str, Any], mask: Mask) -> None:
         self.index = index
         self.type = start.get("type")
-        self.id = json_name(model, start.get("id"), "id") if self.type == "tool_use" else ""
-        self.name = json_name(model, start.get("name"), "name") if self.type == "tool_use" else ""
+        self.id = json_name(model, start.get("id"), "id", mask) if self.type == "tool_use" else ""
+        self.name = json_name(model, start.get("name"), "name", mask) if self.type == "tool_use" else ""
+        # Whether the block added anything to the answer (see `adds_to_answer`): a text block starts empty.
+        self.added = adds_to_answer(start)
         first_text = start.get("text")
         self.text = StreamText(model, f"block {index}'s text")
         if isinstance(first_text, str):
@@ -336,7 +356,7 @@ class _Block:
         self.json = StreamText(model, f"block {index}'s input_json")
         given = start.get("input", {})
         if self.type == "tool_use" and not isinstance(given, dict):
-            raise malformed(model, f"a tool_use block whose input is not an object: {given!r:.200}")
+            raise malformed(model, f"a tool_use block whose input is not an object: {excerpt(given, mask)}")
         self.input: dict[str, Any] = given if isinstance(given, dict) else {}
         self.stopped = False
         self._model = model
@@ -371,22 +391,23 @@ class _Block:
 
 
 def _add_delta(
-    model: str, blocks: dict[int, _Block], payload: dict[str, Any], delta: dict[str, Any]
+    model: str, blocks: dict[int, _Block], payload: dict[str, Any], delta: dict[str, Any], mask: Mask
 ) -> str | None:
     """Add a content_block_delta to its block; the text it adds (None: it adds none)."""
     index = json_index(model, payload.get("index"), 0)
     kind = delta.get("type")
     piece = delta.get("text")
     if kind == "text_delta" and not isinstance(piece, str):
-        raise malformed(model, f"a text delta that is not a string: {piece!r:.200}")
+        raise malformed(model, f"a text delta that is not a string: {excerpt(piece, mask)}")
     block = blocks.get(index)
     if block is None or block.stopped:
         # Pieces of a block not started (or ended) would be lost, and the call run without them.
         where = "before its content_block_start" if block is None else "after its content_block_stop"
         raise malformed(model, f"a content_block_delta for block {index} {where}")
+    block.added = block.added or adds_to_answer(delta)
     if kind == "text_delta":
         if block.type != "text":
-            raise malformed(model, f"a text delta for block {index}, a {block.type!s:.50} block")
+            raise malformed(model, f"a text delta for block {index}, a {excerpt(block.type, mask, 50)} block")
         assert isinstance(piece, str)
         shown = block.text.add(piece)
         return shown if shown or not piece else None  # None: half a surrogate pair, held for the next
@@ -396,12 +417,32 @@ def _add_delta(
             # Skipped, it could leave the other pieces valid JSON without an argument the model sent: the
             # tool would run on its default for it.
             raise malformed(
-                model, f"an input_json delta whose partial_json is not a string: {partial!r:.200}"
+                model, f"an input_json delta whose partial_json is not a string: {excerpt(partial, mask)}"
             )
         if block.type == "text":
             raise malformed(model, f"an input_json delta for block {index}, a text block")
         block.json.add(partial)
     return None
+
+
+def _blank_message(kind: str, request: ModelRequest, blank: Message) -> ConfigError:
+    """The error for a user message that is empty or only white space, which the API refuses (a 400, "text
+    content blocks must be non-empty"), raised before any request. The run's first turn (or a thread's
+    message's) is journaled with its message: a new one leaves nothing journaled."""
+    users = [m for m in request.messages if m.role == "user"]
+    position = next(i for i, m in enumerate(users) if m is blank)
+    what = "empty" if not blank.content else "only white space"
+    refusal = f"which the Anthropic API refuses (a text block must hold text), so {kind} sent nothing"
+    if position == len(users) - 1:
+        return ConfigError(
+            f"run {request.run_id!r}: the message it was sent is {what}, {refusal} and nothing was "
+            "journaled: send a message with some text (the run's input, or the thread's message)"
+        )
+    return ConfigError(
+        f"run {request.run_id!r}: user message {position + 1} of {len(users)} in its conversation is {what} "
+        f"(journaled while another model answered it), {refusal}: continue this conversation with that "
+        "model, or start a new one"
+    )
 
 
 def _input(arguments: dict[str, Any] | str) -> dict[str, Any]:
@@ -496,7 +537,9 @@ def _calls(ids: list[str], named: list[tuple[str, dict[str, Any] | str]]) -> lis
     ]
 
 
-def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]) -> AssistantMessage:
+def _parse(
+    name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str], mask: Mask
+) -> AssistantMessage:
     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
         raise ModelError(f"model {name!r} returned a response without a content list")
     text: list[str] = []
@@ -506,22 +549,23 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]
     for block in data["content"]:
         if not isinstance(block, dict):
             # Not the API's shape: skipping it would journal an answer the model did not give.
-            raise malformed(name, f"a content block that is not an object: {block!r:.200}")
+            raise malformed(name, f"a content block that is not an object: {excerpt(block, mask)}")
         if len(named) >= MAX_TOOL_CALLS and block.get("type") == "tool_use":
             raise too_many_calls(name)
         if block.get("type") == "text":
             if not isinstance(block.get("text"), str):
                 # Not the API's shape: skipping it would journal an answer the model did not give.
-                raise malformed(name, f"a text block whose text is not a string: {block.get('text')!r:.200}")
+                said = excerpt(block.get("text"), mask)
+                raise malformed(name, f"a text block whose text is not a string: {said}")
             text.append(block["text"])
         elif block.get("type") == "tool_use":
-            tool = json_name(name, block.get("name"), "name")
+            tool = json_name(name, block.get("name"), "name", mask)
             args = block.get("input")
             if args is None:  # absent or null: not {}, on which the tool would run with its defaults
                 arguments: dict[str, Any] | str = absent_arguments(tools, tool)
             else:
                 arguments = call_arguments(args, json.dumps(args))
-            ids.append(json_name(name, block.get("id"), "id"))
+            ids.append(json_name(name, block.get("id"), "id", mask))
             named.append((tool, arguments))
         elif _thinks(block.get("type")):
             thinking = True

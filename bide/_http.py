@@ -16,6 +16,7 @@ import datetime
 import email.utils
 import functools
 import io
+import ipaddress
 import json
 import math
 import os
@@ -244,6 +245,58 @@ def _same_host(url: str, default: str) -> bool:
 # at each run with "run again to retry".
 
 
+def _host(url: str) -> str:
+    """The host of `url`, as written (an IPv6 address with its brackets): what stands between the user
+    information (up to the last '@', as httpx reads it) and the port."""
+    rest = url.partition("://")[2]
+    authority = re.split(r"[/?#]", rest, maxsplit=1)[0].rpartition("@")[2]
+    if authority.startswith("["):
+        end = authority.find("]") + 1
+        # Anything but a port after the brackets is part of a host that is not one (see `_is_host`).
+        return authority[:end] if end and authority[end:end + 1] in ("", ":") else authority
+    return authority.partition(":")[0]
+
+
+# A label of a host name: what DNS, /etc/hosts and container networks answer for ("_" too: Docker Compose
+# names services with it).
+_LABEL = re.compile(r"[A-Za-z0-9_-]{1,63}")
+# What httpx reads as an IPv4 address (and refuses unless it is one): four numbers between dots.
+_IPV4_STYLE = re.compile(r"[0-9]+\.[0-9]+\.[0-9]+\.[0-9]+")
+# An IPv6 zone (RFC 6874: ``[fe80::1%25eth0]``): an interface's name or number.
+_ZONE = re.compile(r"[A-Za-z0-9_.~-]+")
+
+
+def _is_host(host: str) -> bool:
+    """Whether `host` (from `_host`) is one a request can reach: an IPv6 address in brackets (with a zone
+    or not), an IPv4 address, or a host name of at most 253 characters whose labels, between dots (one may
+    end it), are letters, digits, "-" and "_"; a name in another script counts as its IDNA encoding,
+    as httpx sends it."""
+    if host.startswith("["):
+        address, percent, zone = host[1:].removesuffix("]").partition("%25")
+        if not host.endswith("]") or (percent and not _ZONE.fullmatch(zone)):
+            return False
+        try:
+            ipaddress.IPv6Address(address)
+        except ValueError:
+            return False
+        return True
+    if _IPV4_STYLE.fullmatch(host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            return False
+        return True
+    if not host.isascii():
+        import idna  # httpx's own dependency, and its encoder of such names
+
+        try:
+            host = idna.encode(host.lower()).decode("ascii")
+        except idna.IDNAError:
+            return False
+    name = host.removesuffix(".")
+    return len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
+
+
 def _temperature(kind: str, value: Any) -> float | None:
     """`value` if it is None or a finite number (NaN or infinity made every request body invalid JSON)."""
     try:
@@ -364,15 +417,6 @@ class HTTPModel:
         self.api_key = api_key if api_key is not None else os.environ.get(f"{self._env}_API_KEY", "")
         self._check_api_key("api_key" if api_key is not None else f"{self._env}_API_KEY")
         self.base_url = (base_url or os.environ.get(f"{self._env}_BASE_URL") or self._default_url).rstrip("/")
-        try:
-            urllib.parse.urlsplit(self.base_url).port  # noqa: B018 (a port that is no number raises)
-        except ValueError:
-            # Unchecked, every request failed (retried for nothing), and the key check below took the URL
-            # for another host's.
-            raise ConfigError(
-                f"{type(self).__name__} needs a base_url whose port is a number from 0 to 65535, e.g. "
-                f"{self._default_url!r}"
-            ) from None
         if self.base_url.partition("://")[0].lower() not in ("http", "https"):
             # Without a scheme, httpx fails every request (retried for nothing), and nothing in the URL,
             # credentials included, could be masked in the messages: the URL itself is not repeated here.
@@ -387,13 +431,31 @@ class HTTPModel:
                 f"{type(self).__name__} needs a base_url without white space or control characters (a line "
                 "break kept from the file or variable it came from?): remove them"
             )
-        if not urllib.parse.urlsplit(self.base_url).hostname:
+        host = _host(self.base_url)
+        if not host:
             # "http:///v1": httpx failed every request (retried for nothing). Not repeated: it may hold
             # credentials.
             raise ConfigError(
                 f"{type(self).__name__} needs a base_url that names a host after its http:// or https://, "
                 f"e.g. {self._default_url!r}"
             )
+        if not _is_host(host):
+            # "http://local%20host:8080", "http://api..example.com": no request could reach it, and each
+            # failed (retried for nothing). Not repeated: what stands before its '@' may be credentials.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url whose host is a host name (letters, digits, '-' and "
+                "'_' between dots, or a name in another script), an IPv4 address or an IPv6 address in "
+                f"brackets ([::1]), e.g. {self._default_url!r}"
+            )
+        try:
+            urllib.parse.urlsplit(self.base_url).port  # noqa: B018 (a port that is no number raises)
+        except ValueError:
+            # Unchecked, every request failed (retried for nothing), and the key check below took the URL
+            # for another host's.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url whose port is a number from 0 to 65535, e.g. "
+                f"{self._default_url!r}"
+            ) from None
         if not self.api_key and _same_host(self.base_url, self._default_url):
             # The provider refuses every request without one (401, after the retries of a network error
             # when offline): say so when the model is made. A server of one's own may need none.
@@ -875,10 +937,11 @@ class _EventReader:
     bytes that are not UTF-8 raise ModelError, as they do in a whole answer, and one byte-order mark opening
     the stream is dropped) put together into (event, data) pairs."""
 
-    __slots__ = ("_after_cr", "_data", "_event", "_line", "_name", "_opening")
+    __slots__ = ("_after_cr", "_data", "_event", "_line", "_mask", "_name", "_opening")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, mask: Mask) -> None:
         self._name = name
+        self._mask = mask
         self._line: list[bytes] = []  # the pieces of the line not ended yet
         self._after_cr = False  # the last chunk ended with CR: a LF opening the next one belongs to it
         self._opening: bytes | None = b""  # the first bytes, until they show whether a BOM opens the stream
@@ -923,7 +986,7 @@ class _EventReader:
                 self._data = None
             self._event = ""
             return
-        text = _utf8(self._name, line)
+        text = _utf8(self._name, line, self._mask)
         if text.startswith(":"):
             return
         field, _, value = text.partition(":")
@@ -938,14 +1001,19 @@ class _EventReader:
             self._data.write(value)
 
 
-def _utf8(name: str, line: bytes) -> str:
+def _utf8(name: str, line: bytes, mask: Mask) -> str:
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        # Replacing the bytes would hand a tool arguments the model did not write.
+        # Replacing the bytes would hand a tool arguments the model did not write. The line is shown
+        # around the first byte that is not UTF-8, the API key masked on either side of it before the
+        # window is cut (the key, ASCII, cannot hold that byte).
+        before = mask(line[: exc.start].decode("utf-8"))[-20:]
+        after = mask(line[exc.start :].decode("utf-8", "surrogateescape"))[:20]
+        shown = (before + after).encode("utf-8", "surrogateescape")
         raise ModelError(
             f"model {name!r} streamed a line that is not UTF-8 ({exc.reason} at byte {exc.start}: "
-            f"{line[max(0, exc.start - 20) : exc.start + 20]!r}); nothing was journaled, run again to retry"
+            f"{shown!r}); nothing was journaled, run again to retry"
         ) from None
 
 
@@ -957,21 +1025,22 @@ _OPENING = 64 * 1024
 
 
 async def sse_events(
-    response: httpx.Response, name: str, clock: StreamClock
+    response: httpx.Response, name: str, clock: StreamClock, mask: Mask
 ) -> AsyncGenerator[tuple[str, str], None]:
     """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none), read
     within the `clock`'s bounds (the time spent reading the lines, and the caller's handling of each event
     until it asks for the next, count too, so a flood of keep-alive lines or empty events is cut off like a
     silence; what the caller spends in `clock.handed()` does not). Bytes are counted as they arrive, so a
     stream past `MAX_RESPONSE_BYTES` is refused even if it never ends a line. A connection that breaks
-    mid-stream raises ModelError: nothing of the turn is journaled, run again.
+    mid-stream raises ModelError: nothing of the turn is journaled, run again. `mask` masks the API key in
+    what an error shows of the stream.
 
     A body that opens with ``{`` or ``[`` is one JSON document, not events (a server that ignores
     ``stream: true``, or an error in a 200, whatever its Content-Type says): it is read whole, within the
     same bounds, and given as the one pair (`WHOLE`, its text), for the caller to read as a whole answer."""
     import httpx
 
-    reader = _EventReader(name)
+    reader = _EventReader(name, mask)
     loop = asyncio.get_running_loop()
     opening: bytes | None = b""  # the first bytes, until they show whether events or JSON come
     whole: list[bytes] | None = None
@@ -1094,12 +1163,12 @@ def json_index(name: str, value: Any, default: int) -> int:
     raise malformed(name, f"a stream piece with the index {value!r}")
 
 
-def json_name(name: str, value: Any, what: str) -> str:
+def json_name(name: str, value: Any, what: str, mask: Mask) -> str:
     """A tool call's id or tool name as the answer gave it: a JSON string ("" when absent or null). Any
     other type raises ModelError: its text (``"['t1']"``) would name a call or a tool the model never did."""
     if value is None or isinstance(value, str):
         return value or ""
-    raise malformed(name, f"a tool call whose {what} is not a string: {value!r:.200}")
+    raise malformed(name, f"a tool call whose {what} is not a string: {excerpt(value, mask)}")
 
 
 def made_up_ids(ids: Sequence[str], prefix: str) -> list[str]:
@@ -1125,17 +1194,34 @@ def no_calls_after_all(name: str, reason: str) -> ModelError:
 
 
 def malformed(name: str, what: str) -> ModelError:
-    """The error for an answer whose shape is not the API's (a part a turn needs is missing or wrong)."""
+    """The error for an answer whose shape is not the API's (a part a turn needs is missing or wrong); a
+    part of the answer in `what` is shown by `excerpt`."""
     return ModelError(f"model {name!r} sent {what}; nothing was journaled, run again to retry")
 
 
-def json_event(name: str, data: str) -> Any:
+Mask = Callable[[str], str]
+"""A model's `HTTPModel._redacted`: text with the model's API key, should a server quote it, masked."""
+
+# The most of a part of an answer an error message shows.
+_EXCERPT = 200
+
+
+def excerpt(value: Any, mask: Mask, limit: int = _EXCERPT) -> str:
+    """`value`, a part of an answer, as an error message shows it: its repr, the API key masked (`mask`)
+    before it is cut to `limit` characters (cut first, a key across the cut was shown but for its last
+    characters). Text is masked before its repr, which would double the backslash of a JSON escape."""
+    if isinstance(value, str):
+        return repr(mask(value)[:limit])
+    return mask(repr(value))[:limit]
+
+
+def json_event(name: str, data: str, mask: Mask) -> Any:
     try:
         return read_json(data)
     except ValueError as exc:
         raise ModelError(
-            f"model {name!r} streamed an event that is not JSON ({exc}): {data[:200]!r}; nothing was "
-            "journaled, run again to retry"
+            f"model {name!r} streamed an event that is not JSON ({mask(str(exc))}): {excerpt(data, mask)}; "
+            "nothing was journaled, run again to retry"
         ) from exc
 
 

@@ -12,11 +12,13 @@ from ._http import (
     STREAM_TIMEOUT,
     WHOLE,
     HTTPModel,
+    Mask,
     StreamText,
     absent_arguments,
     adds_to_answer,
     call_arguments,
     cut_off,
+    excerpt,
     filtered,
     filtered_answer,
     json_event,
@@ -187,7 +189,7 @@ class OpenAIModel(HTTPModel):
 
     async def complete(self, request: ModelRequest) -> AssistantMessage:
         data = await self._post(self.body(request))
-        return _parse(self.name, data, request.tools, self.answer_finish_reasons)
+        return _parse(self.name, data, request.tools, self.answer_finish_reasons, self._redacted)
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[TextDelta | AssistantMessage]:
         body = self.body(request)
@@ -195,6 +197,7 @@ class OpenAIModel(HTTPModel):
         body["stream_options"] = {"include_usage": True}
         response = await self._open_stream(body)
         clock = self._stream_clock()
+        mask = self._redacted
         text = StreamText(self.name, "text")
         refusal = StreamText(self.name, "refusal")
         calls: dict[int, dict[str, Any]] = {}
@@ -202,11 +205,12 @@ class OpenAIModel(HTTPModel):
         finish = ""
         done = False
         try:
-            async for event, data in sse_events(response, self.name, clock):
+            async for event, data in sse_events(response, self.name, clock, mask):
                 if event == WHOLE:
                     # A server that ignores `stream` (or says in a 200 that it failed): the whole turn, read
                     # as `complete` reads it.
-                    turn = _parse(self.name, self._decoded(data), request.tools, self.answer_finish_reasons)
+                    decoded = self._decoded(data)
+                    turn = _parse(self.name, decoded, request.tools, self.answer_finish_reasons, mask)
                     if turn.content:
                         yield TextDelta(text=turn.content)
                     yield turn
@@ -214,9 +218,10 @@ class OpenAIModel(HTTPModel):
                 if data.strip() == "[DONE]":
                     done = True
                     break
-                chunk = json_event(self.name, data)
+                chunk = json_event(self.name, data, mask)
                 if not isinstance(chunk, dict):
-                    raise malformed(self.name, f"a stream event that is not a JSON object: {data!r:.200}")
+                    shown = excerpt(data, mask)
+                    raise malformed(self.name, f"a stream event that is not a JSON object: {shown}")
                 if isinstance(chunk.get("error"), (dict, str)):
                     said = self._redacted(_error_text(chunk["error"]))
                     raise ModelError(
@@ -230,9 +235,11 @@ class OpenAIModel(HTTPModel):
                     usage = counted
                 # What is not of the API's shape is refused, not skipped: skipping a piece would journal a
                 # turn without it (an empty final answer ends the run for good).
-                for choice in _listed(self.name, chunk, "choices"):
+                for choice in _listed(self.name, chunk, "choices", mask):
                     if not isinstance(choice, dict):
-                        raise malformed(self.name, f"a stream choice that is not an object: {choice!r:.200}")
+                        raise malformed(
+                            self.name, f"a stream choice that is not an object: {excerpt(choice, mask)}"
+                        )
                     if json_index(self.name, choice.get("index"), 0) != 0:
                         # bide asks for one choice: pieces of another would be spliced into this one's calls.
                         raise malformed(self.name, f"a piece of a second choice (index {choice['index']})")
@@ -240,7 +247,8 @@ class OpenAIModel(HTTPModel):
                     if delta is None:
                         delta = {}  # a finish without a delta
                     elif not isinstance(delta, dict):
-                        raise malformed(self.name, f"a stream delta that is not an object: {delta!r:.200}")
+                        shown = excerpt(delta, mask)
+                        raise malformed(self.name, f"a stream delta that is not an object: {shown}")
                     ends = choice.get("finish_reason")
                     if adds_to_answer({key: value for key, value in delta.items() if key != "role"}):
                         if finish and (delta.get("content") or delta.get("tool_calls")):
@@ -258,7 +266,9 @@ class OpenAIModel(HTTPModel):
                         finish = ends
                     piece = delta.get("content")
                     if piece is not None and not isinstance(piece, str):
-                        raise malformed(self.name, f"a delta whose content is not a string: {piece!r:.200}")
+                        raise malformed(
+                            self.name, f"a delta whose content is not a string: {excerpt(piece, mask)}"
+                        )
                     if piece:
                         shown = text.add(piece)
                         if shown:
@@ -266,21 +276,22 @@ class OpenAIModel(HTTPModel):
                                 yield TextDelta(text=shown)
                     no = delta.get("refusal")
                     if no is not None and not isinstance(no, str):
-                        raise malformed(self.name, f"a delta whose refusal is not a string: {no!r:.200}")
+                        shown = excerpt(no, mask)
+                        raise malformed(self.name, f"a delta whose refusal is not a string: {shown}")
                     if no:
                         refusal.add(no)
                     if delta.get("function_call") is not None:
                         raise _legacy_call(self.name)
-                    for piece_of_call in _listed(self.name, delta, "tool_calls"):
-                        raw, fn = _call_parts(self.name, piece_of_call)
-                        index = _piece_index(self.name, raw, fn, calls)
+                    for piece_of_call in _listed(self.name, delta, "tool_calls", mask):
+                        raw, fn = _call_parts(self.name, piece_of_call, mask)
+                        index = _piece_index(self.name, raw, fn, calls, mask)
                         slot = calls.get(index)
                         if slot is None:
                             if len(calls) >= MAX_TOOL_CALLS:
                                 raise too_many_calls(self.name)
                             args = StreamText(self.name, f"tool call {index}'s arguments")
                             slot = calls[index] = {"args": args}
-                        _add_piece(self.name, index, slot, raw, fn)
+                        _add_piece(self.name, index, slot, raw, fn, mask)
         finally:
             await response.aclose()
         if not done or not finish:
@@ -345,15 +356,18 @@ def _legacy_call(name: str) -> ModelError:
     )
 
 
-def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any], fn: dict[str, Any]) -> None:
+def _add_piece(
+    name: str, index: int, slot: dict[str, Any], raw: dict[str, Any], fn: dict[str, Any], mask: Mask
+) -> None:
     """Add a streamed piece of tool call `index` to its `slot`. A piece may repeat its call's id and name
     or leave them out; another id or name at the same index is another call spliced in: ModelError."""
     for key, value in (("id", raw.get("id")), ("name", fn.get("name"))):
-        given = json_name(name, value, key)
+        given = json_name(name, value, key, mask)
         if given and slot.setdefault(key, given) != given:
             raise malformed(
                 name,
-                f"pieces of tool call {index} with the {key}s {slot[key]!r:.100} and {given!r:.100} "
+                f"pieces of tool call {index} with the {key}s {excerpt(slot[key], mask, 100)} and "
+                f"{excerpt(given, mask, 100)} "
                 "(two calls spliced into one)",
             )
     piece = fn.get("arguments")
@@ -361,14 +375,14 @@ def _add_piece(name: str, index: int, slot: dict[str, Any], raw: dict[str, Any],
         # Skipped, it could leave the other pieces valid JSON without an argument the model sent: the tool
         # would run on its default for it.
         raise malformed(
-            name, f"a piece of tool call {index}'s arguments that is not a string: {piece!r:.200}"
+            name, f"a piece of tool call {index}'s arguments that is not a string: {excerpt(piece, mask)}"
         )
     if piece:
         slot["args"].add(piece)
 
 
 def _piece_index(
-    name: str, raw: dict[str, Any], fn: dict[str, Any], calls: dict[int, dict[str, Any]]
+    name: str, raw: dict[str, Any], fn: dict[str, Any], calls: dict[int, dict[str, Any]], mask: Mask
 ) -> int:
     """The index of the call a streamed tool-call piece belongs to: its `index`. Some servers leave it out:
     then a piece with the id of a call goes on with that call, a piece with a new id or a tool name starts
@@ -376,11 +390,11 @@ def _piece_index(
     call, instead of each piece becoming a call of its own."""
     if raw.get("index") is not None:
         return json_index(name, raw.get("index"), 0)
-    given = json_name(name, raw.get("id"), "id")
+    given = json_name(name, raw.get("id"), "id", mask)
     for index, slot in calls.items():
         if given and slot.get("id") == given:
             return index
-    if given or json_name(name, fn.get("name"), "name"):
+    if given or json_name(name, fn.get("name"), "name", mask):
         return max(calls, default=-1) + 1
     return max(calls, default=0)
 
@@ -391,14 +405,14 @@ def _error_text(err: Any) -> str:
     return utf8_text(str(err))
 
 
-def _listed(name: str, parent: dict[str, Any], key: str) -> list[Any]:
+def _listed(name: str, parent: dict[str, Any], key: str, mask: Mask) -> list[Any]:
     """`parent[key]`, a list the API may leave out or send as null (then empty); anything else is not of
     the API's shape: ModelError."""
     value = parent.get(key)
     if value is None:
         return []
     if not isinstance(value, list):
-        raise malformed(name, f"a stream {key} that is not a list: {value!r:.200}")
+        raise malformed(name, f"a stream {key} that is not a list: {excerpt(value, mask)}")
     return value
 
 
@@ -430,16 +444,20 @@ def _arguments(text: Any, tools: Sequence[ToolSpec], tool: str) -> dict[str, Any
     return call_arguments(decoded, text)
 
 
-def _call_parts(name: str, raw: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+def _call_parts(name: str, raw: Any, mask: Mask) -> tuple[dict[str, Any], dict[str, Any]]:
     """A tool call (or a streamed piece of one) and its function object ({} when absent); ModelError for
     any other shape."""
     fn = raw.get("function") if isinstance(raw, dict) else None
     if not isinstance(raw, dict) or not isinstance(fn, dict | None):
-        raise malformed(name, f"a tool call that is not an object with a function object: {raw!r:.200}")
+        raise malformed(
+            name, f"a tool call that is not an object with a function object: {excerpt(raw, mask)}"
+        )
     return raw, fn or {}
 
 
-def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]) -> AssistantMessage:
+def _parse(
+    name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str], mask: Mask
+) -> AssistantMessage:
     try:
         choice = data["choices"][0]
         message = choice["message"]
@@ -458,7 +476,7 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]
     if raw_calls is None:
         raw_calls = []
     elif not isinstance(raw_calls, list):
-        raise malformed(name, f"choices[0].message.tool_calls that is not a list: {raw_calls!r:.200}")
+        raise malformed(name, f"choices[0].message.tool_calls that is not a list: {excerpt(raw_calls, mask)}")
     if len(raw_calls) > MAX_TOOL_CALLS:
         raise too_many_calls(name)
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
@@ -473,9 +491,9 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]
     ids: list[str] = []
     named: list[tuple[str, dict[str, Any] | str]] = []
     for one in raw_calls:
-        raw, fn = _call_parts(name, one)
-        ids.append(json_name(name, raw.get("id"), "id"))
-        tool = json_name(name, fn.get("name"), "name")
+        raw, fn = _call_parts(name, one, mask)
+        ids.append(json_name(name, raw.get("id"), "id", mask))
+        tool = json_name(name, fn.get("name"), "name", mask)
         named.append((tool, _arguments(fn.get("arguments"), tools, tool)))
     calls = [
         ToolCall(id=call_id, name=tool, arguments=arguments)
@@ -484,10 +502,12 @@ def _parse(name: str, data: Any, tools: Sequence[ToolSpec], ends: frozenset[str]
     content = message.get("content")
     if content is not None and not isinstance(content, str):
         # Not the API's shape: journaling it as an empty answer would end the run on it for good.
-        raise malformed(name, f"choices[0].message.content that is not a string or null: {content!r:.200}")
+        shown = excerpt(content, mask)
+        raise malformed(name, f"choices[0].message.content that is not a string or null: {shown}")
     said = message.get("refusal")
     if said is not None and not isinstance(said, str):
-        raise malformed(name, f"choices[0].message.refusal that is not a string or null: {said!r:.200}")
+        shown = excerpt(said, mask)
+        raise malformed(name, f"choices[0].message.refusal that is not a string or null: {shown}")
     _judge(name, finish, content or "", bool(calls), said or "", ends)
     return AssistantMessage(
         content=content or "",
