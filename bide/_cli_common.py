@@ -71,7 +71,8 @@ exit codes (the same for govern, bide and bide-audit):
   6  the store failed: the database is unreachable or answered with an error (bide,
      bide-audit export)
   7  not yet: another driver holds the run, or the call may still be running (bide resolve);
-     nothing was done: retry after the time the message gives (--json: retry_after)
+     nothing was done: retry after the time the message gives (--json: retry_after); a record
+     committed while bide-audit export --record ran (run it again)
   130  interrupted (Ctrl-C): what was written is whole, and the message says what was sent
 """
 

@@ -6,7 +6,8 @@ Exit codes are the table shared with `bide` and `govern` (`bide._cli_common`, pr
 error; 4 input unreadable (missing file, not JSON, malformed, wrong format, bad key file; no such store or
 run for `export`; a different head already anchored under the same name); 5 refused: (verify-approvals)
 the gates check out but under a policy other than the one pinned with --policy-digest, --approver, --need
-or --policy; 6 (`export`) the store failed.
+or --policy; 6 (`export`) the store failed; 7 (`export --record`) not yet: the record was committed while
+the export ran, after the journal it signs was read (nothing was written: run it again).
 Every string taken from an input is printed through `bide._terminal.printable`.
 """
 
@@ -29,6 +30,7 @@ from .._cli_common import (
     EXIT_FAILED,
     EXIT_INTERNAL,
     EXIT_NOT_FOUND,
+    EXIT_NOT_YET,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_STORE,
@@ -43,7 +45,7 @@ from .._cli_common import (
 from .._files import check_output, write_whole
 from .._stdout import closed_stdout_fails, emitted
 from .._terminal import printable
-from ._errors import NotVerified, UnreadableInput
+from ._errors import NotVerified, RecordPastHead, UnreadableInput
 
 # The artifact formats (pydantic), the keys (cryptography) and the checks are imported by the commands that
 # use them, not here: `bide-audit --help` and a usage error never pay for them.
@@ -61,6 +63,7 @@ MAX_INPUT_BYTES = 256 * 1024 * 1024
 
 VERIFIED, NOT_VERIFIED, USAGE = EXIT_OK, EXIT_FAILED, EXIT_USAGE
 INTERNAL, UNREADABLE, UNTRUSTED, STORE_FAILED = EXIT_INTERNAL, EXIT_NOT_FOUND, EXIT_REFUSED, EXIT_STORE
+NOT_YET = EXIT_NOT_YET
 INTERRUPTED = 130  # what shells report for a command that SIGINT (Ctrl-C) ended
 _REASONS = {
     NOT_VERIFIED: "not verified",
@@ -69,6 +72,7 @@ _REASONS = {
     UNREADABLE: "unusable input",
     UNTRUSTED: "untrusted policy",
     STORE_FAILED: "store failed",
+    NOT_YET: "not yet",
     INTERRUPTED: "interrupted",
 }
 
@@ -231,13 +235,19 @@ def _write_atomic(
 def _replaced_access(path: Path) -> tuple[int, tuple[int, int] | None]:
     """The permission bits and (owner, group) to write the export `path` with: those of the file it
     replaces (where a symlink at `path` leads), which its owner chose (0640 root:auditors, say, for the
-    auditors' group to read); 0600 and this process's own for a new file, since evidence holds the
-    journal's records."""
+    auditors' group to read), less any write bit but the owner's and any execute bit (`_EXPORT_BITS`); 0600
+    and this process's own for a new file, since evidence holds the journal's records."""
     try:
         found = os.stat(path)
     except OSError:  # no file there yet (a dangling link too): a new one
         return 0o600, None
-    return stat.S_IMODE(found.st_mode) & 0o777, (found.st_uid, found.st_gid)
+    return stat.S_IMODE(found.st_mode) & _EXPORT_BITS, (found.st_uid, found.st_gid)
+
+
+# What an export keeps of the mode of the file it replaces: who may read it, and its owner's write bit. A
+# group or world write bit is not kept (0666 by a umask of 0, say): whoever holds it could swap the evidence
+# for other bytes after the export; execute and set-id bits mean nothing on a JSON document.
+_EXPORT_BITS = 0o644
 
 
 def _store_files(path: str) -> list[str]:
@@ -407,9 +417,15 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         if store.runs(prefix=args.run, limit=1) != [args.run]:  # (the run sorts first among its prefix's)
             raise UnreadableInput(f"the store {args.store} has no run {args.run!r}")
         artifact: Any
+        # Looked up before the journal is checked, so that a record found here is among the records checked
+        # (a live run goes on meanwhile): one committed after the look-up is refused as not there yet.
+        if args.record and store.get(args.run, args.record) is None:  # refused before a head is signed
+            raise UnreadableInput(
+                f"run {args.run!r} in the store {args.store} has no record {args.record!r}; "
+                f"`bide show {args.run}` lists its record keys"
+            )
         # Nothing is signed, proven or exported over a journal that is not the one its tree was built from,
-        # nor over records appended since it was checked (a live run goes on meanwhile): the head is of
-        # the records checked.
+        # nor over records appended since it was checked: the head is of the records checked.
         checked = log.check_journal(args.run)
         head: SignedTreeHead | None = None
         if args.consistency_from is not None:
@@ -427,17 +443,19 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             artifact = log.consistency(args.run, args.consistency_from, to)
             what = f"a consistency proof {artifact.old_size} -> {artifact.new_size} for run {args.run!r}"
         else:
-            if args.record and store.get(args.run, args.record) is None:  # refused before a head is signed
-                raise UnreadableInput(
-                    f"run {args.run!r} in the store {args.store} has no record {args.record!r}; "
-                    f"`bide show {args.run}` lists its record keys"
-                )
             head = log.sign_head(args.run, size=checked, publish=False)
             if args.head:
                 artifact = head
                 what = f"a signed head of run {args.run!r} at {artifact.size} records"
             elif args.record:
-                artifact = log.prove(args.run, args.record, head)
+                try:
+                    artifact = log.prove(args.run, args.record, head)
+                except RecordPastHead as exc:  # (a commit the look-up saw before the journal's check did)
+                    raise RecordPastHead(
+                        f"record {args.record!r} of run {args.run!r} is not among the {checked} records "
+                        "checked and signed: it was committed while the export ran. Nothing was signed, "
+                        "published or written; run the export again to prove it"
+                    ) from exc
                 what = f"a proof bundle for record {args.record!r} of run {args.run!r}"
             else:
                 artifact = log.evidence(args.run, head)
@@ -642,6 +660,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = _emit(args, UNTRUSTED, "untrusted_policy", f"NOT TRUSTED: {exc}")
     except NotVerified as exc:
         code = _emit(args, NOT_VERIFIED, "not_verified", f"NOT VERIFIED: {exc}")
+    except RecordPastHead as exc:
+        code = _emit(args, NOT_YET, "not_yet", f"NOT YET: {exc}")
     except UnreadableInput as exc:
         # A file that is not there is "not found", as bide and govern say (the same exit code).
         missing = "not found" if _caused_by_a_missing_file(exc) else None

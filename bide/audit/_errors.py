@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from .._errors import BideError
+from .._errors import BideError, ConfigError
 
-__all__ = ["AuditError", "JournalDamaged", "NotVerified", "UnreadableInput"]
+__all__ = ["AuditError", "JournalDamaged", "NotVerified", "RecordPastHead", "UnreadableInput"]
 
 
 class AuditError(BideError):
@@ -28,3 +28,9 @@ class UnreadableInput(AuditError):
     """The input is not a well-formed artifact of the expected kind (not JSON, duplicate or unknown keys,
     bad base64, wrong types, too large, wrong format tag, unreadable key file). Nothing was verified; ask the
     sender for the artifact `bide-audit export` produced."""
+
+
+class RecordPastHead(AuditError, ConfigError):
+    """The record asked for is in the journal but not among the records the head covers: it was committed
+    after the head's journal was read (a live run goes on). No proof was made; sign a head that covers it
+    (`bide-audit export` again)."""

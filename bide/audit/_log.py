@@ -8,7 +8,7 @@ from typing import Any
 from .._errors import ConfigError, StoreError
 from .._store import Entry, Store, WriteTransaction
 from ._anchor import Publisher
-from ._errors import JournalDamaged, NotVerified, UnreadableInput
+from ._errors import JournalDamaged, NotVerified, RecordPastHead, UnreadableInput
 from ._formats import (
     ConsistencyProof,
     EvidencePackage,
@@ -279,11 +279,13 @@ class AuditLog:
 
     def prove(self, run_id: str, key: str, sth: SignedTreeHead | None = None) -> ProofBundle:
         """A proof bundle for the record stored under `key`: its bytes, audit path, and the signed head
-        (signed now when `sth` is None)."""
+        (signed now when `sth` is None). A record the journal holds past the head is `RecordPastHead`
+        (a ConfigError, as a key the run does not hold is): no proof is made against a head without it."""
         sth = self._head(run_id, sth)
         # Only the proven record is hashed and checked against its leaf (the path binds it to the root); the
         # journal is read to find its position, which the store does not index.
-        for i, e in enumerate(self.store.load(run_id)[: sth.size]):
+        entries = self.store.load(run_id)
+        for i, e in enumerate(entries[: sth.size]):
             if e.key == key:
                 [leaf] = self._hashes.read(run_id, [(0, i)])
                 self._check_leaf(run_id, i, e, leaf)
@@ -291,6 +293,11 @@ class AuditLog:
                 return ProofBundle(
                     record=e.data, inclusion=Inclusion(index=i, size=sth.size, path=path), sth=sth
                 )
+        if any(e.key == key for e in entries[sth.size :]):
+            raise RecordPastHead(
+                f"record {key!r} of run {run_id!r} was committed after its head of {sth.size} records: "
+                "sign a head that covers it"
+            )
         raise ConfigError(f"run {run_id!r} has no record {key!r} under a head of {sth.size} records")
 
     def evidence(
