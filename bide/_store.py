@@ -42,6 +42,7 @@ async forms return awaitables, not necessarily coroutines: `await` them, or sche
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -411,6 +412,19 @@ def close_after_finishers(store: object, close: Callable[[], None]) -> None:
             _CLOSING[key].start()
     if not pending:
         close()
+
+
+def _forget_parents_finishers() -> None:
+    # In a child just forked: the finishers and deferred closes registered are the parent's threads and
+    # calls, which the child does not have (its close waited HANDOVER_S for them, or was skipped as under
+    # way already), and the lock may have been held by another thread of the parent (the child hung on it).
+    global _FINISHERS_LOCK
+    _FINISHERS_LOCK = threading.Lock()
+    _FINISHERS.clear()
+    _CLOSING.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parents_finishers)
 
 
 def decide_lease(

@@ -13,7 +13,8 @@ Rules:
   racing for a run, or a worker and a live driver, never drive it together (the loser sees `RunInFlight`).
 - **A halted run waits for someone who can know.** A run halted on a side effect (`OutcomeUnknown`) is
   driven again only when its tool has a reconciler; otherwise it is left to a person (`bide resolve`), and
-  picked up again once its journal changes (a resolution was recorded). A halted run that was cancelled
+  picked up again once its journal changes (a resolution was recorded), or at the next pass when a cancel
+  request was written while the worker drove it to its halt. A halted run that was cancelled
   (`bide cancel`) is driven, and its drive ends it as cancelled.
 - **Waiting is not failing.** A run sleeping on a durable timer (`bide.timer`) is driven again once it is
   due; a run paused at an approval gate is consulted again with backoff until its gate decides, or at the
@@ -22,19 +23,21 @@ Rules:
   have (news that could not change the lease, written while a driver held it: the listing gives each
   run's latest record, `Lease.last_seq`; a store that does not has such runs read every
   `PARKED_RECHECK_S`). A run that failed (model down, store error) is retried with exponential backoff.
-- **Stopping hands leases back.** `stop()` takes no new runs; drives in flight finish, and those still
-  running after `grace` seconds (None: no limit) are cancelled, which frees their leases. `cancel_drives()`
-  cancels them at once (a side effect interrupted that way may halt its run for a person).
+- **Stopping hands leases back.** `stop()` takes no new runs (nor waits for a listing of them under way,
+  whose answer it drops); drives in flight finish, and those still running after `grace` seconds (None: no
+  limit) are cancelled, which frees their leases. `cancel_drives()` cancels them at once (a side effect
+  interrupted that way may halt its run for a person).
 """
 
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
+import functools
 import logging
 import random
 import shlex
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -137,8 +140,7 @@ class _Backoff:
     # listed again while its lease token is this one (anything that changes the run takes its lease: a
     # resolution, a new message, a cancel request) and its latest record is `parked_seq` (news written while
     # a driver held the lease, which then stays as it was, is a record all the same). With no such seq (a
-    # store that does not list it, or a run parked right after a drive, whose journal the decision did not
-    # read as it is now) it is looked at again after `parked_until`.
+    # store that does not list it) it is looked at again after `parked_until`.
     parked_token: int | None = None
     parked_until: float = 0.0
     parked_seq: int = -1
@@ -220,7 +222,8 @@ class Worker:
         self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
         self._seqs: dict[str, int] = {}  # and the seq of its latest record (-1: the store does not say)
         self._in_flight: dict[str, asyncio.Task[str]] = {}
-        self._lister: concurrent.futures.ThreadPoolExecutor | None = None
+        self._listing_lock = threading.Lock()  # one listing at a time, an abandoned one included
+        self._stop_waits: set[asyncio.Future[None]] = set()  # listings under way, told when stop() is called
         self._listing_took = 0.0  # seconds the latest listing took the store
         self._stopping = asyncio.Event()  # binds to the loop that first waits on it
 
@@ -241,10 +244,13 @@ class Worker:
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
-            run_ids = await self._runs_to_recover()
-            # Said in the report so that a pass run from cron right after a crash does not look like a
-            # store with nothing to recover.
-            report.leased = await self._in_lister(self._count_live_leases)
+            try:
+                run_ids = await self._runs_to_recover()
+                # Said in the report so that a pass run from cron right after a crash does not look like a
+                # store with nothing to recover.
+                report.leased = await self._in_lister(self._count_live_leases)
+            except _Stopped:
+                return report  # stopped while listing: no run taken
             for run_id in run_ids:
                 group.create_task(one(run_id))
         return report
@@ -266,6 +272,8 @@ class Worker:
                 # with nothing to drive spends (the runs it finds still start at once).
                 took = self._listing_took
                 wait = max(wait, min(MAX_LISTING_WAIT_S, took * (1 - LISTING_SHARE) / LISTING_SHARE))
+            except _Stopped:
+                break
             except StoreError as exc:
                 if exc.lasting:
                     # Its file deleted, moved or replaced: this store object fails every request alike, so
@@ -312,13 +320,17 @@ class Worker:
 
     def stop(self) -> None:
         """Take no new runs; `run_forever` returns once the drives in flight finished (or `grace` passed),
-        `run_once` once its drives in flight finished."""
+        `run_once` once its drives in flight finished. A listing of the runs to recover under way is not
+        waited for: its answer is dropped."""
         self._stopping.set()
+        for wait in self._stop_waits:
+            if not wait.done():
+                wait.set_result(None)
 
     def cancel_drives(self) -> None:
         """Stop, and cancel `run_forever`'s drives in flight now instead of waiting for them: their leases are
         freed, and a side effect interrupted that way may leave its run halted for a person."""
-        self._stopping.set()
+        self.stop()
         for task in list(self._in_flight.values()):
             task.cancel()
 
@@ -350,10 +362,37 @@ class Worker:
             self._listing_took = time.monotonic() - started
 
     async def _in_lister(self, fn: Callable[[], _T]) -> _T:
-        """`fn()` on the worker's listing thread (made on first use)."""
-        if self._lister is None:
-            self._lister = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="bide-worker-listing")
-        return await asyncio.get_running_loop().run_in_executor(self._lister, fn)
+        """`fn()` on a listing thread of the worker's own; `_Stopped`, at once, once `stop()` is called (a
+        slow store does not hold a stop up: `fn`'s answer is dropped)."""
+        if self._stopping.is_set():
+            raise _Stopped
+        loop = asyncio.get_running_loop()
+        answer: asyncio.Future[_T] = loop.create_future()
+        stopped: asyncio.Future[None] = loop.create_future()
+
+        def listing() -> None:
+            settle: Callable[[], None]
+            with self._listing_lock:
+                try:
+                    settle = functools.partial(_answer, answer, fn())
+                except BaseException as exc:  # raised where it is awaited, as an executor's would be
+                    settle = functools.partial(_fail, answer, exc)
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits for the answer
+                loop.call_soon_threadsafe(settle)
+
+        # A daemon: the end of the process does not wait for a store slow to answer a listing nobody reads.
+        threading.Thread(target=listing, name="bide-worker-listing", daemon=True).start()
+        self._stop_waits.add(stopped)
+        try:
+            either: list[asyncio.Future[Any]] = [answer, stopped]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._stop_waits.discard(stopped)
+            if not answer.done():  # stopped, or cancelled: its failure, if it fails, is nobody's to report
+                answer.add_done_callback(_drop)
+        if answer.done():
+            return answer.result()
+        raise _Stopped
 
     def _count_live_leases(self) -> int:
         """How many unfinished runs hold a lease that is live now (listed before the pass drives any)."""
@@ -408,18 +447,17 @@ class Worker:
                 return out, listed
             after = page[-1].run_id
 
-    def _park(self, run_id: str, state: _Backoff, journal: Journal | None) -> None:
+    def _park(self, run_id: str, state: _Backoff, journal: Journal) -> None:
         """Leave `run_id` out of the listings while its lease stays as listed and its latest record is the
-        latest of `journal`, what the decision to park it read (None: a journal read before the decision
-        could change, as a drive's: then until PARKED_RECHECK_S has passed too; see _Backoff)."""
+        latest of `journal`, what the decision to park it read (see _Backoff)."""
         state.parked_token = self._tokens.get(run_id)
         state.parked_until = self._timer() + max(PARKED_RECHECK_S, self.poll_interval)
         state.parked_seq = self._seen_seq(run_id, journal)
 
-    def _seen_seq(self, run_id: str, journal: Journal | None) -> int:
+    def _seen_seq(self, run_id: str, journal: Journal) -> int:
         """The seq of the latest record of `journal` as read for a decision, when the listing says each
         run's latest record, so that a change shows there; -1 otherwise (see _Backoff)."""
-        if journal is None or self._seqs.get(run_id, -1) < 0:
+        if self._seqs.get(run_id, -1) < 0:
             return -1
         return journal.last_seq
 
@@ -505,11 +543,18 @@ class Worker:
             with contextlib.suppress(StoreError):  # unread: driven again at the next poll, to halt again
                 journal = await Journal(self.store, run_id).aload()
                 state.halted_at_records = len(journal.records())
-                # Left out of the listings while its lease stays as this drive left it (its own grant), and
-                # read once more after PARKED_RECHECK_S: what was written while it drove (a cancel request)
-                # is in this journal, but the halt was decided without it.
-                self._park(run_id, state, None)
-                state.parked_token = self._token_after_drive(run_id)
+                if journal.has(CANCEL_KEY):
+                    # Written while it drove (its lease held, which the request then leaves alone): the halt
+                    # was decided without it. The next pass drives the run, which ends it as cancelled.
+                    state.parked_token = None
+                else:
+                    # Read after the drive freed the lease: a later record or grant shows in the listing.
+                    # Left out of the listings while its lease stays as this drive left it (its own grant)
+                    # and its latest record is this journal's (what was written while it drove is here; a
+                    # store whose listing does not give the latest record: read again after
+                    # PARKED_RECHECK_S).
+                    self._park(run_id, state, journal)
+                    state.parked_token = self._token_after_drive(run_id)
             # The halt's own words name the library call; an operator of `bide worker` works from a shell.
             # (`--` before the ids: a run id may start with "-".)
             prefix = getattr(self.store, "table_prefix", "bide_")
@@ -630,6 +675,25 @@ class Worker:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+class _Stopped(Exception):
+    """A listing of the runs to recover left unanswered: `stop()` was called while it ran."""
+
+
+def _answer(future: asyncio.Future[_T], result: _T) -> None:
+    if not future.done():
+        future.set_result(result)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+def _drop(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _count(report: PassReport, outcome: str) -> None:

@@ -17,9 +17,11 @@ cancels them too, exit 130).
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
 has already ended); 6 the store failed. `bide worker --once` exits 6 when the store failed listing the runs
-or in any drive, else 1 when a drive failed otherwise (the model down, a tool that did not run: retried at
-the next pass), else 0: a run completed, halted for a person, waiting, or ended as failed by its drive
-(`OutputInvalid`) is a run's outcome, not the worker's failure. `bide cancel` interrupted (SIGINT) before
+or in any drive, else 4 when it met a run it cannot drive (`unresumable`: a damaged record, another journal
+format, an agent the app does not define; a person must act), else 1 when a drive failed otherwise (the
+model down, a tool that did not run: retried at the next pass), else 0: a run completed, halted for a
+person, waiting, or ended as failed by its drive (`OutputInvalid`) is a run's outcome, not the worker's
+failure. `bide cancel` interrupted (SIGINT) before
 its request is sent says nothing was sent (130); after, it waits for the store's answer and reports it,
 unless interrupted again (130, "may or may not have been recorded"): see
 `bide._cli.interrupts_around_a_write`.
@@ -400,25 +402,48 @@ class _PrintableFormatter(logging.Formatter):
 
 def _once_exit_code(report: PassReport) -> tuple[int, str]:
     """The exit code of a `--once` pass and, unless it is 0, what to say: EXIT_STORE when a drive failed
-    because the store failed, else EXIT_FAILED when one failed otherwise, else EXIT_OK. A drive that ended
-    its run as failed (`OutputInvalid`) gave the run's outcome, as a halt does: the worker did not fail."""
+    because the store failed, else EXIT_NOT_FOUND when the pass met a run no pass of this worker can drive
+    (`unresumable`: it needs a person), else EXIT_FAILED when a drive failed otherwise, else EXIT_OK. A
+    drive that ended its run as failed (`OutputInvalid`) gave the run's outcome, as a halt does: the worker
+    did not fail. What is said names every kind of trouble the pass met, whichever decides the code."""
     by_store: list[str] = []
     other: list[str] = []
     for run_id, error in sorted(report.errors.items()):
         cause = report.causes.get(run_id, "error")
         if cause != "output":
             (by_store if cause == "store" else other).append(f"run {run_id}: {error}")
+    stuck = [f"run {run_id}: {reason}" for run_id, reason in sorted(report.unresumable.items())]
+    said: list[str] = []
     failed = by_store or other
-    if not failed:
-        return EXIT_OK, ""
-    shown = "; ".join(failed[:3]) + (f"; and {len(failed) - 3} more" if len(failed) > 3 else "")
-    drives = "drive" if len(failed) == 1 else "drives"
-    if by_store:
-        return (
-            EXIT_STORE,
-            f"the store failed in {len(failed)} {drives} ({shown}); tried again at the next pass",
+    if failed:
+        drives = "drive" if len(failed) == 1 else "drives"
+        what = f"the store failed in {len(failed)} {drives}" if by_store else f"{len(failed)} {drives} failed"
+        said.append(f"{what} ({_first_few(failed)}); tried again at the next pass")
+    if stuck:
+        if len(stuck) == 1:
+            runs, them = "1 run cannot be resumed by this worker and needs", "it"
+        else:
+            runs, them = f"{len(stuck)} runs cannot be resumed by this worker and need", "them"
+        said.append(
+            f"{runs} a person: no pass of it drives {them} until one acts ({_first_few(stuck)}); each "
+            "reason says what to do"
         )
-    return EXIT_FAILED, f"{len(failed)} {drives} failed ({shown}); tried again at the next pass"
+        if any(reason.startswith("started by ") for reason in report.unresumable.values()):
+            said.append(
+                "a run started by an agent this worker does not know needs a worker whose --app defines it"
+            )
+    why = "; ".join(said)
+    if by_store:
+        return EXIT_STORE, why
+    if stuck:
+        return EXIT_NOT_FOUND, why
+    if other:
+        return EXIT_FAILED, why
+    return EXIT_OK, ""
+
+
+def _first_few(lines: list[str]) -> str:
+    return "; ".join(lines[:3]) + (f"; and {len(lines) - 3} more" if len(lines) > 3 else "")
 
 
 # SIGHUP too (a closed terminal or ssh session, a service manager's reload): its default action would end
@@ -537,6 +562,9 @@ once the file is in place).
   0  every drive ended as a run does: completed, halted for a person, waiting, or ended as failed by
      its drive (OutputInvalid): those are the runs' outcomes, not the worker's failure
   1  a drive failed otherwise (the model down, a tool that did not run): retried at the next pass
+  4  a run this worker cannot drive (a record damaged in the database, another journal format, an
+     agent the app does not define): no pass drives it until a person acts; stderr and --json's
+     "unresumable" name each run and why (whatever else failed, but the store)
   6  the store failed, listing the runs or in any drive (whatever else failed): retried at the
      next pass
 """

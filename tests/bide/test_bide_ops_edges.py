@@ -493,7 +493,7 @@ def test_a_once_pass_leaves_a_run_with_a_damaged_record_to_a_person(
 ) -> None:
     """A record edited in the database failed the drive as the store failing: --once exited 6 (a store
     down, which cron retries) and every pass drove the run again to fail the same way. The run is
-    unresumable, said once, and the pass exits 0."""
+    unresumable, said once, and the pass exits 4 (a person must act)."""
     import sqlite3
 
     url, prefix = f"sqlite:///{tmp_path / 'damaged.db'}", "bide_"
@@ -507,7 +507,7 @@ def test_a_once_pass_leaves_a_run_with_a_damaged_record_to_a_person(
         [*worker_command(url, prefix, "--once"), "--json"], env=env, cwd=HERE, capture_output=True, text=True
     )
     report = json.loads(done.stdout)
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == 4, done.stderr
     assert report["completed"] == 1 and report["failed"] == 0 and report["causes"] == {}, report
     assert f"its record {key!r} is damaged" in report["unresumable"]["damaged"]
     assert "restore the store from a backup" in report["unresumable"]["damaged"]
@@ -536,7 +536,7 @@ def test_a_run_in_another_journal_format_is_left_to_the_bide_that_wrote_it(
     passed = subprocess.run(
         [*worker_command(url, prefix, "--once"), "--json"], env=env, cwd=HERE, capture_output=True, text=True
     )
-    assert passed.returncode == 0, passed.stderr
+    assert passed.returncode == 4, passed.stderr
     assert "is in journal format 'bide.journal/2'" in json.loads(passed.stdout)["unresumable"]["newer"]
 
 

@@ -80,7 +80,7 @@ def test_a_run_id_with_a_control_character_is_one_unreadable_run_and_the_worker_
 
     (tmp_path / "editedapp.py").write_text(APP)
     worked = cli("worker", "--store", str(db), "--app", "editedapp:build", "--once", "--json", cwd=tmp_path)
-    assert worked.returncode == 0, worked.stderr
+    assert worked.returncode == 4, worked.stderr
     report = json.loads(worked.stdout)
     assert report["skipped"] == 1 and report["failed"] == 0
     assert list(report["unresumable"]) == [EVIL]  # escaped by JSON
