@@ -178,11 +178,13 @@ def write_whole(
     file can be written (a full disk fails the staging), and before anyone can read it.
 
     `owner` (uid, gid) is given to the new file as far as this process may (root: both; its owner: a group
-    it belongs to; else neither), so that a file replaced keeps who may read it.
+    it belongs to; else neither), so that a file replaced keeps who may read it. A group it could not give
+    gets none of `mode`'s group bits: they were meant for the group `owner` names, not this process's.
     """
     if overwrite:
         path = replaced_file(path)
-    tmp = staged(path, data, mode=mode)
+    # With an owner to give, staged for its owner alone until the group it is for is set (`_give_owner`).
+    tmp = staged(path, data, mode=mode if owner is None else mode & 0o700)
     try:
         if owner is not None:
             _give_owner(tmp, owner, mode)
@@ -206,7 +208,8 @@ def write_whole(
 
 
 def _give_owner(path: Path, owner: tuple[int, int], mode: int) -> None:
-    """Give `path` the owner and group `owner`, or its group alone, or neither, whichever this process may."""
+    """Give `path` the owner and group `owner`, or its group alone, or neither, whichever this process may,
+    and then `mode`, without its group bits when the group is not `owner`'s."""
     uid, gid = owner
     for wanted in ((uid, gid), (-1, gid)):
         try:
@@ -215,6 +218,7 @@ def _give_owner(path: Path, owner: tuple[int, int], mode: int) -> None:
             continue
         os.chmod(path, mode)  # a change of owner clears set-id bits; the mode is as asked all the same
         return
+    os.chmod(path, mode & ~0o070)  # this process's own group was never chosen to read it
 
 
 def replaced_file(path: Path) -> Path:

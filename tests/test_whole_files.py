@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -233,5 +234,40 @@ def test_a_der_key_or_a_file_it_cannot_read_is_not_written_over(tmp_path: Path) 
         assert os.waitstatus_to_exitcode(status) == 2
         theirs.chmod(0o600)
         assert theirs.read_text() == _KEY
+    finally:
+        shutil.rmtree(shared)
+
+
+def test_a_replaced_file_whose_group_cannot_be_kept_loses_its_group_bits() -> None:
+    # A user replaces its own 0640 file whose group (root) it does not belong to: the new file cannot have
+    # that group, and gets the user's own instead; the group read bit, meant for root's group, was kept
+    # and so let a group the owner never chose read the evidence. A group it can keep keeps its bits.
+    if os.geteuid() != 0:
+        pytest.skip("needs root to make a file of another user's (the CI and dev machines run as root)")
+    shared = Path(tempfile.mkdtemp(prefix="bide-group-", dir="/tmp"))
+    try:
+        shared.chmod(0o777)
+        theirs, kept = shared / "theirs.json", shared / "kept.json"
+        for path, group in ((theirs, 0), (kept, 65534)):
+            path.write_text("old")
+            os.chown(path, 65534, group)
+            path.chmod(0o640)
+        pid = os.fork()  # a child that drops root: it may give a file only its own group
+        if pid == 0:
+            code = 1
+            try:
+                os.setgid(65534)
+                os.setgroups([])
+                os.setuid(65534)
+                for path in (theirs, kept):
+                    write_whole(path, b"new", mode=0o640, owner=(65534, os.stat(path).st_gid))
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert theirs.read_bytes() == kept.read_bytes() == b"new"
+        assert (theirs.stat().st_gid, stat.S_IMODE(theirs.stat().st_mode)) == (65534, 0o600)
+        assert (kept.stat().st_gid, stat.S_IMODE(kept.stat().st_mode)) == (65534, 0o640)
     finally:
         shutil.rmtree(shared)
