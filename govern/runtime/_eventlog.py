@@ -1745,10 +1745,20 @@ def _parse_names(text: str) -> tuple[str, ...]:
     return names
 
 
+# PostgreSQL: the events of a list of ids, one lookup in the log's id index each. `IN (list)`, whose
+# generic plan the server estimates with no statistics as a quarter of the table for 50 ids, read every event
+# of the log once psycopg prepared the statement (30 ms for 50 ids in a log of 30,000 events, not 5).
+_Q_IDS_PG = sa.text(
+    'SELECT stored.* FROM unnest(CAST(:ids AS text[])) AS k(value) CROSS JOIN LATERAL '
+    f'({_EVENT_SELECT} WHERE "log" = :log AND "event_id" = k.value LIMIT 1) AS stored'
+)
+
+
 def _by_ids(conn: Connection, log: str, ids: list[str]) -> dict[str, LoggedEvent]:
     out: dict[str, LoggedEvent] = {}
+    query = _Q_IDS_PG if conn.dialect.name == "postgresql" else _Q_IDS
     for i in range(0, len(ids), 500):
-        for row in conn.execute(_Q_IDS, {"log": log, "ids": ids[i : i + 500]}):
+        for row in conn.execute(query, {"log": log, "ids": ids[i : i + 500]}):
             event = _from_row(row)
             out[event.id] = event
     return out
