@@ -1794,6 +1794,7 @@ class _SqlBackend:
         self._writer_lock = threading.Lock() if self.dialect == "sqlite" and pool_size > 1 else None
         # PostgreSQL: the log's length at which `grown` next looks at the planner's statistics.
         self._next_look: int | None = _FIRST_LOOK if self.dialect == "postgresql" else None
+        self._gathering: threading.Thread | None = None  # the thread gathering them, if one was started
         linked = other_names(self._path, "the event log file") if self.dialect == "sqlite" else None
         if linked is not None:
             self.engine.dispose()
@@ -2056,29 +2057,41 @@ class _SqlBackend:
         that reads every event of the log for each key looked up (an append of 1,000 events into a log of
         20,000 took seconds, where it takes milliseconds). New statistics make it plan again. The
         server's autovacuum gathers them too, but only once a minute, and not at all where it is off.
-        Skipped, never failing the append, when the tables' statistics are current, when another session
-        holds a lock that would make this wait more than 0.2 s, or when this user may not analyze the
-        tables (the server then only warns)."""
+
+        Done on a thread of its own, so that the append that passed the mark returns at once (and within
+        its timeout, whatever the pool or the server make this wait). Skipped, never failing anything,
+        when the tables' statistics are current, when another session holds a lock that would make it wait
+        more than 0.2 s, or when this user may not analyze the tables (the server then only warns)."""
         if self._next_look is None or length < self._next_look:
             return
         self._next_look = length * 4
-        try:
-            with self.engine.begin() as conn:
-                conn.execute(sa.text("SET LOCAL lock_timeout = 200"))
-                believed = conn.execute(_Q_TUPLES_BELIEVED).scalar()
-                if believed is None or believed < length / 2:
-                    conn.execute(sa.text("ANALYZE govern_events, govern_counters"))
-        except self._errors:
-            pass  # the next mark tries again; the statistics only speed appends up
+        if self._gathering is not None and self._gathering.is_alive():
+            return  # (one at a time: the next mark looks again)
+        self._gathering = threading.Thread(
+            target=self._gather_statistics, args=(length,), name="govern-log-statistics", daemon=True
+        )
+        self._gathering.start()
+
+    def _gather_statistics(self, length: int) -> None:
+        # (Errors suppressed: the statistics only speed appends up.)
+        with contextlib.suppress(*self._errors, OSError), self.engine.begin() as conn:
+            conn.execute(sa.text("SET LOCAL lock_timeout = 200"))
+            believed = conn.execute(_Q_TUPLES_BELIEVED).scalar()
+            if believed is None or believed < length / 2:
+                conn.execute(sa.text("ANALYZE govern_events, govern_counters"))
 
     def close(self) -> None:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.close()  # back to the pool, which dispose() closes
+        gathering = self._gathering
+        if gathering is not None:
+            gathering.join(self.timeout)  # (its connection goes back to the pool before it is disposed)
         self.engine.dispose()
 
     def forked(self) -> None:
         """Leave the parent's connections to the parent, in a child just forked: it opens its own."""
+        self._gathering = None  # (the parent's thread, which the child does not have)
         if self._writer_lock is not None:
             self._writer_lock = threading.Lock()  # (another thread of the parent may have held it)
         if self.dialect == "sqlite":

@@ -118,7 +118,7 @@ def test_a_growing_log_has_the_server_gather_statistics_on_its_tables(database: 
     assert believed(database) <= 0  # made empty, never analyzed since
     log = EventLog(database, name="grows", machine=order_machine())
     append_in_batches(log, 1200)
-    log.close()
+    log.close()  # (waits for the thread that gathers them)
     # Gathered at the first mark (500 events): the server now knows of hundreds of events.
     assert believed(database) >= 500
     # And the plan it keeps for the append's read looks each id up in the log's id index (before, the
@@ -129,6 +129,7 @@ def test_a_growing_log_has_the_server_gather_statistics_on_its_tables(database: 
 def test_statistics_already_current_are_not_gathered_again(database: str) -> None:
     log = EventLog(database, name="first", machine=order_machine())
     append_in_batches(log, 600)
+    log.close()  # (waits for the thread that gathers them)
     gathered = believed(database)
     assert gathered >= 500
     # A second log in the same tables, past its own first mark: the server already believes the tables
@@ -136,9 +137,8 @@ def test_statistics_already_current_are_not_gathered_again(database: str) -> Non
     other = EventLog(database, name="second", machine=order_machine())
     for start in range(0, 600, 100):
         other.append_many(events(100, start, prefix="x"))
-    assert believed(database) == gathered
-    log.close()
     other.close()
+    assert believed(database) == gathered
 
 
 def test_an_append_does_not_wait_for_a_session_that_holds_the_statistics_lock(database: str) -> None:
