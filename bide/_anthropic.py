@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -56,6 +57,10 @@ __all__ = ["ANTHROPIC_VERSION", "AnthropicModel"]
 
 ANTHROPIC_VERSION = "2023-06-01"
 
+#: The most content blocks one turn may hold (text, tool_use, thinking, ...), far past what a model writes
+#: (256 tool calls, text between them, citations); a turn with more is refused, whole or streamed.
+MAX_CONTENT_BLOCKS = 10_000
+
 
 class AnthropicModel(HTTPModel):
     """A model served by the Anthropic Messages API.
@@ -73,7 +78,9 @@ class AnthropicModel(HTTPModel):
     `ModelError`, and a streamed tool call counts only once its block has ended. A tool_use block without
     input (absent or null; streamed, no input_json pieces) is not read as {}: the model is told, and the
     tool does not run, unless it takes no parameters. A user message that is empty or only white space,
-    which the API refuses, raises `ConfigError` before any request (nothing of the turn is journaled).
+    which the API refuses, raises `ConfigError` before any request (nothing of the turn is journaled; one
+    another model answered is in the journal already, and its run cannot go on with this model). A turn
+    with more than `MAX_CONTENT_BLOCKS` (10,000) content blocks raises `ModelError`.
 
     A turn is journaled only if it ended as an answer or a request for tools: a turn the API paused
     ("pause_turn"), one its safety filter stopped ("refusal"), one cut off before it wrote anything, a
@@ -229,12 +236,17 @@ class AnthropicModel(HTTPModel):
                 elif kind in ("content_block_start", "content_block_delta") and finish:
                     # A block judged by a stop reason that came before it: a tool call after "end_turn" or
                     # "max_tokens" would run a call nobody checked.
-                    raise malformed(self.name, f"a {kind} after the stop_reason {finish!r}")
+                    shown = excerpt(finish, self._redacted, 100)
+                    raise malformed(self.name, f"a {kind} after the stop_reason {shown}")
                 elif kind == "content_block_start":
-                    index = json_index(self.name, payload.get("index"), len(blocks))
+                    index = json_index(self.name, payload.get("index"), len(blocks), self._redacted)
                     if index in blocks:
                         # A block started again would lose what the first start received.
                         raise malformed(self.name, f"a second content_block_start for block {index}")
+                    if len(blocks) >= MAX_CONTENT_BLOCKS:
+                        # Each block is kept to the turn's end (its index is checked against every later
+                        # piece): a flood of empty ones took some 800 bytes each, 360 MB for 31 MB of them.
+                        raise _too_many_blocks(self.name)
                     start = payload.get("content_block")
                     if not isinstance(start, dict):
                         # Skipped, its pieces would be refused or lost, and a tool call with them.
@@ -267,7 +279,7 @@ class AnthropicModel(HTTPModel):
                         with clock.handed():
                             yield TextDelta(text=piece)
                 elif kind == "content_block_stop":
-                    index = json_index(self.name, payload.get("index"), 0)
+                    index = json_index(self.name, payload.get("index"), 0, self._redacted)
                     ending = blocks.get(index)
                     if ending is None or ending.stopped:
                         where = "without its content_block_start" if ending is None else "twice"
@@ -283,7 +295,9 @@ class AnthropicModel(HTTPModel):
                         if finish and ends != finish:
                             # A second stop reason would overwrite the first: "max_tokens", then "tool_use",
                             # ran the calls of a turn cut off at its token limit.
-                            raise malformed(self.name, f"a second stop_reason {ends!r} after {finish!r}")
+                            mask = self._redacted
+                            shown = f"{excerpt(ends, mask, 100)} after {excerpt(finish, mask, 100)}"
+                            raise malformed(self.name, f"a second stop_reason {shown}")
                         if ends != finish:
                             clock.progress()
                         finish = ends
@@ -315,6 +329,7 @@ class AnthropicModel(HTTPModel):
             any(block.type == "tool_use" for block in ordered),
             any(_thinks(block.type) for block in ordered),
             self.answer_stop_reasons,
+            self._redacted,
         )
         ids: list[str] = []
         named: list[tuple[str, dict[str, Any] | str]] = []
@@ -394,7 +409,7 @@ def _add_delta(
     model: str, blocks: dict[int, _Block], payload: dict[str, Any], delta: dict[str, Any], mask: Mask
 ) -> str | None:
     """Add a content_block_delta to its block; the text it adds (None: it adds none)."""
-    index = json_index(model, payload.get("index"), 0)
+    index = json_index(model, payload.get("index"), 0, mask)
     kind = delta.get("type")
     piece = delta.get("text")
     if kind == "text_delta" and not isinstance(piece, str):
@@ -425,23 +440,35 @@ def _add_delta(
     return None
 
 
+def _too_many_blocks(name: str) -> ModelError:
+    """The error for a turn with more than `MAX_CONTENT_BLOCKS` content blocks (the rest is not read)."""
+    return ModelError(
+        f"model {name!r} sent more than {MAX_CONTENT_BLOCKS:,} content blocks in one turn, bide's limit; "
+        "nothing was journaled, run again to retry"
+    )
+
+
 def _blank_message(kind: str, request: ModelRequest, blank: Message) -> ConfigError:
     """The error for a user message that is empty or only white space, which the API refuses (a 400, "text
-    content blocks must be non-empty"), raised before any request. The run's first turn (or a thread's
-    message's) is journaled with its message: a new one leaves nothing journaled."""
+    content blocks must be non-empty"), raised before any request. A run's input (or a thread's message) is
+    journaled with the first turn that answers it: one that is the request's last message is new, and
+    nothing is journaled; one that any message follows is in the journal already (another model answered
+    it), and no new message can replace it."""
     users = [m for m in request.messages if m.role == "user"]
     position = next(i for i, m in enumerate(users) if m is blank)
     what = "empty" if not blank.content else "only white space"
     refusal = f"which the Anthropic API refuses (a text block must hold text), so {kind} sent nothing"
-    if position == len(users) - 1:
+    if request.messages[-1] is blank:
         return ConfigError(
             f"run {request.run_id!r}: the message it was sent is {what}, {refusal} and nothing was "
             "journaled: send a message with some text (the run's input, or the thread's message)"
         )
     return ConfigError(
         f"run {request.run_id!r}: user message {position + 1} of {len(users)} in its conversation is {what} "
-        f"(journaled while another model answered it), {refusal}: continue this conversation with that "
-        "model, or start a new one"
+        f"(the run's input, or a thread's message, journaled when another model answered it), {refusal}; "
+        f"the journal keeps it as it is, so the run cannot go on with {kind}: continue this conversation "
+        "with that model, or start a new one and cancel this run "
+        f"(`bide cancel {shlex.quote(request.run_id)}`, or bide.cancel_run)"
     )
 
 
@@ -480,7 +507,9 @@ def _thinks(kind: Any) -> bool:
 _MAX_TOKENS = "max_tokens (AnthropicModel(max_tokens=...))"
 
 
-def _judge(name: str, reason: str, text: str, has_calls: bool, thinking: bool, ends: frozenset[str]) -> None:
+def _judge(
+    name: str, reason: str, text: str, has_calls: bool, thinking: bool, ends: frozenset[str], mask: Mask
+) -> None:
     """Raise ModelError for a turn that must not be journaled as it came (a final answer ends the run for
     good): paused, stopped by the safety filter, tool calls cut off (at max_tokens, or at the model's
     context window: their input may be missing or cut short, and an argument left out runs the tool on its
@@ -494,7 +523,7 @@ def _judge(name: str, reason: str, text: str, has_calls: bool, thinking: bool, e
             "journaled: run again to ask again, or leave server tools out of extra_body"
         )
     if reason == "refusal":
-        raise filtered(name, reason) if has_calls else filtered_answer(name, reason, text)
+        raise filtered(name, reason) if has_calls else filtered_answer(name, reason, text, mask)
     if reason == "max_tokens":
         if has_calls:
             raise cut_off(name, reason, _MAX_TOKENS)
@@ -516,7 +545,7 @@ def _judge(name: str, reason: str, text: str, has_calls: bool, thinking: bool, e
         if not has_calls:
             raise no_calls_after_all(name, reason)
     elif reason and reason not in ends:
-        raise unknown_end(name, "stop reason", reason)
+        raise unknown_end(name, "stop reason", reason, mask)
     if thinking and has_calls:
         # bide journals a turn's text and calls only: the next request could not send the thinking blocks
         # back, and the API refuses a tool result without them (a 400 on the next turn).
@@ -546,7 +575,9 @@ def _parse(
     ids: list[str] = []
     named: list[tuple[str, dict[str, Any] | str]] = []
     thinking = False
-    for block in data["content"]:
+    for position, block in enumerate(data["content"]):
+        if position == MAX_CONTENT_BLOCKS:
+            raise _too_many_blocks(name)
         if not isinstance(block, dict):
             # Not the API's shape: skipping it would journal an answer the model did not give.
             raise malformed(name, f"a content block that is not an object: {excerpt(block, mask)}")
@@ -571,7 +602,7 @@ def _parse(
             thinking = True
     reason = data.get("stop_reason")
     finish = reason if isinstance(reason, str) else ""
-    _judge(name, finish, "".join(text), bool(named), thinking, ends)
+    _judge(name, finish, "".join(text), bool(named), thinking, ends, mask)
     return AssistantMessage(
         content="".join(text),
         tool_calls=_calls(ids, named),

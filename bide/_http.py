@@ -123,6 +123,23 @@ def read_json(text: str | bytes) -> Any:
         raise ValueError("JSON nested too deeply to read") from None
 
 
+class DuplicateKey(ValueError):
+    """`read_json`'s error for an object with a key twice. The key is server text (it may quote the API
+    key): it is in `key`, not in the message, and `json_problem` shows it masked."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__("a JSON object with a key twice")
+        self.key = key
+
+
+def json_problem(exc: ValueError, mask: Mask) -> str:
+    """What `read_json` (or decoding the text's UTF-8) found wrong, as an error message shows it: the
+    API key masked (`mask`) in it, a key that came twice shown by `excerpt`."""
+    if isinstance(exc, DuplicateKey):
+        return f"a JSON object with the key {excerpt(exc.key, mask, 100)} twice"
+    return mask(str(exc))
+
+
 def call_arguments(decoded: Any, text: str) -> dict[str, Any] | str:
     """A tool call's arguments: `decoded` when it is an object whose numbers are all finite, else `text`,
     which the model is told is not valid arguments. JSON's reader takes NaN and Infinity, and 1e400 as an
@@ -163,7 +180,7 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
         seen: set[str] = set()
         for key, _ in pairs:
             if key in seen:
-                raise ValueError(f"a JSON object with the key {key!r} twice")
+                raise DuplicateKey(key)
             seen.add(key)
     return obj
 
@@ -270,7 +287,7 @@ def _is_host(host: str) -> bool:
     """Whether `host` (from `_host`) is one a request can reach: an IPv6 address in brackets (with a zone
     or not), an IPv4 address, or a host name of at most 253 characters whose labels, between dots (one may
     end it), are letters, digits, "-" and "_"; a name in another script counts as its IDNA encoding,
-    as httpx sends it."""
+    as httpx sends it, and a label opening with "xn--" must be such an encoding."""
     if host.startswith("["):
         address, percent, zone = host[1:].removesuffix("]").partition("%25")
         if not host.endswith("]") or (percent and not _ZONE.fullmatch(zone)):
@@ -294,7 +311,23 @@ def _is_host(host: str) -> bool:
         except idna.IDNAError:
             return False
     name = host.removesuffix(".")
-    return len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))
+    if not (len(name) <= 253 and all(_LABEL.fullmatch(label) for label in name.split("."))):
+        return False
+    # A label that opens with "xn--" is a name in another script, encoded: httpx decodes a host that opens
+    # with one (and failed every request on one that is no such encoding: "xn--a", "xn--n3h" for a symbol
+    # IDNA does not allow), and no registry hands out such a label anywhere in a name.
+    return all(_is_encoded_label(label) for label in name.split(".") if label[:4].lower() == "xn--")
+
+
+def _is_encoded_label(label: str) -> bool:
+    """Whether `label`, opening with "xn--", is the IDNA encoding of a name (as httpx decodes it)."""
+    import idna
+
+    try:
+        idna.decode(label.lower())
+    except (idna.IDNAError, UnicodeError):
+        return False
+    return True
 
 
 def _temperature(kind: str, value: Any) -> float | None:
@@ -360,15 +393,21 @@ def _retry(
     return RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
 
 
+# What JSON or `repr` write with a backslash before it, of the printable ASCII an API key is made of.
+_ESCAPED = frozenset("/\\\"'")
+
+
 @functools.lru_cache(maxsize=8)
 def _quoted_key(key: str) -> re.Pattern[str]:
-    """The (ASCII) API key `key` as it stands in text, or as JSON may escape any of its characters:
-    ``\\u002B`` for ``+`` (what .NET writes), ``\\/`` for ``/``, in either case of hex digit."""
+    """The (ASCII, printable) API key `key` as it stands in text, or as JSON or Python's `repr` may escape
+    any of its characters: ``\\u002B`` for ``+`` (what .NET writes, in either case of hex digit), ``\\/``
+    for ``/``, ``\\\\`` for ``\\``, ``\\"`` and ``\\'`` for the quotes. So a key is masked in a part of an
+    answer shown as its repr (a list, an object), or as the JSON it came in."""
 
     def char(c: str) -> str:
         forms = [re.escape(c), f"\\\\u(?i:{ord(c):04x})"]
-        if c == "/":
-            forms.append(r"\\/")
+        if c in _ESCAPED:
+            forms.append(re.escape("\\" + c))
         return "(?:" + "|".join(forms) + ")"
 
     return re.compile("".join(char(c) for c in key))
@@ -440,12 +479,14 @@ class HTTPModel:
                 f"e.g. {self._default_url!r}"
             )
         if not _is_host(host):
-            # "http://local%20host:8080", "http://api..example.com": no request could reach it, and each
-            # failed (retried for nothing). Not repeated: what stands before its '@' may be credentials.
+            # "http://local%20host:8080", "http://api..example.com", "http://xn--a.com": no request could
+            # reach it, and each failed (retried for nothing). Not repeated: what stands before its '@' may
+            # be credentials.
             raise ConfigError(
                 f"{type(self).__name__} needs a base_url whose host is a host name (letters, digits, '-' and "
-                "'_' between dots, or a name in another script), an IPv4 address or an IPv6 address in "
-                f"brackets ([::1]), e.g. {self._default_url!r}"
+                "'_' between dots, a label opening with 'xn--' the IDNA encoding of one in another script, "
+                "or a name in another script), an IPv4 address or an IPv6 address in brackets ([::1]), e.g. "
+                f"{self._default_url!r}"
             )
         try:
             urllib.parse.urlsplit(self.base_url).port  # noqa: B018 (a port that is no number raises)
@@ -642,15 +683,17 @@ class HTTPModel:
                 )
                 try:
                     if response.status_code != 200:
-                        raise self._refuse(response, await _error_text(response, self.name))
-                    return await _read_capped(response, self.name)
+                        raise self._refuse(response, await _error_text(response, self.name, self._redacted))
+                    return await _read_capped(response, self.name, self._redacted)
                 finally:
                     await response.aclose()
 
         try:
             content = await self.retry.run(attempt, self._classify)
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
-            raise self._exhausted(exc) from exc
+            # Not chained: httpx's message may quote what the server sent ("illegal header line: b'...'"),
+            # which `_exhausted` shows masked.
+            raise self._exhausted(exc) from None
         return self._decoded(content)
 
     def _decoded(self, content: bytes | str) -> Any:
@@ -663,7 +706,11 @@ class HTTPModel:
             text = content.removeprefix(_BOM).decode("utf-8") if isinstance(content, bytes) else content
             data = read_json(text)
         except ValueError as exc:
-            raise ModelError(f"model {self.name!r} answered 200 with a body that is not JSON: {exc}") from exc
+            # Not chained: the error may quote the body (a key twice), which the message shows masked.
+            raise ModelError(
+                f"model {self.name!r} answered 200 with a body that is not JSON: "
+                f"{json_problem(exc, self._redacted)}"
+            ) from None
         said = error_in(data)
         if said is not None:
             # Read as an answer, it failed on the missing choices or content, the server's message lost.
@@ -703,7 +750,7 @@ class HTTPModel:
                 if response.status_code == 200:
                     return response
                 try:
-                    text = await _error_text(response, self.name)
+                    text = await _error_text(response, self.name, self._redacted)
                 finally:
                     await response.aclose()
             raise self._refuse(response, text)
@@ -711,7 +758,7 @@ class HTTPModel:
         try:
             return await self.retry.run(attempt, self._classify)
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
-            raise self._exhausted(exc) from exc
+            raise self._exhausted(exc) from None  # not chained: see `_post`
 
     def _stream_clock(self) -> StreamClock:
         """The bounds of a stream that just opened: `timeout` between pieces that add to the answer, and
@@ -786,14 +833,14 @@ class StreamClock:
         )
 
 
-async def _read_capped(response: httpx.Response, name: str) -> bytes:
+async def _read_capped(response: httpx.Response, name: str, mask: Mask) -> bytes:
     """The whole body, read as it arrives and refused once it passes `MAX_RESPONSE_BYTES` (counted after
     content decoding too, so a compressed bomb is refused): never held whole first."""
     declared = response.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > MAX_RESPONSE_BYTES:
         raise _too_large(name)
     parts: list[bytes] = []
-    async with contextlib.aclosing(_body(response, name)) as pieces:
+    async with contextlib.aclosing(_body(response, name, mask)) as pieces:
         async for piece in pieces:
             parts.append(piece)
     return b"".join(parts)
@@ -804,13 +851,13 @@ _ERROR_BODY_BYTES = 64 * 1024
 _ERROR_BODY_SHOWN = 2000
 
 
-async def _error_text(response: httpx.Response, name: str) -> str:
+async def _error_text(response: httpx.Response, name: str, mask: Mask) -> str:
     """The start of a refusal's body (enough for its message; the rest is not read), not cut to
     `_ERROR_BODY_SHOWN` yet: the API key is masked in it first (see `HTTPModel._refuse`)."""
     parts: list[bytes] = []
     size = 0
     try:
-        async with contextlib.aclosing(_body(response, name)) as pieces:
+        async with contextlib.aclosing(_body(response, name, mask)) as pieces:
             async for piece in pieces:
                 parts.append(piece)
                 size += len(piece)
@@ -884,28 +931,30 @@ class _Inflater:
         )
 
 
-def _inflater(response: httpx.Response, name: str) -> _Inflater | None:
+def _inflater(response: httpx.Response, name: str, mask: Mask) -> _Inflater | None:
     """The decoder of the body's Content-Encoding (None: not encoded). Only what `ACCEPT_ENCODING` asks for
-    is read: anything else, or two layers, raises ModelError."""
-    codings = [c.strip().lower() for c in response.headers.get_list("content-encoding", split_commas=True)]
-    codings = [c for c in codings if c and c != "identity"]
+    is read: anything else, or two layers, raises ModelError (the header shown as `excerpt` shows it)."""
+    given = [c.strip() for c in response.headers.get_list("content-encoding", split_commas=True)]
+    given = [c for c in given if c and c.lower() != "identity"]
+    codings = [c.lower() for c in given]
     if not codings:
         return None
     if len(codings) == 1 and codings[0] in ("gzip", "x-gzip", "deflate"):
         return _Inflater(name, "deflate" if codings[0] == "deflate" else "gzip")
     raise ModelError(
-        f"model {name!r} answered with Content-Encoding {', '.join(codings)!r}, which bide does not decode "
-        f"(it asks for {ACCEPT_ENCODING!r}: at most one layer of gzip or deflate); nothing was read or "
-        "journaled: check the server, or a proxy in between"
+        # As sent, not lowered: the mask is of the key as it is (a proxy may have quoted it here).
+        f"model {name!r} answered with Content-Encoding {excerpt(', '.join(given), mask, 100)}, which bide "
+        f"does not decode (it asks for {ACCEPT_ENCODING!r}: at most one layer of gzip or deflate); nothing "
+        "was read or journaled: check the server, or a proxy in between"
     )
 
 
 async def _body(
-    response: httpx.Response, name: str, clock: StreamClock | None = None
+    response: httpx.Response, name: str, mask: Mask, clock: StreamClock | None = None
 ) -> AsyncGenerator[bytes, None]:
     """The body as it arrives, content decoding undone by bide in bounded steps: past `MAX_RESPONSE_BYTES`
     as sent or as decoded, ModelError. With a `clock`, each wait is within its bounds."""
-    inflater = _inflater(response, name)
+    inflater = _inflater(response, name, mask)
     sent = size = 0
     # httpx types it as an iterator; it is an async generator, closed here when the reading stops.
     raw = cast("AsyncGenerator[bytes, None]", response.aiter_raw())
@@ -1045,7 +1094,7 @@ async def sse_events(
     opening: bytes | None = b""  # the first bytes, until they show whether events or JSON come
     whole: list[bytes] | None = None
     try:
-        async with contextlib.aclosing(_body(response, name, clock)) as chunks:
+        async with contextlib.aclosing(_body(response, name, mask, clock)) as chunks:
             async for chunk in chunks:
                 if whole is not None:
                     whole.append(chunk)
@@ -1075,10 +1124,12 @@ async def sse_events(
         # A last line without its end, or an event not ended by a blank line, is incomplete: dropped (the
         # caller sees its stream had no end).
     except httpx.TransportError as exc:
+        # Not chained: httpx's message may quote what the server sent ("illegal chunk header: b'...'"),
+        # which is shown here masked.
         raise ModelError(
-            f"model {name!r}: the stream broke off ({type(exc).__name__}: {exc}); nothing was journaled, run "
-            "again to retry"
-        ) from exc
+            f"model {name!r}: the stream broke off ({mask(f'{type(exc).__name__}: {exc}')}); nothing was "
+            "journaled, run again to retry"
+        ) from None
     if whole is not None:
         body = b"".join(whole).removeprefix(_BOM)
         try:
@@ -1153,14 +1204,15 @@ def json_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def json_index(name: str, value: Any, default: int) -> int:
+def json_index(name: str, value: Any, default: int, mask: Mask) -> int:
     """A stream's block or call index: a JSON integer (`default` when absent); anything else raises
-    ModelError, since pieces of a tool call could not be put together without it."""
+    ModelError (the value shown by `excerpt`), since pieces of a tool call could not be put together
+    without it."""
     if value is None:
         return default
     if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
         return value
-    raise malformed(name, f"a stream piece with the index {value!r}")
+    raise malformed(name, f"a stream piece with the index {excerpt(value, mask, 100)}")
 
 
 def json_name(name: str, value: Any, what: str, mask: Mask) -> str:
@@ -1209,7 +1261,9 @@ _EXCERPT = 200
 def excerpt(value: Any, mask: Mask, limit: int = _EXCERPT) -> str:
     """`value`, a part of an answer, as an error message shows it: its repr, the API key masked (`mask`)
     before it is cut to `limit` characters (cut first, a key across the cut was shown but for its last
-    characters). Text is masked before its repr, which would double the backslash of a JSON escape."""
+    characters). Text is masked before its repr, which would double the backslash of a JSON escape; the
+    repr of anything else is masked as it stands (the mask knows the escapes a repr writes). Every
+    server-given value an error message shows goes through here (or through `mask`), never `{value!r}`."""
     if isinstance(value, str):
         return repr(mask(value)[:limit])
     return mask(repr(value))[:limit]
@@ -1219,10 +1273,11 @@ def json_event(name: str, data: str, mask: Mask) -> Any:
     try:
         return read_json(data)
     except ValueError as exc:
+        # Not chained: the error may quote the event (a key twice), which the message shows masked.
         raise ModelError(
-            f"model {name!r} streamed an event that is not JSON ({mask(str(exc))}): {excerpt(data, mask)}; "
-            "nothing was journaled, run again to retry"
-        ) from exc
+            f"model {name!r} streamed an event that is not JSON ({json_problem(exc, mask)}): "
+            f"{excerpt(data, mask)}; nothing was journaled, run again to retry"
+        ) from None
 
 
 def unfinished(name: str) -> ModelError:
@@ -1251,26 +1306,30 @@ def filtered(name: str, reason: str) -> ModelError:
     )
 
 
-def filtered_answer(name: str, reason: str, text: str) -> ModelError:
+def filtered_answer(name: str, reason: str, text: str, mask: Mask) -> ModelError:
     """The error for an answer without tool calls that the provider's safety filter stopped: what came is
-    cut where the filter stopped it (or is nothing), so it is not the run's answer, which would be final."""
-    wrote = f"after writing {text!r:.300}, cut short there" if text else "before it wrote anything"
+    cut where the filter stopped it (or is nothing), so it is not the run's answer, which would be final.
+    The text is shown, and kept in `body`, with the API key masked (`mask`)."""
+    wrote = "before it wrote anything"
+    if text:
+        wrote = f"after writing {excerpt(text, mask, 300)}, cut short there"
     return ModelError(
         f"model {name!r} was stopped by the provider's content filter (finish reason {reason!r}) {wrote}; "
         "nothing was journaled and the run is not finished: change the request that the filter stopped (a "
         "new run), or run again to ask again",
-        body=text,
+        body=mask(text),
     )
 
 
-def refused(name: str, text: str) -> ModelError:
+def refused(name: str, text: str, mask: Mask) -> ModelError:
     """The error for a turn in which the model refused (OpenAI's ``refusal``): journaled, an empty answer
-    would end the run for good and the refusal would be lost, so it is shown here, and in `body`."""
+    would end the run for good and the refusal would be lost, so it is shown here, and in `body`, with the
+    API key masked (`mask`)."""
     return ModelError(
-        f"model {name!r} refused to answer: {text!r:.1000}; nothing was journaled and the run is not "
-        "finished: change the request (the input, the system prompt or the tools) in a new run, or run "
-        "again to ask again",
-        body=text,
+        f"model {name!r} refused to answer: {excerpt(text, mask, 1000)}; nothing was journaled and the run "
+        "is not finished: change the request (the input, the system prompt or the tools) in a new run, or "
+        "run again to ask again",
+        body=mask(text),
     )
 
 
@@ -1284,13 +1343,14 @@ def nothing_written(name: str, reason: str, limit: str) -> ModelError:
     )
 
 
-def unknown_end(name: str, what: str, reason: str, hint: str = "") -> ModelError:
+def unknown_end(name: str, what: str, reason: str, mask: Mask, hint: str = "") -> ModelError:
     """The error for a turn that ended for a reason bide does not know: it may be partial, or no answer at
-    all, and journaled as the final answer it would end the run for good."""
+    all, and journaled as the final answer it would end the run for good. The reason is server text,
+    shown by `excerpt`."""
     return ModelError(
-        f"model {name!r} ended its turn with the {what} {reason!r}, which bide does not know: the answer may "
-        "be partial or not an answer at all, so nothing was journaled and the run is not finished; run "
-        f"again to ask again{hint}"
+        f"model {name!r} ended its turn with the {what} {excerpt(reason, mask, 100)}, which bide does not "
+        "know: the answer may be partial or not an answer at all, so nothing was journaled and the run is "
+        f"not finished; run again to ask again{hint}"
     )
 
 

@@ -240,7 +240,7 @@ class OpenAIModel(HTTPModel):
                         raise malformed(
                             self.name, f"a stream choice that is not an object: {excerpt(choice, mask)}"
                         )
-                    if json_index(self.name, choice.get("index"), 0) != 0:
+                    if json_index(self.name, choice.get("index"), 0, mask) != 0:
                         # bide asks for one choice: pieces of another would be spliced into this one's calls.
                         raise malformed(self.name, f"a piece of a second choice (index {choice['index']})")
                     delta = choice.get("delta")
@@ -254,13 +254,15 @@ class OpenAIModel(HTTPModel):
                         if finish and (delta.get("content") or delta.get("tool_calls")):
                             # A finish judged without these pieces: a tool call added after a "stop" or a
                             # "length" would run a call nobody checked.
-                            raise malformed(self.name, f"a piece after the finish reason {finish!r}")
+                            shown = excerpt(finish, mask, 100)
+                            raise malformed(self.name, f"a piece after the finish reason {shown}")
                         clock.progress()  # text, call pieces, reasoning: not an empty keep-alive delta
                     if isinstance(ends, str) and ends:
                         if finish and ends != finish:
                             # A second finish would overwrite the first: "length", then "tool_calls", ran the
                             # calls of a turn cut off at its token limit.
-                            raise malformed(self.name, f"a second finish reason {ends!r} after {finish!r}")
+                            shown = f"{excerpt(ends, mask, 100)} after {excerpt(finish, mask, 100)}"
+                            raise malformed(self.name, f"a second finish reason {shown}")
                         if ends != finish:  # a repeated finish is no progress either
                             clock.progress()
                         finish = ends
@@ -298,7 +300,7 @@ class OpenAIModel(HTTPModel):
             # Without its finish reason (even with [DONE]) the turn may be cut short: an empty answer
             # would end the run for good.
             raise unfinished(self.name)
-        _judge(self.name, finish, text.text(), bool(calls), refusal.text(), self.answer_finish_reasons)
+        _judge(self.name, finish, text.text(), bool(calls), refusal.text(), self.answer_finish_reasons, mask)
         slots = [slot for _, slot in sorted(calls.items())]
         ids = made_up_ids([slot.get("id", "") for slot in slots], "call_")
         tool_calls = [
@@ -319,13 +321,15 @@ _TOKEN_LIMIT = "the request's output token limit (max_tokens or max_completion_t
 _CUT_OFF = frozenset({"length", "model_length"})
 
 
-def _judge(name: str, reason: str, text: str, has_calls: bool, refusal: str, ends: frozenset[str]) -> None:
+def _judge(
+    name: str, reason: str, text: str, has_calls: bool, refusal: str, ends: frozenset[str], mask: Mask
+) -> None:
     """Raise ModelError for a turn that must not be journaled as it came (a final answer ends the run for
     good): a refusal, the legacy function_call form, tool calls cut off or filtered, an answer the filter
     stopped or the token limit left empty, a finish for tools without one, or a finish reason not known
     (neither tools, a cut-off nor one of `ends`). "" (a whole answer that gave none) is an answer."""
     if refusal:
-        raise refused(name, refusal)
+        raise refused(name, refusal, mask)
     if reason == "function_call":
         raise _legacy_call(name)
     if reason in _CUT_OFF:
@@ -334,7 +338,7 @@ def _judge(name: str, reason: str, text: str, has_calls: bool, refusal: str, end
         if not text:
             raise nothing_written(name, reason, _TOKEN_LIMIT)
     elif reason == "content_filter":
-        raise filtered(name, reason) if has_calls else filtered_answer(name, reason, text)
+        raise filtered(name, reason) if has_calls else filtered_answer(name, reason, text, mask)
     elif reason == "tool_calls":
         if not has_calls:
             raise no_calls_after_all(name, reason)
@@ -343,6 +347,7 @@ def _judge(name: str, reason: str, text: str, has_calls: bool, refusal: str, end
             name,
             "finish reason",
             reason,
+            mask,
             " (if your server ends complete answers with it, add it to answer_finish_reasons in a subclass "
             "of OpenAIModel)",
         )
@@ -389,7 +394,7 @@ def _piece_index(
     a call (several whole calls in one delta, say), and a piece of arguments alone goes on with the last
     call, instead of each piece becoming a call of its own."""
     if raw.get("index") is not None:
-        return json_index(name, raw.get("index"), 0)
+        return json_index(name, raw.get("index"), 0, mask)
     given = json_name(name, raw.get("id"), "id", mask)
     for index, slot in calls.items():
         if given and slot.get("id") == given:
@@ -508,7 +513,7 @@ def _parse(
     if said is not None and not isinstance(said, str):
         shown = excerpt(said, mask)
         raise malformed(name, f"choices[0].message.refusal that is not a string or null: {shown}")
-    _judge(name, finish, content or "", bool(calls), said or "", ends)
+    _judge(name, finish, content or "", bool(calls), said or "", ends, mask)
     return AssistantMessage(
         content=content or "",
         tool_calls=calls,
