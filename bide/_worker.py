@@ -106,9 +106,13 @@ class PassReport:
     for a call's deadline, another live driver, a synchronous call of this worker running on past its
     timeout, whose outcome it journals when the call returns). `failed`: drives that raised an error
     (backed off).
-    `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, or started by
-    an agent this worker does not know: those are in `unresumable`, with why, since no pass of this worker
-    will drive them). `errors` says what each failed drive raised ("<type>: <message>")
+    `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, started by an
+    agent this worker does not define, or one it cannot drive). `unresumable` names the runs no pass of
+    this worker will drive until a person acts, with why (a record damaged in the database, another journal
+    format, a lookup function's agent on another store). `other_agents` names the runs started by an agent
+    this worker does not define, with the run's entry point ("agent:NAME" or "thread:NAME"): on a store
+    that several apps share, another app's runs, which its own worker drives; not trouble of this worker's.
+    `errors` says what each failed drive raised ("<type>: <message>")
     and `causes` why it failed: "store" (the store failed), "output" (the run ended as failed: its final
     answer never validated, `OutputInvalid`) or "error" (anything else: the model down, a bug).
     `leased`: unfinished runs no pass could take because another driver's lease on them is live (one
@@ -124,6 +128,7 @@ class PassReport:
     errors: dict[str, str] = field(default_factory=dict)
     causes: dict[str, str] = field(default_factory=dict)
     unresumable: dict[str, str] = field(default_factory=dict)
+    other_agents: dict[str, str] = field(default_factory=dict)
     leased: int = 0
 
     @property
@@ -447,19 +452,12 @@ class Worker:
                 return out, listed
             after = page[-1].run_id
 
-    def _park(self, run_id: str, state: _Backoff, journal: Journal) -> None:
-        """Leave `run_id` out of the listings while its lease stays as listed and its latest record is the
+    def _park(self, state: _Backoff, listed: _Listed, journal: Journal) -> None:
+        """Leave the run out of the listings while its lease stays as `listed` and its latest record is the
         latest of `journal`, what the decision to park it read (see _Backoff)."""
-        state.parked_token = self._tokens.get(run_id)
+        state.parked_token = listed.token
         state.parked_until = self._timer() + max(PARKED_RECHECK_S, self.poll_interval)
-        state.parked_seq = self._seen_seq(run_id, journal)
-
-    def _seen_seq(self, run_id: str, journal: Journal) -> int:
-        """The seq of the latest record of `journal` as read for a decision, when the listing says each
-        run's latest record, so that a change shows there; -1 otherwise (see _Backoff)."""
-        if self._seqs.get(run_id, -1) < 0:
-            return -1
-        return journal.last_seq
+        state.parked_seq = listed.seen_seq(journal)
 
     async def _recover(self, run_id: str, report: PassReport | None) -> str:
         """Drive one run; returns how it ended: completed, cancelled, halted, waiting, failed or skipped.
@@ -473,6 +471,8 @@ class Worker:
             return self._failed(run_id, exc, report)
 
     async def _recover_run(self, run_id: str, report: PassReport | None) -> str:
+        # As the listing that has it driven now gave it: one made while it is in flight skips it.
+        listed = _Listed(self._tokens.get(run_id), self._seqs.get(run_id, -1))
         try:
             journal = Journal(self.store, run_id)
         except ConfigError as exc:  # a row edited in the database: no agent can drive such a run id
@@ -487,6 +487,10 @@ class Worker:
             return self._skip(run_id, "never started: no run:start to resume from", report)
         kind, _, name = start.entry.partition(":")
         agent = self._lookup(name) if kind in ("agent", "thread") else None
+        if agent is None and kind in ("agent", "thread"):
+            # Not this app's agent: on a store several apps share, another app's run (its own worker drives
+            # it, or leaves it idle, halted or waiting as it should be). Not a run a person must act on.
+            return self._other_agents(run_id, start.entry, report)
         if agent is None:
             return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know", report)
         if not isinstance(agent, Agent) or agent.store is not self.store:
@@ -500,19 +504,20 @@ class Worker:
         if status.status == "idle" and not journal.has(CANCEL_KEY):
             # A thread waiting for its next message: nothing to drive (its lease is free between messages).
             # One with a cancel request is resumed, which ends it.
-            self._park(run_id, state, journal)
+            self._park(state, listed, journal)
             return "skipped"
         if status.status in ("sleeping", "awaiting_approval") and not journal.has(CANCEL_KEY):
             now = self._timer()
             due = 0 < state.wake_wall <= self.clock()
             unchanged = state.waiting_at_records in (-1, len(journal.records()))
             if not due and now < state.drive_after and unchanged:
-                seq = self._seen_seq(run_id, journal)
+                seq = listed.seen_seq(journal)
                 # Read again once its lease or journal changes (a decision, a cancel request), or when due;
                 # every PARKED_RECHECK_S too where the listing does not say when its journal changed.
                 recheck = now + PARKED_RECHECK_S if seq < 0 else state.drive_after
                 state.not_before = min(state.drive_after, recheck)
-                state.waiting_token = self._tokens.get(run_id, -1)  # as listed now: read again if it changes
+                # As listed: read again if it changes.
+                state.waiting_token = -1 if listed.token is None else listed.token
                 state.waiting_seq = seq if seq >= 0 else None
                 return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
         # A halted run with a cancel request is driven: the drive ends it as cancelled. One is not counted
@@ -521,7 +526,7 @@ class Worker:
         # apart: RunInFlight while that driver's lease is live, else OutcomeUnknown.
         halted = status.status == "halted" and not journal.has(CANCEL_KEY)
         if halted and len(journal.records()) == state.halted_at_records:
-            self._park(run_id, state, journal)
+            self._park(state, listed, journal)
             return "skipped"  # nothing was recorded since it halted: still waiting for a person
         try:
             if kind == "thread":
@@ -553,8 +558,8 @@ class Worker:
                     # and its latest record is this journal's (what was written while it drove is here; a
                     # store whose listing does not give the latest record: read again after
                     # PARKED_RECHECK_S).
-                    self._park(run_id, state, journal)
-                    state.parked_token = self._token_after_drive(run_id)
+                    self._park(state, listed, journal)
+                    state.parked_token = listed.token_after_drive()
             # The halt's own words name the library call; an operator of `bide worker` works from a shell.
             # (`--` before the ids: a run id may start with "-".)
             prefix = getattr(self.store, "table_prefix", "bide_")
@@ -571,7 +576,7 @@ class Worker:
             return "waiting"
         except RunSleeping as exc:
             # A timer: driven again once it is due, or at once cancelled (the request changes the lease).
-            self._wait_until(state, self._local(exc.wake_at), -1, self._token_after_drive(run_id))
+            self._wait_until(state, self._local(exc.wake_at), -1, listed.token_after_drive())
             state.wake_wall = exc.wake_at
             return "waiting"
         except ApprovalPending as exc:
@@ -582,7 +587,7 @@ class Worker:
             with contextlib.suppress(StoreError):  # unread: consulted again after the backoff only
                 now_has = len((await Journal(self.store, run_id).aload()).records())
                 gate_saw = exc.records if exc.records >= 0 else now_has
-                self._wait_until(state, state.not_before, gate_saw, self._token_after_drive(run_id))
+                self._wait_until(state, state.not_before, gate_saw, listed.token_after_drive())
                 if now_has != gate_saw:
                     state.not_before = self._timer()  # written since the gate looked: read it at once
             return "waiting"
@@ -640,6 +645,21 @@ class Worker:
         self._back_off(state)
         return "skipped"
 
+    def _other_agents(self, run_id: str, entry: str, report: PassReport | None) -> str:
+        """A run started by an agent this worker does not define (`entry`): said once, in the pass's report,
+        and looked at again with backoff (it stays another's for as long as this worker runs)."""
+        state = self._state.setdefault(run_id, _Backoff())
+        if state.failures == 0:
+            log.info(
+                "run %s not resumed: started by %r, which this worker's agents do not define (another app's "
+                "run? a worker whose app defines it resumes it)",
+                run_id, entry,
+            )  # fmt: skip
+        if report is not None:
+            report.other_agents[run_id] = entry
+        self._back_off(state)
+        return "skipped"
+
     def _local(self, wall: float) -> float:
         """The time on the worker's own timer when `clock` will read `wall` (a wake-up, a retry-after)."""
         return self._timer() + (wall - self.clock())
@@ -651,13 +671,6 @@ class Worker:
         state.drive_after, state.waiting_at_records, state.wake_wall = when, records, 0.0
         state.not_before = min(when, self._timer() + max(PARKED_RECHECK_S, self.poll_interval))
         state.waiting_token, state.waiting_seq = token, None  # after a drive: its journal is not known
-
-    def _token_after_drive(self, run_id: str) -> int:
-        """The lease token a drive of `run_id` in this pass left: the one listed, plus its own grant (every
-        grant adds one, in every store: S9). Another grant since (a decision announced, a resolution) makes
-        the next listing differ. -1 when the run was not listed."""
-        listed = self._tokens.get(run_id)
-        return -1 if listed is None else listed + 1
 
     def _back_off(self, state: _Backoff) -> None:
         delay = min(self.max_backoff, self.backoff * 2**state.failures)
@@ -675,6 +688,26 @@ class Worker:
             task.cancel()
         if pending:
             await asyncio.wait(pending)
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """A run as the listing its drive started from gave it: its lease token (None: not listed) and the seq
+    of its latest record (-1: the store does not say)."""
+
+    token: int | None
+    seq: int
+
+    def token_after_drive(self) -> int:
+        """The lease token a drive from this listing left: the one listed, plus its own grant (every grant
+        adds one, in every store: S9). Another grant since (a decision announced, a resolution) makes the
+        next listing differ. -1 when the run was not listed."""
+        return -1 if self.token is None else self.token + 1
+
+    def seen_seq(self, journal: Journal) -> int:
+        """The seq of the latest record of `journal` as read for a decision, when the listing says each
+        run's latest record, so that a change shows there; -1 otherwise (see _Backoff)."""
+        return -1 if self.seq < 0 else journal.last_seq
 
 
 class _Stopped(Exception):

@@ -18,13 +18,13 @@ cancels them too, exit 130).
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
 has already ended); 6 the store failed. `bide worker --once` exits 6 when the store failed listing the runs
 or in any drive, else 4 when it met a run it cannot drive (`unresumable`: a damaged record, another journal
-format, an agent the app does not define; a person must act), else 1 when a drive failed otherwise (the
-model down, a tool that did not run: retried at the next pass), else 0: a run completed, halted for a
-person, waiting, or ended as failed by its drive (`OutputInvalid`) is a run's outcome, not the worker's
-failure. `bide cancel` interrupted (SIGINT) before
-its request is sent says nothing was sent (130); after, it waits for the store's answer and reports it,
-unless interrupted again (130, "may or may not have been recorded"): see
-`bide._cli.interrupts_around_a_write`.
+format; a person must act), else 1 when a drive failed otherwise (the model down, a tool that did not run:
+retried at the next pass), else 0: a run completed, halted for a person, waiting, or ended as failed by its
+drive (`OutputInvalid`) is a run's outcome, not the worker's failure, and a run started by an agent the app
+does not define (`other_agents`: on a store several apps share, another app's) is not this worker's.
+`bide cancel` interrupted (SIGINT) before its request is sent says nothing was sent (130); after, it waits
+for the store's answer and reports it, unless interrupted again (130, "may or may not have been
+recorded"): see `bide._cli.interrupts_around_a_write`.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ import os
 import shlex
 import signal
 import sys
+import threading
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -358,6 +359,12 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
                     f"(need a person), {report.waiting} waiting, {report.failed} failed; "
                     f"{report.skipped} skipped"
                     + (
+                        f" ({len(report.other_agents)} started by agents --app does not define: another "
+                        "app's, left to its worker)"
+                        if report.other_agents
+                        else ""
+                    )
+                    + (
                         f"; {report.leased} held by a live lease (driven elsewhere, or its driver died "
                         "less than its lease ago: a later pass takes those)"
                         if report.leased
@@ -378,8 +385,7 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
         return EXIT_OK
     finally:
         try:
-            # (It waits for what a drive cancelled by a second signal left to finish: a synchronous call's
-            # outcome to journal, then its run's lease to free.)
+            # Closed already once the worker ran (see _store_released): this closes it on the other ways out.
             store.close()
         except StoreError as exc:  # what the worker did stands (and was reported): only said on stderr
             print(f"bide worker: closing the store failed: {printable(str(exc))}", file=sys.stderr)
@@ -405,7 +411,8 @@ def _once_exit_code(report: PassReport) -> tuple[int, str]:
     because the store failed, else EXIT_NOT_FOUND when the pass met a run no pass of this worker can drive
     (`unresumable`: it needs a person), else EXIT_FAILED when a drive failed otherwise, else EXIT_OK. A
     drive that ended its run as failed (`OutputInvalid`) gave the run's outcome, as a halt does: the worker
-    did not fail. What is said names every kind of trouble the pass met, whichever decides the code."""
+    did not fail, and a run of an agent the app does not define (`other_agents`) is another app's. What is
+    said names every kind of trouble the pass met, whichever decides the code."""
     by_store: list[str] = []
     other: list[str] = []
     for run_id, error in sorted(report.errors.items()):
@@ -414,11 +421,12 @@ def _once_exit_code(report: PassReport) -> tuple[int, str]:
             (by_store if cause == "store" else other).append(f"run {run_id}: {error}")
     stuck = [f"run {run_id}: {reason}" for run_id, reason in sorted(report.unresumable.items())]
     said: list[str] = []
-    failed = by_store or other
-    if failed:
-        drives = "drive" if len(failed) == 1 else "drives"
-        what = f"the store failed in {len(failed)} {drives}" if by_store else f"{len(failed)} {drives} failed"
-        said.append(f"{what} ({_first_few(failed)}); tried again at the next pass")
+    if by_store:
+        said.append(
+            f"the store failed in {_drives(by_store)} ({_first_few(by_store)}); tried again at the next pass"
+        )
+    if other:
+        said.append(f"{_drives(other)} failed ({_first_few(other)}); tried again at the next pass")
     if stuck:
         if len(stuck) == 1:
             runs, them = "1 run cannot be resumed by this worker and needs", "it"
@@ -428,10 +436,6 @@ def _once_exit_code(report: PassReport) -> tuple[int, str]:
             f"{runs} a person: no pass of it drives {them} until one acts ({_first_few(stuck)}); each "
             "reason says what to do"
         )
-        if any(reason.startswith("started by ") for reason in report.unresumable.values()):
-            said.append(
-                "a run started by an agent this worker does not know needs a worker whose --app defines it"
-            )
     why = "; ".join(said)
     if by_store:
         return EXIT_STORE, why
@@ -440,6 +444,10 @@ def _once_exit_code(report: PassReport) -> tuple[int, str]:
     if other:
         return EXIT_FAILED, why
     return EXIT_OK, ""
+
+
+def _drives(failed: list[str]) -> str:
+    return f"{len(failed)} drive" + ("" if len(failed) == 1 else "s")
 
 
 def _first_few(lines: list[str]) -> str:
@@ -474,21 +482,40 @@ def _signals_restored() -> Iterator[None]:
                     signal.signal(sig, handler)
 
 
-def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | None = None) -> None:
+class _StopSignals:
+    """The stop signals a worker took so far, and whether its drives are over and it waits for its store
+    to be released (`closing`) before it exits."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.closing = False
+
+
+def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | None = None) -> _StopSignals:
     # The first signal stops the worker and waits for its drives however long they take (a side effect
     # running then has its result journaled); only a second one cancels them, which the operator is told.
     # `a_pass`: the task of a --once pass, whose drives are its own (not counted in the worker's in_flight).
     from ._store import finishers_running
 
     loop = asyncio.get_running_loop()
-    signals = 0
+    taken = _StopSignals()
 
     def on_signal(sig: signal.Signals) -> None:
-        nonlocal signals
-        signals += 1
+        taken.count += 1
+        signals = taken.count
         # Synchronous calls past their timeout, whose drives are over: the exit waits for them all the same.
         late = finishers_running(worker.store)
-        if signals == 1:
+        if taken.closing and signals < 3:
+            # The drives are over: what is left is the store's answer (see _store_released).
+            worker.stop()
+            if a_pass is not None and signals == 2:
+                _say(
+                    "bide worker: this pass is cancelled: it exits without its report once the store has "
+                    f"answered ({_exit_at_once(signals)})"
+                )
+            else:
+                _say(f"bide worker: still waiting for the store before exiting ({_exit_at_once(signals)})")
+        elif signals == 1:
             worker.stop()
             if a_pass is not None:
                 _say(
@@ -525,6 +552,53 @@ def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | Non
     for sig in _handled_signals():
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal, sig)
+    return taken
+
+
+def _exit_at_once(taken: int) -> str:
+    """How many more stop signals make the worker exit at once, having taken `taken` (the third does)."""
+    more = {0: "three SIGINT, SIGTERM or SIGHUP exit", 1: "two more SIGINT, SIGTERM or SIGHUP exit"}
+    return more.get(taken, "a third SIGINT, SIGTERM or SIGHUP exits") + " at once"
+
+
+async def _store_released(worker: Worker, taken: _StopSignals) -> None:
+    """Close the worker's store once its drives are over, and wait until the store is released, with the
+    worker's signal handlers still on: a statement it runs (a listing whose answer the worker dropped,
+    waiting for a lock another session holds) is answered within the store's busy timeout, and a
+    synchronous call past its timeout journals its outcome when it returns. The end of the process would
+    wait for them all the same, with the default actions of the signals back (a second signal killed the
+    worker, or raised KeyboardInterrupt in the interpreter's exit). Said on stderr when there is a wait."""
+    from ._store import finishers_running
+
+    store = worker.store
+    before = set(threading.enumerate())
+    late = finishers_running(store)
+    try:
+        store.close()
+    except StoreError as exc:  # what the worker did stands (and is reported): only said on stderr
+        _say(f"bide worker: closing the store failed: {printable(str(exc))}")
+        return
+
+    def releasing() -> bool:
+        # A close that must wait leaves it to a thread of its own (not a daemon: the exit waits for it).
+        return any(t not in before and t.is_alive() and not t.daemon for t in threading.enumerate())
+
+    if not releasing():
+        return
+    taken.closing = True
+    what = (
+        "synchronous tool calls running past their timeout to return and journal their outcomes"
+        if late
+        else "the store to answer the statement under way (one waiting for a lock another session holds "
+        "waits up to the store's busy timeout)"
+    )
+    _say(f"bide worker: waiting for {what} before exiting ({_exit_at_once(taken.count)})")
+    while releasing():
+        await asyncio.sleep(_RELEASE_POLL_S)
+
+
+# How often the exit looks whether the store was released: a wait for a statement is seconds long.
+_RELEASE_POLL_S = 0.05
 
 
 _LATE_CALLS = (
@@ -541,16 +615,28 @@ def _say(line: str) -> None:
 
 
 async def _once(worker: Worker) -> PassReport:
-    _stop_then_cancel_on_signals(worker, asyncio.current_task())
-    return await worker.run_once()
+    """The pass, then the store closed and released; CancelledError when a second stop signal came before
+    the report (the pass's drives cancelled, or the exit waiting for the store then)."""
+    a_pass = asyncio.ensure_future(worker.run_once())
+    taken = _stop_then_cancel_on_signals(worker, a_pass)
+    try:
+        report = await a_pass
+    finally:
+        await _store_released(worker, taken)
+    if taken.count >= 2:
+        raise asyncio.CancelledError
+    return report
 
 
 async def _forever(worker: Worker, started: str) -> None:
-    _stop_then_cancel_on_signals(worker)
+    taken = _stop_then_cancel_on_signals(worker)
     # Said once the stop signals are the worker's own: from then on a signal stops it as documented (before,
     # it ends the process as any program starting up, with no run taken yet).
     _say(printable(started))
-    await worker.run_forever()
+    try:
+        await worker.run_forever()
+    finally:
+        await _store_released(worker, taken)
 
 
 _WORKER_DESCRIPTION = """\
@@ -562,9 +648,10 @@ once the file is in place).
   0  every drive ended as a run does: completed, halted for a person, waiting, or ended as failed by
      its drive (OutputInvalid): those are the runs' outcomes, not the worker's failure
   1  a drive failed otherwise (the model down, a tool that did not run): retried at the next pass
-  4  a run this worker cannot drive (a record damaged in the database, another journal format, an
-     agent the app does not define): no pass drives it until a person acts; stderr and --json's
-     "unresumable" name each run and why (whatever else failed, but the store)
+  4  a run this worker cannot drive (a record damaged in the database, another journal format): no
+     pass drives it until a person acts; stderr and --json's "unresumable" name each run and why
+     (whatever else failed, but the store). A run started by an agent --app does not define is not
+     one: on a store several apps share it is another app's (--json's "other_agents" names them)
   6  the store failed, listing the runs or in any drive (whatever else failed): retried at the
      next pass
 """
