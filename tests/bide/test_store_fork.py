@@ -8,55 +8,17 @@ import asyncio
 import contextlib
 import os
 import select
-import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from forked import fork, wait_all
 
 import bide
 
 CHILDREN, EACH, SHARED = 3, 30, 10
-
-
-def fork(work: Callable[[], None], errors: Path) -> int:
-    """Run `work` in a forked child that never returns into pytest; a failure's traceback goes to `errors`."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            work()
-            code = 0
-        except BaseException:
-            errors.write_text(traceback.format_exc())
-        finally:
-            os._exit(code)
-    return pid
-
-
-def wait_all(pids: list[int], errors: list[Path], while_waiting: Callable[[], None] = lambda: None) -> None:
-    """Wait for the children (killed after a minute: a hang fails the test instead of stalling it), calling
-    `while_waiting` meanwhile, and fail with their tracebacks if any failed or hung."""
-    deadline = time.monotonic() + 60
-    status: dict[int, int] = {}
-    while len(status) < len(pids) and time.monotonic() < deadline:
-        for pid in pids:
-            if pid not in status:
-                done, code = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    status[pid] = code
-        while_waiting()
-        time.sleep(0.01)
-    for pid in pids:
-        if pid not in status:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    failed = [p.read_text() for p in errors if p.exists()]
-    assert len(status) == len(pids), f"{len(pids) - len(status)} children hung; failures: {failed}"
-    assert all(os.waitstatus_to_exitcode(code) == 0 for code in status.values()), failed
 
 
 def child_work(store: bide.Store, k: int, acks: Path) -> Callable[[], None]:

@@ -6,44 +6,14 @@ the registry's lock when another thread of the parent held it at the fork."""
 
 from __future__ import annotations
 
-import os
-import signal
 import threading
 import time
-import traceback
-from collections.abc import Callable
 from pathlib import Path
+
+from forked import in_child
 
 import bide
 from bide._store import HANDOVER_S, Finishing, close_after_finishers, finish_before_close
-
-
-def in_child(work: Callable[[], None], tmp_path: Path, timeout: float = 20.0) -> None:
-    """Run `work` in a forked child (killed after `timeout`: a hang fails the test); fail with its traceback
-    if it failed."""
-    errors = tmp_path / f"child-{time.monotonic_ns()}.txt"
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            work()
-            code = 0
-        except BaseException:
-            errors.write_text(traceback.format_exc())
-        finally:
-            os._exit(code)
-    deadline = time.monotonic() + timeout
-    while True:
-        done, status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            break
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-            raise AssertionError(f"the child hung for {timeout} s")
-        time.sleep(0.01)
-    failed = errors.read_text() if errors.exists() else ""
-    assert os.waitstatus_to_exitcode(status) == 0, failed
 
 
 def closes(tmp_path: Path) -> list[threading.Thread]:

@@ -3,54 +3,16 @@ fork start method): every child appends through the handle it inherited, as if i
 
 from __future__ import annotations
 
-import os
-import signal
-import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
+
+from forked import fork, wait_all
 
 from govern.runtime._eventlog import Event, EventLog
 
 from .machines import order_log, order_machine
 
 CHILDREN, EACH = 3, 40
-
-
-def fork(work: Callable[[], None], errors: Path) -> int:
-    """Run `work` in a forked child that never returns into pytest; a failure's traceback goes to `errors`."""
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            work()
-            code = 0
-        except BaseException:
-            errors.write_text(traceback.format_exc())
-        finally:
-            os._exit(code)
-    return pid
-
-
-def wait_all(pids: list[int], errors: list[Path]) -> None:
-    """Wait for the children (killed after two minutes: a hang fails the test instead of stalling it) and
-    fail with their tracebacks if any failed."""
-    deadline = time.monotonic() + 120
-    status: dict[int, int] = {}
-    while len(status) < len(pids) and time.monotonic() < deadline:
-        for pid in pids:
-            if pid not in status:
-                done, code = os.waitpid(pid, os.WNOHANG)
-                if done:
-                    status[pid] = code
-        time.sleep(0.01)
-    for pid in pids:
-        if pid not in status:
-            os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
-    failed = [p.read_text() for p in errors if p.exists()]
-    assert len(status) == len(pids), f"children hung: {failed}"
-    assert all(os.waitstatus_to_exitcode(code) == 0 for code in status.values()), failed
 
 
 def event(event_id: str, producer: str, record: str, name: str = "restock") -> Event:
