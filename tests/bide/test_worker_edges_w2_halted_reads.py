@@ -2,11 +2,17 @@
 parked as the journal it read after the halt: it is not read again while its lease and latest record stay
 as they were. It was read once more PARKED_RECHECK_S (30 s) later although nothing had changed. A record
 written later has it read at the next pass, and a cancel request written while the worker's drive held
-its lease has it ended as cancelled at the next pass (it waited for that recheck)."""
+its lease has it ended as cancelled at the next pass (it waited for that recheck).
+
+A run the worker halted itself is parked on the lease token and latest record its drive started from.
+`run_forever` lists the runs again while a drive is in flight, and that listing skips the run: the park
+read the latest listing's token, which no longer had the run, so the run was read and driven again at the
+next poll although nothing had changed (and at every poll, when a journal read took longer than one)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Any
 
@@ -91,3 +97,69 @@ def test_a_cancel_request_written_while_the_worker_drove_the_run_ends_it_at_the_
     report = asyncio.run(worker.run_once())  # the clock has not moved: no recheck is due
     assert report.cancelled == 1, report
     assert bide.run_status(store, "h").status == "cancelled"
+
+
+class Said(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+async def until(condition: Any, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
+def test_a_run_halted_while_listings_ran_during_its_drive_is_not_read_again(
+    store: bide.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    halted(store, "h")
+    listings: list[int] = []
+    list_leases = store.expired_leases
+
+    def counted_listing(**options: Any) -> Any:
+        found = list_leases(**options)
+        listings.append(len(found))
+        return found
+
+    reads: list[tuple[str, int]] = []  # each read of a journal, and how many listings had run then
+    load = store.aload
+
+    async def read(run_id: str, after: int = 0) -> Any:
+        reads.append((run_id, len(listings)))
+        if len(reads) == 1:  # the drive's first read: the worker lists the runs twice meanwhile
+            at = len(listings)
+            await until(lambda: len(listings) >= at + 2, "listings during the drive")
+        return await load(run_id, after)
+
+    monkeypatch.setattr(store, "expired_leases", counted_listing)
+    monkeypatch.setattr(store, "aload", read)
+    said = Said()
+    logging.getLogger("bide.worker").addHandler(said)
+    worker = bide.Worker(store, agent(store, [reply("never asked")]), poll_interval=0.01)
+
+    async def serve() -> int:
+        forever = asyncio.create_task(worker.run_forever())
+        try:
+            await until(lambda: any(line.startswith("run h halted") for line in said.lines), "the halt")
+            at_halt = len(listings)
+            await until(lambda: len(listings) >= at_halt + 10, "ten more listings")
+        finally:
+            worker.stop()
+            await forever
+        return at_halt
+
+    try:
+        at_halt = asyncio.run(serve())
+    finally:
+        logging.getLogger("bide.worker").removeHandler(said)
+    assert [line for line in said.lines if line.startswith("run h halted")] == [said.lines[0]], said.lines
+    assert reads and reads[0] == ("h", reads[0][1])
+    read_later = [at for run_id, at in reads if run_id == "h" and at > at_halt]
+    assert read_later == [], (reads, at_halt)  # parked: its lease and journal are as its drive left them
+    assert bide.run_status(store, "h").status == "halted"
