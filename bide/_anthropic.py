@@ -19,6 +19,7 @@ from ._http import (
     call_arguments,
     cut_off,
     error_message,
+    error_shown,
     excerpt,
     filtered,
     filtered_answer,
@@ -308,7 +309,7 @@ class AnthropicModel(HTTPModel):
                     done = True
                     break
                 elif kind == "error" or isinstance(payload.get("error"), (dict, str)):
-                    said = self._redacted(error_message(data))
+                    said = error_shown(error_message(data), self._redacted)
                     raise ModelError(
                         f"model {self.name!r} failed mid-stream: {said}; nothing was "
                         "journaled, run again to retry"

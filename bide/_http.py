@@ -213,6 +213,45 @@ def error_in(data: Any) -> str | None:
     return None
 
 
+# The most of the innermost exception behind a network failure that a message shows.
+_ROOT_SHOWN = 500
+
+
+def failure(exc: BaseException, mask: Mask) -> str:
+    """`exc` (a network failure, most often) as a message shows it: its type and text, then the innermost
+    exception chained to it, which says what happened where its own text may not ("ConnectError: All
+    connection attempts failed (ConnectionRefusedError: [Errno 111] Connect call failed ...)"). The API key
+    is masked (`mask`) in all of it, before the innermost part is cut short."""
+    said = mask(_described(exc))
+    root = _innermost(exc)
+    if root is exc:
+        return said
+    if isinstance(root, BaseExceptionGroup):  # every address of a host refused, say: each one's reason
+        why = "; ".join(dict.fromkeys(_described(_innermost(e)) for e in root.exceptions))
+    elif mask(str(root)) in said:  # what it says is said already ("[Errno -2] Name or service not known")
+        return said
+    else:
+        why = _described(root)
+    why = mask(why)
+    return f"{said} ({why[:_ROOT_SHOWN]}{'...' if len(why) > _ROOT_SHOWN else ''})"
+
+
+def _described(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    """The last exception of `exc`'s chain (causes, else contexts), however it was raised."""
+    seen = {id(exc)}
+    while True:
+        inner = exc.__cause__ if exc.__cause__ is not None else exc.__context__
+        if inner is None or id(inner) in seen or len(seen) > 50:
+            return exc
+        seen.add(id(inner))
+        exc = inner
+
+
 class TransientStatus(ModelError):
     """A retryable HTTP answer (429, 5xx, ...); `retry_after` is the server's hint in seconds."""
 
@@ -401,11 +440,12 @@ _ESCAPED = frozenset("/\\\"'")
 def _quoted_key(key: str) -> re.Pattern[str]:
     """The (ASCII, printable) API key `key` as it stands in text, or as JSON or Python's `repr` may escape
     any of its characters: ``\\u002B`` for ``+`` (what .NET writes, in either case of hex digit), ``\\/``
-    for ``/``, ``\\\\`` for ``\\``, ``\\"`` and ``\\'`` for the quotes. So a key is masked in a part of an
-    answer shown as its repr (a list, an object), or as the JSON it came in."""
+    for ``/``, ``\\\\`` for ``\\``, ``\\"`` and ``\\'`` for the quotes; or percent-encoded, as a URL
+    carries it (``%2B`` or ``%2b``, a server quoting the request URL back). So a key is masked in a part of
+    an answer shown as its repr (a list, an object), as the JSON it came in, or in a URL."""
 
     def char(c: str) -> str:
-        forms = [re.escape(c), f"\\\\u(?i:{ord(c):04x})"]
+        forms = [re.escape(c), f"\\\\u(?i:{ord(c):04x})", f"%(?i:{ord(c):02x})"]
         if c in _ESCAPED:
             forms.append(re.escape("\\" + c))
         return "(?:" + "|".join(forms) + ")"
@@ -600,31 +640,44 @@ class HTTPModel:
     def _url(self) -> str:
         raise NotImplementedError
 
+    def _classifier(self) -> Callable[[BaseException], bool | float]:
+        """The retry verdicts of one request's failed attempts (see `_classify`), a retry logged at INFO.
+        Only a retry that will happen is: the failure of the last attempt is `_exhausted`'s to log."""
+        failed = 0
+
+        def classify(exc: BaseException) -> bool | float:
+            nonlocal failed
+            failed += 1
+            verdict = self._classify(exc)
+            if verdict is not False and failed < self.retry.attempts and LOGGER.isEnabledFor(20):
+                if isinstance(exc, TransientStatus):
+                    why = f"HTTP {exc.status}"
+                else:
+                    why = failure(exc, self._redacted)
+                hint = "" if verdict is True else f" (the server asks to wait {float(verdict):g}s)"
+                LOGGER.info(
+                    "model %s: %s; retrying%s",
+                    self.name,
+                    why,
+                    hint,
+                    extra={
+                        "model": self.name,
+                        "http_status": getattr(exc, "status", None),
+                        "retry_after": verdict,
+                    },
+                )
+            return verdict
+
+        return classify
+
     def _classify(self, exc: BaseException) -> bool | float:
-        """The retry verdict for a failed attempt (logged: a retry at INFO)."""
+        """The retry verdict for a failed attempt: a transient status (waiting as its `Retry-After` asks),
+        a network error or a timeout is retried, anything else is not."""
         import httpx
 
         if isinstance(exc, TransientStatus):
-            verdict: bool | float = True if exc.retry_after is None else exc.retry_after
-            why = f"HTTP {exc.status}"
-        elif isinstance(exc, (httpx.TransportError, RequestTimeout)):
-            verdict, why = True, self._redacted(f"{type(exc).__name__}: {exc}")
-        else:
-            return False
-        if LOGGER.isEnabledFor(20):
-            hint = "" if verdict is True else f" (the server asks to wait {float(verdict):g}s)"
-            LOGGER.info(
-                "model %s: %s; retrying%s",
-                self.name,
-                why,
-                hint,
-                extra={
-                    "model": self.name,
-                    "http_status": getattr(exc, "status", None),
-                    "retry_after": verdict,
-                },
-            )
-        return verdict
+            return True if exc.retry_after is None else exc.retry_after
+        return isinstance(exc, (httpx.TransportError, RequestTimeout))
 
     def _refuse(self, response: httpx.Response, text: str) -> ModelError:
         status = response.status_code
@@ -652,8 +705,7 @@ class HTTPModel:
         return masked_url(self._url())
 
     def _exhausted(self, exc: Exception) -> ModelError:
-        last = str(exc) if isinstance(exc, TransientStatus) else f"{type(exc).__name__}: {exc}"
-        last = self._redacted(last)
+        last = self._redacted(str(exc)) if isinstance(exc, TransientStatus) else failure(exc, self._redacted)
         LOGGER.warning(
             "model %s: giving up after %d attempts: %s",
             self.name,
@@ -689,28 +741,31 @@ class HTTPModel:
                     await response.aclose()
 
         try:
-            content = await self.retry.run(attempt, self._classify)
+            content = await self.retry.run(attempt, self._classifier())
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
-            # Not chained: httpx's message may quote what the server sent ("illegal header line: b'...'"),
-            # which `_exhausted` shows masked.
-            raise self._exhausted(exc) from None
-        return self._decoded(content)
+            failed = exc
+        else:
+            return self._decoded(content)
+        # Raised out here, so neither chained nor its context: httpx's message (and the exceptions behind it)
+        # may quote what the server sent ("illegal header line: b'...'"), which `_exhausted` shows masked.
+        raise self._exhausted(failed)
 
     def _decoded(self, content: bytes | str) -> Any:
         """A whole answer's JSON (bytes as they came, or the text of a whole answer to a streaming request,
         see `WHOLE`). A body that is not JSON, or that is an error although the status was 200
         (`{"error": {"message": ...}}`, as some servers and proxies answer a spent quota), raises ModelError,
         the server's message in it."""
+        problem: str | None = None
         try:
             # Decoded here, not by json.loads, which would also take UTF-16 or UTF-32 and a second BOM.
             text = content.removeprefix(_BOM).decode("utf-8") if isinstance(content, bytes) else content
             data = read_json(text)
         except ValueError as exc:
-            # Not chained: the error may quote the body (a key twice), which the message shows masked.
-            raise ModelError(
-                f"model {self.name!r} answered 200 with a body that is not JSON: "
-                f"{json_problem(exc, self._redacted)}"
-            ) from None
+            problem = json_problem(exc, self._redacted)
+        if problem is not None:
+            # Raised out of the `except`, so not chained: the error may quote the body (a key twice), which
+            # the message shows masked.
+            raise ModelError(f"model {self.name!r} answered 200 with a body that is not JSON: {problem}")
         said = error_in(data)
         if said is not None:
             # Read as an answer, it failed on the missing choices or content, the server's message lost.
@@ -756,9 +811,10 @@ class HTTPModel:
             raise self._refuse(response, text)
 
         try:
-            return await self.retry.run(attempt, self._classify)
+            return await self.retry.run(attempt, self._classifier())
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
-            raise self._exhausted(exc) from None  # not chained: see `_post`
+            failed = exc
+        raise self._exhausted(failed)  # outside the `except`: see `_post`
 
     def _stream_clock(self) -> StreamClock:
         """The bounds of a stream that just opened: `timeout` between pieces that add to the answer, and
@@ -1054,16 +1110,17 @@ def _utf8(name: str, line: bytes, mask: Mask) -> str:
     try:
         return line.decode("utf-8")
     except UnicodeDecodeError as exc:
-        # Replacing the bytes would hand a tool arguments the model did not write. The line is shown
-        # around the first byte that is not UTF-8, the API key masked on either side of it before the
-        # window is cut (the key, ASCII, cannot hold that byte).
-        before = mask(line[: exc.start].decode("utf-8"))[-20:]
-        after = mask(line[exc.start :].decode("utf-8", "surrogateescape"))[:20]
-        shown = (before + after).encode("utf-8", "surrogateescape")
-        raise ModelError(
-            f"model {name!r} streamed a line that is not UTF-8 ({exc.reason} at byte {exc.start}: "
-            f"{shown!r}); nothing was journaled, run again to retry"
-        ) from None
+        reason, start = exc.reason, exc.start
+    # Replacing the bytes would hand a tool arguments the model did not write. The line is shown around the
+    # first byte that is not UTF-8, the API key masked on either side of it before the window is cut (the
+    # key, ASCII, cannot hold that byte). Raised out of the `except`: the UnicodeDecodeError holds the line.
+    before = mask(line[:start].decode("utf-8"))[-20:]
+    after = mask(line[start:].decode("utf-8", "surrogateescape"))[:20]
+    shown = (before + after).encode("utf-8", "surrogateescape")
+    raise ModelError(
+        f"model {name!r} streamed a line that is not UTF-8 ({reason} at byte {start}: {shown!r}); nothing "
+        "was journaled, run again to retry"
+    )
 
 
 # The event name `sse_events` gives a body that is one JSON document, not an event stream: no event of a
@@ -1124,21 +1181,29 @@ async def sse_events(
         # A last line without its end, or an event not ended by a blank line, is incomplete: dropped (the
         # caller sees its stream had no end).
     except httpx.TransportError as exc:
-        # Not chained: httpx's message may quote what the server sent ("illegal chunk header: b'...'"),
-        # which is shown here masked.
+        broke: str | None = failure(exc, mask)
+    else:
+        broke = None
+    if broke is not None:
+        # Raised out of the `except`, so neither chained nor its context: httpx's message (and the exceptions
+        # behind it) may quote what the server sent ("illegal chunk header: b'...'"), shown here masked.
         raise ModelError(
-            f"model {name!r}: the stream broke off ({mask(f'{type(exc).__name__}: {exc}')}); nothing was "
-            "journaled, run again to retry"
-        ) from None
+            f"model {name!r}: the stream broke off ({broke}); nothing was journaled, run again to retry"
+        )
     if whole is not None:
         body = b"".join(whole).removeprefix(_BOM)
         try:
             text = body.decode("utf-8")
         except UnicodeDecodeError as exc:
+            bad: str | None = f"{exc.reason} at byte {exc.start}"
+        else:
+            bad = None
+        if bad is not None:
+            # Out of the `except`: the UnicodeDecodeError holds the whole body, which may quote the key.
             raise ModelError(
-                f"model {name!r} answered a streaming request with JSON that is not UTF-8 ({exc.reason} at "
-                f"byte {exc.start}); nothing was journaled, run again to retry"
-            ) from None
+                f"model {name!r} answered a streaming request with JSON that is not UTF-8 ({bad}); nothing "
+                "was journaled, run again to retry"
+            )
         yield WHOLE, text
 
 
@@ -1273,11 +1338,23 @@ def json_event(name: str, data: str, mask: Mask) -> Any:
     try:
         return read_json(data)
     except ValueError as exc:
-        # Not chained: the error may quote the event (a key twice), which the message shows masked.
-        raise ModelError(
-            f"model {name!r} streamed an event that is not JSON ({json_problem(exc, mask)}): "
-            f"{excerpt(data, mask)}; nothing was journaled, run again to retry"
-        ) from None
+        problem = json_problem(exc, mask)
+    # Raised out of the `except`, so neither chained nor its context: the error may quote the event (a key
+    # twice), which the message shows masked.
+    raise ModelError(
+        f"model {name!r} streamed an event that is not JSON ({problem}): {excerpt(data, mask)}; nothing was "
+        "journaled, run again to retry"
+    )
+
+
+def error_shown(said: str, mask: Mask) -> str:
+    """A server's error message as an error of bide's shows it: the API key masked (`mask`), then cut to
+    `_ERROR_BODY_SHOWN` characters, saying so (masked first: a key across the cut would be shown but for
+    its last characters)."""
+    said = mask(said)
+    if len(said) <= _ERROR_BODY_SHOWN:
+        return said
+    return f"{said[:_ERROR_BODY_SHOWN]}... (cut here, of {len(said):,} characters)"
 
 
 def unfinished(name: str) -> ModelError:

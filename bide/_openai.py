@@ -18,6 +18,7 @@ from ._http import (
     adds_to_answer,
     call_arguments,
     cut_off,
+    error_shown,
     excerpt,
     filtered,
     filtered_answer,
@@ -223,7 +224,7 @@ class OpenAIModel(HTTPModel):
                     shown = excerpt(data, mask)
                     raise malformed(self.name, f"a stream event that is not a JSON object: {shown}")
                 if isinstance(chunk.get("error"), (dict, str)):
-                    said = self._redacted(_error_text(chunk["error"]))
+                    said = error_shown(_error_text(chunk["error"]), self._redacted)
                     raise ModelError(
                         f"model {self.name!r} failed mid-stream: {said}; nothing was "
                         "journaled, run again to retry"
