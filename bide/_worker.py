@@ -490,7 +490,7 @@ class Worker:
         if agent is None and kind in ("agent", "thread"):
             # Not this app's agent: on a store several apps share, another app's run (its own worker drives
             # it, or leaves it idle, halted or waiting as it should be). Not a run a person must act on.
-            return self._other_agents(run_id, start.entry, report)
+            return self._other_agents(run_id, start.entry, report, listed, journal)
         if agent is None:
             return self._skip(run_id, f"started by {start.entry!r}, which this worker does not know", report)
         if not isinstance(agent, Agent) or agent.store is not self.store:
@@ -645,19 +645,22 @@ class Worker:
         self._back_off(state)
         return "skipped"
 
-    def _other_agents(self, run_id: str, entry: str, report: PassReport | None) -> str:
-        """A run started by an agent this worker does not define (`entry`): said once, in the pass's report,
-        and looked at again with backoff (it stays another's for as long as this worker runs)."""
+    def _other_agents(
+        self, run_id: str, entry: str, report: PassReport | None, listed: _Listed, journal: Journal
+    ) -> str:
+        """A run started by an agent this worker does not define (`entry`): in the pass's report, and parked
+        like an idle run (read again once its lease or journal changes: another app's worker drove it).
+        Logged at debug level only: on a store another app shares, a line per run at every pass of a
+        `--once` from cron was thousands of lines of nothing wrong (the report counts them)."""
         state = self._state.setdefault(run_id, _Backoff())
-        if state.failures == 0:
-            log.info(
-                "run %s not resumed: started by %r, which this worker's agents do not define (another app's "
-                "run? a worker whose app defines it resumes it)",
-                run_id, entry,
-            )  # fmt: skip
+        log.debug(
+            "run %s not resumed: started by %r, which this worker's agents do not define (another app's "
+            "run? a worker whose app defines it resumes it)",
+            run_id, entry,
+        )  # fmt: skip
         if report is not None:
             report.other_agents[run_id] = entry
-        self._back_off(state)
+        self._park(state, listed, journal)
         return "skipped"
 
     def _local(self, wall: float) -> float:

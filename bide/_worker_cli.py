@@ -359,8 +359,9 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
                     f"(need a person), {report.waiting} waiting, {report.failed} failed; "
                     f"{report.skipped} skipped"
                     + (
-                        f" ({len(report.other_agents)} started by agents --app does not define: another "
-                        "app's, left to its worker)"
+                        f" ({len(report.other_agents)} started by agents --app does not define: left to "
+                        "the worker of an app that defines them; none resumes them if no app does, as after "
+                        "an agent was renamed)"
                         if report.other_agents
                         else ""
                     )
