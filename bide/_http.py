@@ -213,16 +213,25 @@ def error_in(data: Any) -> str | None:
     return None
 
 
-# The most of the innermost exception behind a network failure that a message shows.
+# The most of the innermost exception behind a network failure that a message shows, and of the failure's own.
 _ROOT_SHOWN = 500
+_FAILURE_SHOWN = 2000
 
 
 def failure(exc: BaseException, mask: Mask) -> str:
     """`exc` (a network failure, most often) as a message shows it: its type and text, then the innermost
     exception chained to it, which says what happened where its own text may not ("ConnectError: All
     connection attempts failed (ConnectionRefusedError: [Errno 111] Connect call failed ...)"). The API key
-    is masked (`mask`) in all of it, before the innermost part is cut short."""
+    is masked (`mask`) in all of it, before each part is cut short: its own text to `_FAILURE_SHOWN`
+    characters (httpx quotes what a server sent: a header line of 100 KB was a 100 KB message, and a log
+    line at every retry), the innermost to `_ROOT_SHOWN`."""
     said = mask(_described(exc))
+    if len(said) > _FAILURE_SHOWN:
+        said = f"{said[:_FAILURE_SHOWN]}... (cut here, of {len(said):,} characters)"
+    if isinstance(exc, RequestTimeout):
+        # Its own words say what happened; behind it lies only what the timeout cut short (over HTTPS an
+        # SSLWantReadError, anyio's ordinary read, which named TLS as the reason for every timeout).
+        return said
     root = _innermost(exc)
     if root is exc:
         return said
@@ -242,7 +251,8 @@ def _described(exc: BaseException) -> str:
 
 
 def _innermost(exc: BaseException) -> BaseException:
-    """The last exception of `exc`'s chain (causes, else contexts), however it was raised."""
+    """The last exception of `exc`'s chain (causes, else contexts), however it was raised: httpx and httpcore
+    raise theirs `from None` over the OSError that says what happened."""
     seen = {id(exc)}
     while True:
         inner = exc.__cause__ if exc.__cause__ is not None else exc.__context__

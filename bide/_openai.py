@@ -468,7 +468,11 @@ def _parse(
         choice = data["choices"][0]
         message = choice["message"]
     except (KeyError, IndexError, TypeError) as exc:
-        raise ModelError(f"model {name!r} returned a response without choices[0].message: {exc!r}") from exc
+        missing = repr(exc)
+    else:
+        missing = ""
+    if missing:  # (raised here, not chained: no exception behind an error holds what a server sent)
+        raise ModelError(f"model {name!r} returned a response without choices[0].message: {missing}")
     if len(data["choices"]) > 1:
         # bide asks for one choice: which of several the run should act on is not bide's to pick.
         raise ModelError(

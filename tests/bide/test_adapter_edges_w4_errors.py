@@ -217,3 +217,42 @@ def test_the_key_percent_encoded_is_masked(case: str, raw_server: StartServer) -
     assert "?key=***&x=1" in (error.body or "")
     every = "".join(f"%{ord(c):02X}" for c in KEY)
     assert not _shows_the_key(str(error) + (error.body or "")) and every[:24] not in str(error)
+
+
+def test_a_failures_own_text_is_cut_short_with_the_key_masked_first() -> None:
+    # httpx quotes what a server sent: a 100 KB header line was a 100 KB message, and a log line of that
+    # size at every retry. The key stands across the cut.
+    from bide._http import _FAILURE_SHOWN, failure
+
+    key = "sk-test-" + "K" * 40
+    text = "x" * (_FAILURE_SHOWN - 10) + key + "y" * 100_000
+    error = httpx.RemoteProtocolError(f"illegal header line: {text}")
+    shown = failure(error, lambda t: t.replace(key, "***"))
+    assert len(shown) < _FAILURE_SHOWN + 100 and "(cut here, of " in shown, shown[-200:]
+    assert "sk-test-" not in shown  # masked whole, before the cut (cut first, a part of it was shown)
+
+
+def test_a_timeout_names_no_reason_behind_it() -> None:
+    # A RequestTimeout over HTTPS is raised over anyio's cancelled read (an SSLWantReadError): naming it
+    # made every timeout look like a TLS failure.
+    from bide._http import RequestTimeout, failure
+
+    def timed_out() -> BaseException:
+        try:
+            try:
+                raise OSError("The operation did not complete (read)")
+            except OSError:
+                raise TimeoutError() from None
+        except TimeoutError:
+            try:
+                raise RequestTimeout("no answer within the model's timeout of 1s") from None
+            except RequestTimeout as exc:
+                return exc
+
+    shown = failure(timed_out(), lambda t: t)
+    assert shown == "RequestTimeout: no answer within the model's timeout of 1s", shown
+    # A network failure still names what happened (httpx's ConnectError over the refused connection).
+    try:
+        raise httpx.ConnectError("All connection attempts failed") from ConnectionRefusedError(111, "refused")
+    except httpx.ConnectError as exc:
+        assert failure(exc, lambda t: t).endswith("(ConnectionRefusedError: [Errno 111] refused)")
