@@ -8,6 +8,7 @@ import socket
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -47,6 +48,25 @@ def store(store_spec: tuple[str, str]) -> Iterator[bide.Store]:
     s = bide.open_store(url, table_prefix=prefix)
     yield s
     s.close()
+
+
+@pytest.fixture
+def journal_reads(monkeypatch: pytest.MonkeyPatch) -> Callable[[bide.Store], list[str]]:
+    """Call it with a store: from then on, the run ids of the store's journal reads (`aload`), in order (how
+    the worker tests tell a run read again from one left parked)."""
+
+    def counting(store: bide.Store) -> list[str]:
+        reads: list[str] = []
+        load = store.aload
+
+        def counted(run_id: str, after: int = 0) -> Any:
+            reads.append(run_id)
+            return load(run_id, after)
+
+        monkeypatch.setattr(store, "aload", counted)
+        return reads
+
+    return counting
 
 
 @pytest.fixture

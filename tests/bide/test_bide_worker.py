@@ -356,7 +356,7 @@ def test_a_cancel_request_ends_every_kind_of_waiting_run_at_the_workers_next_pas
 
 
 def test_a_parked_run_is_not_read_again_until_its_journal_or_lease_changes(
-    store: bide.Store, monkeypatch: pytest.MonkeyPatch
+    store: bide.Store, journal_reads: Callable[[bide.Store], list[str]]
 ) -> None:
     """A worker read every run it parked (halted for a person, asleep on a timer, an idle thread) again every
     PARKED_RECHECK_S, for news written while a driver held the run's lease: with 50,000 halted runs that
@@ -382,14 +382,7 @@ def test_a_parked_run_is_not_read_again_until_its_journal_or_lease_changes(
     clock = [time.time()]
     worker = bide.Worker(store, agent([reply("never asked")]), clock=lambda: clock[0], backoff=3600,
                          max_backoff=3600)  # fmt: skip
-    reads: list[str] = []
-    load = store.aload
-
-    def counted(run_id: str, after: int = 0) -> Any:
-        reads.append(run_id)
-        return load(run_id, after)
-
-    monkeypatch.setattr(store, "aload", counted)
+    reads = journal_reads(store)
     asyncio.run(worker.run_once())  # the halted run is driven to halt again, then parked
     clock[0] += PARKED_RECHECK_S + 1
     asyncio.run(worker.run_once())  # read once more after its drive: parked as its journal is

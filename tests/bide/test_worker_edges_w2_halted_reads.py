@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -41,26 +42,14 @@ def halted(store: bide.Store, run_id: str) -> None:
     assert bide.run_status(store, run_id).status == "halted"
 
 
-def counting_reads(store: bide.Store, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    reads: list[str] = []
-    load = store.aload
-
-    def counted(run_id: str, after: int = 0) -> Any:
-        reads.append(run_id)
-        return load(run_id, after)
-
-    monkeypatch.setattr(store, "aload", counted)
-    return reads
-
-
 def test_a_run_the_worker_halted_is_not_read_again_until_it_changes(
-    store: bide.Store, monkeypatch: pytest.MonkeyPatch
+    store: bide.Store, journal_reads: Callable[[bide.Store], list[str]]
 ) -> None:
     halted(store, "h")
     clock = [time.time()]
     worker = bide.Worker(store, agent(store, [reply("never asked")]), clock=lambda: clock[0], backoff=3600,
                          max_backoff=3600)  # fmt: skip
-    reads = counting_reads(store, monkeypatch)
+    reads = journal_reads(store)
     assert asyncio.run(worker.run_once()).halted == 1  # driven, to halt again: it needs a person
     assert "h" in reads
     reads.clear()

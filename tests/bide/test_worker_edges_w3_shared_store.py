@@ -15,8 +15,8 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -164,21 +164,14 @@ def test_a_pass_whose_drives_failed_both_ways_names_every_failure() -> None:
 
 
 def test_another_apps_runs_are_parked_not_read_again_and_again(
-    store: bide.Store, monkeypatch: pytest.MonkeyPatch
+    store: bide.Store, journal_reads: Callable[[bide.Store], list[str]]
 ) -> None:
     theirs = bide.Agent(ScriptedModel([reply("hello"), reply("again")]), store=store, name="theirs")
     theirs.thread("their-chat").send_sync("hi")
     mine = bide.Agent(ScriptedModel([reply("never asked")]), store=store, name="mine")
     clock = [1_000_000.0]
     worker = bide.Worker(store, mine, clock=lambda: clock[0], backoff=1, max_backoff=1)
-    reads: list[str] = []
-    load = store.aload
-
-    def counted(run_id: str, after: int = 0) -> Any:
-        reads.append(run_id)
-        return load(run_id, after)
-
-    monkeypatch.setattr(store, "aload", counted)
+    reads = journal_reads(store)
     assert asyncio.run(worker.run_once()).other_agents == {"their-chat": "thread:theirs"}
     assert reads == ["their-chat"]
     for _ in range(5):  # past any backoff: nothing about the run changed, nothing is read
