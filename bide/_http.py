@@ -225,7 +225,7 @@ def failure(exc: BaseException, mask: Mask) -> str:
     is masked (`mask`) in all of it, before each part is cut short: its own text to `_FAILURE_SHOWN`
     characters (httpx quotes what a server sent: a header line of 100 KB was a 100 KB message, and a log
     line at every retry), the innermost to `_ROOT_SHOWN`."""
-    said = mask(_described(exc))
+    whole = said = mask(_described(exc))
     if len(said) > _FAILURE_SHOWN:
         said = f"{said[:_FAILURE_SHOWN]}... (cut here, of {len(said):,} characters)"
     if isinstance(exc, RequestTimeout):
@@ -237,7 +237,7 @@ def failure(exc: BaseException, mask: Mask) -> str:
         return said
     if isinstance(root, BaseExceptionGroup):  # every address of a host refused, say: each one's reason
         why = "; ".join(dict.fromkeys(_described(_innermost(e)) for e in root.exceptions))
-    elif mask(str(root)) in said:  # what it says is said already ("[Errno -2] Name or service not known")
+    elif mask(str(root)) in whole:  # what it says is said already ("[Errno -2] Name or service not known")
         return said
     else:
         why = _described(root)

@@ -367,7 +367,7 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
                     )
                     + (
                         f"; {report.leased} held by a live lease (driven elsewhere, or its driver died "
-                        "less than its lease ago: a later pass takes those)"
+                        "less than its lease ago: a later pass takes those of this app's agents)"
                         if report.leased
                         else ""
                     ),

@@ -227,8 +227,10 @@ def test_a_failures_own_text_is_cut_short_with_the_key_masked_first() -> None:
     key = "sk-test-" + "K" * 40
     text = "x" * (_FAILURE_SHOWN - 10) + key + "y" * 100_000
     error = httpx.RemoteProtocolError(f"illegal header line: {text}")
+    error.__cause__ = ValueError(f"illegal header line: {text}")  # httpcore's own, which httpx's repeats
     shown = failure(error, lambda t: t.replace(key, "***"))
     assert len(shown) < _FAILURE_SHOWN + 100 and "(cut here, of " in shown, shown[-200:]
+    assert shown.count("illegal header line") == 1, shown[-300:]  # not said again as its own reason
     assert "sk-test-" not in shown  # masked whole, before the cut (cut first, a part of it was shown)
 
 
