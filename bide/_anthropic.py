@@ -137,7 +137,7 @@ class AnthropicModel(HTTPModel):
         self.anthropic_version = anthropic_version
 
     def _url(self) -> str:
-        return f"{self.base_url}/v1/messages"
+        return f"{self._request_base()}/v1/messages"
 
     def _headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "anthropic-version": self.anthropic_version}
@@ -212,7 +212,7 @@ class AnthropicModel(HTTPModel):
         finish = ""
         started = done = False
         try:
-            async for event, data in sse_events(response, self.name, clock, self._redacted):
+            async for event, data in sse_events(response, self.name, clock, self._redacted, self._through()):
                 if event == WHOLE:
                     # A server that ignores `stream` (or says in a 200 that it failed): the whole turn, read
                     # as `complete` reads it.
@@ -319,7 +319,7 @@ class AnthropicModel(HTTPModel):
         if not (done and started and finish):
             # Without its message_start and stop_reason the answer may be cut short: an empty or partial
             # answer would end the run for good.
-            raise unfinished(self.name)
+            raise unfinished(self.name, self._through())
         ordered = [block for _, block in sorted(blocks.items())]
         text = "".join(block.text.text() for block in ordered if block.type == "text")
         # Before any block's input is read: a cut-off call's block may have no end.

@@ -11,6 +11,7 @@ for it unless an HTTP model makes a request.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import datetime
 import email.utils
@@ -295,6 +296,44 @@ def masked_url(url: str) -> str:
     return f"{scheme}://{user + ':***' if colon else '***'}@{host}{rest[end:]}"
 
 
+def env_proxy(url: str) -> str:
+    """The proxy httpx sends a request for `url` through, as a message names it ("the proxy
+    http://proxy:3128 (from HTTPS_PROXY)", its credentials left out), or "" for none. httpx (with
+    `trust_env`, its default, and no transport given) reads HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY
+    when a client is made: a proxy's failure read as the model server's without this."""
+    import httpx
+
+    try:
+        # httpx's own reading of the environment, and its choice among what it found (as its clients'
+        # `_transport_for_url` chooses), so the proxy named is the one the request went through.
+        from httpx._utils import URLPattern, get_environment_proxies
+    except ImportError:  # a later httpx that moved them: the messages cannot name the proxy
+        return ""
+    target = httpx.URL(url)
+    mounts = sorted((URLPattern(key), proxy) for key, proxy in get_environment_proxies().items())
+    chosen = next(((pattern, proxy) for pattern, proxy in mounts if pattern.matches(target)), None)
+    if chosen is None or chosen[1] is None:  # no proxy, or NO_PROXY names the host
+        return ""
+    return f"the proxy {_without_credentials(chosen[1])} ({_proxy_setting(chosen[0].pattern)})"
+
+
+def _without_credentials(url: str) -> str:
+    """`url`'s scheme, host and port: a proxy's user and password (and anything after its authority) left
+    out."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{re.split(r'[/?#]', rest, maxsplit=1)[0].rpartition('@')[2]}"
+
+
+def _proxy_setting(pattern: str) -> str:
+    """Where the proxy httpx mounted at `pattern` ("https://", "all://") was set: the variable, as urllib
+    reads it (lower case first)."""
+    scheme = pattern.partition("://")[0]
+    for name in (f"{scheme}_proxy", f"{scheme.upper()}_PROXY"):
+        if os.environ.get(name):
+            return f"from {name}"
+    return "from the system's proxy settings"  # urllib reads them on Windows and macOS
+
+
 def _same_host(url: str, default: str) -> bool:
     """Whether `url` is served by the host of `default` (a provider's API), however it is spelled: in
     another case, with its port, with the DNS root's trailing dot."""
@@ -333,10 +372,10 @@ _ZONE = re.compile(r"[A-Za-z0-9_.~-]+")
 
 
 def _is_host(host: str) -> bool:
-    """Whether `host` (from `_host`) is one a request can reach: an IPv6 address in brackets (with a zone
-    or not), an IPv4 address, or a host name of at most 253 characters whose labels, between dots (one may
-    end it), are letters, digits, "-" and "_"; a name in another script counts as its IDNA encoding,
-    as httpx sends it, and a label opening with "xn--" must be such an encoding."""
+    """Whether `host` (from `_host`) is one a request can reach: an IPv6 address in brackets (with a zone,
+    see `_zone_off_link`, or not), an IPv4 address, or a host name of at most 253 characters whose labels,
+    between dots (one may end it), are letters, digits, "-" and "_"; a name in another script counts as its
+    IDNA encoding, as httpx sends it, and a label opening with "xn--" must be such an encoding."""
     if host.startswith("["):
         address, percent, zone = host[1:].removesuffix("]").partition("%25")
         if not host.endswith("]") or (percent and not _ZONE.fullmatch(zone)):
@@ -366,6 +405,29 @@ def _is_host(host: str) -> bool:
     # with one (and failed every request on one that is no such encoding: "xn--a", "xn--n3h" for a symbol
     # IDNA does not allow), and no registry hands out such a label anywhere in a name.
     return all(_is_encoded_label(label) for label in name.split(".") if label[:4].lower() == "xn--")
+
+
+def _zone_off_link(host: str) -> bool:
+    """Whether `host` (from `_host`, an address `_is_host` took) is an IPv6 address with a zone that is not
+    link-local (fe80::/10): the resolver httpx hands the address to takes a zone on a link-local address
+    only, so no request reaches ``[::1%25lo]`` or ``[fd00::2%25eth0]``."""
+    if not (host.startswith("[") and "%" in host):
+        return False
+    address = host[1:].partition("%")[0]
+    return not ipaddress.IPv6Address(address).is_link_local
+
+
+def zone_for_httpx(url: str) -> str:
+    """`url` with the zone of its IPv6 address written as RFC 6874 says (``[fe80::1%25eth0]``, "%25" the
+    percent sign encoded) written as httpx hands it to the resolver, which connects to it
+    (``[fe80::1%eth0]``): as written, the resolver found no such host, and every request failed."""
+    host = _host(url)
+    if not (host.startswith("[") and "%25" in host):
+        return url
+    scheme, sep, rest = url.partition("://")
+    end = len(re.split(r"[/?#]", rest, maxsplit=1)[0])
+    userinfo, at, host_and_port = rest[:end].rpartition("@")
+    return f"{scheme}{sep}{userinfo}{at}{host_and_port.replace('%25', '%', 1)}{rest[end:]}"
 
 
 def _is_encoded_label(label: str) -> bool:
@@ -444,23 +506,207 @@ def _retry(
 
 # What JSON or `repr` write with a backslash before it, of the printable ASCII an API key is made of.
 _ESCAPED = frozenset("/\\\"'")
+# The shortest key masked (a shorter one cannot be told from words), and the length from which a run of a
+# key's consecutive characters is masked wherever it stands (see `_shortest_run`).
+_SHORTEST_KEY = 8
+_RUN = 16
+# What may stand between two characters of a key a server quotes: line breaks (a key across two `data:`
+# lines of one server-sent event, which the SSE rules join with "\n"), raw or as JSON and `repr` write them.
+_BREAKS = r"(?:[\r\n]|\\[rn])*"
+
+
+@functools.cache
+def _html_names() -> dict[str, tuple[str, ...]]:
+    """The HTML character references by name of each printable ASCII character ("amp;", and "amp" as HTML
+    still reads it without its ";"), the longest first."""
+    import html.entities
+
+    names: dict[str, list[str]] = {}
+    for name, char in html.entities.html5.items():
+        if len(char) == 1 and char.isascii() and char.isprintable():
+            names.setdefault(char, []).append(name)
+    return {char: tuple(sorted(found, key=len, reverse=True)) for char, found in names.items()}
+
+
+def _escapes(c: str) -> list[str]:
+    """Patterns of the ways a server's text may write the (ASCII, printable) character `c` other than as
+    itself: as JSON or Python's `repr` escape it (``\\u002B`` for ``+``, what .NET writes, in either case of
+    hex digit; ``\\/`` for ``/``, ``\\\\`` for ``\\``, ``\\"`` and ``\\'`` for the quotes), percent-encoded
+    as a URL carries it (``%2B`` or ``%2b``), or as an HTML character reference (``&#43;``, ``&#x2B;``,
+    ``&plus;``; ``&amp;`` for ``&``, and ``&amp`` as HTML reads it too)."""
+    code = ord(c)
+    forms = [
+        f"\\\\u(?i:{code:04x})",
+        f"%(?i:{code:02x})",
+        f"&#0*{code};?",
+        f"&#[xX]0*(?i:{code:x});?",
+        *(re.escape(f"&{name}") for name in _html_names().get(c, ())),
+    ]
+    if c in _ESCAPED:
+        forms.append(re.escape("\\" + c))
+    return forms
 
 
 @functools.lru_cache(maxsize=8)
 def _quoted_key(key: str) -> re.Pattern[str]:
-    """The (ASCII, printable) API key `key` as it stands in text, or as JSON or Python's `repr` may escape
-    any of its characters: ``\\u002B`` for ``+`` (what .NET writes, in either case of hex digit), ``\\/``
-    for ``/``, ``\\\\`` for ``\\``, ``\\"`` and ``\\'`` for the quotes; or percent-encoded, as a URL
-    carries it (``%2B`` or ``%2b``, a server quoting the request URL back). So a key is masked in a part of
-    an answer shown as its repr (a list, an object), as the JSON it came in, or in a URL."""
+    """The (ASCII, printable) API key `key` as it stands in text, each of its characters as itself or
+    escaped (`_escapes`: as JSON, `repr`, a URL or HTML write it), with line breaks anywhere in it
+    (`_BREAKS`). So a key is masked in a part of an answer shown as its repr (a list, an object), as the
+    JSON it came in, in a URL, in an HTML page, or split across the lines of an event."""
+    return re.compile(_BREAKS.join(f"(?:{'|'.join([re.escape(c), *_escapes(c)])})" for c in key))
 
-    def char(c: str) -> str:
-        forms = [re.escape(c), f"\\\\u(?i:{ord(c):04x})", f"%(?i:{ord(c):02x})"]
-        if c in _ESCAPED:
-            forms.append(re.escape("\\" + c))
-        return "(?:" + "|".join(forms) + ")"
 
-    return re.compile("".join(char(c) for c in key))
+def _shortest_run(key: str) -> int:
+    """How many consecutive characters of `key` a server may quote before they are masked: 16, or half of
+    a key shorter than 32, never fewer than 8 (the whole of an 8-character key)."""
+    return min(len(key), max(_SHORTEST_KEY, min(_RUN, len(key) // 2)))
+
+
+def mask_key(text: str, key: str) -> str:
+    """`text` with the API key `key` shown as ``***`` wherever it stands, in any of the forms `_quoted_key`
+    reads, and so every run of at least `_shortest_run` of its consecutive characters (a server echoing the
+    first 40 characters of a key). A key shorter than 8 characters is not masked: it cannot be told from
+    words. Linear in `text`: the runs are found by searching for pieces of the key (`_runs`)."""
+    if len(key) < _SHORTEST_KEY:
+        return text
+    text = _quoted_key(key).sub("***", text)
+    spans = _runs(text, _LINE_BREAK.sub("", text), key, _LINE_BREAK)
+    if _MAY_ESCAPE.search(text):
+        decoding = _decoding()
+        spans += _runs(text, decoding.sub(lambda site: _read_site(site.group()), text), key, decoding)
+    if not spans:
+        return text
+    pieces: list[str] = []
+    done = 0
+    for start, end in sorted(spans):
+        if start < done:  # overlapping the span masked last: one mask for both
+            done = max(done, end)
+            continue
+        pieces += [text[done:start], "***"]
+        done = end
+    pieces.append(text[done:])
+    return "".join(pieces)
+
+
+# A line break, which `_runs` reads as nothing (see `_BREAKS`).
+_LINE_BREAK = re.compile(r"\r\n|[\r\n]")
+# What opens an escape (`_escapes`), or is one: a text without any reads the same with them decoded.
+_MAY_ESCAPE = re.compile(r"[\\%&]")
+
+
+@functools.cache
+def _decoding() -> re.Pattern[str]:
+    """What `_read_site` reads: the escapes `_escapes` knows (of any character), and line breaks, raw or
+    escaped (`_BREAKS`)."""
+    names = sorted((name for found in _html_names().values() for name in found), key=len, reverse=True)
+    return re.compile(
+        r"\\u[0-9A-Fa-f]{4}|\\[rn/\\\"']|%[0-9A-Fa-f]{2}|&#[xX][0-9A-Fa-f]+;?|&#[0-9]+;?|"
+        + "".join(f"{re.escape('&' + name)}|" for name in names)
+        + r"\r\n|[\r\n]"
+    )
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_site(site: str) -> str:
+    """The character a site `_decoding` found stands for: "" for a line break, U+FFFD for a reference to no
+    character."""
+    if site in ("\r\n", "\r", "\n", "\\r", "\\n"):
+        return ""
+    if site[0] == "%" or site.startswith("\\u"):
+        return chr(int(site[2:] if site[1] == "u" else site[1:], 16))
+    if site[0] == "\\":
+        return site[1]
+    if site.startswith("&#"):
+        hexadecimal = site[2] in "xX"
+        digits = site[3 if hexadecimal else 2 :].rstrip(";").lstrip("0") or "0"
+        number = int(digits, 16 if hexadecimal else 10) if len(digits) <= 8 else -1
+        return chr(number) if 0 <= number <= 0x10FFFF else "\ufffd"
+    return _html_names_read()[site[1:]]
+
+
+@functools.cache
+def _html_names_read() -> dict[str, str]:
+    """What each name of `_html_names` stands for."""
+    return {name: char for char, names in _html_names().items() for name in names}
+
+
+def _runs(text: str, read: str, key: str, sites: re.Pattern[str]) -> list[tuple[int, int]]:
+    """The spans of `text` that `read` (`text` with each of its `sites` read as `_read_site` reads it)
+    shows as at least `_shortest_run` consecutive characters of `key`. Any such run holds a piece of the
+    key half that long that starts at a multiple of its length: each piece is searched for (`str.find`, in
+    C), and each place found grown to the longest run around it, once for each alignment with the key.
+    Linear in `text`, whatever it holds."""
+    shortest = _shortest_run(key)
+    step = shortest // 2
+    grown: dict[int, int] = {}  # each alignment's (place in `read` less place in `key`) last run's end
+    found: list[tuple[int, int]] = []
+    # A run grows a piece by `step` characters at least, so by half that on one side: what rules out most
+    # places found (a key's common opening quoted often, say) before they are grown.
+    half = (step + 1) // 2
+    for piece_at in range(0, len(key) - step + 1, step):
+        piece = key[piece_at : piece_at + step]
+        after = key[piece_at + step : piece_at + step + half]
+        before = key[max(0, piece_at - half) : piece_at]
+        at = read.find(piece)
+        while at >= 0:
+            if at >= grown.get(at - piece_at, -1) and (
+                (len(after) == half and read.startswith(after, at + step))
+                or (len(before) == half and read.endswith(before, 0, at))
+            ):
+                start, end = _grown(read, key, at, piece_at, step)
+                grown[at - piece_at] = end
+                if end - start >= shortest:
+                    found.append((start, end))
+            at = read.find(piece, at + 1)
+    if not found:
+        return []
+    back = _way_back(text, sites)
+    return [back(start, end) for start, end in found]
+
+
+def _way_back(text: str, sites: re.Pattern[str]) -> Callable[[int, int], tuple[int, int]]:
+    """How a span of `text` as `_runs` read it maps back to the span of `text` it was read from (from the
+    first character's site to the last one's)."""
+    read_at: list[int] = []  # where each site stands in the text as read
+    places: list[tuple[int, int, int]] = []  # each site's start and end in `text`, and the length it reads as
+    shrunk = 0  # what the sites so far took out of the text's length as read
+    for site in sites.finditer(text):
+        length = len(_read_site(site.group()))
+        read_at.append(site.start() - shrunk)
+        places.append((site.start(), site.end(), length))
+        shrunk += site.end() - site.start() - length
+
+    def place(at: int) -> tuple[int, int]:
+        index = bisect.bisect_right(read_at, at) - 1
+        if index < 0:
+            return at, at + 1
+        start, end, length = places[index]
+        if at < read_at[index] + length:  # the site's own character
+            return start, end
+        plain = end + at - (read_at[index] + length)
+        return plain, plain + 1
+
+    return lambda start, end: (place(start)[0], place(end - 1)[1])
+
+
+def _grown(read: str, key: str, at: int, piece_at: int, step: int) -> tuple[int, int]:
+    """The longest span of `read` around `read[at : at + step] == key[piece_at : piece_at + step]` that
+    is equal to the key at the same alignment."""
+    after = _common_length(read[at + step : at + len(key) - piece_at], key[piece_at + step :])
+    before = _common_length(read[max(0, at - piece_at) : at][::-1], key[:piece_at][::-1])
+    return at - before, at + step + after
+
+
+def _common_length(one: str, other: str) -> int:
+    """How many characters `one` and `other` open with alike, found by comparing slices (in C), halving."""
+    low, high = 0, min(len(one), len(other))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if one[:middle] == other[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 class HTTPModel:
@@ -538,6 +784,13 @@ class HTTPModel:
                 "or a name in another script), an IPv4 address or an IPv6 address in brackets ([::1]), e.g. "
                 f"{self._default_url!r}"
             )
+        if _zone_off_link(host):
+            # Not repeated: what stands before its '@' may be credentials.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url whose IPv6 zone ('%25' and an interface, as in "
+                "[fe80::1%25eth0]) is that of a link-local address (fe80::/10), the only kind the resolver "
+                "connects to with a zone: remove the zone from any other address"
+            )
         try:
             urllib.parse.urlsplit(self.base_url).port  # noqa: B018 (a port that is no number raises)
         except ValueError:
@@ -579,6 +832,7 @@ class HTTPModel:
         self._transport = transport
         self._limits = limits
         self._pool: _Pool | None = None
+        self._proxy = ""  # the proxy the pooled client sends requests through (see `env_proxy`)
         self.clients_made = 0
 
     def _check_api_key(self, where: str) -> None:
@@ -597,10 +851,7 @@ class HTTPModel:
     def _redacted(self, text: str) -> str:
         """`text` (a server's error, which bide prints and logs) with this model's API key, should a server
         or proxy quote it back, shown as ``***``. A key too short to tell from words is left alone."""
-        key = self.api_key
-        if len(key) < 8:
-            return text
-        return _quoted_key(key).sub("***", text)
+        return mask_key(text, self.api_key)
 
     def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` with the optional `temperature` and the `extra_body` fields (which win) added."""
@@ -622,6 +873,8 @@ class HTTPModel:
 
         limits = self._limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
         client = httpx.AsyncClient(timeout=self.timeout, transport=self._transport, limits=limits)
+        # httpx reads the environment's proxies as it makes a client, and none when given a transport.
+        self._proxy = env_proxy(self._url()) if self._transport is None else ""
         self._pool = _Pool(client, loop)
         self.clients_made += 1
         return client
@@ -650,35 +903,35 @@ class HTTPModel:
     def _url(self) -> str:
         raise NotImplementedError
 
-    def _classifier(self) -> Callable[[BaseException], bool | float]:
-        """The retry verdicts of one request's failed attempts (see `_classify`), a retry logged at INFO.
-        Only a retry that will happen is: the failure of the last attempt is `_exhausted`'s to log."""
-        failed = 0
+    def _request_base(self) -> str:
+        """`base_url` as requests are sent to it (an IPv6 zone as httpx reaches it, see `zone_for_httpx`)."""
+        return zone_for_httpx(self.base_url)
 
-        def classify(exc: BaseException) -> bool | float:
-            nonlocal failed
-            failed += 1
-            verdict = self._classify(exc)
-            if verdict is not False and failed < self.retry.attempts and LOGGER.isEnabledFor(20):
-                if isinstance(exc, TransientStatus):
-                    why = f"HTTP {exc.status}"
-                else:
-                    why = failure(exc, self._redacted)
-                hint = "" if verdict is True else f" (the server asks to wait {float(verdict):g}s)"
-                LOGGER.info(
-                    "model %s: %s; retrying%s",
-                    self.name,
-                    why,
-                    hint,
-                    extra={
-                        "model": self.name,
-                        "http_status": getattr(exc, "status", None),
-                        "retry_after": verdict,
-                    },
-                )
-            return verdict
-
-        return classify
+    def _retrying(self, exc: BaseException, hint: float | None, delay: float) -> None:
+        """Log, at INFO, a retry about to happen (`RetryPolicy.run` tells of no other: the failure of the last
+        attempt is `_exhausted`'s to log), saying how long it waits, and why when the server asked more than
+        the retry policy's `maximum` allows."""
+        if not LOGGER.isEnabledFor(20):
+            return
+        why = f"HTTP {exc.status}" if isinstance(exc, TransientStatus) else failure(exc, self._redacted)
+        wait = f"waiting {delay:.3g}s"
+        if hint is not None and hint > delay:
+            wait = f"the server asked {hint:g}s; {wait}, the retry policy's maximum"
+        elif hint is not None:
+            wait = f"{wait}; the server asked {hint:g}s"
+        LOGGER.info(
+            "model %s%s: %s; retrying (%s)",
+            self.name,
+            self._through(),
+            why,
+            wait,
+            extra={
+                "model": self.name,
+                "http_status": getattr(exc, "status", None),
+                "retry_after": hint,
+                "retry_wait": delay,
+            },
+        )
 
     def _classify(self, exc: BaseException) -> bool | float:
         """The retry verdict for a failed attempt: a transient status (waiting as its `Retry-After` asks),
@@ -702,30 +955,42 @@ class HTTPModel:
                 body=text,
                 retry_after=parse_retry_after(response.headers),
             )
+        check = "the model name, API key and request"
+        if status == 407:
+            check = "the proxy's credentials, given in its URL: http://user:password@proxy:port"
         return ModelError(
             f"model {self.name!r} at {self._shown_url()} answered {status}: {said}; this is "
-            "not retried (check the model name, API key and request)",
+            f"not retried (check {check})",
             status=status,
             body=text,
         )
 
     def _shown_url(self) -> str:
         """The request URL for messages, which end up on terminals and in logs: credentials in it (a proxy's,
-        say) shown as ``***`` (see `masked_url`)."""
-        return masked_url(self._url())
+        say) shown as ``***`` (see `masked_url`); then the proxy it went through, if any (`_through`)."""
+        return masked_url(self._url()) + self._through()
+
+    def _through(self) -> str:
+        """" through the proxy ... (from HTTPS_PROXY)" when requests go through a proxy of the environment,
+        whose failures (refused, 407, a tunnel it closed) would otherwise read as the model server's."""
+        return f" through {self._proxy}" if self._proxy else ""
 
     def _exhausted(self, exc: Exception) -> ModelError:
         last = self._redacted(str(exc)) if isinstance(exc, TransientStatus) else failure(exc, self._redacted)
         LOGGER.warning(
-            "model %s: giving up after %d attempts: %s",
+            "model %s%s: giving up after %d attempts: %s",
             self.name,
+            self._through(),
             self.retry.attempts,
             last,
             extra={"model": self.name, "http_status": getattr(exc, "status", None)},
         )
+        what_next = "run again to retry"
+        if self._proxy:
+            what_next = "check the proxy (or name the host in NO_PROXY to go around it), then run again"
         return ModelError(
             f"model {self.name!r} at {self._shown_url()} failed after {self.retry.attempts} attempts: "
-            f"{last}; nothing was journaled, run again to retry",
+            f"{last}; nothing was journaled, {what_next}",
             status=getattr(exc, "status", None),
             body=getattr(exc, "body", None),
         )
@@ -751,7 +1016,7 @@ class HTTPModel:
                     await response.aclose()
 
         try:
-            content = await self.retry.run(attempt, self._classifier())
+            content = await self.retry.run(attempt, self._classify, self._retrying)
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             failed = exc
         else:
@@ -821,7 +1086,7 @@ class HTTPModel:
             raise self._refuse(response, text)
 
         try:
-            return await self.retry.run(attempt, self._classifier())
+            return await self.retry.run(attempt, self._classify, self._retrying)
         except (TransientStatus, RequestTimeout, httpx.TransportError) as exc:
             failed = exc
         raise self._exhausted(failed)  # outside the `except`: see `_post`
@@ -1141,15 +1406,15 @@ _OPENING = 64 * 1024
 
 
 async def sse_events(
-    response: httpx.Response, name: str, clock: StreamClock, mask: Mask
+    response: httpx.Response, name: str, clock: StreamClock, mask: Mask, through: str = ""
 ) -> AsyncGenerator[tuple[str, str], None]:
     """The (event, data) pairs of a server-sent-events body (`event` is "" when the server names none), read
     within the `clock`'s bounds (the time spent reading the lines, and the caller's handling of each event
     until it asks for the next, count too, so a flood of keep-alive lines or empty events is cut off like a
     silence; what the caller spends in `clock.handed()` does not). Bytes are counted as they arrive, so a
     stream past `MAX_RESPONSE_BYTES` is refused even if it never ends a line. A connection that breaks
-    mid-stream raises ModelError: nothing of the turn is journaled, run again. `mask` masks the API key in
-    what an error shows of the stream.
+    mid-stream raises ModelError (naming the proxy it came `through`, `HTTPModel._through`): nothing of the
+    turn is journaled, run again. `mask` masks the API key in what an error shows of the stream.
 
     A body that opens with ``{`` or ``[`` is one JSON document, not events (a server that ignores
     ``stream: true``, or an error in a 200, whatever its Content-Type says): it is read whole, within the
@@ -1198,7 +1463,8 @@ async def sse_events(
         # Raised out of the `except`, so neither chained nor its context: httpx's message (and the exceptions
         # behind it) may quote what the server sent ("illegal chunk header: b'...'"), shown here masked.
         raise ModelError(
-            f"model {name!r}: the stream broke off ({broke}); nothing was journaled, run again to retry"
+            f"model {name!r}{through}: the stream broke off ({broke}); nothing was journaled, run again to "
+            "retry"
         )
     if whole is not None:
         body = b"".join(whole).removeprefix(_BOM)
@@ -1367,9 +1633,12 @@ def error_shown(said: str, mask: Mask) -> str:
     return f"{said[:_ERROR_BODY_SHOWN]}... (cut here, of {len(said):,} characters)"
 
 
-def unfinished(name: str) -> ModelError:
+def unfinished(name: str, through: str = "") -> ModelError:
+    """The error for a stream that ended before its turn did (`through`: the proxy it came through, see
+    `HTTPModel._through`)."""
     return ModelError(
-        f"model {name!r}: the stream ended before the turn did; nothing was journaled, run again to retry"
+        f"model {name!r}{through}: the stream ended before the turn did; nothing was journaled, run again to "
+        "retry"
     )
 
 

@@ -180,7 +180,7 @@ class OpenAIModel(HTTPModel):
         return self._with_options(body)
 
     def _url(self) -> str:
-        return f"{self.base_url}/chat/completions"
+        return f"{self._request_base()}/chat/completions"
 
     def _headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json"}
@@ -206,7 +206,7 @@ class OpenAIModel(HTTPModel):
         finish = ""
         done = False
         try:
-            async for event, data in sse_events(response, self.name, clock, mask):
+            async for event, data in sse_events(response, self.name, clock, mask, self._through()):
                 if event == WHOLE:
                     # A server that ignores `stream` (or says in a 200 that it failed): the whole turn, read
                     # as `complete` reads it.
@@ -300,7 +300,7 @@ class OpenAIModel(HTTPModel):
         if not done or not finish:
             # Without its finish reason (even with [DONE]) the turn may be cut short: an empty answer
             # would end the run for good.
-            raise unfinished(self.name)
+            raise unfinished(self.name, self._through())
         _judge(self.name, finish, text.text(), bool(calls), refusal.text(), self.answer_finish_reasons, mask)
         slots = [slot for _, slot in sorted(calls.items())]
         ids = made_up_ids([slot.get("id", "") for slot in slots], "call_")

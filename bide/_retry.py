@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-__all__ = ["NO_RETRY", "RETRY", "Classify", "RetryPolicy"]
+__all__ = ["NO_RETRY", "RETRY", "Classify", "RetryPolicy", "Waiting"]
 
 T = TypeVar("T")
 
@@ -36,6 +36,10 @@ NO_RETRY = False
 Classify = Callable[[BaseException], "bool | float"]
 """Maps an exception to False (raise it now), True (retry) or a number: retry, waiting at least that many
 seconds (a server's `Retry-After`)."""
+
+Waiting = Callable[[BaseException, "float | None", float], None]
+"""Told of each retry just before its wait: the exception, the server's hint (None when the classifier gave
+none) and the seconds about to be waited, which say whether `maximum` cut the hint short."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -69,8 +73,11 @@ class RetryPolicy:
             delay = max(delay, min(hint, self.maximum))
         return delay
 
-    async def run(self, attempt: Callable[[], Awaitable[T]], classify: Classify) -> T:
-        """Await `attempt()` until it returns, the classifier refuses its exception, or attempts run out."""
+    async def run(
+        self, attempt: Callable[[], Awaitable[T]], classify: Classify, waiting: Waiting | None = None
+    ) -> T:
+        """Await `attempt()` until it returns, the classifier refuses its exception, or attempts run out;
+        `waiting` is told of each retry before its wait."""
         for retry in range(self.attempts):
             try:
                 return await attempt()
@@ -79,10 +86,13 @@ class RetryPolicy:
                 if verdict is False or retry == self.attempts - 1:
                     raise
                 hint = None if verdict is True else float(verdict)
-                await asyncio.sleep(self.wait(retry, hint))
+                delay = self.wait(retry, hint)
+                if waiting is not None:
+                    waiting(exc, hint, delay)
+                await asyncio.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def run_sync(self, attempt: Callable[[], T], classify: Classify) -> T:
+    def run_sync(self, attempt: Callable[[], T], classify: Classify, waiting: Waiting | None = None) -> T:
         """`run` for blocking code (store writes): the same waits, with `time.sleep`."""
         for retry in range(self.attempts):
             try:
@@ -92,5 +102,8 @@ class RetryPolicy:
                 if verdict is False or retry == self.attempts - 1:
                     raise
                 hint = None if verdict is True else float(verdict)
-                time.sleep(self.wait(retry, hint))
+                delay = self.wait(retry, hint)
+                if waiting is not None:
+                    waiting(exc, hint, delay)
+                time.sleep(delay)
         raise AssertionError("unreachable: the last attempt returns or raises")
