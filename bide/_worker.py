@@ -24,9 +24,9 @@ Rules:
   run's latest record, `Lease.last_seq`; a store that does not has such runs read every
   `PARKED_RECHECK_S`). A run that failed (model down, store error) is retried with exponential backoff.
 - **Stopping hands leases back.** `stop()` takes no new runs (nor waits for a listing of them under way,
-  whose answer it drops); drives in flight finish, and those still running after `grace` seconds (None: no
-  limit) are cancelled, which frees their leases. `cancel_drives()` cancels them at once (a side effect
-  interrupted that way may halt its run for a person).
+  whose answer it drops: a pass stopped then reports `listed` False); drives in flight finish, and those
+  still running after `grace` seconds (None: no limit) are cancelled, which frees their leases.
+  `cancel_drives()` cancels them at once (a side effect interrupted that way may halt its run for a person).
 """
 
 from __future__ import annotations
@@ -117,6 +117,9 @@ class PassReport:
     answer never validated, `OutputInvalid`) or "error" (anything else: the model down, a bug).
     `leased`: unfinished runs no pass could take because another driver's lease on them is live (one
     driving them now, or one that died less than its lease and the clock skew ago: a later pass takes those).
+    `listed`: False when `stop()` came before the store answered the pass's listing of the runs to recover
+    (or its count of the live leases): the store was not read, so nothing is known of runs waiting, and no
+    run was driven; every count is then 0 for want of an answer, not because the store holds nothing.
     """
 
     completed: int = 0
@@ -130,6 +133,7 @@ class PassReport:
     unresumable: dict[str, str] = field(default_factory=dict)
     other_agents: dict[str, str] = field(default_factory=dict)
     leased: int = 0
+    listed: bool = True
 
     @property
     def driven(self) -> int:
@@ -254,8 +258,9 @@ class Worker:
                 # Said in the report so that a pass run from cron right after a crash does not look like a
                 # store with nothing to recover.
                 report.leased = await self._in_lister(self._count_live_leases)
-            except _Stopped:
-                return report  # stopped while listing: no run taken
+            except _Stopped:  # stopped while listing: no run taken, and none known
+                report.listed = False
+                return report
             for run_id in run_ids:
                 group.create_task(one(run_id))
         return report
@@ -343,6 +348,12 @@ class Worker:
     def in_flight(self) -> int:
         """How many drives `run_forever` has running."""
         return len(self._in_flight)
+
+    @property
+    def listing(self) -> bool:
+        """Whether a listing of the runs to recover (or `run_once`'s count of the live leases) is under way:
+        `stop()` drops its answer."""
+        return bool(self._stop_waits)
 
     # -- one run ---------------------------------------------------------------------------------------------
 

@@ -12,7 +12,8 @@ importable.
 Without `--once` it runs until SIGINT, SIGTERM or SIGHUP, waits for the drives in flight to finish however
 long they take (a second signal cancels them), then hands back its leases; with `--once` any of them ends the
 pass once the drives in flight finished (an interrupt never drops a side effect's result; a second signal
-cancels them too, exit 130).
+cancels them too, exit 130). One that comes before the store answered the pass's listing of the runs ends it
+at once with a report that says so (`listed: false` in --json), exit 130: the store was not read.
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -350,6 +351,12 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
                 return EXIT_STORE
             if args.json:
                 print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True), file=report_to)
+            elif not report.listed:
+                print(
+                    "resumed no run: the pass was stopped before the store answered its listing of the runs "
+                    "to recover; the store was not read, so nothing is known of runs waiting",
+                    file=report_to,
+                )
             else:
                 runs = "run" if report.driven == 1 else "runs"
                 print(
@@ -408,12 +415,21 @@ class _PrintableFormatter(logging.Formatter):
 
 
 def _once_exit_code(report: PassReport) -> tuple[int, str]:
-    """The exit code of a `--once` pass and, unless it is 0, what to say: EXIT_STORE when a drive failed
-    because the store failed, else EXIT_NOT_FOUND when the pass met a run no pass of this worker can drive
-    (`unresumable`: it needs a person), else EXIT_FAILED when a drive failed otherwise, else EXIT_OK. A
-    drive that ended its run as failed (`OutputInvalid`) gave the run's outcome, as a halt does: the worker
-    did not fail, and a run of an agent the app does not define (`other_agents`) is another app's. What is
-    said names every kind of trouble the pass met, whichever decides the code."""
+    """The exit code of a `--once` pass and, unless it is 0, what to say: EXIT_INTERRUPTED when a stop
+    signal came before the store answered the pass's listing (`listed` False: nothing was driven, and
+    nothing is known of runs waiting), else EXIT_STORE when a drive failed because the store failed, else
+    EXIT_NOT_FOUND when the pass met a run no pass of this worker can drive (`unresumable`: it needs a
+    person), else EXIT_FAILED when a drive failed otherwise, else EXIT_OK. A drive that ended its run as
+    failed (`OutputInvalid`) gave the run's outcome, as a halt does: the worker did not fail, and a run of
+    an agent the app does not define (`other_agents`) is another app's. What is said names every kind of
+    trouble the pass met, whichever decides the code."""
+    if not report.listed:
+        from ._cli import EXIT_INTERRUPTED
+
+        return EXIT_INTERRUPTED, (
+            "the pass was stopped before the store answered its listing of the runs to recover: none was "
+            "driven, and whether any waits is not known; a later pass looks"
+        )
     by_store: list[str] = []
     other: list[str] = []
     for run_id, error in sorted(report.errors.items()):
@@ -518,7 +534,12 @@ def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | Non
                 _say(f"bide worker: still waiting for the store before exiting ({_exit_at_once(signals)})")
         elif signals == 1:
             worker.stop()
-            if a_pass is not None:
+            if a_pass is not None and worker.listing:
+                _say(
+                    "bide worker: stopping while this pass lists the runs to recover: it drives none of them "
+                    "(the listing's answer is dropped)"
+                )
+            elif a_pass is not None:
                 _say(
                     "bide worker: stopping once this pass's drives finish (a second SIGINT, SIGTERM or "
                     "SIGHUP cancels them: a side effect running then halts its run for a person)"
@@ -547,13 +568,23 @@ def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | Non
         else:
             # A synchronous call cannot be interrupted, and the process waits for its thread at exit: only
             # leaving at once ends it (as SIGKILL would; the run's marker makes its call an unknown outcome).
-            _say("bide worker: exiting now, without waiting for the calls still running")
+            _say(f"bide worker: exiting now, without waiting for {_abandoned(taken, late)}")
             os._exit(128 + int(sig))
 
     for sig in _handled_signals():
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal, sig)
     return taken
+
+
+def _abandoned(taken: _StopSignals, late: bool) -> str:
+    """What an exit at once does not wait for: synchronous calls running past their timeout (`late`), the
+    store's answer to a statement (the drives are over, the store is closing), else the cancelled drives."""
+    if late:
+        return "the calls still running"
+    if taken.closing:
+        return "the store to answer the statement under way"
+    return "the cancelled drives to end"
 
 
 def _exit_at_once(taken: int) -> str:
@@ -568,7 +599,9 @@ async def _store_released(worker: Worker, taken: _StopSignals) -> None:
     waiting for a lock another session holds) is answered within the store's busy timeout, and a
     synchronous call past its timeout journals its outcome when it returns. The end of the process would
     wait for them all the same, with the default actions of the signals back (a second signal killed the
-    worker, or raised KeyboardInterrupt in the interpreter's exit). Said on stderr when there is a wait."""
+    worker, or raised KeyboardInterrupt in the interpreter's exit). Said on stderr when there is a wait: at
+    once for synchronous calls, after `_STATEMENT_SAID_AFTER_S` for a statement (most, a listing among them,
+    are answered before: only one that waits, for a lock say, holds the exit up)."""
     from ._store import finishers_running
 
     store = worker.store
@@ -593,13 +626,21 @@ async def _store_released(worker: Worker, taken: _StopSignals) -> None:
         else "the store to answer the statement under way (one waiting for a lock another session holds "
         "waits up to the store's busy timeout)"
     )
-    _say(f"bide worker: waiting for {what} before exiting ({_exit_at_once(taken.count)})")
+    loop = asyncio.get_running_loop()
+    say_at = loop.time() + (0.0 if late else _STATEMENT_SAID_AFTER_S)
+    said = False
     while releasing():
+        if not said and loop.time() >= say_at:
+            said = True
+            _say(f"bide worker: waiting for {what} before exiting ({_exit_at_once(taken.count)})")
         await asyncio.sleep(_RELEASE_POLL_S)
 
 
 # How often the exit looks whether the store was released: a wait for a statement is seconds long.
 _RELEASE_POLL_S = 0.05
+# How long the store may take to answer the statement under way before the exit says it waits for it: an
+# ordinary one (a listing) is answered well before, and saying it then told of a wait that did not happen.
+_STATEMENT_SAID_AFTER_S = 1.0
 
 
 _LATE_CALLS = (
@@ -655,6 +696,9 @@ once the file is in place).
      one: on a store several apps share it is another app's (--json's "other_agents" names them)
   6  the store failed, listing the runs or in any drive (whatever else failed): retried at the
      next pass
+  130  stopped (SIGINT, SIGTERM or SIGHUP) before the store answered the pass's listing of the runs:
+     none was driven and nothing is known of runs waiting (--json: "listed": false); or a second
+     signal cancelled the pass (no report)
 """
 
 
