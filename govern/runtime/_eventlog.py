@@ -1185,21 +1185,7 @@ def _engine(
     pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": timeout}
     ms = int(timeout * 1000)
     if url.startswith("postgresql"):
-        query = sa.engine.make_url(url).query
-        # The URL's own server options (a search_path naming a tenant's schema, say) are kept, before ours.
-        given = query.get("options", ())
-        # A session idle in a transaction past half the timeout is ended by the server: a process paused
-        # holding the log's lock frees it before the other writers' lock waits run out (see `_SqlTx.read`).
-        # And the server's keepalives end the session of an appender whose host died or was cut off between
-        # its writes and its COMMIT (waiting "active" on ClientRead, where no session timeout applies),
-        # freeing the log's lock within about the timeout instead of the system's two hours.
-        keepalives = [f"-c {name}={value}" for name, value in server_keepalives(timeout, given).items()]
-        options = " ".join([*([given] if isinstance(given, str) else given), f"-c lock_timeout={ms}",
-                            f"-c statement_timeout={ms}",
-                            f"-c idle_in_transaction_session_timeout={max(1, ms // 2)}",
-                            *keepalives])  # fmt: skip
-        connect = {**libpq_bounds(query, timeout), "options": options}
-        return sa.create_engine(url, connect_args=connect, **pool), "postgresql"
+        return sa.create_engine(url, connect_args=_postgres_session(url, timeout), **pool), "postgresql"
     engine = sa.create_engine(url, creator=sqlite_creator, **pool)
 
     @sa.event.listens_for(engine, "connect")
@@ -1220,6 +1206,26 @@ def _engine(
         )
 
     return engine, "sqlite"
+
+
+def _postgres_session(url: str, timeout: float) -> dict[str, Any]:
+    """The driver's connect arguments for a PostgreSQL session of the log: the URL's own server options,
+    then bounds on every wait (see `_engine`)."""
+    ms = int(timeout * 1000)
+    query = sa.engine.make_url(url).query
+    # The URL's own server options (a search_path naming a tenant's schema, say) are kept, before ours.
+    given = query.get("options", ())
+    # A session idle in a transaction past half the timeout is ended by the server: a process paused
+    # holding the log's lock frees it before the other writers' lock waits run out (see `_SqlTx.read`).
+    # And the server's keepalives end the session of an appender whose host died or was cut off between
+    # its writes and its COMMIT (waiting "active" on ClientRead, where no session timeout applies),
+    # freeing the log's lock within about the timeout instead of the system's two hours.
+    keepalives = [f"-c {name}={value}" for name, value in server_keepalives(timeout, given).items()]
+    options = " ".join([*([given] if isinstance(given, str) else given), f"-c lock_timeout={ms}",
+                        f"-c statement_timeout={ms}",
+                        f"-c idle_in_transaction_session_timeout={max(1, ms // 2)}",
+                        *keepalives])  # fmt: skip
+    return {**libpq_bounds(query, timeout), "options": options}
 
 
 # Driver-level SQL for the append transaction. SQLAlchemy's per-statement work (compiling the cache key,
@@ -1771,6 +1777,7 @@ class _SqlBackend:
 
     def __init__(self, url: str, log: str, timeout: float, pool_size: int) -> None:
         self.log = log
+        self.url = url
         self.timeout = timeout
         self.pool_size = pool_size
         # SQLite: the file's path, made absolute once (a later os.chdir must not move the log), and the file
@@ -2058,8 +2065,9 @@ class _SqlBackend:
         20,000 took seconds, where it takes milliseconds). New statistics make it plan again. The
         server's autovacuum gathers them too, but only once a minute, and not at all where it is off.
 
-        Done on a thread of its own, so that the append that passed the mark returns at once (and within
-        its timeout, whatever the pool or the server make this wait). Skipped, never failing anything,
+        Done on a thread of its own, on a connection of its own outside the pool (bounded like the pool's),
+        so that the append that passed the mark returns at once and no append waits for the ANALYZE, even
+        with a pool of one connection. Skipped, never failing anything,
         when the tables' statistics are current, when another session holds a lock that would make it wait
         more than 0.2 s, or when this user may not analyze the tables (the server then only warns)."""
         if self._next_look is None or length < self._next_look:
@@ -2073,12 +2081,21 @@ class _SqlBackend:
         self._gathering.start()
 
     def _gather_statistics(self, length: int) -> None:
+        # Its own session, opened and closed here, never one of the pool's: an ANALYZE that runs long (a
+        # large table, or waiting its 0.2 s for a lock) would otherwise keep an append from a connection.
         # (Errors suppressed: the statistics only speed appends up.)
-        with contextlib.suppress(*self._errors, OSError), self.engine.begin() as conn:
-            conn.execute(sa.text("SET LOCAL lock_timeout = 200"))
-            believed = conn.execute(_Q_TUPLES_BELIEVED).scalar()
-            if believed is None or believed < length / 2:
-                conn.execute(sa.text("ANALYZE govern_events, govern_counters"))
+        with contextlib.suppress(*self._errors, OSError):
+            own = sa.create_engine(
+                self.url, connect_args=_postgres_session(self.url, self.timeout), poolclass=sa.pool.NullPool
+            )
+            try:
+                with own.begin() as conn:
+                    conn.execute(sa.text("SET LOCAL lock_timeout = 200"))
+                    believed = conn.execute(_Q_TUPLES_BELIEVED).scalar()
+                    if believed is None or believed < length / 2:
+                        conn.execute(sa.text("ANALYZE govern_events, govern_counters"))
+            finally:
+                own.dispose()
 
     def close(self) -> None:
         writer, self._writer = self._writer, None
@@ -2086,7 +2103,7 @@ class _SqlBackend:
             writer.close()  # back to the pool, which dispose() closes
         gathering = self._gathering
         if gathering is not None:
-            gathering.join(self.timeout)  # (its connection goes back to the pool before it is disposed)
+            gathering.join(self.timeout)  # (its statement_timeout is the log's: it ends within about this)
         self.engine.dispose()
 
     def forked(self) -> None:
