@@ -1802,6 +1802,10 @@ class _SqlBackend:
         # PostgreSQL: the log's length at which `grown` next looks at the planner's statistics.
         self._next_look: int | None = _FIRST_LOOK if self.dialect == "postgresql" else None
         self._gathering: threading.Thread | None = None  # the thread gathering them, if one was started
+        # Set by close(): the thread connects no more, and the session it has is cancelled (`_gatherer`).
+        self._gathering_stopped = threading.Event()
+        self._gatherer: Any = None  # the thread's driver connection while it has one
+        self._gatherer_lock = threading.Lock()
         linked = other_names(self._path, "the event log file") if self.dialect == "sqlite" else None
         if linked is not None:
             self.engine.dispose()
@@ -2075,6 +2079,7 @@ class _SqlBackend:
         self._next_look = length * 4
         if self._gathering is not None and self._gathering.is_alive():
             return  # (one at a time: the next mark looks again)
+        self._gathering_stopped.clear()  # (a handle used again after close() gathers again)
         self._gathering = threading.Thread(
             target=self._gather_statistics, args=(length,), name="govern-log-statistics", daemon=True
         )
@@ -2084,17 +2089,26 @@ class _SqlBackend:
         # Its own session, opened and closed here, never one of the pool's: an ANALYZE that runs long (a
         # large table, or waiting its 0.2 s for a lock) would otherwise keep an append from a connection.
         # (Errors suppressed: the statistics only speed appends up.)
+        stopped = self._gathering_stopped
+        if stopped.is_set():
+            return
         with contextlib.suppress(*self._errors, OSError):
             own = sa.create_engine(
                 self.url, connect_args=_postgres_session(self.url, self.timeout), poolclass=sa.pool.NullPool
             )
             try:
                 with own.begin() as conn:
+                    with self._gatherer_lock:
+                        if stopped.is_set():  # closed while this connected: nothing more on the server
+                            return
+                        self._gatherer = conn.connection.driver_connection
                     conn.execute(sa.text("SET LOCAL lock_timeout = 200"))
                     believed = conn.execute(_Q_TUPLES_BELIEVED).scalar()
                     if believed is None or believed < length / 2:
                         conn.execute(sa.text("ANALYZE govern_events, govern_counters"))
             finally:
+                with self._gatherer_lock:
+                    self._gatherer = None
                 own.dispose()
 
     def close(self) -> None:
@@ -2103,12 +2117,21 @@ class _SqlBackend:
             writer.close()  # back to the pool, which dispose() closes
         gathering = self._gathering
         if gathering is not None:
+            # No session left behind: the thread connects no more, and a statement it runs is cancelled
+            # (the join then waits for its session to close, not for an ANALYZE to finish).
+            self._gathering_stopped.set()
+            with self._gatherer_lock:
+                if self._gatherer is not None:
+                    with contextlib.suppress(Exception):
+                        self._gatherer.cancel_safe(timeout=min(self.timeout, 5.0))
             gathering.join(self.timeout)  # (its statement_timeout is the log's: it ends within about this)
         self.engine.dispose()
 
     def forked(self) -> None:
         """Leave the parent's connections to the parent, in a child just forked: it opens its own."""
         self._gathering = None  # (the parent's thread, which the child does not have)
+        self._gatherer, self._gatherer_lock = None, threading.Lock()  # (its session, its lock maybe held)
+        self._gathering_stopped = threading.Event()
         if self._writer_lock is not None:
             self._writer_lock = threading.Lock()  # (another thread of the parent may have held it)
         if self.dialect == "sqlite":
