@@ -13,7 +13,9 @@ Without `--once` it runs until SIGINT, SIGTERM or SIGHUP, waits for the drives i
 long they take (a second signal cancels them), then hands back its leases; with `--once` any of them ends the
 pass once the drives in flight finished (an interrupt never drops a side effect's result; a second signal
 cancels them too, exit 130). One that comes before the store answered the pass's listing of the runs ends it
-at once with a report that says so (`listed: false` in --json), exit 130: the store was not read.
+at once with a report that says so (`listed: false` in --json), exit 130: the store was not read. Once the
+pass is over and the store released, a signal changes nothing: the worker keeps the signals until its
+process has exited (see `_signals_restored`), prints its report and exits with the pass's code.
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -41,6 +43,7 @@ import logging
 import os
 import shlex
 import signal
+import socket
 import sys
 import threading
 from dataclasses import asdict
@@ -283,12 +286,12 @@ class _Unbuffered(io.TextIOBase):
 
 def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
     """`bide worker`, printing its report (or its --json failure document) to `report_to`."""
-    from ._cli import EXIT_INTERRUPTED, json_failure
+    from ._cli import json_failure
     from ._worker import Worker
 
-    def failure_document(code: int, message: str) -> None:
+    def failure_document(code: int, message: str, **facts: Any) -> None:
         with contextlib.redirect_stdout(report_to):
-            json_failure(args, code, message)
+            json_failure(args, code, message, **facts)
 
     def refuse(code: int, message: str) -> int:
         print(f"bide: {printable(message)}", file=sys.stderr)
@@ -328,68 +331,15 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             worker = Worker(store, agents, concurrency=args.concurrency, poll_interval=args.poll, grace=None)
         except (_AppError, ConfigError) as exc:
             return refuse(EXIT_USAGE, str(exc))
-        if args.once:
-            try:
-                with _signals_restored():
-                    report = asyncio.run(_once(worker))
-            except asyncio.CancelledError:  # a second stop signal
-                why = (
-                    "the pass was cancelled by a second signal: its drives stopped where they were (their "
-                    "runs are driven again by a later pass; an interrupted side effect may halt its run)"
-                )
-                print(f"bide worker: {why}", file=sys.stderr)
-                failure_document(EXIT_INTERRUPTED, why)
-                return EXIT_INTERRUPTED
-            except ExceptionGroup as group:  # the pass's task group wraps a listing's failure
-                failed, rest = group.split(StoreError)
-                if failed is None or rest is not None:
-                    raise
-                cause = failed.exceptions[0]
-                why = f"the store failed listing the runs to recover, so none was driven: {cause}"
-                print(f"bide worker: {printable(why)}", file=sys.stderr)
-                failure_document(EXIT_STORE, why)
-                return EXIT_STORE
-            if args.json:
-                print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True), file=report_to)
-            elif not report.listed:
-                print(
-                    "resumed no run: the pass was stopped before the store answered its listing of the runs "
-                    "to recover; the store was not read, so nothing is known of runs waiting",
-                    file=report_to,
-                )
-            else:
-                runs = "run" if report.driven == 1 else "runs"
-                print(
-                    f"resumed {report.driven} {runs}: {report.completed} completed, "
-                    + (f"{report.cancelled} cancelled, " if report.cancelled else "")
-                    + f"{report.halted} halted "
-                    f"(need a person), {report.waiting} waiting, {report.failed} failed; "
-                    f"{report.skipped} skipped"
-                    + (
-                        f" ({len(report.other_agents)} started by agents --app does not define: left to "
-                        "the worker of an app that defines them; none resumes them if no app does, as after "
-                        "an agent was renamed)"
-                        if report.other_agents
-                        else ""
-                    )
-                    + (
-                        f"; {report.leased} held by a live lease (driven elsewhere, or its driver died "
-                        "less than its lease ago: a later pass takes those of this app's agents)"
-                        if report.leased
-                        else ""
-                    ),
-                    file=report_to,
-                )
-            code, why = _once_exit_code(report)
-            if why:
-                print(f"bide worker: {printable(why)}", file=sys.stderr)
-            return code
-        started = (
-            f"bide worker: serving {len(agents)} agent(s) on {_where(store)}, looking for runs to recover "
-            f"every {args.poll:g} s; SIGINT, SIGTERM or SIGHUP stops it"
-        )
         with _signals_restored():
+            if args.once:
+                return _once_reported(args, worker, report_to, failure_document)
+            started = (
+                f"bide worker: serving {len(agents)} agent(s) on {_where(store)}, looking for runs to "
+                f"recover every {args.poll:g} s; SIGINT, SIGTERM or SIGHUP stops it"
+            )
             asyncio.run(_forever(worker, started))
+            _flushed(report_to)
         return EXIT_OK
     finally:
         try:
@@ -397,6 +347,80 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             store.close()
         except StoreError as exc:  # what the worker did stands (and was reported): only said on stderr
             print(f"bide worker: closing the store failed: {printable(str(exc))}", file=sys.stderr)
+
+
+def _once_reported(
+    args: argparse.Namespace, worker: Worker, report_to: TextIO | GuardedStdout,
+    failure_document: Callable[..., None],
+) -> int:
+    """`bide worker --once`: the pass, its report (or failure document) written and flushed while the stop
+    signals are still the worker's, and its exit code."""
+    from ._cli import EXIT_INTERRUPTED
+
+    try:
+        report = asyncio.run(_once(worker))
+    except _PassCancelled as cancelled:  # a second stop signal
+        why, facts = cancelled.words()
+        print(f"bide worker: {why}", file=sys.stderr)
+        failure_document(EXIT_INTERRUPTED, why, **facts)
+        _flushed(report_to)
+        return EXIT_INTERRUPTED
+    except ExceptionGroup as group:  # the pass's task group wraps a listing's failure
+        failed, rest = group.split(StoreError)
+        if failed is None or rest is not None:
+            raise
+        cause = failed.exceptions[0]
+        why = f"the store failed listing the runs to recover, so none was driven: {cause}"
+        print(f"bide worker: {printable(why)}", file=sys.stderr)
+        failure_document(EXIT_STORE, why)
+        _flushed(report_to)
+        return EXIT_STORE
+    if args.json:
+        print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True), file=report_to)
+    else:
+        print(_report_in_words(report), file=report_to)
+    code, why = _once_exit_code(report)
+    if why:
+        print(f"bide worker: {printable(why)}", file=sys.stderr)
+    _flushed(report_to)
+    return code
+
+
+def _report_in_words(report: PassReport) -> str:
+    if not report.listed:
+        return (
+            "resumed no run: the pass was stopped before the store answered its listing of the runs "
+            "to recover; the store was not read, so nothing is known of runs waiting"
+        )
+    runs = "run" if report.driven == 1 else "runs"
+    return (
+        f"resumed {report.driven} {runs}: {report.completed} completed, "
+        + (f"{report.cancelled} cancelled, " if report.cancelled else "")
+        + f"{report.halted} halted "
+        f"(need a person), {report.waiting} waiting, {report.failed} failed; "
+        f"{report.skipped} skipped"
+        + (
+            f" ({len(report.other_agents)} started by agents --app does not define: left to "
+            "the worker of an app that defines them; none resumes them if no app does, as after "
+            "an agent was renamed)"
+            if report.other_agents
+            else ""
+        )
+        + (
+            f"; {report.leased} held by a live lease (driven elsewhere, or its driver died "
+            "less than its lease ago: a later pass takes those of this app's agents)"
+            if report.leased
+            else ""
+        )
+    )
+
+
+def _flushed(report_to: TextIO | GuardedStdout) -> None:
+    """Write out what the worker printed while the stop signals are still its own (see _signals_restored)."""
+    for stream in (report_to, sys.stdout, sys.stderr):
+        if stream is not None:
+            with contextlib.suppress(OSError, ValueError):  # a closed or failing stream: the exit code says
+                stream.flush()
 
 
 class _PrintableFormatter(logging.Formatter):
@@ -487,51 +511,133 @@ def _handled_signals() -> list[signal.Signals]:
 
 @contextlib.contextmanager
 def _signals_restored() -> Iterator[None]:
-    """The process's own handlers of the stop signals, put back once the worker's event loop is done (the
-    loop leaves them at their defaults: a host process's next SIGHUP would end it)."""
+    """The stop signals kept from the default actions until the worker's output is written (see
+    _signals_handled): in the bide command itself, until the process exits (a signal that lands once the
+    worker is done changes nothing: the report is written, the exit code is the worker's); in a program that
+    called the command in-process (`bide._cli.main`), which goes on, the program's own handlers are put back
+    when the command returns."""
     previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
     try:
         yield
     finally:
-        for sig, handler in previous.items():
-            if handler is not None:
-                with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing was changed
-                    signal.signal(sig, handler)
+        # Not in the command: putting back the defaults there would let a signal landing before the process
+        # has exited end it by its default action (143 for SIGTERM), half-way through its report.
+        if not _ends_with_the_process():
+            for sig, handler in previous.items():
+                if handler is not None:
+                    with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing changed
+                        signal.signal(sig, handler)
+
+
+def _ends_with_the_process() -> bool:
+    """Whether the process is the bide command (`bide`, `python -m bide._cli`), which exits once the command
+    returns, rather than a program that called `bide._cli.main` and goes on."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None:  # python -m
+        return bool(spec.name == "bide._cli")
+    from . import _cli
+
+    # The `bide` console script: a file of its own (not a .py program) that calls bide's main.
+    script = getattr(main, "__file__", None)
+    return isinstance(script, str) and not script.endswith(".py") and getattr(main, "main", None) is _cli.main
 
 
 class _StopSignals:
-    """The stop signals a worker took so far, and whether its drives are over and it waits for its store
-    to be released (`closing`) before it exits."""
+    """The stop signals a worker took so far, and where its stop is: `closing` when its drives are over and
+    it waits for its store to be released (`_store_released`) before it exits, `over` once the store is
+    released (a signal then changes nothing). `cancelled`: a second signal under --once dropped the pass's
+    report (its drives cancelled, or the exit waiting for the store then); `calls_waited`: that exit waited
+    for synchronous tool calls running past their timeout (else for a statement of the store)."""
 
     def __init__(self) -> None:
         self.count = 0
         self.closing = False
+        self.over = False
+        self.cancelled = False
+        self.calls_waited = False
 
 
-def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | None = None) -> _StopSignals:
+@contextlib.contextmanager
+def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSignals) -> Iterator[None]:
+    """The stop signals handled by `on_signal` on the running loop until the block ends, then ignored: the
+    worker is done, only its output is left to write (`_signals_restored` puts a host's handlers back).
+    Python handlers, not the loop's own (`add_signal_handler`): the loop's end would put back the default
+    actions, and a signal landing after it killed a worker that had finished its pass."""
+    loop = asyncio.get_running_loop()
+    handled = _handled_signals()
+
+    def take(signum: int, frame: object) -> None:
+        # Run by Python in the main thread between two bytecodes, anywhere in the loop's own code: the signal
+        # is handled as the loop's next callback.
+        loop.call_soon_threadsafe(on_signal, signal.Signals(signum))
+
+    receive, wake = socket.socketpair()
+    try:
+        for end in (receive, wake):
+            end.setblocking(False)
+        try:
+            # A signal that lands in another thread wakes the loop (the main thread then runs `take`).
+            previous_wakeup = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+        except ValueError:  # not the main thread: signals are not handled there (nor were they before)
+            yield
+            return
+        loop.add_reader(receive.fileno(), _drained, receive)
+        try:
+            for sig in handled:
+                signal.signal(sig, take)
+            yield
+        finally:
+            for sig in handled:
+                signal.signal(sig, signal.SIG_IGN)  # in one step: the default action is never back
+            taken.over = True
+            signal.set_wakeup_fd(previous_wakeup)
+            loop.remove_reader(receive.fileno())
+    finally:
+        receive.close()
+        wake.close()
+
+
+def _drained(receive: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # BlockingIOError: nothing more to read
+        while receive.recv(64):
+            pass
+
+
+def _on_stop_signals(
+    worker: Worker, taken: _StopSignals, a_pass: asyncio.Task[Any] | None = None
+) -> Callable[[signal.Signals], None]:
     # The first signal stops the worker and waits for its drives however long they take (a side effect
     # running then has its result journaled); only a second one cancels them, which the operator is told.
     # `a_pass`: the task of a --once pass, whose drives are its own (not counted in the worker's in_flight).
     from ._store import finishers_running
 
-    loop = asyncio.get_running_loop()
-    taken = _StopSignals()
-
     def on_signal(sig: signal.Signals) -> None:
+        if taken.over:
+            return  # the store is released: only the output is left to write, and the exit
         taken.count += 1
         signals = taken.count
         # Synchronous calls past their timeout, whose drives are over: the exit waits for them all the same.
         late = finishers_running(worker.store)
-        if taken.closing and signals < 3:
-            # The drives are over: what is left is the store's answer (see _store_released).
+        pass_over = a_pass is not None and a_pass.done()
+        if signals >= 3:
+            # A synchronous call cannot be interrupted, and the process waits for its thread at exit: only
+            # leaving at once ends it (as SIGKILL would; the run's marker makes its call an unknown outcome).
+            _say(f"bide worker: exiting now, without waiting for {_abandoned(taken, late)}")
+            os._exit(128 + int(sig))
+        if taken.closing:
+            # The drives are over: what is left is the store's release (see _store_released).
             worker.stop()
             if a_pass is not None and signals == 2:
-                _say(
-                    "bide worker: this pass is cancelled: it exits without its report once the store has "
-                    f"answered ({_exit_at_once(signals)})"
-                )
+                taken.cancelled, taken.calls_waited = True, late
+                _say(f"bide worker: this pass is cancelled: {_cancelled_exit(late)}")
             else:
-                _say(f"bide worker: still waiting for the store before exiting ({_exit_at_once(signals)})")
+                _say(
+                    f"bide worker: still waiting for {_waited_for(late)} before exiting "
+                    f"({_exit_at_once(signals)})"
+                )
+        elif pass_over:
+            _say("bide worker: this pass is over: it prints its report once its store is closed")
         elif signals == 1:
             worker.stop()
             if a_pass is not None and worker.listing:
@@ -552,7 +658,7 @@ def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | Non
                 )
             if late:
                 _say(_LATE_CALLS)
-        elif signals == 2:
+        else:
             if worker.in_flight:
                 _say(
                     "bide worker: cancelling the drives in flight; a synchronous tool call among them runs "
@@ -564,17 +670,60 @@ def _stop_then_cancel_on_signals(worker: Worker, a_pass: asyncio.Task[Any] | Non
             worker.cancel_drives()
             if a_pass is not None:
                 _say("bide worker: cancelling this pass's drives (a third signal exits at once)")
+                taken.cancelled = True
                 a_pass.cancel()
-        else:
-            # A synchronous call cannot be interrupted, and the process waits for its thread at exit: only
-            # leaving at once ends it (as SIGKILL would; the run's marker makes its call an unknown outcome).
-            _say(f"bide worker: exiting now, without waiting for {_abandoned(taken, late)}")
-            os._exit(128 + int(sig))
 
-    for sig in _handled_signals():
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, on_signal, sig)
-    return taken
+    return on_signal
+
+
+def _waited_for(late: bool) -> str:
+    """What the exit of a worker whose drives are over waits for."""
+    if late:
+        return "synchronous tool calls running past their timeout to return and journal their outcomes"
+    return "the store"
+
+
+def _cancelled_exit(late: bool) -> str:
+    """How a --once pass whose drives are over exits once a second signal dropped its report."""
+    if late:
+        return (
+            "its drives had ended; it exits without its report once the synchronous tool calls running past "
+            "their timeout have returned and journaled their outcomes (a third SIGINT, SIGTERM or SIGHUP "
+            "exits at once: such a call's run then halts for a person)"
+        )
+    return f"it exits without its report once the store has answered ({_exit_at_once(2)})"
+
+
+class _PassCancelled(Exception):
+    """A --once pass whose report a second stop signal dropped: `report` None when its drives were cancelled,
+    else the report of a pass that was over (the exit then waited for the store, or for synchronous calls
+    running past their timeout when `calls`)."""
+
+    def __init__(self, report: PassReport | None, calls: bool) -> None:
+        super().__init__("the pass was cancelled by a second signal")
+        self.report = report
+        self.calls = calls
+
+    def words(self) -> tuple[str, dict[str, Any]]:
+        """What to say, and the facts for the --json failure document."""
+        said = "the pass was cancelled by a second signal"
+        if self.report is None:
+            return (
+                f"{said}: its drives stopped where they were (their runs are driven again by a later pass; "
+                "an interrupted side effect may halt its run)"
+            ), {}
+        if not self.report.listed:
+            return (
+                f"{said}, stopped while it listed the runs to recover: it drove none, and the store was not "
+                "read, so nothing is known of runs waiting; a later pass looks"
+            ), {"listed": False}
+        if self.calls:
+            return (
+                f"{said} once its drives had ended: its report is not printed; the synchronous tool calls "
+                "that ran past their timeout returned and journaled their outcomes (a later pass goes on "
+                "with their runs)"
+            ), {}
+        return f"{said} once its drives had ended: its report is not printed; what they did is journaled", {}
 
 
 def _abandoned(taken: _StopSignals, late: bool) -> str:
@@ -657,28 +806,31 @@ def _say(line: str) -> None:
 
 
 async def _once(worker: Worker) -> PassReport:
-    """The pass, then the store closed and released; CancelledError when a second stop signal came before
-    the report (the pass's drives cancelled, or the exit waiting for the store then)."""
+    """The pass, then the store closed and released; `_PassCancelled` when a second stop signal came before
+    that (the pass's drives cancelled, or the exit waiting for the store then)."""
     a_pass = asyncio.ensure_future(worker.run_once())
-    taken = _stop_then_cancel_on_signals(worker, a_pass)
-    try:
-        report = await a_pass
-    finally:
+    taken = _StopSignals()
+    with _signals_handled(_on_stop_signals(worker, taken, a_pass), taken):
+        await asyncio.wait([a_pass])
         await _store_released(worker, taken)
-    if taken.count >= 2:
-        raise asyncio.CancelledError
+    if a_pass.cancelled():
+        raise _PassCancelled(None, calls=False)
+    report = a_pass.result()  # (a listing's failure is raised here)
+    if taken.cancelled:
+        raise _PassCancelled(report, calls=taken.calls_waited)
     return report
 
 
 async def _forever(worker: Worker, started: str) -> None:
-    taken = _stop_then_cancel_on_signals(worker)
-    # Said once the stop signals are the worker's own: from then on a signal stops it as documented (before,
-    # it ends the process as any program starting up, with no run taken yet).
-    _say(printable(started))
-    try:
-        await worker.run_forever()
-    finally:
-        await _store_released(worker, taken)
+    taken = _StopSignals()
+    with _signals_handled(_on_stop_signals(worker, taken), taken):
+        # Said once the stop signals are the worker's own: from then on a signal stops it as documented
+        # (before, it ends the process as any program starting up, with no run taken yet).
+        _say(printable(started))
+        try:
+            await worker.run_forever()
+        finally:
+            await _store_released(worker, taken)
 
 
 _WORKER_DESCRIPTION = """\
@@ -698,7 +850,8 @@ once the file is in place).
      next pass
   130  stopped (SIGINT, SIGTERM or SIGHUP) before the store answered the pass's listing of the runs:
      none was driven and nothing is known of runs waiting (--json: "listed": false); or a second
-     signal cancelled the pass (no report)
+     signal cancelled the pass before the store was released (no report). A signal once the store
+     is released changes nothing: the report is printed, the exit code is the pass's
 """
 
 
