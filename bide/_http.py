@@ -18,6 +18,7 @@ import email.utils
 import functools
 import io
 import ipaddress
+import itertools
 import json
 import math
 import os
@@ -138,7 +139,7 @@ def json_problem(exc: ValueError, mask: Mask) -> str:
     API key masked (`mask`) in it, a key that came twice shown by `excerpt`."""
     if isinstance(exc, DuplicateKey):
         return f"a JSON object with the key {excerpt(exc.key, mask, 100)} twice"
-    return mask(str(exc))
+    return shown_masked(str(exc), mask, _ROOT_SHOWN)
 
 
 def call_arguments(decoded: Any, text: str) -> dict[str, Any] | str:
@@ -223,12 +224,11 @@ def failure(exc: BaseException, mask: Mask) -> str:
     """`exc` (a network failure, most often) as a message shows it: its type and text, then the innermost
     exception chained to it, which says what happened where its own text may not ("ConnectError: All
     connection attempts failed (ConnectionRefusedError: [Errno 111] Connect call failed ...)"). The API key
-    is masked (`mask`) in all of it, before each part is cut short: its own text to `_FAILURE_SHOWN`
+    is masked (`mask`) in what is shown of each part (see `shown_masked`): its own text to `_FAILURE_SHOWN`
     characters (httpx quotes what a server sent: a header line of 100 KB was a 100 KB message, and a log
     line at every retry), the innermost to `_ROOT_SHOWN`."""
-    whole = said = mask(_described(exc))
-    if len(said) > _FAILURE_SHOWN:
-        said = f"{said[:_FAILURE_SHOWN]}... (cut here, of {len(said):,} characters)"
+    whole = _described(exc)
+    said = cut_masked(whole, mask, _FAILURE_SHOWN)
     if isinstance(exc, RequestTimeout):
         # Its own words say what happened; behind it lies only what the timeout cut short (over HTTPS an
         # SSLWantReadError, anyio's ordinary read, which named TLS as the reason for every timeout).
@@ -238,12 +238,11 @@ def failure(exc: BaseException, mask: Mask) -> str:
         return said
     if isinstance(root, BaseExceptionGroup):  # every address of a host refused, say: each one's reason
         why = "; ".join(dict.fromkeys(_described(_innermost(e)) for e in root.exceptions))
-    elif mask(str(root)) in whole:  # what it says is said already ("[Errno -2] Name or service not known")
+    elif str(root) in whole:  # what it says is said already ("[Errno -2] Name or service not known")
         return said
     else:
         why = _described(root)
-    why = mask(why)
-    return f"{said} ({why[:_ROOT_SHOWN]}{'...' if len(why) > _ROOT_SHOWN else ''})"
+    return f"{said} ({shown_masked(why, mask, _ROOT_SHOWN)}{'...' if len(why) > _ROOT_SHOWN else ''})"
 
 
 def _described(exc: BaseException) -> str:
@@ -301,6 +300,15 @@ def env_proxy(url: str) -> str:
     http://proxy:3128 (from HTTPS_PROXY)", its credentials left out), or "" for none. httpx (with
     `trust_env`, its default, and no transport given) reads HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY
     when a client is made: a proxy's failure read as the model server's without this."""
+    chosen = _env_proxy_url(url)
+    if chosen is None:
+        return ""
+    return f"the proxy {_without_credentials(chosen[1])} ({_proxy_setting(chosen[0])})"
+
+
+def _env_proxy_url(url: str) -> tuple[str, str] | None:
+    """The pattern httpx mounted the proxy of the environment for `url` at ("https://"), and its URL as
+    given (credentials and all); None for none."""
     import httpx
 
     try:
@@ -308,13 +316,70 @@ def env_proxy(url: str) -> str:
         # `_transport_for_url` chooses), so the proxy named is the one the request went through.
         from httpx._utils import URLPattern, get_environment_proxies
     except ImportError:  # a later httpx that moved them: the messages cannot name the proxy
-        return ""
+        return None
     target = httpx.URL(url)
     mounts = sorted((URLPattern(key), proxy) for key, proxy in get_environment_proxies().items())
     chosen = next(((pattern, proxy) for pattern, proxy in mounts if pattern.matches(target)), None)
     if chosen is None or chosen[1] is None:  # no proxy, or NO_PROXY names the host
-        return ""
-    return f"the proxy {_without_credentials(chosen[1])} ({_proxy_setting(chosen[0].pattern)})"
+        return None
+    return chosen[0].pattern, chosen[1]
+
+
+def proxy_secrets(proxy: str) -> tuple[str, ...]:
+    """What a proxy (`proxy`, its URL) may quote back of its own credentials, longest first: "user:password"
+    as written in the URL and percent-decoded, the password both ways, and the base64 of "user:password"
+    that httpx sends it in Proxy-Authorization. Empty for a proxy without a password."""
+    import base64
+
+    userinfo = re.split(r"[/?#]", proxy.partition("://")[2], maxsplit=1)[0].rpartition("@")[0]
+    user, colon, password = userinfo.partition(":")
+    if not colon or not password:
+        return ()
+    plain_user, plain_password = urllib.parse.unquote(user), urllib.parse.unquote(password)
+    sent = base64.b64encode(f"{plain_user}:{plain_password}".encode()).decode("ascii")
+    found = {userinfo, f"{plain_user}:{plain_password}", password, plain_password, sent}
+    return tuple(sorted(found, key=len, reverse=True))
+
+
+# The variables httpx reads a proxy from, as urllib reads them (lower case first).
+_PROXY_VARIABLES = ("https_proxy", "HTTPS_PROXY", "http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY")
+
+
+def unusable_proxy(kind: str, exc: Exception) -> ConfigError:
+    """The error for a proxy setting of the environment that httpx failed to make a client with (`exc`):
+    which variable, and what to change, without its value (httpx's own message quotes the part of a
+    password before a '/': "Invalid port: 's3cr3t'")."""
+    import httpx
+
+    for name in _PROXY_VARIABLES:
+        value = os.environ.get(name, "")
+        if not value:
+            continue
+        try:
+            httpx.AsyncClient(trust_env=False, proxy=value if "://" in value else f"http://{value}")
+        except ImportError:
+            return ConfigError(
+                f"{kind}: the proxy in {name} is a SOCKS proxy, which httpx reaches only with the socksio "
+                "package: install it (pip install 'httpx[socks]'), or set another proxy; the URL is not "
+                "shown here"
+            )
+        except (httpx.InvalidURL, ValueError):
+            return ConfigError(
+                f"{kind}: httpx cannot read the proxy URL in {name}: percent-encode any '/', '#', '?', '@' "
+                "or ':' in its user name or password (as %2F, %23, %3F, %40 and %3A), and give it an "
+                "http:// or https:// scheme (socks5:// with httpx[socks]); the URL is not shown here"
+            )
+    if os.environ.get("no_proxy") or os.environ.get("NO_PROXY"):
+        name = "no_proxy" if os.environ.get("no_proxy") else "NO_PROXY"
+        return ConfigError(
+            f"{kind}: httpx cannot read {name} ({type(exc).__name__}): write each host in it as a name, "
+            "an IPv4 address or an IPv6 address without brackets and port (::1, not [::1]:8080), "
+            "separated by commas"
+        )
+    return ConfigError(
+        f"{kind}: httpx cannot make a client with the proxy settings of the environment "
+        f"({type(exc).__name__}): check HTTPS_PROXY, HTTP_PROXY, ALL_PROXY and NO_PROXY"
+    )
 
 
 def _without_credentials(url: str) -> str:
@@ -504,15 +569,13 @@ def _retry(
     return RetryPolicy(attempts=max_retries + 1, initial=backoff, maximum=max_backoff)
 
 
-# What JSON or `repr` write with a backslash before it, of the printable ASCII an API key is made of.
-_ESCAPED = frozenset("/\\\"'")
 # The shortest key masked (a shorter one cannot be told from words), and the length from which a run of a
 # key's consecutive characters is masked wherever it stands (see `_shortest_run`).
 _SHORTEST_KEY = 8
 _RUN = 16
-# What may stand between two characters of a key a server quotes: line breaks (a key across two `data:`
-# lines of one server-sent event, which the SSE rules join with "\n"), raw or as JSON and `repr` write them.
-_BREAKS = r"(?:[\r\n]|\\[rn])*"
+# How far past what a message shows the text is masked before it is cut (see `shown_masked`): a key, or a
+# run of one, across the cut is masked whole, and so not shown in part.
+_MASK_MARGIN = 4096
 
 
 @functools.cache
@@ -528,34 +591,6 @@ def _html_names() -> dict[str, tuple[str, ...]]:
     return {char: tuple(sorted(found, key=len, reverse=True)) for char, found in names.items()}
 
 
-def _escapes(c: str) -> list[str]:
-    """Patterns of the ways a server's text may write the (ASCII, printable) character `c` other than as
-    itself: as JSON or Python's `repr` escape it (``\\u002B`` for ``+``, what .NET writes, in either case of
-    hex digit; ``\\/`` for ``/``, ``\\\\`` for ``\\``, ``\\"`` and ``\\'`` for the quotes), percent-encoded
-    as a URL carries it (``%2B`` or ``%2b``), or as an HTML character reference (``&#43;``, ``&#x2B;``,
-    ``&plus;``; ``&amp;`` for ``&``, and ``&amp`` as HTML reads it too)."""
-    code = ord(c)
-    forms = [
-        f"\\\\u(?i:{code:04x})",
-        f"%(?i:{code:02x})",
-        f"&#0*{code};?",
-        f"&#[xX]0*(?i:{code:x});?",
-        *(re.escape(f"&{name}") for name in _html_names().get(c, ())),
-    ]
-    if c in _ESCAPED:
-        forms.append(re.escape("\\" + c))
-    return forms
-
-
-@functools.lru_cache(maxsize=8)
-def _quoted_key(key: str) -> re.Pattern[str]:
-    """The (ASCII, printable) API key `key` as it stands in text, each of its characters as itself or
-    escaped (`_escapes`: as JSON, `repr`, a URL or HTML write it), with line breaks anywhere in it
-    (`_BREAKS`). So a key is masked in a part of an answer shown as its repr (a list, an object), as the
-    JSON it came in, in a URL, in an HTML page, or split across the lines of an event."""
-    return re.compile(_BREAKS.join(f"(?:{'|'.join([re.escape(c), *_escapes(c)])})" for c in key))
-
-
 def _shortest_run(key: str) -> int:
     """How many consecutive characters of `key` a server may quote before they are masked: 16, or half of
     a key shorter than 32, never fewer than 8 (the whole of an 8-character key)."""
@@ -563,17 +598,18 @@ def _shortest_run(key: str) -> int:
 
 
 def mask_key(text: str, key: str) -> str:
-    """`text` with the API key `key` shown as ``***`` wherever it stands, in any of the forms `_quoted_key`
-    reads, and so every run of at least `_shortest_run` of its consecutive characters (a server echoing the
-    first 40 characters of a key). A key shorter than 8 characters is not masked: it cannot be told from
-    words. Linear in `text`: the runs are found by searching for pieces of the key (`_runs`)."""
+    """`text` with every run of at least `_shortest_run` consecutive characters of the API key `key` (the
+    whole key too) shown as ``***``, read two ways: as it stands, line breaks left out (a key across the
+    `data:` lines of one event), and with every escape read as the character it stands for (as JSON or
+    `repr` write them, ``\\u002B``, ``\\/``, ``\\\\``; percent-encoded, ``%2B``; HTML references, ``&#43;``,
+    ``&#x2B;``, ``&plus;``; line breaks raw or escaped read as nothing). A key shorter than 8 characters
+    is not masked: it cannot be told from words. Linear in `text`, whatever it and the key hold (see
+    `_runs`); callers mask only what they show (`shown_masked`)."""
     if len(key) < _SHORTEST_KEY:
         return text
-    text = _quoted_key(key).sub("***", text)
-    spans = _runs(text, _LINE_BREAK.sub("", text), key, _LINE_BREAK)
+    spans = _runs(_Reading(text, _LINE_BREAK, _read_site), key)
     if _MAY_ESCAPE.search(text):
-        decoding = _decoding()
-        spans += _runs(text, decoding.sub(lambda site: _read_site(site.group()), text), key, decoding)
+        spans += _runs(_Reading(text, _decoding(), _site_reader(key)), key)
     if not spans:
         return text
     pieces: list[str] = []
@@ -588,28 +624,46 @@ def mask_key(text: str, key: str) -> str:
     return "".join(pieces)
 
 
-# A line break, which `_runs` reads as nothing (see `_BREAKS`).
-_LINE_BREAK = re.compile(r"\r\n|[\r\n]")
-# What opens an escape (`_escapes`), or is one: a text without any reads the same with them decoded.
+def shown_masked(text: str, mask: Mask, limit: int) -> str:
+    """The first `limit` characters of `text` as a message shows them, the API key masked (`mask`) in
+    them: only the text up to `_MASK_MARGIN` characters past the cut is masked, then it is cut (masking
+    all of a 30 MB event before showing 200 characters of it held the event loop for seconds). A key or
+    a run of one (`mask_key`) in what is shown is masked, one across the cut too."""
+    return mask(text[: limit + _MASK_MARGIN])[:limit]
+
+
+def cut_masked(text: str, mask: Mask, limit: int) -> str:
+    """`text` as `shown_masked` shows it, and when it is longer than `limit`, "... (cut here, of N
+    characters)" after it: N counts the text with the key masked as far as it was masked, the rest as it
+    came."""
+    window = text[: limit + _MASK_MARGIN]
+    masked = mask(window)
+    if len(text) <= limit:
+        return masked
+    return f"{masked[:limit]}... (cut here, of {len(masked) + len(text) - len(window):,} characters)"
+
+
+# A line break, which the first reading of `mask_key` leaves out.
+_LINE_BREAK = re.compile(r"(\r\n|[\r\n])")
+# What opens an escape (see `_decoding`), or is one: a text without any reads the same with them decoded.
 _MAY_ESCAPE = re.compile(r"[\\%&]")
 
 
 @functools.cache
 def _decoding() -> re.Pattern[str]:
-    """What `_read_site` reads: the escapes `_escapes` knows (of any character), and line breaks, raw or
-    escaped (`_BREAKS`)."""
-    names = sorted((name for found in _html_names().values() for name in found), key=len, reverse=True)
+    """What `_read_site` reads: JSON and `repr` escapes, percent-encoding, HTML references (by number, or by
+    a name, of which `_read_site` reads the known ones), and line breaks, raw or escaped."""
     return re.compile(
-        r"\\u[0-9A-Fa-f]{4}|\\[rn/\\\"']|%[0-9A-Fa-f]{2}|&#[xX][0-9A-Fa-f]+;?|&#[0-9]+;?|"
-        + "".join(f"{re.escape('&' + name)}|" for name in names)
-        + r"\r\n|[\r\n]"
+        r"(\\u[0-9A-Fa-f]{4}|\\[rn/\\\"']|%[0-9A-Fa-f]{2}|&#[xX][0-9A-Fa-f]+;?|&#[0-9]+;?|"
+        r"&[A-Za-z][A-Za-z0-9]*;?|\r\n|[\r\n])"
     )
 
 
 @functools.lru_cache(maxsize=4096)
 def _read_site(site: str) -> str:
-    """The character a site `_decoding` found stands for: "" for a line break, U+FFFD for a reference to no
-    character."""
+    """What a site `_decoding` found reads as: "" for a line break, U+FFFD for a reference to no character,
+    an HTML name as HTML reads it (the longest known name opening it, the rest as it stands; itself when
+    none opens it)."""
     if site in ("\r\n", "\r", "\n", "\\r", "\\n"):
         return ""
     if site[0] == "%" or site.startswith("\\u"):
@@ -621,7 +675,27 @@ def _read_site(site: str) -> str:
         digits = site[3 if hexadecimal else 2 :].rstrip(";").lstrip("0") or "0"
         number = int(digits, 16 if hexadecimal else 10) if len(digits) <= 8 else -1
         return chr(number) if 0 <= number <= 0x10FFFF else "\ufffd"
-    return _html_names_read()[site[1:]]
+    names = _html_names_read()
+    for end in range(len(site), 1, -1):
+        char = names.get(site[1:end])
+        if char is not None:
+            return char + site[end:]
+    return site
+
+
+@functools.lru_cache(maxsize=8)
+def _site_reader(key: str) -> Callable[[str], str]:
+    """`_read_site` for `key`: a site that reads as anything but characters of the key reads as it stands.
+    It cannot be part of a run of the key either way, and its characters may be: in ``%0000000%3A`` the
+    key ``0000000:`` stands after a ``%``, which ``%00`` would have taken."""
+    chars = frozenset(key)
+
+    @functools.lru_cache(maxsize=4096)
+    def read(site: str) -> str:
+        said = _read_site(site)
+        return said if chars.issuperset(said) else site
+
+    return read
 
 
 @functools.cache
@@ -630,79 +704,95 @@ def _html_names_read() -> dict[str, str]:
     return {name: char for char, names in _html_names().items() for name in names}
 
 
-def _runs(text: str, read: str, key: str, sites: re.Pattern[str]) -> list[tuple[int, int]]:
-    """The spans of `text` that `read` (`text` with each of its `sites` read as `_read_site` reads it)
-    shows as at least `_shortest_run` consecutive characters of `key`. Any such run holds a piece of the
-    key half that long that starts at a multiple of its length: each piece is searched for (`str.find`, in
-    C), and each place found grown to the longest run around it, once for each alignment with the key.
-    Linear in `text`, whatever it holds."""
-    shortest = _shortest_run(key)
-    step = shortest // 2
-    grown: dict[int, int] = {}  # each alignment's (place in `read` less place in `key`) last run's end
-    found: list[tuple[int, int]] = []
-    # A run grows a piece by `step` characters at least, so by half that on one side: what rules out most
-    # places found (a key's common opening quoted often, say) before they are grown.
-    half = (step + 1) // 2
-    for piece_at in range(0, len(key) - step + 1, step):
-        piece = key[piece_at : piece_at + step]
-        after = key[piece_at + step : piece_at + step + half]
-        before = key[max(0, piece_at - half) : piece_at]
-        at = read.find(piece)
-        while at >= 0:
-            if at >= grown.get(at - piece_at, -1) and (
-                (len(after) == half and read.startswith(after, at + step))
-                or (len(before) == half and read.endswith(before, 0, at))
-            ):
-                start, end = _grown(read, key, at, piece_at, step)
-                grown[at - piece_at] = end
-                if end - start >= shortest:
-                    found.append((start, end))
-            at = read.find(piece, at + 1)
-    if not found:
-        return []
-    back = _way_back(text, sites)
-    return [back(start, end) for start, end in found]
+class _Reading:
+    """`text` read with each of its `sites` (a pattern of one group) read as `read_site` reads it, and the
+    way back from a span of the reading to the span of `text` it was read from."""
 
+    __slots__ = ("_raw_ends", "_read_ends", "read")
 
-def _way_back(text: str, sites: re.Pattern[str]) -> Callable[[int, int], tuple[int, int]]:
-    """How a span of `text` as `_runs` read it maps back to the span of `text` it was read from (from the
-    first character's site to the last one's)."""
-    read_at: list[int] = []  # where each site stands in the text as read
-    places: list[tuple[int, int, int]] = []  # each site's start and end in `text`, and the length it reads as
-    shrunk = 0  # what the sites so far took out of the text's length as read
-    for site in sites.finditer(text):
-        length = len(_read_site(site.group()))
-        read_at.append(site.start() - shrunk)
-        places.append((site.start(), site.end(), length))
-        shrunk += site.end() - site.start() - length
+    def __init__(self, text: str, sites: re.Pattern[str], read_site: Callable[[str], str]) -> None:
+        parts = sites.split(text)  # plain text, then a site, then plain text, ...
+        if len(parts) == 1:
+            self.read = text
+            self._raw_ends: list[int] = []
+            self._read_ends: list[int] = []
+            return
+        raw_lengths = list(map(len, parts))
+        parts[1::2] = map(read_site, parts[1::2])
+        self.read = "".join(parts)
+        self._raw_ends = list(itertools.accumulate(raw_lengths))
+        self._read_ends = list(itertools.accumulate(map(len, parts)))
 
-    def place(at: int) -> tuple[int, int]:
-        index = bisect.bisect_right(read_at, at) - 1
-        if index < 0:
+    def span(self, start: int, end: int) -> tuple[int, int]:
+        """The span of `text` that `read[start:end]` was read from (from its first character's site to its
+        last one's)."""
+        return self._place(start)[0], self._place(end - 1)[1]
+
+    def _place(self, at: int) -> tuple[int, int]:
+        if not self._read_ends:
             return at, at + 1
-        start, end, length = places[index]
-        if at < read_at[index] + length:  # the site's own character
-            return start, end
-        plain = end + at - (read_at[index] + length)
+        index = bisect.bisect_right(self._read_ends, at)
+        read_start = self._read_ends[index - 1] if index else 0
+        raw_start = self._raw_ends[index - 1] if index else 0
+        raw_end = self._raw_ends[index]
+        if index % 2 and raw_end - raw_start != self._read_ends[index] - read_start:
+            return raw_start, raw_end  # a site read as another (shorter) text: all of it
+        # Plain text, or a site read as it stands (every escape reads shorter than itself).
+        plain = raw_start + at - read_start
         return plain, plain + 1
 
-    return lambda start, end: (place(start)[0], place(end - 1)[1])
+
+@functools.lru_cache(maxsize=8)
+def _pieces(key: str, length: int) -> frozenset[str]:
+    """Every `length` consecutive characters of `key`."""
+    return frozenset(key[at : at + length] for at in range(len(key) - length + 1))
 
 
-def _grown(read: str, key: str, at: int, piece_at: int, step: int) -> tuple[int, int]:
-    """The longest span of `read` around `read[at : at + step] == key[piece_at : piece_at + step]` that
-    is equal to the key at the same alignment."""
-    after = _common_length(read[at + step : at + len(key) - piece_at], key[piece_at + step :])
-    before = _common_length(read[max(0, at - piece_at) : at][::-1], key[:piece_at][::-1])
-    return at - before, at + step + after
+def _runs(reading: _Reading, key: str) -> list[tuple[int, int]]:
+    """Spans of the text read that hold every run of at least `_shortest_run` consecutive characters of
+    `key` its reading shows. Such a run holds whole a piece of the reading `step`, half that length, long
+    that starts at a multiple of `step`: those pieces alone are looked up (in a set, C speed), and each
+    one found in the key is grown, by halving, to the most characters of the key on either side of it
+    (the two sides may follow different places of a key that repeats itself: a little more is masked
+    then, never less). A piece inside a span found already, with a piece after it in the span, is not
+    grown again, so the work is linear in the text whatever it and the key hold."""
+    read = reading.read
+    shortest = _shortest_run(key)
+    step = shortest // 2
+    pieces = _pieces(key, step)
+    found: list[tuple[int, int]] = []
+    end = -1
+    for at in [at for at in range(0, len(read) - step + 1, step) if read[at : at + step] in pieces]:
+        if at + 2 * step <= end:
+            continue
+        left = functools.partial(_key_holds, read, key, at, step, -1)
+        start = at - _longest(left, min(at, len(key) - step))
+        most = min(len(key), len(read) - at) - step
+        stop = at + step + _longest(functools.partial(_key_holds, read, key, at, step, 1), most)
+        if stop - start >= shortest:
+            found.append(reading.span(start, stop))
+            end = max(end, stop)
+    return found
 
 
-def _common_length(one: str, other: str) -> int:
-    """How many characters `one` and `other` open with alike, found by comparing slices (in C), halving."""
-    low, high = 0, min(len(one), len(other))
+def _key_holds(read: str, key: str, at: int, step: int, side: int, more: int) -> bool:
+    """Whether `key` holds `read[at : at + step]` with `more` characters of `read` on its left (`side`
+    -1) or its right (1)."""
+    if side < 0:
+        return read[at - more : at + step] in key
+    return read[at : at + step + more] in key
+
+
+def _longest(holds: Callable[[int], bool], most: int) -> int:
+    """The largest n from 0 to `most` for which `holds(n)`, which holds for 0 and for every n below one it
+    holds for: found by doubling, then halving, so a short answer (most are) takes few tries."""
+    low, high = 0, 1
+    while high <= most and holds(high):
+        low, high = high, 2 * high
+    high = min(high - 1, most)
     while low < high:
         middle = (low + high + 1) // 2
-        if one[:middle] == other[:middle]:
+        if holds(middle):
             low = middle
         else:
             high = middle - 1
@@ -765,6 +855,13 @@ class HTTPModel:
             raise ConfigError(
                 f"{type(self).__name__} needs a base_url without white space or control characters (a line "
                 "break kept from the file or variable it came from?): remove them"
+            )
+        if "?" in self.base_url or "#" in self.base_url:
+            # The API's path is added after base_url: "https://gw/v1?x=1" sent every request to the path
+            # "/v1" and a query "x=1/chat/completions", silently. Not repeated: it may hold credentials.
+            raise ConfigError(
+                f"{type(self).__name__} needs a base_url without a query ('?...') or a fragment ('#...'): "
+                "the API's path is added after it, so remove them"
             )
         host = _host(self.base_url)
         if not host:
@@ -833,6 +930,7 @@ class HTTPModel:
         self._limits = limits
         self._pool: _Pool | None = None
         self._proxy = ""  # the proxy the pooled client sends requests through (see `env_proxy`)
+        self._proxy_secrets: tuple[str, ...] = ()  # what `_redacted` masks of its credentials
         self.clients_made = 0
 
     def _check_api_key(self, where: str) -> None:
@@ -850,8 +948,15 @@ class HTTPModel:
 
     def _redacted(self, text: str) -> str:
         """`text` (a server's error, which bide prints and logs) with this model's API key, should a server
-        or proxy quote it back, shown as ``***``. A key too short to tell from words is left alone."""
-        return mask_key(text, self.api_key)
+        or proxy quote it back, shown as ``***``, and so the credentials of the proxy of the environment
+        requests go through (`proxy_secrets`). A key too short to tell from words is left alone; so is a
+        proxy's password, but where it stands after its user name and a colon."""
+        text = mask_key(text, self.api_key)
+        for secret in self._proxy_secrets:
+            text = mask_key(text, secret) if len(secret) >= _SHORTEST_KEY else text
+            if ":" in secret:
+                text = text.replace(secret, f"{secret.partition(':')[0]}:***")
+        return text
 
     def _with_options(self, body: dict[str, Any]) -> dict[str, Any]:
         """`body` with the optional `temperature` and the `extra_body` fields (which win) added."""
@@ -872,9 +977,19 @@ class HTTPModel:
         import httpx
 
         limits = self._limits or httpx.Limits(max_connections=100, max_keepalive_connections=20)
-        client = httpx.AsyncClient(timeout=self.timeout, transport=self._transport, limits=limits)
-        # httpx reads the environment's proxies as it makes a client, and none when given a transport.
-        self._proxy = env_proxy(self._url()) if self._transport is None else ""
+        try:
+            client = httpx.AsyncClient(timeout=self.timeout, transport=self._transport, limits=limits)
+        except (httpx.InvalidURL, ValueError, ImportError) as exc:
+            # httpx reads the environment's proxies as it makes a client (none when given a transport): a
+            # setting it cannot read failed every request, "run again to retry", a password shown in part.
+            problem: Exception | None = exc
+        else:
+            problem = None
+        if problem is not None:  # raised out of the `except`: httpx's message quotes the password in part
+            raise unusable_proxy(type(self).__name__, problem)
+        chosen = _env_proxy_url(self._url()) if self._transport is None else None
+        self._proxy = env_proxy(self._url()) if chosen is not None else ""
+        self._proxy_secrets = proxy_secrets(chosen[1]) if chosen is not None else ()
         self._pool = _Pool(client, loop)
         self.clients_made += 1
         return client
@@ -914,11 +1029,12 @@ class HTTPModel:
         if not LOGGER.isEnabledFor(20):
             return
         why = f"HTTP {exc.status}" if isinstance(exc, TransientStatus) else failure(exc, self._redacted)
-        wait = f"waiting {delay:.3g}s"
-        if hint is not None and hint > delay:
-            wait = f"the server asked {hint:g}s; {wait}, the retry policy's maximum"
+        wait = f"waiting {_seconds_shown(delay)}s"
+        asked = _seconds_shown(hint) if hint is not None else ""
+        if hint is not None and hint > delay and asked != _seconds_shown(delay):
+            wait = f"the server asked {asked}s; {wait}, the retry policy's maximum"
         elif hint is not None:
-            wait = f"{wait}; the server asked {hint:g}s"
+            wait = f"{wait}; the server asked {asked}s"
         LOGGER.info(
             "model %s%s: %s; retrying (%s)",
             self.name,
@@ -944,10 +1060,11 @@ class HTTPModel:
 
     def _refuse(self, response: httpx.Response, text: str) -> ModelError:
         status = response.status_code
-        # Masked before it is cut: a key across the cut would be shown but for its last characters.
-        text = self._redacted(text)[:_ERROR_BODY_SHOWN]
-        # A server may quote the key with JSON escapes (`\/` for `/`): the decoded message is masked too.
-        said = self._redacted(error_message(text))
+        # Masked past the cut (see `shown_masked`): a key across it is masked whole.
+        text = shown_masked(text, self._redacted, _ERROR_BODY_SHOWN)
+        said = error_message(text)
+        # Its message decoded (at most `text`, cut already): a server may quote the key with JSON escapes.
+        said = self._redacted(said)
         if status in TRANSIENT:
             return TransientStatus(
                 f"HTTP {status}: {said}",
@@ -976,7 +1093,11 @@ class HTTPModel:
         return f" through {self._proxy}" if self._proxy else ""
 
     def _exhausted(self, exc: Exception) -> ModelError:
-        last = self._redacted(str(exc)) if isinstance(exc, TransientStatus) else failure(exc, self._redacted)
+        last = (
+            shown_masked(str(exc), self._redacted, _FAILURE_SHOWN)
+            if isinstance(exc, TransientStatus)
+            else failure(exc, self._redacted)
+        )
         LOGGER.warning(
             "model %s%s: giving up after %d attempts: %s",
             self.name,
@@ -986,7 +1107,7 @@ class HTTPModel:
             extra={"model": self.name, "http_status": getattr(exc, "status", None)},
         )
         what_next = "run again to retry"
-        if self._proxy:
+        if self._proxy and _proxy_failed(exc):
             what_next = "check the proxy (or name the host in NO_PROXY to go around it), then run again"
         return ModelError(
             f"model {self.name!r} at {self._shown_url()} failed after {self.retry.attempts} attempts: "
@@ -1046,11 +1167,10 @@ class HTTPModel:
             # Read as an answer, it failed on the missing choices or content, the server's message lost.
             raise ModelError(
                 f"model {self.name!r} at {self._shown_url()} answered 200 with an error instead of a turn: "
-                f"{self._redacted(said)[:_ERROR_BODY_SHOWN]}; nothing was journaled: fix what the server "
-                "says (a quota, the model name, the request), then run again",
+                f"{shown_masked(said, self._redacted, _ERROR_BODY_SHOWN)}; nothing was journaled: fix what "
+                "the server says (a quota, the model name, the request), then run again",
                 status=200,
-                # Masked before it is cut (see `_refuse`).
-                body=self._redacted(text)[:_ERROR_BODY_SHOWN],
+                body=shown_masked(text, self._redacted, _ERROR_BODY_SHOWN),
             )
         return data
 
@@ -1095,6 +1215,21 @@ class HTTPModel:
         """The bounds of a stream that just opened: `timeout` between pieces that add to the answer, and
         `stream_timeout` for all of it."""
         return StreamClock(self.name, idle=self.timeout, total=self.stream_timeout)
+
+
+def _seconds_shown(seconds: float) -> str:
+    """`seconds` as the retry log shows a wait: to the millisecond, never in scientific notation ("1234",
+    "0.3", "2.5")."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
+
+
+def _proxy_failed(exc: BaseException) -> bool:
+    """Whether `exc`, a request's last failure through a proxy, is the proxy's: httpx's ProxyError (a 407,
+    a tunnel refused), or a connection to it that failed (requests connect to the proxy, not the server).
+    A status or a timeout is the server's answer, or its silence, passed on."""
+    import httpx
+
+    return isinstance(exc, (httpx.ProxyError, httpx.ConnectError, httpx.ConnectTimeout))
 
 
 class StreamClock:
@@ -1389,8 +1524,10 @@ def _utf8(name: str, line: bytes, mask: Mask) -> str:
     # Replacing the bytes would hand a tool arguments the model did not write. The line is shown around the
     # first byte that is not UTF-8, the API key masked on either side of it before the window is cut (the
     # key, ASCII, cannot hold that byte). Raised out of the `except`: the UnicodeDecodeError holds the line.
-    before = mask(line[:start].decode("utf-8"))[-20:]
-    after = mask(line[start:].decode("utf-8", "surrogateescape"))[:20]
+    # Each side masked only near the byte (see `shown_masked`): a line may be 30 MB.
+    window = 20 + _MASK_MARGIN
+    before = mask(line[max(0, start - 4 * window) : start].decode("utf-8", "ignore")[-window:])[-20:]
+    after = shown_masked(line[start : start + 4 * window].decode("utf-8", "surrogateescape"), mask, 20)
     shown = (before + after).encode("utf-8", "surrogateescape")
     raise ModelError(
         f"model {name!r} streamed a line that is not UTF-8 ({reason} at byte {start}: {shown!r}); nothing "
@@ -1600,14 +1737,14 @@ _EXCERPT = 200
 
 
 def excerpt(value: Any, mask: Mask, limit: int = _EXCERPT) -> str:
-    """`value`, a part of an answer, as an error message shows it: its repr, the API key masked (`mask`)
-    before it is cut to `limit` characters (cut first, a key across the cut was shown but for its last
-    characters). Text is masked before its repr, which would double the backslash of a JSON escape; the
-    repr of anything else is masked as it stands (the mask knows the escapes a repr writes). Every
-    server-given value an error message shows goes through here (or through `mask`), never `{value!r}`."""
+    """`value`, a part of an answer, as an error message shows it: its repr, cut to `limit` characters, the
+    API key masked (`mask`) in what is shown (`shown_masked`: a key across the cut too). Text is masked
+    before its repr, which would double the backslash of a JSON escape; the repr of anything else is
+    masked as it stands (the mask reads the escapes a repr writes). Every server-given value an error
+    message shows goes through here (or through `shown_masked`), never `{value!r}`."""
     if isinstance(value, str):
-        return repr(mask(value)[:limit])
-    return mask(repr(value))[:limit]
+        return repr(shown_masked(value, mask, limit))
+    return shown_masked(repr(value), mask, limit)
 
 
 def json_event(name: str, data: str, mask: Mask) -> Any:
@@ -1623,14 +1760,20 @@ def json_event(name: str, data: str, mask: Mask) -> Any:
     )
 
 
+# The most of a refusal, or of a text a content filter cut, that an error keeps in its `body`.
+_BODY_KEPT = 64 * 1024
+
+
+def kept_masked(text: str, mask: Mask) -> str:
+    """`text` as an error's `body` keeps it: its first `_BODY_KEPT` characters (saying where it was cut),
+    the API key masked in them (`cut_masked`)."""
+    return cut_masked(text, mask, _BODY_KEPT)
+
+
 def error_shown(said: str, mask: Mask) -> str:
-    """A server's error message as an error of bide's shows it: the API key masked (`mask`), then cut to
-    `_ERROR_BODY_SHOWN` characters, saying so (masked first: a key across the cut would be shown but for
-    its last characters)."""
-    said = mask(said)
-    if len(said) <= _ERROR_BODY_SHOWN:
-        return said
-    return f"{said[:_ERROR_BODY_SHOWN]}... (cut here, of {len(said):,} characters)"
+    """A server's error message as an error of bide's shows it: cut to `_ERROR_BODY_SHOWN` characters,
+    saying so, the API key masked (`mask`) in what is shown (`cut_masked`: a key across the cut too)."""
+    return cut_masked(said, mask, _ERROR_BODY_SHOWN)
 
 
 def unfinished(name: str, through: str = "") -> ModelError:
@@ -1673,7 +1816,7 @@ def filtered_answer(name: str, reason: str, text: str, mask: Mask) -> ModelError
         f"model {name!r} was stopped by the provider's content filter (finish reason {reason!r}) {wrote}; "
         "nothing was journaled and the run is not finished: change the request that the filter stopped (a "
         "new run), or run again to ask again",
-        body=mask(text),
+        body=kept_masked(text, mask),
     )
 
 
@@ -1685,7 +1828,7 @@ def refused(name: str, text: str, mask: Mask) -> ModelError:
         f"model {name!r} refused to answer: {excerpt(text, mask, 1000)}; nothing was journaled and the run "
         "is not finished: change the request (the input, the system prompt or the tools) in a new run, or "
         "run again to ask again",
-        body=mask(text),
+        body=kept_masked(text, mask),
     )
 
 

@@ -490,7 +490,11 @@ def _parse(
     if len(raw_calls) > MAX_TOOL_CALLS:
         raise too_many_calls(name)
     reason = choice.get("finish_reason") if isinstance(choice, dict) else None
-    finish = reason if isinstance(reason, str) else ""
+    if reason is not None and not isinstance(reason, str):
+        # Read as absent, a list or an object took the turn for a final answer that ended the run; the
+        # streamed path never takes one as a finish either.
+        raise malformed(name, f"a finish_reason that is not a string or null: {excerpt(reason, mask, 100)}")
+    finish = reason or ""
     # Before the calls are read: a cut-off call's arguments may be anything.
     if finish in _CUT_OFF and raw_calls:
         raise cut_off(name, finish, _TOKEN_LIMIT)
