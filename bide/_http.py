@@ -629,18 +629,31 @@ def shown_masked(text: str, mask: Mask, limit: int) -> str:
     them: only the text up to `_MASK_MARGIN` characters past the cut is masked, then it is cut (masking
     all of a 30 MB event before showing 200 characters of it held the event loop for seconds). A key or
     a run of one (`mask_key`) in what is shown is masked, one across the cut too."""
-    return mask(text[: limit + _MASK_MARGIN])[:limit]
+    return _masked_window(text, mask, limit)[1][:limit]
 
 
 def cut_masked(text: str, mask: Mask, limit: int) -> str:
     """`text` as `shown_masked` shows it, and when it is longer than `limit`, "... (cut here, of N
     characters)" after it: N counts the text with the key masked as far as it was masked, the rest as it
     came."""
-    window = text[: limit + _MASK_MARGIN]
-    masked = mask(window)
+    window, masked = _masked_window(text, mask, limit)
     if len(text) <= limit:
         return masked
     return f"{masked[:limit]}... (cut here, of {len(masked) + len(text) - len(window):,} characters)"
+
+
+def _masked_window(text: str, mask: Mask, limit: int) -> tuple[str, str]:
+    """The start of `text` that is masked before its first `limit` characters are shown, and it masked:
+    `_MASK_MARGIN` characters past the cut, more while the masked window holds less than half that margin
+    past it (the masks of many keys shrink a window, and the shown text then reached its raw end, where a
+    key cut short showed in part), else all of it."""
+    size = limit + _MASK_MARGIN
+    while True:
+        window = text[:size]
+        masked = mask(window)
+        if len(masked) >= limit + _MASK_MARGIN // 2 or size >= len(text):
+            return window, masked
+        size *= 2
 
 
 # A line break, which the first reading of `mask_key` leaves out.
@@ -655,12 +668,28 @@ def _decoding() -> re.Pattern[str]:
     a name, of which `_read_site` reads the known ones), and line breaks, raw or escaped."""
     return re.compile(
         r"(\\u[0-9A-Fa-f]{4}|\\[rn/\\\"']|%[0-9A-Fa-f]{2}|&#[xX][0-9A-Fa-f]+;?|&#[0-9]+;?|"
-        r"&[A-Za-z][A-Za-z0-9]*;?|\r\n|[\r\n])"
+        # An HTML name: at most as long as the longest one known (31 characters), so that "&" and a long
+        # run of letters is not one site whose every opening `_read_site` would try (quadratic in the run).
+        r"&[A-Za-z][A-Za-z0-9]{0,31};?|\r\n|[\r\n])"
     )
 
 
-@functools.lru_cache(maxsize=4096)
+# The longest site whose reading is remembered: a reference padded with zeros to 60 KB (a hostile answer) is
+# read each time, not kept in a cache of thousands of entries.
+_REMEMBERED_SITE = 64
+
+
 def _read_site(site: str) -> str:
+    """`_site_text`, remembered for short sites."""
+    return _read_short_site(site) if len(site) <= _REMEMBERED_SITE else _site_text(site)
+
+
+@functools.lru_cache(maxsize=4096)
+def _read_short_site(site: str) -> str:
+    return _site_text(site)
+
+
+def _site_text(site: str) -> str:
     """What a site `_decoding` found reads as: "" for a line break, U+FFFD for a reference to no character,
     an HTML name as HTML reads it (the longest known name opening it, the rest as it stands; itself when
     none opens it)."""
@@ -691,7 +720,13 @@ def _site_reader(key: str) -> Callable[[str], str]:
     chars = frozenset(key)
 
     @functools.lru_cache(maxsize=4096)
+    def read_short(site: str) -> str:
+        said = _read_site(site)
+        return said if chars.issuperset(said) else site
+
     def read(site: str) -> str:
+        if len(site) <= _REMEMBERED_SITE:
+            return read_short(site)
         said = _read_site(site)
         return said if chars.issuperset(said) else site
 
