@@ -14,8 +14,9 @@ long they take (a second signal cancels them), then hands back its leases; with 
 pass once the drives in flight finished (an interrupt never drops a side effect's result; a second signal
 cancels them too, exit 130). One that comes before the store answered the pass's listing of the runs ends it
 at once with a report that says so (`listed: false` in --json), exit 130: the store was not read. Once the
-pass is over and the store released, a signal changes nothing: the worker keeps the signals until its
-process has exited (see `_signals_restored`), prints its report and exits with the pass's code.
+pass is over and the store released, the worker keeps the signals until its process has exited (see
+`_exiting`): a signal then does not end it halfway through its report (it exits with the pass's code), but
+a third in all exits at once.
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -512,8 +513,8 @@ def _handled_signals() -> list[signal.Signals]:
 @contextlib.contextmanager
 def _signals_restored() -> Iterator[None]:
     """The stop signals kept from the default actions until the worker's output is written (see
-    _signals_handled): in the bide command itself, until the process exits (a signal that lands once the
-    worker is done changes nothing: the report is written, the exit code is the worker's); in a program that
+    _signals_handled, `_exiting`): in the bide command itself, until the process exits (a signal that lands
+    once the worker is done does not cut its report short; a third in all exits at once); in a program that
     called the command in-process (`bide._cli.main`), which goes on, the program's own handlers are put back
     when the command returns."""
     previous = {sig: signal.getsignal(sig) for sig in _STOP_SIGNALS}
@@ -546,9 +547,9 @@ def _ends_with_the_process() -> bool:
 class _StopSignals:
     """The stop signals a worker took so far, and where its stop is: `closing` when its drives are over and
     it waits for its store to be released (`_store_released`) before it exits, `over` once the store is
-    released (a signal then changes nothing). `cancelled`: a second signal under --once dropped the pass's
-    report (its drives cancelled, or the exit waiting for the store then); `calls_waited`: that exit waited
-    for synchronous tool calls running past their timeout (else for a statement of the store)."""
+    released (a signal then only counts: see `_exiting`). `cancelled`: a second signal under --once dropped
+    the pass's report (its drives cancelled, or the exit waiting for the store then); `calls_waited`: that
+    exit waited for synchronous tool calls running past their timeout (else for a statement of the store)."""
 
     def __init__(self) -> None:
         self.count = 0
@@ -560,8 +561,8 @@ class _StopSignals:
 
 @contextlib.contextmanager
 def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSignals) -> Iterator[None]:
-    """The stop signals handled by `on_signal` on the running loop until the block ends, then ignored: the
-    worker is done, only its output is left to write (`_signals_restored` puts a host's handlers back).
+    """The stop signals handled by `on_signal` on the running loop until the block ends, then by `_exiting`:
+    the worker is done, only its output is left to write (`_signals_restored` puts a host's handlers back).
     Python handlers, not the loop's own (`add_signal_handler`): the loop's end would put back the default
     actions, and a signal landing after it killed a worker that had finished its pass."""
     loop = asyncio.get_running_loop()
@@ -588,14 +589,34 @@ def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSi
                 signal.signal(sig, take)
             yield
         finally:
+            exiting = _exiting(taken)
             for sig in handled:
-                signal.signal(sig, signal.SIG_IGN)  # in one step: the default action is never back
+                signal.signal(sig, exiting)  # in one step: the default action is never back meanwhile
             taken.over = True
             signal.set_wakeup_fd(previous_wakeup)
             loop.remove_reader(receive.fileno())
     finally:
         receive.close()
         wake.close()
+
+
+def _exiting(taken: _StopSignals) -> Callable[[int, object], None]:
+    """The stop signals' handler once the worker is done, until its process has exited: its report is left
+    to write, and the threads its tools started (`asyncio.to_thread`, or threads of their own) to end, which
+    the exit waits for. A signal then is counted with those the worker took, and a third exits at once (128
+    plus its number), as while the worker ran: none is ignored (ignored, the worker could only be killed,
+    and the processes it started inherited that), none ends it by its default action halfway through its
+    report."""
+
+    def exiting(signum: int, frame: object) -> None:
+        taken.count += 1
+        if taken.count >= 3:
+            _say("bide worker: exiting now, without waiting for its report to be written or the threads its "
+                 "tools started to end")  # fmt: skip
+            os._exit(128 + signum)
+        _say(f"bide worker: done, its process is exiting ({_exit_at_once(taken.count)})")
+
+    return exiting
 
 
 def _drained(receive: socket.socket) -> None:
@@ -850,8 +871,9 @@ once the file is in place).
      next pass
   130  stopped (SIGINT, SIGTERM or SIGHUP) before the store answered the pass's listing of the runs:
      none was driven and nothing is known of runs waiting (--json: "listed": false); or a second
-     signal cancelled the pass before the store was released (no report). A signal once the store
-     is released changes nothing: the report is printed, the exit code is the pass's
+     signal cancelled the pass before the store was released (no report). Once the store is
+     released, the report is printed and the exit code is the pass's, unless a third signal in
+     all exits at once (128 plus its number)
 """
 
 

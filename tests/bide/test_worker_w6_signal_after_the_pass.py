@@ -4,12 +4,15 @@
    and exited: a SIGTERM landing then (a supervisor re-sending it, a double Ctrl-C whose first dropped the
    listing) killed it (exit -15, 143 in a shell), sometimes before its report was written; a SIGINT printed
    a bare "interrupted". A serving worker had the same window. The worker's handling stays on until the
-   process exits: a signal then changes nothing (the report is written, the exit code is the worker's).
+   process exits: a signal then does not cut the report short (the exit code is the worker's), and a third
+   in all exits at once.
 2. A second signal while the pass's listing was unanswered said "its drives stopped where they were", of a
    pass that drove nothing, and the --json failure document had no `"listed": false`.
 3. While the exit waited for synchronous tool calls running past their timeout, the signals spoke of "the
    store", and the second's last line of drives stopped where they were, although the drives had ended and
    the calls ran on to journal their outcomes.
+4. The first fix of 1 ignored the signals once the worker was done: a worker whose exit waited for a thread
+   a tool left could then only be killed, and the processes started meanwhile inherited the ignored signals.
 
 Each worker is a real process (`python -m bide._cli worker`, or the `bide` console script) taking real
 signals. To land a signal in the window of 1 every time, the app registers an `atexit` function that holds
@@ -391,3 +394,133 @@ def test_a_second_signal_while_a_serving_worker_waits_for_calls_says_so(tmp_path
     errors = worker.stderr()
     assert code == 0, errors
     assert "waiting for the store" not in errors, errors
+
+
+# -- 4. the signals once the worker is done are counted, never ignored ---------------------------------------
+
+# A run whose tool leaves work behind: a thread of its own (not a daemon: the process's exit waits for it)
+# that, once the file SPAWN exists, starts a process and writes its pid to CHILD_PID, then waits for the file
+# RELEASE; or (ASYNC) an async tool awaiting `asyncio.to_thread` of that wait, which the end of
+# `asyncio.run` waits for.
+THREAD_APP = '''
+import asyncio
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+HERE = pathlib.Path(__file__).parent
+RELEASE, SPAWN = HERE / "release", HERE / "spawn"
+ASYNC = {use_async!r}
+
+
+def _wait(path):
+    while not path.exists():
+        time.sleep(0.005)
+
+
+def _behind():
+    _wait(SPAWN)
+    child = subprocess.Popen(["sleep", "60"])
+    (HERE / "child-pid").write_text(str(child.pid))
+    _wait(RELEASE)
+    child.kill()
+
+
+@bide.tool(safety=bide.ReadOnly)
+def look() -> str:
+    """Look the order up."""
+    return "o-1 is due"
+
+
+@bide.tool(safety=bide.Idempotent)
+def flush() -> str:
+    """Flush the metrics (a thread left running)."""
+    threading.Thread(target=_behind, daemon=False).start()
+    return "flushing"
+
+
+@bide.tool(safety=bide.Idempotent)
+async def wait_a_while() -> str:
+    """Wait on a thread."""
+    (HERE / "started").touch()
+    await asyncio.to_thread(_wait, RELEASE)
+    return "waited"
+
+
+def build(store):
+    second = call("wait_a_while") if ASYNC else call("flush")
+    model = ScriptedModel([call("look"), second, reply("done")])
+    return bide.Agent(model, store=store, tools=[look, flush, wait_a_while], name="behind")
+'''
+
+
+def test_a_third_signal_exits_at_once_while_the_exit_waits_for_a_thread_a_tool_left(
+    tmp_path: Path, url: str
+) -> None:
+    """Before, the signals were ignored once the pass was over: a worker whose exit waited for a tool's thread
+    could only be killed (six SIGTERM, SIGINT and SIGHUP changed nothing)."""
+    crashed_run(url, "behind")
+    worker = Worker(tmp_path, THREAD_APP.format(use_async=False), url, "--once")
+    try:
+        wait_until(lambda: "resumed 1 run" in "".join(worker.out), "the pass's report")
+        worker.signal_then_wait_for(signal.SIGTERM, "done, its process is exiting")
+        assert worker.process.poll() is None  # the report is out; the exit waits for the thread
+        worker.process.send_signal(signal.SIGINT)
+        worker.process.send_signal(signal.SIGHUP)  # (three different signals: none merged with another)
+        code, out = worker.ended()
+    finally:
+        (tmp_path / "release").touch()
+        worker.kill()
+    errors = worker.stderr()
+    assert code in (128 + signal.SIGINT, 128 + signal.SIGHUP), errors
+    assert "exiting now" in errors, errors
+    assert "resumed 1 run: 1 completed" in out, out
+
+
+def test_a_third_signal_exits_at_once_while_the_end_of_the_loop_waits_for_a_to_thread_call(
+    tmp_path: Path, url: str
+) -> None:
+    """Two signals cancel the pass (its async tool awaits `asyncio.to_thread`, whose thread the end of the
+    event loop waits for): the third exits at once, as the second said. Before, it was ignored."""
+    crashed_run(url, "behind")
+    worker = Worker(tmp_path, THREAD_APP.format(use_async=True), url, "--once")
+    try:
+        wait_until((tmp_path / "started").exists, "the tool to start")
+        worker.signal_then_wait_for(signal.SIGTERM, "stopping once this pass's drives finish")
+        worker.signal_then_wait_for(signal.SIGTERM, "a third signal exits at once")
+        worker.process.send_signal(signal.SIGTERM)
+        code, _ = worker.ended()
+    finally:
+        (tmp_path / "release").touch()
+        worker.kill()
+    assert code == 128 + signal.SIGTERM, worker.stderr()
+
+
+def test_a_process_started_once_the_worker_is_done_takes_signals_by_their_default_action(
+    tmp_path: Path, url: str
+) -> None:
+    """Ignored signals are inherited: a process a tool's thread started once the worker was done survived
+    SIGTERM."""
+    crashed_run(url, "behind")
+    worker = Worker(tmp_path, THREAD_APP.format(use_async=False), url, "--once")
+    try:
+        wait_until(lambda: "resumed 1 run" in "".join(worker.out), "the pass's report")
+        (tmp_path / "spawn").touch()
+        wait_until(lambda: (tmp_path / "child-pid").exists(), "the process to start")
+        child = int((tmp_path / "child-pid").read_text())
+        status = Path(f"/proc/{child}/status").read_text()
+        ignored = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+        assert ignored & (1 << (signal.SIGTERM - 1)) == 0, status
+        assert ignored & (1 << (signal.SIGINT - 1)) == 0, status
+        (tmp_path / "release").touch()
+        code, _ = worker.ended()
+    finally:
+        (tmp_path / "release").touch()
+        worker.kill()
+    assert code == 0, worker.stderr()
