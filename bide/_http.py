@@ -1064,12 +1064,12 @@ class HTTPModel:
         if not LOGGER.isEnabledFor(20):
             return
         why = f"HTTP {exc.status}" if isinstance(exc, TransientStatus) else failure(exc, self._redacted)
-        wait = f"waiting {_seconds_shown(delay)}s"
+        wait = f"waiting {_seconds_shown(delay)}"
         asked = _seconds_shown(hint) if hint is not None else ""
         if hint is not None and hint > delay and asked != _seconds_shown(delay):
-            wait = f"the server asked {asked}s; {wait}, the retry policy's maximum"
+            wait = f"the server asked {asked}; {wait}, the retry policy's maximum"
         elif hint is not None:
-            wait = f"{wait}; the server asked {asked}s"
+            wait = f"{wait}; the server asked {asked}"
         LOGGER.info(
             "model %s%s: %s; retrying (%s)",
             self.name,
@@ -1253,9 +1253,15 @@ class HTTPModel:
 
 
 def _seconds_shown(seconds: float) -> str:
-    """`seconds` as the retry log shows a wait: to the millisecond, never in scientific notation ("1234",
-    "0.3", "2.5")."""
-    return f"{seconds:.3f}".rstrip("0").rstrip(".")
+    """`seconds` as the retry log shows a wait, with its unit: to the millisecond, never in scientific
+    notation ("1234s", "0.3s", "2.5s"); a server's hint past a year (`Retry-After: 1e308`) as "more than a
+    year"."""
+    if not seconds < _A_YEAR_S:  # (NaN and infinity too)
+        return "more than a year"
+    return f"{seconds:.3f}".rstrip("0").rstrip(".") + "s"
+
+
+_A_YEAR_S = 365 * 24 * 3600.0
 
 
 def _proxy_failed(exc: BaseException) -> bool:
