@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
 import fcntl
 import importlib
@@ -48,7 +49,7 @@ import socket
 import sys
 import threading
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
 from ._cli_common import (
     EXIT_FAILED,
@@ -289,6 +290,10 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
     """`bide worker`, printing its report (or its --json failure document) to `report_to`."""
     from ._cli import json_failure
     from ._worker import Worker
+
+    if _ends_with_the_process():
+        # Before the app is imported, so run after every exit function it registers (they run last first).
+        atexit.register(_ignored_to_the_end)
 
     def failure_document(code: int, message: str, **facts: Any) -> None:
         with contextlib.redirect_stdout(report_to):
@@ -553,6 +558,7 @@ class _StopSignals:
 
     def __init__(self) -> None:
         self.count = 0
+        self.received = 0  # (counted as they come, before the loop handles them: see `_signals_handled`)
         self.closing = False
         self.over = False
         self.cancelled = False
@@ -572,6 +578,13 @@ def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSi
         # Run by Python in the main thread between two bytecodes, anywhere in the loop's own code: the signal
         # is handled as the loop's next callback.
         loop.call_soon_threadsafe(on_signal, signal.Signals(signum))
+        taken.received += 1
+        if taken.received >= 3:
+            # The third exits at once even if the loop never gets to it: its thread blocked writing to a full
+            # pipe (a log line to a stderr nobody reads), where Python runs this handler but no callback.
+            watchdog = threading.Timer(_LOOP_ANSWERS_S, _exit_now, args=(signum, "the worker's loop"))
+            watchdog.daemon = True
+            watchdog.start()
 
     receive, wake = socket.socketpair()
     try:
@@ -611,12 +624,37 @@ def _exiting(taken: _StopSignals) -> Callable[[int, object], None]:
     def exiting(signum: int, frame: object) -> None:
         taken.count += 1
         if taken.count >= 3:
-            _say("bide worker: exiting now, without waiting for its report to be written or the threads its "
-                 "tools started to end")  # fmt: skip
-            os._exit(128 + signum)
+            _exit_now(signum, "its report to be written or the threads its tools started to end")
         _say(f"bide worker: done, its process is exiting ({_exit_at_once(taken.count)})")
 
     return exiting
+
+
+def _exit_now(signum: int, abandoned: str) -> NoReturn:
+    """Exit at once (128 plus `signum`), saying what is `abandoned`, however stderr is: a full pipe nobody
+    reads would block the saying, so the exit comes after `_SAYING_S` whatever becomes of it."""
+    code = 128 + signum
+    watchdog = threading.Timer(_SAYING_S, os._exit, args=(code,))
+    watchdog.daemon = True
+    watchdog.start()
+    _say(f"bide worker: exiting now, without waiting for {abandoned}")
+    os._exit(code)
+
+
+# How long the last words of a worker exiting at once may take (a blocked stderr), and how long its loop may
+# take to answer a third signal before the signal handler exits itself.
+_SAYING_S = 0.5
+_LOOP_ANSWERS_S = 0.5
+
+
+def _ignored_to_the_end() -> None:
+    """Registered with `atexit` first, so run last: once the exit has waited for the threads and run the
+    other exit functions, the interpreter puts back the default actions of the signals it handled, and a
+    signal landing then ended a worker that was done by its default action (exit 143, not the pass's
+    code). Nothing is left to wait for: ignored, a signal changes nothing, and no process starts after."""
+    for sig in _handled_signals():
+        with contextlib.suppress(ValueError, OSError):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _drained(receive: socket.socket) -> None:
@@ -644,8 +682,7 @@ def _on_stop_signals(
         if signals >= 3:
             # A synchronous call cannot be interrupted, and the process waits for its thread at exit: only
             # leaving at once ends it (as SIGKILL would; the run's marker makes its call an unknown outcome).
-            _say(f"bide worker: exiting now, without waiting for {_abandoned(taken, late)}")
-            os._exit(128 + int(sig))
+            _exit_now(int(sig), _abandoned(taken, late))
         if taken.closing:
             # The drives are over: what is left is the store's release (see _store_released).
             worker.stop()

@@ -13,6 +13,9 @@
    the calls ran on to journal their outcomes.
 4. The first fix of 1 ignored the signals once the worker was done: a worker whose exit waited for a thread
    a tool left could then only be killed, and the processes started meanwhile inherited the ignored signals.
+5. A signal in the interpreter's teardown (after the exit functions, where it puts back the default actions)
+   ended a worker that was done by its default action; and with stderr a full pipe, the third signal's words
+   blocked, so it never exited.
 
 Each worker is a real process (`python -m bide._cli worker`, or the `bide` console script) taking real
 signals. To land a signal in the window of 1 every time, the app registers an `atexit` function that holds
@@ -524,3 +527,122 @@ def test_a_process_started_once_the_worker_is_done_takes_signals_by_their_defaul
         (tmp_path / "release").touch()
         worker.kill()
     assert code == 0, worker.stderr()
+
+
+# An app whose teardown at the interpreter's end (after the exit functions) takes a while: a module-level
+# object whose __del__ says so on stderr and waits for the file RELEASE.
+FINALIZED_APP = '''
+import pathlib
+import sys
+import time
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+RELEASE = pathlib.Path(__file__).parent / "release"
+
+
+@bide.tool(safety=bide.ReadOnly)
+def look() -> str:
+    """Look the order up."""
+    return "o-1 is due"
+
+
+class _Pool:
+    def __del__(self):
+        print("torn down", file=sys.stderr, flush=True)
+        while not RELEASE.exists():
+            time.sleep(0.005)
+
+
+POOL = _Pool()
+
+
+def build(store):
+    return bide.Agent(ScriptedModel([call("look"), reply("done")]), store=store, tools=[look], name="behind")
+'''
+
+
+def test_a_signal_while_the_interpreter_tears_down_leaves_the_pass_s_exit_code(
+    tmp_path: Path, url: str
+) -> None:
+    """The interpreter puts back the default actions of the signals it handled once the exit functions have
+    run: a SIGTERM landing then ended a worker that was done by its default action (exit 143)."""
+    crashed_run(url, "behind")
+    worker = Worker(tmp_path, FINALIZED_APP, url, "--once", "--json")
+    try:
+        worker.says("torn down")
+        worker.process.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        (tmp_path / "release").touch()
+        code, out = worker.ended()
+    finally:
+        (tmp_path / "release").touch()
+        worker.kill()
+    assert code == 0, worker.stderr()
+    assert json.loads(out)["completed"] == 1
+
+
+# An app whose tool, once the worker has its report out, fills stderr (a pipe the test stops reading) and
+# then holds the exit for a thread: the worker's own words then block.
+FULL_STDERR_APP = THREAD_APP + '''
+
+import fcntl
+
+
+def _fill_stderr_then_wait():
+    _wait(SPAWN)
+    flags = fcntl.fcntl(2, fcntl.F_GETFL)
+    fcntl.fcntl(2, fcntl.F_SETFL, flags | os.O_NONBLOCK)
+    try:
+        while True:
+            os.write(2, b"y" * 4096)
+    except BlockingIOError:
+        pass
+    fcntl.fcntl(2, fcntl.F_SETFL, flags)
+    (HERE / "full").touch()
+    _wait(RELEASE)
+
+
+@bide.tool(safety=bide.Idempotent)
+def fill() -> str:
+    """Fill stderr later."""
+    threading.Thread(target=_fill_stderr_then_wait, daemon=False).start()
+    return "filling"
+
+
+def build(store):
+    model = ScriptedModel([call("look"), call("fill"), reply("done")])
+    return bide.Agent(model, store=store, tools=[look, fill], name="behind")
+'''
+
+
+def test_a_third_signal_exits_at_once_with_stderr_a_full_pipe(tmp_path: Path, url: str) -> None:
+    """Before, the third signal's words blocked on the full pipe and the worker lived on (six SIGTERM)."""
+    crashed_run(url, "behind")
+    module = f"w6app_{uuid.uuid4().hex[:8]}"
+    (tmp_path / f"{module}.py").write_text(FULL_STDERR_APP.format(use_async=False))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO), env.get("PYTHONPATH", "")])
+    read_end, write_end = os.pipe()  # stderr: read by nobody once it is full
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--app", f"{module}:build", "--once"],
+        env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=write_end, text=True,
+    )  # fmt: skip
+    os.close(write_end)
+    try:
+        assert process.stdout is not None
+        assert "resumed 1 run" in process.stdout.readline()
+        (tmp_path / "spawn").touch()
+        wait_until((tmp_path / "full").exists, "stderr to be full")
+        for _ in range(3):
+            process.send_signal(signal.SIGTERM)
+            time.sleep(0.1)
+        code = process.wait(timeout=20)
+    finally:
+        (tmp_path / "release").touch()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(read_end)
+    assert code == 128 + signal.SIGTERM
