@@ -36,6 +36,7 @@ __all__ = [
     "UsageRefused",
     "add_standard_options",
     "close_store",
+    "damaged_store_file",
     "give_up_on",
     "internal_error",
     "parse_arguments",
@@ -231,6 +232,31 @@ def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:
         file=sys.stderr,
     )
     return EXIT_INTERNAL
+
+
+# SQLite's answers for a file that is not (or no longer) a whole database: a truncated or overwritten file,
+# which fails the same way on every try. Any other error of the store (busy, locked, out of memory, a lost
+# connection) may pass: exit 6, which a script retries.
+_DAMAGED_FILE_ERRORS = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+
+
+def damaged_store_file(exc: BaseException) -> str | None:
+    """When `exc` was raised (perhaps through other errors) from a SQLite file that is damaged ("database disk
+    image is malformed", "file is not a database"), what to tell the user: a store that is unreadable (exit
+    4) and will stay so, not one that failed (exit 6, which a script retries forever); None otherwise."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # a chain is a few errors long; a cycle must not hang the command
+        if seen is None:
+            return None
+        name = getattr(seen, "sqlite_errorname", None)  # sqlite3.Error; SQLAlchemy's keeps it as .orig
+        name = name or getattr(getattr(seen, "orig", None), "sqlite_errorname", None)
+        if isinstance(name, str) and name.startswith(_DAMAGED_FILE_ERRORS):
+            return (
+                f"{exc}: the store's file is damaged (truncated or overwritten), and reading it will fail "
+                "the same way every time; restore it from a backup"
+            )
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 def give_up_on(store: Any) -> None:

@@ -18,12 +18,16 @@ import contextlib
 import fcntl
 import json
 import os
+import signal
 import stat
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from .._cli_common import (
@@ -39,6 +43,7 @@ from .._cli_common import (
     add_standard_options,
     byte_limit,
     close_store,
+    damaged_store_file,
     parse_arguments,
     skew_seconds,
 )
@@ -404,6 +409,8 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     inputs = [*keys, *(_store_files(where.path) if where.kind == "sqlite" else [])]
     output = check_output(args.output, inputs=inputs)
     publisher = _anchor_publisher(args.anchor_dir, output) if args.anchor_dir else None
+    progress: _ExportProgress = args.progress
+    progress.output, progress.publisher = output, publisher
     key = load_signing_key(args.key)
     # create=False: a mistyped URL (or table prefix) must not leave an empty store behind.
     try:
@@ -460,15 +467,16 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             else:
                 artifact = log.evidence(args.run, head)
                 what = f"an evidence package of all {len(artifact.records)} records of run {args.run!r}"
+        data = progress.data = artifact.to_json()
         if publisher is not None and head is not None:
             # Compared and published under the directory's lock: two exports at once (of two copies of a
             # store, one edited) each compared with the heads there before the other's was published,
             # and both forking heads went in, neither refused.
             with publisher.exclusive():
                 publisher.refuse_forks(log, head, allow=args.allow_fork)
-                _write_atomic(output, artifact.to_json(), publisher, head)  # published once it is staged
+                _write_atomic(output, data, publisher, head)  # published once it is staged
         else:
-            _write_atomic(output, artifact.to_json(), publisher, head)
+            _write_atomic(output, data, publisher, head)
     finally:
         close_store(store)
     anchored = ""
@@ -482,6 +490,96 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         proven=f"Wrote {what} to {args.output}.{anchored}",
         not_proven="Nothing was verified; run a verify command on the file.",
     )
+
+
+@dataclass
+class _ExportProgress:
+    """How far `export` got, for what an interrupt (Ctrl-C) says: its output, once checked, the bytes meant
+    for it, once made, and the publisher of its head (`--anchor-dir`)."""
+
+    output: Path | None = None
+    data: bytes | None = None
+    publisher: _RecordingPublisher | None = None
+
+    def interrupted(self) -> str:
+        """What an interrupt left: whether the output holds the export whole, and any head published."""
+        heads = [] if self.publisher is None else self.publisher.published
+        sent = "".join(f"; its signed head ({n} records) was published to {p}" for n, p in heads)
+        if self.output is None:  # (not an export, or one interrupted before it checked its output)
+            return "INTERRUPTED: nothing was left half-written"
+        if self.data is not None and _holds(self.output, self.data):  # it came once the rename was done
+            return f"INTERRUPTED: {self.output} was written: it holds the export, whole{sent}"
+        return f"INTERRUPTED: {self.output} was not written (nothing was left half-written){sent}"
+
+
+def _holds(path: Path, data: bytes) -> bool:
+    """`path` holds exactly `data` (read back: the rename that writes it may or may not have happened)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(data) + 1) == data
+    except OSError:
+        return False
+
+
+@dataclass
+class _Interrupts:
+    """SIGINT (Ctrl-C) in `bide-audit`: a KeyboardInterrupt while the command runs, remembered (`came`), so
+    that an error wrapping it is still the interrupt (pydantic's serializer turns one raised in a function it
+    calls into a PydanticSerializationError); once the outcome is `settled`, only remembered: what the
+    command then prints is printed whole, and says what was done."""
+
+    came: bool = False
+    settled: bool = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.settled:
+            return
+        self.came = True
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def taken(self, *, restore: bool) -> Iterator[None]:
+        """This object handles SIGINT in the block (in the main thread, which alone gets signals); after it,
+        the handler before it again if `restore`, else none: SIGINT is ignored (the process is ending)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self)
+        try:
+            yield
+        finally:
+            # Ignored, not left to this handler: Python puts back the default for a handler of its own as it
+            # exits, and a SIGINT then (freeing a large export takes a while) killed a command that had done
+            # its work and said so.
+            signal.signal(signal.SIGINT, previous if restore else signal.SIG_IGN)
+
+    def run(self, fn: Callable[[argparse.Namespace], Verified], args: argparse.Namespace) -> Verified:
+        """`fn(args)`, settling the outcome when it ends; any error that an interrupt caused, raised as the
+        KeyboardInterrupt it was."""
+        try:
+            try:
+                return fn(args)
+            finally:
+                self.settled = True  # (an assignment, not a call: no signal handler runs before it)
+        except Exception as exc:
+            if self.came or _wraps_an_interrupt(exc):
+                raise KeyboardInterrupt from exc
+            raise
+
+
+def _wraps_an_interrupt(exc: BaseException) -> bool:
+    """`exc` was raised from a KeyboardInterrupt (perhaps through other errors), or is pydantic's error for
+    one raised in a function its serializer called ("Error calling function `b64`: KeyboardInterrupt: "),
+    which keeps only its name."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # a chain is a few errors long; a cycle must not hang the command
+        if seen is None:
+            return False
+        serializing = type(seen).__name__ == "PydanticSerializationError"
+        if isinstance(seen, KeyboardInterrupt) or (serializing and ": KeyboardInterrupt: " in str(seen)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _cmd_keygen(args: argparse.Namespace) -> Verified:
@@ -650,12 +748,33 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run `bide-audit`; returns (and exits with) the exit code."""
     closed_stdout_fails()
     args = parse_arguments(_parser(), argv, _usage_in_json)
+    fn: Callable[[argparse.Namespace], Verified] = args.fn
+    args.progress = progress = _ExportProgress()
+    interrupts = _Interrupts()
+    # Run as a program (`argv` None), an interrupt after the outcome was printed, as the process exits, must
+    # not end it (with a traceback, or killed): the outcome printed is what was done.
+    with interrupts.taken(restore=argv is not None):
+        try:
+            code = _outcome(args, fn, interrupts, progress)
+        except KeyboardInterrupt:  # (only one that came as the command ended, before it was settled)
+            code = _emit(args, INTERRUPTED, "interrupted", progress.interrupted())
+    if argv is None:
+        sys.exit(code)
+    return code
+
+
+def _outcome(
+    args: argparse.Namespace,
+    fn: Callable[[argparse.Namespace], Verified],
+    interrupts: _Interrupts,
+    progress: _ExportProgress,
+) -> int:
+    """Run the command `fn` and print its outcome; returns the exit code."""
     from .._errors import BideError, StoreError
     from ..approvals._trust import UntrustedPolicy
 
-    fn: Callable[[argparse.Namespace], Verified] = args.fn
     try:
-        done = fn(args)
+        done = interrupts.run(fn, args)
     except UntrustedPolicy as exc:
         code = _emit(args, UNTRUSTED, "untrusted_policy", f"NOT TRUSTED: {exc}")
     except NotVerified as exc:
@@ -667,11 +786,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         missing = "not found" if _caused_by_a_missing_file(exc) else None
         code = _emit(args, UNREADABLE, "unusable_input", f"UNREADABLE INPUT: {exc}", reason=missing)
     except StoreError as exc:
-        code = _emit(args, STORE_FAILED, "error", f"ERROR: the store failed: {exc}")
+        damaged = damaged_store_file(exc)
+        if damaged is not None:  # not 6: reading it again fails the same way, and a script retries 6
+            said = f"ERROR: cannot read the store: {damaged}"
+            code = _emit(args, UNREADABLE, "error", said, reason="unreadable")
+        else:
+            code = _emit(args, STORE_FAILED, "error", f"ERROR: the store failed: {exc}")
     except BideError as exc:
         code = _emit(args, USAGE if isinstance(exc, ValueError) else UNREADABLE, "error", f"ERROR: {exc}")
     except KeyboardInterrupt:  # files are written whole (a key pair both or neither): nothing half-written
-        code = _emit(args, INTERRUPTED, "interrupted", "INTERRUPTED: nothing was left half-written")
+        code = _emit(args, INTERRUPTED, "interrupted", progress.interrupted())
     except Exception as exc:  # a bug must never look like "verified" or "not verified"
         if args.debug:
             traceback.print_exception(exc)
@@ -679,8 +803,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     else:
         result = "verified" if args.command.startswith("verify") else "produced"
         code = _emit(args, VERIFIED, result, done.proven, done.not_proven, done.facts)
-    if argv is None:
-        sys.exit(code)
     return code
 
 
