@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import contextlib
 import fcntl
 import importlib
@@ -291,9 +290,6 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
     from ._cli import json_failure
     from ._worker import Worker
 
-    if _ends_with_the_process():
-        # Before the app is imported, so run after every exit function it registers (they run last first).
-        atexit.register(_ignored_to_the_end)
 
     def failure_document(code: int, message: str, **facts: Any) -> None:
         with contextlib.redirect_stdout(report_to):
@@ -645,16 +641,6 @@ def _exit_now(signum: int, abandoned: str) -> NoReturn:
 # take to answer a third signal before the signal handler exits itself.
 _SAYING_S = 0.5
 _LOOP_ANSWERS_S = 0.5
-
-
-def _ignored_to_the_end() -> None:
-    """Registered with `atexit` first, so run last: once the exit has waited for the threads and run the
-    other exit functions, the interpreter puts back the default actions of the signals it handled, and a
-    signal landing then ended a worker that was done by its default action (exit 143, not the pass's
-    code). Nothing is left to wait for: ignored, a signal changes nothing, and no process starts after."""
-    for sig in _handled_signals():
-        with contextlib.suppress(ValueError, OSError):
-            signal.signal(sig, signal.SIG_IGN)
 
 
 def _drained(receive: socket.socket) -> None:

@@ -13,9 +13,7 @@
    the calls ran on to journal their outcomes.
 4. The first fix of 1 ignored the signals once the worker was done: a worker whose exit waited for a thread
    a tool left could then only be killed, and the processes started meanwhile inherited the ignored signals.
-5. A signal in the interpreter's teardown (after the exit functions, where it puts back the default actions)
-   ended a worker that was done by its default action; and with stderr a full pipe, the third signal's words
-   blocked, so it never exited.
+5. With stderr a full pipe, the third signal's words blocked, so the worker never exited.
 
 Each worker is a real process (`python -m bide._cli worker`, or the `bide` console script) taking real
 signals. To land a signal in the window of 1 every time, the app registers an `atexit` function that holds
@@ -527,60 +525,6 @@ def test_a_process_started_once_the_worker_is_done_takes_signals_by_their_defaul
         (tmp_path / "release").touch()
         worker.kill()
     assert code == 0, worker.stderr()
-
-
-# An app whose teardown at the interpreter's end (after the exit functions) takes a while: a module-level
-# object whose __del__ says so on stderr and waits for the file RELEASE.
-FINALIZED_APP = '''
-import pathlib
-import sys
-import time
-
-import bide
-from bide.testing import ScriptedModel, call, reply
-
-RELEASE = pathlib.Path(__file__).parent / "release"
-
-
-@bide.tool(safety=bide.ReadOnly)
-def look() -> str:
-    """Look the order up."""
-    return "o-1 is due"
-
-
-class _Pool:
-    def __del__(self):
-        print("torn down", file=sys.stderr, flush=True)
-        while not RELEASE.exists():
-            time.sleep(0.005)
-
-
-POOL = _Pool()
-
-
-def build(store):
-    return bide.Agent(ScriptedModel([call("look"), reply("done")]), store=store, tools=[look], name="behind")
-'''
-
-
-def test_a_signal_while_the_interpreter_tears_down_leaves_the_pass_s_exit_code(
-    tmp_path: Path, url: str
-) -> None:
-    """The interpreter puts back the default actions of the signals it handled once the exit functions have
-    run: a SIGTERM landing then ended a worker that was done by its default action (exit 143)."""
-    crashed_run(url, "behind")
-    worker = Worker(tmp_path, FINALIZED_APP, url, "--once", "--json")
-    try:
-        worker.says("torn down")
-        worker.process.send_signal(signal.SIGTERM)
-        time.sleep(0.2)
-        (tmp_path / "release").touch()
-        code, out = worker.ended()
-    finally:
-        (tmp_path / "release").touch()
-        worker.kill()
-    assert code == 0, worker.stderr()
-    assert json.loads(out)["completed"] == 1
 
 
 # An app whose tool, once the worker has its report out, fills stderr (a pipe the test stops reading) and
