@@ -15,7 +15,7 @@ pass once the drives in flight finished (an interrupt never drops a side effect'
 cancels them too, exit 130). One that comes before the store answered the pass's listing of the runs ends it
 at once with a report that says so (`listed: false` in --json), exit 130: the store was not read. Once the
 pass is over and the store released, the worker keeps the signals until its process has exited (see
-`_exiting`): a signal then does not end it halfway through its report (it exits with the pass's code), but
+`_counted`): a signal then does not end it halfway through its report (it exits with the pass's code), but
 a third in all exits at once.
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
@@ -514,7 +514,7 @@ def _handled_signals() -> list[signal.Signals]:
 @contextlib.contextmanager
 def _signals_restored() -> Iterator[None]:
     """The stop signals kept from the default actions until the worker's output is written (see
-    _signals_handled, `_exiting`): in the bide command itself, until the process exits (a signal that lands
+    _signals_handled, `_counted`): in the bide command itself, until the process exits (a signal that lands
     once the worker is done does not cut its report short; a third in all exits at once); in a program that
     called the command in-process (`bide._cli.main`), which goes on, the program's own handlers are put back
     when the command returns."""
@@ -529,6 +529,9 @@ def _signals_restored() -> Iterator[None]:
                 if handler is not None:
                     with contextlib.suppress(ValueError, OSError):  # not the main thread: nothing changed
                         signal.signal(sig, handler)
+            while _LEFT_TO_PUT_BACK:
+                with contextlib.suppress(ValueError, OSError):
+                    _LEFT_TO_PUT_BACK.pop()()
 
 
 def _ends_with_the_process() -> bool:
@@ -548,7 +551,7 @@ def _ends_with_the_process() -> bool:
 class _StopSignals:
     """The stop signals a worker took so far, and where its stop is: `closing` when its drives are over and
     it waits for its store to be released (`_store_released`) before it exits, `over` once the store is
-    released (a signal then only counts: see `_exiting`). `cancelled`: a second signal under --once dropped
+    released (a signal then only counts: see `_counted`). `cancelled`: a second signal under --once dropped
     the pass's report (its drives cancelled, or the exit waiting for the store then); `calls_waited`: that
     exit waited for synchronous tool calls running past their timeout (else for a statement of the store)."""
 
@@ -563,10 +566,10 @@ class _StopSignals:
 
 @contextlib.contextmanager
 def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSignals) -> Iterator[None]:
-    """The stop signals handled by `on_signal` on the running loop until the block ends, then by `_exiting`:
-    the worker is done, only its output is left to write (`_signals_restored` puts a host's handlers back).
-    Python handlers, not the loop's own (`add_signal_handler`): the loop's end would put back the default
-    actions, and a signal landing after it killed a worker that had finished its pass."""
+    """The stop signals handled by `on_signal` on the running loop until the block ends, then only counted
+    (`_counted`): the worker is done, only its output is left to write (`_signals_restored` puts a host's
+    handlers back). Python handlers, not the loop's own (`add_signal_handler`): the loop's end would put back
+    the default actions, and a signal landing after it killed a worker that had finished its pass."""
     loop = asyncio.get_running_loop()
     handled = _handled_signals()
 
@@ -574,56 +577,87 @@ def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSi
         # Run by Python in the main thread between two bytecodes, anywhere in the loop's own code: the signal
         # is handled as the loop's next callback.
         loop.call_soon_threadsafe(on_signal, signal.Signals(signum))
-        taken.received += 1
-        if taken.received >= 3:
-            # The third exits at once even if the loop never gets to it: its thread blocked writing to a full
-            # pipe (a log line to a stderr nobody reads), where Python runs this handler but no callback.
-            watchdog = threading.Timer(_LOOP_ANSWERS_S, _exit_now, args=(signum, "the worker's loop"))
-            watchdog.daemon = True
-            watchdog.start()
 
     receive, wake = socket.socketpair()
+    wake.setblocking(False)
     try:
-        for end in (receive, wake):
-            end.setblocking(False)
-        try:
-            # A signal that lands in another thread wakes the loop (the main thread then runs `take`).
-            previous_wakeup = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
-        except ValueError:  # not the main thread: signals are not handled there (nor were they before)
-            yield
-            return
-        loop.add_reader(receive.fileno(), _drained, receive)
-        try:
-            for sig in handled:
-                signal.signal(sig, take)
-            yield
-        finally:
-            exiting = _exiting(taken)
-            for sig in handled:
-                signal.signal(sig, exiting)  # in one step: the default action is never back meanwhile
-            taken.over = True
-            signal.set_wakeup_fd(previous_wakeup)
-            loop.remove_reader(receive.fileno())
-    finally:
+        # Every signal's number is written there by Python's own C handler, whichever thread it landed in.
+        previous_wakeup = signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+    except ValueError:  # not the main thread: signals are not handled there (nor were they before)
         receive.close()
         wake.close()
+        yield
+        return
+    counter = threading.Thread(
+        target=_counted, args=(receive, loop, taken), name="bide-worker-signals", daemon=True
+    )
+    counter.start()
+
+    def put_back() -> None:
+        signal.set_wakeup_fd(previous_wakeup)
+        wake.close()  # (the counting thread then ends, and closes `receive`)
+
+    _LEFT_TO_PUT_BACK.append(put_back)
+    try:
+        for sig in handled:
+            signal.signal(sig, take)
+        yield
+    finally:
+        for sig in handled:
+            signal.signal(sig, _only_counted)  # in one step: the default action is never back meanwhile
+        taken.over = True
 
 
-def _exiting(taken: _StopSignals) -> Callable[[int, object], None]:
-    """The stop signals' handler once the worker is done, until its process has exited: its report is left
-    to write, and the threads its tools started (`asyncio.to_thread`, or threads of their own) to end, which
-    the exit waits for. A signal then is counted with those the worker took, and a third exits at once (128
-    plus its number), as while the worker ran: none is ignored (ignored, the worker could only be killed,
-    and the processes it started inherited that), none ends it by its default action halfway through its
-    report."""
+# What `_signals_handled` leaves in place until the process exits, for `_signals_restored` to put back in a
+# program that called the command in-process and goes on.
+_LEFT_TO_PUT_BACK: list[Callable[[], None]] = []
 
-    def exiting(signum: int, frame: object) -> None:
-        taken.count += 1
-        if taken.count >= 3:
-            _exit_now(signum, "its report to be written or the threads its tools started to end")
-        _say(f"bide worker: done, its process is exiting ({_exit_at_once(taken.count)})")
 
-    return exiting
+def _only_counted(signum: int, frame: object) -> None:
+    """The stop signals' handler once the worker is done: a Python handler, so that Python's own handler
+    writes each signal to the wakeup fd, where `_counted` counts it."""
+
+
+def _counted(receive: socket.socket, loop: asyncio.AbstractEventLoop, taken: _StopSignals) -> None:
+    """Count the stop signals written to the wakeup fd (`receive`), on a thread of its own: it sees every
+    one, whatever the main thread is doing. Python runs a signal's handler only in the main thread, and only
+    between two bytecodes: a main thread waiting in C (for a thread a tool left, as the exit does; for the
+    lock of a stderr another thread holds, blocked on a full pipe) never ran it, and three signals did not
+    end the worker. While the worker runs, the loop is woken to handle each (`on_signal`), and a third the
+    loop has not answered in `_LOOP_ANSWERS_S` exits at once; once it is done (`taken.over`), a signal is
+    counted with those it took, and the third in all exits at once (128 plus its number): the report and the
+    threads its tools started are not waited for. The first two do not end it halfway through its report."""
+    stops = {int(sig) for sig in _STOP_SIGNALS}
+    with receive:
+        while True:
+            try:
+                data = receive.recv(64)
+            except OSError:
+                return
+            if not data:
+                return  # the wakeup fd was put back (`_signals_restored`)
+            for signum in data:
+                if signum not in stops:
+                    continue
+                taken.received += 1
+                if not taken.over:
+                    with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
+                        loop.call_soon_threadsafe(_nothing)  # the main thread then runs `take`
+                    if taken.received >= 3:
+                        late = (signum, "the worker's loop")
+                        watchdog = threading.Timer(_LOOP_ANSWERS_S, _exit_now, args=late)
+                        watchdog.daemon = True
+                        watchdog.start()
+                elif taken.received >= 3:
+                    _exit_now(signum, "its report to be written or the threads its tools started to end")
+                else:
+                    said = f"bide worker: done, its process is exiting ({_exit_at_once(taken.received)})"
+                    # On a thread of its own: a stderr nobody reads must not keep this one from counting.
+                    threading.Thread(target=_say, args=(said,), daemon=True).start()
+
+
+def _nothing() -> None:
+    pass
 
 
 def _exit_now(signum: int, abandoned: str) -> NoReturn:
@@ -638,15 +672,10 @@ def _exit_now(signum: int, abandoned: str) -> NoReturn:
 
 
 # How long the last words of a worker exiting at once may take (a blocked stderr), and how long its loop may
-# take to answer a third signal before the signal handler exits itself.
+# take to answer a third signal before the thread counting them exits itself.
 _SAYING_S = 0.5
 _LOOP_ANSWERS_S = 0.5
 
-
-def _drained(receive: socket.socket) -> None:
-    with contextlib.suppress(OSError):  # BlockingIOError: nothing more to read
-        while receive.recv(64):
-            pass
 
 
 def _on_stop_signals(

@@ -13,7 +13,9 @@
    the calls ran on to journal their outcomes.
 4. The first fix of 1 ignored the signals once the worker was done: a worker whose exit waited for a thread
    a tool left could then only be killed, and the processes started meanwhile inherited the ignored signals.
-5. With stderr a full pipe, the third signal's words blocked, so the worker never exited.
+5. With stderr a full pipe, the third signal's words blocked, so the worker never exited; and signals that
+   landed in a tool's thread while the main thread waited in C (for that thread, at exit; for the lock of a
+   stderr another thread held) were never handled: Python runs handlers in the main thread only.
 
 Each worker is a real process (`python -m bide._cli worker`, or the `bide` console script) taking real
 signals. To land a signal in the window of 1 every time, the app registers an `atexit` function that holds
@@ -590,3 +592,44 @@ def test_a_third_signal_exits_at_once_with_stderr_a_full_pipe(tmp_path: Path, ur
             process.wait()
         os.close(read_end)
     assert code == 128 + signal.SIGTERM
+
+
+# A tool's thread that sends the stop signals to itself (the kernel may deliver a process's signals to any
+# thread) once the file SPAWN exists, while the exit waits for it.
+SELF_SIGNALLING_APP = THREAD_APP + '''
+
+import signal
+
+
+def _signals_here():
+    _wait(SPAWN)
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.pthread_kill(threading.get_ident(), signum)
+        time.sleep(0.05)
+    _wait(RELEASE)
+
+
+@bide.tool(safety=bide.Idempotent)
+def flush() -> str:
+    """Flush the metrics (a thread left running)."""
+    threading.Thread(target=_signals_here, daemon=False).start()
+    return "flushing"
+'''
+
+
+def test_three_signals_landing_in_a_tool_s_thread_while_the_exit_waits_for_it_exit_at_once(
+    tmp_path: Path, url: str
+) -> None:
+    """Python runs signal handlers in the main thread only, and the main thread waited in C for this thread:
+    before, the signals were never handled and the worker never exited."""
+    crashed_run(url, "behind")
+    worker = Worker(tmp_path, SELF_SIGNALLING_APP.format(use_async=False), url, "--once")
+    try:
+        wait_until(lambda: "resumed 1 run" in "".join(worker.out), "the pass's report")
+        (tmp_path / "spawn").touch()
+        code, _ = worker.ended()
+    finally:
+        (tmp_path / "release").touch()
+        worker.kill()
+    assert code == 128 + signal.SIGHUP, worker.stderr()
+    assert "exiting now" in worker.stderr()
