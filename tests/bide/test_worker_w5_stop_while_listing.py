@@ -17,24 +17,17 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
-import subprocess
-import sys
-import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 import sqlalchemy as sa
 from conftest import PG_URL, drop_prefix
+from worker_process import WorkerProcess, wait_until
 
 import bide
-
-REPO = Path(__file__).resolve().parents[2]
 
 LISTING = "stopping while this pass lists the runs to recover: it drives none of them"
 WAITING = "waiting for the store to answer the statement under way"
@@ -78,63 +71,11 @@ def build(store):
 '''
 
 
-def wait_until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
-
-
-class Worker:
-    """`bide worker` with the app `source` on `url`, its stdout and stderr read as they come."""
+class Worker(WorkerProcess):
+    """The worker on the store `url` whose tables are named with `prefix`."""
 
     def __init__(self, tmp_path: Path, source: str, url: str, prefix: str, *extra: str) -> None:
-        module = f"w5app_{uuid.uuid4().hex[:8]}"
-        (tmp_path / f"{module}.py").write_text(source)
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join([str(tmp_path), str(REPO), env.get("PYTHONPATH", "")])
-        command = [sys.executable, "-m", "bide._cli", "worker", "--store", url, "--table-prefix", prefix,
-                   "--app", f"{module}:build", *extra]  # fmt: skip
-        self.process = subprocess.Popen(
-            command, env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-        )
-        self.said: list[str] = []
-        self.out: list[str] = []
-        self.readers = [
-            threading.Thread(target=self._read, args=(stream, lines), daemon=True)
-            for stream, lines in ((self.process.stderr, self.said), (self.process.stdout, self.out))
-        ]
-        for reader in self.readers:
-            reader.start()
-
-    @staticmethod
-    def _read(stream: IO[str], lines: list[str]) -> None:
-        for line in stream:
-            lines.append(line)
-
-    def stderr(self) -> str:
-        return "".join(self.said)
-
-    def says(self, words: str) -> None:
-        wait_until(lambda: words in self.stderr(), f"the worker to say {words!r}; it said {self.stderr()!r}")
-
-    def signal_then_wait_for(self, signum: int, words: str) -> None:
-        """Send `signum` (once the signal before was taken: two pending at once would be one), then wait
-        until the worker says `words`."""
-        self.process.send_signal(signum)
-        self.says(words)
-
-    def ended(self) -> tuple[int, str]:
-        """The exit code, and what the worker wrote to stdout."""
-        code = self.process.wait(timeout=60)
-        for reader in self.readers:
-            reader.join(10)
-        return code, "".join(self.out)
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+        super().__init__(tmp_path, source, url, "--table-prefix", prefix, *extra)
 
 
 @pytest.fixture
