@@ -2117,14 +2117,16 @@ class _SqlBackend:
             writer.close()  # back to the pool, which dispose() closes
         gathering = self._gathering
         if gathering is not None:
-            # No session left behind: the thread connects no more, and a statement it runs is cancelled
-            # (the join then waits for its session to close, not for an ANALYZE to finish).
-            self._gathering_stopped.set()
-            with self._gatherer_lock:
-                if self._gatherer is not None:
-                    with contextlib.suppress(Exception):
-                        self._gatherer.cancel_safe(timeout=min(self.timeout, 5.0))
-            gathering.join(self.timeout)  # (its statement_timeout is the log's: it ends within about this)
+            gathering.join(self.timeout)  # (the statistics of a short-lived process's log are gathered too)
+            if gathering.is_alive():
+                # No session left behind: the thread connects no more, and a statement it still runs (an
+                # ANALYZE held up past the log's timeout) is cancelled.
+                self._gathering_stopped.set()
+                with self._gatherer_lock:
+                    if self._gatherer is not None:
+                        with contextlib.suppress(Exception):
+                            self._gatherer.cancel_safe(timeout=min(self.timeout, 5.0))
+                gathering.join(min(self.timeout, 5.0))
         self.engine.dispose()
 
     def forked(self) -> None:
