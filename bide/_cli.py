@@ -53,7 +53,6 @@ from ._cli_common import (
     Parser,
     add_standard_options,
     close_store,
-    damaged_store_file,
     give_up_on,
     internal_error,
     parse_arguments,
@@ -61,6 +60,7 @@ from ._cli_common import (
     run_id_argument,
     table,
     text_argument,
+    unreadable_store,
 )
 from ._errors import (
     BideError,
@@ -228,7 +228,7 @@ def open_cli_store(
     except ConfigError as exc:
         raise CLIError(f"{exc}{came}", EXIT_USAGE) from exc
     except StoreError as exc:  # anything else is a bug (exit 3), not the store's failure
-        damaged = damaged_store_file(exc)
+        damaged = unreadable_store(exc, url)
         if damaged is not None:
             raise CLIError(f"cannot read the store: {damaged}{came}", EXIT_NOT_FOUND, "unreadable") from exc
         raise CLIError(f"the store failed: {exc}{came}", EXIT_STORE) from exc
@@ -1117,7 +1117,7 @@ def _run_command(args: argparse.Namespace) -> int:
     except JournalFormatError as exc:  # a run this bide does not read: as unreadable as a damaged one
         return _failed(args, EXIT_NOT_FOUND, str(exc), "unreadable")
     except StoreError as exc:
-        damaged = damaged_store_file(exc)
+        damaged = unreadable_store(exc, getattr(args, "store", None))
         if damaged is not None:  # not 6: reading it again fails the same way, and a script retries 6
             return _failed(args, EXIT_NOT_FOUND, f"cannot read the store: {damaged}", "unreadable")
         return _failed(args, EXIT_STORE, f"store error: {exc}")

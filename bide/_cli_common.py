@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable, Mapping, Sequence
@@ -44,6 +45,7 @@ __all__ = [
     "run_id_argument",
     "table",
     "text_argument",
+    "unreadable_store",
     "version",
 ]
 
@@ -66,7 +68,8 @@ exit codes (the same for govern, bide and bide-audit):
   3  internal error or engine/oracle disagreement: a bug; rerun with --debug and report the traceback
   4  unreadable or not found: a truncated, oversized, malformed or non-canonical artifact or
      certificate, a missing input file (machine file, certificate, artifact, key), no such store,
-     run or call (bide)
+     run or call (bide), a SQLite store that cannot be read where it is: damaged, or in a directory
+     you may not write (copy it, with its -wal file, to one you can)
   5  refused: the request contradicts what is recorded (already resolved, already decided, gate
      closed) or a policy you pinned (bide-audit verify-approvals); the message says why
   6  the store failed: the database is unreachable or answered with an error (bide,
@@ -238,25 +241,85 @@ def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:
 # which fails the same way on every try. Any other error of the store (busy, locked, out of memory, a lost
 # connection) may pass: exit 6, which a script retries.
 _DAMAGED_FILE_ERRORS = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
+# SQLite's answers for files it may not create or write: in a read-only place, the same on every try.
+_READ_ONLY_ERRORS = ("SQLITE_READONLY", "SQLITE_CANTOPEN")
+
+
+def _sqlite_error_names(exc: BaseException) -> list[str]:
+    """The SQLite error names (`SQLITE_CORRUPT`, ...) of the errors `exc` was raised from, itself included."""
+    names = []
+    seen: BaseException | None = exc
+    for _ in range(10):  # a chain is a few errors long; a cycle must not hang the command
+        if seen is None:
+            break
+        name = getattr(seen, "sqlite_errorname", None)  # sqlite3.Error; SQLAlchemy's keeps it as .orig
+        name = name or getattr(getattr(seen, "orig", None), "sqlite_errorname", None)
+        if isinstance(name, str):
+            names.append(name)
+        seen = seen.__cause__ or seen.__context__
+    return names
 
 
 def damaged_store_file(exc: BaseException) -> str | None:
     """When `exc` was raised (perhaps through other errors) from a SQLite file that is damaged ("database disk
     image is malformed", "file is not a database"), what to tell the user: a store that is unreadable (exit
     4) and will stay so, not one that failed (exit 6, which a script retries forever); None otherwise."""
-    seen: BaseException | None = exc
-    for _ in range(10):  # a chain is a few errors long; a cycle must not hang the command
-        if seen is None:
-            return None
-        name = getattr(seen, "sqlite_errorname", None)  # sqlite3.Error; SQLAlchemy's keeps it as .orig
-        name = name or getattr(getattr(seen, "orig", None), "sqlite_errorname", None)
-        if isinstance(name, str) and name.startswith(_DAMAGED_FILE_ERRORS):
-            return (
-                f"{exc}: the store's file is damaged (truncated or overwritten), and reading it will fail "
-                "the same way every time; restore it from a backup"
-            )
-        seen = seen.__cause__ or seen.__context__
+    if any(name.startswith(_DAMAGED_FILE_ERRORS) for name in _sqlite_error_names(exc)):
+        return (
+            f"{exc}: the store's file is damaged (truncated or overwritten), and reading it will fail "
+            "the same way every time; restore it from a backup"
+        )
     return None
+
+
+def _read_only_place(path: str) -> str | None:
+    """Why SQLite cannot create the `-wal` and `-shm` files a reader of the WAL-mode store `path` needs
+    beside it, in words: its directory is on a read-only mount or not writable by this user (and the two
+    files are not both there for this user to write); None when neither holds."""
+    path = os.path.realpath(path)  # SQLite writes beside the file a symbolic link names
+    directory = os.path.dirname(path)
+    try:
+        mounted_read_only = bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return None
+    if mounted_read_only:
+        return f"the file system holding {directory} is mounted read-only"
+    beside = (f"{path}-wal", f"{path}-shm")
+    if all(os.path.isfile(name) and os.access(name, os.R_OK | os.W_OK) for name in beside):
+        return None
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"the directory {directory} is not writable by this user"
+    return None
+
+
+def unreadable_store(exc: BaseException, url: str | None) -> str | None:
+    """When `exc`, raised by the store `url`, says the store cannot be read and will not be on any try (a
+    damaged SQLite file; a SQLite store in a read-only place), what to tell the user (exit 4, with what to
+    do); None for a failure that may pass (exit 6, which a script retries)."""
+    damaged = damaged_store_file(exc)
+    if damaged is not None or url is None:
+        return damaged
+    from ._url import StoreURLError, parse_store_url
+
+    try:
+        where = parse_store_url(url)
+    except StoreURLError:
+        return None
+    refused = any(name.startswith(_READ_ONLY_ERRORS) for name in _sqlite_error_names(exc))
+    if where.kind != "sqlite" or not refused:
+        return None
+    place = _read_only_place(where.path)
+    if place is None:
+        return None
+    name = os.path.basename(where.path)
+    said = str(exc)
+    needs = f"SQLite creates {name}-wal and {name}-shm beside a store it reads"
+    why = "" if place in said else f" ({place}: {needs})"
+    return (
+        f"{said}{why}; reading the store there will fail the same way every time: copy {name}, with its "
+        f"{name}-wal file if there is one (it may hold the latest records), to a directory you can write, "
+        "and read the copy"
+    )
 
 
 def give_up_on(store: Any) -> None:

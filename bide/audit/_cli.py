@@ -43,9 +43,9 @@ from .._cli_common import (
     add_standard_options,
     byte_limit,
     close_store,
-    damaged_store_file,
     parse_arguments,
     skew_seconds,
+    unreadable_store,
 )
 from .._files import check_output, write_whole
 from .._stdout import closed_stdout_fails, emitted
@@ -263,6 +263,14 @@ def _store_files(path: str) -> list[str]:
     return [f"{name}{suffix}" for name in names for suffix in ("", "-wal", "-shm", "-journal")]
 
 
+def _fork_in_words(anchored: tuple[Path, SignedTreeHead], why: str, sth: SignedTreeHead) -> str:
+    """An anchored head that `sth` forks from, for the export's message: its file, size, key (when another
+    than `sth`'s) and `why`."""
+    path, head = anchored
+    key = "" if head.key_id == sth.key_id else f", signed by {head.key_id}"
+    return f"{path} ({head.size} records{key}): {why}"
+
+
 def _anchor_publisher(directory: str, output: Path) -> _RecordingPublisher:
     """The publisher of `export --anchor-dir`, once `directory` is known to exist and be writable: like
     `-o`, a missing directory is refused (exit 2), never created, so a typo in a path cannot scatter heads
@@ -282,6 +290,83 @@ def _anchor_publisher(directory: str, output: Path) -> _RecordingPublisher:
 _ANCHOR_LOCK_WAIT_S = 30.0  # how long an export waits for another one publishing into its anchor directory
 
 
+#: The file in an anchor directory that an export comparing and publishing there holds locked, made for the
+#: while and removed after (hidden: not a head).
+_ANCHOR_LOCK_FILE = ".bide-audit-export.lock"
+
+
+class _StillLocked(Exception):
+    """A lock another export held past the time an export waits for it."""
+
+
+def _hold_lock_file(path: Path, until: float, stack: contextlib.ExitStack) -> bool:
+    """Take an exclusive `flock` on the lock file `path` (made if missing, never through a symbolic link),
+    waiting until the monotonic time `until` (then `_StillLocked`); `stack` removes the file and lets go
+    of it. False when it cannot be made, opened or locked (a file system that locks no files)."""
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError:
+            try:  # one another user's export made and holds: theirs to write, ours to lock
+                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:
+                return False
+        try:
+            locked = _flock_by(fd, until)
+        except BaseException:
+            os.close(fd)
+            raise
+        if locked and _same_file(fd, path):
+            stack.callback(os.close, fd)  # last: the file is removed while still locked
+            stack.callback(_remove, path)
+            return True
+        os.close(fd)
+        if not locked:
+            return False
+        # The export that held it removed it as it let go: lock the one there now (or make it).
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """`fd` is open on the file at `path` (not on one removed from there since)."""
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _remove(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def _hold_directory_lock(directory: Path, until: float, stack: contextlib.ExitStack) -> bool:
+    """Take an exclusive `flock` on `directory` itself (what exports before the lock file locked), as
+    `_hold_lock_file` does; False when it cannot be opened (a directory this user may not list) or locked."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    stack.callback(os.close, fd)
+    return _flock_by(fd, until)
+
+
+def _flock_by(fd: int, until: float) -> bool:
+    """Take an exclusive `flock` on `fd`, waiting until the monotonic time `until` (then `_StillLocked`);
+    False when the file system cannot lock it (no waiting is of use then)."""
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= until:
+                raise _StillLocked() from None
+            time.sleep(0.05)
+        except OSError:  # ENOLCK, EBADF: locks this file system does not take on this kind of file
+            return False
+
+
 class _RecordingPublisher:
     """A `DirectoryPublisher` that remembers where each head went (size, file), for the export message."""
 
@@ -295,40 +380,37 @@ class _RecordingPublisher:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold the anchor directory's lock (an exclusive `flock` on the directory itself, which every
-        export comparing and publishing there takes) meanwhile, waiting up to `_ANCHOR_LOCK_WAIT_S` for
-        another export to publish. A directory this process may not read (a drop box) cannot be locked:
-        a note says the heads were not guarded against an export at the same moment."""
+        """Hold the anchor directory's locks meanwhile, waiting up to `_ANCHOR_LOCK_WAIT_S` for another
+        export to publish: an exclusive `flock` on a lock file there (`_ANCHOR_LOCK_FILE`, removed after:
+        a file can be locked where a directory cannot, as on NFS, and in a directory this user may write but
+        not list) and on the directory itself (what exports before the lock file locked). When neither can
+        be taken, a note says the heads were not guarded against an export at the same moment."""
         from .._errors import ConfigError
 
-        try:
-            fd = os.open(self.inner.directory, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError:
-            self.notes.append(" The anchor directory could not be locked (it is not readable), so an export "
-                              "into it at the same moment was not kept from publishing between the two.")
+        directory = self.inner.directory
+        until = time.monotonic() + _ANCHOR_LOCK_WAIT_S
+        with contextlib.ExitStack() as stack:
+            try:
+                by_file = _hold_lock_file(directory / _ANCHOR_LOCK_FILE, until, stack)
+                by_directory = _hold_directory_lock(directory, until, stack)
+            except _StillLocked:
+                raise ConfigError(
+                    f"--anchor-dir {directory} stayed locked by another export for {_ANCHOR_LOCK_WAIT_S:g} s "
+                    f"(a paused or stuck `bide-audit export`); nothing was published, and {self.output} was "
+                    "not written: run it again"
+                ) from None
+            if not (by_file or by_directory):
+                self.notes.append(" The anchor directory could not be locked (neither a lock file in it nor "
+                                  "the directory itself), so an export into it at the same moment was not "
+                                  "kept from publishing between the two.")
             yield
-            return
-        try:
-            until = time.monotonic() + _ANCHOR_LOCK_WAIT_S
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= until:
-                        raise ConfigError(
-                            f"--anchor-dir {self.inner.directory} stayed locked by another export for "
-                            f"{_ANCHOR_LOCK_WAIT_S:g} s (a paused or stuck `bide-audit export`); nothing was "
-                            f"published, and {self.output} was not written: run it again"
-                        ) from None
-                    time.sleep(0.05)
-            yield
-        finally:
-            os.close(fd)  # (closing it releases the lock)
 
-    def refuse_forks(self, log: AuditLog, sth: SignedTreeHead, *, allow: bool) -> None:
+    def refuse_forks(
+        self, log: AuditLog, sth: SignedTreeHead, *, allow: bool, earlier_keys: Sequence[PublicKey] = ()
+    ) -> None:
         """Raise NotVerified, before anything is written, when `sth` forks from a head of its log already
-        anchored here (the log's key would have signed two histories of one run), unless `allow`."""
+        anchored here (the log's key, or one of its `earlier_keys`, would have signed two histories of one
+        run), unless `allow`. Heads of the run signed by other keys are not compared: a note says so."""
         from ._anchor import AnchorError
 
         try:
@@ -337,18 +419,29 @@ class _RecordingPublisher:
             self.notes.append(f" The heads already anchored there could not be read ({exc}), so it was not "
                               "compared with them.")
             return
-        forks = log.forks(sth, [head for _, head in anchored])
+        known = {sth.key_id, *(key.key_id for key in earlier_keys)}
+        strangers = sorted({head.key_id for _, head in anchored} - known)
+        if strangers:
+            self.notes.append(
+                f" Heads of the run anchored there signed by {len(strangers)} other key(s) "
+                f"({', '.join(strangers[:3])}{', ...' if len(strangers) > 3 else ''}) were not compared with "
+                "it: if the log's key was rotated, give its earlier public keys with --anchor-key."
+            )
+        forks = log.forks(sth, [head for _, head in anchored], earlier_keys=earlier_keys)
         if not forks:
             return
-        named = "; ".join(f"{anchored[i][0]} ({anchored[i][1].size} records): {why}" for i, why in forks[:3])
+        named = "; ".join(_fork_in_words(anchored[i], why, sth) for i, why in forks[:3])
         if len(forks) > 3:
             named += f"; and {len(forks) - 3} more"
         if allow:
             self.notes.append(f" It forks from heads anchored there, published all the same (--allow-fork): "
                               f"{named}.")
             return
+        keys = "and key" if all(anchored[i][1].key_id == sth.key_id for i, _ in forks) else (
+            "(signed by its key or one given with --anchor-key)"
+        )
         raise NotVerified(
-            f"the head of run {sth.log_id!r} at {sth.size} records forks from a head of the same run and key "
+            f"the head of run {sth.log_id!r} at {sth.size} records forks from a head of the same run {keys} "
             f"already anchored in {self.inner.directory}: {named}. The journal is not the one that head was "
             "signed over: it was changed behind bide, the store rolled back, or the run deleted and started "
             f"again under the same id. Nothing was published, and {self.output} was not written. Restore "
@@ -381,7 +474,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     from .._errors import ConfigError, StoreNotFound
     from .._open import open_store
     from .._url import parse_store_url
-    from ._keys import load_signing_key
+    from ._keys import load_public_key, load_signing_key
     from ._log import AuditLog, journal_shorter
     from ._verify import Verified
 
@@ -389,6 +482,8 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
         raise ConfigError("--consistency-to needs --consistency-from SIZE (the size of the older head)")
     if args.allow_fork and not args.anchor_dir:
         raise ConfigError("--allow-fork needs --anchor-dir DIR (the heads it allows a fork from are there)")
+    if args.anchor_key and not args.anchor_dir:
+        raise ConfigError("--anchor-key needs --anchor-dir DIR (the heads it signed are compared there)")
     sizes = {"--consistency-from": args.consistency_from, "--consistency-to": args.consistency_to}
     for option, size in sizes.items():
         if size is not None and size < 0:
@@ -406,12 +501,13 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
     # Checked before the key is read, the store opened or a head published: a refused -o changes nothing.
     # The key's .pub is guarded too: it is what verifiers pin.
     keys = [args.key, args.key + ".pub", os.path.realpath(args.key) + ".pub"]  # .pub: beside the file itself
-    inputs = [*keys, *(_store_files(where.path) if where.kind == "sqlite" else [])]
+    inputs = [*keys, *args.anchor_key, *(_store_files(where.path) if where.kind == "sqlite" else [])]
     output = check_output(args.output, inputs=inputs)
     publisher = _anchor_publisher(args.anchor_dir, output) if args.anchor_dir else None
     progress: _ExportProgress = args.progress
     progress.output, progress.publisher = output, publisher
     key = load_signing_key(args.key)
+    earlier_keys = [load_public_key(spec) for spec in args.anchor_key]
     # create=False: a mistyped URL (or table prefix) must not leave an empty store behind.
     try:
         store = open_store(args.store, table_prefix=args.table_prefix, create=False)
@@ -473,7 +569,7 @@ def _cmd_export(args: argparse.Namespace) -> Verified:
             # store, one edited) each compared with the heads there before the other's was published,
             # and both forking heads went in, neither refused.
             with publisher.exclusive():
-                publisher.refuse_forks(log, head, allow=args.allow_fork)
+                publisher.refuse_forks(log, head, allow=args.allow_fork, earlier_keys=earlier_keys)
                 _write_atomic(output, data, publisher, head)  # published once it is staged
         else:
             _write_atomic(output, data, publisher, head)
@@ -675,6 +771,14 @@ def _parser() -> Parser:
     s.add_argument("--key", required=True, help="the log's signing key file (bide-audit keygen)")
     s.add_argument("--anchor-dir", help="also publish the signed head to this directory")
     s.add_argument(
+        "--anchor-key",
+        action="append",
+        default=[],
+        metavar="KEY",
+        help="with --anchor-dir: also compare the heads anchored there signed by this earlier key of the log "
+        "(before a rotation; repeatable; a .pub file or 64 hex characters)",
+    )
+    s.add_argument(
         "--allow-fork",
         action="store_true",
         help="with --anchor-dir: publish the head even when it forks from a head of the run anchored there",
@@ -786,7 +890,7 @@ def _outcome(
         missing = "not found" if _caused_by_a_missing_file(exc) else None
         code = _emit(args, UNREADABLE, "unusable_input", f"UNREADABLE INPUT: {exc}", reason=missing)
     except StoreError as exc:
-        damaged = damaged_store_file(exc)
+        damaged = unreadable_store(exc, getattr(args, "store", None))
         if damaged is not None:  # not 6: reading it again fails the same way, and a script retries 6
             said = f"ERROR: cannot read the store: {damaged}"
             code = _emit(args, UNREADABLE, "error", said, reason="unreadable")

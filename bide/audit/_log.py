@@ -21,7 +21,7 @@ from ._formats import (
     sth_signed_bytes,
 )
 from ._hashes import TILE_HEIGHT, AuditTablesDamaged, HashBackend, _leaf_hash, _leaf_hashes, backend_for
-from ._keys import SigningKey
+from ._keys import PublicKey, SigningKey
 from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root, verify_consistency
 from ._tree import MerkleTree
 
@@ -145,23 +145,39 @@ class AuditLog:
                                  f"{_REBUILD}") from exc
 
     def _check_journal(self, run_id: str) -> int:
+        before = self._hashes.state(run_id)
+        # The tree as stored is checked before the sync writes to it: a journal changed behind bide is
+        # refused with the audit tables left as they were (a record moved by hand past the tree's last seq
+        # was taken in a second time, and the refusal then counted it twice).
+        self._check_tree(run_id, *before)
         self.sync(run_id)
-        size, last_seq = self._hashes.state(run_id)
-        # Records committed after the sync (a live run goes on) are not the tree's yet: left out. One put
-        # behind bide with a seq among the tree's records counts; one appended after them is the journal's
-        # next record to every reader, which the tree takes in at its next sync.
-        entries = [e for e in self.store.load(run_id) if e.seq <= last_seq]
-        shared = min(size, len(entries))
-        leaves = self._hashes.read(run_id, [(0, i) for i in range(shared)]) if shared else []
-        pairs = zip(entries[:shared], leaves, strict=True)
+        after = self._hashes.state(run_id)
+        if after != before:
+            self._check_tree(run_id, *after)
+        return after[0]
+
+    def _check_tree(self, run_id: str, size: int, last_seq: int) -> None:
+        """Raise `JournalDamaged` unless the run's records up to `last_seq` are the `size` records the tree
+        took in, each hashing to its leaf, and valid records (`_check_records`)."""
+        journal = self.store.load(run_id)
+        # Records committed after the tree's last sync (a live run goes on) are not the tree's yet: left out.
+        # One put behind bide with a seq among the tree's records counts; one appended after them is the
+        # journal's next record to every reader, which the tree takes in at its next sync.
+        entries = [e for e in journal if e.seq <= last_seq]
+        leaves = self._hashes.read(run_id, [(0, i) for i in range(size)]) if size else []
+        pairs = zip(entries, leaves, strict=False)
         differs = next((i for i, (entry, leaf) in enumerate(pairs) if _leaf_hash(entry.data) != leaf), None)
         if differs is None and len(entries) == size:
             _check_records(run_id, entries)
             self._check_upper_levels(run_id, leaves)
-            return size
+            return
         found = []
         if len(entries) != size:
-            found.append(f"holds {len(entries)} records where its audit tree has {size}")
+            later = journal[len(entries) :]
+            among = f" up to seq {last_seq}, the tree's last," if later else ""
+            found.append(
+                f"holds {len(entries)} records{among} where its audit tree has {size}{_later(later, leaves)}"
+            )
         if differs is not None:
             key = entries[differs].key
             found.append(
@@ -207,15 +223,21 @@ class AuditLog:
             self.publisher.publish(sth)
         return sth
 
-    def forks(self, sth: SignedTreeHead, heads: Sequence[SignedTreeHead]) -> list[tuple[int, str]]:
+    def forks(
+        self, sth: SignedTreeHead, heads: Sequence[SignedTreeHead], *, earlier_keys: Sequence[PublicKey] = ()
+    ) -> list[tuple[int, str]]:
         """The heads among `heads` (those already anchored, say) that `sth`, a head of this log, forks from:
-        (position in `heads`, why) for each head of `sth`'s run signed by this log's key that `sth` neither
-        extends nor is a prefix of, by a consistency proof from the run's tree; a head of more records than
-        the journal holds is one too (the journal lost records it covers). Heads of another run or key, or
-        whose signature does not verify under this log's key, are none of its heads and are left out."""
-        key = self._signing_key().public
+        (position in `heads`, why) for each head of `sth`'s run signed by this log's key, or by one of
+        `earlier_keys` (the log's keys before a rotation: its tree is the same whatever key signs its
+        heads), that `sth` neither extends nor is a prefix of, by a consistency proof from the run's tree;
+        a head of more records than the journal holds is one too (the journal lost records it covers).
+        Heads of another run or key, or whose signature does not verify under their key, are none of its
+        heads and are left out."""
+        keys = {key.key_id: key for key in earlier_keys}
+        own = self._signing_key().public
+        keys[own.key_id] = own
         run_id = sth.log_id
-        mine = [(i, h) for i, h in enumerate(heads) if h.log_id == run_id and h.key_id == key.key_id]
+        mine = [(i, h) for i, h in enumerate(heads) if h.log_id == run_id and h.key_id in keys]
         if not mine:
             return []
         n = self.sync(run_id)
@@ -235,7 +257,7 @@ class AuditLog:
             why = verdicts[h.size, h.root]
             # Only a head that conflicts is worth its signature check: one that agrees forks nothing.
             signed = sth_signed_bytes(h.alg, h.key_id, h.log_id, h.size, h.root, h.timestamp_ns)
-            if why is not None and key.verify(h.signature, signed):
+            if why is not None and keys[h.key_id].verify(h.signature, signed):
                 found.append((i, why))
         return found
 
@@ -355,6 +377,21 @@ def journal_shorter(run_id: str, size: int, old_size: int) -> JournalDamaged:
         "a head of this run you hold or anchored states, the journal lost records: restore the store from a "
         "backup, or `bide show RUN` to see the journal as it is; if not, give the size that head states"
     )
+
+
+def _later(later: Sequence[Entry], leaves: Sequence[bytes]) -> str:
+    """What to say of `later`, the journal's records past the tree's last seq, after a count of the tree's
+    records: those that hash to one of the tree's `leaves` were moved there by hand (each record is salted,
+    so no two records share a hash)."""
+    known = {leaf: i for i, leaf in enumerate(leaves)}
+    moved = [
+        f"{e.key!r}, the tree's record {known[h]}, is now at seq {e.seq}"
+        for e in later
+        if (h := _leaf_hash(e.data)) in known
+    ]
+    if moved:
+        return f" ({'; '.join(moved)}: moved past the tree's records by hand)"
+    return f" (and {len(later)} later record(s), not in the tree yet)" if later else ""
 
 
 def _check_records(run_id: str, entries: Sequence[Entry]) -> None:
