@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._errors import ConfigError, ModelError
@@ -74,7 +74,7 @@ class AnthropicModel(HTTPModel):
     ``stop_reason`` ("end_turn", "tool_use", "max_tokens", ...).
 
     Pooling, retries (the same statuses, 529 overloaded among them, and connection errors; ``Retry-After``
-    honoured), `aclose`, streaming, `timeout`, `stream_timeout` and the limits on answers work as for
+    honoured), `aclose`, streaming, `timeout`, `stream_timeout`, `query` and the limits on answers work as for
     `bide.OpenAIModel`; a turn cut off at `max_tokens` (stop_reason "max_tokens") with tool calls raises
     `ModelError`, and a streamed tool call counts only once its block has ended. A tool_use block without
     input (absent or null; streamed, no input_json pieces) is not read as {}: the model is told, and the
@@ -115,6 +115,7 @@ class AnthropicModel(HTTPModel):
         anthropic_version: str = ANTHROPIC_VERSION,
         transport: httpx.AsyncBaseTransport | None = None,
         limits: httpx.Limits | None = None,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         self._init_http(
             model,
@@ -130,6 +131,7 @@ class AnthropicModel(HTTPModel):
             extra_body=extra_body,
             transport=transport,
             limits=limits,
+            query=query,
         )
         if not (isinstance(max_tokens, int) and max_tokens > 0):
             raise ConfigError("AnthropicModel needs max_tokens, a positive number of tokens per answer")

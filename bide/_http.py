@@ -550,6 +550,52 @@ def _extra_body(kind: str, value: Any) -> dict[str, Any]:
     return fields
 
 
+def _query(kind: str, value: Any) -> dict[str, str]:
+    """A copy of `value`, the query parameters sent with every request: a dict of names (text, not empty)
+    to values (text), all valid Unicode; {} for None."""
+    if value is None:
+        return {}
+    wrong = f"a {type(value).__name__}" if not isinstance(value, Mapping) else ""
+    for name, given in value.items() if not wrong else ():
+        if not isinstance(name, str) or not name:
+            wrong = f"a dict with the name {name!r:.100}"
+        elif not isinstance(given, str):
+            # The value is not shown: a gateway may take its key in the query.
+            wrong = f"a dict whose {name!r:.100} is a {type(given).__name__}"
+        else:
+            try:
+                (name + given).encode("utf-8")
+            except UnicodeEncodeError:  # a lone surrogate: every request failed to encode
+                wrong = f"a dict whose {name!r:.100} holds a lone surrogate"
+        if wrong:
+            break
+    if wrong:
+        raise ConfigError(
+            f"{kind} needs query, a dict of parameter names to values, both strings (such as "
+            f"{{'api-version': '2024-10-21'}}), sent with every request, or None; not {wrong}"
+        )
+    return dict(value)
+
+
+def _query_in_url(kind: str, url: str) -> ConfigError:
+    """The error for a base_url holding '?' or '#' (`url` is not repeated: it may hold credentials). One in
+    its user information (before the '@' of its authority) is a password to percent-encode; any other is a
+    query or fragment, which the API's path would follow: "https://gw/v1?x=1" sent every request to the
+    path "/v1" with the query "x=1/chat/completions", silently."""
+    authority = url.partition("://")[2].partition("/")[0]
+    userinfo = authority.rpartition("@")[0]
+    if "?" in userinfo or "#" in userinfo:
+        return ConfigError(
+            f"{kind} needs a base_url whose user name and password (before the '@') hold no raw '?' or '#', "
+            "which end the URL's address where they stand: percent-encode them, '?' as %3F and '#' as %23"
+        )
+    return ConfigError(
+        f"{kind} needs a base_url without a query ('?...') or a fragment ('#...'): the API's path is added "
+        f"after it, so remove them; give query parameters (an api-version) as {kind}(..., query={{...}}), "
+        "sent with every request"
+    )
+
+
 def _retry(
     kind: str, retry: Any, max_retries: Any, backoff: float, max_backoff: float
 ) -> RetryPolicy:
@@ -632,14 +678,17 @@ def shown_masked(text: str, mask: Mask, limit: int) -> str:
     return _masked_window(text, mask, limit)[1][:limit]
 
 
-def cut_masked(text: str, mask: Mask, limit: int) -> str:
+def cut_masked(text: str, mask: Mask, limit: int, *, more: bool = False) -> str:
     """`text` as `shown_masked` shows it, and when it is longer than `limit`, "... (cut here, of N
     characters)" after it: N counts the text with the key masked as far as it was masked, the rest as it
-    came."""
+    came. `more`: `text` is the start of a longer text, not read further ("of more than N characters")."""
     window, masked = _masked_window(text, mask, limit)
-    if len(text) <= limit:
+    if len(text) <= limit and not more:
         return masked
-    return f"{masked[:limit]}... (cut here, of {len(masked) + len(text) - len(window):,} characters)"
+    length = f"{len(masked) + len(text) - len(window):,}"
+    if more:
+        return f"{masked[:limit]}... (cut here, of more than {length} characters: the rest was not read)"
+    return f"{masked[:limit]}... (cut here, of {length} characters)"
 
 
 def _masked_window(text: str, mask: Mask, limit: int) -> tuple[str, str]:
@@ -842,6 +891,7 @@ class HTTPModel:
     base_url: str
     temperature: float | None
     extra_body: dict[str, Any]
+    query: dict[str, str]
     provider: str = ""
     timeout: float
     stream_timeout: float
@@ -868,6 +918,7 @@ class HTTPModel:
         extra_body: dict[str, Any] | None,
         transport: httpx.AsyncBaseTransport | None,
         limits: httpx.Limits | None,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         """The set-up every adapter shares: its parameters of the same names (see `bide.OpenAIModel`)."""
         if not model:
@@ -892,12 +943,8 @@ class HTTPModel:
                 "break kept from the file or variable it came from?): remove them"
             )
         if "?" in self.base_url or "#" in self.base_url:
-            # The API's path is added after base_url: "https://gw/v1?x=1" sent every request to the path
-            # "/v1" and a query "x=1/chat/completions", silently. Not repeated: it may hold credentials.
-            raise ConfigError(
-                f"{type(self).__name__} needs a base_url without a query ('?...') or a fragment ('#...'): "
-                "the API's path is added after it, so remove them"
-            )
+            # Not repeated: it may hold credentials.
+            raise _query_in_url(type(self).__name__, self.base_url)
         host = _host(self.base_url)
         if not host:
             # "http:///v1": httpx failed every request (retried for nothing). Not repeated: it may hold
@@ -941,6 +988,7 @@ class HTTPModel:
             )
         self.temperature = _temperature(type(self).__name__, temperature)
         self.extra_body = _extra_body(type(self).__name__, extra_body)
+        self.query = _query(type(self).__name__, query)
         try:
             self.timeout = seconds("timeout", timeout, zero=False)
         except ConfigError:
@@ -983,10 +1031,14 @@ class HTTPModel:
 
     def _redacted(self, text: str) -> str:
         """`text` (a server's error, which bide prints and logs) with this model's API key, should a server
-        or proxy quote it back, shown as ``***``, and so the credentials of the proxy of the environment
-        requests go through (`proxy_secrets`). A key too short to tell from words is left alone; so is a
-        proxy's password, but where it stands after its user name and a colon."""
+        or proxy quote it back, shown as ``***``, and so the values of `query` and the credentials of the
+        proxy of the environment requests go through (`proxy_secrets`). A key or value too short to tell from
+        words is left alone; so is a proxy's password, but where it stands after its user name and a
+        colon."""
         text = mask_key(text, self.api_key)
+        for value in self.query.values():
+            # A gateway may take its key in the query (`code=...`, `key=...`): masked as the API key is.
+            text = mask_key(text, value)
         for secret in self._proxy_secrets:
             text = mask_key(text, secret) if len(secret) >= _SHORTEST_KEY else text
             if ":" in secret:
@@ -1093,13 +1145,14 @@ class HTTPModel:
             return True if exc.retry_after is None else exc.retry_after
         return isinstance(exc, (httpx.TransportError, RequestTimeout))
 
-    def _refuse(self, response: httpx.Response, text: str) -> ModelError:
+    def _refuse(self, response: httpx.Response, body: ErrorBody) -> ModelError:
         status = response.status_code
         # Masked past the cut (see `shown_masked`): a key across it is masked whole.
-        text = shown_masked(text, self._redacted, _ERROR_BODY_SHOWN)
-        said = error_message(text)
-        # Its message decoded (at most `text`, cut already): a server may quote the key with JSON escapes.
-        said = self._redacted(said)
+        text = shown_masked(body.text, self._redacted, _ERROR_BODY_SHOWN)
+        # The message is read from all that was read, then masked (decoded: a server may quote the key with
+        # JSON escapes) and cut, saying so and how long it was: cut before it was read, the JSON of a long
+        # message was unreadable, and its first 2,000 characters were shown as if they were all.
+        said = cut_masked(error_message(body.text), self._redacted, _ERROR_BODY_SHOWN, more=not body.whole)
         if status in TRANSIENT:
             return TransientStatus(
                 f"HTTP {status}: {said}",
@@ -1129,7 +1182,8 @@ class HTTPModel:
 
     def _exhausted(self, exc: Exception) -> ModelError:
         last = (
-            shown_masked(str(exc), self._redacted, _FAILURE_SHOWN)
+            # Masked and cut by `_refuse` already, saying where: cut again, the saying was lost.
+            cut_masked(str(exc), self._redacted, _FAILURE_SHOWN + _CUT_SAID)
             if isinstance(exc, TransientStatus)
             else failure(exc, self._redacted)
         )
@@ -1156,17 +1210,18 @@ class HTTPModel:
         is bounded by `timeout`, and the answer is read as it arrives, refused past `MAX_RESPONSE_BYTES`."""
         import httpx
 
-        url, headers = self._url(), self._request_headers()
+        url, headers, params = self._url(), self._request_headers(), self.query or None
 
         async def attempt() -> bytes:
             client = self.client()
             async with self._deadline():
                 response = await client.send(
-                    client.build_request("POST", url, json=body, headers=headers), stream=True
+                    client.build_request("POST", url, json=body, headers=headers, params=params), stream=True
                 )
                 try:
                     if response.status_code != 200:
-                        raise self._refuse(response, await _error_text(response, self.name, self._redacted))
+                        refused = await _error_text(response, self.name, self._redacted)
+                        raise self._refuse(response, refused)
                     return await _read_capped(response, self.name, self._redacted)
                 finally:
                     await response.aclose()
@@ -1202,7 +1257,7 @@ class HTTPModel:
             # Read as an answer, it failed on the missing choices or content, the server's message lost.
             raise ModelError(
                 f"model {self.name!r} at {self._shown_url()} answered 200 with an error instead of a turn: "
-                f"{shown_masked(said, self._redacted, _ERROR_BODY_SHOWN)}; nothing was journaled: fix what "
+                f"{error_shown(said, self._redacted)}; nothing was journaled: fix what "
                 "the server says (a quota, the model name, the request), then run again",
                 status=200,
                 body=shown_masked(text, self._redacted, _ERROR_BODY_SHOWN),
@@ -1224,21 +1279,21 @@ class HTTPModel:
         the caller reads and closes it."""
         import httpx
 
-        url, headers = self._url(), self._request_headers()
+        url, headers, params = self._url(), self._request_headers(), self.query or None
 
         async def attempt() -> httpx.Response:
             client = self.client()
             async with self._deadline():
                 response = await client.send(
-                    client.build_request("POST", url, json=body, headers=headers), stream=True
+                    client.build_request("POST", url, json=body, headers=headers, params=params), stream=True
                 )
                 if response.status_code == 200:
                     return response
                 try:
-                    text = await _error_text(response, self.name, self._redacted)
+                    refused = await _error_text(response, self.name, self._redacted)
                 finally:
                     await response.aclose()
-            raise self._refuse(response, text)
+            raise self._refuse(response, refused)
 
         try:
             return await self.retry.run(attempt, self._classify, self._retrying)
@@ -1356,24 +1411,38 @@ async def _read_capped(response: httpx.Response, name: str, mask: Mask) -> bytes
 _ERROR_BODY_BYTES = 64 * 1024
 # The most of an error body a message shows.
 _ERROR_BODY_SHOWN = 2000
+# Room for what `cut_masked` says after a cut, and an "HTTP 503: " before it.
+_CUT_SAID = 200
 
 
-async def _error_text(response: httpx.Response, name: str, mask: Mask) -> str:
-    """The start of a refusal's body (enough for its message; the rest is not read), not cut to
-    `_ERROR_BODY_SHOWN` yet: the API key is masked in it first (see `HTTPModel._refuse`)."""
+@dataclass(frozen=True, slots=True)
+class ErrorBody:
+    """The start of a refusal's body, as `_error_text` read it: `text`, and whether it is all of the body
+    (`whole`; else the rest was not read)."""
+
+    text: str
+    whole: bool
+
+
+async def _error_text(response: httpx.Response, name: str, mask: Mask) -> ErrorBody:
+    """The start of a refusal's body (enough for its message; past `_ERROR_BODY_BYTES` the rest is not
+    read), not cut to `_ERROR_BODY_SHOWN` yet: the API key is masked in it first (see
+    `HTTPModel._refuse`)."""
     parts: list[bytes] = []
     size = 0
+    whole = True
     try:
         async with contextlib.aclosing(_body(response, name, mask)) as pieces:
             async for piece in pieces:
                 parts.append(piece)
                 size += len(piece)
                 if size >= _ERROR_BODY_BYTES:
+                    whole = False
                     break
     except ModelError:
         # The status says what happened (a 429 is still waited out and retried); only its text is lost.
-        return "(a body bide could not decode)"
-    return b"".join(parts).removeprefix(_BOM).decode("utf-8", "replace")
+        return ErrorBody("(a body bide could not decode)", True)
+    return ErrorBody(b"".join(parts).removeprefix(_BOM).decode("utf-8", "replace"), whole)
 
 
 def _too_large(name: str) -> ModelError:

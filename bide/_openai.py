@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._canonical import utf8_text
@@ -76,7 +76,10 @@ class OpenAIModel(HTTPModel):
     the token limit (``finish_reason`` "length") with tool calls raises `ModelError`. A tool call without
     arguments (absent, null or empty) is not read as {}: the model is told, and the tool does not run,
     unless it takes no parameters. `temperature` and extra body fields are optional. Token `usage` and
-    `finish_reason` are read from the answer.
+    `finish_reason` are read from the answer. `query` holds parameters sent in the URL of every request
+    (Azure OpenAI's ``{"api-version": "2024-10-21"}``), names and values strings; `base_url` itself takes
+    no query. Their values are masked in what a server sends back, as the key is (a gateway may take its
+    key there), and, like every setting of a model, they are never journaled.
 
     `stream(request)` streams a turn (``stream: true``, usage included): text deltas as they come, then the
     whole turn, tool calls assembled from their pieces. A server that answers it with one whole JSON
@@ -112,6 +115,7 @@ class OpenAIModel(HTTPModel):
         extra_body: dict[str, Any] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         limits: httpx.Limits | None = None,
+        query: Mapping[str, str] | None = None,
     ) -> None:
         self._init_http(
             model,
@@ -127,6 +131,7 @@ class OpenAIModel(HTTPModel):
             extra_body=extra_body,
             transport=transport,
             limits=limits,
+            query=query,
         )
         if self.api_key and masked_url(self.base_url) != self.base_url:
             # httpx sends the URL's user and password as the Authorization header, in place of the key's.
@@ -251,6 +256,9 @@ class OpenAIModel(HTTPModel):
                         shown = excerpt(delta, mask)
                         raise malformed(self.name, f"a stream delta that is not an object: {shown}")
                     ends = choice.get("finish_reason")
+                    if ends is not None and not isinstance(ends, str):
+                        # Skipped, the stream read as one that ended before its turn did.
+                        raise _finish_not_text(self.name, ends, mask)
                     if adds_to_answer({key: value for key, value in delta.items() if key != "role"}):
                         if finish and (delta.get("content") or delta.get("tool_calls")):
                             # A finish judged without these pieces: a tool call added after a "stop" or a
@@ -352,6 +360,19 @@ def _judge(
             " (if your server ends complete answers with it, add it to answer_finish_reasons in a subclass "
             "of OpenAIModel)",
         )
+
+
+# The JSON type of each Python type `read_json` decodes to (a string and null are a finish reason's own).
+_JSON_TYPES = {bool: "a boolean", int: "a number", float: "a number", list: "an array", dict: "an object"}
+
+
+def _finish_not_text(name: str, reason: Any, mask: Mask) -> ModelError:
+    """The error for a finish_reason, whole or streamed, that is neither a string nor null: its JSON type,
+    and it shown by `excerpt`."""
+    kind = _JSON_TYPES.get(type(reason), type(reason).__name__)
+    return malformed(
+        name, f"a finish_reason that is not a string or null ({kind}): {excerpt(reason, mask, 100)}"
+    )
 
 
 def _legacy_call(name: str) -> ModelError:
@@ -493,7 +514,7 @@ def _parse(
     if reason is not None and not isinstance(reason, str):
         # Read as absent, a list or an object took the turn for a final answer that ended the run; the
         # streamed path never takes one as a finish either.
-        raise malformed(name, f"a finish_reason that is not a string or null: {excerpt(reason, mask, 100)}")
+        raise _finish_not_text(name, reason, mask)
     finish = reason or ""
     # Before the calls are read: a cut-off call's arguments may be anything.
     if finish in _CUT_OFF and raw_calls:
