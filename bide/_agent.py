@@ -43,6 +43,7 @@ import inspect
 import json
 import math
 import re
+import shlex
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
@@ -61,10 +62,12 @@ from ._errors import (
     CallInDoubt,
     ConfigError,
     HaltAlreadyResolved,
+    LeaseLost,
     ModelError,
     NotCalled,
     OutcomeUnknown,
     OutputInvalid,
+    ResultNotJournaled,
     RunInFlight,
     RunLimitExceeded,
     RunMismatch,
@@ -402,7 +405,17 @@ class Agent(Generic[T]):
                     # about the segment this drive drove (found from the journal as the drive left it).
                     driven = self._driven(journal, ask)
                     await journal.aload()
-                    result = self._after_takeover(journal, ask, driven, f"{refused}")
+                    try:
+                        result = self._after_takeover(journal, ask, driven, f"{refused}")
+                    except RunInFlight as taken:
+                        undecided = [
+                            lost
+                            for lost in _lost_after_calls(refused)
+                            if not journal.has(result_key(lost.result.call_id))
+                        ]
+                        if not undecided:
+                            raise
+                        raise self._result_not_journaled(journal.run_id, undecided, taken) from refused
                 except OutcomeUnknown as halt:
                     # A halt decided from this drive's view of the call. If another driver took the run
                     # over meanwhile (this process was paused past its lease) and decided the call, which
@@ -465,6 +478,38 @@ class Agent(Generic[T]):
         elif driven.thread and journal.has(END_KEY):
             raise _thread_ended(journal)
         raise self._taken_over(journal.run_id, why)
+
+    def _result_not_journaled(
+        self, run_id: str, lost: list[_LostAfterCall], taken: RunInFlight
+    ) -> ResultNotJournaled:
+        """What a drive taken over after side-effect calls returned raises: the first call's result, and
+        what a person resolving the other driver's halt on it needs (the others' are in notes)."""
+        first, result = lost[0], lost[0].result
+        how = _resolve_option(result)
+        error = ResultNotJournaled(
+            f"run {run_id!r}: side-effect call {result.call_id!r} ({result.tool}) ran and returned "
+            f"{_shown_result(result)}, but another driver took over the run's lease before its result was "
+            "journaled (this process was paused past its lease, or its write waited on the store); "
+            "nothing more was written by this drive. The other driver halts the run on the call with "
+            "OutcomeUnknown: resolve it with what the call returned (bide resolve --store URL "
+            f"{shlex.quote(run_id)} {shlex.quote(result.call_id)} {how} --attempt {first.attempt}, or "
+            "bide.resolve_halt), or, once that "
+            "driver's lease is gone, run the run again here, which journals it (this process keeps it) "
+            f"without calling the tool again. Earliest retry: {when(taken.retry_after, self.clock())}",
+            run_id=run_id,
+            retry_after=taken.retry_after,
+            call_id=result.call_id,
+            tool=result.tool,
+            attempt=first.attempt,
+            returned=result.result,
+            is_error=result.is_error,
+        )
+        for other in lost[1:]:
+            error.add_note(
+                f"also: call {other.result.call_id!r} ({other.result.tool}) ran and returned "
+                f"{_shown_result(other.result)}, its result not journaled either (attempt {other.attempt})"
+            )
+        return error
 
     def _taken_over(self, run_id: str, why: str) -> RunInFlight:
         now = self.clock()
@@ -1774,6 +1819,11 @@ async def _journal_result(journal: Journal, result: ToolResult) -> ToolResult:
     live = live_attempt(journal, result.call_id)  # None for a call that needs no attempt marker
     try:
         stored, _ = await journal.awrite_one(result)
+    except LeaseLost as exc:
+        if live is None:
+            raise
+        # The drive turns it into ResultNotJournaled if the call is still undecided once it reloads.
+        raise _LostAfterCall(f"{exc}", result, live.gen) from exc
     except StoreError as exc:
         shown = _shown_result(result)
         raise StoreError(
@@ -1787,6 +1837,36 @@ async def _journal_result(journal: Journal, result: ToolResult) -> ToolResult:
         forget_returned(live.claim)
     assert isinstance(stored, ToolResult)
     return stored
+
+
+class _LostAfterCall(LeaseLost):
+    """The lease was lost as the result of a side-effect call that ran was being journaled: what the drive
+    needs to say what the call returned (`ResultNotJournaled`)."""
+
+    def __init__(self, message: str, result: ToolResult, attempt: int) -> None:
+        super().__init__(message)
+        self.result = result
+        self.attempt = attempt
+
+
+def _lost_after_calls(refused: WriteRefused) -> list[_LostAfterCall]:
+    """The side-effect results a drive could not journal because it lost its lease, among the failures of
+    its step (`refused` and those of its parallel calls, in its `also`)."""
+    return [f for f in (refused, *refused.also) if isinstance(f, _LostAfterCall)]
+
+
+def _resolve_option(result: ToolResult) -> str:
+    """The option of `bide resolve` that records `result`: the value itself when it is short enough to
+    type, else a pointer to the value shown in the message."""
+    is_text = result.is_error and isinstance(result.result, str)
+    text = result.result if is_text else canonical_json(result.result).decode()
+    option = "--failed" if result.is_error else "--succeeded"
+    if len(text) > _RESOLVE_VALUE_MAX:
+        return f"{option} {'TEXT' if is_text else 'JSON'} (the value above, whole: the error's `returned`)"
+    return f"{option} {shlex.quote(text)}"
+
+
+_RESOLVE_VALUE_MAX = 200
 
 
 def _shown_result(result: ToolResult) -> str:

@@ -14,6 +14,7 @@ Each subclass says whose fault it is and what to do next; catch `BideError` to c
     ├── OutputInvalid                     the final answer never validated against output_type
     ├── ToolNotStarted                    a side effect provably did not start; run again to retry
     ├── RunInFlight                       another driver holds the run's lease; run again later
+    │   └── ResultNotJournaled            ... taken over after a side effect of this drive returned
     ├── WriteRefused                      the store refused a journal write; nothing was written
     │   ├── LeaseLost                     another driver took over the run's lease
     │   └── RunEnded                      the run has ended: nothing is appended after run:end
@@ -54,6 +55,7 @@ __all__ = [
     "OutputInvalid",
     "RecordDamaged",
     "ResolveRefused",
+    "ResultNotJournaled",
     "RunEnded",
     "RunHalted",
     "RunInFlight",
@@ -189,6 +191,38 @@ class RunInFlight(BideError):
         self.holder = holder
         self.expires_at = expires_at
         self.retry_after = retry_after
+
+
+class ResultNotJournaled(RunInFlight):
+    """A side-effect call of this drive ran and returned, but another driver took over the run's lease
+    before its result was journaled (this driver was paused past its lease, or its write waited too long
+    for the store): nothing was written. The other driver cannot know the call ran, so it halts the run on
+    the call with `OutcomeUnknown`, for a person to resolve with what the call returned, which is here:
+    `returned` (the value the model would have seen; `is_error`: a failure the tool reported with
+    ToolError). `call_id`, `tool` and `attempt` name the call and its attempt (pass it to `resolve_halt`).
+
+    This process keeps the result: once the other driver's lease is gone, running the run again here
+    journals it without calling the tool again.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str,
+        retry_after: float,
+        call_id: str,
+        tool: str,
+        attempt: int,
+        returned: Any,
+        is_error: bool,
+    ) -> None:
+        super().__init__(message, run_id=run_id, holder=None, expires_at=None, retry_after=retry_after)
+        self.call_id = call_id
+        self.tool = tool
+        self.attempt = attempt
+        self.returned = returned
+        self.is_error = is_error
 
 
 class WriteRefused(BideError):

@@ -26,9 +26,10 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from ._canonical import canonical_json
 from ._inflight import CallWindow, forget_returned, remember_returned
 from ._journal import Journal
-from ._records import Record
+from ._records import Record, ToolResult
 from ._store import Fence, Lease, Store, finish_before_close
 from ._telemetry import LOGGER
 
@@ -83,9 +84,11 @@ def record_when_done(
                 # Kept, as a drive keeps a result it could not journal: the next drive here journals it.
                 remember_returned(window.claim, made)
                 LOGGER.warning(
-                    "run %s: a call that ran past its deadline returned, but its result could not be "
-                    "journaled (%s); this process keeps it until a drive of the run journals it",
+                    "run %s: %s, but its result could not be journaled (%s); this process keeps it until a "
+                    "drive of the run journals it. If this process ends first, the run halts on the call "
+                    "with OutcomeUnknown: resolve it with that outcome (bide resolve, or bide.resolve_halt)",
                     run_id,
+                    _what_returned(made),
                     exc,
                 )
             return
@@ -97,6 +100,20 @@ def record_when_done(
     overrun = Overrun(threading.Thread(target=record, name=f"bide-overrun-result:{run_id}"))
     overrun.writer.start()
     return overrun
+
+
+def _what_returned(made: Record) -> str:
+    """What a call that ran past its deadline returned, for a log line: its result's JSON, cut at 500
+    characters (the result record itself when it is not a tool's result)."""
+    if not isinstance(made, ToolResult):
+        return f"a call that ran past its deadline ended with {type(made).__name__} {made.key!r}"
+    text = canonical_json(made.result).decode()
+    shown = text if len(text) <= _SHOWN_MAX else text[:_SHOWN_MAX] + f"... ({len(text)} characters)"
+    what = "an error " if made.is_error else ""
+    return f"call {made.call_id!r} ({made.tool}), which ran past its deadline, returned {what}{shown}"
+
+
+_SHOWN_MAX = 500
 
 
 def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float]) -> int:
