@@ -6,7 +6,7 @@ import bisect
 import threading
 from collections.abc import Callable, Sequence
 
-from ._errors import ConfigError
+from ._errors import ConfigError, StoreError
 from ._store import (
     END_KEY,
     BlockingStore,
@@ -16,7 +16,9 @@ from ._store import (
     WriteHook,
     WriteHooks,
     WriteTransaction,
+    close_after_finishers,
     decide_lease,
+    may_use_while_closing,
     refuse_ended,
     refuse_fence,
 )
@@ -26,7 +28,11 @@ __all__ = ["MemoryStore"]
 
 class MemoryStore(BlockingStore):
     """A `Store` kept in a dict, shared by every thread of one process. Not durable; never use it for work
-    whose side effects matter across a crash."""
+    whose side effects matter across a crash.
+
+    Once `close()` is called it refuses every request, as a SQL store does, with a `StoreError` (`lasting`)
+    saying it is closed and nothing was written; only the threads finishing what a cancelled drive left
+    (a synchronous call's late outcome, its run's lease) may use it until they are done."""
 
     durable = False
 
@@ -43,6 +49,25 @@ class MemoryStore(BlockingStore):
         self._leases: dict[str, tuple[str, int, int]] = {}
         self._hooks = WriteHooks()
         self.hook_errors = self._hooks.errors
+        self._closing = False  # close() was called: refused but to the threads it waits for
+        self._closed = False  # ... and they are done: refused to everyone
+
+    def close(self) -> None:
+        """Refuse every later request (see the class); idempotent and never waits."""
+        self._closing = True
+        close_after_finishers(self, self._close_now)
+
+    def _close_now(self) -> None:
+        self._closed = True
+
+    def _refuse_when_closed(self, what: str) -> None:
+        if self._closing and (self._closed or not may_use_while_closing(self)):
+            raise StoreError(
+                f"store {self.url} is closed (its close() was called): {what} was refused, nothing was "
+                "written. Open the store again (bide.open_store) for more work; a memory store's records "
+                "are not in the new one",
+                lasting=True,
+            )
 
     def add_write_hook(self, hook: WriteHook, *, on_error: Callable[[Exception], None] | None = None) -> None:
         """Call `hook` after every insert that wrote records, under the store's lock (see `HookedStore` in
@@ -64,6 +89,8 @@ class MemoryStore(BlockingStore):
         fence: Fence | None = None,
     ) -> list[Entry]:
         _check(run_id, items)
+        if self._closing:  # (one attribute on the hot path)
+            self._refuse_when_closed(f"insert on run {run_id!r}")
         out: list[Entry] = []
         with self._lock:
             if fence is not None:
@@ -125,6 +152,8 @@ class MemoryStore(BlockingStore):
         return [Entry(*r) for r in order[start:]]
 
     def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
+        if self._closing:
+            self._refuse_when_closed(f"lease on run {run_id!r}")
         with self._lock:
             lease = decide_lease(run_id, self._lease(run_id), holder, now_ms, ttl_ms, token)
             if lease.held:
@@ -136,6 +165,8 @@ class MemoryStore(BlockingStore):
         return None if held is None else Lease(run_id, *held)
 
     def release(self, run_id: str, holder: str, token: int) -> bool:
+        if self._closing:
+            self._refuse_when_closed(f"release on run {run_id!r}")
         with self._lock:
             current = self._leases.get(run_id)
             if current is None or current[0] != holder or current[1] != token:
@@ -144,6 +175,8 @@ class MemoryStore(BlockingStore):
         return True
 
     def expired_leases(self, *, now_ms: int, after: str = "", limit: int = 500) -> list[Lease]:
+        if self._closing:
+            self._refuse_when_closed("listing the runs' leases")
         with self._lock:
             out = [
                 Lease(r, *held, last_seq=self._order[r][-1][0])
@@ -159,11 +192,15 @@ class MemoryStore(BlockingStore):
         return records is not None and len(records) > 0 and END_KEY not in records
 
     def get(self, run_id: str, key: str) -> Entry | None:
+        if self._closing:
+            self._refuse_when_closed(f"get on run {run_id!r}")
         with self._lock:
             row = self._runs.get(run_id, {}).get(key)
         return None if row is None else Entry(*row)
 
     def load(self, run_id: str, after: int = 0) -> list[Entry]:
+        if self._closing:
+            self._refuse_when_closed(f"load on run {run_id!r}")
         with self._lock:
             order = self._order.get(run_id)
             if not order:
@@ -175,6 +212,8 @@ class MemoryStore(BlockingStore):
     def runs(
         self, *, prefix: str = "", after: str = "", limit: int = 500, open_only: bool = False
     ) -> list[str]:
+        if self._closing:
+            self._refuse_when_closed("listing the runs")
         with self._lock:
             ids = sorted(
                 r

@@ -191,8 +191,8 @@ class Store(Protocol):
         or in a transaction: each write waiting for a lock held elsewhere commits or fails within the busy
         timeout, one after another, and the store is released after them; at the interpreter's exit
         close() waits for that). Requests an event loop had not sent yet, and every later one, are refused
-        with a `StoreError` (`lasting`) saying it is closed and nothing was written. The memory store has
-        nothing to release: it goes on answering."""
+        with a `StoreError` (`lasting`) saying it is closed and nothing was written. The memory store refuses
+        them the same way."""
         ...
 
 
