@@ -21,8 +21,10 @@ from ._errors import ConfigError
 __all__ = [
     "KEY_FILE_LIMIT",
     "SecondNotPlaced",
+    "Staged",
     "check_output",
     "read_small_file",
+    "remove_leftovers",
     "replace_pair",
     "replaced_file",
     "staged",
@@ -162,6 +164,7 @@ def write_whole(
     overwrite: bool = True,
     before_rename: Callable[[], None] | None = None,
     owner: tuple[int, int] | None = None,
+    tidy: bool = True,
 ) -> None:
     """Write `data` to `path`, all of it or nothing.
 
@@ -180,11 +183,18 @@ def write_whole(
     `owner` (uid, gid) is given to the new file as far as this process may (root: both; its owner: a group
     it belongs to; else neither), so that a file replaced keeps who may read it. A group it could not give
     gets none of `mode`'s group bits: they were meant for the group `owner` names, not this process's.
+
+    `tidy`: first remove the temporaries earlier writers of `path` left when killed (`remove_leftovers`),
+    which lists the directory; a writer of many files in one directory, each name written once, passes
+    False (listing at each write would cost it time in proportion to the files there).
     """
     if overwrite:
         path = replaced_file(path)
+    if tidy:
+        remove_leftovers(path)
     # With an owner to give, staged for its owner alone until the group it is for is set (`_give_owner`).
-    tmp = staged(path, data, mode=mode if owner is None else mode & 0o700)
+    temp = staged(path, data, mode=mode if owner is None else mode & 0o700)
+    tmp = temp.path
     try:
         if owner is not None:
             _give_owner(tmp, owner, mode)
@@ -204,6 +214,7 @@ def write_whole(
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)  # after the rename, or the link: only the temporary name goes
+        temp.let_go()
     sync_directory(path)
 
 
@@ -245,35 +256,121 @@ def replaced_file(path: Path) -> Path:
     raise OSError(errno.ELOOP, f"too many levels of symbolic links at {path}")
 
 
-def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Path:
+class Staged:
+    """A temporary file `staged` beside its target, and the descriptor holding its writer's lock on it (an
+    exclusive `flock`, taken before the file had its name): `remove_leftovers` removes only temporaries
+    whose lock is free, so a live writer's is never taken from under it. `let_go()` once the temporary name
+    is gone (renamed over the target, or unlinked)."""
+
+    __slots__ = ("fd", "path")
+
+    def __init__(self, path: Path, fd: int) -> None:
+        self.path = path
+        self.fd = fd
+
+    def let_go(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Staged:
     """A fresh temporary file beside `path` holding all of `data`, fsynced, with `mode`: created exclusively
-    under an unpredictable name, so a symlink planted there is never followed. The caller renames it into
-    place (then `sync_directory`) or removes it; if writing fails, nothing is left.
+    under an unpredictable name (``.NAME.RANDOM.tmp``), so a symlink planted there is never followed, and
+    locked by this process (`Staged`). The caller renames it into place (then `sync_directory`) or removes
+    it, then lets go of it; if writing fails, nothing is left.
 
     On Linux the bytes are written to an unnamed file (O_TMPFILE) that gets its name only once it is
     whole: a process killed while writing (SIGKILL, or a SIGTERM it does not handle: what `timeout`,
-    systemd and `docker stop` send) leaves nothing behind, not a partial hidden file per try."""
+    systemd and `docker stop` send) leaves nothing behind, not a partial hidden file per try. One killed
+    after the name was given and before it was renamed or unlinked leaves the named temporary, unlocked:
+    the next write of `path` removes it (`remove_leftovers`)."""
     directory = path.parent if str(path.parent) else Path(".")
     unnamed = _written_unnamed(directory, data, mode)
     if unnamed is not None:
         try:
-            return _named(unnamed, directory, path.name)
+            _lock(unnamed)  # before it has a name: a named temporary of a live writer is always locked
+            return Staged(_named(unnamed, directory, path.name), unnamed)
         except OSError:
-            pass  # no /proc to name it through: written again the portable way below
-        finally:
+            os.close(unnamed)  # no /proc to name it through: written again the portable way below
+        except BaseException:
             os.close(unnamed)
+            raise
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
+        _lock(fd)  # before its first byte: an empty temporary is never removed (see `_abandoned`)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
         os.chmod(tmp, mode)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        os.close(fd)
         raise
-    return Path(tmp)
+    return Staged(Path(tmp), fd)
+
+
+def _lock(fd: int) -> None:
+    """Take this process's exclusive lock on the file open as `fd` (none where the system has no `flock`,
+    or the filesystem refuses it: then its temporaries are never proved abandoned, only left)."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system
+        return
+    with contextlib.suppress(OSError):
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a file nobody else can have opened yet: never waits
+
+
+def remove_leftovers(path: Path) -> None:
+    """Remove the temporaries `staged` left beside `path` by writers killed before renaming or unlinking
+    them (SIGKILL, a power cut): files named like one of `path`'s temporaries, owned by this user, not
+    empty, whose writer's lock is free (it is freed when its process ends, however it ends). A temporary of
+    a writer still at work is locked, and is left alone; so is anything else. Nothing raises here: a
+    leftover that cannot be removed stays."""
+    directory = path.parent if str(path.parent) else Path(".")
+    prefix = f".{path.name}."
+    try:
+        with os.scandir(directory) as entries:
+            found = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+    except OSError:
+        return
+    for name in found:
+        if _TEMPORARY_TAIL.fullmatch(name, len(prefix)) is not None:
+            _remove_if_abandoned(directory / name)
+
+
+# What `staged` puts between ".NAME." and ".tmp": 12 hex digits (`_named`), or mkstemp's 8 characters.
+_TEMPORARY_TAIL = re.compile(r"(?:[0-9a-f]{12}|[a-z0-9_]{8})\.tmp")
+
+
+def _remove_if_abandoned(candidate: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:
+        return
+    try:
+        fd = os.open(candidate, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return
+    try:
+        info = os.fstat(fd)
+        me = os.geteuid() if hasattr(os, "geteuid") else info.st_uid
+        # Empty: maybe a portable temporary between its creation and its writer's lock (see `staged`).
+        if not stat.S_ISREG(info.st_mode) or info.st_size == 0 or info.st_uid != me:
+            return
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return  # its writer is at work (or this filesystem has no locks: nothing is proved)
+        now = os.lstat(candidate)
+        if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):  # still the file that was locked
+            os.unlink(candidate)
+    except OSError:
+        return
+    finally:
+        os.close(fd)
 
 
 def _written_unnamed(directory: Path, data: bytes, mode: int) -> int | None:
@@ -361,13 +458,15 @@ def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, 
     `SecondNotPlaced` is raised. The caller fsyncs the directory afterwards (`sync_directory`): an error
     there comes once the new pair is in place, so it is not one of these.
     """
-    temps: list[Path] = []
+    temps: list[Staged] = []
+    remove_leftovers(first)
+    remove_leftovers(second)
     try:
         temps.append(staged(first, first_data, mode=first_mode))
         temps.append(staged(second, second_data, mode=second_mode))
-        os.replace(temps[0], first)
+        os.replace(temps[0].path, first)
         try:
-            os.replace(temps[1], second)
+            os.replace(temps[1].path, second)
         except BaseException as exc:  # Ctrl-C between the renames too: never a new first beside an old second
             first.unlink(missing_ok=True)
             if isinstance(exc, OSError):
@@ -375,7 +474,8 @@ def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, 
             raise
     finally:
         for tmp in temps:
-            tmp.unlink(missing_ok=True)
+            tmp.path.unlink(missing_ok=True)
+            tmp.let_go()
 
 
 def sync_directory(path: Path) -> None:

@@ -96,7 +96,8 @@ class DirectoryPublisher:
                     # Linked into place exclusively: no window between a check and the write, so an anchored
                     # head is never overwritten (not even by a racing publisher) and never seen half-written.
                     try:
-                        write_whole(held, data, overwrite=False)
+                        # Not tidy: a folder of many heads, each name written once (see write_whole).
+                        write_whole(held, data, overwrite=False, tidy=False)
                     except FileExistsError:
                         if held.read_bytes() == data:
                             return
