@@ -43,6 +43,7 @@ import secrets
 import sqlite3
 import sys
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ from bide._url import libpq_bounds, server_keepalives, without_password
 
 from .._errors import GovernError
 from . import _logschema as schema
-from ._logretry import Backoff, classify
+from ._logretry import Backoff, classify, server_full
 from ._logschema import LogFormatError
 
 if TYPE_CHECKING:
@@ -475,6 +476,13 @@ _Q_ANY_EVENT = sa.text(_ANY_EVENT)
 # PostgreSQL: the rows the planner believes the events table holds (-1: never counted).
 _Q_TUPLES_BELIEVED = sa.text("SELECT reltuples FROM pg_class WHERE oid = 'govern_events'::regclass")
 _FIRST_LOOK = 500  # the log's length at which `_SqlBackend.grown` first looks at the statistics
+# The statistics session's bounds (ms): it waits at most this long for a lock, and its ANALYZE runs at
+# most this long, so a DDL queued behind it waits about as long as behind autovacuum's, which gives way
+# after deadlock_timeout (1 s by default). Then it gives up, and tries again later.
+_STATISTICS_LOCK_MS = 200
+_STATISTICS_STATEMENT_MS = 2000
+# Seconds before a round of statistics that gave up is tried again (doubling after each, up to the last).
+_STATISTICS_RETRY_FIRST, _STATISTICS_RETRY_LAST = 1.0, 300.0
 _SPAN_COLUMNS = (
     f'{_FIRST.format(log=":log")} AS "first", {_SECOND.format(log=":log")} AS "second", '
     f'{_LAST.format(log=":log")} AS "last"'
@@ -1806,6 +1814,12 @@ class _SqlBackend:
         self._gathering_stopped = threading.Event()
         self._gatherer: Any = None  # the thread's driver connection while it has one
         self._gatherer_lock = threading.Lock()
+        # Set when an append was refused a connection for lack of server slots while the thread ran:
+        # it ends its session (`_give_way`).
+        self._gathering_yield = threading.Event()
+        # A round that gave up is tried again by the first append at or after this time (`_gather_later`).
+        self._gather_after = 0.0
+        self._gather_wait = _STATISTICS_RETRY_FIRST
         linked = other_names(self._path, "the event log file") if self.dialect == "sqlite" else None
         if linked is not None:
             self.engine.dispose()
@@ -1899,8 +1913,10 @@ class _SqlBackend:
                         raise
             except sa.exc.SQLAlchemyError as exc:
                 kind, reason, _ = classify(exc)
-                if kind == "retry" and backoff.wait():
-                    continue
+                if kind == "retry":
+                    self._give_way(exc)
+                    if backoff.wait():
+                        continue
                 raise self._error(kind, reason, what, backoff.attempts) from exc
 
     def _error(self, kind: str, reason: str, what: str, attempts: int) -> EventLogError:
@@ -1953,9 +1969,24 @@ class _SqlBackend:
                 return self._write_once(body, backoff, pipelined, what)
             except self._errors as exc:
                 kind, reason, _ = classify(exc)
-                if kind == "retry" and backoff.wait():
-                    continue
+                if kind == "retry":
+                    self._give_way(exc)
+                    if backoff.wait():
+                        continue
                 raise self._error(kind, reason, what, backoff.attempts) from exc
+
+    def _give_way(self, exc: BaseException) -> None:
+        """When `exc` is the server refusing one of the pool's connections for lack of slots, end the
+        statistics session, which may hold the slot the pool needs: its ANALYZE is cancelled, and gathered
+        again later (the statistics only speed appends up; an append must not wait for them)."""
+        gathering = self._gathering
+        if gathering is None or not gathering.is_alive() or not server_full(exc):
+            return
+        self._gathering_yield.set()  # (a thread still connecting ends its session as soon as it has one)
+        with self._gatherer_lock:
+            if self._gatherer is not None:
+                with contextlib.suppress(Exception):
+                    self._gatherer.cancel_safe(timeout=min(self.timeout, 5.0))
 
     def _write_once(self, body: Callable[[Any, Any], _T], backoff: Backoff, pipelined: bool, what: str) -> _T:
         """One attempt of `_write`, on the kept writer connection (SQLite) or a pooled one. A failed
@@ -2069,17 +2100,22 @@ class _SqlBackend:
         20,000 took seconds, where it takes milliseconds). New statistics make it plan again. The
         server's autovacuum gathers them too, but only once a minute, and not at all where it is off.
 
-        Done on a thread of its own, on a connection of its own outside the pool (bounded like the pool's),
-        so that the append that passed the mark returns at once and no append waits for the ANALYZE, even
-        with a pool of one connection. Skipped, never failing anything,
-        when the tables' statistics are current, when another session holds a lock that would make it wait
-        more than 0.2 s, or when this user may not analyze the tables (the server then only warns)."""
-        if self._next_look is None or length < self._next_look:
+        Done on a thread of its own, on a session of its own outside the pool, so that the append that
+        passed the mark returns at once and no append waits for the ANALYZE, even with a pool of one
+        connection; and that session never costs an append its connection: when the server refuses one
+        of the pool's connections for lack of slots while it runs, it ends (`_give_way`). Never failing
+        anything, it is skipped when the tables' statistics are current or when this user may not analyze
+        the tables (the server then only warns), and it gives up, to try again on an append a while later
+        (`_gather_later`), when the server has no slot for it, when another session holds a lock it would
+        wait for more than 0.2 s, or when its ANALYZE runs more than 2 s (a DDL queued behind it waits no
+        longer than that, as behind autovacuum's)."""
+        if self._next_look is None or length < self._next_look or time.monotonic() < self._gather_after:
             return
         self._next_look = length * 4
         if self._gathering is not None and self._gathering.is_alive():
             return  # (one at a time: the next mark looks again)
         self._gathering_stopped.clear()  # (a handle used again after close() gathers again)
+        self._gathering_yield.clear()
         self._gathering = threading.Thread(
             target=self._gather_statistics, args=(length,), name="govern-log-statistics", daemon=True
         )
@@ -2088,28 +2124,52 @@ class _SqlBackend:
     def _gather_statistics(self, length: int) -> None:
         # Its own session, opened and closed here, never one of the pool's: an ANALYZE that runs long (a
         # large table, or waiting its 0.2 s for a lock) would otherwise keep an append from a connection.
-        # (Errors suppressed: the statistics only speed appends up.)
+        # Any failure (no slot, a lock or statement timeout, cancelled by `_give_way`) is not reported:
+        # the statistics only speed appends up; the round is tried again later.
         stopped = self._gathering_stopped
         if stopped.is_set():
             return
+        gathered = False
         with contextlib.suppress(*self._errors, OSError):
-            own = sa.create_engine(
-                self.url, connect_args=_postgres_session(self.url, self.timeout), poolclass=sa.pool.NullPool
-            )
-            try:
-                with own.begin() as conn:
-                    with self._gatherer_lock:
-                        if stopped.is_set():  # closed while this connected: nothing more on the server
-                            return
-                        self._gatherer = conn.connection.driver_connection
-                    conn.execute(sa.text("SET LOCAL lock_timeout = 200"))
-                    believed = conn.execute(_Q_TUPLES_BELIEVED).scalar()
-                    if believed is None or believed < length / 2:
-                        conn.execute(sa.text("ANALYZE govern_events, govern_counters"))
-            finally:
+            gathered = self._analyze_on_own_session(length)
+        if not gathered and not stopped.is_set():
+            self._gather_later(length)
+        elif gathered:
+            self._gather_wait = _STATISTICS_RETRY_FIRST
+
+    def _analyze_on_own_session(self, length: int) -> bool:
+        """Gather the statistics if the server's are stale, on a session opened and closed here; True when
+        done (or not needed), False when it gave way to an append or to close()."""
+        own = sa.create_engine(
+            self.url, connect_args=_postgres_session(self.url, self.timeout), poolclass=sa.pool.NullPool
+        )
+        try:
+            with own.begin() as conn:
                 with self._gatherer_lock:
-                    self._gatherer = None
-                own.dispose()
+                    # Closed, or an append refused a connection, while this connected: nothing on the server.
+                    if self._gathering_stopped.is_set() or self._gathering_yield.is_set():
+                        return False
+                    self._gatherer = conn.connection.driver_connection
+                conn.execute(sa.text(f"SET LOCAL lock_timeout = {_STATISTICS_LOCK_MS}"))
+                statement_ms = min(_STATISTICS_STATEMENT_MS, int(self.timeout * 1000))
+                conn.execute(sa.text(f"SET LOCAL statement_timeout = {statement_ms}"))
+                believed = conn.execute(_Q_TUPLES_BELIEVED).scalar()
+                if self._gathering_yield.is_set():  # (an append refused a connection meanwhile)
+                    return False
+                if believed is None or believed < length / 2:
+                    conn.execute(sa.text("ANALYZE govern_events, govern_counters"))
+            return True
+        finally:
+            with self._gatherer_lock:
+                self._gatherer = None
+            own.dispose()
+
+    def _gather_later(self, length: int) -> None:
+        """A round of statistics gave up: the first append at or after a wait (1 s, doubling after each
+        round that gives up, up to 5 minutes) tries again, whatever the mark."""
+        self._next_look = length
+        self._gather_after = time.monotonic() + self._gather_wait
+        self._gather_wait = min(self._gather_wait * 2, _STATISTICS_RETRY_LAST)
 
     def close(self) -> None:
         writer, self._writer = self._writer, None
@@ -2134,6 +2194,7 @@ class _SqlBackend:
         self._gathering = None  # (the parent's thread, which the child does not have)
         self._gatherer, self._gatherer_lock = None, threading.Lock()  # (its session, its lock maybe held)
         self._gathering_stopped = threading.Event()
+        self._gathering_yield = threading.Event()
         if self._writer_lock is not None:
             self._writer_lock = threading.Lock()  # (another thread of the parent may have held it)
         if self.dialect == "sqlite":

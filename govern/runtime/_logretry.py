@@ -38,6 +38,7 @@ from typing import Literal
 import sqlalchemy as sa
 
 from bide._retry import RetryPolicy
+from bide._sql import _SERVER_FULL
 from bide._url import missing_database, refused_for_good, refused_option_value
 
 Kind = Literal["retry", "timeout", "refused", "corrupt", "fail"]
@@ -107,6 +108,22 @@ def _classify_one(exc: BaseException) -> tuple[Kind, str, bool] | None:
     if psycopg is not None and isinstance(orig, (psycopg.OperationalError, psycopg.InterfaceError)):
         return _refused_for_good(orig) or ("retry", f"the connection broke: {_first_line(orig)}", True)
     return None
+
+
+def server_full(exc: BaseException) -> bool:
+    """True when `exc` (or one of its causes) is PostgreSQL refusing a login because the connection slots
+    it may use are all taken (53300: the server's, or a role's or a database's CONNECTION LIMIT): one
+    frees as a session ends. libpq passes no SQLSTATE for it; the server's words tell it."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        orig = current.orig if isinstance(current, sa.exc.DBAPIError) else current
+        said = str(orig)
+        if getattr(orig, "sqlstate", None) == "53300" or any(words in said for words in _SERVER_FULL):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _refused_for_good(orig: BaseException) -> tuple[Kind, str, bool] | None:
