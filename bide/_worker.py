@@ -111,7 +111,9 @@ class PassReport:
     this worker will drive until a person acts, with why (a record damaged in the database, another journal
     format, a lookup function's agent on another store). `other_agents` names the runs started by an agent
     this worker does not define, with the run's entry point ("agent:NAME" or "thread:NAME"): on a store
-    that several apps share, another app's runs, which its own worker drives; not trouble of this worker's.
+    that several apps share, another app's runs, which its own worker drives; not trouble of this worker's
+    (`other_agent_runs` counts them by agent name: no worker drives the runs of an agent no app defines any
+    more, one renamed since they started).
     `errors` says what each failed drive raised ("<type>: <message>")
     and `causes` why it failed: "store" (the store failed), "output" (the run ended as failed: its final
     answer never validated, `OutputInvalid`) or "error" (anything else: the model down, a bug).
@@ -138,6 +140,21 @@ class PassReport:
     @property
     def driven(self) -> int:
         return self.completed + self.cancelled + self.halted + self.waiting + self.failed
+
+    @property
+    def other_agent_runs(self) -> dict[str, int]:
+        """How many of `other_agents` each agent name started (a thread's runs and an agent's alike), by
+        name."""
+        counts: dict[str, int] = {}
+        for entry in self.other_agents.values():
+            name = _agent_name(entry)
+            counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items()))
+
+
+def _agent_name(entry: str) -> str:
+    """The agent name in a run's entry point ("agent:NAME" or "thread:NAME")."""
+    return entry.partition(":")[2]
 
 
 @dataclass(slots=True)
@@ -235,6 +252,7 @@ class Worker:
         self._stop_waits: set[asyncio.Future[None]] = set()  # listings under way, told when stop() is called
         self._listing_took = 0.0  # seconds the latest listing took the store
         self._stopping = asyncio.Event()  # binds to the loop that first waits on it
+        self._other_agents_said: set[str] = set()  # agent names `run_forever` said it leaves the runs of
 
     # -- public API ------------------------------------------------------------------------------------------
 
@@ -662,7 +680,9 @@ class Worker:
         """A run started by an agent this worker does not define (`entry`): in the pass's report, and parked
         like an idle run (read again once its lease or journal changes: another app's worker drove it).
         Logged at debug level only: on a store another app shares, a line per run at every pass of a
-        `--once` from cron was thousands of lines of nothing wrong (the report counts them)."""
+        `--once` from cron was thousands of lines of nothing wrong (the report counts them). `run_forever`,
+        which has no report, says it at info level once per agent name: a renamed agent's runs are never
+        resumed, and nothing else would say so."""
         state = self._state.setdefault(run_id, _Backoff())
         log.debug(
             "run %s not resumed: started by %r, which this worker's agents do not define (another app's "
@@ -671,6 +691,14 @@ class Worker:
         )  # fmt: skip
         if report is not None:
             report.other_agents[run_id] = entry
+        elif (name := _agent_name(entry)) not in self._other_agents_said:
+            self._other_agents_said.add(name)
+            log.info(
+                "runs of agent %r are left alone: no agent of this worker is named so (another app's agent "
+                "on a shared store, or one renamed since they started); a worker whose app defines it drives "
+                "them (this is said once per agent name; run %s is one)",
+                name, run_id,
+            )  # fmt: skip
         self._park(state, listed, journal)
         return "skipped"
 

@@ -14,8 +14,8 @@ long they take (a second signal cancels them), then hands back its leases; with 
 pass once the drives in flight finished (an interrupt never drops a side effect's result; a second signal
 cancels them too, exit 130). One that comes before the store answered the pass's listing of the runs ends it
 at once with a report that says so (`listed: false` in --json), exit 130: the store was not read. Once the
-pass is over and the store released, the worker keeps the signals until its process has exited (see
-`_counted`): a signal then does not end it halfway through its report (it exits with the pass's code), but
+pass is over and the store released, its journal is committed: a signal then ends the process (128 plus its
+number) unless it exits by itself within `_DONE_EXITS_WITHIN_S`, with the pass's code (see `_counted`), and
 a third in all exits at once.
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
@@ -42,6 +42,7 @@ import io
 import json
 import logging
 import os
+import select
 import shlex
 import signal
 import socket
@@ -340,8 +341,9 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
                 f"bide worker: serving {len(agents)} agent(s) on {_where(store)}, looking for runs to "
                 f"recover every {args.poll:g} s; SIGINT, SIGTERM or SIGHUP stops it"
             )
-            asyncio.run(_forever(worker, started))
-            _flushed(report_to)
+            taken = _StopSignals()
+            asyncio.run(_forever(worker, started, taken))
+            _flushed(report_to, taken)
         return EXIT_OK
     finally:
         try:
@@ -359,13 +361,14 @@ def _once_reported(
     signals are still the worker's, and its exit code."""
     from ._cli import EXIT_INTERRUPTED
 
+    taken = _StopSignals()
     try:
-        report = asyncio.run(_once(worker))
+        report = asyncio.run(_once(worker, taken))
     except _PassCancelled as cancelled:  # a second stop signal
         why, facts = cancelled.words()
         print(f"bide worker: {why}", file=sys.stderr)
         failure_document(EXIT_INTERRUPTED, why, **facts)
-        _flushed(report_to)
+        _flushed(report_to, taken)
         return EXIT_INTERRUPTED
     except ExceptionGroup as group:  # the pass's task group wraps a listing's failure
         failed, rest = group.split(StoreError)
@@ -375,16 +378,17 @@ def _once_reported(
         why = f"the store failed listing the runs to recover, so none was driven: {cause}"
         print(f"bide worker: {printable(why)}", file=sys.stderr)
         failure_document(EXIT_STORE, why)
-        _flushed(report_to)
+        _flushed(report_to, taken)
         return EXIT_STORE
     if args.json:
-        print(json.dumps(asdict(report) | {"driven": report.driven}, sort_keys=True), file=report_to)
+        facts = {"driven": report.driven, "other_agent_runs": report.other_agent_runs}
+        print(json.dumps(asdict(report) | facts, sort_keys=True), file=report_to)
     else:
         print(_report_in_words(report), file=report_to)
     code, why = _once_exit_code(report)
     if why:
         print(f"bide worker: {printable(why)}", file=sys.stderr)
-    _flushed(report_to)
+    _flushed(report_to, taken)
     return code
 
 
@@ -403,8 +407,7 @@ def _report_in_words(report: PassReport) -> str:
         f"{report.skipped} skipped"
         + (
             f" ({len(report.other_agents)} started by agents --app does not define: left to "
-            "the worker of an app that defines them; none resumes them if no app does, as after "
-            "an agent was renamed)"
+            "the worker of an app that defines them; see below)"
             if report.other_agents
             else ""
         )
@@ -414,15 +417,31 @@ def _report_in_words(report: PassReport) -> str:
             if report.leased
             else ""
         )
+        + (f"\n{_other_agent_runs_in_words(report)}" if report.other_agents else "")
     )
 
 
-def _flushed(report_to: TextIO | GuardedStdout) -> None:
-    """Write out what the worker printed while the stop signals are still its own (see _signals_restored)."""
+def _other_agent_runs_in_words(report: PassReport) -> str:
+    """The runs of agents the app does not define, counted by agent name: information, not trouble (on a
+    shared store they are another app's; after an agent was renamed, no worker drives them)."""
+    counts = report.other_agent_runs
+    total = sum(counts.values())
+    names = ", ".join(f"{printable(name)} ({count})" for name, count in counts.items())
+    if len(counts) == 1:
+        runs, them = ("1 run", "it") if total == 1 else (f"{total} runs", "them")
+        return f"{runs} of an agent no app here defines: {names}; a worker whose app defines it drives {them}"
+    return f"{total} runs of agents no app here defines: {names}; a worker whose apps define them drives them"
+
+
+def _flushed(report_to: TextIO | GuardedStdout, taken: _StopSignals) -> None:
+    """Write out what the worker printed while the stop signals are still its own (see _signals_restored),
+    then mark its output written (`taken.written`: a stop signal from then on abandons only the end of the
+    process)."""
     for stream in (report_to, sys.stdout, sys.stderr):
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):  # a closed or failing stream: the exit code says
                 stream.flush()
+    taken.written = True
 
 
 class _PrintableFormatter(logging.Formatter):
@@ -551,17 +570,23 @@ def _ends_with_the_process() -> bool:
 class _StopSignals:
     """The stop signals a worker took so far, and where its stop is: `closing` when its drives are over and
     it waits for its store to be released (`_store_released`) before it exits, `over` once the store is
-    released (a signal then only counts: see `_counted`). `cancelled`: a second signal under --once dropped
-    the pass's report (its drives cancelled, or the exit waiting for the store then); `calls_waited`: that
-    exit waited for synchronous tool calls running past their timeout (else for a statement of the store)."""
+    released (its journal committed: a signal then ends the process, see `_counted`), `written` once its
+    report (or failure document) is written out too. `cancelled`: a second signal under --once dropped the
+    pass's report (its drives cancelled, or the exit waiting for the store then); `calls_waited`: that exit
+    waited for synchronous tool calls running past their timeout (else for a statement of the store).
+    `ending`: the timer that ends a process a signal found done but not exited (`_end_if_not_exited`);
+    `given_back`: a program that called the command in-process has its handlers back (no timer ends it)."""
 
     def __init__(self) -> None:
         self.count = 0
         self.received = 0  # (counted as they come, before the loop handles them: see `_signals_handled`)
         self.closing = False
         self.over = False
+        self.written = False
         self.cancelled = False
         self.calls_waited = False
+        self.ending: threading.Timer | None = None
+        self.given_back = False
 
 
 @contextlib.contextmanager
@@ -594,6 +619,9 @@ def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSi
     counter.start()
 
     def put_back() -> None:
+        taken.given_back = True  # the command returned to its host: a signal since is the host's to handle
+        if taken.ending is not None:
+            taken.ending.cancel()
         signal.set_wakeup_fd(previous_wakeup)
         wake.close()  # (the counting thread then ends, and closes `receive`)
 
@@ -624,9 +652,11 @@ def _counted(receive: socket.socket, loop: asyncio.AbstractEventLoop, taken: _St
     between two bytecodes: a main thread waiting in C (for a thread a tool left, as the exit does; for the
     lock of a stderr another thread holds, blocked on a full pipe) never ran it, and three signals did not
     end the worker. While the worker runs, the loop is woken to handle each (`on_signal`), and a third the
-    loop has not answered in `_LOOP_ANSWERS_S` exits at once; once it is done (`taken.over`), a signal is
-    counted with those it took, and the third in all exits at once (128 plus its number): the report and the
-    threads its tools started are not waited for. The first two do not end it halfway through its report."""
+    loop has not answered in `_LOOP_ANSWERS_S` exits at once. Once it is done (`taken.over`: its journal is
+    committed, nothing is left to protect), the first signal ends the process (128 plus its number) unless
+    it has exited by itself within `_DONE_EXITS_WITHIN_S` (a report being written to a reader that keeps up,
+    an exit under way: its own exit code stands), and a third in all exits at once: the report and the
+    threads its tools left running are not waited for."""
     stops = {int(sig) for sig in _STOP_SIGNALS}
     with receive:
         while True:
@@ -649,32 +679,66 @@ def _counted(receive: socket.socket, loop: asyncio.AbstractEventLoop, taken: _St
                         watchdog.daemon = True
                         watchdog.start()
                 elif taken.received >= 3:
-                    _exit_now(signum, "its report to be written or the threads its tools started to end")
-                else:
-                    said = f"bide worker: done, its process is exiting ({_exit_at_once(taken.received)})"
-                    # On a thread of its own: a stderr nobody reads must not keep this one from counting.
-                    threading.Thread(target=_say, args=(said,), daemon=True).start()
+                    _exit_now(signum, _left_unfinished(taken))
+                elif taken.ending is None:
+                    taken.ending = threading.Timer(_DONE_EXITS_WITHIN_S, _end_if_not_exited, (signum, taken))
+                    taken.ending.daemon = True  # (a process that exits by itself never waits for it)
+                    taken.ending.start()
 
 
 def _nothing() -> None:
     pass
 
 
+def _end_if_not_exited(signum: int, taken: _StopSignals) -> None:
+    """End a worker that a stop signal found done (its journal committed) and that has not exited since."""
+    if not taken.given_back:
+        _exit_now(signum, _left_unfinished(taken))
+
+
+def _left_unfinished(taken: _StopSignals) -> str:
+    """What a worker that is done (`taken.over`) still had to do when a signal ends it."""
+    if not taken.written:
+        return "its report to be written out (its pass was over and its journal is committed)"
+    return "the end of its process (threads its tools left running, exit functions); its report is written"
+
+
 def _exit_now(signum: int, abandoned: str) -> NoReturn:
-    """Exit at once (128 plus `signum`), saying what is `abandoned`, however stderr is: a full pipe nobody
-    reads would block the saying, so the exit comes after `_SAYING_S` whatever becomes of it."""
+    """Exit at once (128 plus `signum`), saying what is `abandoned` on stderr when that can be done without
+    blocking (a full pipe nobody reads, or the lock of a stderr another thread holds blocked on one, would
+    block it: the exit comes after `_SAYING_S` whatever becomes of the words)."""
     code = 128 + signum
     watchdog = threading.Timer(_SAYING_S, os._exit, args=(code,))
     watchdog.daemon = True
     watchdog.start()
-    _say(f"bide worker: exiting now, without waiting for {abandoned}")
+    _say_unless_it_blocks(f"bide worker: exiting now, without waiting for {abandoned}")
     os._exit(code)
+
+
+def _say_unless_it_blocks(line: str) -> None:
+    """`line` on stderr when it takes it now: straight to its descriptor (not through `sys.stderr`, whose
+    lock a blocked writer may hold), and only when the descriptor can take it (not a full pipe)."""
+    try:
+        fd = sys.stderr.fileno() if sys.stderr is not None else -1  # (None when started with 2>&-)
+    except (OSError, ValueError, AttributeError):  # stderr captured in the process (a StringIO)
+        _say(line)
+        return
+    if fd < 0:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        ready = select.poll()
+        ready.register(fd, select.POLLOUT)
+        if ready.poll(0):  # room for a line (a pipe with a free page: up to 4,096 bytes go in at once)
+            os.write(fd, (line + "\n").encode())
 
 
 # How long the last words of a worker exiting at once may take (a blocked stderr), and how long its loop may
 # take to answer a third signal before the thread counting them exits itself.
 _SAYING_S = 0.5
 _LOOP_ANSWERS_S = 0.5
+# How long a worker that is done (its journal committed) may take to exit by itself once a stop signal
+# came: a report being written to a reader that keeps up, an exit under way. Past it, the signal ends it.
+_DONE_EXITS_WITHIN_S = 2.0
 
 
 
@@ -878,11 +942,10 @@ def _say(line: str) -> None:
             print(line, file=sys.stderr, flush=True)
 
 
-async def _once(worker: Worker) -> PassReport:
+async def _once(worker: Worker, taken: _StopSignals) -> PassReport:
     """The pass, then the store closed and released; `_PassCancelled` when a second stop signal came before
     that (the pass's drives cancelled, or the exit waiting for the store then)."""
     a_pass = asyncio.ensure_future(worker.run_once())
-    taken = _StopSignals()
     with _signals_handled(_on_stop_signals(worker, taken, a_pass), taken):
         await asyncio.wait([a_pass])
         await _store_released(worker, taken)
@@ -894,8 +957,7 @@ async def _once(worker: Worker) -> PassReport:
     return report
 
 
-async def _forever(worker: Worker, started: str) -> None:
-    taken = _StopSignals()
+async def _forever(worker: Worker, started: str, taken: _StopSignals) -> None:
     with _signals_handled(_on_stop_signals(worker, taken), taken):
         # Said once the stop signals are the worker's own: from then on a signal stops it as documented
         # (before, it ends the process as any program starting up, with no run taken yet).
@@ -924,8 +986,9 @@ once the file is in place).
   130  stopped (SIGINT, SIGTERM or SIGHUP) before the store answered the pass's listing of the runs:
      none was driven and nothing is known of runs waiting (--json: "listed": false); or a second
      signal cancelled the pass before the store was released (no report). Once the store is
-     released, the report is printed and the exit code is the pass's, unless a third signal in
-     all exits at once (128 plus its number)
+     released (the journal committed), the report is printed and the exit code is the pass's,
+     unless a signal comes and the process has not exited 2 s later, or a third signal in all
+     comes: then 128 plus its number
 """
 
 

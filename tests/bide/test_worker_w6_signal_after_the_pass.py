@@ -403,29 +403,6 @@ def build(store):
 '''
 
 
-def test_a_third_signal_exits_at_once_while_the_exit_waits_for_a_thread_a_tool_left(
-    tmp_path: Path, url: str
-) -> None:
-    """Before, the signals were ignored once the pass was over: a worker whose exit waited for a tool's thread
-    could only be killed (six SIGTERM, SIGINT and SIGHUP changed nothing)."""
-    crashed_run(url, "behind")
-    worker = Worker(tmp_path, THREAD_APP.format(use_async=False), url, "--once")
-    try:
-        wait_until(lambda: "resumed 1 run" in "".join(worker.out), "the pass's report")
-        worker.signal_then_wait_for(signal.SIGTERM, "done, its process is exiting")
-        assert worker.process.poll() is None  # the report is out; the exit waits for the thread
-        worker.process.send_signal(signal.SIGINT)
-        worker.process.send_signal(signal.SIGHUP)  # (three different signals: none merged with another)
-        code, out = worker.ended()
-    finally:
-        (tmp_path / "release").touch()
-        worker.kill()
-    errors = worker.stderr()
-    assert code in (128 + signal.SIGINT, 128 + signal.SIGHUP), errors
-    assert "exiting now" in errors, errors
-    assert "resumed 1 run: 1 completed" in out, out
-
-
 def test_a_third_signal_exits_at_once_while_the_end_of_the_loop_waits_for_a_to_thread_call(
     tmp_path: Path, url: str
 ) -> None:
