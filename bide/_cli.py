@@ -58,6 +58,7 @@ from ._cli_common import (
     parse_arguments,
     print_json,
     run_id_argument,
+    store_failure,
     table,
     text_argument,
     unreadable_store,
@@ -230,8 +231,8 @@ def open_cli_store(
     except StoreError as exc:  # anything else is a bug (exit 3), not the store's failure
         damaged = unreadable_store(exc, url)
         if damaged is not None:
-            raise CLIError(f"cannot read the store: {damaged}{came}", EXIT_NOT_FOUND, "unreadable") from exc
-        raise CLIError(f"the store failed: {exc}{came}", EXIT_STORE) from exc
+            raise CLIError(f"cannot use the store: {damaged}{came}", EXIT_NOT_FOUND, "unreadable") from exc
+        raise CLIError(f"the store failed: {store_failure(exc, url)}{came}", EXIT_STORE) from exc
 
 
 class StoppedWaiting(BaseException):
@@ -1119,8 +1120,8 @@ def _run_command(args: argparse.Namespace) -> int:
     except StoreError as exc:
         damaged = unreadable_store(exc, getattr(args, "store", None))
         if damaged is not None:  # not 6: reading it again fails the same way, and a script retries 6
-            return _failed(args, EXIT_NOT_FOUND, f"cannot read the store: {damaged}", "unreadable")
-        return _failed(args, EXIT_STORE, f"store error: {exc}")
+            return _failed(args, EXIT_NOT_FOUND, f"cannot use the store: {damaged}", "unreadable")
+        return _failed(args, EXIT_STORE, f"store error: {store_failure(exc, getattr(args, 'store', None))}")
     except BideError as exc:
         return _failed(args, EXIT_REFUSED, str(exc))
     except KeyboardInterrupt:

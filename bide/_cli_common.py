@@ -43,6 +43,7 @@ __all__ = [
     "parse_arguments",
     "print_json",
     "run_id_argument",
+    "store_failure",
     "table",
     "text_argument",
     "unreadable_store",
@@ -64,12 +65,14 @@ exit codes (the same for govern, bide and bide-audit):
   1  checked and found wanting: not verified (bide-audit), certificate not valid (govern check),
      machine not convergent (govern certify: the counterexample is printed)
   2  usage or input error: bad arguments, a machine file that does not import, no registry found,
-     an unusable key, store URL or JSON argument, an output file that cannot be written
+     an unusable key (bide, govern; bide-audit reads keys as inputs: 4), store URL or JSON argument,
+     an output file that cannot be written
   3  internal error or engine/oracle disagreement: a bug; rerun with --debug and report the traceback
   4  unreadable or not found: a truncated, oversized, malformed or non-canonical artifact or
      certificate, a missing input file (machine file, certificate, artifact, key), no such store,
-     run or call (bide), a SQLite store that cannot be read where it is: damaged, or in a directory
-     you may not write (copy it, with its -wal file, to one you can)
+     run or call (bide), a SQLite store that cannot be used where it is: damaged, or where SQLite may
+     not write it (a read-only mount, a directory or file you may not write: copy it, with its -wal
+     file, to a directory you can)
   5  refused: the request contradicts what is recorded (already resolved, already decided, gate
      closed) or a policy you pinned (bide-audit verify-approvals); the message says why
   6  the store failed: the database is unreachable or answered with an error (bide,
@@ -243,6 +246,9 @@ def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:
 _DAMAGED_FILE_ERRORS = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 # SQLite's answers for files it may not create or write: in a read-only place, the same on every try.
 _READ_ONLY_ERRORS = ("SQLITE_READONLY", "SQLITE_CANTOPEN")
+# The same answers in SQLite's words (sqlite3_errstr), for an error of the store that keeps only the text of
+# the sqlite3 error it reports (a refused write).
+_READ_ONLY_WORDS = ("attempt to write a readonly database", "unable to open database file")
 
 
 def _sqlite_error_names(exc: BaseException) -> list[str]:
@@ -272,10 +278,21 @@ def damaged_store_file(exc: BaseException) -> str | None:
     return None
 
 
+def _refused_by_its_place(exc: BaseException) -> bool:
+    """`exc` is SQLite's refusal to create or write a file of the store (perhaps through other errors; or,
+    when no sqlite3 error is among them, in SQLite's words in its message)."""
+    names = _sqlite_error_names(exc)
+    if names:
+        return any(name.startswith(_READ_ONLY_ERRORS) for name in names)
+    said = str(exc)
+    return any(words in said for words in _READ_ONLY_WORDS)
+
+
 def _read_only_place(path: str) -> str | None:
-    """Why SQLite cannot create the `-wal` and `-shm` files a reader of the WAL-mode store `path` needs
-    beside it, in words: its directory is on a read-only mount or not writable by this user (and the two
-    files are not both there for this user to write); None when neither holds."""
+    """Why SQLite may not write the WAL-mode store `path` where it is, in words: its directory is on a
+    read-only mount; the store's file, or its `-wal` or `-shm` beside it, is not writable by this user; or
+    its directory is not, and the two files SQLite creates there for a reader are not both there. None when
+    none of these holds."""
     path = os.path.realpath(path)  # SQLite writes beside the file a symbolic link names
     directory = os.path.dirname(path)
     try:
@@ -284,18 +301,23 @@ def _read_only_place(path: str) -> str | None:
         return None
     if mounted_read_only:
         return f"the file system holding {directory} is mounted read-only"
+    for name in (path, f"{path}-wal", f"{path}-shm"):
+        if os.path.isfile(name) and not os.access(name, os.W_OK):
+            return f"{name} is not writable by this user"
     beside = (f"{path}-wal", f"{path}-shm")
-    if all(os.path.isfile(name) and os.access(name, os.R_OK | os.W_OK) for name in beside):
+    if all(os.path.isfile(name) for name in beside):
         return None
     if not os.access(directory, os.W_OK | os.X_OK):
-        return f"the directory {directory} is not writable by this user"
+        name = os.path.basename(path)
+        return (f"the directory {directory} is not writable by this user (SQLite creates {name}-wal and "
+                f"{name}-shm beside a store it reads)")
     return None
 
 
 def unreadable_store(exc: BaseException, url: str | None) -> str | None:
-    """When `exc`, raised by the store `url`, says the store cannot be read and will not be on any try (a
-    damaged SQLite file; a SQLite store in a read-only place), what to tell the user (exit 4, with what to
-    do); None for a failure that may pass (exit 6, which a script retries)."""
+    """When `exc`, raised by the store `url`, says the store cannot be read or written and will not be on any
+    try (a damaged SQLite file; a SQLite store in a read-only place), what to tell the user (exit 4, with
+    what to do); None for a failure that may pass (exit 6, which a script retries)."""
     damaged = damaged_store_file(exc)
     if damaged is not None or url is None:
         return damaged
@@ -305,21 +327,57 @@ def unreadable_store(exc: BaseException, url: str | None) -> str | None:
         where = parse_store_url(url)
     except StoreURLError:
         return None
-    refused = any(name.startswith(_READ_ONLY_ERRORS) for name in _sqlite_error_names(exc))
-    if where.kind != "sqlite" or not refused:
+    if where.kind != "sqlite" or not _refused_by_its_place(exc):
         return None
     place = _read_only_place(where.path)
     if place is None:
         return None
-    name = os.path.basename(where.path)
-    said = str(exc)
-    needs = f"SQLite creates {name}-wal and {name}-shm beside a store it reads"
-    why = "" if place in said else f" ({place}: {needs})"
+    # The file SQLite reads and writes beside: where a symbolic link leads (its -wal is there, not beside
+    # the link), named in full when the link names it otherwise.
+    real = os.path.realpath(where.path)
+    name = os.path.basename(real)
+    shown = name if real == os.path.abspath(where.path) else real
+    said = _without_retry_advice(str(exc))
+    from ._dbfile import why_unwritable
+
+    hinted = why_unwritable(where.path)  # what the store may have said of the place already
+    why = "" if place in said or (hinted and hinted in said) else f" ({place})"
     return (
-        f"{said}{why}; reading the store there will fail the same way every time: copy {name}, with its "
-        f"{name}-wal file if there is one (it may hold the latest records), to a directory you can write, "
-        "and read the copy"
+        f"{said}{why}; SQLite may not write where the store is, and this will fail the same way every time: "
+        "to change the store, run the command where it may be written (as its owner, on a read-write "
+        f"mount); to read it, copy {shown}, with its {name}-wal file if there is one (it may hold the latest "
+        "records), to a directory you can write, and read the copy"
     )
+
+
+def store_failure(exc: BaseException, url: str | None) -> str:
+    """What to say of `exc`, a failure of the store `url` that may pass (exit 6): its message, less a hint
+    the store added that SQLite may not write where a SQLite file is (`bide._dbfile.why_unwritable`) when the
+    error is no refusal to write (a locked database), which the hint would only mislead about."""
+    said = str(exc)
+    if url is None or _refused_by_its_place(exc):
+        return said
+    from ._dbfile import why_unwritable
+    from ._url import StoreURLError, parse_store_url
+
+    try:
+        where = parse_store_url(url)
+    except StoreURLError:
+        return said
+    if where.kind != "sqlite":
+        return said
+    hint = why_unwritable(where.path)
+    # Only a hint of a place SQLite may not write: one of a full disk explains a disk I/O error.
+    misleading = hint and ("not writable by this user" in hint or "mounted read-only" in hint)
+    return said.replace(hint, "") if misleading else said
+
+
+def _without_retry_advice(said: str) -> str:
+    """The store's message `said` without the advice it gives for a failure that may pass ("run it again"),
+    which a failure that will not contradicts."""
+    for advice in ("; run it again once the database answers", "; run it again"):
+        said = said.replace(advice, "")
+    return said
 
 
 def give_up_on(store: Any) -> None:

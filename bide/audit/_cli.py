@@ -45,6 +45,7 @@ from .._cli_common import (
     close_store,
     parse_arguments,
     skew_seconds,
+    store_failure,
     unreadable_store,
 )
 from .._files import check_output, write_whole
@@ -302,15 +303,12 @@ class _StillLocked(Exception):
 def _hold_lock_file(path: Path, until: float, stack: contextlib.ExitStack) -> bool:
     """Take an exclusive `flock` on the lock file `path` (made if missing, never through a symbolic link),
     waiting until the monotonic time `until` (then `_StillLocked`); `stack` removes the file and lets go
-    of it. False when it cannot be made, opened or locked (a file system that locks no files)."""
+    of it. False when it cannot be made, opened or locked (a file system that locks no files), or is no
+    regular file (`_open_lock_file`)."""
     while True:
-        try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        except OSError:
-            try:  # one another user's export made and holds: theirs to write, ours to lock
-                fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-            except OSError:
-                return False
+        fd = _open_lock_file(path)
+        if fd is None:
+            return False
         try:
             locked = _flock_by(fd, until)
         except BaseException:
@@ -324,6 +322,33 @@ def _hold_lock_file(path: Path, until: float, stack: contextlib.ExitStack) -> bo
         if not locked:
             return False
         # The export that held it removed it as it let go: lock the one there now (or make it).
+
+
+def _open_lock_file(path: Path) -> int | None:
+    """A descriptor open on the regular file at `path` (made if missing, readable by every user whatever the
+    umask, so that another user's export can lock it too), or None when there is none to be had: a FIFO,
+    device or directory planted there is never opened for good (O_NONBLOCK: opening a FIFO to read would
+    wait for a writer for ever)."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+    except OSError:
+        try:  # one another user's export made and holds: theirs to write, ours to lock
+            fd = os.open(path, os.O_RDONLY | flags)
+        except OSError:
+            return None
+    held = os.fstat(fd)
+    if not stat.S_ISREG(held.st_mode):
+        os.close(fd)
+        return None
+    ours = held.st_uid == os.geteuid() and held.st_size == 0 and held.st_nlink == 1
+    if ours and held.st_mode & 0o044 != 0o044:
+        # Made under a umask such as 077: an export by another user could not open it, nor take over one a
+        # killed export left, and would lock only the directory. Only an empty file of one name: never a
+        # file of this user's that another linked there.
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o644)
+    return fd
 
 
 def _same_file(fd: int, path: Path) -> bool:
@@ -892,10 +917,11 @@ def _outcome(
     except StoreError as exc:
         damaged = unreadable_store(exc, getattr(args, "store", None))
         if damaged is not None:  # not 6: reading it again fails the same way, and a script retries 6
-            said = f"ERROR: cannot read the store: {damaged}"
+            said = f"ERROR: cannot use the store: {damaged}"
             code = _emit(args, UNREADABLE, "error", said, reason="unreadable")
         else:
-            code = _emit(args, STORE_FAILED, "error", f"ERROR: the store failed: {exc}")
+            said = store_failure(exc, getattr(args, "store", None))
+            code = _emit(args, STORE_FAILED, "error", f"ERROR: the store failed: {said}")
     except BideError as exc:
         code = _emit(args, USAGE if isinstance(exc, ValueError) else UNREADABLE, "error", f"ERROR: {exc}")
     except KeyboardInterrupt:  # files are written whole (a key pair both or neither): nothing half-written

@@ -145,21 +145,30 @@ class AuditLog:
                                  f"{_REBUILD}") from exc
 
     def _check_journal(self, run_id: str) -> int:
-        before = self._hashes.state(run_id)
-        # The tree as stored is checked before the sync writes to it: a journal changed behind bide is
-        # refused with the audit tables left as they were (a record moved by hand past the tree's last seq
-        # was taken in a second time, and the refusal then counted it twice).
-        self._check_tree(run_id, *before)
-        self.sync(run_id)
-        after = self._hashes.state(run_id)
-        if after != before:
-            self._check_tree(run_id, *after)
-        return after[0]
+        # The tree as stored, and the records past it, are checked before the tree takes any in: a journal
+        # changed behind bide is refused with the audit tables left as they were (a record put past the
+        # tree's last seq was taken in, and every export after the edit was undone refused the journal).
+        for _ in range(100):
+            size, last_seq = self._hashes.state(run_id)
+            journal = self.store.load(run_id)
+            self._check_tree(run_id, size, last_seq, journal)
+            later = [e for e in journal if e.seq > last_seq]
+            if not later:
+                return size
+            _check_records(run_id, journal)  # the later records among all: a key once, the header first
+            # Only the records checked: one committed since the load is the next sync's.
+            leaves = _leaf_hashes([e.data for e in later])
+            if self._hashes.extend(run_id, size, last_seq, leaves, later[-1].seq):
+                # The hashes the tree stores above its leaves are checked as the new leaves left them.
+                after = self._hashes.state(run_id)
+                self._check_tree(run_id, *after, self.store.load(run_id))
+                return after[0]
+        raise StoreError(f"audit tree of run {run_id!r} keeps changing under this process; try again")
 
-    def _check_tree(self, run_id: str, size: int, last_seq: int) -> None:
-        """Raise `JournalDamaged` unless the run's records up to `last_seq` are the `size` records the tree
-        took in, each hashing to its leaf, and valid records (`_check_records`)."""
-        journal = self.store.load(run_id)
+    def _check_tree(self, run_id: str, size: int, last_seq: int, journal: Sequence[Entry]) -> None:
+        """Raise `JournalDamaged` unless the run's records up to `last_seq` (of `journal`, all its records)
+        are the `size` records the tree took in, each hashing to its leaf, and valid records
+        (`_check_records`)."""
         # Records committed after the tree's last sync (a live run goes on) are not the tree's yet: left out.
         # One put behind bide with a seq among the tree's records counts; one appended after them is the
         # journal's next record to every reader, which the tree takes in at its next sync.
