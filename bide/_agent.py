@@ -1227,7 +1227,11 @@ class Agent(Generic[T]):
                     ) from exc
                 calls.append(ToolCall(id=c.id, name=c.name, arguments=arguments, call_id=f"c{turn}.{i}"))
             message = AssistantMessage(
-                content=reply.content, tool_calls=calls, usage=reply.usage, finish_reason=reply.finish_reason
+                content=reply.content,
+                tool_calls=calls,
+                usage=reply.usage,
+                finish_reason=reply.finish_reason,
+                blocks=_json_copy(reply.blocks),
             )
         rec = ModelTurn(
             key=model_key(turn), turn=turn, message=message, model=str(getattr(self.model, "name", ""))
@@ -2029,6 +2033,11 @@ def _check_reply(reply: object) -> list[ToolCall]:
         )
     if not isinstance(reply.finish_reason, str):
         raise ModelError(f"model returned finish_reason {reply.finish_reason!r}; expected a string")
+    blocks = reply.blocks
+    if not (isinstance(blocks, list) and all(type(b) is dict for b in blocks)):
+        raise ModelError(
+            f"model returned blocks of type {type(blocks).__name__}; expected a list of JSON objects (dicts)"
+        )
     return calls
 
 

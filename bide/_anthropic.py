@@ -167,16 +167,16 @@ class AnthropicModel(HTTPModel):
                 if not m.content.strip():
                     raise _blank_message(type(self).__name__, request, m)
                 add("user", [{"type": "text", "text": m.content}])
+            elif m.role == "assistant" and m.blocks:
+                if sent := _as_sent(m):
+                    add("assistant", sent)
             elif m.role == "assistant":
                 blocks: list[dict[str, Any]] = []
                 if m.content.strip():
                     # The API refuses a text block that is empty or only white space (it sends such
                     # answers itself): sent back, a journaled one failed every later request of its run.
                     blocks.append({"type": "text", "text": m.content})
-                for c in m.tool_calls:
-                    blocks.append(
-                        {"type": "tool_use", "id": c.id, "name": c.name, "input": _input(c.arguments)}
-                    )
+                blocks.extend(_tool_use(c) for c in m.tool_calls)
                 if blocks:
                     add("assistant", blocks)
                 # else: an empty answer is left out; the user messages on either side of it are merged.
@@ -344,7 +344,11 @@ class AnthropicModel(HTTPModel):
                 ids.append(block.id)
                 named.append((block.name, arguments))
         yield AssistantMessage(
-            content=text, tool_calls=_calls(ids, named), usage=_usage(usage), finish_reason=finish
+            content=text,
+            tool_calls=_calls(ids, named),
+            usage=_usage(usage),
+            finish_reason=finish,
+            blocks=_kept([block.whole(self._redacted) for block in ordered if not _thinks(block.type)]),
         )
 
 
@@ -358,10 +362,15 @@ _ADDING = frozenset({"message_start", "message_stop"})
 class _Block:
     """A content block of a streamed answer, from its content_block_start to its content_block_stop."""
 
-    __slots__ = ("_model", "added", "id", "index", "input", "json", "name", "stopped", "text", "type")
+    __slots__ = (
+        "_model", "added", "citations", "id", "index", "input", "json", "name", "start", "stopped", "text",
+        "type",
+    )
 
     def __init__(self, model: str, index: int, start: dict[str, Any], mask: Mask) -> None:
         self.index = index
+        self.start = start
+        self.citations: list[Any] = []  # a text block's citations_delta pieces
         self.type = start.get("type")
         self.id = json_name(model, start.get("id"), "id", mask) if self.type == "tool_use" else ""
         self.name = json_name(model, start.get("name"), "name", mask) if self.type == "tool_use" else ""
@@ -378,6 +387,33 @@ class _Block:
         self.input: dict[str, Any] = given if isinstance(given, dict) else {}
         self.stopped = False
         self._model = model
+
+    def whole(self, mask: Mask) -> dict[str, Any]:
+        """The block as a whole answer would have held it: its start with the text, citations and input
+        its deltas added (a tool_use block is sent back from its call, see `_as_sent`)."""
+        block = dict(self.start)
+        if self.type == "text":
+            block["text"] = self.text.text()
+            if self.citations:
+                given = block.get("citations")
+                block["citations"] = [*(given if isinstance(given, list) else []), *self.citations]
+            return block
+        if self.type == "tool_use" or not isinstance(self.type, str) or self.type in _MODELED:
+            return block  # not kept as it came (see `_kept`)
+        shown = excerpt(self.type, mask, 50)
+        if not self.stopped:
+            # Kept to be sent back: a part may be missing, which the API would refuse on every later turn.
+            what = f"a {shown} block (block {self.index}) without its content_block_stop"
+            raise malformed(self._model, what)
+        raw = self.json.text()
+        if raw.strip():
+            try:
+                block["input"] = read_json(raw)
+            except ValueError:
+                raise malformed(
+                    self._model, f"a {shown} block (block {self.index}) whose input_json is not JSON"
+                ) from None
+        return block
 
     def arguments(self) -> dict[str, Any] | str | None:
         """The call's input: its input_json pieces, else the input its start held (not both); text that
@@ -440,6 +476,8 @@ def _add_delta(
         if block.type == "text":
             raise malformed(model, f"an input_json delta for block {index}, a text block")
         block.json.add(partial)
+    elif kind == "citations_delta" and block.type == "text":
+        block.citations.append(delta.get("citation"))
     return None
 
 
@@ -473,6 +511,43 @@ def _blank_message(kind: str, request: ModelRequest, blank: Message) -> ConfigEr
         "with that model, or start a new one and cancel this run "
         f"(`bide cancel {shlex.quote(request.run_id)}`, or bide.cancel_run)"
     )
+
+
+# The content block types the adapter reads into a turn's text and calls (thinking is refused beside calls
+# and dropped before an answer, see `_judge`). A turn holding any other keeps its blocks as they came.
+_MODELED = frozenset({"text", "tool_use", "thinking", "redacted_thinking"})
+
+
+def _kept(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A turn's `AssistantMessage.blocks`: its content blocks as they came (thinking left out), each one's
+    keys in the journal's order (the same bytes live and replayed), when one of them is of a type the
+    adapter does not model (a server tool's ``server_tool_use`` and ``web_search_tool_result``, say);
+    else none, the turn being its text and calls."""
+    if all(block.get("type") in _MODELED or not isinstance(block.get("type"), str) for block in blocks):
+        return []
+    return [journal_order(block) for block in blocks if isinstance(block.get("type"), str)]
+
+
+def _as_sent(message: AssistantMessage) -> list[dict[str, Any]]:
+    """The content of a turn with `blocks`, sent back as it came, in its order: its tool_use blocks made
+    from its calls (their ids, made up where the model gave none, are those its results answer), a text
+    block that is empty or only white space left out (the API refuses it), any other block as it came."""
+    calls = iter(message.tool_calls)
+    sent: list[dict[str, Any]] = []
+    for block in message.blocks:
+        kind = block.get("type")
+        if kind == "tool_use":
+            call = next(calls, None)
+            if call is not None:
+                sent.append(_tool_use(call))
+        elif kind != "text" or (isinstance(block.get("text"), str) and block["text"].strip()):
+            sent.append(block)
+    sent.extend(_tool_use(call) for call in calls)
+    return sent
+
+
+def _tool_use(call: ToolCall) -> dict[str, Any]:
+    return {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments)}
 
 
 def _input(arguments: dict[str, Any] | str) -> dict[str, Any]:
@@ -611,4 +686,5 @@ def _parse(
         tool_calls=_calls(ids, named),
         usage=_usage(data.get("usage")),
         finish_reason=finish,
+        blocks=_kept([block for block in data["content"] if not _thinks(block.get("type"))]),
     )

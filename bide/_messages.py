@@ -88,6 +88,11 @@ class AssistantMessage:
     """One model turn: optional text and zero or more tool calls. No tool calls means a final answer.
 
     `usage` and `finish_reason` are what the provider reported for the turn (None and "" when it did not).
+    `blocks` is the turn's content as the provider sent it, block by block in their order, kept only when
+    it held a block an adapter does not model (an Anthropic server tool's ``server_tool_use`` and
+    ``web_search_tool_result``, say): JSON objects, journaled with the turn and sent back as they came on
+    later turns, so the model keeps its own context. Empty otherwise: the turn is `content` and
+    `tool_calls`.
     """
 
     role: Literal["assistant"] = "assistant"
@@ -95,6 +100,7 @@ class AssistantMessage:
     tool_calls: list[ToolCall] = field(default_factory=list)
     usage: Usage | None = None
     finish_reason: str = ""
+    blocks: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass(slots=True, kw_only=True)

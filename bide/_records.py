@@ -319,9 +319,13 @@ def encode_new_turn(record: ModelTurn) -> bytes:
                         raise ValueError(f"Out of range float values are not JSON compliant: {v!r}")
             elif type(args) is not str:
                 json_text(args)  # a value that is not JSON raises
+        if m.blocks:
+            json_text(m.blocks)  # `_any` would write NaN or an infinity as null
         data = encode_record(record)  # a lone surrogate anywhere raises here
     else:
-        json_text([m.content, m.finish_reason, [[c.id, c.name, c.arguments] for c in m.tool_calls]])
+        json_text(
+            [m.content, m.finish_reason, [[c.id, c.name, c.arguments] for c in m.tool_calls], m.blocks]
+        )
         data = encode_record(record)
     _LAST_TURN = (record, data)
     return data
@@ -426,10 +430,11 @@ def _model_turn(r: Any) -> str:
         )
     else:  # anything else is left to the generic path
         return canonical_json(as_json(r)).decode("utf-8")
-    if type(m.finish_reason) is not str:
+    if type(m.finish_reason) is not str or type(m.blocks) is not list:
         return canonical_json(as_json(r)).decode("utf-8")
+    blocks = _any(m.blocks) if m.blocks else "[]"
     return (
-        f'{{"key":{_s(r.key)},"kind":"model_turn","message":{{"content":{_s(m.content)},'
+        f'{{"key":{_s(r.key)},"kind":"model_turn","message":{{"blocks":{blocks},"content":{_s(m.content)},'
         f'"finish_reason":{_s(m.finish_reason)},"role":{_s(m.role)},"tool_calls":[{calls}],'
         f'"usage":{usage}}},"model":{_s(r.model)},"salt":{_s(r.salt)},"turn":{int.__repr__(r.turn)}}}'
     )
