@@ -492,7 +492,7 @@ class Agent(Generic[T]):
             "journaled (this process was paused past its lease, or its write waited on the store); "
             "nothing more was written by this drive. The other driver halts the run on the call with "
             "OutcomeUnknown: resolve it with what the call returned (bide resolve --store URL "
-            f"{shlex.quote(run_id)} {shlex.quote(result.call_id)} {how} --attempt {first.attempt}, or "
+            f"{how} --attempt {first.attempt} -- {shlex.quote(run_id)} {shlex.quote(result.call_id)}, or "
             "bide.resolve_halt), or, once that "
             "driver's lease is gone, run the run again here, which journals it (this process keeps it) "
             f"without calling the tool again. Earliest retry: {when(taken.retry_after, self.clock())}",
@@ -1861,13 +1861,14 @@ def _lost_after_calls(refused: WriteRefused) -> list[_LostAfterCall]:
 
 def _resolve_option(result: ToolResult) -> str:
     """The option of `bide resolve` that records `result`: the value itself when it is short enough to
-    type, else a pointer to the value shown in the message."""
+    type, else a pointer to the value shown in the message. Given as `--option=VALUE`: a value starting
+    with "-" (an error "-declined", a negative number) is read as the option's, not as another option."""
     is_text = result.is_error and isinstance(result.result, str)
     text = result.result if is_text else canonical_json(result.result).decode()
     option = "--failed" if result.is_error else "--succeeded"
     if len(text) > _RESOLVE_VALUE_MAX:
         return f"{option} {'TEXT' if is_text else 'JSON'} (the value above, whole: the error's `returned`)"
-    return f"{option} {shlex.quote(text)}"
+    return shlex.quote(f"{option}={text}")
 
 
 _RESOLVE_VALUE_MAX = 200

@@ -152,7 +152,7 @@ def test_a_driver_taken_over_after_its_call_returned_says_what_it_returned(
     assert 'ran and returned {"cents":500,"charge_id":"ch_1"}' in message
     assert "another driver took over the run's lease before its result was journaled" in message
     value = '{"cents":500,"charge_id":"ch_1"}'
-    assert f"bide resolve --store URL order-1 c0.0 --succeeded '{value}' --attempt 0" in message
+    assert f"bide resolve --store URL '--succeeded={value}' --attempt 0 -- order-1 c0.0" in message
     # As the message says: run again in the process that keeps the result, it is journaled, not called again.
     assert again == {"outcome": "completed", "answer": "Done."}, err
     assert len(ledger.read_text().splitlines()) == 1
@@ -242,3 +242,29 @@ def test_a_call_past_its_deadline_that_returns_after_a_takeover_logs_what_it_ret
     returned = 'returned {"cents":700,"charge_id":"ch_9"}'
     assert "call 'c0.0' (charge), which ran past its deadline" in said[0]
     assert returned in said[0]
+
+
+@pytest.mark.parametrize(
+    ("run_id", "returned", "is_error"),
+    [("-order-2", {"ok": 5}, False), ("order-3", "-declined", True), ("order-4", -5, False),
+     ("order 5", "it's \"odd\"\n$(id)", True)],
+)  # fmt: skip
+def test_the_resolve_line_reads_back_as_the_value_whatever_it_starts_with(
+    run_id: str, returned: object, is_error: bool
+) -> None:
+    """The line is read by bide's own parser as the value and the ids it names. Before, a value or a run id
+    starting with "-" ("--failed -declined", "-order-2 c0.0") was taken for an option: a usage error."""
+    from bide._agent import _resolve_option
+    from bide._cli import build_parser
+    from bide._records import ToolResult
+
+    result = ToolResult(key="result:c0.0", call_id="c0.0", tool="charge", result=returned, is_error=is_error,
+                        safety="side_effect")  # fmt: skip
+    line = f"{_resolve_option(result)} --attempt 0 -- {shlex.quote(run_id)} c0.0"
+    parser, _ = build_parser()
+    args = parser.parse_args(["resolve", "--store", "sqlite:///x.db", *shlex.split(line)])
+    assert (args.run, args.call, args.attempt) == (run_id, "c0.0", 0)
+    if is_error:
+        assert args.failed == returned
+    else:
+        assert json.loads(args.succeeded) == returned
