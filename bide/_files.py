@@ -11,7 +11,6 @@ import re
 import secrets
 import stat
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
@@ -276,9 +275,9 @@ class Staged:
 
 def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Staged:
     """A fresh temporary file beside `path` holding all of `data`, fsynced, with `mode`: created exclusively
-    under an unpredictable name (``.NAME.RANDOM.tmp``), so a symlink planted there is never followed, and
-    locked by this process (`Staged`). The caller renames it into place (then `sync_directory`) or removes
-    it, then lets go of it; if writing fails, nothing is left.
+    under an unpredictable name (``.NAME.<12 random hex digits>.tmp``), so a symlink planted there is never
+    followed, and locked by this process (`Staged`). The caller renames it into place (then
+    `sync_directory`) or removes it, then lets go of it; if writing fails, nothing is left.
 
     On Linux the bytes are written to an unnamed file (O_TMPFILE) that gets its name only once it is
     whole: a process killed while writing (SIGKILL, or a SIGTERM it does not handle: what `timeout`,
@@ -296,9 +295,9 @@ def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Staged:
         except BaseException:
             os.close(unnamed)
             raise
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    fd, tmp = _created_named(directory, path.name)
     try:
-        _lock(fd)  # before its first byte: an empty temporary is never removed (see `_abandoned`)
+        _lock(fd)  # before its first byte: an empty temporary is never removed (`_remove_if_abandoned`)
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]
@@ -309,7 +308,27 @@ def staged(path: Path, data: bytes, *, mode: int = 0o644) -> Staged:
             os.unlink(tmp)
         os.close(fd)
         raise
-    return Staged(Path(tmp), fd)
+    return Staged(tmp, fd)
+
+
+def _created_named(directory: Path, name: str) -> tuple[int, Path]:
+    """A new empty file beside `name` in `directory`, open for writing, under a fresh temporary name
+    (`_temporary_name`) for its owner alone: created exclusively, so nothing already there (a symlink
+    planted at the name) is ever opened; a name taken draws another."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = _temporary_name(directory, name)
+        try:
+            return os.open(tmp, flags | getattr(os, "O_BINARY", 0), 0o600), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(errno.EEXIST, f"no free temporary name beside {name} in {directory}")
+
+
+def _temporary_name(directory: Path, name: str) -> Path:
+    """A fresh unpredictable name for a temporary of `name` in `directory`: ``.NAME.<12 hex digits>.tmp``,
+    the one form `remove_leftovers` removes."""
+    return directory / f".{name}.{secrets.token_hex(6)}.tmp"
 
 
 def _lock(fd: int) -> None:
@@ -325,48 +344,68 @@ def _lock(fd: int) -> None:
 
 def remove_leftovers(path: Path) -> None:
     """Remove the temporaries `staged` left beside `path` by writers killed before renaming or unlinking
-    them (SIGKILL, a power cut): files named like one of `path`'s temporaries, owned by this user, not
-    empty, whose writer's lock is free (it is freed when its process ends, however it ends). A temporary of
-    a writer still at work is locked, and is left alone; so is anything else. Nothing raises here: a
-    leftover that cannot be removed stays."""
+    them (SIGKILL, a power cut): files named as `path`'s temporaries are (``.NAME.<12 hex digits>.tmp``),
+    not empty, whose writer's lock is free (it is freed when its process ends, however it ends), and owned
+    by this user, or, for root, by the owner of the file at `path` (to whom a write as root gives its
+    temporary before the rename: `write_whole`'s `owner`). A temporary of a writer still at work is locked,
+    and is left alone; so is anything else. Nothing raises here: a leftover that cannot be removed stays."""
     directory = path.parent if str(path.parent) else Path(".")
     prefix = f".{path.name}."
     try:
-        with os.scandir(directory) as entries:
-            found = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+        dir_fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     except OSError:
         return
-    for name in found:
-        if _TEMPORARY_TAIL.fullmatch(name, len(prefix)) is not None:
-            _remove_if_abandoned(directory / name)
+    try:  # every step through the directory opened once: a directory swapped for a link meanwhile is not seen
+        with os.scandir(dir_fd) as entries:
+            found = [e.name for e in entries if e.name.startswith(prefix) and e.name.endswith(".tmp")]
+        owners = _leftover_owners(path.name, dir_fd)
+        for name in found:
+            if _TEMPORARY_TAIL.fullmatch(name, len(prefix)) is not None:
+                _remove_if_abandoned(name, dir_fd, owners)
+    except (OSError, TypeError, NotImplementedError):  # also: no calls by a directory's descriptor here
+        return
+    finally:
+        os.close(dir_fd)
 
 
-# What `staged` puts between ".NAME." and ".tmp": 12 hex digits (`_named`), or mkstemp's 8 characters.
-_TEMPORARY_TAIL = re.compile(r"(?:[0-9a-f]{12}|[a-z0-9_]{8})\.tmp")
+# What `staged` puts between ".NAME." and ".tmp" (`_temporary_name`).
+_TEMPORARY_TAIL = re.compile(r"[0-9a-f]{12}\.tmp")
 
 
-def _remove_if_abandoned(candidate: Path) -> None:
+def _leftover_owners(name: str, dir_fd: int) -> frozenset[int]:
+    """Whose temporaries of `name` this process may remove: its own; for root, also those of the owner of
+    the regular file `name` (its writer gave them that owner, and root replaces that user's file anyway)."""
+    me = os.geteuid() if hasattr(os, "geteuid") else -1
+    if me != 0:
+        return frozenset({me})
+    try:
+        target = os.lstat(name, dir_fd=dir_fd)
+    except OSError:
+        return frozenset({me})
+    return frozenset({me, target.st_uid}) if stat.S_ISREG(target.st_mode) else frozenset({me})
+
+
+def _remove_if_abandoned(name: str, dir_fd: int, owners: frozenset[int]) -> None:
     try:
         import fcntl
     except ImportError:
         return
     try:
-        fd = os.open(candidate, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
+        fd = os.open(name, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0), dir_fd=dir_fd)
     except OSError:
         return
     try:
         info = os.fstat(fd)
-        me = os.geteuid() if hasattr(os, "geteuid") else info.st_uid
         # Empty: maybe a portable temporary between its creation and its writer's lock (see `staged`).
-        if not stat.S_ISREG(info.st_mode) or info.st_size == 0 or info.st_uid != me:
+        if not stat.S_ISREG(info.st_mode) or info.st_size == 0 or info.st_uid not in owners:
             return
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return  # its writer is at work (or this filesystem has no locks: nothing is proved)
-        now = os.lstat(candidate)
+        now = os.lstat(name, dir_fd=dir_fd)
         if (now.st_dev, now.st_ino) == (info.st_dev, info.st_ino):  # still the file that was locked
-            os.unlink(candidate)
+            os.unlink(name, dir_fd=dir_fd)
     except OSError:
         return
     finally:
@@ -401,7 +440,7 @@ def _named(fd: int, directory: Path, name: str) -> Path:
     """Give the unnamed file `fd` a fresh unpredictable name beside `name` in `directory` (a link never
     follows a symlink planted at its target: it fails, and another name is drawn)."""
     for _ in range(100):
-        tmp = directory / f".{name}.{secrets.token_hex(6)}.tmp"
+        tmp = _temporary_name(directory, name)
         try:
             _link_descriptor(fd, tmp)
         except FileExistsError:

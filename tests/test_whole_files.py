@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+import bide._files
 from bide._files import write_whole
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,10 +63,10 @@ def test_on_linux_a_file_gets_a_name_only_once_whole(tmp_path: Path, monkeypatch
     never to a named temporary file that a kill during the write would leave. On kernels where a link
     through /proc/self/fd fails (EXDEV), every write fell back to the named one."""
 
-    def named_temporary_file(*args: object, **kwargs: object) -> tuple[int, str]:
+    def named_temporary_file(*args: object, **kwargs: object) -> tuple[int, Path]:
         raise AssertionError("written to a named temporary file")
 
-    monkeypatch.setattr(tempfile, "mkstemp", named_temporary_file)
+    monkeypatch.setattr(bide._files, "_created_named", named_temporary_file)
     target = tmp_path / "evidence.json"
     write_whole(target, b"{}\n")
     assert target.read_bytes() == b"{}\n"

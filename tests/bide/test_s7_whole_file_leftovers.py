@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
+import bide
 from bide._files import replace_pair, write_whole
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(bide.__file__).resolve().parents[1]
 
 # Writes argv[2] to argv[1], and stops (says "named", then waits for ever) at the point given by argv[3]:
 # "rename" just before the temporary is renamed over the target, "unlink" just after an exclusive write
