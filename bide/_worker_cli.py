@@ -14,9 +14,9 @@ long they take (a second signal cancels them), then hands back its leases; with 
 pass once the drives in flight finished (an interrupt never drops a side effect's result; a second signal
 cancels them too, exit 130). One that comes before the store answered the pass's listing of the runs ends it
 at once with a report that says so (`listed: false` in --json), exit 130: the store was not read. Once the
-pass is over and the store released, its journal is committed: a signal then ends the process (128 plus its
-number) unless it exits by itself within `_DONE_EXITS_WITHIN_S`, with the pass's code (see `_counted`), and
-a third in all exits at once.
+pass is over and the store released, its journal is committed: a signal then, or one taken before, ends the
+process (128 plus its number) unless it exits by itself within `_DONE_EXITS_WITHIN_S`, with the pass's code
+(see `_counted`), and a third in all exits at once.
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -362,8 +362,14 @@ def _once_reported(
     from ._cli import EXIT_INTERRUPTED
 
     taken = _StopSignals()
+
+    async def reported() -> int:
+        # Written before asyncio.run's end, which waits for the threads of synchronous calls still running
+        # past their timeout (a read-only one is not waited for by the pass): the report came after them.
+        return _report_written(args, await _once(worker, taken), report_to, taken)
+
     try:
-        report = asyncio.run(_once(worker, taken))
+        return asyncio.run(reported())
     except _PassCancelled as cancelled:  # a second stop signal
         why, facts = cancelled.words()
         print(f"bide worker: {why}", file=sys.stderr)
@@ -380,6 +386,12 @@ def _once_reported(
         failure_document(EXIT_STORE, why)
         _flushed(report_to, taken)
         return EXIT_STORE
+
+
+def _report_written(
+    args: argparse.Namespace, report: PassReport, report_to: TextIO | GuardedStdout, taken: _StopSignals
+) -> int:
+    """Write a `--once` pass's report (and why its exit code is not 0) and flush it; its exit code."""
     if args.json:
         facts = {"driven": report.driven, "other_agent_runs": report.other_agent_runs}
         print(json.dumps(asdict(report) | facts, sort_keys=True), file=report_to)
@@ -586,6 +598,8 @@ class _StopSignals:
         self.cancelled = False
         self.calls_waited = False
         self.ending: threading.Timer | None = None
+        self.ending_lock = threading.Lock()
+        self.last_signal = 0  # the number of the latest stop signal taken (0: none yet)
         self.given_back = False
 
 
@@ -634,6 +648,8 @@ def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSi
         for sig in handled:
             signal.signal(sig, _only_counted)  # in one step: the default action is never back meanwhile
         taken.over = True
+        if taken.last_signal:  # a stop asked for before the worker was done: it must not wait for ever now
+            _end_later(taken.last_signal, taken)
 
 
 # What `_signals_handled` leaves in place until the process exits, for `_signals_restored` to put back in a
@@ -670,6 +686,7 @@ def _counted(receive: socket.socket, loop: asyncio.AbstractEventLoop, taken: _St
                 if signum not in stops:
                     continue
                 taken.received += 1
+                taken.last_signal = signum
                 if not taken.over:
                     with contextlib.suppress(RuntimeError):  # (the loop closed meanwhile)
                         loop.call_soon_threadsafe(_nothing)  # the main thread then runs `take`
@@ -680,14 +697,23 @@ def _counted(receive: socket.socket, loop: asyncio.AbstractEventLoop, taken: _St
                         watchdog.start()
                 elif taken.received >= 3:
                     _exit_now(signum, _left_unfinished(taken))
-                elif taken.ending is None:
-                    taken.ending = threading.Timer(_DONE_EXITS_WITHIN_S, _end_if_not_exited, (signum, taken))
-                    taken.ending.daemon = True  # (a process that exits by itself never waits for it)
-                    taken.ending.start()
+                else:
+                    _end_later(signum, taken)
 
 
 def _nothing() -> None:
     pass
+
+
+def _end_later(signum: int, taken: _StopSignals) -> None:
+    """Start the timer that ends a worker a stop signal found done, or asked to stop before it was done,
+    if it has not exited `_DONE_EXITS_WITHIN_S` from now (once: from the counting thread or as the worker
+    becomes done, whichever comes first)."""
+    with taken.ending_lock:
+        if taken.ending is None:
+            taken.ending = threading.Timer(_DONE_EXITS_WITHIN_S, _end_if_not_exited, (signum, taken))
+            taken.ending.daemon = True  # (a process that exits by itself never waits for it)
+            taken.ending.start()
 
 
 def _end_if_not_exited(signum: int, taken: _StopSignals) -> None:
@@ -738,7 +764,7 @@ _SAYING_S = 0.5
 _LOOP_ANSWERS_S = 0.5
 # How long a worker that is done (its journal committed) may take to exit by itself once a stop signal
 # came: a report being written to a reader that keeps up, an exit under way. Past it, the signal ends it.
-_DONE_EXITS_WITHIN_S = 2.0
+_DONE_EXITS_WITHIN_S = 5.0
 
 
 
@@ -987,8 +1013,8 @@ once the file is in place).
      none was driven and nothing is known of runs waiting (--json: "listed": false); or a second
      signal cancelled the pass before the store was released (no report). Once the store is
      released (the journal committed), the report is printed and the exit code is the pass's,
-     unless a signal comes and the process has not exited 2 s later, or a third signal in all
-     comes: then 128 plus its number
+     unless a signal came (then or before) and the process has not exited 5 s after the store
+     was released or the signal came, or a third signal in all comes: then 128 plus its number
 """
 
 

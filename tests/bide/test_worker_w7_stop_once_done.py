@@ -146,10 +146,12 @@ def test_one_signal_ends_a_json_pass_whose_exit_waits_for_a_thread_a_tool_left(
     assert json.loads(out)["completed"] == 1, out
 
 
-def test_a_second_signal_ends_a_stopped_serving_worker_whose_exit_is_held(
+def test_the_signal_that_stopped_a_serving_worker_ends_it_when_its_exit_is_held(
     tmp_path: Path, durable_store_spec: tuple[str, str]
 ) -> None:
-    """The first stops it (its drives finish, its leases go back); once it is done, the next ends it."""
+    """One SIGTERM stops it (its drives finish, its leases go back) and, once it is done, ends it if its exit
+    is held (what `systemctl stop` and `timeout` send). Before, a second signal was needed (before that, a
+    third): a signal taken before the worker was done never ended it."""
     url, prefix = durable_store_spec
     crashed_run(url, prefix)
     source = APP.format(leave="exit")
@@ -157,8 +159,7 @@ def test_a_second_signal_ends_a_stopped_serving_worker_whose_exit_is_held(
     try:
         worker.says("run r1 completed")
         worker.signal_then_wait_for(signal.SIGTERM, "exit held")
-        worker.process.send_signal(signal.SIGTERM)
-        code, _ = worker.ended()  # (before: a third signal was needed)
+        code, _ = worker.ended()
     finally:
         (tmp_path / "release").touch()
         worker.kill()
@@ -270,3 +271,57 @@ def test_a_program_calling_the_command_in_process_is_not_ended_by_a_signal_it_to
                           text=True, env=env, cwd=tmp_path, timeout=120)  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "0 alive True", (done.stdout, done.stderr)
+
+
+# A read-only lookup that runs past its 1 s timeout until RELEASE exists: the run goes on without it.
+SLOW_APP = '''
+import pathlib
+import time
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+RELEASE = pathlib.Path(__file__).parent / "release"
+
+
+@bide.tool(safety=bide.ReadOnly)
+def look() -> str:
+    """Look the order up."""
+    return "o-1 is due"
+
+
+@bide.tool(safety=bide.ReadOnly, timeout=1)
+def slow() -> str:
+    """A lookup that hangs past its timeout."""
+    while not RELEASE.exists():
+        time.sleep(0.005)
+    return "late"
+
+
+def build(store):
+    model = ScriptedModel([call("look"), call("slow"), reply("done")])
+    return bide.Agent(model, store=store, tools=[look, slow], name="behind")
+'''
+
+
+def test_the_report_is_written_while_a_read_only_call_past_its_timeout_still_runs(
+    tmp_path: Path, durable_store_spec: tuple[str, str]
+) -> None:
+    """The run completed without the lookup; the report came only once the lookup's thread returned (the end
+    of asyncio.run waits for it), and a signal meanwhile ended the worker without it."""
+    url, prefix = durable_store_spec
+    crashed_run(url, prefix)
+    worker = WorkerProcess(tmp_path, SLOW_APP, url, "--table-prefix", prefix, "--once")
+    try:
+        wait_until(lambda: "resumed 1 run" in "".join(worker.out), "the report, the lookup still running")
+        assert worker.process.poll() is None  # (the lookup holds the exit)
+        worker.process.send_signal(signal.SIGTERM)
+        code, out = worker.ended()
+    finally:
+        (tmp_path / "release").touch()
+        worker.kill()
+    errors = worker.stderr()
+    assert code == 128 + signal.SIGTERM, errors
+    assert LEFT_THREADS in errors and "its report is written" in errors, errors
+    assert "resumed 1 run: 1 completed" in out, out
+    assert completed(url, prefix)
