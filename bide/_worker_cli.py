@@ -438,11 +438,12 @@ def _other_agent_runs_in_words(report: PassReport) -> str:
     shared store they are another app's; after an agent was renamed, no worker drives them)."""
     counts = report.other_agent_runs
     total = sum(counts.values())
-    names = ", ".join(f"{printable(name)} ({count})" for name, count in counts.items())
+    # Quoted: a name holding ", " or " (" would read as two.
+    names = ", ".join(f"'{printable(name)}' ({count})" for name, count in counts.items())
     if len(counts) == 1:
         runs, them = ("1 run", "it") if total == 1 else (f"{total} runs", "them")
         return f"{runs} of an agent no app here defines: {names}; a worker whose app defines it drives {them}"
-    return f"{total} runs of agents no app here defines: {names}; a worker whose apps define them drives them"
+    return f"{total} runs of agents no app here defines: {names}; a worker whose app defines them drives them"
 
 
 def _flushed(report_to: TextIO | GuardedStdout, taken: _StopSignals) -> None:
@@ -724,6 +725,8 @@ def _end_if_not_exited(signum: int, taken: _StopSignals) -> None:
 
 def _left_unfinished(taken: _StopSignals) -> str:
     """What a worker that is done (`taken.over`) still had to do when a signal ends it."""
+    if taken.cancelled:
+        return "the end of its process (its pass was cancelled: no report; a later pass drives its runs)"
     if not taken.written:
         return "its report to be written out (its pass was over and its journal is committed)"
     return "the end of its process (threads its tools left running, exit functions); its report is written"

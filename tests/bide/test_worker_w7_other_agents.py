@@ -75,7 +75,8 @@ def test_a_pass_counts_the_runs_of_agents_no_app_here_defines_by_name(
     code, out, errors = once(tmp_path, url, prefix)  # (run "mine" completed: only the three are left)
     assert code == 0, errors
     assert (
-        "3 runs of agents no app here defines: gone (1), old (2); a worker whose apps define them drives them"
+        "3 runs of agents no app here defines: 'gone' (1), 'old' (2); "
+        "a worker whose app defines them drives them"
     ) in out.splitlines(), out
 
 
@@ -86,7 +87,7 @@ def test_a_pass_names_a_single_agent_in_the_singular(
     crashed_run(url, prefix, "old", "r1")
     code, out, errors = once(tmp_path, url, prefix)
     assert code == 0, errors
-    said = "1 run of an agent no app here defines: old (1); a worker whose app defines it drives it"
+    said = "1 run of an agent no app here defines: 'old' (1); a worker whose app defines it drives it"
     assert said in out, out
 
 
