@@ -477,7 +477,12 @@ def _add_delta(
             raise malformed(model, f"an input_json delta for block {index}, a text block")
         block.json.add(partial)
     elif kind == "citations_delta" and block.type == "text":
-        block.citations.append(delta.get("citation"))
+        citation = delta.get("citation")
+        if not isinstance(citation, dict):
+            # Kept, it would be sent back on every later turn, which the API would refuse.
+            shown = excerpt(citation, mask)
+            raise malformed(model, f"a citations_delta whose citation is not an object: {shown}")
+        block.citations.append(citation)
     return None
 
 
@@ -523,7 +528,8 @@ def _kept(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys in the journal's order (the same bytes live and replayed), when one of them is of a type the
     adapter does not model (a server tool's ``server_tool_use`` and ``web_search_tool_result``, say);
     else none, the turn being its text and calls."""
-    if all(block.get("type") in _MODELED or not isinstance(block.get("type"), str) for block in blocks):
+    # (the type's JSON type first: an array or an object is not hashable)
+    if all(not isinstance(block.get("type"), str) or block.get("type") in _MODELED for block in blocks):
         return []
     return [journal_order(block) for block in blocks if isinstance(block.get("type"), str)]
 

@@ -556,7 +556,8 @@ def _query(kind: str, value: Any) -> dict[str, str]:
     if value is None:
         return {}
     wrong = f"a {type(value).__name__}" if not isinstance(value, Mapping) else ""
-    for name, given in value.items() if not wrong else ():
+    copy = dict(value) if not wrong else {}  # (checked as copied: a subclass's items() may say otherwise)
+    for name, given in copy.items():
         if not isinstance(name, str) or not name:
             wrong = f"a dict with the name {name!r:.100}"
         elif not isinstance(given, str):
@@ -574,7 +575,7 @@ def _query(kind: str, value: Any) -> dict[str, str]:
             f"{kind} needs query, a dict of parameter names to values, both strings (such as "
             f"{{'api-version': '2024-10-21'}}), sent with every request, or None; not {wrong}"
         )
-    return dict(value)
+    return copy
 
 
 def _query_in_url(kind: str, url: str) -> ConfigError:
@@ -989,6 +990,16 @@ class HTTPModel:
         self.temperature = _temperature(type(self).__name__, temperature)
         self.extra_body = _extra_body(type(self).__name__, extra_body)
         self.query = _query(type(self).__name__, query)
+        if self.query:
+            import httpx
+
+            try:
+                httpx.URL(self.base_url, params=self.query)
+            except httpx.InvalidURL:  # (too long: every request failed to build, "run again to retry")
+                raise ConfigError(
+                    f"{type(self).__name__} needs query parameters a URL can hold: together with base_url "
+                    "they make a URL httpx refuses (too long); shorten them"
+                ) from None
         try:
             self.timeout = seconds("timeout", timeout, zero=False)
         except ConfigError:
@@ -1436,7 +1447,7 @@ async def _error_text(response: httpx.Response, name: str, mask: Mask) -> ErrorB
             async for piece in pieces:
                 parts.append(piece)
                 size += len(piece)
-                if size >= _ERROR_BODY_BYTES:
+                if size > _ERROR_BODY_BYTES:  # (exactly that much may be all of it)
                     whole = False
                     break
     except ModelError:
