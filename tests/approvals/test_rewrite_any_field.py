@@ -38,6 +38,9 @@ _FREE_FIELDS: list[tuple[str, Path]] = [
     ("model:0", ("message", "role")),
     ("model:0", ("message", "finish_reason")),
     ("model:0", ("message", "usage")),
+    # The blocks an adapter does not model, kept as they came: context for the model, as content is (a
+    # tool_use block among them is sent back from the turn's calls, which the claim covers).
+    ("model:0", ("message", "blocks")),
     ("model:0", ("message", "tool_calls", 0, "id")),
     ("attempt:.*", ("key",)),
     ("attempt:.*", ("gen",)),
