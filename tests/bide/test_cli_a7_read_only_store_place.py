@@ -12,7 +12,7 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -120,18 +120,6 @@ def test_a_store_in_a_directory_the_user_may_not_write_is_unreadable_not_failed(
         evidence.chmod(0o755)
     assert sorted(p.name for p in evidence.iterdir()) == files
     _assert_the_copy_is_read_whole(store, tmp_path)
-
-
-@pytest.fixture
-def read_only_mount(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
-    path = tmp_path / "volume"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
 
 
 def test_a_store_on_a_read_only_mount_is_unreadable_not_failed(read_only_mount: Path, tmp_path: Path) -> None:

@@ -14,10 +14,8 @@ import shutil
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 from test_cli_a7_read_only_store_place import (
     _WRITE_AND_DIE,
     WITHOUT_ROOTS_REACH,
@@ -83,19 +81,10 @@ def test_wal_and_shm_this_user_may_not_write_are_unusable_for_writes(tmp_path: P
         evidence.chmod(0o755)
 
 
-@pytest.fixture
-def mount(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
-    path = tmp_path / "volume"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
-
-
-def test_writes_on_a_read_only_mount_with_wal_and_shm_are_unusable(mount: Path, tmp_path: Path) -> None:
+def test_writes_on_a_read_only_mount_with_wal_and_shm_are_unusable(
+    read_only_mount: Path, tmp_path: Path
+) -> None:
+    mount = read_only_mount
     store = _closed_store(mount)
     commands = _writing_commands(store, tmp_path)
     assert _run(commands[1][0], *commands[1][1], cwd=tmp_path).returncode == 0  # the audit tables made
