@@ -16,7 +16,9 @@ cancels them too, exit 130). One that comes before the store answered the pass's
 at once with a report that says so (`listed: false` in --json), exit 130: the store was not read. Once the
 pass is over and the store released, its journal is committed: a signal then, or one taken before, ends the
 process (128 plus its number) unless it exits by itself within `_DONE_EXITS_WITHIN_S`, with the pass's code
-(see `_counted`), and a third in all exits at once.
+(see `_counted`), and a third in all exits at once; once the exit functions have run, in the interpreter's
+last teardown, a worker whose report is written ignores them (`_stop_signals_ignored_in_the_last_teardown`).
+With `--json` the report is all that goes to standard output (closed once it is written: see `_Report`).
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -35,7 +37,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import contextlib
+import errno
 import fcntl
 import importlib
 import io
@@ -252,6 +256,10 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             return _serve(args, report_to)
     report_to.flush()
     saved = fcntl.fcntl(1, fcntl.F_DUPFD_CLOEXEC, 3)  # above 0-2, even when one of them is closed
+    # In the bide command the process ends with the command: file descriptor 1 stays on standard error to
+    # the end, and the report's descriptor is closed once the report is written (see _Report).
+    for_good = _ends_with_the_process()
+    report = _Report(saved, closed_once_written=for_good)
     try:
         try:
             os.dup2(2, 1)
@@ -259,24 +267,29 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
             os.close(devnull)
-        guarded = GuardedStdout(_Unbuffered(saved))
         with contextlib.redirect_stdout(sys.stderr):
-            code = _serve(args, guarded)
+            code = _serve(args, report)
         return code
     finally:
-        os.dup2(saved, 1)
-        os.close(saved)
+        if for_good:
+            report.written()
+        else:  # a program that called the command in-process goes on with its standard output back
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 class _Unbuffered(io.TextIOBase):
     """Text written straight to a file descriptor: nothing is held back, so a write that fails (a full disk)
-    fails where it is made, and nothing is left to fail again when the stream goes."""
+    fails where it is made, and nothing is left to fail again when the stream goes. `close_descriptor`
+    closes the descriptor; a write after it fails (EBADF)."""
 
     def __init__(self, fd: int) -> None:
         super().__init__()
         self._fd = fd
 
     def write(self, text: str) -> int:
+        if self._fd < 0:
+            raise OSError(errno.EBADF, "the report's descriptor is closed: its report was written")
         data = text.encode("utf-8")
         while data:
             data = data[os.write(self._fd, data) :]
@@ -284,6 +297,34 @@ class _Unbuffered(io.TextIOBase):
 
     def fileno(self) -> int:
         return self._fd
+
+    def close_descriptor(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1  # (-1 first: the number may be reused by the next file opened)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+class _Report(GuardedStdout):
+    """Where `bide worker --once --json` writes its report when standard output is file descriptor 1: a
+    copy of that descriptor (`fd`), fd 1 itself pointing at standard error meanwhile. With
+    `closed_once_written` (the bide command, whose process ends with the command) the copy, the last
+    descriptor of standard output in the process, is closed once the report is written (`written`): a
+    reader sees the report's end at once, even while the process waits for a thread a tool left running,
+    and nothing printed later (that thread, an exit function, the interpreter's teardown) reaches it."""
+
+    def __init__(self, fd: int, *, closed_once_written: bool) -> None:
+        descriptor = _Unbuffered(fd)
+        super().__init__(descriptor)
+        self._descriptor = descriptor
+        self._closed_once_written = closed_once_written
+
+    def written(self) -> None:
+        """The report (or failure document) is written: flush it, and close the descriptor when the
+        process ends with the command."""
+        self.flush()
+        if self._closed_once_written:
+            self._descriptor.close_descriptor()
 
 
 def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
@@ -303,6 +344,10 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
 
     if args.json and not args.once:
         return refuse(EXIT_USAGE, "worker --json needs --once (a worker serving until stopped has no report)")
+    taken = _StopSignals()
+    if _ends_with_the_process():
+        # Before the app is imported: exit functions run last registered first, so this one after the app's.
+        atexit.register(_stop_signals_ignored_in_the_last_teardown, taken)
     log_lines = logging.StreamHandler()
     log_lines.setFormatter(_PrintableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[log_lines])
@@ -336,12 +381,11 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
             return refuse(EXIT_USAGE, str(exc))
         with _signals_restored():
             if args.once:
-                return _once_reported(args, worker, report_to, failure_document)
+                return _once_reported(args, worker, report_to, failure_document, taken)
             started = (
                 f"bide worker: serving {len(agents)} agent(s) on {_where(store)}, looking for runs to "
                 f"recover every {args.poll:g} s; SIGINT, SIGTERM or SIGHUP stops it"
             )
-            taken = _StopSignals()
             asyncio.run(_forever(worker, started, taken))
             _flushed(report_to, taken)
         return EXIT_OK
@@ -355,13 +399,11 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
 
 def _once_reported(
     args: argparse.Namespace, worker: Worker, report_to: TextIO | GuardedStdout,
-    failure_document: Callable[..., None],
+    failure_document: Callable[..., None], taken: _StopSignals,
 ) -> int:
     """`bide worker --once`: the pass, its report (or failure document) written and flushed while the stop
     signals are still the worker's, and its exit code."""
     from ._cli import EXIT_INTERRUPTED
-
-    taken = _StopSignals()
 
     async def reported() -> int:
         # Written before asyncio.run's end, which waits for the threads of synchronous calls still running
@@ -454,6 +496,8 @@ def _flushed(report_to: TextIO | GuardedStdout, taken: _StopSignals) -> None:
         if stream is not None:
             with contextlib.suppress(OSError, ValueError):  # a closed or failing stream: the exit code says
                 stream.flush()
+    if isinstance(report_to, _Report):
+        report_to.written()
     taken.written = True
 
 
@@ -656,6 +700,21 @@ def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSi
 # What `_signals_handled` leaves in place until the process exits, for `_signals_restored` to put back in a
 # program that called the command in-process and goes on.
 _LEFT_TO_PUT_BACK: list[Callable[[], None]] = []
+
+
+def _stop_signals_ignored_in_the_last_teardown(taken: _StopSignals) -> None:
+    """The bide command's last exit function: once the worker's outcome is written (`taken.written`: its
+    report or failure document, its exit code decided), the stop signals it counts are ignored for what is
+    left, the interpreter's last teardown. Python puts the signals' default actions back there, and a signal
+    landing then killed a worker that had finished (143 for SIGTERM instead of the pass's code). Until this
+    runs (a thread a tool left running, the app's exit functions), a signal still ends a worker that does
+    not exit by itself (`_counted`)."""
+    if not taken.written or taken.given_back:
+        return
+    for sig in _STOP_SIGNALS:
+        if signal.getsignal(sig) is _only_counted:  # (not SIGHUP under nohup, already ignored)
+            with contextlib.suppress(ValueError, OSError):
+                signal.signal(sig, signal.SIG_IGN)
 
 
 def _only_counted(signum: int, frame: object) -> None:
