@@ -83,6 +83,12 @@ class AnthropicModel(HTTPModel):
     another model answered is in the journal already, and its run cannot go on with this model). A turn
     with more than `MAX_CONTENT_BLOCKS` (10,000) content blocks raises `ModelError`.
 
+    Content blocks of a type the adapter does not model (a server tool's, say) are kept as they came
+    (`AssistantMessage.blocks`) and sent back on later turns; streamed, they get what their deltas carry, as
+    the API's deltas add to the blocks it documents, and a delta bide cannot add to one raises `ModelError`
+    rather than be dropped. A block without a string type, and a kept block whose "input" is not an object,
+    raise `ModelError`.
+
     A turn is journaled only if it ended as an answer or a request for tools: a turn the API paused
     ("pause_turn"), one its safety filter stopped ("refusal"), one cut off before it wrote anything, a
     ``stop_reason`` bide does not know, and thinking blocks beside tool calls (extended thinking with
@@ -363,15 +369,17 @@ class _Block:
     """A content block of a streamed answer, from its content_block_start to its content_block_stop."""
 
     __slots__ = (
-        "_model", "added", "citations", "id", "index", "input", "json", "name", "start", "stopped", "text",
-        "type",
+        "_model", "added", "citations", "id", "index", "input", "json", "name", "start", "stopped", "strings",
+        "text", "type",
     )
 
     def __init__(self, model: str, index: int, start: dict[str, Any], mask: Mask) -> None:
         self.index = index
         self.start = start
-        self.citations: list[Any] = []  # a text block's citations_delta pieces
-        self.type = start.get("type")
+        self.citations: list[Any] = []  # a text block's (or a kept block's) citations_delta pieces
+        self.type = _block_type(model, index, start, mask)
+        # A kept block's text fields ("text", "thinking", "signature") with what its deltas added to them.
+        self.strings: dict[str, StreamText] = {}
         self.id = json_name(model, start.get("id"), "id", mask) if self.type == "tool_use" else ""
         self.name = json_name(model, start.get("name"), "name", mask) if self.type == "tool_use" else ""
         # Whether the block added anything to the answer (see `adds_to_answer`): a text block starts empty.
@@ -392,28 +400,63 @@ class _Block:
         """The block as a whole answer would have held it: its start with the text, citations and input
         its deltas added (a tool_use block is sent back from its call, see `_as_sent`)."""
         block = dict(self.start)
+        if self.citations:
+            given = block.get("citations")
+            block["citations"] = [*(given if isinstance(given, list) else []), *self.citations]
         if self.type == "text":
             block["text"] = self.text.text()
-            if self.citations:
-                given = block.get("citations")
-                block["citations"] = [*(given if isinstance(given, list) else []), *self.citations]
             return block
-        if self.type == "tool_use" or not isinstance(self.type, str) or self.type in _MODELED:
+        if self.type in _MODELED:
             return block  # not kept as it came (see `_kept`)
         shown = excerpt(self.type, mask, 50)
         if not self.stopped:
             # Kept to be sent back: a part may be missing, which the API would refuse on every later turn.
             what = f"a {shown} block (block {self.index}) without its content_block_stop"
             raise malformed(self._model, what)
+        for field, text in self.strings.items():
+            block[field] = text.text()
         raw = self.json.text()
         if raw.strip():
+            if self.start.get("input") not in (None, {}):
+                # One of the two would be dropped (as for a tool_use block, see `arguments`).
+                where = f"a {shown} block (block {self.index})"
+                raise malformed(self._model, f"{where} with an input in its start and input_json pieces")
             try:
                 block["input"] = read_json(raw)
             except ValueError:
                 raise malformed(
                     self._model, f"a {shown} block (block {self.index}) whose input_json is not JSON"
                 ) from None
+        _check_kept(self._model, self.index, block, mask)
         return block
+
+    def keep(self, kind: Any, delta: dict[str, Any], mask: Mask) -> None:
+        """Add a delta to a block of a type the adapter does not model (kept as it came, to be sent back),
+        as the API's deltas add to the blocks it documents: a text_delta's text to "text" (a thinking_delta's
+        to "thinking", a signature_delta's to "signature"), input_json pieces to the "input" read at the
+        block's end, a citation to "citations". A delta of another kind is refused: dropped, what it carried
+        would be missing from the block on every later turn, and the model would not be told."""
+        if kind == "input_json_delta":
+            self.json.add(_partial_json(self._model, delta, mask))
+        elif kind == "citations_delta":
+            self.citations.append(_citation(self._model, delta, mask))
+        elif isinstance(kind, str) and kind in _APPENDED:
+            field = _APPENDED[kind]
+            piece = delta.get(field)
+            if not isinstance(piece, str):
+                shown = excerpt(piece, mask)
+                raise malformed(self._model, f"a {kind} whose {field} is not a string: {shown}")
+            if field not in self.strings:
+                given = self.start.get(field, "")
+                if not isinstance(given, str):
+                    shown = excerpt(self.type, mask, 50)
+                    what = f"a {kind} for block {self.index}, a {shown} block whose {field} is not a string"
+                    raise malformed(self._model, what)
+                self.strings[field] = StreamText(self._model, f"block {self.index}'s {field}")
+                self.strings[field].add(given)
+            self.strings[field].add(piece)
+        else:
+            raise _delta_not_kept(self._model, self.index, self.type, kind, mask)
 
     def arguments(self) -> dict[str, Any] | str | None:
         """The call's input: its input_json pieces, else the input its start held (not both); text that
@@ -459,6 +502,9 @@ def _add_delta(
         where = "before its content_block_start" if block is None else "after its content_block_stop"
         raise malformed(model, f"a content_block_delta for block {index} {where}")
     block.added = block.added or adds_to_answer(delta)
+    if block.type not in _MODELED:
+        block.keep(kind, delta, mask)
+        return None  # not the turn's text (`AssistantMessage.content`), which is its text blocks'
     if kind == "text_delta":
         if block.type != "text":
             raise malformed(model, f"a text delta for block {index}, a {excerpt(block.type, mask, 50)} block")
@@ -466,24 +512,79 @@ def _add_delta(
         shown = block.text.add(piece)
         return shown if shown or not piece else None  # None: half a surrogate pair, held for the next
     if kind == "input_json_delta":
-        partial = delta.get("partial_json")
-        if not isinstance(partial, str):
-            # Skipped, it could leave the other pieces valid JSON without an argument the model sent: the
-            # tool would run on its default for it.
-            raise malformed(
-                model, f"an input_json delta whose partial_json is not a string: {excerpt(partial, mask)}"
-            )
+        partial = _partial_json(model, delta, mask)
         if block.type == "text":
             raise malformed(model, f"an input_json delta for block {index}, a text block")
         block.json.add(partial)
     elif kind == "citations_delta" and block.type == "text":
-        citation = delta.get("citation")
-        if not isinstance(citation, dict):
-            # Kept, it would be sent back on every later turn, which the API would refuse.
-            shown = excerpt(citation, mask)
-            raise malformed(model, f"a citations_delta whose citation is not an object: {shown}")
-        block.citations.append(citation)
+        block.citations.append(_citation(model, delta, mask))
     return None
+
+
+def _partial_json(model: str, delta: dict[str, Any], mask: Mask) -> str:
+    """An input_json_delta's piece of input."""
+    partial = delta.get("partial_json")
+    if not isinstance(partial, str):
+        # Skipped, it could leave the other pieces valid JSON without an argument the model sent: the tool
+        # would run on its default for it.
+        raise malformed(
+            model, f"an input_json delta whose partial_json is not a string: {excerpt(partial, mask)}"
+        )
+    return partial
+
+
+def _citation(model: str, delta: dict[str, Any], mask: Mask) -> dict[str, Any]:
+    """A citations_delta's citation."""
+    citation = delta.get("citation")
+    if not isinstance(citation, dict):
+        # Kept, it would be sent back on every later turn, which the API would refuse.
+        shown = excerpt(citation, mask)
+        raise malformed(model, f"a citations_delta whose citation is not an object: {shown}")
+    return citation
+
+
+# The deltas that add text to a field of a block (`_Block.keep`), the field named as in the delta.
+_APPENDED = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature"}
+
+
+def _delta_not_kept(model: str, index: int, block_type: str, kind: Any, mask: Mask) -> ModelError:
+    """The error for a delta `_Block.keep` cannot add to its block: refused rather than dropped, since the
+    block would go back to the model on every later turn without it (and the journal keeps it so)."""
+    what = f"a delta of the type {excerpt(kind, mask, 50)}" if kind is not None else "a delta without a type"
+    return ModelError(
+        f"model {model!r} sent {what} for block {index}, a {excerpt(block_type, mask, 50)} block: bide keeps "
+        "a block of a type it does not model as it came, to send it back on later turns, and does not know "
+        "how this delta adds to it (the block would go back without what it carried); nothing was "
+        "journaled: run again to retry, and if the model keeps sending such deltas, leave the feature that "
+        "makes such blocks (a server tool, a beta) out of extra_body, or use a version of bide that knows "
+        "them"
+    )
+
+
+def _block_type(name: str, index: int, block: dict[str, Any], mask: Mask) -> str:
+    """A content block's type (`index`: its place in the turn). A block without one (absent, null, empty or
+    not a string) is not the API's shape: left out, the turn would be journaled, and sent back on later
+    turns, without a part the model gave."""
+    kind = block.get("type")
+    if isinstance(kind, str) and kind:
+        return kind
+    if kind is None:
+        what = "without a type"
+    elif kind == "":
+        what = "whose type is empty"
+    else:
+        what = f"whose type is not a string: {excerpt(kind, mask, 100)}"
+    raise malformed(name, f"a content block (block {index}) {what}")
+
+
+def _check_kept(name: str, index: int, block: dict[str, Any], mask: Mask) -> None:
+    """Refuse a block kept as it came whose "input" (a server tool's, say) is not an object: the API takes
+    a tool's input as an object only, and would refuse the block, sent back, on every later turn. Streamed
+    or whole, the same block is refused alike."""
+    given = block.get("input", {})
+    if not isinstance(given, dict):
+        what = f"a {excerpt(block['type'], mask, 50)} block (block {index})"
+        raise malformed(name, f"{what} whose input is not an object: {excerpt(given, mask)}")
 
 
 def _too_many_blocks(name: str) -> ModelError:
@@ -528,10 +629,9 @@ def _kept(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys in the journal's order (the same bytes live and replayed), when one of them is of a type the
     adapter does not model (a server tool's ``server_tool_use`` and ``web_search_tool_result``, say);
     else none, the turn being its text and calls."""
-    # (the type's JSON type first: an array or an object is not hashable)
-    if all(not isinstance(block.get("type"), str) or block.get("type") in _MODELED for block in blocks):
+    if all(block["type"] in _MODELED for block in blocks):  # (each type a string: see `_block_type`)
         return []
-    return [journal_order(block) for block in blocks if isinstance(block.get("type"), str)]
+    return [journal_order(block) for block in blocks]
 
 
 def _as_sent(message: AssistantMessage) -> list[dict[str, Any]]:
@@ -665,15 +765,16 @@ def _parse(
         if not isinstance(block, dict):
             # Not the API's shape: skipping it would journal an answer the model did not give.
             raise malformed(name, f"a content block that is not an object: {excerpt(block, mask)}")
-        if len(named) >= MAX_TOOL_CALLS and block.get("type") == "tool_use":
+        kind = _block_type(name, position, block, mask)
+        if len(named) >= MAX_TOOL_CALLS and kind == "tool_use":
             raise too_many_calls(name)
-        if block.get("type") == "text":
+        if kind == "text":
             if not isinstance(block.get("text"), str):
                 # Not the API's shape: skipping it would journal an answer the model did not give.
                 said = excerpt(block.get("text"), mask)
                 raise malformed(name, f"a text block whose text is not a string: {said}")
             text.append(block["text"])
-        elif block.get("type") == "tool_use":
+        elif kind == "tool_use":
             tool = json_name(name, block.get("name"), "name", mask)
             args = block.get("input")
             if args is None:  # absent or null: not {}, on which the tool would run with its defaults
@@ -682,8 +783,10 @@ def _parse(
                 arguments = call_arguments(args, json.dumps(args))
             ids.append(json_name(name, block.get("id"), "id", mask))
             named.append((tool, arguments))
-        elif _thinks(block.get("type")):
+        elif _thinks(kind):
             thinking = True
+        elif kind not in _MODELED:
+            _check_kept(name, position, block, mask)
     reason = data.get("stop_reason")
     finish = reason if isinstance(reason, str) else ""
     _judge(name, finish, "".join(text), bool(named), thinking, ends, mask)
