@@ -11,7 +11,8 @@ import re
 import secrets
 import stat
 import sys
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -19,9 +20,14 @@ from ._errors import ConfigError
 
 __all__ = [
     "KEY_FILE_LIMIT",
+    "PAIR_LOCK_WAIT_S",
     "SecondNotPlaced",
     "Staged",
+    "StillLocked",
     "check_output",
+    "hold_directory_lock",
+    "hold_lock_file",
+    "pair_locked",
     "read_small_file",
     "remove_leftovers",
     "replace_pair",
@@ -494,9 +500,19 @@ def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, 
     Both are written in full to temporary files beside their targets (`staged`) before either is renamed
     into place: a write that fails (a full disk) raises OSError and leaves the old files as they were. If
     the second rename fails once the first is done, the new first file is removed again and
-    `SecondNotPlaced` is raised. The caller fsyncs the directory afterwards (`sync_directory`): an error
-    there comes once the new pair is in place, so it is not one of these.
+    `SecondNotPlaced` is raised. The whole write holds the pair's lock (`pair_locked`; `StillLocked`, an
+    OSError, when another writer keeps it too long): two writers of one pair at once take turns, so the
+    pair left is one writer's, never one's first file beside the other's second. A process killed outright
+    between the two renames still leaves the new first file beside the old second one: whoever reads the
+    pair compares the two (`bide.audit.load_signing_key` does). The caller fsyncs the directory afterwards
+    (`sync_directory`): an error there comes once the new pair is in place, so it is not one of these.
     """
+    with pair_locked(first):
+        _replace_pair_locked(first, first_data, first_mode, second, second_data, second_mode)
+
+
+def _replace_pair_locked(first: Path, first_data: bytes, first_mode: int, second: Path, second_data: bytes,
+                         second_mode: int) -> None:  # fmt: skip
     temps: list[Staged] = []
     remove_leftovers(first)
     remove_leftovers(second)
@@ -515,6 +531,135 @@ def replace_pair(first: Path, first_data: bytes, first_mode: int, second: Path, 
         for tmp in temps:
             tmp.path.unlink(missing_ok=True)
             tmp.let_go()
+
+
+#: How long a writer of a pair of files (`pair_locked`) waits for another writer of the same pair.
+PAIR_LOCK_WAIT_S = 30.0
+
+
+@contextlib.contextmanager
+def pair_locked(first: Path, *, wait: float | None = None) -> Iterator[None]:
+    """Hold the lock of the pair of files named after `first` (a key file and its .pub) meanwhile: an
+    exclusive `flock` on the lock file ``.NAME.lock`` beside `first` (made for the while and removed after,
+    as the anchor directory's lock file is: see `hold_lock_file`), or, where that file cannot be made, on
+    the directory itself. Waits up to `wait` seconds (default `PAIR_LOCK_WAIT_S`) for another writer of
+    the pair, then raises `StillLocked`; where neither can be locked (a file system without locks) the
+    block runs unlocked."""
+    directory = first.parent if str(first.parent) else Path(".")
+    lock = directory / f".{first.name}.lock"
+    limit = PAIR_LOCK_WAIT_S if wait is None else wait
+    with contextlib.ExitStack() as stack:
+        try:
+            if not hold_lock_file(lock, time.monotonic() + limit, stack):
+                hold_directory_lock(directory, time.monotonic() + limit, stack)
+        except StillLocked:
+            raise StillLocked(
+                errno.EAGAIN,
+                f"another process writing {first} (a keygen) held its lock {lock} for {limit:g} s (paused or "
+                "stuck); try again once it is done",
+            ) from None
+        yield
+
+
+class StillLocked(OSError):
+    """A lock (`hold_lock_file`, `hold_directory_lock`) another process held past the time allowed to
+    wait for it."""
+
+
+def hold_lock_file(path: Path, until: float, stack: contextlib.ExitStack) -> bool:
+    """Take an exclusive `flock` on the lock file `path` (made if missing, never through a symbolic link),
+    waiting until the monotonic time `until` (then `StillLocked`); `stack` removes the file and lets go
+    of it. False when it cannot be made, opened or locked (a file system that locks no files), or is no
+    regular file (`_open_lock_file`). A lock file left by a process killed outright is taken over."""
+    while True:
+        fd = _open_lock_file(path)
+        if fd is None:
+            return False
+        try:
+            locked = _flock_by(fd, until)
+        except BaseException:
+            os.close(fd)
+            raise
+        if locked and _same_file(fd, path):
+            stack.callback(os.close, fd)  # last: the file is removed while still locked
+            stack.callback(_remove_lock_file, path)
+            return True
+        os.close(fd)
+        if not locked:
+            return False
+        # The process that held it removed it as it let go: lock the one there now (or make it).
+
+
+def _open_lock_file(path: Path) -> int | None:
+    """A descriptor open on the regular file at `path` (made if missing, readable by every user whatever the
+    umask, so that another user's process can lock it too), or None when there is none to be had: a FIFO,
+    device or directory planted there is never opened for good (O_NONBLOCK: opening a FIFO to read would
+    wait for a writer for ever)."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
+    except OSError:
+        try:  # one another user's process made and holds: theirs to write, ours to lock
+            fd = os.open(path, os.O_RDONLY | flags)
+        except OSError:
+            return None
+    held = os.fstat(fd)
+    if not stat.S_ISREG(held.st_mode):
+        os.close(fd)
+        return None
+    ours = held.st_uid == os.geteuid() and held.st_size == 0 and held.st_nlink == 1
+    if ours and held.st_mode & 0o044 != 0o044:
+        # Made under a umask such as 077: a process of another user could not open it, nor take over one a
+        # killed process left, and would lock only the directory. Only an empty file of one name: never a
+        # file of this user's that another linked there.
+        with contextlib.suppress(OSError):
+            os.fchmod(fd, 0o644)
+    return fd
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """`fd` is open on the file at `path` (not on one removed from there since)."""
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return False
+    held = os.fstat(fd)
+    return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
+
+
+def _remove_lock_file(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def hold_directory_lock(directory: Path, until: float, stack: contextlib.ExitStack) -> bool:
+    """Take an exclusive `flock` on `directory` itself, as `hold_lock_file` does on a file; False when it
+    cannot be opened (a directory this user may not list) or locked."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    stack.callback(os.close, fd)
+    return _flock_by(fd, until)
+
+
+def _flock_by(fd: int, until: float) -> bool:
+    """Take an exclusive `flock` on `fd`, waiting until the monotonic time `until` (then `StillLocked`);
+    False when the file system cannot lock it (no waiting is of use then)."""
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: nothing to lock with
+        return False
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= until:
+                raise StillLocked(errno.EAGAIN, "locked by another process") from None
+            time.sleep(0.05)
+        except OSError:  # ENOLCK, EBADF: locks this file system does not take on this kind of file
+            return False
 
 
 def sync_directory(path: Path) -> None:

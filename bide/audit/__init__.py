@@ -5,7 +5,8 @@
 - `AuditedStore(store, log)`: a store wrapper that syncs the tree and anchors a head after every append.
 - `verify_bundle`, `verify_evidence`, `verify_consistency_proof`: offline checks (also `bide-audit`).
 - Keys: `generate_key`, `load_signing_key`, `load_public_key`, `key_id`.
-- Anchoring: `DirectoryPublisher`, `HttpPublisher`, or any `Publisher`.
+- Anchoring: `DirectoryPublisher` (refuses a head that forks from the run's heads there: `ForkRefused`),
+  `HttpPublisher`, or any `Publisher`.
 - The tree math itself: `MerkleTree`, `leaf_hash`, `node_hash`, `verify_inclusion`, `verify_consistency`.
 
 Formats are documented byte for byte in docs/audit.md.
@@ -22,7 +23,7 @@ import typing as _typing
 from .._lazy import LazyExports as _LazyExports
 
 if _typing.TYPE_CHECKING:  # type checkers and IDEs see the real objects; at run time `__getattr__` loads them
-    from ._anchor import AnchorError, DirectoryPublisher, HttpPublisher, Publisher
+    from ._anchor import AnchorError, DirectoryPublisher, ForkRefused, HttpPublisher, Publisher
     from ._audited import AuditedStore
     from ._errors import AuditError, JournalDamaged, NotVerified, UnreadableInput
     from ._formats import (
@@ -54,6 +55,7 @@ __all__ = [
     "DirectoryPublisher",
     "EvidencePackage",
     "EvidenceRecord",
+    "ForkRefused",
     "HttpPublisher",
     "Inclusion",
     "JournalDamaged",
@@ -87,7 +89,7 @@ __all__ = [
 # Where each public name is defined, submodule -> names (a test checks this against the imports above).
 # fmt: off
 _SUBMODULE_NAMES: dict[str, tuple[str, ...]] = {
-    "_anchor": ("AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"),
+    "_anchor": ("AnchorError", "DirectoryPublisher", "ForkRefused", "HttpPublisher", "Publisher"),
     "_audited": ("AuditedStore",),
     "_errors": ("AuditError", "JournalDamaged", "NotVerified", "UnreadableInput"),
     "_formats": (

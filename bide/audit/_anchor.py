@@ -14,18 +14,128 @@ import hashlib
 import os
 import re
 import stat
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from .._files import write_whole
-from ._errors import AuditError
+from .._files import StillLocked, hold_directory_lock, hold_lock_file, write_whole
+from ._errors import AuditError, NotVerified
 from ._formats import SignedTreeHead
 
-__all__ = ["AnchorError", "DirectoryPublisher", "HttpPublisher", "Publisher"]
+if TYPE_CHECKING:
+    from ._keys import PublicKey
+    from ._log import AuditLog
+
+__all__ = [
+    "LOCK_FILE",
+    "AnchorError",
+    "Comparison",
+    "DirectoryPublisher",
+    "ForkRefused",
+    "HttpPublisher",
+    "Publisher",
+]
+
+#: The file in an anchor directory that whoever compares and publishes there holds locked (`bide-audit
+#: export --anchor-dir`, `DirectoryPublisher.publish_checked`), made for the while and removed after (hidden:
+#: not a head).
+LOCK_FILE = ".bide-audit-export.lock"
+#: How long a publisher waits for another one comparing and publishing in its anchor directory.
+LOCK_WAIT_S = 30.0
+
+# How a library's ForkRefused says to publish the fork all the same (the export's says --allow-fork).
+_ALLOW_IN_THE_LIBRARY = (
+    "publish it with `DirectoryPublisher.publish_checked(log, error.sth, allow_fork=True)` (or `publish`, "
+    "which compares nothing)"
+)
 
 
 class AnchorError(AuditError):
     """A signed head could not be published; the head is valid, but not anchored: publish it again."""
+
+
+class ForkRefused(AnchorError, NotVerified):
+    """The head was not published: it forks from a head of its run already anchored in the directory (the
+    log's key would have signed two histories of one run). The journal is not the one that was anchored: it
+    was changed behind bide, the store rolled back, or the run started again under the same id. Publishing
+    again does not help: restore the store from a backup, or publish the fork knowingly
+    (`DirectoryPublisher.publish_checked(log, error.sth, allow_fork=True)`). `comparison` says what was
+    found, `sth` is the head refused."""
+
+    def __init__(self, message: str, comparison: Comparison) -> None:
+        super().__init__(message)
+        self.comparison = comparison
+        self.sth = comparison.sth
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """What comparing `sth` with the heads of its run anchored in `directory` found
+    (`DirectoryPublisher.compare`): each anchored head it forks from, as (file, head, why); the key ids of
+    the run's heads there signed by keys that were not compared (`others`); and, when the heads there
+    could not be read (a drop box: writable, not readable), why (`unreadable`: then none was compared)."""
+
+    sth: SignedTreeHead
+    directory: Path
+    forks: tuple[tuple[Path, SignedTreeHead, str], ...] = ()
+    others: tuple[str, ...] = ()
+    unreadable: str | None = None
+    #: The ids of the keys whose heads were compared: `sth`'s, and the log's earlier ones.
+    key_ids: frozenset[str] = frozenset()
+    #: The heads `sth` was compared with, as (file, head).
+    compared: tuple[tuple[Path, SignedTreeHead], ...] = field(default=(), repr=False)
+
+    def forks_in_words(self) -> str:
+        """The first few heads it forks from, for a message: each one's file, size, key (when another than
+        `sth`'s) and why."""
+        named = "; ".join(_fork_in_words(path, head, why, self.sth) for path, head, why in self.forks[:3])
+        if len(self.forks) > 3:
+            named += f"; and {len(self.forks) - 3} more"
+        return named
+
+    def refusal(
+        self,
+        *,
+        nothing_done: str = "Nothing was published",
+        allow: str = _ALLOW_IN_THE_LIBRARY,
+        earlier: str = "one of the publisher's earlier_keys",
+    ) -> ForkRefused:
+        """The error that refuses to publish `sth` for its forks, saying what they mean and what to do:
+        `nothing_done` says what was not done, `allow` how to publish it all the same, and `earlier` where
+        the log's earlier keys were given."""
+        sth = self.sth
+        keys = "and key" if all(head.key_id == sth.key_id for _, head, _ in self.forks) else (
+            f"(signed by its key or {earlier})"
+        )
+        return ForkRefused(
+            f"the head of run {sth.log_id!r} at {sth.size} records forks from a head of the same run {keys} "
+            f"already anchored in {self.directory}: {self.forks_in_words()}. The journal is not the one that "
+            "head was signed over: it was changed behind bide, the store rolled back, or the run deleted and "
+            f"started again under the same id. {nothing_done}. Restore the store from a backup (`bide show "
+            "RUN` shows the journal as it is); to publish this head beside the anchored ones all the same, "
+            f"as a fork every auditor of the directory will see, {allow}",
+            self,
+        )
+
+
+def _fork_in_words(path: Path, head: SignedTreeHead, why: str, sth: SignedTreeHead) -> str:
+    key = "" if head.key_id == sth.key_id else f", signed by {head.key_id}"
+    return f"{path} ({head.size} records{key}): {why}"
+
+
+@dataclass
+class _Known:
+    """What a publisher knows of a run's folder once it published a head there that forks from none: the
+    files it has read (`names`), and the heads a later head must still be compared with (`heads`: that one
+    and those larger than it). Every other head read there is a prefix of that head, so a head consistent
+    with it is consistent with them too."""
+
+    names: set[str]
+    heads: tuple[tuple[Path, SignedTreeHead], ...]
 
 
 @runtime_checkable
@@ -46,24 +156,112 @@ class DirectoryPublisher:
     overwritten. The directory must exist: it is never created (a head published under a mistyped path
     would sit where nobody looks for it), only the per-log folder inside it, which a failed write (a full
     disk: AnchorError caused by the OSError) removes again if it created it and it is still empty.
+
+    `AuditLog.sign_head` publishes through `publish_checked`: a head that forks from one of its run already
+    anchored here (signed by the log's key, or one of `earlier_keys`, its keys before a rotation) is refused
+    (`ForkRefused`), not published beside it. `publish` alone writes the head without comparing.
     """
 
-    def __init__(self, directory: str | os.PathLike[str]) -> None:
+    def __init__(self, directory: str | os.PathLike[str], *, earlier_keys: Sequence[PublicKey] = ()) -> None:
         self.directory = Path(directory)
+        self.earlier_keys = tuple(earlier_keys)
+        self._known: dict[tuple[str, frozenset[str]], _Known] = {}
+        self._publishing = threading.Lock()  # one comparison and publication at a time in this process
 
     def path_for(self, sth: SignedTreeHead) -> Path:
         """Where `sth` is (or will be) written."""
         return self.path_for_log(sth.log_id) / f"{sth.size:020d}-{sth.timestamp_ns}.json"
 
-    def publish(self, sth: SignedTreeHead) -> None:
-        target = self.path_for(sth)
-        data = sth.to_json()
+    def publish_checked(self, log: AuditLog, sth: SignedTreeHead, *, allow_fork: bool = False) -> Comparison:
+        """Publish `sth`, a head `log` signed, unless it forks from a head of its run already anchored here
+        (`compare`): then `ForkRefused` and nothing is published, unless `allow_fork`. What
+        `AuditLog.sign_head` does with this publisher. Compared and published under the directory's lock
+        (`locked`, the one `bide-audit export --anchor-dir` takes), so two publishers at once take turns and
+        the second is compared with the first's head; one kept waiting 30 s raises AnchorError. Heads there
+        that cannot be read (a drop box) are not compared, and the head is published. Returns what the
+        comparison found."""
+        self._check_directory()
+        with self._publishing:
+            try:
+                with self.locked():
+                    found = self.compare(log, sth)
+                    if found.forks and not allow_fork:
+                        raise found.refusal()
+                    self.publish(sth)
+                    self._remember(found)
+            except StillLocked:
+                raise AnchorError(
+                    f"cannot publish the tree head: the anchor directory {self.directory} stayed locked by "
+                    f"another publisher for {LOCK_WAIT_S:g} s (a paused or stuck `bide-audit export`, say); "
+                    "nothing was published: publish again"
+                ) from None
+        return found
+
+    @contextlib.contextmanager
+    def locked(self, wait: float = LOCK_WAIT_S) -> Iterator[bool]:
+        """Hold the directory's locks meanwhile, waiting up to `wait` seconds for another publisher
+        (`bide-audit export --anchor-dir`, or `publish_checked` in another process), then `StillLocked` (an
+        OSError): an exclusive `flock` on the lock file `LOCK_FILE` there (removed after: a file can be
+        locked where a directory cannot, as on NFS, and in a directory this user may write but not list)
+        and on the directory itself (what exports before the lock file locked). Yields whether either was
+        taken (neither, on a file system that locks neither)."""
+        until = time.monotonic() + wait
+        with contextlib.ExitStack() as stack:
+            by_file = hold_lock_file(self.directory / LOCK_FILE, until, stack)
+            by_directory = hold_directory_lock(self.directory, until, stack)
+            yield by_file or by_directory
+
+    def compare(
+        self, log: AuditLog, sth: SignedTreeHead, *, earlier_keys: Sequence[PublicKey] | None = None
+    ) -> Comparison:
+        """Compare `sth`, a head `log` signed, with the heads of its run anchored here signed by `log`'s key
+        or one of `earlier_keys` (default: this publisher's), by consistency proofs from the run's tree
+        (`AuditLog.forks`). Hold `locked()` from here to the publication, so that no head comes in between.
+        The heads this publisher already compared and published past are not read again (a file here is
+        never rewritten)."""
+        keys = self.earlier_keys if earlier_keys is None else tuple(earlier_keys)
+        ids = frozenset({sth.key_id, *(key.key_id for key in keys)})
+        known = self._known.get((sth.log_id, ids))
+        try:
+            if known is None:
+                read = self.anchored(sth.log_id)
+            else:
+                read = self.anchored(sth.log_id, besides=known.names)
+        except AnchorError as exc:  # a drop box: writable, not readable
+            return Comparison(sth, self.directory, unreadable=str(exc), key_ids=ids)
+        heads = (*(known.heads if known is not None else ()), *read)
+        others = tuple(sorted({head.key_id for _, head in read} - ids))
+        forks = log.forks(sth, [head for _, head in heads], earlier_keys=keys)
+        found = tuple((*heads[i], why) for i, why in forks)
+        return Comparison(sth, self.directory, found, others, key_ids=ids, compared=heads)
+
+    def _remember(self, found: Comparison) -> None:
+        """Once `found.sth` is published: what the next comparison of its run may skip (`_Known`)."""
+        sth, key = found.sth, (found.sth.log_id, found.key_ids)
+        if found.forks or found.unreadable is not None:
+            self._known.pop(key, None)  # a fork published knowingly, or nothing read: all compared next time
+            return
+        known = self._known.setdefault(key, _Known(set(), ()))
+        own = self.path_for(sth)
+        known.names.update(path.name for path, _ in found.compared)
+        known.names.add(own.name)
+        ids = found.key_ids
+        larger = [(f, head) for f, head in found.compared if head.key_id in ids and head.size > sth.size]
+        known.heads = ((own, sth), *larger)
+
+    def _check_directory(self) -> None:
         if not self.directory.is_dir():
             what = "is not a directory" if self.directory.exists() else "does not exist"
             raise AnchorError(
                 f"cannot publish the tree head: the anchor directory {self.directory} {what}; create it "
                 "(DirectoryPublisher never creates it, so a mistyped path cannot hide a head)"
             )
+
+    def publish(self, sth: SignedTreeHead) -> None:
+        """Write `sth` here, without comparing it with the heads anchored here (`publish_checked` does)."""
+        target = self.path_for(sth)
+        data = sth.to_json()
+        self._check_directory()
         folder = target.parent.name
         created = False
         # The run's folder is opened once, refusing a symbolic link (O_NOFOLLOW), and the head is written
@@ -114,13 +312,15 @@ class DirectoryPublisher:
         finally:
             os.close(top)
 
-    def anchored(self, log_id: str) -> list[tuple[Path, SignedTreeHead]]:
+    def anchored(
+        self, log_id: str, *, besides: AbstractSet[str] = frozenset()
+    ) -> list[tuple[Path, SignedTreeHead]]:
         """The heads of `log_id` already published here, with their files, in name order: each file of the
         run's folder named as `publish` names heads that reads, strictly, as a head of `log_id` (whoever
         signed it: check the signatures that matter). A symbolic link or other non-regular file there, or
         one that does not read as a head, is left out; no folder (or a link or file at its name, which
         `publish` refuses) gives none. Raises AnchorError when the folder cannot be read (an anchor that
-        is a drop box, writable but not readable)."""
+        is a drop box, writable but not readable). Files named in `besides` (read before) are left out."""
         folder = self.path_for_log(log_id)
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -130,7 +330,7 @@ class DirectoryPublisher:
             raise AnchorError(f"cannot read the heads anchored in {folder}: {exc.strerror or exc}") from exc
         try:
             try:
-                names = sorted(n for n in os.listdir(fd) if _HEAD_NAME.fullmatch(n))
+                names = sorted(n for n in os.listdir(fd) if n not in besides and _HEAD_NAME.fullmatch(n))
             except OSError as exc:
                 why = exc.strerror or exc
                 raise AnchorError(f"cannot read the heads anchored in {folder}: {why}") from exc

@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from .._store import Entry, HookedStore, Store
+from ._anchor import ForkRefused
 from ._log import AuditLog
 
 __all__ = ["AuditedStore"]
+
+_LOGGER = logging.getLogger("bide.audit")
 
 
 class AuditedStore:
@@ -24,9 +28,12 @@ class AuditedStore:
     Anchoring (signing and publishing a head) happens only after the journal commit and never undoes it:
     a failure to advance the tree or to publish does not fail the append (the journal is the truth; the
     next append, `AuditLog.sync` or `AuditLog.sign_head` catches up). Each failure is passed to `on_error`
-    (default: kept in `errors`, the latest 100). Give the wrapper to `bide.Agent(store=...)` like any store;
-    everything else is passed through to the wrapped store. `close` unregisters the hook and closes the
-    wrapped store.
+    (default: kept in `errors`, the latest 100). A head a `DirectoryPublisher` refuses because it forks from
+    one of the run's heads anchored there (`ForkRefused`: the journal is not the one that was anchored) is
+    such a failure too, and no later append catches up on it: by default it is also logged as an error
+    (logger ``bide.audit``), at each append so refused. Give the wrapper to `bide.Agent(store=...)` like
+    any store; everything else is passed through to the wrapped store. `close` unregisters the hook and
+    closes the wrapped store.
     """
 
     def __init__(
@@ -56,8 +63,10 @@ class AuditedStore:
     def _error(self, exc: Exception) -> None:
         if self._on_error is not None:
             self._on_error(exc)
-        else:
-            self.errors = [*self.errors[-99:], exc]
+            return
+        self.errors = [*self.errors[-99:], exc]
+        if isinstance(exc, ForkRefused):  # not a passing failure: every later head is refused too
+            _LOGGER.error("the audit log's head was not anchored: %s", exc)
 
     @property
     def _anchors(self) -> bool:

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import json
 import os
 import signal
 import stat
 import sys
 import threading
-import time
 import traceback
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -264,14 +262,6 @@ def _store_files(path: str) -> list[str]:
     return [f"{name}{suffix}" for name in names for suffix in ("", "-wal", "-shm", "-journal")]
 
 
-def _fork_in_words(anchored: tuple[Path, SignedTreeHead], why: str, sth: SignedTreeHead) -> str:
-    """An anchored head that `sth` forks from, for the export's message: its file, size, key (when another
-    than `sth`'s) and `why`."""
-    path, head = anchored
-    key = "" if head.key_id == sth.key_id else f", signed by {head.key_id}"
-    return f"{path} ({head.size} records{key}): {why}"
-
-
 def _anchor_publisher(directory: str, output: Path) -> _RecordingPublisher:
     """The publisher of `export --anchor-dir`, once `directory` is known to exist and be writable: like
     `-o`, a missing directory is refused (exit 2), never created, so a typo in a path cannot scatter heads
@@ -292,104 +282,9 @@ _ANCHOR_LOCK_WAIT_S = 30.0  # how long an export waits for another one publishin
 
 
 #: The file in an anchor directory that an export comparing and publishing there holds locked, made for the
-#: while and removed after (hidden: not a head).
+#: while and removed after (hidden: not a head): `bide.audit._anchor.LOCK_FILE`, written here so that the
+#: parser need not import pydantic (a test checks that they agree).
 _ANCHOR_LOCK_FILE = ".bide-audit-export.lock"
-
-
-class _StillLocked(Exception):
-    """A lock another export held past the time an export waits for it."""
-
-
-def _hold_lock_file(path: Path, until: float, stack: contextlib.ExitStack) -> bool:
-    """Take an exclusive `flock` on the lock file `path` (made if missing, never through a symbolic link),
-    waiting until the monotonic time `until` (then `_StillLocked`); `stack` removes the file and lets go
-    of it. False when it cannot be made, opened or locked (a file system that locks no files), or is no
-    regular file (`_open_lock_file`)."""
-    while True:
-        fd = _open_lock_file(path)
-        if fd is None:
-            return False
-        try:
-            locked = _flock_by(fd, until)
-        except BaseException:
-            os.close(fd)
-            raise
-        if locked and _same_file(fd, path):
-            stack.callback(os.close, fd)  # last: the file is removed while still locked
-            stack.callback(_remove, path)
-            return True
-        os.close(fd)
-        if not locked:
-            return False
-        # The export that held it removed it as it let go: lock the one there now (or make it).
-
-
-def _open_lock_file(path: Path) -> int | None:
-    """A descriptor open on the regular file at `path` (made if missing, readable by every user whatever the
-    umask, so that another user's export can lock it too), or None when there is none to be had: a FIFO,
-    device or directory planted there is never opened for good (O_NONBLOCK: opening a FIFO to read would
-    wait for a writer for ever)."""
-    flags = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | flags, 0o644)
-    except OSError:
-        try:  # one another user's export made and holds: theirs to write, ours to lock
-            fd = os.open(path, os.O_RDONLY | flags)
-        except OSError:
-            return None
-    held = os.fstat(fd)
-    if not stat.S_ISREG(held.st_mode):
-        os.close(fd)
-        return None
-    ours = held.st_uid == os.geteuid() and held.st_size == 0 and held.st_nlink == 1
-    if ours and held.st_mode & 0o044 != 0o044:
-        # Made under a umask such as 077: an export by another user could not open it, nor take over one a
-        # killed export left, and would lock only the directory. Only an empty file of one name: never a
-        # file of this user's that another linked there.
-        with contextlib.suppress(OSError):
-            os.fchmod(fd, 0o644)
-    return fd
-
-
-def _same_file(fd: int, path: Path) -> bool:
-    """`fd` is open on the file at `path` (not on one removed from there since)."""
-    try:
-        there = os.stat(path, follow_symlinks=False)
-    except OSError:
-        return False
-    held = os.fstat(fd)
-    return (there.st_dev, there.st_ino) == (held.st_dev, held.st_ino)
-
-
-def _remove(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        os.unlink(path)
-
-
-def _hold_directory_lock(directory: Path, until: float, stack: contextlib.ExitStack) -> bool:
-    """Take an exclusive `flock` on `directory` itself (what exports before the lock file locked), as
-    `_hold_lock_file` does; False when it cannot be opened (a directory this user may not list) or locked."""
-    try:
-        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    except OSError:
-        return False
-    stack.callback(os.close, fd)
-    return _flock_by(fd, until)
-
-
-def _flock_by(fd: int, until: float) -> bool:
-    """Take an exclusive `flock` on `fd`, waiting until the monotonic time `until` (then `_StillLocked`);
-    False when the file system cannot lock it (no waiting is of use then)."""
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= until:
-                raise _StillLocked() from None
-            time.sleep(0.05)
-        except OSError:  # ENOLCK, EBADF: locks this file system does not take on this kind of file
-            return False
 
 
 class _RecordingPublisher:
@@ -405,26 +300,23 @@ class _RecordingPublisher:
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold the anchor directory's locks meanwhile, waiting up to `_ANCHOR_LOCK_WAIT_S` for another
-        export to publish: an exclusive `flock` on a lock file there (`_ANCHOR_LOCK_FILE`, removed after:
-        a file can be locked where a directory cannot, as on NFS, and in a directory this user may write but
-        not list) and on the directory itself (what exports before the lock file locked). When neither can
-        be taken, a note says the heads were not guarded against an export at the same moment."""
+        """Hold the anchor directory's locks meanwhile (`DirectoryPublisher.locked`, the lock file
+        `_ANCHOR_LOCK_FILE` and the directory itself), waiting up to `_ANCHOR_LOCK_WAIT_S` for another
+        export (or library publisher) to publish. When neither can be taken, a note says the heads were not
+        guarded against an export at the same moment."""
         from .._errors import ConfigError
+        from .._files import StillLocked
 
-        directory = self.inner.directory
-        until = time.monotonic() + _ANCHOR_LOCK_WAIT_S
         with contextlib.ExitStack() as stack:
             try:
-                by_file = _hold_lock_file(directory / _ANCHOR_LOCK_FILE, until, stack)
-                by_directory = _hold_directory_lock(directory, until, stack)
-            except _StillLocked:
+                locked = stack.enter_context(self.inner.locked(_ANCHOR_LOCK_WAIT_S))
+            except StillLocked:
                 raise ConfigError(
-                    f"--anchor-dir {directory} stayed locked by another export for {_ANCHOR_LOCK_WAIT_S:g} s "
-                    f"(a paused or stuck `bide-audit export`); nothing was published, and {self.output} was "
-                    "not written: run it again"
+                    f"--anchor-dir {self.inner.directory} stayed locked by another export for "
+                    f"{_ANCHOR_LOCK_WAIT_S:g} s (a paused or stuck `bide-audit export`); nothing was "
+                    f"published, and {self.output} was not written: run it again"
                 ) from None
-            if not (by_file or by_directory):
+            if not locked:
                 self.notes.append(" The anchor directory could not be locked (neither a lock file in it nor "
                                   "the directory itself), so an export into it at the same moment was not "
                                   "kept from publishing between the two.")
@@ -433,46 +325,32 @@ class _RecordingPublisher:
     def refuse_forks(
         self, log: AuditLog, sth: SignedTreeHead, *, allow: bool, earlier_keys: Sequence[PublicKey] = ()
     ) -> None:
-        """Raise NotVerified, before anything is written, when `sth` forks from a head of its log already
-        anchored here (the log's key, or one of its `earlier_keys`, would have signed two histories of one
-        run), unless `allow`. Heads of the run signed by other keys are not compared: a note says so."""
-        from ._anchor import AnchorError
-
-        try:
-            anchored = self.inner.anchored(sth.log_id)
-        except AnchorError as exc:  # a drop box: writable, not readable
-            self.notes.append(f" The heads already anchored there could not be read ({exc}), so it was not "
-                              "compared with them.")
+        """Raise ForkRefused (a NotVerified), before anything is written, when `sth` forks from a head of its
+        log already anchored here (`DirectoryPublisher.compare`: the log's key, or one of its
+        `earlier_keys`, would have signed two histories of one run), unless `allow`. Heads of the run
+        signed by other keys are not compared: a note says so."""
+        found = self.inner.compare(log, sth, earlier_keys=earlier_keys)
+        if found.unreadable is not None:  # a drop box: writable, not readable
+            self.notes.append(f" The heads already anchored there could not be read ({found.unreadable}), so "
+                              "it was not compared with them.")
             return
-        known = {sth.key_id, *(key.key_id for key in earlier_keys)}
-        strangers = sorted({head.key_id for _, head in anchored} - known)
+        strangers = found.others
         if strangers:
             self.notes.append(
                 f" Heads of the run anchored there signed by {len(strangers)} other key(s) "
                 f"({', '.join(strangers[:3])}{', ...' if len(strangers) > 3 else ''}) were not compared with "
                 "it: if the log's key was rotated, give its earlier public keys with --anchor-key."
             )
-        forks = log.forks(sth, [head for _, head in anchored], earlier_keys=earlier_keys)
-        if not forks:
+        if not found.forks:
             return
-        named = "; ".join(_fork_in_words(anchored[i], why, sth) for i, why in forks[:3])
-        if len(forks) > 3:
-            named += f"; and {len(forks) - 3} more"
         if allow:
             self.notes.append(f" It forks from heads anchored there, published all the same (--allow-fork): "
-                              f"{named}.")
+                              f"{found.forks_in_words()}.")
             return
-        keys = "and key" if all(anchored[i][1].key_id == sth.key_id for i, _ in forks) else (
-            "(signed by its key or one given with --anchor-key)"
-        )
-        raise NotVerified(
-            f"the head of run {sth.log_id!r} at {sth.size} records forks from a head of the same run {keys} "
-            f"already anchored in {self.inner.directory}: {named}. The journal is not the one that head was "
-            "signed over: it was changed behind bide, the store rolled back, or the run deleted and started "
-            f"again under the same id. Nothing was published, and {self.output} was not written. Restore "
-            "the store from a backup (`bide show RUN` shows the journal as it is); to publish this head "
-            "beside the anchored ones all the same, as a fork every auditor of the directory will see, pass "
-            "--allow-fork"
+        raise found.refusal(
+            nothing_done=f"Nothing was published, and {self.output} was not written",
+            allow="pass --allow-fork",
+            earlier="one given with --anchor-key",
         )
 
     def publish(self, sth: SignedTreeHead) -> None:

@@ -2,6 +2,8 @@
 
 A signing key file is PKCS#8 PEM, created with mode 0600; its public half is written beside it as
 `<file>.pub` (SubjectPublicKeyInfo PEM). A key id is `"ed25519:" + hex(SHA-256(raw 32-byte public key))`.
+A pair is written under its lock (`bide._files.pair_locked`), and read back as a pair: a private key whose
+`.pub` beside it holds another key is refused (`KeyPairMismatch`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,21 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from .._errors import ConfigError
-from .._files import SecondNotPlaced, read_small_file, replace_pair, sync_directory, write_whole
+from .._files import (
+    SecondNotPlaced,
+    StillLocked,
+    pair_locked,
+    read_small_file,
+    replace_pair,
+    sync_directory,
+    write_whole,
+)
 from ._ed25519 import is_strong_public_key
 from ._errors import UnreadableInput
 
 __all__ = [
     "KeyFileExists",
+    "KeyPairMismatch",
     "PublicKey",
     "SigningKey",
     "generate_key",
@@ -148,6 +159,12 @@ class KeyFileExists(ConfigError):
     """A key file (or its .pub) is already there and `overwrite` was not asked for; nothing was written."""
 
 
+class KeyPairMismatch(UnreadableInput):
+    """The `.pub` beside a private key file is not its public half (a keygen killed between writing the
+    two files, or another .pub put there): the key is not used, since what verifiers pin would not verify
+    what it signs. Make a new pair (`keygen --force FILE`), or put back the key's own .pub."""
+
+
 def _check_targets(text: str, target: Path, *, overwrite: bool) -> Path:
     """The public key's path, once both key files can be written (OSError when a name is unusable)."""
     if text.endswith(("/", os.sep)) or target.is_dir():
@@ -170,7 +187,10 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
     Raises KeyFileExists when either file exists, unless `overwrite` (then both are replaced), and
     ConfigError when the directory is missing or a target is a directory; those are checked before anything
     is written. If the .pub cannot be written, the new private key is removed again: never a key without
-    its public half."""
+    its public half. The pair is written under its lock (`pair_locked`: two keygens of one file at once
+    take turns, so the pair left is one key's; one kept waiting 30 s is a ConfigError, nothing written). A
+    process killed outright between the two files leaves a mismatched pair, which `load_signing_key`
+    refuses (`KeyPairMismatch`) until keygen is run again."""
     text, target = os.fspath(path), Path(path)
     try:
         pub = _check_targets(text, target, overwrite=overwrite)
@@ -180,6 +200,17 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
     if overwrite:
         _replace_pair(target, pub, key)
         return key
+    try:
+        with pair_locked(target):
+            _create_pair(target, pub, key)
+    except StillLocked as exc:
+        why = exc.strerror or exc
+        raise ConfigError(f"cannot write the key pair {target}: {why}; nothing was written") from exc
+    return key
+
+
+def _create_pair(target: Path, pub: Path, key: SigningKey) -> None:
+    """Create the key pair at `target` and `pub`, neither replacing a file already there."""
     # Both through a fresh temporary file: a symlink planted at either name is never followed, and each is
     # linked into place exclusively (a file that appears meanwhile is not replaced).
     try:
@@ -201,8 +232,6 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
                 "either"
             ) from exc
         raise
-    return key
-
 
 
 def _replace_pair(target: Path, pub: Path, key: SigningKey) -> None:
@@ -257,7 +286,34 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
         )
     if not isinstance(key, Ed25519PrivateKey):
         raise UnreadableInput(f"{text!r} holds a {type(key).__name__}, not an Ed25519 key")
-    return SigningKey(key)
+    signing = SigningKey(key)
+    _check_public_half(text, signing)
+    return signing
+
+
+def _check_public_half(text: str, key: SigningKey) -> None:
+    """Raise `KeyPairMismatch` unless each public key file beside the private key file `text` (`text.pub`,
+    and the .pub beside the file a symbolic link there leads to: keygen writes it beside the name it was
+    given) holds `key`'s public half. A private key without a .pub is not checked."""
+    for pub in dict.fromkeys([f"{text}.pub", f"{os.path.realpath(text)}.pub"]):
+        if not os.path.lexists(pub):
+            continue
+        try:
+            found = load_public_key(pub)
+        except UnreadableInput as exc:
+            raise KeyPairMismatch(
+                f"the private key {text!r} ({key.key_id}) cannot be checked against its public key file "
+                f"{pub}, which verifiers pin: {exc}. The key was not used. Put back the .pub written with "
+                f"this key, or run `bide-audit keygen --force {text}` for a new matching pair"
+            ) from exc
+        if found.raw != key.public.raw:
+            raise KeyPairMismatch(
+                f"the private key {text!r} is {key.key_id}, but {pub} beside it, which verifiers pin, holds "
+                f"{found.key_id}: not a pair (a keygen killed between writing the two files, or another .pub "
+                f"put there). The key was not used. Run `bide-audit keygen --force {text}` for a new "
+                "matching pair (and give its .pub to whoever verifies), or put back the .pub written with "
+                "this key"
+            )
 
 
 def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:

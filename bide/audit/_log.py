@@ -7,7 +7,7 @@ from typing import Any
 
 from .._errors import ConfigError, StoreError
 from .._store import Entry, Store, WriteTransaction
-from ._anchor import Publisher
+from ._anchor import DirectoryPublisher, Publisher
 from ._errors import JournalDamaged, NotVerified, RecordPastHead, UnreadableInput
 from ._formats import (
     ConsistencyProof,
@@ -22,7 +22,14 @@ from ._formats import (
 )
 from ._hashes import TILE_HEIGHT, AuditTablesDamaged, HashBackend, _leaf_hash, _leaf_hashes, backend_for
 from ._keys import PublicKey, SigningKey
-from ._merkle import EMPTY_ROOT, consistency_proof, inclusion_proof, subtree_root, verify_consistency
+from ._merkle import (
+    EMPTY_ROOT,
+    HashReader,
+    consistency_proof,
+    inclusion_proof,
+    subtree_root,
+    verify_consistency,
+)
 from ._tree import MerkleTree
 
 __all__ = ["AuditLog"]
@@ -37,7 +44,8 @@ class AuditLog:
     and brought up to date by `sync` (called by every method here): each new record costs O(log n).
 
     `key` signs tree heads; `publisher` (optional) receives every head signed, to anchor it somewhere the
-    operator of the store cannot rewrite.
+    operator of the store cannot rewrite. A `DirectoryPublisher` first compares it with the heads of its run
+    anchored there (`DirectoryPublisher.publish_checked`), and refuses one that forks from them.
     """
 
     def __init__(
@@ -221,14 +229,18 @@ class AuditLog:
 
     def sign_head(self, run_id: str, *, publish: bool = True, size: int | None = None) -> SignedTreeHead:
         """Sync, sign the run's head (of its first `size` records; default: all of them), and hand it to
-        the publisher (if any)."""
+        the publisher (if any). A `DirectoryPublisher` publishes it only if it forks from none of the run's
+        heads anchored there (`ForkRefused`, an AnchorError, when it does: the journal is not the one that
+        was anchored, and nothing is published)."""
         key = self._signing_key()
         n = self.sync(run_id)
         size = n if size is None else size
         if not 0 <= size <= n:
             raise ConfigError(f"run {run_id!r} has {n} records; there is no head of size {size}")
         sth = sign_head(key, run_id, size, self.root(run_id, size))
-        if publish and self.publisher is not None:
+        if publish and isinstance(self.publisher, DirectoryPublisher):
+            self.publisher.publish_checked(self, sth)
+        elif publish and self.publisher is not None:
             self.publisher.publish(sth)
         return sth
 
@@ -252,17 +264,21 @@ class AuditLog:
         n = self.sync(run_id)
         if sth.size > n:
             raise ConfigError(f"the head covers {sth.size} records; the store has {n} for run {run_id!r}")
-        top = min(n, max(sth.size, *(h.size for _, h in mine)))
-        tree = MerkleTree()
-        for leaf in self._hashes.read(run_id, [(0, i) for i in range(top)]) if top else []:
-            tree.append_hash(leaf)
-        if tree.root(sth.size) != sth.root:
+        read: HashReader = self._read(run_id)  # a few stored hashes per proof (a publisher compares with one)
+        if len({(h.size, h.root) for _, h in mine}) > _PROOFS_FROM_THE_STORE:
+            # Many heads (an export compares with every head anchored): the leaves read once, in one query.
+            top = min(n, max(sth.size, *(h.size for _, h in mine)))
+            tree = MerkleTree()
+            for leaf in self._hashes.read(run_id, [(0, i) for i in range(top)]) if top else []:
+                tree.append_hash(leaf)
+            read = tree.read
+        if subtree_root(0, sth.size, read) != sth.root:
             raise NotVerified(f"the audit tree of run {run_id!r} no longer gives the head's root: try again")
         verdicts: dict[tuple[int, bytes], str | None] = {}
         found = []
         for i, h in mine:
             if (h.size, h.root) not in verdicts:
-                verdicts[h.size, h.root] = _fork(tree, n, sth, h)
+                verdicts[h.size, h.root] = _fork(read, n, sth, h)
             why = verdicts[h.size, h.root]
             # Only a head that conflicts is worth its signature check: one that agrees forks nothing.
             signed = sth_signed_bytes(h.alg, h.key_id, h.log_id, h.size, h.root, h.timestamp_ns)
@@ -357,16 +373,22 @@ class AuditLog:
         return EvidencePackage(sth=sth, records=out)
 
 
-def _fork(tree: MerkleTree, size: int, sth: SignedTreeHead, other: SignedTreeHead) -> str | None:
-    """Why `sth` and `other` are not heads of one history (None when they are), from `tree`, the run's
-    first `size` records or as many as both heads need."""
+#: Up to how many distinct heads `AuditLog.forks` proves from the stored tree, a few hashes per proof; past
+#: that it reads the leaves once and proves from them in memory.
+_PROOFS_FROM_THE_STORE = 16
+
+
+def _fork(read: HashReader, size: int, sth: SignedTreeHead, other: SignedTreeHead) -> str | None:
+    """Why `sth` and `other` are not heads of one history (None when they are), from the run's tree of
+    `size` records (its hashes by `read`; the tree of as many records as both heads need will do)."""
     if other.size > size:
         return (
             f"it covers {other.size} records, and the journal holds {size}: records it covers were removed "
             "(or the store rolled back)"
         )
     old, new = (other, sth) if other.size <= sth.size else (sth, other)
-    if verify_consistency(old.size, new.size, old.root, new.root, tree.consistency_proof(old.size, new.size)):
+    proof = consistency_proof(old.size, new.size, read)
+    if verify_consistency(old.size, new.size, old.root, new.root, proof):
         return None
     if other.size == sth.size:
         return f"it is of the same size, {other.size} records, with another root"

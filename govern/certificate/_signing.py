@@ -25,7 +25,15 @@ from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from bide._files import SecondNotPlaced, read_small_file, replace_pair, sync_directory, write_whole
+from bide._files import (
+    SecondNotPlaced,
+    StillLocked,
+    pair_locked,
+    read_small_file,
+    replace_pair,
+    sync_directory,
+    write_whole,
+)
 
 from ._errors import KeyFileUnreadable, SigningKeyError
 
@@ -150,7 +158,13 @@ def generate_key_pair(private_path: Path, *, overwrite: bool = False) -> tuple[P
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
     if not overwrite:
-        _create_pair(private_path, private_pem, public_path, public_pem)
+        try:
+            with pair_locked(private_path):  # the lock `--force` (replace_pair) takes: one keygen at a time
+                _create_pair(private_path, private_pem, public_path, public_pem)
+        except StillLocked as exc:
+            raise SigningKeyError(
+                f"cannot write the key pair {private_path}: {exc.strerror or exc}; no key file was written"
+            ) from exc
         return public_path, key_id(key.public_key())
     try:
         replace_pair(private_path, private_pem, 0o600, public_path, public_pem, 0o644)
@@ -241,7 +255,36 @@ def load_private_key(path: Path) -> Signer:
         raise SigningKeyError(f"{path}: not an unencrypted PEM private key ({exc})") from None
     if not isinstance(key, Ed25519PrivateKey):
         raise SigningKeyError(f"{path}: not an Ed25519 key (create one with `govern keygen`)")
-    return Signer(key)
+    signer = Signer(key)
+    _check_public_half(path, signer)
+    return signer
+
+
+def _check_public_half(path: Path, signer: Signer) -> None:
+    """Raise SigningKeyError unless each public key file beside the private key file `path` (`path.pub`, and
+    the .pub beside the file a symbolic link there leads to) holds `signer`'s public half: a keygen killed
+    between writing the two files leaves another key's .pub, and certificates signed then would not verify
+    with the key their checkers pin. A private key without a .pub is not checked."""
+    for pub in dict.fromkeys([Path(f"{path}.pub"), Path(f"{os.path.realpath(path)}.pub")]):
+        if not os.path.lexists(pub):
+            continue
+        fix = (
+            f"The key was not used. Run `govern keygen --force {path}` for a new matching pair (and give its "
+            ".pub to whoever checks), or put back the .pub written with this key"
+        )
+        try:
+            found = load_public_key(pub)
+        except SigningKeyError as exc:
+            raise SigningKeyError(
+                f"the private key {path} ({signer.key_id}) cannot be checked against its public key file "
+                f"{pub}: {exc}. {fix}"
+            ) from exc
+        if raw_public_key(found) != raw_public_key(signer.public_key):
+            raise SigningKeyError(
+                f"the private key {path} is {signer.key_id}, but {pub} beside it holds {key_id(found)}: "
+                "not a pair (a keygen killed between writing the two files, or another .pub put there). "
+                + fix
+            )
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
