@@ -65,8 +65,10 @@ def _fill_closed_descriptors() -> None:
         except OSError:
             null = os.open(os.devnull, os.O_RDWR)
             if null != fd:
-                os.dup2(null, fd)
+                os.dup2(null, fd)  # (dup2's copy is inherited)
                 os.close(null)
+            else:  # inherited too, as the standard descriptors are: a tool's subprocess writes there
+                os.set_inheritable(fd, True)
 
 
 def lost_output() -> bool:

@@ -16,9 +16,8 @@ cancels them too, exit 130). One that comes before the store answered the pass's
 at once with a report that says so (`listed: false` in --json), exit 130: the store was not read. Once the
 pass is over and the store released, its journal is committed: a signal then, or one taken before, ends the
 process (128 plus its number) unless it exits by itself within `_DONE_EXITS_WITHIN_S`, with the pass's code
-(see `_counted`), and a third in all exits at once; once the exit functions have run, in the interpreter's
-last teardown, a worker whose report is written ignores them (`_stop_signals_ignored_in_the_last_teardown`).
-With `--json` the report is all that goes to standard output (closed once it is written: see `_Report`).
+(see `_counted`), and a third in all exits at once. With `--json` the report is all that goes to standard
+output (closed once it is written: see `_Report`).
 `bide cancel` journals a cancel request that the run's drive honours at its next turn boundary (see
 `bide.cancel_run`). Exit codes are the shared table (`bide._cli_common`): 0 done; 2 bad usage (the app
 cannot be imported, raises while building, or is not agents); 4 no such store or run; 5 refused (the run
@@ -37,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import atexit
 import contextlib
 import errno
 import fcntl
@@ -52,6 +50,7 @@ import signal
 import socket
 import sys
 import threading
+import weakref
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any, NoReturn, TextIO
 
@@ -271,11 +270,13 @@ def _cmd_worker(args: argparse.Namespace) -> int:
             code = _serve(args, report)
         return code
     finally:
-        if for_good:
+        if for_good and report.anything_written:
             report.written()
-        else:  # a program that called the command in-process goes on with its standard output back
-            os.dup2(saved, 1)
-            os.close(saved)
+        else:
+            # A program that called the command in-process goes on with its standard output back; and an
+            # error the command did not write a document for (Ctrl-C before the pass, a bug) has its
+            # document written to standard output by bide._cli.
+            report.given_back()
 
 
 class _Unbuffered(io.TextIOBase):
@@ -318,6 +319,12 @@ class _Report(GuardedStdout):
         super().__init__(descriptor)
         self._descriptor = descriptor
         self._closed_once_written = closed_once_written
+        self.anything_written = False
+        _REPORTS.add(descriptor)  # closed in a child forked meanwhile (see _close_reports_in_child)
+
+    def write(self, text: str) -> int:
+        self.anything_written = self.anything_written or bool(text)
+        return super().write(text)
 
     def written(self) -> None:
         """The report (or failure document) is written: flush it, and close the descriptor when the
@@ -325,6 +332,29 @@ class _Report(GuardedStdout):
         self.flush()
         if self._closed_once_written:
             self._descriptor.close_descriptor()
+
+    def given_back(self) -> None:
+        """Put the report's descriptor back on file descriptor 1 (unless it was closed, its report written),
+        and close the copy."""
+        self.flush()
+        fd = self._descriptor.fileno()
+        if fd >= 0:
+            os.dup2(fd, 1)
+            self._descriptor.close_descriptor()
+
+
+# The report descriptors of this process. A child forked while one is open (a tool's multiprocessing pool,
+# os.fork) closes its copy at once: it never writes the report, and its copy would keep a reader of the
+# pipe from seeing the report's end until the child exits.
+_REPORTS: weakref.WeakSet[_Unbuffered] = weakref.WeakSet()
+
+
+def _close_reports_in_child() -> None:
+    for descriptor in list(_REPORTS):
+        descriptor.close_descriptor()
+
+
+os.register_at_fork(after_in_child=_close_reports_in_child)
 
 
 def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
@@ -345,9 +375,6 @@ def _serve(args: argparse.Namespace, report_to: TextIO | GuardedStdout) -> int:
     if args.json and not args.once:
         return refuse(EXIT_USAGE, "worker --json needs --once (a worker serving until stopped has no report)")
     taken = _StopSignals()
-    if _ends_with_the_process():
-        # Before the app is imported: exit functions run last registered first, so this one after the app's.
-        atexit.register(_stop_signals_ignored_in_the_last_teardown, taken)
     log_lines = logging.StreamHandler()
     log_lines.setFormatter(_PrintableFormatter("%(asctime)s %(name)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.INFO, handlers=[log_lines])
@@ -700,21 +727,6 @@ def _signals_handled(on_signal: Callable[[signal.Signals], None], taken: _StopSi
 # What `_signals_handled` leaves in place until the process exits, for `_signals_restored` to put back in a
 # program that called the command in-process and goes on.
 _LEFT_TO_PUT_BACK: list[Callable[[], None]] = []
-
-
-def _stop_signals_ignored_in_the_last_teardown(taken: _StopSignals) -> None:
-    """The bide command's last exit function: once the worker's outcome is written (`taken.written`: its
-    report or failure document, its exit code decided), the stop signals it counts are ignored for what is
-    left, the interpreter's last teardown. Python puts the signals' default actions back there, and a signal
-    landing then killed a worker that had finished (143 for SIGTERM instead of the pass's code). Until this
-    runs (a thread a tool left running, the app's exit functions), a signal still ends a worker that does
-    not exit by itself (`_counted`)."""
-    if not taken.written or taken.given_back:
-        return
-    for sig in _STOP_SIGNALS:
-        if signal.getsignal(sig) is _only_counted:  # (not SIGHUP under nohup, already ignored)
-            with contextlib.suppress(ValueError, OSError):
-                signal.signal(sig, signal.SIG_IGN)
 
 
 def _only_counted(signum: int, frame: object) -> None:
