@@ -1689,7 +1689,7 @@ class Agent(Generic[T]):
 
         # A synchronous call may outlive its drive: a close() of the store asked as the drive is cancelled
         # waits for the drive to hand the call to the thread that journals its outcome.
-        finishing = None if tool._is_async else Finishing()
+        finishing = None if tool._is_async else Finishing(window.running)
         if finishing is not None:
             finish_before_close(self.store, finishing)
         try:

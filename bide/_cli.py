@@ -61,6 +61,7 @@ from ._cli_common import (
     store_failure,
     table,
     text_argument,
+    unreachable_store,
     unreadable_store,
 )
 from ._errors import (
@@ -179,7 +180,7 @@ def open_cli_store(
     existing database only with `create` (`bide worker`, which serves a store rather than reading one).
     `before_opening` runs once the URL and the file passed their checks, before anything touches the store
     (an error it raises leaves the store as it was)."""
-    from ._dbfile import not_a_database, out_of_reach
+    from ._dbfile import not_a_database
     from ._open import open_store
     from ._url import StoreURLError, parse_store_url
 
@@ -191,9 +192,9 @@ def open_cli_store(
         where = parse_store_url(url)
     except StoreURLError as exc:
         raise CLIError(f"{exc}{came}", EXIT_USAGE) from exc
-    blocked = out_of_reach(where.path) if where.kind == "sqlite" else None
-    if blocked is not None:
-        raise CLIError(f"cannot open the store: {blocked}{came}", EXIT_STORE)
+    blocked = unreachable_store(where.path) if where.kind == "sqlite" else None
+    if blocked is not None:  # not 6: the place stays as it is on every try, and a script retries 6
+        raise CLIError(f"cannot use the store: {blocked}{came}", EXIT_NOT_FOUND, "unreadable")
     if env:
         fix = "$BIDE_STORE names it: fix $BIDE_STORE, or pass --store sqlite:///path/to/bide.db"
     elif getattr(args, "store_given", False):

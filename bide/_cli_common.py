@@ -46,6 +46,7 @@ __all__ = [
     "store_failure",
     "table",
     "text_argument",
+    "unreachable_store",
     "unreadable_store",
     "version",
 ]
@@ -70,9 +71,9 @@ exit codes (the same for govern, bide and bide-audit):
   3  internal error or engine/oracle disagreement: a bug; rerun with --debug and report the traceback
   4  unreadable or not found: a truncated, oversized, malformed or non-canonical artifact or
      certificate, a missing input file (machine file, certificate, artifact, key), no such store,
-     run or call (bide), a SQLite store that cannot be used where it is: damaged, or where SQLite may
-     not write it (a read-only mount, a directory or file you may not write: copy it, with its -wal
-     file, to a directory you can)
+     run or call (bide), a SQLite store that cannot be used where it is: damaged, in a directory you
+     may not enter, or where SQLite may not write it (a read-only mount, a directory or file you may
+     not write: copy it, with its -wal file, to a directory you can)
   5  refused: the request contradicts what is recorded (already resolved, already decided, gate
      closed) or a policy you pinned (bide-audit verify-approvals); the message says why
   6  the store failed: the database is unreachable or answered with an error (bide,
@@ -246,9 +247,6 @@ def internal_error(prog: str, exc: BaseException, *, debug: bool) -> int:
 _DAMAGED_FILE_ERRORS = ("SQLITE_CORRUPT", "SQLITE_NOTADB")
 # SQLite's answers for files it may not create or write: in a read-only place, the same on every try.
 _READ_ONLY_ERRORS = ("SQLITE_READONLY", "SQLITE_CANTOPEN")
-# The same answers in SQLite's words (sqlite3_errstr), for an error of the store that keeps only the text of
-# the sqlite3 error it reports (a refused write).
-_READ_ONLY_WORDS = ("attempt to write a readonly database", "unable to open database file")
 
 
 def _sqlite_error_names(exc: BaseException) -> list[str]:
@@ -279,13 +277,50 @@ def damaged_store_file(exc: BaseException) -> str | None:
 
 
 def _refused_by_its_place(exc: BaseException) -> bool:
-    """`exc` is SQLite's refusal to create or write a file of the store (perhaps through other errors; or,
-    when no sqlite3 error is among them, in SQLite's words in its message)."""
-    names = _sqlite_error_names(exc)
-    if names:
-        return any(name.startswith(_READ_ONLY_ERRORS) for name in names)
-    said = str(exc)
-    return any(words in said for words in _READ_ONLY_WORDS)
+    """`exc` was raised (perhaps through other errors) from SQLite's refusal to create or write a file of the
+    store: the store's errors keep the sqlite3 error they report as their cause."""
+    return any(name.startswith(_READ_ONLY_ERRORS) for name in _sqlite_error_names(exc))
+
+
+def _denied_by_the_system(exc: BaseException) -> bool:
+    """`exc` was raised (perhaps through other errors) from the operating system's refusal to let this user
+    reach a file (`PermissionError`)."""
+    seen: BaseException | None = exc
+    for _ in range(10):  # (as in _sqlite_error_names)
+        if seen is None:
+            return False
+        if isinstance(seen, PermissionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+def unreachable_store(path: str) -> str | None:
+    """When this user may not reach the SQLite store `path` (a directory on its way they may not enter, or
+    a file they may not read), what to tell them: it is unreadable (exit 4), and stays so whatever the
+    retries (exit 6 would have a script retry for ever), with what to do; None when they may."""
+    found = _out_of_reach(path)
+    return None if found is None else f"{found[0]}; {found[1]}"
+
+
+def _out_of_reach(path: str) -> tuple[str, str] | None:
+    """What keeps this user from the SQLite store `path`, and what to do, in words; None when nothing does."""
+    from ._dbfile import out_of_reach, unenterable_directory
+
+    reach = out_of_reach(path)
+    if reach is None:
+        return None
+    closed = unenterable_directory(path)
+    name = os.path.basename(path)
+    if closed is not None:
+        who = (f"run the command as a user who may enter {closed} (its owner, or a member of its group), or "
+               f"have its owner let this user in (chmod o+x {closed}, or add the user to its group)")
+    else:
+        who = f"run the command as the store's owner, or have the owner let this user read {name}"
+    return reach, (
+        f"this will fail the same way every time: {who}; or read a copy of {name}, with its {name}-wal file "
+        "if there is one (it may hold the latest records), made by a user who can"
+    )
 
 
 def _read_only_place(path: str) -> str | None:
@@ -316,8 +351,9 @@ def _read_only_place(path: str) -> str | None:
 
 def unreadable_store(exc: BaseException, url: str | None) -> str | None:
     """When `exc`, raised by the store `url`, says the store cannot be read or written and will not be on any
-    try (a damaged SQLite file; a SQLite store in a read-only place), what to tell the user (exit 4, with
-    what to do); None for a failure that may pass (exit 6, which a script retries)."""
+    try (a damaged SQLite file; a SQLite store in a directory this user may not enter, or in a read-only
+    place), what to tell the user (exit 4, with what to do); None for a failure that may pass (exit 6,
+    which a script retries)."""
     damaged = damaged_store_file(exc)
     if damaged is not None or url is None:
         return damaged
@@ -327,7 +363,15 @@ def unreadable_store(exc: BaseException, url: str | None) -> str | None:
         where = parse_store_url(url)
     except StoreURLError:
         return None
-    if where.kind != "sqlite" or not _refused_by_its_place(exc):
+    if where.kind != "sqlite":
+        return None
+    refused = _refused_by_its_place(exc)
+    found = _out_of_reach(where.path) if refused or _denied_by_the_system(exc) else None
+    if found is not None:
+        reach, advice = found
+        said = _without_retry_advice(str(exc))
+        return f"{said}{'' if reach in said else f' ({reach})'}; {advice}"
+    if not refused:
         return None
     place = _read_only_place(where.path)
     if place is None:

@@ -23,6 +23,7 @@ __all__ = [
     "other_names",
     "out_of_reach",
     "sqlite_uri",
+    "unenterable_directory",
     "why_unwritable",
 ]
 
@@ -174,7 +175,9 @@ def out_of_reach(path: str) -> str | None:
     try:
         os.stat(path)
     except PermissionError:
-        return f"permission denied reaching {path!r}: a directory on its path is not searchable by this user"
+        closed = unenterable_directory(path)
+        which = f"the directory {closed}" if closed is not None else "a directory on its path"
+        return f"permission denied reaching {path!r}: {which} may not be entered (searched) by this user"
     except OSError:
         return None
     if not os.access(path, os.R_OK):
@@ -182,11 +185,44 @@ def out_of_reach(path: str) -> str | None:
     return None
 
 
-def why_unwritable(path: str) -> str:
+def unenterable_directory(path: str) -> str | None:
+    """The first directory on the way to `path` that this user may not enter (search: no x permission for
+    them), or None when each one may be entered (or one is missing: that is not this user's lack). The way
+    is the kernel's: each name in turn as written (a `..` after a directory needs that directory entered), a
+    symbolic link followed to where it leads."""
+    way = path if os.path.isabs(path) else os.path.join(os.getcwd(), path)
+    for _ in range(40):  # (links followed at most; a loop gives up as the kernel does)
+        parts = way.split(os.sep)
+        for depth in range(2, len(parts) + 1):
+            here = os.sep.join(parts[:depth]) or os.sep
+            try:
+                os.stat(here)
+            except PermissionError:
+                try:
+                    target = os.readlink(here)  # (the directory holding the link may be entered)
+                except OSError:  # (named as its real path: the way there may hold links and `..`)
+                    return os.path.realpath(os.sep.join(parts[: depth - 1]) or os.sep)
+                way = os.path.join(os.path.realpath(os.path.dirname(here)), target, *parts[depth:])
+                break
+            except OSError:
+                return None
+        else:
+            return None
+    return None
+
+
+def why_unwritable(path: str, error: BaseException | None = None) -> str:
     """A hint for a SQLite file at `path` that cannot be opened or written: "" when nothing is found, else
     "; " and the likely cause. In WAL mode even a reader creates `-wal` and `-shm` files beside the store,
     so a full disk or a directory this user may not write makes opening fail ("disk I/O error", "unable to
-    open database file", "attempt to write a readonly database")."""
+    open database file", "attempt to write a readonly database"). Given `error` (the sqlite3 error met, or
+    SQLAlchemy's wrapper of one), only a cause that can explain it is said: none for a lock held elsewhere,
+    and a place SQLite may not write only for SQLite's refusals (read-only, cannot open), not for a disk
+    I/O error."""
+    code = _result_code(error)
+    if code is not None and code not in _UNWRITABLE:
+        return ""
+    refused = code is None or code in _REFUSALS
     reach = out_of_reach(path)
     if reach is not None:
         return f"; {reach}"
@@ -198,10 +234,12 @@ def why_unwritable(path: str) -> str:
         info = os.statvfs(directory)
     except OSError:
         return ""
-    if info.f_flag & os.ST_RDONLY:
+    if info.f_flag & os.ST_RDONLY and refused:
         return f"; the file system holding {directory} is mounted read-only"
     if info.f_bavail * info.f_frsize < 64 * 1024:
         return f"; the disk holding {directory} is full: free some space (SQLite writes {name}-wal beside it)"
+    if not refused:
+        return ""
     if os.path.exists(path) and not os.access(path, os.W_OK):
         return f"; {path!r} is not writable by this user"
     for beside in (f"{path}-wal", f"{path}-shm"):
@@ -217,3 +255,16 @@ def why_unwritable(path: str) -> str:
             f"{name}-shm beside the store"
         )
     return ""
+
+
+# SQLite's primary result codes for a file that cannot be written (PERM, READONLY, IOERR, FULL, CANTOPEN),
+# and among them its refusals, which a place it may not write explains (READONLY, CANTOPEN).
+_UNWRITABLE = frozenset({3, 8, 10, 13, 14})
+_REFUSALS = frozenset({8, 14})
+
+
+def _result_code(error: BaseException | None) -> int | None:
+    """SQLite's primary result code of `error` (a sqlite3 error, or SQLAlchemy's wrapper of one); None
+    when there is none."""
+    code = getattr(getattr(error, "orig", None) or error, "sqlite_errorcode", None)
+    return code & 0xFF if isinstance(code, int) else None

@@ -30,7 +30,7 @@ from ._canonical import canonical_json
 from ._inflight import CallWindow, forget_returned, remember_returned
 from ._journal import Journal
 from ._records import Record, ToolResult
-from ._store import Fence, Lease, Store, finish_before_close
+from ._store import Fence, Lease, Store, driving, finish_before_close
 from ._telemetry import LOGGER
 
 __all__ = [
@@ -118,7 +118,8 @@ _SHOWN_MAX = 500
 
 def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float]) -> int:
     """Renew `lease` (held by the caller) every `ttl / 3` seconds from now on, in the running event loop,
-    until `let_go` with the number returned."""
+    until `let_go` with the number returned. A close of `store` meanwhile waits for the let go (briefly:
+    see `Store.close`), so that the drive it stops frees the lease."""
     loop = asyncio.get_running_loop()
     renewals: _Renewals | None = getattr(_LOCAL, "renewals", None)
     if renewals is None or renewals.loop is not loop:
@@ -130,6 +131,7 @@ def hold_lease(store: Store, lease: Lease, ttl: float, clock: Callable[[], float
     group.users += 1
     number = next(_NUMBERS)
     renewals.held[number] = (group.gid, lease.run_id, lease.holder, lease.token)
+    driving(store, 1)
     when = group.due[number] = renewals.time() + group.period
     if when < renewals.timer_at:
         renewals.arm(when)
@@ -155,12 +157,15 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
         group.store = group.clock = None
         if group is not renewals.last:
             renewals.drop(group)
-    if ended:
-        return None
     assert store is not None and clock is not None  # held by the group while it had a lease
+    if ended:
+        driving(store, -1)
+        return None
     ttl = group.ttl
     lease = Lease(run_id, holder, token, 0)
     if overrun:
+        # The close of the store waits for the keeper (a finisher) instead of this drive.
+        driving(store, -1)
         # Not a daemon: a process that ends normally waits for it, so the outcome is journaled.
         keeper = threading.Thread(
             target=keep_overrun,
@@ -175,7 +180,15 @@ def let_go(held: int, *, ended: bool, overrun: Sequence[Overrun] | None = None) 
         kept[:] = [k for k in kept if k.is_alive()]
         kept.append(keeper)
         return None
-    return free_lease(store, lease)
+    return _free_and_let_close(store, lease)
+
+
+async def _free_and_let_close(store: Store, lease: Lease) -> None:
+    """`free_lease`, then let a close of `store` waiting for this drive go on."""
+    try:
+        await free_lease(store, lease)
+    finally:
+        driving(store, -1)
 
 
 def join_keepers() -> None:

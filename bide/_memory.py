@@ -32,7 +32,8 @@ class MemoryStore(BlockingStore):
 
     Once `close()` is called it refuses every request, as a SQL store does, with a `StoreError` (`lasting`)
     saying it is closed and nothing was written; only the threads finishing what a cancelled drive left
-    (a synchronous call's late outcome, its run's lease) may use it until they are done."""
+    (a synchronous call's late outcome, its run's lease) may use it until they are done, and the drives it
+    stopped may free their runs' leases (see `Store.close`)."""
 
     durable = False
 
@@ -152,7 +153,8 @@ class MemoryStore(BlockingStore):
         return [Entry(*r) for r in order[start:]]
 
     def lease(self, run_id: str, holder: str, *, now_ms: int, ttl_ms: int, token: int = 0) -> Lease:
-        if self._closing:
+        # A closing store still renews the leases of drives whose calls run (a token given: see Store.close).
+        if self._closing and (self._closed or not token):
             self._refuse_when_closed(f"lease on run {run_id!r}")
         with self._lock:
             lease = decide_lease(run_id, self._lease(run_id), holder, now_ms, ttl_ms, token)
@@ -165,7 +167,7 @@ class MemoryStore(BlockingStore):
         return None if held is None else Lease(run_id, *held)
 
     def release(self, run_id: str, holder: str, token: int) -> bool:
-        if self._closing:
+        if self._closed:  # a closing store still frees the leases of the drives it stopped (see Store.close)
             self._refuse_when_closed(f"release on run {run_id!r}")
         with self._lock:
             current = self._leases.get(run_id)

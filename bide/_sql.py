@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import math
@@ -743,7 +744,7 @@ class SQLStore:
                 ) from exc
             if self.dialect == "sqlite":
                 raise StoreError(
-                    f"cannot open the store {where}: {_first_line(exc)}{why_unwritable(self._path)}"
+                    f"cannot open the store {where}: {_first_line(exc)}{why_unwritable(self._path, exc)}"
                 ) from exc
             raise StoreError(f"cannot create bide tables in {where}: {_first_line(exc)}") from exc
 
@@ -824,8 +825,8 @@ class SQLStore:
             path = self.engine.url.database or ""
             where = repr(path)
             reach = out_of_reach(path)
-            if reach is not None:
-                raise StoreError(f"cannot open the store {where}: {reach}")
+            if reach is not None:  # raised from the refusal, which says it lasts (bide._cli_common)
+                raise StoreError(f"cannot open the store {where}: {reach}") from _denied(path)
             if not os.path.isfile(path):
                 what = not_a_database(path) or "the file does not exist"  # a directory, a pipe, or nothing
                 raise StoreNotFound(f"no bide store at {where}: {what}", missing="file")
@@ -1107,7 +1108,11 @@ class SQLStore:
     # -- the writer thread ---------------------------------------------------------------------------------
 
     def _refuse_when_closed(self, req: _Request) -> None:
-        if self._closed or (self._closing and not may_use_while_closing(self)):
+        # A closing store still frees the leases of the drives it stopped, and renews those of the drives
+        # whose calls still run (see Store.close): a lease renewal carries the lease's token, a new one none.
+        if self._closed or (
+            self._closing and not _lets_go_or_renews(req) and not may_use_while_closing(self)
+        ):
             raise self._closed_error(req)
 
     def _closed_error(self, req: _Request) -> StoreError:
@@ -1226,7 +1231,7 @@ class SQLStore:
         except BaseException as exc:  # never leave a caller waiting on a future nobody will settle
             self._answer(
                 [
-                    (r, None, StoreError(f"store {self._shown} failed: {exc!r}"))
+                    (r, None, _caused(StoreError(f"store {self._shown} failed: {exc!r}"), exc))
                     for r in batch
                     if r.afuture is not None and not r.afuture.done()
                 ],
@@ -1301,7 +1306,7 @@ class SQLStore:
             except BaseException as exc:  # never leave a caller waiting on a dead thread
                 self._answer(
                     [
-                        (r, None, StoreError(f"store {self._shown} failed: {exc!r}"))
+                        (r, None, _caused(StoreError(f"store {self._shown} failed: {exc!r}"), exc))
                         for r in batch
                         if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())
                     ],
@@ -1377,7 +1382,7 @@ class SQLStore:
                         f"restored within the store's busy timeout ({self._busy_ms / 1000:g} s, {reconnects} "
                         f"tries); {_doubt(batch)}; run it again once the database answers ({exc})"
                     )
-                    self._answer([(r, None, error) for r in batch], here)
+                    self._answer([(r, None, _caused(error, exc)) for r in batch], here)
                     return
                 time.sleep(pause)
         if resent:
@@ -1402,7 +1407,8 @@ class SQLStore:
             for req in batch:
                 what = req.named()
                 said = f"{what}: {exc}" if isinstance(exc, _CommittedElsewhere) else f"{what} failed: {exc}"
-                answers.append((req, None, StoreError(f"store {self._shown}: {said}", lasting=True)))
+                gone = StoreError(f"store {self._shown}: {said}", lasting=True)
+                answers.append((req, None, _caused(gone, exc)))
             self._answer(answers, here)
             return
         if slot.in_loop and _retryable(exc):
@@ -1438,9 +1444,12 @@ class SQLStore:
             def lost(req: _Request) -> StoreError:
                 # Each request's own: one error for the batch named its first run to every caller.
                 did = "failed" if req.op in _LISTINGS else "wrote nothing"  # a listing only reads
-                return StoreError(
-                    f"store {self._shown}: {req.named()} {did}: {why}; run it again (or find the process "
-                    f"holding the database) ({said})"
+                return _caused(
+                    StoreError(
+                        f"store {self._shown}: {req.named()} {did}: {why}; run it again (or find the "
+                        f"process holding the database) ({said})"
+                    ),
+                    exc,
                 )
 
             self._answer([(r, None, lost(r)) for r in batch], here)
@@ -1455,12 +1464,14 @@ class SQLStore:
         code = getattr(getattr(exc, "orig", None) or exc, "sqlite_errorcode", None)
         # Only for what a file that cannot be written causes: not a trigger's abort on a full disk, say.
         unwritable = self.dialect == "sqlite" and code is not None and code & 0xFF in _SQLITE_UNWRITABLE
-        hint = why_unwritable(self._path) if unwritable else ""
+        hint = why_unwritable(self._path, exc) if unwritable else ""
         # SQLite refuses a write to a read-only file before it writes anything: no doubt to leave.
         refused = unwritable and code is not None and code & 0xFF == _SQLITE_READONLY
         doubt = "nothing was written" if refused else _doubt(batch)
-        error = StoreError(f"store {self._shown}: {what} failed; {doubt}: {exc}{hint}")
-        self._answer([(req, None, error)], here)
+        # The driver's words without SQLAlchemy's wrapper (a connection that could not be made comes wrapped).
+        driver_error = getattr(exc, "orig", None) or exc
+        error = StoreError(f"store {self._shown}: {what} failed; {doubt}: {driver_error}{hint}")
+        self._answer([(req, None, _caused(error, exc))], here)
 
     def _transaction(
         self, batch: list[_Request], raw: Any, *, hooks: bool = True, lock_timeout_ms: int = 0
@@ -2228,7 +2239,8 @@ def _sqlite_tables(path: str, where: str) -> set[str]:
             raise StoreNotFound(
                 f"no bide store at {where}: the file is not a database", missing="file"
             ) from None
-        raise StoreError(f"cannot read the SQLite database {where}: {exc}{why_unwritable(path)}") from exc
+        hint = why_unwritable(path, exc)
+        raise StoreError(f"cannot read the SQLite database {where}: {exc}{hint}") from exc
     return {name for (name,) in rows}
 
 
@@ -2379,6 +2391,30 @@ def _session_ended(exc: BaseException) -> bool:
         # failed" for it too, but the server is there and another try may well get through.
         return connection_lost(exc)
     return connection_lost(exc) and not any(words in said for words in _NOT_CONNECTED)
+
+
+def _lets_go_or_renews(req: _Request) -> bool:
+    """A lease's release, or its renewal by its holder (a token given): what a closing store still serves."""
+    return req.op == "release" or (req.op == "lease" and req.args[3] != 0)
+
+
+def _denied(path: str) -> PermissionError | None:
+    """The refusal to let this user reach the file `path` that `out_of_reach` found: the operating system's
+    own for a directory on the way, or one made for the file's mode (not opened to see: it may be a pipe)."""
+    try:
+        os.stat(path)
+    except PermissionError as exc:
+        return exc
+    except OSError:
+        return None
+    return PermissionError(errno.EACCES, os.strerror(errno.EACCES), path)
+
+
+def _caused(error: StoreError, exc: BaseException) -> StoreError:
+    """`error`, to be handed to a caller rather than raised here, as if raised `from exc`: the driver's
+    error it reports stays readable (`__cause__`), as for every error raised while handling one."""
+    error.__cause__ = exc
+    return error
 
 
 def _first_line(exc: BaseException) -> str:

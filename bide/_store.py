@@ -192,7 +192,15 @@ class Store(Protocol):
         timeout, one after another, and the store is released after them; at the interpreter's exit
         close() waits for that). Requests an event loop had not sent yet, and every later one, are refused
         with a `StoreError` (`lasting`) saying it is closed and nothing was written. The memory store refuses
-        them the same way."""
+        them the same way. Except one: a drive of this process that the close stops (its next request is
+        refused) frees its run's lease on the way out, so that another process may take the run at once; the
+        store is released once such drives have let go, or `HANDOVER_S` (5 s) after close() at most. Until
+        then the closing store also renews the leases its drives hold, and while a synchronous call of one
+        of them runs in its thread it is not released at all: the drive, and past the call's deadline its
+        keeper, keep the run's lease renewed until the call returns and its outcome is journaled, so that no
+        other driver takes the run (and calls again) meanwhile. A drive whose async call has not returned
+        when the store is released leaves its lease to expire (its ttl): it is never freed while a side
+        effect of the drive may be under way."""
         ...
 
 
@@ -318,14 +326,21 @@ _FINISHERS_LOCK = threading.Lock()
 class Finishing:
     """Work a store's deferred close waits for although no thread of its own does it yet: a synchronous
     call from its start until its drive has journaled its outcome or handed it to a thread that will (a
-    close() called as the drive is cancelled, before it hands the call on). Waited for `HANDOVER_S` at
-    most once the close is asked: a drive hands the call on as soon as its event loop runs it, and one
-    whose loop was dropped never will (waiting longer only kept the process from ending)."""
+    close() called as the drive is cancelled, before it hands the call on). Waited for as long as the call
+    runs in its thread (`calling`: the drive keeps the run's lease renewed meanwhile, and past the call's
+    deadline a keeper does, which a closed store could not serve: another driver would take the run and
+    could call again), then `HANDOVER_S` at most: a drive hands the call on as soon as its event loop runs
+    it, and one whose loop was dropped never will (waiting longer only kept the process from ending)."""
 
-    __slots__ = ("_done",)
+    __slots__ = ("_done", "_running")
 
-    def __init__(self) -> None:
+    def __init__(self, running: Callable[[], bool] | None = None) -> None:
         self._done = threading.Event()
+        self._running = running
+
+    def calling(self) -> bool:
+        """Whether the call is running in its thread now (not returned)."""
+        return self._running is not None and not self._done.is_set() and self._running()
 
     def is_alive(self) -> bool:
         return not self._done.is_set()
@@ -338,6 +353,7 @@ class Finishing:
 
 
 HANDOVER_S = 5.0
+_CALL_LOOK_S = 0.1  # how often a deferred close looks whether a synchronous call it waits for has returned
 
 
 def finish_before_close(store: object, *threads: threading.Thread | Finishing) -> None:
@@ -349,6 +365,37 @@ def finish_before_close(store: object, *threads: threading.Thread | Finishing) -
             kept[:] = [t for t in kept if t.is_alive()]
             kept.extend(threads)
             store = getattr(store, "inner", None)
+
+
+# Drives of this process that hold a run's lease through a store, by the id of the store and of each store
+# it wraps. A close() called while some do is carried out once they have let go (at most `HANDOVER_S`
+# later): a drive it stops (its next request is refused) frees its run's lease on the way out, which a
+# closing store still serves, so a restart elsewhere need not wait out the lease's ttl. The drive frees it
+# only when no call of its own may still be running (bide._lease.let_go); else the lease is kept to its ttl.
+_DRIVING: dict[int, int] = {}
+_DRIVES_LET_GO = threading.Condition(threading.Lock())
+
+
+def driving(store: object, change: int) -> None:
+    """Count a drive that took (`change` 1) or let go of (-1: its lease freed, or left to expire) a run's
+    lease through `store`, for the close of `store` (and of the stores it wraps) to wait for."""
+    with _DRIVES_LET_GO:
+        while store is not None:
+            key = id(store)
+            left = _DRIVING.get(key, 0) + change
+            if left > 0:
+                _DRIVING[key] = left
+            else:
+                _DRIVING.pop(key, None)
+            store = getattr(store, "inner", None)
+        if change < 0:
+            _DRIVES_LET_GO.notify_all()
+
+
+def _wait_for_drives(key: int, until: float) -> None:
+    """Wait until no drive holds a lease through the store `key`, or until the monotonic time `until`."""
+    with _DRIVES_LET_GO:
+        _DRIVES_LET_GO.wait_for(lambda: key not in _DRIVING, max(0.0, until - time.monotonic()))
 
 
 def finishers_running(store: object) -> bool:
@@ -369,16 +416,18 @@ def may_use_while_closing(store: object) -> bool:
 
 def close_after_finishers(store: object, close: Callable[[], None]) -> None:
     """Run `close` (a store's own closing) now, or, while threads `finish_before_close` registered for
-    `store` still run (some registered later too), in a thread of its own once they are done. Never waited
-    for here: a close called on an event loop would hold the loop up for as long as the slowest call, and
-    one called from the thread of the very call a finisher waits for would wait for ever. (Not a daemon
-    either: the end of the process waits for it, as for the finishers.)"""
+    `store` still run (some registered later too) or drives hold a lease through it (`driving`: for at most
+    `HANDOVER_S`), in a thread of its own once they are done. Never waited for here: a close called on an
+    event loop would hold the loop up for as long as the slowest call, and one called from the thread of
+    the very call a finisher waits for would wait for ever. (Not a daemon either: the end of the process
+    waits for it, as for the finishers.)"""
     key = id(store)
     me = threading.current_thread()
     with _FINISHERS_LOCK:
         if key in _CLOSING:
             return  # a close is waiting for them already: it closes the store
-        if not any(t.is_alive() and t is not me for t in _FINISHERS.get(key, ())):
+        finishing = any(t.is_alive() and t is not me for t in _FINISHERS.get(key, ()))
+        if not finishing and key not in _DRIVING:  # (a drive counted after this look finds the store closed)
             _FINISHERS.pop(key, None)
             pending = False
         else:
@@ -387,9 +436,15 @@ def close_after_finishers(store: object, close: Callable[[], None]) -> None:
             def when_done() -> None:
                 handover = time.monotonic() + HANDOVER_S
                 try:
+                    _wait_for_drives(key, handover)  # the drives this close stops free their leases
                     while True:
                         with _FINISHERS_LOCK:
-                            past = time.monotonic() >= handover
+                            now = time.monotonic()
+                            if any(isinstance(t, Finishing) and t.calling() for t in _FINISHERS.get(key, ())):
+                                # A synchronous call still runs: its lease must stay renewable until it
+                                # returns, and its drive needs a moment after that to journal it.
+                                handover = max(handover, now + HANDOVER_S)
+                            past = now >= handover
                             alive = [
                                 t
                                 for t in _FINISHERS.get(key, ())
@@ -400,7 +455,8 @@ def close_after_finishers(store: object, close: Callable[[], None]) -> None:
                                 break
                         for waited in alive:
                             if isinstance(waited, Finishing):
-                                waited.join(max(0.0, handover - time.monotonic()))
+                                # (woken to look again while a call runs: its return extends the handover)
+                                waited.join(min(_CALL_LOOK_S, max(0.0, handover - time.monotonic())))
                             else:
                                 waited.join()
                     close()
@@ -409,19 +465,25 @@ def close_after_finishers(store: object, close: Callable[[], None]) -> None:
                         _CLOSING.pop(key, None)
 
             _CLOSING[key] = threading.Thread(target=when_done, name="bide-store-close")
-            _CLOSING[key].start()
+            try:
+                _CLOSING[key].start()
+            except RuntimeError:  # the interpreter is shutting down, and starts no thread: close now
+                del _CLOSING[key]
+                pending = False
     if not pending:
         close()
 
 
 def _forget_parents_finishers() -> None:
-    # In a child just forked: the finishers and deferred closes registered are the parent's threads and
-    # calls, which the child does not have (its close waited HANDOVER_S for them, or was skipped as under
+    # In a child just forked: the finishers, drives and deferred closes registered are the parent's threads
+    # and calls, which the child does not have (its close waited HANDOVER_S for them, or was skipped as under
     # way already), and the lock may have been held by another thread of the parent (the child hung on it).
-    global _FINISHERS_LOCK
+    global _FINISHERS_LOCK, _DRIVES_LET_GO
     _FINISHERS_LOCK = threading.Lock()
     _FINISHERS.clear()
     _CLOSING.clear()
+    _DRIVES_LET_GO = threading.Condition(threading.Lock())
+    _DRIVING.clear()
 
 
 os.register_at_fork(after_in_child=_forget_parents_finishers)

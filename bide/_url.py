@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import unquote
 
+from ._dbfile import unenterable_directory
 from ._errors import StoreURLError
 
 __all__ = [
@@ -90,7 +91,9 @@ def _sqlite(path: str, what: str) -> StoreURL:
         raise StoreURLError(f"a SQLite {what} needs a file path, such as sqlite:///bide.db; for one that "
                             "lives in this process only, use memory://")
     directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
+    # A directory on the way that this user may not enter hides the rest, which may well exist: the store
+    # says so when it is opened (bide._dbfile.out_of_reach), rather than "does not exist; create it".
+    if not os.path.isdir(directory) and unenterable_directory(path) is None:
         raise StoreURLError(f"the directory {directory!r} of the SQLite {what} {path!r} does not exist; "
                             "create it first")
     # SQLAlchemy percent-decodes the path of a URL and reads what follows a "?" as options: the two
