@@ -46,6 +46,8 @@ __all__ = [
 LOCK_FILE = ".bide-audit-export.lock"
 #: How long a publisher waits for another one comparing and publishing in its anchor directory.
 LOCK_WAIT_S = 30.0
+# How many runs' heads one DirectoryPublisher remembers (`_Known`): the most recently published.
+_KNOWN_KEPT = 1024
 
 # How a library's ForkRefused says to publish the fork all the same (the export's says --allow-fork).
 _ALLOW_IN_THE_LIBRARY = (
@@ -165,7 +167,9 @@ class DirectoryPublisher:
     def __init__(self, directory: str | os.PathLike[str], *, earlier_keys: Sequence[PublicKey] = ()) -> None:
         self.directory = Path(directory)
         self.earlier_keys = tuple(earlier_keys)
-        self._known: dict[tuple[str, frozenset[str]], _Known] = {}
+        self._known: dict[tuple[str, frozenset[str]], _Known] = {}  # most recently published last
+        # Per run (log id): names of files in its folder named like heads that did not read as heads of it.
+        self._not_heads: dict[str, set[str]] = {}
         self._publishing = threading.Lock()  # one comparison and publication at a time in this process
 
     def path_for(self, sth: SignedTreeHead) -> Path:
@@ -177,24 +181,32 @@ class DirectoryPublisher:
         (`compare`): then `ForkRefused` and nothing is published, unless `allow_fork`. What
         `AuditLog.sign_head` does with this publisher. Compared and published under the directory's lock
         (`locked`, the one `bide-audit export --anchor-dir` takes), so two publishers at once take turns and
-        the second is compared with the first's head; one kept waiting 30 s raises AnchorError. Heads there
+        the second is compared with the first's head; one kept waiting 30 s in all (`LOCK_WAIT_S`, behind
+        other threads of this process as well as other publishers) raises AnchorError. Heads there
         that cannot be read (a drop box) are not compared, and the head is published. Returns what the
         comparison found."""
         self._check_directory()
-        with self._publishing:
-            try:
-                with self.locked():
-                    found = self.compare(log, sth)
-                    if found.forks and not allow_fork:
-                        raise found.refusal()
-                    self.publish(sth)
-                    self._remember(found)
-            except StillLocked:
-                raise AnchorError(
-                    f"cannot publish the tree head: the anchor directory {self.directory} stayed locked by "
-                    f"another publisher for {LOCK_WAIT_S:g} s (a paused or stuck `bide-audit export`, say); "
-                    "nothing was published: publish again"
-                ) from None
+        # One deadline for both waits: threads of this process queued behind one that waits for another
+        # process's lock each give up LOCK_WAIT_S after they began, not one wait after another.
+        until = time.monotonic() + LOCK_WAIT_S
+        still_locked = AnchorError(
+            f"cannot publish the tree head: the anchor directory {self.directory} stayed locked by "
+            f"another publisher for {LOCK_WAIT_S:g} s (a paused or stuck `bide-audit export`, say); "
+            "nothing was published: publish again"
+        )
+        if not self._publishing.acquire(timeout=LOCK_WAIT_S):
+            raise still_locked
+        try:
+            with self.locked(wait=max(0.0, until - time.monotonic())):
+                found = self.compare(log, sth)
+                if found.forks and not allow_fork:
+                    raise found.refusal()
+                self.publish(sth)
+                self._remember(found)
+        except StillLocked:
+            raise still_locked from None
+        finally:
+            self._publishing.release()
         return found
 
     @contextlib.contextmanager
@@ -238,10 +250,19 @@ class DirectoryPublisher:
     def _remember(self, found: Comparison) -> None:
         """Once `found.sth` is published: what the next comparison of its run may skip (`_Known`)."""
         sth, key = found.sth, (found.sth.log_id, found.key_ids)
+        known = self._known.pop(key, None)  # put back last (the most recent), unless forgotten
         if found.forks or found.unreadable is not None:
-            self._known.pop(key, None)  # a fork published knowingly, or nothing read: all compared next time
-            return
-        known = self._known.setdefault(key, _Known(set(), ()))
+            return  # a fork published knowingly, or nothing read: all compared next time
+        if known is None:
+            known = _Known(set(), ())
+        self._known[key] = known
+        # A long-lived publisher of ever more runs: the oldest published are forgotten (and compared in full
+        # should they be published again), so no run pins its names for the life of the process.
+        while len(self._known) > _KNOWN_KEPT:
+            self._known.pop(next(iter(self._known)))
+        kept = {log_id for log_id, _ in self._known}
+        for log_id in [log_id for log_id in self._not_heads if log_id not in kept]:
+            del self._not_heads[log_id]
         own = self.path_for(sth)
         known.names.update(path.name for path, _ in found.compared)
         known.names.add(own.name)
@@ -322,6 +343,9 @@ class DirectoryPublisher:
         `publish` refuses) gives none. Raises AnchorError when the folder cannot be read (an anchor that
         is a drop box, writable but not readable). Files named in `besides` (read before) are left out."""
         folder = self.path_for_log(log_id)
+        # The files this publisher read whole and found not to be heads of the run are not read again (a file
+        # here is never rewritten): a junk file does not cost a parse at every anchoring.
+        not_heads: AbstractSet[str] = self._not_heads.get(log_id, frozenset())
         try:
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         except OSError as exc:
@@ -330,15 +354,21 @@ class DirectoryPublisher:
             raise AnchorError(f"cannot read the heads anchored in {folder}: {exc.strerror or exc}") from exc
         try:
             try:
-                names = sorted(n for n in os.listdir(fd) if n not in besides and _HEAD_NAME.fullmatch(n))
+                names = sorted(
+                    n
+                    for n in os.listdir(fd)
+                    if n not in besides and n not in not_heads and _HEAD_NAME.fullmatch(n)
+                )
             except OSError as exc:
                 why = exc.strerror or exc
                 raise AnchorError(f"cannot read the heads anchored in {folder}: {why}") from exc
             found = []
             for name in names:
                 sth = _read_head(fd, name, log_id)
-                if sth is not None:
+                if isinstance(sth, SignedTreeHead):
                     found.append((folder / name, sth))
+                elif sth is _NOT_A_HEAD:
+                    self._not_heads.setdefault(log_id, set()).add(name)
             return found
         finally:
             os.close(fd)
@@ -353,9 +383,18 @@ _HEAD_NAME = re.compile(r"[0-9]{20}-[0-9]+\.json")
 _MAX_HEAD_FILE = 64 * 1024  # a head is a few hundred bytes (its run id at most 4,096 characters)
 
 
-def _read_head(folder_fd: int, name: str, log_id: str) -> SignedTreeHead | None:
+class _NotAHead:
+    """What `_read_head` returns for a file it read and judged: not a head of the run."""
+
+
+_NOT_A_HEAD = _NotAHead()
+
+
+def _read_head(folder_fd: int, name: str, log_id: str) -> SignedTreeHead | _NotAHead | None:
     """The head in the regular file `name` of the folder open as `folder_fd`, if it reads as one of
-    `log_id`; O_NOFOLLOW and O_NONBLOCK: a link is not followed, and a pipe planted there is not waited on."""
+    `log_id`; O_NOFOLLOW and O_NONBLOCK: a link is not followed, and a pipe planted there is not waited on.
+    `_NOT_A_HEAD` when it was judged (not a regular file, too large, not a head, another run's), None when
+    it could not be opened or read (which may pass: it is read again next time)."""
     from ._errors import UnreadableInput
     from ._strict import parse_artifact
 
@@ -366,17 +405,17 @@ def _read_head(folder_fd: int, name: str, log_id: str) -> SignedTreeHead | None:
     try:
         with os.fdopen(fd, "rb", buffering=0) as file:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
+                return _NOT_A_HEAD
             data = file.read(_MAX_HEAD_FILE + 1)
     except OSError:
         return None
     if len(data) > _MAX_HEAD_FILE:
-        return None
+        return _NOT_A_HEAD
     try:
         sth = parse_artifact(SignedTreeHead, data, what=name)
     except UnreadableInput:
-        return None
-    return sth if sth.log_id == log_id else None
+        return _NOT_A_HEAD
+    return sth if sth.log_id == log_id else _NOT_A_HEAD
 
 
 def _through(folder_fd: int, target: Path) -> Path:

@@ -258,7 +258,7 @@ class SQLHashes:
         self._lock = threading.Lock()
         self._conn: Any = None  # a DBAPI connection (through the engine's pool)
         # Per run: (size, last_seq) -> the right edge and partial tiles of that tree, as last committed by
-        # this object. Keyed by the state, so an entry that is not the tree's current state is never used.
+        # this object. Used only while the stored state and partial tiles are still those (see `_plan`).
         self._edges: dict[str, _Edges] = _RecentEdges()
         # Raw SQL through the driver: SQLAlchemy's per-row parameter processing costs more than the
         # database itself on the hot paths (a proof's one read, a sync's bulk write).
@@ -418,16 +418,26 @@ class SQLHashes:
     ) -> tuple[list[tuple[str, int, int, bytes]], _Edges]:
         """The tile rows to write to append `leaves` to the tree of `size` leaves, and the cache entry of the
         tree after it (to be kept only once those rows have committed)."""
-        # The right edge and each stored level's partial last tile are all an append needs. This object
-        # keeps them from its previous append of this run; a tree that grew elsewhere meanwhile is read
-        # afresh (and if it grows elsewhere during this append, the size check in the transaction refuses it).
+        # The right edge and each stored level's partial last tile are all an append needs. The tails are
+        # read at every append (one row per stored level: at most 127 hashes each, 3 rows at a million
+        # records): together they cover every leaf, so they equal this object's copy from its previous
+        # append only if the tree is the one it wrote. A tree rebuilt meanwhile (a journal restored or
+        # rewritten, then re-hashed elsewhere) to the same size and last seq differs there, and its edge is
+        # then taken from the tails read, not from this object's memory of a history that is gone. (A tree
+        # that grows elsewhere during this append is refused by the size check in the transaction.)
+        tails = fetch(run_id, _tail_keys(size))
         cached = self._edges.get(run_id)
-        if cached is not None and cached[0] == (size, last_seq):
-            edge, tails = cached[1], cached[2]
+        if cached is not None and cached[0] == (size, last_seq) and cached[2] == tails:
+            edge = cached[1]  # saves folding up to 120 hashes per stored level
         else:
             tiles = _tiles(0, size)
-            edge = {lv: h for (lv, _), h in zip(tiles, self._read_from(fetch, run_id, tiles), strict=True)}
-            tails = fetch(run_id, _tail_keys(size))
+            # Every edge node lies in a tail tile (the tails cover the leaves right to left): no second read.
+            edge = {
+                lv: h
+                for (lv, _), h in zip(
+                    tiles, self._read_from(lambda _rid, _keys: tails, run_id, tiles), strict=True
+                )
+            }
         frontier = [edge[lv] for lv, _ in _tiles(0, size)]
         levels = new_levels(frontier, size, leaves)
         rows: list[tuple[str, int, int, bytes]] = []

@@ -189,8 +189,10 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
     is written. If the .pub cannot be written, the new private key is removed again: never a key without
     its public half. The pair is written under its lock (`pair_locked`: two keygens of one file at once
     take turns, so the pair left is one key's; one kept waiting 30 s is a ConfigError, nothing written). A
-    process killed outright between the two files leaves a mismatched pair, which `load_signing_key`
-    refuses (`KeyPairMismatch`) until keygen is run again."""
+    first keygen killed outright between the two files leaves only the .pub (written first), which no key
+    loads from: keygen then refuses it as existing until it is removed (or `overwrite`). One with
+    `overwrite` killed between them leaves a mismatched pair, which `load_signing_key` refuses
+    (`KeyPairMismatch`) until keygen is run again."""
     text, target = os.fspath(path), Path(path)
     try:
         pub = _check_targets(text, target, overwrite=overwrite)
@@ -212,23 +214,27 @@ def generate_key(path: str | os.PathLike[str], *, overwrite: bool = False) -> Si
 def _create_pair(target: Path, pub: Path, key: SigningKey) -> None:
     """Create the key pair at `target` and `pub`, neither replacing a file already there."""
     # Both through a fresh temporary file: a symlink planted at either name is never followed, and each is
-    # linked into place exclusively (a file that appears meanwhile is not replaced).
-    try:
-        write_whole(target, key.pem(), mode=0o600, overwrite=False)
-    except FileExistsError as exc:
-        raise KeyFileExists(f"{target} already exists; refusing to overwrite a key file") from exc
-    except OSError as exc:
-        raise ConfigError(f"cannot write the key file {target}: {exc.strerror or exc}") from exc
+    # linked into place exclusively (a file that appears meanwhile is not replaced). The public key first:
+    # a process killed between the two leaves a .pub alone, which no loader takes for a key, never a private
+    # key without its .pub (which loaders could not check).
     try:
         write_whole(pub, key.public.pem(), overwrite=False)
-    except BaseException as exc:  # Ctrl-C too: never a key without its public half
+    except FileExistsError as exc:
+        raise KeyFileExists(f"{pub} already exists; refusing to overwrite a key file") from exc
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the public key {pub}: {exc.strerror or exc}; nothing was written"
+        ) from exc
+    try:
+        write_whole(target, key.pem(), mode=0o600, overwrite=False)
+    except BaseException as exc:  # Ctrl-C too: both or neither
         with contextlib.suppress(OSError):
-            target.unlink()
+            pub.unlink()
         if isinstance(exc, FileExistsError):
-            raise KeyFileExists(f"{pub} already exists; refusing to overwrite a key file") from exc
+            raise KeyFileExists(f"{target} already exists; refusing to overwrite a key file") from exc
         if isinstance(exc, OSError):
             raise ConfigError(
-                f"cannot write the public key {pub}: {exc.strerror or exc}; the private key was not kept "
+                f"cannot write the key file {target}: {exc.strerror or exc}; the public key was not kept "
                 "either"
             ) from exc
         raise

@@ -200,24 +200,26 @@ def _check_targets(private_path: Path, *, overwrite: bool) -> Path:
 
 def _create_pair(private_path: Path, private_pem: bytes, public_path: Path, public_pem: bytes) -> None:
     """Create both key files exclusively (a keygen racing this one, or a file that appears meanwhile, is
-    never replaced): the private key first, removed again if the public one cannot be placed."""
-    try:
-        write_whole(private_path, private_pem, mode=0o600, overwrite=False)
-    except FileExistsError:
-        raise SigningKeyError(f"{private_path} already exists; pass --force to replace it") from None
-    except OSError as exc:
-        raise SigningKeyError(
-            f"cannot write the key pair {private_path}: {exc.strerror or exc}; no key file was written"
-        ) from exc
+    never replaced): the public key first, removed again if the private one cannot be placed. A process
+    killed between the two leaves a .pub alone, which nothing signs with, never a private key without its
+    .pub (which a loader could not check)."""
     try:
         write_whole(public_path, public_pem, overwrite=False)
-    except BaseException as exc:  # Ctrl-C too: never a private key without its public half
-        private_path.unlink(missing_ok=True)
+    except FileExistsError:
+        raise SigningKeyError(f"{public_path} already exists; pass --force to replace it") from None
+    except OSError as exc:
+        raise SigningKeyError(
+            f"cannot write the public key {public_path}: {exc.strerror or exc}; no key file was written"
+        ) from exc
+    try:
+        write_whole(private_path, private_pem, mode=0o600, overwrite=False)
+    except BaseException as exc:  # Ctrl-C too: both or neither
+        public_path.unlink(missing_ok=True)
         if isinstance(exc, FileExistsError):
-            raise SigningKeyError(f"{public_path} already exists; pass --force to replace it") from None
+            raise SigningKeyError(f"{private_path} already exists; pass --force to replace it") from None
         if isinstance(exc, OSError):
             raise SigningKeyError(
-                f"cannot write the public key {public_path}: {exc.strerror or exc}; no key file was written"
+                f"cannot write the key pair {private_path}: {exc.strerror or exc}; no key file was written"
             ) from exc
         raise
 
