@@ -197,8 +197,12 @@ class Store(Protocol):
         store is released once such drives have let go, or `HANDOVER_S` (5 s) after close() at most. Until
         then the closing store also renews the leases its drives hold, and while a synchronous call of one
         of them runs in its thread it is not released at all: the drive, and past the call's deadline its
-        keeper, keep the run's lease renewed until the call returns and its outcome is journaled, so that no
-        other driver takes the run (and calls again) meanwhile. A drive whose async call has not returned
+        keeper, keep the run's lease renewed until the call returns, so that no other driver takes the run
+        (and calls again) meanwhile. A keeper journals the outcome of a call that ran past its deadline; a
+        call that returned in time is its drive's to journal, which the closing store refuses like any of the
+        drive's writes: the drive raises the `StoreError` naming what the call returned, the process keeps
+        it (its next drive of the run journals it), and another driver halts on the call (its reconciler, or
+        a person, decides it). A drive whose async call has not returned
         when the store is released leaves its lease to expire (its ttl): it is never freed while a side
         effect of the drive may be under way."""
         ...
@@ -325,8 +329,8 @@ _FINISHERS_LOCK = threading.Lock()
 
 class Finishing:
     """Work a store's deferred close waits for although no thread of its own does it yet: a synchronous
-    call from its start until its drive has journaled its outcome or handed it to a thread that will (a
-    close() called as the drive is cancelled, before it hands the call on). Waited for as long as the call
+    call from its start until it returned to its drive or was handed to a thread that journals its outcome
+    (a close() called as the drive is cancelled, before it hands the call on). Waited for as long as the call
     runs in its thread (`calling`: the drive keeps the run's lease renewed meanwhile, and past the call's
     deadline a keeper does, which a closed store could not serve: another driver would take the run and
     could call again), then `HANDOVER_S` at most: a drive hands the call on as soon as its event loop runs
@@ -442,7 +446,7 @@ def close_after_finishers(store: object, close: Callable[[], None]) -> None:
                             now = time.monotonic()
                             if any(isinstance(t, Finishing) and t.calling() for t in _FINISHERS.get(key, ())):
                                 # A synchronous call still runs: its lease must stay renewable until it
-                                # returns, and its drive needs a moment after that to journal it.
+                                # returns, and its drive needs a moment after that to hand it on.
                                 handover = max(handover, now + HANDOVER_S)
                             past = now >= handover
                             alive = [
