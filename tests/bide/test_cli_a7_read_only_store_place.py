@@ -16,12 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from store_places import as_another_user
 
 REPO = Path(__file__).resolve().parents[2]
-# Root passes over directory modes: the commands run without the capabilities that let it, as another user.
-WITHOUT_ROOTS_REACH = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c",
-                       'exec "$@"', "--"]  # fmt: skip
-
 _WRITE_AND_DIE = """
 import os, signal, sys
 import bide
@@ -110,8 +107,7 @@ def test_a_store_in_a_directory_the_user_may_not_write_is_unreadable_not_failed(
     evidence.mkdir()
     store = make(evidence)
     files = sorted(p.name for p in evidence.iterdir())
-    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
-    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    wrap = as_another_user()
     tmp_path.chmod(0o777)  # the commands' user writes the key and the output here
     evidence.chmod(0o555)
     try:

@@ -9,21 +9,15 @@ cause at all, and opening a store in a directory the user may not enter said so 
 from __future__ import annotations
 
 import os
-import shutil
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from store_places import as_another_user, make_store
 
 import bide
-from bide.testing import ScriptedModel, reply
-
-# Root reaches every file: the code runs without the capabilities that let it (as another user would).
-WITHOUT_ROOTS_REACH = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c",
-                       'exec "$@"', "--"]  # fmt: skip
 
 # Run as another user would: prints the cause of the StoreError the code in argv[2] raises.
 _CAUSE = """
@@ -45,8 +39,7 @@ except bide.StoreError as exc:
 
 def _as_another_user(url: str, what: str) -> list[str]:
     """The two lines `_CAUSE` prints, run without root's reach over files."""
-    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
-    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    wrap = as_another_user()
     repo = str(Path(bide.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([*wrap, sys.executable, "-c", _CAUSE, url, what], capture_output=True, text=True,
@@ -55,29 +48,9 @@ def _as_another_user(url: str, what: str) -> list[str]:
     return done.stdout.splitlines()
 
 
-def _make_store(path: Path) -> None:
-    store = bide.open_store(f"sqlite:///{path}")
-    try:
-        bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("r1", "hi")
-    finally:
-        store.close()
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a 1 MiB tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
-    path = tmp_path / "disk"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
-
-
 def test_a_write_to_a_read_only_store_file_is_refused_with_sqlites_error_as_its_cause(tmp_path: Path) -> None:
     path = tmp_path / "bide.db"
-    _make_store(path)
+    make_store(path)
     path.chmod(0o444)
     try:
         cause, said = _as_another_user(f"sqlite:///{path}", "write")
@@ -114,7 +87,7 @@ def test_a_store_in_a_directory_the_user_may_not_enter_is_refused_from_the_syste
     closed = tmp_path / "closed"
     closed.mkdir()
     path = closed / "bide.db"
-    _make_store(path)
+    make_store(path)
     closed.chmod(0)
     try:
         cause, said = _as_another_user(f"sqlite:///{path}", "open")

@@ -10,19 +10,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from store_places import as_another_user, make_store
 
 import bide
-from bide.testing import ScriptedModel, reply
-
-# Root reaches every file: the command runs without the capabilities that let it (as another user would).
-WITHOUT_ROOTS_REACH = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c",
-                       'exec "$@"', "--"]  # fmt: skip
 
 _COMMANDS = {
     "bide show": ["bide._cli", "show", "r1"],
@@ -34,20 +29,11 @@ _COMMANDS = {
 
 def _run(module: str, *args: str) -> subprocess.CompletedProcess[str]:
     """`python -m module args` as another user would run it (the checkout's code first on the path)."""
-    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
-    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    wrap = as_another_user()
     repo = str(Path(bide.__file__).resolve().parents[1])
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")])}
     return subprocess.run([*wrap, sys.executable, "-m", module, *args], capture_output=True, text=True,
                           timeout=120, env=env)  # fmt: skip
-
-
-def _make_store(path: Path) -> None:
-    store = bide.open_store(f"sqlite:///{path}")
-    try:
-        bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("r1", "hi")
-    finally:
-        store.close()
 
 
 @pytest.mark.parametrize("depth", ["in it", "below it"])
@@ -58,7 +44,7 @@ def test_commands_on_a_store_in_a_directory_the_user_may_not_enter_say_so_with_e
     folder = closed if depth == "in it" else closed / "inside"
     folder.mkdir(parents=True)
     path = folder / "bide.db"
-    _make_store(path)
+    make_store(path)
     key = tmp_path / "log.key"
     assert subprocess.run(["bide-audit", "keygen", str(key)], capture_output=True).returncode == 0
     url = f"sqlite:///{path}"
@@ -91,9 +77,9 @@ def test_the_directory_named_is_the_one_the_kernel_may_not_enter_on_the_way(tmp_
     closed, open_ = tmp_path / "closed", tmp_path / "open"
     (closed / "sub").mkdir(parents=True)
     open_.mkdir()
-    _make_store(closed / "sub" / "bide.db")
+    make_store(closed / "sub" / "bide.db")
     (open_ / "link").symlink_to("../closed/sub")
-    _make_store(open_ / "bide.db")
+    make_store(open_ / "bide.db")
     url = f"sqlite:///{open_ / 'link' / 'bide.db'}" if way == "through a link" else (
         f"sqlite:///{closed}/../open/bide.db"
     )

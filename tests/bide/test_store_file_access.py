@@ -10,52 +10,25 @@ naming neither the cause nor that the tables were there.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+from store_places import as_another_user, make_store
 
 import bide
 from bide.testing import ScriptedModel, reply
-
-# Root reaches every file: the command runs without the capabilities that let it (as another user would).
-WITHOUT_ROOTS_REACH = ["capsh", "--drop=cap_dac_override,cap_dac_read_search,cap_fowner", "--", "-c",
-                       'exec "$@"', "--"]  # fmt: skip
 
 
 def _bide(*args: str, wrap: list[str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*(wrap or []), "bide", *args], capture_output=True, text=True, timeout=120)
 
 
-def _make_store(path: Path) -> None:
-    store = bide.open_store(f"sqlite:///{path}")
-    try:
-        bide.Agent(ScriptedModel([reply("hi")]), store=store).run_sync("r1", "hi")
-    finally:
-        store.close()
-
-
-@pytest.fixture
-def small_disk(tmp_path: Path) -> Iterator[Path]:
-    """A directory on a 1 MiB tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
-    path = tmp_path / "disk"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True)
-    try:
-        yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
-
-
 def test_a_store_in_a_directory_the_user_may_not_enter_is_not_called_missing(tmp_path: Path) -> None:
     closed = tmp_path / "closed"
     closed.mkdir()
-    _make_store(closed / "bide.db")
-    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
-    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    make_store(closed / "bide.db")
+    wrap = as_another_user()
     closed.chmod(0)
     try:
         done = _bide("runs", "--store", f"sqlite:///{closed / 'bide.db'}", wrap=wrap)
@@ -66,7 +39,7 @@ def test_a_store_in_a_directory_the_user_may_not_enter_is_not_called_missing(tmp
 
 
 def test_a_store_on_a_read_only_file_system_says_so(small_disk: Path) -> None:
-    _make_store(small_disk / "bide.db")
+    make_store(small_disk / "bide.db")
     subprocess.run(["mount", "-o", "remount,ro", str(small_disk)], check=True)
     try:
         for command in (["runs"], ["show", "r1"]):
@@ -79,7 +52,7 @@ def test_a_store_on_a_read_only_file_system_says_so(small_disk: Path) -> None:
 
 
 def test_a_store_on_a_full_disk_says_the_disk_is_full(small_disk: Path) -> None:
-    _make_store(small_disk / "bide.db")  # closed: its -wal and -shm files are gone
+    make_store(small_disk / "bide.db")  # closed: its -wal and -shm files are gone
     filler = small_disk / "filler"
     fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
     try:
@@ -101,7 +74,7 @@ def test_a_read_only_store_is_read_and_the_audit_export_says_what_it_needs(tmp_p
     """Reading commands work on a read-only store file as before; `bide-audit export`, which keeps its hashes
     beside the journal, said "INTERNAL ERROR: attempt to write a readonly database" (exit 3)."""
     path = tmp_path / "bide.db"
-    _make_store(path)
+    make_store(path)
     store = bide.open_store(f"sqlite:///{path}")
     try:  # a thread left idle: a run a cancel request would end
         bide.Agent(ScriptedModel([reply("hi")]), store=store).thread("t1").send_sync("hi")
@@ -109,7 +82,7 @@ def test_a_read_only_store_is_read_and_the_audit_export_says_what_it_needs(tmp_p
         store.close()
     key = tmp_path / "log.key"
     assert subprocess.run(["bide-audit", "keygen", str(key)], capture_output=True).returncode == 0
-    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
+    wrap = as_another_user()
     path.chmod(0o444)
     try:
         runs = _bide("runs", "--store", f"sqlite:///{path}", wrap=wrap)
@@ -136,9 +109,8 @@ def test_files_a_read_only_store_left_beside_it_are_named_when_writes_fail(tmp_p
     choice). Once the store was made writable again, every write failed with "attempt to write a readonly
     database" alone: the hint (which file is not writable) looked only at the store and its directory."""
     path = tmp_path / "bide.db"
-    _make_store(path)
-    wrap = WITHOUT_ROOTS_REACH if os.geteuid() == 0 else []
-    assert not wrap or shutil.which("capsh"), "make test installs capsh (libcap2-bin)"
+    make_store(path)
+    wrap = as_another_user()
     tmp_path.chmod(0o777)
     path.chmod(0o444)
     assert _bide("runs", "--store", f"sqlite:///{path}", wrap=wrap).returncode == 0
