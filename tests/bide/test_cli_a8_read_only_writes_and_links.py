@@ -16,9 +16,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from store_places import WITHOUT_ROOTS_REACH
 from test_cli_a7_read_only_store_place import (
     _WRITE_AND_DIE,
-    WITHOUT_ROOTS_REACH,
     _closed_store,
     _env,
     _run,

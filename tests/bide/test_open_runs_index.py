@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 from conftest import PG_URL, drop_prefix
-from test_store_file_access import WITHOUT_ROOTS_REACH
+from store_places import WITHOUT_ROOTS_REACH
 
 import bide
 from bide._sql import SQLStore
