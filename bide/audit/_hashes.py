@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import sqlite3
 import threading
 import weakref
@@ -257,6 +258,10 @@ class SQLHashes:
             ) from exc
         self._lock = threading.Lock()
         self._conn: Any = None  # a DBAPI connection (through the engine's pool)
+        self._pid = os.getpid()  # the process whose connection `_conn` is
+        # Held out of the pool between calls, the connection would outlive the store's close (a disposed
+        # engine closes only the connections checked in): a server session left open per closed store.
+        sa.event.listen(engine, "engine_disposed", _let_go_on_dispose(weakref.ref(self)))
         # Per run: (size, last_seq) -> the right edge and partial tiles of that tree, as last committed by
         # this object. Used only while the stored state and partial tiles are still those (see `_plan`).
         self._edges: dict[str, _Edges] = _RecentEdges()
@@ -303,6 +308,8 @@ class SQLHashes:
     def _connection(self) -> Any:
         # One DBAPI connection, reused: opening a SQLite connection per proof would dominate its cost, and
         # the driver's own cursor costs a fraction of SQLAlchemy's per-statement overhead on the hot paths.
+        if self._pid != os.getpid():
+            self._forget_inherited()
         if self._conn is None:
             raw = self.engine.raw_connection()
             try:
@@ -316,6 +323,30 @@ class SQLHashes:
                 raise
             self._conn = raw
         return self._conn
+
+    def _forget_inherited(self) -> None:
+        """In a forked child: drop the parent's connection untouched. Closing it, or letting the pool
+        reset it, would speak on the parent's session (PostgreSQL) or file locks (SQLite); it is kept
+        referenced so that no finalizer ever does."""
+        self._pid = os.getpid()
+        if self._conn is not None:
+            _INHERITED.append(self._conn)
+            self._conn = None
+
+    def _let_go(self) -> None:
+        """The engine was disposed (the store closed, or forgot its parent's connections in a forked
+        child): close the connection held, for real (back in the disposed pool it would stay open)."""
+        if self._pid != os.getpid():
+            # Run by the store's fork handler, in the child before any other of its threads: a thread of
+            # the parent may have held the lock as the child was made.
+            self._lock = threading.Lock()
+            self._forget_inherited()
+            return
+        with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                with contextlib.suppress(Exception):  # a broken connection is discarded either way
+                    conn.invalidate()
 
     def _drop(self) -> None:
         """Discard the connection after an error (it may be broken); the next call opens another."""
@@ -602,6 +633,19 @@ def _tile_bytes(run_id: str, level: object, tile: object, value: object) -> byte
         )
     return bytes(value)
 
+
+def _let_go_on_dispose(hashes: weakref.ref[SQLHashes]) -> Callable[[sa.engine.Engine], None]:
+    def disposed(engine: sa.engine.Engine) -> None:
+        found = hashes()
+        if found is not None:
+            found._let_go()
+
+    return disposed
+
+
+# Connections a forked child inherited from its parent: never closed nor finalized here (see
+# `SQLHashes._forget_inherited`).
+_INHERITED: list[Any] = []
 
 _memory_backends: weakref.WeakKeyDictionary[Any, MemoryHashes] = weakref.WeakKeyDictionary()
 _sql_backends: weakref.WeakKeyDictionary[Any, SQLHashes] = weakref.WeakKeyDictionary()
