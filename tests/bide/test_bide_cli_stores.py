@@ -336,7 +336,8 @@ def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
         model = ScriptedModel([call("wait", seconds=3600), reply("later")])
         with pytest.raises(bide.RunSleeping):  # an open run: a cancel request would be recorded
             bide.Agent(model, store=store, tools=[bide.timer()]).run_sync("r", "go")
-        locker = sa.create_engine(PG_URL).connect()
+        locking = sa.create_engine(PG_URL)
+        locker = locking.connect()
         transaction = locker.begin()
         locker.exec_driver_sql(f"LOCK TABLE {prefix}records IN ACCESS EXCLUSIVE MODE")
         application = f"bide-cli-{uuid.uuid4().hex[:8]}"
@@ -363,6 +364,7 @@ def test_ctrl_c_stops_a_command_whose_read_waits_on_a_lock_at_once(
                 child.wait()
             transaction.rollback()
             locker.close()
+            locking.dispose()  # (closed, the connection went back to the engine's pool: still a session)
         assert child.returncode == 130, errors
         assert took < 5, f"{took:.1f} s from Ctrl-C to exit"
         assert CANCEL_KEY not in [e.key for e in store.load("r")]

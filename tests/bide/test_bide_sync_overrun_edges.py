@@ -158,22 +158,28 @@ def test_a_synchronous_call_that_outlives_its_drive_fires_once_and_is_recorded(
             time.sleep(0.2)
             if time.time() >= let_go:
                 release.touch()
+            b = make_agent(url, str(path), "B")
             try:
-                answer = make_agent(url, str(path), "B").run_sync(run_id, "charge alice").answer
+                answer = b.run_sync(run_id, "charge alice").answer
             except (bide.RunInFlight, bide.OutcomeUnknown, bide.HaltInFlight):
                 continue
+            finally:
+                b.store.close()  # (each try opens a store: a PostgreSQL session each, left open otherwise)
         release.touch()
         out, _ = a.communicate(timeout=30)
     finally:
         release.touch()
         if a.poll() is None:
             a.kill()
-    assert answer == "done", out
-    fired = effects(str(path))
-    assert len(fired) == 1 and fired[0].startswith("A "), fired  # A's call, once; B never called it
-    results = [r for r in bide.Journal(store, run_id).load().records() if isinstance(r, bide.ToolResult)]
-    assert [r.result for r in results] == ["charged"]  # A's outcome, recorded by A
-    assert bide.run_status(store, run_id).status == "completed"
+    try:
+        assert answer == "done", out
+        fired = effects(str(path))
+        assert len(fired) == 1 and fired[0].startswith("A "), fired  # A's call, once; B never called it
+        results = [r for r in bide.Journal(store, run_id).load().records() if isinstance(r, bide.ToolResult)]
+        assert [r.result for r in results] == ["charged"]  # A's outcome, recorded by A
+        assert bide.run_status(store, run_id).status == "completed"
+    finally:
+        store.close()
 
 
 _ENDS_RIGHT_AFTER = '''

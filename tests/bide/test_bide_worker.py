@@ -579,6 +579,7 @@ def test_two_workers_racing_resume_each_run_once(
         fired = 0 if r in never else 1
         assert lines.count(f"{r} 1") == fired and lines.count(f"{r} 2") == fired, (r, lines)
     assert len(never) < len(runs)  # the kill came after the first charge: some run had started
+    store.close()
 
 
 def payer(store: bide.Store, clock: list[float], gate: Any) -> Callable[[], bide.Agent]:

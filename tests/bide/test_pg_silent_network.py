@@ -40,8 +40,10 @@ def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, text=True)
 
 
-def _forward(listener: socket.socket, server: tuple[str, int]) -> None:
-    """Accept on `listener` and pipe each connection to `server` both ways, until the listener closes."""
+def _forward(listener: socket.socket, server: tuple[str, int], opened: list[socket.socket]) -> None:
+    """Accept on `listener` and pipe each connection to `server` both ways, until the listener closes;
+    every socket made goes into `opened`, for the fixture to close (a server session behind a silenced
+    link would otherwise stay open as long as the test process)."""
 
     def pipe(source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
@@ -53,7 +55,9 @@ def _forward(listener: socket.socket, server: tuple[str, int]) -> None:
             client, _ = listener.accept()
         except OSError:
             return
+        opened.append(client)
         upstream = socket.create_connection(server)
+        opened.append(upstream)
         threading.Thread(target=pipe, args=(client, upstream), daemon=True).start()
         threading.Thread(target=pipe, args=(upstream, client), daemon=True).start()
 
@@ -81,6 +85,7 @@ def silent_path() -> Iterator[SilentPath]:
     except subprocess.CalledProcessError as e:
         pytest.fail(f"cannot make a network namespace (this test needs root): {e.stderr.strip()}")
     listener = socket.socket()
+    opened: list[socket.socket] = []
     try:
         _ip("link", "add", host_end, "type", "veth", "peer", "name", inner_end)
         _ip("link", "set", inner_end, "netns", namespace)
@@ -92,11 +97,15 @@ def silent_path() -> Iterator[SilentPath]:
         listener.listen(16)
         server = sa.engine.make_url(PG_URL)
         upstream = (server.host or "127.0.0.1", server.port or 5432)
-        threading.Thread(target=_forward, args=(listener, upstream), daemon=True).start()
+        threading.Thread(target=_forward, args=(listener, upstream, opened), daemon=True).start()
         url = server.set(host=host_ip, port=listener.getsockname()[1]).render_as_string(hide_password=False)
         yield SilentPath(namespace, url, host_end)
     finally:
         listener.close()
+        for piped in opened:
+            with contextlib.suppress(OSError):
+                piped.shutdown(socket.SHUT_RDWR)  # (wakes the pipe threads blocked reading it)
+            piped.close()
         subprocess.run(["ip", "link", "del", host_end], capture_output=True)
         subprocess.run(["ip", "netns", "del", namespace], capture_output=True)
 
