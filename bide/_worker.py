@@ -378,11 +378,17 @@ class Worker:
     async def _runs_to_recover(self) -> list[str]:
         # The listing is a blocking store call: in a thread, so that drives in flight keep going; one of the
         # worker's own, not asyncio's pool, which synchronous tools running long may all hold.
+        # A run in flight when the listing starts may be left out of it by its own drive's live lease: its
+        # absence says nothing, even once that drive has ended (and parked it) before the answer comes.
+        driving = set(self._in_flight)
         out, listed = await self._in_lister(self._timed_listing)
         # What the worker kept of a run no longer listed goes (it ended, or a live driver holds it): else a
         # worker that runs for months keeps an entry for every run it ever parked or backed off (an idle
-        # thread between messages, a halt someone else resolved and finished).
-        for run_id in [r for r in self._state if r not in listed and r not in self._in_flight]:
+        # thread between messages, a halt someone else resolved and finished). Not a run driven here while
+        # the listing ran: dropped, the park its drive had just made was lost, and the run was read and
+        # driven again at the next poll (to halt a second time) although nothing had changed.
+        driving.update(self._in_flight)
+        for run_id in [r for r in self._state if r not in listed and r not in driving]:
             del self._state[run_id]
         return out
 

@@ -152,3 +152,57 @@ def test_a_run_halted_while_listings_ran_during_its_drive_is_not_read_again(
     read_later = [at for run_id, at in reads if run_id == "h" and at > at_halt]
     assert read_later == [], (reads, at_halt)  # parked: its lease and journal are as its drive left them
     assert bide.run_status(store, "h").status == "halted"
+
+
+def test_a_listing_that_ran_while_the_drive_held_the_lease_keeps_the_park_it_answers_after(
+    store: bide.Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A listing made while the drive held the run's lease does not list the run (a live lease); when its
+    answer comes after the drive ended (a loaded machine: its thread waits for a core), the run is neither
+    listed nor in flight any more. Its parked state must survive that answer: dropped as a run that ended or
+    that another driver holds, the run was read and driven again at the next poll, to halt a second time."""
+    halted(store, "h")
+    worker = bide.Worker(store, agent(store, [reply("never asked")]), poll_interval=0.01)
+    list_leases = store.expired_leases
+    late: list[bool] = []
+    listings: list[int] = []
+
+    def late_listing(**options: Any) -> Any:
+        found = list_leases(**options)
+        listings.append(len(found))
+        if not late and all(lease.run_id != "h" for lease in found):  # made while the drive held the lease
+            late.append(True)
+            deadline = time.monotonic() + 30
+            while worker.in_flight and time.monotonic() < deadline:  # answered once the drive ended
+                time.sleep(0.005)
+        return found
+
+    release = store.arelease
+
+    async def listed_then_release(run_id: str, holder: str, token: int) -> bool:
+        # The drive holds the lease: a listing runs meanwhile, which does not list the run.
+        await until(lambda: bool(late), "a listing while the drive held the lease")
+        return bool(await release(run_id, holder, token))
+
+    monkeypatch.setattr(store, "expired_leases", late_listing)
+    monkeypatch.setattr(store, "arelease", listed_then_release)
+    said = Said()
+    logging.getLogger("bide.worker").addHandler(said)
+
+    async def serve() -> None:
+        forever = asyncio.create_task(worker.run_forever())
+        try:
+            await until(lambda: any(line.startswith("run h halted") for line in said.lines), "the halt")
+            at = len(listings)
+            await until(lambda: len(listings) >= at + 10, "ten more listings")  # nothing changed meanwhile
+        finally:
+            worker.stop()
+            await forever
+
+    try:
+        asyncio.run(serve())
+    finally:
+        logging.getLogger("bide.worker").removeHandler(said)
+    assert late == [True]
+    assert [line for line in said.lines if line.startswith("run h halted")] == [said.lines[0]], said.lines
+    assert bide.run_status(store, "h").status == "halted"
