@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pg_tables import drop_prefixed_tables
 
 import bide
 
@@ -44,11 +45,4 @@ def real_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Calla
     for store, prefix in opened:
         store.close()
         if request.param == "postgres":
-            import sqlalchemy as sa
-
-            engine = sa.create_engine(POSTGRES_URL)
-            with engine.begin() as conn:
-                for table in sa.inspect(conn).get_table_names():
-                    if table.startswith(prefix):
-                        conn.exec_driver_sql(f'DROP TABLE "{table}"')
-            engine.dispose()
+            drop_prefixed_tables(POSTGRES_URL, prefix)

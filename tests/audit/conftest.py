@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from pg_tables import drop_prefixed_tables
 
 import bide
 from bide.audit import SigningKey
@@ -39,11 +40,5 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[bide.Store
         yield s
     finally:
         if request.param == "postgres":
-            import sqlalchemy as sa
-
-            engine = s.engine  # type: ignore[attr-defined]
-            with engine.begin() as conn:
-                for name in sa.inspect(conn).get_table_names():
-                    if name.startswith(prefix):
-                        conn.exec_driver_sql(f'DROP TABLE "{name}"')
+            drop_prefixed_tables(s.engine, prefix)  # type: ignore[attr-defined]
         s.close()

@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from mounts import tmpfs
 
 import bide
 
@@ -301,14 +302,8 @@ def test_an_export_whose_output_does_not_fit_says_the_head_it_published(
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A directory on a 64 KiB tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
-    path = tmp_path / "small-disk"
-    path.mkdir()
-    # `make test` runs as root (it installs what the tests need): the mount is part of the test, not optional.
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=65536", "tmpfs", str(path)], check=True)
-    try:
+    with tmpfs(tmp_path / "small-disk", "65536") as path:
         yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
 
 
 def _fill(disk: Path) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-import sqlalchemy as sa
+from pg_tables import drop_prefixed_tables
 
 import bide
 from bide.audit import AuditedStore, AuditLog, SigningKey
@@ -45,12 +45,7 @@ def sessions_after(application: str, wait: float = 3.0) -> int:
 def prefix() -> Iterator[str]:
     prefix = f"t{uuid.uuid4().hex[:10]}_"
     yield prefix
-    engine = sa.create_engine(POSTGRES_URL)
-    with engine.begin() as conn:
-        for name in sa.inspect(conn).get_table_names():
-            if name.startswith(prefix):
-                conn.exec_driver_sql(f'DROP TABLE "{name}"')
-    engine.dispose()
+    drop_prefixed_tables(POSTGRES_URL, prefix)
 
 
 @pytest.mark.parametrize("how", ["AuditLog", "AuditedStore"])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from pg_tables import drop_prefixed_tables
 
 import bide
 from bide.audit import AuditLog
@@ -91,9 +92,6 @@ def test_a_hash_connection_the_server_ended_is_a_store_error_and_the_next_read_g
             log.root("r")
         assert log.root("r") == root
     finally:
-        with engine.begin() as conn:
-            for name in sa.inspect(conn).get_table_names():
-                if name.startswith(prefix):
-                    conn.exec_driver_sql(f'DROP TABLE "{name}"')
+        drop_prefixed_tables(engine, prefix)
         engine.dispose()
         store.close()

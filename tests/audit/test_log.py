@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from pg_tables import drop_prefixed_tables
 
 import bide
 from bide.audit import (
@@ -296,10 +297,7 @@ def test_sql_tree_across_upper_tile_boundaries(tmp_path: Path, backend: str) -> 
                 lg.store.close()
     finally:
         if backend == "postgres":
-            with store.engine.begin() as conn:  # type: ignore[attr-defined]
-                for name in sa.inspect(conn).get_table_names():
-                    if name.startswith(prefix):
-                        conn.exec_driver_sql(f'DROP TABLE "{name}"')
+            drop_prefixed_tables(store.engine, prefix)  # type: ignore[attr-defined]
         store.close()
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from pg_tables import drop_prefixed_tables
 
 import bide
 from bide.audit import AuditedStore, AuditLog, DirectoryPublisher, SigningKey
@@ -130,8 +131,5 @@ def test_a_live_postgres_store_refuses_the_history_of_a_tree_rebuilt_to_the_same
     try:
         _check_live_store(POSTGRES_URL, prefix, tmp_path, rewrite, restart=False)
     finally:
-        with engine.begin() as conn:
-            for name in sa.inspect(conn).get_table_names():
-                if name.startswith(prefix):
-                    conn.exec_driver_sql(f'DROP TABLE "{name}"')
+        drop_prefixed_tables(engine, prefix)
         engine.dispose()

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -13,6 +12,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from mounts import tmpfs
 from raw_http import RawServer, StartServer
 
 import bide
@@ -122,22 +122,12 @@ def serve() -> Iterator[Serve]:
 @pytest.fixture
 def read_only_mount(tmp_path: Path) -> Iterator[Path]:
     """A directory on a tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
-    path = tmp_path / "volume"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(path)], check=True)
-    try:
+    with tmpfs(tmp_path / "volume", "4m") as path:
         yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
 
 
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A directory on a 1 MiB tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
-    path = tmp_path / "disk"
-    path.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)], check=True)
-    try:
+    with tmpfs(tmp_path / "disk", "1m") as path:
         yield path
-    finally:
-        subprocess.run(["umount", str(path)], check=True)
