@@ -85,11 +85,12 @@ import sqlite3
 import sys
 import threading
 import time
+import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import make_url
@@ -142,6 +143,7 @@ def _from(after: int) -> int:
     return after + 1 if after > 0 else -(2**63)
 
 _STOP = object()
+_T = TypeVar("_T")
 
 # Rows per multi-row statement of a SQLite batch (3 variables a row stays under SQLite's oldest variable
 # limit, 999). Chunks are powers of two up to this, so a few statement texts serve every batch size and
@@ -197,6 +199,9 @@ class _Slot:
         self.store = store
         self.in_loop = in_loop
         self.raw: Any = None
+        # Every slot's connection is also in this set of the store's, which its finalizer closes (see
+        # SQLStore._finalizer).
+        self.held = store._held
         # Held by the thread that owns an in-loop slot while it runs a batch on it: sqlite3 crashes the
         # process (SIGSEGV) when a connection is closed by another thread in the middle of a statement.
         self.using = threading.RLock()
@@ -215,11 +220,14 @@ class _Slot:
                     # Never wait for a lock inside the event loop: a busy database hands the batch to the
                     # store's thread, which waits with the full busy timeout.
                     driver.execute("PRAGMA busy_timeout=0")
+            self.held.discard(self.raw)
             self.raw = raw
+            self.held.add(raw)
         return self.raw
 
     def drop(self) -> None:
         raw, self.raw = self.raw, None
+        self.held.discard(raw)
         if raw is not None:
             # The connection may be dead; it is discarded either way.
             with contextlib.suppress(Exception):
@@ -229,6 +237,7 @@ class _Slot:
 
     def close(self) -> None:
         raw, self.raw = self.raw, None
+        self.held.discard(raw)
         if raw is not None:
             with contextlib.suppress(Exception):
                 raw.close()
@@ -237,6 +246,7 @@ class _Slot:
         """In a child just forked: leave this slot's connection, a copy of one of the parent's, to the
         parent (see `SQLStore._forked`)."""
         raw, self.raw = self.raw, None
+        self.held.discard(raw)
         if raw is None:
             return
         # Held by another thread of the parent at the fork: it was inside a transaction there.
@@ -403,8 +413,9 @@ class SQLStore:
             # The path is made absolute once: a later os.chdir must not point new connections elsewhere.
             self._path = os.path.abspath(sa_url.database or "")
             sa_url = sa_url.set(database=self._path)
-            self.engine = sa.create_engine(sa_url, poolclass=sa.pool.NullPool, creator=self._open_sqlite)
-            sa.event.listen(self.engine, "connect", self._sqlite_pragmas)
+            creator = _weakly(self._open_sqlite)
+            self.engine = sa.create_engine(sa_url, poolclass=sa.pool.NullPool, creator=creator)
+            sa.event.listen(self.engine, "connect", _weakly(self._sqlite_pragmas))
         else:
             # libpq waits for a server that accepts and never answers, or for an answer on a path that went
             # silent, as long as the operating system lets it: minutes or forever. The busy timeout bounds
@@ -416,7 +427,7 @@ class SQLStore:
                 # event log joins them: SQLAlchemy would pass the tuple's repr, which the server refuses.
                 bounded["options"] = " ".join(given)
             self.engine = sa.create_engine(sa_url, pool_pre_ping=True, pool_size=2, connect_args=bounded)
-            sa.event.listen(self.engine, "connect", self._postgresql_session)
+            sa.event.listen(self.engine, "connect", _weakly(self._postgresql_session))
         self.metadata = sa.MetaData()
         self.records_table, self.runs_table = self._tables()
         linked = other_names(self._path, "the store file") if self.dialect == "sqlite" else None
@@ -578,6 +589,7 @@ class SQLStore:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._held: set[Any] = set()  # the connections the slots hold (see _Slot)
         self._worker_slot = _Slot(self)
         self._local = _LoopBatch()
         # The in-loop connections, each with the thread that uses it (see _flush_local).
@@ -592,7 +604,18 @@ class SQLStore:
         self._hooks = WriteHooks()
         self.hook_errors = self._hooks.errors
         self._fork_held: list[_Slot] = []  # (see _hold_for_fork)
+        self._when_dropped = self._finalizer()
         _OPEN_STORES.add(self)
+
+    def _finalizer(self) -> weakref.finalize[Any, SQLStore]:
+        """What frees a store dropped without `close()` once it is collected: its thread stops and its
+        connections close. Nothing it holds leads back to the store (the engine's creator and listeners
+        and the thread hold it weakly), so a forgotten store is collected, where it used to keep its thread
+        and its sessions for the life of the process."""
+        held = (self._queue, self.engine, self._held, self._shown)
+        dropped = weakref.finalize(self, _let_go_of_dropped, *held)
+        dropped.atexit = False  # a store still open at exit is left as before: its thread is a daemon
+        return dropped
 
     # -- schema -------------------------------------------------------------------------------------------
 
@@ -994,6 +1017,7 @@ class SQLStore:
             if self._closed:
                 return
             self._closed = True
+            self._when_dropped.detach()  # closed here, not by the garbage collector
             thread = self._thread
             idle = self._queued == self._served
             if thread is not None:
@@ -1066,6 +1090,9 @@ class SQLStore:
         self._lock = threading.Lock()  # (another thread of the parent may have held it)
         self._queue = queue.SimpleQueue()
         self._thread = None
+        self._when_dropped.detach()  # (the parent's queue and connections are the parent's)
+        self._held = set()
+        self._when_dropped = self._finalizer()
         self._queued = self._served = 0
         self._worker_slot = _Slot(self)
         self._local = _LoopBatch()
@@ -1142,7 +1169,8 @@ class SQLStore:
                 raise self._closed_error(req)
             if self._thread is None:
                 name = f"bide-store:{self._shown}"
-                self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+                serving = (weakref.ref(self), self._queue, self._shown)
+                self._thread = threading.Thread(target=_serve, args=serving, name=name, daemon=True)
                 self._thread.start()
             # Under the lock: ordered with the stop a close puts (see _close_now).
             self._queue.put(req)
@@ -1282,42 +1310,37 @@ class SQLStore:
         if rest:
             self._answer(rest, here)
 
-    def _serve(self) -> None:
-        slot = self._worker_slot
-        while True:
-            first = self._queue.get()
-            if first is _STOP:
-                break
-            batch: list[_Request] = [first]
-            stop = False
-            while len(batch) < 4096:
-                try:
-                    nxt = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if nxt is _STOP:
-                    stop = True
-                    break
-                batch.append(nxt)
+    def _serve_batch(self, first: _Request) -> bool:
+        """Run `first` and the requests queued behind it as one batch in the store's thread; True when the
+        stop a close puts came after them."""
+        batch: list[_Request] = [first]
+        stop = False
+        while len(batch) < 4096:
             try:
-                # (Held while the batch runs: a child forked meanwhile leaves this connection alone.)
-                with slot.using:
-                    self._run_batch(batch, slot, None)
-            except BaseException as exc:  # never leave a caller waiting on a dead thread
-                self._answer(
-                    [
-                        (r, None, _caused(StoreError(f"store {self._shown} failed: {exc!r}"), exc))
-                        for r in batch
-                        if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())
-                    ],
-                    None,
-                )
-            finally:
-                self._served += len(batch)
-            if stop:
+                nxt = self._queue.get_nowait()
+            except queue.Empty:
                 break
-        with slot.using:
-            slot.close()
+            if nxt is _STOP:
+                stop = True
+                break
+            batch.append(nxt)
+        slot = self._worker_slot
+        try:
+            # (Held while the batch runs: a child forked meanwhile leaves this connection alone.)
+            with slot.using:
+                self._run_batch(batch, slot, None)
+        except BaseException as exc:  # never leave a caller waiting on a dead thread
+            self._answer(
+                [
+                    (r, None, _caused(StoreError(f"store {self._shown} failed: {exc!r}"), exc))
+                    for r in batch
+                    if not (r.future and r.future.done()) and not (r.afuture and r.afuture.done())
+                ],
+                None,
+            )
+        finally:
+            self._served += len(batch)
+        return stop
 
     def _run_batch(
         self, batch: list[_Request], slot: _Slot, here: asyncio.AbstractEventLoop | None, lock_ms: int = 0
@@ -2089,6 +2112,82 @@ class _SyncingCursor:
 # sessions between two statements of a write (at 10 ms, every creation of the tables failed).
 _PG_BUSY_MIN_S = 0.1
 _BUSY_MAX_S = (2**31 - 1) / 1000
+
+
+def _serve(store_ref: weakref.ref[SQLStore], requests: queue.SimpleQueue[Any], shown: str) -> None:
+    """The store's thread: answer the requests queued in batches, until the stop its close puts (or its
+    finalizer, once a store dropped without close() is collected). It holds the store only while a batch
+    runs, never while it waits for one."""
+    while True:
+        first = requests.get()
+        store = store_ref()
+        if store is None:
+            # Collected (its finalizer closed its connections): a request still queued had no caller holding
+            # the store; it is answered all the same.
+            _refuse_orphans(first, requests, shown)
+            return
+        if first is _STOP or store._serve_batch(first):
+            break
+        del store  # (not held while waiting for the next request)
+    slot = store._worker_slot
+    with slot.using:
+        slot.close()
+
+
+def _refuse_orphans(first: Any, requests: queue.SimpleQueue[Any], shown: str) -> None:
+    """Answer `first` and every request still in `requests` of a store that was collected."""
+    orphans = [first]
+    with contextlib.suppress(queue.Empty):
+        while True:
+            orphans.append(requests.get_nowait())
+    for req in orphans:
+        if not isinstance(req, _Request):
+            continue
+        error = StoreError(
+            f"store {shown} was dropped without close() and collected before it ran {req.named()}: nothing "
+            "was written. Keep the store (and close it) for as long as requests to it are pending"
+        )
+        if req.afuture is not None and req.loop is not None:
+            answer: list[_Answer] = [(req.afuture, None, error)]
+            with contextlib.suppress(RuntimeError):  # its loop is closed: nobody is waiting
+                req.loop.call_soon_threadsafe(_deliver, answer)
+        else:
+            req.settle(None, error)
+
+
+def _let_go_of_dropped(
+    requests: queue.SimpleQueue[Any], engine: sa.Engine, held: set[Any], shown: str
+) -> None:
+    """A store dropped without close() was collected: stop its thread (when it has one) and close its
+    connections, those its threads held and those in its pool (no thread is using them: a batch holds the
+    store), with a `ResourceWarning`, as for a file left open."""
+    warnings.warn(
+        f"the store {shown} was never closed: its connections are closed now that it was collected; "
+        "call its close() when done with it",
+        ResourceWarning,
+        stacklevel=1,
+    )
+    requests.put(_STOP)
+    for raw in list(held):
+        with contextlib.suppress(Exception):  # (run by the garbage collector: nothing to raise to)
+            raw.invalidate()  # closed at once, without a last round trip
+    held.clear()
+    with contextlib.suppress(Exception):
+        engine.dispose()
+
+
+def _weakly(method: Callable[..., _T]) -> Callable[..., _T]:
+    """`method`, called through a weak reference to its store: what the store's engine keeps (its
+    connection creator, its listeners) must not keep the store alive (see `SQLStore._finalizer`)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> _T:
+        bound = ref()
+        if bound is None:
+            raise StoreError("the store was dropped without close() and collected: open it again")
+        return bound(*args)
+
+    return call
 
 
 def _hold_sqlite_stores() -> None:

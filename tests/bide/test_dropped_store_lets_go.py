@@ -1,0 +1,159 @@
+"""A SQL store dropped without `close()` lets go of what it holds once it is collected.
+
+It used to be kept for the life of the process: its thread held it (waiting for requests), and its engine
+held it (the connection creator and listeners were its methods, and SQLAlchemy keeps the pool of a
+connection checked out, as the store's connections stay, from a registry of its own). A service that
+opened a store per request and forgot to close it grew by a thread, file descriptors and PostgreSQL
+sessions per request, until "too many clients". Now it is collected like any object, closes its
+connections, stops its thread and says so with a `ResourceWarning`, as a file left open does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import os
+import threading
+import uuid
+import warnings
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from conftest import PG_URL
+from pg_tables import drop_prefixed_tables
+
+import bide
+from bide.testing import ScriptedModel, call, reply
+
+
+async def _remember(note: str) -> str:
+    """Note something (a tool that changes the world)."""
+    return f"noted {note}"
+
+
+NOTE = bide.Tool.from_function(_remember)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def tagged_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """(url, table prefix, tag): on PostgreSQL the store's sessions carry the tag as application_name."""
+    tag = f"dropped-{uuid.uuid4().hex[:8]}"
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'bide.db'}", prefix, tag
+    else:
+        yield f"{PG_URL}?application_name={tag}", prefix, tag
+        drop_prefixed_tables(PG_URL, prefix)
+
+
+def _sessions(tag: str) -> int:
+    engine = sa.create_engine(PG_URL, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :tag")
+            return int(conn.execute(query, {"tag": tag}).scalar_one())
+    finally:
+        engine.dispose()
+
+
+def _open_files(path: str) -> int:
+    """How many of this process's file descriptors are open on `path` or its -wal and -shm files."""
+    names = {path, f"{path}-wal", f"{path}-shm"}
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}") in names
+        except OSError:  # closed meanwhile (the listing's own descriptor)
+            continue
+    return count
+
+
+def _store_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("bide-store:")]
+
+
+def _used_and_dropped(url: str, prefix: str) -> weakref.ref[bide.Store]:
+    """Open a store, run an agent with a tool on it, synchronously and asynchronously, read a journal from
+    plain code (so that both the store's thread and an event loop's connection are in use), and drop the
+    store unclosed."""
+    store = bide.open_store(url, table_prefix=prefix)
+    model = ScriptedModel([call("_remember", note="a"), reply("done")] * 2)
+    agent = bide.Agent(model, store=store, tools=[NOTE])
+    assert agent.run_sync("sync-run", "go").answer == "done"
+    assert asyncio.run(agent.run("async-run", "go")).answer == "done"
+    assert bide.Journal(store, "sync-run").load().records()  # a blocking read: the store's thread
+    return weakref.ref(store)
+
+
+def test_a_store_dropped_without_close_is_collected_and_lets_go_of_its_connections(
+    tagged_url: tuple[str, str, str],
+) -> None:
+    url, prefix, tag = tagged_url
+    threads_before = _store_threads()
+    dropped = _used_and_dropped(url, prefix)
+    held = dropped()
+    assert held is not None
+    path = held.url.removeprefix("sqlite:///")
+    if url.startswith("sqlite"):
+        assert _open_files(path) > 0
+    else:
+        assert _sessions(tag) > 0
+    assert len(_store_threads()) > len(threads_before)
+    del held
+
+    with pytest.warns(ResourceWarning, match="was never closed"):
+        gc.collect()
+
+    assert dropped() is None
+    for thread in _store_threads():
+        if thread not in threads_before:
+            thread.join(5)
+    assert _store_threads() == threads_before  # its thread stopped
+    if url.startswith("sqlite"):
+        assert _open_files(path) == 0
+    else:
+        assert _sessions(tag) == 0
+    # Nothing was lost: the runs it journaled are there for the next store object.
+    again = bide.open_store(url, table_prefix=prefix)
+    try:
+        for run_id in ("sync-run", "async-run"):
+            records = bide.Journal(again, run_id).load().records()
+            assert [r for r in records if isinstance(r, bide.ToolResult)]
+    finally:
+        again.close()
+
+
+def test_a_closed_store_is_collected_without_a_warning(tagged_url: tuple[str, str, str]) -> None:
+    url, prefix, tag = tagged_url
+    dropped = _used_and_dropped(url, prefix)
+    held = dropped()
+    assert held is not None
+    held.close()
+    del held
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        gc.collect()
+    assert dropped() is None
+    assert not [w for w in seen if issubclass(w.category, ResourceWarning)]
+    if not url.startswith("sqlite"):
+        assert _sessions(tag) == 0
+
+
+def test_a_store_still_referenced_keeps_working_across_collections(tagged_url: tuple[str, str, str]) -> None:
+    url, prefix, _ = tagged_url
+    store = bide.open_store(url, table_prefix=prefix)
+    try:
+        agent = bide.Agent(ScriptedModel([call("_remember", note="a"), reply("done")] * 3), store=store,
+                           tools=[NOTE])  # fmt: skip
+        assert agent.run_sync("r1", "go").answer == "done"
+        del agent
+        gc.collect()
+        model = ScriptedModel([call("_remember", note="b"), reply("done")])
+        again = bide.Agent(model, store=store, tools=[NOTE])
+        assert again.run_sync("r2", "go").answer == "done"
+        assert asyncio.run(again.run("r2", "go")).answer == "done"  # read back, not run again
+    finally:
+        store.close()
