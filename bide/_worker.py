@@ -107,9 +107,10 @@ class PassReport:
     timeout, whose outcome it journals when the call returns). `failed`: drives that raised an error
     (backed off).
     `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, started by an
-    agent this worker does not define, or one it cannot drive). `unresumable` names the runs no pass of
-    this worker will drive until a person acts, with why (a record damaged in the database, another journal
-    format, a lookup function's agent on another store). `other_agents` names the runs started by an agent
+    agent this worker does not define, one it cannot drive, or one this worker drives already: in its
+    `run_forever` or another pass). `unresumable` names the runs no pass of this worker will drive until a
+    person acts, with why (a record damaged in the database, another journal format, a lookup function's
+    agent on another store). `other_agents` names the runs started by an agent
     this worker does not define, with the run's entry point ("agent:NAME" or "thread:NAME"): on a store
     that several apps share, another app's runs, which its own worker drives; not trouble of this worker's
     (`other_agent_runs` counts them by agent name: no worker drives the runs of an agent no app defines any
@@ -259,15 +260,21 @@ class Worker:
     async def run_once(self) -> PassReport:
         """One pass: list the runs to recover now, drive each (`concurrency` at once), wait for them all.
 
-        After `stop()` the pass takes no new runs; the drives in flight finish."""
+        Its drives are the worker's drives in flight, as `run_forever`'s are: a run either of them drives
+        already is not driven a second time (counted as `skipped`). After `stop()` the pass takes no new runs;
+        the drives in flight finish."""
         report = PassReport()
         slots = asyncio.Semaphore(self.concurrency)
 
         async def one(run_id: str) -> None:
             async with slots:
-                # After stop(): drives in flight finish, runs not yet taken are left for the next pass. One
-                # run's failure is its own (see _recover): it cancels none of the pass's other drives.
-                outcome = "skipped" if self._stopping.is_set() else await self._recover(run_id, report)
+                # After stop(): drives in flight finish, runs not yet taken are left for the next pass. A run
+                # this worker drives already (listed before that drive took it) is its drive's. One run's
+                # failure is its own (see _recover): it cancels none of the pass's other drives.
+                if self._stopping.is_set() or run_id in self._in_flight:
+                    outcome = "skipped"
+                else:
+                    outcome = await self._drive(run_id, report)
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
@@ -325,9 +332,7 @@ class Worker:
                 if stopping.is_set():
                     break
                 if run_id not in self._in_flight:
-                    task = asyncio.create_task(self._recover(run_id, None), name=f"bide-worker:{run_id}")
-                    self._in_flight[run_id] = task
-                    task.add_done_callback(self._finished)
+                    self._drive(run_id, None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), wait)
         await self._drain()
@@ -340,6 +345,15 @@ class Worker:
         finally:
             stop.cancel()
         await asyncio.sleep(0)  # the ended drive's done callback frees its slot
+
+    def _drive(self, run_id: str, report: PassReport | None) -> asyncio.Task[str]:
+        """Drive `run_id` in a task of its own, in flight until it ends (see `_recover`)."""
+        # In flight, whichever of run_once and run_forever drives it: the other does not drive it too, and a
+        # listing made meanwhile does not prune what the drive keeps of it (see _runs_to_recover).
+        task = asyncio.create_task(self._recover(run_id, report), name=f"bide-worker:{run_id}")
+        self._in_flight[run_id] = task
+        task.add_done_callback(self._finished)
+        return task
 
     def _finished(self, task: asyncio.Task[str]) -> None:
         self._in_flight.pop(task.get_name().removeprefix("bide-worker:"), None)
@@ -356,15 +370,16 @@ class Worker:
                 wait.set_result(None)
 
     def cancel_drives(self) -> None:
-        """Stop, and cancel `run_forever`'s drives in flight now instead of waiting for them: their leases are
-        freed, and a side effect interrupted that way may leave its run halted for a person."""
+        """Stop, and cancel the drives in flight (`run_forever`'s and `run_once`'s) now instead of waiting for
+        them: their leases are freed, and a side effect interrupted that way may leave its run halted for a
+        person. A pass does not count a drive cancelled so."""
         self.stop()
         for task in list(self._in_flight.values()):
             task.cancel()
 
     @property
     def in_flight(self) -> int:
-        """How many drives `run_forever` has running."""
+        """How many drives this worker has running (`run_forever`'s and `run_once`'s)."""
         return len(self._in_flight)
 
     @property
