@@ -646,17 +646,25 @@ def _shortest_run(key: str) -> int:
 
 def mask_key(text: str, key: str) -> str:
     """`text` with every run of at least `_shortest_run` consecutive characters of the API key `key` (the
-    whole key too) shown as ``***``, read two ways: as it stands, line breaks left out (a key across the
-    `data:` lines of one event), and with every escape read as the character it stands for (as JSON or
-    `repr` write them, ``\\u002B``, ``\\/``, ``\\\\``; percent-encoded, ``%2B``; HTML references, ``&#43;``,
-    ``&#x2B;``, ``&plus;``; line breaks raw or escaped read as nothing). A key shorter than 8 characters
-    is not masked: it cannot be told from words. Linear in `text`, whatever it and the key hold (see
-    `_runs`); callers mask only what they show (`shown_masked`)."""
+    whole key too) shown as ``***``, read several ways: as it stands, line breaks left out (a key across the
+    `data:` lines of one event); with every escape read as the character it stands for (as JSON or `repr`
+    write them, ``\\u002B``, ``\\/``, ``\\\\``; percent-encoded, ``%2B``; HTML references, ``&#43;``,
+    ``&#x2B;``, ``&plus;``; line breaks raw or escaped read as nothing), and with each kind alone where the
+    text holds more than one; and each escape of these readings in turn not taken (`_read_otherwise`), so
+    that a run is masked however a backslash, "%" or "&" before it is read. A key shorter than 8 characters
+    is not masked: it cannot be told from words. Linear in `text`, whatever it and the key hold (see `_runs`
+    and `_read_otherwise`); callers mask only what they show (`shown_masked`)."""
     if len(key) < _SHORTEST_KEY:
         return text
-    spans = _runs(_Reading(text, _LINE_BREAK, _read_site), key)
-    if _MAY_ESCAPE.search(text):
-        spans += _runs(_Reading(text, _decoding(), _site_reader(key)), key)
+    spans = _runs(_Reading.of(text, _LINE_BREAK, _read_site), key)
+    opening = "".join(char for char in _ESCAPES_OPENED if char in text)
+    # Each kind of escape alone too, where the text holds more than one: an HTML page quotes a key's
+    # backslashes as they stand, and a JSON text its "&" and "%"; read as escapes, they read as others.
+    for escapes in ([opening, *opening] if len(opening) > 1 else [opening]) if opening else []:
+        sites = _decoding(escapes)
+        decoded = _Reading.of(text, sites, _site_reader(key))
+        spans += _runs(decoded, key)
+        spans += _runs(_read_otherwise(text, decoded, sites, _site_reader(key), key), key)
     if not spans:
         return text
     pieces: list[str] = []
@@ -708,20 +716,23 @@ def _masked_window(text: str, mask: Mask, limit: int) -> tuple[str, str]:
 
 # A line break, which the first reading of `mask_key` leaves out.
 _LINE_BREAK = re.compile(r"(\r\n|[\r\n])")
-# What opens an escape (see `_decoding`), or is one: a text without any reads the same with them decoded.
-_MAY_ESCAPE = re.compile(r"[\\%&]")
+# What opens an escape (see `_decoding`): a text without any reads the same with them decoded.
+_ESCAPES_OPENED = "\\%&"
 
 
 @functools.cache
-def _decoding() -> re.Pattern[str]:
+def _decoding(opening: str = _ESCAPES_OPENED) -> re.Pattern[str]:
     """What `_read_site` reads: JSON and `repr` escapes, percent-encoding, HTML references (by number, or by
-    a name, of which `_read_site` reads the known ones), and line breaks, raw or escaped."""
-    return re.compile(
-        r"(\\u[0-9A-Fa-f]{4}|\\[rn/\\\"']|%[0-9A-Fa-f]{2}|&#[xX][0-9A-Fa-f]+;?|&#[0-9]+;?|"
+    a name, of which `_read_site` reads the known ones), and line breaks, raw or escaped; of the escapes,
+    those that one of the characters of `opening` opens."""
+    kinds = {
+        "\\": r"\\u[0-9A-Fa-f]{4}|\\[rn/\\\"']|",
+        "%": r"%[0-9A-Fa-f]{2}|",
         # An HTML name: at most as long as the longest one known (31 characters), so that "&" and a long
         # run of letters is not one site whose every opening `_read_site` would try (quadratic in the run).
-        r"&[A-Za-z][A-Za-z0-9]{0,31};?|\r\n|[\r\n])"
-    )
+        "&": r"&#[xX][0-9A-Fa-f]+;?|&#[0-9]+;?|&[A-Za-z][A-Za-z0-9]{0,31};?|",
+    }
+    return re.compile("(" + "".join(kinds[char] for char in opening) + r"\r\n|[\r\n])")
 
 
 # The longest site whose reading is remembered: a reference padded with zeros to 60 KB (a hostile answer) is
@@ -790,41 +801,138 @@ def _html_names_read() -> dict[str, str]:
 
 
 class _Reading:
-    """`text` read with each of its `sites` (a pattern of one group) read as `read_site` reads it, and the
-    way back from a span of the reading to the span of `text` it was read from."""
+    """A text read as a row of parts, each read from a span of the text (`raw_starts`, `raw_ends`) as some
+    text (`read`, joined, each ending at its `read_ends`), and the way back from a span of the reading to
+    the span of the text it was read from."""
 
-    __slots__ = ("_raw_ends", "_read_ends", "read")
+    __slots__ = ("_raw_ends", "_raw_starts", "_read_ends", "parts", "read")
 
-    def __init__(self, text: str, sites: re.Pattern[str], read_site: Callable[[str], str]) -> None:
-        parts = sites.split(text)  # plain text, then a site, then plain text, ...
-        if len(parts) == 1:
-            self.read = text
-            self._raw_ends: list[int] = []
-            self._read_ends: list[int] = []
-            return
-        raw_lengths = list(map(len, parts))
-        parts[1::2] = map(read_site, parts[1::2])
+    def __init__(self, parts: list[str], raw_starts: list[int], raw_ends: list[int]) -> None:
+        self.parts = parts
         self.read = "".join(parts)
-        self._raw_ends = list(itertools.accumulate(raw_lengths))
+        self._raw_starts = raw_starts
+        self._raw_ends = raw_ends
         self._read_ends = list(itertools.accumulate(map(len, parts)))
 
+    @classmethod
+    def of(cls, text: str, sites: re.Pattern[str], read_site: Callable[[str], str]) -> _Reading:
+        """`text` with each of its `sites` (a pattern of one group, found from the left) read as `read_site`
+        reads it: plain text, then a site, then plain text, ..."""
+        parts = sites.split(text)
+        if len(parts) == 1:
+            return cls(parts, [0], [len(text)])
+        raw_ends = list(itertools.accumulate(map(len, parts)))
+        parts[1::2] = map(read_site, parts[1::2])
+        return cls(parts, [0, *raw_ends[:-1]], raw_ends)
+
     def span(self, start: int, end: int) -> tuple[int, int]:
-        """The span of `text` that `read[start:end]` was read from (from its first character's site to its
+        """The span of `text` that `read[start:end]` was read from (from its first character's part to its
         last one's)."""
         return self._place(start)[0], self._place(end - 1)[1]
 
     def _place(self, at: int) -> tuple[int, int]:
-        if not self._read_ends:
-            return at, at + 1
         index = bisect.bisect_right(self._read_ends, at)
         read_start = self._read_ends[index - 1] if index else 0
-        raw_start = self._raw_ends[index - 1] if index else 0
-        raw_end = self._raw_ends[index]
-        if index % 2 and raw_end - raw_start != self._read_ends[index] - read_start:
+        raw_start, raw_end = self._raw_starts[index], self._raw_ends[index]
+        if raw_end - raw_start != self._read_ends[index] - read_start:
             return raw_start, raw_end  # a site read as another (shorter) text: all of it
         # Plain text, or a site read as it stands (every escape reads shorter than itself).
         plain = raw_start + at - read_start
         return plain, plain + 1
+
+
+def _read_otherwise(
+    text: str, reading: _Reading, sites: re.Pattern[str], read_site: Callable[[str], str], key: str
+) -> _Reading:
+    """The text around each site of `reading` (made by `_Reading.of` with `sites` and `read_site`) read
+    with that site not taken: its first character as it stands, the sites from the next one on found anew
+    (until they fall where `reading`'s do, or a run of the key could reach no further), `reading` on either
+    side; these readings one after the other, a character not in the key between them. A site where no
+    character of the key is read either way is left out: `reading` shows all the runs there.
+
+    Sites are found from the left, and one may start before a quoted run of the key and end inside it:
+    after a stray backslash, ``\\\\u003a`` is ``\\\\`` then "u003a", where a server wrote a backslash, then
+    ``\\u003a`` (":"); ``%4`` then ``1...`` reads as ``%41``. Only a backslash opens a site inside another
+    (``\\\\``), so each part of the text is found anew once: linear in `text`."""
+    parts, starts, ends = reading.parts, reading._raw_starts, reading._raw_ends
+    width = _shortest_run(key)  # enough of `reading` on either side to finish a run it shows in part
+    most = len(key) + width
+    apart = next(char for char in map(chr, itertools.count(0xE000)) if char not in key)
+    site_starts = starts[1::2]
+    chars = frozenset(key)
+    said: list[str] = []
+    raw_starts: list[int] = []
+    raw_ends: list[int] = []
+
+    def add(start: int, end: int, read: str) -> None:
+        if read:
+            said.append(read)
+            raw_starts.append(start)
+            raw_ends.append(end)
+
+    filled = [index for index, read in enumerate(parts) if read]  # line breaks read as nothing
+    done = 0
+    for index in range(1, len(parts), 2):
+        start, end = starts[index], ends[index]
+        if start < done or text[start] in "\r\n":  # found anew already; a raw line break reads as nothing
+            continue
+        # The sites from `start + 1` found anew, until one falls where `reading`'s do.
+        found = [(start, start + 1, text[start])]
+        at, count, again = start + 1, 1, None
+        for site in itertools.chain(sites.finditer(text, at), [None]):
+            stop = site.start() if site else len(text)
+            here = max(at, end)
+            if here <= stop:
+                inside = bisect.bisect_left(site_starts, here) - 1
+                if inside >= 0 and ends[2 * inside + 1] > here:  # within a site of `reading`: after it
+                    here = ends[2 * inside + 1]
+                if here <= stop:
+                    again = here
+            plain = text[at : min(stop if again is None else again, at + most - count)]
+            found.append((at, at + len(plain), plain))
+            count += len(plain)
+            if again is not None or site is None or count >= most:
+                break
+            read = read_site(site.group())
+            found.append((site.start(), site.end(), read))
+            count += len(read)
+            at = site.end()
+        done = again if again is not None else at + len(plain)
+        if chars.isdisjoint("".join(part[2] for part in found)):
+            continue  # no run of the key passes where the readings differ: `reading` shows all there is
+        # `reading` before the site, `width` characters of it.
+        before: list[tuple[int, int, str]] = []
+        left = width
+        last_before = bisect.bisect_left(filled, index)
+        for back in reversed(filled[max(0, last_before - width) : last_before]):
+            if left <= 0:
+                break
+            read = parts[back]
+            if back % 2 == 0 and len(read) > left:  # plain text: its end
+                before.append((ends[back] - left, ends[back], read[-left:]))
+                break
+            before.append((starts[back], ends[back], read))
+            left -= len(read)
+        for part in reversed(before):
+            add(*part)
+        for part in found:
+            add(*part)
+        # `reading` from where the sites fell together again, `width` characters of it.
+        if again is not None:
+            first_after = bisect.bisect_left(filled, bisect.bisect_right(starts, again) - 1)
+            left = width
+            for after in filled[first_after : first_after + width]:
+                if left <= 0:
+                    break
+                first, last, read = starts[after], ends[after], parts[after]
+                if after % 2 == 0:  # plain text: from `again` on, its first `left` characters
+                    first = max(first, again)
+                    read = text[first : min(last, first + left)]
+                    last = first + len(read)
+                add(first, last, read)
+                left -= len(read)
+        add(done, done, apart)
+    return _Reading(said, raw_starts, raw_ends)
 
 
 @functools.lru_cache(maxsize=8)

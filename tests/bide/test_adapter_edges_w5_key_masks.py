@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from raw_http import StartServer, one_turn
 
@@ -173,6 +173,9 @@ def _quoted_runs(draw: Any) -> tuple[str, str, list[str], list[int]]:
 
 @settings(max_examples=400, deadline=None)
 @given(_quoted_runs(), st.text(PRINTABLE + " \n", max_size=40))
+# A stray backslash before the run: read first, "\\" took the backslash of "\u003a" (":"), and the run was
+# shown (found by hypothesis).
+@example((":" + "0" * 19, "\\", [f"\\u{ord(c):04x}" for c in ":" + "0" * 9], [0, 10]), "")
 def test_no_run_of_the_key_survives_however_it_is_quoted(
     quoted: tuple[str, str, list[str], list[int]], after: str
 ) -> None:
@@ -186,6 +189,25 @@ def test_no_run_of_the_key_survives_however_it_is_quoted(
         window = "".join(pieces[chars[first] : chars[first + shortest - 1] + 1])
         assert window not in masked, (text, masked)
     assert "***" in masked
+
+
+@pytest.mark.parametrize(
+    ("key", "before", "run"),
+    [
+        # "\\" took the backslash of "\u003a" (":"): "u003a" was left as it stands (found by hypothesis).
+        (":" + "0" * 19, "\\", "".join(f"\\u{ord(c):04x}" for c in ":" + "0" * 9)),
+        # "%41" read as "A": the run's "1" was gone.
+        ("1bcd/efgA", "%4", "1bcd%2Fefg"),
+        # "&lt;" read as "<": the run's "lt;" was gone.
+        ('lt;ab"cd<', "&", "lt;ab&quot;cd"),
+        # An HTML page leaves a key's backslashes as they stand: read as JSON's, three were two.
+        ('0000\\\\\\"', "", "0000\\\\\\&quot;"),
+    ],
+)
+def test_a_run_is_masked_however_what_stands_before_it_is_read(key: str, before: str, run: str) -> None:
+    """Before, escapes were found from the left only, all kinds at once: an escape begun before a quoted
+    run (after a stray backslash, "%4", "&") took its first character, and the run was shown."""
+    assert mask_key(f"{before}{run}.", key) == f"{before}***."
 
 
 @settings(max_examples=200, deadline=None)
