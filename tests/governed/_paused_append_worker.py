@@ -1,11 +1,14 @@
 """A driver that stops inside its event append: the event is written, not committed, and the log's lock
-is held until the file `<dir>/go` appears (the test stops this process with SIGSTOP meanwhile).
+is held until the file `<dir>/go` appears (the test stops this process with SIGSTOP meanwhile). The file
+`<dir>/in-append` tells the test it is there, and holds the PostgreSQL backend pid of its session (empty on
+SQLite), so that the test can check the session still holds the lock.
 
     python _paused_append_worker.py STORE_URL LOG_URL LOG_NAME RUN_ID DIR
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -25,12 +28,21 @@ def main() -> None:
 
     def held_write(self: eventlog._SqlTx, *args: object, **kwargs: object) -> None:
         write(self, *args, **kwargs)  # type: ignore[arg-type]
-        (where / "in-append").touch()  # the test stops this process now
+        info = getattr(self.cur.connection, "info", None)  # (psycopg's; sqlite3 has none)
+        (where / "in-append.tmp").write_text(str(getattr(info, "backend_pid", "")))
+        os.replace(where / "in-append.tmp", where / "in-append")  # the test stops this process now
         while not (where / "go").exists():
             time.sleep(0.01)
 
     eventlog._SqlTx.write = held_write  # type: ignore[method-assign]
-    log = eventlog.EventLog(log_url, name=log_name, timeout=2.0)
+    # A longer timeout than the test's own log: the server ends a session idle in a transaction for half
+    # of it (`_postgres_session`), and between the answer of the append's read and its first write the
+    # session is idle in one. On a loaded machine this process (or its server process) can stall there
+    # past 1 s: the server then ends the session before the writes reach it, the write phase need not see
+    # it (the writes go out without waiting for an answer), and the test would pause a driver that holds
+    # no lock (the other driver's append then succeeds; one event all the same).
+    # Once its writes have reached the server, no timeout ends the paused session (the test checks it).
+    log = eventlog.EventLog(log_url, name=log_name, timeout=10.0)
     try:
         restocking_agent(store_url, log).run_sync(run_id, "restock o1")
     except Exception as exc:  # the test reads what happened from the journal and the log

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 from paused import pause
 
 import bide
@@ -54,6 +55,48 @@ def restocking_agent(store_url: str, log: EventLog) -> bide.Agent:
     )
 
 
+def paused_holder_problem(log_url: str, log_name: str, backend_pid: str) -> str | None:
+    """Why the paused driver (its PostgreSQL session `backend_pid`) does not hold the log's lock, or None
+    when it does: another session cannot take the lock, and on PostgreSQL the paused session is still
+    in its write phase ("active", waiting for its next statement: no server timeout ends it)."""
+    engine = sa.create_engine(log_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            if engine.dialect.name == "sqlite":
+                try:
+                    conn.exec_driver_sql("PRAGMA busy_timeout = 0")
+                    conn.exec_driver_sql("BEGIN IMMEDIATE")
+                except sa.exc.OperationalError:
+                    return None  # the paused driver holds the write lock
+                return "nothing holds the log's write lock"
+            session = conn.execute(
+                sa.text("SELECT state, wait_event, left(query, 60) AS query FROM pg_stat_activity "
+                        "WHERE pid = :pid"),
+                {"pid": int(backend_pid)},
+            ).one_or_none()  # fmt: skip
+            try:
+                conn.execute(
+                    sa.text('SELECT 1 FROM govern_logs WHERE "name" = :log FOR UPDATE NOWAIT'),
+                    {"log": log_name},
+                )
+            except sa.exc.OperationalError as exc:
+                locked = getattr(exc.orig, "sqlstate", None) == "55P03"
+            else:
+                locked = False
+            conn.rollback()
+    finally:
+        engine.dispose()
+    if session is not None and session.state == "active" and locked:
+        return None
+    found = "gone" if session is None else f"{session.state!r} ({session.wait_event}, {session.query!r})"
+    return (
+        f"its session {backend_pid} is {found}, and the log's lock is {'held' if locked else 'free'}: the "
+        "server ended the session between the append's read and its writes, which reached it only after "
+        "idle_in_transaction_session_timeout (half the child's log timeout): the machine stalled the child "
+        "or its server process that long"
+    )
+
+
 @pytest.mark.slow
 def test_a_call_whose_append_waited_on_a_paused_earlier_drive_is_in_doubt_not_failed(
     log_url: str, log_name: str, tmp_path: Path
@@ -76,6 +119,8 @@ def test_a_call_whose_append_waited_on_a_paused_earlier_drive_is_in_doubt_not_fa
         pause(child.pid)
         (tmp_path / "go").touch()  # it goes on (commits) only once woken
         time.sleep(LEASE_TTL + CLOCK_SKEW + 0.5)  # its lease is over: another driver may take the run
+        problem = paused_holder_problem(log_url, log_name, (tmp_path / "in-append").read_text())
+        assert problem is None, f"the paused driver holds no lock, the premise of this test: {problem}"
         with pytest.raises(bide.CallInDoubt, match="earlier drive of this call"):
             agent.run_sync(run_id, "restock o1")
         journal = bide.Journal(agent.store, run_id).load()
