@@ -636,6 +636,9 @@ class EventLog:
             self._backend = _memory_backend(where.name, self.name)
         else:
             self._backend = _SqlBackend(where.sqlalchemy_url, self.name, self.timeout, pool_size)
+            # A handle dropped without close() lets go of its sessions at once: its backend and engine sit in
+            # a reference cycle, which kept them open until the next full garbage collection.
+            weakref.finalize(self, _SqlBackend.release, self._backend).atexit = False
         self._shown_url = without_password(url)  # what messages name: the URL without its password
         _OPEN_LOGS.add(self)
 
@@ -2170,6 +2173,16 @@ class _SqlBackend:
         self._next_look = length
         self._gather_after = time.monotonic() + self._gather_wait
         self._gather_wait = min(self._gather_wait * 2, _STATISTICS_RETRY_LAST)
+
+    def release(self) -> None:
+        """Close the connections of a handle that was dropped without close(), without waiting for the
+        statistics thread (run by the garbage collector, in whatever thread dropped the handle)."""
+        writer, self._writer = self._writer, None
+        with contextlib.suppress(Exception):
+            if writer is not None:
+                writer.invalidate()  # closed at once, without a last round trip
+            self._gathering_stopped.set()  # (it connects no more; one it has goes back to the pool)
+            self.engine.dispose()
 
     def close(self) -> None:
         writer, self._writer = self._writer, None
