@@ -1092,7 +1092,8 @@ class SQLStore:
         self._thread = None
         self._when_dropped.detach()  # (the parent's queue and connections are the parent's)
         self._held = set()
-        self._when_dropped = self._finalizer()
+        if not self._closed:  # (closed before the fork: closed here too, and dropped with no warning)
+            self._when_dropped = self._finalizer()
         self._queued = self._served = 0
         self._worker_slot = _Slot(self)
         self._local = _LoopBatch()
@@ -1167,6 +1168,10 @@ class SQLStore:
         with self._lock:
             if self._closed:
                 raise self._closed_error(req)
+            if not self._when_dropped.alive:
+                # Collected, then used by the finalizer of an object collected with it (a __del__, run after
+                # the store's own): its thread stops, and would leave the request waiting for ever.
+                raise _dropped_error(self._shown, req)
             if self._thread is None:
                 name = f"bide-store:{self._shown}"
                 serving = (weakref.ref(self), self._queue, self._shown)
@@ -2143,10 +2148,7 @@ def _refuse_orphans(first: Any, requests: queue.SimpleQueue[Any], shown: str) ->
     for req in orphans:
         if not isinstance(req, _Request):
             continue
-        error = StoreError(
-            f"store {shown} was dropped without close() and collected before it ran {req.named()}: nothing "
-            "was written. Keep the store (and close it) for as long as requests to it are pending"
-        )
+        error = _dropped_error(shown, req)
         if req.afuture is not None and req.loop is not None:
             answer: list[_Answer] = [(req.afuture, None, error)]
             with contextlib.suppress(RuntimeError):  # its loop is closed: nobody is waiting
@@ -2155,18 +2157,21 @@ def _refuse_orphans(first: Any, requests: queue.SimpleQueue[Any], shown: str) ->
             req.settle(None, error)
 
 
+def _dropped_error(shown: str, req: _Request) -> StoreError:
+    """The refusal of `req`, made to a store that was dropped without close() and collected."""
+    return StoreError(
+        f"store {shown} was dropped without close() and collected before it ran {req.named()}: nothing "
+        "was written. Keep the store (and close it) for as long as requests to it are pending",
+        lasting=True,
+    )
+
+
 def _let_go_of_dropped(
     requests: queue.SimpleQueue[Any], engine: sa.Engine, held: set[Any], shown: str
 ) -> None:
     """A store dropped without close() was collected: stop its thread (when it has one) and close its
     connections, those its threads held and those in its pool (no thread is using them: a batch holds the
     store), with a `ResourceWarning`, as for a file left open."""
-    warnings.warn(
-        f"the store {shown} was never closed: its connections are closed now that it was collected; "
-        "call its close() when done with it",
-        ResourceWarning,
-        stacklevel=1,
-    )
     requests.put(_STOP)
     for raw in list(held):
         with contextlib.suppress(Exception):  # (run by the garbage collector: nothing to raise to)
@@ -2174,6 +2179,14 @@ def _let_go_of_dropped(
     held.clear()
     with contextlib.suppress(Exception):
         engine.dispose()
+    # Last: under a filter that makes warnings errors (python -W error, pytest's filterwarnings), it raises,
+    # and what it would have cut short stayed held (a thread and PostgreSQL sessions for good).
+    warnings.warn(
+        f"the store {shown} was never closed: its connections are closed now that it was collected; "
+        "call its close() when done with it",
+        ResourceWarning,
+        stacklevel=1,
+    )
 
 
 def _weakly(method: Callable[..., _T]) -> Callable[..., _T]:
