@@ -89,6 +89,20 @@ def durable_store_spec(request: pytest.FixtureRequest, tmp_path: Path) -> Iterat
         drop_prefix(PG_URL, prefix)
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def tagged_store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
+    """(url, table prefix, tag) of a fresh durable store that this test's store objects alone use: on
+    PostgreSQL its sessions carry the tag as application_name (tests/held.py counts them), and either URL
+    names this test's store alone (in warnings, in thread names)."""
+    tag = f"tagged-{uuid.uuid4().hex[:8]}"
+    prefix = f"t{uuid.uuid4().hex[:10]}_"
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / tag}.db", prefix, tag
+    else:
+        yield f"{PG_URL}?application_name={tag}", prefix, tag
+        drop_prefix(PG_URL, prefix)
+
+
 @pytest.fixture
 def raw_server() -> Iterator[StartServer]:
     servers: list[RawServer] = []

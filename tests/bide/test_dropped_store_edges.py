@@ -14,63 +14,27 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import sys
 import threading
-import time
-import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-import sqlalchemy as sa
 from conftest import PG_URL
 from forked import fork, wait_all
-from pg_tables import drop_prefixed_tables
+from held import collect_until, open_files, pg_sessions
 
 import bide
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def tagged_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    """(url, table prefix, tag): on PostgreSQL the store's sessions carry the tag as application_name; either
-    URL names this test's store alone (in warnings, in thread names)."""
-    tag = f"edges-{uuid.uuid4().hex[:8]}"
-    prefix = f"t{uuid.uuid4().hex[:10]}_"
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / tag}.db", prefix, tag
-    else:
-        yield f"{PG_URL}?application_name={tag}", prefix, tag
-        drop_prefixed_tables(PG_URL, prefix)
-
-
-def _sessions(tag: str) -> int:
-    engine = sa.create_engine(PG_URL, poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :tag")
-            return int(conn.execute(query, {"tag": tag}).scalar_one())
-    finally:
-        engine.dispose()
-
-
-def _open_files(path: str) -> int:
-    names = {path, f"{path}-wal", f"{path}-shm"}
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}") in names
-        except OSError:  # closed meanwhile (the listing's own descriptor)
-            continue
-    return count
-
-
 def _held(url: str, tag: str) -> int:
     """What the process holds of the store at `url`: sessions (PostgreSQL) or file descriptors (SQLite)."""
-    return _open_files(url.removeprefix("sqlite:///")) if url.startswith("sqlite") else _sessions(tag)
+    if url.startswith("sqlite"):
+        return open_files(url.removeprefix("sqlite:///"))
+    return pg_sessions(PG_URL, tag)
 
 
 def _used(url: str, prefix: str) -> bide.Store:
@@ -85,25 +49,15 @@ def _used(url: str, prefix: str) -> bide.Store:
     return store
 
 
-def collect_until(done: Callable[[], bool]) -> None:
-    """Collect garbage until `done()`: the store's thread holds the store for a moment after it answered
-    the last request (it ends the batch), and the store is collected only once it let go."""
-    deadline = time.monotonic() + 10
-    while not done():
-        assert time.monotonic() < deadline, "the store was never collected"
-        gc.collect()
-        time.sleep(0.01)
-
-
 def _its_thread(url: str) -> threading.Thread:
     (thread,) = [t for t in threading.enumerate() if t.name == f"bide-store:{url}"]
     return thread
 
 
 def test_a_dropped_store_lets_go_when_warnings_are_errors(
-    tagged_url: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
+    tagged_store_url: tuple[str, str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    url, prefix, tag = tagged_url
+    url, prefix, tag = tagged_store_url
     gc.collect()  # (stores other tests dropped are collected now, not below)
     raised: list[BaseException | None] = []
     monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: raised.append(unraisable.exc_value))
@@ -124,9 +78,9 @@ def test_a_dropped_store_lets_go_when_warnings_are_errors(
 
 
 def test_a_store_closed_before_a_fork_is_dropped_in_the_child_without_a_warning(
-    tagged_url: tuple[str, str, str], tmp_path: Path
+    tagged_store_url: tuple[str, str, str], tmp_path: Path
 ) -> None:
-    url, prefix, tag = tagged_url
+    url, prefix, tag = tagged_store_url
     store = _used(url, prefix)
     store.close()
     gc.collect()  # (nothing else is left for the child's collection)
@@ -162,8 +116,10 @@ class _Keeper:
         self.kept.append(self.store)
 
 
-def test_a_store_used_after_its_finalizer_ran_refuses_the_request(tagged_url: tuple[str, str, str]) -> None:
-    url, prefix, tag = tagged_url
+def test_a_store_used_after_its_finalizer_ran_refuses_the_request(
+    tagged_store_url: tuple[str, str, str],
+) -> None:
+    url, prefix, tag = tagged_store_url
     gc.collect()
     kept: list[Any] = []
     _Keeper(_used(url, prefix), kept)

@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import os
 import threading
-import time
-import uuid
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from conftest import PG_URL
-from pg_tables import drop_prefixed_tables
+from held import collect_until, open_files, pg_sessions
 
 import bide
 from bide.testing import ScriptedModel, call, reply
@@ -38,53 +32,9 @@ async def _remember(note: str) -> str:
 NOTE = bide.Tool.from_function(_remember)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def tagged_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[str, str, str]]:
-    """(url, table prefix, tag): on PostgreSQL the store's sessions carry the tag as application_name."""
-    tag = f"dropped-{uuid.uuid4().hex[:8]}"
-    prefix = f"t{uuid.uuid4().hex[:10]}_"
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'bide.db'}", prefix, tag
-    else:
-        yield f"{PG_URL}?application_name={tag}", prefix, tag
-        drop_prefixed_tables(PG_URL, prefix)
-
-
-def _sessions(tag: str) -> int:
-    engine = sa.create_engine(PG_URL, poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :tag")
-            return int(conn.execute(query, {"tag": tag}).scalar_one())
-    finally:
-        engine.dispose()
-
-
-def _open_files(path: str) -> int:
-    """How many of this process's file descriptors are open on `path` or its -wal and -shm files."""
-    names = {path, f"{path}-wal", f"{path}-shm"}
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}") in names
-        except OSError:  # closed meanwhile (the listing's own descriptor)
-            continue
-    return count
-
-
 def _store_threads(url: str) -> list[threading.Thread]:
     """The live threads of the stores at `url` (a URL no other test's store has)."""
     return [t for t in threading.enumerate() if t.name == f"bide-store:{url}"]
-
-
-def _collect_until(done: Callable[[], bool]) -> None:
-    """Collect garbage until `done()`: the store's thread holds the store for a moment after it answered
-    the last request (it ends the batch), and the store is collected only once it let go."""
-    deadline = time.monotonic() + 10
-    while not done():
-        assert time.monotonic() < deadline, "the store was never collected"
-        gc.collect()
-        time.sleep(0.01)
 
 
 def _used_and_dropped(url: str, prefix: str) -> weakref.ref[bide.Store]:
@@ -101,30 +51,30 @@ def _used_and_dropped(url: str, prefix: str) -> weakref.ref[bide.Store]:
 
 
 def test_a_store_dropped_without_close_is_collected_and_lets_go_of_its_connections(
-    tagged_url: tuple[str, str, str],
+    tagged_store_url: tuple[str, str, str],
 ) -> None:
-    url, prefix, tag = tagged_url
+    url, prefix, tag = tagged_store_url
     dropped = _used_and_dropped(url, prefix)
     held = dropped()
     assert held is not None
     path = held.url.removeprefix("sqlite:///")
     if url.startswith("sqlite"):
-        assert _open_files(path) > 0
+        assert open_files(path) > 0
     else:
-        assert _sessions(tag) > 0
+        assert pg_sessions(PG_URL, tag) > 0
     [thread] = _store_threads(url)
     del held
 
     with pytest.warns(ResourceWarning, match="was never closed") as seen:
-        _collect_until(lambda: dropped() is None)
+        collect_until(lambda: dropped() is None)
     assert [w for w in seen if url in str(w.message)]
 
     thread.join(5)
     assert not thread.is_alive()  # its thread stopped
     if url.startswith("sqlite"):
-        assert _open_files(path) == 0
+        assert open_files(path) == 0
     else:
-        assert _sessions(tag) == 0
+        assert pg_sessions(PG_URL, tag) == 0
     # Nothing was lost: the runs it journaled are there for the next store object.
     again = bide.open_store(url, table_prefix=prefix)
     try:
@@ -135,8 +85,8 @@ def test_a_store_dropped_without_close_is_collected_and_lets_go_of_its_connectio
         again.close()
 
 
-def test_a_closed_store_is_collected_without_a_warning(tagged_url: tuple[str, str, str]) -> None:
-    url, prefix, tag = tagged_url
+def test_a_closed_store_is_collected_without_a_warning(tagged_store_url: tuple[str, str, str]) -> None:
+    url, prefix, tag = tagged_store_url
     dropped = _used_and_dropped(url, prefix)
     held = dropped()
     assert held is not None
@@ -144,15 +94,17 @@ def test_a_closed_store_is_collected_without_a_warning(tagged_url: tuple[str, st
     del held
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
-        _collect_until(lambda: dropped() is None)
+        collect_until(lambda: dropped() is None)
     # (Stores other tests dropped may be collected here too, with their own warning.)
     assert not [w for w in seen if issubclass(w.category, ResourceWarning) and url in str(w.message)]
     if not url.startswith("sqlite"):
-        assert _sessions(tag) == 0
+        assert pg_sessions(PG_URL, tag) == 0
 
 
-def test_a_store_still_referenced_keeps_working_across_collections(tagged_url: tuple[str, str, str]) -> None:
-    url, prefix, _ = tagged_url
+def test_a_store_still_referenced_keeps_working_across_collections(
+    tagged_store_url: tuple[str, str, str],
+) -> None:
+    url, prefix, _ = tagged_store_url
     store = bide.open_store(url, table_prefix=prefix)
     try:
         agent = bide.Agent(ScriptedModel([call("_remember", note="a"), reply("done")] * 3), store=store,

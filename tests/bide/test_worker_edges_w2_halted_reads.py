@@ -18,28 +18,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from halting import Said, agent, halted, until
 
 import bide
 from bide._worker import PARKED_RECHECK_S
-from bide.testing import ScriptedModel, call, reply
-
-
-@bide.tool(timeout=30)
-async def wire() -> str:
-    """Send a wire (its outcome is lost)."""
-    raise ConnectionResetError("lost after sending")
-
-
-def agent(store: bide.Store, script: list[Any], **options: Any) -> bide.Agent:
-    return bide.Agent(ScriptedModel(script), store=store, tools=[wire], name="a", lease_ttl=5.0, **options)
-
-
-def halted(store: bide.Store, run_id: str) -> None:
-    """Leave `run_id` halted for a person: its wire's deadline has passed on the wall clock (the drive's
-    clock was a minute behind), and its outcome is unknown."""
-    with pytest.raises(bide.OutcomeUnknown):
-        agent(store, [call("wire"), reply("sent")], clock=lambda: time.time() - 60).run_sync(run_id, "pay")
-    assert bide.run_status(store, run_id).status == "halted"
+from bide.testing import reply
 
 
 def test_a_run_the_worker_halted_is_not_read_again_until_it_changes(
@@ -86,22 +69,6 @@ def test_a_cancel_request_written_while_the_worker_drove_the_run_ends_it_at_the_
     report = asyncio.run(worker.run_once())  # the clock has not moved: no recheck is due
     assert report.cancelled == 1, report
     assert bide.run_status(store, "h").status == "cancelled"
-
-
-class Said(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-async def until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
 
 
 def test_a_run_halted_while_listings_ran_during_its_drive_is_not_read_again(

@@ -11,45 +11,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from halting import Said, agent, halted, until
 
 import bide
 from bide._store import EVERY_LEASE_MS
-from bide.testing import ScriptedModel, call, reply
-
-
-@bide.tool(timeout=30)
-async def wire() -> str:
-    """Send a wire (its outcome is lost)."""
-    raise ConnectionResetError("lost after sending")
-
-
-def agent(store: bide.Store, script: list[Any], **options: Any) -> bide.Agent:
-    return bide.Agent(ScriptedModel(script), store=store, tools=[wire], name="a", lease_ttl=5.0, **options)
-
-
-def halted(store: bide.Store, run_id: str) -> None:
-    """Leave `run_id` halted for a person: its wire's deadline has passed on the wall clock (the drive's
-    clock was a minute behind), and its outcome is unknown."""
-    with pytest.raises(bide.OutcomeUnknown):
-        agent(store, [call("wire"), reply("sent")], clock=lambda: time.time() - 60).run_sync(run_id, "pay")
-    assert bide.run_status(store, run_id).status == "halted"
-
-
-class Said(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-    def halts(self, run_id: str) -> list[str]:
-        return [line for line in self.lines if line.startswith(f"run {run_id} halted")]
+from bide.testing import reply
 
 
 @pytest.fixture
@@ -60,13 +30,6 @@ def said() -> Iterator[Said]:
         yield handler
     finally:
         logging.getLogger("bide.worker").removeHandler(handler)
-
-
-async def until(condition: Any, what: str) -> None:
-    deadline = time.monotonic() + 30
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.005)
 
 
 def wait_in_thread(event: threading.Event, what: str) -> None:

@@ -9,14 +9,13 @@ off in these tests: what is let go of is let go of when the last reference goes.
 from __future__ import annotations
 
 import gc
-import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
 from governed.conftest import POSTGRES_URL
+from held import open_files, pg_sessions
 
 from govern.runtime._eventlog import Event, EventLog
 
@@ -33,28 +32,6 @@ def collector_off() -> Iterator[None]:
         gc.enable()
 
 
-def _sessions(tag: str) -> int:
-    engine = sa.create_engine(POSTGRES_URL, poolclass=sa.pool.NullPool)
-    try:
-        with engine.connect() as conn:
-            query = sa.text("SELECT count(*) FROM pg_stat_activity WHERE application_name = :tag")
-            return int(conn.execute(query, {"tag": tag}).scalar_one())
-    finally:
-        engine.dispose()
-
-
-def _open_files(path: Path) -> int:
-    """How many of this process's file descriptors are open on `path` or its -wal and -shm files."""
-    names = {str(path), f"{path}-wal", f"{path}-shm"}
-    count = 0
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            count += os.readlink(f"/proc/self/fd/{fd}") in names
-        except OSError:  # closed meanwhile (the listing's own descriptor)
-            continue
-    return count
-
-
 def _used(url: str, name: str) -> None:
     """Open a log, append an event and read the log back, and drop the handle unclosed."""
     log = EventLog(url, name=name)
@@ -68,7 +45,7 @@ def test_a_dropped_postgresql_log_ends_its_sessions_at_once(collector_off: None)
     tag = f"dropped-log-{uuid.uuid4().hex[:8]}"
     name = f"dropped{uuid.uuid4().hex[:8]}"
     _used(f"{POSTGRES_URL}?application_name={tag}", name)
-    assert _sessions(tag) == 0
+    assert pg_sessions(POSTGRES_URL, tag) == 0
     log = EventLog(POSTGRES_URL, name=name)  # nothing was lost
     try:
         assert [e.id for e in log.read()] == [f"{name}-e1"]
@@ -79,10 +56,10 @@ def test_a_dropped_postgresql_log_ends_its_sessions_at_once(collector_off: None)
 def test_a_dropped_sqlite_log_closes_its_file_at_once(collector_off: None, tmp_path: Path) -> None:
     path = tmp_path / "events.db"
     _used(f"sqlite:///{path}", "main")
-    assert _open_files(path) == 0
+    assert open_files(path) == 0
     log = EventLog(f"sqlite:///{path}")
     try:
-        assert _open_files(path) > 0  # (the count sees what a live handle holds)
+        assert open_files(path) > 0  # (the count sees what a live handle holds)
         assert [e.id for e in log.read()] == ["main-e1"]
     finally:
         log.close()
