@@ -846,17 +846,18 @@ def _read_otherwise(
 ) -> _Reading:
     """The text around each site of `reading` (made by `_Reading.of` with `sites` and `read_site`) read
     with that site not taken: its first character as it stands, the sites from the next one on found anew
-    (until they fall where `reading`'s do, or a run of the key could reach no further), `reading` on either
-    side; these readings one after the other, a character not in the key between them. A site where no
-    character of the key is read either way is left out: `reading` shows all the runs there.
+    (until they fall where `reading`'s do), `reading` on either side; these readings one after the other, a
+    character not in the key between them. A site where no character of the key is read either way is left
+    out: `reading` shows all the runs there.
 
     Sites are found from the left, and one may start before a quoted run of the key and end inside it:
     after a stray backslash, ``\\\\u003a`` is ``\\\\`` then "u003a", where a server wrote a backslash, then
     ``\\u003a`` (":"); ``%4`` then ``1...`` reads as ``%41``. Only a backslash opens a site inside another
-    (``\\\\``), so each part of the text is found anew once: linear in `text`."""
+    (``\\\\``): the sites found anew fall where `reading`'s do past the site, or past the run of backslashes
+    it stands in, and with any one site of that run not taken the run reads the same. So each part of the
+    text is found anew once, however long the run: linear in `text`."""
     parts, starts, ends = reading.parts, reading._raw_starts, reading._raw_ends
     width = _shortest_run(key)  # enough of `reading` on either side to finish a run it shows in part
-    most = len(key) + width
     apart = next(char for char in map(chr, itertools.count(0xE000)) if char not in key)
     site_starts = starts[1::2]
     chars = frozenset(key)
@@ -878,7 +879,9 @@ def _read_otherwise(
             continue
         # The sites from `start + 1` found anew, until one falls where `reading`'s do.
         found = [(start, start + 1, text[start])]
-        at, count, again = start + 1, 1, None
+        at, again = start + 1, None
+        # Not cut short after some characters: a long run of backslashes read in other pairs, its sites then
+        # skipped as found anew, took the first character of a quoted run after it.
         for site in itertools.chain(sites.finditer(text, at), [None]):
             stop = site.start() if site else len(text)
             here = max(at, end)
@@ -888,14 +891,11 @@ def _read_otherwise(
                     here = ends[2 * inside + 1]
                 if here <= stop:
                     again = here
-            plain = text[at : min(stop if again is None else again, at + most - count)]
+            plain = text[at : stop if again is None else again]
             found.append((at, at + len(plain), plain))
-            count += len(plain)
-            if again is not None or site is None or count >= most:
+            if again is not None or site is None:
                 break
-            read = read_site(site.group())
-            found.append((site.start(), site.end(), read))
-            count += len(read)
+            found.append((site.start(), site.end(), read_site(site.group())))
             at = site.end()
         done = again if again is not None else at + len(plain)
         if chars.isdisjoint("".join(part[2] for part in found)):

@@ -202,6 +202,11 @@ def test_no_run_of_the_key_survives_however_it_is_quoted(
         ('lt;ab"cd<', "&", "lt;ab&quot;cd"),
         # An HTML page leaves a key's backslashes as they stand: read as JSON's, three were two.
         ('0000\\\\\\"', "", "0000\\\\\\&quot;"),
+        # A long run of odd backslashes: read in other pairs, it was cut short after as many characters as the
+        # key and a run hold (16, 36) before the run, and its last pair, which took the run's backslash, was
+        # skipped as read already: "u0061" and "u003a" were left as they stand (found by fuzzing).
+        ("abcdefgh", "\\" * 17, "".join(f"\\u{ord(c):04x}" for c in "abcdefgh")),
+        (":" + "0" * 19, "\\" * 31, "".join(f"\\u{ord(c):04x}" for c in ":" + "0" * 9)),
     ],
 )
 def test_a_run_is_masked_however_what_stands_before_it_is_read(key: str, before: str, run: str) -> None:
