@@ -11,8 +11,8 @@ import time
 import uuid
 from collections.abc import Iterator
 
-import psycopg
 import pytest
+from held import pg_sessions
 from pg_tables import drop_prefixed_tables
 
 import bide
@@ -22,21 +22,10 @@ from .conftest import POSTGRES_URL, write_run
 
 pytestmark = pytest.mark.postgres
 
-PLAIN_URL = POSTGRES_URL.replace("postgresql+psycopg://", "postgresql://")
-
-
-def sessions_of(application: str) -> int:
-    with psycopg.connect(PLAIN_URL, autocommit=True) as admin:
-        row = admin.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (application,)
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
 def sessions_after(application: str, wait: float = 3.0) -> int:
     """The sessions still open under `application` once they had `wait` seconds to end."""
     give_up = time.monotonic() + wait
-    while (left := sessions_of(application)) and time.monotonic() < give_up:
+    while (left := pg_sessions(POSTGRES_URL, application)) and time.monotonic() < give_up:
         time.sleep(0.05)
     return left
 
@@ -58,7 +47,7 @@ def test_closing_a_store_ends_the_audit_logs_session(prefix: str, how: str) -> N
             store = AuditedStore(store, log)
         write_run(store, "r1", 3)
         assert log.sync("r1") > 0 and log.sign_head("r1", publish=False).size > 0  # hash tables used
-        assert sessions_of(application) >= 1
+        assert pg_sessions(POSTGRES_URL, application) >= 1
         store.close()
         assert sessions_after(application) == 0, "a session of the closed store is still open"
 
