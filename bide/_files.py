@@ -27,6 +27,7 @@ __all__ = [
     "check_output",
     "hold_directory_lock",
     "hold_lock_file",
+    "pair_being_written",
     "pair_locked",
     "read_small_file",
     "remove_leftovers",
@@ -546,7 +547,7 @@ def pair_locked(first: Path, *, wait: float | None = None) -> Iterator[None]:
     the pair, then raises `StillLocked`; where neither can be locked (a file system without locks) the
     block runs unlocked."""
     directory = first.parent if str(first.parent) else Path(".")
-    lock = directory / f".{first.name}.lock"
+    lock = _pair_lock_file(first)
     limit = PAIR_LOCK_WAIT_S if wait is None else wait
     with contextlib.ExitStack() as stack:
         try:
@@ -559,6 +560,44 @@ def pair_locked(first: Path, *, wait: float | None = None) -> Iterator[None]:
                 "stuck); try again once it is done",
             ) from None
         yield
+
+
+def pair_being_written(first: Path, read: bytes) -> bool:
+    """True when a writer of the pair named after `first` (`pair_locked`) is at work on it: `first` no
+    longer holds `read` (its bytes as read a moment ago: replaced since), or the writer holds the pair's
+    lock file now. A pair read meanwhile may be half replaced, and is whole once that writer is done. Never
+    waits and never makes the lock file (one a killed writer left is not held)."""
+    try:
+        if read_small_file(first) != read:
+            return True
+    except OSError:  # gone since it was read
+        return True
+    try:
+        import fcntl
+    except ImportError:  # not a POSIX system: `pair_locked` locks nothing there either
+        return False
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+    try:
+        fd = os.open(_pair_lock_file(first), flags)
+    except OSError:
+        return False
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return False
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # let go at once, as the file is closed
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+    return False
+
+
+def _pair_lock_file(first: Path) -> Path:
+    """The lock file of the pair named after `first` (`pair_locked`): ``.NAME.lock`` beside it."""
+    directory = first.parent if str(first.parent) else Path(".")
+    return directory / f".{first.name}.lock"
 
 
 class StillLocked(OSError):

@@ -24,6 +24,7 @@ from .._errors import ConfigError
 from .._files import (
     SecondNotPlaced,
     StillLocked,
+    pair_being_written,
     pair_locked,
     read_small_file,
     replace_pair,
@@ -293,15 +294,18 @@ def load_signing_key(path: str | os.PathLike[str]) -> SigningKey:
     if not isinstance(key, Ed25519PrivateKey):
         raise UnreadableInput(f"{text!r} holds a {type(key).__name__}, not an Ed25519 key")
     signing = SigningKey(key)
-    _check_public_half(text, signing)
+    _check_public_half(text, signing, data)
     return signing
 
 
-def _check_public_half(text: str, key: SigningKey) -> None:
+def _check_public_half(text: str, key: SigningKey, read: bytes) -> None:
     """Raise `KeyPairMismatch` unless each public key file beside the private key file `text` (`text.pub`,
     and the .pub beside the file a symbolic link there leads to: keygen writes it beside the name it was
-    given) holds `key`'s public half. A private key without a .pub is not checked."""
-    for pub in dict.fromkeys([f"{text}.pub", f"{os.path.realpath(text)}.pub"]):
+    given) holds `key`'s public half. A private key without a .pub is not checked. A mismatch seen while a
+    keygen of the pair is at work (`read`, the private key's bytes, replaced since, or the pair's lock held)
+    is told as such: try again once it is done."""
+    for key_file in dict.fromkeys([text, os.path.realpath(text)]):
+        pub = f"{key_file}.pub"
         if not os.path.lexists(pub):
             continue
         try:
@@ -312,14 +316,21 @@ def _check_public_half(text: str, key: SigningKey) -> None:
                 f"{pub}, which verifiers pin: {exc}. The key was not used. Put back the .pub written with "
                 f"this key, or run `bide-audit keygen --force {text}` for a new matching pair"
             ) from exc
-        if found.raw != key.public.raw:
+        if found.raw == key.public.raw:
+            continue
+        if pair_being_written(Path(key_file), read):
             raise KeyPairMismatch(
-                f"the private key {text!r} is {key.key_id}, but {pub} beside it, which verifiers pin, holds "
-                f"{found.key_id}: not a pair (a keygen killed between writing the two files, or another .pub "
-                f"put there). The key was not used. Run `bide-audit keygen --force {text}` for a new "
-                "matching pair (and give its .pub to whoever verifies), or put back the .pub written with "
-                "this key"
+                f"the private key {text!r} is {key.key_id}, but {pub} beside it holds {found.key_id}: a "
+                f"keygen of {key_file} is replacing the pair right now. The key was not used: try again once "
+                "it is done"
             )
+        raise KeyPairMismatch(
+            f"the private key {text!r} is {key.key_id}, but {pub} beside it, which verifiers pin, holds "
+            f"{found.key_id}: not a pair (a keygen killed between writing the two files, or another .pub "
+            f"put there). The key was not used. Run `bide-audit keygen --force {text}` for a new "
+            "matching pair (and give its .pub to whoever verifies), or put back the .pub written with "
+            "this key"
+        )
 
 
 def load_public_key(spec: str | os.PathLike[str]) -> PublicKey:

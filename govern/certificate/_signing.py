@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from bide._files import (
     SecondNotPlaced,
     StillLocked,
+    pair_being_written,
     pair_locked,
     read_small_file,
     replace_pair,
@@ -258,16 +259,19 @@ def load_private_key(path: Path) -> Signer:
     if not isinstance(key, Ed25519PrivateKey):
         raise SigningKeyError(f"{path}: not an Ed25519 key (create one with `govern keygen`)")
     signer = Signer(key)
-    _check_public_half(path, signer)
+    _check_public_half(path, signer, data)
     return signer
 
 
-def _check_public_half(path: Path, signer: Signer) -> None:
+def _check_public_half(path: Path, signer: Signer, read: bytes) -> None:
     """Raise SigningKeyError unless each public key file beside the private key file `path` (`path.pub`, and
     the .pub beside the file a symbolic link there leads to) holds `signer`'s public half: a keygen killed
     between writing the two files leaves another key's .pub, and certificates signed then would not verify
-    with the key their checkers pin. A private key without a .pub is not checked."""
-    for pub in dict.fromkeys([Path(f"{path}.pub"), Path(f"{os.path.realpath(path)}.pub")]):
+    with the key their checkers pin. A private key without a .pub is not checked. A mismatch seen while a
+    keygen of the pair is at work (`read`, the private key's bytes, replaced since, or the pair's lock held)
+    is told as such: try again once it is done."""
+    for key_file in dict.fromkeys([str(path), os.path.realpath(path)]):
+        pub = Path(f"{key_file}.pub")
         if not os.path.lexists(pub):
             continue
         fix = (
@@ -281,12 +285,19 @@ def _check_public_half(path: Path, signer: Signer) -> None:
                 f"the private key {path} ({signer.key_id}) cannot be checked against its public key file "
                 f"{pub}: {exc}. {fix}"
             ) from exc
-        if raw_public_key(found) != raw_public_key(signer.public_key):
+        if raw_public_key(found) == raw_public_key(signer.public_key):
+            continue
+        if pair_being_written(Path(key_file), read):
             raise SigningKeyError(
-                f"the private key {path} is {signer.key_id}, but {pub} beside it holds {key_id(found)}: "
-                "not a pair (a keygen killed between writing the two files, or another .pub put there). "
-                + fix
+                f"the private key {path} is {signer.key_id}, but {pub} beside it holds {key_id(found)}: a "
+                f"keygen of {key_file} is replacing the pair right now. The key was not used: try again once "
+                "it is done"
             )
+        raise SigningKeyError(
+            f"the private key {path} is {signer.key_id}, but {pub} beside it holds {key_id(found)}: "
+            "not a pair (a keygen killed between writing the two files, or another .pub put there). "
+            + fix
+        )
 
 
 def load_public_key(path: Path) -> Ed25519PublicKey:
