@@ -108,13 +108,13 @@ class PassReport:
     (backed off).
     `skipped`: runs not driven this pass (backing off, halted and unchanged, never started, started by an
     agent this worker does not define, one it cannot drive, or one this worker drives already: in its
-    `run_forever` or another pass). `unresumable` names the runs no pass of this worker will drive until a
-    person acts, with why (a record damaged in the database, another journal format, a lookup function's
-    agent on another store). `other_agents` names the runs started by an agent
-    this worker does not define, with the run's entry point ("agent:NAME" or "thread:NAME"): on a store
-    that several apps share, another app's runs, which its own worker drives; not trouble of this worker's
-    (`other_agent_runs` counts them by agent name: no worker drives the runs of an agent no app defines any
-    more, one renamed since they started).
+    `run_forever` or another pass, or drove since the pass listed it, to find it needs nothing now).
+    `unresumable` names the runs no pass of this worker will drive until a person acts, with why (a record
+    damaged in the database, another journal format, a lookup function's agent on another store).
+    `other_agents` names the runs started by an agent this worker does not define, with the run's entry
+    point ("agent:NAME" or "thread:NAME"): on a store that several apps share, another app's runs, which
+    its own worker drives; not trouble of this worker's (`other_agent_runs` counts them by agent name: no
+    worker drives the runs of an agent no app defines any more, one renamed since they started).
     `errors` says what each failed drive raised ("<type>: <message>")
     and `causes` why it failed: "store" (the store failed), "output" (the run ended as failed: its final
     answer never validated, `OutputInvalid`) or "error" (anything else: the model down, a bug).
@@ -177,7 +177,7 @@ class _Backoff:
     # cancel request that could not change the lease.
     drive_after: float = 0.0
     waiting_at_records: int = -1
-    # The lease token such a run is listed with while it waits (None: not waiting; -1: the next listing's):
+    # The lease token such a run is listed with while it waits (None: not waiting):
     # a token that changes (a decision was submitted, a person resolved a call) has it read at once; so
     # does a latest record other than `waiting_seq` (None: not known; it is then read every
     # PARKED_RECHECK_S instead).
@@ -246,8 +246,6 @@ class Worker:
         # The worker's own deadlines (in _Backoff) are on this clock.
         self._timer = time.monotonic if clock is None else clock
         self._state: dict[str, _Backoff] = {}
-        self._tokens: dict[str, int] = {}  # each run's lease token in the latest listing
-        self._seqs: dict[str, int] = {}  # and the seq of its latest record (-1: the store does not say)
         self._in_flight: dict[str, asyncio.Task[str]] = {}
         self._listing_lock = threading.Lock()  # one listing at a time, an abandoned one included
         self._stop_waits: set[asyncio.Future[None]] = set()  # listings under way, told when stop() is called
@@ -266,28 +264,29 @@ class Worker:
         report = PassReport()
         slots = asyncio.Semaphore(self.concurrency)
 
-        async def one(run_id: str) -> None:
+        async def one(run_id: str, listed: _Listed) -> None:
             async with slots:
                 # After stop(): drives in flight finish, runs not yet taken are left for the next pass. A run
-                # this worker drives already (listed before that drive took it) is its drive's. One run's
-                # failure is its own (see _recover): it cancels none of the pass's other drives.
+                # this worker drives already (listed before that drive took it) is its drive's, and one it
+                # drove and parked since, its park's (see _settled_since). One run's failure is its own (see
+                # _recover): it cancels none of the pass's other drives.
                 if self._stopping.is_set() or run_id in self._in_flight:
                     outcome = "skipped"
                 else:
-                    outcome = await self._drive(run_id, report)
+                    outcome = await self._drive(run_id, listed, report)
             _count(report, outcome)
 
         async with asyncio.TaskGroup() as group:
             try:
-                run_ids = await self._runs_to_recover()
+                runs = await self._runs_to_recover()
                 # Said in the report so that a pass run from cron right after a crash does not look like a
                 # store with nothing to recover.
                 report.leased = await self._in_lister(self._count_live_leases)
             except _Stopped:  # stopped while listing: no run taken, and none known
                 report.listed = False
                 return report
-            for run_id in run_ids:
-                group.create_task(one(run_id))
+            for run_id, listed in runs:
+                group.create_task(one(run_id, listed))
         return report
 
     async def run_forever(self) -> None:
@@ -300,7 +299,7 @@ class Worker:
         while not stopping.is_set():
             wait = self.poll_interval
             try:
-                run_ids = await self._runs_to_recover()
+                runs = await self._runs_to_recover()
                 listing_failures = 0
                 # A listing reads every unfinished run: with tens of thousands halted for a person, one takes
                 # a third of a second. Looking no more often than LISTING_SHARE allows bounds what a worker
@@ -322,8 +321,8 @@ class Worker:
                 wait = max(wait, min(self.max_backoff, self.backoff * 2**listing_failures))
                 listing_failures += 1
                 log.error("listing the runs to recover failed, retrying in %.1f s: %s", wait, exc)
-                run_ids = []
-            for run_id in run_ids:
+                runs = []
+            for run_id, listed in runs:
                 # With every slot taken, wait for one to free rather than leave the rest of the listing to
                 # the next poll: the runs listed first (say, many idle threads, quickly found to need
                 # nothing) must not take every slot of every poll and starve the runs after them.
@@ -332,7 +331,7 @@ class Worker:
                 if stopping.is_set():
                     break
                 if run_id not in self._in_flight:
-                    self._drive(run_id, None)
+                    self._drive(run_id, listed, None)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stopping.wait(), wait)
         await self._drain()
@@ -346,11 +345,12 @@ class Worker:
             stop.cancel()
         await asyncio.sleep(0)  # the ended drive's done callback frees its slot
 
-    def _drive(self, run_id: str, report: PassReport | None) -> asyncio.Task[str]:
-        """Drive `run_id` in a task of its own, in flight until it ends (see `_recover`)."""
+    def _drive(self, run_id: str, listed: _Listed, report: PassReport | None) -> asyncio.Task[str]:
+        """Drive `run_id`, as `listed` gave it, in a task of its own, in flight until it ends (see
+        `_recover`)."""
         # In flight, whichever of run_once and run_forever drives it: the other does not drive it too, and a
         # listing made meanwhile does not prune what the drive keeps of it (see _runs_to_recover).
-        task = asyncio.create_task(self._recover(run_id, report), name=f"bide-worker:{run_id}")
+        task = asyncio.create_task(self._recover(run_id, listed, report), name=f"bide-worker:{run_id}")
         self._in_flight[run_id] = task
         task.add_done_callback(self._finished)
         return task
@@ -390,7 +390,7 @@ class Worker:
 
     # -- one run ---------------------------------------------------------------------------------------------
 
-    async def _runs_to_recover(self) -> list[str]:
+    async def _runs_to_recover(self) -> list[tuple[str, _Listed]]:
         # The listing is a blocking store call: in a thread, so that drives in flight keep going; one of the
         # worker's own, not asyncio's pool, which synchronous tools running long may all hold.
         # A run in flight when the listing starts may be left out of it by its own drive's live lease: its
@@ -407,7 +407,7 @@ class Worker:
             del self._state[run_id]
         return out
 
-    def _timed_listing(self) -> tuple[list[str], set[str]]:
+    def _timed_listing(self) -> tuple[list[tuple[str, _Listed]], set[str]]:
         """`_list_runs_to_recover`, its duration kept in `_listing_took` (the store's time, no wait for a
         thread)."""
         started = time.monotonic()
@@ -458,13 +458,12 @@ class Worker:
             after = page[-1].run_id
         return count
 
-    def _list_runs_to_recover(self) -> tuple[list[str], set[str]]:
-        """The runs to drive now, and every run listed (those too that wait for their backoff)."""
+    def _list_runs_to_recover(self) -> tuple[list[tuple[str, _Listed]], set[str]]:
+        """The runs to drive now, each as listed (its drive's, whichever entry point's listing is the latest
+        when it starts), and every run listed (those too that wait for their backoff)."""
         wall, now = self.clock(), self._timer()
-        out: list[str] = []
+        out: list[tuple[str, _Listed]] = []
         listed: set[str] = set()
-        tokens: dict[str, int] = {}
-        seqs: dict[str, int] = {}
         after = ""
         while True:
             page = self.store.expired_leases(now_ms=int(wall * 1000), after=after, limit=500)
@@ -474,8 +473,6 @@ class Worker:
                 state = self._state.get(run_id)
                 if run_id in self._in_flight:
                     continue
-                if state is not None and state.waiting_token == -1:
-                    state.waiting_token = lease.token  # not known from its drive: from here on
                 if state is not None and (
                     (
                         state.not_before > now
@@ -494,11 +491,8 @@ class Worker:
                     )
                 ):
                     continue
-                out.append(run_id)
-                tokens[run_id] = lease.token
-                seqs[run_id] = lease.last_seq
+                out.append((run_id, _Listed(lease.token, lease.last_seq)))
             if len(page) < 500:
-                self._tokens, self._seqs = tokens, seqs
                 return out, listed
             after = page[-1].run_id
 
@@ -509,20 +503,45 @@ class Worker:
         state.parked_until = self._timer() + max(PARKED_RECHECK_S, self.poll_interval)
         state.parked_seq = listed.seen_seq(journal)
 
-    async def _recover(self, run_id: str, report: PassReport | None) -> str:
+    def _settled_since(self, state: _Backoff, listed: _Listed) -> bool:
+        """Whether the run is parked, or waits (see _Backoff), as of its lease token and latest record in
+        `listed` or later ones: a drive of this worker since the listing found it needs nothing now."""
+        # Such a drive (of the other entry point, while this one waited for a slot) started after the listing
+        # found the run not in flight, so it read no less than the listing did: tokens and seqs only grow. A
+        # park or wait made before the listing is not taken for one: the listing listed the run all the
+        # same, so its token or latest record is newer than the park's, or its time has come.
+        now = self._timer()
+        if state.parked_token is not None and state.parked_token >= listed.token:
+            if state.parked_seq >= 0 and state.parked_seq >= listed.seq:
+                return True
+            if state.parked_seq < 0 and state.parked_until > now:
+                return True
+        return (
+            state.not_before > now
+            and not 0 < state.wake_wall <= self.clock()
+            and (state.waiting_token is None or state.waiting_token >= listed.token)
+            and (state.waiting_seq is None or state.waiting_seq >= listed.seq)
+        )
+
+    async def _recover(self, run_id: str, listed: _Listed, report: PassReport | None) -> str:
         """Drive one run; returns how it ended: completed, cancelled, halted, waiting, failed or skipped.
         Whatever the app's code raises (an agent lookup, a tool, a model), SystemExit included, is this
         run's failure: in a task, SystemExit would leave the event loop and end every other drive."""
         try:
-            return await self._recover_run(run_id, report)
+            return await self._recover_run(run_id, listed, report)
         except asyncio.CancelledError:
             raise
         except (Exception, SystemExit) as exc:
             return self._failed(run_id, exc, report)
 
-    async def _recover_run(self, run_id: str, report: PassReport | None) -> str:
-        # As the listing that has it driven now gave it: one made while it is in flight skips it.
-        listed = _Listed(self._tokens.get(run_id), self._seqs.get(run_id, -1))
+    async def _recover_run(self, run_id: str, listed: _Listed, report: PassReport | None) -> str:
+        # `listed` is the listing that has it driven, not the latest one: the other entry point's may have
+        # been made since without the run (in flight then, or parked), and gives a park no token for it.
+        # Parked or set waiting since that listing by another drive of this worker: a drive now would only
+        # read it again, and redo the park from this older listing, which the next listing would not match.
+        kept = self._state.get(run_id)
+        if kept is not None and self._settled_since(kept, listed):
+            return "skipped"
         try:
             journal = Journal(self.store, run_id)
         except ConfigError as exc:  # a row edited in the database: no agent can drive such a run id
@@ -567,7 +586,7 @@ class Worker:
                 recheck = now + PARKED_RECHECK_S if seq < 0 else state.drive_after
                 state.not_before = min(state.drive_after, recheck)
                 # As listed: read again if it changes.
-                state.waiting_token = -1 if listed.token is None else listed.token
+                state.waiting_token = listed.token
                 state.waiting_seq = seq if seq >= 0 else None
                 return "skipped"  # its timer is not due and its gate has no news: nothing to drive yet
         # A halted run with a cancel request is driven: the drive ends it as cancelled. One is not counted
@@ -755,17 +774,17 @@ class Worker:
 
 @dataclass(frozen=True, slots=True)
 class _Listed:
-    """A run as the listing its drive started from gave it: its lease token (None: not listed) and the seq
-    of its latest record (-1: the store does not say)."""
+    """A run as the listing its drive started from gave it: its lease token and the seq of its latest
+    record (-1: the store does not say)."""
 
-    token: int | None
+    token: int
     seq: int
 
     def token_after_drive(self) -> int:
         """The lease token a drive from this listing left: the one listed, plus its own grant (every grant
         adds one, in every store: S9). Another grant since (a decision announced, a resolution) makes the
-        next listing differ. -1 when the run was not listed."""
-        return -1 if self.token is None else self.token + 1
+        next listing differ."""
+        return self.token + 1
 
     def seen_seq(self, journal: Journal) -> int:
         """The seq of the latest record of `journal` as read for a decision, when the listing says each
