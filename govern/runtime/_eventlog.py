@@ -20,8 +20,9 @@ A log holds events for exactly one machine (by digest). Its promises:
   does not have raises `InvalidInput`: once in the append-only log it would stop every replica forever.
 - **Exact outcomes.** Each append stores a token of the call with its events, so a retry after a commit
   whose acknowledgement was lost reports `created=True` for what the call wrote.
-- **Bounded waits.** Every call finishes or raises within `timeout`; transient failures are retried
-  until then (`_logretry`), and readers never take the write lock.
+- **Bounded waits.** Every call finishes or raises within about `timeout` (at most twice it: the try
+  under way when it runs out may take that long again); transient failures are retried until then
+  (`_logretry`), and readers never take the write lock.
 
 URLs: a plain path or ``sqlite:///path`` (SQLite file, WAL, fsync on commit), ``postgresql://...``
 (psycopg driver), ``memory://`` (held in this process only, not durable: for tests and benchmarks;
@@ -201,6 +202,13 @@ def _invalid(exc: ValidationError, what: str) -> InvalidInput:
     return InvalidInput(where, f"{message}{more}")
 
 
+def _unwrapped(exc: ValidationError, what: str) -> InvalidInput:
+    """The `InvalidInput` of a `model_validate`: pydantic runs a model's own `__init__` inside it, and wraps
+    the `InvalidInput` that raises as a value error of the whole model."""
+    cause = exc.errors()[0].get("ctx", {}).get("error")
+    return cause if isinstance(cause, InvalidInput) else _invalid(exc, what)
+
+
 class Event(BaseModel):
     """One governed event as a producer submits it: which machine, which record, which event, by whom.
 
@@ -270,6 +278,23 @@ class Event(BaseModel):
         if not update:
             return super().model_copy(deep=deep)
         return type(self)(**{**self.model_dump(), **update})
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        """An event from a dict (a transport's message, say); a bad one raises `InvalidInput` naming the
+        field, as the constructor does, not pydantic's own error."""
+        try:
+            return super().model_validate(obj, **options)
+        except ValidationError as exc:
+            raise _unwrapped(exc, cls.__name__) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
+        """An event from its JSON; a bad one raises `InvalidInput` naming the field."""
+        try:
+            return super().model_validate_json(json_data, **options)
+        except ValidationError as exc:
+            raise _unwrapped(exc, cls.__name__) from None
 
     @classmethod
     def model_construct(cls, _fields_set: set[str] | None = None, **values: Any) -> Self:  # type: ignore[override]
@@ -511,6 +536,7 @@ _Q_RECORD = (
     .where(
         _events.c.log == _P("log"),
         _events.c.record == _P("record"),
+        _events.c.record_seq >= _P("start"),
         (_events.c.position + sa.literal_column("0")) <= _P("through"),
     )
     .order_by(_events.c.record_seq)
@@ -569,7 +595,7 @@ class _Backend(Protocol):
     def head(self) -> _Head | None: ...
     def read(self, start: int, limit: int) -> list[LoggedEvent]: ...
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]: ...
-    def read_record(self, record: str, through: int) -> list[LoggedEvent]: ...
+    def read_record(self, record: str, start: int, through: int) -> list[LoggedEvent]: ...
     def last_by_producer(self, producer: str) -> LoggedEvent | None: ...
     def writer_of(self, event_id: str) -> str | None: ...
 
@@ -725,15 +751,18 @@ class EventLog:
         events a replica compares redelivered copies with, in one read."""
         return self._backend.by_ids(ids)
 
-    def read_record(self, record: str, *, through: int | None = None) -> list[LoggedEvent]:
-        """The events of one record in log order (those at positions <= `through`, when given), with no
-        gaps in their `record_seq`, which rises with their positions (else `LogCorrupted`)."""
+    def read_record(self, record: str, *, through: int | None = None, start: int = 0) -> list[LoggedEvent]:
+        """The events of one record in log order (those at positions <= `through`, when given; from its
+        event number `start` on), with no gaps in their `record_seq`, which rises with their positions
+        (else `LogCorrupted`). A reader that folded the record's first `start` events reads only the
+        rest."""
         _check_name("record", record)
+        _check_count("start", start)
         if through is not None:
             _check_count("through", through)
-        out = self._backend.read_record(record, _NO_LIMIT if through is None else through)
+        out = self._backend.read_record(record, start, _NO_LIMIT if through is None else through)
         previous = -1
-        for seq, event in enumerate(out):
+        for seq, event in enumerate(out, start):
             if event.record_seq != seq:
                 raise LogCorrupted(
                     f"record {record!r} of log {self.name!r} lacks its event number {seq}; a record's "
@@ -879,7 +908,7 @@ os.register_at_fork(after_in_child=_forget_parent_connections)
 
 def _check_count(field: str, value: object) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _NO_LIMIT:
-        raise InvalidInput(field, f"must be an integer >= 0, got {value!r}")
+        raise InvalidInput(field, f"must be an integer from 0 to 2**62 - 1, got {value!r}")
 
 
 def _identity_of(machine: object, events: Iterable[str] | None) -> _Identity:
@@ -1900,6 +1929,13 @@ class _SqlBackend:
                 with self.engine.connect() as conn:
                     if read_only:
                         conn.execution_options(govern_read=True)
+                        if self.dialect == "postgresql":
+                            # Each read statement its own transaction, over once the server has sent its
+                            # rows: in one the client held open while it took in a large result (a whole
+                            # log, a long record's history), the session counted as idle in a transaction,
+                            # and the server ended it past half the timeout (see `_postgres_session`), on
+                            # every retry. Nothing is lost: reads here see a snapshot per statement anyway.
+                            conn.execution_options(isolation_level="AUTOCOMMIT")
                     try:
                         with conn.begin():
                             result = body(conn)
@@ -2082,8 +2118,8 @@ class _SqlBackend:
     def by_ids(self, ids: list[str]) -> dict[str, LoggedEvent]:
         return self._run(lambda conn: _by_ids(conn, self.log, ids), "read", True)
 
-    def read_record(self, record: str, through: int) -> list[LoggedEvent]:
-        rows = self._rows(_Q_RECORD, {"log": self.log, "record": record, "through": through})
+    def read_record(self, record: str, start: int, through: int) -> list[LoggedEvent]:
+        rows = self._rows(_Q_RECORD, {"log": self.log, "record": record, "start": start, "through": through})
         return [_from_row(r) for r in rows]
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
@@ -2355,14 +2391,14 @@ class _MemoryBackend:
         with self.mem.lock:
             return {i: self.mem.by_id[i] for i in ids if i in self.mem.by_id}
 
-    def read_record(self, record: str, through: int) -> list[LoggedEvent]:
+    def read_record(self, record: str, start: int, through: int) -> list[LoggedEvent]:
         with self.mem.lock:
             history = self.mem.by_record.get(record)
             if history is None:
                 return []
             if history[-1].position <= through:
-                return list(history)
-            return [e for e in history if e.position <= through]
+                return history[start:]
+            return [e for e in history[start:] if e.position <= through]
 
     def last_by_producer(self, producer: str) -> LoggedEvent | None:
         with self.mem.lock:

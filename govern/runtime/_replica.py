@@ -63,6 +63,7 @@ from ._eventlog import (
     MachineMismatch,
     _invalid,
     _name_problem,
+    _unwrapped,
 )
 from ._rules import DeliveryRules, delivery_rules
 
@@ -123,7 +124,7 @@ class Checkpoint(BaseModel):
         try:
             return super().model_validate(obj, **options)
         except ValidationError as exc:
-            raise _unwrapped(exc) from None
+            raise _unwrapped(exc, "Checkpoint") from None
 
     @classmethod
     def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
@@ -131,7 +132,7 @@ class Checkpoint(BaseModel):
         try:
             return super().model_validate_json(json_data, **options)
         except ValidationError as exc:
-            raise _unwrapped(exc) from None
+            raise _unwrapped(exc, "Checkpoint") from None
 
     @field_validator("format")
     @classmethod
@@ -195,13 +196,6 @@ def _seal_of(fields: Mapping[str, Any]) -> str:
     """SHA-256 of a checkpoint's fields but its seal, in one canonical JSON text."""
     text = json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
     return hashlib.sha256(f"govern.replica.checkpoint.v3\n{text}".encode()).hexdigest()
-
-
-def _unwrapped(exc: ValidationError) -> InvalidInput:
-    """The `InvalidInput` of a validation: pydantic runs `Checkpoint.__init__` inside `model_validate`,
-    and wraps the `InvalidInput` that raises as a value error of the whole model."""
-    cause = exc.errors()[0].get("ctx", {}).get("error")
-    return cause if isinstance(cause, InvalidInput) else _invalid(exc, "Checkpoint")
 
 
 _ID = operator.attrgetter("id")
@@ -435,8 +429,12 @@ class Replica:
         """The replica's state as a `Checkpoint`; only at a clean prefix (nothing buffered or ahead). It
         names the last event applied, so that it restores only onto a log holding that event there."""
         if self._buffer or self._ahead:
+            first, waiting = min([*self._buffer, *self._ahead]), len(self._buffer) + len(self._ahead)
             raise ReplicaError(
-                "a checkpoint needs a clean log prefix: call sync() first so nothing is buffered or ahead"
+                f"a checkpoint needs a clean log prefix, and {waiting} delivered "
+                f"event(s) wait to be applied (the first at log position {first}; applied so far: "
+                f"{self._position}): call sync() first; an event delivered for a position the log has not "
+                "reached (a transport ahead of the log this replica reads) waits until the log holds it"
             )
         self._confirm_delivered()
         last_id = last_leaf = None

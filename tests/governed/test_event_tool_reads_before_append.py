@@ -96,7 +96,7 @@ def test_a_call_with_too_little_time_left_succeeds_when_an_earlier_drive_appende
     log = govern.EventLog(f"sqlite:///{tmp_path / 'events.db'}", machine=machine, timeout=10)
     event_id = earlier_drive_appended(log, machine)
     tool = govern.event_tool(machine, log, "restock")
-    tool.timeout = 2.0  # far below the four log calls of up to 20 s each the tool may need
+    tool.timeout = 2.0  # far below the five log calls of up to 20 s each the tool may need
     model = ScriptedModel([call("restock", record="order-1"), reply("done")])
     bide.Agent(model, store=bide.open_store("memory://"), tools=[tool]).run_sync("run-1", "restock order-1")
     [told] = [m for m in model.requests[1].messages if m.role == "tool"]

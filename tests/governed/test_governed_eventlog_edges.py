@@ -180,6 +180,16 @@ def test_bad_read_arguments_are_refused_naming_the_argument(any_log_url: str, lo
         with pytest.raises(InvalidInput) as refused:
             call()
         assert refused.value.field == field
+    # A count past the range says the range, not only ">= 0".
+    for call, field in (
+        (lambda: log.read(2**62), "start"),
+        (lambda: log.read(0, 2**62), "limit"),
+        (lambda: log.read_record("o1", through=2**62), "through"),
+    ):
+        with pytest.raises(InvalidInput, match=r"from 0 to 2\*\*62 - 1, got 4611686018427387904") as refused:
+            call()
+        assert refused.value.field == field
+    assert log.read(2**62 - 1) == []
     with pytest.raises(InvalidInput) as refused:
         EventLog(any_log_url, name=log_name, timeout=0)
     assert refused.value.field == "timeout"
@@ -1106,7 +1116,7 @@ def test_the_model_is_never_told_a_call_failed_while_its_event_may_still_be_appe
     path = tmp_path / "events.db"
     log = EventLog(f"sqlite:///{path}", machine=machine, timeout=10)
     tool = event_tool(machine, log, "restock")
-    assert tool.timeout >= 4 * 2 * log.timeout  # four log calls at most, each within twice its timeout
+    assert tool.timeout >= 5 * 2 * log.timeout  # five log calls at most, each within twice its timeout
     if tool_timeout is not None:
         tool.timeout = tool_timeout
     store = bide.open_store("memory://")

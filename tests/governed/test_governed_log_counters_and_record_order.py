@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from govern.runtime._agents import _consequence
+from govern.runtime._agents import _consequence, _FoldedRecords
 from govern.runtime._eventlog import Event, EventLog, LogCorrupted, LoggedEvent
 from govern.runtime._replica import Replica
 from govern.runtime._rules import delivery_rules
@@ -159,7 +159,7 @@ def test_event_tool_reports_no_state_for_a_record_swapped_by_hand(tmp_path: obje
     log = _swapped_log(f"sqlite:///{tmp_path}/events.db", log_name)
     try:
         last = log.read()[3]
-        reported = _consequence(delivery_rules(order_machine()), log, last, False)
+        reported = _consequence(delivery_rules(order_machine()), log, last, False, _FoldedRecords())
         assert reported["outcome"] == "recorded" and reported["state"] is None
         assert "holds its event number 2 at position 1" in reported["why"]
     finally:
