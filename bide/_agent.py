@@ -226,7 +226,9 @@ class Agent(Generic[T]):
     `name` is the run's entry point: a run started by one agent name cannot be resumed by another.
     `max_turns` bounds the model turns of a run (journaled turns count; per message, for a thread).
     `clock_skew` (seconds) is the margin a reconciler waits past an attempt's deadline before deciding it;
-    `clock` (Unix seconds) stamps attempt markers, leases, and judges their age.
+    the agent's attempt markers record it, and whoever decides their calls (a person's resolution, another
+    agent) waits at least that long too. `clock` (Unix seconds) stamps attempt markers, leases, and judges
+    their age.
 
     `output_type` (a pydantic model, or any type pydantic validates) makes the final answer structured: the
     model is told the JSON schema (in the system prompt), its final answer is validated, and a failure is
@@ -1021,7 +1023,8 @@ class Agent(Generic[T]):
             if live is None:
                 continue
             known = returned(live.claim) is not None or never_started(live.claim)
-            if not known and (running(live.claim) is not None or now < live.deadline_ms / 1000 + skew):
+            over_at = live.deadline_ms / 1000 + live.settle_margin(skew)
+            if not known and (running(live.claim) is not None or now < over_at):
                 busy.append(live)
                 continue
             tool = self.tools.get(c.name)
@@ -1038,11 +1041,12 @@ class Agent(Generic[T]):
             await journal.aload()  # a result journaled meanwhile (a person's resolution) is no doubt any more
             unknown = [a for a in unknown if not journal.has(result_key(a.call_id))]
         if busy:
-            ready = max(a.deadline_ms / 1000 + skew for a in busy)
+            ready = max(a.deadline_ms / 1000 + a.settle_margin(skew) for a in busy)
             first = busy[0]
             raise RunInFlight(
                 f"run {journal.run_id!r} was asked to cancel, but its call {first.call_id!r} ({first.tool}) "
-                f"may still be running (deadline {when(first.deadline_ms / 1000, now)}, plus {skew:g} s "
+                f"may still be running (deadline {when(first.deadline_ms / 1000, now)}, plus "
+                f"{first.settle_margin(skew):g} s "
                 "clock skew): the run ends as cancelled once it cannot, with that call's result if one is "
                 f"recorded by then. Run again after {when(max(ready, now + 1.0), now)}",
                 run_id=journal.run_id,
@@ -1479,7 +1483,7 @@ class Agent(Generic[T]):
             forget_started(last.claim)
             return None
         cause: BaseException | None = None
-        ready_at = last.deadline_ms / 1000 + self.clock_skew
+        ready_at = last.deadline_ms / 1000 + last.settle_margin(self.clock_skew)
         now = self.clock()  # read once: the halt's words must say whether the reconciler was asked
         if tool.reconcile is not None and now >= ready_at:
             info = AttemptInfo(
@@ -1662,6 +1666,7 @@ class Agent(Generic[T]):
             claim=claim,
             attempted_at_ms=now_ms,
             deadline_ms=now_ms + int(tool.timeout * 1000),
+            clock_skew_ms=int(self.clock_skew * 1000),
         )
         try:
             if pending:

@@ -557,11 +557,14 @@ def _cmd_show(args: argparse.Namespace) -> int:
         # The attempt it is blocked on: not the journal's last marker (another call's, or a decider's claim).
         live = live_attempt(journal, st.call_id) if st.status == "halted" else None
         if live is not None:
-            deadline = live.deadline_ms / 1000
+            deadline, margin = live.deadline_ms / 1000, live.settle_margin(args.clock_skew)
+            said = f"--clock-skew {args.clock_skew:g}"
+            if margin > args.clock_skew:
+                said += f", raised to the {margin:g} s its driver was given"
             say(
                 f"  attempt {st.attempt}, attempted {when(live.attempted_at_ms / 1000)}; deadline "
-                f"{when(deadline)}; bide resolve accepts an outcome from {when(deadline + args.clock_skew)} "
-                f"on (--clock-skew {args.clock_skew:g}; --attempt {st.attempt})"
+                f"{when(deadline)}; bide resolve accepts an outcome from {when(deadline + margin)} "
+                f"on ({said}; --attempt {st.attempt})"
             )
     if row["lease_holder"] is not None:
         say(f"  lease:  {_lease_text(row, now_ms / 1000)}")
@@ -1040,7 +1043,12 @@ def build_parser() -> tuple[argparse.ArgumentParser, Any]:
         help="the attempt the outcome is for (bide show names it); needed once the call was tried more than "
         "once, and refused if the call was tried again since",
     )
-    p.add_argument("--clock-skew", type=_skew, default=1.0, help="seconds to wait past the deadline")
+    p.add_argument(
+        "--clock-skew",
+        type=_skew,
+        default=1.0,
+        help="seconds to wait past the deadline (at least the clock_skew the call's driver was given)",
+    )
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.set_defaults(handler=_cmd_resolve)
 

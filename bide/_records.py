@@ -161,7 +161,10 @@ class Attempt(_Record):
     """Written before a side effect is called. Only the driver whose claim is stored may call the tool.
 
     `by` is "driver" for a drive and "resolver" for `resolve_halt`/reconcilers. Times are Unix milliseconds
-    from the writer's clock; `deadline_ms` is when the call is over at the latest (its timeout).
+    from the writer's clock; `deadline_ms` is when the call is over at the latest (its timeout), and
+    `clock_skew_ms` how far the writer's clock may be off (its `clock_skew`): whoever decides the call once
+    it is over waits at least that long past the deadline (see `settle_margin`). Markers written before it
+    existed read back as 0.
     """
 
     kind: Literal["attempt"] = "attempt"
@@ -173,6 +176,14 @@ class Attempt(_Record):
     attempted_at_ms: int
     deadline_ms: int
     by: Literal["driver", "resolver"] = "driver"
+    clock_skew_ms: int = 0
+
+    def settle_margin(self, clock_skew: float) -> float:
+        """The seconds past `deadline_ms` a decider whose own margin is `clock_skew` waits before it takes
+        the call as over: the larger of the two margins. A driver's clock behind the decider's by up to its
+        own margin may still be calling the tool until then (a person resolving at the default margin, or
+        an agent configured with a smaller one, would otherwise decide a call still in flight)."""
+        return max(clock_skew, self.clock_skew_ms / 1000)
 
 
 @dataclass(slots=True, kw_only=True)
@@ -444,6 +455,7 @@ def _attempt(r: Any) -> str:
     return (
         f'{{"arguments":{_any(r.arguments)},"attempted_at_ms":{int.__repr__(r.attempted_at_ms)},'
         f'"by":{_s(r.by)},"call_id":{_s(r.call_id)},"claim":{_s(r.claim)},'
+        f'"clock_skew_ms":{int.__repr__(r.clock_skew_ms)},'
         f'"deadline_ms":{int.__repr__(r.deadline_ms)},"gen":{int.__repr__(r.gen)},"key":{_s(r.key)},'
         f'"kind":"attempt","salt":{_s(r.salt)},"tool":{_s(r.tool)}}}'
     )
@@ -481,6 +493,9 @@ def decode_record(key: str, data: bytes) -> Record:
         record = _ADAPTER.validate_python(json.loads(data))
     except (ValueError, ValidationError) as exc:
         raise RecordDamaged(f"journal record {key!r} cannot be decoded: {exc}", key=key) from exc
+    except RecursionError as exc:  # JSON nested deeper than the interpreter decodes: bide writes none such
+        why = "it is nested too deeply"
+        raise RecordDamaged(f"journal record {key!r} cannot be decoded: {why}", key=key) from exc
     if record.key != key:
         raise RecordDamaged(
             f"journal record stored under {key!r} says it is {record.key!r}; the store is corrupt", key=key
@@ -507,4 +522,6 @@ def damage_in_words(exc: StoreError) -> str:
         return f"{where + ': ' if where else ''}{first.get('msg', 'invalid')}{more}"
     if isinstance(cause, ValueError):
         return "it is not JSON"
+    if isinstance(cause, RecursionError):
+        return "it is nested too deeply"
     return str(exc).splitlines()[0]

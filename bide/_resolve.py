@@ -157,11 +157,13 @@ async def resolve_in(
             f"{'an error ' if known.is_error else ''}{said[:500]}, which could not be journaled; run the run "
             "again in this process to journal it (or resolve the call with that outcome)"
         )
-    ready_at = live.deadline_ms / 1000 + clock_skew
+    # The driver's own margin when it is the larger: its clock may be behind ours by up to it.
+    margin = live.settle_margin(clock_skew)
+    ready_at = live.deadline_ms / 1000 + margin
     if now < ready_at:
         raise HaltInFlight(
             f"call {call_id!r} of run {journal.run_id!r} may still be running (its deadline is "
-            f"{when(live.deadline_ms / 1000, now)}, plus {clock_skew:g} s clock skew); retry after "
+            f"{when(live.deadline_ms / 1000, now)}, plus {margin:g} s clock skew); retry after "
             f"{when(ready_at, now)}",
             retry_after=ready_at,
         )
@@ -178,6 +180,7 @@ async def resolve_in(
         attempted_at_ms=now_ms,
         deadline_ms=now_ms,
         by="resolver",
+        clock_skew_ms=int(margin * 1000),
     )
     if sending is not None:
         sending()
@@ -331,11 +334,15 @@ async def aresolve(
     # A resolver holds the run's lease like a driver: never while a live driver holds it, and its writes are
     # fenced, so a driver that wakes up afterwards cannot write over the decision.
     # A run that does not exist is refused before the lease is taken: a mistyped run id leaves no lease row.
-    if not (await Journal(store, run_id).aload()).exists:
+    before = await Journal(store, run_id).aload()
+    if not before.exists:
         raise NoLiveAttempt(f"run {run_id!r} does not exist in {store.url}")
+    # A lease held by the driver of the call is live, on its own clock, until its expiry plus its margin: a
+    # driver whose clock is behind ours by up to the margin it was given may still be calling the tool.
+    margin = max([clock_skew] + [m.settle_margin(clock_skew) for m in attempts_of(before, call_id)])
     holder = new_claim()
     now = clock()
-    now_ms, ttl_ms = taking_lease(now, RESOLVE_LEASE_MS / 1000, clock_skew)
+    now_ms, ttl_ms = taking_lease(now, RESOLVE_LEASE_MS / 1000, margin)
     lease = await store.alease(run_id, holder, now_ms=now_ms, ttl_ms=ttl_ms)
     journal = Journal(store, run_id)
     try:
@@ -380,7 +387,8 @@ def resolve_halt(
     `attempt` is the number of the attempt the outcome is for (`OutcomeUnknown.attempt`, shown by `bide
     show`); it may be left out only for a call's first attempt. Refused (`AttemptChanged`) when the live
     attempt is another one: the call was tried again after its decider looked it up. Refused
-    (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds has passed, and when another
+    (`HaltInFlight`) until the call's deadline plus `clock_skew` seconds (or the larger margin its driver was
+    given, recorded in its marker) has passed, and when another
     driver or resolver claims the call concurrently; refused (`HaltAlreadyResolved`) when a different
     outcome is recorded already (the same outcome again is accepted); refused (`NoLiveAttempt`) when the
     call has no attempt waiting, and (`HaltInFlight`) while a live driver holds the run's lease. `clock` (Unix

@@ -335,6 +335,7 @@ def run_agent(role: str, workdir: Path) -> int:
         max_turns=40,
         lease_ttl=2.0,
         lease_wait=15.0,
+        clock_skew=0.5,  # one machine's clock: `bide resolve --clock-skew 0.5` below waits that long too
     )
     try:
         result = agent.run_sync(f"demo-{role}", ROLES[role]["task"])

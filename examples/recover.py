@@ -81,7 +81,11 @@ async def main() -> None:
 
         print("\n== 2. a crash between the charge and its journaled result ==")
         provider.die_after_next_charge = True
-        agent = bide.Agent(script(), store=store, tools=[provider.charge_tool()], system="You charge cards.")
+        # One machine, one clock: a small clock-skew margin, which the resolution below waits past too (a
+        # resolver waits at least the margin the call's driver was given).
+        agent = bide.Agent(
+            script(), store=store, tools=[provider.charge_tool()], system="You charge cards.", clock_skew=0.1
+        )
         try:
             await agent.run("order-2", "Charge alice 500 cents")
         except ProcessDied:

@@ -669,8 +669,8 @@ def _check_executed(
             )
         if kind in ("attempt", "tool_result") and idx < ti:
             raise NotVerified(
-                f"call {call!r} has a {kind} record before its approval tally: the tool ran "
-                "(or was recorded) before the gate decided"
+                f"call {call!r} has {'an attempt' if kind == 'attempt' else 'a result'} record before its "
+                "approval tally: the tool ran (or was recorded) before the gate decided"
             )
         if kind == "attempt":
             if not approved:

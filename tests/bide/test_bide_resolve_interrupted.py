@@ -62,7 +62,10 @@ class TimedLedger:
 
 
 def _agent(store: bide.Store, tool: bide.Tool, clock: Any = time.time, **options: Any) -> bide.Agent:
+    """An agent on one machine's clock: no skew margin, as the resolutions here are given (a resolution
+    waits at least the margin the call's driver was given)."""
     model = ScriptedModel([call("charge_card", cents=5), reply("done")])
+    options.setdefault("clock_skew", 0)
     return bide.Agent(model, store=store, tools=[tool], clock=clock, **options)
 
 

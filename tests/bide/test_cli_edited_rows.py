@@ -124,3 +124,25 @@ def test_a_table_prefix_in_another_case_finds_the_store_as_sqlite_does(tmp_path:
     assert [r["run_id"] for r in json.loads(listed.stdout)] == ["a"]
     other = cli("runs", "--store", str(db), "--table-prefix", "other_", "--json", cwd=tmp_path)
     assert other.returncode == 4 and "no table other_records" in other.stderr
+
+
+def test_a_record_nested_too_deeply_is_a_damaged_record_not_a_crash(tmp_path: Path) -> None:
+    """JSON nested past what the interpreter decodes raised RecursionError out of the decoder: every command
+    crashed ("internal error", exit 3) and `bide runs` listed nothing. It is one damaged record now."""
+    db = tmp_path / "runs.db"
+    runs(db, "a", "b")
+    deep = b'{"answer":' + b"[" * 100_000 + b"]" * 100_000 + b',"key":"run:end","kind":"end","salt":"x"}'
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE bide_records SET data = ? WHERE run_id = 'a' AND key = 'run:end'", (deep,))
+    listed = cli("runs", "--store", str(db), "--json", cwd=tmp_path)
+    assert listed.returncode == 4, listed.stderr
+    assert [r["run_id"] for r in json.loads(listed.stdout)["listed"]] == ["b"]
+    assert "its record 'run:end'" in listed.stderr and "nested too deeply" in listed.stderr
+    shown = cli("show", "a", "--store", str(db), "--json", cwd=tmp_path)
+    assert shown.returncode == 4 and json.loads(shown.stdout)["reason"] == "unreadable"
+    store = bide.open_store(f"sqlite:///{db}")
+    try:
+        with pytest.raises(bide.RecordDamaged, match="nested too deeply"):
+            bide.Journal(store, "a").load()
+    finally:
+        store.close()
