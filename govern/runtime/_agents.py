@@ -262,6 +262,7 @@ def event_tool(
 
 _LOG_CALLS = 5  # the most log calls one tool call makes (see event_tool)
 _FOLDED_RECORDS = 4096  # records whose folded state a tool keeps (see _FoldedRecords)
+_FOLD_KEPT_FROM = 8  # events a record's history holds before its folded state is kept
 _SLACK = 5.0  # seconds for the rest of the call (a worker thread to start, the result to encode)
 
 
@@ -359,8 +360,9 @@ def _fold(
         if code is None:
             raise LogCorrupted(f"event {earlier.id!r} at position {earlier.position} names {earlier.event!r}")
         state = rules.step(state, code)
-    after = rules.step(state, index[event.event])
-    folded.keep(event.record, _Folded(event.record_seq + 1, history[-1], after))
+    if event.record_seq + 1 >= _FOLD_KEPT_FROM:  # a short history costs less to read than to keep
+        after = rules.step(state, index[event.event])
+        folded.keep(event.record, _Folded(event.record_seq + 1, history[-1], after))
     return state
 
 
