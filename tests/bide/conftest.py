@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import uuid
@@ -12,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from halting import Said
 from mounts import tmpfs
 from raw_http import RawServer, StartServer
 
@@ -145,3 +147,14 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A directory on a 1 MiB tmpfs mounted for the test (the tests run as root), unmounted afterwards."""
     with tmpfs(tmp_path / "disk", "1m") as path:
         yield path
+
+
+@pytest.fixture
+def said() -> Iterator[Said]:
+    """The lines the worker logs while the test runs (a `Said` on the "bide.worker" logger)."""
+    handler = Said()
+    logging.getLogger("bide.worker").addHandler(handler)
+    try:
+        yield handler
+    finally:
+        logging.getLogger("bide.worker").removeHandler(handler)

@@ -1,11 +1,12 @@
 """For the worker tests: a run left halted for a person (its one tool's outcome is unknown: a wire whose
-deadline has passed on the wall clock, the drive's clock a minute behind), the lines the worker logs, and
-waiting on the event loop for a condition."""
+deadline has passed on the wall clock, the drive's clock a minute behind), the lines the worker logs (the
+`said` fixture of conftest.py), and waiting on the event loop or on a thread for a condition."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import Any
 
@@ -46,6 +47,11 @@ class Said(logging.Handler):
     def halts(self, run_id: str) -> list[str]:
         """The lines that say `run_id` halted."""
         return [line for line in self.lines if line.startswith(f"run {run_id} halted")]
+
+
+def wait_in_thread(event: threading.Event, what: str) -> None:
+    """Wait for `event` on a thread (at most 30 s: then the test fails, naming `what`)."""
+    assert event.wait(30), f"timed out waiting for {what}"
 
 
 async def until(condition: Any, what: str) -> None:

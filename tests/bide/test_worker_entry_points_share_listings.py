@@ -9,28 +9,16 @@ flight), so the drive parked it with no token, and the run was read again at the
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from halting import Said, halted, until, wire
+from halting import Said, halted, until, wait_in_thread, wire
 
 import bide
 from bide._store import EVERY_LEASE_MS
 from bide.testing import ScriptedModel, call, reply
-
-
-@pytest.fixture
-def said() -> Iterator[Said]:
-    handler = Said()
-    logging.getLogger("bide.worker").addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logging.getLogger("bide.worker").removeHandler(handler)
 
 
 def agent(store: bide.Store, script: list[Any]) -> bide.Agent:
@@ -43,10 +31,6 @@ def sleeping(store: bide.Store, run_id: str) -> None:
     with pytest.raises(bide.RunSleeping):
         agent(store, [call("wait", seconds=3600), reply("woke")]).run_sync(run_id, "wait")
     assert bide.run_status(store, run_id).status == "sleeping"
-
-
-def wait_in_thread(event: threading.Event, what: str) -> None:
-    assert event.wait(30), f"timed out waiting for {what}"
 
 
 def reads_from(store: bide.Store, start: threading.Event, monkeypatch: pytest.MonkeyPatch) -> list[str]:

@@ -9,31 +9,15 @@ had listed although `run_forever` had taken it meanwhile: a wasted drive, which 
 from __future__ import annotations
 
 import asyncio
-import logging
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from halting import Said, agent, halted, until
+from halting import Said, agent, halted, until, wait_in_thread
 
 import bide
 from bide._store import EVERY_LEASE_MS
 from bide.testing import reply
-
-
-@pytest.fixture
-def said() -> Iterator[Said]:
-    handler = Said()
-    logging.getLogger("bide.worker").addHandler(handler)
-    try:
-        yield handler
-    finally:
-        logging.getLogger("bide.worker").removeHandler(handler)
-
-
-def wait_in_thread(event: threading.Event, what: str) -> None:
-    assert event.wait(30), f"timed out waiting for {what}"
 
 
 @pytest.mark.parametrize("other", ["run_forever", "run_once"])
