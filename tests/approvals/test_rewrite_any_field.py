@@ -48,6 +48,7 @@ _FREE_FIELDS: list[tuple[str, Path]] = [
     ("attempt:.*", ("by",)),
     ("attempt:.*", ("attempted_at_ms",)),
     ("attempt:.*", ("deadline_ms",)),
+    ("attempt:.*", ("clock_skew_ms",)),
     ("result:.*", ("key",)),
     ("result:.*", ("result",)),
     ("result:.*", ("is_error",)),
